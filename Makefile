@@ -1,0 +1,79 @@
+# Developer entry points: run the broker, lint, test, benchmark.
+#
+#   make run ARGS="--set brokerId=1"   serve (default PLAINTEXT on 127.0.0.1:9092, data in ./data)
+#   make test                          ruff + mypy + pytest (xdist, $(PYTEST_WORKERS) workers)
+#   make lint | bench | clean | distclean | deps-debian
+#
+# pip runs only when pyproject.toml changes: an install leaves a stamp file named after
+# the file's hash in .venv, and the next run finds it.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+ARGS ?=
+PYTEST_WORKERS ?= 2
+PYTEST_ARGS ?=
+
+# Debian packages the build or tests need (none yet). Only missing ones are installed.
+DEBIAN_PACKAGES ?=
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
+BASE_STAMP := $(VENV)/.installed-$(PYPROJECT_HASH)
+TEST_STAMP := $(VENV)/.installed-test-$(PYPROJECT_HASH)
+
+.PHONY: run test lint pytest bench clean distclean deps-debian venv
+
+# With an empty DEBIAN_PACKAGES the recipe is empty: no dpkg, no apt-get.
+deps-debian:
+ifneq ($(strip $(DEBIAN_PACKAGES)),)
+	@missing=""; \
+	for pkg in $(DEBIAN_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' "$$pkg" 2>/dev/null | grep -q "ok installed" \
+			|| missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		$(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $$missing; \
+	fi
+endif
+
+$(BIN)/python: | deps-debian
+	$(PYTHON) -m venv $(VENV)
+
+venv: $(BIN)/python
+
+$(BASE_STAMP): | $(BIN)/python
+	rm -f $(VENV)/.installed-*
+	$(BIN)/pip install -e .
+	touch $@
+
+$(TEST_STAMP): | $(BIN)/python
+	rm -f $(VENV)/.installed-*
+	$(BIN)/pip install -e '.[test]'
+	touch $@ $(BASE_STAMP)
+
+run: $(BASE_STAMP)
+	$(BIN)/edge-broker $(ARGS)
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+pytest: $(TEST_STAMP)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+
+test: lint pytest
+
+bench: $(TEST_STAMP)
+	$(BIN)/python -m bench $(ARGS)
+
+clean:
+	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

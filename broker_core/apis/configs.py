@@ -1,0 +1,91 @@
+"""DescribeConfigs for topics (their own values and the defaults) and for this broker."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kafka.protocol.admin import DescribeConfigsResponse
+
+from broker_core.context import Operation, RequestContext
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.topic_configs import TOPIC_CONFIG_KEYS
+
+_Result = DescribeConfigsResponse.DescribeConfigsResult
+_Entry = _Result.DescribeConfigsResourceResult
+TOPIC = 2
+BROKER = 4
+_DYNAMIC_TOPIC_CONFIG = 1
+_STATIC_BROKER_CONFIG = 4
+_DEFAULT_CONFIG = 5
+_TYPE_STRING = 2
+_TYPE_LONG = 5
+
+
+def _entries(values: Mapping[str, str], own: Mapping[str, str], wanted: list[str] | None,
+             own_source: int, read_only: bool, documented: bool) -> list[Any]:
+    entries = []
+    for name in sorted(values):
+        if wanted is not None and name not in wanted:
+            continue
+        key = TOPIC_CONFIG_KEYS.get(name)
+        source = own_source if name in own else _DEFAULT_CONFIG
+        is_number = values[name].lstrip("-").isdigit()
+        entries.append(_Entry(
+            name=name, value=values[name], read_only=read_only, config_source=source,
+            is_default=source == _DEFAULT_CONFIG, is_sensitive=False, synonyms=[],
+            config_type=_TYPE_LONG if is_number else _TYPE_STRING,
+            documentation=key.doc if documented and key is not None else None,
+        ))
+    return entries
+
+
+def _describe_topic(engine: Engine, ctx: RequestContext, resource: Any,
+                    documented: bool) -> list[Any]:
+    internal = engine.internal_name(ctx, resource.resource_name)
+    if not engine.allowed(ctx, Operation.DESCRIBE_CONFIGS, internal):
+        raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            f"not allowed to describe configs of {resource.resource_name}")
+    topic = engine.logs.topic(internal)
+    if topic is None:
+        raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            f"unknown topic {resource.resource_name}")
+    return _entries(engine.topic_configs(topic.configs), topic.configs,
+                    resource.configuration_keys, _DYNAMIC_TOPIC_CONFIG, False, documented)
+
+
+def _describe_broker(engine: Engine, resource: Any, documented: bool) -> list[Any]:
+    if resource.resource_name not in ("", str(engine.config.broker_id)):
+        raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                            f"this is broker {engine.config.broker_id}, not "
+                            f"{resource.resource_name}")
+    values = {f"log.{name}" if not name.startswith("log.") else name: value
+              for name, value in engine.topic_configs({}).items()}
+    values["broker.id"] = str(engine.config.broker_id)
+    values["auto.create.topics.enable"] = str(engine.config.allow_auto_topic_creation).lower()
+    values["num.partitions"] = str(engine.config.default_num_partitions)
+    return _entries(values, values, resource.configuration_keys, _STATIC_BROKER_CONFIG, True,
+                    documented)
+
+
+async def handle_describe_configs(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Answer DescribeConfigs, one result per resource."""
+    documented = request.version >= 3 and bool(request.include_documentation)
+    results = []
+    for resource in request.resources:
+        code, message, entries = ErrorCode.NONE, None, []
+        try:
+            if resource.resource_type == TOPIC:
+                entries = _describe_topic(engine, ctx, resource, documented)
+            elif resource.resource_type == BROKER:
+                entries = _describe_broker(engine, resource, documented)
+            else:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                    f"resource type {resource.resource_type} has no configs here")
+        except KafkaApiError as error:
+            code, message = error.code, error.message
+        results.append(_Result(error_code=code, error_message=message,
+                               resource_type=resource.resource_type,
+                               resource_name=resource.resource_name, configs=entries))
+    return DescribeConfigsResponse(version=request.version, throttle_time_ms=0, results=results)

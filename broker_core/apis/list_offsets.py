@@ -1,0 +1,101 @@
+"""ListOffsets: earliest, latest, max timestamp and first offset at or after a timestamp.
+
+Timestamp lookups skip ledgers and batches by their max timestamp and decode only the one
+batch that holds the answer, to name the exact record as Kafka does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import ListOffsetsResponse
+from kafka.record.default_records import DefaultRecordBatch
+
+from broker_core.context import Operation, RequestContext
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.storage import BatchInfo, PartitionLog
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+_Topic = ListOffsetsResponse.ListOffsetsTopicResponse
+_Partition = _Topic.ListOffsetsPartitionResponse
+_NOT_FOUND = (-1, -1)
+
+
+def _records(info: BatchInfo) -> list[tuple[int, int]]:
+    """(offset, timestamp) of every record of a data batch."""
+    batch = DefaultRecordBatch(bytes(info.batch))
+    if batch.is_control_batch:
+        return []
+    if batch.timestamp_type == 1:  # LogAppendTime: every record carries the max timestamp
+        return [(info.base_offset + delta, info.max_timestamp)
+                for delta in range(batch.last_offset_delta + 1)]
+    return [(record.offset, record.timestamp) for record in batch]
+
+
+def _offset_for_timestamp(partition: PartitionLog, target: int) -> tuple[int, int]:
+    start = partition.log_start_offset
+    first = partition.find_first_batch_with_timestamp_at_least(target)
+    if first is None:
+        return _NOT_FOUND
+    origin = max(start, first.base_offset)
+    for info in partition.batches_from(origin):
+        if info.max_timestamp < target:
+            continue
+        for offset, timestamp in _records(info):
+            if offset >= start and timestamp >= target:
+                return offset, timestamp
+    return _NOT_FOUND
+
+
+def _max_timestamp(partition: PartitionLog) -> tuple[int, int]:
+    start = partition.log_start_offset
+    candidate = partition.batch_with_max_timestamp()
+    if candidate is not None and candidate.base_offset >= start:
+        batches = [candidate]
+    else:  # the best batch straddles the log start: look at what is left
+        batches = list(partition.batches_from(start)) if start < partition.next_offset else []
+    best = _NOT_FOUND
+    for info in batches:
+        for offset, timestamp in _records(info):
+            if offset >= start and timestamp > best[1]:
+                best = (offset, timestamp)
+    return best
+
+
+def _lookup(partition: PartitionLog, target: int) -> tuple[int, int]:
+    if target == LATEST:
+        return partition.next_offset, -1
+    if target in (EARLIEST, EARLIEST_LOCAL):
+        return partition.log_start_offset, -1
+    if target == MAX_TIMESTAMP:
+        return _max_timestamp(partition)
+    if target < 0:
+        raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"unsupported timestamp {target}")
+    return _offset_for_timestamp(partition, target)
+
+
+async def handle_list_offsets(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Answer ListOffsets for every requested partition."""
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            code = ErrorCode.NONE
+            offset, timestamp = _NOT_FOUND
+            try:
+                internal = engine.internal_name(ctx, topic.name)
+                if not engine.allowed(ctx, Operation.DESCRIBE, internal):
+                    raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                        f"not allowed to describe {topic.name}")
+                partition = engine.partition(internal, part.partition_index)
+                offset, timestamp = _lookup(partition, part.timestamp)
+            except KafkaApiError as error:
+                code = error.code
+            partitions.append(_Partition(partition_index=part.partition_index, error_code=code,
+                                         timestamp=timestamp, offset=offset, leader_epoch=0))
+        topics.append(_Topic(name=topic.name, partitions=partitions))
+    return ListOffsetsResponse(version=request.version, throttle_time_ms=0, topics=topics)

@@ -1,0 +1,149 @@
+"""Metadata and DescribeCluster: this broker, as advertised on the caller's listener, and its topics."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kafka.protocol.admin import DescribeClusterResponse
+from kafka.protocol.metadata import MetadataResponse
+
+from broker_core import naming
+from broker_core.context import Operation, RequestContext, ResourceType
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.storage import TopicInfo
+
+_R = MetadataResponse
+_NO_TOPIC_ID = uuid.UUID(int=0)
+# Bit positions of Kafka's AclOperation codes, for authorized-operations bitfields.
+TOPIC_OPERATIONS = {
+    Operation.READ: 3, Operation.WRITE: 4, Operation.CREATE: 5, Operation.DELETE: 6,
+    Operation.ALTER: 7, Operation.DESCRIBE: 8, Operation.DESCRIBE_CONFIGS: 10,
+    Operation.ALTER_CONFIGS: 11,
+}
+CLUSTER_OPERATIONS = {
+    Operation.CREATE: 5, Operation.ALTER: 7, Operation.DESCRIBE: 8,
+    Operation.DESCRIBE_CONFIGS: 10, Operation.ALTER_CONFIGS: 11,
+}
+
+
+def authorized_operations(
+    engine: Engine, ctx: RequestContext, resource: ResourceType, name: str,
+    operations: dict[Operation, int],
+) -> set[int]:
+    """The bitfield of ``operations`` the caller may apply to the resource."""
+    return {
+        bit for operation, bit in operations.items()
+        if engine.authorizer.authorize(ctx, operation, resource, name)
+    }
+
+
+def _topic_entry(engine: Engine, ctx: RequestContext, shown: str, topic: TopicInfo,
+                 version: int, with_operations: bool) -> Any:
+    broker = engine.config.broker_id
+    partitions = [
+        _R.MetadataResponseTopic.MetadataResponsePartition(
+            error_code=0, partition_index=index, leader_id=broker, leader_epoch=0,
+            replica_nodes=[broker], isr_nodes=[broker], offline_replicas=[],
+        )
+        for index in range(topic.num_partitions)
+    ]
+    operations = (
+        authorized_operations(engine, ctx, ResourceType.TOPIC, topic.name, TOPIC_OPERATIONS)
+        if with_operations and version >= 8 else None
+    )
+    return _R.MetadataResponseTopic(
+        error_code=0, name=shown, topic_id=topic.topic_id, is_internal=False,
+        partitions=partitions, authorized_operations=operations,
+    )
+
+
+def _error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID = _NO_TOPIC_ID) -> Any:
+    return _R.MetadataResponseTopic(
+        error_code=code, name=name, topic_id=topic_id, is_internal=False, partitions=[],
+        authorized_operations=None,
+    )
+
+
+def _requested_topic(engine: Engine, ctx: RequestContext, requested: Any, version: int,
+                     auto_create: bool, with_operations: bool) -> Any:
+    name: str | None = requested.name
+    if name is None:
+        topic_id = requested.topic_id
+        found = next((t for t in engine.logs.topics() if t.topic_id == topic_id), None)
+        if found is None or not engine.allowed(ctx, Operation.DESCRIBE, found.name):
+            return _error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id)
+        shown = naming.to_client(found.name, ctx.home)
+        return _topic_entry(engine, ctx, shown, found, version, with_operations)
+    try:
+        internal = engine.internal_name(ctx, name)
+    except KafkaApiError as error:
+        return _error_entry(name, error.code)
+    if not engine.allowed(ctx, Operation.DESCRIBE, internal):
+        return _error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    creatable = auto_create and engine.allowed(ctx, Operation.CREATE, internal)
+    topic = engine.lookup(internal, creatable)
+    if topic is None:
+        return _error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    return _topic_entry(engine, ctx, name, topic, version, with_operations)
+
+
+async def handle_metadata(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Answer Metadata for the named topics, or for every topic of the caller's namespace."""
+    version: int = request.version
+    with_operations = bool(request.include_topic_authorized_operations)
+    auto_create = version < 4 or bool(request.allow_auto_topic_creation)
+    if request.topics is None or (version == 0 and not request.topics):
+        topics = [
+            _topic_entry(engine, ctx, naming.to_client(topic.name, ctx.home), topic, version,
+                         with_operations)
+            for topic in engine.logs.topics()
+            if topic.name.startswith(ctx.home.prefix)
+            and engine.allowed(ctx, Operation.DESCRIBE, topic.name)
+        ]
+    else:
+        topics = [
+            _requested_topic(engine, ctx, requested, version, auto_create, with_operations)
+            for requested in request.topics
+        ]
+    cluster_operations = (
+        authorized_operations(engine, ctx, ResourceType.CLUSTER, "kafka-cluster",
+                              CLUSTER_OPERATIONS)
+        if version >= 8 and request.include_cluster_authorized_operations else None
+    )
+    broker = engine.config.broker_id
+    return _R(
+        version=version, throttle_time_ms=0,
+        brokers=[_R.MetadataResponseBroker(node_id=broker, host=ctx.advertised.host,
+                                           port=ctx.advertised.port, rack=None)],
+        cluster_id=engine.config.cluster_id, controller_id=broker, topics=topics,
+        authorized_operations=cluster_operations, error_code=0,
+    )
+
+
+async def handle_describe_cluster(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Answer DescribeCluster with this broker under its stable id."""
+    version: int = request.version
+    if version >= 1 and request.endpoint_type not in (1,):
+        return DescribeClusterResponse(
+            version=version, throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION,
+            error_message="only broker endpoints are served", endpoint_type=request.endpoint_type,
+            cluster_id=engine.config.cluster_id, controller_id=-1, brokers=[],
+            authorized_operations=None,
+        )
+    operations = (
+        authorized_operations(engine, ctx, ResourceType.CLUSTER, "kafka-cluster",
+                              CLUSTER_OPERATIONS)
+        if request.include_cluster_authorized_operations else None
+    )
+    broker = engine.config.broker_id
+    return DescribeClusterResponse(
+        version=version, throttle_time_ms=0, error_code=0, error_message=None,
+        endpoint_type=1, cluster_id=engine.config.cluster_id, controller_id=broker,
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(
+            broker_id=broker, host=ctx.advertised.host, port=ctx.advertised.port, rack=None,
+            is_fenced=False,
+        )],
+        authorized_operations=operations,
+    )

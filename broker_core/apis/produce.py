@@ -1,0 +1,69 @@
+"""Produce: validate each partition's batch, append it, and answer once it is durable enough."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kafka.protocol.producer import ProduceResponse
+
+from broker_core.context import Operation, RequestContext
+from broker_core.engine import Appended, Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+
+log = logging.getLogger(__name__)
+_Topic = ProduceResponse.TopicProduceResponse
+_Partition = _Topic.PartitionProduceResponse
+
+
+def _failed(index: int, code: ErrorCode, message: str | None) -> Any:
+    return _Partition(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
+                      log_start_offset=-1, record_errors=[], error_message=message)
+
+
+def _append_one(engine: Engine, ctx: RequestContext, name: str, index: int, records: Any,
+                acks: int) -> tuple[Any, Appended | None]:
+    try:
+        internal = engine.internal_name(ctx, name)
+        if not engine.allowed(ctx, Operation.WRITE, internal):
+            raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                f"not allowed to write to {name}")
+        if engine.logs.topic(internal) is None:
+            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
+        if records is None:
+            raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
+        appended = engine.append(internal, index, records, acks)
+    except KafkaApiError as error:
+        log.info("produce to %s-%d from %s refused: %s", name, index, ctx.client_id,
+                 error.message)
+        return _failed(index, error.code, error.message), None
+    return _Partition(index=index, error_code=0, base_offset=appended.base_offset,
+                      log_append_time_ms=appended.log_append_time,
+                      log_start_offset=appended.log_start_offset, record_errors=[],
+                      error_message=None), appended
+
+
+async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> Any | None:
+    """Append every partition's batch before the first await, so pipelined requests keep order."""
+    acks: int = request.acks
+    topics = []
+    waits: list[asyncio.Future[None]] = []
+    for topic in request.topic_data:
+        partitions = []
+        for data in topic.partition_data:
+            if acks not in (-1, 0, 1):
+                partitions.append(_failed(data.index, ErrorCode.INVALID_REQUIRED_ACKS,
+                                          f"acks must be -1, 0 or 1, not {acks}"))
+                continue
+            answer, appended = _append_one(engine, ctx, topic.name, data.index, data.records,
+                                           acks)
+            partitions.append(answer)
+            if appended is not None and appended.durable is not None:
+                waits.append(appended.durable)
+        topics.append(_Topic(name=topic.name, partition_responses=partitions))
+    if acks == 0:
+        return None
+    if waits:
+        await asyncio.gather(*waits)
+    return ProduceResponse(version=request.version, responses=topics, throttle_time_ms=0)

@@ -1,0 +1,56 @@
+"""DeleteRecords: move a partition's log start offset forward."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka.protocol.admin import DeleteRecordsResponse
+
+from broker_core.context import Operation, RequestContext
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.storage import OffsetOutOfRange
+
+log = logging.getLogger(__name__)
+_Topic = DeleteRecordsResponse.DeleteRecordsTopicResult
+_Partition = _Topic.DeleteRecordsPartitionResult
+HIGH_WATERMARK = -1
+
+
+def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: int,
+                   offset: int) -> int:
+    internal = engine.internal_name(ctx, name)
+    if not engine.allowed(ctx, Operation.DELETE, internal):
+        raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            f"not allowed to delete records of {name}")
+    partition = engine.partition(internal, index)
+    if offset == HIGH_WATERMARK:
+        offset = partition.next_offset
+    if offset < 0 or offset > partition.next_offset:
+        raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                            f"offset {offset} is beyond the high watermark "
+                            f"{partition.next_offset}")
+    try:
+        low = partition.delete_records_before(offset)
+    except OffsetOutOfRange as exc:
+        raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc)) from exc
+    log.info("log start offset of %s-%d is now %d", internal, index, low)
+    return low
+
+
+async def handle_delete_records(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Answer DeleteRecords with each partition's new low watermark."""
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            code, low = ErrorCode.NONE, -1
+            try:
+                low = _delete_before(engine, ctx, topic.name, part.partition_index, part.offset)
+            except KafkaApiError as error:
+                code = error.code
+            partitions.append(_Partition(partition_index=part.partition_index,
+                                         low_watermark=low, error_code=code))
+        topics.append(_Topic(name=topic.name, partitions=partitions))
+    return DeleteRecordsResponse(version=request.version, throttle_time_ms=0, topics=topics)

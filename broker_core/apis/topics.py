@@ -1,0 +1,182 @@
+"""CreateTopics, DeleteTopics and CreatePartitions."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from typing import Any
+
+from kafka.protocol.admin import CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse
+
+from broker_core import naming
+from broker_core.context import Operation, RequestContext
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.storage import TopicExists, TopicInfo
+from broker_core.topic_configs import validate_topic_configs
+
+log = logging.getLogger(__name__)
+_Created = CreateTopicsResponse.CreatableTopicResult
+_CreatedConfig = _Created.CreatableTopicConfigs
+_DEFAULT_CONFIG = 5
+NO_TOPIC_ID = uuid.UUID(int=0)
+_DYNAMIC_TOPIC_CONFIG = 1
+
+
+def _check_replicas(engine: Engine, replication_factor: int, assignments: list[Any]) -> None:
+    if replication_factor not in (-1, 1) and not assignments:
+        raise KafkaApiError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {replication_factor} is larger than the 1 available broker",
+        )
+    for assignment in assignments:
+        if list(assignment.broker_ids) != [engine.config.broker_id]:
+            raise KafkaApiError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"replicas {list(assignment.broker_ids)} must be exactly "
+                f"[{engine.config.broker_id}]",
+            )
+
+
+def _partition_count(engine: Engine, wanted: Any) -> int:
+    if wanted.assignments:
+        indexes = sorted(a.partition_index for a in wanted.assignments)
+        if wanted.num_partitions != -1 or indexes != list(range(len(indexes))):
+            raise KafkaApiError(
+                ErrorCode.INVALID_REQUEST,
+                "with replica assignments, num_partitions must be -1 and partitions 0..n-1",
+            )
+        return len(indexes)
+    if wanted.num_partitions == -1:
+        return engine.config.default_num_partitions
+    if wanted.num_partitions < 1:
+        raise KafkaApiError(ErrorCode.INVALID_PARTITIONS,
+                            f"number of partitions must be at least 1, not "
+                            f"{wanted.num_partitions}")
+    return int(wanted.num_partitions)
+
+
+def _create_one(engine: Engine, ctx: RequestContext, wanted: Any,
+                validate_only: bool) -> tuple[TopicInfo | None, int, dict[str, str]]:
+    internal = engine.internal_name(ctx, wanted.name)
+    if not engine.allowed(ctx, Operation.CREATE, internal):
+        raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            f"not allowed to create {wanted.name}")
+    _check_replicas(engine, wanted.replication_factor, wanted.assignments)
+    count = _partition_count(engine, wanted)
+    configs = validate_topic_configs({c.name: c.value for c in wanted.configs})
+    if engine.logs.topic(internal) is not None:
+        raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {wanted.name} already exists")
+    if validate_only:
+        return None, count, configs
+    try:
+        topic = engine.logs.create_topic(internal, count, configs)
+    except TopicExists as exc:
+        raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS,
+                            f"topic {wanted.name} already exists") from exc
+    log.info("created topic %s with %d partitions, configs %s", internal, count, configs)
+    return topic, count, configs
+
+
+async def handle_create_topics(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Create topics (or only validate them), one result per requested name."""
+    version: int = request.version
+    validate_only = version >= 1 and bool(request.validate_only)
+    repeated = {n for n, c in Counter(t.name for t in request.topics).items() if c > 1}
+    results = []
+    for wanted in request.topics:
+        result = _Created(name=wanted.name, error_code=0, error_message=None,
+                          num_partitions=-1, replication_factor=-1, configs=[])
+        try:
+            if wanted.name in repeated:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                    f"topic {wanted.name} appears more than once")
+            topic, count, configs = _create_one(engine, ctx, wanted, validate_only)
+            result.num_partitions = count
+            result.replication_factor = 1
+            if topic is not None:
+                result.topic_id = topic.topic_id
+            result.configs = [
+                _CreatedConfig(name=key, value=value, read_only=False,
+                               config_source=_DYNAMIC_TOPIC_CONFIG if key in configs
+                               else _DEFAULT_CONFIG, is_sensitive=False)
+                for key, value in sorted(engine.topic_configs(configs).items())
+            ]
+        except KafkaApiError as error:
+            result.error_code = error.code
+            result.error_message = error.message
+        results.append(result)
+    return CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results)
+
+
+async def handle_delete_topics(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Delete topics by name (or by id in v6), one result each."""
+    version: int = request.version
+    if version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        result = DeleteTopicsResponse.DeletableTopicResult(
+            name=name, topic_id=topic_id if topic_id is not None else NO_TOPIC_ID,
+            error_code=0, error_message=None)
+        try:
+            if name is None:
+                found = next((t for t in engine.logs.topics() if t.topic_id == topic_id), None)
+                if found is None:
+                    raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
+                internal = found.name
+                result.name = naming.to_client(internal, ctx.home)
+            else:
+                internal = engine.internal_name(ctx, name)
+            if not engine.allowed(ctx, Operation.DELETE, internal):
+                raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                    f"not allowed to delete {name}")
+            topic = engine.logs.topic(internal)
+            if topic is None:
+                raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
+            result.topic_id = topic.topic_id
+            engine.delete_topic(internal)
+            log.info("deleted topic %s", internal)
+        except KafkaApiError as error:
+            result.error_code = error.code
+            result.error_message = error.message
+        results.append(result)
+    return DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=results)
+
+
+async def handle_create_partitions(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Grow topics to the requested partition counts."""
+    results = []
+    for wanted in request.topics:
+        code, message = ErrorCode.NONE, None
+        try:
+            internal = engine.internal_name(ctx, wanted.name)
+            if not engine.allowed(ctx, Operation.ALTER, internal):
+                raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                    f"not allowed to alter {wanted.name}")
+            topic = engine.logs.topic(internal)
+            if topic is None:
+                raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                    f"unknown topic {wanted.name}")
+            if wanted.count <= topic.num_partitions:
+                raise KafkaApiError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"topic {wanted.name} has {topic.num_partitions} partitions; "
+                    f"{wanted.count} would not add any",
+                )
+            assignments = wanted.assignments or []
+            if assignments and len(assignments) != wanted.count - topic.num_partitions:
+                raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                    "one assignment is needed per new partition")
+            _check_replicas(engine, 1, assignments)
+            if not request.validate_only:
+                engine.logs.add_partitions(internal, wanted.count)
+                log.info("topic %s now has %d partitions", internal, wanted.count)
+        except KafkaApiError as error:
+            code, message = error.code, error.message
+        results.append(CreatePartitionsResponse.CreatePartitionsTopicResult(
+            name=wanted.name, error_code=code, error_message=message))
+    return CreatePartitionsResponse(version=request.version, throttle_time_ms=0, results=results)

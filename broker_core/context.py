@@ -1,0 +1,71 @@
+"""What the engine knows about the caller of one request, and how it asks for permission."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from broker_core.naming import Namespace
+
+
+class Operation(Enum):
+    """Operations checked on resources (Kafka's ACL operation names)."""
+
+    READ = "Read"
+    WRITE = "Write"
+    CREATE = "Create"
+    DELETE = "Delete"
+    ALTER = "Alter"
+    DESCRIBE = "Describe"
+    DESCRIBE_CONFIGS = "DescribeConfigs"
+    ALTER_CONFIGS = "AlterConfigs"
+
+
+class ResourceType(Enum):
+    """Kinds of resources an operation applies to."""
+
+    TOPIC = "Topic"
+    GROUP = "Group"
+    CLUSTER = "Cluster"
+    TRANSACTIONAL_ID = "TransactionalId"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """An advertised address: what clients are told to connect to."""
+
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """One request's caller: its listener, advertised endpoint, principal and namespace."""
+
+    listener: str
+    advertised: Endpoint
+    principal: str
+    home: Namespace
+    client_id: str | None
+    api_version: int
+
+
+class Authorizer(Protocol):
+    """Decides whether a principal may apply an operation to a resource."""
+
+    def authorize(
+        self, ctx: RequestContext, operation: Operation, resource: ResourceType, name: str
+    ) -> bool:
+        """Return True when allowed. ``name`` is a full internal name for topics."""
+        ...
+
+
+class AllowAll:
+    """The authorizer used when authorization is disabled: everything is allowed."""
+
+    def authorize(
+        self, ctx: RequestContext, operation: Operation, resource: ResourceType, name: str
+    ) -> bool:
+        """Allow every operation."""
+        return True

@@ -1,0 +1,119 @@
+"""From a request frame to a response frame: the API table, decoding and encoding.
+
+Every API served is listed once, with the versions implemented; ApiVersions advertises
+exactly that table. A frame that cannot be decoded, an unknown API key or an unsupported
+version (other than of ApiVersions, which gets the v0 answer Kafka gives) is a
+:class:`~broker_core.protocol.ProtocolError`: the caller closes the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+from broker_core.context import RequestContext
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode
+from broker_core.protocol import (
+    ProtocolError,
+    RequestHeader,
+    frame_response,
+    parse_header,
+    peek_header,
+    response_header,
+)
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Engine, RequestContext, Any], Awaitable[Any | None]]
+API_VERSIONS_KEY = 18
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    """One served API: its schema classes, the versions implemented and its handler."""
+
+    key: int
+    request: Any
+    response: Any
+    min_version: int
+    max_version: int
+    handler: Handler | None
+
+    @property
+    def name(self) -> str:
+        """The API's protocol name, e.g. ``Produce``."""
+        return str(self.request.name).removesuffix("Request")
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    """A decoded request; ``body`` is None for ApiVersions at a version we do not serve."""
+
+    header: RequestHeader
+    spec: ApiSpec
+    body: Any | None
+
+
+class Dispatcher:
+    """Decodes requests, runs their handlers and encodes framed responses."""
+
+    def __init__(self, engine: Engine, specs: Iterable[ApiSpec]) -> None:
+        self.engine = engine
+        self.specs: dict[int, ApiSpec] = {spec.key: spec for spec in specs}
+        self.specs[API_VERSIONS_KEY] = ApiSpec(API_VERSIONS_KEY, ApiVersionsRequest,
+                                               ApiVersionsResponse, 0, 4, None)
+
+    def parse(self, frame: memoryview) -> ParsedRequest:
+        """Decode a request frame (without its size prefix)."""
+        key, version, correlation_id = peek_header(frame)
+        spec = self.specs.get(key)
+        if spec is None:
+            raise ProtocolError(f"unknown or unsupported API key {key} "
+                                f"(correlation id {correlation_id})")
+        supported = spec.min_version <= version <= spec.max_version
+        if not supported and key != API_VERSIONS_KEY:
+            raise ProtocolError(f"{spec.name} v{version} is not supported "
+                                f"(versions {spec.min_version}-{spec.max_version})")
+        flexible = bool(spec.request.flexible_version_q(version)) if supported else version >= 3
+        header, body_at = parse_header(frame, flexible)
+        if not supported:
+            return ParsedRequest(header, spec, None)
+        try:
+            body = spec.request.decode(frame[body_at:], version=version)
+        except Exception as exc:  # the schema decoder raises many kinds on garbage
+            raise ProtocolError(f"malformed {spec.name} v{version} request: {exc!r}") from exc
+        return ParsedRequest(header, spec, body)
+
+    def api_versions(self, version: int, error: ErrorCode = ErrorCode.NONE) -> Any:
+        """The ApiVersions answer listing every served API and its versions."""
+        entries = [
+            ApiVersionsResponse.ApiVersion(api_key=spec.key, min_version=spec.min_version,
+                                           max_version=spec.max_version)
+            for spec in sorted(self.specs.values(), key=lambda s: s.key)
+        ]
+        return ApiVersionsResponse(version=version, error_code=error, api_keys=entries,
+                                   throttle_time_ms=0)
+
+    async def dispatch(self, ctx: RequestContext, parsed: ParsedRequest) -> bytes | None:
+        """Run the request's handler; return the framed response, or None when none is due."""
+        header, spec = parsed.header, parsed.spec
+        if spec.key == API_VERSIONS_KEY:
+            if parsed.body is None:
+                answer = self.api_versions(0, ErrorCode.UNSUPPORTED_VERSION)
+                return frame_response(response_header(header.correlation_id, False),
+                                      answer.encode())
+            answer = self.api_versions(header.api_version)
+            return frame_response(response_header(header.correlation_id, False),
+                                  answer.encode())
+        assert spec.handler is not None
+        response = await spec.handler(self.engine, ctx, parsed.body)
+        if response is None:
+            return None
+        flexible = bool(spec.response.flexible_version_q(header.api_version))
+        return frame_response(response_header(header.correlation_id, flexible),
+                              response.encode())

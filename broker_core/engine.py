@@ -1,0 +1,167 @@
+"""The engine's state and the services the request handlers share.
+
+It owns the log manager, the fsync policy, long-poll waiters and retention, and answers
+the questions every handler asks: which internal topic a client's name means, whether
+it exists (creating it when auto-creation allows), and how to append a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from broker_core import batches, naming
+from broker_core.context import AllowAll, Authorizer, Operation, RequestContext, ResourceType
+from broker_core.durability import FlushScheduler
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.storage import LogManager, PartitionLog, TopicExists, TopicInfo
+from broker_core.topic_configs import effective_config
+from broker_core.waiters import AppendWaiters
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """The engine's settings, filled in by the composition root from the broker config."""
+
+    broker_id: int = 0
+    cluster_id: str = "edge-broker"
+    allow_auto_topic_creation: bool = True
+    default_num_partitions: int = 1
+    flush_interval_messages: int = 2**63 - 1
+    flush_interval_ms: int = 1000
+    retention_check_interval_ms: int = 300_000
+    topic_defaults: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """The outcome of one append: where the batch went and what to wait for before acking."""
+
+    base_offset: int
+    log_append_time: int
+    log_start_offset: int
+    durable: asyncio.Future[None] | None
+
+
+class Engine:
+    """Shared state of the request handlers."""
+
+    def __init__(self, config: EngineConfig, logs: LogManager,
+                 authorizer: Authorizer | None = None) -> None:
+        self.config = config
+        self.logs = logs
+        self.authorizer: Authorizer = authorizer if authorizer is not None else AllowAll()
+        self.waiters = AppendWaiters()
+        self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms)
+        self._retention: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start background work: periodic fsync and retention."""
+        self.flusher.start()
+        self._retention = asyncio.get_running_loop().create_task(self._retention_loop())
+
+    async def stop(self) -> None:
+        """Stop background work, fsync and seal every ledger."""
+        if self._retention is not None:
+            self._retention.cancel()
+            try:
+                await self._retention
+            except asyncio.CancelledError:
+                pass
+        await self.flusher.stop()
+        self.logs.close()
+
+    async def _retention_loop(self) -> None:
+        interval = self.config.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            removed = self.logs.enforce_retention()
+            if removed:
+                log.info("retention removed %d ledgers", removed)
+
+    def allowed(self, ctx: RequestContext, operation: Operation, internal_topic: str) -> bool:
+        """Whether the caller may apply ``operation`` to the topic."""
+        return self.authorizer.authorize(ctx, operation, ResourceType.TOPIC, internal_topic)
+
+    # -- names and topics ------------------------------------------------------------
+
+    def internal_name(self, ctx: RequestContext, name: str) -> str:
+        """The full internal name for a client's topic name (raises INVALID_TOPIC_EXCEPTION)."""
+        return naming.to_internal(name, ctx.home)
+
+    def topic_configs(self, own: Mapping[str, str]) -> dict[str, str]:
+        """Every topic config key with its effective value, given a topic's own configs."""
+        return effective_config(own, self.config.topic_defaults)
+
+    def lookup(self, internal: str, auto_create: bool) -> TopicInfo | None:
+        """The topic, created with the default partition count when allowed and missing."""
+        topic = self.logs.topic(internal)
+        if topic is None and auto_create and self.config.allow_auto_topic_creation:
+            try:
+                topic = self.logs.create_topic(internal, self.config.default_num_partitions, {})
+                log.info("auto-created topic %s with %d partitions", internal,
+                         topic.num_partitions)
+            except TopicExists:
+                topic = self.logs.topic(internal)
+        return topic
+
+    def partition(self, internal: str, index: int) -> PartitionLog:
+        """The partition's log, or UNKNOWN_TOPIC_OR_PARTITION."""
+        found = self.logs.partition(internal, index)
+        if found is None:
+            raise KafkaApiError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"this server does not host partition {index} of {internal}",
+            )
+        return found
+
+    def delete_topic(self, internal: str) -> None:
+        """Delete a topic and forget its partitions' flush state."""
+        topic = self.logs.topic(internal)
+        if topic is None:
+            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {internal}")
+        for index in range(topic.num_partitions):
+            partition = self.logs.partition(internal, index)
+            if partition is not None:
+                self.flusher.forget(partition)
+        self.logs.delete_topic(internal)
+        for index in range(topic.num_partitions):
+            self.waiters.notify((internal, index))
+
+    # -- produce -----------------------------------------------------------------------
+
+    def append(self, internal: str, index: int, records: bytes | bytearray | memoryview,
+               acks: int) -> Appended:
+        """Validate one produced batch and append it; the caller awaits ``durable`` if set."""
+        topic = self.logs.topic(internal)
+        partition = self.partition(internal, index)
+        assert topic is not None
+        header = batches.validate_produced(records)
+        settings = self.topic_configs(topic.configs)
+        if len(records) > int(settings["max.message.bytes"]):
+            raise KafkaApiError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"batch of {len(records)} bytes exceeds max.message.bytes "
+                f"{settings['max.message.bytes']} of {internal}",
+            )
+        if acks == -1 and int(settings["min.insync.replicas"]) > 1:
+            raise KafkaApiError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"{internal} requires {settings['min.insync.replicas']} in-sync replicas; "
+                "this broker keeps one",
+            )
+        batch = bytearray(records)
+        log_append_time = -1
+        max_timestamp = header.max_timestamp
+        if settings["message.timestamp.type"] == "LogAppendTime":
+            log_append_time = max_timestamp = int(time.time() * 1000)
+            batches.stamp_log_append_time(batch, log_append_time)
+        base = partition.append(batch, header.last_offset_delta, max_timestamp)
+        self.waiters.notify((internal, index))
+        durable = self.flusher.appended(partition, header.record_count)
+        return Appended(base, log_append_time, partition.log_start_offset, durable)

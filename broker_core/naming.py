@@ -1,0 +1,71 @@
+"""Topic names as Kafka-on-Pulsar maps them onto ``tenant/namespace/topic``.
+
+``t`` lands in the login's tenant and namespace, ``a/b/t`` is already full, and
+``persistent://a/b/t`` is the Pulsar spelling of the same; a two-part ``a/t`` is refused.
+Responses give names back exactly as the client wrote them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from broker_core.errors import ErrorCode, KafkaApiError
+
+_LEGAL_PART = re.compile(r"^[A-Za-z0-9._-]+$")
+_MAX_TOPIC_LENGTH = 249
+_PERSISTENT = "persistent://"
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    """A tenant and namespace pair: where short topic names of a login go."""
+
+    tenant: str
+    namespace: str
+
+    @property
+    def prefix(self) -> str:
+        """``tenant/namespace/``, the prefix of every full topic name in this namespace."""
+        return f"{self.tenant}/{self.namespace}/"
+
+
+def _check_part(part: str, what: str, original: str) -> None:
+    if not part or part in (".", "..") or not _LEGAL_PART.match(part):
+        raise KafkaApiError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name {original!r} has an invalid {what} {part!r}: use only ASCII "
+            "letters, digits, '.', '_' and '-'",
+        )
+
+
+def to_internal(name: str, home: Namespace) -> str:
+    """Map a client's topic name to the full ``tenant/namespace/topic`` name used by storage."""
+    if not name:
+        raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "topic name is empty")
+    body = name[len(_PERSISTENT) :] if name.startswith(_PERSISTENT) else name
+    parts = body.split("/")
+    if len(parts) == 1:
+        parts = [home.tenant, home.namespace, parts[0]]
+    elif len(parts) != 3:
+        raise KafkaApiError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name {name!r} must be 'topic', 'tenant/namespace/topic' or "
+            "'persistent://tenant/namespace/topic'",
+        )
+    _check_part(parts[0], "tenant", name)
+    _check_part(parts[1], "namespace", name)
+    _check_part(parts[2], "topic", name)
+    if len(parts[2]) > _MAX_TOPIC_LENGTH:
+        raise KafkaApiError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name {name!r} is longer than {_MAX_TOPIC_LENGTH} characters",
+        )
+    return "/".join(parts)
+
+
+def to_client(internal: str, home: Namespace) -> str:
+    """The name a client of ``home`` uses for an internal topic: short inside its namespace."""
+    if internal.startswith(home.prefix):
+        return internal[len(home.prefix) :]
+    return internal

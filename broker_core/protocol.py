@@ -1,0 +1,104 @@
+"""Request framing facts: parsing request headers and encoding framed responses.
+
+Schemas come from ``kafka.protocol`` (one class per API); this module only deals with the
+header that precedes every request body and the size prefix and header of every response.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+_HEADER_FIXED = struct.Struct(">hhi")
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+
+
+class ProtocolError(Exception):
+    """The bytes on the wire are not a valid Kafka request: the connection must be closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """The parsed request header (v1 or v2)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def peek_header(frame: memoryview) -> tuple[int, int, int]:
+    """Return ``(api_key, api_version, correlation_id)`` from the fixed start of a request."""
+    if len(frame) < _HEADER_FIXED.size:
+        raise ProtocolError(f"request of {len(frame)} bytes is shorter than a request header")
+    key, version, correlation_id = _HEADER_FIXED.unpack_from(frame, 0)
+    return key, version, correlation_id
+
+
+def read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
+    """Decode an unsigned varint at ``pos``; return ``(value, new_pos)``."""
+    value = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ProtocolError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise ProtocolError("varint too long")
+
+
+def parse_header(frame: memoryview, flexible: bool) -> tuple[RequestHeader, int]:
+    """Parse the request header; return it and the offset where the body starts.
+
+    ``flexible`` selects header v2 (tagged fields follow the client id), else header v1.
+    """
+    key, version, correlation_id = peek_header(frame)
+    pos = _HEADER_FIXED.size
+    if pos + 2 > len(frame):
+        raise ProtocolError("truncated client id")
+    (length,) = _INT16.unpack_from(frame, pos)
+    pos += 2
+    client_id: str | None = None
+    if length >= 0:
+        if pos + length > len(frame):
+            raise ProtocolError("truncated client id")
+        try:
+            client_id = bytes(frame[pos : pos + length]).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError("client id is not UTF-8") from exc
+        pos += length
+    elif length != -1:
+        raise ProtocolError(f"invalid client id length {length}")
+    if flexible:
+        count, pos = read_uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = read_uvarint(frame, pos)
+            size, pos = read_uvarint(frame, pos)
+            pos += size
+            if pos > len(frame):
+                raise ProtocolError("truncated tagged field in request header")
+    return RequestHeader(key, version, correlation_id, client_id), pos
+
+
+def response_header(correlation_id: int, flexible: bool) -> bytes:
+    """Encode a response header: v1 (with an empty tagged-field section) when ``flexible``."""
+    head = _INT32.pack(correlation_id)
+    return head + b"\x00" if flexible else head
+
+
+def frame_response(header: bytes, body: bytes | bytearray | memoryview) -> bytes:
+    """Join a response header and body behind the 4-byte size prefix."""
+    return _INT32.pack(len(header) + len(body)) + header + bytes(body)
+
+
+def encode_body(message: Any) -> bytes | bytearray:
+    """Encode a ``kafka.protocol`` message whose version is set."""
+    encoded: bytes | bytearray = message.encode()
+    return encoded

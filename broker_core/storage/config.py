@@ -1,0 +1,80 @@
+"""Per-partition log settings (``LogConfig``) and their derivation from topic configs."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+_WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """How a partition's ledgers roll, are indexed and are retained."""
+
+    segment_bytes: int = 1 << 30
+    """Roll a new ledger when the open one would grow beyond this many bytes."""
+    segment_ms: int = _WEEK_MS
+    """Roll when the open ledger's first entry is older than this (checked on append)."""
+    retention_ms: int = _WEEK_MS
+    """Drop sealed ledgers whose newest entry is older than this; -1 keeps forever."""
+    retention_bytes: int = -1
+    """Drop the oldest sealed ledgers while the partition stays at least this big; -1 = no limit."""
+    index_interval_bytes: int = 4096
+    """Bytes of entries between two points of the sparse offset index."""
+
+    def __post_init__(self) -> None:
+        for field, minimum in _MINIMUMS.items():
+            problem = _range_problem(getattr(self, field), minimum)
+            if problem is not None:
+                raise ValueError(f"LogConfig.{field} {problem}")
+
+
+_MINIMUMS: Mapping[str, int] = {
+    "segment_bytes": 1,
+    "segment_ms": 1,
+    "retention_ms": -1,
+    "retention_bytes": -1,
+    "index_interval_bytes": 0,
+}
+
+
+def _range_problem(value: object, minimum: int) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"must be an integer, got {value!r}"
+    if value < minimum:
+        return f"must be >= {minimum}, got {value}"
+    return None
+
+
+TOPIC_CONFIG_FIELDS: Mapping[str, str] = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+}
+"""Topic config keys (Kafka names) that override a ``LogConfig`` field."""
+
+
+def log_config_for_topic(default: LogConfig, configs: Mapping[str, str]) -> LogConfig:
+    """Return ``default`` overridden by the storage-related keys of a topic's configs.
+
+    Keys the storage layer does not use are ignored. An invalid value raises
+    ``ValueError`` naming the key.
+    """
+    changes: dict[str, int] = {}
+    for key, field in TOPIC_CONFIG_FIELDS.items():
+        raw = configs.get(key)
+        if raw is None:
+            continue
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise ValueError(f"invalid value {raw!r} for topic config {key!r}") from None
+        problem = _range_problem(value, _MINIMUMS[field])
+        if problem is not None:
+            raise ValueError(f"invalid value {raw!r} for topic config {key!r}: {problem}")
+        changes[field] = value
+    return dataclasses.replace(default, **changes)

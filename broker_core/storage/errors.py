@@ -1,0 +1,27 @@
+"""Exceptions raised by the storage layer."""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base class of the storage layer's own errors."""
+
+
+class OffsetOutOfRange(StorageError):
+    """An offset lies outside ``[log_start_offset, next_offset]`` of a partition."""
+
+
+class TopicExists(StorageError):
+    """A topic with that name already exists."""
+
+
+class UnknownTopic(StorageError):
+    """No topic with that name exists."""
+
+
+class LogClosed(StorageError):
+    """The partition log (or the log manager) has been closed."""
+
+
+class CorruptLedger(StorageError):
+    """A ledger holds bytes that are not a valid entry where one was expected."""

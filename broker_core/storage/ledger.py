@@ -1,0 +1,380 @@
+"""One ledger: an append-only file of entries, its recorded facts and its sparse index.
+
+A ledger file is a sequence of entries (see ``entry``). Bytes below the ledger's
+recorded size never change, so readers may cache windows of the file. The sparse
+index maps the base offset of every entry that starts at least
+``index_interval_bytes`` after the previously indexed one to its file position; it is
+built lazily, by walking entry headers (never whole batches), as far as a lookup needs,
+and kept current by appends once it covers the whole ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .batch_header import (
+    BATCH_HEADER_SIZE,
+    base_offset,
+    crc_matches,
+    last_offset_delta,
+    max_timestamp,
+    shape_problem,
+)
+from .entry import ENTRY_HEADER_SIZE, ENTRY_HEADER_STRUCT, ENTRY_MAGIC, decode_entry_header
+from .errors import CorruptLedger
+from .metadata import LedgerFacts
+
+logger = logging.getLogger(__name__)
+
+LEDGER_SUFFIX = ".ledger"
+_HEADER_WINDOW = 16 * 1024
+_INDEX_WINDOW = 32 * 1024
+_RECOVERY_WINDOW = 1 << 20
+_READ_SLACK = 4096
+
+
+def ledger_file_name(ledger_id: int) -> str:
+    """The file name of ledger ``ledger_id`` (zero-padded so names sort by id)."""
+    return f"{ledger_id:016d}{LEDGER_SUFFIX}"
+
+
+def parse_ledger_file_name(name: str) -> int | None:
+    """The ledger id encoded in a file name, or None if it is not a ledger file."""
+    stem = name.removesuffix(LEDGER_SUFFIX)
+    if stem == name or not stem.isdigit() or not stem.isascii():
+        return None
+    return int(stem)
+
+
+@dataclass(frozen=True, slots=True)
+class EntryMeta:
+    """An entry's header fields plus the batch header fields storage looks at."""
+
+    position: int
+    index: int
+    broker_timestamp: int
+    batch_length: int
+    last_offset_delta: int
+    max_timestamp: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.index + self.last_offset_delta
+
+    @property
+    def end(self) -> int:
+        """File position just after this entry."""
+        return self.position + ENTRY_HEADER_SIZE + self.batch_length
+
+
+def _pwrite_all(fd: int, parts: Sequence[bytes | bytearray], position: int) -> None:
+    views = [memoryview(part) for part in parts if len(part)]
+    while views:
+        written = os.pwritev(fd, views, position)
+        if written <= 0:
+            raise OSError(f"pwritev wrote {written} bytes")
+        position += written
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if views and written:
+            views[0] = views[0][written:]
+
+
+class LedgerReader:
+    """Reads one ledger through a cached window of its file."""
+
+    def __init__(self, ledger: Ledger, window: int, limit: int | None = None) -> None:
+        self._ledger = ledger
+        self._window = window
+        self._limit = limit
+        self._buf = memoryview(b"")
+        self._start = 0
+
+    def view(self, start: int, length: int, hint: int = 0) -> memoryview:
+        """Bytes ``[start, start+length)``; shorter only if the ledger ends first.
+
+        On a cache miss, reads ``max(length, hint or window)`` bytes from ``start``.
+        """
+        buf_start = self._start
+        if buf_start <= start and start + length <= buf_start + len(self._buf):
+            return self._buf[start - buf_start : start + length - buf_start]
+        limit = self._ledger.facts.size if self._limit is None else self._limit
+        size = min(max(length, hint or self._window), limit - start)
+        data = os.pread(self._ledger.fd(), size, start) if size > 0 else b""
+        self._buf = memoryview(data)
+        self._start = start
+        return self._buf[:length]
+
+    def entry_at(self, position: int) -> EntryMeta:
+        """The entry starting at ``position``; CorruptLedger if there is none."""
+        view = self.view(position, ENTRY_HEADER_SIZE + BATCH_HEADER_SIZE)
+        header = decode_entry_header(view)
+        if header is None or len(view) < ENTRY_HEADER_SIZE + BATCH_HEADER_SIZE:
+            raise CorruptLedger(f"{self._ledger.path}: no valid entry at position {position}")
+        return EntryMeta(
+            position,
+            header.index,
+            header.broker_timestamp,
+            header.batch_length,
+            last_offset_delta(view, ENTRY_HEADER_SIZE),
+            max_timestamp(view, ENTRY_HEADER_SIZE),
+        )
+
+    def batch(self, meta: EntryMeta, hint: int = 0) -> memoryview:
+        """The record batch bytes of an entry."""
+        view = self.view(meta.position + ENTRY_HEADER_SIZE, meta.batch_length, hint)
+        if len(view) != meta.batch_length:
+            raise CorruptLedger(f"{self._ledger.path}: short batch at position {meta.position}")
+        return view
+
+
+class Ledger:
+    """One ledger file with its facts and sparse index. Not thread-safe by itself."""
+
+    def __init__(self, directory: Path, facts: LedgerFacts, index_interval_bytes: int) -> None:
+        self.path = directory / ledger_file_name(facts.ledger_id)
+        self.facts = facts
+        self.index_interval_bytes = index_interval_bytes
+        self._fd: int | None = None
+        self._index_offsets = array("q")
+        self._index_positions = array("q")
+        self._indexed_to = 0
+        self._since_index = 0
+
+    @classmethod
+    def create(
+        cls,
+        directory: Path,
+        ledger_id: int,
+        first_offset: int,
+        created_ms: int,
+        index_interval_bytes: int,
+    ) -> Ledger:
+        """Create a new, empty ledger file (which must not exist yet)."""
+        facts = LedgerFacts(ledger_id, first_offset, first_offset, created_ms=created_ms)
+        ledger = cls(directory, facts, index_interval_bytes)
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        ledger._fd = os.open(ledger.path, flags, 0o644)
+        return ledger
+
+    @property
+    def ledger_id(self) -> int:
+        return self.facts.ledger_id
+
+    def fd(self) -> int:
+        """The ledger's file descriptor, opened on first use."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        return self._fd
+
+    def file_size(self) -> int:
+        return os.fstat(self.fd()).st_size
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def delete(self) -> None:
+        """Close and unlink the file."""
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    def reader(self, window: int = _HEADER_WINDOW) -> LedgerReader:
+        return LedgerReader(self, window)
+
+    # -- appending -------------------------------------------------------------------
+
+    def append(
+        self, header: bytes, batch: bytearray, base: int, last: int, max_ts: int, broker_ts: int
+    ) -> None:
+        """Write one entry at the end; on failure the file is cut back to its old size."""
+        position = self.facts.size
+        entry_size = len(header) + len(batch)
+        fd = self.fd()
+        try:
+            _pwrite_all(fd, (header, batch), position)
+        except BaseException:
+            try:
+                os.ftruncate(fd, position)
+            except OSError:
+                logger.exception("%s: could not cut back a failed append", self.path)
+            raise
+        if self._indexed_to == position:
+            self._note_index(base, position, entry_size)
+            self._indexed_to = position + entry_size
+        self.facts.note_entry(base, last, max_ts, broker_ts, entry_size)
+
+    # -- index -----------------------------------------------------------------------
+
+    def _note_index(self, offset: int, position: int, entry_size: int) -> None:
+        if not self._index_offsets or self._since_index >= self.index_interval_bytes:
+            self._index_offsets.append(offset)
+            self._index_positions.append(position)
+            self._since_index = 0
+        self._since_index += entry_size
+
+    def ensure_index(self, upto: int | None = None) -> None:
+        """Extend the sparse index over entries not yet indexed.
+
+        Walks entry headers only (a tight loop over windows of the file, trusting the
+        bytes below the recorded size). With ``upto``, stops once an entry whose index
+        is beyond ``upto`` has been indexed, so the entry holding ``upto`` is covered.
+        """
+        end = self.facts.size
+        position = self._indexed_to
+        if position >= end:
+            return
+        fd = self.fd()
+        unpack = ENTRY_HEADER_STRUCT.unpack_from
+        offsets, positions = self._index_offsets, self._index_positions
+        interval = self.index_interval_bytes
+        since = self._since_index
+        buf = b""
+        buf_start = position
+        try:
+            while position < end:
+                rel = position - buf_start
+                if rel + ENTRY_HEADER_SIZE > len(buf):
+                    buf = os.pread(fd, min(_INDEX_WINDOW, end - position), position)
+                    buf_start, rel = position, 0
+                    if len(buf) < ENTRY_HEADER_SIZE:
+                        raise CorruptLedger(f"{self.path}: short entry header at {position}")
+                magic, index, _, length, _ = unpack(buf, rel)
+                if magic != ENTRY_MAGIC or length < BATCH_HEADER_SIZE:
+                    raise CorruptLedger(f"{self.path}: no valid entry at position {position}")
+                if not offsets or since >= interval:
+                    offsets.append(index)
+                    positions.append(position)
+                    since = 0
+                entry_size = ENTRY_HEADER_SIZE + length
+                since += entry_size
+                position += entry_size
+                if upto is not None and index > upto:
+                    break
+        finally:
+            self._indexed_to = position
+            self._since_index = since
+
+    def iter_entries(self, start: int, reader: LedgerReader | None = None) -> Iterator[EntryMeta]:
+        """Entry headers from file position ``start`` to the ledger's current end."""
+        reader = reader or self.reader()
+        position = start
+        while position < self.facts.size:
+            meta = reader.entry_at(position)
+            yield meta
+            position = meta.end
+
+    def locate(self, offset: int) -> EntryMeta:
+        """The entry whose batch contains ``offset`` (which must lie in this ledger)."""
+        self.ensure_index(offset)
+        i = bisect_right(self._index_offsets, offset) - 1
+        start = self._index_positions[i] if i >= 0 else 0
+        for meta in self.iter_entries(start):
+            if meta.last_offset >= offset:
+                return meta
+        raise CorruptLedger(f"{self.path}: offset {offset} not found")
+
+    # -- reading ---------------------------------------------------------------------
+
+    def read_batches(
+        self, start: int, budget: int, take_first: bool
+    ) -> tuple[list[memoryview], int, bool]:
+        """Batches from the entry at ``start`` while their total size stays within ``budget``.
+
+        With ``take_first`` the first batch is returned even if it alone exceeds the
+        budget. Returns the batches, their total size, and whether the ledger's end was
+        reached (as opposed to the budget).
+        """
+        reader = LedgerReader(self, _HEADER_WINDOW)
+        out: list[memoryview] = []
+        taken = 0
+        position = start
+        while position < self.facts.size:
+            room = max(budget - taken, 0)
+            head = reader.view(position, ENTRY_HEADER_SIZE, ENTRY_HEADER_SIZE + room + _READ_SLACK)
+            header = decode_entry_header(head)
+            if header is None:
+                raise CorruptLedger(f"{self.path}: no valid entry at position {position}")
+            length = header.batch_length
+            if taken + length > budget and (out or not take_first):
+                return out, taken, False
+            batch = reader.view(
+                position + ENTRY_HEADER_SIZE, length, length + max(room - length, 0) + _READ_SLACK
+            )
+            if len(batch) != length:
+                raise CorruptLedger(f"{self.path}: short batch at position {position}")
+            out.append(batch)
+            taken += length
+            position += ENTRY_HEADER_SIZE + length
+        return out, taken, True
+
+    # -- recovery --------------------------------------------------------------------
+
+    def recover(self, start: int, *, any_first_index: bool = False) -> None:
+        """Verify the entries from ``start`` (where the facts end) to the end of the file.
+
+        Each entry must have a valid header, the expected index (the facts' next
+        offset; with ``any_first_index`` the first entry of an empty ledger may have any
+        index), a complete, well-formed batch whose base offset equals the index and
+        whose CRC32C matches. The first entry that fails, and everything after it, is
+        truncated away with a warning; the facts are updated for the good entries.
+        """
+        facts = self.facts
+        if facts.size != start:
+            raise ValueError(f"facts end at {facts.size}, recovery asked to start at {start}")
+        fd = self.fd()
+        file_size = os.fstat(fd).st_size
+        reader = LedgerReader(self, _RECOVERY_WINDOW, limit=file_size)
+        position = start
+        problem = ""
+        while position < file_size:
+            if file_size - position < ENTRY_HEADER_SIZE:
+                problem = "incomplete entry header"
+                break
+            header = decode_entry_header(reader.view(position, ENTRY_HEADER_SIZE))
+            if header is None:
+                problem = "invalid entry header"
+                break
+            if position + ENTRY_HEADER_SIZE + header.batch_length > file_size:
+                problem = "incomplete batch"
+                break
+            if facts.empty and facts.size == 0 and any_first_index:
+                facts.first_offset = facts.next_offset = header.index
+            if header.index != facts.next_offset:
+                problem = f"entry index {header.index} where {facts.next_offset} was expected"
+                break
+            batch = reader.view(position + ENTRY_HEADER_SIZE, header.batch_length)
+            problem = shape_problem(batch) or ""
+            if not problem and base_offset(batch) != header.index:
+                problem = f"batch base offset {base_offset(batch)} differs from entry index"
+            if not problem and last_offset_delta(batch) < 0:
+                problem = "negative lastOffsetDelta"
+            if not problem and not crc_matches(batch):
+                problem = "batch CRC32C mismatch"
+            if problem:
+                break
+            last = header.index + last_offset_delta(batch)
+            entry_size = ENTRY_HEADER_SIZE + header.batch_length
+            facts.note_entry(
+                header.index, last, max_timestamp(batch), header.broker_timestamp, entry_size
+            )
+            position += entry_size
+        if position < file_size:
+            logger.warning(
+                "%s: %s at position %d; truncating %d bytes (entries from offset %d on)",
+                self.path,
+                problem,
+                position,
+                file_size - position,
+                facts.next_offset,
+            )
+            os.ftruncate(fd, position)
+            os.fsync(fd)

@@ -1,0 +1,339 @@
+"""``LogManager``: the topics and partition logs kept under one storage root directory.
+
+Layout::
+
+    <root>/topics/<name part>/.../<name part>/topic.json   topic id, partition count, configs
+    <root>/topics/<name part>/.../<name part>/<n>/         partition n (see ``partition``)
+    <root>/trash/<random>/                                 topics being deleted
+
+Topic names are opaque strings whose ``/``-separated parts become nested directories.
+``topic.json`` is replaced atomically and written last when a topic is created, so a
+directory without it is an unfinished creation. A topic is deleted by renaming its
+directory into the trash (one atomic step) and then removing it; leftovers in the
+trash are removed at start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import LogConfig, log_config_for_topic
+from .errors import LogClosed, TopicExists, UnknownTopic
+from .fsutil import TEMP_SUFFIX, fsync_dir, read_json, write_json_atomically
+from .partition import PartitionLog, wall_clock_ms
+
+logger = logging.getLogger(__name__)
+
+TOPIC_FILE = "topic.json"
+_TOPICS_DIR = "topics"
+_TRASH_DIR = "trash"
+_FORMAT_VERSION = 1
+
+
+@dataclass
+class TopicInfo:
+    """A topic as stored: its full internal name, id, partition count and configs."""
+
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+    def copy(self) -> TopicInfo:
+        return TopicInfo(self.name, self.topic_id, self.num_partitions, dict(self.configs))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": _FORMAT_VERSION,
+            "name": self.name,
+            "topicId": str(self.topic_id),
+            "numPartitions": self.num_partitions,
+            "configs": dict(self.configs),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> TopicInfo:
+        if not isinstance(doc, dict) or doc.get("version") != _FORMAT_VERSION:
+            raise ValueError("not a topic metadata document of a known version")
+        configs = doc["configs"]
+        if not isinstance(configs, dict):
+            raise ValueError("topic configs are not an object")
+        return cls(
+            name=str(doc["name"]),
+            topic_id=uuid.UUID(str(doc["topicId"])),
+            num_partitions=int(doc["numPartitions"]),
+            configs={str(k): str(v) for k, v in configs.items()},
+        )
+
+
+@dataclass
+class _Topic:
+    info: TopicInfo
+    directory: Path
+    config: LogConfig
+    partitions: list[PartitionLog]
+
+
+def _name_parts(name: str) -> list[str]:
+    parts = name.split("/")
+    for part in parts:
+        if part in ("", ".", "..") or "\0" in part:
+            raise ValueError(f"invalid topic name {name!r}")
+    return parts
+
+
+class LogManager:
+    """All topics and partition logs under ``root``; thread-safe."""
+
+    def __init__(
+        self,
+        root: Path,
+        default_config: LogConfig,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        """Open the storage at ``root`` (created if missing) and load every topic in it."""
+        self.root = Path(root)
+        self.default_config = default_config
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._topics: dict[str, _Topic] = {}
+        self._closed = False
+        self._topics_dir = self.root / _TOPICS_DIR
+        self._trash_dir = self.root / _TRASH_DIR
+        self._topics_dir.mkdir(parents=True, exist_ok=True)
+        self._trash_dir.mkdir(parents=True, exist_ok=True)
+        self._empty_trash()
+        self._load_dir(self._topics_dir, [])
+
+    # -- loading -----------------------------------------------------------------------
+
+    def _empty_trash(self) -> None:
+        for entry in os.scandir(self._trash_dir):
+            logger.info("removing %s left from an interrupted topic deletion", entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                Path(entry.path).unlink(missing_ok=True)
+
+    def _load_dir(self, directory: Path, parts: list[str]) -> None:
+        if (directory / TOPIC_FILE).is_file():
+            self._load_topic(directory, "/".join(parts))
+            return
+        for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+            if entry.is_dir(follow_symlinks=False):
+                self._load_dir(Path(entry.path), [*parts, entry.name])
+
+    def _load_topic(self, directory: Path, name: str) -> None:
+        (directory / (TOPIC_FILE + TEMP_SUFFIX)).unlink(missing_ok=True)
+        try:
+            info = TopicInfo.from_json(read_json(directory / TOPIC_FILE))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{directory / TOPIC_FILE}: unreadable topic metadata: {exc}") from exc
+        if info.name != name:
+            logger.warning(
+                "%s: records topic name %r; using the directory's name %r",
+                directory,
+                info.name,
+                name,
+            )
+            info.name = name
+        try:
+            config = log_config_for_topic(self.default_config, info.configs)
+        except ValueError as exc:
+            logger.warning("%s: %s; using the default log config", directory, exc)
+            config = self.default_config
+        partitions: list[PartitionLog] = []
+        for p in range(info.num_partitions):
+            if not (directory / str(p)).is_dir():
+                logger.warning("%s: partition %d has no directory; starting it empty", name, p)
+            partitions.append(PartitionLog(directory / str(p), config, clock=self._clock))
+        self._topics[name] = _Topic(info, directory, config, partitions)
+
+    # -- topics ------------------------------------------------------------------------
+
+    def create_topic(self, name: str, num_partitions: int, configs: Mapping[str, str]) -> TopicInfo:
+        """Create a topic with a fresh random id; TopicExists if the name is taken."""
+        parts = _name_parts(name)
+        if num_partitions < 1:
+            raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+        configs = dict(configs)
+        config = log_config_for_topic(self.default_config, configs)
+        with self._lock:
+            self._check_open()
+            if name in self._topics:
+                raise TopicExists(name)
+            for other in self._topics:
+                if other.startswith(name + "/") or name.startswith(other + "/"):
+                    raise ValueError(f"topic name {name!r} nests with existing topic {other!r}")
+            directory = self._topics_dir.joinpath(*parts)
+            if directory.exists():
+                logger.warning("%s: removing an unfinished topic creation", directory)
+                self._discard_dir(directory)
+            directory.mkdir(parents=True)
+            info = TopicInfo(name, uuid.uuid4(), num_partitions, configs)
+            partitions: list[PartitionLog] = []
+            try:
+                for p in range(num_partitions):
+                    partitions.append(PartitionLog(directory / str(p), config, clock=self._clock))
+                write_json_atomically(directory / TOPIC_FILE, info.to_json())
+                self._fsync_parents(directory)
+            except BaseException:
+                for log in partitions:
+                    with contextlib.suppress(Exception):
+                        log.close()
+                self._discard_dir(directory)
+                raise
+            self._topics[name] = _Topic(info, directory, config, partitions)
+            return info.copy()
+
+    def delete_topic(self, name: str) -> None:
+        """Close the topic's logs and remove its files; UnknownTopic if absent."""
+        with self._lock:
+            self._check_open()
+            topic = self._topics.pop(name, None)
+            if topic is None:
+                raise UnknownTopic(name)
+            for log in topic.partitions:
+                log.close()
+            self._discard_dir(topic.directory)
+
+    def add_partitions(self, name: str, new_total: int) -> TopicInfo:
+        """Grow the topic to ``new_total`` partitions (ValueError unless it grows)."""
+        with self._lock:
+            topic = self._topic(name)
+            current = topic.info.num_partitions
+            if new_total <= current:
+                raise ValueError(
+                    f"topic {name!r} has {current} partitions; cannot change to {new_total}"
+                )
+            added: list[PartitionLog] = []
+            try:
+                for p in range(current, new_total):
+                    directory = topic.directory / str(p)
+                    if directory.exists():
+                        logger.warning("%s: removing an unfinished partition", directory)
+                        shutil.rmtree(directory)
+                    added.append(PartitionLog(directory, topic.config, clock=self._clock))
+                info = topic.info.copy()
+                info.num_partitions = new_total
+                write_json_atomically(topic.directory / TOPIC_FILE, info.to_json())
+            except BaseException:
+                for log in added:
+                    with contextlib.suppress(Exception):
+                        log.close()
+                raise
+            topic.info = info
+            topic.partitions.extend(added)
+            return info.copy()
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
+        """Replace the topic's configs and apply the derived LogConfig to its partitions."""
+        configs = dict(configs)
+        config = log_config_for_topic(self.default_config, configs)
+        with self._lock:
+            topic = self._topic(name)
+            info = topic.info.copy()
+            info.configs = configs
+            write_json_atomically(topic.directory / TOPIC_FILE, info.to_json())
+            topic.info = info
+            topic.config = config
+            for log in topic.partitions:
+                log.update_config(config)
+            return info.copy()
+
+    def topic(self, name: str) -> TopicInfo | None:
+        with self._lock:
+            topic = self._topics.get(name)
+            return None if topic is None else topic.info.copy()
+
+    def topics(self) -> list[TopicInfo]:
+        with self._lock:
+            return [topic.info.copy() for topic in self._topics.values()]
+
+    def partition(self, name: str, partition: int) -> PartitionLog | None:
+        with self._lock:
+            topic = self._topics.get(name)
+            if topic is None or not 0 <= partition < len(topic.partitions):
+                return None
+            return topic.partitions[partition]
+
+    def all_partitions(self) -> Iterator[tuple[str, int, PartitionLog]]:
+        """A snapshot of (topic name, partition, log) for every partition."""
+        with self._lock:
+            snapshot = [
+                (name, p, log)
+                for name, topic in self._topics.items()
+                for p, log in enumerate(topic.partitions)
+            ]
+        return iter(snapshot)
+
+    # -- maintenance -------------------------------------------------------------------
+
+    def enforce_retention(self) -> int:
+        """Apply retention to every partition; returns the number of ledgers dropped."""
+        dropped = 0
+        for _, _, log in self.all_partitions():
+            with contextlib.suppress(LogClosed):
+                dropped += log.enforce_retention()
+        return dropped
+
+    def flush_all(self) -> None:
+        for _, _, log in self.all_partitions():
+            log.flush()
+
+    def close(self) -> None:
+        """Close every partition log; the manager cannot be used afterwards."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for topic in self._topics.values():
+                for log in topic.partitions:
+                    log.close()
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(f"log manager at {self.root} is closed")
+
+    def _topic(self, name: str) -> _Topic:
+        self._check_open()
+        topic = self._topics.get(name)
+        if topic is None:
+            raise UnknownTopic(name)
+        return topic
+
+    def _fsync_parents(self, directory: Path) -> None:
+        """fsync the directories from ``directory``'s parent up to the topics root."""
+        current = directory.parent
+        while True:
+            fsync_dir(current)
+            if current == self._topics_dir:
+                return
+            current = current.parent
+
+    def _discard_dir(self, directory: Path) -> None:
+        """Move a directory into the trash atomically, then remove it and empty parents."""
+        tombstone = self._trash_dir / uuid.uuid4().hex
+        directory.rename(tombstone)
+        fsync_dir(directory.parent)
+        fsync_dir(self._trash_dir)
+        shutil.rmtree(tombstone, ignore_errors=True)
+        current = directory.parent
+        while current != self._topics_dir:
+            try:
+                current.rmdir()
+            except OSError:
+                break
+            current = current.parent

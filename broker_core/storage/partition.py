@@ -1,0 +1,737 @@
+"""``PartitionLog``: the managed ledger of one partition.
+
+A partition is an ordered list of ledgers; the last one is open for appends, the others
+are sealed. Offsets are continuous: the base offset of each appended batch is the
+partition's next offset, which then advances by the batch's lastOffsetDelta + 1.
+
+Durability: ``append`` writes straight to the file (no userspace buffer), so a process
+crash right after it returns loses nothing; ``flush`` fsyncs. The metadata file records
+the ledger list; for the open ledger it records the facts as of its last fsync (its
+*recovery point*), and each sealed ledger is marked ``synced`` once fsynced. At open,
+sealed ledgers that are not known to be synced are verified by a full scan, and the
+open ledger is scanned from its recovery point; a torn tail is truncated.
+
+Thread safety: every method takes one lock; ``flush`` holds it only to collect
+duplicated file descriptors and runs the fsyncs outside it, so appends proceed while
+an executor thread flushes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .batch_header import last_offset_delta as batch_last_offset_delta
+from .batch_header import set_base_offset, shape_problem
+from .config import LogConfig
+from .entry import ENTRY_HEADER_SIZE, encode_entry_header
+from .errors import LogClosed, OffsetOutOfRange
+from .fsutil import TEMP_SUFFIX
+from .ledger import Ledger, LedgerReader, ledger_file_name, parse_ledger_file_name
+from .metadata import (
+    METADATA_FILE,
+    LedgerFacts,
+    PartitionMetadata,
+    load_metadata,
+    store_metadata,
+)
+
+logger = logging.getLogger(__name__)
+
+_CHECKPOINT_BYTES = 64 << 20
+"""A flush rewrites the metadata when the open ledger grew this much since it was recorded."""
+_MAX_PENDING_SYNC = 8
+"""Sealed ledgers awaiting fsync beyond this are fsynced at roll time."""
+_MAX_OPEN_SEALED = 8
+"""Sealed ledgers whose file stays open for reads (least recently used are closed)."""
+_ITER_WINDOW = 256 * 1024
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """What the ledger knows about one stored entry."""
+
+    base_offset: int
+    last_offset: int
+    """base_offset + lastOffsetDelta."""
+    max_timestamp: int
+    """The batch header's maxTimestamp."""
+    broker_timestamp: int
+    """Wall-clock ms at which the broker appended the batch."""
+    batch: memoryview | bytes
+    """The record batch bytes (with the assigned base offset)."""
+
+
+@dataclass
+class _PendingSync:
+    fd: int
+    ledger: Ledger
+    size: int
+
+
+class PartitionLog:
+    """The managed ledger of one partition; see the module docstring."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        """Open the partition stored in ``directory``, creating or recovering it."""
+        self.directory = Path(directory)
+        self._config = config
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._meta_lock = threading.Lock()
+        self._meta_seq = 0
+        self._meta_written_seq = 0
+        self._ledgers: list[Ledger] = []
+        self._log_start = 0
+        self._next_ledger_id = 1
+        self._pending_sync: list[_PendingSync] = []
+        self._open_sealed: OrderedDict[int, Ledger] = OrderedDict()
+        self._recovery_point = LedgerFacts(0, 0, 0)
+        self._recorded_recovery_size = 0
+        self._max_ts_cache: tuple[tuple[int, int, int], tuple[int, int] | None] | None = None
+        self._closed = False
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self._recover()
+
+    # -- properties --------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset still readable."""
+        return self._log_start
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next appended batch gets (the high watermark)."""
+        return self._ledgers[-1].facts.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        """Total bytes of all ledger files (entry headers included)."""
+        with self._lock:
+            return sum(ledger.facts.size for ledger in self._ledgers)
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        self.update_config(config)
+
+    def update_config(self, config: LogConfig) -> None:
+        """Use ``config`` from now on (rolling, retention and index granularity)."""
+        with self._lock:
+            self._config = config
+            for ledger in self._ledgers:
+                ledger.index_interval_bytes = config.index_interval_bytes
+
+    @property
+    def ledger_count(self) -> int:
+        """Number of ledgers (sealed ones plus the open one)."""
+        return len(self._ledgers)
+
+    # -- appending ---------------------------------------------------------------------
+
+    def append(self, batch: bytearray, last_offset_delta: int, max_timestamp: int) -> int:
+        """Store one record batch and return the base offset assigned to it.
+
+        Patches the batch's baseOffset (bytes 0..8) with the next offset, writes the
+        entry (rolling to a new ledger first if the open one is too big or too old) and
+        advances the next offset by ``last_offset_delta + 1``. The caller has validated
+        the batch (CRC, record count); this checks only its shape and that
+        ``last_offset_delta`` matches the header, raising ValueError otherwise.
+        """
+        problem = shape_problem(batch)
+        if problem is not None:
+            raise ValueError(problem)
+        if last_offset_delta < 0 or last_offset_delta != batch_last_offset_delta(batch):
+            raise ValueError(
+                f"last_offset_delta {last_offset_delta} does not match the batch header "
+                f"({batch_last_offset_delta(batch)})"
+            )
+        entry_size = ENTRY_HEADER_SIZE + len(batch)
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            facts = self._ledgers[-1].facts
+            config = self._config
+            if facts.size > 0 and (
+                facts.size + entry_size > config.segment_bytes
+                or now - facts.min_broker_timestamp >= config.segment_ms
+            ):
+                self._roll_locked(now)
+            ledger = self._ledgers[-1]
+            base = ledger.facts.next_offset
+            set_base_offset(batch, base)
+            header = encode_entry_header(base, now, len(batch))
+            ledger.append(header, batch, base, base + last_offset_delta, max_timestamp, now)
+            return base
+
+    def roll(self) -> None:
+        """Seal the open ledger and start a new one (no-op if the open ledger is empty)."""
+        with self._lock:
+            self._check_open()
+            self._roll_locked(self._clock())
+
+    def _roll_locked(self, now: int, *, store: bool = True) -> None:
+        old = self._ledgers[-1]
+        if old.facts.size == 0:
+            return
+        new = Ledger.create(
+            self.directory,
+            self._next_ledger_id,
+            old.facts.next_offset,
+            now,
+            self._config.index_interval_bytes,
+        )
+        self._next_ledger_id += 1
+        old.facts.sealed = True
+        old.facts.synced = False
+        self._pending_sync.append(_PendingSync(os.dup(old.fd()), old, old.facts.size))
+        self._ledgers.append(new)
+        self._use(old)
+        self._recovery_point = new.facts.copy()
+        if len(self._pending_sync) > _MAX_PENDING_SYNC:
+            self._sync_pending_locked()
+        if store:
+            self._store_metadata_locked()
+
+    # -- reading -----------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int) -> list[memoryview]:
+        """Record batches from the one containing ``offset``, up to ``max_bytes`` in total.
+
+        The first batch is returned whole even if it alone is larger than ``max_bytes``
+        (KIP-74); later batches only while the total stays within ``max_bytes``. Crosses
+        ledger boundaries. Empty if ``offset == next_offset``; OffsetOutOfRange if
+        ``offset`` is below the log start or above the next offset.
+        """
+        with self._lock:
+            self._check_open()
+            self._check_offset(offset)
+            if offset == self.next_offset:
+                return []
+            i = self._ledger_index(offset)
+            ledger = self._use(self._ledgers[i])
+            start = ledger.locate(offset).position
+            out, taken, reached_end = ledger.read_batches(start, max_bytes, take_first=True)
+            while reached_end and i + 1 < len(self._ledgers):
+                i += 1
+                ledger = self._use(self._ledgers[i])
+                more, size, reached_end = ledger.read_batches(0, max_bytes - taken, False)
+                out.extend(more)
+                taken += size
+            return out
+
+    def batches_from(self, offset: int) -> Iterator[BatchInfo]:
+        """Iterate the stored batches from the one containing ``offset`` to the end.
+
+        The range check happens at call time (OffsetOutOfRange). The iterator follows
+        the log as it is when each batch is fetched: it continues into ledgers rolled
+        meanwhile, and stops early if retention removes the ledger being iterated.
+        """
+        with self._lock:
+            self._check_open()
+            self._check_offset(offset)
+            if offset == self.next_offset:
+                return iter(())
+            ledger = self._use(self._ledgers[self._ledger_index(offset)])
+            position = ledger.locate(offset).position
+        return self._iterate(ledger, position)
+
+    def _iterate(self, ledger: Ledger, position: int) -> Iterator[BatchInfo]:
+        reader = LedgerReader(ledger, _ITER_WINDOW)
+        while True:
+            with self._lock:
+                if self._closed or not any(item is ledger for item in self._ledgers):
+                    return
+                if position >= ledger.facts.size:
+                    if ledger is self._ledgers[-1]:
+                        return
+                    ledger = self._ledgers[self._ledgers.index(ledger) + 1]
+                    reader = LedgerReader(ledger, _ITER_WINDOW)
+                    position = 0
+                    continue
+                self._use(ledger)
+                meta = reader.entry_at(position)
+                batch = reader.batch(meta)
+            yield BatchInfo(
+                meta.index, meta.last_offset, meta.max_timestamp, meta.broker_timestamp, batch
+            )
+            position = meta.end
+
+    def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None:
+        """The first batch at or after the log start whose maxTimestamp >= ``timestamp``.
+
+        Ledgers whose recorded max timestamp is lower are skipped without reading them.
+        """
+        with self._lock:
+            self._check_open()
+            for ledger in self._ledgers:
+                facts = ledger.facts
+                if facts.max_timestamp_offset < 0 or facts.max_timestamp < timestamp:
+                    continue
+                if facts.next_offset <= self._log_start:
+                    continue
+                self._use(ledger)
+                start = 0
+                if facts.first_offset < self._log_start:
+                    start = ledger.locate(self._log_start).position
+                reader = ledger.reader()
+                for meta in ledger.iter_entries(start, reader):
+                    if meta.max_timestamp >= timestamp:
+                        return BatchInfo(
+                            meta.index,
+                            meta.last_offset,
+                            meta.max_timestamp,
+                            meta.broker_timestamp,
+                            reader.batch(meta),
+                        )
+            return None
+
+    def batch_with_max_timestamp(self) -> BatchInfo | None:
+        """The batch with the largest maxTimestamp (the earliest one on ties), or None."""
+        with self._lock:
+            self._check_open()
+            best: tuple[int, Ledger, int] | None = None
+            for ledger in self._ledgers:
+                facts = ledger.facts
+                if facts.max_timestamp_offset < 0 or facts.next_offset <= self._log_start:
+                    continue
+                if facts.max_timestamp_offset >= self._log_start:
+                    found: tuple[int, int] | None = (
+                        facts.max_timestamp,
+                        facts.max_timestamp_offset,
+                    )
+                else:
+                    found = self._visible_max_timestamp(ledger)
+                if found is not None and (best is None or found[0] > best[0]):
+                    best = (found[0], ledger, found[1])
+            if best is None:
+                return None
+            ledger = self._use(best[1])
+            meta = ledger.locate(best[2])
+            batch = ledger.reader().batch(meta)
+            return BatchInfo(
+                meta.index, meta.last_offset, meta.max_timestamp, meta.broker_timestamp, batch
+            )
+
+    def _visible_max_timestamp(self, ledger: Ledger) -> tuple[int, int] | None:
+        """(max timestamp, base offset) over the batches of ``ledger`` not below log start."""
+        key = (ledger.ledger_id, self._log_start, ledger.facts.size)
+        if self._max_ts_cache is not None and self._max_ts_cache[0] == key:
+            return self._max_ts_cache[1]
+        self._use(ledger)
+        result: tuple[int, int] | None = None
+        for meta in ledger.iter_entries(ledger.locate(self._log_start).position):
+            if result is None or meta.max_timestamp > result[0]:
+                result = (meta.max_timestamp, meta.index)
+        self._max_ts_cache = (key, result)
+        return result
+
+    # -- trimming ----------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start up to ``offset`` (DeleteRecords) and drop ledgers below it.
+
+        ``offset`` must not exceed the next offset (OffsetOutOfRange); the log start
+        never moves backwards. Returns the new log start offset.
+        """
+        with self._lock:
+            self._check_open()
+            if offset < 0 or offset > self.next_offset:
+                raise OffsetOutOfRange(
+                    f"offset {offset} is outside [0, {self.next_offset}] of {self.directory}"
+                )
+            if offset <= self._log_start:
+                return self._log_start
+            self._log_start = offset
+            open_facts = self._ledgers[-1].facts
+            if open_facts.size > 0 and open_facts.next_offset <= offset:
+                self._roll_locked(self._clock(), store=False)
+            count = 0
+            while (
+                count < len(self._ledgers) - 1 and self._ledgers[count].facts.next_offset <= offset
+            ):
+                count += 1
+            self._drop_prefix_locked(count)
+            return self._log_start
+
+    def enforce_retention(self) -> int:
+        """Drop whole sealed ledgers past retention; return how many were dropped.
+
+        Time: a ledger goes when its newest broker timestamp is more than
+        ``retention_ms`` old. Size: the oldest ledgers go while the partition would
+        still hold at least ``retention_bytes`` without them (Kafka's rule). Only a
+        prefix of the ledger list is dropped, and never the open ledger.
+        """
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            config = self._config
+            sealed = self._ledgers[:-1]
+            count = 0
+            if config.retention_ms >= 0:
+                while (
+                    count < len(sealed)
+                    and now - sealed[count].facts.max_broker_timestamp > config.retention_ms
+                ):
+                    count += 1
+            if config.retention_bytes >= 0:
+                excess = (
+                    sum(ledger.facts.size for ledger in self._ledgers[count:])
+                    - config.retention_bytes
+                )
+                while count < len(sealed) and excess >= sealed[count].facts.size:
+                    excess -= sealed[count].facts.size
+                    count += 1
+            if count:
+                self._drop_prefix_locked(count)
+            return count
+
+    def _drop_prefix_locked(self, count: int) -> None:
+        dropped = self._ledgers[:count]
+        del self._ledgers[:count]
+        self._log_start = max(self._log_start, self._ledgers[0].facts.first_offset)
+        self._store_metadata_locked()
+        for ledger in dropped:
+            self._open_sealed.pop(ledger.ledger_id, None)
+            ledger.delete()
+        if dropped:
+            logger.info(
+                "%s: dropped %d ledger(s); log start offset is %d",
+                self.directory,
+                len(dropped),
+                self._log_start,
+            )
+
+    # -- durability --------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync what was appended so far (safe to call from another thread)."""
+        with self._lock:
+            if self._closed:
+                return
+            pending, self._pending_sync = self._pending_sync, []
+            ledger = self._ledgers[-1]
+            current = _PendingSync(os.dup(ledger.fd()), ledger, ledger.facts.size)
+            point = ledger.facts.copy()
+        try:
+            for item in pending:
+                os.fsync(item.fd)
+            os.fsync(current.fd)
+        finally:
+            for item in (*pending, current):
+                os.close(item.fd)
+        with self._lock:
+            if self._closed:
+                return
+            for item in pending:
+                if item.ledger.facts.size == item.size:
+                    item.ledger.facts.synced = True
+            if ledger is self._ledgers[-1] and point.size > self._recovery_point.size:
+                self._recovery_point = point
+            elif ledger.facts.sealed and ledger.facts.size == current.size:
+                ledger.facts.synced = True
+            grown = self._recovery_point.size - self._recorded_recovery_size
+            if not pending and grown < _CHECKPOINT_BYTES:
+                return
+            seq, metadata = self._snapshot_locked()
+        self._write_snapshot(seq, metadata)
+
+    def close(self) -> None:
+        """Flush, seal the open ledger, write the metadata and release file descriptors."""
+        with self._lock:
+            if self._closed:
+                return
+            self._sync_pending_locked()
+            ledger = self._ledgers[-1]
+            os.fsync(ledger.fd())
+            ledger.facts.sealed = True
+            self._recovery_point = ledger.facts.copy()
+            self._store_metadata_locked()
+            for item in self._ledgers:
+                item.close()
+            self._open_sealed.clear()
+            self._closed = True
+
+    def _sync_pending_locked(self) -> None:
+        pending, self._pending_sync = self._pending_sync, []
+        try:
+            for item in pending:
+                os.fsync(item.fd)
+                if item.ledger.facts.size == item.size:
+                    item.ledger.facts.synced = True
+        finally:
+            for item in pending:
+                os.close(item.fd)
+
+    def _snapshot_locked(self) -> tuple[int, PartitionMetadata]:
+        self._meta_seq += 1
+        facts = [ledger.facts.copy() for ledger in self._ledgers[:-1]]
+        open_ledger = self._ledgers[-1]
+        point = self._recovery_point
+        if point.ledger_id != open_ledger.ledger_id:
+            point = LedgerFacts(
+                open_ledger.ledger_id,
+                open_ledger.facts.first_offset,
+                open_ledger.facts.first_offset,
+                created_ms=open_ledger.facts.created_ms,
+            )
+        open_facts = point.copy()
+        open_facts.sealed = open_ledger.facts.sealed
+        open_facts.synced = True
+        facts.append(open_facts)
+        self._recorded_recovery_size = point.size
+        metadata = PartitionMetadata(self.next_offset, self._log_start, facts)
+        return self._meta_seq, metadata
+
+    def _write_snapshot(self, seq: int, metadata: PartitionMetadata) -> None:
+        with self._meta_lock:
+            if seq <= self._meta_written_seq:
+                return
+            store_metadata(self.directory, metadata)
+            self._meta_written_seq = seq
+
+    def _store_metadata_locked(self) -> None:
+        seq, metadata = self._snapshot_locked()
+        self._write_snapshot(seq, metadata)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(f"partition log {self.directory} is closed")
+
+    def _check_offset(self, offset: int) -> None:
+        if offset < self._log_start or offset > self.next_offset:
+            raise OffsetOutOfRange(
+                f"offset {offset} is outside [{self._log_start}, {self.next_offset}] "
+                f"of {self.directory}"
+            )
+
+    def _ledger_index(self, offset: int) -> int:
+        """Index in the ledger list of the ledger holding ``offset`` (< next offset)."""
+        return bisect_right(self._ledgers, offset, key=lambda item: item.facts.first_offset) - 1
+
+    def _use(self, ledger: Ledger) -> Ledger:
+        """Note a use of ``ledger``'s file; keeps few sealed ledger files open."""
+        if ledger is self._ledgers[-1]:
+            return ledger
+        self._open_sealed[ledger.ledger_id] = ledger
+        self._open_sealed.move_to_end(ledger.ledger_id)
+        while len(self._open_sealed) > _MAX_OPEN_SEALED:
+            _, oldest = self._open_sealed.popitem(last=False)
+            oldest.close()
+        return ledger
+
+    # -- recovery ----------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        directory = self.directory
+        (directory / (METADATA_FILE + TEMP_SUFFIX)).unlink(missing_ok=True)
+        on_disk: set[int] = set()
+        for name in os.listdir(directory):
+            ledger_id = parse_ledger_file_name(name)
+            if ledger_id is not None:
+                on_disk.add(ledger_id)
+        try:
+            metadata = load_metadata(directory)
+        except (ValueError, KeyError, TypeError) as exc:
+            logger.warning("%s: unreadable %s (%s); rebuilding", directory, METADATA_FILE, exc)
+            metadata = None
+        plan: list[tuple[int, LedgerFacts | None]]
+        if metadata is None:
+            if on_disk:
+                logger.warning(
+                    "%s: no %s; rebuilding from %d ledger file(s)",
+                    directory,
+                    METADATA_FILE,
+                    len(on_disk),
+                )
+            plan = [(ledger_id, None) for ledger_id in sorted(on_disk)]
+            log_start: int | None = None
+            recorded_next = 0
+        else:
+            known = [facts.ledger_id for facts in metadata.ledgers]
+            last_known = known[-1] if known else 0
+            for ledger_id in sorted(on_disk - set(known)):
+                if ledger_id < last_known:
+                    logger.info("%s: removing unlisted ledger %d", directory, ledger_id)
+                    self._ledger_path(ledger_id).unlink(missing_ok=True)
+                    on_disk.discard(ledger_id)
+            plan = [(facts.ledger_id, facts) for facts in metadata.ledgers]
+            plan += [(i, None) for i in sorted(on_disk) if i > last_known]
+            log_start = metadata.log_start_offset
+            recorded_next = metadata.next_offset
+            self._next_ledger_id = last_known + 1
+        if on_disk:
+            self._next_ledger_id = max(self._next_ledger_id, max(on_disk) + 1)
+        last_listed = metadata.ledgers[-1].ledger_id if metadata and metadata.ledgers else None
+
+        rescanned: list[Ledger] = []
+        for step, (ledger_id, facts) in enumerate(plan):
+            is_final = step == len(plan) - 1
+            ledger, intact = self._recover_ledger(
+                ledger_id, facts, ledger_id == last_listed, ledger_id in on_disk, rescanned
+            )
+            if ledger is not None:
+                if ledger.facts.empty and not is_final:
+                    ledger.delete()
+                else:
+                    self._ledgers.append(ledger)
+            if not intact:
+                for later_id, _ in plan[step + 1 :]:
+                    self._set_aside(later_id)
+                break
+
+        if not self._ledgers:
+            first = max(recorded_next, log_start or 0)
+            self._ledgers.append(
+                Ledger.create(
+                    directory,
+                    self._next_ledger_id,
+                    first,
+                    self._clock(),
+                    self._config.index_interval_bytes,
+                )
+            )
+            self._next_ledger_id += 1
+        first_offset = self._ledgers[0].facts.first_offset
+        start = first_offset if log_start is None else max(log_start, first_offset)
+        self._log_start = min(start, self.next_offset)
+        if recorded_next > self.next_offset:
+            logger.warning(
+                "%s: metadata recorded next offset %d but only offsets below %d were found",
+                directory,
+                recorded_next,
+                self.next_offset,
+            )
+        for ledger in self._ledgers[:-1]:
+            ledger.facts.sealed = True
+        open_ledger = self._ledgers[-1]
+        open_ledger.facts.sealed = False
+        for ledger in (*rescanned, open_ledger):
+            if any(ledger is item for item in self._ledgers):
+                os.fsync(ledger.fd())
+                ledger.facts.synced = True
+        self._recovery_point = open_ledger.facts.copy()
+        for ledger in self._ledgers[:-1]:
+            ledger.close()
+        self._store_metadata_locked()
+
+    def _recover_ledger(
+        self,
+        ledger_id: int,
+        facts: LedgerFacts | None,
+        is_last_listed: bool,
+        exists: bool,
+        rescanned: list[Ledger],
+    ) -> tuple[Ledger | None, bool]:
+        """Recover one ledger; returns it (None if skipped) and whether later ones may follow."""
+        directory = self.directory
+        interval = self._config.index_interval_bytes
+        expected = self._ledgers[-1].facts.next_offset if self._ledgers else None
+        if not exists:
+            if facts is not None and expected is None:
+                logger.warning(
+                    "%s: ledger %d is missing; offsets [%d, %d) are lost",
+                    directory,
+                    ledger_id,
+                    facts.first_offset,
+                    facts.next_offset,
+                )
+                return None, True
+            logger.warning(
+                "%s: ledger %d is missing; dropping the ledgers after it", directory, ledger_id
+            )
+            return None, False
+        if facts is None:
+            first = 0 if expected is None else expected
+            ledger = Ledger(directory, LedgerFacts(ledger_id, first, first), interval)
+            ledger.recover(0, any_first_index=expected is None)
+            ledger.facts.created_ms = (
+                ledger.facts.min_broker_timestamp if not ledger.facts.empty else self._clock()
+            )
+            rescanned.append(ledger)
+            return ledger, True
+        if expected is not None and facts.first_offset != expected:
+            logger.warning(
+                "%s: ledger %d starts at offset %d but the previous one ends at %d; "
+                "dropping it and the ledgers after it",
+                directory,
+                ledger_id,
+                facts.first_offset,
+                expected,
+            )
+            self._set_aside(ledger_id)
+            return None, False
+        ledger = Ledger(directory, facts, interval)
+        file_size = ledger.file_size()
+        trusted = facts.synced and file_size >= facts.size
+        if not trusted:
+            if file_size < facts.size:
+                logger.warning(
+                    "%s: ledger %d is %d bytes but %d were recorded; rescanning it",
+                    directory,
+                    ledger_id,
+                    file_size,
+                    facts.size,
+                )
+            ledger.facts = LedgerFacts(
+                ledger_id, facts.first_offset, facts.first_offset, created_ms=facts.created_ms
+            )
+            ledger.recover(0)
+            rescanned.append(ledger)
+        elif is_last_listed:
+            ledger.recover(facts.size)
+        elif file_size > facts.size:
+            logger.warning(
+                "%s: sealed ledger %d has %d bytes beyond its recorded size; truncating",
+                directory,
+                ledger_id,
+                file_size - facts.size,
+            )
+            os.ftruncate(ledger.fd(), facts.size)
+        intact = is_last_listed or ledger.facts.next_offset == facts.next_offset
+        if not intact:
+            logger.warning(
+                "%s: ledger %d ends at offset %d, not %d as recorded; "
+                "dropping the ledgers after it",
+                directory,
+                ledger_id,
+                ledger.facts.next_offset,
+                facts.next_offset,
+            )
+        return ledger, intact
+
+    def _ledger_path(self, ledger_id: int) -> Path:
+        return self.directory / ledger_file_name(ledger_id)
+
+    def _set_aside(self, ledger_id: int) -> None:
+        """Rename a ledger file that cannot be part of the log to ``*.dropped``."""
+        path = self._ledger_path(ledger_id)
+        with contextlib.suppress(FileNotFoundError):
+            path.replace(path.with_name(path.name + ".dropped"))
+            logger.warning("%s: set aside %s", self.directory, path.name)

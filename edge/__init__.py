@@ -1,0 +1,1 @@
+"""The composition root: configuration, CLI, per-connection sessions and policy."""

@@ -1,0 +1,123 @@
+"""The composition root: build storage, engine, dispatcher and listeners from the config,
+run until SIGTERM or SIGINT, then stop cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import uuid
+from pathlib import Path
+
+from broker_core.apis import engine_apis
+from broker_core.context import Endpoint
+from broker_core.dispatch import Dispatcher
+from broker_core.engine import Engine, EngineConfig
+from broker_core.naming import Namespace
+from broker_core.storage import LogConfig, open_storage
+from edge.config import BrokerConfig
+from edge.session import Session
+from listeners.server import ConnectionInfo, Limits, ListenerServer
+from listeners.spec import ListenerSpec
+
+log = logging.getLogger("edge.broker")
+
+
+def cluster_id(data_dir: Path) -> str:
+    """The cluster id kept in ``<dataDir>/meta.properties``, created on first start."""
+    meta = data_dir / "meta.properties"
+    if meta.exists():
+        for line in meta.read_text().splitlines():
+            if line.startswith("cluster.id="):
+                return line.split("=", 1)[1].strip()
+    value = uuid.uuid4().hex[:22]
+    data_dir.mkdir(parents=True, exist_ok=True)
+    temp = meta.with_suffix(".tmp")
+    temp.write_text(f"cluster.id={value}\n")
+    temp.replace(meta)
+    return value
+
+
+def engine_config(config: BrokerConfig, cluster: str) -> EngineConfig:
+    """The engine's settings taken from the broker config."""
+    return EngineConfig(
+        broker_id=config.broker_id,
+        cluster_id=cluster,
+        allow_auto_topic_creation=config.allow_auto_topic_creation,
+        default_num_partitions=config.default_num_partitions,
+        flush_interval_messages=config.flush_interval_messages,
+        flush_interval_ms=config.flush_interval_ms,
+        retention_check_interval_ms=config.log_retention_check_interval_ms,
+        topic_defaults={
+            "retention.ms": str(config.log_retention_ms),
+            "retention.bytes": str(config.log_retention_bytes),
+            "segment.bytes": str(config.log_segment_bytes),
+            "segment.ms": str(config.log_segment_ms),
+        },
+    )
+
+
+def log_config(config: BrokerConfig) -> LogConfig:
+    """Default ledger settings for partitions without topic overrides."""
+    return LogConfig(
+        segment_bytes=config.log_segment_bytes,
+        segment_ms=config.log_segment_ms,
+        retention_ms=config.log_retention_ms,
+        retention_bytes=config.log_retention_bytes,
+    )
+
+
+class BrokerApp:
+    """A running broker: its engine and its listeners."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        data_dir = Path(config.data_dir).resolve()
+        self.logs = open_storage(data_dir.as_uri(), log_config(config))
+        self.engine = Engine(engine_config(config, cluster_id(data_dir)), self.logs)
+        self.dispatcher = Dispatcher(self.engine, engine_apis())
+        self.home = Namespace(config.kafka_tenant, config.kafka_namespace)
+        self.servers: list[tuple[ListenerSpec, ListenerServer]] = []
+        self.advertised: dict[str, Endpoint] = {}
+        self.stopping = asyncio.Event()
+
+    def _session(self, info: ConnectionInfo) -> Session:
+        """A session for a new connection, told the advertised address of its listener."""
+        return Session(self.dispatcher, info, self.advertised[info.listener], self.home)
+
+    async def start(self) -> list[ListenerSpec]:
+        """Start the engine and every listener; return the listeners with their bound ports."""
+        self.engine.start()
+        limits = Limits(self.config.max_frame_bytes, self.config.max_queued_requests,
+                        self.config.connection_max_idle_ms)
+        bound = []
+        for spec in self.config.listener_specs():
+            server = ListenerServer(spec.name, spec.host, spec.port, self._session, limits)
+            port = await server.start()
+            if port != spec.port:
+                spec = spec.with_bound_port(port)
+            self.advertised[spec.name] = Endpoint(spec.advertised_host, spec.advertised_port)
+            self.servers.append((spec, server))
+            bound.append(spec)
+        described = ", ".join(
+            f"{s.name}://{s.host}:{s.port} ({s.protocol.value}, advertised "
+            f"{s.advertised_host}:{s.advertised_port})" for s in bound)
+        log.info("edge-broker ready: broker %d, listeners %s", self.config.broker_id, described)
+        return bound
+
+    async def stop(self) -> None:
+        """Answer in-flight requests, close connections, seal ledgers and save metadata."""
+        log.info("edge-broker stopping")
+        for _spec, server in self.servers:
+            await server.stop()
+        await self.engine.stop()
+        log.info("edge-broker stopped")
+
+    async def run(self) -> None:
+        """Run until SIGTERM or SIGINT."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stopping.set)
+        await self.start()
+        await self.stopping.wait()
+        await self.stop()

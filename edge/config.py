@@ -1,0 +1,531 @@
+"""Broker configuration: a Java properties file plus ``key=value`` overrides.
+
+This module owns the configuration keys of the broker, their defaults and validation,
+and the Java ``.properties`` parser they are read with.  Every key is declared once, as
+a field of :class:`BrokerConfig` carrying a :class:`ConfigKey` in its metadata (property
+name, value type with its constraints, documentation); :data:`CONFIG_KEYS` and
+:func:`config_reference_markdown` are derived from those declarations.
+
+Values are stripped of surrounding whitespace before they are checked.  Unknown keys
+and invalid values raise :class:`ConfigError` naming the key, the bad value and what
+is expected, so that configuration mistakes stop start-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
+
+from listeners.spec import ListenerConfigError, ListenerSpec, parse_listeners
+
+__all__ = [
+    "CONFIG_KEYS",
+    "BoolType",
+    "BrokerConfig",
+    "ChoiceType",
+    "ConfigError",
+    "ConfigKey",
+    "IntType",
+    "NameType",
+    "StrType",
+    "ValueType",
+    "config_reference_markdown",
+    "load_config",
+    "parse_properties",
+]
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration file, key or value is wrong; the message says which and why."""
+
+
+# --------------------------------------------------------------------------- properties
+
+
+_WHITESPACE = " \t\f"
+_SIMPLE_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_HEX4 = re.compile(r"[0-9A-Fa-f]{4}")
+
+
+def _ends_with_continuation(line: str) -> bool:
+    """True if ``line`` ends in an odd number of backslashes."""
+    count = len(line) - len(line.rstrip("\\"))
+    return count % 2 == 1
+
+
+def _unescape(text: str, line_no: int) -> str:
+    """Resolve Java properties escapes: ``\\t \\n \\r \\f \\uXXXX`` and ``\\<char>``."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char != "\\":
+            out.append(char)
+            i += 1
+            continue
+        if i + 1 >= len(text):  # a lone trailing backslash means nothing
+            break
+        code = text[i + 1]
+        if code == "u":
+            digits = text[i + 2 : i + 6]
+            if not _HEX4.fullmatch(digits):
+                raise ConfigError(f"line {line_no}: malformed \\uXXXX escape {text[i:i + 6]!r}")
+            out.append(chr(int(digits, 16)))
+            i += 6
+        else:
+            out.append(_SIMPLE_ESCAPES.get(code, code))
+            i += 2
+    return "".join(out)
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    """Split a logical line (escapes unresolved) at its first unescaped separator.
+
+    The key ends at the first unescaped ``=``, ``:`` or whitespace; whitespace, at most
+    one ``=`` or ``:``, and more whitespace then separate it from the value.
+    """
+    i = 0
+    while i < len(line):
+        char = line[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char in "=:" or char in _WHITESPACE:
+            break
+        i += 1
+    key = line[:i]
+    rest = line[i:].lstrip(_WHITESPACE)
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(_WHITESPACE)
+    return key, rest
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text into a dict (a repeated key: the last one wins).
+
+    Supports ``key=value``, ``key:value`` and ``key value``; ``#`` and ``!`` comment
+    lines; blank lines; leading whitespace; backslash line continuation (leading
+    whitespace of the continued line is dropped); escapes ``\\t \\n \\r \\f \\\\ \\=
+    \\: \\uXXXX`` and backslash before any other character.
+    """
+    result: dict[str, str] = {}
+    lines = _LINE_BREAK.split(text)
+    index = 0
+    while index < len(lines):
+        line_no = index + 1
+        logical = lines[index].lstrip(_WHITESPACE)
+        index += 1
+        if not logical or logical[0] in "#!":
+            continue
+        while _ends_with_continuation(logical):
+            logical = logical[:-1]
+            if index >= len(lines):
+                break
+            logical += lines[index].lstrip(_WHITESPACE)
+            index += 1
+        raw_key, raw_value = _split_key_value(logical)
+        result[_unescape(raw_key, line_no)] = _unescape(raw_value, line_no)
+    return result
+
+
+# ------------------------------------------------------------------------- value types
+
+
+class ValueType(Generic[T]):
+    """How one key's value is parsed from text, checked, and written back as text."""
+
+    def parse(self, text: str) -> T:
+        """The value ``text`` denotes; raises ValueError if it is not acceptable."""
+        raise NotImplementedError
+
+    def check(self, value: object) -> bool:
+        """Whether an already-typed ``value`` is acceptable."""
+        raise NotImplementedError
+
+    def expected(self) -> str:
+        """What an acceptable value looks like, for error messages and docs."""
+        raise NotImplementedError
+
+    def format(self, value: T) -> str:
+        """``value`` as properties text, such that ``parse(format(v)) == v``."""
+        return str(value)
+
+
+@dataclass(frozen=True)
+class IntType(ValueType[int]):
+    """A decimal integer within ``[minimum, maximum]``."""
+
+    minimum: int
+    maximum: int = LONG_MAX
+
+    _SYNTAX = re.compile(r"[+-]?[0-9]+")
+
+    def parse(self, text: str) -> int:
+        if not self._SYNTAX.fullmatch(text):
+            raise ValueError(text)
+        value = int(text)
+        if not self.check(value):
+            raise ValueError(text)
+        return value
+
+    def check(self, value: object) -> bool:
+        return type(value) is int and self.minimum <= value <= self.maximum
+
+    def expected(self) -> str:
+        if self.maximum == LONG_MAX:
+            return f"an integer >= {self.minimum}"
+        return f"an integer >= {self.minimum} and <= {self.maximum}"
+
+
+@dataclass(frozen=True)
+class BoolType(ValueType[bool]):
+    """``true`` or ``false``, in any case."""
+
+    def parse(self, text: str) -> bool:
+        lowered = text.lower()
+        if lowered not in ("true", "false"):
+            raise ValueError(text)
+        return lowered == "true"
+
+    def check(self, value: object) -> bool:
+        return isinstance(value, bool)
+
+    def expected(self) -> str:
+        return "true or false"
+
+    def format(self, value: bool) -> str:
+        return "true" if value else "false"
+
+
+@dataclass(frozen=True)
+class StrType(ValueType[str]):
+    """Any text, optionally required to be non-empty."""
+
+    allow_empty: bool = True
+
+    def parse(self, text: str) -> str:
+        if not self.check(text):
+            raise ValueError(text)
+        return text
+
+    def check(self, value: object) -> bool:
+        return isinstance(value, str) and (self.allow_empty or value != "")
+
+    def expected(self) -> str:
+        return "a string" if self.allow_empty else "a non-empty string"
+
+
+@dataclass(frozen=True)
+class NameType(ValueType[str]):
+    """A Pulsar-style name (tenant, namespace): letters, digits and ``- _ = : .``."""
+
+    _SYNTAX = re.compile(r"[-=:.\w]+", re.ASCII)
+
+    def parse(self, text: str) -> str:
+        if not self.check(text):
+            raise ValueError(text)
+        return text
+
+    def check(self, value: object) -> bool:
+        return isinstance(value, str) and self._SYNTAX.fullmatch(value) is not None
+
+    def expected(self) -> str:
+        return "a non-empty name of letters, digits and - _ = : ."
+
+
+@dataclass(frozen=True)
+class ChoiceType(ValueType[str]):
+    """One of a fixed set of upper-case words, accepted in any case."""
+
+    choices: tuple[str, ...]
+
+    def parse(self, text: str) -> str:
+        upper = text.upper()
+        if upper not in self.choices:
+            raise ValueError(text)
+        return upper
+
+    def check(self, value: object) -> bool:
+        return value in self.choices
+
+    def expected(self) -> str:
+        return "one of " + ", ".join(self.choices)
+
+
+# ---------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One configuration key: property name, attribute, value type, default and doc."""
+
+    name: str
+    attr: str
+    value_type: ValueType[Any]
+    default: Any
+    doc: str
+
+    def parse(self, text: str) -> Any:
+        """The value of ``text`` for this key; raises ConfigError naming the key."""
+        stripped = text.strip()
+        try:
+            return self.value_type.parse(stripped)
+        except ValueError:
+            raise ConfigError(self._invalid(stripped)) from None
+
+    def validate(self, value: object) -> None:
+        """Raise ConfigError naming the key if a typed ``value`` is not acceptable."""
+        if not self.value_type.check(value):
+            raise ConfigError(self._invalid(str(value)))
+
+    def _invalid(self, shown: str) -> str:
+        return (
+            f"invalid value {shown!r} for {self.name!r}:"
+            f" expected {self.value_type.expected()}"
+        )
+
+
+def _key(name: str, value_type: ValueType[Any], doc: str) -> dict[str, Any]:
+    """Field metadata declaring a configuration key (the attribute name comes later)."""
+    return {"config": (name, value_type, doc)}
+
+
+_LISTENER_KEYS = {
+    "listeners": "kafkaListeners",
+    "protocol_map": "kafkaProtocolMap",
+    "advertised": "kafkaAdvertisedListeners",
+}
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """The validated broker configuration; construct it directly or via :func:`load_config`.
+
+    Construction validates every field and the listener settings, raising ConfigError.
+    """
+
+    broker_id: int = field(
+        default=0, metadata=_key("brokerId", IntType(0, INT_MAX), "stable node id")
+    )
+    kafka_listeners: str = field(
+        default="PLAINTEXT://127.0.0.1:9092",
+        metadata=_key(
+            "kafkaListeners",
+            StrType(allow_empty=False),
+            "listeners, `NAME://host:port,...`; NAME is a security protocol unless"
+            " `kafkaProtocolMap` is set",
+        ),
+    )
+    kafka_advertised_listeners: str = field(
+        default="",
+        metadata=_key(
+            "kafkaAdvertisedListeners",
+            StrType(),
+            "addresses given to clients, same format and names as `kafkaListeners`;"
+            " a listener without an entry advertises its bind address",
+        ),
+    )
+    kafka_protocol_map: str = field(
+        default="",
+        metadata=_key(
+            "kafkaProtocolMap", StrType(), "listener name to protocol, `NAME:PROTOCOL,...`"
+        ),
+    )
+    kafka_tenant: str = field(
+        default="public",
+        metadata=_key("kafkaTenant", NameType(), "tenant of short topic names"),
+    )
+    kafka_namespace: str = field(
+        default="default",
+        metadata=_key("kafkaNamespace", NameType(), "namespace of short topic names"),
+    )
+    allow_auto_topic_creation: bool = field(
+        default=True,
+        metadata=_key(
+            "allowAutoTopicCreation",
+            BoolType(),
+            "create topics on Metadata/Produce for unknown names",
+        ),
+    )
+    default_num_partitions: int = field(
+        default=1,
+        metadata=_key(
+            "defaultNumPartitions", IntType(1, INT_MAX), "partitions of auto-created topics"
+        ),
+    )
+    data_dir: str = field(
+        default="./data",
+        metadata=_key("dataDir", StrType(allow_empty=False), "storage root (file storage)"),
+    )
+    max_frame_bytes: int = field(
+        default=104857600,
+        metadata=_key(
+            "maxFrameBytes", IntType(1, INT_MAX), "largest request frame accepted, in bytes"
+        ),
+    )
+    flush_interval_messages: int = field(
+        default=LONG_MAX,
+        metadata=_key(
+            "flushIntervalMessages",
+            IntType(1),
+            "fsync a partition once this many messages are unflushed;"
+            " 1 = fsync before every acknowledgement",
+        ),
+    )
+    flush_interval_ms: int = field(
+        default=1000,
+        metadata=_key(
+            "flushIntervalMs",
+            IntType(0),
+            "fsync all dirty partitions at least this often (ms); 0 = no periodic fsync",
+        ),
+    )
+    log_segment_bytes: int = field(
+        default=1073741824,
+        metadata=_key("logSegmentBytes", IntType(1024), "ledger rollover size, in bytes"),
+    )
+    log_segment_ms: int = field(
+        default=604800000,
+        metadata=_key("logSegmentMs", IntType(1), "ledger rollover age (ms)"),
+    )
+    log_retention_ms: int = field(
+        default=604800000,
+        metadata=_key(
+            "logRetentionMs", IntType(-1), "default retention by time (ms); -1 = forever"
+        ),
+    )
+    log_retention_bytes: int = field(
+        default=-1,
+        metadata=_key(
+            "logRetentionBytes",
+            IntType(-1),
+            "default retention by size per partition, in bytes; -1 = unlimited",
+        ),
+    )
+    log_retention_check_interval_ms: int = field(
+        default=300000,
+        metadata=_key(
+            "logRetentionCheckIntervalMs", IntType(1), "how often retention is applied (ms)"
+        ),
+    )
+    max_queued_requests: int = field(
+        default=500,
+        metadata=_key(
+            "maxQueuedRequests", IntType(1), "requests read ahead per connection"
+        ),
+    )
+    connection_max_idle_ms: int = field(
+        default=600000,
+        metadata=_key(
+            "connectionMaxIdleMs",
+            IntType(0),
+            "close connections idle this long (ms); 0 = no idle timeout",
+        ),
+    )
+    log_level: str = field(
+        default="INFO",
+        metadata=_key(
+            "logLevel", ChoiceType(("DEBUG", "INFO", "WARNING", "ERROR")), "logging level"
+        ),
+    )
+    _listener_specs: tuple[ListenerSpec, ...] = field(
+        init=False, repr=False, compare=False, default=()
+    )
+
+    def __post_init__(self) -> None:
+        for key in CONFIG_KEYS.values():
+            key.validate(getattr(self, key.attr))
+        try:
+            specs = parse_listeners(
+                self.kafka_listeners, self.kafka_protocol_map, self.kafka_advertised_listeners
+            )
+        except ListenerConfigError as exc:
+            name = _LISTENER_KEYS[exc.source]
+            shown = getattr(self, CONFIG_KEYS[name].attr)
+            raise ConfigError(f"invalid value {shown!r} for {name!r}: {exc}") from None
+        object.__setattr__(self, "_listener_specs", tuple(specs))
+
+    def listener_specs(self) -> list[ListenerSpec]:
+        """The parsed listeners, in the order configured."""
+        return list(self._listener_specs)
+
+    def to_properties(self) -> dict[str, str]:
+        """Every key as properties text (``load_config`` of these gives an equal config)."""
+        return {
+            key.name: key.value_type.format(getattr(self, key.attr))
+            for key in CONFIG_KEYS.values()
+        }
+
+
+def _build_registry() -> dict[str, ConfigKey]:
+    keys: dict[str, ConfigKey] = {}
+    for item in dataclasses.fields(BrokerConfig):
+        if "config" not in item.metadata:
+            continue
+        name, value_type, doc = item.metadata["config"]
+        keys[name] = ConfigKey(name, item.name, value_type, item.default, doc)
+    return keys
+
+
+CONFIG_KEYS: Mapping[str, ConfigKey] = MappingProxyType(_build_registry())
+"""Every configuration key by property name, in declaration order."""
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _apply(values: dict[str, Any], name: str, text: str) -> None:
+    key = CONFIG_KEYS.get(name)
+    if key is None:
+        raise ConfigError(f"unknown config key {name!r}")
+    values[key.attr] = key.parse(text)
+
+
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> BrokerConfig:
+    """Read ``path`` (if given), apply ``key=value`` overrides in order, and validate.
+
+    Raises ConfigError for an unreadable file, a malformed override, an unknown key or
+    an invalid value; the message names the file, override or key at fault.
+    """
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {str(path)!r}: {exc}") from None
+        try:
+            properties = parse_properties(text)
+            for name, value in properties.items():
+                _apply(values, name, value)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    for override in overrides:
+        name, sep, value = override.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"malformed override {override!r}: expected key=value")
+        _apply(values, name.strip(), value)
+    return BrokerConfig(**values)
+
+
+def config_reference_markdown() -> str:
+    """A Markdown table of every key: name, type, default and meaning."""
+    rows = [
+        "| key | value | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for key in CONFIG_KEYS.values():
+        default = key.value_type.format(key.default)
+        shown = f"`{default}`" if default else '`""`'
+        rows.append(f"| `{key.name}` | {key.value_type.expected()} | {shown} | {key.doc} |")
+    return "\n".join(rows) + "\n"

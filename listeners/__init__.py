@@ -1,0 +1,1 @@
+"""Listeners: specs, TLS contexts, asyncio servers, framing and pipelining."""

@@ -1,0 +1,210 @@
+"""Asyncio servers for listeners: framing, in-order pipelining, limits and graceful stop.
+
+A connection is read by one task that keeps parsing frames while earlier requests wait;
+responses leave in request order, as Kafka requires. What a frame means is the
+connection handler's business; this module only knows sizes, order and timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+_SIZE = struct.Struct(">i")
+
+
+class FrameError(Exception):
+    """A handler's verdict that the connection must be closed (garbage on the wire)."""
+
+
+class ConnectionHandler(Protocol):
+    """Turns request frames of one connection into response frames."""
+
+    def handle(self, frame: memoryview) -> Awaitable[bytes | None]:
+        """Answer one request frame (no size prefix); None when no response is due.
+
+        Raising :class:`FrameError` closes the connection after earlier responses are sent.
+        """
+        ...
+
+    def closed(self) -> None:
+        """The connection is gone."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionInfo:
+    """Who is on the other end of a connection, and on which listener."""
+
+    listener: str
+    peer: str
+    tls: ssl.SSLObject | None
+
+
+HandlerFactory = Callable[[ConnectionInfo], ConnectionHandler]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-connection limits of a listener."""
+
+    max_frame_bytes: int = 100 * 1024 * 1024
+    max_queued_requests: int = 500
+    idle_timeout_ms: int = 600_000
+
+
+class _Connection:
+    """One client connection: a read loop feeding an ordered write loop."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 handler: ConnectionHandler, info: ConnectionInfo, limits: Limits) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.handler = handler
+        self.info = info
+        self.limits = limits
+        self.pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(
+            maxsize=limits.max_queued_requests)
+        self.reading: asyncio.Task[None] | None = None
+
+    async def serve(self) -> None:
+        writing = asyncio.get_running_loop().create_task(self._write_loop())
+        self.reading = asyncio.current_task()  # type: ignore[assignment]
+        try:
+            await self._read_loop()
+        except asyncio.CancelledError:
+            pass  # stop reading: shutdown, or the write side closed the connection
+        finally:
+            await self.pending.put(None)
+            with contextlib.suppress(asyncio.CancelledError):
+                await writing
+            self.handler.closed()
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    def stop_reading(self) -> None:
+        """Stop taking new requests; those already read are still answered."""
+        if self.reading is not None and not self.reading.done():
+            self.reading.cancel()
+
+    async def _read_frame(self) -> memoryview | None:
+        idle = self.limits.idle_timeout_ms / 1000 if self.limits.idle_timeout_ms > 0 else None
+        try:
+            prefix = await asyncio.wait_for(self.reader.readexactly(4), idle)
+        except TimeoutError:
+            log.info("closing idle connection from %s on %s", self.info.peer, self.info.listener)
+            return None
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                log.warning("connection from %s closed inside a size prefix", self.info.peer)
+            return None
+        (size,) = _SIZE.unpack(prefix)
+        if size <= 0 or size > self.limits.max_frame_bytes:
+            log.warning("closing connection from %s on %s: frame size %d outside 1..%d",
+                        self.info.peer, self.info.listener, size, self.limits.max_frame_bytes)
+            return None
+        try:
+            return memoryview(await self.reader.readexactly(size))
+        except asyncio.IncompleteReadError as exc:
+            log.warning("connection from %s closed after %d of %d frame bytes",
+                        self.info.peer, len(exc.partial), size)
+            return None
+
+    async def _read_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            frame = await self._read_frame()
+            if frame is None:
+                return
+            await self.pending.put(loop.create_task(self.handler.handle(frame)))
+
+    async def _write_loop(self) -> None:
+        broken = False
+        while True:
+            task = await self.pending.get()
+            if task is None:
+                return
+            if broken:
+                task.cancel()
+                continue
+            try:
+                response = await task
+                if response is not None:
+                    self.writer.write(response)
+                    await self.writer.drain()
+            except FrameError as exc:
+                log.warning("closing connection from %s on %s: %s", self.info.peer,
+                            self.info.listener, exc)
+                broken = True
+            except (ConnectionError, asyncio.CancelledError):
+                broken = True
+            except Exception:
+                log.exception("request from %s failed; closing the connection", self.info.peer)
+                broken = True
+            if broken:
+                self.stop_reading()
+                self.writer.close()
+
+
+class ListenerServer:
+    """One listening socket and the connections it accepted."""
+
+    def __init__(self, name: str, host: str, port: int, factory: HandlerFactory,
+                 limits: Limits, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.factory = factory
+        self.limits = limits
+        self.ssl_context = ssl_context
+        self._server: asyncio.Server | None = None
+        self._connections: set[_Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> int:
+        """Bind and listen; return the bound port (useful with port 0)."""
+        self._server = await asyncio.start_server(
+            self._accept, self.host or None, self.port, ssl=self.ssl_context,
+            limit=1 << 20,
+        )
+        sockets = self._server.sockets
+        self.port = int(sockets[0].getsockname()[1])
+        return self.port
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peername = writer.get_extra_info("peername")
+        peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+        info = ConnectionInfo(self.name, peer, writer.get_extra_info("ssl_object"))
+        connection = _Connection(reader, writer, self.factory(info), info, self.limits)
+        self._connections.add(connection)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)  # type: ignore[arg-type]
+        try:
+            await connection.serve()
+        finally:
+            self._connections.discard(connection)
+            if task is not None:
+                self._tasks.discard(task)  # type: ignore[arg-type]
+
+    async def stop(self, grace_seconds: float = 10.0) -> None:
+        """Stop accepting, answer the requests already read, then close every connection."""
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.stop_reading()
+        if self._tasks:
+            _done, late = await asyncio.wait(set(self._tasks), timeout=grace_seconds)
+            for task in late:
+                task.cancel()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)

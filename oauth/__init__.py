@@ -1,0 +1,1 @@
+"""OAuth: token validation (server callback) and client-credentials login callback."""

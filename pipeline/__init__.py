@@ -1,0 +1,1 @@
+"""The PySpark data source and the jobs that run on Spark (speaks Kafka protocol only)."""

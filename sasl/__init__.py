@@ -1,0 +1,1 @@
+"""Sans-I/O SASL server state machines (PLAIN, OAUTHBEARER)."""

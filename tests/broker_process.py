@@ -1,0 +1,102 @@
+"""Run the real broker as a child process on 127.0.0.1 with port 0, for tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+_READY = re.compile(r"edge-broker ready: broker \d+, listeners (.*)")
+_LISTENER = re.compile(r"(\w+)://([^ ]+):(\d+) \((\w+), advertised ([^ ]+):(\d+)\)")
+
+
+class BrokerProcess:
+    """A broker child process with its data directory, its log lines and its ports."""
+
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.settings = {
+            "kafkaListeners": "PLAINTEXT://127.0.0.1:0",
+            "dataDir": str(data_dir),
+            **(settings or {}),
+        }
+        self.proc: subprocess.Popen[str] | None = None
+        self.lines: list[str] = []
+        self.ports: dict[str, int] = {}
+        self._ready = threading.Event()
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` of the first listener."""
+        return f"127.0.0.1:{next(iter(self.ports.values()))}"
+
+    @property
+    def port(self) -> int:
+        """The first listener's bound port."""
+        return next(iter(self.ports.values()))
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        """Start the broker and wait for its ready line."""
+        args = [sys.executable, "-m", "edge.cli"]
+        for key, value in self.settings.items():
+            args += ["--set", f"{key}={value}"]
+        self.lines = []
+        self.ports = {}
+        self._ready.clear()
+        self.proc = subprocess.Popen(
+            args, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
+        if not self._ready.wait(timeout):
+            self.kill()
+            raise RuntimeError("broker did not become ready:\n" + "\n".join(self.lines))
+        return self
+
+    def _drain(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+            match = _READY.search(line)
+            if match:
+                for name, _host, port, _proto, _ahost, _aport in _LISTENER.findall(match[1]):
+                    self.ports[name] = int(port)
+                self._ready.set()
+
+    def log_text(self) -> str:
+        """Everything the broker logged so far."""
+        return "\n".join(self.lines)
+
+    def wait_for_log(self, pattern: str, timeout: float = 10.0) -> str:
+        """Wait until a log line matches ``pattern``; return it."""
+        compiled = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if compiled.search(line):
+                    return line
+            time.sleep(0.05)
+        raise AssertionError(f"no log line matched {pattern!r}:\n{self.log_text()}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait; return the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        """``kill -9`` the broker."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def alive(self) -> bool:
+        """Whether the process is still running."""
+        return self.proc is not None and self.proc.poll() is None

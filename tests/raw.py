@@ -1,0 +1,83 @@
+"""A minimal blocking Kafka connection for tests that need exact requests and raw bytes."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+
+class RawConnection:
+    """Sends requests built with ``kafka.protocol`` classes and decodes their responses."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.correlation_id = 0
+
+    def close(self) -> None:
+        """Close the socket."""
+        self.sock.close()
+
+    def send_frame(self, payload: bytes) -> None:
+        """Send ``payload`` behind a correct size prefix."""
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+    def request_bytes(self, request: Any, version: int) -> bytes:
+        """Encode a request with its header (v1, or v2 when the version is flexible)."""
+        self.correlation_id += 1
+        flexible = request.flexible_version_q(version)
+        client = b"raw-test"
+        header = struct.pack(">hhih", request.API_KEY, version, self.correlation_id,
+                             len(client)) + client
+        if flexible:
+            header += b"\x00"
+        return header + bytes(request.encode(version=version))
+
+    def read_frame(self) -> bytes:
+        """Read one response frame; raise ConnectionError when the broker closed."""
+        size = struct.unpack(">i", self._read_exactly(4))[0]
+        return self._read_exactly(size)
+
+    def _read_exactly(self, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = self.sock.recv(count - len(data))
+            if not chunk:
+                raise ConnectionError("closed by broker")
+            data += chunk
+        return data
+
+    def call(self, request: Any, version: int, response_class: Any) -> Any:
+        """Send a request and decode its response (header v1 when flexible, except ApiVersions)."""
+        self.send_frame(self.request_bytes(request, version))
+        frame = self.read_frame()
+        (correlation,) = struct.unpack_from(">i", frame, 0)
+        assert correlation == self.correlation_id
+        flexible = response_class.flexible_version_q(version) and response_class.API_KEY != 18
+        return response_class.decode(frame[5 if flexible else 4:], version=version)
+
+    def closed_by_peer(self, timeout: float = 5.0) -> bool:
+        """True when the broker closes the connection within ``timeout``."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+        except (TimeoutError, socket.timeout):
+            return False
+        except ConnectionResetError:
+            return True
+
+
+def record_batch(count: int, timestamp: int = 1_700_000_000_000, value: bytes = b"v") -> bytes:
+    """An uncompressed v2 batch of ``count`` records."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for i in range(count):
+        builder.append(i, timestamp=timestamp + i, key=f"k{i}".encode(), value=value,
+                       headers=[])
+    return bytes(builder.build())
