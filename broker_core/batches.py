@@ -14,17 +14,19 @@ from dataclasses import dataclass
 import crc32c
 
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.storage.batch_header import (
+    ATTRIBUTES_AT,
+    BATCH_HEADER_SIZE,
+    CRC_AT,
+    MAX_TIMESTAMP_AT,
+    crc_matches,
+)
 
-HEADER_SIZE = 61
 _HEADER = struct.Struct(">qiiBIhiqqqhii")
 _ATTR_COMPRESSION_MASK = 0x07
 _ATTR_TIMESTAMP_TYPE = 0x08
 _ATTR_TRANSACTIONAL = 0x10
 _ATTR_CONTROL = 0x20
-_MAX_TIMESTAMP_AT = 35
-_ATTRIBUTES_AT = 21
-_CRC_AT = 17
-NO_TIMESTAMP = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,7 @@ def validate_produced(records: bytes | bytearray | memoryview) -> BatchHeader:
     Raises :class:`KafkaApiError` with the code a Kafka broker gives for the defect.
     """
     size = len(records)
-    if size < HEADER_SIZE:
+    if size < BATCH_HEADER_SIZE:
         raise KafkaApiError(
             ErrorCode.CORRUPT_MESSAGE, f"record set of {size} bytes is shorter than a batch header"
         )
@@ -112,7 +114,7 @@ def validate_produced(records: bytes | bytearray | memoryview) -> BatchHeader:
             ErrorCode.INVALID_RECORD,
             "a produce request must carry exactly one record batch per partition",
         )
-    if crc32c.crc32c(memoryview(records)[_ATTRIBUTES_AT:]) != header.crc:
+    if not crc_matches(records):
         raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC32C does not match")
     if header.compression > 4:
         raise KafkaApiError(
@@ -132,7 +134,7 @@ def validate_produced(records: bytes | bytearray | memoryview) -> BatchHeader:
 
 def stamp_log_append_time(batch: bytearray, now_ms: int) -> None:
     """Mark ``batch`` as LogAppendTime with ``now_ms`` as its max timestamp; recompute its CRC."""
-    (attributes,) = struct.unpack_from(">h", batch, _ATTRIBUTES_AT)
-    struct.pack_into(">h", batch, _ATTRIBUTES_AT, attributes | _ATTR_TIMESTAMP_TYPE)
-    struct.pack_into(">q", batch, _MAX_TIMESTAMP_AT, now_ms)
-    struct.pack_into(">I", batch, _CRC_AT, crc32c.crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
+    (attributes,) = struct.unpack_from(">h", batch, ATTRIBUTES_AT)
+    struct.pack_into(">h", batch, ATTRIBUTES_AT, attributes | _ATTR_TIMESTAMP_TYPE)
+    struct.pack_into(">q", batch, MAX_TIMESTAMP_AT, now_ms)
+    struct.pack_into(">I", batch, CRC_AT, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:]))

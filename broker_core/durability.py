@@ -11,6 +11,7 @@ need the same partition fsynced share one fsync.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -45,10 +46,8 @@ class FlushScheduler:
         """Stop the periodic flush and fsync whatever is still dirty."""
         if self._timer is not None:
             self._timer.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._timer
-            except asyncio.CancelledError:
-                pass
             self._timer = None
         await self.flush_dirty()
 
@@ -69,7 +68,8 @@ class FlushScheduler:
             return self._request_flush(partition, state)
         return None
 
-    def _request_flush(self, partition: PartitionLog, state: _PartitionState) -> asyncio.Future[None]:
+    def _request_flush(self, partition: PartitionLog,
+                       state: _PartitionState) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         if state.running is None:
             state.unflushed = 0

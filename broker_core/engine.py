@@ -8,6 +8,7 @@ it exists (creating it when auto-creation allows), and how to append a batch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -69,10 +70,8 @@ class Engine:
         """Stop background work, fsync and seal every ledger."""
         if self._retention is not None:
             self._retention.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._retention
-            except asyncio.CancelledError:
-                pass
         await self.flusher.stop()
         self.logs.close()
 

@@ -12,9 +12,9 @@ import contextlib
 import logging
 import ssl
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
@@ -27,7 +27,7 @@ class FrameError(Exception):
 class ConnectionHandler(Protocol):
     """Turns request frames of one connection into response frames."""
 
-    def handle(self, frame: memoryview) -> Awaitable[bytes | None]:
+    async def handle(self, frame: memoryview) -> bytes | None:
         """Answer one request frame (no size prefix); None when no response is due.
 
         Raising :class:`FrameError` closes the connection after earlier responses are sent.
@@ -72,11 +72,11 @@ class _Connection:
         self.limits = limits
         self.pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(
             maxsize=limits.max_queued_requests)
-        self.reading: asyncio.Task[None] | None = None
+        self.reading: asyncio.Task[Any] | None = None
 
     async def serve(self) -> None:
         writing = asyncio.get_running_loop().create_task(self._write_loop())
-        self.reading = asyncio.current_task()  # type: ignore[assignment]
+        self.reading = asyncio.current_task()
         try:
             await self._read_loop()
         except asyncio.CancelledError:
@@ -167,7 +167,7 @@ class ListenerServer:
         self.ssl_context = ssl_context
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> int:
         """Bind and listen; return the bound port (useful with port 0)."""
@@ -187,13 +187,13 @@ class ListenerServer:
         self._connections.add(connection)
         task = asyncio.current_task()
         if task is not None:
-            self._tasks.add(task)  # type: ignore[arg-type]
+            self._tasks.add(task)
         try:
             await connection.serve()
         finally:
             self._connections.discard(connection)
             if task is not None:
-                self._tasks.discard(task)  # type: ignore[arg-type]
+                self._tasks.discard(task)
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Stop accepting, answer the requests already read, then close every connection."""

@@ -66,7 +66,7 @@ class RawConnection:
                 data = self.sock.recv(65536)
                 if not data:
                     return True
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             return False
         except ConnectionResetError:
             return True

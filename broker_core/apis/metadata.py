@@ -1,4 +1,4 @@
-"""Metadata and DescribeCluster: this broker, as advertised on the caller's listener, and its topics."""
+"""Metadata and DescribeCluster: this broker as advertised on the caller's listener, and topics."""
 
 from __future__ import annotations
 

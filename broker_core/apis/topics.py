@@ -7,7 +7,11 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from kafka.protocol.admin import CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse
+from kafka.protocol.admin import (
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+)
 
 from broker_core import naming
 from broker_core.context import Operation, RequestContext
