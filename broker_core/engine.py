@@ -60,11 +60,17 @@ class Engine:
         self.waiters = AppendWaiters()
         self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms)
         self._retention: asyncio.Task[None] | None = None
+        self.closing = False
 
     def start(self) -> None:
         """Start background work: periodic fsync and retention."""
         self.flusher.start()
         self._retention = asyncio.get_running_loop().create_task(self._retention_loop())
+
+    def begin_shutdown(self) -> None:
+        """Answer parked fetches now instead of at their ``max_wait_ms``."""
+        self.closing = True
+        self.waiters.notify_all()
 
     async def stop(self) -> None:
         """Stop background work, fsync and seal every ledger."""

@@ -22,6 +22,11 @@ class AppendWaiters:
                 if not future.done():
                     future.set_result(None)
 
+    def notify_all(self) -> None:
+        """Wake every waiting fetch (at shutdown)."""
+        for key in list(self._waiting):
+            self.notify(key)
+
     async def wait_any(self, keys: Iterable[TopicPartition], timeout: float) -> bool:
         """Wait until one of ``keys`` is appended to or ``timeout`` seconds pass.
 

@@ -108,6 +108,7 @@ class BrokerApp:
     async def stop(self) -> None:
         """Answer in-flight requests, close connections, seal ledgers and save metadata."""
         log.info("edge-broker stopping")
+        self.engine.begin_shutdown()
         for _spec, server in self.servers:
             await server.stop()
         await self.engine.stop()

@@ -103,7 +103,8 @@ async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Any
     while True:
         answers, total, errored = _collect(engine, wanted, max_bytes)
         remaining = deadline - time.monotonic()
-        if total >= request.min_bytes or errored or remaining <= 0 or not wanted:
+        if (total >= request.min_bytes or errored or remaining <= 0 or not wanted
+                or engine.closing):
             break
         keys = [(w.internal, w.index) for w in wanted if w.internal is not None]
         await engine.waiters.wait_any(keys, remaining)

@@ -1,0 +1,149 @@
+"""Topic administration through confluent-kafka's AdminClient and kafka-python's admin client:
+CreateTopics (validate-only, configs), DeleteTopics, CreatePartitions, DescribeConfigs,
+DescribeCluster, and KoP's tenant/namespace naming."""
+
+from __future__ import annotations
+
+import confluent_kafka
+import kafka.admin
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+
+from tests.broker_process import BrokerProcess
+from tests.clients import consume_confluent, make_records, produce_confluent
+
+
+def admin(broker: BrokerProcess) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+def error_name(exc: BaseException) -> str:
+    assert isinstance(exc, KafkaException), exc
+    return str(exc.args[0].name())
+
+
+def test_create_validate_only_then_for_real(broker: BrokerProcess, topic_name: str) -> None:
+    client = admin(broker)
+    topic = NewTopic(topic_name, 4, 1, config={"retention.ms": "12345"})
+    client.create_topics([topic], validate_only=True)[topic_name].result(10)
+    assert topic_name not in client.list_topics(timeout=10).topics
+    client.create_topics([topic])[topic_name].result(10)
+    meta = client.list_topics(timeout=10).topics[topic_name]
+    assert sorted(meta.partitions) == [0, 1, 2, 3]
+    assert all(p.leader == 0 and p.replicas == [0] for p in meta.partitions.values())
+    with pytest.raises(KafkaException) as again:
+        client.create_topics([topic])[topic_name].result(10)
+    assert error_name(again.value) == "TOPIC_ALREADY_EXISTS"
+
+
+@pytest.mark.parametrize(("kwargs", "config", "expected"), [
+    ({"num_partitions": 0}, {}, "INVALID_PARTITIONS"),
+    ({"num_partitions": 1, "replication_factor": 3}, {}, "INVALID_REPLICATION_FACTOR"),
+    ({"num_partitions": 1}, {"no.such.config": "1"}, "INVALID_CONFIG"),
+    ({"num_partitions": 1}, {"retention.ms": "soon"}, "INVALID_CONFIG"),
+])
+def test_create_topic_errors(broker: BrokerProcess, topic_name: str, kwargs: dict[str, int],
+                             config: dict[str, str], expected: str) -> None:
+    client = admin(broker)
+    future = client.create_topics([NewTopic(topic_name, config=config, **kwargs)])
+    with pytest.raises(KafkaException) as failure:
+        future[topic_name].result(10)
+    assert error_name(failure.value) == expected
+
+
+def test_describe_configs_shows_own_and_default_values(broker: BrokerProcess,
+                                                       topic_name: str) -> None:
+    client = admin(broker)
+    client.create_topics([NewTopic(topic_name, 1, 1, config={
+        "retention.ms": "60000", "message.timestamp.type": "LogAppendTime"})])[topic_name] \
+        .result(10)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic_name)
+    configs = client.describe_configs([resource])[resource].result(10)
+    assert configs["retention.ms"].value == "60000"
+    assert not configs["retention.ms"].is_default
+    assert configs["message.timestamp.type"].value == "LogAppendTime"
+    assert configs["segment.bytes"].value == "1073741824"
+    assert configs["segment.bytes"].is_default
+    broker_resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+    broker_configs = client.describe_configs([broker_resource])[broker_resource].result(10)
+    assert broker_configs["broker.id"].value == "0"
+    missing = ConfigResource(ConfigResource.Type.TOPIC, topic_name + "-missing")
+    with pytest.raises(KafkaException) as failure:
+        client.describe_configs([missing])[missing].result(10)
+    assert error_name(failure.value) == "UNKNOWN_TOPIC_OR_PART"
+
+
+def test_log_append_time_topics_stamp_the_broker_time(broker: BrokerProcess,
+                                                      topic_name: str) -> None:
+    client = admin(broker)
+    client.create_topics([NewTopic(topic_name, 3, 1, config={
+        "message.timestamp.type": "LogAppendTime"})])[topic_name].result(10)
+    recs = make_records(30, 1_000)  # ancient producer timestamps
+    produce_confluent(broker.bootstrap, topic_name, recs, "none")
+    got = consume_confluent(broker.bootstrap, topic_name, 30)
+    assert len(got) == 30
+    assert all(g.rec.timestamp > 1_600_000_000_000 for g in got)
+    assert [g.rec.value for g in got if g.partition == 0] == \
+        [r.value for r in recs if r.partition == 0]
+
+
+def test_create_partitions_and_delete_topic(broker: BrokerProcess, topic_name: str) -> None:
+    client = admin(broker)
+    client.create_topics([NewTopic(topic_name, 2, 1)])[topic_name].result(10)
+    client.create_partitions([NewPartitions(topic_name, 5)])[topic_name].result(10)
+    assert len(client.list_topics(timeout=10).topics[topic_name].partitions) == 5
+    with pytest.raises(KafkaException) as shrink:
+        client.create_partitions([NewPartitions(topic_name, 3)])[topic_name].result(10)
+    assert error_name(shrink.value) == "INVALID_PARTITIONS"
+    produce_confluent(broker.bootstrap, topic_name,
+                      [r for r in make_records(20, 1) if r.partition < 3], "none")
+    client.delete_topics([topic_name])[topic_name].result(10)
+    assert topic_name not in client.list_topics(timeout=10).topics
+    with pytest.raises(KafkaException) as gone:
+        client.delete_topics([topic_name])[topic_name].result(10)
+    assert error_name(gone.value) == "UNKNOWN_TOPIC_OR_PART"
+    # the name can be used again, and starts from offset 0
+    client.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(10)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap,
+                                         "group.id": "x"})
+    low, high = consumer.get_watermark_offsets(
+        confluent_kafka.TopicPartition(topic_name, 0), timeout=10)
+    consumer.close()
+    assert (low, high) == (0, 0)
+
+
+def test_describe_cluster_names_this_broker(broker: BrokerProcess) -> None:
+    confluent_admin = admin(broker)
+    cluster = confluent_admin.describe_cluster().result(10)
+    assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(0, "127.0.0.1", broker.port)]
+    assert cluster.controller.id == 0
+    assert cluster.cluster_id
+    client = kafka.admin.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        described = client.describe_cluster()
+        assert described["cluster_id"] == cluster.cluster_id
+        assert [(b["broker_id"], b["port"]) for b in described["brokers"]] == [(0, broker.port)]
+    finally:
+        client.close()
+
+
+def test_tenant_and_namespace_names(broker: BrokerProcess, topic_name: str) -> None:
+    client = admin(broker)
+    client.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(10)
+    full = f"public/default/{topic_name}"
+    pulsar = f"persistent://public/default/{topic_name}"
+    produce_confluent(broker.bootstrap, topic_name, make_records(3, 5)[:1], "none")
+    produce_confluent(broker.bootstrap, full, [make_records(3, 5)[0]], "none")
+    produce_confluent(broker.bootstrap, pulsar, [make_records(3, 5)[0]], "none")
+    got = consume_confluent(broker.bootstrap, full, 3, partitions=1)
+    assert [g.offset for g in got] == [0, 1, 2]  # one topic, three names
+    with pytest.raises(KafkaException) as exists:
+        client.create_topics([NewTopic(full, 1, 1)])[full].result(10)
+    assert error_name(exists.value) == "TOPIC_ALREADY_EXISTS"
+    other = f"acme/prod/{topic_name}"
+    client.create_topics([NewTopic(other, 2, 1)])[other].result(10)
+    listed = client.list_topics(timeout=10).topics
+    assert topic_name in listed                 # the default namespace, short names
+    assert other not in listed and full not in listed
+    assert len(client.list_topics(topic=other, timeout=10).topics[other].partitions) == 2
