@@ -60,7 +60,8 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool) -> tuple[An
     if want.offset < start or want.offset > end:
         return _empty(want.index, ErrorCode.OFFSET_OUT_OF_RANGE, end, start), 0
     limit = min(want.max_bytes, budget)
-    chunks = partition.read(want.offset, max(limit, 0)) if want.offset < end else []
+    readable = want.offset < end and (limit > 0 or first)
+    chunks = partition.read(want.offset, max(limit, 0)) if readable else []
     size = sum(len(chunk) for chunk in chunks)
     if size > limit and not first:
         chunks, size = [], 0
