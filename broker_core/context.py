@@ -49,6 +49,7 @@ class RequestContext:
     home: Namespace
     client_id: str | None
     api_version: int
+    client_host: str = ""
 
 
 class Authorizer(Protocol):

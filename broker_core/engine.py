@@ -18,11 +18,14 @@ from broker_core import batches, naming
 from broker_core.context import AllowAll, Authorizer, Operation, RequestContext, ResourceType
 from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.groups.coordinator import GroupConfig, GroupCoordinator
 from broker_core.storage import LogManager, PartitionLog, TopicExists, TopicInfo
+from broker_core.system_topics import SystemTopic
 from broker_core.topic_configs import effective_config
 from broker_core.waiters import AppendWaiters
 
 log = logging.getLogger(__name__)
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,13 @@ class EngineConfig:
     flush_interval_ms: int = 1000
     retention_check_interval_ms: int = 300_000
     topic_defaults: Mapping[str, str] = field(default_factory=dict)
+    metadata_tenant: str = "public"
+    metadata_namespace: str = "__kafka"
+    multi_tenant_metadata: bool = True
+    offsets_topic_partitions: int = 50
+    offsets_topic_segment_bytes: int = 16 * 1024 * 1024
+    offsets_topic_compaction_bytes: int = 64 * 1024 * 1024
+    groups: GroupConfig = field(default_factory=GroupConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +71,15 @@ class Engine:
         self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms)
         self._retention: asyncio.Task[None] | None = None
         self.closing = False
+        offsets = SystemTopic(logs, self.flusher, OFFSETS_TOPIC, config.offsets_topic_partitions,
+                              config.offsets_topic_segment_bytes,
+                              config.offsets_topic_compaction_bytes)
+        self.groups = GroupCoordinator(config.groups, offsets)
 
     def start(self) -> None:
         """Start background work: periodic fsync and retention."""
         self.flusher.start()
+        self.groups.start()
         self._retention = asyncio.get_running_loop().create_task(self._retention_loop())
 
     def begin_shutdown(self) -> None:
@@ -78,6 +93,7 @@ class Engine:
             self._retention.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retention
+        await self.groups.stop()
         await self.flusher.stop()
         self.logs.close()
 
@@ -92,6 +108,27 @@ class Engine:
     def allowed(self, ctx: RequestContext, operation: Operation, internal_topic: str) -> bool:
         """Whether the caller may apply ``operation`` to the topic."""
         return self.authorizer.authorize(ctx, operation, ResourceType.TOPIC, internal_topic)
+
+    def system_namespace(self, ctx: RequestContext) -> naming.Namespace:
+        """Where the caller's groups and transactions are kept (KoP's metadata namespace)."""
+        tenant = ctx.home.tenant if self.config.multi_tenant_metadata \
+            else self.config.metadata_tenant
+        return naming.Namespace(tenant, self.config.metadata_namespace)
+
+    def offsets_topic(self, ctx: RequestContext) -> str:
+        """The ``__consumer_offsets`` topic holding the caller's groups."""
+        return self.system_namespace(ctx).prefix + OFFSETS_TOPIC
+
+    def is_internal(self, internal: str) -> bool:
+        """Whether a topic belongs to the broker (system topics in a metadata namespace)."""
+        parts = internal.split("/")
+        return len(parts) == 3 and parts[1] == self.config.metadata_namespace
+
+    def check_writable(self, internal: str) -> None:
+        """Refuse client writes, creation and deletion of system topics."""
+        if self.is_internal(internal):
+            raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                f"{internal} is an internal topic of the broker")
 
     # -- names and topics ------------------------------------------------------------
 

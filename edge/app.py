@@ -13,6 +13,7 @@ from broker_core.apis import engine_apis
 from broker_core.context import Endpoint
 from broker_core.dispatch import Dispatcher
 from broker_core.engine import Engine, EngineConfig
+from broker_core.groups.coordinator import GroupConfig
 from broker_core.naming import Namespace
 from broker_core.storage import LogConfig, open_storage
 from edge.config import BrokerConfig
@@ -48,6 +49,21 @@ def engine_config(config: BrokerConfig, cluster: str) -> EngineConfig:
         flush_interval_messages=config.flush_interval_messages,
         flush_interval_ms=config.flush_interval_ms,
         retention_check_interval_ms=config.log_retention_check_interval_ms,
+        metadata_tenant=config.kafka_metadata_tenant,
+        metadata_namespace=config.kafka_metadata_namespace,
+        multi_tenant_metadata=config.kafka_enable_multi_tenant_metadata,
+        offsets_topic_partitions=config.offsets_topic_num_partitions,
+        offsets_topic_segment_bytes=config.offsets_topic_segment_bytes,
+        offsets_topic_compaction_bytes=config.offsets_topic_compaction_bytes,
+        groups=GroupConfig(
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            group_id_max_length=config.group_id_max_length,
+            offset_metadata_max_size=config.offset_metadata_max_size,
+            offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+            retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+        ),
         topic_defaults={
             "retention.ms": str(config.log_retention_ms),
             "retention.bytes": str(config.log_retention_bytes),

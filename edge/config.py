@@ -433,6 +433,78 @@ class BrokerConfig:
             "close connections idle this long (ms); 0 = no idle timeout",
         ),
     )
+    kafka_metadata_tenant: str = field(
+        default="public",
+        metadata=_key("kafkaMetadataTenant", NameType(),
+                      "tenant of system topics such as __consumer_offsets"),
+    )
+    kafka_metadata_namespace: str = field(
+        default="__kafka",
+        metadata=_key("kafkaMetadataNamespace", NameType(), "namespace of system topics"),
+    )
+    kafka_enable_multi_tenant_metadata: bool = field(
+        default=True,
+        metadata=_key(
+            "kafkaEnableMultiTenantMetadata", BoolType(),
+            "keep each tenant's groups in its own <tenant>/<kafkaMetadataNamespace> system "
+            "topics instead of the metadata tenant's",
+        ),
+    )
+    group_min_session_timeout_ms: int = field(
+        default=6000,
+        metadata=_key("groupMinSessionTimeoutMs", IntType(1, INT_MAX),
+                      "smallest session timeout a group member may ask for (ms)"),
+    )
+    group_max_session_timeout_ms: int = field(
+        default=300000,
+        metadata=_key("groupMaxSessionTimeoutMs", IntType(1, INT_MAX),
+                      "largest session timeout a group member may ask for (ms)"),
+    )
+    group_initial_rebalance_delay_ms: int = field(
+        default=3000,
+        metadata=_key("groupInitialRebalanceDelayMs", IntType(0, INT_MAX),
+                      "how long the first rebalance of an empty group waits for more "
+                      "members (ms)"),
+    )
+    group_id_max_length: int = field(
+        default=255,
+        metadata=_key("groupIdMaxLength", IntType(1, 32767),
+                      "longest group id accepted, in characters (INVALID_GROUP_ID beyond)"),
+    )
+    offsets_topic_num_partitions: int = field(
+        default=50,
+        metadata=_key("offsetsTopicNumPartitions", IntType(1, 10000),
+                      "partitions of a new __consumer_offsets topic; an existing topic keeps "
+                      "its count, so no committed offset is lost when this changes"),
+    )
+    offsets_topic_segment_bytes: int = field(
+        default=16 * 1024 * 1024,
+        metadata=_key("offsetsTopicSegmentBytes", IntType(1024),
+                      "ledger size of __consumer_offsets partitions, in bytes"),
+    )
+    offsets_topic_compaction_bytes: int = field(
+        default=64 * 1024 * 1024,
+        metadata=_key("offsetsTopicCompactionBytes", IntType(1024),
+                      "when a __consumer_offsets partition holds this many bytes, its live "
+                      "groups and offsets are written again and older ledgers dropped"),
+    )
+    offset_metadata_max_size: int = field(
+        default=4096,
+        metadata=_key("offsetMetadataMaxSize", IntType(0, INT_MAX),
+                      "longest metadata string of a committed offset "
+                      "(OFFSET_METADATA_TOO_LARGE beyond)"),
+    )
+    offsets_retention_minutes: int = field(
+        default=4320,
+        metadata=_key("offsetsRetentionMinutes", IntType(1, INT_MAX),
+                      "committed offsets of a group that has been empty this long are "
+                      "removed"),
+    )
+    offsets_retention_check_interval_ms: int = field(
+        default=600000,
+        metadata=_key("offsetsRetentionCheckIntervalMs", IntType(1),
+                      "how often expired offsets are looked for (ms)"),
+    )
     log_level: str = field(
         default="INFO",
         metadata=_key(

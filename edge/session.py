@@ -39,6 +39,7 @@ class Session:
             listener=self.info.listener, advertised=self.advertised, principal=self.principal,
             home=self.home, client_id=parsed.header.client_id,
             api_version=parsed.header.api_version,
+            client_host=self.info.peer.rsplit(":", 1)[0],
         )
         return await self.dispatcher.dispatch(ctx, parsed)
 

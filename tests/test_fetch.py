@@ -15,8 +15,10 @@ from tests.broker_process import BrokerProcess
 from tests.raw import RawConnection, record_batch
 from tests.test_bad_input import create, produce
 
-IMPLEMENTED = {0: (3, 11), 1: (4, 12), 2: (1, 8), 3: (0, 12), 18: (0, 4), 19: (2, 7),
-               20: (1, 6), 21: (0, 2), 32: (1, 4), 37: (0, 3), 60: (0, 1)}
+IMPLEMENTED = {0: (3, 11), 1: (4, 12), 2: (1, 8), 3: (0, 12), 8: (2, 9), 9: (1, 9),
+               10: (0, 4), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5),
+               16: (0, 5), 18: (0, 4), 19: (2, 7), 20: (1, 6), 21: (0, 2), 32: (1, 4),
+               37: (0, 3), 42: (0, 2), 47: (0, 0), 60: (0, 1)}
 
 
 def fetch(conn: RawConnection, topic: str, partitions: dict[int, int], *, max_wait_ms: int = 0,

@@ -7,6 +7,8 @@ from kafka.protocol.admin import (
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
@@ -15,20 +17,58 @@ from kafka.protocol.admin import (
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
 )
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
 )
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from broker_core.apis.configs import handle_describe_configs
 from broker_core.apis.fetch import handle_fetch
+from broker_core.apis.groups import (
+    handle_delete_groups,
+    handle_describe_groups,
+    handle_find_coordinator,
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_list_groups,
+    handle_sync_group,
+)
 from broker_core.apis.list_offsets import handle_list_offsets
 from broker_core.apis.metadata import handle_describe_cluster, handle_metadata
+from broker_core.apis.offsets import (
+    handle_offset_commit,
+    handle_offset_delete,
+    handle_offset_fetch,
+)
 from broker_core.apis.produce import handle_produce
 from broker_core.apis.records import handle_delete_records
 from broker_core.apis.topics import (
@@ -46,11 +86,24 @@ def engine_apis() -> list[ApiSpec]:
         ApiSpec(1, FetchRequest, FetchResponse, 4, 12, handle_fetch),
         ApiSpec(2, ListOffsetsRequest, ListOffsetsResponse, 1, 8, handle_list_offsets),
         ApiSpec(3, MetadataRequest, MetadataResponse, 0, 12, handle_metadata),
+        ApiSpec(8, OffsetCommitRequest, OffsetCommitResponse, 2, 9, handle_offset_commit),
+        ApiSpec(9, OffsetFetchRequest, OffsetFetchResponse, 1, 9, handle_offset_fetch),
+        ApiSpec(10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 4,
+                handle_find_coordinator),
+        ApiSpec(11, JoinGroupRequest, JoinGroupResponse, 0, 9, handle_join_group),
+        ApiSpec(12, HeartbeatRequest, HeartbeatResponse, 0, 4, handle_heartbeat),
+        ApiSpec(13, LeaveGroupRequest, LeaveGroupResponse, 0, 5, handle_leave_group),
+        ApiSpec(14, SyncGroupRequest, SyncGroupResponse, 0, 5, handle_sync_group),
+        ApiSpec(15, DescribeGroupsRequest, DescribeGroupsResponse, 0, 5,
+                handle_describe_groups),
+        ApiSpec(16, ListGroupsRequest, ListGroupsResponse, 0, 5, handle_list_groups),
         ApiSpec(19, CreateTopicsRequest, CreateTopicsResponse, 2, 7, handle_create_topics),
         ApiSpec(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 6, handle_delete_topics),
         ApiSpec(21, DeleteRecordsRequest, DeleteRecordsResponse, 0, 2, handle_delete_records),
         ApiSpec(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4,
                 handle_describe_configs),
+        ApiSpec(42, DeleteGroupsRequest, DeleteGroupsResponse, 0, 2, handle_delete_groups),
+        ApiSpec(47, OffsetDeleteRequest, OffsetDeleteResponse, 0, 0, handle_offset_delete),
         ApiSpec(37, CreatePartitionsRequest, CreatePartitionsResponse, 0, 3,
                 handle_create_partitions),
         ApiSpec(60, DescribeClusterRequest, DescribeClusterResponse, 0, 1,

@@ -54,7 +54,8 @@ def _topic_entry(engine: Engine, ctx: RequestContext, shown: str, topic: TopicIn
         if with_operations and version >= 8 else None
     )
     return _R.MetadataResponseTopic(
-        error_code=0, name=shown, topic_id=topic.topic_id, is_internal=False,
+        error_code=0, name=shown, topic_id=topic.topic_id,
+        is_internal=engine.is_internal(topic.name),
         partitions=partitions, authorized_operations=operations,
     )
 

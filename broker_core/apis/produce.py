@@ -26,6 +26,7 @@ def _append_one(engine: Engine, ctx: RequestContext, name: str, index: int, reco
                 acks: int) -> tuple[Any, Appended | None]:
     try:
         internal = engine.internal_name(ctx, name)
+        engine.check_writable(internal)
         if not engine.allowed(ctx, Operation.WRITE, internal):
             raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                 f"not allowed to write to {name}")

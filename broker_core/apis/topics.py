@@ -64,6 +64,7 @@ def _partition_count(engine: Engine, wanted: Any) -> int:
 def _create_one(engine: Engine, ctx: RequestContext, wanted: Any,
                 validate_only: bool) -> tuple[TopicInfo | None, int, dict[str, str]]:
     internal = engine.internal_name(ctx, wanted.name)
+    engine.check_writable(internal)
     if not engine.allowed(ctx, Operation.CREATE, internal):
         raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             f"not allowed to create {wanted.name}")
@@ -135,6 +136,7 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext, request: Any
                 result.name = naming.to_client(internal, ctx.home)
             else:
                 internal = engine.internal_name(ctx, name)
+            engine.check_writable(internal)
             if not engine.allowed(ctx, Operation.DELETE, internal):
                 raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                     f"not allowed to delete {name}")
@@ -158,6 +160,7 @@ async def handle_create_partitions(engine: Engine, ctx: RequestContext, request:
         code, message = ErrorCode.NONE, None
         try:
             internal = engine.internal_name(ctx, wanted.name)
+            engine.check_writable(internal)
             if not engine.allowed(ctx, Operation.ALTER, internal):
                 raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                     f"not allowed to alter {wanted.name}")

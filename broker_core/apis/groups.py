@@ -1,0 +1,222 @@
+"""Group membership APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+ListGroups, DescribeGroups and DeleteGroups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse
+from kafka.protocol.consumer import (
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorResponse
+
+from broker_core.context import Operation, RequestContext, ResourceType
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode
+from broker_core.groups.coordinator import JoinRequest
+from broker_core.groups.model import GroupState
+from broker_core.ownership import coordinator_node
+
+GROUP_KEY = 0
+_GROUP_OPERATIONS = {Operation.READ: 3, Operation.DELETE: 6, Operation.DESCRIBE: 8}
+
+
+def group_allowed(engine: Engine, ctx: RequestContext, operation: Operation,
+                  group_id: str) -> bool:
+    """Whether the caller may apply ``operation`` to the group."""
+    return engine.authorizer.authorize(ctx, operation, ResourceType.GROUP, group_id)
+
+
+def group_error(engine: Engine, ctx: RequestContext, group_id: str,
+                operation: Operation = Operation.READ) -> ErrorCode:
+    """The error that stops a request for ``group_id`` before the coordinator sees it."""
+    if not group_allowed(engine, ctx, operation, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    return engine.groups.check(engine.offsets_topic(ctx), group_id)
+
+
+async def handle_find_coordinator(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Name this broker, on the caller's listener, as coordinator of each key."""
+    version: int = request.version
+    keys = list(request.coordinator_keys) if version >= 4 else [request.key]
+    key_type = request.key_type if version >= 1 else GROUP_KEY
+    answers = []
+    for key in keys:
+        code, message = ErrorCode.NONE, None
+        if key_type != GROUP_KEY:
+            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, \
+                f"no coordinator for key type {key_type}"
+        elif not group_allowed(engine, ctx, Operation.DESCRIBE, key):
+            code, message = ErrorCode.GROUP_AUTHORIZATION_FAILED, None
+        elif not key or len(key) > engine.config.groups.group_id_max_length:
+            code, message = ErrorCode.INVALID_GROUP_ID, f"invalid group id {key!r}"
+        node = coordinator_node(engine.config.broker_id, key) if not code else -1
+        answers.append(FindCoordinatorResponse.Coordinator(
+            key=key, node_id=node, host=ctx.advertised.host if not code else "",
+            port=ctx.advertised.port if not code else -1, error_code=code,
+            error_message=message))
+    if version >= 4:
+        return FindCoordinatorResponse(version=version, throttle_time_ms=0,
+                                       coordinators=answers)
+    only = answers[0]
+    return FindCoordinatorResponse(version=version, throttle_time_ms=0,
+                                   error_code=only.error_code,
+                                   error_message=only.error_message, node_id=only.node_id,
+                                   host=only.host, port=only.port)
+
+
+async def handle_join_group(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Join a member to a group and wait for the rebalance."""
+    version: int = request.version
+    R = JoinGroupResponse
+
+    def failed(code: ErrorCode, member_id: str) -> Any:
+        return R(version=version, throttle_time_ms=0, error_code=code, generation_id=-1,
+                 protocol_type=None, protocol_name=None if version >= 7 else "",
+                 leader="", skip_assignment=False, member_id=member_id, members=[])
+
+    code = group_error(engine, ctx, request.group_id)
+    if code != ErrorCode.NONE:
+        return failed(code, request.member_id)
+    join = JoinRequest(
+        member_id=request.member_id,
+        group_instance_id=request.group_instance_id if version >= 5 else None,
+        client_id=ctx.client_id or "", client_host="/" + ctx.client_host,
+        session_timeout_ms=request.session_timeout_ms,
+        rebalance_timeout_ms=(request.rebalance_timeout_ms if version >= 1
+                              else request.session_timeout_ms),
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        require_known_member=version >= 4,
+    )
+    result = await engine.groups.join(engine.offsets_topic(ctx), request.group_id, join)
+    if result.error != ErrorCode.NONE:
+        return failed(result.error, result.member_id)
+    return R(version=version, throttle_time_ms=0, error_code=0,
+             generation_id=result.generation, protocol_type=result.protocol_type,
+             protocol_name=result.protocol, leader=result.leader, skip_assignment=False,
+             member_id=result.member_id,
+             members=[R.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=d)
+                      for m, i, d in result.members])
+
+
+async def handle_sync_group(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Distribute the leader's assignment."""
+    version: int = request.version
+    code = group_error(engine, ctx, request.group_id)
+    if code == ErrorCode.NONE:
+        result = await engine.groups.sync(
+            engine.offsets_topic(ctx), request.group_id, request.member_id,
+            request.group_instance_id if version >= 3 else None, request.generation_id,
+            request.protocol_type if version >= 5 else None,
+            request.protocol_name if version >= 5 else None,
+            {a.member_id: bytes(a.assignment) for a in request.assignments})
+        code = result.error
+        if code == ErrorCode.NONE:
+            return SyncGroupResponse(version=version, throttle_time_ms=0, error_code=0,
+                                     protocol_type=result.protocol_type,
+                                     protocol_name=result.protocol,
+                                     assignment=result.assignment)
+    return SyncGroupResponse(version=version, throttle_time_ms=0, error_code=code,
+                             protocol_type=None, protocol_name=None, assignment=b"")
+
+
+async def handle_heartbeat(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Keep a member's session alive; tell it when to rejoin."""
+    version: int = request.version
+    code = group_error(engine, ctx, request.group_id)
+    if code == ErrorCode.NONE:
+        code = engine.groups.heartbeat(
+            engine.offsets_topic(ctx), request.group_id, request.member_id,
+            request.group_instance_id if version >= 3 else None, request.generation_id)
+    return HeartbeatResponse(version=version, throttle_time_ms=0, error_code=code)
+
+
+async def handle_leave_group(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Remove members from a group (one member before v3, a batch from v3)."""
+    version: int = request.version
+    leaving = ([(m.member_id, m.group_instance_id) for m in request.members] if version >= 3
+               else [(request.member_id, None)])
+    code = group_error(engine, ctx, request.group_id)
+    if code != ErrorCode.NONE:
+        return LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=code,
+                                  members=[])
+    results = engine.groups.leave(engine.offsets_topic(ctx), request.group_id, leaving)
+    if version < 3:
+        return LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=results[0])
+    return LeaveGroupResponse(
+        version=version, throttle_time_ms=0, error_code=0,
+        members=[LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i,
+                                                   error_code=e)
+                 for (m, i), e in zip(leaving, results, strict=True)])
+
+
+async def handle_list_groups(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """List the caller's groups, optionally filtered by state and type."""
+    version: int = request.version
+    states = {s.lower() for s in request.states_filter} if version >= 4 else set()
+    types = {t.lower() for t in request.types_filter} if version >= 5 else set()
+    listed = []
+    for group in engine.groups.groups_of(engine.offsets_topic(ctx)):
+        if states and group.state.value.lower() not in states:
+            continue
+        if types and "classic" not in types:
+            continue
+        if not group_allowed(engine, ctx, Operation.DESCRIBE, group.group_id):
+            continue
+        listed.append(ListGroupsResponse.ListedGroup(
+            group_id=group.group_id, protocol_type=group.protocol_type or "",
+            group_state=group.state.value, group_type="classic"))
+    return ListGroupsResponse(version=version, throttle_time_ms=0, error_code=0,
+                              groups=listed)
+
+
+def _described(engine: Engine, ctx: RequestContext, group_id: str, with_ops: bool) -> Any:
+    D = DescribeGroupsResponse.DescribedGroup
+    code = group_error(engine, ctx, group_id, Operation.DESCRIBE)
+    group = engine.groups.find(engine.offsets_topic(ctx), group_id) if not code else None
+    if group is None:
+        return D(error_code=code, error_message=None, group_id=group_id,
+                 group_state=GroupState.DEAD.value, protocol_type="", protocol_data="",
+                 members=[], authorized_operations=None)
+    stable = group.state == GroupState.STABLE
+    members = [
+        D.DescribedGroupMember(
+            member_id=m.member_id, group_instance_id=m.group_instance_id,
+            client_id=m.client_id, client_host=m.client_host,
+            member_metadata=m.metadata_for(group.protocol) if stable and group.protocol
+            else b"",
+            member_assignment=m.assignment if stable else b"")
+        for m in group.members.values()
+    ]
+    operations = ({bit for op, bit in _GROUP_OPERATIONS.items()
+                   if group_allowed(engine, ctx, op, group_id)} if with_ops else None)
+    return D(error_code=0, error_message=None, group_id=group_id,
+             group_state=group.state.value, protocol_type=group.protocol_type or "",
+             protocol_data=(group.protocol or "") if stable else "", members=members,
+             authorized_operations=operations)
+
+
+async def handle_describe_groups(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Describe groups: state, protocol and members (with assignments when Stable)."""
+    version: int = request.version
+    with_ops = version >= 3 and bool(request.include_authorized_operations)
+    return DescribeGroupsResponse(
+        version=version, throttle_time_ms=0,
+        groups=[_described(engine, ctx, g, with_ops) for g in request.groups])
+
+
+async def handle_delete_groups(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Delete empty groups with their committed offsets."""
+    results = []
+    for group_id in request.groups_names:
+        code = group_error(engine, ctx, group_id, Operation.DELETE)
+        if code == ErrorCode.NONE:
+            code = await engine.groups.delete_group(engine.offsets_topic(ctx), group_id)
+        results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id,
+                                                                 error_code=code))
+    return DeleteGroupsResponse(version=request.version, throttle_time_ms=0, results=results)

@@ -1,0 +1,188 @@
+"""Committed offsets: OffsetCommit, OffsetFetch (one group, or many from v8) and OffsetDelete.
+
+Offsets are kept under full internal topic names and answered under the names the client
+used (``to_client`` when the client asked for all of them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse
+
+from broker_core import naming
+from broker_core.apis.groups import group_error
+from broker_core.context import Operation, RequestContext
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.groups.coordinator import OffsetToCommit
+from broker_core.groups.model import CommittedOffset, GroupState
+
+_C = OffsetCommitResponse.OffsetCommitResponseTopic
+Fetched = list[tuple[int, CommittedOffset | None, ErrorCode]]
+
+
+def _topic_error(engine: Engine, ctx: RequestContext, name: str, operation: Operation
+                 ) -> tuple[str | None, ErrorCode]:
+    """The internal name of a client's topic, or the error that rules it out."""
+    try:
+        internal = engine.internal_name(ctx, name)
+    except KafkaApiError as error:
+        return None, error.code
+    if not engine.allowed(ctx, operation, internal):
+        return internal, ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    return internal, ErrorCode.NONE
+
+
+async def handle_offset_commit(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Commit offsets for a group member (or for a group that only stores offsets)."""
+    version: int = request.version
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    wanted: list[OffsetToCommit] = []
+    names: dict[tuple[str, int], tuple[str, int]] = {}
+    for topic in request.topics:
+        internal, code = _topic_error(engine, ctx, topic.name, Operation.READ)
+        info = engine.logs.topic(internal) if internal is not None and not code else None
+        for part in topic.partitions:
+            key = (topic.name, part.partition_index)
+            if code == ErrorCode.NONE and (info is None or
+                                           not 0 <= part.partition_index < info.num_partitions):
+                errors[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif code != ErrorCode.NONE:
+                errors[key] = code
+            else:
+                assert internal is not None
+                names[(internal, part.partition_index)] = key
+                wanted.append(OffsetToCommit(
+                    internal, part.partition_index, part.committed_offset,
+                    part.committed_leader_epoch if version >= 6 else -1,
+                    part.committed_metadata))
+    code = group_error(engine, ctx, request.group_id)
+    if code == ErrorCode.NONE and wanted:
+        code, results = await engine.groups.commit(
+            engine.offsets_topic(ctx), request.group_id, request.member_id,
+            request.group_instance_id if version >= 7 else None,
+            request.generation_id_or_member_epoch, wanted)
+        for tp, result in results.items():
+            errors[names[tp]] = result
+    for key in names.values():
+        errors.setdefault(key, code)
+    topics = []
+    for topic in request.topics:
+        topics.append(_C(name=topic.name, partitions=[
+            _C.OffsetCommitResponsePartition(
+                partition_index=p.partition_index,
+                error_code=errors.get((topic.name, p.partition_index), code))
+            for p in topic.partitions]))
+    return OffsetCommitResponse(version=version, throttle_time_ms=0, topics=topics)
+
+
+def _fetch_group(engine: Engine, ctx: RequestContext, group_id: str, topics: Any
+                 ) -> tuple[ErrorCode, list[tuple[str, Fetched]]]:
+    """A group's committed offsets per requested topic (all of them when ``topics`` is None)."""
+    code = group_error(engine, ctx, group_id, Operation.DESCRIBE)
+    if code != ErrorCode.NONE:
+        return code, []
+    offsets_topic = engine.offsets_topic(ctx)
+    if topics is None:
+        grouped: dict[str, Fetched] = {}
+        for (internal, partition), committed in sorted(
+                engine.groups.committed(offsets_topic, group_id, None).items()):
+            if engine.allowed(ctx, Operation.DESCRIBE, internal):
+                grouped.setdefault(naming.to_client(internal, ctx.home), []).append(
+                    (partition, committed, ErrorCode.NONE))
+        return ErrorCode.NONE, list(grouped.items())
+    answer: list[tuple[str, Fetched]] = []
+    for topic in topics:
+        name: str = topic.name
+        resolved, topic_code = _topic_error(engine, ctx, name, Operation.DESCRIBE)
+        if topic_code != ErrorCode.NONE or resolved is None:
+            answer.append((name, [(p, None, topic_code) for p in topic.partition_indexes]))
+            continue
+        found = engine.groups.committed(offsets_topic, group_id,
+                                        [(resolved, p) for p in topic.partition_indexes])
+        answer.append((name, [(p, found[(resolved, p)], ErrorCode.NONE)
+                              for p in topic.partition_indexes]))
+    return ErrorCode.NONE, answer
+
+
+def _partition_fields(partition: int, committed: CommittedOffset | None,
+                      code: ErrorCode) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "committed_offset": committed.offset if committed else -1,
+        "committed_leader_epoch": committed.leader_epoch if committed else -1,
+        "metadata": committed.metadata if committed else "",
+        "error_code": code,
+    }
+
+
+async def handle_offset_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Answer committed offsets, for one group (v1-7) or several (v8+)."""
+    version: int = request.version
+    R = OffsetFetchResponse
+    if version >= 8:
+        groups = []
+        for wanted in request.groups:
+            code, topics = _fetch_group(engine, ctx, wanted.group_id, wanted.topics)
+            T = R.OffsetFetchResponseGroup.OffsetFetchResponseTopics
+            groups.append(R.OffsetFetchResponseGroup(
+                group_id=wanted.group_id, error_code=code,
+                topics=[T(name=name, partitions=[
+                    T.OffsetFetchResponsePartitions(**_partition_fields(*item))
+                    for item in items]) for name, items in topics]))
+        return R(version=version, throttle_time_ms=0, groups=groups)
+    requested = request.topics
+    code, topics = _fetch_group(engine, ctx, request.group_id, requested)
+    if code != ErrorCode.NONE and version < 2:  # no top-level error before v2
+        topics = [(t.name, [(p, None, code) for p in t.partition_indexes])
+                  for t in requested or []]
+    T = R.OffsetFetchResponseTopic
+    return R(version=version, throttle_time_ms=0, error_code=code,
+             topics=[T(name=name, partitions=[
+                 T.OffsetFetchResponsePartition(**_partition_fields(*item))
+                 for item in items]) for name, items in topics])
+
+
+async def handle_offset_delete(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Delete committed offsets of topics the group no longer consumes."""
+    R = OffsetDeleteResponse
+    T = R.OffsetDeleteResponseTopic
+
+    def answer(code: ErrorCode, per: dict[tuple[str, int], ErrorCode]) -> Any:
+        return R(version=request.version, throttle_time_ms=0, error_code=code, topics=[
+            T(name=t.name, partitions=[T.OffsetDeleteResponsePartition(
+                partition_index=p.partition_index,
+                error_code=per.get((t.name, p.partition_index), ErrorCode.NONE))
+                for p in t.partitions]) for t in request.topics])
+
+    code = group_error(engine, ctx, request.group_id, Operation.DELETE)
+    group = (engine.groups.find(engine.offsets_topic(ctx), request.group_id)
+             if code == ErrorCode.NONE else None)
+    if code == ErrorCode.NONE and (group is None or group.state == GroupState.DEAD):
+        code = ErrorCode.GROUP_ID_NOT_FOUND
+    if code != ErrorCode.NONE or group is None:
+        return answer(code, {})
+    subscribed = group.subscribed_topics() if group.state != GroupState.EMPTY else set()
+    if subscribed is None:
+        return answer(ErrorCode.NON_EMPTY_GROUP, {})
+    subscribed_internal = set()
+    for name in subscribed:
+        try:
+            subscribed_internal.add(engine.internal_name(ctx, name))
+        except KafkaApiError:
+            continue
+    per: dict[tuple[str, int], ErrorCode] = {}
+    doomed = []
+    for topic in request.topics:
+        internal, topic_code = _topic_error(engine, ctx, topic.name, Operation.READ)
+        for part in topic.partitions:
+            key = (topic.name, part.partition_index)
+            if topic_code != ErrorCode.NONE or internal is None:
+                per[key] = topic_code
+            elif internal in subscribed_internal:
+                per[key] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                doomed.append((internal, part.partition_index))
+    await engine.groups.delete_offsets(group, doomed)
+    return answer(ErrorCode.NONE, per)

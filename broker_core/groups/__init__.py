@@ -1,0 +1,2 @@
+"""The group coordinator: consumer group membership, rebalances and committed offsets,
+persisted as records of the internal topic ``__consumer_offsets``."""

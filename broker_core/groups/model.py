@@ -1,0 +1,144 @@
+"""The in-memory state of consumer groups: groups, members and committed offsets."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from enum import Enum
+
+from broker_core.errors import ErrorCode
+
+
+class GroupState(Enum):
+    """Group states of Kafka's classic group protocol, named as DescribeGroups names them."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    """One committed offset of a group."""
+
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    """What a JoinGroup call answers."""
+
+    error: ErrorCode
+    member_id: str
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str = ""
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    """What a SyncGroup call answers."""
+
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(eq=False)
+class Member:
+    """One member of a group."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join_waiter: asyncio.Future[JoinResult] | None = None
+    sync_waiter: asyncio.Future[SyncResult] | None = None
+    session_timer: asyncio.TimerHandle | None = None
+
+    def protocol_names(self) -> list[str]:
+        """The member's protocols, most preferred first."""
+        return [name for name, _ in self.protocols]
+
+    def metadata_for(self, protocol: str) -> bytes:
+        """The member's metadata for ``protocol``."""
+        return next(meta for name, meta in self.protocols if name == protocol)
+
+
+@dataclass(eq=False)
+class Group:
+    """A consumer group and its committed offsets."""
+
+    group_id: str
+    topic: str
+    partition: int
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)
+    pending: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    rebalance_timer: asyncio.TimerHandle | None = None
+    initial_delay_ms: int = 0
+    delaying: bool = False
+    state_timestamp: int = 0
+
+    def all_joined(self) -> bool:
+        """Whether every member has a JoinGroup waiting (and none is still pending)."""
+        return not self.pending and all(m.join_waiter is not None for m in self.members.values())
+
+    def max_rebalance_timeout_ms(self) -> int:
+        """The longest rebalance timeout among the members."""
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def supports(self, protocol_type: str, protocols: list[str]) -> bool:
+        """Whether a joiner with these protocols fits the group."""
+        if not self.members:
+            return bool(protocols) and bool(protocol_type)
+        if protocol_type != self.protocol_type:
+            return False
+        common = set(protocols)
+        for member in self.members.values():
+            common &= set(member.protocol_names())
+        return bool(common)
+
+    def choose_protocol(self) -> str:
+        """The protocol all members support that most members prefer (ties: first listed)."""
+        candidates = set.intersection(*(set(m.protocol_names()) for m in self.members.values()))
+        votes: dict[str, int] = {}
+        for member in self.members.values():
+            preferred = next(p for p in member.protocol_names() if p in candidates)
+            votes[preferred] = votes.get(preferred, 0) + 1
+        return max(votes, key=lambda name: votes[name])
+
+    def subscribed_topics(self) -> set[str] | None:
+        """Topics the consumer members subscribe to; None when unknown (not 'consumer')."""
+        if self.protocol_type != "consumer" or self.protocol is None or not self.members:
+            return None if self.members else set()
+        from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
+
+        topics: set[str] = set()
+        for member in self.members.values():
+            try:
+                subscription = ConsumerProtocolSubscription.decode(
+                    member.metadata_for(self.protocol))
+            except Exception:  # undecodable metadata: assume nothing is safe to delete
+                return None
+            topics.update(subscription.topics)
+        return topics

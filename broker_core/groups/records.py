@@ -1,0 +1,118 @@
+"""The records of ``__consumer_offsets``: one per committed offset and one per group.
+
+Keys and values are small JSON documents (version 1), read back at start-up; a record
+whose value is null (a tombstone) deletes its key. Later records win over earlier ones,
+so replaying a partition from its log start rebuilds the state.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from broker_core.groups.model import CommittedOffset, Group, GroupState, Member
+
+_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRecord:
+    """A committed offset, or its deletion when ``committed`` is None."""
+
+    group_id: str
+    topic: str
+    partition: int
+    committed: CommittedOffset | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """A group's membership after a rebalance, or its deletion when ``value`` is None."""
+
+    group_id: str
+    value: dict[str, Any] | None
+
+
+def _dump(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+
+
+def offset_record(group_id: str, topic: str, partition: int,
+                  committed: CommittedOffset | None) -> tuple[bytes, bytes | None]:
+    """Key and value of an offset record (value None deletes it)."""
+    key = _dump({"v": _VERSION, "type": "offset", "group": group_id, "topic": topic,
+                 "partition": partition})
+    if committed is None:
+        return key, None
+    return key, _dump({"offset": committed.offset, "leaderEpoch": committed.leader_epoch,
+                       "metadata": committed.metadata,
+                       "commitTimestamp": committed.commit_timestamp})
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def group_record(group: Group, deleted: bool = False) -> tuple[bytes, bytes | None]:
+    """Key and value of a group record: its generation, protocol, leader and members."""
+    key = _dump({"v": _VERSION, "type": "group", "group": group.group_id})
+    if deleted:
+        return key, None
+    members = [
+        {
+            "memberId": m.member_id, "groupInstanceId": m.group_instance_id,
+            "clientId": m.client_id, "clientHost": m.client_host,
+            "rebalanceTimeoutMs": m.rebalance_timeout_ms,
+            "sessionTimeoutMs": m.session_timeout_ms,
+            "protocols": [[name, _b64(meta)] for name, meta in m.protocols],
+            "assignment": _b64(m.assignment),
+        }
+        for m in group.members.values()
+    ]
+    return key, _dump({
+        "protocolType": group.protocol_type, "generation": group.generation,
+        "protocol": group.protocol, "leader": group.leader, "members": members,
+        "stateTimestamp": group.state_timestamp,
+    })
+
+
+def decode(key: bytes, value: bytes | None) -> OffsetRecord | GroupRecord | None:
+    """Read a record back; None for keys of an unknown kind (skipped at replay)."""
+    head = json.loads(key)
+    if head.get("v") != _VERSION:
+        return None
+    body = json.loads(value) if value is not None else None
+    if head["type"] == "offset":
+        committed = None if body is None else CommittedOffset(
+            body["offset"], body["leaderEpoch"], body["metadata"], body["commitTimestamp"])
+        return OffsetRecord(head["group"], head["topic"], head["partition"], committed)
+    if head["type"] == "group":
+        return GroupRecord(head["group"], body)
+    return None
+
+
+def restore_group(group: Group, value: dict[str, Any]) -> None:
+    """Fill ``group`` from a group record's value (members come back with no timers)."""
+    group.protocol_type = value["protocolType"]
+    group.generation = value["generation"]
+    group.protocol = value["protocol"]
+    group.leader = value["leader"]
+    group.state_timestamp = value["stateTimestamp"]
+    group.members = {}
+    group.static_members = {}
+    for item in value["members"]:
+        member = Member(
+            member_id=item["memberId"], group_instance_id=item["groupInstanceId"],
+            client_id=item["clientId"], client_host=item["clientHost"],
+            rebalance_timeout_ms=item["rebalanceTimeoutMs"],
+            session_timeout_ms=item["sessionTimeoutMs"],
+            protocol_type=value["protocolType"] or "",
+            protocols=[(name, base64.b64decode(meta)) for name, meta in item["protocols"]],
+            assignment=base64.b64decode(item["assignment"]),
+        )
+        group.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            group.static_members[member.group_instance_id] = member.member_id
+    group.state = GroupState.STABLE if group.members else GroupState.EMPTY

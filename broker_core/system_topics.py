@@ -1,0 +1,118 @@
+"""Internal topics that hold coordinator state (``__consumer_offsets``, later
+``__transaction_state``), written through the same managed ledger as user data.
+
+They live in the metadata namespace (KoP's ``<tenant>/__kafka``), are never subject to
+retention, and stay bounded by *snapshot compaction*: once a partition has taken
+``compaction_bytes`` of new records, the coordinator's live state for that partition is
+written again as fresh records and everything before them is dropped (DeleteRecords on
+our own log). Replaying a partition from its log start rebuilds the state either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator, Sequence
+
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from broker_core.durability import FlushScheduler
+from broker_core.storage import LogManager, PartitionLog
+
+log = logging.getLogger(__name__)
+Record = tuple[bytes, bytes | None]
+_MAX_RECORDS_PER_BATCH = 500
+
+
+def encode_batch(records: Sequence[Record], timestamp: int) -> bytearray:
+    """One uncompressed v2 batch of ``records``."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 30)
+    for delta, (key, value) in enumerate(records):
+        builder.append(delta, timestamp=timestamp, key=key, value=value, headers=[])
+    return bytearray(builder.build())
+
+
+class SystemTopic:
+    """One kind of internal topic (one topic per metadata namespace)."""
+
+    def __init__(self, logs: LogManager, flusher: FlushScheduler, suffix: str,
+                 num_partitions: int, segment_bytes: int, compaction_bytes: int) -> None:
+        self.logs = logs
+        self.flusher = flusher
+        self.suffix = suffix
+        self.num_partitions = num_partitions
+        self.segment_bytes = segment_bytes
+        self.compaction_bytes = compaction_bytes
+        self._written: dict[tuple[str, int], int] = {}
+
+    def existing(self) -> list[str]:
+        """Full names of the topics of this kind already on disk."""
+        return [t.name for t in self.logs.topics() if t.name.endswith("/" + self.suffix)]
+
+    def ensure(self, topic: str) -> int:
+        """Create the topic when missing; return its partition count (an existing topic
+        keeps its count even when the configured one changed, so no state is lost)."""
+        info = self.logs.topic(topic)
+        if info is None:
+            info = self.logs.create_topic(topic, self.num_partitions, {
+                "retention.ms": "-1", "retention.bytes": "-1",
+                "segment.bytes": str(self.segment_bytes),
+            })
+            log.info("created system topic %s with %d partitions", topic, info.num_partitions)
+        elif info.num_partitions != self.num_partitions:
+            log.warning("%s keeps its %d partitions (configured: %d)", topic,
+                        info.num_partitions, self.num_partitions)
+        return info.num_partitions
+
+    def _partition(self, topic: str, partition: int) -> PartitionLog:
+        found = self.logs.partition(topic, partition)
+        if found is None:
+            raise KeyError(f"system topic {topic} has no partition {partition}")
+        return found
+
+    def append(self, topic: str, partition: int,
+               records: Sequence[Record]) -> asyncio.Future[None] | None:
+        """Append records (in batches); return what to await before acknowledging."""
+        target = self._partition(topic, partition)
+        durable: asyncio.Future[None] | None = None
+        now = int(time.time() * 1000)
+        for start in range(0, len(records), _MAX_RECORDS_PER_BATCH):
+            chunk = records[start:start + _MAX_RECORDS_PER_BATCH]
+            batch = encode_batch(chunk, now)
+            target.append(batch, len(chunk) - 1, now)
+            key = (topic, partition)
+            self._written[key] = self._written.get(key, 0) + len(batch)
+            durable = self.flusher.appended(target, len(chunk)) or durable
+        return durable
+
+    def read(self, topic: str, partition: int) -> Iterator[Record]:
+        """Every record from the partition's log start, in order."""
+        target = self._partition(topic, partition)
+        start = target.log_start_offset
+        self._written[(topic, partition)] = target.size_bytes
+        if start >= target.next_offset:
+            return
+        for info in target.batches_from(start):
+            for record in DefaultRecordBatch(bytes(info.batch)):
+                if record.offset >= start and record.key is not None:
+                    yield bytes(record.key), (None if record.value is None
+                                              else bytes(record.value))
+
+    def needs_compaction(self, topic: str, partition: int) -> bool:
+        """Whether the partition took ``compaction_bytes`` since it was last compacted."""
+        return self._written.get((topic, partition), 0) >= self.compaction_bytes
+
+    def compact(self, topic: str, partition: int, live: Sequence[Record]) -> None:
+        """Write ``live`` (the whole current state of the partition) and drop what precedes."""
+        target = self._partition(topic, partition)
+        snapshot_start = target.next_offset
+        self._written[(topic, partition)] = 0
+        if live:
+            self.append(topic, partition, live)
+            target.flush()  # the snapshot is on disk before what it replaces is dropped
+        target.delete_records_before(snapshot_start)
+        log.info("compacted %s-%d: %d live records kept from offset %d", topic, partition,
+                 len(live), snapshot_start)
