@@ -17,10 +17,18 @@ from tests.broker_process import REPO
 README = (REPO / "README.md").read_text()
 
 
-def quickstart_snippet() -> str:
-    match = re.search(r"<!-- quickstart -->\n```python\n(.*?)```", README, re.S)
-    assert match, "README has no quick-start snippet"
+def example(name: str) -> str:
+    """The Python block after ``<!-- example:NAME -->`` in the README."""
+    match = re.search(rf"<!-- example:{name} -->\n```python\n(.*?)```", README, re.S)
+    assert match, f"README has no example {name!r}"
     return match[1]
+
+
+def run_example(name: str, cwd: Path) -> list[str]:
+    result = subprocess.run([sys.executable, "-c", example(name)], cwd=cwd,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
 
 
 def test_readme_opens_with_the_two_commands() -> None:
@@ -55,16 +63,17 @@ def test_make_run_then_quickstart(tmp_path: Path) -> None:
             if "edge-broker ready" in line:
                 break
         assert "PLAINTEXT://127.0.0.1:9092" in seen[-1]
-        result = subprocess.run([sys.executable, "-c", quickstart_snippet()], cwd=tmp_path,
-                                capture_output=True, text=True, timeout=120)
-        assert result.returncode == 0, result.stderr
-        rows = [line.split(" ", 2) for line in result.stdout.splitlines()]
+        rows = [line.split(" ", 2) for line in run_example("quickstart", tmp_path)]
         assert len(rows) == 10
         for partition in range(3):
             offsets = [int(r[1]) for r in rows if int(r[0]) == partition]
             assert offsets == list(range(len(offsets)))
         assert sorted(r[2] for r in rows) == sorted(f"hello {i}" for i in range(10))
         assert (data / "meta.properties").exists()
+        grouped = run_example("groups", tmp_path)
+        assert sorted(line.split(" ", 2)[2] for line in grouped[:-1]) == \
+            sorted(f"hello {i}" for i in range(10))
+        assert grouped[-1].startswith("committed") and "offset=" in grouped[-1]
     finally:
         os.killpg(make.pid, signal.SIGTERM)
         make.wait(30)
