@@ -20,6 +20,7 @@ class Operation(Enum):
     DESCRIBE = "Describe"
     DESCRIBE_CONFIGS = "DescribeConfigs"
     ALTER_CONFIGS = "AlterConfigs"
+    IDEMPOTENT_WRITE = "IdempotentWrite"
 
 
 class ResourceType(Enum):
@@ -41,7 +42,11 @@ class Endpoint:
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """One request's caller: its listener, advertised endpoint, principal and namespace."""
+    """One request's caller: its listener, advertised endpoint, principal and namespace.
+
+    ``login_tenant`` is the tenant of a SASL login (None for anonymous and certificate
+    principals); the tenant boundary is drawn around it.
+    """
 
     listener: str
     advertised: Endpoint
@@ -50,6 +55,7 @@ class RequestContext:
     client_id: str | None
     api_version: int
     client_host: str = ""
+    login_tenant: str | None = None
 
 
 class Authorizer(Protocol):

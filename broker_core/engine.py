@@ -47,6 +47,7 @@ class EngineConfig:
     offsets_topic_segment_bytes: int = 16 * 1024 * 1024
     offsets_topic_compaction_bytes: int = 64 * 1024 * 1024
     groups: GroupConfig = field(default_factory=GroupConfig)
+    listed_namespaces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,19 @@ class Engine:
         """Whether a topic belongs to the broker (system topics in a metadata namespace)."""
         parts = internal.split("/")
         return len(parts) == 3 and parts[1] == self.config.metadata_namespace
+
+    def listed(self, ctx: RequestContext, internal: str) -> bool:
+        """Whether "all topics" shows ``internal`` to the caller (``kopAllowedNamespaces``:
+        ``${tenant}/ns`` or ``${tenant}/*`` patterns; by default the caller's namespace)."""
+        tenant, namespace, _topic = internal.split("/", 2)
+        if not self.config.listed_namespaces:
+            return f"{tenant}/{namespace}/" == ctx.home.prefix
+        for pattern in self.config.listed_namespaces:
+            want_tenant, _, want_namespace = pattern.replace(
+                "${tenant}", ctx.home.tenant).partition("/")
+            if want_tenant == tenant and want_namespace in ("*", namespace):
+                return True
+        return False
 
     def check_writable(self, internal: str) -> None:
         """Refuse client writes, creation and deletion of system topics."""

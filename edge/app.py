@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
 import uuid
 from pathlib import Path
 
@@ -16,8 +17,19 @@ from broker_core.engine import Engine, EngineConfig
 from broker_core.groups.coordinator import GroupConfig
 from broker_core.naming import Namespace
 from broker_core.storage import LogConfig, open_storage
+from edge.acl_apis import AclApis
+from edge.acls import AclStore
+from edge.authorization import Policy
 from edge.config import BrokerConfig
-from edge.session import Session
+from edge.security import (
+    ListenerSecurity,
+    listener_mechanisms,
+    listener_security,
+    sasl_factories,
+    tls_context,
+    token_validator,
+)
+from edge.session import Session, edge_apis
 from listeners.server import ConnectionInfo, Limits, ListenerServer
 from listeners.spec import ListenerSpec
 
@@ -64,6 +76,8 @@ def engine_config(config: BrokerConfig, cluster: str) -> EngineConfig:
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             retention_check_interval_ms=config.offsets_retention_check_interval_ms,
         ),
+        listed_namespaces=tuple(n.strip() for n in config.kop_allowed_namespaces.split(",")
+                                if n.strip()),
         topic_defaults={
             "retention.ms": str(config.log_retention_ms),
             "retention.bytes": str(config.log_retention_bytes),
@@ -90,25 +104,49 @@ class BrokerApp:
         self.config = config
         data_dir = Path(config.data_dir).resolve()
         self.logs = open_storage(data_dir.as_uri(), log_config(config))
-        self.engine = Engine(engine_config(config, cluster_id(data_dir)), self.logs)
-        self.dispatcher = Dispatcher(self.engine, engine_apis())
+        self.acls = AclStore(data_dir / "acls.json")
+        self.policy = Policy(self.acls, config.authorization_enabled,
+                             [r.strip() for r in config.super_user_roles.split(",") if r.strip()])
+        self.engine = Engine(engine_config(config, cluster_id(data_dir)), self.logs,
+                             self.policy)
+        self.dispatcher = Dispatcher(
+            self.engine, engine_apis() + edge_apis() + AclApis(self.acls, self.policy).specs())
         self.home = Namespace(config.kafka_tenant, config.kafka_namespace)
+        mechanisms = listener_mechanisms(config)
+        shared_tls: list[ssl.SSLContext] = []
+
+        def context() -> ssl.SSLContext:
+            if not shared_tls:
+                shared_tls.append(tls_context(config))
+            return shared_tls[0]
+
+        self.security: dict[str, ListenerSecurity] = {
+            spec.name: listener_security(config, spec, mechanisms, context)
+            for spec in config.listener_specs()
+        }
+        needed = {m for s in self.security.values() if s.sasl for m in s.mechanisms}
+        self.sasl = dict(sasl_factories(config, token_validator(config), needed))
         self.servers: list[tuple[ListenerSpec, ListenerServer]] = []
         self.advertised: dict[str, Endpoint] = {}
         self.stopping = asyncio.Event()
 
     def _session(self, info: ConnectionInfo) -> Session:
         """A session for a new connection, told the advertised address of its listener."""
-        return Session(self.dispatcher, info, self.advertised[info.listener], self.home)
+        return Session(self.dispatcher, info, self.advertised[info.listener], self.home,
+                       self.security[info.listener], self.sasl,
+                       self.config.failed_authentication_delay_ms,
+                       self.config.connections_max_reauth_ms)
 
     async def start(self) -> list[ListenerSpec]:
         """Start the engine and every listener; return the listeners with their bound ports."""
         self.engine.start()
         limits = Limits(self.config.max_frame_bytes, self.config.max_queued_requests,
-                        self.config.connection_max_idle_ms)
+                        self.config.connection_max_idle_ms,
+                        self.config.max_connections_per_listener)
         bound = []
         for spec in self.config.listener_specs():
-            server = ListenerServer(spec.name, spec.host, spec.port, self._session, limits)
+            server = ListenerServer(spec.name, spec.host, spec.port, self._session, limits,
+                                    self.security[spec.name].tls)
             port = await server.start()
             if port != spec.port:
                 spec = spec.with_bound_port(port)

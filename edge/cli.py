@@ -41,6 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         app = BrokerApp(config)
+    except ConfigError as exc:
+        print(f"edge-broker: configuration error: {exc}", file=sys.stderr)
+        return 2
     except (OSError, ValueError) as exc:
         logging.getLogger("edge.broker").error("cannot start: %s", exc)
         return 1

@@ -505,6 +505,94 @@ class BrokerConfig:
         metadata=_key("offsetsRetentionCheckIntervalMs", IntType(1),
                       "how often expired offsets are looked for (ms)"),
     )
+    sasl_allowed_mechanisms: str = field(
+        default="PLAIN",
+        metadata=_key("saslAllowedMechanisms", StrType(),
+                      "SASL mechanisms offered on SASL listeners: PLAIN, OAUTHBEARER "
+                      "(comma-separated)"),
+    )
+    sasl_listener_mechanisms: str = field(
+        default="",
+        metadata=_key("saslListenerMechanisms", StrType(),
+                      "per-listener override, `NAME:MECH+MECH,NAME:MECH`"),
+    )
+    token_secret_key: str = field(
+        default="",
+        metadata=_key("tokenSecretKey", StrType(),
+                      "HMAC secret for `token:` passwords, as `data:;base64,...` or `file:` URL"),
+    )
+    token_public_key: str = field(
+        default="",
+        metadata=_key("tokenPublicKey", StrType(),
+                      "RSA or EC public key (PEM or DER) for `token:` passwords, as `data:` "
+                      "or `file:` URL"),
+    )
+    token_auth_claim: str = field(
+        default="sub",
+        metadata=_key("tokenAuthClaim", StrType(allow_empty=False),
+                      "token claim that names the role (the principal)"),
+    )
+    token_audience_claim: str = field(
+        default="",
+        metadata=_key("tokenAudienceClaim", StrType(),
+                      "token claim checked against `tokenAudience` (default `aud`)"),
+    )
+    token_audience: str = field(
+        default="",
+        metadata=_key("tokenAudience", StrType(),
+                      "audience a token must carry; empty = not checked"),
+    )
+    failed_authentication_delay_ms: int = field(
+        default=300,
+        metadata=_key("failedAuthenticationDelayMs", IntType(0, INT_MAX),
+                      "wait before answering a failed login (ms)"),
+    )
+    connections_max_reauth_ms: int = field(
+        default=0,
+        metadata=_key("connectionsMaxReauthMs", IntType(0),
+                      "longest SASL session before re-authentication (ms); 0 = only the "
+                      "token's expiry limits it"),
+    )
+    tls_certificate_file_path: str = field(
+        default="",
+        metadata=_key("tlsCertificateFilePath", StrType(),
+                      "PEM certificate (chain) of SSL and SASL_SSL listeners"),
+    )
+    tls_key_file_path: str = field(
+        default="",
+        metadata=_key("tlsKeyFilePath", StrType(), "PEM private key of that certificate"),
+    )
+    tls_trust_certs_file_path: str = field(
+        default="",
+        metadata=_key("tlsTrustCertsFilePath", StrType(),
+                      "PEM CA certificates trusted for client certificates"),
+    )
+    tls_require_trusted_client_cert_on_connect: bool = field(
+        default=False,
+        metadata=_key("tlsRequireTrustedClientCertOnConnect", BoolType(),
+                      "require a client certificate; on SSL listeners its common name is "
+                      "the principal"),
+    )
+    max_connections_per_listener: int = field(
+        default=10000,
+        metadata=_key("maxConnectionsPerListener", IntType(1, INT_MAX),
+                      "connections a listener accepts at once; more are closed"),
+    )
+    authorization_enabled: bool = field(
+        default=False,
+        metadata=_key("authorizationEnabled", BoolType(),
+                      "check ACLs on every request (superusers pass every check)"),
+    )
+    super_user_roles: str = field(
+        default="",
+        metadata=_key("superUserRoles", StrType(), "roles that pass every check, comma-separated"),
+    )
+    kop_allowed_namespaces: str = field(
+        default="",
+        metadata=_key("kopAllowedNamespaces", StrType(),
+                      "namespaces listed by 'all topics', e.g. `${tenant}/default,${tenant}/*`; "
+                      "empty = the login's namespace"),
+    )
     log_level: str = field(
         default="INFO",
         metadata=_key(

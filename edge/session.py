@@ -1,48 +1,210 @@
-"""The per-connection session: decode a frame, build the request context, dispatch it.
+"""The per-connection session: the security gate in front of the engine.
 
-This is where the security edge will gate requests (SASL before anything else) and
-where the authorization policy is applied; for now every connection is anonymous.
+On a SASL listener only ApiVersions, SaslHandshake and SaslAuthenticate are served until
+the client has logged in; anything else closes the connection. The v0 handshake (raw
+SASL tokens after it) and KIP-368 re-authentication are supported; a session that outlives
+its lifetime without re-authenticating is closed on its next request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from typing import Any
+
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from broker_core.context import Endpoint, RequestContext
-from broker_core.dispatch import Dispatcher
+from broker_core.dispatch import API_VERSIONS_KEY, ApiSpec, Dispatcher, ParsedRequest
+from broker_core.errors import ErrorCode
 from broker_core.naming import Namespace
-from broker_core.protocol import ProtocolError
+from broker_core.protocol import ProtocolError, frame_response, response_header
+from edge.security import ListenerSecurity, SaslFactory
 from listeners.server import ConnectionInfo, FrameError
+from listeners.tls import certificate_principal
+from sasl.errors import SaslFailure
+from sasl.session import session_lifetime_ms
+from sasl.types import Authenticated, SaslServer
 
 log = logging.getLogger(__name__)
 ANONYMOUS = "ANONYMOUS"
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+
+
+def edge_apis() -> list[ApiSpec]:
+    """The APIs the session answers itself (advertised by ApiVersions with the engine's)."""
+    return [
+        ApiSpec(SASL_HANDSHAKE, SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, None),
+        ApiSpec(SASL_AUTHENTICATE, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2,
+                None),
+    ]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class Session:
     """One client connection's view of the broker."""
 
     def __init__(self, dispatcher: Dispatcher, info: ConnectionInfo, advertised: Endpoint,
-                 home: Namespace) -> None:
+                 home: Namespace, security: ListenerSecurity,
+                 mechanisms: dict[str, SaslFactory], failed_delay_ms: int = 0,
+                 max_reauth_ms: int = 0) -> None:
         self.dispatcher = dispatcher
         self.info = info
         self.advertised = advertised
+        self.default_home = home
+        self.security = security
+        self.mechanisms = mechanisms
+        self.failed_delay_ms = failed_delay_ms
+        self.max_reauth_ms = max_reauth_ms
+        self.login: Authenticated | None = None
+        self.sasl: SaslServer | None = None
+        self.raw_tokens = False
+        self.session_ends_ms: int | None = None
+        self.principal = certificate_principal(info.tls) or ANONYMOUS
         self.home = home
-        self.principal = ANONYMOUS
 
     async def handle(self, frame: memoryview) -> bytes | None:
         """Answer one request frame."""
+        if self.raw_tokens:
+            return await self._raw_token(frame)
         try:
             parsed = self.dispatcher.parse(frame)
         except ProtocolError as exc:
             raise FrameError(str(exc)) from exc
+        key = parsed.header.api_key
+        if key == SASL_HANDSHAKE:
+            return self._handshake(parsed)
+        if key == SASL_AUTHENTICATE:
+            return await self._authenticate(parsed)
+        if self.security.sasl and self.login is None and key != API_VERSIONS_KEY:
+            raise FrameError(f"{parsed.spec.name} request before SASL authentication")
+        if self.session_ends_ms is not None and _now_ms() > self.session_ends_ms \
+                and key != API_VERSIONS_KEY:
+            raise FrameError(f"SASL session of {self.principal} expired without "
+                             "re-authentication")
         ctx = RequestContext(
             listener=self.info.listener, advertised=self.advertised, principal=self.principal,
             home=self.home, client_id=parsed.header.client_id,
             api_version=parsed.header.api_version,
             client_host=self.info.peer.rsplit(":", 1)[0],
+            login_tenant=self.home.tenant if self.login is not None else None,
         )
         return await self.dispatcher.dispatch(ctx, parsed)
 
+    def _respond(self, parsed: ParsedRequest, response: Any) -> bytes:
+        flexible = bool(parsed.spec.response.flexible_version_q(parsed.header.api_version))
+        return frame_response(response_header(parsed.header.correlation_id, flexible),
+                              response.encode())
+
+    # -- SaslHandshake -------------------------------------------------------------------
+
+    def _handshake(self, parsed: ParsedRequest) -> bytes:
+        version = parsed.header.api_version
+        offered = list(self.security.mechanisms)
+
+        def answer(code: ErrorCode) -> bytes:
+            return self._respond(parsed, SaslHandshakeResponse(
+                version=version, error_code=code, mechanisms=offered))
+
+        if not self.security.sasl:
+            raise FrameError("SaslHandshake on a listener without SASL",
+                             answer(ErrorCode.ILLEGAL_SASL_STATE))
+        assert parsed.body is not None
+        mechanism: str = parsed.body.mechanism
+        if mechanism not in offered:
+            raise FrameError(f"SASL mechanism {mechanism!r} is not enabled (enabled: "
+                             f"{', '.join(offered)})",
+                             answer(ErrorCode.UNSUPPORTED_SASL_MECHANISM))
+        if self.login is not None and (version == 0 or mechanism != self.login.mechanism):
+            raise FrameError("re-authentication must use SaslHandshake v1 and the same "
+                             "mechanism", answer(ErrorCode.ILLEGAL_SASL_STATE))
+        self.sasl = self.mechanisms[mechanism]()
+        self.raw_tokens = version == 0
+        return answer(ErrorCode.NONE)
+
+    # -- SaslAuthenticate ----------------------------------------------------------------
+
+    async def _step(self, message: bytes) -> tuple[bytes, Authenticated | None]:
+        """One SASL step; on failure wait ``failed_delay_ms`` and raise SaslFailure."""
+        assert self.sasl is not None
+        try:
+            challenge = self.sasl.step(message)
+        except SaslFailure as failure:
+            log.warning("SASL %s login from %s on %s failed: %s", self.sasl.mechanism,
+                        self.info.peer, self.info.listener, failure.message)
+            self.sasl = None
+            await asyncio.sleep(self.failed_delay_ms / 1000)
+            raise
+        if not self.sasl.complete:
+            return challenge, None
+        result = self.sasl.result
+        assert result is not None
+        self.sasl = None
+        return challenge, self._logged_in(result)
+
+    def _logged_in(self, result: Authenticated) -> Authenticated:
+        if self.login is not None and (result.principal, result.tenant, result.namespace) != (
+                self.login.principal, self.login.tenant, self.login.namespace):
+            raise SaslFailure("re-authentication may not change the principal or tenant")
+        first = self.login is None
+        self.login = result
+        self.principal = result.principal
+        self.home = Namespace(result.tenant or self.default_home.tenant,
+                              result.namespace or self.default_home.namespace)
+        now = _now_ms()
+        lifetime = session_lifetime_ms(now, result.expires_at_ms, self.max_reauth_ms)
+        self.session_ends_ms = now + lifetime if lifetime > 0 else None
+        log.info("%s %s as %s (tenant %s) on %s, session %s",
+                 self.info.peer, "logged in" if first else "re-authenticated",
+                 result.principal, self.home.tenant, self.info.listener,
+                 f"{lifetime} ms" if lifetime else "without limit")
+        return result
+
+    async def _authenticate(self, parsed: ParsedRequest) -> bytes:
+        version = parsed.header.api_version
+
+        def answer(code: ErrorCode, message: str | None, auth: bytes = b"",
+                   lifetime: int = 0) -> bytes:
+            return self._respond(parsed, SaslAuthenticateResponse(
+                version=version, error_code=code, error_message=message, auth_bytes=auth,
+                session_lifetime_ms=lifetime))
+
+        if self.sasl is None or self.raw_tokens:
+            raise FrameError("SaslAuthenticate without a SaslHandshake",
+                             answer(ErrorCode.ILLEGAL_SASL_STATE,
+                                    "SaslAuthenticate must follow SaslHandshake"))
+        try:
+            assert parsed.body is not None
+            challenge, result = await self._step(bytes(parsed.body.auth_bytes))
+        except SaslFailure as failure:
+            raise FrameError(f"authentication failed: {failure.message}", answer(
+                ErrorCode.SASL_AUTHENTICATION_FAILED,
+                f"Authentication failed: {failure.message}")) from failure
+        lifetime = 0
+        if result is not None and self.session_ends_ms is not None:
+            lifetime = max(self.session_ends_ms - _now_ms(), 1)
+        return answer(ErrorCode.NONE, None, challenge, lifetime)
+
+    async def _raw_token(self, frame: memoryview) -> bytes:
+        """The v0 flow: the frame is a bare SASL token, answered with a bare token."""
+        try:
+            challenge, result = await self._step(bytes(frame))
+        except SaslFailure as failure:
+            raise FrameError(f"authentication failed: {failure.message}") from failure
+        if result is not None:
+            self.raw_tokens = False
+        return len(challenge).to_bytes(4, "big") + challenge
+
     def closed(self) -> None:
-        """Nothing to release yet."""
+        """Nothing to release."""
         log.debug("connection from %s on %s closed", self.info.peer, self.info.listener)

@@ -21,7 +21,12 @@ _SIZE = struct.Struct(">i")
 
 
 class FrameError(Exception):
-    """A handler's verdict that the connection must be closed (garbage on the wire)."""
+    """A handler's verdict that the connection must be closed (garbage on the wire, or a
+    failed login). ``final`` is a last response written before the connection closes."""
+
+    def __init__(self, message: str, final: bytes | None = None) -> None:
+        super().__init__(message)
+        self.final = final
 
 
 class ConnectionHandler(Protocol):
@@ -58,6 +63,7 @@ class Limits:
     max_frame_bytes: int = 100 * 1024 * 1024
     max_queued_requests: int = 500
     idle_timeout_ms: int = 600_000
+    max_connections: int = 10_000
 
 
 class _Connection:
@@ -143,6 +149,8 @@ class _Connection:
             except FrameError as exc:
                 log.warning("closing connection from %s on %s: %s", self.info.peer,
                             self.info.listener, exc)
+                if exc.final is not None:
+                    self.writer.write(exc.final)
                 broken = True
             except (ConnectionError, asyncio.CancelledError):
                 broken = True
@@ -182,6 +190,11 @@ class ListenerServer:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+        if len(self._connections) >= self.limits.max_connections:
+            log.warning("refusing connection from %s on %s: %d connections is the limit",
+                        peer, self.name, self.limits.max_connections)
+            writer.close()
+            return
         info = ConnectionInfo(self.name, peer, writer.get_extra_info("ssl_object"))
         connection = _Connection(reader, writer, self.factory(info), info, self.limits)
         self._connections.add(connection)

@@ -148,6 +148,14 @@ class GroupLedger:
             self.events.append((self._next(), member, "revoke", parts))
             self.owned[member].difference_update(parts)
 
+    def leaving(self, member: str) -> None:
+        """``member`` stops processing and is about to leave: it owns nothing any more
+        (called before the client's close, which not every client reports as a revoke)."""
+        with self.lock:
+            parts = tuple(sorted(self.owned[member]))
+            self.events.append((self._next(), member, "leave", parts))
+            self.owned[member].clear()
+
     def processed(self, member: str, records: list[tuple[int, int]], committed: bool,
                   error: str = "") -> Batch:
         """Log a processed batch; its partitions must be owned by ``member``."""
@@ -393,3 +401,90 @@ def join_in_thread(port: int, group: str, member_id: str = "", **kwargs: Any
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, out
+
+
+# -- confluent-kafka members driven by interleaved polling --------------------------------
+
+class ConfluentMember:
+    """A confluent-kafka consumer in a group that records what it owns and processes, and
+    commits synchronously after each processed batch."""
+
+    def __init__(self, name: str, bootstrap: str, group: str, topic: str, ledger: GroupLedger,
+                 **conf: object) -> None:
+        self.name = name
+        self.topic = topic
+        self.ledger = ledger
+        self.lost: list[tuple[int, ...]] = []
+        self.consumer = confluent_kafka.Consumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 250,
+            "max.poll.interval.ms": 30000, **conf,
+        })
+        self.consumer.subscribe([topic], on_assign=self._on_assign,
+                                on_revoke=self._on_revoke, on_lost=self._on_lost)
+
+    def _on_assign(self, _consumer: object, partitions: list[confluent_kafka.TopicPartition]
+                   ) -> None:
+        self.ledger.assigned(self.name, [tp.partition for tp in partitions])
+
+    def _on_revoke(self, _consumer: object, partitions: list[confluent_kafka.TopicPartition]
+                   ) -> None:
+        self.ledger.revoked(self.name, [tp.partition for tp in partitions])
+
+    def _on_lost(self, _consumer: object, partitions: list[confluent_kafka.TopicPartition]
+                 ) -> None:
+        self.lost.append(tuple(tp.partition for tp in partitions))
+        self.ledger.revoked(self.name, [tp.partition for tp in partitions])
+
+    def step(self, max_records: int = 100, timeout: float = 0.02) -> int:
+        """Poll once; process and commit what came; return how many records."""
+        records: list[tuple[int, int]] = []
+        for msg in self.consumer.consume(max_records, timeout):
+            error = msg.error()
+            assert error is None, f"{self.name}: {error}"
+            records.append((msg.partition(), msg.offset()))
+        if not records:
+            return 0
+        committed, error_text = True, ""
+        offsets = [confluent_kafka.TopicPartition(self.topic, p, o)
+                   for p, o in positions(records).items()]
+        try:
+            result = self.consumer.commit(offsets=offsets, asynchronous=False)
+            failed = [tp for tp in result or [] if tp.error is not None]
+            if failed:
+                committed, error_text = False, str(failed)
+        except confluent_kafka.KafkaException as exc:
+            committed, error_text = False, str(exc)
+        self.ledger.processed(self.name, records, committed, error_text)
+        return len(records)
+
+    def close(self) -> None:
+        self.ledger.leaving(self.name)
+        self.consumer.close()
+
+
+def pump(members: list[ConfluentMember], condition: Callable[[], bool], timeout: float,
+         what: str) -> None:
+    """Poll every member in turn until ``condition()`` holds."""
+
+    def step() -> None:
+        for member in members:
+            member.step()
+
+    wait_until(condition, timeout, what, step)
+
+
+def balanced(ledger: GroupLedger, names: list[str], partitions: int) -> Callable[[], bool]:
+    """True once exactly ``names`` own all partitions, evenly and disjointly."""
+
+    def check() -> bool:
+        owned = ledger.ownership()
+        if sorted(owned) != sorted(names):
+            return False
+        sizes = [len(owned[n]) for n in names]
+        union = set().union(*owned.values())
+        return (union == set(range(partitions)) and sum(sizes) == partitions
+                and max(sizes) - min(sizes) <= 1)
+
+    return check

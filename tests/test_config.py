@@ -172,6 +172,23 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "offsetMetadataMaxSize": 4096,
     "offsetsRetentionMinutes": 4320,
     "offsetsRetentionCheckIntervalMs": 600000,
+    "saslAllowedMechanisms": "PLAIN",
+    "saslListenerMechanisms": "",
+    "tokenSecretKey": "",
+    "tokenPublicKey": "",
+    "tokenAuthClaim": "sub",
+    "tokenAudienceClaim": "",
+    "tokenAudience": "",
+    "failedAuthenticationDelayMs": 300,
+    "connectionsMaxReauthMs": 0,
+    "tlsCertificateFilePath": "",
+    "tlsKeyFilePath": "",
+    "tlsTrustCertsFilePath": "",
+    "tlsRequireTrustedClientCertOnConnect": False,
+    "maxConnectionsPerListener": 10000,
+    "authorizationEnabled": False,
+    "superUserRoles": "",
+    "kopAllowedNamespaces": "",
     "logLevel": "INFO",
 }
 
@@ -301,6 +318,12 @@ INVALID = [
     ("offsetMetadataMaxSize", "-1"),
     ("offsetsRetentionMinutes", "0"),
     ("offsetsRetentionCheckIntervalMs", "0"),
+    ("tokenAuthClaim", ""),
+    ("failedAuthenticationDelayMs", "-1"),
+    ("connectionsMaxReauthMs", "-1"),
+    ("tlsRequireTrustedClientCertOnConnect", "maybe"),
+    ("maxConnectionsPerListener", "0"),
+    ("authorizationEnabled", "2"),
     ("logLevel", "TRACE"),
     ("logLevel", "CRITICAL"),
 ]
@@ -310,6 +333,10 @@ def test_every_key_has_an_invalid_case() -> None:
     covered = {name for name, _ in INVALID} | {
         "kafkaAdvertisedListeners",  # covered by the listener cases below
         "kafkaProtocolMap",
+        # free text, checked when the broker starts (tests/test_security_config.py)
+        "saslAllowedMechanisms", "saslListenerMechanisms", "tokenSecretKey",
+        "tokenPublicKey", "tokenAudienceClaim", "tokenAudience", "tlsCertificateFilePath",
+        "tlsKeyFilePath", "tlsTrustCertsFilePath", "superUserRoles", "kopAllowedNamespaces",
     }
     assert covered == set(CONFIG_KEYS)
 

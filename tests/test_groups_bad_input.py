@@ -139,9 +139,9 @@ def test_over_long_group_id_is_invalid_and_changes_nothing(gbroker: BrokerProces
     create_topic(gbroker.bootstrap, topic_name, 2)
     longest = ("g" + topic_name + "x" * 255)[:255]
     too_long = longest + "y"
+    assert conn.commit(longest, -1, "", topic_name, {0: (3, None)}) == {0: NONE}
     joined = conn.join_new(longest, topics=(topic_name,))
     assert joined.error_code == NONE, joined
-    assert conn.commit(longest, -1, "", topic_name, {0: (3, None)}) == {0: NONE}
 
     assert conn.join(too_long, "", version=3, topics=(topic_name,)).error_code == \
         INVALID_GROUP_ID
@@ -215,7 +215,7 @@ def test_member_removed_by_leave_group_is_unknown(gbroker: BrokerProcess,
     assert conn.heartbeat(group, generation, member) == UNKNOWN_MEMBER_ID
     assert conn.commit(group, generation, member, topic_name, {0: (40, None)}) == \
         {0: UNKNOWN_MEMBER_ID}
-    assert conn.fetch_offsets(group, topic_name, [0])[1] == {0: (4, None, NONE)}
+    assert conn.fetch_offsets(group, topic_name, [0])[1] == {0: (4, "", NONE)}
     again = conn.leave(group, [(member, None)], version=leave_version)
     if leave_version >= 3:
         assert again.error_code == NONE
@@ -231,44 +231,71 @@ def test_member_expelled_by_session_timeout_is_unknown(gbroker: BrokerProcess,
     create_topic(gbroker.bootstrap, topic_name, 2)
     group = group_id_for(topic_name)
     member, generation = stable_member(conn, group, topic_name, session_ms=MIN_SESSION_MS)
+    assert conn.commit(group, generation, member, topic_name, {0: (4, "kept")}) == {0: NONE}
     for _ in range(3):  # heartbeats within the session keep it alive
         time.sleep(MIN_SESSION_MS / 3000)
         assert conn.heartbeat(group, generation, member) == NONE
     time.sleep(MIN_SESSION_MS * 2.5 / 1000)
     assert conn.heartbeat(group, generation, member) == UNKNOWN_MEMBER_ID
-    assert conn.commit(group, generation, member, topic_name, {0: (4, None)}) == \
+    assert conn.commit(group, generation, member, topic_name, {0: (40, None)}) == \
         {0: UNKNOWN_MEMBER_ID}
-    assert conn.fetch_offsets(group, topic_name, [0])[1][0][0] == -1
+    assert conn.fetch_offsets(group, topic_name, [0])[1] == {0: (4, "kept", NONE)}
 
 
+@pytest.mark.parametrize("who", ["leader", "follower"])
 def test_static_member_rejoining_fences_the_old_member_id(gbroker: BrokerProcess,
                                                           conn: GroupConnection,
-                                                          topic_name: str) -> None:
+                                                          topic_name: str, who: str) -> None:
     create_topic(gbroker.bootstrap, topic_name, 2)
     group = group_id_for(topic_name)
     first = conn.join(group, "", version=5, instance_id="instance-a", topics=(topic_name,))
     assert first.error_code == NONE, first  # static members skip MEMBER_ID_REQUIRED
-    old = first.member_id
-    assert old != ""
-    synced = conn.sync(group, first.generation_id, old,
-                       {old: assignment(topic_name, [0, 1])}, instance_id="instance-a")
+    member_a = first.member_id
+    assert member_a != ""
+    generation = first.generation_id
+    plan = {member_a: assignment(topic_name, [0, 1])}
+    if who == "follower":  # a second static member joins; A rejoins; both sync
+        thread, out = join_in_thread(gbroker.port, group, "", version=5,
+                                     instance_id="instance-b", topics=(topic_name,))
+        time.sleep(0.3)
+        rejoined = conn.join(group, member_a, version=5, instance_id="instance-a",
+                             topics=(topic_name,))
+        thread.join(15)
+        assert rejoined.error_code == NONE, rejoined
+        assert len(out) == 1 and out[0].error_code == NONE, out
+        generation = rejoined.generation_id
+        assert rejoined.leader == member_a
+        plan = {member_a: assignment(topic_name, [0]),
+                out[0].member_id: assignment(topic_name, [1])}
+    synced = conn.sync(group, generation, member_a, plan, instance_id="instance-a")
     assert synced.error_code == NONE, synced
-    assert conn.heartbeat(group, first.generation_id, old, instance_id="instance-a") == NONE
+    instance, old = "instance-a", member_a
+    if who == "follower":
+        instance, old = "instance-b", out[0].member_id
+        other = GroupConnection(gbroker.port)
+        synced_b = other.sync(group, generation, old, instance_id=instance)
+        other.close()
+        assert synced_b.error_code == NONE, synced_b
+        assert bytes(synced_b.assignment) == plan[old]
+    assert conn.heartbeat(group, generation, old, instance_id=instance) == NONE
 
-    second = conn.join(group, "", version=5, instance_id="instance-a", topics=(topic_name,))
+    second = conn.join(group, "", version=5, instance_id=instance, topics=(topic_name,))
     assert second.error_code == NONE, second
     new = second.member_id
     assert new not in ("", old)
-    assert second.generation_id == first.generation_id  # stable, same protocol: no rebalance
-
-    assert conn.heartbeat(group, first.generation_id, old, instance_id="instance-a") == \
-        FENCED_INSTANCE_ID
-    assert conn.commit(group, first.generation_id, old, topic_name, {0: (9, None)},
-                       instance_id="instance-a") == {0: FENCED_INSTANCE_ID}
-    assert conn.heartbeat(group, second.generation_id, new, instance_id="instance-a") == NONE
-    assert conn.commit(group, second.generation_id, new, topic_name, {0: (7, None)},
-                       instance_id="instance-a") == {0: NONE}
-    assert conn.fetch_offsets(group, topic_name, [0])[1] == {0: (7, None, NONE)}
+    assert conn.heartbeat(group, generation, old, instance_id=instance) == FENCED_INSTANCE_ID
+    assert conn.commit(group, generation, old, topic_name, {0: (9, None)},
+                       instance_id=instance) == {0: FENCED_INSTANCE_ID}
+    # Kafka: a static member (leader or not) rejoining a Stable group with unchanged
+    # protocols triggers no rebalance; it gets the current generation and its assignment.
+    assert second.generation_id == generation
+    assert conn.heartbeat(group, generation, new, instance_id=instance) == NONE
+    again = conn.sync(group, generation, new, instance_id=instance)
+    assert again.error_code == NONE, again
+    assert bytes(again.assignment) == plan[old]
+    assert conn.commit(group, generation, new, topic_name, {0: (7, None)},
+                       instance_id=instance) == {0: NONE}
+    assert conn.fetch_offsets(group, topic_name, [0])[1] == {0: (7, "", NONE)}
 
 
 def test_sync_with_a_wrong_generation(conn: GroupConnection, topic_name: str) -> None:

@@ -98,7 +98,8 @@ async def handle_join_group(engine: Engine, ctx: RequestContext, request: Any) -
         return failed(result.error, result.member_id)
     return R(version=version, throttle_time_ms=0, error_code=0,
              generation_id=result.generation, protocol_type=result.protocol_type,
-             protocol_name=result.protocol, leader=result.leader, skip_assignment=False,
+             protocol_name=result.protocol, leader=result.leader,
+             skip_assignment=result.skip_assignment,
              member_id=result.member_id,
              members=[R.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=d)
                       for m, i, d in result.members])

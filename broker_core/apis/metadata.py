@@ -100,7 +100,7 @@ async def handle_metadata(engine: Engine, ctx: RequestContext, request: Any) -> 
             _topic_entry(engine, ctx, naming.to_client(topic.name, ctx.home), topic, version,
                          with_operations)
             for topic in engine.logs.topics()
-            if topic.name.startswith(ctx.home.prefix)
+            if engine.listed(ctx, topic.name) and not engine.is_internal(topic.name)
             and engine.allowed(ctx, Operation.DESCRIBE, topic.name)
         ]
     else:

@@ -11,6 +11,7 @@ Members that stop heartbeating are removed after their session timeout.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -321,14 +322,19 @@ class GroupCoordinator:
         group.state = GroupState.COMPLETING_REBALANCE
         log.info("group %s: generation %d with %d members, protocol %s", group.group_id,
                  group.generation, len(group.members), group.protocol)
-        everyone = tuple((m.member_id, m.group_instance_id, m.metadata_for(group.protocol))
-                         for m in group.members.values())
+        everyone = self._everyone(group)
         for member in group.members.values():
             waiter = member.join_waiter
             member.join_waiter = None
             if waiter is not None and not waiter.done():
                 waiter.set_result(self._join_result(group, member.member_id, everyone))
             self._schedule_session(group, member)
+
+    @staticmethod
+    def _everyone(group: Group) -> tuple[tuple[str, str | None, bytes], ...]:
+        """What the leader learns of each member: id, instance id and protocol metadata."""
+        return tuple((m.member_id, m.group_instance_id, m.metadata_for(group.protocol or ""))
+                     for m in group.members.values())
 
     def _join_result(self, group: Group, member_id: str,
                      everyone: tuple[tuple[str, str | None, bytes], ...] = ()) -> JoinResult:
@@ -406,16 +412,18 @@ class GroupCoordinator:
         self._remove_member(group, old, ErrorCode.FENCED_INSTANCE_ID)
         member = self._new_member(group, member_id, request)
         member.assignment = old.assignment
-        was_leader = group.leader == old.member_id
-        if was_leader:
+        if group.leader == old.member_id:
             group.leader = member_id
-        unchanged = old.protocols == member.protocols
         log.info("static member %s of group %s is now %s", request.group_instance_id,
                  group.group_id, member_id)
-        if group.state == GroupState.STABLE and unchanged and not was_leader:
+        if group.state == GroupState.STABLE and group.choose_protocol() == group.protocol:
+            # As Kafka: no rebalance when the group's protocol would not change; a leader
+            # gets the members back but is told to skip the assignment.
             self._schedule_session(group, member)
             await self._write(group, [records.group_record(group)])
-            return self._join_result(group, member_id)
+            everyone = self._everyone(group) if member_id == group.leader else ()
+            return dataclasses.replace(self._join_result(group, member_id, everyone),
+                                       skip_assignment=member_id == group.leader)
         return await self._await_join(group, member)
 
     async def _join_known(self, group: Group, request: JoinRequest) -> JoinResult:
@@ -438,10 +446,7 @@ class GroupCoordinator:
             self._schedule_session(group, member)
             return self._join_result(group, member_id)
         if group.state == GroupState.COMPLETING_REBALANCE and unchanged:
-            everyone = tuple((m.member_id, m.group_instance_id,
-                              m.metadata_for(group.protocol or ""))
-                             for m in group.members.values())
-            return self._join_result(group, member_id, everyone)
+            return self._join_result(group, member_id, self._everyone(group))
         return await self._await_join(group, member)
 
     # -- SyncGroup, Heartbeat, LeaveGroup ------------------------------------------------

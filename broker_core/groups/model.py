@@ -40,6 +40,7 @@ class JoinResult:
     protocol: str | None = None
     leader: str = ""
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True, slots=True)

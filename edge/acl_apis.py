@@ -1,0 +1,205 @@
+"""CreateAcls, DescribeAcls and DeleteAcls over the broker's ACL store.
+
+Names are mapped as topics are: a LITERAL topic ``t`` means the caller's
+``tenant/namespace/t``, a PREFIXED ``foo`` means ``tenant/namespace/foo``, and a PREFIXED
+name with a ``/`` (``tenant/namespace/``) is a full prefix. Group and transactional-id
+bindings belong to the caller's tenant. Only superusers manage other tenants' ACLs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka.protocol.admin import (
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+)
+
+from broker_core import naming
+from broker_core.context import Operation, RequestContext, ResourceType
+from broker_core.dispatch import ApiSpec
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+from edge.acls import (
+    WILDCARD,
+    AclBinding,
+    AclFilter,
+    AclOperation,
+    AclPattern,
+    AclPermission,
+    AclResource,
+    AclStore,
+)
+from edge.authorization import Policy
+
+log = logging.getLogger(__name__)
+CLUSTER_NAME = "kafka-cluster"
+_PERSISTENT = "persistent://"
+
+
+def _tenant_of_caller(ctx: RequestContext) -> str:
+    return ctx.login_tenant or ctx.home.tenant
+
+
+def _topic_name(ctx: RequestContext, name: str, pattern: AclPattern) -> str:
+    """The stored form of a topic name or prefix given by a client."""
+    if name == WILDCARD and pattern != AclPattern.PREFIXED:
+        return name
+    if pattern == AclPattern.PREFIXED:
+        body = name.removeprefix(_PERSISTENT)
+        return body if "/" in body else ctx.home.prefix + body
+    return naming.to_internal(name, ctx.home)
+
+
+def _shown_name(ctx: RequestContext, binding: AclBinding) -> str:
+    if binding.resource != AclResource.TOPIC or binding.name == WILDCARD:
+        return binding.name
+    if binding.name.startswith(ctx.home.prefix) and binding.name != ctx.home.prefix:
+        return binding.name[len(ctx.home.prefix):]
+    return binding.name
+
+
+def _binding_tenant(ctx: RequestContext, resource: AclResource, name: str) -> str:
+    if resource == AclResource.TOPIC and name != WILDCARD:
+        return name.split("/", 1)[0]
+    return _tenant_of_caller(ctx)
+
+
+class AclApis:
+    """The three ACL APIs, bound to one store and policy."""
+
+    def __init__(self, store: AclStore, policy: Policy) -> None:
+        self.store = store
+        self.policy = policy
+
+    def specs(self) -> list[ApiSpec]:
+        """The ApiSpecs to serve."""
+        return [
+            ApiSpec(29, DescribeAclsRequest, DescribeAclsResponse, 1, 3, self.describe),
+            ApiSpec(30, CreateAclsRequest, CreateAclsResponse, 1, 3, self.create),
+            ApiSpec(31, DeleteAclsRequest, DeleteAclsResponse, 1, 3, self.delete),
+        ]
+
+    def _gate(self, engine: Engine, ctx: RequestContext, operation: Operation) -> None:
+        if not self.policy.enabled:
+            raise KafkaApiError(ErrorCode.SECURITY_DISABLED,
+                                "authorization is disabled (authorizationEnabled=false)")
+        if not engine.authorizer.authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME):
+            raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                f"{ctx.principal} may not manage ACLs")
+
+    def _own(self, ctx: RequestContext, tenant: str) -> None:
+        if not self.policy.is_super_user(ctx) and tenant != _tenant_of_caller(ctx):
+            raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                f"only superusers manage ACLs of tenant {tenant!r}")
+
+    def _binding(self, ctx: RequestContext, item: Any) -> AclBinding:
+        try:
+            resource = AclResource(item.resource_type)
+            pattern = AclPattern(item.resource_pattern_type)
+            operation = AclOperation(item.operation)
+            permission = AclPermission(item.permission_type)
+        except ValueError as exc:
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"invalid ACL: {exc}") from exc
+        if resource == AclResource.ANY or pattern not in (AclPattern.LITERAL,
+                                                          AclPattern.PREFIXED):
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                "an ACL needs a concrete resource type and a LITERAL or "
+                                "PREFIXED pattern")
+        if operation == AclOperation.ANY or permission == AclPermission.ANY:
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                "an ACL needs a concrete operation and permission")
+        if not item.principal.startswith("User:") or not item.resource_name:
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                "principal must be User:<role> and the name non-empty")
+        if resource == AclResource.CLUSTER and item.resource_name != CLUSTER_NAME:
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                f"the cluster resource is named {CLUSTER_NAME!r}")
+        name = (_topic_name(ctx, item.resource_name, pattern) if resource == AclResource.TOPIC
+                else item.resource_name)
+        tenant = _binding_tenant(ctx, resource, name)
+        self._own(ctx, tenant)
+        return AclBinding(tenant, resource, name, pattern, item.principal, item.host or "*",
+                          operation, permission)
+
+    def _filter(self, ctx: RequestContext, item: Any) -> AclFilter:
+        try:
+            resource = AclResource(item.resource_type_filter)
+            pattern = AclPattern(item.pattern_type_filter)
+            operation = AclOperation(item.operation)
+            permission = AclPermission(item.permission_type)
+        except ValueError as exc:
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"invalid ACL filter: {exc}") \
+                from exc
+        name = item.resource_name_filter
+        if name is not None and resource == AclResource.TOPIC:
+            name = _topic_name(ctx, name, pattern if pattern == AclPattern.PREFIXED
+                               else AclPattern.LITERAL)
+        tenant = None if self.policy.is_super_user(ctx) else _tenant_of_caller(ctx)
+        return AclFilter(tenant, resource, name, pattern, item.principal_filter,
+                         item.host_filter, operation, permission)
+
+    async def create(self, engine: Engine, ctx: RequestContext, request: Any) -> Any:
+        """Handle CreateAcls."""
+        results = []
+        created = []
+        for item in request.creations:
+            code, message = ErrorCode.NONE, None
+            try:
+                self._gate(engine, ctx, Operation.ALTER)
+                created.append(self._binding(ctx, item))
+            except KafkaApiError as error:
+                code, message = error.code, error.message
+            results.append(CreateAclsResponse.AclCreationResult(error_code=code,
+                                                                 error_message=message))
+        if created:
+            self.store.add(created)
+            log.info("%s created %d ACLs", ctx.principal, len(created))
+        return CreateAclsResponse(version=request.version, throttle_time_ms=0, results=results)
+
+    async def describe(self, engine: Engine, ctx: RequestContext, request: Any) -> Any:
+        """Handle DescribeAcls."""
+        R = DescribeAclsResponse
+        try:
+            self._gate(engine, ctx, Operation.DESCRIBE)
+            found = self.store.find(self._filter(ctx, request))
+        except KafkaApiError as error:
+            return R(version=request.version, throttle_time_ms=0, error_code=error.code,
+                     error_message=error.message, resources=[])
+        grouped: dict[tuple[int, str, int], list[Any]] = {}
+        for b in found:
+            grouped.setdefault((b.resource, _shown_name(ctx, b), b.pattern), []).append(
+                R.DescribeAclsResource.AclDescription(
+                    principal=b.principal, host=b.host, operation=b.operation,
+                    permission_type=b.permission))
+        return R(version=request.version, throttle_time_ms=0, error_code=0, error_message=None,
+                 resources=[R.DescribeAclsResource(resource_type=t, resource_name=n,
+                                                   pattern_type=p, acls=acls)
+                            for (t, n, p), acls in grouped.items()])
+
+    async def delete(self, engine: Engine, ctx: RequestContext, request: Any) -> Any:
+        """Handle DeleteAcls."""
+        R = DeleteAclsResponse
+        F = R.DeleteAclsFilterResult
+        results = []
+        for item in request.filters:
+            try:
+                self._gate(engine, ctx, Operation.ALTER)
+                deleted = self.store.delete(self._filter(ctx, item))
+            except KafkaApiError as error:
+                results.append(F(error_code=error.code, error_message=error.message,
+                                 matching_acls=[]))
+                continue
+            results.append(F(error_code=0, error_message=None, matching_acls=[
+                F.DeleteAclsMatchingAcl(
+                    error_code=0, error_message=None, resource_type=b.resource,
+                    resource_name=_shown_name(ctx, b), pattern_type=b.pattern,
+                    principal=b.principal, host=b.host, operation=b.operation,
+                    permission_type=b.permission) for b in deleted]))
+        return R(version=request.version, throttle_time_ms=0, filter_results=results)
+

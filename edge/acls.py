@@ -1,0 +1,200 @@
+"""Kafka's ACL model and the broker's persisted ACL store.
+
+A binding grants or denies one operation on a resource pattern (LITERAL, PREFIXED, or the
+LITERAL wildcard ``*``) to a principal ``User:<role>`` (or ``User:*``) from a host (or
+``*``). Every binding belongs to a tenant: it only ever applies to that tenant's
+resources, so the tenant boundary holds whatever the ACLs say. Topic names are stored as
+full ``tenant/namespace/topic`` names; a namespace grant is the PREFIXED binding
+``tenant/namespace/``. DENY beats ALLOW.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from enum import IntEnum
+from pathlib import Path
+
+
+class AclResource(IntEnum):
+    """Resource types, with Kafka's codes."""
+
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+
+
+class AclPattern(IntEnum):
+    """Pattern types, with Kafka's codes (ANY and MATCH only appear in filters)."""
+
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclOperation(IntEnum):
+    """Operations, with Kafka's codes."""
+
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+
+
+class AclPermission(IntEnum):
+    """Permission types, with Kafka's codes."""
+
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
+
+
+WILDCARD = "*"
+# An ALLOW of one of these operations also allows DESCRIBE (resp. DESCRIBE_CONFIGS).
+_IMPLIES = {
+    AclOperation.DESCRIBE: {AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE,
+                            AclOperation.ALTER},
+    AclOperation.DESCRIBE_CONFIGS: {AclOperation.ALTER_CONFIGS},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    """One ACL entry, owned by ``tenant``."""
+
+    tenant: str
+    resource: AclResource
+    name: str
+    pattern: AclPattern
+    principal: str
+    host: str
+    operation: AclOperation
+    permission: AclPermission
+
+    def covers(self, name: str) -> bool:
+        """Whether the binding's pattern covers a resource name."""
+        if self.pattern == AclPattern.PREFIXED:
+            return name.startswith(self.name)
+        return self.name in (WILDCARD, name)
+
+    def grants(self, operation: AclOperation) -> bool:
+        """Whether the binding speaks about ``operation`` (directly, via ALL, or, for an
+        ALLOW, via an operation that implies it)."""
+        if self.operation in (AclOperation.ALL, operation):
+            return True
+        return (self.permission == AclPermission.ALLOW
+                and self.operation in _IMPLIES.get(operation, set()))
+
+
+@dataclass(frozen=True, slots=True)
+class AclFilter:
+    """A DescribeAcls / DeleteAcls filter; None fields match anything."""
+
+    tenant: str | None
+    resource: AclResource
+    name: str | None
+    pattern: AclPattern
+    principal: str | None
+    host: str | None
+    operation: AclOperation
+    permission: AclPermission
+
+    def matches(self, binding: AclBinding) -> bool:
+        """Whether ``binding`` is selected by this filter."""
+        if self.tenant is not None and binding.tenant != self.tenant:
+            return False
+        if self.resource != AclResource.ANY and binding.resource != self.resource:
+            return False
+        if self.pattern == AclPattern.MATCH:
+            if self.name is not None and not binding.covers(self.name):
+                return False
+        else:
+            if self.pattern != AclPattern.ANY and binding.pattern != self.pattern:
+                return False
+            if self.name is not None and binding.name != self.name:
+                return False
+        return all((
+            self.principal is None or binding.principal == self.principal,
+            self.host is None or binding.host == self.host,
+            self.operation == AclOperation.ANY or binding.operation == self.operation,
+            self.permission == AclPermission.ANY or binding.permission == self.permission,
+        ))
+
+
+class AclStore:
+    """The ACL bindings, kept in a JSON file written atomically on every change."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.bindings: set[AclBinding] = set()
+        if path.exists():
+            for item in json.loads(path.read_text()):
+                self.bindings.add(AclBinding(
+                    item["tenant"], AclResource(item["resource"]), item["name"],
+                    AclPattern(item["pattern"]), item["principal"], item["host"],
+                    AclOperation(item["operation"]), AclPermission(item["permission"])))
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temp = self.path.with_suffix(".tmp")
+        document = sorted((asdict(b) for b in self.bindings),
+                          key=lambda d: json.dumps(d, sort_keys=True))
+        with open(temp, "w") as handle:
+            json.dump(document, handle, indent=1)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temp.replace(self.path)
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+    def add(self, bindings: Iterable[AclBinding]) -> None:
+        """Add bindings (adding an existing one changes nothing)."""
+        self.bindings.update(bindings)
+        self._save()
+
+    def find(self, selector: AclFilter) -> list[AclBinding]:
+        """Bindings selected by the filter, in a stable order."""
+        return sorted((b for b in self.bindings if selector.matches(b)),
+                      key=lambda b: (b.resource, b.name, b.pattern, b.principal, b.host,
+                                     b.operation, b.permission))
+
+    def delete(self, selector: AclFilter) -> list[AclBinding]:
+        """Remove and return the bindings selected by the filter."""
+        doomed = self.find(selector)
+        if doomed:
+            self.bindings.difference_update(doomed)
+            self._save()
+        return doomed
+
+    def decide(self, tenant: str, resource: AclResource, name: str, principal: str,
+               host: str, operation: AclOperation) -> bool:
+        """Kafka's rule: any matching DENY refuses; else any matching ALLOW grants."""
+        allowed = False
+        for binding in self.bindings:
+            if binding.tenant != tenant or binding.resource != resource:
+                continue
+            if binding.principal not in (principal, "User:*") or \
+                    binding.host not in (host, WILDCARD):
+                continue
+            if not binding.covers(name) or not binding.grants(operation):
+                continue
+            if binding.permission == AclPermission.DENY:
+                return False
+            allowed = True
+        return allowed

@@ -1,0 +1,103 @@
+"""The SASL OAUTHBEARER server mechanism (RFC 7628) with KIP-368-style expiry.
+
+A good client initial response is answered with empty bytes. A bad token (or a bad
+message whose GS2 header was understood) is answered with the RFC 7628 error
+``{"status":"invalid_token"}``; the client then sends a lone ``\\x01`` and the second
+step fails with the original reason.
+"""
+
+from __future__ import annotations
+
+import json
+from types import MappingProxyType
+
+from sasl.errors import SaslFailure
+from sasl.limits import check_message_size
+from sasl.names import is_valid_name
+from sasl.oauthbearer_message import (
+    ClientInitialResponse,
+    MalformedHeader,
+    MalformedMessage,
+    parse_client_initial_response,
+)
+from sasl.types import Authenticated, TokenRejected, TokenValidator, ValidatedToken
+
+TENANT_EXTENSION = "tenant"
+ERROR_CHALLENGE = json.dumps({"status": "invalid_token"}, separators=(",", ":")).encode()
+
+
+class OAuthBearerServer:
+    """One OAUTHBEARER exchange: one client message, plus the dummy reply after an error."""
+
+    mechanism = "OAUTHBEARER"
+
+    def __init__(self, validator: TokenValidator, *, tenant_claim: str | None = None) -> None:
+        self._validator = validator
+        self._tenant_claim = tenant_claim
+        self._steps = 0
+        self._pending_error: str | None = None
+        self._result: Authenticated | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self._result is not None
+
+    @property
+    def result(self) -> Authenticated | None:
+        return self._result
+
+    def step(self, message: bytes) -> bytes:
+        self._steps += 1
+        if self._steps == 1:
+            return self._first_step(message)
+        if self._steps == 2 and self._pending_error is not None:
+            raise SaslFailure(self._pending_error)
+        raise SaslFailure("OAUTHBEARER exchange is already over")
+
+    def _first_step(self, message: bytes) -> bytes:
+        check_message_size(message)
+        try:
+            text = message.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SaslFailure("invalid OAUTHBEARER message: not valid UTF-8") from None
+        try:
+            response = parse_client_initial_response(text)
+        except MalformedHeader as exc:
+            raise SaslFailure(str(exc)) from None
+        except MalformedMessage as exc:
+            return self._error_challenge(str(exc))
+        try:
+            token = self._validator.validate(response.token)
+        except TokenRejected as exc:
+            return self._error_challenge(exc.message)
+        if response.authzid is not None and response.authzid != token.principal:
+            raise SaslFailure("authorization id does not match the token's principal")
+        tenant = self._tenant(response, token)
+        self._result = Authenticated(
+            principal=token.principal,
+            tenant=tenant,
+            namespace=None,
+            expires_at_ms=token.expires_at_ms,
+            mechanism=self.mechanism,
+            extensions=MappingProxyType(dict(response.extensions)),
+        )
+        return b""
+
+    def _tenant(self, response: ClientInitialResponse, token: ValidatedToken) -> str | None:
+        tenant: object = None
+        source = ""
+        if self._tenant_claim is not None and token.claims.get(self._tenant_claim) is not None:
+            tenant = token.claims[self._tenant_claim]
+            source = f"token claim {self._tenant_claim!r}"
+        elif TENANT_EXTENSION in response.extensions:
+            tenant = response.extensions[TENANT_EXTENSION]
+            source = f"extension {TENANT_EXTENSION!r}"
+        if tenant is None:
+            return None
+        if not isinstance(tenant, str) or not is_valid_name(tenant):
+            raise SaslFailure(f"invalid tenant in {source}")
+        return tenant
+
+    def _error_challenge(self, reason: str) -> bytes:
+        self._pending_error = reason
+        return ERROR_CHALLENGE

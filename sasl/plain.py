@@ -1,0 +1,78 @@
+"""The SASL PLAIN server mechanism (RFC 4616) carrying Pulsar-style ``token:<jwt>`` passwords.
+
+The username names the tenant (``tenant`` or ``tenant/namespace``); the password is
+``<method>:<credential>`` where only the ``token`` method exists; the role comes from
+the token, as in Kafka-on-Pulsar.
+"""
+
+from __future__ import annotations
+
+from sasl.errors import SaslFailure
+from sasl.limits import check_message_size
+from sasl.names import parse_tenant_spec
+from sasl.types import Authenticated, TokenRejected, TokenValidator
+
+SUPPORTED_METHOD = "token"
+
+
+class PlainServer:
+    """One PLAIN exchange: a single client message, answered with empty bytes on success."""
+
+    mechanism = "PLAIN"
+
+    def __init__(self, validator: TokenValidator) -> None:
+        self._validator = validator
+        self._done = False
+        self._result: Authenticated | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self._result is not None
+
+    @property
+    def result(self) -> Authenticated | None:
+        return self._result
+
+    def step(self, message: bytes) -> bytes:
+        if self._done:
+            raise SaslFailure("PLAIN takes a single message; the exchange is already over")
+        self._done = True
+        self._result = self._authenticate(message)
+        return b""
+
+    def _authenticate(self, message: bytes) -> Authenticated:
+        check_message_size(message)
+        try:
+            text = message.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SaslFailure("invalid PLAIN message: not valid UTF-8") from None
+        parts = text.split("\x00")
+        if len(parts) != 3:
+            raise SaslFailure(
+                "invalid PLAIN message: expected 'authzid NUL username NUL password' "
+                f"(3 fields), got {len(parts)}"
+            )
+        authzid, username, password = parts
+        if authzid and authzid != username:
+            raise SaslFailure("PLAIN authorization id must be empty or equal the username")
+        tenant, namespace = parse_tenant_spec(username)
+        method, sep, credential = password.partition(":")
+        if not sep:
+            raise SaslFailure(f"invalid password: expected '{SUPPORTED_METHOD}:<credential>'")
+        if method != SUPPORTED_METHOD:
+            raise SaslFailure(
+                f"unsupported authentication method {method!r}; supported: '{SUPPORTED_METHOD}'"
+            )
+        if not credential:
+            raise SaslFailure("invalid password: empty token")
+        try:
+            token = self._validator.validate(credential)
+        except TokenRejected as exc:
+            raise SaslFailure(exc.message) from None
+        return Authenticated(
+            principal=token.principal,
+            tenant=tenant,
+            namespace=namespace,
+            expires_at_ms=token.expires_at_ms,
+            mechanism=self.mechanism,
+        )

@@ -1,0 +1,71 @@
+"""Value types and protocols shared by the SASL mechanisms and their token validators."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol
+
+
+def _no_extensions() -> Mapping[str, str]:
+    return MappingProxyType({})
+
+
+class TokenRejected(Exception):
+    """A validator refused a token; ``message`` is short and safe to show the client."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ValidatedToken:
+    """What a validator learned from an accepted token."""
+
+    principal: str
+    """The role, taken from the configured claim."""
+    expires_at_ms: int | None
+    """The token's ``exp`` in milliseconds since the epoch, ``None`` if it has none."""
+    claims: Mapping[str, object]
+
+
+class TokenValidator(Protocol):
+    """Checks a bearer token; raises :class:`TokenRejected` (or a subclass) if it is bad."""
+
+    def validate(self, token: str) -> ValidatedToken: ...
+
+
+@dataclass(frozen=True)
+class Authenticated:
+    """The outcome of a successful SASL exchange."""
+
+    principal: str
+    """The role."""
+    tenant: str | None
+    """From the PLAIN username, or a token claim / extension; ``None`` = broker default."""
+    namespace: str | None
+    """From a PLAIN username of the form ``tenant/namespace``."""
+    expires_at_ms: int | None
+    """The session must end no later than this (ms since the epoch); ``None`` = no bound."""
+    mechanism: str
+    extensions: Mapping[str, str] = field(default_factory=_no_extensions)
+    """OAUTHBEARER extensions such as ``groupId``."""
+
+
+class SaslServer(Protocol):
+    """A sans-I/O SASL server mechanism: feed it client messages, send back what it returns."""
+
+    @property
+    def mechanism(self) -> str: ...
+
+    def step(self, message: bytes) -> bytes:
+        """Consume one client message; return the bytes to send back. Raises SaslFailure."""
+        ...
+
+    @property
+    def complete(self) -> bool: ...
+
+    @property
+    def result(self) -> Authenticated | None: ...

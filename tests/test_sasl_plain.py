@@ -1,0 +1,137 @@
+"""PlainServer: RFC 4616 message rules, tenant usernames and the token: password method."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import jwt
+import pytest
+
+from oauth import JwtTokenValidator, TokenSettings
+from sasl import MAX_CLIENT_MESSAGE_BYTES, Authenticated, PlainServer, SaslFailure
+
+SECRET = b"plain-test-secret-plain-test-secret-plain-test-secret!!"
+
+
+@pytest.fixture
+def validator() -> JwtTokenValidator:
+    url = f"data:;base64,{base64.b64encode(SECRET).decode()}"
+    return JwtTokenValidator(TokenSettings(secret_key=url))
+
+
+@pytest.fixture
+def server(validator: JwtTokenValidator) -> PlainServer:
+    return PlainServer(validator)
+
+
+def token(**claims: object) -> str:
+    return jwt.encode({"sub": "alice", **claims}, SECRET, algorithm="HS256")
+
+
+def message(username: str, password: str, authzid: str = "") -> bytes:
+    return f"{authzid}\x00{username}\x00{password}".encode()
+
+
+def fails(server: PlainServer, msg: bytes) -> str:
+    with pytest.raises(SaslFailure) as info:
+        server.step(msg)
+    assert not server.complete
+    assert server.result is None
+    return info.value.message
+
+
+def test_tenant_login(server: PlainServer) -> None:
+    exp = int(time.time()) + 300
+    assert not server.complete and server.result is None
+    assert server.mechanism == "PLAIN"
+    assert server.step(message("acme", f"token:{token(exp=exp)}")) == b""
+    assert server.complete
+    assert server.result == Authenticated(
+        principal="alice",
+        tenant="acme",
+        namespace=None,
+        expires_at_ms=exp * 1000,
+        mechanism="PLAIN",
+        extensions={},
+    )
+
+
+def test_tenant_and_namespace(server: PlainServer) -> None:
+    server.step(message("acme-1_x=:.y/ns.2", f"token:{token()}"))
+    result = server.result
+    assert result is not None
+    assert (result.tenant, result.namespace) == ("acme-1_x=:.y", "ns.2")
+    assert result.expires_at_ms is None
+
+
+def test_authzid_equal_to_username_accepted(server: PlainServer) -> None:
+    server.step(message("acme/ns", f"token:{token()}", authzid="acme/ns"))
+    assert server.complete
+
+
+def test_authzid_different_rejected(server: PlainServer) -> None:
+    assert "authorization id" in fails(server, message("acme", f"token:{token()}", authzid="other"))
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [b"", b"acme", b"acme\x00token:x", b"\x00acme\x00token:x\x00", b"a\x00b\x00c\x00d"],
+)
+def test_wrong_number_of_fields(server: PlainServer, msg: bytes) -> None:
+    assert "3 fields" in fails(server, msg)
+
+
+@pytest.mark.parametrize(
+    "username", ["", "a/b/c", "acme/", "/ns", "ac me", "tenänt", "acme//ns", "a*b"]
+)
+def test_bad_username(server: PlainServer, username: str) -> None:
+    assert "invalid username" in fails(server, message(username, f"token:{token()}"))
+
+
+def test_non_token_method(server: PlainServer) -> None:
+    reason = fails(server, message("acme", "password:hunter2"))
+    assert "'password'" in reason and "'token'" in reason
+
+
+def test_password_without_method(server: PlainServer) -> None:
+    assert "token:<credential>" in fails(server, message("acme", token()))
+
+
+def test_empty_token(server: PlainServer) -> None:
+    assert "empty token" in fails(server, message("acme", "token:"))
+
+
+def test_method_is_case_sensitive(server: PlainServer) -> None:
+    assert "unsupported" in fails(server, message("acme", f"TOKEN:{token()}"))
+
+
+def test_expired_token(server: PlainServer) -> None:
+    expired = token(exp=int(time.time()) - 30)
+    assert fails(server, message("acme", f"token:{expired}")) == "token expired"
+
+
+def test_bad_token(server: PlainServer, validator: JwtTokenValidator) -> None:
+    assert fails(server, message("acme", "token:not-a-jwt")) == "malformed token"
+    other = PlainServer(validator)
+    forged = jwt.encode({"sub": "root"}, b"x" * 64, algorithm="HS256")
+    assert fails(other, message("acme", f"token:{forged}")) == "token signature invalid"
+
+
+def test_invalid_utf8(server: PlainServer) -> None:
+    assert "UTF-8" in fails(server, b"\x00acme\x00token:\xff\xfe")
+
+
+def test_oversized_message(server: PlainServer) -> None:
+    big = message("acme", "token:" + "a" * MAX_CLIENT_MESSAGE_BYTES)
+    assert "too large" in fails(server, big)
+
+
+def test_single_step_only(server: PlainServer, validator: JwtTokenValidator) -> None:
+    server.step(message("acme", f"token:{token()}"))
+    with pytest.raises(SaslFailure, match="single message"):
+        server.step(message("acme", f"token:{token()}"))
+    fresh = PlainServer(validator)
+    fails(fresh, b"bad")
+    with pytest.raises(SaslFailure, match="single message"):
+        fresh.step(message("acme", f"token:{token()}"))
