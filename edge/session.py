@@ -138,7 +138,8 @@ class Session:
         """One SASL step; on failure wait ``failed_delay_ms`` and raise SaslFailure."""
         assert self.sasl is not None
         try:
-            challenge = self.sasl.step(message)
+            # In a worker thread: validators may fetch keys (JWKS) over the network.
+            challenge = await asyncio.to_thread(self.sasl.step, message)
         except SaslFailure as failure:
             log.warning("SASL %s login from %s on %s failed: %s", self.sasl.mechanism,
                         self.info.peer, self.info.listener, failure.message)

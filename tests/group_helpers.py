@@ -36,6 +36,7 @@ from tests.raw import RawConnection
 
 # Kafka error codes used by the group tests.
 NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
 OFFSET_METADATA_TOO_LARGE = 12
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15

@@ -18,6 +18,7 @@ from tests.clients import create_topic
 from tests.group_helpers import (
     FENCED_INSTANCE_ID,
     ILLEGAL_GENERATION,
+    INCONSISTENT_GROUP_PROTOCOL,
     INVALID_GROUP_ID,
     INVALID_SESSION_TIMEOUT,
     MEMBER_ID_REQUIRED,
@@ -25,6 +26,7 @@ from tests.group_helpers import (
     OFFSET_METADATA_TOO_LARGE,
     REBALANCE_IN_PROGRESS,
     UNKNOWN_MEMBER_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
     GroupConnection,
     assignment,
     group_id_for,
@@ -176,9 +178,15 @@ def test_commit_from_unknown_generation_or_member_changes_nothing(
                           version=version)
     assert unknown == {0: UNKNOWN_MEMBER_ID}
 
-    error, offsets = conn.fetch_offsets(group, topic_name, [0, 1])
-    assert error == NONE
-    assert offsets == {0: (5, "good", NONE), 1: (6, "", NONE)}
+    never = group + "-never"
+    assert conn.commit(never, generation, member, topic_name, {0: (70, "bad")},
+                       version=version) == {0: ILLEGAL_GENERATION}
+
+    for fetch_version in range(1, 10):
+        error, offsets = conn.fetch_offsets(group, topic_name, [0, 1], version=fetch_version)
+        assert error == NONE
+        assert offsets == {0: (5, "good", NONE), 1: (6, "", NONE)}, fetch_version
+    assert conn.fetch_offsets(never, topic_name, [0])[1] == {0: (-1, "", NONE)}
     assert conn.heartbeat(group, generation, member) == NONE
 
 
@@ -242,7 +250,7 @@ def test_member_expelled_by_session_timeout_is_unknown(gbroker: BrokerProcess,
     assert conn.fetch_offsets(group, topic_name, [0])[1] == {0: (4, "kept", NONE)}
 
 
-@pytest.mark.parametrize("who", ["leader", "follower"])
+@pytest.mark.parametrize("who", ["leader", "leader-v9", "follower"])
 def test_static_member_rejoining_fences_the_old_member_id(gbroker: BrokerProcess,
                                                           conn: GroupConnection,
                                                           topic_name: str, who: str) -> None:
@@ -279,10 +287,15 @@ def test_static_member_rejoining_fences_the_old_member_id(gbroker: BrokerProcess
         assert bytes(synced_b.assignment) == plan[old]
     assert conn.heartbeat(group, generation, old, instance_id=instance) == NONE
 
-    second = conn.join(group, "", version=5, instance_id=instance, topics=(topic_name,))
+    second = conn.join(group, "", version=9 if who == "leader-v9" else 5,
+                       instance_id=instance, topics=(topic_name,))
     assert second.error_code == NONE, second
     new = second.member_id
     assert new not in ("", old)
+    if who == "leader-v9":  # KIP-814: the rejoined leader is told to skip the assignment
+        assert second.skip_assignment is True
+        assert second.leader == new
+        assert [m.member_id for m in second.members] == [new]
     assert conn.heartbeat(group, generation, old, instance_id=instance) == FENCED_INSTANCE_ID
     assert conn.commit(group, generation, old, topic_name, {0: (9, None)},
                        instance_id=instance) == {0: FENCED_INSTANCE_ID}
@@ -381,3 +394,59 @@ def test_offset_fetch_for_several_groups_at_once(gbroker: BrokerProcess,
         assert by_group[g1] == (NONE, {(topic_name, 0): (11, NONE), (topic_name, 1): (-1, NONE)})
         assert by_group[g2] == (NONE, {(topic_name, 0): (21, NONE), (topic_name, 1): (22, NONE)})
         assert by_group[g3] == (NONE, {(topic_name, 0): (-1, NONE), (topic_name, 1): (-1, NONE)})
+
+
+def test_batched_leave_group(gbroker: BrokerProcess, conn: GroupConnection,
+                             topic_name: str) -> None:
+    create_topic(gbroker.bootstrap, topic_name, 2)
+    group = group_id_for(topic_name)
+    first = conn.join(group, "", version=5, instance_id="static-a", topics=(topic_name,))
+    assert first.error_code == NONE, first
+    member_a = first.member_id
+    pending = conn.join(group, "", version=5, topics=(topic_name,))
+    assert pending.error_code == MEMBER_ID_REQUIRED
+    thread, out = join_in_thread(gbroker.port, group, pending.member_id, version=5,
+                                 topics=(topic_name,))
+    time.sleep(0.3)
+    rejoined = conn.join(group, member_a, version=5, instance_id="static-a",
+                         topics=(topic_name,))
+    thread.join(15)
+    assert rejoined.error_code == NONE and out and out[0].error_code == NONE, (rejoined, out)
+    member_b = out[0].member_id
+    gen = rejoined.generation_id
+    assert conn.sync(group, gen, member_a, {member_a: assignment(topic_name, [0]),
+                                           member_b: assignment(topic_name, [1])},
+                     instance_id="static-a").error_code == NONE
+    # One request: the static member by instance id alone, the dynamic one by member id,
+    # and a stranger.
+    left = conn.leave(group, [("", "static-a"), (member_b, None), ("stranger", None)],
+                      version=4)
+    assert left.error_code == NONE, left
+    assert [(m.member_id, m.group_instance_id, m.error_code) for m in left.members] == [
+        ("", "static-a", NONE), (member_b, None, NONE), ("stranger", None, UNKNOWN_MEMBER_ID)]
+    assert conn.heartbeat(group, gen, member_a, instance_id="static-a") == UNKNOWN_MEMBER_ID
+    assert conn.heartbeat(group, gen, member_b) == UNKNOWN_MEMBER_ID
+    wrong = conn.leave(group, [("not-a", "static-z")], version=3)
+    assert [m.error_code for m in wrong.members] == [UNKNOWN_MEMBER_ID]
+
+
+def test_join_with_no_common_protocol(conn: GroupConnection, topic_name: str) -> None:
+    group = group_id_for(topic_name)
+    first = conn.join_new(group, topics=(topic_name,), protocols=("range",))
+    assert first.error_code == NONE, first
+    other = conn.join(group, "", version=3, topics=(topic_name,), protocols=("roundrobin",))
+    assert other.error_code == INCONSISTENT_GROUP_PROTOCOL, other
+    assert conn.heartbeat(group, first.generation_id, first.member_id) in (
+        NONE, REBALANCE_IN_PROGRESS)
+
+
+def test_commit_for_a_missing_topic_or_partition(gbroker: BrokerProcess, conn: GroupConnection,
+                                                 topic_name: str) -> None:
+    create_topic(gbroker.bootstrap, topic_name, 2)
+    group = group_id_for(topic_name)
+    assert conn.commit(group, -1, "", topic_name, {0: (1, None), 5: (1, None)}) == \
+        {0: NONE, 5: UNKNOWN_TOPIC_OR_PARTITION}
+    assert conn.commit(group, -1, "", topic_name + "-missing", {0: (1, None)}) == \
+        {0: UNKNOWN_TOPIC_OR_PARTITION}
+    assert conn.fetch_offsets(group, topic_name, [0, 1])[1] == {
+        0: (1, "", NONE), 1: (-1, "", NONE)}
