@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from broker_core import batches, naming
@@ -19,13 +19,18 @@ from broker_core.context import AllowAll, Authorizer, Operation, RequestContext,
 from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import GroupConfig, GroupCoordinator
+from broker_core.markers import marker_batch
+from broker_core.producers import PartitionProducers, ProducerStates
 from broker_core.storage import LogManager, PartitionLog, TopicExists, TopicInfo
 from broker_core.system_topics import SystemTopic
 from broker_core.topic_configs import effective_config
+from broker_core.transactions.coordinator import TransactionCoordinator, TxnConfig
+from broker_core.transactions.producer_ids import ProducerIdAllocator
 from broker_core.waiters import AppendWaiters
 
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
+TXN_TOPIC = "__transaction_state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,8 @@ class EngineConfig:
     offsets_topic_compaction_bytes: int = 64 * 1024 * 1024
     groups: GroupConfig = field(default_factory=GroupConfig)
     listed_namespaces: tuple[str, ...] = ()
+    txn_topic_partitions: int = 50
+    transactions: TxnConfig = field(default_factory=TxnConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +83,21 @@ class Engine:
                               config.offsets_topic_segment_bytes,
                               config.offsets_topic_compaction_bytes)
         self.groups = GroupCoordinator(config.groups, offsets)
+        self.producers = ProducerStates()
+        txn_log = SystemTopic(logs, self.flusher, TXN_TOPIC, config.txn_topic_partitions,
+                              config.offsets_topic_segment_bytes,
+                              config.offsets_topic_compaction_bytes)
+        self.transactions = TransactionCoordinator(
+            config.transactions, txn_log, ProducerIdAllocator(logs.root / "producer-ids.json"),
+            self.write_marker, self.groups)
+        self.transaction_check: Callable[[int, int, str, int], None] | None = (
+            self.transactions.verify_produce)
 
     def start(self) -> None:
         """Start background work: periodic fsync and retention."""
         self.flusher.start()
         self.groups.start()
+        self.transactions.start()
         self._retention = asyncio.get_running_loop().create_task(self._retention_loop())
 
     def begin_shutdown(self) -> None:
@@ -94,8 +111,10 @@ class Engine:
             self._retention.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retention
+        await self.transactions.stop()
         await self.groups.stop()
         await self.flusher.stop()
+        self.producers.save()
         self.logs.close()
 
     async def _retention_loop(self) -> None:
@@ -119,6 +138,10 @@ class Engine:
     def offsets_topic(self, ctx: RequestContext) -> str:
         """The ``__consumer_offsets`` topic holding the caller's groups."""
         return self.system_namespace(ctx).prefix + OFFSETS_TOPIC
+
+    def txn_topic(self, ctx: RequestContext) -> str:
+        """The ``__transaction_state`` topic holding the caller's transactional ids."""
+        return self.system_namespace(ctx).prefix + TXN_TOPIC
 
     def is_internal(self, internal: str) -> bool:
         """Whether a topic belongs to the broker (system topics in a metadata namespace)."""
@@ -186,6 +209,7 @@ class Engine:
             if partition is not None:
                 self.flusher.forget(partition)
         self.logs.delete_topic(internal)
+        self.producers.forget(internal)
         for index in range(topic.num_partitions):
             self.waiters.notify((internal, index))
 
@@ -211,6 +235,17 @@ class Engine:
                 f"{internal} requires {settings['min.insync.replicas']} in-sync replicas; "
                 "this broker keeps one",
             )
+        producers: PartitionProducers | None = None
+        if header.producer_id >= 0:
+            producers = self.producers.get(internal, index, partition)
+            duplicate = producers.check(header)
+            if duplicate is not None:
+                log.info("duplicate batch of producer %d on %s-%d acknowledged at %d",
+                         header.producer_id, internal, index, duplicate)
+                return Appended(duplicate, -1, partition.log_start_offset, None)
+            if header.is_transactional and self.transaction_check is not None:
+                self.transaction_check(header.producer_id, header.producer_epoch, internal,
+                                       index)
         batch = bytearray(records)
         log_append_time = -1
         max_timestamp = header.max_timestamp
@@ -218,6 +253,33 @@ class Engine:
             log_append_time = max_timestamp = int(time.time() * 1000)
             batches.stamp_log_append_time(batch, log_append_time)
         base = partition.append(batch, header.last_offset_delta, max_timestamp)
+        if producers is not None:
+            producers.record(header, base)
         self.waiters.notify((internal, index))
         durable = self.flusher.appended(partition, header.record_count)
         return Appended(base, log_append_time, partition.log_start_offset, durable)
+
+    # -- transactions --------------------------------------------------------------------
+
+    def partition_producers(self, internal: str, index: int) -> PartitionProducers:
+        """The producer state of a partition (UNKNOWN_TOPIC_OR_PARTITION when missing)."""
+        return self.producers.get(internal, index, self.partition(internal, index))
+
+    def stable_offset(self, internal: str, index: int) -> int:
+        """The last stable offset: read_committed readers see nothing at or beyond it."""
+        partition = self.partition(internal, index)
+        state = self.producers.get(internal, index, partition)
+        return state.last_stable_offset(partition.next_offset)
+
+    def write_marker(self, internal: str, index: int, producer_id: int, epoch: int,
+                     commit: bool) -> asyncio.Future[None] | None:
+        """Write a transaction marker into a partition; return what to await for durability."""
+        partition = self.logs.partition(internal, index)
+        if partition is None:  # the topic was deleted meanwhile: nothing to mark
+            return None
+        state = self.producers.get(internal, index, partition)
+        now = int(time.time() * 1000)
+        offset = partition.append(marker_batch(producer_id, epoch, commit, now), 0, now)
+        state.end_transaction(producer_id, epoch, commit, offset)
+        self.waiters.notify((internal, index))
+        return self.flusher.appended(partition, 1)

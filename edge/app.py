@@ -17,6 +17,7 @@ from broker_core.engine import Engine, EngineConfig
 from broker_core.groups.coordinator import GroupConfig
 from broker_core.naming import Namespace
 from broker_core.storage import LogConfig, open_storage
+from broker_core.transactions.coordinator import TxnConfig
 from edge.acl_apis import AclApis
 from edge.acls import AclStore
 from edge.authorization import Policy
@@ -75,6 +76,13 @@ def engine_config(config: BrokerConfig, cluster: str) -> EngineConfig:
             offset_metadata_max_size=config.offset_metadata_max_size,
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+        ),
+        txn_topic_partitions=config.kafka_txn_log_topic_num_partitions,
+        transactions=TxnConfig(
+            enabled=config.kafka_transaction_coordinator_enabled,
+            max_timeout_ms=config.transaction_max_timeout_ms,
+            id_expiration_ms=config.transactional_id_expiration_ms,
+            abort_check_interval_ms=config.transaction_abort_timed_out_transactions_interval_ms,
         ),
         listed_namespaces=tuple(n.strip() for n in config.kop_allowed_namespaces.split(",")
                                 if n.strip()),

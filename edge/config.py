@@ -505,6 +505,33 @@ class BrokerConfig:
         metadata=_key("offsetsRetentionCheckIntervalMs", IntType(1),
                       "how often expired offsets are looked for (ms)"),
     )
+    kafka_transaction_coordinator_enabled: bool = field(
+        default=True,
+        metadata=_key("kafkaTransactionCoordinatorEnabled", BoolType(),
+                      "serve transactions (InitProducerId with a transactional id, "
+                      "AddPartitionsToTxn, EndTxn, ...)"),
+    )
+    kafka_txn_log_topic_num_partitions: int = field(
+        default=50,
+        metadata=_key("kafkaTxnLogTopicNumPartitions", IntType(1, 10000),
+                      "partitions of a new __transaction_state topic"),
+    )
+    transaction_max_timeout_ms: int = field(
+        default=900000,
+        metadata=_key("transactionMaxTimeoutMs", IntType(1, INT_MAX),
+                      "largest transaction.timeout.ms a producer may ask for "
+                      "(INVALID_TRANSACTION_TIMEOUT beyond)"),
+    )
+    transactional_id_expiration_ms: int = field(
+        default=604800000,
+        metadata=_key("transactionalIdExpirationMs", IntType(1, INT_MAX),
+                      "a transactional id unused this long is forgotten"),
+    )
+    transaction_abort_timed_out_transactions_interval_ms: int = field(
+        default=10000,
+        metadata=_key("transactionAbortTimedOutTransactionsIntervalMs", IntType(1, INT_MAX),
+                      "how often transactions past their timeout are looked for and aborted"),
+    )
     sasl_allowed_mechanisms: str = field(
         default="PLAIN",
         metadata=_key("saslAllowedMechanisms", StrType(),

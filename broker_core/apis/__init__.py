@@ -19,8 +19,14 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
 )
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -48,7 +54,20 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
 
 from broker_core.apis.configs import handle_describe_configs
 from broker_core.apis.fetch import handle_fetch
@@ -76,6 +95,16 @@ from broker_core.apis.topics import (
     handle_create_topics,
     handle_delete_topics,
 )
+from broker_core.apis.transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_describe_producers,
+    handle_describe_transactions,
+    handle_end_txn,
+    handle_init_producer_id,
+    handle_list_transactions,
+    handle_txn_offset_commit,
+)
 from broker_core.dispatch import ApiSpec
 
 
@@ -102,6 +131,21 @@ def engine_apis() -> list[ApiSpec]:
         ApiSpec(21, DeleteRecordsRequest, DeleteRecordsResponse, 0, 2, handle_delete_records),
         ApiSpec(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4,
                 handle_describe_configs),
+        ApiSpec(22, InitProducerIdRequest, InitProducerIdResponse, 0, 5,
+                handle_init_producer_id),
+        ApiSpec(24, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 5,
+                handle_add_partitions_to_txn),
+        ApiSpec(25, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 4,
+                handle_add_offsets_to_txn),
+        ApiSpec(26, EndTxnRequest, EndTxnResponse, 0, 4, handle_end_txn),
+        ApiSpec(28, TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 4,
+                handle_txn_offset_commit),
+        ApiSpec(61, DescribeProducersRequest, DescribeProducersResponse, 0, 0,
+                handle_describe_producers),
+        ApiSpec(65, DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0,
+                handle_describe_transactions),
+        ApiSpec(66, ListTransactionsRequest, ListTransactionsResponse, 0, 2,
+                handle_list_transactions),
         ApiSpec(42, DeleteGroupsRequest, DeleteGroupsResponse, 0, 2, handle_delete_groups),
         ApiSpec(47, OffsetDeleteRequest, OffsetDeleteResponse, 0, 0, handle_offset_delete),
         ApiSpec(37, CreatePartitionsRequest, CreatePartitionsResponse, 0, 3,

@@ -5,6 +5,7 @@ Sessions (KIP-227) are declined by answering session id 0, so every fetch is a f
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,9 @@ from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import PartitionLog
 
+READ_COMMITTED = 1
+_BASE_OFFSET = struct.Struct(">q")
+_LAST_DELTA = struct.Struct(">i")
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
 
@@ -49,8 +53,10 @@ def _resolve(engine: Engine, ctx: RequestContext, request: Any) -> list[_Wanted]
     return wanted
 
 
-def _answer(engine: Engine, want: _Wanted, budget: int, first: bool) -> tuple[Any, int]:
-    """One partition's answer and the bytes it carries."""
+def _answer(engine: Engine, want: _Wanted, budget: int, first: bool,
+            committed: bool) -> tuple[Any, int]:
+    """One partition's answer and the bytes it carries (below the last stable offset only,
+    with the aborted transactions listed, for read_committed)."""
     if want.error != ErrorCode.NONE or want.internal is None:
         return _empty(want.index, want.error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), 0
     partition: PartitionLog | None = engine.logs.partition(want.internal, want.index)
@@ -59,17 +65,28 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool) -> tuple[An
     start, end = partition.log_start_offset, partition.next_offset
     if want.offset < start or want.offset > end:
         return _empty(want.index, ErrorCode.OFFSET_OUT_OF_RANGE, end, start), 0
+    producers = engine.producers.get(want.internal, want.index, partition)
+    stable = producers.last_stable_offset(end)
+    upper = stable if committed else end
     limit = min(want.max_bytes, budget)
-    readable = want.offset < end and (limit > 0 or first)
+    readable = want.offset < upper and (limit > 0 or first)
     chunks = partition.read(want.offset, max(limit, 0)) if readable else []
+    if committed:
+        chunks = [c for c in chunks if _BASE_OFFSET.unpack_from(c)[0] < upper]
     size = sum(len(chunk) for chunk in chunks)
     if size > limit and not first:
         chunks, size = [], 0
-    records = b"".join(chunks)
+    aborted = []
+    if committed and chunks:
+        last = _BASE_OFFSET.unpack_from(chunks[-1])[0] + _LAST_DELTA.unpack_from(
+            chunks[-1], 23)[0]
+        aborted = [_Partition.AbortedTransaction(producer_id=pid, first_offset=first_offset)
+                   for pid, first_offset in producers.aborted_between(want.offset, last + 1)]
     return _Partition(
-        partition_index=want.index, error_code=0, high_watermark=end, last_stable_offset=end,
-        log_start_offset=start, aborted_transactions=[], preferred_read_replica=-1,
-        records=records,
+        partition_index=want.index, error_code=0, high_watermark=end,
+        last_stable_offset=stable, log_start_offset=start,
+        aborted_transactions=aborted if committed else None, preferred_read_replica=-1,
+        records=b"".join(chunks),
     ), size
 
 
@@ -82,13 +99,14 @@ def _empty(index: int, code: ErrorCode, high_watermark: int = -1,
     )
 
 
-def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int) -> tuple[list[Any], int, bool]:
+def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int,
+             committed: bool) -> tuple[list[Any], int, bool]:
     """Answers for all partitions, total bytes, and whether an error is among them."""
     answers = []
     total = 0
     errored = False
     for want in wanted:
-        answer, size = _answer(engine, want, max_bytes - total, first=total == 0)
+        answer, size = _answer(engine, want, max_bytes - total, total == 0, committed)
         total += size
         errored = errored or answer.error_code != 0
         answers.append(answer)
@@ -100,9 +118,10 @@ async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Any
     version: int = request.version
     max_bytes = request.max_bytes if version >= 3 else 2**31 - 1
     wanted = _resolve(engine, ctx, request)
+    committed = request.isolation_level == READ_COMMITTED
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     while True:
-        answers, total, errored = _collect(engine, wanted, max_bytes)
+        answers, total, errored = _collect(engine, wanted, max_bytes, committed)
         remaining = deadline - time.monotonic()
         if (total >= request.min_bytes or errored or remaining <= 0 or not wanted
                 or engine.closing):

@@ -22,6 +22,7 @@ from broker_core.groups.model import GroupState
 from broker_core.ownership import coordinator_node
 
 GROUP_KEY = 0
+TRANSACTION_KEY = 1
 _GROUP_OPERATIONS = {Operation.READ: 3, Operation.DELETE: 6, Operation.DESCRIBE: 8}
 
 
@@ -47,7 +48,14 @@ async def handle_find_coordinator(engine: Engine, ctx: RequestContext, request: 
     answers = []
     for key in keys:
         code, message = ErrorCode.NONE, None
-        if key_type != GROUP_KEY:
+        if key_type == TRANSACTION_KEY:
+            if not engine.config.transactions.enabled:
+                code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, \
+                    "transactions are disabled (kafkaTransactionCoordinatorEnabled=false)"
+            elif not engine.authorizer.authorize(ctx, Operation.DESCRIBE,
+                                                 ResourceType.TRANSACTIONAL_ID, key):
+                code, message = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
+        elif key_type != GROUP_KEY:
             code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, \
                 f"no coordinator for key type {key_type}"
         elif not group_allowed(engine, ctx, Operation.DESCRIBE, key):

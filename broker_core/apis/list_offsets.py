@@ -66,9 +66,9 @@ def _max_timestamp(partition: PartitionLog) -> tuple[int, int]:
     return best
 
 
-def _lookup(partition: PartitionLog, target: int) -> tuple[int, int]:
+def _lookup(partition: PartitionLog, target: int, stable: int | None) -> tuple[int, int]:
     if target == LATEST:
-        return partition.next_offset, -1
+        return (stable if stable is not None else partition.next_offset), -1
     if target in (EARLIEST, EARLIEST_LOCAL):
         return partition.log_start_offset, -1
     if target == MAX_TIMESTAMP:
@@ -80,6 +80,7 @@ def _lookup(partition: PartitionLog, target: int) -> tuple[int, int]:
 
 async def handle_list_offsets(engine: Engine, ctx: RequestContext, request: Any) -> Any:
     """Answer ListOffsets for every requested partition."""
+    committed = request.version >= 2 and request.isolation_level == 1
     topics = []
     for topic in request.topics:
         partitions = []
@@ -92,7 +93,9 @@ async def handle_list_offsets(engine: Engine, ctx: RequestContext, request: Any)
                     raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                         f"not allowed to describe {topic.name}")
                 partition = engine.partition(internal, part.partition_index)
-                offset, timestamp = _lookup(partition, part.timestamp)
+                stable = (engine.stable_offset(internal, part.partition_index)
+                          if committed else None)
+                offset, timestamp = _lookup(partition, part.timestamp, stable)
             except KafkaApiError as error:
                 code = error.code
             partitions.append(_Partition(partition_index=part.partition_index, error_code=code,

@@ -77,13 +77,14 @@ async def handle_offset_commit(engine: Engine, ctx: RequestContext, request: Any
     return OffsetCommitResponse(version=version, throttle_time_ms=0, topics=topics)
 
 
-def _fetch_group(engine: Engine, ctx: RequestContext, group_id: str, topics: Any
-                 ) -> tuple[ErrorCode, list[tuple[str, Fetched]]]:
+def _fetch_group(engine: Engine, ctx: RequestContext, group_id: str, topics: Any,
+                 require_stable: bool = False) -> tuple[ErrorCode, list[tuple[str, Fetched]]]:
     """A group's committed offsets per requested topic (all of them when ``topics`` is None)."""
     code = group_error(engine, ctx, group_id, Operation.DESCRIBE)
     if code != ErrorCode.NONE:
         return code, []
     offsets_topic = engine.offsets_topic(ctx)
+    unstable = engine.groups.unstable(offsets_topic, group_id) if require_stable else set()
     if topics is None:
         grouped: dict[str, Fetched] = {}
         for (internal, partition), committed in sorted(
@@ -101,8 +102,10 @@ def _fetch_group(engine: Engine, ctx: RequestContext, group_id: str, topics: Any
             continue
         found = engine.groups.committed(offsets_topic, group_id,
                                         [(resolved, p) for p in topic.partition_indexes])
-        answer.append((name, [(p, found[(resolved, p)], ErrorCode.NONE)
-                              for p in topic.partition_indexes]))
+        answer.append((name, [
+            (p, found[(resolved, p)], ErrorCode.UNSTABLE_OFFSET_COMMIT
+             if (resolved, p) in unstable else ErrorCode.NONE)
+            for p in topic.partition_indexes]))
     return ErrorCode.NONE, answer
 
 
@@ -124,7 +127,8 @@ async def handle_offset_fetch(engine: Engine, ctx: RequestContext, request: Any)
     if version >= 8:
         groups = []
         for wanted in request.groups:
-            code, topics = _fetch_group(engine, ctx, wanted.group_id, wanted.topics)
+            code, topics = _fetch_group(engine, ctx, wanted.group_id, wanted.topics,
+                                        bool(request.require_stable))
             T = R.OffsetFetchResponseGroup.OffsetFetchResponseTopics
             groups.append(R.OffsetFetchResponseGroup(
                 group_id=wanted.group_id, error_code=code,
@@ -133,7 +137,8 @@ async def handle_offset_fetch(engine: Engine, ctx: RequestContext, request: Any)
                     for item in items]) for name, items in topics]))
         return R(version=version, throttle_time_ms=0, groups=groups)
     requested = request.topics
-    code, topics = _fetch_group(engine, ctx, request.group_id, requested)
+    code, topics = _fetch_group(engine, ctx, request.group_id, requested,
+                                version >= 7 and bool(request.require_stable))
     if code != ErrorCode.NONE and version < 2:  # no top-level error before v2
         topics = [(t.name, [(p, None, code) for p in t.partition_indexes])
                   for t in requested or []]

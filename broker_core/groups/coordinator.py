@@ -136,6 +136,11 @@ class GroupCoordinator:
                 group.offsets.pop(tp, None)
             else:
                 group.offsets[tp] = record.committed
+        elif isinstance(record, records.TxnOffsetRecord):
+            group.pending_txn.setdefault(record.producer_id, {})[
+                (record.topic, record.partition)] = record.committed
+        elif isinstance(record, records.TxnEndRecord):
+            self._settle(group, record.producer_id, record.commit)
         elif record.value is None:
             del self.groups[ident]
         else:
@@ -193,6 +198,9 @@ class GroupCoordinator:
                 live.append(records.group_record(group))
             live.extend(records.offset_record(group.group_id, t, p, committed)
                         for (t, p), committed in group.offsets.items())
+            live.extend(records.txn_offset_record(group.group_id, pid, t, p, committed)
+                        for pid, pending in group.pending_txn.items()
+                        for (t, p), committed in pending.items())
         self.store.compact(topic, partition, live)
 
     # -- timers --------------------------------------------------------------------------
@@ -592,6 +600,53 @@ class GroupCoordinator:
             await self._write(group, batch)
         return ErrorCode.NONE, results
 
+    async def txn_commit(self, topic: str, group_id: str, producer_id: int, member_id: str,
+                         instance: str | None, generation: int,
+                         offsets: Sequence[OffsetToCommit]
+                         ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """Handle TxnOffsetCommit: offsets held pending until the transaction ends."""
+        group = self._get_or_create(topic, group_id)
+        if generation >= 0 or member_id:
+            error, _member = self._check_member(group, member_id, instance, generation)
+            if error != ErrorCode.NONE:
+                return error, {}
+        results: dict[TopicPartition, ErrorCode] = {}
+        batch: list[Record] = []
+        pending = group.pending_txn.setdefault(producer_id, {})
+        now = _now_ms()
+        for item in offsets:
+            metadata = item.metadata or ""
+            if len(metadata.encode()) > self.config.offset_metadata_max_size:
+                results[(item.topic, item.partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            committed = CommittedOffset(item.offset, item.leader_epoch, metadata, now)
+            pending[(item.topic, item.partition)] = committed
+            batch.append(records.txn_offset_record(group_id, producer_id, item.topic,
+                                                   item.partition, committed))
+            results[(item.topic, item.partition)] = ErrorCode.NONE
+        if batch:
+            await self._write(group, batch)
+        return ErrorCode.NONE, results
+
+    def _settle(self, group: Group, producer_id: int, commit: bool) -> None:
+        pending = group.pending_txn.pop(producer_id, {})
+        if commit:
+            group.offsets.update(pending)
+
+    async def complete_txn(self, topic: str, group_id: str, producer_id: int,
+                           commit: bool) -> None:
+        """A transaction that added the group ended: apply or drop its pending offsets."""
+        group = self._get_or_create(topic, group_id)
+        self._settle(group, producer_id, commit)
+        await self._write(group, [records.txn_end_record(group_id, producer_id, commit)])
+
+    def unstable(self, topic: str, group_id: str) -> set[TopicPartition]:
+        """Partitions with offsets pending in an open transaction."""
+        group = self.find(topic, group_id)
+        if group is None:
+            return set()
+        return {tp for pending in group.pending_txn.values() for tp in pending}
+
     def committed(self, topic: str, group_id: str,
                   partitions: Iterable[TopicPartition] | None
                   ) -> dict[TopicPartition, CommittedOffset | None]:
@@ -654,5 +709,6 @@ class GroupCoordinator:
             if expired:
                 log.info("expiring %d offsets of group %s", len(expired), group.group_id)
                 await self.delete_offsets(group, expired)
-            if not group.offsets and self.groups.get((group.topic, group.group_id)) is group:
+            if not group.offsets and not group.pending_txn and \
+                    self.groups.get((group.topic, group.group_id)) is group:
                 await self._drop(group)

@@ -95,6 +95,7 @@ class Group:
     static_members: dict[str, str] = field(default_factory=dict)
     pending: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
     rebalance_timer: asyncio.TimerHandle | None = None
     initial_delay_ms: int = 0
     delaying: bool = False

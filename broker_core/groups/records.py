@@ -28,6 +28,26 @@ class OffsetRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnOffsetRecord:
+    """An offset committed inside a transaction, pending until the transaction ends."""
+
+    group_id: str
+    producer_id: int
+    topic: str
+    partition: int
+    committed: CommittedOffset
+
+
+@dataclass(frozen=True, slots=True)
+class TxnEndRecord:
+    """The end of a transaction: its pending offsets become committed, or are dropped."""
+
+    group_id: str
+    producer_id: int
+    commit: bool
+
+
+@dataclass(frozen=True, slots=True)
 class GroupRecord:
     """A group's membership after a rebalance, or its deletion when ``value`` is None."""
 
@@ -49,6 +69,23 @@ def offset_record(group_id: str, topic: str, partition: int,
     return key, _dump({"offset": committed.offset, "leaderEpoch": committed.leader_epoch,
                        "metadata": committed.metadata,
                        "commitTimestamp": committed.commit_timestamp})
+
+
+def txn_offset_record(group_id: str, producer_id: int, topic: str, partition: int,
+                      committed: CommittedOffset) -> tuple[bytes, bytes]:
+    """Key and value of a pending transactional offset."""
+    key = _dump({"v": _VERSION, "type": "txnOffset", "group": group_id,
+                 "producerId": producer_id, "topic": topic, "partition": partition})
+    value = offset_record(group_id, topic, partition, committed)[1]
+    assert value is not None
+    return key, value
+
+
+def txn_end_record(group_id: str, producer_id: int, commit: bool) -> tuple[bytes, bytes]:
+    """Key and value of a transaction's end, for one group."""
+    return (_dump({"v": _VERSION, "type": "txnEnd", "group": group_id,
+                   "producerId": producer_id}),
+            _dump({"commit": commit}))
 
 
 def _b64(data: bytes) -> str:
@@ -78,16 +115,27 @@ def group_record(group: Group, deleted: bool = False) -> tuple[bytes, bytes | No
     })
 
 
-def decode(key: bytes, value: bytes | None) -> OffsetRecord | GroupRecord | None:
+Decoded = OffsetRecord | GroupRecord | TxnOffsetRecord | TxnEndRecord
+
+
+def decode(key: bytes, value: bytes | None) -> Decoded | None:
     """Read a record back; None for keys of an unknown kind (skipped at replay)."""
     head = json.loads(key)
     if head.get("v") != _VERSION:
         return None
     body = json.loads(value) if value is not None else None
-    if head["type"] == "offset":
+    kind = head["type"]
+    if kind in ("offset", "txnOffset"):
         committed = None if body is None else CommittedOffset(
             body["offset"], body["leaderEpoch"], body["metadata"], body["commitTimestamp"])
-        return OffsetRecord(head["group"], head["topic"], head["partition"], committed)
+        if kind == "offset":
+            return OffsetRecord(head["group"], head["topic"], head["partition"], committed)
+        if committed is None:
+            return None
+        return TxnOffsetRecord(head["group"], head["producerId"], head["topic"],
+                               head["partition"], committed)
+    if kind == "txnEnd" and body is not None:
+        return TxnEndRecord(head["group"], head["producerId"], bool(body["commit"]))
     if head["type"] == "group":
         return GroupRecord(head["group"], body)
     return None

@@ -1,0 +1,315 @@
+"""Transaction APIs: InitProducerId, AddPartitionsToTxn (client and batched forms),
+AddOffsetsToTxn, TxnOffsetCommit, EndTxn, and the admin views DescribeProducers,
+DescribeTransactions and ListTransactions."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+from kafka.protocol.admin import (
+    DescribeProducersResponse,
+    DescribeTransactionsResponse,
+    ListTransactionsResponse,
+)
+from kafka.protocol.producer import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    EndTxnResponse,
+    InitProducerIdResponse,
+    TxnOffsetCommitResponse,
+)
+
+from broker_core.apis.groups import group_error
+from broker_core.context import Operation, RequestContext, ResourceType
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.groups.coordinator import OffsetToCommit
+from broker_core.transactions.model import TxnState
+
+
+def _fenced_code(code: ErrorCode, version: int, first_version: int) -> ErrorCode:
+    """Older clients know PRODUCER_FENCED as INVALID_PRODUCER_EPOCH."""
+    if code == ErrorCode.PRODUCER_FENCED and version < first_version:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return code
+
+
+def _txn_error(engine: Engine, ctx: RequestContext, transactional_id: str) -> ErrorCode:
+    if not engine.authorizer.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                       transactional_id):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return engine.transactions.check(engine.txn_topic(ctx), transactional_id)
+
+
+async def _attempt(action: Awaitable[Any]) -> ErrorCode:
+    try:
+        await action
+    except KafkaApiError as error:
+        return error.code
+    return ErrorCode.NONE
+
+
+async def handle_init_producer_id(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """A producer id and epoch for an idempotent or transactional producer."""
+    version: int = request.version
+    R = InitProducerIdResponse
+    tid: str | None = request.transactional_id
+    code = _txn_error(engine, ctx, tid) if tid is not None else ErrorCode.NONE
+    pid, epoch = -1, -1
+    if code == ErrorCode.NONE:
+        try:
+            pid, epoch = await engine.transactions.init_producer_id(
+                engine.txn_topic(ctx), tid, request.transaction_timeout_ms,
+                request.producer_id if version >= 3 else -1,
+                request.producer_epoch if version >= 3 else -1)
+        except KafkaApiError as error:
+            code = error.code
+    return R(version=version, throttle_time_ms=0,
+             error_code=_fenced_code(code, version, 4), producer_id=pid, producer_epoch=epoch)
+
+
+async def _add_partitions(engine: Engine, ctx: RequestContext, tid: str, pid: int, epoch: int,
+                          topics: Any, version: int) -> list[Any]:
+    """Per-topic results for one transaction of AddPartitionsToTxn."""
+    R = AddPartitionsToTxnResponse
+    T = R.AddPartitionsToTxnTopicResult
+    P = T.AddPartitionsToTxnPartitionResult
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    wanted: list[tuple[str, int]] = []
+    code = _txn_error(engine, ctx, tid)
+    for topic in topics:
+        for index in topic.partitions:
+            try:
+                internal = engine.internal_name(ctx, topic.name)
+                engine.check_writable(internal)
+                if not engine.allowed(ctx, Operation.WRITE, internal):
+                    raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic.name)
+                engine.partition(internal, index)
+                wanted.append((internal, index))
+            except KafkaApiError as error:
+                errors[(topic.name, index)] = error.code
+    if code == ErrorCode.NONE and errors:
+        code = ErrorCode.OPERATION_NOT_ATTEMPTED
+    if code == ErrorCode.NONE:
+        code = await _attempt(engine.transactions.add_partitions(
+            engine.txn_topic(ctx), tid, pid, epoch, wanted))
+    code = _fenced_code(code, version, 2)
+    return [T(name=topic.name, results_by_partition=[
+        P(partition_index=index, partition_error_code=errors.get((topic.name, index), code))
+        for index in topic.partitions]) for topic in topics]
+
+
+async def handle_add_partitions_to_txn(engine: Engine, ctx: RequestContext,
+                                       request: Any) -> Any:
+    """Add partitions to a transaction (one transaction before v4, a batch from v4)."""
+    version: int = request.version
+    R = AddPartitionsToTxnResponse
+    if version < 4:
+        results = await _add_partitions(
+            engine, ctx, request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
+            request.v3_and_below_topics, version)
+        return R(version=version, throttle_time_ms=0, results_by_topic_v3_and_below=results)
+    answers = []
+    for txn in request.transactions:
+        if txn.verify_only:
+            results = _verify_only(engine, ctx, txn)
+        else:
+            results = await _add_partitions(engine, ctx, txn.transactional_id,
+                                            txn.producer_id, txn.producer_epoch, txn.topics,
+                                            version)
+        answers.append(R.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
+                                                  topic_results=results))
+    return R(version=version, throttle_time_ms=0, error_code=0, results_by_transaction=answers)
+
+
+def _verify_only(engine: Engine, ctx: RequestContext, txn: Any) -> list[Any]:
+    """The batched form's verify_only: report whether each partition is in the transaction."""
+    T = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+    P = T.AddPartitionsToTxnPartitionResult
+    results = []
+    for topic in txn.topics:
+        partitions = []
+        for index in topic.partitions:
+            try:
+                internal = engine.internal_name(ctx, topic.name)
+                engine.transactions.verify_produce(txn.producer_id, txn.producer_epoch,
+                                                   internal, index)
+                code = ErrorCode.NONE
+            except KafkaApiError as error:
+                code = error.code
+            partitions.append(P(partition_index=index, partition_error_code=code))
+        results.append(T(name=topic.name, results_by_partition=partitions))
+    return results
+
+
+async def handle_add_offsets_to_txn(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Add a consumer group to a transaction."""
+    version: int = request.version
+    code = _txn_error(engine, ctx, request.transactional_id)
+    if code == ErrorCode.NONE:
+        code = group_error(engine, ctx, request.group_id)
+    if code == ErrorCode.NONE:
+        code = await _attempt(engine.transactions.add_group(
+            engine.txn_topic(ctx), request.transactional_id, request.producer_id,
+            request.producer_epoch, (engine.offsets_topic(ctx), request.group_id)))
+    return AddOffsetsToTxnResponse(version=version, throttle_time_ms=0,
+                                   error_code=_fenced_code(code, version, 2))
+
+
+async def handle_txn_offset_commit(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Commit offsets inside a transaction: they count once the transaction commits."""
+    version: int = request.version
+    R = TxnOffsetCommitResponse
+    T = R.TxnOffsetCommitResponseTopic
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    wanted: list[OffsetToCommit] = []
+    names: dict[tuple[str, int], tuple[str, int]] = {}
+    for topic in request.topics:
+        for part in topic.partitions:
+            key = (topic.name, part.partition_index)
+            try:
+                internal = engine.internal_name(ctx, topic.name)
+                if not engine.allowed(ctx, Operation.READ, internal):
+                    raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic.name)
+                engine.partition(internal, part.partition_index)
+            except KafkaApiError as error:
+                errors[key] = error.code
+                continue
+            names[(internal, part.partition_index)] = key
+            wanted.append(OffsetToCommit(
+                internal, part.partition_index, part.committed_offset,
+                part.committed_leader_epoch if version >= 2 else -1, part.committed_metadata))
+    offsets_topic = engine.offsets_topic(ctx)
+    code = _txn_error(engine, ctx, request.transactional_id)
+    if code == ErrorCode.NONE:
+        code = group_error(engine, ctx, request.group_id)
+    if code == ErrorCode.NONE:
+        try:
+            engine.transactions.check_offsets(
+                engine.txn_topic(ctx), request.transactional_id, request.producer_id,
+                request.producer_epoch, (offsets_topic, request.group_id))
+        except KafkaApiError as error:
+            code = error.code
+    if code == ErrorCode.NONE and wanted:
+        code, results = await engine.groups.txn_commit(
+            offsets_topic, request.group_id, request.producer_id,
+            request.member_id if version >= 3 else "",
+            request.group_instance_id if version >= 3 else None,
+            request.generation_id if version >= 3 else -1, wanted)
+        for tp, result in results.items():
+            errors[names[tp]] = result
+    code = _fenced_code(code, version, 2)
+    return R(version=version, throttle_time_ms=0, topics=[
+        T(name=topic.name, partitions=[T.TxnOffsetCommitResponsePartition(
+            partition_index=p.partition_index,
+            error_code=errors.get((topic.name, p.partition_index), code))
+            for p in topic.partitions]) for topic in request.topics])
+
+
+async def handle_end_txn(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Commit or abort a transaction: markers in every partition, group offsets settled."""
+    version: int = request.version
+    code = _txn_error(engine, ctx, request.transactional_id)
+    if code == ErrorCode.NONE:
+        code = await _attempt(engine.transactions.end_txn(
+            engine.txn_topic(ctx), request.transactional_id, request.producer_id,
+            request.producer_epoch, bool(request.committed)))
+    return EndTxnResponse(version=version, throttle_time_ms=0,
+                          error_code=_fenced_code(code, version, 2))
+
+
+async def handle_describe_producers(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """The active producers of each requested partition."""
+    R = DescribeProducersResponse
+    T = R.TopicResponse
+    P = T.PartitionResponse
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            try:
+                internal = engine.internal_name(ctx, topic.name)
+                if not engine.allowed(ctx, Operation.READ, internal):
+                    raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                        f"not allowed to read {topic.name}")
+                state = engine.partition_producers(internal, index)
+            except KafkaApiError as error:
+                partitions.append(P(partition_index=index, error_code=error.code,
+                                    error_message=error.message, active_producers=[]))
+                continue
+            partitions.append(P(partition_index=index, error_code=0, error_message=None,
+                                active_producers=[
+                P.ProducerState(producer_id=pid, producer_epoch=entry.epoch,
+                                last_sequence=entry.last_sequence,
+                                last_timestamp=entry.last_timestamp, coordinator_epoch=0,
+                                current_txn_start_offset=(entry.txn_first_offset
+                                                          if entry.txn_first_offset is not None
+                                                          else -1))
+                for pid, entry in sorted(state.producers.items())]))
+        topics.append(T(name=topic.name, partitions=partitions))
+    return R(version=request.version, throttle_time_ms=0, topics=topics)
+
+
+async def handle_describe_transactions(engine: Engine, ctx: RequestContext,
+                                       request: Any) -> Any:
+    """The state of each requested transactional id."""
+    R = DescribeTransactionsResponse
+    S = R.TransactionState
+    states = []
+    for tid in request.transactional_ids:
+        code = engine.transactions.check(engine.txn_topic(ctx), tid)
+        if code == ErrorCode.NONE and not engine.authorizer.authorize(
+                ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        txn = engine.transactions.find(engine.txn_topic(ctx), tid) if not code else None
+        if txn is None:
+            states.append(S(error_code=code or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                            transactional_id=tid, transaction_state="",
+                            transaction_timeout_ms=0, transaction_start_time_ms=-1,
+                            producer_id=-1, producer_epoch=-1, topics=[]))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for internal, index in sorted(txn.partitions):
+            by_topic.setdefault(internal, []).append(index)
+        states.append(S(error_code=0, transactional_id=tid, transaction_state=txn.state.value,
+                        transaction_timeout_ms=txn.timeout_ms,
+                        transaction_start_time_ms=txn.start_ms, producer_id=txn.producer_id,
+                        producer_epoch=txn.epoch,
+                        topics=[S.TopicData(topic=t, partitions=p) for t, p in by_topic.items()]))
+    return R(version=request.version, throttle_time_ms=0, transaction_states=states)
+
+
+async def handle_list_transactions(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """List the caller's transactional ids, filtered by state, producer, age and pattern."""
+    version: int = request.version
+    R = ListTransactionsResponse
+    known = {state.value for state in TxnState}
+    wanted = set(request.state_filters)
+    pids = set(request.producer_id_filters)
+    min_age = request.duration_filter if version >= 1 else -1
+    pattern = request.transactional_id_pattern if version >= 2 else None
+    now = int(time.time() * 1000)
+    listed = []
+    for txn in engine.transactions.of_topic(engine.txn_topic(ctx)):
+        if wanted and txn.state.value not in wanted:
+            continue
+        if pids and txn.producer_id not in pids:
+            continue
+        if min_age is not None and min_age >= 0 and (
+                txn.start_ms < 0 or now - txn.start_ms < min_age):
+            continue
+        if pattern and not re.fullmatch(pattern, txn.transactional_id):
+            continue
+        if not engine.authorizer.authorize(ctx, Operation.DESCRIBE,
+                                           ResourceType.TRANSACTIONAL_ID,
+                                           txn.transactional_id):
+            continue
+        listed.append(R.TransactionState(transactional_id=txn.transactional_id,
+                                         producer_id=txn.producer_id,
+                                         transaction_state=txn.state.value))
+    return R(version=version, throttle_time_ms=0, error_code=0,
+             unknown_state_filters=sorted(wanted - known), transaction_states=listed)

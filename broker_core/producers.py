@@ -1,0 +1,219 @@
+"""Per-partition producer state: idempotence, open transactions and aborted transactions.
+
+For every producer id the partition remembers its epoch and its last five batches'
+sequence ranges with their offsets: a retried batch is answered with its original offset
+and not written again, a gap answers OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch
+INVALID_PRODUCER_EPOCH. Open transactions hold back the last stable offset; aborted ones
+are listed for read_committed fetches. The state is rebuilt from the log (from a snapshot
+written at shutdown when there is one), so it survives restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker_core.batches import BatchHeader, read_header
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.markers import COMMIT, marker_type
+from broker_core.storage import BatchInfo, PartitionLog
+
+log = logging.getLogger(__name__)
+SNAPSHOT_FILE = "producer-state.json"
+_KEPT_BATCHES = 5
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    """What a partition knows of one producer id."""
+
+    epoch: int
+    batches: deque[tuple[int, int, int, int]] = field(
+        default_factory=lambda: deque(maxlen=_KEPT_BATCHES))  # first/last seq, base/last offset
+    txn_first_offset: int | None = None
+    last_timestamp: int = -1
+
+    @property
+    def last_sequence(self) -> int:
+        """The last sequence number written, -1 when none."""
+        return self.batches[-1][1] if self.batches else -1
+
+
+def _next_sequence(last: int) -> int:
+    return 0 if last == _INT32_MAX else last + 1
+
+
+class PartitionProducers:
+    """The producer state of one partition."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+        self.aborted: list[tuple[int, int, int]] = []  # (producer id, first offset, marker)
+
+    # -- produce -------------------------------------------------------------------------
+
+    def check(self, header: BatchHeader) -> int | None:
+        """Validate a batch of an idempotent or transactional producer before it is written.
+
+        Return the original base offset when the batch is a retry of one already written.
+        """
+        entry = self.producers.get(header.producer_id)
+        if entry is None:
+            if header.base_sequence != 0:
+                raise KafkaApiError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                    f"producer {header.producer_id} is unknown here and its "
+                                    f"first sequence is {header.base_sequence}, not 0")
+            return None
+        if header.producer_epoch < entry.epoch:
+            raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                                f"producer {header.producer_id} epoch {header.producer_epoch} "
+                                f"is older than {entry.epoch}")
+        last_seq = header.base_sequence + header.record_count - 1
+        if header.producer_epoch == entry.epoch:
+            for first, last, base, _last_offset in entry.batches:
+                if (first, last) == (header.base_sequence, last_seq):
+                    return base
+            expected = _next_sequence(entry.last_sequence)
+            if header.base_sequence != expected:
+                raise KafkaApiError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                    f"producer {header.producer_id} sent sequence "
+                                    f"{header.base_sequence}, expected {expected}")
+        elif header.base_sequence != 0:
+            raise KafkaApiError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                f"producer {header.producer_id} epoch {header.producer_epoch} "
+                                f"must start at sequence 0, not {header.base_sequence}")
+        return None
+
+    def record(self, header: BatchHeader, base_offset: int) -> None:
+        """Remember a written data batch."""
+        entry = self.producers.get(header.producer_id)
+        if entry is None or header.producer_epoch > entry.epoch:
+            entry = self.producers[header.producer_id] = ProducerEntry(
+                header.producer_epoch,
+                txn_first_offset=entry.txn_first_offset if entry is not None else None)
+        last_offset = base_offset + header.last_offset_delta
+        if header.base_sequence >= 0:
+            entry.batches.append((header.base_sequence,
+                                  header.base_sequence + header.record_count - 1,
+                                  base_offset, last_offset))
+        entry.last_timestamp = header.max_timestamp
+        if header.is_transactional and entry.txn_first_offset is None:
+            entry.txn_first_offset = base_offset
+
+    def end_transaction(self, producer_id: int, epoch: int, commit: bool,
+                        marker_offset: int) -> None:
+        """Apply a transaction marker written at ``marker_offset``."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerEntry(epoch)
+        entry.epoch = max(entry.epoch, epoch)
+        if entry.txn_first_offset is not None and not commit:
+            self.aborted.append((producer_id, entry.txn_first_offset, marker_offset))
+        entry.txn_first_offset = None
+
+    def ongoing(self, producer_id: int) -> bool:
+        """Whether the producer has an open transaction on this partition."""
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.txn_first_offset is not None
+
+    # -- fetch ---------------------------------------------------------------------------
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The first offset of the oldest open transaction, else the high watermark."""
+        firsts = [e.txn_first_offset for e in self.producers.values()
+                  if e.txn_first_offset is not None]
+        return min(firsts, default=high_watermark)
+
+    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of aborted transactions overlapping [start, end)."""
+        return [(pid, first) for pid, first, marker in self.aborted
+                if marker >= start and first < end]
+
+    # -- persistence ---------------------------------------------------------------------
+
+    def apply(self, info: BatchInfo) -> None:
+        """Replay one stored batch."""
+        header = read_header(info.batch)
+        if header.producer_id < 0:
+            return
+        if header.is_control:
+            self.end_transaction(header.producer_id, header.producer_epoch,
+                                 marker_type(info.batch) == COMMIT, info.base_offset)
+        else:
+            self.record(header, info.base_offset)
+
+    def to_json(self, offset: int) -> dict[str, Any]:
+        """A snapshot valid up to ``offset``."""
+        return {
+            "offset": offset,
+            "producers": {str(pid): [e.epoch, list(e.batches), e.txn_first_offset,
+                                     e.last_timestamp] for pid, e in self.producers.items()},
+            "aborted": self.aborted,
+        }
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> PartitionProducers:
+        """Restore a snapshot."""
+        state = cls()
+        for pid, (epoch, batches, first, stamp) in document["producers"].items():
+            state.producers[int(pid)] = ProducerEntry(
+                epoch, deque((tuple(b) for b in batches), maxlen=_KEPT_BATCHES), first, stamp)
+        state.aborted = [(int(a[0]), int(a[1]), int(a[2])) for a in document["aborted"]]
+        return state
+
+
+class ProducerStates:
+    """Producer state of every partition, rebuilt on first use."""
+
+    def __init__(self) -> None:
+        self._states: dict[tuple[str, int], tuple[PartitionLog, PartitionProducers]] = {}
+
+    def get(self, topic: str, index: int, partition: PartitionLog) -> PartitionProducers:
+        """The state of a partition, loading it from snapshot and log when needed."""
+        known = self._states.get((topic, index))
+        if known is not None and known[0] is partition:
+            return known[1]
+        state = _load(partition)
+        self._states[(topic, index)] = (partition, state)
+        return state
+
+    def items(self) -> Iterator[tuple[PartitionLog, PartitionProducers]]:
+        """Loaded states with their logs."""
+        return iter(list(self._states.values()))
+
+    def forget(self, topic: str) -> None:
+        """Drop the states of a deleted topic."""
+        for key in [k for k in self._states if k[0] == topic]:
+            del self._states[key]
+
+    def save(self) -> None:
+        """Write a snapshot next to each loaded partition's ledgers (at shutdown)."""
+        for partition, state in self.items():
+            if partition.directory.exists():
+                path = partition.directory / SNAPSHOT_FILE
+                temp = path.with_suffix(".tmp")
+                temp.write_text(json.dumps(state.to_json(partition.next_offset)))
+                os.replace(temp, path)
+
+
+def _load(partition: PartitionLog) -> PartitionProducers:
+    path = partition.directory / SNAPSHOT_FILE
+    state, offset = PartitionProducers(), partition.log_start_offset
+    if path.exists():
+        try:
+            document = json.loads(path.read_text())
+            if partition.log_start_offset <= document["offset"] <= partition.next_offset:
+                state, offset = PartitionProducers.from_json(document), document["offset"]
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("%s: ignoring unreadable producer snapshot: %s", path, exc)
+        path.unlink(missing_ok=True)  # stale once new batches arrive
+    if offset < partition.next_offset:
+        for info in partition.batches_from(offset):
+            state.apply(info)
+    return state

@@ -1,0 +1,317 @@
+"""The transaction coordinator, after Kafka's: transactional ids map to a producer id and an
+epoch; a transaction collects partitions and groups, and its end writes a marker into
+every partition and settles the groups' pending offsets.
+
+Every state change is a record of ``__transaction_state`` written before it is acted on:
+a transaction caught in PrepareCommit/PrepareAbort by a crash is completed at start, and
+one still Ongoing is aborted once its timeout passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.groups.coordinator import GroupCoordinator
+from broker_core.ownership import coordinator_partition
+from broker_core.system_topics import SystemTopic
+from broker_core.transactions.model import ENDING, Txn, TxnState, decode_key, tombstone
+from broker_core.transactions.producer_ids import ProducerIdAllocator
+
+log = logging.getLogger(__name__)
+MarkerWriter = Callable[[str, int, int, int, bool], "asyncio.Future[None] | None"]
+_MAX_EPOCH = 32767
+
+
+@dataclass(frozen=True, slots=True)
+class TxnConfig:
+    """Settings of the transaction coordinator."""
+
+    enabled: bool = True
+    max_timeout_ms: int = 900_000
+    id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    abort_check_interval_ms: int = 10_000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionCoordinator:
+    """Every transactional id of this broker, keyed by (state topic, transactional id)."""
+
+    def __init__(self, config: TxnConfig, store: SystemTopic, ids: ProducerIdAllocator,
+                 write_marker: MarkerWriter, groups: GroupCoordinator) -> None:
+        self.config = config
+        self.store = store
+        self.ids = ids
+        self.write_marker = write_marker
+        self.groups = groups
+        self.txns: dict[tuple[str, str], Txn] = {}
+        self.by_producer: dict[int, Txn] = {}
+        self._partitions: dict[str, int] = {}
+        self._loaded: set[tuple[str, int]] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load existing state topics in the background; start the timeout checker."""
+        loop = asyncio.get_running_loop()
+        for topic in self.store.existing():
+            self._partitions[topic] = self.store.ensure(topic)
+            self._tasks.append(loop.create_task(self._load(topic)))
+        self._tasks.append(loop.create_task(self._expire_loop()))
+
+    async def stop(self) -> None:
+        """Stop background work."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _load(self, topic: str) -> None:
+        for partition in range(self._partitions[topic]):
+            for key, value in self.store.read(topic, partition):
+                transactional_id = decode_key(key)
+                if transactional_id is None:
+                    continue
+                old = self.txns.pop((topic, transactional_id), None)
+                if old is not None:
+                    self.by_producer.pop(old.producer_id, None)
+                if value is not None:
+                    txn = Txn.from_record(transactional_id, topic, partition, json.loads(value))
+                    self.txns[(topic, transactional_id)] = txn
+                    self.by_producer[txn.producer_id] = txn
+            self._loaded.add((topic, partition))
+            await asyncio.sleep(0)
+        for txn in [t for t in self.txns.values() if t.topic == topic and t.state in ENDING]:
+            log.info("completing transaction %s (%s) left by the last run",
+                     txn.transactional_id, txn.state.value)
+            await self._finish(txn, txn.state == TxnState.PREPARE_COMMIT)
+
+    # -- placement and checks ------------------------------------------------------------
+
+    def _place(self, topic: str, transactional_id: str) -> int:
+        count = self._partitions.get(topic)
+        if count is None:
+            count = self._partitions[topic] = self.store.ensure(topic)
+            self._loaded.update((topic, p) for p in range(count))
+        return coordinator_partition(transactional_id, count)
+
+    def check(self, topic: str, transactional_id: str) -> ErrorCode:
+        """Whether the transactional id can be served now."""
+        if not self.config.enabled:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if not transactional_id:
+            return ErrorCode.INVALID_REQUEST
+        if (topic, self._place(topic, transactional_id)) not in self._loaded:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def _owned(self, topic: str, transactional_id: str, producer_id: int,
+               epoch: int) -> Txn:
+        """The transaction, if this producer id and epoch may act on it."""
+        txn = self.txns.get((topic, transactional_id))
+        if txn is None or txn.producer_id != producer_id:
+            raise KafkaApiError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                                f"producer id {producer_id} does not belong to "
+                                f"transactional id {transactional_id!r}")
+        if epoch < txn.epoch:
+            raise KafkaApiError(ErrorCode.PRODUCER_FENCED,
+                                f"epoch {epoch} of {transactional_id!r} is fenced by "
+                                f"{txn.epoch}")
+        if epoch > txn.epoch:
+            raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                                f"epoch {epoch} of {transactional_id!r} is unknown")
+        if txn.state in ENDING:
+            raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                                f"transaction of {transactional_id!r} is completing")
+        return txn
+
+    async def _persist(self, txn: Txn) -> None:
+        txn.update_ms = _now_ms()
+        durable = self.store.append(txn.topic, txn.partition, [txn.to_record()])
+        if self.store.needs_compaction(txn.topic, txn.partition):
+            live = [t.to_record() for t in self.txns.values()
+                    if (t.topic, t.partition) == (txn.topic, txn.partition)]
+            self.store.compact(txn.topic, txn.partition, live)
+        if durable is not None:
+            await durable
+
+    # -- InitProducerId ------------------------------------------------------------------
+
+    async def init_producer_id(self, topic: str, transactional_id: str | None, timeout_ms: int,
+                               producer_id: int, epoch: int) -> tuple[int, int]:
+        """A producer id and epoch for an idempotent or transactional producer."""
+        if transactional_id is None:
+            return self.ids.allocate(), 0
+        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+            raise KafkaApiError(ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+                                f"transaction timeout {timeout_ms} ms is outside 1.."
+                                f"{self.config.max_timeout_ms}")
+        txn = self.txns.get((topic, transactional_id))
+        if txn is None:
+            txn = Txn(transactional_id, topic, self._place(topic, transactional_id),
+                      self.ids.allocate(), 0, timeout_ms)
+            self.txns[(topic, transactional_id)] = txn
+            self.by_producer[txn.producer_id] = txn
+            await self._persist(txn)
+            log.info("transactional id %s has producer id %d", transactional_id,
+                     txn.producer_id)
+            return txn.producer_id, txn.epoch
+        if txn.state in ENDING:
+            raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                                f"transaction of {transactional_id!r} is completing")
+        if producer_id >= 0 and (producer_id, epoch) != (txn.producer_id, txn.epoch):
+            raise KafkaApiError(ErrorCode.PRODUCER_FENCED,
+                                f"producer {producer_id} epoch {epoch} is not the current one "
+                                f"of {transactional_id!r}")
+        if txn.state == TxnState.ONGOING:
+            log.info("aborting the open transaction of %s for a new producer session",
+                     transactional_id)
+            await self._end(txn, commit=False, fence=True)
+        self._bump(txn)
+        txn.timeout_ms = timeout_ms
+        txn.state = TxnState.EMPTY
+        await self._persist(txn)
+        return txn.producer_id, txn.epoch
+
+    def _bump(self, txn: Txn) -> None:
+        """Raise the epoch (a new producer id once the epoch is exhausted)."""
+        if txn.epoch + 1 >= _MAX_EPOCH:
+            self.by_producer.pop(txn.producer_id, None)
+            txn.producer_id, txn.epoch = self.ids.allocate(), 0
+            self.by_producer[txn.producer_id] = txn
+        else:
+            txn.epoch += 1
+
+    # -- a transaction's content ---------------------------------------------------------
+
+    def _begin(self, txn: Txn) -> None:
+        if txn.state != TxnState.ONGOING:
+            txn.state = TxnState.ONGOING
+            txn.start_ms = _now_ms()
+            txn.partitions.clear()
+            txn.groups.clear()
+
+    async def add_partitions(self, topic: str, transactional_id: str, producer_id: int,
+                             epoch: int, partitions: Iterable[tuple[str, int]]) -> None:
+        """Add partitions to the producer's transaction (starting it when needed)."""
+        txn = self._owned(topic, transactional_id, producer_id, epoch)
+        wanted = set(partitions)
+        if txn.state == TxnState.ONGOING and wanted <= txn.partitions:
+            return
+        self._begin(txn)
+        txn.partitions |= wanted
+        await self._persist(txn)
+
+    async def add_group(self, topic: str, transactional_id: str, producer_id: int,
+                        epoch: int, group: tuple[str, str]) -> None:
+        """Add a group whose offsets the transaction will commit."""
+        txn = self._owned(topic, transactional_id, producer_id, epoch)
+        if txn.state == TxnState.ONGOING and group in txn.groups:
+            return
+        self._begin(txn)
+        txn.groups.add(group)
+        await self._persist(txn)
+
+    def check_offsets(self, topic: str, transactional_id: str, producer_id: int, epoch: int,
+                      group: tuple[str, str]) -> None:
+        """TxnOffsetCommit is allowed: the transaction is open and has added the group."""
+        txn = self._owned(topic, transactional_id, producer_id, epoch)
+        if txn.state != TxnState.ONGOING or group not in txn.groups:
+            raise KafkaApiError(ErrorCode.INVALID_TXN_STATE,
+                                f"transaction of {transactional_id!r} has not added group "
+                                f"{group[1]!r} (AddOffsetsToTxn first)")
+
+    def verify_produce(self, producer_id: int, epoch: int, topic: str, index: int) -> None:
+        """A transactional batch may only go to a partition its open transaction added."""
+        txn = self.by_producer.get(producer_id)
+        if txn is None:
+            raise KafkaApiError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                                f"producer id {producer_id} has no transactional id")
+        if epoch != txn.epoch:
+            raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                                f"producer {producer_id} epoch {epoch} is not {txn.epoch}")
+        if txn.state != TxnState.ONGOING or (topic, index) not in txn.partitions:
+            raise KafkaApiError(ErrorCode.INVALID_TXN_STATE,
+                                f"partition {topic}-{index} is not part of the open "
+                                f"transaction of producer {producer_id}")
+
+    # -- the end of a transaction --------------------------------------------------------
+
+    async def end_txn(self, topic: str, transactional_id: str, producer_id: int, epoch: int,
+                      commit: bool) -> None:
+        """EndTxn: commit or abort the open transaction."""
+        txn = self._owned(topic, transactional_id, producer_id, epoch)
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if txn.state == done:
+            return  # a retry of an end that already happened
+        if txn.state != TxnState.ONGOING:
+            raise KafkaApiError(ErrorCode.INVALID_TXN_STATE,
+                                f"transactional id {transactional_id!r} has no open "
+                                f"transaction to {'commit' if commit else 'abort'} "
+                                f"(state {txn.state.value})")
+        await self._end(txn, commit, fence=False)
+
+    async def _end(self, txn: Txn, commit: bool, fence: bool) -> None:
+        if fence:
+            self._bump(txn)
+        txn.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        await self._persist(txn)
+        await self._finish(txn, commit)
+
+    async def _finish(self, txn: Txn, commit: bool) -> None:
+        """Write the markers, settle group offsets, and mark the transaction complete."""
+        waits = [self.write_marker(t, p, txn.producer_id, txn.epoch, commit)
+                 for t, p in sorted(txn.partitions)]
+        for offsets_topic, group_id in sorted(txn.groups):
+            await self.groups.complete_txn(offsets_topic, group_id, txn.producer_id, commit)
+        await asyncio.gather(*(w for w in waits if w is not None))
+        txn.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        log.info("%s transaction of %s (producer %d epoch %d) over %d partitions",
+                 "committed" if commit else "aborted", txn.transactional_id, txn.producer_id,
+                 txn.epoch, len(txn.partitions))
+        txn.partitions.clear()
+        txn.groups.clear()
+        txn.start_ms = -1
+        await self._persist(txn)
+
+    # -- timeouts and expiry -------------------------------------------------------------
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.abort_check_interval_ms / 1000)
+            await self.expire(_now_ms())
+
+    async def expire(self, now: int) -> None:
+        """Abort transactions past their timeout; forget ids idle past the expiration."""
+        for txn in list(self.txns.values()):
+            if txn.state == TxnState.ONGOING and now - txn.start_ms > txn.timeout_ms:
+                log.info("transaction of %s timed out after %d ms; aborting",
+                         txn.transactional_id, txn.timeout_ms)
+                await self._end(txn, commit=False, fence=True)
+            elif txn.state not in ENDING and txn.state != TxnState.ONGOING and \
+                    now - txn.update_ms > self.config.id_expiration_ms:
+                del self.txns[(txn.topic, txn.transactional_id)]
+                self.by_producer.pop(txn.producer_id, None)
+                durable = self.store.append(txn.topic, txn.partition,
+                                            [tombstone(txn.transactional_id)])
+                if durable is not None:
+                    await durable
+                log.info("transactional id %s expired", txn.transactional_id)
+
+    # -- administration ------------------------------------------------------------------
+
+    def find(self, topic: str, transactional_id: str) -> Txn | None:
+        """The transaction state of an id."""
+        return self.txns.get((topic, transactional_id))
+
+    def of_topic(self, topic: str) -> list[Txn]:
+        """All transactional ids kept in a state topic."""
+        return [t for (kept, _), t in self.txns.items() if kept == topic]

@@ -1,0 +1,74 @@
+"""Transactional ids and their state, and the records of ``__transaction_state``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class TxnState(Enum):
+    """Transaction states, named as DescribeTransactions names them."""
+
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    DEAD = "Dead"
+
+
+ENDING = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+
+@dataclass(eq=False)
+class Txn:
+    """One transactional id: its producer id, epoch and current transaction."""
+
+    transactional_id: str
+    topic: str
+    partition: int
+    producer_id: int
+    epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    groups: set[tuple[str, str]] = field(default_factory=set)
+    start_ms: int = -1
+    update_ms: int = 0
+
+    def to_record(self) -> tuple[bytes, bytes]:
+        """Key and value of the transaction's record."""
+        return _key(self.transactional_id), json.dumps({
+            "producerId": self.producer_id, "epoch": self.epoch, "timeoutMs": self.timeout_ms,
+            "state": self.state.value, "partitions": sorted(self.partitions),
+            "groups": sorted(self.groups), "startMs": self.start_ms,
+            "updateMs": self.update_ms,
+        }, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_record(cls, transactional_id: str, topic: str, partition: int,
+                    value: dict[str, Any]) -> Txn:
+        """Rebuild a transaction from its record."""
+        return cls(transactional_id, topic, partition, value["producerId"], value["epoch"],
+                   value["timeoutMs"], TxnState(value["state"]),
+                   {(t, p) for t, p in value["partitions"]},
+                   {(t, g) for t, g in value["groups"]}, value["startMs"], value["updateMs"])
+
+
+def _key(transactional_id: str) -> bytes:
+    return json.dumps({"v": 1, "type": "txn", "id": transactional_id},
+                      separators=(",", ":")).encode()
+
+
+def tombstone(transactional_id: str) -> tuple[bytes, None]:
+    """The record that forgets a transactional id."""
+    return _key(transactional_id), None
+
+
+def decode_key(key: bytes) -> str | None:
+    """The transactional id of a record key (None for unknown kinds)."""
+    head = json.loads(key)
+    return str(head["id"]) if head.get("v") == 1 and head.get("type") == "txn" else None

@@ -1,0 +1,605 @@
+"""Helpers for the security acceptance tests: TLS material, signed tokens, SASL/TLS raw
+connections, and produce/consume through the three clients with SASL and TLS settings."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import ipaddress
+import secrets
+import ssl
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import jwt
+import kafka
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import TopicPartition as AioTopicPartition
+from aiokafka.helpers import create_ssl_context
+from confluent_kafka.admin import AdminClient, NewTopic
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+
+from tests.clients import PARTITIONS, Got, Rec
+from tests.raw import RawConnection
+
+# Kafka error codes used by the security tests.
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+GROUP_ID_NOT_FOUND = 69
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+CLUSTER_AUTHORIZATION_FAILED = 31
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+SECURITY_DISABLED = 54
+SASL_AUTHENTICATION_FAILED = 58
+
+
+# -- TLS material ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of a test CA, a server certificate for 127.0.0.1/localhost and a client."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    client_cert: Path
+    client_key: Path
+
+    def broker_settings(self) -> dict[str, str]:
+        """The broker keys serving this server certificate."""
+        return {"tlsCertificateFilePath": str(self.cert), "tlsKeyFilePath": str(self.key)}
+
+
+def _key_pem(key: rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def make_tls(directory: Path) -> TlsFiles:
+    """Write a CA, a server certificate (SAN IP 127.0.0.1, DNS localhost) and a client
+    certificate (CN client-role) into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edge-test-ca")])
+    ca_cert = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                     content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
+                       critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    def leaf(common_name: str, server: bool) -> tuple[bytes, bytes]:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                ca_key.public_key()), critical=False)
+            .add_extension(x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
+                critical=False)
+        )
+        if server:
+            builder = builder.add_extension(x509.SubjectAlternativeName([
+                x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+                critical=False)
+        cert = builder.sign(ca_key, hashes.SHA256())
+        return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+    files = TlsFiles(directory / "ca.pem", directory / "server.pem", directory / "server.key",
+                     directory / "client.pem", directory / "client.key")
+    files.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    server_pem, server_key = leaf("localhost", True)
+    files.cert.write_bytes(server_pem)
+    files.key.write_bytes(server_key)
+    client_pem, client_key = leaf("client-role", False)
+    files.client_cert.write_bytes(client_pem)
+    files.client_key.write_bytes(client_key)
+    return files
+
+
+# -- tokens ------------------------------------------------------------------------------
+
+class TokenIssuer:
+    """Signs tokens the broker accepts: HS256 with a random secret or RS256 with an RSA key."""
+
+    def __init__(self, kind: str, directory: Path) -> None:
+        assert kind in ("hmac", "rsa")
+        self.kind = kind
+        if kind == "hmac":
+            self.secret = secrets.token_bytes(32)
+            self.signing_key: Any = self.secret
+            self.algorithm = "HS256"
+            self.settings = {
+                "tokenSecretKey": "data:;base64," + base64.b64encode(self.secret).decode()}
+        else:
+            key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            self.signing_key = key
+            self.algorithm = "RS256"
+            directory.mkdir(parents=True, exist_ok=True)
+            public = directory / "token-public.pem"
+            public.write_bytes(key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+            self.settings = {"tokenPublicKey": public.resolve().as_uri()}
+
+    def token(self, sub: str | None = "alice", expires_in: float | None = 3600,
+              **claims: Any) -> str:
+        """A signed token for role ``sub`` expiring in ``expires_in`` seconds (None: never)."""
+        body: dict[str, Any] = dict(claims)
+        if sub is not None:
+            body["sub"] = sub
+        if expires_in is not None:
+            body["exp"] = int(time.time() + expires_in)
+        return jwt.encode(body, self.signing_key, algorithm=self.algorithm)
+
+
+def plain_message(username: str, password: str, authzid: str = "") -> bytes:
+    """An RFC 4616 PLAIN message."""
+    return f"{authzid}\x00{username}\x00{password}".encode()
+
+
+# -- raw connections ---------------------------------------------------------------------
+
+class SecureConnection(RawConnection):
+    """A RawConnection, optionally over TLS, with SASL PLAIN login helpers."""
+
+    def __init__(self, port: int, ca: Path | None = None, timeout: float = 10.0) -> None:
+        super().__init__(port, timeout=timeout)
+        if ca is not None:
+            context = ssl.create_default_context(cafile=str(ca))
+            self.sock = context.wrap_socket(self.sock, server_hostname="localhost")
+
+    def handshake(self, mechanism: str = "PLAIN", version: int = 1) -> Any:
+        return self.call(SaslHandshakeRequest[version](mechanism=mechanism), version,
+                         SaslHandshakeResponse)
+
+    def authenticate(self, auth_bytes: bytes, version: int = 2) -> Any:
+        return self.call(SaslAuthenticateRequest[version](auth_bytes=auth_bytes), version,
+                         SaslAuthenticateResponse)
+
+    def login(self, username: str, token: str, version: int = 2) -> Any:
+        """Handshake v1 and SaslAuthenticate a PLAIN ``token:`` login; assert it succeeded."""
+        hand = self.handshake("PLAIN")
+        assert hand.error_code == NONE, hand
+        answer = self.authenticate(plain_message(username, "token:" + token), version)
+        assert answer.error_code == NONE, answer
+        return answer
+
+    def metadata(self, topics: list[str] | None = None, version: int = 12,
+                 auto_create: bool = False) -> Any:
+        if version >= 1 and topics is not None:
+            wanted = [MetadataRequest.MetadataRequestTopic(name=t, **(
+                {"topic_id": None} if version >= 10 else {})) for t in topics]
+        else:
+            wanted = None if version >= 1 else [
+                MetadataRequest.MetadataRequestTopic(name=t) for t in topics or []]
+        kwargs: dict[str, Any] = {"topics": wanted}
+        if version >= 4:
+            kwargs["allow_auto_topic_creation"] = auto_create
+        if 8 <= version <= 10:
+            kwargs["include_cluster_authorized_operations"] = False
+        if version >= 8:
+            kwargs["include_topic_authorized_operations"] = False
+        return self.call(MetadataRequest[version](**kwargs), version, MetadataResponse)
+
+    def closed_after_request(self, request: Any, version: int, timeout: float = 5.0) -> bool:
+        """Send ``request``; True if the broker closes the connection without answering."""
+        try:
+            self.send_frame(self.request_bytes(request, version))
+        except OSError:
+            return True
+        self.sock.settimeout(timeout)
+        try:
+            self.read_frame()
+        except (ConnectionError, ssl.SSLError, OSError):
+            return True
+        return False
+
+
+def closed_by_peer(conn: RawConnection, timeout: float = 5.0) -> bool:
+    """True when the broker closes ``conn`` within ``timeout`` (TLS-aware)."""
+    conn.sock.settimeout(timeout)
+    try:
+        while True:
+            data = conn.sock.recv(65536)
+            if not data:
+                return True
+    except TimeoutError:
+        return False
+    except (ConnectionError, ssl.SSLError, OSError):
+        return True
+
+
+def raw_frame(conn: RawConnection, payload: bytes) -> None:
+    """Send ``payload`` behind a size prefix."""
+    conn.sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+
+# -- client configs ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Login:
+    """Where and how a client logs in."""
+
+    bootstrap: str
+    protocol: str  # SASL_PLAINTEXT or SASL_SSL
+    username: str
+    token: str
+    ca: Path | None = None
+
+    def confluent(self) -> dict[str, Any]:
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap, "security.protocol": self.protocol,
+            "sasl.mechanisms": "PLAIN", "sasl.username": self.username,
+            "sasl.password": "token:" + self.token,
+        }
+        if self.protocol.endswith("SSL"):
+            conf["ssl.ca.location"] = str(self.ca)
+        return conf
+
+    def kafka_python(self) -> dict[str, Any]:
+        conf: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap, "security_protocol": self.protocol,
+            "sasl_mechanism": "PLAIN", "sasl_plain_username": self.username,
+            "sasl_plain_password": "token:" + self.token,
+        }
+        if self.protocol.endswith("SSL"):
+            conf["ssl_cafile"] = str(self.ca)
+        return conf
+
+    def aiokafka(self) -> dict[str, Any]:
+        conf: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap, "security_protocol": self.protocol,
+            "sasl_mechanism": "PLAIN", "sasl_plain_username": self.username,
+            "sasl_plain_password": "token:" + self.token,
+        }
+        if self.protocol.endswith("SSL"):
+            conf["ssl_context"] = create_ssl_context(cafile=str(self.ca))
+        return conf
+
+
+def admin(login: Login) -> AdminClient:
+    return AdminClient(login.confluent())
+
+
+def create_topic(login: Login, name: str, partitions: int = PARTITIONS) -> None:
+    client = admin(login)
+    futures = client.create_topics([NewTopic(name, partitions, 1)])
+    futures[name].result(30)
+    del client
+
+
+# -- producers ---------------------------------------------------------------------------
+
+def produce_confluent(login: Login, topic: str, recs: list[Rec]) -> None:
+    errors: list[object] = []
+    producer = confluent_kafka.Producer({**login.confluent(), "acks": "all", "linger.ms": 5})
+
+    def report(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+
+    for rec in recs:
+        producer.produce(topic, key=rec.key, value=rec.value, partition=rec.partition,
+                         headers=list(rec.headers), timestamp=rec.timestamp, on_delivery=report)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert errors == []
+
+
+def produce_kafka_python(login: Login, topic: str, recs: list[Rec]) -> None:
+    producer = kafka.KafkaProducer(**login.kafka_python(), acks="all", linger_ms=5,
+                                   enable_idempotence=False)
+    try:
+        futures = [
+            producer.send(topic, key=rec.key, value=rec.value, partition=rec.partition,
+                          headers=list(rec.headers), timestamp_ms=rec.timestamp)
+            for rec in recs
+        ]
+        producer.flush(60)
+        for future in futures:
+            future.get(10)
+    finally:
+        producer.close()
+
+
+def produce_aiokafka(login: Login, topic: str, recs: list[Rec]) -> None:
+    async def run() -> None:
+        producer = AIOKafkaProducer(**login.aiokafka(), acks="all", linger_ms=5)
+        await producer.start()
+        try:
+            futures = [
+                await producer.send(topic, key=rec.key, value=rec.value,
+                                    partition=rec.partition, headers=list(rec.headers),
+                                    timestamp_ms=rec.timestamp)
+                for rec in recs
+            ]
+            await asyncio.gather(*futures)
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+# -- consumers ---------------------------------------------------------------------------
+
+def consume_confluent(login: Login, topic: str, count: int, partitions: int = PARTITIONS,
+                      timeout: float = 30) -> list[Got]:
+    consumer = confluent_kafka.Consumer({
+        **login.confluent(), "group.id": "unused-assign-only", "enable.auto.commit": False,
+        "auto.offset.reset": "earliest"})
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[Got] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.5):
+                assert msg.error() is None, msg.error()
+                _kind, ts = msg.timestamp()
+                got.append(Got(msg.partition(), msg.offset(), Rec(
+                    msg.partition(), msg.key(), msg.value(),
+                    tuple((k, v) for k, v in (msg.headers() or [])), ts)))
+    finally:
+        consumer.close()
+    return got
+
+
+def consume_kafka_python(login: Login, topic: str, count: int, partitions: int = PARTITIONS,
+                         timeout: float = 30) -> list[Got]:
+    consumer = kafka.KafkaConsumer(**login.kafka_python(), group_id=None,
+                                   enable_auto_commit=False, auto_offset_reset="earliest")
+    tps = [kafka.TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, 0)
+    got: list[Got] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            for tp, msgs in consumer.poll(500).items():
+                for msg in msgs:
+                    got.append(Got(tp.partition, msg.offset, Rec(
+                        tp.partition, msg.key, msg.value,
+                        tuple((k, v) for k, v in msg.headers), msg.timestamp)))
+    finally:
+        consumer.close()
+    return got
+
+
+def consume_aiokafka(login: Login, topic: str, count: int, partitions: int = PARTITIONS,
+                     timeout: float = 30) -> list[Got]:
+    async def run() -> list[Got]:
+        consumer = AIOKafkaConsumer(**login.aiokafka(), group_id=None,
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        got: list[Got] = []
+        try:
+            tps = [AioTopicPartition(topic, p) for p in range(partitions)]
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, 0)
+            deadline = time.monotonic() + timeout
+            while len(got) < count and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=500)
+                for tp, msgs in batch.items():
+                    for msg in msgs:
+                        got.append(Got(tp.partition, msg.offset, Rec(
+                            tp.partition, msg.key, msg.value,
+                            tuple((k, bytes(v)) for k, v in msg.headers), msg.timestamp)))
+        finally:
+            await consumer.stop()
+        return got
+
+    return asyncio.run(run())
+
+
+PRODUCERS: dict[str, Callable[[Login, str, list[Rec]], None]] = {
+    "confluent": produce_confluent, "kafka-python": produce_kafka_python,
+    "aiokafka": produce_aiokafka}
+CONSUMERS: dict[str, Callable[..., list[Got]]] = {
+    "confluent": consume_confluent, "kafka-python": consume_kafka_python,
+    "aiokafka": consume_aiokafka}
+
+
+def check_roundtrip(recs: list[Rec], got: list[Got]) -> None:
+    """Every record came back once, byte for byte, at offsets 0..n-1 of its partition."""
+    by_partition: dict[int, list[Got]] = {}
+    for g in got:
+        by_partition.setdefault(g.partition, []).append(g)
+    expected: dict[int, list[Rec]] = {}
+    for rec in recs:
+        expected.setdefault(rec.partition, []).append(rec)
+    assert sorted(by_partition) == sorted(expected)
+    for partition, recs_of in expected.items():
+        came = sorted(by_partition[partition], key=lambda g: g.offset)
+        assert [g.offset for g in came] == list(range(len(recs_of)))
+        assert [g.rec for g in came] == recs_of
+
+
+# -- one method per request, for attack and ACL tests ------------------------------------
+
+from kafka.protocol.admin import (  # noqa: E402
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from kafka.protocol.consumer import (  # noqa: E402
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from kafka.protocol.producer import ProduceRequest, ProduceResponse  # noqa: E402
+from kafka.record.memory_records import MemoryRecords  # noqa: E402
+
+from tests.group_helpers import GroupConnection  # noqa: E402
+from tests.raw import record_batch  # noqa: E402
+
+TOPIC_RESOURCE = 2
+
+
+class OpsConnection(SecureConnection, GroupConnection):
+    """A SecureConnection with one method per topic/group request (errors as ints)."""
+
+    def produce(self, topic: str, count: int = 1, partition: int = 0,
+                value: bytes = b"v") -> int:
+        data = ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(
+                index=partition, records=record_batch(count, value=value))])
+        answer = self.call(ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=5000,
+                                             topic_data=[data]), 9, ProduceResponse)
+        return int(answer.responses[0].partition_responses[0].error_code)
+
+    def fetch(self, topic: str, partition: int = 0, offset: int = 0
+              ) -> tuple[int, list[tuple[int, bytes | None, bytes | None]]]:
+        """(error, [(offset, key, value)]) of one partition from ``offset``."""
+        parts = [FetchRequest.FetchTopic.FetchPartition(
+            partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)]
+        request = FetchRequest[12](replica_id=-1, max_wait_ms=0, min_bytes=1,
+                                   max_bytes=1 << 20, isolation_level=0, session_id=0,
+                                   session_epoch=-1, topics=[FetchRequest.FetchTopic(
+                                       topic=topic, partitions=parts)],
+                                   forgotten_topics_data=[], rack_id="")
+        answer = self.call(request, 12, FetchResponse)
+        part = answer.responses[0].partitions[0]
+        found = []
+        if part.records:
+            memory = MemoryRecords(bytes(part.records))
+            while memory.has_next():
+                batch = memory.next_batch()
+                found.extend((r.offset, r.key, r.value) for r in batch)
+        return int(part.error_code), found
+
+    def list_offset(self, topic: str, partition: int = 0, timestamp: int = -1
+                    ) -> tuple[int, int]:
+        """(error, offset) for a ListOffsets timestamp (-1 latest, -2 earliest)."""
+        part = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+            partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)
+        answer = self.call(ListOffsetsRequest[7](replica_id=-1, isolation_level=0, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[part])]), 7,
+            ListOffsetsResponse)
+        found = answer.topics[0].partitions[0]
+        return int(found.error_code), int(found.offset)
+
+    def create_topic(self, name: str, partitions: int = 1) -> int:
+        topic = CreateTopicsRequest.CreatableTopic(
+            name=name, num_partitions=partitions, replication_factor=1, assignments=[],
+            configs=[])
+        answer = self.call(CreateTopicsRequest[5](topics=[topic], timeout_ms=5000,
+                                                  validate_only=False), 5, CreateTopicsResponse)
+        return int(answer.topics[0].error_code)
+
+    def delete_topic(self, name: str) -> int:
+        answer = self.call(DeleteTopicsRequest[5](topic_names=[name], timeout_ms=5000), 5,
+                           DeleteTopicsResponse)
+        return int(answer.responses[0].error_code)
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        request = DeleteRecordsRequest[2](topics=[DeleteRecordsRequest.DeleteRecordsTopic(
+            name=topic, partitions=[DeleteRecordsRequest.DeleteRecordsTopic
+                                    .DeleteRecordsPartition(partition_index=partition,
+                                                            offset=offset)])],
+            timeout_ms=5000)
+        answer = self.call(request, 2, DeleteRecordsResponse)
+        return int(answer.topics[0].partitions[0].error_code)
+
+    def create_partitions(self, topic: str, count: int) -> int:
+        request = CreatePartitionsRequest[3](topics=[
+            CreatePartitionsRequest.CreatePartitionsTopic(name=topic, count=count,
+                                                          assignments=None)],
+            timeout_ms=5000, validate_only=False)
+        answer = self.call(request, 3, CreatePartitionsResponse)
+        return int(answer.results[0].error_code)
+
+    def describe_configs(self, topic: str) -> int:
+        request = DescribeConfigsRequest[4](resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=TOPIC_RESOURCE, resource_name=topic, configuration_keys=None)],
+            include_synonyms=False, include_documentation=False)
+        answer = self.call(request, 4, DescribeConfigsResponse)
+        return int(answer.results[0].error_code)
+
+    def delete_group(self, group: str) -> int:
+        answer = self.call(DeleteGroupsRequest[2](groups_names=[group]), 2,
+                           DeleteGroupsResponse)
+        return int(answer.results[0].error_code)
+
+    def offset_delete(self, group: str, topic: str, partitions: list[int]) -> Any:
+        T = OffsetDeleteRequest.OffsetDeleteRequestTopic
+        request = OffsetDeleteRequest[0](group_id=group, topics=[T(name=topic, partitions=[
+            T.OffsetDeleteRequestPartition(partition_index=p) for p in partitions])])
+        return self.call(request, 0, OffsetDeleteResponse)
+
+    def list_groups(self) -> list[str]:
+        answer = self.call(ListGroupsRequest[3](), 3, ListGroupsResponse)
+        assert answer.error_code == NONE
+        return [g.group_id for g in answer.groups]
+
+    def describe_group(self, group: str) -> Any:
+        answer = self.call(DescribeGroupsRequest[5](groups=[group],
+                                                    include_authorized_operations=False),
+                           5, DescribeGroupsResponse)
+        return answer.groups[0]
+
+    def simple_commit(self, group: str, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        """Commit for a group that only stores offsets (generation -1, no member)."""
+        return self.commit(group, -1, "", topic, {p: (o, None) for p, o in offsets.items()})
+
+    def all_offsets(self, group: str) -> tuple[int, dict[tuple[str, int], int]]:
+        """(group error, {(topic, partition): offset}) of every committed offset (v7,
+        topics=None)."""
+        answer = self.call(OffsetFetchRequest[7](group_id=group, topics=None,
+                                                 require_stable=False), 7, OffsetFetchResponse)
+        return int(answer.error_code), {
+            (t.name, p.partition_index): int(p.committed_offset)
+            for t in answer.topics for p in t.partitions}
