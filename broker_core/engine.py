@@ -54,6 +54,7 @@ class EngineConfig:
     groups: GroupConfig = field(default_factory=GroupConfig)
     listed_namespaces: tuple[str, ...] = ()
     txn_topic_partitions: int = 50
+    broker_configs: Mapping[str, str] = field(default_factory=dict)
     transactions: TxnConfig = field(default_factory=TxnConfig)
 
 

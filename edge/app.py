@@ -78,6 +78,13 @@ def engine_config(config: BrokerConfig, cluster: str) -> EngineConfig:
             retention_check_interval_ms=config.offsets_retention_check_interval_ms,
         ),
         txn_topic_partitions=config.kafka_txn_log_topic_num_partitions,
+        broker_configs={
+            "listeners": config.kafka_listeners,
+            "advertised.listeners": config.kafka_advertised_listeners or config.kafka_listeners,
+            "listener.security.protocol.map": config.kafka_protocol_map,
+            "log.dirs": config.data_dir,
+            "sasl.enabled.mechanisms": config.sasl_allowed_mechanisms,
+        },
         transactions=TxnConfig(
             enabled=config.kafka_transaction_coordinator_enabled,
             max_timeout_ms=config.transaction_max_timeout_ms,

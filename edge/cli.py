@@ -1,34 +1,84 @@
-"""The ``edge-broker`` command line: ``edge-broker [--config FILE] [--set key=value]...``."""
+"""The ``edge-broker`` command line.
+
+- ``edge-broker [--config FILE] [--set key=value]...`` runs the broker (no subcommand);
+- ``edge-broker token --issuer-url URL --credentials-url URL [--audience A] [--scope S]``
+  prints an OAuth access token (client-credentials grant) for scripts;
+- ``edge-broker dev-issuer [--port 0] [--client id:secret[:tenant]]...`` runs the
+  development OAuth issuer on loopback until SIGTERM / Ctrl-C (SIGHUP rotates its key).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from types import FrameType
 
-import uvloop
-
-from edge.app import BrokerApp
 from edge.config import ConfigError, load_config
+
+
+def _add_token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    token = commands.add_parser(
+        "token", help="print an OAuth access token (client-credentials grant)",
+        description="Discover the issuer's token endpoint, get a token with the "
+                    "client-credentials grant and print it on stdout.")
+    token.add_argument("--issuer-url", required=True, help="the OAuth issuer (OIDC discovery)")
+    token.add_argument("--credentials-url", required=True,
+                       help="file:// or data:application/json;base64,... holding client_id, "
+                            "client_secret and optionally tenant and group_id")
+    token.add_argument("--audience", help="the audience to ask for")
+    token.add_argument("--scope", help="the scope to ask for (space-separated)")
+    token.add_argument("--auth-method", default="auto",
+                       choices=("auto", "client_secret_basic", "client_secret_post"),
+                       help="how the client authenticates to the token endpoint")
+    token.add_argument("--json", action="store_true",
+                       help="print token, expiry, principal and SASL extensions as JSON")
+
+
+def _add_dev_issuer_parser(
+        commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    issuer = commands.add_parser(
+        "dev-issuer", help="run a development OAuth issuer on loopback",
+        description="Serve OIDC discovery, a JWKS and a client-credentials token endpoint "
+                    "on loopback; prints 'dev-issuer ready: URL'. POST /rotate (or SIGHUP) "
+                    "rotates the signing key; GET /stats counts requests.")
+    issuer.add_argument("--host", default="127.0.0.1", help="loopback address to bind")
+    issuer.add_argument("--port", type=int, default=0, help="port (0 = any free port)")
+    issuer.add_argument("--client", action="append", default=[], metavar="ID:SECRET[:TENANT]",
+                        dest="clients", help="a client that may get tokens (repeatable)")
+    issuer.add_argument("--audience", default="edge-broker", help="the tokens' 'aud'")
+    issuer.add_argument("--token-lifetime-seconds", type=int, default=3600,
+                        help="lifetime of issued tokens")
+    issuer.add_argument("--tenant-claim",
+                        help="put a client's tenant in this claim (e.g. 'tenant')")
+    issuer.add_argument("--key-grace-seconds", type=float,
+                        help="how long a rotated-out key stays in the JWKS "
+                             "(default: the token lifetime)")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
         prog="edge-broker",
-        description="A Kafka-protocol edge broker on a managed-ledger log.",
+        description="A Kafka-protocol edge broker on a managed-ledger log. Without a "
+                    "subcommand it runs the broker.",
     )
     parser.add_argument("--config", metavar="FILE",
                         help="a Java-style properties file with broker settings")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                         dest="overrides", help="override one setting (repeatable)")
+    commands = parser.add_subparsers(dest="command", metavar="{token,dev-issuer}")
+    _add_token_parser(commands)
+    _add_dev_issuer_parser(commands)
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run_broker(args: argparse.Namespace) -> int:
     """Load the config, then run the broker until SIGTERM or SIGINT."""
-    args = parse_args(argv)
     try:
         config = load_config(args.config, args.overrides)
     except ConfigError as exc:
@@ -39,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    import uvloop
+
+    from edge.app import BrokerApp
+
     try:
         app = BrokerApp(config)
     except ConfigError as exc:
@@ -49,6 +103,70 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     uvloop.run(app.run())
     return 0
+
+
+def run_token(args: argparse.Namespace) -> int:
+    """Print a token (or its details as JSON); exit 1 with the issuer's error."""
+    from oauth.errors import OAuthError
+    from oauth.login import ClientCredentialsLogin
+
+    try:
+        login = ClientCredentialsLogin(args.issuer_url, args.credentials_url,
+                                       audience=args.audience, scope=args.scope,
+                                       auth_method=args.auth_method)
+        token = login.token()
+    except (OAuthError, ValueError) as exc:
+        print(f"edge-broker token: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"access_token": token.value, "expires_at": token.expires_at,
+                          "principal": token.principal, "scope": token.scope,
+                          "extensions": login.extensions()}))
+    else:
+        print(token.value)
+    return 0
+
+
+def run_dev_issuer(args: argparse.Namespace) -> int:
+    """Serve the development issuer until SIGTERM or SIGINT; SIGHUP rotates the key."""
+    from oauth.dev_issuer import DevIssuer, parse_client_spec
+
+    try:
+        issuer = DevIssuer(args.host, args.port, [parse_client_spec(c) for c in args.clients],
+                           audience=args.audience,
+                           token_lifetime_seconds=args.token_lifetime_seconds,
+                           tenant_claim=args.tenant_claim,
+                           key_grace_seconds=args.key_grace_seconds)
+        issuer.start()
+    except (ValueError, OSError) as exc:
+        print(f"edge-broker dev-issuer: {exc}", file=sys.stderr)
+        return 2
+    stopping = threading.Event()
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        stopping.set()
+
+    def rotate(_signum: int, _frame: FrameType | None) -> None:
+        print(f"dev-issuer rotated: kid {issuer.rotate()}", flush=True)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, rotate)
+    print(f"dev-issuer ready: {issuer.url}", flush=True)
+    while not stopping.wait(0.5):
+        pass
+    issuer.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the broker, or the subcommand given."""
+    args = parse_args(argv)
+    if args.command == "token":
+        return run_token(args)
+    if args.command == "dev-issuer":
+        return run_dev_issuer(args)
+    return run_broker(args)
 
 
 if __name__ == "__main__":

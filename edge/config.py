@@ -569,6 +569,11 @@ class BrokerConfig:
         metadata=_key("tokenAudience", StrType(),
                       "audience a token must carry; empty = not checked"),
     )
+    kop_oauth2_config_file: str = field(
+        default="",
+        metadata=_key("kopOauth2ConfigFile", StrType(),
+                      "properties file of the OAUTHBEARER validator (oauth.* keys)"),
+    )
     failed_authentication_delay_ms: int = field(
         default=300,
         metadata=_key("failedAuthenticationDelayMs", IntType(0, INT_MAX),

@@ -1,22 +1,33 @@
 """Security set-up from the broker config: which listeners need SASL or TLS, which SASL
-mechanisms each offers, and the servers that check logins."""
+mechanisms each offers, and the servers that check logins.
+
+OAUTHBEARER checks tokens with the validator that ``kopOauth2ConfigFile`` describes
+(``oauth.*`` keys, see ``oauth.settings``): the issuer's JWKS by default, or the PLAIN
+token settings with ``oauth.validate.method=token``. Without that file it uses the PLAIN
+token settings, as KoP did."""
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
-from edge.config import BrokerConfig, ConfigError
+from edge.config import BrokerConfig, ConfigError, parse_properties
 from listeners.spec import ListenerSpec
 from listeners.tls import TlsConfigError, TlsSettings, server_context
+from oauth.errors import OAuthConfigError
+from oauth.settings import METHOD_TOKEN, ValidatorSettings, parse_validator_settings
 from oauth.token import JwtTokenValidator, TokenSettings
+from oauth.validator import JwksTokenValidator
 from sasl.oauthbearer import OAuthBearerServer
 from sasl.plain import PlainServer
-from sasl.types import SaslServer, TokenValidator
+from sasl.types import Authenticated, SaslServer, TokenValidator
 
 MECHANISMS = ("PLAIN", "OAUTHBEARER")
 SaslFactory = Callable[[], SaslServer]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,20 +80,89 @@ def token_validator(config: BrokerConfig) -> TokenValidator | None:
             from exc
 
 
+def oauth_settings(config: BrokerConfig) -> ValidatorSettings | None:
+    """The settings in ``kopOauth2ConfigFile``, or None when no file is configured."""
+    path = config.kop_oauth2_config_file
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read 'kopOauth2ConfigFile' {path!r}: {exc}") from None
+    try:
+        return parse_validator_settings(parse_properties(text))
+    except (OAuthConfigError, ConfigError) as exc:
+        raise ConfigError(f"{path} (kopOauth2ConfigFile): {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class BearerSetup:
+    """How OAUTHBEARER logins are checked."""
+
+    validator: TokenValidator
+    tenant_claim: str | None
+
+
+def bearer_setup(config: BrokerConfig, token: TokenValidator | None) -> BearerSetup | None:
+    """The OAUTHBEARER validator: from ``kopOauth2ConfigFile``, else the PLAIN token one."""
+    settings = oauth_settings(config)
+    if settings is None:
+        return BearerSetup(token, None) if token is not None else None
+    if settings.method == METHOD_TOKEN:
+        if token is None:
+            raise ConfigError(f"{config.kop_oauth2_config_file} (kopOauth2ConfigFile): "
+                              "oauth.validate.method=token needs 'tokenSecretKey' or "
+                              "'tokenPublicKey'")
+        return BearerSetup(token, settings.tenant_claim)
+    return BearerSetup(JwksTokenValidator(settings), settings.tenant_claim)
+
+
+class LoggedBearerServer:
+    """An OAUTHBEARER server that logs each accepted login with its extensions."""
+
+    def __init__(self, inner: OAuthBearerServer) -> None:
+        self._inner = inner
+        self.mechanism = inner.mechanism
+
+    @property
+    def complete(self) -> bool:
+        return self._inner.complete
+
+    @property
+    def result(self) -> Authenticated | None:
+        return self._inner.result
+
+    def step(self, message: bytes) -> bytes:
+        challenge = self._inner.step(message)
+        result = self._inner.result
+        if result is not None:
+            extensions = ", ".join(f"{k}={v}" for k, v in sorted(result.extensions.items()))
+            log.info("OAUTHBEARER token accepted: principal %s, tenant %s, extensions [%s]",
+                     result.principal, result.tenant or "(default)", extensions)
+        return challenge
+
+
 def sasl_factories(config: BrokerConfig, validator: TokenValidator | None,
                    needed: set[str]) -> Mapping[str, SaslFactory]:
-    """A server factory per mechanism some listener offers."""
-    if needed and validator is None:
+    """A server factory per mechanism some listener offers (``validator`` checks PLAIN's
+    ``token:`` passwords)."""
+    bearer = bearer_setup(config, validator)
+    if "PLAIN" in needed and validator is None:
         raise ConfigError("SASL listeners need 'tokenSecretKey' or 'tokenPublicKey' to check "
                           "tokens")
-    assert validator is not None or not needed
+    if "OAUTHBEARER" in needed and bearer is None:
+        raise ConfigError("OAUTHBEARER needs 'kopOauth2ConfigFile' (or 'tokenSecretKey' / "
+                          "'tokenPublicKey') to check tokens")
     factories: dict[str, SaslFactory] = {}
     if "PLAIN" in needed and validator is not None:
         plain_validator = validator
         factories["PLAIN"] = lambda: PlainServer(plain_validator)
-    if "OAUTHBEARER" in needed and validator is not None:
-        bearer_validator = validator
-        factories["OAUTHBEARER"] = lambda: OAuthBearerServer(bearer_validator)
+    if "OAUTHBEARER" in needed and bearer is not None:
+        setup = bearer
+        if isinstance(setup.validator, JwksTokenValidator):
+            setup.validator.warm_up()
+        factories["OAUTHBEARER"] = lambda: LoggedBearerServer(
+            OAuthBearerServer(setup.validator, tenant_claim=setup.tenant_claim))
     return factories
 
 

@@ -5,8 +5,8 @@
   ``(token, expiry seconds since the epoch, principal, extensions)``, the extensions being
   ``tenant`` / ``groupId`` from the credentials. :func:`confluent_config` gives the
   whole configuration fragment.
-- kafka-python: :class:`oauth.kafka_python.KafkaPythonTokenProvider`.
-- aiokafka: :class:`oauth.aiokafka.AioKafkaTokenProvider`.
+- kafka-python: :class:`oauth.kafka_python_provider.KafkaPythonTokenProvider`.
+- aiokafka: :class:`oauth.aiokafka_provider.AioKafkaTokenProvider`.
 
 (The last two live in their own modules so that each imports only its own client.)
 """

@@ -68,8 +68,10 @@ def _unverified_claims(token: str) -> dict[str, Any]:
     return claims if isinstance(claims, dict) else {}
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _number_or_none(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
 
 
 def _error_from(status: int, body: Any) -> OAuthError:
@@ -207,11 +209,11 @@ class ClientCredentialsLogin:
             raise OAuthError(REQUEST_FAILED, f"unsupported token_type {token_type!r}")
         value: str = body["access_token"]
         claims = _unverified_claims(value)
-        expires_in = body.get("expires_in")
-        exp = claims.get("exp")
-        limits = [float(exp)] if _is_number(exp) and exp > started else []
-        if _is_number(expires_in) and expires_in > 0:
-            limits.append(started + float(expires_in))
+        expires_in = _number_or_none(body.get("expires_in"))
+        exp = _number_or_none(claims.get("exp"))
+        limits = [exp] if exp is not None and exp > started else []
+        if expires_in is not None and expires_in > 0:
+            limits.append(started + expires_in)
         expires_at = min(limits) if limits else started + DEFAULT_LIFETIME_SECONDS
         sub = claims.get("sub")
         scope = body.get("scope")

@@ -1,9 +1,10 @@
 """The SASL OAUTHBEARER server mechanism (RFC 7628) with KIP-368-style expiry.
 
-A good client initial response is answered with empty bytes. A bad token (or a bad
-message whose GS2 header was understood) is answered with the RFC 7628 error
-``{"status":"invalid_token"}``; the client then sends a lone ``\\x01`` and the second
-step fails with the original reason.
+A good client initial response is answered with empty bytes. Any failure of the first
+message (too large, not UTF-8, malformed GS2 header or key/value pairs, a rejected token,
+an authorization id other than the principal, a bad tenant) is answered with the RFC 7628
+error ``{"status":"invalid_token"}``; the client then sends a lone ``\\x01`` and the
+second step fails with the original reason.
 """
 
 from __future__ import annotations
@@ -55,6 +56,13 @@ class OAuthBearerServer:
         raise SaslFailure("OAUTHBEARER exchange is already over")
 
     def _first_step(self, message: bytes) -> bytes:
+        try:
+            self._result = self._authenticate(message)
+        except SaslFailure as failure:
+            return self._error_challenge(failure.message)
+        return b""
+
+    def _authenticate(self, message: bytes) -> Authenticated:
         check_message_size(message)
         try:
             text = message.decode("utf-8")
@@ -62,26 +70,22 @@ class OAuthBearerServer:
             raise SaslFailure("invalid OAUTHBEARER message: not valid UTF-8") from None
         try:
             response = parse_client_initial_response(text)
-        except MalformedHeader as exc:
+        except (MalformedHeader, MalformedMessage) as exc:
             raise SaslFailure(str(exc)) from None
-        except MalformedMessage as exc:
-            return self._error_challenge(str(exc))
         try:
             token = self._validator.validate(response.token)
         except TokenRejected as exc:
-            return self._error_challenge(exc.message)
+            raise SaslFailure(exc.message) from None
         if response.authzid is not None and response.authzid != token.principal:
             raise SaslFailure("authorization id does not match the token's principal")
-        tenant = self._tenant(response, token)
-        self._result = Authenticated(
+        return Authenticated(
             principal=token.principal,
-            tenant=tenant,
+            tenant=self._tenant(response, token),
             namespace=None,
             expires_at_ms=token.expires_at_ms,
             mechanism=self.mechanism,
             extensions=MappingProxyType(dict(response.extensions)),
         )
-        return b""
 
     def _tenant(self, response: ClientInitialResponse, token: ValidatedToken) -> str | None:
         tenant: object = None

@@ -4,9 +4,10 @@ processed which record and owned which partition."""
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,7 +107,8 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str,
 
 @dataclass
 class Batch:
-    """Records one member processed in one poll, and whether their commit succeeded."""
+    """Records one member processed in one poll, and whether their commit right after
+    succeeded."""
 
     seq: int
     member: str
@@ -117,10 +119,16 @@ class Batch:
 
 @dataclass
 class GroupLedger:
-    """Thread-safe log of processed batches and of partition ownership over time."""
+    """Thread-safe log of processed batches, successful commits and partition ownership.
+
+    A processing of record (p, o) by member m is *covered* once m later commits an offset
+    above o for p. Delivery is right when every record gets a covered processing, and a
+    record is never processed again after a covered processing (re-reads only follow
+    failed commits)."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     batches: list[Batch] = field(default_factory=list)
+    commits: list[tuple[int, str, int, int]] = field(default_factory=list)
     owned: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     events: list[tuple[int, str, str, tuple[int, ...]]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -159,7 +167,8 @@ class GroupLedger:
 
     def processed(self, member: str, records: list[tuple[int, int]], committed: bool,
                   error: str = "") -> Batch:
-        """Log a processed batch; its partitions must be owned by ``member``."""
+        """Log a processed batch and the result of committing right after it; its
+        partitions must be owned by ``member``."""
         with self.lock:
             foreign = sorted({p for p, _ in records} - self.owned[member])
             if foreign:
@@ -167,7 +176,17 @@ class GroupLedger:
                                        f"not own (owns {sorted(self.owned[member])})")
             batch = Batch(self._next(), member, list(records), committed, error)
             self.batches.append(batch)
+            if committed:
+                for p, offset in positions(records).items():
+                    self.commits.append((batch.seq, member, p, offset))
             return batch
+
+    def recommitted(self, member: str, offsets: dict[int, int]) -> None:
+        """A retried commit of ``offsets`` by ``member`` succeeded."""
+        with self.lock:
+            seq = self._next()
+            for p, offset in offsets.items():
+                self.commits.append((seq, member, p, offset))
 
     def mark(self) -> int:
         """A sequence number separating what happened before from what happens after."""
@@ -187,17 +206,17 @@ class GroupLedger:
         with self.lock:
             return {r for b in self.batches for r in b.records}
 
-    def committed_records(self) -> Counter[tuple[int, int]]:
+    def committed_end(self, partition: int, before: int | None = None) -> int:
+        """The group's committed offset of ``partition`` after the successful commits
+        before sequence number ``before`` (all when None; 0 when none)."""
         with self.lock:
-            return Counter(r for b in self.batches if b.committed for r in b.records)
+            ends = [(seq, offset) for seq, _m, p, offset in self.commits
+                    if p == partition and (before is None or seq < before)]
+        return max(ends)[1] if ends else 0
 
-    def committed_end(self, partition: int, before: int) -> int:
-        """The committed position of ``partition`` after the successful commits before
-        sequence number ``before`` (0 when none)."""
-        with self.lock:
-            ends = [o + 1 for b in self.batches if b.committed and b.seq < before
-                    for p, o in b.records if p == partition]
-        return max(ends, default=0)
+    def all_committed(self, partitions: int, end: int) -> Callable[[], bool]:
+        """A condition: every partition's committed offset is ``end``."""
+        return lambda: all(self.committed_end(p) == end for p in range(partitions))
 
     def first_after(self, partition: int, after: int) -> tuple[str, int] | None:
         """The first (member, offset) processed for ``partition`` after sequence ``after``."""
@@ -209,23 +228,47 @@ class GroupLedger:
                         return b.member, min(offsets)
         return None
 
-    def check_delivery(self, expected: set[tuple[int, int]]) -> None:
-        """At least once overall; at most once counting successful commits: a record is
-        processed again only when an earlier processing of it was in a batch whose commit
-        failed."""
-        seen = self.seen()
-        missing = expected - seen
-        assert not missing, f"{len(missing)} records never processed, e.g. {sorted(missing)[:5]}"
-        assert seen <= expected, f"unexpected records {sorted(seen - expected)[:5]}"
-        twice = {r: n for r, n in self.committed_records().items() if n > 1}
-        assert not twice, (f"{len(twice)} records processed again after a successful commit, "
-                           f"e.g. {sorted(twice.items())[:5]}")
+    def failed_commits(self) -> list[str]:
         with self.lock:
-            counts = Counter(r for b in self.batches for r in b.records)
-            failed = Counter(r for b in self.batches if not b.committed for r in b.records)
-        beyond = {r: n for r, n in counts.items() if n - 1 > failed[r]}
-        assert not beyond, f"duplicates not explained by failed commits: {sorted(beyond)[:5]}"
-        assert self.violations == [], self.violations
+            return [f"{b.member}@{b.seq}: {b.error}" for b in self.batches if not b.committed]
+
+    def check_delivery(self, expected: set[tuple[int, int]]) -> None:
+        """At least once, and again only after a failed commit (see the class doc)."""
+        with self.lock:
+            batches = list(self.batches)
+            commits = sorted(self.commits)
+            violations = list(self.violations)
+        # For each (member, partition): commit seqs and the highest offset committed at or
+        # after each of them.
+        by_key: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
+        for seq, member, p, offset in commits:
+            seqs, offs = by_key.setdefault((member, p), ([], []))
+            seqs.append(seq)
+            offs.append(offset)
+        for _seqs, offs in by_key.values():
+            for i in range(len(offs) - 2, -1, -1):
+                offs[i] = max(offs[i], offs[i + 1])
+
+        def covered(member: str, p: int, o: int, seq: int) -> bool:
+            seqs, offs = by_key.get((member, p), ([], []))
+            i = bisect.bisect_left(seqs, seq)
+            return i < len(seqs) and offs[i] > o
+
+        occurrences: dict[tuple[int, int], list[tuple[int, str, bool]]] = defaultdict(list)
+        for b in batches:
+            for p, o in b.records:
+                occurrences[(p, o)].append((b.seq, b.member, covered(b.member, p, o, b.seq)))
+        missing = expected - set(occurrences)
+        assert not missing, f"{len(missing)} records never processed, e.g. {sorted(missing)[:5]}"
+        extra = set(occurrences) - expected
+        assert not extra, f"unexpected records {sorted(extra)[:5]}"
+        reread = sorted(r for r, occ in occurrences.items()
+                        if any(c for _s, _m, c in occ[:-1]))
+        assert not reread, (f"{len(reread)} records processed again after a successful "
+                            f"commit, e.g. {[(r, occurrences[r]) for r in reread[:3]]}")
+        uncovered = sorted(r for r, occ in occurrences.items() if not occ[-1][2])
+        assert not uncovered, f"{len(uncovered)} records never committed, e.g. {uncovered[:5]}"
+        assert violations == [], violations
 
 
 def positions(records: Iterable[tuple[int, int]]) -> dict[int, int]:
@@ -422,6 +465,7 @@ class ConfluentMember:
             "session.timeout.ms": 6000, "heartbeat.interval.ms": 250,
             "max.poll.interval.ms": 30000, **conf,
         })
+        self.retry: dict[int, int] = {}  # failed commit positions, retried when idle
         self.consumer.subscribe([topic], on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
 
@@ -431,11 +475,15 @@ class ConfluentMember:
 
     def _on_revoke(self, _consumer: object, partitions: list[confluent_kafka.TopicPartition]
                    ) -> None:
+        for tp in partitions:
+            self.retry.pop(tp.partition, None)
         self.ledger.revoked(self.name, [tp.partition for tp in partitions])
 
     def _on_lost(self, _consumer: object, partitions: list[confluent_kafka.TopicPartition]
                  ) -> None:
         self.lost.append(tuple(tp.partition for tp in partitions))
+        for tp in partitions:
+            self.retry.pop(tp.partition, None)
         self.ledger.revoked(self.name, [tp.partition for tp in partitions])
 
     def step(self, max_records: int = 100, timeout: float = 0.02) -> int:
@@ -446,19 +494,30 @@ class ConfluentMember:
             assert error is None, f"{self.name}: {error}"
             records.append((msg.partition(), msg.offset()))
         if not records:
+            if self.retry and self._commit(self.retry) == "":
+                self.ledger.recommitted(self.name, self.retry)
+                self.retry = {}
             return 0
-        committed, error_text = True, ""
-        offsets = [confluent_kafka.TopicPartition(self.topic, p, o)
-                   for p, o in positions(records).items()]
-        try:
-            result = self.consumer.commit(offsets=offsets, asynchronous=False)
-            failed = [tp for tp in result or [] if tp.error is not None]
-            if failed:
-                committed, error_text = False, str(failed)
-        except confluent_kafka.KafkaException as exc:
-            committed, error_text = False, str(exc)
-        self.ledger.processed(self.name, records, committed, error_text)
+        done = positions(records)
+        error_text = self._commit(done)
+        if error_text:
+            self.retry.update(done)
+        else:
+            for p in done:
+                self.retry.pop(p, None)
+        self.ledger.processed(self.name, records, error_text == "", error_text)
         return len(records)
+
+    def _commit(self, offsets: dict[int, int]) -> str:
+        """Commit synchronously; return the error ("" when it succeeded)."""
+        try:
+            result = self.consumer.commit(offsets=[
+                confluent_kafka.TopicPartition(self.topic, p, o) for p, o in offsets.items()],
+                asynchronous=False)
+        except confluent_kafka.KafkaException as exc:
+            return str(exc)
+        failed = [tp for tp in result or [] if tp.error is not None]
+        return str(failed) if failed else ""
 
     def close(self) -> None:
         self.ledger.leaving(self.name)

@@ -27,16 +27,47 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from kafka.record.memory_records import MemoryRecords
 
 from tests.clients import PARTITIONS, Got, Rec
-from tests.raw import RawConnection
+from tests.group_helpers import GroupConnection
+from tests.raw import RawConnection, record_batch
 
 # Kafka error codes used by the security tests.
 NONE = 0
@@ -449,40 +480,6 @@ def check_roundtrip(recs: list[Rec], got: list[Got]) -> None:
 
 
 # -- one method per request, for attack and ACL tests ------------------------------------
-
-from kafka.protocol.admin import (  # noqa: E402
-    CreatePartitionsRequest,
-    CreatePartitionsResponse,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeleteGroupsRequest,
-    DeleteGroupsResponse,
-    DeleteRecordsRequest,
-    DeleteRecordsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
-    DescribeConfigsRequest,
-    DescribeConfigsResponse,
-    DescribeGroupsRequest,
-    DescribeGroupsResponse,
-    ListGroupsRequest,
-    ListGroupsResponse,
-)
-from kafka.protocol.consumer import (  # noqa: E402
-    FetchRequest,
-    FetchResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    OffsetDeleteRequest,
-    OffsetDeleteResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-)
-from kafka.protocol.producer import ProduceRequest, ProduceResponse  # noqa: E402
-from kafka.record.memory_records import MemoryRecords  # noqa: E402
-
-from tests.group_helpers import GroupConnection  # noqa: E402
-from tests.raw import record_batch  # noqa: E402
 
 TOPIC_RESOURCE = 2
 

@@ -184,6 +184,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "tokenAuthClaim": "sub",
     "tokenAudienceClaim": "",
     "tokenAudience": "",
+    "kopOauth2ConfigFile": "",
     "failedAuthenticationDelayMs": 300,
     "connectionsMaxReauthMs": 0,
     "tlsCertificateFilePath": "",
@@ -345,7 +346,8 @@ def test_every_key_has_an_invalid_case() -> None:
         "kafkaProtocolMap",
         # free text, checked when the broker starts (tests/test_security_config.py)
         "saslAllowedMechanisms", "saslListenerMechanisms", "tokenSecretKey",
-        "tokenPublicKey", "tokenAudienceClaim", "tokenAudience", "tlsCertificateFilePath",
+        "tokenPublicKey", "tokenAudienceClaim", "tokenAudience", "kopOauth2ConfigFile",
+        "tlsCertificateFilePath",
         "tlsKeyFilePath", "tlsTrustCertsFilePath", "superUserRoles", "kopAllowedNamespaces",
     }
     assert covered == set(CONFIG_KEYS)

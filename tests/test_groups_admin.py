@@ -59,9 +59,8 @@ def active_group(broker: BrokerProcess, topic: str, group: str, names: list[str]
     """Members ``names`` of ``group``, balanced over the topic, with everything committed."""
     ledger = GroupLedger()
     members = [ConfluentMember(n, broker.bootstrap, group, topic, ledger) for n in names]
-    everything = {(p, o) for p in range(PARTITIONS) for o in range(records)}
     pump(members, lambda: balanced(ledger, names, PARTITIONS)()
-         and set(ledger.committed_records()) >= everything, 60, "a balanced, committed group")
+         and ledger.all_committed(PARTITIONS, records)(), 60, "a balanced, committed group")
     return members, ledger
 
 

@@ -57,6 +57,7 @@ class KafkaPythonMember:
         self.name, self.bootstrap, self.group, self.topic = name, bootstrap, group, topic
         self.ledger = ledger
         self.error: BaseException | None = None
+        self.retry: dict[int, int] = {}  # failed commit positions, retried when idle
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=name)
         self._thread.start()
@@ -66,6 +67,8 @@ class KafkaPythonMember:
 
         class Listener(kafka.ConsumerRebalanceListener):
             def on_partitions_revoked(self, revoked: list[kafka.TopicPartition]) -> None:
+                for tp in revoked:
+                    member.retry.pop(tp.partition, None)
                 member.ledger.revoked(member.name, [tp.partition for tp in revoked])
 
             def on_partitions_assigned(self, assigned: list[kafka.TopicPartition]) -> None:
@@ -84,20 +87,31 @@ class KafkaPythonMember:
                     records = [(tp.partition, msg.offset) for tp, msgs in batch.items()
                                for msg in msgs]
                     if not records:
+                        if self.retry and self._commit(consumer, self.retry) == "":
+                            self.ledger.recommitted(self.name, self.retry)
+                            self.retry = {}
                         continue
-                    committed, error = True, ""
-                    try:
-                        consumer.commit({
-                            kafka.TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
-                            for p, o in positions(records).items()})
-                    except KafkaError as exc:
-                        committed, error = False, repr(exc)
-                    self.ledger.processed(self.name, records, committed, error)
+                    done = positions(records)
+                    error = self._commit(consumer, done)
+                    if error:
+                        self.retry.update(done)
+                    else:
+                        for p in done:
+                            self.retry.pop(p, None)
+                    self.ledger.processed(self.name, records, error == "", error)
             finally:
                 self.ledger.leaving(self.name)
                 consumer.close(autocommit=False)
         except BaseException as exc:
             self.error = exc
+
+    def _commit(self, consumer: kafka.KafkaConsumer, offsets: dict[int, int]) -> str:
+        try:
+            consumer.commit({kafka.TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
+                             for p, o in offsets.items()})
+        except KafkaError as exc:
+            return repr(exc)
+        return ""
 
     def stop(self) -> None:
         self._stop.set()
@@ -129,6 +143,7 @@ class AioKafkaMember:
         self.name, self.bootstrap, self.group, self.topic = name, bootstrap, group, topic
         self.ledger = ledger
         self.error: BaseException | None = None
+        self.retry: dict[int, int] = {}  # failed commit positions, retried when idle
         self._stop = threading.Event()
         self._future = asyncio.run_coroutine_threadsafe(self._run(), aio.loop)
 
@@ -138,6 +153,8 @@ class AioKafkaMember:
         class Listener(aiokafka.ConsumerRebalanceListener):  # type: ignore[misc]
             async def on_partitions_revoked(self, revoked: list[aiokafka.TopicPartition]
                                             ) -> None:
+                for tp in revoked:
+                    member.retry.pop(tp.partition, None)
                 member.ledger.revoked(member.name, [tp.partition for tp in revoked])
 
             async def on_partitions_assigned(self, assigned: list[aiokafka.TopicPartition]
@@ -158,20 +175,32 @@ class AioKafkaMember:
                     records = [(tp.partition, msg.offset) for tp, msgs in batch.items()
                                for msg in msgs]
                     if not records:
+                        if self.retry and await self._commit(consumer, self.retry) == "":
+                            self.ledger.recommitted(self.name, self.retry)
+                            self.retry = {}
                         continue
-                    committed, error = True, ""
-                    try:
-                        await consumer.commit({
-                            aiokafka.TopicPartition(self.topic, p): o
-                            for p, o in positions(records).items()})
-                    except AioKafkaError as exc:
-                        committed, error = False, repr(exc)
-                    self.ledger.processed(self.name, records, committed, error)
+                    done = positions(records)
+                    error = await self._commit(consumer, done)
+                    if error:
+                        self.retry.update(done)
+                    else:
+                        for p in done:
+                            self.retry.pop(p, None)
+                    self.ledger.processed(self.name, records, error == "", error)
             finally:
                 self.ledger.leaving(self.name)
                 await consumer.stop()
         except BaseException as exc:
             self.error = exc
+
+    async def _commit(self, consumer: aiokafka.AIOKafkaConsumer, offsets: dict[int, int]
+                      ) -> str:
+        try:
+            await consumer.commit({aiokafka.TopicPartition(self.topic, p): o
+                                   for p, o in offsets.items()})
+        except AioKafkaError as exc:
+            return repr(exc)
+        return ""
 
     def stop(self) -> None:
         self._stop.set()
@@ -205,7 +234,7 @@ def run_scenario(bootstrap: str, topic: str,
         members.append(new_member("a", ledger))
         until(balanced(ledger, ["a"], PARTITIONS), "a to own every partition")
         produce_values(bootstrap, topic, range(PARTITIONS), 0, STEP)
-        until(lambda: set(ledger.committed_records()) >= records(0, STEP), "phase 1 committed")
+        until(ledger.all_committed(PARTITIONS, STEP), "phase 1 committed")
 
         # A second member joins and takes over half of the partitions where a committed.
         join_mark = ledger.mark()
@@ -214,8 +243,7 @@ def run_scenario(bootstrap: str, topic: str,
         owned_b = ledger.ownership()["b"]
         assert len(owned_b) == PARTITIONS // 2
         produce_values(bootstrap, topic, range(PARTITIONS), STEP, 2 * STEP)
-        until(lambda: set(ledger.committed_records()) >= records(0, 2 * STEP),
-              "phase 2 committed")
+        until(ledger.all_committed(PARTITIONS, 2 * STEP), "phase 2 committed")
         for p in owned_b:
             assert ledger.first_after(p, join_mark) == ("b", STEP), p
         assert ledger.count_by("b") >= len(owned_b) * STEP
@@ -228,8 +256,7 @@ def run_scenario(bootstrap: str, topic: str,
         close_mark = ledger.mark()
         produce_values(bootstrap, topic, range(PARTITIONS), 2 * STEP, 3 * STEP)
         members.append(new_member("c", ledger))
-        until(lambda: set(ledger.committed_records()) >= records(0, 3 * STEP),
-              "phase 3 committed by the new member")
+        until(ledger.all_committed(PARTITIONS, 3 * STEP), "phase 3 committed by the new member")
         for p in range(PARTITIONS):
             assert ledger.first_after(p, close_mark) == ("c", 2 * STEP), p
         with ledger.lock:

@@ -90,7 +90,7 @@ def test_three_members_share_partitions_and_take_over_a_leaver(cbroker: BrokerPr
         # Phase 3: the rest; then everything is committed exactly up to the end.
         produce_values(cbroker.bootstrap, topic_name, range(PARTITIONS), *PHASES[2])
         everything = records(0, PHASES[2][1])
-        pump(members, lambda: set(ledger.committed_records()) >= everything, 60,
+        pump(members, ledger.all_committed(PARTITIONS, PHASES[2][1]), 60,
              "all 30,000 records processed and committed")
         ledger.check_delivery(everything)
         assert committed_offsets(members[0], PARTITIONS) == dict.fromkeys(
@@ -111,9 +111,8 @@ def test_cooperative_sticky_group_rebalances_incrementally(cbroker: BrokerProces
                for n in ("c0", "c1")]
     try:
         produce_values(cbroker.bootstrap, topic_name, range(PARTITIONS), 0, 500)
-        first = records(0, 500)
         pump(members, lambda: balanced(ledger, ["c0", "c1"], PARTITIONS)()
-             and set(ledger.committed_records()) >= first, 60, "two members, 500 each")
+             and ledger.all_committed(PARTITIONS, 500)(), 60, "two members, 500 each")
         before = ledger.ownership()
         mark = ledger.mark()
 
@@ -122,7 +121,7 @@ def test_cooperative_sticky_group_rebalances_incrementally(cbroker: BrokerProces
         produce_values(cbroker.bootstrap, topic_name, range(PARTITIONS), 500, 1000)
         everything = records(0, 1000)
         pump(members, lambda: balanced(ledger, ["c0", "c1", "c2"], PARTITIONS)()
-             and set(ledger.committed_records()) >= everything, 60,
+             and ledger.all_committed(PARTITIONS, 1000)(), 60,
              "three members, everything committed")
         after = ledger.ownership()
         later = [e for e in ledger.events if e[0] > mark]

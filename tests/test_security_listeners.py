@@ -90,7 +90,7 @@ def test_each_listener_advertises_its_own_address(
     conn = connect(multi, listener, material)
     try:
         for version in (1, 4, 9, 12):
-            meta = conn.metadata([], version=version) if version else conn.metadata()
+            meta = conn.metadata([], version=version)
             assert [(b.node_id, b.host, b.port) for b in meta.brokers] == \
                 [(BROKER_ID, *expected)], (version, meta.brokers)
             assert meta.controller_id == BROKER_ID

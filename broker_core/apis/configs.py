@@ -62,6 +62,7 @@ def _describe_broker(engine: Engine, resource: Any, documented: bool) -> list[An
                             f"{resource.resource_name}")
     values = {f"log.{name}" if not name.startswith("log.") else name: value
               for name, value in engine.topic_configs({}).items()}
+    values.update(engine.config.broker_configs)
     values["broker.id"] = str(engine.config.broker_id)
     values["auto.create.topics.enable"] = str(engine.config.allow_auto_topic_creation).lower()
     values["num.partitions"] = str(engine.config.default_num_partitions)

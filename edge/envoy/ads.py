@@ -1,0 +1,213 @@
+"""The Aggregated Discovery Service (``envoy.service.discovery.v3``), state of the world.
+
+One gRPC stream per Envoy carries requests for listeners and clusters.  For each type the
+stream remembers the version and nonce it last sent:
+
+* a request with no nonce subscribes to the type and gets the current resources;
+* a request echoing the last nonce is an ACK (version accepted) or, with
+  ``error_detail``, a NACK: the rejection is logged and recorded in :class:`AdsStatus`,
+  nothing is resent, and Envoy keeps serving the last version it accepted;
+* a request echoing an older nonce is stale and ignored.
+
+When the :class:`SnapshotStore` changes, every stream sends the changed types it is
+subscribed to (clusters before listeners).  The delta protocol is not served.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+
+from edge.envoy.snapshot import TYPE_NAMES, TYPE_ORDER, SnapshotStore
+
+__all__ = ["AdsStatus", "AggregatedDiscoveryServicer", "Rejection"]
+
+log = logging.getLogger("edge.envoy.xds")
+
+_REFRESH = "refresh"
+_CLOSED = "closed"
+
+
+@dataclass
+class Rejection:
+    """A version an Envoy NACKed."""
+
+    version: str
+    message: str
+    at: float
+
+
+@dataclass
+class _NodeState:
+    acked: dict[str, str] = field(default_factory=dict)
+    rejections: dict[str, Rejection] = field(default_factory=dict)
+    streams: int = 0
+
+
+class AdsStatus:
+    """What every Envoy node accepted and rejected, per resource type (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes: dict[str, _NodeState] = {}
+        self.nack_count = 0
+
+    def _node(self, node_id: str) -> _NodeState:
+        return self._nodes.setdefault(node_id, _NodeState())
+
+    def connected(self, node_id: str, delta: int) -> None:
+        with self._lock:
+            self._node(node_id).streams += delta
+
+    def ack(self, node_id: str, type_url: str, version: str) -> None:
+        with self._lock:
+            state = self._node(node_id)
+            state.acked[type_url] = version
+            rejected = state.rejections.get(type_url)
+            if rejected is not None and int(rejected.version) <= int(version):
+                del state.rejections[type_url]
+
+    def nack(self, node_id: str, type_url: str, version: str, message: str) -> None:
+        with self._lock:
+            self._node(node_id).rejections[type_url] = Rejection(version, message, time.time())
+            self.nack_count += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """Per node: open streams, accepted and rejected versions per type name."""
+        with self._lock:
+            return {
+                node: {
+                    "streams": state.streams,
+                    "acked": {TYPE_NAMES.get(t, t): v for t, v in state.acked.items()},
+                    "rejected": {
+                        TYPE_NAMES.get(t, t): {"version": r.version, "message": r.message,
+                                               "at": r.at}
+                        for t, r in state.rejections.items()
+                    },
+                }
+                for node, state in self._nodes.items()
+            }
+
+
+class _Stream:
+    """The state of one ADS stream: subscriptions and what was last sent per type."""
+
+    _nonces = itertools.count(1)
+
+    def __init__(self, store: SnapshotStore, status: AdsStatus, peer: str) -> None:
+        self.store = store
+        self.status = status
+        self.peer = peer
+        self.node_id = ""
+        self.subscribed: set[str] = set()
+        self.sent: dict[str, tuple[str, str]] = {}  # type -> (version, nonce)
+        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    def handle(self, request: Any) -> list[Any]:
+        """Responses to one request from Envoy."""
+        if not self.node_id and request.node.id:
+            self.node_id = request.node.id
+            self.status.connected(self.node_id, 1)
+            log.info("xds: node %s connected from %s", self.node_id, self.peer)
+        type_url = request.type_url
+        name = TYPE_NAMES.get(type_url, type_url)
+        if not request.response_nonce:
+            if self.store.get(type_url) is None:
+                log.warning("xds: node %s asked for unserved type %s", self.node_id, type_url)
+                return []
+            self.subscribed.add(type_url)
+            return [self._response(type_url)]
+        version, nonce = self.sent.get(type_url, ("", ""))
+        if request.response_nonce != nonce:
+            return []  # stale: answers a response that a newer one replaced
+        if request.HasField("error_detail"):
+            message = request.error_detail.message
+            log.warning("xds: NACK from node %s: %s version %s rejected (Envoy keeps version"
+                        " %s): %s", self.node_id, name, version,
+                        request.version_info or "none", message)
+            self.status.nack(self.node_id, type_url, version, message)
+        else:
+            log.info("xds: ACK from node %s: %s version %s", self.node_id, name,
+                     request.version_info)
+            self.status.ack(self.node_id, type_url, request.version_info)
+        return []
+
+    def refresh(self) -> list[Any]:
+        """Responses for subscribed types whose version moved past what was sent."""
+        responses = []
+        for type_url in TYPE_ORDER:
+            current = self.store.get(type_url)
+            if type_url not in self.subscribed or current is None:
+                continue
+            if self.sent.get(type_url, ("", ""))[0] != current.version:
+                responses.append(self._response(type_url))
+        return responses
+
+    def _response(self, type_url: str) -> Any:
+        resources = self.store.get(type_url)
+        assert resources is not None
+        nonce = str(next(self._nonces))
+        self.sent[type_url] = (resources.version, nonce)
+        log.info("xds: sending %s version %s to node %s: %s", TYPE_NAMES.get(type_url),
+                 resources.version, self.node_id, ", ".join(resources.names) or "none")
+        return discovery_pb2.DiscoveryResponse(
+            version_info=resources.version, resources=list(resources.items),
+            type_url=type_url, nonce=nonce)
+
+    def close(self) -> None:
+        if self.node_id:
+            self.status.connected(self.node_id, -1)
+            log.info("xds: node %s disconnected", self.node_id)
+
+
+class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
+    """Serves a :class:`SnapshotStore` to Envoys over ADS (state of the world)."""
+
+    def __init__(self, store: SnapshotStore, status: AdsStatus) -> None:
+        self.store = store
+        self.status = status
+
+    def StreamAggregatedResources(  # noqa: N802 (the gRPC method name)
+        self, request_iterator: Iterator[Any], context: grpc.ServicerContext
+    ) -> Iterator[Any]:
+        stream = _Stream(self.store, self.status, context.peer())
+
+        def refresh() -> None:
+            stream.events.put((_REFRESH, None))
+
+        def read() -> None:
+            try:
+                for request in request_iterator:
+                    stream.events.put(("request", request))
+            except Exception:  # noqa: BLE001 - a cancelled stream ends the iterator this way
+                pass
+            stream.events.put((_CLOSED, None))
+
+        context.add_callback(lambda: stream.events.put((_CLOSED, None)))
+        self.store.watch(refresh)
+        threading.Thread(target=read, name="xds-read", daemon=True).start()
+        try:
+            while True:
+                kind, item = stream.events.get()
+                if kind == _CLOSED:
+                    return
+                responses = stream.handle(item) if kind != _REFRESH else stream.refresh()
+                yield from responses
+        finally:
+            self.store.unwatch(refresh)
+            stream.close()
+
+    def DeltaAggregatedResources(  # noqa: N802 (the gRPC method name)
+        self, request_iterator: Iterator[Any], context: grpc.ServicerContext
+    ) -> Iterator[Any]:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "use state-of-the-world ADS (GRPC)")
+        yield from ()

@@ -1,0 +1,252 @@
+"""The Envoy plan: which brokers Envoy fronts, and what the edge does to connections.
+
+A :class:`BrokerRoute` is one broker as Envoy sees it: its stable id, the address given
+to clients (``kafkaAdvertisedListeners``, where Envoy listens) and the internal address
+of the broker listener Envoy forwards to.  :class:`EdgeOptions` are the policies applied
+on every Envoy listener.  :class:`EnvoyPlan` is both, checked for consistency; every
+mistake raises :class:`EnvoyConfigError` with a message naming the broker or option.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+
+from listeners.spec import format_host_port
+
+__all__ = [
+    "AccessLog",
+    "BrokerRoute",
+    "ConnectionRate",
+    "EdgeOptions",
+    "EnvoyConfigError",
+    "EnvoyPlan",
+    "TlsTermination",
+    "is_ip",
+    "parse_host_port",
+]
+
+_HOST_RE = re.compile(r"[A-Za-z0-9._-]+")
+_MAX_PORT = 65535
+
+
+class EnvoyConfigError(ValueError):
+    """An Envoy option or broker description is wrong; the message says which and why."""
+
+
+def is_ip(host: str) -> bool:
+    """Whether ``host`` is an IPv4 or IPv6 literal (without brackets)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_host_port(text: str, what: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 in brackets) into its parts; ``what`` names it in errors."""
+    text = text.strip()
+    if text.startswith("["):
+        close = text.find("]")
+        host, rest = text[1:close], text[close + 1 :]
+        if close < 0 or not rest.startswith(":") or not is_ip(host):
+            raise EnvoyConfigError(f"{what} {text!r}: expected [IPv6]:port")
+        port_text = rest[1:]
+    else:
+        host, colon, port_text = text.rpartition(":")
+        if not colon or not host or not _HOST_RE.fullmatch(host):
+            raise EnvoyConfigError(f"{what} {text!r}: expected host:port")
+    if not port_text.isdigit() or not 0 < int(port_text) <= _MAX_PORT:
+        raise EnvoyConfigError(f"{what} {text!r}: port must be 1-{_MAX_PORT}")
+    return host, int(port_text)
+
+
+@dataclass(frozen=True)
+class BrokerRoute:
+    """One broker behind Envoy: id, the advertised (Envoy) address, the internal address."""
+
+    broker_id: int
+    advertised_host: str
+    advertised_port: int
+    internal_host: str
+    internal_port: int
+
+    @classmethod
+    def parse(cls, text: str) -> BrokerRoute:
+        """``ID=ADVERTISED_HOST:PORT@INTERNAL_HOST:PORT``, e.g. ``1=kafka-1:9092@10.0.0.11:9093``."""
+        ident, eq, rest = text.strip().partition("=")
+        advertised, at, internal = rest.partition("@")
+        if not eq or not at or not ident.strip().isdigit():
+            raise EnvoyConfigError(
+                f"broker {text!r}: expected ID=ADVERTISED_HOST:PORT@INTERNAL_HOST:PORT"
+            )
+        adv_host, adv_port = parse_host_port(advertised, f"broker {text!r}: advertised")
+        int_host, int_port = parse_host_port(internal, f"broker {text!r}: internal")
+        return cls(int(ident), adv_host, adv_port, int_host, int_port)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.broker_id <= 2**31 - 1:
+            raise EnvoyConfigError(f"broker id {self.broker_id} is out of range")
+
+    @property
+    def name(self) -> str:
+        """The Envoy listener and cluster name of this broker."""
+        return f"kafka-broker-{self.broker_id}"
+
+    @property
+    def stat_prefix(self) -> str:
+        """The stat prefix of this broker's filters."""
+        return f"kafka_broker_{self.broker_id}"
+
+    @property
+    def advertised_address(self) -> str:
+        return format_host_port(self.advertised_host, self.advertised_port)
+
+    @property
+    def internal_address(self) -> str:
+        return format_host_port(self.internal_host, self.internal_port)
+
+    def spec(self) -> str:
+        """This route as ``ID=ADVERTISED@INTERNAL`` text (``parse`` reads it back)."""
+        return f"{self.broker_id}={self.advertised_address}@{self.internal_address}"
+
+
+@dataclass(frozen=True)
+class TlsTermination:
+    """TLS at Envoy: the server certificate chain and key, and optionally a client CA.
+
+    With ``client_ca`` Envoy requires a client certificate signed by it.
+    """
+
+    cert_chain: str
+    private_key: str
+    client_ca: str | None = None
+
+
+@dataclass(frozen=True)
+class ConnectionRate:
+    """At most ``connections`` new connections per ``seconds`` on each listener."""
+
+    connections: int
+    seconds: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> ConnectionRate:
+        """``N`` (per second) or ``N/SECONDS``."""
+        count, _, period = text.strip().partition("/")
+        if not count.isdigit() or (period and not period.isdigit()):
+            raise EnvoyConfigError(f"connection rate {text!r}: expected N or N/SECONDS")
+        rate = cls(int(count), int(period or 1))
+        if rate.connections < 1 or rate.seconds < 1:
+            raise EnvoyConfigError(f"connection rate {text!r}: N and SECONDS must be >= 1")
+        return rate
+
+
+@dataclass(frozen=True)
+class AccessLog:
+    """Where connection logs go: ``stdout`` or a file path."""
+
+    target: str
+
+    @property
+    def to_stdout(self) -> bool:
+        return self.target == "stdout"
+
+
+@dataclass(frozen=True)
+class EdgeOptions:
+    """What Envoy does on every broker listener.
+
+    ``listen_host`` is the address Envoy binds; None binds the advertised host when it is
+    an IP literal and every interface otherwise.  ``sni`` puts every broker on one port
+    and routes by TLS server name (the advertised host); without ``tls`` the TLS stream
+    passes through to the broker.  ``deny_cidrs`` close connections from those sources,
+    ``allow_cidrs`` (when set) close every other source.
+    """
+
+    listen_host: str | None = None
+    tls: TlsTermination | None = None
+    sni: bool = False
+    deny_cidrs: tuple[str, ...] = ()
+    allow_cidrs: tuple[str, ...] = ()
+    max_connections: int | None = None
+    connection_rate: ConnectionRate | None = None
+    access_log: AccessLog | None = None
+    kafka_broker_filter: bool = False
+    connect_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for cidr in (*self.deny_cidrs, *self.allow_cidrs):
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise EnvoyConfigError(f"{cidr!r} is not a CIDR range") from None
+        if self.max_connections is not None and self.max_connections < 1:
+            raise EnvoyConfigError("max connections must be >= 1")
+        if self.listen_host is not None and not is_ip(self.listen_host):
+            raise EnvoyConfigError(f"listen host {self.listen_host!r} must be an IP address")
+
+
+@dataclass(frozen=True)
+class EnvoyPlan:
+    """The brokers and the edge options, checked together."""
+
+    brokers: tuple[BrokerRoute, ...]
+    options: EdgeOptions = field(default_factory=EdgeOptions)
+
+    def __post_init__(self) -> None:
+        if not self.brokers:
+            raise EnvoyConfigError("no brokers to put behind Envoy")
+        ids = [b.broker_id for b in self.brokers]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise EnvoyConfigError(f"broker id {duplicates[0]} is described twice")
+        if self.options.sni:
+            self._check_sni()
+        else:
+            self._check_listen_addresses()
+
+    def listen_host(self, broker: BrokerRoute) -> str:
+        """The address Envoy binds for ``broker`` (SNI hosts are names: every interface)."""
+        if self.options.listen_host is not None:
+            return self.options.listen_host
+        return broker.advertised_host if is_ip(broker.advertised_host) else "0.0.0.0"
+
+    def _check_listen_addresses(self) -> None:
+        seen: dict[tuple[str, int], BrokerRoute] = {}
+        for broker in self.brokers:
+            address = (self.listen_host(broker), broker.advertised_port)
+            if (broker.internal_host, broker.internal_port) == address:
+                raise EnvoyConfigError(
+                    f"broker {broker.broker_id}: advertised address {broker.advertised_address}"
+                    " is the broker's own listener; advertise Envoy's address instead"
+                )
+            other = seen.get(address)
+            if other is not None:
+                raise EnvoyConfigError(
+                    f"brokers {other.broker_id} and {broker.broker_id} both advertise"
+                    f" {broker.advertised_address}; without SNI each broker needs its own port"
+                )
+            seen[address] = broker
+
+    def _check_sni(self) -> None:
+        ports = {b.advertised_port for b in self.brokers}
+        if len(ports) != 1:
+            raise EnvoyConfigError(
+                "SNI routing puts every broker on one port: advertise the same port"
+                f" for all brokers (got {sorted(ports)})"
+            )
+        names: set[str] = set()
+        for broker in self.brokers:
+            host = broker.advertised_host.lower()
+            if is_ip(host):
+                raise EnvoyConfigError(
+                    f"broker {broker.broker_id}: SNI routing needs a host name, not"
+                    f" {broker.advertised_host}"
+                )
+            if host in names:
+                raise EnvoyConfigError(
+                    f"broker {broker.broker_id}: host name {host} is used by another broker"
+                )
+            names.add(host)

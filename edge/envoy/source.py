@@ -1,0 +1,78 @@
+"""The inputs of a plan, re-readable: the broker config, broker specs, a brokers file.
+
+:class:`PlanSource` turns its inputs into an :class:`EnvoyPlan` on every :meth:`load`
+(so a changed file gives a changed plan) and reports a :meth:`fingerprint` of the files
+it reads (content digests), which the ADS server polls to notice changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edge.config import ConfigError, load_config
+from edge.envoy.brokers import local_broker, read_brokers_file, routes_from_specs
+from edge.envoy.model import BrokerRoute, EdgeOptions, EnvoyConfigError, EnvoyPlan
+
+__all__ = ["PlanSource"]
+
+
+@dataclass(frozen=True)
+class PlanSource:
+    """Where the brokers come from, plus the edge options.
+
+    The broker described by ``config_path``/``overrides`` (when either is given) comes
+    first, then ``broker_specs``, then the lines of ``brokers_file``.
+    """
+
+    config_path: str | None = None
+    overrides: tuple[str, ...] = ()
+    listener: str | None = None
+    broker_specs: tuple[str, ...] = ()
+    brokers_file: str | None = None
+    options: EdgeOptions = field(default_factory=EdgeOptions)
+
+    @property
+    def describes_brokers(self) -> bool:
+        """Whether any broker input is given."""
+        return bool(self.config_path or self.overrides or self.broker_specs
+                    or self.brokers_file)
+
+    def routes(self) -> list[BrokerRoute]:
+        """Every broker route, read now."""
+        routes: list[BrokerRoute] = []
+        if self.config_path is not None or self.overrides:
+            try:
+                config = load_config(self.config_path, self.overrides)
+            except ConfigError as exc:
+                raise EnvoyConfigError(f"broker configuration: {exc}") from None
+            routes.append(local_broker(config, self.listener))
+        routes += routes_from_specs(self.broker_specs)
+        if self.brokers_file is not None:
+            routes += read_brokers_file(self.brokers_file)
+        return routes
+
+    def load(self) -> EnvoyPlan:
+        """The plan, read now; raises EnvoyConfigError naming what is wrong."""
+        return EnvoyPlan(tuple(self.routes()), self.options)
+
+    def load_or_empty(self) -> EnvoyPlan | None:
+        """Like :meth:`load`, but None when the inputs describe no broker at all."""
+        routes = self.routes()
+        return EnvoyPlan(tuple(routes), self.options) if routes else None
+
+    def watched_files(self) -> list[Path]:
+        return [Path(p) for p in (self.config_path, self.brokers_file) if p is not None]
+
+    def fingerprint(self) -> Sequence[tuple[str, str]]:
+        """(path, SHA-256 of the content) of every watched file; "missing" if unreadable."""
+        result = []
+        for path in self.watched_files():
+            try:
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:
+                digest = "missing"
+            result.append((str(path), digest))
+        return result

@@ -1,0 +1,153 @@
+"""The ``edge-broker xds-server`` process: ADS over gRPC, reloads, and a status endpoint.
+
+:class:`XdsServer` serves a :class:`SnapshotStore` built from a :class:`PlanSource`.  It
+reloads the plan when a watched file changes (polled), on ``SIGHUP``, and on
+``POST /reload`` to its HTTP admin endpoint; ``GET /status`` returns JSON with the
+current versions and what each Envoy node accepted or rejected.  A plan that fails to
+load is logged and the last good snapshot keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import grpc
+from envoy.service.discovery.v3 import ads_pb2_grpc
+
+from edge.envoy.ads import AdsStatus, AggregatedDiscoveryServicer
+from edge.envoy.model import EnvoyConfigError
+from edge.envoy.resources import clusters, listeners
+from edge.envoy.snapshot import TYPE_NAMES, TYPE_ORDER, SnapshotStore
+from edge.envoy.source import PlanSource
+from listeners.spec import format_host_port
+
+__all__ = ["XdsServer"]
+
+log = logging.getLogger("edge.envoy.xds")
+
+
+class XdsServer:
+    """An ADS server for the plan of ``source``, with file polling and an admin endpoint."""
+
+    def __init__(self, source: PlanSource, listen: tuple[str, int],
+                 admin: tuple[str, int], poll_interval: float = 1.0) -> None:
+        self.source = source
+        self.store = SnapshotStore()
+        self.status = AdsStatus()
+        self.poll_interval = poll_interval
+        self.last_error: str | None = None
+        self._reload_lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._fingerprint = source.fingerprint()
+        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=32,
+                                                            thread_name_prefix="xds"))
+        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
+            AggregatedDiscoveryServicer(self.store, self.status), self._grpc)
+        self.grpc_port = self._grpc.add_insecure_port(format_host_port(*listen))
+        if self.grpc_port == 0:
+            raise OSError(f"cannot listen on {format_host_port(*listen)} for gRPC")
+        self.grpc_host = listen[0]
+        self._admin = ThreadingHTTPServer(admin, _admin_handler(self))
+        self._admin.daemon_threads = True
+
+    @property
+    def admin_address(self) -> str:
+        host, port = self._admin.server_address[:2]
+        return format_host_port(str(host), int(port))
+
+    @property
+    def grpc_address(self) -> str:
+        return format_host_port(self.grpc_host, self.grpc_port)
+
+    def start(self) -> None:
+        """Load the plan (it must load), then serve gRPC, the admin endpoint and polling."""
+        self.reload("start", strict=True)
+        self._grpc.start()
+        threading.Thread(target=self._admin.serve_forever, name="xds-admin",
+                         daemon=True).start()
+        threading.Thread(target=self._poll, name="xds-poll", daemon=True).start()
+
+    def reload(self, reason: str, strict: bool = False) -> bool:
+        """Re-read the plan and publish it; on error keep the last snapshot (or raise)."""
+        with self._reload_lock:
+            self._fingerprint = self.source.fingerprint()
+            try:
+                plan = self.source.load_or_empty()
+            except EnvoyConfigError as exc:
+                if strict:
+                    raise
+                self.last_error = str(exc)
+                log.error("xds: reload (%s) failed, still serving version %s: %s",
+                          reason, self.store.version, exc)
+                return False
+            self.last_error = None
+            new_listeners = listeners(plan) if plan is not None else []
+            new_clusters = clusters(plan) if plan is not None else []
+            changed = self.store.update(new_listeners, new_clusters)
+            names = ", ".join(str(item.name) for item in new_listeners) or "none"
+            if changed:
+                log.info("xds: version %s (%s): %s changed; listeners: %s",
+                         self.store.version, reason,
+                         " and ".join(TYPE_NAMES[t] for t in changed), names)
+            else:
+                log.info("xds: reload (%s): no change, version %s", reason,
+                         self.store.version)
+            return True
+
+    def _poll(self) -> None:
+        while not self._stopped.wait(self.poll_interval):
+            if self.source.fingerprint() != self._fingerprint:
+                self.reload("file changed")
+
+    def status_dict(self) -> dict[str, Any]:
+        """Versions served, the last reload error, and every node's ACK/NACK state."""
+        versions = {}
+        for type_url in TYPE_ORDER:
+            resources = self.store.get(type_url)
+            if resources is not None:
+                versions[TYPE_NAMES[type_url]] = {"version": resources.version,
+                                                  "names": list(resources.names)}
+        return {"version": self.store.version, "resources": versions,
+                "last_reload_error": self.last_error, "nacks": self.status.nack_count,
+                "nodes": self.status.as_dict()}
+
+    def stop(self, grace: float = 1.0) -> None:
+        """Stop polling, the admin endpoint and gRPC (streams are cancelled)."""
+        self._stopped.set()
+        self._admin.shutdown()
+        self._admin.server_close()
+        self._grpc.stop(grace).wait(grace + 1)
+
+
+def _admin_handler(server: XdsServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's method name)
+            if self.path.rstrip("/") == "/status":
+                self._reply(200, server.status_dict())
+            else:
+                self._reply(404, {"error": "GET /status or POST /reload"})
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server's method name)
+            if self.path.rstrip("/") == "/reload":
+                ok = server.reload("admin call")
+                self._reply(200 if ok else 409, server.status_dict())
+            else:
+                self._reply(404, {"error": "GET /status or POST /reload"})
+
+        def _reply(self, code: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body, indent=2).encode() + b"\n"
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            log.debug("xds admin: " + format, *args)
+
+    return Handler

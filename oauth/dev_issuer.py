@@ -1,0 +1,400 @@
+"""A development OAuth 2.0 / OpenID Connect issuer for users and tests, on loopback only.
+
+It serves, over plain HTTP:
+
+| path | what |
+|---|---|
+| ``GET /.well-known/openid-configuration`` | discovery (issuer, jwks_uri, token_endpoint) |
+| ``GET /jwks`` | the public signing keys (RS256, one ``kid`` each) |
+| ``POST /token`` | the client-credentials grant; client auth by HTTP Basic or form fields |
+| ``POST /rotate`` | a new signing key; the old one stays published for ``key_grace_seconds`` |
+| | (default: the token lifetime, so tokens already issued stay valid), or is dropped |
+| | at once with ``?drop_previous=true`` |
+| ``GET /stats`` | request counts (``jwks_requests`` …) and the published ``kids`` |
+
+Tokens are JWTs with ``iss``, ``sub`` (= client id), ``aud``, ``iat``, ``nbf``, ``exp``,
+``jti``, ``client_id``, ``scope`` (the requested scope) and, when ``tenant_claim`` is set
+and the client has a tenant, that claim. JOSE and JWK handling is joserfc's (Authlib's
+JOSE library). :meth:`DevIssuer.sign` signs arbitrary claims for tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import ipaddress
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote_plus, urlsplit
+
+from joserfc import jwt as jose_jwt
+from joserfc.jwk import RSAKey
+
+from oauth.discovery import WELL_KNOWN_PATH
+
+ALGORITHM = "RS256"
+MAX_BODY_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class DevClient:
+    """A client the dev issuer knows."""
+
+    client_id: str
+    secret: str
+    tenant: str | None = None
+
+
+def parse_client_spec(spec: str) -> DevClient:
+    """``id:secret`` or ``id:secret:tenant``; raise ValueError otherwise."""
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise ValueError(f"invalid client {spec!r}: expected id:secret or id:secret:tenant")
+    return DevClient(parts[0], parts[1], parts[2] if len(parts) == 3 else None)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names a loopback address."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class SigningKeys:
+    """The current RSA signing key and the retired ones still published."""
+
+    def __init__(self, grace_seconds: float) -> None:
+        self.grace_seconds = grace_seconds
+        self._lock = threading.Lock()
+        self._current = self._new_key()
+        self._retired: list[tuple[RSAKey, float]] = []
+
+    @staticmethod
+    def _new_key() -> RSAKey:
+        kid = uuid.uuid4().hex[:16]
+        return RSAKey.generate_key(2048, parameters={"kid": kid, "use": "sig",
+                                                     "alg": ALGORITHM})
+
+    @property
+    def current(self) -> RSAKey:
+        """The key new tokens are signed with."""
+        with self._lock:
+            return self._current
+
+    def rotate(self, drop_previous: bool = False) -> str:
+        """Make a new current key; return its kid."""
+        fresh = self._new_key()
+        with self._lock:
+            if drop_previous:
+                self._retired = []
+            else:
+                self._retired.append((self._current, time.time()))
+            self._current = fresh
+        return str(fresh.kid)
+
+    def public_jwks(self) -> dict[str, Any]:
+        """The JWKS document: the current key and the retired keys within their grace."""
+        now = time.time()
+        with self._lock:
+            self._retired = [(k, at) for k, at in self._retired
+                             if now - at < self.grace_seconds]
+            keys = [self._current] + [k for k, _ in reversed(self._retired)]
+        return {"keys": [k.as_dict(private=False) for k in keys]}
+
+
+class DevIssuer:
+    """The issuer: start it, point brokers and clients at :attr:`url`, stop it."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0,
+                 clients: Iterable[DevClient] = (), audience: str = "edge-broker",
+                 token_lifetime_seconds: int = 3600, tenant_claim: str | None = None,
+                 key_grace_seconds: float | None = None) -> None:
+        if not is_loopback(host):
+            raise ValueError(f"the dev issuer serves on loopback only, not {host!r}")
+        if token_lifetime_seconds < 1:
+            raise ValueError("the token lifetime must be at least 1 second")
+        self.host = host
+        self.port = port
+        self.clients = {c.client_id: c for c in clients}
+        self.audience = audience
+        self.token_lifetime_seconds = token_lifetime_seconds
+        self.tenant_claim = tenant_claim or None
+        self.keys = SigningKeys(token_lifetime_seconds if key_grace_seconds is None
+                                else key_grace_seconds)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._stats_lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The issuer URL (also each token's ``iss``)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        """Whether the HTTP server is up."""
+        return self._server is not None
+
+    def start(self) -> DevIssuer:
+        """Serve in a background thread; the port chosen (for port 0) is kept for restarts."""
+        if self._server is not None:
+            return self
+        server = _Server((self.host, self.port), _Handler)
+        server.issuer = self
+        self.port = server.server_address[1]
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="dev-issuer",
+                                        kwargs={"poll_interval": 0.1}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (``start`` again reuses the same port)."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def __enter__(self) -> DevIssuer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- tokens --------------------------------------------------------------------------
+
+    def sign(self, claims: Mapping[str, Any], *, key: RSAKey | None = None,
+             kid: str | None = None) -> str:
+        """Sign ``claims`` as they are (tests use it for bad tokens); default: current key."""
+        signer = key or self.keys.current
+        header = {"alg": ALGORITHM, "typ": "JWT", "kid": kid or signer.kid}
+        return jose_jwt.encode(header, dict(claims), signer)
+
+    def claims_for(self, client: DevClient, scope: str | None) -> dict[str, Any]:
+        """The claims of a token issued now to ``client``."""
+        now = int(time.time())
+        claims: dict[str, Any] = {
+            "iss": self.url, "sub": client.client_id, "aud": self.audience, "iat": now,
+            "nbf": now, "exp": now + self.token_lifetime_seconds, "jti": uuid.uuid4().hex,
+            "client_id": client.client_id,
+        }
+        if scope:
+            claims["scope"] = scope
+        if self.tenant_claim and client.tenant:
+            claims[self.tenant_claim] = client.tenant
+        return claims
+
+    def rotate(self, drop_previous: bool = False) -> str:
+        """A new signing key; return its kid."""
+        self.count("rotations")
+        return self.keys.rotate(drop_previous)
+
+    # -- stats ---------------------------------------------------------------------------
+
+    def count(self, name: str) -> None:
+        """Add one to a request counter."""
+        with self._stats_lock:
+            self._counts[name] = self._counts.get(name, 0) + 1
+
+    def stats(self) -> dict[str, Any]:
+        """Request counts and the published kids."""
+        with self._stats_lock:
+            counts = dict(self._counts)
+        names = ("discovery_requests", "jwks_requests", "token_requests", "token_errors",
+                 "rotations")
+        result: dict[str, Any] = {name: counts.get(name, 0) for name in names}
+        result["kids"] = [k["kid"] for k in self.keys.public_jwks()["keys"]]
+        return result
+
+    def discovery(self) -> dict[str, Any]:
+        """The discovery document."""
+        return {
+            "issuer": self.url,
+            "jwks_uri": f"{self.url}/jwks",
+            "token_endpoint": f"{self.url}/token",
+            "grant_types_supported": ["client_credentials"],
+            "token_endpoint_auth_methods_supported": ["client_secret_basic",
+                                                      "client_secret_post"],
+            "id_token_signing_alg_values_supported": [ALGORITHM],
+            "response_types_supported": ["token"],
+            "subject_types_supported": ["public"],
+        }
+
+    # -- the token endpoint --------------------------------------------------------------
+
+    def token_response(self, form: Mapping[str, list[str]],
+                       authorization: str | None) -> tuple[int, dict[str, Any]]:
+        """Answer a token request: (HTTP status, JSON body)."""
+        self.count("token_requests")
+        try:
+            client, scope = self._check_request(form, authorization)
+        except _Refusal as refusal:
+            self.count("token_errors")
+            return refusal.status, {"error": refusal.error,
+                                    "error_description": refusal.description}
+        token = self.sign(self.claims_for(client, scope))
+        body: dict[str, Any] = {"access_token": token, "token_type": "Bearer",
+                                "expires_in": self.token_lifetime_seconds}
+        if scope:
+            body["scope"] = scope
+        return 200, body
+
+    def _check_request(self, form: Mapping[str, list[str]],
+                       authorization: str | None) -> tuple[DevClient, str | None]:
+        for name, values in form.items():
+            if len(values) != 1:
+                raise _Refusal(400, "invalid_request", f"parameter {name!r} repeated")
+        single = {name: values[0] for name, values in form.items()}
+        grant = single.get("grant_type")
+        if grant is None:
+            raise _Refusal(400, "invalid_request", "missing grant_type")
+        if grant != "client_credentials":
+            raise _Refusal(400, "unsupported_grant_type", f"grant_type {grant!r} is not "
+                           "supported (client_credentials only)")
+        client = self._authenticate(single, authorization)
+        audience = single.get("audience")
+        if audience is not None and audience != self.audience:
+            raise _Refusal(400, "invalid_target", f"unknown audience {audience!r}")
+        scope = " ".join(single.get("scope", "").split()) or None
+        return client, scope
+
+    def _authenticate(self, form: Mapping[str, str], authorization: str | None) -> DevClient:
+        in_form = "client_id" in form or "client_secret" in form
+        if authorization is not None:
+            if in_form and "client_secret" in form:
+                raise _Refusal(400, "invalid_request", "use one client authentication method")
+            candidates = _basic_credentials(authorization)
+        elif in_form:
+            candidates = [(form.get("client_id", ""), form.get("client_secret", ""))]
+        else:
+            raise _Refusal(401, "invalid_client", "client authentication required")
+        for client_id, secret in candidates:
+            client = self.clients.get(client_id)
+            if client is not None:
+                if hmac.compare_digest(client.secret.encode(), secret.encode()):
+                    return client
+                raise _Refusal(401, "invalid_client", "bad secret")
+        raise _Refusal(401, "invalid_client", "unknown client")
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, error: str, description: str) -> None:
+        super().__init__(description)
+        self.status, self.error, self.description = status, error, description
+
+
+def _basic_credentials(header: str) -> list[tuple[str, str]]:
+    """The (id, secret) pairs a Basic header may mean: as sent, and form-decoded."""
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        raise _Refusal(401, "invalid_client", "unsupported authorization scheme")
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        raise _Refusal(401, "invalid_client", "malformed Basic credentials") from None
+    client_id, sep, secret = decoded.partition(":")
+    if not sep:
+        raise _Refusal(401, "invalid_client", "malformed Basic credentials")
+    raw = (client_id, secret)
+    unquoted = (unquote_plus(client_id), unquote_plus(secret))
+    return [raw] if raw == unquoted else [raw, unquoted]
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    issuer: DevIssuer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+    server_version = "edge-dev-issuer/1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: tests and users read the ready line, not an access log."""
+
+    def _send(self, status: int, body: Mapping[str, Any],
+              headers: Mapping[str, str] | None = None) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Cache-Control", "no-store")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _body(self) -> bytes | None:
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit() or int(length) > MAX_BODY_BYTES:
+            self._send(400, {"error": "invalid_request",
+                             "error_description": "a body with Content-Length is required"})
+            return None
+        return self.rfile.read(int(length))
+
+    def do_GET(self) -> None:
+        issuer = self.server.issuer
+        path = urlsplit(self.path).path
+        if path == WELL_KNOWN_PATH:
+            issuer.count("discovery_requests")
+            self._send(200, issuer.discovery())
+        elif path == "/jwks":
+            issuer.count("jwks_requests")
+            self._send(200, issuer.keys.public_jwks())
+        elif path == "/stats":
+            self._send(200, issuer.stats())
+        else:
+            self._send(404, {"error": "not_found"})
+
+    def do_POST(self) -> None:
+        issuer = self.server.issuer
+        parts = urlsplit(self.path)
+        body = self._body()
+        if body is None:
+            return
+        if parts.path == "/token":
+            content_type = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+            if content_type != "application/x-www-form-urlencoded":
+                self._send(400, {"error": "invalid_request", "error_description":
+                                 "body must be application/x-www-form-urlencoded"})
+                return
+            try:
+                form = parse_qs(body.decode("utf-8"), keep_blank_values=True,
+                                strict_parsing=bool(body))
+            except (UnicodeDecodeError, ValueError):
+                self._send(400, {"error": "invalid_request",
+                                 "error_description": "malformed form body"})
+                return
+            authorization = self.headers.get("Authorization")
+            status, answer = issuer.token_response(form, authorization)
+            headers = {"WWW-Authenticate": 'Basic realm="dev-issuer"'} \
+                if status == 401 and authorization else None
+            self._send(status, answer, headers)
+        elif parts.path == "/rotate":
+            if not is_loopback(self.client_address[0]):
+                self._send(403, {"error": "forbidden"})
+                return
+            query = parse_qs(parts.query)
+            drop = query.get("drop_previous", ["false"])[0].lower() in ("1", "true", "yes")
+            self._send(200, {"kid": issuer.rotate(drop)})
+        else:
+            self._send(404, {"error": "not_found"})

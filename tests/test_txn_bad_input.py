@@ -1,0 +1,277 @@
+"""Transactions acceptance 6: bad transaction and idempotence requests get Kafka's error
+codes and write nothing; tenants cannot reach each other's groups or topics through a
+transaction."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import jwt
+import pytest
+
+from tests.broker_process import BrokerProcess
+from tests.security_helpers import plain_message
+from tests.txn_helpers import (
+    FAST_TXN,
+    INVALID_PRODUCER_EPOCH,
+    INVALID_PRODUCER_ID_MAPPING,
+    INVALID_TXN_STATE,
+    NONE,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    PRODUCER_FENCED,
+    READ_COMMITTED,
+    TOPIC_AUTHORIZATION_FAILED,
+    TxnConnection,
+    batch,
+    start_broker,
+)
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+
+
+@pytest.fixture(scope="module")
+def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = start_broker(Path(tmp_path_factory.mktemp("txn-bad")))
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def conn(txn_broker: BrokerProcess) -> Iterator[TxnConnection]:
+    c = TxnConnection(txn_broker.port)
+    yield c
+    c.close()
+
+
+def test_end_txn_without_a_transaction(conn: TxnConnection, topic_name: str) -> None:
+    assert conn.create_topic(topic_name) == NONE
+    tid = f"tid-{topic_name}"
+    pid, epoch = conn.init_ok(tid)
+    for version in (0, 1, 2, 3):
+        assert conn.end_txn(tid, pid, epoch, True, version) == INVALID_TXN_STATE
+        assert conn.end_txn(tid, pid, epoch, False, version) == INVALID_TXN_STATE
+    assert conn.list_offset(topic_name) == 0
+
+
+def test_add_partitions_with_a_stale_epoch(conn: TxnConnection, topic_name: str) -> None:
+    assert conn.create_topic(topic_name) == NONE
+    tid = f"tid-{topic_name}"
+    pid, old = conn.init_ok(tid)
+    pid2, new = conn.init_ok(tid)
+    assert (pid2, new) == (pid, old + 1)
+    for version, code in ((0, INVALID_PRODUCER_EPOCH), (1, INVALID_PRODUCER_EPOCH),
+                          (2, PRODUCER_FENCED), (3, PRODUCER_FENCED), (4, PRODUCER_FENCED),
+                          (5, PRODUCER_FENCED)):
+        got = conn.add_partitions(tid, pid, old, {topic_name: [0]}, version)
+        assert got == {(topic_name, 0): code}, (version, got)
+    # the stale epoch's transactional batch is refused too, and nothing is written
+    assert conn.produce(topic_name, batch(pid, old, 0, 2, transactional=True),
+                        transactional_id=tid)[0] in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED)
+    assert conn.list_offset(topic_name) == 0
+    answer = conn.describe_transactions([tid]).transaction_states[0]
+    assert answer.transaction_state == "Empty", answer
+
+
+def test_sequence_gap_and_duplicate_batch(conn: TxnConnection, topic_name: str) -> None:
+    assert conn.create_topic(topic_name) == NONE
+    pid, epoch = conn.init_ok(None)
+    assert epoch == 0
+    assert conn.produce(topic_name, batch(pid, epoch, 0, 3)) == (NONE, 0)
+    assert conn.produce(topic_name, batch(pid, epoch, 3, 2)) == (NONE, 3)
+    # a gap: sequence 7 when 5 is next
+    assert conn.produce(topic_name, batch(pid, epoch, 7, 1))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert conn.list_offset(topic_name) == 5
+    # a new producer id must start at sequence 0
+    other, _ = conn.init_ok(None)
+    assert other != pid
+    assert conn.produce(topic_name, batch(other, 0, 4, 1))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert conn.list_offset(topic_name) == 5
+    # duplicates: the last batch and an earlier one answer their original offsets
+    assert conn.produce(topic_name, batch(pid, epoch, 3, 2)) == (NONE, 3)
+    assert conn.produce(topic_name, batch(pid, epoch, 0, 3)) == (NONE, 0)
+    assert conn.list_offset(topic_name) == 5
+    values = [r.value for r in _records(conn, topic_name)]
+    assert values == [f"v-{i}".encode() for i in range(5)]
+    # the sequence continues where it was
+    assert conn.produce(topic_name, batch(pid, epoch, 5, 1)) == (NONE, 5)
+    assert conn.list_offset(topic_name) == 6
+
+
+def _records(conn: TxnConnection, topic: str) -> list:
+    from kafka.record.memory_records import MemoryRecords
+    raw = conn.fetch(topic).records or b""
+    records = MemoryRecords(raw)
+    out = []
+    while records.has_next():
+        b = records.next_batch()
+        if b is None:
+            break
+        out.extend(b)
+    return out
+
+
+def test_transactional_batch_to_a_partition_not_added(conn: TxnConnection,
+                                                       topic_name: str) -> None:
+    assert conn.create_topic(topic_name, 2) == NONE
+    tid = f"tid-{topic_name}"
+    pid, epoch = conn.init_ok(tid)
+    # no transaction at all yet
+    code, _ = conn.produce(topic_name, batch(pid, epoch, 0, 2, transactional=True), 0, tid)
+    assert code == INVALID_TXN_STATE
+    assert conn.add_partitions(tid, pid, epoch, {topic_name: [0]}) == {(topic_name, 0): NONE}
+    # partition 1 was not added
+    code, _ = conn.produce(topic_name, batch(pid, epoch, 0, 2, transactional=True), 1, tid)
+    assert code == INVALID_TXN_STATE
+    assert conn.list_offset(topic_name, 1) == 0
+    # partition 0 was
+    assert conn.produce(topic_name, batch(pid, epoch, 0, 2, transactional=True), 0, tid) == \
+        (NONE, 0)
+    assert conn.list_offset(topic_name, 0, READ_COMMITTED) == 0
+    assert conn.end_txn(tid, pid, epoch, True) == NONE
+    assert conn.list_offset(topic_name, 0) == 3
+    assert conn.list_offset(topic_name, 0, READ_COMMITTED) == 3
+    assert conn.list_offset(topic_name, 1) == 0
+    assert conn.committed_values(topic_name, 0) == [b"v-0", b"v-1"]
+
+
+def test_txn_offset_commit_before_add_offsets(conn: TxnConnection, topic_name: str) -> None:
+    assert conn.create_topic(topic_name) == NONE
+    tid, group = f"tid-{topic_name}", f"grp-{topic_name}"
+    pid, epoch = conn.init_ok(tid)
+    for version in (0, 1, 2, 3):
+        got = conn.txn_offset_commit(tid, group, pid, epoch, topic_name, {0: 5}, version)
+        assert got == {0: INVALID_TXN_STATE}, (version, got)
+    assert conn.offset_fetch(group, topic_name, [0]) == {0: -1}
+    # with AddOffsetsToTxn it works, and counts only once the transaction commits
+    assert conn.add_offsets(tid, pid, epoch, group) == NONE
+    assert conn.txn_offset_commit(tid, group, pid, epoch, topic_name, {0: 5}) == {0: NONE}
+    assert conn.offset_fetch(group, topic_name, [0], version=5) == {0: -1}
+    assert conn.end_txn(tid, pid, epoch, False) == NONE
+    assert conn.offset_fetch(group, topic_name, [0]) == {0: -1}
+    assert conn.add_offsets(tid, pid, epoch, group) == NONE
+    assert conn.txn_offset_commit(tid, group, pid, epoch, topic_name, {0: 7}) == {0: NONE}
+    assert conn.end_txn(tid, pid, epoch, True) == NONE
+    assert conn.offset_fetch(group, topic_name, [0]) == {0: 7}
+    # after the end, TxnOffsetCommit is refused again
+    assert conn.txn_offset_commit(tid, group, pid, epoch, topic_name, {0: 9}) == \
+        {0: INVALID_TXN_STATE}
+    assert conn.offset_fetch(group, topic_name, [0]) == {0: 7}
+
+
+def test_unknown_producer_id(conn: TxnConnection, topic_name: str) -> None:
+    assert conn.create_topic(topic_name) == NONE
+    tid = f"tid-{topic_name}"
+    pid, epoch = conn.init_ok(tid)
+    bogus = pid + 123_456
+    for version in (0, 1, 2, 3):
+        assert conn.end_txn(tid, bogus, epoch, True, version) == INVALID_PRODUCER_ID_MAPPING
+    for version in (0, 3, 4):
+        assert conn.add_partitions(tid, bogus, epoch, {topic_name: [0]}, version) == \
+            {(topic_name, 0): INVALID_PRODUCER_ID_MAPPING}, version
+    # an id never initialised at all
+    assert conn.end_txn(f"never-{tid}", pid, epoch, True) == INVALID_PRODUCER_ID_MAPPING
+    assert conn.add_partitions(f"never-{tid}", pid, epoch, {topic_name: [0]}) == \
+        {(topic_name, 0): INVALID_PRODUCER_ID_MAPPING}
+    # a transactional batch of a producer id the coordinator never handed out
+    code, _ = conn.produce(topic_name, batch(bogus, 0, 0, 1, transactional=True), 0, tid)
+    assert code in (INVALID_PRODUCER_ID_MAPPING, INVALID_TXN_STATE)
+    assert conn.list_offset(topic_name) == 0
+    assert conn.describe_transactions([tid]).transaction_states[0].transaction_state == "Empty"
+
+
+# -- tenants -------------------------------------------------------------------------------
+
+class TenantConnection(TxnConnection):
+    def login(self, username: str, token: str) -> None:
+        hand = self.call(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, SaslHandshakeResponse)
+        assert hand.error_code == NONE, hand
+        answer = self.call(SaslAuthenticateRequest[2](
+            auth_bytes=plain_message(username, "token:" + token)), 2, SaslAuthenticateResponse)
+        assert answer.error_code == NONE, answer
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess,
+                                                                              bytes]]:
+    secret = secrets.token_bytes(32)
+    process = BrokerProcess(Path(tmp_path_factory.mktemp("txn-tenants")), {
+        **FAST_TXN, "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(secret).decode()}).start()
+    yield process, secret
+    process.stop()
+
+
+def _tenant(sasl_broker: tuple[BrokerProcess, bytes], username: str,
+            role: str) -> TenantConnection:
+    process, secret = sasl_broker
+    token = jwt.encode({"sub": role, "exp": int(time.time()) + 3600}, secret, algorithm="HS256")
+    conn = TenantConnection(process.port)
+    conn.login(username, token)
+    return conn
+
+
+def test_tenant_b_cannot_touch_tenant_a_offsets_or_topics(
+        sasl_broker: tuple[BrokerProcess, bytes]) -> None:
+    a = _tenant(sasl_broker, "tenanta", "alice")
+    b = _tenant(sasl_broker, "tenantb", "bob")
+    try:
+        assert a.create_topic("t", 2) == NONE
+        assert b.create_topic("t", 2) == NONE
+        for p in range(2):
+            assert a.produce("t", batch(*a.init_ok(None), 0, 10), p)[0] == NONE
+            assert b.produce("t", batch(*b.init_ok(None), 0, 10), p)[0] == NONE
+        # A commits offsets of its group g transactionally
+        pid_a, epoch_a = a.init_ok("tx")
+        assert a.add_offsets("tx", pid_a, epoch_a, "g") == NONE
+        assert a.txn_offset_commit("tx", "g", pid_a, epoch_a, "t", {0: 4, 1: 6}) == \
+            {0: NONE, 1: NONE}
+        assert a.end_txn("tx", pid_a, epoch_a, True) == NONE
+        assert a.offset_fetch("g", "t", [0, 1]) == {0: 4, 1: 6}
+        a_ends = {p: a.list_offset("t", p) for p in range(2)}
+
+        # B, with the same transactional id, group id and topic name: its own namespace
+        pid_b, epoch_b = b.init_ok("tx")
+        assert b.add_offsets("tx", pid_b, epoch_b, "g") == NONE
+        got = b.txn_offset_commit("tx", "g", pid_b, epoch_b, "t", {0: 9, 1: 9})
+        assert got == {0: NONE, 1: NONE}
+        # B names A's topic by its full name: refused
+        full = b.txn_offset_commit("tx", "g", pid_b, epoch_b, "tenanta/default/t", {0: 1})
+        assert full == {0: TOPIC_AUTHORIZATION_FAILED}, full
+        assert b.end_txn("tx", pid_b, epoch_b, True) == NONE
+        assert b.offset_fetch("g", "t", [0, 1]) == {0: 9, 1: 9}
+        assert a.offset_fetch("g", "t", [0, 1]) == {0: 4, 1: 6}
+
+        # B cannot add A's topic to its transaction, and cannot write into it
+        for version in (3, 4):
+            got = b.add_partitions("tx", pid_b, epoch_b, {"tenanta/default/t": [0]}, version)
+            assert got == {("tenanta/default/t", 0): TOPIC_AUTHORIZATION_FAILED}, (version, got)
+        mixed = b.add_partitions("tx", pid_b, epoch_b, {"tenanta/default/t": [1], "t": [1]})
+        assert mixed[("tenanta/default/t", 1)] == TOPIC_AUTHORIZATION_FAILED, mixed
+        assert mixed[("t", 1)] != NONE, mixed  # not attempted: the request failed as a whole
+        code, _ = b.produce("tenanta/default/t", batch(pid_b, epoch_b, 0, 1, transactional=True),
+                            0, "tx")
+        assert code == TOPIC_AUTHORIZATION_FAILED
+        # B's transaction over A's group offsets: B's "g" is B's own group
+        assert b.add_offsets("tx", pid_b, epoch_b, "g") == NONE
+        assert b.txn_offset_commit("tx", "g", pid_b, epoch_b, "t", {0: 1}) == {0: NONE}
+        assert b.end_txn("tx", pid_b, epoch_b, True) == NONE
+        assert a.offset_fetch("g", "t", [0, 1]) == {0: 4, 1: 6}
+        assert b.offset_fetch("g", "t", [0, 1]) == {0: 1, 1: 9}
+        assert {p: a.list_offset("t", p) for p in range(2)} == a_ends
+        # A's transaction state is untouched by B's use of the same transactional id
+        state = a.describe_transactions(["tx"]).transaction_states[0]
+        assert (state.producer_id, state.producer_epoch) == (pid_a, epoch_a), state
+        assert state.transaction_state == "CompleteCommit", state
+        listed = b.list_transactions().transaction_states
+        assert [(t.transactional_id, t.producer_id) for t in listed] == [("tx", pid_b)], listed
+    finally:
+        a.close()
+        b.close()
