@@ -9,12 +9,14 @@ version (other than of ApiVersions, which gets the v0 answer Kafka gives) is a
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
+from broker_core import metrics
 from broker_core.context import RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode
@@ -111,7 +113,10 @@ class Dispatcher:
             return frame_response(response_header(header.correlation_id, False),
                                   answer.encode())
         assert spec.handler is not None
+        started = time.perf_counter()
         response = await spec.handler(self.engine, ctx, parsed.body)
+        metrics.REQUESTS.labels(spec.name).inc()
+        metrics.REQUEST_LATENCY.labels(spec.name).observe(time.perf_counter() - started)
         if response is None:
             return None
         flexible = bool(spec.response.flexible_version_q(header.api_version))

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from broker_core import batches, naming
+from broker_core import batches, metrics, naming
 from broker_core.context import AllowAll, Authorizer, Operation, RequestContext, ResourceType
 from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -144,6 +144,21 @@ class Engine:
         """The ``__transaction_state`` topic holding the caller's transactional ids."""
         return self.system_namespace(ctx).prefix + TXN_TOPIC
 
+    def scoped_id(self, ctx: RequestContext, group_id: str) -> str:
+        """How the coordinators key a group or transactional id of the caller: the id itself
+        in the tenant's own system topics, ``tenant/id`` when the metadata is shared, so
+        that tenants never meet in one group either way."""
+        if self.config.multi_tenant_metadata:
+            return group_id
+        return f"{ctx.home.tenant}/{group_id}"
+
+    def client_id_of(self, ctx: RequestContext, key: str) -> str | None:
+        """The id a caller knows a coordinator key by, or None when it is another tenant's."""
+        if self.config.multi_tenant_metadata:
+            return key
+        prefix = f"{ctx.home.tenant}/"
+        return key[len(prefix):] if key.startswith(prefix) else None
+
     def is_internal(self, internal: str) -> bool:
         """Whether a topic belongs to the broker (system topics in a metadata namespace)."""
         parts = internal.split("/")
@@ -222,6 +237,7 @@ class Engine:
         topic = self.logs.topic(internal)
         partition = self.partition(internal, index)
         assert topic is not None
+        started = time.perf_counter()
         header = batches.validate_produced(records)
         settings = self.topic_configs(topic.configs)
         if len(records) > int(settings["max.message.bytes"]):
@@ -253,7 +269,12 @@ class Engine:
         if settings["message.timestamp.type"] == "LogAppendTime":
             log_append_time = max_timestamp = int(time.time() * 1000)
             batches.stamp_log_append_time(batch, log_append_time)
+        validated = time.perf_counter()
         base = partition.append(batch, header.last_offset_delta, max_timestamp)
+        metrics.PRODUCE_STAGE.labels("validate").observe(validated - started)
+        metrics.PRODUCE_STAGE.labels("append").observe(time.perf_counter() - validated)
+        metrics.MESSAGES_IN.labels(internal).inc(header.record_count)
+        metrics.BYTES_IN.labels(internal).inc(len(batch))
         if producers is not None:
             producers.record(header, base)
         self.waiters.notify((internal, index))

@@ -4,7 +4,10 @@
 - ``edge-broker token --issuer-url URL --credentials-url URL [--audience A] [--scope S]``
   prints an OAuth access token (client-credentials grant) for scripts;
 - ``edge-broker dev-issuer [--port 0] [--client id:secret[:tenant]]...`` runs the
-  development OAuth issuer on loopback until SIGTERM / Ctrl-C (SIGHUP rotates its key).
+  development OAuth issuer on loopback until SIGTERM / Ctrl-C (SIGHUP rotates its key);
+- ``edge-broker envoy-config [--config FILE] [--set key=value]... [options]`` writes an
+  Envoy bootstrap, and ``edge-broker xds-server [...]`` serves listeners and clusters to
+  Envoys over ADS (see ``edge.envoy.commands``).
 """
 
 from __future__ import annotations
@@ -60,6 +63,20 @@ def _add_dev_issuer_parser(
                              "(default: the token lifetime)")
 
 
+def _add_envoy_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from edge.envoy.commands import add_envoy_config_arguments, add_xds_server_arguments
+
+    add_envoy_config_arguments(commands.add_parser(
+        "envoy-config", help="write an Envoy bootstrap (YAML) for the brokers",
+        description="Write an Envoy bootstrap: one listener per broker at its advertised "
+                    "address, proxying to its internal listener; or, with --xds, a dynamic "
+                    "bootstrap served by xds-server."))
+    add_xds_server_arguments(commands.add_parser(
+        "xds-server", help="serve Envoy listeners and clusters over ADS (gRPC)",
+        description="Serve the brokers' Envoy listeners and clusters over ADS; reload on "
+                    "file change, SIGHUP or POST /reload; GET /status shows ACKs and NACKs."))
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
@@ -71,9 +88,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="a Java-style properties file with broker settings")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                         dest="overrides", help="override one setting (repeatable)")
-    commands = parser.add_subparsers(dest="command", metavar="{token,dev-issuer}")
+    commands = parser.add_subparsers(
+        dest="command", metavar="{token,dev-issuer,envoy-config,xds-server}")
     _add_token_parser(commands)
     _add_dev_issuer_parser(commands)
+    _add_envoy_parsers(commands)
     return parser.parse_args(argv)
 
 
@@ -166,6 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_token(args)
     if args.command == "dev-issuer":
         return run_dev_issuer(args)
+    if args.command in ("envoy-config", "xds-server"):
+        from edge.envoy.commands import run_command
+
+        return run_command(args, sys.argv[1:] if argv is None else argv)
     return run_broker(args)
 
 

@@ -285,13 +285,14 @@ class DevIssuer:
             candidates = [(form.get("client_id", ""), form.get("client_secret", ""))]
         else:
             raise _Refusal(401, "invalid_client", "client authentication required")
+        known = False
         for client_id, secret in candidates:
             client = self.clients.get(client_id)
             if client is not None:
+                known = True
                 if hmac.compare_digest(client.secret.encode(), secret.encode()):
                     return client
-                raise _Refusal(401, "invalid_client", "bad secret")
-        raise _Refusal(401, "invalid_client", "unknown client")
+        raise _Refusal(401, "invalid_client", "bad secret" if known else "unknown client")
 
 
 class _Refusal(Exception):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jwt
 import pytest
 
 from oauth.errors import OAuthConfigError
@@ -19,7 +20,14 @@ from oauth.settings import (
     settings_reference_markdown,
 )
 from tests.broker_process import REPO
-from tests.test_oauth_helpers import good_login, issuer_token, make_issuer, start_broker
+from tests.test_oauth_helpers import (
+    bearer_message,
+    good_login,
+    issuer_token,
+    make_issuer,
+    rejected,
+    start_broker,
+)
 
 ISSUER = "http://127.0.0.1:8080"
 
@@ -153,8 +161,6 @@ def test_oauthbearer_without_any_validator_is_refused(tmp_path: Path) -> None:
 
 def test_validate_method_token_uses_the_plain_token_settings(tmp_path: Path) -> None:
     """``oauth.validate.method=token``: tokens signed with ``tokenSecretKey`` (KoP's way)."""
-    import jwt
-
     secret = b"oauth-method-token-secret-oauth-method-token-secret"
     path = tmp_path / "oauth.properties"
     path.write_text("oauth.validate.method=token\noauth.tenant.claim=org\n")
@@ -166,7 +172,6 @@ def test_validate_method_token_uses_the_plain_token_settings(tmp_path: Path) -> 
         broker.wait_for_log(r"logged in as bob \(tenant initech\)")
         issuer = make_issuer()
         try:  # an issuer's RS256 token means nothing to this broker
-            from tests.test_oauth_helpers import bearer_message, rejected
             assert "not allowed" in rejected(broker.port, bearer_message(issuer_token(issuer)))
         finally:
             issuer.stop()

@@ -480,11 +480,21 @@ def test_groups_stay_per_tenant_with_shared_group_metadata(tmp_path: Path) -> No
         assert a.simple_commit("g", "t", {0: 2}) == {0: NONE}
         b = OpsConnection(broker.port)
         b.login("b", issuer.token("bob"))
-        assert b.all_offsets("g") == (NONE, {})
-        assert "g" not in b.list_groups()
-        assert b.delete_group("g") == GROUP_ID_NOT_FOUND
-        assert a.all_offsets("g") == (NONE, {("t", 0): 2})
+        seen = {
+            "B OffsetFetch g": b.all_offsets("g"),
+            "B ListGroups has g": "g" in b.list_groups(),
+            "B DescribeGroups g": b.describe_group("g").group_state,
+            "B DeleteGroups g": b.delete_group("g"),
+            "A OffsetFetch g afterwards": a.all_offsets("g"),
+        }
         a.close()
         b.close()
+        assert seen == {
+            "B OffsetFetch g": (NONE, {}),
+            "B ListGroups has g": False,
+            "B DescribeGroups g": "Dead",
+            "B DeleteGroups g": GROUP_ID_NOT_FOUND,
+            "A OffsetFetch g afterwards": (NONE, {("t", 0): 2}),
+        }, "\n" + broker.log_text()
     finally:
         broker.stop()

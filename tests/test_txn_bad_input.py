@@ -25,6 +25,7 @@ from tests.txn_helpers import (
     PRODUCER_FENCED,
     READ_COMMITTED,
     TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
     TxnConnection,
     batch,
     start_broker,
@@ -275,3 +276,62 @@ def test_tenant_b_cannot_touch_tenant_a_offsets_or_topics(
     finally:
         a.close()
         b.close()
+
+
+def test_end_txn_retries_and_contradictions(conn: TxnConnection, topic_name: str) -> None:
+    assert conn.create_topic(topic_name) == NONE
+    tid = f"tid-{topic_name}"
+    pid, epoch = conn.init_ok(tid)
+    assert conn.add_partitions(tid, pid, epoch, {topic_name: [0]}) == {(topic_name, 0): NONE}
+    assert conn.produce(topic_name, batch(pid, epoch, 0, 2, True), 0, tid) == (NONE, 0)
+    assert conn.end_txn(tid, pid, epoch, True) == NONE
+    assert conn.list_offset(topic_name) == 3
+    # a retried commit is answered without a second marker; an abort now is refused
+    assert conn.end_txn(tid, pid, epoch, True) == NONE
+    assert conn.end_txn(tid, pid, epoch, False) == INVALID_TXN_STATE
+    assert conn.list_offset(topic_name) == 3
+    assert conn.committed_values(topic_name) == [b"v-0", b"v-1"]
+    # a newer epoch than the coordinator knows is not accepted either
+    assert conn.end_txn(tid, pid, epoch + 5, True) == INVALID_PRODUCER_EPOCH
+    # a transactional batch after the commit, without AddPartitionsToTxn, is refused
+    code, _ = conn.produce(topic_name, batch(pid, epoch, 2, 1, True), 0, tid)
+    assert code == INVALID_TXN_STATE
+    assert conn.list_offset(topic_name) == 3
+
+
+def test_init_producer_id_with_current_epoch_bumps_it(conn: TxnConnection,
+                                                      topic_name: str) -> None:
+    tid = f"tid-{topic_name}"
+    pid, epoch = conn.init_ok(tid)
+    answer = conn.init_pid(tid, 60_000, version=4, producer_id=pid, epoch=epoch)
+    assert (answer.error_code, answer.producer_id, answer.producer_epoch) == \
+        (NONE, pid, epoch + 1), answer
+    # an unknown producer id for a known transactional id is fenced, not handed over
+    answer = conn.init_pid(tid, 60_000, version=4, producer_id=pid + 999, epoch=0)
+    assert answer.error_code in (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH), answer
+    state = conn.describe_transactions([tid]).transaction_states[0]
+    assert (state.producer_id, state.producer_epoch) == (pid, epoch + 1)
+
+
+def test_describe_producers_of_unknown_partition(conn: TxnConnection, topic_name: str) -> None:
+    assert conn.create_topic(topic_name) == NONE
+    answer = conn.describe_producers(topic_name, [0, 5])
+    codes = {p.partition_index: p.error_code for p in answer.topics[0].partitions}
+    assert codes == {0: NONE, 5: UNKNOWN_TOPIC_OR_PARTITION}, answer
+    missing = conn.describe_producers(f"missing-{topic_name}", [0]).topics[0].partitions[0]
+    assert missing.error_code == UNKNOWN_TOPIC_OR_PARTITION, missing
+
+
+def test_list_transactions_filters(conn: TxnConnection, topic_name: str) -> None:
+    assert conn.create_topic(topic_name) == NONE
+    tid = f"tid-{topic_name}"
+    pid, epoch = conn.init_ok(tid)
+    assert conn.add_partitions(tid, pid, epoch, {topic_name: [0]}) == {(topic_name, 0): NONE}
+    time.sleep(0.3)
+    older = conn.list_transactions(["Ongoing"], version=1, duration=200).transaction_states
+    assert tid in [t.transactional_id for t in older]
+    younger = conn.list_transactions(["Ongoing"], version=1, duration=60_000)
+    assert tid not in [t.transactional_id for t in younger.transaction_states]
+    assert conn.end_txn(tid, pid, epoch, False) == NONE
+    listed = conn.list_transactions(["CompleteAbort"], [pid]).transaction_states
+    assert [(t.transactional_id, t.producer_id) for t in listed] == [(tid, pid)]

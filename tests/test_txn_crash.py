@@ -15,6 +15,7 @@ import pytest
 from tests.broker_process import REPO, BrokerProcess
 from tests.clients import create_topic
 from tests.txn_helpers import (
+    COORDINATOR_LOAD_IN_PROGRESS,
     NONE,
     OUT_OF_ORDER_SEQUENCE_NUMBER,
     READ_COMMITTED,
@@ -23,6 +24,7 @@ from tests.txn_helpers import (
     batch,
     read_all,
     start_broker,
+    wait_until,
 )
 
 PARTITIONS = 8
@@ -179,6 +181,87 @@ def test_open_transaction_survives_restart_and_is_aborted_on_reinit(tmp_path: Pa
             assert conn.list_offset("t", p) == 4
             assert conn.list_offset("t", p, READ_COMMITTED) == 4
             assert conn.committed_values("t", p) == []
+        conn.close()
+    finally:
+        broker.kill()
+
+
+UNSTABLE_OFFSET_COMMIT = 88
+
+
+def _stable_fetch(conn: TxnConnection, group: str, topic: str) -> tuple[int, int]:
+    """(error code, offset) of partition 0 from OffsetFetch v7 with require_stable."""
+    from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
+    request = OffsetFetchRequest[7](group_id=group, require_stable=True, topics=[
+        OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])])
+    answer = conn.call(request, 7, OffsetFetchResponse)
+    part = answer.topics[0].partitions[0]
+    return int(part.error_code), int(part.committed_offset)
+
+
+@pytest.mark.parametrize("hard", [False, True], ids=["sigterm", "kill-9"])
+def test_transaction_outcomes_and_pending_offsets_survive_restart(tmp_path: Path,
+                                                                  hard: bool) -> None:
+    broker = start_broker(tmp_path / "data")
+    tid, group, topic = "tid", "g", "t"
+    try:
+        conn = TxnConnection(broker.port)
+        assert conn.create_topic(topic, 1) == NONE
+        pid, epoch = conn.init_ok(tid)
+        seq = 0
+        for n, (count, offset, end) in enumerate(((3, 3, True), (2, 99, False),
+                                                  (2, 50, None))):
+            assert conn.add_partitions(tid, pid, epoch, {topic: [0]}) == {(topic, 0): NONE}
+            assert conn.produce(topic, batch(pid, epoch, seq, count, True, prefix=f"t{n}"),
+                                0, tid)[0] == NONE
+            seq += count
+            assert conn.add_offsets(tid, pid, epoch, group) == NONE
+            assert conn.txn_offset_commit(tid, group, pid, epoch, topic, {0: offset}) == \
+                {0: NONE}
+            if end is not None:
+                assert conn.end_txn(tid, pid, epoch, end) == NONE
+        # offsets 0-2 t0, 3 commit marker, 4-5 t1, 6 abort marker, 7-8 t2 (open)
+        assert conn.list_offset(topic) == 9
+        assert conn.list_offset(topic, 0, READ_COMMITTED) == 7
+        assert conn.offset_fetch(group, topic, [0]) == {0: 3}
+        assert _stable_fetch(conn, group, topic)[0] == UNSTABLE_OFFSET_COMMIT
+        conn.close()
+        if hard:
+            broker.kill()
+        else:
+            assert broker.stop() == 0
+        broker.start()
+        conn = TxnConnection(broker.port)
+        wait_until(lambda: conn.describe_transactions([tid]).transaction_states[0].error_code
+                   != COORDINATOR_LOAD_IN_PROGRESS, 20, "the coordinator to load")
+        assert conn.list_offset(topic) == 9
+        assert conn.list_offset(topic, 0, READ_COMMITTED) == 7
+        assert conn.committed_values(topic) == [b"t0-0", b"t0-1", b"t0-2"]
+        assert conn.offset_fetch(group, topic, [0]) == {0: 3}
+        assert _stable_fetch(conn, group, topic)[0] == UNSTABLE_OFFSET_COMMIT
+        state = conn.describe_transactions([tid]).transaction_states[0]
+        assert (state.transaction_state, state.producer_id, state.producer_epoch) == \
+            ("Ongoing", pid, epoch), state
+        # the same producer may still commit its open transaction after the restart
+        if not hard:
+            assert conn.end_txn(tid, pid, epoch, True) == NONE
+            expected_offset, values = 50, [b"t0-0", b"t0-1", b"t0-2", b"t2-5", b"t2-6"]
+        else:  # or a new session aborts it
+            assert conn.init_ok(tid)[1] > epoch
+            expected_offset, values = 3, [b"t0-0", b"t0-1", b"t0-2"]
+        assert conn.list_offset(topic) == 10
+        assert conn.list_offset(topic, 0, READ_COMMITTED) == 10
+        assert conn.committed_values(topic) == values
+        assert conn.offset_fetch(group, topic, [0]) == {0: expected_offset}
+        assert _stable_fetch(conn, group, topic) == (NONE, expected_offset)
+        conn.close()
+        # and once more across a restart
+        broker.kill()
+        broker.start()
+        conn = TxnConnection(broker.port)
+        assert conn.committed_values(topic) == values
+        assert conn.offset_fetch(group, topic, [0]) == {0: expected_offset}
+        assert conn.list_offset(topic, 0, READ_COMMITTED) == 10
         conn.close()
     finally:
         broker.kill()

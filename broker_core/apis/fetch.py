@@ -12,6 +12,7 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchResponse
 
+from broker_core import metrics
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -20,6 +21,7 @@ from broker_core.storage import PartitionLog
 READ_COMMITTED = 1
 _BASE_OFFSET = struct.Struct(">q")
 _LAST_DELTA = struct.Struct(">i")
+_RECORD_COUNT = struct.Struct(">i")
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
 
@@ -76,6 +78,7 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool,
     size = sum(len(chunk) for chunk in chunks)
     if size > limit and not first:
         chunks, size = [], 0
+
     aborted = []
     if committed and chunks:
         last = _BASE_OFFSET.unpack_from(chunks[-1])[0] + _LAST_DELTA.unpack_from(
@@ -88,6 +91,16 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool,
         aborted_transactions=aborted if committed else None, preferred_read_replica=-1,
         records=b"".join(chunks),
     ), size
+
+
+def _count_out(topic: str, records: bytes) -> None:
+    """Count the records and bytes of a fetched record set (batch headers only)."""
+    count, position = 0, 0
+    while position + 61 <= len(records):
+        count += _RECORD_COUNT.unpack_from(records, position + 57)[0]
+        position += 12 + _RECORD_COUNT.unpack_from(records, position + 8)[0]
+    metrics.BYTES_OUT.labels(topic).inc(len(records))
+    metrics.MESSAGES_OUT.labels(topic).inc(count)
 
 
 def _empty(index: int, code: ErrorCode, high_watermark: int = -1,
@@ -130,6 +143,8 @@ async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Any
         await engine.waiters.wait_any(keys, remaining)
     topics: list[Any] = []
     for want, answer in zip(wanted, answers, strict=True):
+        if answer.records:
+            _count_out(want.internal or want.topic, answer.records)
         if not topics or topics[-1].topic != want.topic:
             topics.append(_Topic(topic=want.topic, partitions=[]))
         topics[-1].partitions.append(answer)

@@ -37,7 +37,9 @@ def group_error(engine: Engine, ctx: RequestContext, group_id: str,
     """The error that stops a request for ``group_id`` before the coordinator sees it."""
     if not group_allowed(engine, ctx, operation, group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED
-    return engine.groups.check(engine.offsets_topic(ctx), group_id)
+    if not group_id or len(group_id) > engine.config.groups.group_id_max_length:
+        return ErrorCode.INVALID_GROUP_ID
+    return engine.groups.check(engine.offsets_topic(ctx), engine.scoped_id(ctx, group_id))
 
 
 async def handle_find_coordinator(engine: Engine, ctx: RequestContext, request: Any) -> Any:
@@ -101,7 +103,8 @@ async def handle_join_group(engine: Engine, ctx: RequestContext, request: Any) -
         protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
         require_known_member=version >= 4,
     )
-    result = await engine.groups.join(engine.offsets_topic(ctx), request.group_id, join)
+    result = await engine.groups.join(engine.offsets_topic(ctx),
+                                      engine.scoped_id(ctx, request.group_id), join)
     if result.error != ErrorCode.NONE:
         return failed(result.error, result.member_id)
     return R(version=version, throttle_time_ms=0, error_code=0,
@@ -119,9 +122,9 @@ async def handle_sync_group(engine: Engine, ctx: RequestContext, request: Any) -
     code = group_error(engine, ctx, request.group_id)
     if code == ErrorCode.NONE:
         result = await engine.groups.sync(
-            engine.offsets_topic(ctx), request.group_id, request.member_id,
-            request.group_instance_id if version >= 3 else None, request.generation_id,
-            request.protocol_type if version >= 5 else None,
+            engine.offsets_topic(ctx), engine.scoped_id(ctx, request.group_id),
+            request.member_id, request.group_instance_id if version >= 3 else None,
+            request.generation_id, request.protocol_type if version >= 5 else None,
             request.protocol_name if version >= 5 else None,
             {a.member_id: bytes(a.assignment) for a in request.assignments})
         code = result.error
@@ -140,7 +143,8 @@ async def handle_heartbeat(engine: Engine, ctx: RequestContext, request: Any) ->
     code = group_error(engine, ctx, request.group_id)
     if code == ErrorCode.NONE:
         code = engine.groups.heartbeat(
-            engine.offsets_topic(ctx), request.group_id, request.member_id,
+            engine.offsets_topic(ctx), engine.scoped_id(ctx, request.group_id),
+            request.member_id,
             request.group_instance_id if version >= 3 else None, request.generation_id)
     return HeartbeatResponse(version=version, throttle_time_ms=0, error_code=code)
 
@@ -154,7 +158,8 @@ async def handle_leave_group(engine: Engine, ctx: RequestContext, request: Any) 
     if code != ErrorCode.NONE:
         return LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=code,
                                   members=[])
-    results = engine.groups.leave(engine.offsets_topic(ctx), request.group_id, leaving)
+    results = engine.groups.leave(engine.offsets_topic(ctx),
+                                  engine.scoped_id(ctx, request.group_id), leaving)
     if version < 3:
         return LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=results[0])
     return LeaveGroupResponse(
@@ -171,14 +176,17 @@ async def handle_list_groups(engine: Engine, ctx: RequestContext, request: Any) 
     types = {t.lower() for t in request.types_filter} if version >= 5 else set()
     listed = []
     for group in engine.groups.groups_of(engine.offsets_topic(ctx)):
+        group_id = engine.client_id_of(ctx, group.group_id)
+        if group_id is None:
+            continue
         if states and group.state.value.lower() not in states:
             continue
         if types and "classic" not in types:
             continue
-        if not group_allowed(engine, ctx, Operation.DESCRIBE, group.group_id):
+        if not group_allowed(engine, ctx, Operation.DESCRIBE, group_id):
             continue
         listed.append(ListGroupsResponse.ListedGroup(
-            group_id=group.group_id, protocol_type=group.protocol_type or "",
+            group_id=group_id, protocol_type=group.protocol_type or "",
             group_state=group.state.value, group_type="classic"))
     return ListGroupsResponse(version=version, throttle_time_ms=0, error_code=0,
                               groups=listed)
@@ -187,7 +195,8 @@ async def handle_list_groups(engine: Engine, ctx: RequestContext, request: Any) 
 def _described(engine: Engine, ctx: RequestContext, group_id: str, with_ops: bool) -> Any:
     D = DescribeGroupsResponse.DescribedGroup
     code = group_error(engine, ctx, group_id, Operation.DESCRIBE)
-    group = engine.groups.find(engine.offsets_topic(ctx), group_id) if not code else None
+    group = (engine.groups.find(engine.offsets_topic(ctx), engine.scoped_id(ctx, group_id))
+             if not code else None)
     if group is None:
         return D(error_code=code, error_message=None, group_id=group_id,
                  group_state=GroupState.DEAD.value, protocol_type="", protocol_data="",
@@ -225,7 +234,8 @@ async def handle_delete_groups(engine: Engine, ctx: RequestContext, request: Any
     for group_id in request.groups_names:
         code = group_error(engine, ctx, group_id, Operation.DELETE)
         if code == ErrorCode.NONE:
-            code = await engine.groups.delete_group(engine.offsets_topic(ctx), group_id)
+            code = await engine.groups.delete_group(engine.offsets_topic(ctx),
+                                                    engine.scoped_id(ctx, group_id))
         results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id,
                                                                  error_code=code))
     return DeleteGroupsResponse(version=request.version, throttle_time_ms=0, results=results)

@@ -60,7 +60,8 @@ async def handle_offset_commit(engine: Engine, ctx: RequestContext, request: Any
     code = group_error(engine, ctx, request.group_id)
     if code == ErrorCode.NONE and wanted:
         code, results = await engine.groups.commit(
-            engine.offsets_topic(ctx), request.group_id, request.member_id,
+            engine.offsets_topic(ctx), engine.scoped_id(ctx, request.group_id),
+            request.member_id,
             request.group_instance_id if version >= 7 else None,
             request.generation_id_or_member_epoch, wanted)
         for tp, result in results.items():
@@ -84,6 +85,7 @@ def _fetch_group(engine: Engine, ctx: RequestContext, group_id: str, topics: Any
     if code != ErrorCode.NONE:
         return code, []
     offsets_topic = engine.offsets_topic(ctx)
+    group_id = engine.scoped_id(ctx, group_id)
     unstable = engine.groups.unstable(offsets_topic, group_id) if require_stable else set()
     if topics is None:
         grouped: dict[str, Fetched] = {}
@@ -162,7 +164,8 @@ async def handle_offset_delete(engine: Engine, ctx: RequestContext, request: Any
                 for p in t.partitions]) for t in request.topics])
 
     code = group_error(engine, ctx, request.group_id, Operation.DELETE)
-    group = (engine.groups.find(engine.offsets_topic(ctx), request.group_id)
+    group = (engine.groups.find(engine.offsets_topic(ctx),
+                                engine.scoped_id(ctx, request.group_id))
              if code == ErrorCode.NONE else None)
     if code == ErrorCode.NONE and (group is None or group.state == GroupState.DEAD):
         code = ErrorCode.GROUP_ID_NOT_FOUND

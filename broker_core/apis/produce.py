@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from kafka.protocol.producer import ProduceResponse
 
+from broker_core import metrics
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Appended, Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -47,6 +49,7 @@ def _append_one(engine: Engine, ctx: RequestContext, name: str, index: int, reco
 
 async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> Any | None:
     """Append every partition's batch before the first await, so pipelined requests keep order."""
+    started = time.perf_counter()
     acks: int = request.acks
     topics = []
     waits: list[asyncio.Future[None]] = []
@@ -64,7 +67,11 @@ async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> A
                 waits.append(appended.durable)
         topics.append(_Topic(name=topic.name, partition_responses=partitions))
     if acks == 0:
+        metrics.PRODUCE_STAGE.labels("handle").observe(time.perf_counter() - started)
         return None
     if waits:
+        queued = time.perf_counter()
         await asyncio.gather(*waits)
+        metrics.PRODUCE_STAGE.labels("queued").observe(time.perf_counter() - queued)
+    metrics.PRODUCE_STAGE.labels("handle").observe(time.perf_counter() - started)
     return ProduceResponse(version=request.version, responses=topics, throttle_time_ms=0)

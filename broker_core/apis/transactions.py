@@ -41,7 +41,8 @@ def _txn_error(engine: Engine, ctx: RequestContext, transactional_id: str) -> Er
     if not engine.authorizer.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                        transactional_id):
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    return engine.transactions.check(engine.txn_topic(ctx), transactional_id)
+    return engine.transactions.check(engine.txn_topic(ctx),
+                                     engine.scoped_id(ctx, transactional_id))
 
 
 async def _attempt(action: Awaitable[Any]) -> ErrorCode:
@@ -62,7 +63,8 @@ async def handle_init_producer_id(engine: Engine, ctx: RequestContext, request: 
     if code == ErrorCode.NONE:
         try:
             pid, epoch = await engine.transactions.init_producer_id(
-                engine.txn_topic(ctx), tid, request.transaction_timeout_ms,
+                engine.txn_topic(ctx), engine.scoped_id(ctx, tid) if tid is not None else None,
+                request.transaction_timeout_ms,
                 request.producer_id if version >= 3 else -1,
                 request.producer_epoch if version >= 3 else -1)
         except KafkaApiError as error:
@@ -95,7 +97,7 @@ async def _add_partitions(engine: Engine, ctx: RequestContext, tid: str, pid: in
         code = ErrorCode.OPERATION_NOT_ATTEMPTED
     if code == ErrorCode.NONE:
         code = await _attempt(engine.transactions.add_partitions(
-            engine.txn_topic(ctx), tid, pid, epoch, wanted))
+            engine.txn_topic(ctx), engine.scoped_id(ctx, tid), pid, epoch, wanted))
     code = _fenced_code(code, version, 2)
     return [T(name=topic.name, results_by_partition=[
         P(partition_index=index, partition_error_code=errors.get((topic.name, index), code))
@@ -154,8 +156,10 @@ async def handle_add_offsets_to_txn(engine: Engine, ctx: RequestContext, request
         code = group_error(engine, ctx, request.group_id)
     if code == ErrorCode.NONE:
         code = await _attempt(engine.transactions.add_group(
-            engine.txn_topic(ctx), request.transactional_id, request.producer_id,
-            request.producer_epoch, (engine.offsets_topic(ctx), request.group_id)))
+            engine.txn_topic(ctx), engine.scoped_id(ctx, request.transactional_id),
+            request.producer_id,
+            request.producer_epoch,
+            (engine.offsets_topic(ctx), engine.scoped_id(ctx, request.group_id))))
     return AddOffsetsToTxnResponse(version=version, throttle_time_ms=0,
                                    error_code=_fenced_code(code, version, 2))
 
@@ -184,19 +188,21 @@ async def handle_txn_offset_commit(engine: Engine, ctx: RequestContext, request:
                 internal, part.partition_index, part.committed_offset,
                 part.committed_leader_epoch if version >= 2 else -1, part.committed_metadata))
     offsets_topic = engine.offsets_topic(ctx)
+    group_key = engine.scoped_id(ctx, request.group_id)
     code = _txn_error(engine, ctx, request.transactional_id)
     if code == ErrorCode.NONE:
         code = group_error(engine, ctx, request.group_id)
     if code == ErrorCode.NONE:
         try:
             engine.transactions.check_offsets(
-                engine.txn_topic(ctx), request.transactional_id, request.producer_id,
-                request.producer_epoch, (offsets_topic, request.group_id))
+                engine.txn_topic(ctx), engine.scoped_id(ctx, request.transactional_id),
+                request.producer_id,
+                request.producer_epoch, (offsets_topic, group_key))
         except KafkaApiError as error:
             code = error.code
     if code == ErrorCode.NONE and wanted:
         code, results = await engine.groups.txn_commit(
-            offsets_topic, request.group_id, request.producer_id,
+            offsets_topic, group_key, request.producer_id,
             request.member_id if version >= 3 else "",
             request.group_instance_id if version >= 3 else None,
             request.generation_id if version >= 3 else -1, wanted)
@@ -216,7 +222,8 @@ async def handle_end_txn(engine: Engine, ctx: RequestContext, request: Any) -> A
     code = _txn_error(engine, ctx, request.transactional_id)
     if code == ErrorCode.NONE:
         code = await _attempt(engine.transactions.end_txn(
-            engine.txn_topic(ctx), request.transactional_id, request.producer_id,
+            engine.txn_topic(ctx), engine.scoped_id(ctx, request.transactional_id),
+            request.producer_id,
             request.producer_epoch, bool(request.committed)))
     return EndTxnResponse(version=version, throttle_time_ms=0,
                           error_code=_fenced_code(code, version, 2))
@@ -261,11 +268,12 @@ async def handle_describe_transactions(engine: Engine, ctx: RequestContext,
     S = R.TransactionState
     states = []
     for tid in request.transactional_ids:
-        code = engine.transactions.check(engine.txn_topic(ctx), tid)
+        code = engine.transactions.check(engine.txn_topic(ctx), engine.scoped_id(ctx, tid))
         if code == ErrorCode.NONE and not engine.authorizer.authorize(
                 ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
             code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        txn = engine.transactions.find(engine.txn_topic(ctx), tid) if not code else None
+        txn = (engine.transactions.find(engine.txn_topic(ctx), engine.scoped_id(ctx, tid))
+               if not code else None)
         if txn is None:
             states.append(S(error_code=code or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
                             transactional_id=tid, transaction_state="",
@@ -295,6 +303,9 @@ async def handle_list_transactions(engine: Engine, ctx: RequestContext, request:
     now = int(time.time() * 1000)
     listed = []
     for txn in engine.transactions.of_topic(engine.txn_topic(ctx)):
+        tid = engine.client_id_of(ctx, txn.transactional_id)
+        if tid is None:
+            continue
         if wanted and txn.state.value not in wanted:
             continue
         if pids and txn.producer_id not in pids:
@@ -302,13 +313,12 @@ async def handle_list_transactions(engine: Engine, ctx: RequestContext, request:
         if min_age is not None and min_age >= 0 and (
                 txn.start_ms < 0 or now - txn.start_ms < min_age):
             continue
-        if pattern and not re.fullmatch(pattern, txn.transactional_id):
+        if pattern and not re.fullmatch(pattern, tid):
             continue
         if not engine.authorizer.authorize(ctx, Operation.DESCRIBE,
-                                           ResourceType.TRANSACTIONAL_ID,
-                                           txn.transactional_id):
+                                           ResourceType.TRANSACTIONAL_ID, tid):
             continue
-        listed.append(R.TransactionState(transactional_id=txn.transactional_id,
+        listed.append(R.TransactionState(transactional_id=tid,
                                          producer_id=txn.producer_id,
                                          transaction_state=txn.state.value))
     return R(version=version, throttle_time_ms=0, error_code=0,

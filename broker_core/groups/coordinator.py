@@ -157,7 +157,7 @@ class GroupCoordinator:
 
     def check(self, topic: str, group_id: str) -> ErrorCode:
         """INVALID_GROUP_ID, COORDINATOR_LOAD_IN_PROGRESS, or NONE when the group is served."""
-        if not group_id or len(group_id) > self.config.group_id_max_length:
+        if not group_id:
             return ErrorCode.INVALID_GROUP_ID
         if (topic, self._place(topic, group_id)) not in self._loaded:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS

@@ -133,8 +133,8 @@ class _Stream:
             message = request.error_detail.message
             log.warning("xds: NACK from node %s: %s version %s rejected (Envoy keeps version"
                         " %s): %s", self.node_id, name, version,
-                        request.version_info or "none", message)
-            self.status.nack(self.node_id, type_url, version, message)
+                        request.version_info or "none", message.strip())
+            self.status.nack(self.node_id, type_url, version, message.strip())
         else:
             log.info("xds: ACK from node %s: %s version %s", self.node_id, name,
                      request.version_info)

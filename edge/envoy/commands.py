@@ -1,0 +1,245 @@
+"""The ``edge-broker envoy-config`` and ``edge-broker xds-server`` subcommands.
+
+``envoy-config`` writes an Envoy bootstrap (YAML): static, with one listener per broker,
+or, with ``--xds HOST:PORT``, dynamic (listeners and clusters from the ADS server).
+``xds-server`` serves the same listeners and clusters over ADS and pushes a new version
+when the broker config or brokers file changes, on ``SIGHUP`` or on ``POST /reload``.
+Both take the broker inputs and edge options of :func:`add_plan_arguments`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from edge.envoy.model import (
+    AccessLog,
+    ConnectionRate,
+    EdgeOptions,
+    EnvoyConfigError,
+    TlsTermination,
+    parse_host_port,
+)
+from edge.envoy.source import PlanSource
+
+__all__ = [
+    "COMMANDS",
+    "add_envoy_config_arguments",
+    "add_plan_arguments",
+    "add_xds_server_arguments",
+    "run_command",
+    "run_envoy_config",
+    "run_xds_server",
+    "source_from_args",
+]
+
+COMMANDS = ("envoy-config", "xds-server")
+
+_PLAN_DESTS = ("config", "overrides", "listener", "brokers", "brokers_file", "listen_host",
+               "tls_cert", "tls_key", "tls_client_ca", "sni", "deny_cidrs", "allow_cidrs",
+               "max_connections", "connection_rate", "access_log", "kafka_broker_filter")
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """Broker inputs and edge options shared by both subcommands."""
+    brokers = parser.add_argument_group("brokers behind Envoy")
+    brokers.add_argument("--config", metavar="FILE",
+                         help="this broker's properties file (brokerId, listeners)")
+    brokers.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                         dest="overrides", help="override one broker setting (repeatable)")
+    brokers.add_argument("--listener", metavar="NAME",
+                         help="the broker listener Envoy forwards to (default: the first)")
+    brokers.add_argument("--broker", metavar="ID=ADV_HOST:PORT@INTERNAL_HOST:PORT",
+                         action="append", default=[], dest="brokers",
+                         help="another broker: its id, advertised (Envoy) address and"
+                         " internal address (repeatable)")
+    brokers.add_argument("--brokers-file", metavar="FILE",
+                         help="a file of ID=ADV@INTERNAL lines (watched by xds-server)")
+    edge = parser.add_argument_group("edge options")
+    edge.add_argument("--listen-host", metavar="IP",
+                      help="address Envoy binds (default: the advertised host if it is an"
+                      " IP, else 0.0.0.0)")
+    edge.add_argument("--tls-cert", metavar="FILE", help="terminate TLS at Envoy: PEM chain")
+    edge.add_argument("--tls-key", metavar="FILE", help="the PEM private key of --tls-cert")
+    edge.add_argument("--tls-client-ca", metavar="FILE",
+                      help="require client certificates signed by this CA")
+    edge.add_argument("--sni", action="store_true",
+                      help="all brokers on one port, routed by TLS server name")
+    edge.add_argument("--deny-cidr", metavar="CIDR", action="append", default=[],
+                      dest="deny_cidrs", help="close connections from this range (repeatable)")
+    edge.add_argument("--allow-cidr", metavar="CIDR", action="append", default=[],
+                      dest="allow_cidrs", help="accept only these ranges (repeatable)")
+    edge.add_argument("--max-connections", metavar="N", type=int,
+                      help="concurrent connections per broker listener")
+    edge.add_argument("--connection-rate", metavar="N[/SECONDS]",
+                      help="new connections per listener per period (default period 1 s)")
+    edge.add_argument("--access-log", metavar="stdout|PATH",
+                      help="log every connection to stdout or a file")
+    edge.add_argument("--kafka-broker-filter", action="store_true",
+                      help="add the contrib kafka_broker filter (envoyproxy/envoy-contrib"
+                      " builds only) rewriting broker addresses by id")
+
+
+def add_envoy_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``envoy-config``."""
+    add_plan_arguments(parser)
+    out = parser.add_argument_group("bootstrap")
+    out.add_argument("--output", metavar="FILE", default="-",
+                     help="where to write the YAML (default: standard output)")
+    out.add_argument("--admin-port", metavar="PORT", type=int, default=9901,
+                     help="Envoy admin port, bound to 127.0.0.1 (default 9901)")
+    out.add_argument("--node-id", metavar="ID", default="edge-broker-envoy",
+                     help="Envoy node id (default edge-broker-envoy)")
+    out.add_argument("--xds", metavar="HOST:PORT",
+                     help="write a dynamic bootstrap taking everything from this xds-server")
+
+
+def add_xds_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``xds-server``."""
+    add_plan_arguments(parser)
+    server = parser.add_argument_group("server")
+    server.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:18000",
+                        help="gRPC (ADS) address (default 127.0.0.1:18000; port 0: any)")
+    server.add_argument("--admin", metavar="HOST:PORT", default="127.0.0.1:18001",
+                        help="HTTP status/reload address (default 127.0.0.1:18001)")
+    server.add_argument("--poll-interval", metavar="SECONDS", type=float, default=1.0,
+                        help="how often watched files are checked (default 1)")
+    server.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def _options(args: argparse.Namespace) -> EdgeOptions:
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise EnvoyConfigError("--tls-cert and --tls-key go together")
+    if args.tls_client_ca and not args.tls_cert:
+        raise EnvoyConfigError("--tls-client-ca needs --tls-cert and --tls-key")
+    tls = TlsTermination(args.tls_cert, args.tls_key, args.tls_client_ca) \
+        if args.tls_cert else None
+    return EdgeOptions(
+        listen_host=args.listen_host,
+        tls=tls,
+        sni=args.sni,
+        deny_cidrs=tuple(_split(args.deny_cidrs)),
+        allow_cidrs=tuple(_split(args.allow_cidrs)),
+        max_connections=args.max_connections,
+        connection_rate=ConnectionRate.parse(args.connection_rate)
+        if args.connection_rate else None,
+        access_log=AccessLog(args.access_log) if args.access_log else None,
+        kafka_broker_filter=args.kafka_broker_filter,
+    )
+
+
+def _split(values: Sequence[str]) -> list[str]:
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def source_from_args(args: argparse.Namespace) -> PlanSource:
+    """The plan inputs named on the command line."""
+    return PlanSource(config_path=args.config, overrides=tuple(args.overrides),
+                      listener=args.listener, broker_specs=tuple(args.brokers),
+                      brokers_file=args.brokers_file, options=_options(args))
+
+
+def _header(argv: Sequence[str]) -> list[str]:
+    shown: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--output":
+            skip = True
+        elif not arg.startswith("--output="):
+            shown.append(arg)
+    return ["Envoy bootstrap generated by edge-broker; regenerate instead of editing:",
+            "edge-broker envoy-config " + shlex.join(shown)]
+
+
+def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Run ``args.command`` (one of :data:`COMMANDS`); ``argv`` is the whole command line."""
+    if args.command == "envoy-config":
+        words = list(argv)
+        rest = words[words.index("envoy-config") + 1:] if "envoy-config" in words else []
+        return run_envoy_config(args, rest)
+    return run_xds_server(args)
+
+
+def run_envoy_config(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Write the bootstrap; ``argv`` (the subcommand's arguments) goes into its header."""
+    from edge.envoy.bootstrap import dynamic_bootstrap, message_yaml, static_bootstrap
+
+    try:
+        if args.xds:
+            given = [d for d in _PLAN_DESTS if getattr(args, d) not in (None, False, [])]
+            if given:
+                raise EnvoyConfigError(
+                    "--xds writes a dynamic bootstrap: give brokers and edge options to"
+                    f" xds-server instead (got --{given[0].replace('_', '-')})")
+            host, port = parse_host_port(args.xds, "--xds")
+            message = dynamic_bootstrap(host, port, args.admin_port, args.node_id)
+        else:
+            source = source_from_args(args)
+            if not source.describes_brokers:
+                raise EnvoyConfigError(
+                    "describe the brokers: --config/--set, --broker or --brokers-file")
+            message = static_bootstrap(source.load(), args.admin_port, args.node_id)
+    except EnvoyConfigError as exc:
+        print(f"edge-broker envoy-config: {exc}", file=sys.stderr)
+        return 2
+    text = message_yaml(message, _header(argv))
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.output).write_text(text, encoding="utf-8")
+    return 0
+
+
+def _listen_address(text: str, what: str) -> tuple[str, int]:
+    if text.endswith(":0"):
+        host, _ = parse_host_port(text[:-1] + "1", what)
+        return host, 0
+    return parse_host_port(text, what)
+
+
+def run_xds_server(args: argparse.Namespace) -> int:
+    """Serve ADS until SIGTERM or SIGINT; SIGHUP reloads."""
+    from edge.envoy.xds_server import XdsServer
+
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        source = source_from_args(args)
+        server = XdsServer(source, _listen_address(args.listen, "--listen"),
+                           _listen_address(args.admin, "--admin"), args.poll_interval)
+        server.start()
+    except EnvoyConfigError as exc:
+        print(f"edge-broker xds-server: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError) as exc:
+        print(f"edge-broker xds-server: cannot start: {exc}", file=sys.stderr)
+        return 1
+    done = threading.Event()
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        done.set()
+
+    def hup(_signum: int, _frame: FrameType | None) -> None:
+        threading.Thread(target=server.reload, args=("SIGHUP",), daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, hup)
+    logging.getLogger("edge.envoy.xds").info(
+        "edge-broker xds-server ready: grpc %s, admin http://%s, version %s",
+        server.grpc_address, server.admin_address, server.store.version)
+    while not done.wait(3600):
+        pass
+    server.stop()
+    return 0

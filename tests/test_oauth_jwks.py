@@ -1,0 +1,169 @@
+"""The JWKS cache: lookups by kid and algorithm, rate-limited single-flight refetches on
+unknown kids, retry after failures, stale keys kept while the issuer is down."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from joserfc.jwk import ECKey, RSAKey
+
+from oauth.errors import FetchError, KeysUnavailable, TokenInvalid
+from oauth.jwks import JwksCache, parse_key_set
+
+
+def rsa(kid: str, **params: str) -> dict[str, Any]:
+    key = RSAKey.generate_key(2048, parameters={"kid": kid, **params})
+    return dict(key.as_dict(private=False))
+
+
+RSA_A = rsa("a", alg="RS256", use="sig")
+RSA_B = rsa("b")
+EC_P256 = dict(ECKey.generate_key("P-256", parameters={"kid": "e"}).as_dict(private=False))
+
+
+class Issuer:
+    """A JWKS source whose document and availability the test controls."""
+
+    def __init__(self, *keys: Mapping[str, Any]) -> None:
+        self.keys = list(keys)
+        self.calls = 0
+        self.down = False
+        self.delay = 0.0
+
+    def __call__(self) -> Mapping[str, Any]:
+        self.calls += 1
+        if self.delay:
+            time.sleep(self.delay)
+        if self.down:
+            raise FetchError("cannot reach http://issuer/jwks: connection refused")
+        return {"keys": list(self.keys)}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def cache(source: Issuer, clock: Clock, **kwargs: float) -> JwksCache:
+    options = {"refresh_min_seconds": 10.0, "retry_seconds": 1.0, "max_age_seconds": 3600.0,
+               **kwargs}
+    return JwksCache(source, clock=clock, **options)
+
+
+def test_known_kid_is_served_from_the_cache() -> None:
+    source, clock = Issuer(RSA_A, RSA_B), Clock()
+    keys = cache(source, clock)
+    first = keys.key("a", "RS256")
+    assert keys.key("a", "RS256") is first
+    assert keys.key("b", "PS512") is not None
+    assert source.calls == 1 and keys.fetches == 1
+
+
+def test_unknown_kid_refetch_is_rate_limited() -> None:
+    source, clock = Issuer(RSA_A), Clock()
+    keys = cache(source, clock)
+    keys.key("a", "RS256")
+    source.keys.append(RSA_B)
+    clock.now += 3
+    with pytest.raises(TokenInvalid, match="unknown key"):
+        keys.key("b", "RS256")
+    assert source.calls == 1
+    for _ in range(100):
+        with pytest.raises(TokenInvalid, match="unknown key"):
+            keys.key("zzz", "RS256")
+    assert source.calls == 1
+    clock.now += 7
+    assert keys.key("b", "RS256") is not None
+    assert source.calls == 2
+    with pytest.raises(TokenInvalid):
+        keys.key("zzz", "RS256")
+    assert source.calls == 2
+
+
+def test_concurrent_unknown_kids_share_one_fetch() -> None:
+    source = Issuer(RSA_A)
+    keys = JwksCache(source, refresh_min_seconds=0.0)
+    keys.key("a", "RS256")
+    source.keys.append(RSA_B)
+    source.delay = 0.3
+    barrier = threading.Barrier(16)
+
+    def look(_: int) -> object:
+        barrier.wait()
+        return keys.key("b", "RS256")
+
+    with ThreadPoolExecutor(16) as pool:
+        assert all(k is not None for k in pool.map(look, range(16)))
+    assert source.calls == 2
+
+
+def test_issuer_down_then_back() -> None:
+    source, clock = Issuer(RSA_A), Clock()
+    source.down = True
+    keys = cache(source, clock, retry_seconds=1.0)
+    keys.warm_up()
+    with pytest.raises(KeysUnavailable, match="connection refused"):
+        keys.key("a", "RS256")
+    assert source.calls == 1  # within the retry interval: no new request
+    source.down = False
+    clock.now += 1
+    assert keys.key("a", "RS256") is not None
+    assert source.calls == 2
+
+
+def test_stale_keys_are_refreshed_and_kept_when_the_issuer_is_down() -> None:
+    source, clock = Issuer(RSA_A), Clock()
+    keys = cache(source, clock, max_age_seconds=60)
+    keys.key("a", "RS256")
+    clock.now += 61
+    source.down = True
+    assert keys.key("a", "RS256") is not None
+    assert source.calls == 2
+    source.down = False
+    source.keys = [RSA_B]
+    clock.now += 2
+    with pytest.raises(TokenInvalid, match="unknown key"):
+        keys.key("a", "RS256")
+    assert source.calls == 3
+
+
+def test_algorithm_and_curve_must_fit_the_key() -> None:
+    source, clock = Issuer(RSA_A, RSA_B, EC_P256), Clock()
+    keys = cache(source, clock)
+    for kid, alg in [("a", "PS256"), ("a", "ES256"), ("b", "ES256"), ("e", "ES384"),
+                     ("e", "RS256")]:
+        with pytest.raises(TokenInvalid):
+            keys.key(kid, alg)
+    assert keys.key("e", "ES256") is not None
+
+
+def test_token_without_kid_needs_a_single_fitting_key() -> None:
+    source, clock = Issuer(RSA_A, EC_P256), Clock()
+    keys = cache(source, clock)
+    assert keys.key(None, "ES256") is not None
+    source.keys.append(RSA_B)
+    clock.now += 20
+    assert keys.key(None, "RS384") is not None  # only b fits RS384 ('a' is RS256 only)
+    with pytest.raises(TokenInvalid, match="no key id"):
+        keys.key(None, "RS256")
+
+
+def test_key_set_parsing_skips_unusable_keys() -> None:
+    document = {"keys": [RSA_A, {**RSA_B, "use": "enc"}, {"kty": "oct", "k": "c2VjcmV0"},
+                         "junk", {**EC_P256, "kid": 5}]}
+    assert parse_key_set(document, 0.0).kids == ("a",)
+    with pytest.raises(FetchError):
+        parse_key_set({"keys": "none"}, 0.0)
+    source, clock = Issuer(), Clock()
+    source.keys = []
+    keys = cache(source, clock)
+    with pytest.raises(TokenInvalid, match="unknown key"):
+        keys.key("a", "RS256")
