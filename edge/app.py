@@ -22,6 +22,7 @@ from edge.acl_apis import AclApis
 from edge.acls import AclStore
 from edge.authorization import Policy
 from edge.config import BrokerConfig
+from edge.metrics import CONNECTIONS, serve_metrics
 from edge.security import (
     ListenerSecurity,
     listener_mechanisms,
@@ -147,6 +148,7 @@ class BrokerApp:
 
     def _session(self, info: ConnectionInfo) -> Session:
         """A session for a new connection, told the advertised address of its listener."""
+        CONNECTIONS.labels(info.listener).inc()
         return Session(self.dispatcher, info, self.advertised[info.listener], self.home,
                        self.security[info.listener], self.sasl,
                        self.config.failed_authentication_delay_ms,
@@ -171,6 +173,9 @@ class BrokerApp:
         described = ", ".join(
             f"{s.name}://{s.host}:{s.port} ({s.protocol.value}, advertised "
             f"{s.advertised_host}:{s.advertised_port})" for s in bound)
+        if self.config.metrics_port:
+            port = serve_metrics(self.engine, self.config.metrics_host, self.config.metrics_port)
+            described += f"; metrics on http://{self.config.metrics_host}:{port}/metrics"
         log.info("edge-broker ready: broker %d, listeners %s", self.config.broker_id, described)
         return bound
 

@@ -532,6 +532,16 @@ class BrokerConfig:
         metadata=_key("transactionAbortTimedOutTransactionsIntervalMs", IntType(1, INT_MAX),
                       "how often transactions past their timeout are looked for and aborted"),
     )
+    metrics_port: int = field(
+        default=0,
+        metadata=_key("metricsPort", IntType(0, 65535),
+                      "port of the Prometheus endpoint `/metrics`; 0 = off"),
+    )
+    metrics_host: str = field(
+        default="127.0.0.1",
+        metadata=_key("metricsHost", StrType(allow_empty=False),
+                      "address the Prometheus endpoint binds"),
+    )
     sasl_allowed_mechanisms: str = field(
         default="PLAIN",
         metadata=_key("saslAllowedMechanisms", StrType(),

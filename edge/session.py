@@ -25,6 +25,7 @@ from broker_core.dispatch import API_VERSIONS_KEY, ApiSpec, Dispatcher, ParsedRe
 from broker_core.errors import ErrorCode
 from broker_core.naming import Namespace
 from broker_core.protocol import ProtocolError, frame_response, response_header
+from edge.metrics import AUTHENTICATIONS, CONNECTIONS
 from edge.security import ListenerSecurity, SaslFactory
 from listeners.server import ConnectionInfo, FrameError
 from listeners.tls import certificate_principal
@@ -141,6 +142,7 @@ class Session:
             # In a worker thread: validators may fetch keys (JWKS) over the network.
             challenge = await asyncio.to_thread(self.sasl.step, message)
         except SaslFailure as failure:
+            AUTHENTICATIONS.labels(self.sasl.mechanism, "failure").inc()
             log.warning("SASL %s login from %s on %s failed: %s", self.sasl.mechanism,
                         self.info.peer, self.info.listener, failure.message)
             self.sasl = None
@@ -150,6 +152,7 @@ class Session:
             return challenge, None
         result = self.sasl.result
         assert result is not None
+        AUTHENTICATIONS.labels(self.sasl.mechanism, "success").inc()
         self.sasl = None
         return challenge, self._logged_in(result)
 
@@ -207,5 +210,6 @@ class Session:
         return len(challenge).to_bytes(4, "big") + challenge
 
     def closed(self) -> None:
-        """Nothing to release."""
+        """Count the connection out."""
+        CONNECTIONS.labels(self.info.listener).dec()
         log.debug("connection from %s on %s closed", self.info.peer, self.info.listener)
