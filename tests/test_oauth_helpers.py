@@ -140,11 +140,11 @@ def good_login(port: int, token: str, **extensions: str) -> Any:
         conn.close()
 
 
-def issuer_token(issuer: DevIssuer, client_id: str = "app", scope: str | None = None,
+def issuer_token(issuer: DevIssuer, who: str = "app", scope: str | None = None,
                  **overrides: Any) -> str:
-    """A token the issuer would issue to ``client_id`` (claims overridable; ``None``
+    """A token the issuer would issue to client ``who`` (claims overridable; ``None``
     removes a claim), signed with its current key."""
-    claims = issuer.claims_for(issuer.clients[client_id], scope)
+    claims = issuer.claims_for(issuer.clients[who], scope)
     for name, value in overrides.items():
         if value is None:
             claims.pop(name, None)

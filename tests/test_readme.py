@@ -13,6 +13,7 @@ from pathlib import Path
 
 from edge.config import config_reference_markdown
 from tests.broker_process import REPO
+from tests.security_helpers import make_tls
 
 README = (REPO / "README.md").read_text()
 
@@ -74,6 +75,39 @@ def test_make_run_then_quickstart(tmp_path: Path) -> None:
         assert sorted(line.split(" ", 2)[2] for line in grouped[:-1]) == \
             sorted(f"hello {i}" for i in range(10))
         assert grouped[-1].startswith("committed") and "offset=" in grouped[-1]
+        assert run_example("transactions", tmp_path) == ["True False"]
     finally:
         os.killpg(make.pid, signal.SIGTERM)
         make.wait(30)
+
+
+def shell_example(name: str) -> str:
+    """The shell block after ``<!-- example:NAME -->``, run with this interpreter."""
+    match = re.search(rf"<!-- example:{name} -->\n```sh\n(.*?)```", README, re.S)
+    assert match, f"README has no shell example {name!r}"
+    return match[1].replace(".venv/bin/edge-broker", f"{sys.executable} -m edge.cli")
+
+
+def test_secure_broker_examples(tmp_path: Path) -> None:
+    make_tls(tmp_path / "certs")
+    broker = subprocess.Popen(
+        ["bash", "-c", "exec " + shell_example("secure-broker")], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    assert broker.stdout is not None
+    try:
+        seen = []
+        while True:
+            line = broker.stdout.readline()
+            assert line, "the secured broker exited:\n" + "".join(seen)
+            seen.append(line)
+            if "edge-broker ready" in line:
+                break
+        assert "SASL_SSL://127.0.0.1:9095" in line
+        assert run_example("tokens-and-acls", tmp_path) == [
+            "bob read order-1", "bob wrote: TOPIC_AUTHORIZATION_FAILED"]
+        assert run_example("tls-client", tmp_path) == ["['orders']"]
+        assert (tmp_path / "data-secure" / "acls.json").exists()
+    finally:
+        os.killpg(broker.pid, signal.SIGTERM)
+        broker.wait(30)

@@ -101,7 +101,8 @@ def test_authzid_escapes(validator: JwtTokenValidator) -> None:
 
 
 def test_authzid_mismatch(server: OAuthBearerServer) -> None:
-    assert "authorization id" in fails_after_challenge(server, message(token(), header="n,a=mallory,"))
+    reason = fails_after_challenge(server, message(token(), header="n,a=mallory,"))
+    assert "authorization id" in reason
 
 
 @pytest.mark.parametrize(

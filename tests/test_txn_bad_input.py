@@ -9,9 +9,16 @@ import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jwt
 import pytest
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from tests.broker_process import BrokerProcess
 from tests.security_helpers import plain_message
@@ -29,12 +36,6 @@ from tests.txn_helpers import (
     TxnConnection,
     batch,
     start_broker,
-)
-from kafka.protocol.sasl import (
-    SaslAuthenticateRequest,
-    SaslAuthenticateResponse,
-    SaslHandshakeRequest,
-    SaslHandshakeResponse,
 )
 
 
@@ -106,7 +107,7 @@ def test_sequence_gap_and_duplicate_batch(conn: TxnConnection, topic_name: str) 
     assert conn.list_offset(topic_name) == 6
 
 
-def _records(conn: TxnConnection, topic: str) -> list:
+def _records(conn: TxnConnection, topic: str) -> list[Any]:
     from kafka.record.memory_records import MemoryRecords
     raw = conn.fetch(topic).records or b""
     records = MemoryRecords(raw)
@@ -241,8 +242,8 @@ def test_tenant_b_cannot_touch_tenant_a_offsets_or_topics(
         # B, with the same transactional id, group id and topic name: its own namespace
         pid_b, epoch_b = b.init_ok("tx")
         assert b.add_offsets("tx", pid_b, epoch_b, "g") == NONE
-        got = b.txn_offset_commit("tx", "g", pid_b, epoch_b, "t", {0: 9, 1: 9})
-        assert got == {0: NONE, 1: NONE}
+        b_got = b.txn_offset_commit("tx", "g", pid_b, epoch_b, "t", {0: 9, 1: 9})
+        assert b_got == {0: NONE, 1: NONE}
         # B names A's topic by its full name: refused
         full = b.txn_offset_commit("tx", "g", pid_b, epoch_b, "tenanta/default/t", {0: 1})
         assert full == {0: TOPIC_AUTHORIZATION_FAILED}, full

@@ -6,6 +6,7 @@ DescribeProducers."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 from confluent_kafka import IsolationLevel, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
@@ -82,10 +83,10 @@ def test_commit_and_abort_visibility_and_contiguous_offsets(txn_broker: BrokerPr
     try:
         for part in range(PARTITIONS):
             offsets = sorted(o for pp, o, _ in ru if pp == part)
-            gaps = sum(b - a - 1 for a, b in zip(offsets, offsets[1:], strict=False))
+            gaps = sum(b - a - 1 for a, b in itertools.pairwise(offsets))
             # the last marker follows the last record: it is not a gap between records
             assert gaps == markers[part] - 1, (part, offsets)
-            assert all(b - a in (1, 2) for a, b in zip(offsets, offsets[1:], strict=False))
+            assert all(b - a in (1, 2) for a, b in itertools.pairwise(offsets))
             assert offsets[0] == 0
             low, high = admin_consumer.get_watermark_offsets(TopicPartition(topic_name, part),
                                                              10)
@@ -130,7 +131,7 @@ def test_open_transaction_invisible_until_commit_and_lso(txn_broker: BrokerProce
     admin = AdminClient({"bootstrap.servers": txn_broker.bootstrap})
 
     def latest(isolation: IsolationLevel) -> dict[int, int]:
-        futures = admin.list_offsets({TopicPartition(topic_name, p): OffsetSpec.latest()
+        futures = admin.list_offsets({TopicPartition(topic_name, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
                                       for p in range(2)}, isolation_level=isolation,
                                      request_timeout=10)
         return {tp.partition: f.result(10).offset for tp, f in futures.items()}

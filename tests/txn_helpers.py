@@ -340,11 +340,13 @@ def read_all(bootstrap: str, topic: str, partitions: int, isolation: str,
     try:
         while True:
             for msg in consumer.consume(1000, 0.2):
-                if msg.error() is not None:
-                    if msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                error = msg.error()
+                if error is not None:
+                    if error.code() == confluent_kafka.KafkaError._PARTITION_EOF:
                         continue
-                    raise AssertionError(msg.error())
-                got.append((msg.partition(), msg.offset(), msg.value()))
+                    raise AssertionError(error)
+                got.append((int(msg.partition() or 0), int(msg.offset() or 0),
+                            bytes(msg.value() or b"")))
             positions = {tp.partition: tp.offset for tp in consumer.position(
                 [confluent_kafka.TopicPartition(topic, p) for p in range(partitions)])}
             if all(positions[p] >= ends[p] or ends[p] == 0 for p in range(partitions)):
@@ -371,7 +373,8 @@ def visible_within(bootstrap: str, topic: str, partitions: int, isolation: str,
         while time.monotonic() < deadline:
             for msg in consumer.consume(1000, 0.2):
                 if msg.error() is None:
-                    got.append((msg.partition(), msg.offset(), msg.value()))
+                    got.append((int(msg.partition() or 0), int(msg.offset() or 0),
+                                bytes(msg.value() or b"")))
     finally:
         consumer.close()
     return got
@@ -421,8 +424,8 @@ def eos_worker(bootstrap: str, source: str, sink: str, group: str, transactional
             continue
         producer.begin_transaction()
         for m in msgs:
-            producer.produce(sink, value=b"out:" + m.value(), key=m.key(),
-                             partition=m.partition())
+            producer.produce(sink, value=b"out:" + (m.value() or b""), key=m.key(),
+                             partition=int(m.partition() or 0))
         producer.flush(30)
         print(f"open {done}", flush=True)  # records written, transaction not yet committed
         positions = consumer.position(consumer.assignment())
