@@ -56,6 +56,7 @@ class RequestContext:
     api_version: int
     client_host: str = ""
     login_tenant: str | None = None
+    api: str = ""
 
 
 class Authorizer(Protocol):

@@ -8,10 +8,11 @@ import logging
 import signal
 import ssl
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from broker_core.apis import engine_apis
-from broker_core.context import Endpoint
+from broker_core.context import Endpoint, Operation, RequestContext, ResourceType
 from broker_core.dispatch import Dispatcher
 from broker_core.engine import Engine, EngineConfig
 from broker_core.groups.coordinator import GroupConfig
@@ -20,6 +21,7 @@ from broker_core.storage import LogConfig, open_storage
 from broker_core.transactions.coordinator import TxnConfig
 from edge.acl_apis import AclApis
 from edge.acls import AclStore
+from edge.audit import AuditEvent, AuditLog
 from edge.authorization import Policy
 from edge.config import BrokerConfig
 from edge.metrics import CONNECTIONS, serve_metrics
@@ -125,6 +127,8 @@ class BrokerApp:
                              [r.strip() for r in config.super_user_roles.split(",") if r.strip()])
         self.engine = Engine(engine_config(config, cluster_id(data_dir)), self.logs,
                              self.policy)
+        self.audit = AuditLog(self.engine, config.audit_enabled)
+        self.policy.on_denied = self._denied
         self.dispatcher = Dispatcher(
             self.engine, engine_apis() + edge_apis() + AclApis(self.acls, self.policy).specs())
         self.home = Namespace(config.kafka_tenant, config.kafka_namespace)
@@ -146,13 +150,27 @@ class BrokerApp:
         self.advertised: dict[str, Endpoint] = {}
         self.stopping = asyncio.Event()
 
+    def _denied(self, ctx: RequestContext, operation: Operation, resource: ResourceType,
+                name: str, reason: str) -> None:
+        self.audit.record(AuditEvent(
+            kind="authorization", outcome="denied", listener=ctx.listener,
+            client=ctx.client_host, principal=ctx.principal, tenant=ctx.home.tenant,
+            api=ctx.api, resource=f"{resource.value}:{name}",
+            reason=f"{operation.value} {reason}"))
+
+    def _rejected(self, listener: str) -> Callable[[str, str], None]:
+        def record(peer: str, reason: str) -> None:
+            self.audit.record(AuditEvent(kind="connection", outcome="rejected",
+                                         listener=listener, client=peer, reason=reason))
+        return record
+
     def _session(self, info: ConnectionInfo) -> Session:
         """A session for a new connection, told the advertised address of its listener."""
         CONNECTIONS.labels(info.listener).inc()
         return Session(self.dispatcher, info, self.advertised[info.listener], self.home,
                        self.security[info.listener], self.sasl,
                        self.config.failed_authentication_delay_ms,
-                       self.config.connections_max_reauth_ms)
+                       self.config.connections_max_reauth_ms, self.audit)
 
     async def start(self) -> list[ListenerSpec]:
         """Start the engine and every listener; return the listeners with their bound ports."""
@@ -163,7 +181,7 @@ class BrokerApp:
         bound = []
         for spec in self.config.listener_specs():
             server = ListenerServer(spec.name, spec.host, spec.port, self._session, limits,
-                                    self.security[spec.name].tls)
+                                    self.security[spec.name].tls, self._rejected(spec.name))
             port = await server.start()
             if port != spec.port:
                 spec = spec.with_bound_port(port)

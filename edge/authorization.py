@@ -8,7 +8,7 @@ ALLOW; READ, WRITE, DELETE and ALTER imply DESCRIBE).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from broker_core.context import Operation, RequestContext, ResourceType
 from edge.acls import AclOperation, AclResource, AclStore
@@ -35,6 +35,8 @@ class Policy:
         self.acls = acls
         self.enabled = enabled
         self.super_users = frozenset(super_users)
+        self.on_denied: Callable[[RequestContext, Operation, ResourceType, str, str], None] = (
+            lambda *_: None)
 
     def is_super_user(self, ctx: RequestContext) -> bool:
         """Whether the caller passes every check."""
@@ -53,8 +55,12 @@ class Policy:
             return True
         tenant = self.resource_tenant(ctx, resource, name)
         if ctx.login_tenant is not None and tenant != ctx.login_tenant:
+            self.on_denied(ctx, operation, resource, name, "outside the login's tenant")
             return False
         if not self.enabled:
             return True
-        return self.acls.decide(tenant, _RESOURCES[resource], name, f"User:{ctx.principal}",
-                                ctx.client_host, _OPERATIONS[operation])
+        if self.acls.decide(tenant, _RESOURCES[resource], name, f"User:{ctx.principal}",
+                            ctx.client_host, _OPERATIONS[operation]):
+            return True
+        self.on_denied(ctx, operation, resource, name, "no ACL allows it")
+        return False

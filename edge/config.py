@@ -532,6 +532,12 @@ class BrokerConfig:
         metadata=_key("transactionAbortTimedOutTransactionsIntervalMs", IntType(1, INT_MAX),
                       "how often transactions past their timeout are looked for and aborted"),
     )
+    audit_enabled: bool = field(
+        default=True,
+        metadata=_key("auditEnabled", BoolType(),
+                      "write a JSON event per login outcome, authorization denial and rejected "
+                      "connection to `<kafkaMetadataTenant>/<kafkaMetadataNamespace>/__audit`"),
+    )
     metrics_port: int = field(
         default=0,
         metadata=_key("metricsPort", IntType(0, 65535),

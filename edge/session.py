@@ -25,6 +25,7 @@ from broker_core.dispatch import API_VERSIONS_KEY, ApiSpec, Dispatcher, ParsedRe
 from broker_core.errors import ErrorCode
 from broker_core.naming import Namespace
 from broker_core.protocol import ProtocolError, frame_response, response_header
+from edge.audit import AuditEvent, AuditLog
 from edge.metrics import AUTHENTICATIONS, CONNECTIONS
 from edge.security import ListenerSecurity, SaslFactory
 from listeners.server import ConnectionInfo, FrameError
@@ -58,7 +59,7 @@ class Session:
     def __init__(self, dispatcher: Dispatcher, info: ConnectionInfo, advertised: Endpoint,
                  home: Namespace, security: ListenerSecurity,
                  mechanisms: dict[str, SaslFactory], failed_delay_ms: int = 0,
-                 max_reauth_ms: int = 0) -> None:
+                 max_reauth_ms: int = 0, audit: AuditLog | None = None) -> None:
         self.dispatcher = dispatcher
         self.info = info
         self.advertised = advertised
@@ -67,6 +68,7 @@ class Session:
         self.mechanisms = mechanisms
         self.failed_delay_ms = failed_delay_ms
         self.max_reauth_ms = max_reauth_ms
+        self.audit = audit
         self.login: Authenticated | None = None
         self.sasl: SaslServer | None = None
         self.raw_tokens = False
@@ -88,6 +90,8 @@ class Session:
         if key == SASL_AUTHENTICATE:
             return await self._authenticate(parsed)
         if self.security.sasl and self.login is None and key != API_VERSIONS_KEY:
+            self._audit("connection", "rejected", api=parsed.spec.name,
+                        reason="request before SASL authentication")
             raise FrameError(f"{parsed.spec.name} request before SASL authentication")
         if self.session_ends_ms is not None and _now_ms() > self.session_ends_ms \
                 and key != API_VERSIONS_KEY:
@@ -99,8 +103,18 @@ class Session:
             api_version=parsed.header.api_version,
             client_host=self.info.peer.rsplit(":", 1)[0],
             login_tenant=self.home.tenant if self.login is not None else None,
+            api=parsed.spec.name,
         )
         return await self.dispatcher.dispatch(ctx, parsed)
+
+    def _audit(self, kind: str, outcome: str, *, mechanism: str | None = None,
+               principal: str | None = None, tenant: str | None = None, api: str | None = None,
+               reason: str | None = None) -> None:
+        if self.audit is not None:
+            self.audit.record(AuditEvent(
+                kind=kind, outcome=outcome, listener=self.info.listener, client=self.info.peer,
+                principal=principal, tenant=tenant, mechanism=mechanism, api=api,
+                reason=reason))
 
     def _respond(self, parsed: ParsedRequest, response: Any) -> bytes:
         flexible = bool(parsed.spec.response.flexible_version_q(parsed.header.api_version))
@@ -143,6 +157,8 @@ class Session:
             challenge = await asyncio.to_thread(self.sasl.step, message)
         except SaslFailure as failure:
             AUTHENTICATIONS.labels(self.sasl.mechanism, "failure").inc()
+            self._audit("authentication", "failure", mechanism=self.sasl.mechanism,
+                        reason=failure.message)
             log.warning("SASL %s login from %s on %s failed: %s", self.sasl.mechanism,
                         self.info.peer, self.info.listener, failure.message)
             self.sasl = None
@@ -153,6 +169,8 @@ class Session:
         result = self.sasl.result
         assert result is not None
         AUTHENTICATIONS.labels(self.sasl.mechanism, "success").inc()
+        self._audit("authentication", "success", mechanism=self.sasl.mechanism,
+                    principal=result.principal, tenant=result.tenant)
         self.sasl = None
         return challenge, self._logged_in(result)
 

@@ -166,13 +166,15 @@ class ListenerServer:
     """One listening socket and the connections it accepted."""
 
     def __init__(self, name: str, host: str, port: int, factory: HandlerFactory,
-                 limits: Limits, ssl_context: ssl.SSLContext | None = None) -> None:
+                 limits: Limits, ssl_context: ssl.SSLContext | None = None,
+                 on_reject: Callable[[str, str], None] | None = None) -> None:
         self.name = name
         self.host = host
         self.port = port
         self.factory = factory
         self.limits = limits
         self.ssl_context = ssl_context
+        self.on_reject = on_reject
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -193,6 +195,8 @@ class ListenerServer:
         if len(self._connections) >= self.limits.max_connections:
             log.warning("refusing connection from %s on %s: %d connections is the limit",
                         peer, self.name, self.limits.max_connections)
+            if self.on_reject is not None:
+                self.on_reject(peer, "connection limit reached")
             writer.close()
             return
         info = ConnectionInfo(self.name, peer, writer.get_extra_info("ssl_object"))

@@ -176,7 +176,7 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         self.store = store
         self.status = status
 
-    def StreamAggregatedResources(  # noqa: N802 (the gRPC method name)
+    def StreamAggregatedResources(
         self, request_iterator: Iterator[Any], context: grpc.ServicerContext
     ) -> Iterator[Any]:
         stream = _Stream(self.store, self.status, context.peer())
@@ -188,7 +188,7 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             try:
                 for request in request_iterator:
                     stream.events.put(("request", request))
-            except Exception:  # noqa: BLE001 - a cancelled stream ends the iterator this way
+            except Exception:
                 pass
             stream.events.put((_CLOSED, None))
 
@@ -206,7 +206,7 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             self.store.unwatch(refresh)
             stream.close()
 
-    def DeltaAggregatedResources(  # noqa: N802 (the gRPC method name)
+    def DeltaAggregatedResources(
         self, request_iterator: Iterator[Any], context: grpc.ServicerContext
     ) -> Iterator[Any]:
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "use state-of-the-world ADS (GRPC)")

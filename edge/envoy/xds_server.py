@@ -126,13 +126,13 @@ class XdsServer:
 
 def _admin_handler(server: XdsServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's method name)
+        def do_GET(self) -> None:
             if self.path.rstrip("/") == "/status":
                 self._reply(200, server.status_dict())
             else:
                 self._reply(404, {"error": "GET /status or POST /reload"})
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's method name)
+        def do_POST(self) -> None:
             if self.path.rstrip("/") == "/reload":
                 ok = server.reload("admin call")
                 self._reply(200 if ok else 409, server.status_dict())
@@ -147,7 +147,7 @@ def _admin_handler(server: XdsServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             log.debug("xds admin: " + format, *args)
 
     return Handler

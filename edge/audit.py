@@ -1,0 +1,74 @@
+"""Audit events: one JSON record per authentication outcome, authorization denial and
+rejected connection, appended to the internal topic ``__audit`` of the metadata namespace
+(``public/__kafka/__audit`` by default) for the security pipeline to analyse.
+
+Writes are plain appends to the managed ledger (no fsync wait); repeated identical denials
+within one second are written once, so a client looping on a refused request cannot flood
+the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+
+from broker_core.engine import Engine
+from broker_core.system_topics import encode_batch
+
+log = logging.getLogger(__name__)
+AUDIT_TOPIC = "__audit"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One security-relevant event."""
+
+    kind: str            # authentication, authorization, connection
+    outcome: str         # success, failure, denied, rejected
+    listener: str
+    client: str
+    principal: str | None = None
+    tenant: str | None = None
+    mechanism: str | None = None
+    api: str | None = None
+    resource: str | None = None
+    reason: str | None = None
+    time: int = 0
+
+
+class AuditLog:
+    """Appends audit events to ``<metadata tenant>/<metadata namespace>/__audit``."""
+
+    def __init__(self, engine: Engine, enabled: bool) -> None:
+        self.engine = engine
+        self.enabled = enabled
+        self.topic = (f"{engine.config.metadata_tenant}/{engine.config.metadata_namespace}/"
+                      f"{AUDIT_TOPIC}")
+        self._recent: dict[tuple[str | None, ...], int] = {}
+
+    def record(self, event: AuditEvent) -> None:
+        """Append one event (never raises: auditing must not break the request)."""
+        if not self.enabled:
+            return
+        now = int(time.time() * 1000)
+        if event.kind == "authorization":
+            key = (event.principal, event.tenant, event.api, event.resource, event.client)
+            if now - self._recent.get(key, -10_000) < 1000:
+                return
+            self._recent[key] = now
+            if len(self._recent) > 10_000:
+                self._recent.clear()
+        try:
+            if self.engine.logs.topic(self.topic) is None:
+                self.engine.logs.create_topic(self.topic, 1, {})
+            partition = self.engine.logs.partition(self.topic, 0)
+            assert partition is not None
+            document = asdict(event) | {"time": event.time or now}
+            value = json.dumps(document, separators=(",", ":")).encode()
+            tenant = (event.tenant or "").encode()
+            partition.append(encode_batch([(tenant, value)], now), 0, now)
+            self.engine.waiters.notify((self.topic, 0))
+        except Exception:
+            log.exception("could not write an audit event")

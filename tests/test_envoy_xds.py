@@ -1,0 +1,252 @@
+"""Envoy acceptance 5: ``edge-broker xds-server`` configures a running Envoy over ADS.
+
+A real Envoy starts from a dynamic bootstrap with no listeners; the xds-server adds the
+first broker's listener, then a second broker's when the brokers file changes, without
+restarting Envoy.  A version Envoy rejects (a port already taken on Envoy's host) is
+NACKed, the server reports it, and the last good listeners keep serving.  The ADS
+state machine (ACK, NACK, stale nonces, pushes) is also checked with a gRPC client.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.config.listener.v3 import listener_pb2
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.rpc import status_pb2
+
+from edge.envoy.model import BrokerRoute
+from edge.envoy.snapshot import CLUSTER_TYPE, LISTENER_TYPE
+from edge.envoy.source import PlanSource
+from edge.envoy.xds_server import XdsServer
+from tests.broker_process import BrokerProcess
+from tests.envoy_helpers import (
+    EnvoyProcess,
+    XdsProcess,
+    brokers_of,
+    free_ports,
+    metadata,
+    write_config,
+)
+from tests.raw import RawConnection
+
+
+def _route(broker_id: int, envoy_port: int, internal_port: int) -> str:
+    return BrokerRoute(broker_id, "127.0.0.1", envoy_port, "127.0.0.1", internal_port).spec()
+
+
+def _metadata_via(port: int) -> list[tuple[int, str, int]]:
+    conn = RawConnection(port)
+    try:
+        return brokers_of(metadata(conn))
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[int], list[
+        BrokerProcess]]]:
+    """Two brokers (ids 0 and 1), each advertising its own Envoy port."""
+    root = Path(tmp_path_factory.mktemp("envoy-xds"))
+    envoy_ports = free_ports(2)
+    processes: list[BrokerProcess] = []
+    try:
+        for broker_id, port in enumerate(envoy_ports):
+            processes.append(BrokerProcess(root / f"b{broker_id}", {
+                "brokerId": str(broker_id),
+                "kafkaAdvertisedListeners": f"PLAINTEXT://127.0.0.1:{port}",
+            }).start())
+        yield envoy_ports, processes
+    finally:
+        for process in processes:
+            process.stop()
+
+
+def test_xds_server_adds_a_broker_and_survives_a_rejected_version(
+        brokers: tuple[list[int], list[BrokerProcess]], tmp_path: Path) -> None:
+    (port0, port1), (broker0, broker1) = brokers
+    taken, spare, admin = free_ports(3)
+    brokers_file = tmp_path / "brokers.txt"
+    brokers_file.write_text(f"# broker 0 only\n{_route(0, port0, broker0.port)}\n")
+    xds = XdsProcess("--brokers-file", str(brokers_file)).start()
+    envoy = EnvoyProcess(write_config(tmp_path, "dynamic.yaml", "--xds",
+                                      f"127.0.0.1:{xds.grpc_port}", "--admin-port",
+                                      str(admin)), admin)
+    try:
+        envoy.start(listeners=1)
+        pid = envoy.pid
+        assert _metadata_via(port0) == [(0, "127.0.0.1", port0)]
+        xds.wait_for_log(r"ACK from node edge-broker-envoy: listeners version 2")
+
+        # a second broker appears in the watched file: Envoy gets its listener live
+        brokers_file.write_text(brokers_file.read_text() + _route(1, port1, broker1.port)
+                                + "\n")
+        xds.wait_for_log(r"ACK from node edge-broker-envoy: listeners version 3")
+        envoy.wait_for(lambda: len(envoy.listeners()) == 2, 10, "the second listener")
+        assert _metadata_via(port1) == [(1, "127.0.0.1", port1)]
+        assert envoy.pid == pid and envoy.proc is not None and envoy.proc.poll() is None
+
+        # a version Envoy cannot apply: broker 2's port is taken on Envoy's host
+        blocker = socket.socket()
+        blocker.bind(("127.0.0.1", taken))
+        blocker.listen()
+        try:
+            brokers_file.write_text(brokers_file.read_text() + _route(2, taken, broker1.port)
+                                    + "\n")
+            line = xds.wait_for_log(r"NACK from node edge-broker-envoy: listeners version 4")
+            assert "kafka-broker-2" in line and "Envoy keeps version 3" in line
+            status = xds.status()
+            rejected = status["nodes"]["edge-broker-envoy"]["rejected"]["listeners"]
+            assert rejected["version"] == "4" and "cannot bind" in rejected["message"]
+            assert status["nacks"] >= 1
+            # an admin call re-reads the inputs: unchanged, so version 4 stays
+            assert xds.reload()["version"] == "4"
+            # the last good listeners keep serving
+            assert _metadata_via(port0) == [(0, "127.0.0.1", port0)]
+            assert _metadata_via(port1) == [(1, "127.0.0.1", port1)]
+            assert sorted(line.split("::")[0] for line in envoy.listeners()) == [
+                "kafka-broker-0", "kafka-broker-1"]
+        finally:
+            blocker.close()
+
+        # a broken brokers file is refused by the server itself: nothing is pushed
+        brokers_file.write_text("0=this is not a broker\n")
+        xds.wait_for_log(r"reload \(file changed\) failed, still serving version 4")
+        assert xds.status()["last_reload_error"]
+
+        # the operator fixes the port; the next version is accepted
+        brokers_file.write_text("".join(f"{_route(*r)}\n" for r in (
+            (0, port0, broker0.port), (1, port1, broker1.port), (2, spare, broker1.port))))
+        xds.wait_for_log(r"ACK from node edge-broker-envoy: listeners version 5")
+        envoy.wait_for(lambda: len(envoy.listeners()) == 3, 10, "the third listener")
+        status = xds.status()
+        assert status["nodes"]["edge-broker-envoy"]["rejected"] == {}
+        # only the listeners changed (broker 2's cluster was already accepted in version 4)
+        assert status["nodes"]["edge-broker-envoy"]["acked"] == {"clusters": "4",
+                                                                  "listeners": "5"}
+        assert _metadata_via(spare) == [(1, "127.0.0.1", port1)]  # routed to broker 1
+        assert envoy.pid == pid
+    finally:
+        envoy.stop()
+        xds.stop()
+
+
+# -- the ADS state machine, with a gRPC client -------------------------------------------
+
+class AdsClient:
+    """One ADS stream: requests go in through a queue, responses come out of an iterator."""
+
+    def __init__(self, port: int) -> None:
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self.requests: queue.Queue[Any] = queue.Queue()
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self.channel)
+        self.responses = stub.StreamAggregatedResources(iter(self.requests.get, None))
+
+    def send(self, type_url: str, version: str = "", nonce: str = "",
+             error: str | None = None) -> None:
+        request = discovery_pb2.DiscoveryRequest(
+            node=base_pb2.Node(id="test-node", cluster="test"), type_url=type_url,
+            version_info=version, response_nonce=nonce)
+        if error is not None:
+            request.error_detail.CopyFrom(status_pb2.Status(code=3, message=error))
+        self.requests.put(request)
+
+    def receive(self) -> Any:
+        return next(self.responses)
+
+    def close(self) -> None:
+        self.requests.put(None)
+        self.channel.close()
+
+
+@pytest.fixture
+def ads_server(tmp_path: Path) -> Iterator[tuple[XdsServer, Path]]:
+    brokers_file = tmp_path / "brokers.txt"
+    brokers_file.write_text("0=127.0.0.1:19092@127.0.0.1:29092\n")
+    server = XdsServer(PlanSource(brokers_file=str(brokers_file)), ("127.0.0.1", 0),
+                       ("127.0.0.1", 0), poll_interval=3600)
+    server.start()
+    try:
+        yield server, brokers_file
+    finally:
+        server.stop()
+
+
+def _listener_names(response: Any) -> list[str]:
+    names = []
+    for item in response.resources:
+        listener = listener_pb2.Listener()
+        assert item.Unpack(listener)
+        names.append(listener.name)
+    return names
+
+
+def test_ads_ack_nack_stale_nonce_and_push(ads_server: tuple[XdsServer, Path]) -> None:
+    server, brokers_file = ads_server
+    client = AdsClient(server.grpc_port)
+    try:
+        client.send(CLUSTER_TYPE)
+        clusters = client.receive()
+        assert clusters.type_url == CLUSTER_TYPE and clusters.version_info == "2"
+        client.send(CLUSTER_TYPE, "2", clusters.nonce)  # ACK
+        client.send(LISTENER_TYPE)
+        listeners = client.receive()
+        assert _listener_names(listeners) == ["kafka-broker-0"]
+        client.send(LISTENER_TYPE, "2", listeners.nonce)
+
+        # a change is pushed: clusters first, then listeners
+        brokers_file.write_text(brokers_file.read_text() + "1=127.0.0.1:19093@127.0.0.1:1\n")
+        assert server.reload("test")
+        pushed = [client.receive(), client.receive()]
+        assert [r.type_url for r in pushed] == [CLUSTER_TYPE, LISTENER_TYPE]
+        assert {r.version_info for r in pushed} == {"3"}
+        assert _listener_names(pushed[1]) == ["kafka-broker-0", "kafka-broker-1"]
+
+        # a stale nonce (the first listeners response) changes nothing; a NACK is recorded
+        client.send(LISTENER_TYPE, "2", listeners.nonce, error="stale, ignored")
+        client.send(CLUSTER_TYPE, "3", pushed[0].nonce)
+        client.send(LISTENER_TYPE, "2", pushed[1].nonce, error="cannot bind")
+        _wait(lambda: server.status.nack_count == 1)
+        node = server.status_dict()["nodes"]["test-node"]
+        assert node["acked"] == {"clusters": "3", "listeners": "2"}
+        assert node["rejected"]["listeners"]["version"] == "3"
+        assert node["rejected"]["listeners"]["message"] == "cannot bind"
+
+        # reloading unchanged inputs sends nothing; a fixed plan is sent and ACKed
+        assert server.reload("unchanged")
+        assert server.store.version == "3"
+        brokers_file.write_text("0=127.0.0.1:19092@127.0.0.1:29092\n")
+        assert server.reload("fixed")
+        fixed = [client.receive(), client.receive()]
+        client.send(LISTENER_TYPE, "4", fixed[1].nonce)
+        _wait(lambda: server.status_dict()["nodes"]["test-node"]["rejected"] == {})
+        assert server.status_dict()["nodes"]["test-node"]["acked"]["listeners"] == "4"
+    finally:
+        client.close()
+
+
+def test_ads_reload_errors_keep_the_last_good_snapshot(
+        ads_server: tuple[XdsServer, Path]) -> None:
+    server, brokers_file = ads_server
+    brokers_file.write_text("0=127.0.0.1:19092@127.0.0.1:29092\n0=127.0.0.1:1@127.0.0.1:2\n")
+    assert not server.reload("duplicate id")
+    assert "broker id 0 is described twice" in str(server.last_error)
+    assert server.store.version == "2"
+    resources = server.store.get(LISTENER_TYPE)
+    assert resources is not None and resources.names == ("kafka-broker-0",)
+
+
+def _wait(condition: Any, timeout: float = 5.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
