@@ -97,24 +97,34 @@ class JwksCache:
     def key(self, kid: str | None, alg: str) -> Any:
         """The verification key for a token header; raise TokenInvalid or KeysUnavailable."""
         keys = self._keys
-        if keys is not None and not self._stale(keys):
-            found = self._lookup(keys, kid, alg)
-            if found is not None:
+        found = self._lookup(keys, kid, alg) if keys is not None else None
+        if found is not None:
+            assert keys is not None
+            if not self._stale(keys):
                 return found
-        with self._lock:
-            keys = self._keys
-            if keys is None or self._stale(keys) or self._lookup(keys, kid, alg) is None:
-                self._maybe_fetch(keys)
-            keys = self._keys
-            if keys is None:
-                raise KeysUnavailable(
-                    "cannot check tokens now: the issuer's signing keys are unavailable "
-                    f"({self._last_error or 'not fetched yet'})")
-            found = self._lookup(keys, kid, alg)
-            if found is None:
-                raise TokenInvalid("token signed with an unknown key" if kid is not None
-                                   else "token has no key id and no single key fits it")
-            return found
+            if not self._lock.acquire(blocking=False):
+                return found  # stale, but another login is refreshing: use what we have
+        else:
+            self._lock.acquire()
+        try:
+            return self._key_locked(kid, alg)
+        finally:
+            self._lock.release()
+
+    def _key_locked(self, kid: str | None, alg: str) -> Any:
+        keys = self._keys
+        if keys is None or self._stale(keys) or self._lookup(keys, kid, alg) is None:
+            self._maybe_fetch(keys)
+        keys = self._keys
+        if keys is None:
+            raise KeysUnavailable(
+                "cannot check tokens now: the issuer's signing keys are unavailable "
+                f"({self._last_error or 'not fetched yet'})")
+        found = self._lookup(keys, kid, alg)
+        if found is None:
+            raise TokenInvalid("token signed with an unknown key" if kid is not None
+                               else "token has no key id and no single key fits it")
+        return found
 
     def warm_up(self) -> None:
         """Fetch now unless keys are held or a fetch was tried recently (never raises)."""

@@ -6,7 +6,6 @@ the examples."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -245,9 +244,8 @@ def test_examples_match_the_generator() -> None:
 
 def _localized(name: str, tmp_path: Path) -> Path:
     """An example with /etc/envoy/tls and /var/log/envoy pointing at real test files."""
-    tls = make_tls(tmp_path / "tls")
-    shutil.copy(tls.cert, tmp_path / "tls" / "server.pem")
-    shutil.copy(tls.key, tmp_path / "tls" / "server.key")
+    tls = make_tls(tmp_path / "tls")  # writes tls/server.pem and tls/server.key
+    assert (tls.cert.name, tls.key.name) == ("server.pem", "server.key")
     (tmp_path / "log").mkdir(exist_ok=True)
     text = (DEPLOY / name).read_text()
     text = text.replace("/etc/envoy/tls/", f"{tmp_path}/tls/").replace(

@@ -1,9 +1,11 @@
 """Envoy acceptance 4: source-CIDR rules, the connection limit and the connection rate
 limit close connections at Envoy, and Envoy's admin stats count them; the access log
-records each connection."""
+records each connection.  Also client certificates required at Envoy, and SNI routing of
+one TLS port to the broker named by the server name."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from tests.envoy_helpers import (
     write_config,
 )
 from tests.raw import RawConnection
+from tests.security_helpers import TlsFiles, make_tls
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +104,63 @@ def test_connection_rate_limit_refuses_connections_over_the_rate(broker: BrokerP
             first.close()
         assert closed_without_answer(port)
         assert envoy.wait_stat("local_rate_limit.kafka_broker_0.rate_limited") >= 1
+
+
+def _tls_connection(port: int, tls: TlsFiles, server_name: str = "localhost",
+                    client_cert: bool = False) -> RawConnection:
+    context = ssl.create_default_context(cafile=str(tls.ca))
+    context.check_hostname = False  # the test certificate names localhost only
+    if client_cert:
+        context.load_cert_chain(str(tls.client_cert), str(tls.client_key))
+    conn = RawConnection(port)
+    conn.sock = context.wrap_socket(conn.sock, server_hostname=server_name)
+    return conn
+
+
+def test_client_certificates_required_at_envoy(broker: BrokerProcess, tmp_path: Path) -> None:
+    tls = make_tls(tmp_path / "tls")
+    port, admin = free_ports(2)
+    config = write_config(tmp_path, "mtls.yaml", "--broker", _route(broker, port),
+                          "--tls-cert", str(tls.cert), "--tls-key", str(tls.key),
+                          "--tls-client-ca", str(tls.ca), "--admin-port", str(admin))
+    with running_envoy(config, admin):
+        conn = _tls_connection(port, tls, client_cert=True)
+        try:
+            assert brokers_of(metadata(conn))[0][0] == 0
+        finally:
+            conn.close()
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            anonymous = _tls_connection(port, tls)
+            try:  # TLS 1.3: the refusal arrives with the first read
+                metadata(anonymous)
+            finally:
+                anonymous.close()
+
+
+def test_sni_routes_one_port_to_the_named_broker(broker: BrokerProcess,
+                                                  tmp_path: Path) -> None:
+    tls = make_tls(tmp_path / "tls")
+    port, admin, dead = free_ports(3)
+    config = write_config(tmp_path, "sni.yaml",
+                          "--broker", f"0=kafka-0.test:{port}@127.0.0.1:{broker.port}",
+                          "--broker", f"1=kafka-1.test:{port}@127.0.0.1:{dead}",
+                          "--sni", "--listen-host", "127.0.0.1", "--tls-cert", str(tls.cert),
+                          "--tls-key", str(tls.key), "--admin-port", str(admin))
+    with running_envoy(config, admin) as envoy:
+        conn = _tls_connection(port, tls, "kafka-0.test")
+        try:
+            assert brokers_of(metadata(conn))[0][0] == 0
+        finally:
+            conn.close()
+        with pytest.raises((ssl.SSLError, ConnectionError)):  # broker 1 is down
+            down = _tls_connection(port, tls, "kafka-1.test")
+            try:
+                metadata(down)
+            finally:
+                down.close()
+        with pytest.raises((ssl.SSLError, ConnectionError)):  # no broker of that name
+            _tls_connection(port, tls, "kafka-9.test").close()
+        stats = envoy.stats()
+        assert stats["tcp.kafka_broker_0.upstream_cx_total"] >= 1
+        assert stats["tcp.kafka_broker_1.upstream_cx_connect_fail"] >= 1
+        assert stats["listener.127.0.0.1_%d.no_filter_chain_match" % port] >= 1

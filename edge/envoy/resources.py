@@ -40,7 +40,7 @@ def _tls_socket(tls: TlsTermination) -> Any:
     )])
     context = tls_pb2.DownstreamTlsContext(common_tls_context=common)
     if tls.client_ca is not None:
-        common.validation_context.trusted_ca.filename = tls.client_ca
+        context.common_tls_context.validation_context.trusted_ca.filename = tls.client_ca
         context.require_client_certificate.value = True
     return base_pb2.TransportSocket(name="envoy.transport_sockets.tls",
                                     typed_config=typed(context))
