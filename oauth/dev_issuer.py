@@ -23,24 +23,20 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import ipaddress
-import json
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, unquote_plus, urlsplit
+from urllib.parse import unquote_plus
 
 from joserfc import jwt as jose_jwt
 from joserfc.jwk import RSAKey
 
-from oauth.discovery import WELL_KNOWN_PATH
+from oauth.dev_http import IssuerServer, is_loopback
 
 ALGORITHM = "RS256"
-MAX_BODY_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -58,16 +54,6 @@ def parse_client_spec(spec: str) -> DevClient:
     if len(parts) not in (2, 3) or not all(parts):
         raise ValueError(f"invalid client {spec!r}: expected id:secret or id:secret:tenant")
     return DevClient(parts[0], parts[1], parts[2] if len(parts) == 3 else None)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names a loopback address."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class SigningKeys:
@@ -131,7 +117,7 @@ class DevIssuer:
         self.tenant_claim = tenant_claim or None
         self.keys = SigningKeys(token_lifetime_seconds if key_grace_seconds is None
                                 else key_grace_seconds)
-        self._server: ThreadingHTTPServer | None = None
+        self._server: IssuerServer | None = None
         self._thread: threading.Thread | None = None
         self._stats_lock = threading.Lock()
         self._counts: dict[str, int] = {}
@@ -153,8 +139,7 @@ class DevIssuer:
         """Serve in a background thread; the port chosen (for port 0) is kept for restarts."""
         if self._server is not None:
             return self
-        server = _Server((self.host, self.port), _Handler)
-        server.issuer = self
+        server = IssuerServer((self.host, self.port), self)
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="dev-issuer",
@@ -220,8 +205,12 @@ class DevIssuer:
         names = ("discovery_requests", "jwks_requests", "token_requests", "token_errors",
                  "rotations")
         result: dict[str, Any] = {name: counts.get(name, 0) for name in names}
-        result["kids"] = [k["kid"] for k in self.keys.public_jwks()["keys"]]
+        result["kids"] = [k["kid"] for k in self.jwks()["keys"]]
         return result
+
+    def jwks(self) -> dict[str, Any]:
+        """The published keys."""
+        return self.keys.public_jwks()
 
     def discovery(self) -> dict[str, Any]:
         """The discovery document."""
@@ -316,86 +305,3 @@ def _basic_credentials(header: str) -> list[tuple[str, str]]:
     raw = (client_id, secret)
     unquoted = (unquote_plus(client_id), unquote_plus(secret))
     return [raw] if raw == unquoted else [raw, unquoted]
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    issuer: DevIssuer
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-    server_version = "edge-dev-issuer/1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: tests and users read the ready line, not an access log."""
-
-    def _send(self, status: int, body: Mapping[str, Any],
-              headers: Mapping[str, str] | None = None) -> None:
-        payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.send_header("Cache-Control", "no-store")
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def _body(self) -> bytes | None:
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit() or int(length) > MAX_BODY_BYTES:
-            self._send(400, {"error": "invalid_request",
-                             "error_description": "a body with Content-Length is required"})
-            return None
-        return self.rfile.read(int(length))
-
-    def do_GET(self) -> None:
-        issuer = self.server.issuer
-        path = urlsplit(self.path).path
-        if path == WELL_KNOWN_PATH:
-            issuer.count("discovery_requests")
-            self._send(200, issuer.discovery())
-        elif path == "/jwks":
-            issuer.count("jwks_requests")
-            self._send(200, issuer.keys.public_jwks())
-        elif path == "/stats":
-            self._send(200, issuer.stats())
-        else:
-            self._send(404, {"error": "not_found"})
-
-    def do_POST(self) -> None:
-        issuer = self.server.issuer
-        parts = urlsplit(self.path)
-        body = self._body()
-        if body is None:
-            return
-        if parts.path == "/token":
-            content_type = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
-            if content_type != "application/x-www-form-urlencoded":
-                self._send(400, {"error": "invalid_request", "error_description":
-                                 "body must be application/x-www-form-urlencoded"})
-                return
-            try:
-                form = parse_qs(body.decode("utf-8"), keep_blank_values=True,
-                                strict_parsing=bool(body))
-            except (UnicodeDecodeError, ValueError):
-                self._send(400, {"error": "invalid_request",
-                                 "error_description": "malformed form body"})
-                return
-            authorization = self.headers.get("Authorization")
-            status, answer = issuer.token_response(form, authorization)
-            headers = {"WWW-Authenticate": 'Basic realm="dev-issuer"'} \
-                if status == 401 and authorization else None
-            self._send(status, answer, headers)
-        elif parts.path == "/rotate":
-            if not is_loopback(self.client_address[0]):
-                self._send(403, {"error": "forbidden"})
-                return
-            query = parse_qs(parts.query)
-            drop = query.get("drop_previous", ["false"])[0].lower() in ("1", "true", "yes")
-            self._send(200, {"kid": issuer.rotate(drop)})
-        else:
-            self._send(404, {"error": "not_found"})

@@ -43,7 +43,7 @@ def test_rbac_denies_a_source_range(broker: BrokerProcess, tmp_path: Path) -> No
         assert closed_without_answer(port)
         assert closed_without_answer(port)
         assert envoy.wait_stat("kafka_broker_0.rbac.denied", 2) >= 2
-        assert envoy.stats().get("tcp.kafka_broker_0.upstream_cx_total", 0) == 0
+        assert envoy.stats()["cluster.kafka-broker-0.upstream_cx_total"] == 0
 
 
 def test_rbac_lets_other_sources_through_and_counts_them(broker: BrokerProcess,
@@ -161,6 +161,6 @@ def test_sni_routes_one_port_to_the_named_broker(broker: BrokerProcess,
         with pytest.raises((ssl.SSLError, ConnectionError)):  # no broker of that name
             _tls_connection(port, tls, "kafka-9.test").close()
         stats = envoy.stats()
-        assert stats["tcp.kafka_broker_0.upstream_cx_total"] >= 1
-        assert stats["tcp.kafka_broker_1.upstream_cx_connect_fail"] >= 1
+        assert stats["cluster.kafka-broker-0.upstream_cx_total"] >= 1
+        assert stats["cluster.kafka-broker-1.upstream_cx_connect_fail"] >= 1
         assert stats["listener.127.0.0.1_%d.no_filter_chain_match" % port] >= 1

@@ -167,3 +167,19 @@ def test_key_set_parsing_skips_unusable_keys() -> None:
     keys = cache(source, clock)
     with pytest.raises(TokenInvalid, match="unknown key"):
         keys.key("a", "RS256")
+
+
+def test_known_kid_does_not_wait_for_a_refresh_in_progress() -> None:
+    source, clock = Issuer(RSA_A), Clock()
+    keys = cache(source, clock, max_age_seconds=60)
+    keys.key("a", "RS256")
+    clock.now += 61
+    source.delay = 0.5
+    refresher = threading.Thread(target=keys.key, args=("a", "RS256"))
+    refresher.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    assert keys.key("a", "RS256") is not None
+    assert time.monotonic() - started < 0.3
+    refresher.join()
+    assert source.calls == 2

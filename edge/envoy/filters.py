@@ -32,7 +32,14 @@ from google.protobuf import any_pb2, duration_pb2, wrappers_pb2
 from edge.envoy.contrib import kafka_broker_filter
 from edge.envoy.model import AccessLog, BrokerRoute, EdgeOptions
 
-__all__ = ["ACCESS_LOG_FORMAT", "access_logs", "network_filters", "typed"]
+__all__ = ["ACCESS_LOG_FORMAT", "EARLY_DATA_BYTES", "access_logs", "network_filters", "typed"]
+
+EARLY_DATA_BYTES = 65536
+"""Bytes ``tcp_proxy`` buffers from a client before the broker connection is up.
+
+Kafka clients speak first, so ``tcp_proxy`` connects to the broker on the client's first
+bytes (``ON_DOWNSTREAM_DATA``), after the RBAC filters have checked them: a refused
+client never opens a broker connection."""
 
 ACCESS_LOG_FORMAT = (
     "[%START_TIME%] %DOWNSTREAM_REMOTE_ADDRESS% -> %DOWNSTREAM_LOCAL_ADDRESS%"
@@ -109,7 +116,11 @@ def network_filters(broker: BrokerRoute, options: EdgeOptions,
                                kafka_broker_filter(prefix, brokers)))
     filters.append(_filter(
         "envoy.filters.network.tcp_proxy",
-        tcp_proxy_pb2.TcpProxy(stat_prefix=prefix, cluster=broker.name),
+        tcp_proxy_pb2.TcpProxy(
+            stat_prefix=prefix, cluster=broker.name,
+            upstream_connect_mode=tcp_proxy_pb2.ON_DOWNSTREAM_DATA,
+            max_early_data_bytes=wrappers_pb2.UInt32Value(value=EARLY_DATA_BYTES),
+        ),
     ))
     return filters
 
