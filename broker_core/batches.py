@@ -63,34 +63,9 @@ class BatchHeader:
 
 def read_header(buf: bytes | bytearray | memoryview) -> BatchHeader:
     """Unpack the batch header at the start of ``buf`` (which must hold 61 bytes)."""
-    (
-        _base_offset,
-        batch_length,
-        _leader_epoch,
-        magic,
-        crc,
-        attributes,
-        last_offset_delta,
-        base_timestamp,
-        max_timestamp,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        record_count,
-    ) = _HEADER.unpack_from(buf, 0)
-    return BatchHeader(
-        batch_length,
-        magic,
-        crc,
-        attributes,
-        last_offset_delta,
-        base_timestamp,
-        max_timestamp,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        record_count,
-    )
+    fields = _HEADER.unpack_from(buf, 0)
+    # skip baseOffset (patched by the log) and partitionLeaderEpoch
+    return BatchHeader(fields[1], *fields[3:])
 
 
 def validate_produced(records: bytes | bytearray | memoryview) -> BatchHeader:

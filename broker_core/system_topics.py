@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from broker_core.durability import FlushScheduler
+from broker_core.ownership import coordinator_partition
 from broker_core.storage import LogManager, PartitionLog
 
 log = logging.getLogger(__name__)
@@ -116,3 +118,75 @@ class SystemTopic:
         target.delete_records_before(snapshot_start)
         log.info("compacted %s-%d: %d live records kept from offset %d", topic, partition,
                  len(live), snapshot_start)
+
+
+class StateCoordinator(ABC):
+    """A coordinator whose state lives in a SystemTopic: it places keys on partitions with the
+    one ownership function, replays existing topics in the background (a key whose
+    partition is not replayed yet answers COORDINATOR_LOAD_IN_PROGRESS), and runs a
+    periodic duty (expiry, timeouts)."""
+
+    def __init__(self, store: SystemTopic, interval_ms: int) -> None:
+        self.store = store
+        self.interval_ms = interval_ms
+        self._partitions: dict[str, int] = {}
+        self._loaded: set[tuple[str, int]] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Replay the topics already on disk in the background; start the periodic duty."""
+        loop = asyncio.get_running_loop()
+        for topic in self.store.existing():
+            self._partitions[topic] = self.store.ensure(topic)
+            self._tasks.append(loop.create_task(self._load(topic)))
+        self._tasks.append(loop.create_task(self._periodic()))
+
+    async def stop(self) -> None:
+        """Stop background work."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def place(self, topic: str, key: str) -> int:
+        """The partition of ``topic`` that holds ``key`` (creating the topic when new)."""
+        count = self._partitions.get(topic)
+        if count is None:
+            count = self._partitions[topic] = self.store.ensure(topic)
+            self._loaded.update((topic, p) for p in range(count))
+        return coordinator_partition(key, count)
+
+    def is_loaded(self, topic: str, key: str) -> bool:
+        """Whether the partition holding ``key`` has been replayed."""
+        return (topic, self.place(topic, key)) in self._loaded
+
+    async def _load(self, topic: str) -> None:
+        started = time.monotonic()
+        for partition in range(self._partitions[topic]):
+            for count, (key, value) in enumerate(self.store.read(topic, partition), 1):
+                self.replay(topic, partition, key, value)
+                if count % 2000 == 0:
+                    await asyncio.sleep(0)
+            self._loaded.add((topic, partition))
+            self.partition_loaded(topic, partition)
+            await asyncio.sleep(0)
+        log.info("replayed %s in %.3f s", topic, time.monotonic() - started)
+        await self.topic_loaded(topic)
+
+    async def _periodic(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_ms / 1000)
+            await self.periodic(int(time.time() * 1000))
+
+    @abstractmethod
+    def replay(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+        """Apply one stored record."""
+
+    def partition_loaded(self, topic: str, partition: int) -> None:  # noqa: B027
+        """A partition is replayed (hook)."""
+
+    async def topic_loaded(self, topic: str) -> None:  # noqa: B027
+        """Every partition of a topic is replayed (hook)."""
+
+    @abstractmethod
+    async def periodic(self, now: int) -> None:
+        """The periodic duty."""

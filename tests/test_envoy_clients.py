@@ -31,7 +31,7 @@ from tests.envoy_helpers import (
     metadata,
     write_config,
 )
-from tests.security_helpers import SecureConnection, TokenIssuer, TlsFiles, make_tls
+from tests.security_helpers import SecureConnection, TlsFiles, TokenIssuer, make_tls
 
 
 @dataclass
@@ -199,7 +199,7 @@ def test_tls_at_envoy_for_clients_trusting_the_ca(edge: Edge) -> None:
         assert brokers_of(metadata(conn)) == [(0, "127.0.0.1", edge.tls_port)]
     finally:
         conn.close()
-    assert edge.tls_envoy.stats()["listener.127.0.0.1_%d.ssl.handshake" % edge.tls_port] > 0
+    assert edge.tls_envoy.stats()[f"listener.127.0.0.1_{edge.tls_port}.ssl.handshake"] > 0
 
 
 def test_tls_at_envoy_refuses_clients_not_trusting_the_ca(edge: Edge) -> None:

@@ -139,6 +139,8 @@ def test_contrib_kafka_broker_filter_rewrites_every_broker_id() -> None:
         assert kafka["name"] == "envoy.filters.network.kafka_broker"
         assert proxy["name"] == "envoy.filters.network.tcp_proxy"
         typed = dict(kafka["typed_config"])
+        assert typed["id_based_broker_address_rewrite_spec"]["rules"][0] == {
+            "id": 0, "host": "kafka-0.example.com", "port": 9092}  # id 0 written out
         assert typed.pop("@type") == f"type.googleapis.com/{KAFKA_BROKER_TYPE}"
         message = json_format.ParseDict(typed, kafka_broker_message_class()())
         assert message.stat_prefix == f"kafka_broker_{i}"

@@ -163,4 +163,4 @@ def test_sni_routes_one_port_to_the_named_broker(broker: BrokerProcess,
         stats = envoy.stats()
         assert stats["cluster.kafka-broker-0.upstream_cx_total"] >= 1
         assert stats["cluster.kafka-broker-1.upstream_cx_connect_fail"] >= 1
-        assert stats["listener.127.0.0.1_%d.no_filter_chain_match" % port] >= 1
+        assert stats[f"listener.127.0.0.1_{port}.no_filter_chain_match"] >= 1

@@ -10,7 +10,10 @@ state machine (ACK, NACK, stale nonces, pushes) is also checked with a gRPC clie
 from __future__ import annotations
 
 import queue
+import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -133,6 +136,9 @@ def test_xds_server_adds_a_broker_and_survives_a_rejected_version(
                                                                   "listeners": "5"}
         assert _metadata_via(spare) == [(1, "127.0.0.1", port1)]  # routed to broker 1
         assert envoy.pid == pid
+        assert xds.proc is not None
+        xds.proc.send_signal(signal.SIGHUP)  # SIGHUP re-reads the inputs too
+        xds.wait_for_log(r"reload \(SIGHUP\): no change, version 5")
     finally:
         envoy.stop()
         xds.stop()
@@ -200,6 +206,8 @@ def test_ads_ack_nack_stale_nonce_and_push(ads_server: tuple[XdsServer, Path]) -
         listeners = client.receive()
         assert _listener_names(listeners) == ["kafka-broker-0"]
         client.send(LISTENER_TYPE, "2", listeners.nonce)
+        _wait(lambda: server.status_dict()["nodes"]["test-node"]["acked"] == {
+            "clusters": "2", "listeners": "2"})
 
         # a change is pushed: clusters first, then listeners
         brokers_file.write_text(brokers_file.read_text() + "1=127.0.0.1:19093@127.0.0.1:1\n")
@@ -250,3 +258,14 @@ def _wait(condition: Any, timeout: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((), "describe the brokers"),
+    (("--broker", "0=a:1@b:2", "--listen", "127.0.0.1"), "--listen '127.0.0.1': expected"),
+    (("--brokers-file", "/nonexistent/brokers.txt"), "cannot read brokers file"),
+])
+def test_xds_server_refuses_to_start_on_bad_inputs(args: tuple[str, ...], message: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "edge.cli", "xds-server", *args],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2 and message in result.stderr, result.stderr

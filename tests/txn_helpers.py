@@ -400,11 +400,12 @@ def produce_plain(bootstrap: str, topic: str, values: list[tuple[int, bytes]]) -
 # -- worker processes ------------------------------------------------------------------------
 
 def eos_worker(bootstrap: str, source: str, sink: str, group: str, transactional_id: str,
-               batch_size: int) -> None:
+               batch_size: int, pause_at: int = -1) -> None:
     """Consume-transform-produce exactly once: each transaction writes ``out:<value>`` for a
     polled batch and commits the consumed positions with send_offsets_to_transaction.
-    Prints ``open <n>`` once a transaction's records are written and ``committed <n>`` after
-    every commit (total records this process committed)."""
+    Prints ``committed <n>`` after every commit (total records this process committed); once
+    ``pause_at`` records are committed, the next transaction prints ``open <n>`` after its
+    records are written and pauses for 3 s before committing."""
     producer = confluent_kafka.Producer({
         "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
         "linger.ms": 5, "transaction.timeout.ms": 20_000})
@@ -427,7 +428,10 @@ def eos_worker(bootstrap: str, source: str, sink: str, group: str, transactional
             producer.produce(sink, value=b"out:" + (m.value() or b""), key=m.key(),
                              partition=int(m.partition() or 0))
         producer.flush(30)
-        print(f"open {done}", flush=True)  # records written, transaction not yet committed
+        if 0 <= pause_at <= done:
+            pause_at = -1
+            print(f"open {done}", flush=True)  # records written, transaction not committed
+            time.sleep(3)  # time for the test to kill this process mid-transaction
         positions = consumer.position(consumer.assignment())
         producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
         producer.commit_transaction(30)
@@ -461,8 +465,8 @@ def crash_producer(bootstrap: str, topic: str, transactional_id: str, tag: str,
 def main(argv: list[str]) -> None:
     command, *args = argv
     if command == "eos":
-        bootstrap, source, sink, group, tid, size = args
-        eos_worker(bootstrap, source, sink, group, tid, int(size))
+        bootstrap, source, sink, group, tid, size, pause_at = args
+        eos_worker(bootstrap, source, sink, group, tid, int(size), int(pause_at))
     elif command == "crash-producer":
         bootstrap, topic, tid, tag, partitions, per_partition = args
         crash_producer(bootstrap, topic, tid, tag, int(partitions), int(per_partition))

@@ -22,6 +22,7 @@ from kafka.protocol.producer import (
     TxnOffsetCommitResponse,
 )
 
+from broker_core import naming
 from broker_core.apis.groups import group_error
 from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.engine import Engine
@@ -287,7 +288,8 @@ async def handle_describe_transactions(engine: Engine, ctx: RequestContext,
                         transaction_timeout_ms=txn.timeout_ms,
                         transaction_start_time_ms=txn.start_ms, producer_id=txn.producer_id,
                         producer_epoch=txn.epoch,
-                        topics=[S.TopicData(topic=t, partitions=p) for t, p in by_topic.items()]))
+                        topics=[S.TopicData(topic=naming.to_client(t, ctx.home), partitions=p)
+                                for t, p in by_topic.items()]))
     return R(version=request.version, throttle_time_ms=0, transaction_states=states)
 
 

@@ -28,8 +28,7 @@ from broker_core.groups.model import (
     Member,
     SyncResult,
 )
-from broker_core.ownership import coordinator_partition
-from broker_core.system_topics import Record, SystemTopic
+from broker_core.system_topics import Record, StateCoordinator, SystemTopic
 
 log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
@@ -78,51 +77,35 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class GroupCoordinator:
+class GroupCoordinator(StateCoordinator):
     """All groups of this broker, keyed by (offsets topic, group id)."""
 
     def __init__(self, config: GroupConfig, store: SystemTopic) -> None:
+        super().__init__(store, config.retention_check_interval_ms)
         self.config = config
-        self.store = store
         self.groups: dict[tuple[str, str], Group] = {}
-        self._partitions: dict[str, int] = {}
-        self._loaded: set[tuple[str, int]] = set()
-        self._tasks: list[asyncio.Task[None]] = []
 
     # -- life cycle ----------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Load existing offsets topics in the background and start offset expiry."""
-        loop = asyncio.get_running_loop()
-        for topic in self.store.existing():
-            self._partitions[topic] = self.store.ensure(topic)
-            self._tasks.append(loop.create_task(self._load(topic)))
-        self._tasks.append(loop.create_task(self._expire_loop()))
-
     async def stop(self) -> None:
         """Stop background work and every timer."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await super().stop()
         for group in self.groups.values():
             self._cancel_timers(group)
 
-    async def _load(self, topic: str) -> None:
-        started = time.monotonic()
-        for partition in range(self._partitions[topic]):
-            for count, (key, value) in enumerate(self.store.read(topic, partition), 1):
-                self._apply(topic, partition, key, value)
-                if count % 2000 == 0:
-                    await asyncio.sleep(0)
-            self._loaded.add((topic, partition))
-            for group in self.groups.values():
-                if (group.topic, group.partition) == (topic, partition):
-                    for member in group.members.values():
-                        self._schedule_session(group, member)
-            await asyncio.sleep(0)
-        log.info("loaded groups of %s in %.3f s", topic, time.monotonic() - started)
+    def partition_loaded(self, topic: str, partition: int) -> None:
+        """Members restored from the log get their session timers."""
+        for group in self.groups.values():
+            if (group.topic, group.partition) == (topic, partition):
+                for member in group.members.values():
+                    self._schedule_session(group, member)
 
-    def _apply(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+    async def periodic(self, now: int) -> None:
+        """Expire offsets."""
+        await self.expire_offsets(now)
+
+    def replay(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+        """Apply one record of ``__consumer_offsets``."""
         record = records.decode(key, value)
         if record is None:
             return
@@ -148,18 +131,11 @@ class GroupCoordinator:
 
     # -- placement -----------------------------------------------------------------------
 
-    def _place(self, topic: str, group_id: str) -> int:
-        count = self._partitions.get(topic)
-        if count is None:
-            count = self._partitions[topic] = self.store.ensure(topic)
-            self._loaded.update((topic, p) for p in range(count))
-        return coordinator_partition(group_id, count)
-
     def check(self, topic: str, group_id: str) -> ErrorCode:
         """INVALID_GROUP_ID, COORDINATOR_LOAD_IN_PROGRESS, or NONE when the group is served."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
-        if (topic, self._place(topic, group_id)) not in self._loaded:
+        if not self.is_loaded(topic, group_id):
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return ErrorCode.NONE
 
@@ -170,7 +146,7 @@ class GroupCoordinator:
     def _get_or_create(self, topic: str, group_id: str) -> Group:
         group = self.groups.get((topic, group_id))
         if group is None:
-            group = Group(group_id, topic, self._place(topic, group_id),
+            group = Group(group_id, topic, self.place(topic, group_id),
                           state_timestamp=_now_ms())
             self.groups[(topic, group_id)] = group
         return group
@@ -688,11 +664,6 @@ class GroupCoordinator:
                                       for t, p in gone])
 
     # -- offset expiry -------------------------------------------------------------------
-
-    async def _expire_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.retention_check_interval_ms / 1000)
-            await self.expire_offsets(_now_ms())
 
     async def expire_offsets(self, now: int) -> None:
         """Drop offsets of groups that have been empty longer than the retention."""

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import GroupCoordinator
-from broker_core.ownership import coordinator_partition
-from broker_core.system_topics import SystemTopic
+from broker_core.system_topics import StateCoordinator, SystemTopic
 from broker_core.transactions.model import ENDING, Txn, TxnState, decode_key, tombstone
 from broker_core.transactions.producer_ids import ProducerIdAllocator
 
@@ -42,66 +41,46 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(StateCoordinator):
     """Every transactional id of this broker, keyed by (state topic, transactional id)."""
 
     def __init__(self, config: TxnConfig, store: SystemTopic, ids: ProducerIdAllocator,
                  write_marker: MarkerWriter, groups: GroupCoordinator) -> None:
+        super().__init__(store, config.abort_check_interval_ms)
         self.config = config
-        self.store = store
         self.ids = ids
         self.write_marker = write_marker
         self.groups = groups
         self.txns: dict[tuple[str, str], Txn] = {}
         self.by_producer: dict[int, Txn] = {}
-        self._partitions: dict[str, int] = {}
-        self._loaded: set[tuple[str, int]] = set()
-        self._tasks: list[asyncio.Task[None]] = []
 
     # -- life cycle ----------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Load existing state topics in the background; start the timeout checker."""
-        loop = asyncio.get_running_loop()
-        for topic in self.store.existing():
-            self._partitions[topic] = self.store.ensure(topic)
-            self._tasks.append(loop.create_task(self._load(topic)))
-        self._tasks.append(loop.create_task(self._expire_loop()))
+    def replay(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+        """Apply one record of ``__transaction_state``."""
+        transactional_id = decode_key(key)
+        if transactional_id is None:
+            return
+        old = self.txns.pop((topic, transactional_id), None)
+        if old is not None:
+            self.by_producer.pop(old.producer_id, None)
+        if value is not None:
+            txn = Txn.from_record(transactional_id, topic, partition, json.loads(value))
+            self.txns[(topic, transactional_id)] = txn
+            self.by_producer[txn.producer_id] = txn
 
-    async def stop(self) -> None:
-        """Stop background work."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _load(self, topic: str) -> None:
-        for partition in range(self._partitions[topic]):
-            for key, value in self.store.read(topic, partition):
-                transactional_id = decode_key(key)
-                if transactional_id is None:
-                    continue
-                old = self.txns.pop((topic, transactional_id), None)
-                if old is not None:
-                    self.by_producer.pop(old.producer_id, None)
-                if value is not None:
-                    txn = Txn.from_record(transactional_id, topic, partition, json.loads(value))
-                    self.txns[(topic, transactional_id)] = txn
-                    self.by_producer[txn.producer_id] = txn
-            self._loaded.add((topic, partition))
-            await asyncio.sleep(0)
+    async def topic_loaded(self, topic: str) -> None:
+        """Complete the transactions a crash caught in PrepareCommit or PrepareAbort."""
         for txn in [t for t in self.txns.values() if t.topic == topic and t.state in ENDING]:
             log.info("completing transaction %s (%s) left by the last run",
                      txn.transactional_id, txn.state.value)
             await self._finish(txn, txn.state == TxnState.PREPARE_COMMIT)
 
-    # -- placement and checks ------------------------------------------------------------
+    async def periodic(self, now: int) -> None:
+        """Abort timed-out transactions; forget expired transactional ids."""
+        await self.expire(now)
 
-    def _place(self, topic: str, transactional_id: str) -> int:
-        count = self._partitions.get(topic)
-        if count is None:
-            count = self._partitions[topic] = self.store.ensure(topic)
-            self._loaded.update((topic, p) for p in range(count))
-        return coordinator_partition(transactional_id, count)
+    # -- placement and checks ------------------------------------------------------------
 
     def check(self, topic: str, transactional_id: str) -> ErrorCode:
         """Whether the transactional id can be served now."""
@@ -109,7 +88,7 @@ class TransactionCoordinator:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if not transactional_id:
             return ErrorCode.INVALID_REQUEST
-        if (topic, self._place(topic, transactional_id)) not in self._loaded:
+        if not self.is_loaded(topic, transactional_id):
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return ErrorCode.NONE
 
@@ -156,7 +135,7 @@ class TransactionCoordinator:
                                 f"{self.config.max_timeout_ms}")
         txn = self.txns.get((topic, transactional_id))
         if txn is None:
-            txn = Txn(transactional_id, topic, self._place(topic, transactional_id),
+            txn = Txn(transactional_id, topic, self.place(topic, transactional_id),
                       self.ids.allocate(), 0, timeout_ms)
             self.txns[(topic, transactional_id)] = txn
             self.by_producer[txn.producer_id] = txn
@@ -283,11 +262,6 @@ class TransactionCoordinator:
         await self._persist(txn)
 
     # -- timeouts and expiry -------------------------------------------------------------
-
-    async def _expire_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.abort_check_interval_ms / 1000)
-            await self.expire(_now_ms())
 
     async def expire(self, now: int) -> None:
         """Abort transactions past their timeout; forget ids idle past the expiration."""

@@ -7,6 +7,7 @@ connection rate limits and access logs.  The modules:
 
 ``model``       the plan: brokers to front (:class:`BrokerRoute`) and edge options
 ``brokers``     where brokers come from: a broker config, ``ID=ADV@INTERNAL`` specs, a file
+``source``      those inputs, re-readable, with a fingerprint of the watched files
 ``filters``     network filters and access logs
 ``contrib``     the contrib ``kafka_broker`` filter message (absent from ``xds-protos``)
 ``resources``   Envoy listeners and clusters for a plan

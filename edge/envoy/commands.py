@@ -200,13 +200,6 @@ def run_envoy_config(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def _listen_address(text: str, what: str) -> tuple[str, int]:
-    if text.endswith(":0"):
-        host, _ = parse_host_port(text[:-1] + "1", what)
-        return host, 0
-    return parse_host_port(text, what)
-
-
 def run_xds_server(args: argparse.Namespace) -> int:
     """Serve ADS until SIGTERM or SIGINT; SIGHUP reloads."""
     from edge.envoy.xds_server import XdsServer
@@ -216,8 +209,12 @@ def run_xds_server(args: argparse.Namespace) -> int:
                         stream=sys.stderr)
     try:
         source = source_from_args(args)
-        server = XdsServer(source, _listen_address(args.listen, "--listen"),
-                           _listen_address(args.admin, "--admin"), args.poll_interval)
+        if not source.describes_brokers:
+            raise EnvoyConfigError(
+                "describe the brokers: --config/--set, --broker or --brokers-file")
+        server = XdsServer(source, parse_host_port(args.listen, "--listen", allow_zero=True),
+                           parse_host_port(args.admin, "--admin", allow_zero=True),
+                           args.poll_interval)
         server.start()
     except EnvoyConfigError as exc:
         print(f"edge-broker xds-server: {exc}", file=sys.stderr)

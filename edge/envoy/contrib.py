@@ -6,6 +6,8 @@ the ``xds-protos`` package do not.  This module declares the message from Envoy'
 ``api/contrib/.../kafka_broker/v3/kafka_broker.proto`` (field names and numbers only) in
 the default descriptor pool, so it packs into ``Any`` and prints with ``json_format``
 like every other message.  If a later ``xds-protos`` provides the type, that one is used.
+One liberty: the rule's ``id`` is declared ``optional`` (same wire format), so that
+broker id 0 is written out in YAML instead of being left to the proto3 default.
 
 The filter decodes Kafka requests and responses for per-API stats and, with
 ``id_based_broker_address_rewrite_spec``, rewrites the broker addresses of Metadata,
@@ -30,7 +32,7 @@ _FILE = "contrib/envoy/extensions/filters/network/kafka_broker/v3/kafka_broker.p
 _F = descriptor_pb2.FieldDescriptorProto
 
 
-def _field(name: str, number: int, kind: int, type_name: str = "",
+def _field(name: str, number: int, kind: _F.Type.ValueType, type_name: str = "",
            repeated: bool = False, oneof: int | None = None) -> Any:
     field = _F(name=name, number=number, type=kind, json_name=_json_name(name),
                label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL)
@@ -60,8 +62,11 @@ def _file_proto() -> Any:
     spec.field.append(_field("rules", 1, _F.TYPE_MESSAGE, "IdBasedBrokerRewriteRule",
                              repeated=True))
     rule = proto.message_type.add(name="IdBasedBrokerRewriteRule")
+    rule.oneof_decl.add(name="_id")
+    broker_id = _field("id", 1, _F.TYPE_UINT32, oneof=0)
+    broker_id.proto3_optional = True
     rule.field.extend([
-        _field("id", 1, _F.TYPE_UINT32),
+        broker_id,
         _field("host", 2, _F.TYPE_STRING),
         _field("port", 3, _F.TYPE_UINT32),
     ])

@@ -44,8 +44,11 @@ def is_ip(host: str) -> bool:
     return True
 
 
-def parse_host_port(text: str, what: str) -> tuple[str, int]:
-    """``host:port`` (IPv6 in brackets) into its parts; ``what`` names it in errors."""
+def parse_host_port(text: str, what: str, allow_zero: bool = False) -> tuple[str, int]:
+    """``host:port`` (IPv6 in brackets) into its parts; ``what`` names it in errors.
+
+    Port 0 (any free port, for servers) is accepted only with ``allow_zero``.
+    """
     text = text.strip()
     if text.startswith("["):
         close = text.find("]")
@@ -57,8 +60,9 @@ def parse_host_port(text: str, what: str) -> tuple[str, int]:
         host, colon, port_text = text.rpartition(":")
         if not colon or not host or not _HOST_RE.fullmatch(host):
             raise EnvoyConfigError(f"{what} {text!r}: expected host:port")
-    if not port_text.isdigit() or not 0 < int(port_text) <= _MAX_PORT:
-        raise EnvoyConfigError(f"{what} {text!r}: port must be 1-{_MAX_PORT}")
+    lowest = 0 if allow_zero else 1
+    if not port_text.isdigit() or not lowest <= int(port_text) <= _MAX_PORT:
+        raise EnvoyConfigError(f"{what} {text!r}: port must be {lowest}-{_MAX_PORT}")
     return host, int(port_text)
 
 
@@ -74,7 +78,10 @@ class BrokerRoute:
 
     @classmethod
     def parse(cls, text: str) -> BrokerRoute:
-        """``ID=ADVERTISED_HOST:PORT@INTERNAL_HOST:PORT``, e.g. ``1=kafka-1:9092@10.0.0.11:9093``."""
+        """Parse ``ID=ADVERTISED_HOST:PORT@INTERNAL_HOST:PORT``.
+
+        For example ``1=kafka-1.example.com:9092@10.0.0.11:9093``.
+        """
         ident, eq, rest = text.strip().partition("=")
         advertised, at, internal = rest.partition("@")
         if not eq or not at or not ident.strip().isdigit():

@@ -109,5 +109,5 @@ def clusters(plan: EnvoyPlan) -> list[Any]:
 
 def _seconds(value: float) -> Any:
     whole = int(value)
-    return duration_pb2.Duration(seconds=whole, nanos=int(round((value - whole) * 1e9)))
+    return duration_pb2.Duration(seconds=whole, nanos=round((value - whole) * 1e9))
 

@@ -1,0 +1,18 @@
+"""Topic creation through the Kafka admin API (the same call for both brokers)."""
+
+from __future__ import annotations
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> None:
+    """Create ``topic`` with ``partitions`` partitions and wait until it is in metadata."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "bench-admin"})
+    futures = admin.create_topics([NewTopic(topic, partitions, 1)],
+                                  operation_timeout=timeout, request_timeout=timeout)
+    for future in futures.values():
+        future.result(timeout)
+    metadata = admin.list_topics(topic, timeout=timeout)
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or len(found.partitions) != partitions:
+        raise RuntimeError(f"topic {topic} not ready: {found and found.error}")

@@ -1,0 +1,86 @@
+"""``python -m bench``: run the brokers one after the other, print and save the results."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import report
+from bench.chart import write_chart
+from bench.options import Options, parse_options
+from bench.pinning import CpuPlan, pin_self, plan_cpus
+from bench.runner import run_broker
+
+RESULT_FILES = ("latest.json", "latest.md", "latest.png")
+
+
+def _meta(cpus: CpuPlan) -> dict[str, Any]:
+    import confluent_kafka
+
+    return {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": f"{platform.machine()}, {_cpu_model()}",
+        "cpus": cpus.describe(),
+        "python": platform.python_version(),
+        "confluent_kafka": confluent_kafka.version()[0],
+        "librdkafka": confluent_kafka.libversion()[0],
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _options_json(opts: Options) -> dict[str, Any]:
+    data = dataclasses.asdict(opts)
+    data["out"] = str(opts.out)
+    data["records"] = {str(size): opts.records_for(size) for size in opts.sizes}
+    return data
+
+
+def save(results: dict[str, Any], text: str, out: Path) -> list[Path]:
+    """Write latest.json, latest.md and latest.png into ``out`` (replacing older ones)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in RESULT_FILES:
+        (out / name).unlink(missing_ok=True)
+    (out / "latest.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    (out / "latest.md").write_text(text + "\n", encoding="utf-8")
+    written = [out / "latest.json", out / "latest.md"]
+    if write_chart(results, out / "latest.png"):
+        written.append(out / "latest.png")
+    else:
+        print("[bench] chart skipped: matplotlib is not installed", file=sys.stderr)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every scenario on every broker; print the table and the targets."""
+    opts = parse_options(argv)
+    cpus = plan_cpus(opts.pin)
+    pin_self(cpus.load)
+    began = time.monotonic()
+    results: dict[str, Any] = {"meta": _meta(cpus), "options": _options_json(opts),
+                               "brokers": {}}
+    for name in opts.brokers:
+        results["brokers"][name] = run_broker(name, opts, cpus)
+    results["meta"]["seconds"] = round(time.monotonic() - began, 1)
+    results["targets"] = report.targets(results)
+    text = report.markdown(results)
+    print(text)
+    for path in save(results, text, opts.out):
+        print(f"[bench] wrote {path}", file=sys.stderr)
+    print(f"[bench] done in {results['meta']['seconds']} s", file=sys.stderr)
+    return 0

@@ -1,0 +1,111 @@
+"""The benchmark's options (command line) and the sizes of a full and a ``--quick`` run."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# A full run: about 100-500 MB per size, bounded so both brokers finish in minutes.
+FULL_RECORDS = {100: 1_000_000, 1024: 300_000, 16384: 25_000}
+QUICK_RECORDS = {100: 3_000, 1024: 2_000, 16384: 300}
+
+
+@dataclass
+class Options:
+    """Everything a run needs to know."""
+
+    brokers: list[str] = field(default_factory=lambda: ["edge", "tansu"])
+    sizes: list[int] = field(default_factory=lambda: [100, 1024, 16384])
+    records: dict[int, int] = field(default_factory=lambda: dict(FULL_RECORDS))
+    acks: str = "all"
+    linger_ms: float = 5.0
+    rate: float = 20_000.0
+    latency_size: int = 1024
+    latency_seconds: float = 10.0
+    latency_warmup: float = 2.0
+    partitions_scenario: int = 1000
+    partitions_records: int = 10
+    partitions_size: int = 1024
+    pin: bool = True
+    quick: bool = False
+    out: Path = RESULTS
+    timeout: float = 180.0
+
+    def records_for(self, size: int) -> int:
+        """How many records the throughput runs use at ``size`` bytes."""
+        if size in self.records:
+            return self.records[size]
+        return 1_000 if self.quick else max(1_000, 200_000_000 // size)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _records(text: str) -> dict[int, int] | int:
+    if "=" not in text:
+        return int(text)
+    pairs = (part.split("=", 1) for part in text.split(",") if part.strip())
+    return {int(size): int(count) for size, count in pairs}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Run this broker and Tansu one after the other under the same "
+                    "librdkafka load; print a table and write JSON and PNG results.")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny counts and durations (the smoke test uses this)")
+    parser.add_argument("--brokers", default="edge,tansu", help="which brokers (edge,tansu)")
+    parser.add_argument("--sizes", type=_ints, help="record sizes in bytes (100,1024,16384)")
+    parser.add_argument("--records", type=_records,
+                        help="records per throughput run: N for every size, or "
+                             "SIZE=N,SIZE=N (default 100=1000000,1024=300000,16384=25000)")
+    parser.add_argument("--acks", default="all", help="producer acks (all)")
+    parser.add_argument("--linger-ms", type=float, default=5.0, help="producer linger.ms (5)")
+    parser.add_argument("--rate", type=float, help="latency run: records/s (20000)")
+    parser.add_argument("--latency-size", type=int, default=1024,
+                        help="latency run: record bytes (1024)")
+    parser.add_argument("--latency-seconds", type=float, help="latency run: measured s (10)")
+    parser.add_argument("--latency-warmup", type=float, help="latency run: warm-up s (2)")
+    parser.add_argument("--partitions", type=int,
+                        help="partition scenario: partitions of the topic (1000)")
+    parser.add_argument("--partition-records", type=int,
+                        help="partition scenario: records to each partition (10)")
+    parser.add_argument("--no-pin", action="store_true",
+                        help="do not pin the broker and the load generators to CPUs")
+    parser.add_argument("--out", type=Path, default=RESULTS,
+                        help="where latest.json, latest.png and latest.md go (bench/results)")
+    parser.add_argument("--timeout", type=float, default=180.0,
+                        help="give up on one load run after this many seconds")
+    return parser
+
+
+def parse_options(argv: Sequence[str] | None = None) -> Options:
+    """Options from the command line; ``--quick`` changes the defaults, flags still win."""
+    args = _parser().parse_args(argv)
+    opts = Options(brokers=[b.strip() for b in args.brokers.split(",") if b.strip()],
+                   acks=args.acks, linger_ms=args.linger_ms, latency_size=args.latency_size,
+                   pin=not args.no_pin, quick=args.quick, out=args.out, timeout=args.timeout)
+    if args.quick:
+        opts.records = dict(QUICK_RECORDS)
+        opts.rate, opts.latency_seconds, opts.latency_warmup = 2_000.0, 1.0, 0.5
+        opts.partitions_scenario, opts.partitions_records = 20, 5
+        opts.timeout = min(opts.timeout, 60.0)
+    if args.sizes:
+        opts.sizes = args.sizes
+    if isinstance(args.records, int):
+        opts.records = dict.fromkeys(opts.sizes, args.records)
+    elif args.records:
+        opts.records.update(args.records)
+    opts.rate = args.rate or opts.rate
+    opts.latency_seconds = args.latency_seconds or opts.latency_seconds
+    if args.latency_warmup is not None:
+        opts.latency_warmup = args.latency_warmup
+    opts.partitions_scenario = args.partitions or opts.partitions_scenario
+    opts.partitions_records = args.partition_records or opts.partitions_records
+    return opts

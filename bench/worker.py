@@ -1,0 +1,199 @@
+"""Load generators: one librdkafka (confluent-kafka) client per process, one JSON line out.
+
+``python -m bench.worker produce|consume|latency --bootstrap HOST:PORT --topic T ...``
+
+- ``produce``: send ``--count`` records (or for ``--seconds``) as fast as the producer
+  takes them, spread round-robin over ``--partitions``; time = first produce() to the
+  last delivery report.
+- ``consume``: read ``--count`` records from the beginning of every partition (assigned,
+  no group); time = first poll to the last record.
+- ``latency``: send at a fixed ``--rate`` for ``--seconds`` (paced in 1 ms ticks); each
+  record's latency is from its produce() call to its delivery report; the first
+  ``--warmup`` seconds are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+
+from bench.stats import summarize_ms
+
+_BATCH = 10_000
+_TICK_S = 0.001
+
+
+def producer_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The same producer settings for every broker: acks, linger, nothing else changed."""
+    return {
+        "bootstrap.servers": args.bootstrap,
+        "acks": args.acks,
+        "linger.ms": args.linger_ms,
+        "client.id": "bench-producer",
+    }
+
+
+class Deliveries:
+    """Delivery-report counter (the callback of every record in throughput runs)."""
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.errors = 0
+        self.first_error = ""
+
+    def __call__(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is None:
+            self.ok += 1
+        else:
+            self.errors += 1
+            self.first_error = self.first_error or str(err)
+
+
+def _warm_up(producer: Producer, topic: str) -> None:
+    """Fetch metadata and open the connection before the clock starts."""
+    producer.list_topics(topic, timeout=20)
+
+
+def _send(producer: Producer, topic: str, value: bytes, partition: int, callback: Any) -> None:
+    while True:
+        try:
+            producer.produce(topic, value, partition=partition, on_delivery=callback)
+            return
+        except BufferError:
+            producer.poll(0.001)
+
+
+def run_produce(args: argparse.Namespace) -> dict[str, Any]:
+    """Throughput: as many records as the producer accepts."""
+    producer = Producer(producer_config(args))
+    _warm_up(producer, args.topic)
+    value = os.urandom(args.size)
+    deliveries = Deliveries()
+    cpu0, start = time.process_time(), time.perf_counter()
+    stop_at = start + args.seconds if args.seconds else float("inf")
+    sent = 0
+    while (sent < args.count or args.seconds) and time.perf_counter() < stop_at:
+        _send(producer, args.topic, value, sent % args.partitions, deliveries)
+        sent += 1
+        if sent & 255 == 0:
+            producer.poll(0)
+    left = producer.flush(args.timeout)
+    elapsed = time.perf_counter() - start
+    return {
+        "records": deliveries.ok, "bytes": deliveries.ok * args.size, "sent": sent,
+        "seconds": elapsed, "errors": deliveries.errors + left,
+        "first_error": deliveries.first_error, "client_cpu_s": time.process_time() - cpu0,
+    }
+
+
+def run_consume(args: argparse.Namespace) -> dict[str, Any]:
+    """Read ``count`` records from the beginning."""
+    consumer = Consumer({
+        "bootstrap.servers": args.bootstrap, "group.id": "bench-consumer",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        "client.id": "bench-consumer",
+    })
+    metadata = consumer.list_topics(args.topic, timeout=20)
+    partitions = sorted(metadata.topics[args.topic].partitions)
+    consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in partitions])
+    got = size = errors = 0
+    first_error = ""
+    cpu0, start = time.process_time(), time.perf_counter()
+    last = start
+    deadline = start + args.timeout
+    while got < args.count and time.perf_counter() < deadline:
+        messages = consumer.consume(min(_BATCH, args.count - got), 0.5)
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                errors += 1
+                first_error = first_error or str(error)
+                continue
+            got += 1
+            size += len(message.value() or b"")
+        if messages:
+            last = time.perf_counter()
+    cpu = time.process_time() - cpu0
+    consumer.close()
+    return {"records": got, "bytes": size, "seconds": last - start, "errors": errors,
+            "first_error": first_error, "client_cpu_s": cpu,
+            "missing": max(0, args.count - got)}
+
+
+def run_latency(args: argparse.Namespace) -> dict[str, Any]:
+    """Fixed-rate produce; latency of each record from produce() to its delivery report."""
+    producer = Producer(producer_config(args))
+    _warm_up(producer, args.topic)
+    value = os.urandom(args.size)
+    samples: list[float] = []
+    errors = [0]
+    clock = time.perf_counter
+    start = clock()
+    measure_from = start + args.warmup
+    stop_at = start + args.warmup + args.seconds
+
+    def report(err: KafkaError | None, _msg: Message, sent_at: float) -> None:
+        if err is not None:
+            errors[0] += 1
+        elif sent_at >= measure_from:
+            samples.append(clock() - sent_at)
+
+    sent = 0
+    cpu0 = time.process_time()
+    while (now := clock()) < stop_at:
+        due = int((now - start) * args.rate)
+        while sent < due:
+            sent_at = clock()
+            _send(producer, args.topic, value, sent % args.partitions,
+                  lambda err, msg, t=sent_at: report(err, msg, t))
+            sent += 1
+        # Serve delivery reports and sleep a tick (1 ms): the records due meanwhile go out
+        # together next time round, without a busy loop on the load generators' CPU.
+        producer.poll(_TICK_S)
+    left = producer.flush(args.timeout)
+    measured_seconds = stop_at - measure_from
+    return {
+        "sent": sent, "measured": len(samples), "errors": errors[0] + left,
+        "target_rate": args.rate, "achieved_rate": len(samples) / measured_seconds,
+        "seconds": measured_seconds, "client_cpu_s": time.process_time() - cpu0,
+        **summarize_ms(samples),
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.worker", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=("produce", "consume", "latency"))
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--size", type=int, default=1024, help="record value bytes")
+    parser.add_argument("--count", type=int, default=10_000, help="records")
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help="produce: run this long instead of --count; latency: measure time")
+    parser.add_argument("--partitions", type=int, default=1, help="spread records over these")
+    parser.add_argument("--acks", default="all")
+    parser.add_argument("--linger-ms", type=float, default=5.0)
+    parser.add_argument("--rate", type=float, default=20_000.0, help="latency: records/s")
+    parser.add_argument("--warmup", type=float, default=1.0, help="latency: seconds left out")
+    parser.add_argument("--timeout", type=float, default=120.0, help="give up after (s)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one load generator and print its result as one JSON line."""
+    args = _parser().parse_args(argv)
+    runners = {"produce": run_produce, "consume": run_consume, "latency": run_latency}
+    result = runners[args.mode](args)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

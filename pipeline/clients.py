@@ -1,0 +1,102 @@
+"""confluent-kafka clients for the source and sink: their settings, security included.
+
+SASL/PLAIN comes from ``kafka.security.protocol`` / ``kafka.sasl.username`` /
+``kafka.sasl.password`` (the mechanism defaults to PLAIN when a username is given).
+OAUTHBEARER uses this project's login callback (:mod:`oauth.login`) when
+``oauth.issuerUrl`` is set, or any confluent ``oauth_cb`` named by ``oauth.callback``.
+A login is built once per Python process and shared by its clients.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka.admin import AdminClient
+
+from pipeline.options import KafkaOptions, OAuthOptions, OptionError
+
+OAuthCallback = Callable[[str], tuple[str, float, str, dict[str, str]]]
+
+_callbacks: dict[OAuthOptions, OAuthCallback] = {}
+_lock = threading.Lock()
+
+
+def _import_callback(path: str) -> OAuthCallback:
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise OptionError(f"option oauth.callback must be 'package.module:function', not {path!r}")
+    target: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise OptionError(f"oauth.callback {path!r} is not callable")
+    callback: OAuthCallback = target
+    return callback
+
+
+def _login_callback(oauth: OAuthOptions) -> OAuthCallback:
+    from oauth.adapters import confluent_oauth_cb
+    from oauth.login import ClientCredentialsLogin
+
+    assert oauth.issuer_url is not None and oauth.credentials_url is not None
+    login = ClientCredentialsLogin(oauth.issuer_url, oauth.credentials_url,
+                                   audience=oauth.audience, scope=oauth.scope)
+    return confluent_oauth_cb(login)
+
+
+def oauth_callback(oauth: OAuthOptions) -> OAuthCallback:
+    """The ``oauth_cb`` for these OAuth options (one per process and options)."""
+    with _lock:
+        callback = _callbacks.get(oauth)
+        if callback is None:
+            callback = (_import_callback(oauth.callback) if oauth.callback
+                        else _login_callback(oauth))
+            _callbacks[oauth] = callback
+        return callback
+
+
+def base_config(options: KafkaOptions) -> dict[str, Any]:
+    """Bootstrap, security and pass-through ``kafka.*`` settings shared by every client."""
+    config: dict[str, Any] = {"bootstrap.servers": options.bootstrap, **options.client}
+    has_mechanism = any(k in config for k in ("sasl.mechanism", "sasl.mechanisms"))
+    if options.oauth.enabled:
+        if not has_mechanism:
+            config["sasl.mechanisms"] = "OAUTHBEARER"
+        config.setdefault("security.protocol", "SASL_PLAINTEXT")
+        config["oauth_cb"] = oauth_callback(options.oauth)
+    elif "sasl.username" in config and not has_mechanism:
+        config["sasl.mechanisms"] = "PLAIN"
+    return config
+
+
+def consumer(options: KafkaOptions, isolation_level: str | None = None) -> confluent_kafka.Consumer:
+    """An assign-only consumer: no group membership, no commits, errors on bad offsets."""
+    return confluent_kafka.Consumer({
+        **base_config(options),
+        "group.id": f"edgekafka-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+        "isolation.level": isolation_level or options.isolation_level,
+    })
+
+
+def admin(options: KafkaOptions) -> AdminClient:
+    """An admin client with the same bootstrap and security settings."""
+    return AdminClient(base_config(options))
+
+
+def producer(options: KafkaOptions) -> confluent_kafka.Producer:
+    """An idempotent producer (acks=all, ordered, no duplicates on retry)."""
+    return confluent_kafka.Producer({
+        "linger.ms": 5,
+        **base_config(options),
+        "enable.idempotence": True,
+        "acks": "all",
+    })

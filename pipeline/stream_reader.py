@@ -1,0 +1,139 @@
+"""Streaming reads: ``spark.readStream.format("edgekafka")``, micro-batch by micro-batch.
+
+The checkpointed offset is ``{"topic": {"partition": next offset}}``. Each micro-batch
+reads ``[previous end, new end)`` per topic-partition, where the new end is the latest
+offset (the last stable offset under read_committed), cut down by the read limit
+(``maxOffsetsPerTrigger``, shared among partitions in proportion to their backlog) and,
+under ``Trigger.AvailableNow``, by the offsets seen when the query started. Partitions
+that appear later are read from their earliest offset. Spark calls these methods in
+one long-lived Python process on the driver; ``read`` runs in the executors.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from pipeline.fetch import DataLossError, OffsetRange
+from pipeline.metadata import ClusterView
+from pipeline.offsets import EARLIEST, Offsets, from_json, parse_spec, rate_limit, to_json
+from pipeline.options import KafkaOptions
+from pipeline.partition import RangePartition, read_partition
+
+log = logging.getLogger(__name__)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches on the driver from the subscription's offsets."""
+
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+        self._view: ClusterView | None = None
+        self._target: Offsets | None = None
+        self._latest: Offsets | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"options": self.options, "_view": None, "_target": None, "_latest": None}
+
+    @property
+    def view(self) -> ClusterView:
+        """The driver's clients, opened on first use."""
+        if self._view is None:
+            self._view = ClusterView(self.options)
+        return self._view
+
+    def initialOffset(self) -> dict[str, dict[str, int]]:
+        """Where a new query starts: ``startingOffsets`` (default latest) or
+        ``startingTimestamp``."""
+        options = self.options
+        tps = self.view.partitions()
+        if options.starting_timestamp is not None and options.starting is None:
+            return to_json(self.view.for_timestamp(tps, options.starting_timestamp))
+        spec = parse_spec(options.starting, "latest", "startingOffsets")
+        return to_json(self.view.resolve(spec, tps, EARLIEST))
+
+    def _begin_and_latest(self, start: Offsets) -> tuple[Offsets, Offsets]:
+        """Start offsets including newly found partitions (at their earliest), and the
+        latest offsets of every partition."""
+        tps = self.view.partitions()
+        new = [tp for tp in tps if tp not in start]
+        begin = dict(start) | self.view.earliest(new)
+        if new:
+            log.info("edgekafka: new partitions %s start at %s", new,
+                     {tp: begin[tp] for tp in new})
+        latest = self.view.latest(tps)
+        for tp in start:
+            latest.setdefault(tp, start[tp])  # a partition that vanished stays where it was
+        self._latest = latest
+        return begin, latest
+
+    def latestOffset(self, start: dict[str, dict[str, int]],
+                     limit: ReadLimit) -> dict[str, dict[str, int]]:
+        """The end of the next micro-batch."""
+        begin, latest = self._begin_and_latest(from_json(start))
+        if self._target is not None:
+            target = self._target
+            latest = {tp: min(offset, target[tp]) if tp in target else begin[tp]
+                      for tp, offset in latest.items()}
+        if isinstance(limit, ReadMaxRows):
+            return to_json(rate_limit(begin, latest, limit.max_rows))
+        return to_json(latest)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxOffsetsPerTrigger`` as a row limit, else everything available."""
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
+        """The latest offsets seen by the last planning, for the query's progress."""
+        return None if self._latest is None else to_json(self._latest)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Remember today's latest offsets: an AvailableNow query stops there."""
+        tps = self.view.partitions()
+        self._target = self.view.latest(tps)
+
+    def partitions(self, start: dict[str, dict[str, int]],
+                   end: dict[str, dict[str, int]]) -> Sequence[InputPartition]:
+        """One range per topic-partition that moved."""
+        begin, stop = from_json(start), from_json(end)
+        new = [tp for tp in stop if tp not in begin]
+        begin |= self.view.earliest(new)
+        ranges: list[InputPartition] = []
+        for (topic, partition), last in sorted(stop.items()):
+            first = begin[topic, partition]
+            where = OffsetRange(topic, partition, first, last)
+            if last < first:
+                message = (f"edgekafka data loss in {topic}-{partition}: its latest offset "
+                           f"went back from {first} to {last} (was the topic deleted and "
+                           "created again?). Set the option failOnDataLoss=false to go on "
+                           "from the new offsets with a warning.")
+                if self.options.fail_on_data_loss:
+                    raise DataLossError(message)
+                log.warning("%s (skipped: failOnDataLoss=false)", message)
+            elif first < last:
+                ranges.append(RangePartition(self.options, where))
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The records of one range (runs in an executor)."""
+        return read_partition(partition)
+
+    def commit(self, end: dict[str, dict[str, int]]) -> None:
+        """Nothing to do: the checkpoint is the only record of progress."""
+
+    def stop(self) -> None:
+        """Close the driver's clients."""
+        if self._view is not None:
+            self._view.close()
+            self._view = None
