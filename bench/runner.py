@@ -8,9 +8,10 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from bench import procstats
 from bench.admin import create_topic
 from bench.brokers import Broker, make_broker
 from bench.options import Options
@@ -25,73 +26,116 @@ class LoadError(RuntimeError):
 
 @dataclass
 class Phase:
-    """What a load generator reported, plus the broker's CPU seconds meanwhile."""
+    """What a load generator reported, the broker's CPU seconds meanwhile, and the CPU
+    seconds other processes took on the broker's CPUs (noise; ``None`` when not pinned)."""
 
     load: dict[str, Any]
     broker_cpu_s: float
+    others_cpu_s: float | None
+    wall_s: float
 
 
-def run_worker(broker: Broker, opts: Options, mode: str, topic: str, **extra: Any) -> Phase:
+@dataclass
+class Noise:
+    """Wall time and other processes' CPU time on the broker's CPUs, added up."""
+
+    wall_s: float = 0.0
+    others_cpu_s: float | None = 0.0
+
+    def add(self, phase: Phase) -> None:
+        """Count one phase."""
+        self.wall_s += phase.wall_s
+        if self.others_cpu_s is not None and phase.others_cpu_s is not None:
+            self.others_cpu_s += phase.others_cpu_s
+        else:
+            self.others_cpu_s = None
+
+    def share(self) -> float | None:
+        """Others' CPU time as a share (%) of the broker CPUs' time during the load."""
+        if self.others_cpu_s is None or self.wall_s <= 0:
+            return None
+        return max(0.0, 100.0 * self.others_cpu_s / self.wall_s)
+
+
+@dataclass
+class Bench:
+    """One broker's run: the options, the CPU plan and the noise seen so far."""
+
+    opts: Options
+    cpus: CpuPlan
+    noise: Noise = field(default_factory=Noise)
+
+
+def run_worker(bench: Bench, broker: Broker, mode: str, topic: str, **extra: Any) -> Phase:
     """Run ``python -m bench.worker MODE`` against ``broker`` and return its result."""
+    opts = bench.opts
     args = [sys.executable, "-m", "bench.worker", mode, "--bootstrap", broker.bootstrap,
             "--topic", topic, "--acks", opts.acks, "--linger-ms", str(opts.linger_ms),
             "--timeout", str(opts.timeout)]
     for key, value in extra.items():
         args += ["--" + key.replace("_", "-"), str(value)]
-    cpu0 = broker.cpu_seconds()
+    cpus = bench.cpus.broker
+    cpu0, busy0, wall0 = broker.cpu_seconds(), procstats.busy_seconds(cpus), time.monotonic()
     try:
         out = subprocess.run(args, capture_output=True, text=True, check=False,
                              timeout=opts.timeout + 60)
     except subprocess.TimeoutExpired as exc:
         raise LoadError(f"{mode} on {broker.name} timed out") from exc
     broker.check_alive()
+    wall = time.monotonic() - wall0
     cpu = broker.cpu_seconds() - cpu0
+    others = None if cpus is None else procstats.busy_seconds(cpus) - busy0 - cpu
     if out.returncode != 0 or not out.stdout.strip():
         raise LoadError(f"{mode} on {broker.name} failed ({out.returncode}):\n{out.stderr}")
     load: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     if load.get("errors"):
         raise LoadError(f"{mode} on {broker.name}: {load['errors']} errors, "
                         f"first: {load.get('first_error')}")
-    return Phase(load, cpu)
+    phase = Phase(load, cpu, others, wall)
+    bench.noise.add(phase)
+    return phase
 
 
-def _rates(load: dict[str, Any]) -> dict[str, Any]:
+def _summary(phase: Phase) -> dict[str, Any]:
+    load = phase.load
     seconds = max(float(load["seconds"]), 1e-9)
     return {**load, "records_per_s": load["records"] / seconds,
-            "mb_per_s": load["bytes"] / seconds / MB}
+            "mb_per_s": load["bytes"] / seconds / MB,
+            "broker_cpu_s": phase.broker_cpu_s, "others_cpu_s": phase.others_cpu_s,
+            "records_per_broker_cpu_s": load["records"] / max(phase.broker_cpu_s, 0.01)}
 
 
-def throughput(broker: Broker, opts: Options, size: int) -> dict[str, Any]:
+def throughput(bench: Bench, broker: Broker, size: int) -> dict[str, Any]:
     """Produce ``records_for(size)`` records, then consume them all back."""
     topic = f"bench-throughput-{size}"
     create_topic(broker.bootstrap, topic, 1)
-    count = opts.records_for(size)
-    produced = run_worker(broker, opts, "produce", topic, size=size, count=count)
+    count = bench.opts.records_for(size)
+    produced = run_worker(bench, broker, "produce", topic, size=size, count=count)
     if produced.load["records"] != count:
         raise LoadError(f"{broker.name}: {produced.load['records']} of {count} acknowledged")
-    consumed = run_worker(broker, opts, "consume", topic, count=count)
+    consumed = run_worker(bench, broker, "consume", topic, count=count)
     if consumed.load["records"] != count:
         raise LoadError(f"{broker.name}: consumed {consumed.load['records']} of {count}")
-    return {
-        "size": size, "records": count,
-        "produce": {**_rates(produced.load), "broker_cpu_s": produced.broker_cpu_s},
-        "consume": {**_rates(consumed.load), "broker_cpu_s": consumed.broker_cpu_s},
-    }
+    return {"size": size, "records": count,
+            "produce": _summary(produced), "consume": _summary(consumed)}
 
 
-def latency(broker: Broker, opts: Options) -> dict[str, Any]:
+def latency(bench: Bench, broker: Broker) -> dict[str, Any]:
     """Produce at ``opts.rate`` records/s and report the latency percentiles."""
+    opts = bench.opts
     topic = "bench-latency"
     create_topic(broker.bootstrap, topic, 1)
-    phase = run_worker(broker, opts, "latency", topic, size=opts.latency_size, rate=opts.rate,
+    phase = run_worker(bench, broker, "latency", topic, size=opts.latency_size, rate=opts.rate,
                        seconds=opts.latency_seconds, warmup=opts.latency_warmup)
-    return {**phase.load, "size": opts.latency_size, "broker_cpu_s": phase.broker_cpu_s}
+    return {**phase.load, "size": opts.latency_size, "broker_cpu_s": phase.broker_cpu_s,
+            "others_cpu_s": phase.others_cpu_s}
 
 
-def many_partitions(name: str, opts: Options, cpus: CpuPlan) -> dict[str, Any]:
+def many_partitions(bench: Bench, name: str) -> dict[str, Any]:
     """A fresh broker, one topic of many partitions, a little data in each: peak RSS."""
+    opts = bench.opts
     broker = make_broker(name)
-    broker.start(cpus.broker)
+    broker.start(bench.cpus.broker)
     try:
         idle_rss = broker.peak_rss_bytes()
         topic = "bench-partitions"
@@ -100,9 +144,9 @@ def many_partitions(name: str, opts: Options, cpus: CpuPlan) -> dict[str, Any]:
         create_topic(broker.bootstrap, topic, parts, timeout=opts.timeout)
         created_s = time.perf_counter() - began
         count = parts * opts.partitions_records
-        produced = run_worker(broker, opts, "produce", topic, size=opts.partitions_size,
+        produced = run_worker(bench, broker, "produce", topic, size=opts.partitions_size,
                               count=count, partitions=parts)
-        consumed = run_worker(broker, opts, "consume", topic, count=count)
+        consumed = run_worker(bench, broker, "consume", topic, count=count)
         if consumed.load["records"] != count:
             raise LoadError(f"{name}: consumed {consumed.load['records']} of {count}")
         return {
@@ -115,25 +159,31 @@ def many_partitions(name: str, opts: Options, cpus: CpuPlan) -> dict[str, Any]:
         broker.stop()
 
 
+def _say(name: str, what: str) -> None:
+    print(f"[bench] {name}: {what}", file=sys.stderr, flush=True)
+
+
 def run_broker(name: str, opts: Options, cpus: CpuPlan) -> dict[str, Any]:
     """All scenarios for one broker; a fresh process for the partitions scenario."""
+    bench = Bench(opts, cpus)
     broker = make_broker(name)
     result: dict[str, Any] = {"name": name, "label": broker.label, "version": broker.version()}
-    print(f"[bench] {name}: starting {result['version']}", file=sys.stderr, flush=True)
+    _say(name, f"starting {result['version']}")
     broker.start(cpus.broker)
     try:
         start_cpu = broker.cpu_seconds()
         result["throughput"] = []
         for size in opts.sizes:
-            print(f"[bench] {name}: throughput {size} B x {opts.records_for(size)}",
-                  file=sys.stderr, flush=True)
-            result["throughput"].append(throughput(broker, opts, size))
-        print(f"[bench] {name}: latency at {opts.rate:g}/s", file=sys.stderr, flush=True)
-        result["latency"] = latency(broker, opts)
+            _say(name, f"throughput {size} B x {opts.records_for(size)}")
+            result["throughput"].append(throughput(bench, broker, size))
+        _say(name, f"latency at {opts.rate:g}/s")
+        result["latency"] = latency(bench, broker)
         result["cpu_seconds_total"] = broker.cpu_seconds() - start_cpu
         result["peak_rss_mb"] = broker.peak_rss_bytes() / MB
     finally:
         broker.stop()
-    print(f"[bench] {name}: {opts.partitions_scenario} partitions", file=sys.stderr, flush=True)
-    result["partitions"] = many_partitions(name, opts, cpus)
+    _say(name, f"{opts.partitions_scenario} partitions")
+    result["partitions"] = many_partitions(bench, name)
+    result["noise"] = {"wall_s": bench.noise.wall_s, "others_cpu_s": bench.noise.others_cpu_s,
+                       "others_share_pct": bench.noise.share()}
     return result

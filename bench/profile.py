@@ -1,0 +1,108 @@
+"""``python -m bench.profile``: py-spy on this broker while the producer load runs.
+
+Starts this broker as the benchmark does (pinned, durable defaults), runs the produce
+load for ``--seconds`` and samples the broker with ``py-spy record --format raw``; prints
+and saves the hottest functions (self and total shares). ``--idle`` counts waiting
+threads too (wall-clock view), ``--native`` adds C frames, ``--svg`` also records a
+flame graph in a second pass under the same load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.admin import create_topic
+from bench.brokers import EdgeBroker
+from bench.options import RESULTS
+from bench.pinning import pin_self, plan_cpus
+from bench.stacks import parse, render
+
+
+def py_spy() -> str:
+    """The py-spy executable next to this Python, or on ``PATH``."""
+    beside = Path(sys.executable).parent / "py-spy"
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if not found:
+        raise SystemExit("py-spy is not installed: pip install py-spy (the bench extra)")
+    return found
+
+
+def _load(broker: EdgeBroker, topic: str, args: argparse.Namespace) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.worker", "produce", "--bootstrap", broker.bootstrap,
+         "--topic", topic, "--size", str(args.size), "--seconds", str(args.seconds),
+         "--linger-ms", str(args.linger_ms), "--acks", "all"],
+        stdout=subprocess.PIPE, text=True)
+
+
+def record(broker: EdgeBroker, topic: str, args: argparse.Namespace, fmt: str,
+           output: Path) -> str:
+    """One py-spy recording under the produce load; returns the load's JSON line."""
+    spy = [py_spy(), "record", "--pid", str(broker.pid), "--rate", str(args.rate),
+           "--duration", str(int(args.seconds)), "--format", fmt, "--output", str(output),
+           "--nonblocking"]
+    spy += ["--idle"] if args.idle else []
+    spy += ["--native"] if args.native else []
+    load = _load(broker, topic, args)
+    spy_out = subprocess.run(spy, capture_output=True, text=True, check=False)
+    stdout, _ = load.communicate(timeout=args.seconds + 120)
+    if spy_out.returncode != 0:
+        raise SystemExit(f"py-spy failed:\n{spy_out.stderr}")
+    return stdout.strip()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=20.0, help="load and sampling time")
+    parser.add_argument("--size", type=int, default=1024, help="record bytes")
+    parser.add_argument("--linger-ms", type=float, default=5.0)
+    parser.add_argument("--rate", type=int, default=250, help="samples per second")
+    parser.add_argument("--idle", action="store_true", help="sample waiting threads too")
+    parser.add_argument("--native", action="store_true", help="include C frames")
+    parser.add_argument("--top", type=int, default=15, help="rows per table")
+    parser.add_argument("--svg", type=Path, help="also write a flame graph here")
+    parser.add_argument("--raw", type=Path, help="keep the collapsed stacks here")
+    parser.add_argument("--out", type=Path, default=RESULTS,
+                        help="where profile.txt goes (bench/results)")
+    parser.add_argument("--no-pin", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Profile, print the summary, save it as ``profile.txt``."""
+    args = _parser().parse_args(argv)
+    cpus = plan_cpus(not args.no_pin)
+    pin_self(cpus.load)
+    broker = EdgeBroker()
+    broker.start(cpus.broker)
+    try:
+        topic = "bench-profile"
+        create_topic(broker.bootstrap, topic, 1)
+        with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
+            raw = args.raw or Path(tmp) / "stacks.txt"
+            load = record(broker, topic, args, "raw", raw)
+            summary = render(parse(raw.read_text(encoding="utf-8")), args.top)
+        if args.svg:
+            record(broker, topic, args, "flamegraph", args.svg)
+    finally:
+        broker.stop()
+    mode = "wall clock (--idle)" if args.idle else "on CPU"
+    text = (f"py-spy, {mode}, {args.seconds:g} s of produce load: {args.size} B records, "
+            f"acks=all, linger.ms={args.linger_ms:g}; {cpus.describe()}\n"
+            f"load: {load}\n{summary}\n")
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = "profile-idle.txt" if args.idle else "profile.txt"
+    (args.out / name).write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
