@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> None:

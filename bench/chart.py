@@ -32,7 +32,7 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
             ax.bar(xs, values, width, label=LABELS[name], color=COLORS[name])
         ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(sizes))],
                       [size_label(s) for s in sizes])
-        ax.set_title(f"{phase} MB/s (acks=all)")
+        ax.set_title(f"{phase} MB/s" + (" (acks=all)" if phase == "produce" else ""))
         ax.legend(fontsize=8)
     keys = [("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")]
     for i, name in enumerate(names):
@@ -43,7 +43,7 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
     opts = results["options"]
     axes[2].set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(keys))],
                        [label for _, label in keys])
-    axes[2].set_title(f"produce latency ms at {opts['rate']:,.0f}/s × "
+    axes[2].set_title(f"produce latency ms at {opts['rate']:,.0f}/s x "
                       f"{size_label(opts['latency_size'])}")
     axes[2].legend(fontsize=8)
     fig.tight_layout()

@@ -6,8 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 Results = dict[str, Any]
+Pick = Callable[[Results], float]
 RSS_TARGET_MB = 300.0
 P99_TARGET_MS = 5.0
+NONE = "-"
 
 
 def size_label(size: int) -> str:
@@ -19,61 +21,92 @@ def size_label(size: int) -> str:
 
 def _ratio(ours: float | None, peer: float | None) -> str:
     if ours is None or peer is None or peer == 0:
-        return "–"
-    return f"{ours / peer:.2f}×"
+        return NONE
+    return f"{ours / peer:.2f}x"
 
 
 def _fmt(value: float | None, digits: int) -> str:
-    if value is None:
-        return "–"
-    return f"{value:,.{digits}f}"
+    return NONE if value is None else f"{value:,.{digits}f}"
 
 
-def _get(broker: Results | None, path: Callable[[Results], float]) -> float | None:
+def _get(broker: Results | None, pick: Pick) -> float | None:
     if broker is None:
         return None
     try:
-        return float(path(broker))
+        return float(pick(broker))
     except (KeyError, IndexError, TypeError):
         return None
 
 
-def _size_row(size: int) -> Callable[[Results], Results]:
-    def pick(broker: Results) -> Results:
-        for row in broker["throughput"]:
-            if row["size"] == size:
-                return dict(row)
-        raise KeyError(size)
+def size_row(broker: Results, size: int) -> Results:
+    """The throughput results of one record size."""
+    for row in broker["throughput"]:
+        if row["size"] == size:
+            return dict(row)
+    raise KeyError(size)
+
+
+def _phase(size: int, phase: str, key: str) -> Pick:
+    return lambda broker: float(size_row(broker, size)[phase][key])
+
+
+def _cpu(size: int) -> Pick:
+    def pick(broker: Results) -> float:
+        row = size_row(broker, size)
+        return float(row["produce"]["broker_cpu_s"] + row["consume"]["broker_cpu_s"])
     return pick
+
+
+def _path(*keys: str) -> Pick:
+    def pick(broker: Results) -> float:
+        value: Any = broker
+        for key in keys:
+            value = value[key]
+        return float(value)
+    return pick
+
+
+class _Rows:
+    """Builds (metric, this broker, Tansu, ratio) rows."""
+
+    def __init__(self, results: Results) -> None:
+        self.edge = results["brokers"].get("edge")
+        self.tansu = results["brokers"].get("tansu")
+        self.rows: list[tuple[str, str, str, str]] = []
+
+    def add(self, metric: str, pick: Pick, digits: int, detail: Pick | None = None,
+            detail_digits: int = 1, ratio: bool = True) -> None:
+        ours, peer = _get(self.edge, pick), _get(self.tansu, pick)
+        cells = [_fmt(ours, digits), _fmt(peer, digits)]
+        for i, broker in enumerate((self.edge, self.tansu)):
+            extra = None if detail is None else _get(broker, detail)
+            if extra is not None and cells[i] != NONE:
+                cells[i] += f" ({_fmt(extra, detail_digits)})"
+        self.rows.append((metric, cells[0], cells[1], _ratio(ours, peer) if ratio else NONE))
 
 
 def rows(results: Results) -> list[tuple[str, str, str, str]]:
     """(metric, this broker, Tansu, ratio) rows."""
-    edge, tansu = results["brokers"].get("edge"), results["brokers"].get("tansu")
-    out: list[tuple[str, str, str, str]] = []
-
-    def add(metric: str, path: Callable[[Results], float], digits: int) -> None:
-        ours, peer = _get(edge, path), _get(tansu, path)
-        out.append((metric, _fmt(ours, digits), _fmt(peer, digits), _ratio(ours, peer)))
-
-    for size in results["options"]["sizes"]:
-        label, row = size_label(size), _size_row(size)
-        for phase in ("produce", "consume"):
-            add(f"{phase} {label}: records/s",
-                lambda b, r=row, p=phase: r(b)[p]["records_per_s"], 0)
-            add(f"{phase} {label}: MB/s", lambda b, r=row, p=phase: r(b)[p]["mb_per_s"], 1)
-        add(f"broker CPU s, produce+consume {label}",
-            lambda b, r=row: r(b)["produce"]["broker_cpu_s"] + r(b)["consume"]["broker_cpu_s"], 2)
+    out = _Rows(results)
     opts = results["options"]
-    lat = f"{opts['rate']:,.0f}/s × {size_label(opts['latency_size'])}"
+    for size in opts["sizes"]:
+        label = size_label(size)
+        for phase in ("produce", "consume"):
+            out.add(f"{phase} {label}: records/s (MB/s)", _phase(size, phase, "records_per_s"),
+                    0, _phase(size, phase, "mb_per_s"))
+        out.add(f"broker CPU s, produce + consume {label} (produce alone)", _cpu(size), 2,
+                _phase(size, "produce", "broker_cpu_s"), 2)
+    lat = f"{opts['rate']:,.0f}/s x {size_label(opts['latency_size'])}"
     for key, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
-        add(f"produce latency {name} ms ({lat})", lambda b, k=key: b["latency"][k], 2)
-    add(f"achieved rate, records/s ({lat})", lambda b: b["latency"]["achieved_rate"], 0)
-    add("broker CPU s, whole run (one broker process)", lambda b: b["cpu_seconds_total"], 1)
-    add("broker peak RSS MB, whole run", lambda b: b["peak_rss_mb"], 1)
+        out.add(f"produce latency {name} ms at {lat}", _path("latency", key), 2)
+    out.add(f"achieved rate, records/s, at {lat}", _path("latency", "achieved_rate"), 0)
+    out.add("broker CPU s, whole run", _path("cpu_seconds_total"), 1)
+    out.add("broker peak RSS MB, whole run", _path("peak_rss_mb"), 1)
     parts = opts["partitions_scenario"]
-    add(f"broker peak RSS MB, {parts:,} partitions", lambda b: b["partitions"]["peak_rss_mb"], 1)
-    return out
+    out.add(f"broker peak RSS MB, {parts:,} partitions", _path("partitions", "peak_rss_mb"), 1)
+    out.add("noise: others' share of the broker's CPU during the load, %",
+            _path("noise", "others_share_pct"), 0, ratio=False)
+    return out.rows
 
 
 def table(results: Results) -> str:
@@ -83,30 +116,32 @@ def table(results: Results) -> str:
     return "\n".join(lines)
 
 
+def _throughput_target(results: Results, phase: str) -> dict[str, Any]:
+    edge, tansu = results["brokers"].get("edge"), results["brokers"].get("tansu")
+    name = f"{phase} throughput >= Tansu at every size"
+    if edge is None or tansu is None:
+        return {"target": name, "met": None, "detail": "needs both brokers"}
+    ratios = []
+    for size in results["options"]["sizes"]:
+        ours = size_row(edge, size)[phase]["records_per_s"]
+        peer = size_row(tansu, size)[phase]["records_per_s"]
+        ratios.append((size, ours / peer))
+    return {"target": name, "met": all(r >= 1.0 for _, r in ratios),
+            "detail": ", ".join(f"{size_label(s)} {r:.2f}x" for s, r in ratios)}
+
+
 def targets(results: Results) -> list[dict[str, Any]]:
     """Each target: name, met (True / False / None when not measured) and the numbers."""
-    edge, tansu = results["brokers"].get("edge"), results["brokers"].get("tansu")
-    out: list[dict[str, Any]] = []
-    for phase in ("produce", "consume"):
-        ratios: list[str] = []
-        met: bool | None = None
-        if edge is not None and tansu is not None:
-            met = True
-            for size in results["options"]["sizes"]:
-                ours = _size_row(size)(edge)[phase]["records_per_s"]
-                peer = _size_row(size)(tansu)[phase]["records_per_s"]
-                met = met and ours >= peer
-                ratios.append(f"{size_label(size)} {ours / peer:.2f}×")
-        out.append({"target": f"{phase} throughput ≥ Tansu at every size", "met": met,
-                    "detail": ", ".join(ratios) or "Tansu not run"})
+    edge = results["brokers"].get("edge")
     opts = results["options"]
-    p99 = _get(edge, lambda b: b["latency"]["p99_ms"])
+    out = [_throughput_target(results, "produce"), _throughput_target(results, "consume")]
+    p99 = _get(edge, _path("latency", "p99_ms"))
     out.append({
-        "target": f"produce p99 < {P99_TARGET_MS:g} ms at {opts['rate']:,.0f}/s × "
+        "target": f"produce p99 < {P99_TARGET_MS:g} ms at {opts['rate']:,.0f}/s x "
                   f"{size_label(opts['latency_size'])}",
         "met": None if p99 is None else p99 < P99_TARGET_MS,
         "detail": "not run" if p99 is None else f"p99 {p99:.2f} ms"})
-    rss = _get(edge, lambda b: b["partitions"]["peak_rss_mb"])
+    rss = _get(edge, _path("partitions", "peak_rss_mb"))
     out.append({
         "target": f"peak RSS < {RSS_TARGET_MB:g} MB with {opts['partitions_scenario']:,} "
                   "partitions",
@@ -122,11 +157,12 @@ def targets_text(checks: list[dict[str, Any]]) -> str:
 
 
 def setup_text(results: Results) -> str:
-    """How the numbers were taken, in two lines."""
+    """How the numbers were taken."""
     meta, opts = results["meta"], results["options"]
-    return (f"acks={opts['acks']}, linger.ms={opts['linger_ms']:g}, 1 partition, "
-            f"librdkafka {meta['librdkafka']}; {meta['cpus']}; MB = 10^6 bytes of record "
-            f"values; produce = first produce() to last delivery report.")
+    return (f"acks={opts['acks']}, linger.ms={opts['linger_ms']:g}, one partition, "
+            f"librdkafka {meta['librdkafka']}; {meta['cpus']}; {meta['machine']}; "
+            f"MB = 10^6 bytes of record values; produce = first produce() to last "
+            f"delivery report; {meta.get('seconds', '?')} s in all.")
 
 
 def markdown(results: Results) -> str:

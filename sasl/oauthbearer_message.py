@@ -22,7 +22,7 @@ _BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9\-._~+/]+=*)")
 
 
 class MalformedHeader(ValueError):
-    """The GS2 header could not be understood, so no error challenge can be sent."""
+    """The GS2 header could not be understood (e.g. channel binding was asked for)."""
 
 
 class MalformedMessage(ValueError):
