@@ -9,8 +9,8 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-# A full run: about 100-500 MB per size, bounded so both brokers finish in minutes.
-FULL_RECORDS = {100: 1_000_000, 1024: 300_000, 16384: 25_000}
+# A full run: 200-650 MB per size, bounded so both brokers finish in a few minutes.
+FULL_RECORDS = {100: 2_000_000, 1024: 500_000, 16384: 40_000}
 QUICK_RECORDS = {100: 3_000, 1024: 2_000, 16384: 300}
 
 
@@ -25,7 +25,7 @@ class Options:
     linger_ms: float = 5.0
     rate: float = 20_000.0
     latency_size: int = 1024
-    latency_seconds: float = 10.0
+    latency_seconds: float = 20.0
     latency_warmup: float = 2.0
     partitions_scenario: int = 1000
     partitions_records: int = 10
@@ -64,13 +64,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--sizes", type=_ints, help="record sizes in bytes (100,1024,16384)")
     parser.add_argument("--records", type=_records,
                         help="records per throughput run: N for every size, or "
-                             "SIZE=N,SIZE=N (default 100=1000000,1024=300000,16384=25000)")
+                             "SIZE=N,SIZE=N (default 100=2000000,1024=500000,16384=40000)")
     parser.add_argument("--acks", default="all", help="producer acks (all)")
     parser.add_argument("--linger-ms", type=float, default=5.0, help="producer linger.ms (5)")
     parser.add_argument("--rate", type=float, help="latency run: records/s (20000)")
     parser.add_argument("--latency-size", type=int, default=1024,
                         help="latency run: record bytes (1024)")
-    parser.add_argument("--latency-seconds", type=float, help="latency run: measured s (10)")
+    parser.add_argument("--latency-seconds", type=float, help="latency run: measured s (20)")
     parser.add_argument("--latency-warmup", type=float, help="latency run: warm-up s (2)")
     parser.add_argument("--partitions", type=int,
                         help="partition scenario: partitions of the topic (1000)")

@@ -1,0 +1,54 @@
+"""The audit event, as the broker writes it (one JSON object per record), as Spark columns.
+
+``{"kind": "authentication"|"authorization"|"connection", "outcome": "success"|"failure"|
+"denied"|"rejected", "listener", "client", "principal", "tenant", "mechanism", "api",
+"resource", "reason", "time"}`` with ``time`` in epoch milliseconds. :func:`parse_events`
+adds ``event_time`` (a timestamp), ``source`` (the client's host, without its port), and
+0/1 flags for login successes, login failures, denials and rejected connections.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+AUDIT_TOPIC = "public/__kafka/__audit"
+UNKNOWN = "-"
+
+EVENT_SCHEMA = StructType(
+    [StructField(name, StringType(), True) for name in (
+        "kind", "outcome", "listener", "client", "principal", "tenant", "mechanism", "api",
+        "resource", "reason")]
+    + [StructField("time", LongType(), True)])
+
+
+def source_host(kind: Column, client: Column) -> Column:
+    """The client's host: authorization events carry the host alone; the others carry
+    ``host:port`` (IPv6 hosts unbracketed, so only a trailing ``:digits`` is the port)."""
+    return F.when(kind == "authorization", client).otherwise(
+        F.regexp_replace(client, r":[0-9]+$", ""))
+
+
+def _flag(condition: Column) -> Column:
+    return F.when(condition, 1).otherwise(0)
+
+
+def parse_events(raw: DataFrame) -> DataFrame:
+    """Rows of the ``edgekafka`` source to one row per audit event (unparseable ones
+    dropped)."""
+    parsed = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"),
+                        F.col("timestamp").alias("record_time"))
+    events = parsed.where(F.col("e.kind").isNotNull()).select("e.*", "record_time")
+    kind, outcome = F.col("kind"), F.col("outcome")
+    return events.select(
+        "*",
+        F.coalesce(F.timestamp_millis(F.col("time")), F.col("record_time")).alias("event_time"),
+        F.coalesce(source_host(kind, F.col("client")), F.lit(UNKNOWN)).alias("source"),
+        F.coalesce(F.col("tenant"), F.lit(UNKNOWN)).alias("tenant_name"),
+        F.coalesce(F.col("principal"), F.lit(UNKNOWN)).alias("principal_name"),
+        _flag((kind == "authentication") & (outcome == "success")).alias("login_ok"),
+        _flag((kind == "authentication") & (outcome == "failure")).alias("login_failed"),
+        _flag(outcome == "denied").alias("denied"),
+        _flag((kind == "connection") & (outcome == "rejected")).alias("rejected"),
+    )
