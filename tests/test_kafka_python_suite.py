@@ -18,7 +18,7 @@ from tests.broker_process import BrokerProcess
 
 # The sdist ships fixtures that import a module it leaves out; for an external broker
 # they only need these two names.
-_SERVICE_STUB = '''"""Stand-ins for an external broker's fixtures (written by edge-broker's tests)."""
+_SERVICE_STUB = '''"""Stand-ins for an external broker's fixtures."""
 
 
 class ExternalService:
