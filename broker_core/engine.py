@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 from dataclasses import dataclass, field
 
 from broker_core import batches, metrics, naming
@@ -59,6 +60,18 @@ class EngineConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ProduceRules:
+    """A topic's produce-time settings and counters, derived from its configs."""
+
+    configs: Mapping[str, str]
+    max_message_bytes: int
+    min_insync_replicas: int
+    log_append_time: bool
+    messages_in: Any
+    bytes_in: Any
+
+
+@dataclass(frozen=True, slots=True)
 class Appended:
     """The outcome of one append: where the batch went and what to wait for before acking."""
 
@@ -85,6 +98,7 @@ class Engine:
                               config.offsets_topic_compaction_bytes)
         self.groups = GroupCoordinator(config.groups, offsets)
         self.producers = ProducerStates()
+        self._rules: dict[str, ProduceRules] = {}
         txn_log = SystemTopic(logs, self.flusher, TXN_TOPIC, config.txn_topic_partitions,
                               config.offsets_topic_segment_bytes,
                               config.offsets_topic_compaction_bytes)
@@ -189,6 +203,17 @@ class Engine:
         """The full internal name for a client's topic name (raises INVALID_TOPIC_EXCEPTION)."""
         return naming.to_internal(name, ctx.home)
 
+    def _produce_rules(self, internal: str, own: Mapping[str, str]) -> ProduceRules:
+        """What produce checks per topic, computed once per set of topic configs."""
+        rules = self._rules.get(internal)
+        if rules is None or rules.configs != own:
+            settings = self.topic_configs(own)
+            rules = self._rules[internal] = ProduceRules(
+                own, int(settings["max.message.bytes"]), int(settings["min.insync.replicas"]),
+                settings["message.timestamp.type"] == "LogAppendTime",
+                metrics.MESSAGES_IN.labels(internal), metrics.BYTES_IN.labels(internal))
+        return rules
+
     def topic_configs(self, own: Mapping[str, str]) -> dict[str, str]:
         """Every topic config key with its effective value, given a topic's own configs."""
         return effective_config(own, self.config.topic_defaults)
@@ -225,6 +250,7 @@ class Engine:
             if partition is not None:
                 self.flusher.forget(partition)
         self.logs.delete_topic(internal)
+        self._rules.pop(internal, None)
         self.producers.forget(internal)
         for index in range(topic.num_partitions):
             self.waiters.notify((internal, index))
@@ -239,17 +265,17 @@ class Engine:
         assert topic is not None
         started = time.perf_counter()
         header = batches.validate_produced(records)
-        settings = self.topic_configs(topic.configs)
-        if len(records) > int(settings["max.message.bytes"]):
+        rules = self._produce_rules(internal, topic.configs)
+        if len(records) > rules.max_message_bytes:
             raise KafkaApiError(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"batch of {len(records)} bytes exceeds max.message.bytes "
-                f"{settings['max.message.bytes']} of {internal}",
+                f"{rules.max_message_bytes} of {internal}",
             )
-        if acks == -1 and int(settings["min.insync.replicas"]) > 1:
+        if acks == -1 and rules.min_insync_replicas > 1:
             raise KafkaApiError(
                 ErrorCode.NOT_ENOUGH_REPLICAS,
-                f"{internal} requires {settings['min.insync.replicas']} in-sync replicas; "
+                f"{internal} requires {rules.min_insync_replicas} in-sync replicas; "
                 "this broker keeps one",
             )
         producers: PartitionProducers | None = None
@@ -266,15 +292,15 @@ class Engine:
         batch = bytearray(records)
         log_append_time = -1
         max_timestamp = header.max_timestamp
-        if settings["message.timestamp.type"] == "LogAppendTime":
+        if rules.log_append_time:
             log_append_time = max_timestamp = int(time.time() * 1000)
             batches.stamp_log_append_time(batch, log_append_time)
         validated = time.perf_counter()
         base = partition.append(batch, header.last_offset_delta, max_timestamp)
-        metrics.PRODUCE_STAGE.labels("validate").observe(validated - started)
-        metrics.PRODUCE_STAGE.labels("append").observe(time.perf_counter() - validated)
-        metrics.MESSAGES_IN.labels(internal).inc(header.record_count)
-        metrics.BYTES_IN.labels(internal).inc(len(batch))
+        metrics.STAGE_VALIDATE.observe(validated - started)
+        metrics.STAGE_APPEND.observe(time.perf_counter() - validated)
+        rules.messages_in.inc(header.record_count)
+        rules.bytes_in.inc(len(batch))
         if producers is not None:
             producers.record(header, base)
         self.waiters.notify((internal, index))

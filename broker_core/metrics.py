@@ -25,3 +25,7 @@ MESSAGES_OUT = Counter("kop_server_messages_out", "Records sent to fetchers, by 
                        ["topic"])
 BYTES_OUT = Counter("kop_server_bytes_out", "Record batch bytes sent to fetchers, by topic.",
                     ["topic"])
+STAGE_HANDLE = PRODUCE_STAGE.labels("handle")
+STAGE_VALIDATE = PRODUCE_STAGE.labels("validate")
+STAGE_APPEND = PRODUCE_STAGE.labels("append")
+STAGE_QUEUED = PRODUCE_STAGE.labels("queued")

@@ -67,11 +67,11 @@ async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> A
                 waits.append(appended.durable)
         topics.append(_Topic(name=topic.name, partition_responses=partitions))
     if acks == 0:
-        metrics.PRODUCE_STAGE.labels("handle").observe(time.perf_counter() - started)
+        metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
         return None
     if waits:
         queued = time.perf_counter()
         await asyncio.gather(*waits)
-        metrics.PRODUCE_STAGE.labels("queued").observe(time.perf_counter() - queued)
-    metrics.PRODUCE_STAGE.labels("handle").observe(time.perf_counter() - started)
+        metrics.STAGE_QUEUED.observe(time.perf_counter() - queued)
+    metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
     return ProduceResponse(version=request.version, responses=topics, throttle_time_ms=0)

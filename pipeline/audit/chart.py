@@ -1,0 +1,51 @@
+"""The report's PNG: failed logins, denials and rejected connections per minute, with
+the bursts shaded."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+
+SERIES = (("login_failures", "failed logins"), ("denials", "denials"),
+          ("rejected_connections", "rejected connections"))
+
+
+def draw_chart(per_minute: list[Any], bursts: list[Any], path: Path) -> Path:
+    """Write the chart of ``failures_per_minute`` rows (summed over tenants) to ``path``."""
+    totals: dict[datetime, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for row in per_minute:
+        for column, _label in SERIES:
+            totals[row["minute"]][column] += int(row[column] or 0)
+    minutes = sorted(totals)
+    figure, axes = plt.subplots(figsize=(10, 4.5), dpi=100)
+    try:
+        if minutes:
+            bottom = [0] * len(minutes)
+            for column, label in SERIES:
+                heights = [totals[m][column] for m in minutes]
+                axes.bar(minutes, heights, width=1 / 1440 * 0.8, bottom=bottom, label=label,
+                         align="edge")
+                bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+            for burst in bursts:
+                axes.axvspan(burst["first_failure"], burst["last_failure"], color="red",
+                             alpha=0.15)
+            axes.legend(loc="upper left")
+            figure.autofmt_xdate()
+        else:
+            axes.text(0.5, 0.5, "no failed logins, denials or rejected connections",
+                      ha="center", va="center", transform=axes.transAxes)
+        axes.set_title(f"Security events per minute (UTC); {len(bursts)} burst(s) shaded")
+        axes.set_ylabel("events")
+        figure.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path)
+    finally:
+        plt.close(figure)
+    return path
