@@ -12,8 +12,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from broker_core import batches, metrics, naming
 from broker_core.context import AllowAll, Authorizer, Operation, RequestContext, ResourceType
