@@ -17,8 +17,8 @@ ARGS ?=
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 
-# Debian packages the build or tests need (none yet). Only missing ones are installed.
-DEBIAN_PACKAGES ?=
+# Debian packages the build or tests need (Java for Spark). Only missing ones are installed.
+DEBIAN_PACKAGES ?= openjdk-17-jre-headless
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
@@ -53,7 +53,7 @@ $(BASE_STAMP): | $(BIN)/python
 
 $(TEST_STAMP): | $(BIN)/python
 	rm -f $(VENV)/.installed-*
-	$(BIN)/pip install -e '.[test]'
+	$(BIN)/pip install -e '.[test,spark]'
 	touch $@ $(BASE_STAMP)
 
 run: $(BASE_STAMP)

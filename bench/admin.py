@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -17,3 +19,14 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 6
     found = metadata.topics.get(topic)
     if found is None or found.error is not None or len(found.partitions) != partitions:
         raise RuntimeError(f"topic {topic} not ready: {found and found.error}")
+
+
+def delete_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> None:
+    """Delete ``topic`` (best effort: frees the brokers' memory and disk between trials)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "bench-admin"})
+    futures = admin.delete_topics([topic], operation_timeout=timeout, request_timeout=timeout)
+    for future in futures.values():
+        try:
+            future.result(timeout)
+        except Exception as exc:  # a leftover topic only costs memory
+            print(f"[bench] could not delete {topic}: {exc}", file=sys.stderr, flush=True)

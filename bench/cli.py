@@ -15,7 +15,7 @@ from bench import report
 from bench.chart import write_chart
 from bench.options import Options, parse_options
 from bench.pinning import CpuPlan, pin_self, plan_cpus
-from bench.runner import run_broker
+from bench.suite import run_suite
 
 RESULT_FILES = ("latest.json", "latest.md", "latest.png")
 
@@ -74,8 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.monotonic()
     results: dict[str, Any] = {"meta": _meta(cpus), "options": _options_json(opts),
                                "brokers": {}}
-    for name in opts.brokers:
-        results["brokers"][name] = run_broker(name, opts, cpus)
+    results["brokers"] = run_suite(opts, cpus)
     results["meta"]["seconds"] = round(time.monotonic() - began, 1)
     results["targets"] = report.targets(results)
     text = report.markdown(results)

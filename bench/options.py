@@ -9,8 +9,8 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-# A full run: 200-650 MB per size, bounded so both brokers finish in a few minutes.
-FULL_RECORDS = {100: 2_000_000, 1024: 500_000, 16384: 40_000}
+# A full run: 100-400 MB per size and trial, bounded so the run takes about five minutes.
+FULL_RECORDS = {100: 1_000_000, 1024: 300_000, 16384: 25_000}
 QUICK_RECORDS = {100: 3_000, 1024: 2_000, 16384: 300}
 
 
@@ -30,6 +30,7 @@ class Options:
     partitions_scenario: int = 1000
     partitions_records: int = 10
     partitions_size: int = 1024
+    repeat: int = 3
     pin: bool = True
     quick: bool = False
     out: Path = RESULTS
@@ -64,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--sizes", type=_ints, help="record sizes in bytes (100,1024,16384)")
     parser.add_argument("--records", type=_records,
                         help="records per throughput run: N for every size, or "
-                             "SIZE=N,SIZE=N (default 100=2000000,1024=500000,16384=40000)")
+                             "SIZE=N,SIZE=N (default 100=1000000,1024=300000,16384=25000)")
     parser.add_argument("--acks", default="all", help="producer acks (all)")
     parser.add_argument("--linger-ms", type=float, default=5.0, help="producer linger.ms (5)")
     parser.add_argument("--rate", type=float, help="latency run: records/s (20000)")
@@ -76,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="partition scenario: partitions of the topic (1000)")
     parser.add_argument("--partition-records", type=int,
                         help="partition scenario: records to each partition (10)")
+    parser.add_argument("--repeat", type=int,
+                        help="trials per throughput and latency figure; the median is "
+                             "reported (3; 1 with --quick)")
     parser.add_argument("--no-pin", action="store_true",
                         help="do not pin the broker and the load generators to CPUs")
     parser.add_argument("--out", type=Path, default=RESULTS,
@@ -96,12 +100,14 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         opts.rate, opts.latency_seconds, opts.latency_warmup = 2_000.0, 1.0, 0.5
         opts.partitions_scenario, opts.partitions_records = 20, 5
         opts.timeout = min(opts.timeout, 60.0)
+        opts.repeat = 1
     if args.sizes:
         opts.sizes = args.sizes
     if isinstance(args.records, int):
         opts.records = dict.fromkeys(opts.sizes, args.records)
     elif args.records:
         opts.records.update(args.records)
+    opts.repeat = max(1, args.repeat or opts.repeat)
     opts.rate = args.rate or opts.rate
     opts.latency_seconds = args.latency_seconds or opts.latency_seconds
     if args.latency_warmup is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import procstats
-from bench.admin import create_topic
+from bench.admin import create_topic, delete_topic
 from bench.brokers import Broker, make_broker
 from bench.options import Options
 from bench.pinning import CpuPlan
@@ -105,10 +105,17 @@ def _summary(phase: Phase) -> dict[str, Any]:
             "records_per_broker_cpu_s": load["records"] / max(phase.broker_cpu_s, 0.01)}
 
 
-def throughput(bench: Bench, broker: Broker, size: int) -> dict[str, Any]:
+def throughput(bench: Bench, broker: Broker, size: int, trial: int) -> dict[str, Any]:
     """Produce ``records_for(size)`` records, then consume them all back."""
-    topic = f"bench-throughput-{size}"
+    topic = f"bench-throughput-{size}-{trial}"
     create_topic(broker.bootstrap, topic, 1)
+    try:
+        return _throughput(bench, broker, size, topic)
+    finally:
+        delete_topic(broker.bootstrap, topic)
+
+
+def _throughput(bench: Bench, broker: Broker, size: int, topic: str) -> dict[str, Any]:
     count = bench.opts.records_for(size)
     produced = run_worker(bench, broker, "produce", topic, size=size, count=count)
     if produced.load["records"] != count:
@@ -120,13 +127,17 @@ def throughput(bench: Bench, broker: Broker, size: int) -> dict[str, Any]:
             "produce": _summary(produced), "consume": _summary(consumed)}
 
 
-def latency(bench: Bench, broker: Broker) -> dict[str, Any]:
+def latency(bench: Bench, broker: Broker, trial: int) -> dict[str, Any]:
     """Produce at ``opts.rate`` records/s and report the latency percentiles."""
     opts = bench.opts
-    topic = "bench-latency"
+    topic = f"bench-latency-{trial}"
     create_topic(broker.bootstrap, topic, 1)
-    phase = run_worker(bench, broker, "latency", topic, size=opts.latency_size, rate=opts.rate,
-                       seconds=opts.latency_seconds, warmup=opts.latency_warmup)
+    try:
+        phase = run_worker(bench, broker, "latency", topic, size=opts.latency_size,
+                           rate=opts.rate, seconds=opts.latency_seconds,
+                           warmup=opts.latency_warmup)
+    finally:
+        delete_topic(broker.bootstrap, topic)
     return {**phase.load, "size": opts.latency_size, "broker_cpu_s": phase.broker_cpu_s,
             "others_cpu_s": phase.others_cpu_s}
 
@@ -157,33 +168,3 @@ def many_partitions(bench: Bench, name: str) -> dict[str, Any]:
         }
     finally:
         broker.stop()
-
-
-def _say(name: str, what: str) -> None:
-    print(f"[bench] {name}: {what}", file=sys.stderr, flush=True)
-
-
-def run_broker(name: str, opts: Options, cpus: CpuPlan) -> dict[str, Any]:
-    """All scenarios for one broker; a fresh process for the partitions scenario."""
-    bench = Bench(opts, cpus)
-    broker = make_broker(name)
-    result: dict[str, Any] = {"name": name, "label": broker.label, "version": broker.version()}
-    _say(name, f"starting {result['version']}")
-    broker.start(cpus.broker)
-    try:
-        start_cpu = broker.cpu_seconds()
-        result["throughput"] = []
-        for size in opts.sizes:
-            _say(name, f"throughput {size} B x {opts.records_for(size)}")
-            result["throughput"].append(throughput(bench, broker, size))
-        _say(name, f"latency at {opts.rate:g}/s")
-        result["latency"] = latency(bench, broker)
-        result["cpu_seconds_total"] = broker.cpu_seconds() - start_cpu
-        result["peak_rss_mb"] = broker.peak_rss_bytes() / MB
-    finally:
-        broker.stop()
-    _say(name, f"{opts.partitions_scenario} partitions")
-    result["partitions"] = many_partitions(bench, name)
-    result["noise"] = {"wall_s": bench.noise.wall_s, "others_cpu_s": bench.noise.others_cpu_s,
-                       "others_share_pct": bench.noise.share()}
-    return result

@@ -83,11 +83,13 @@ class ClusterView:
 
     def earliest(self, tps: list[TopicPartition]) -> Offsets:
         """Log start offsets."""
-        return self._list_offsets({tp: OffsetSpec.earliest() for tp in tps})
+        return self._list_offsets({tp: OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+                                   for tp in tps})
 
     def latest(self, tps: list[TopicPartition]) -> Offsets:
         """High watermarks, or last stable offsets under read_committed."""
-        return self._list_offsets({tp: OffsetSpec.latest() for tp in tps})
+        return self._list_offsets({tp: OffsetSpec.latest()  # type: ignore[no-untyped-call]
+                                   for tp in tps})
 
     def for_timestamp(self, tps: list[TopicPartition], timestamp_ms: int) -> Offsets:
         """The first offset at or after ``timestamp_ms``, or the latest when there is none."""

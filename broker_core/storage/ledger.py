@@ -293,27 +293,38 @@ class Ledger:
         budget. Returns the batches, their total size, and whether the ledger's end was
         reached (as opposed to the budget).
         """
-        reader = LedgerReader(self, _HEADER_WINDOW)
+        # One read covers the budget; headers were verified when written or recovered, so
+        # here they are only unpacked (this loop is the fetch hot path).
+        end = self.facts.size
+        window = memoryview(os.pread(self.fd(), min(end - start, max(budget, 0) + _READ_SLACK),
+                                     start)) if end > start else memoryview(b"")
+        unpack = ENTRY_HEADER_STRUCT.unpack_from
         out: list[memoryview] = []
         taken = 0
-        position = start
-        while position < self.facts.size:
-            room = max(budget - taken, 0)
-            head = reader.view(position, ENTRY_HEADER_SIZE, ENTRY_HEADER_SIZE + room + _READ_SLACK)
-            header = decode_entry_header(head)
-            if header is None:
-                raise CorruptLedger(f"{self.path}: no valid entry at position {position}")
-            length = header.batch_length
+        at = 0  # position in the window
+        while start + at < end:
+            if at + ENTRY_HEADER_SIZE > len(window):  # the window ran out: read on
+                start, at = start + at, 0
+                window = memoryview(os.pread(
+                    self.fd(), min(end - start, max(budget - taken, 0) + _HEADER_WINDOW), start))
+                if len(window) < ENTRY_HEADER_SIZE:
+                    raise CorruptLedger(f"{self.path}: short entry header at {start}")
+            magic, _index, _stamp, length, _crc = unpack(window, at)
+            if magic != ENTRY_MAGIC or length < 0:
+                raise CorruptLedger(f"{self.path}: no valid entry at position {start + at}")
             if taken + length > budget and (out or not take_first):
                 return out, taken, False
-            batch = reader.view(
-                position + ENTRY_HEADER_SIZE, length, length + max(room - length, 0) + _READ_SLACK
-            )
-            if len(batch) != length:
-                raise CorruptLedger(f"{self.path}: short batch at position {position}")
-            out.append(batch)
+            body = at + ENTRY_HEADER_SIZE
+            if body + length > len(window):  # the batch goes past the window: read on
+                start, at, body = start + at, 0, ENTRY_HEADER_SIZE
+                window = memoryview(os.pread(
+                    self.fd(), ENTRY_HEADER_SIZE + max(length, budget - taken) + _READ_SLACK,
+                    start))
+                if len(window) < ENTRY_HEADER_SIZE + length:
+                    raise CorruptLedger(f"{self.path}: short batch at position {start}")
+            out.append(window[body:body + length])
             taken += length
-            position += ENTRY_HEADER_SIZE + length
+            at = body + length
         return out, taken, True
 
     # -- recovery --------------------------------------------------------------------

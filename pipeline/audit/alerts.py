@@ -19,7 +19,7 @@ from pathlib import Path
 from confluent_kafka.admin import NewTopic
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from pipeline import clients
 from pipeline.audit.analysis import BurstRule
@@ -39,7 +39,7 @@ class AlertSettings:
     checkpoint: Path
     topic: str = AUDIT_TOPIC
     alerts_topic: str = ALERTS_TOPIC
-    rule: BurstRule = BurstRule()
+    rule: BurstRule = field(default_factory=BurstRule)
     starting_offsets: str = "latest"
     trigger_seconds: float = 5.0
     options: dict[str, str] = field(default_factory=dict)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 
@@ -23,7 +23,7 @@ class BurstRule:
     window_seconds: int = 60
 
 
-def _counts() -> list[F.Column]:
+def _counts() -> list[Column]:
     return [F.sum("login_ok").alias("logins_ok"),
             F.sum("login_failed").alias("login_failures"),
             F.sum("denied").alias("denials"),
@@ -94,7 +94,7 @@ def bursts(events: DataFrame, rule: BurstRule) -> DataFrame:
     window_ms = rule.window_seconds * 1000
     failures = (events.where(F.col("login_failed") == 1)
                 .select("source", "listener", "event_time",
-                        (F.unix_micros("event_time") // 1000).alias("ms")))
+                        F.unix_millis("event_time").alias("ms")))
     ahead = Window.partitionBy("source").orderBy("ms").rangeBetween(0, window_ms - 1)
     starts = (failures.select("source", "ms", F.count("*").over(ahead).alias("in_window"),
                               F.max("ms").over(ahead).alias("window_last"))

@@ -4,22 +4,30 @@ the bursts shaded."""
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+import matplotlib.pyplot as plt
+
+BAR_DAYS = 0.8 / 1440
+
+
+def day_number(epoch_ms: int) -> float:
+    """Matplotlib's date number: days since 1970-01-01 UTC."""
+    return epoch_ms / 86_400_000
+
 
 SERIES = (("login_failures", "failed logins"), ("denials", "denials"),
           ("rejected_connections", "rejected connections"))
 
 
 def draw_chart(per_minute: list[Any], bursts: list[Any], path: Path) -> Path:
-    """Write the chart of ``failures_per_minute`` rows (summed over tenants) to ``path``."""
-    totals: dict[datetime, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    """Write the chart of ``failures_per_minute`` rows (summed over tenants) to ``path``;
+    times (``minute``, ``first_failure``, ``last_failure``) are epoch milliseconds."""
+    totals: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for row in per_minute:
         for column, _label in SERIES:
             totals[row["minute"]][column] += int(row[column] or 0)
@@ -27,15 +35,18 @@ def draw_chart(per_minute: list[Any], bursts: list[Any], path: Path) -> Path:
     figure, axes = plt.subplots(figsize=(10, 4.5), dpi=100)
     try:
         if minutes:
+            x = [day_number(m) for m in minutes]
             bottom = [0] * len(minutes)
             for column, label in SERIES:
                 heights = [totals[m][column] for m in minutes]
-                axes.bar(minutes, heights, width=1 / 1440 * 0.8, bottom=bottom, label=label,
+                axes.bar(x, heights, width=BAR_DAYS, bottom=bottom, label=label,
                          align="edge")
                 bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
             for burst in bursts:
-                axes.axvspan(burst["first_failure"], burst["last_failure"], color="red",
-                             alpha=0.15)
+                axes.axvspan(day_number(burst["first_failure"]),
+                             day_number(burst["last_failure"]) + BAR_DAYS,
+                             color="red", alpha=0.15)
+            axes.xaxis_date()
             axes.legend(loc="upper left")
             figure.autofmt_xdate()
         else:

@@ -49,7 +49,7 @@ class ReportSettings:
     topic: str = AUDIT_TOPIC
     since_ms: int | None = None
     output: Path = Path("audit-report")
-    rule: BurstRule = BurstRule()
+    rule: BurstRule = field(default_factory=BurstRule)
     top: int = 10
     options: dict[str, str] = field(default_factory=dict)
     """Extra ``edgekafka`` options (security: ``kafka.*``, ``oauth.*``)."""
@@ -95,6 +95,13 @@ def _printable(frame: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict() for row in frame.select(*columns).collect()]
 
 
+def _epoch_ms(frame: DataFrame) -> list[dict[str, Any]]:
+    """Rows with timestamps as epoch milliseconds."""
+    columns = [F.unix_millis(f.name).alias(f.name) if isinstance(f.dataType, TimestampType)
+               else F.col(f.name) for f in frame.schema.fields]
+    return [row.asDict() for row in frame.select(*columns).collect()]
+
+
 def run_report(spark: SparkSession, settings: ReportSettings) -> Report:
     """Compute, write and return the report (printing is the caller's choice)."""
     events = read_events(spark, settings).cache()
@@ -111,8 +118,8 @@ def run_report(spark: SparkSession, settings: ReportSettings) -> Report:
         for name, frame in frames.items():
             frame.coalesce(1).write.mode("overwrite").parquet(str(output / name))
         stored = {name: spark.read.parquet(str(output / name)) for name in frames}
-        chart = draw_chart(stored["failures_per_minute"].collect(),
-                           stored["bursts"].collect(), output / CHART)
+        chart = draw_chart(_epoch_ms(stored["failures_per_minute"]),
+                           _epoch_ms(stored["bursts"]), output / CHART)
         tables = {name: _printable(frame.orderBy(*frames[name].columns[:1]))
                   if name in ("tenants", "principals", "failures_per_minute")
                   else _printable(frames[name]) for name, frame in stored.items()}

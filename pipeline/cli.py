@@ -1,0 +1,181 @@
+"""``edge-broker-pipeline``: the Spark jobs' command line.
+
+``edge-broker-pipeline audit-report --bootstrap HOST:PORT [--since 1h] [--output DIR]``
+writes the audit report (Parquet tables, a PNG chart) and prints its tables;
+``--stream`` instead watches the audit topic and publishes burst alerts to
+``__audit_alerts`` until stopped (or for ``--run-seconds``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pipeline.audit.alerts import ALERTS_TOPIC, AlertSettings, start_alerts
+from pipeline.audit.analysis import BurstRule
+from pipeline.audit.events import AUDIT_TOPIC
+from pipeline.audit.report import ReportSettings, run_report
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(text: str, now: float | None = None) -> int:
+    """``90s``, ``15m``, ``2h``, ``7d``, ``1w`` ago; an ISO-8601 time (UTC unless it says);
+    or epoch milliseconds. Returns epoch milliseconds."""
+    now = time.time() if now is None else now
+    relative = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text)
+    if relative:
+        return int((now - int(relative[1]) * _UNITS[relative[2]]) * 1000)
+    if re.fullmatch(r"\d{11,}", text.strip()):
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--since takes 15m / 2h / 7d, an ISO time or epoch ms, not {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--option takes KEY=VALUE, not {text!r}")
+    return key, value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (``audit-report`` is the one command so far)."""
+    parser = argparse.ArgumentParser(prog="edge-broker-pipeline",
+                                     description="Spark jobs over the edge broker's topics.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    report = commands.add_parser(
+        "audit-report", help="security analytics over the broker's audit events",
+        description="Summarise the audit topic (failed logins, denials, rejected "
+                    "connections, password-guessing bursts) or, with --stream, publish "
+                    "burst alerts continuously.")
+    report.add_argument("--bootstrap", required=True, help="bootstrap servers, HOST:PORT")
+    report.add_argument("--topic", default=AUDIT_TOPIC, help=f"audit topic ({AUDIT_TOPIC})")
+    report.add_argument("--since", type=parse_since,
+                        help="only events since: 15m, 2h, 7d, an ISO time or epoch ms")
+    report.add_argument("--output", type=Path, default=Path("audit-report"),
+                        help="report directory (./audit-report)")
+    report.add_argument("--burst-threshold", type=_positive, default=5,
+                        help="failed logins from one source that make a burst (5)")
+    report.add_argument("--burst-window", type=_positive, default=60,
+                        help="within this many seconds (60)")
+    report.add_argument("--top", type=_positive, default=10, help="rows of the top lists (10)")
+    report.add_argument("--master", help="Spark master (default $SPARK_MASTER or local[*])")
+    security = report.add_argument_group("security")
+    security.add_argument("--security-protocol",
+                          help="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+    security.add_argument("--sasl-username", help="SASL/PLAIN username")
+    security.add_argument("--sasl-password", help="SASL/PLAIN password (e.g. token:...)")
+    security.add_argument("--oauth-issuer-url", help="OAUTHBEARER: the issuer")
+    security.add_argument("--oauth-credentials-url", help="OAUTHBEARER: client credentials URL")
+    security.add_argument("--oauth-audience", help="OAUTHBEARER: audience to ask for")
+    security.add_argument("--oauth-scope", help="OAUTHBEARER: scope to ask for")
+    security.add_argument("--option", type=_key_value, action="append", default=[],
+                          metavar="KEY=VALUE", help="any edgekafka option, repeatable")
+    stream = report.add_argument_group("streaming")
+    stream.add_argument("--stream", action="store_true",
+                        help="run continuously and publish burst alerts")
+    stream.add_argument("--alerts-topic", default=ALERTS_TOPIC,
+                        help=f"where alerts go ({ALERTS_TOPIC}; created if missing)")
+    stream.add_argument("--checkpoint", type=Path,
+                        help="checkpoint directory (OUTPUT/alerts-checkpoint)")
+    stream.add_argument("--starting-offsets", choices=("earliest", "latest"), default="latest",
+                        help="where a new stream starts without --since (latest)")
+    stream.add_argument("--trigger-seconds", type=float, default=5.0,
+                        help="micro-batch interval (5)")
+    stream.add_argument("--run-seconds", type=float,
+                        help="stop after this long (default: until interrupted)")
+    return parser
+
+
+def source_options(args: argparse.Namespace) -> dict[str, str]:
+    """``edgekafka`` options from the security flags and ``--option``."""
+    options: dict[str, str] = {}
+    for flag, key in (("security_protocol", "kafka.security.protocol"),
+                      ("sasl_username", "kafka.sasl.username"),
+                      ("sasl_password", "kafka.sasl.password"),
+                      ("oauth_issuer_url", "oauth.issuerUrl"),
+                      ("oauth_credentials_url", "oauth.credentialsUrl"),
+                      ("oauth_audience", "oauth.audience"),
+                      ("oauth_scope", "oauth.scope")):
+        value = getattr(args, flag)
+        if value:
+            options[key] = value
+    options.update(dict(args.option))
+    return options
+
+
+def _stream(args: argparse.Namespace, rule: BurstRule, options: dict[str, str]) -> int:
+    from pipeline.session import spark_session
+
+    if args.since is not None:
+        options = {"startingTimestamp": str(args.since), **options}
+    settings = AlertSettings(
+        bootstrap=args.bootstrap, checkpoint=args.checkpoint or args.output / "alerts-checkpoint",
+        topic=args.topic, alerts_topic=args.alerts_topic, rule=rule,
+        starting_offsets=args.starting_offsets, trigger_seconds=args.trigger_seconds,
+        options=options)
+    spark = spark_session(args.master)
+    spark.sparkContext.setLogLevel("WARN")
+
+    def show(values: list[str]) -> None:
+        for value in values:
+            print("ALERT", value, flush=True)
+
+    query = start_alerts(spark, settings, show)
+    print(f"watching {args.topic}; alerts go to {args.alerts_topic}", flush=True)
+    try:
+        query.awaitTermination(args.run_seconds)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        query.stop()
+    return 0
+
+
+def audit_report(args: argparse.Namespace) -> int:
+    """Run the ``audit-report`` command."""
+    rule = BurstRule(threshold=args.burst_threshold, window_seconds=args.burst_window)
+    options = source_options(args)
+    if args.stream:
+        return _stream(args, rule, options)
+    from pipeline.session import spark_session
+
+    spark = spark_session(args.master)
+    spark.sparkContext.setLogLevel("WARN")
+    report = run_report(spark, ReportSettings(
+        bootstrap=args.bootstrap, topic=args.topic, since_ms=args.since, output=args.output,
+        rule=rule, top=args.top, options=options))
+    print(report.text())
+    print(f"\nParquet tables and {report.chart.name} written to {report.output}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``edge-broker-pipeline``."""
+    args = build_parser().parse_args(argv)
+    if args.command == "audit-report":
+        return audit_report(args)
+    return 2  # pragma: no cover (argparse requires a command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
