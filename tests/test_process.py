@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer import ProduceRequest
 
 from tests.broker_process import REPO, BrokerProcess
 from tests.clients import create_topic, make_records, produce_confluent
-from tests.raw import RawConnection
+from tests.raw import RawConnection, record_batch
+from tests.test_bad_input import create, produce
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -104,3 +107,30 @@ def test_sigterm_answers_in_flight_requests_and_seals(tmp_path: Path, topic_name
         assert "edge-broker stopped" in broker.log_text()
     finally:
         broker.kill()
+
+
+def test_pipelined_requests_answer_in_order_with_a_small_queue(tmp_path: Path,
+                                                               topic_name: str) -> None:
+    broker = BrokerProcess(tmp_path, {"maxQueuedRequests": "2"}).start()
+    try:
+        conn = RawConnection(broker.port)
+        assert create(conn, topic_name) == 0
+        frames = b""
+        first = conn.correlation_id + 1
+        for i in range(60):  # produce and metadata requests, all written at once
+            if i % 2:
+                payload = conn.request_bytes(MetadataRequest[1](topics=None), 1)
+            else:
+                data = ProduceRequest.TopicProduceData(name=topic_name, partition_data=[
+                    ProduceRequest.TopicProduceData.PartitionProduceData(
+                        index=0, records=record_batch(1))])
+                payload = conn.request_bytes(ProduceRequest[9](
+                    transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[data]), 9)
+            frames += len(payload).to_bytes(4, "big") + payload
+        conn.sock.sendall(frames)
+        correlations = [int.from_bytes(conn.read_frame()[:4], "big") for _ in range(60)]
+        assert correlations == list(range(first, first + 60))
+        assert produce(conn, topic_name, record_batch(1)).base_offset == 30  # all 30 went in
+        conn.close()
+    finally:
+        broker.stop()
