@@ -95,7 +95,7 @@ def response_header(correlation_id: int, flexible: bool) -> bytes:
 
 def frame_response(header: bytes, body: bytes | bytearray | memoryview) -> bytes:
     """Join a response header and body behind the 4-byte size prefix."""
-    return _INT32.pack(len(header) + len(body)) + header + bytes(body)
+    return b"".join((_INT32.pack(len(header) + len(body)), header, body))
 
 
 def encode_body(message: Any) -> bytes | bytearray:
