@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,14 @@ from bench.report import size_label
 
 COLORS = {"edge": "#1f77b4", "tansu": "#ff7f0e"}
 LABELS = {"edge": "this broker", "tansu": "Tansu"}
+
+
+def _latency_pick(extra: int | None, key: str) -> Callable[[dict[str, Any]], float]:
+    """Latency ``key`` of the main run (``extra`` None) or of an extra linger's run."""
+    def pick(broker: dict[str, Any]) -> float:
+        run = broker["latency"] if extra is None else broker["latency_extra"][extra]
+        return float(run[key])
+    return pick
 
 
 def write_chart(results: dict[str, Any], path: Path) -> bool:
@@ -34,17 +43,20 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
                       [size_label(s) for s in sizes])
         ax.set_title(f"{phase} MB/s" + (" (acks=all)" if phase == "produce" else ""))
         ax.legend(fontsize=8)
-    keys = [("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")]
+    groups: list[tuple[str, Callable[[dict[str, Any]], float]]] = [
+        (label, _latency_pick(None, key)) for label, key in
+        (("p50", "p50_ms"), ("p99", "p99_ms"), ("p99.9", "p999_ms"))]
+    for index, linger in enumerate(results["options"].get("extra_latency_lingers", [])):
+        groups.append((f"p99\nlinger {linger:g}", _latency_pick(index, "p99_ms")))
     for i, name in enumerate(names):
-        values = [brokers[name]["latency"][key] for key, _ in keys]
-        ax = axes[2]
-        ax.bar([x + i * width for x in range(len(keys))], values, width,
-               label=LABELS[name], color=COLORS[name])
+        values = [float(pick(brokers[name])) for _, pick in groups]
+        axes[2].bar([x + i * width for x in range(len(groups))], values, width,
+                    label=LABELS[name], color=COLORS[name])
     opts = results["options"]
-    axes[2].set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(keys))],
-                       [label for _, label in keys])
+    axes[2].set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(groups))],
+                       [label for label, _ in groups])
     axes[2].set_title(f"produce latency ms at {opts['rate']:,.0f}/s x "
-                      f"{size_label(opts['latency_size'])}")
+                      f"{size_label(opts['latency_size'])}, linger {opts['linger_ms']:g}")
     axes[2].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=80)

@@ -27,6 +27,7 @@ class Options:
     latency_size: int = 1024
     latency_seconds: float = 20.0
     latency_warmup: float = 2.0
+    extra_latency_lingers: list[float] = field(default_factory=lambda: [1.0])
     partitions_scenario: int = 1000
     partitions_records: int = 10
     partitions_size: int = 1024
@@ -45,6 +46,10 @@ class Options:
 
 def _ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(part) for part in text.split(",") if part.strip()]
 
 
 def _records(text: str) -> dict[int, int] | int:
@@ -73,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="latency run: record bytes (1024)")
     parser.add_argument("--latency-seconds", type=float, help="latency run: measured s (20)")
     parser.add_argument("--latency-warmup", type=float, help="latency run: warm-up s (2)")
+    parser.add_argument("--extra-latency-lingers", type=_floats,
+                        help="latency run again at these linger.ms values (1; '' for "
+                             "none): shows how much of the latency is the linger")
     parser.add_argument("--partitions", type=int,
                         help="partition scenario: partitions of the topic (1000)")
     parser.add_argument("--partition-records", type=int,
@@ -101,6 +109,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         opts.partitions_scenario, opts.partitions_records = 20, 5
         opts.timeout = min(opts.timeout, 60.0)
         opts.repeat = 1
+        opts.extra_latency_lingers = []
     if args.sizes:
         opts.sizes = args.sizes
     if isinstance(args.records, int):
@@ -108,6 +117,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     elif args.records:
         opts.records.update(args.records)
     opts.repeat = max(1, args.repeat or opts.repeat)
+    if args.extra_latency_lingers is not None:
+        opts.extra_latency_lingers = args.extra_latency_lingers
     opts.rate = args.rate or opts.rate
     opts.latency_seconds = args.latency_seconds or opts.latency_seconds
     if args.latency_warmup is not None:

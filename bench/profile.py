@@ -1,10 +1,11 @@
-"""``python -m bench.profile``: py-spy on this broker while the producer load runs.
+"""``python -m bench.profile``: py-spy on this broker while the benchmark's load runs.
 
 Starts this broker as the benchmark does (pinned, durable defaults), runs the produce
-load for ``--seconds`` and samples the broker with ``py-spy record --format raw``; prints
-and saves the hottest functions (self and total shares). ``--idle`` counts waiting
-threads too (wall-clock view), ``--native`` adds C frames, ``--svg`` also records a
-flame graph in a second pass under the same load.
+load (or, with ``--load consume``, reads a filled topic over and over) for ``--seconds``
+and samples the broker with ``py-spy record --format raw``; prints and saves the hottest
+functions (self and total shares) as ``bench/results/profile-<load>[-idle].txt``.
+``--idle`` counts waiting threads too (wall-clock view), ``--native`` adds C frames,
+``--svg`` also records a flame graph in a second pass under the same load.
 """
 
 from __future__ import annotations
@@ -33,17 +34,32 @@ def py_spy() -> str:
     return found
 
 
+def _worker(broker: EdgeBroker, topic: str, args: argparse.Namespace, mode: str,
+            *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bench.worker", mode, "--bootstrap", broker.bootstrap,
+            "--topic", topic, "--size", str(args.size), "--linger-ms", str(args.linger_ms),
+            "--acks", "all", *extra]
+
+
 def _load(broker: EdgeBroker, topic: str, args: argparse.Namespace) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "bench.worker", "produce", "--bootstrap", broker.bootstrap,
-         "--topic", topic, "--size", str(args.size), "--seconds", str(args.seconds),
-         "--linger-ms", str(args.linger_ms), "--acks", "all"],
-        stdout=subprocess.PIPE, text=True)
+    if args.load == "produce":
+        command = _worker(broker, topic, args, "produce", "--seconds", str(args.seconds))
+    else:  # read the topic again and again until the time is up
+        once = " ".join(_worker(broker, topic, args, "consume", "--count", str(args.count)))
+        command = ["bash", "-c", f"end=$((SECONDS+{int(args.seconds)})); "
+                                 f"while [ $SECONDS -lt $end ]; do {once}; done"]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+
+
+def fill(broker: EdgeBroker, topic: str, args: argparse.Namespace) -> None:
+    """Before a consume profile: produce the records it reads."""
+    subprocess.run(_worker(broker, topic, args, "produce", "--count", str(args.count)),
+                   check=True, stdout=subprocess.DEVNULL)
 
 
 def record(broker: EdgeBroker, topic: str, args: argparse.Namespace, fmt: str,
            output: Path) -> str:
-    """One py-spy recording under the produce load; returns the load's JSON line."""
+    """One py-spy recording under the load; returns the load's JSON line(s)."""
     spy = [py_spy(), "record", "--pid", str(broker.pid), "--rate", str(args.rate),
            "--duration", str(int(args.seconds)), "--format", fmt, "--output", str(output),
            "--nonblocking"]
@@ -60,6 +76,10 @@ def record(broker: EdgeBroker, topic: str, args: argparse.Namespace, fmt: str,
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--load", choices=("produce", "consume"), default="produce",
+                        help="what the broker serves while sampled")
+    parser.add_argument("--count", type=int, default=300_000,
+                        help="consume: records produced first and read back each round")
     parser.add_argument("--seconds", type=float, default=20.0, help="load and sampling time")
     parser.add_argument("--size", type=int, default=1024, help="record bytes")
     parser.add_argument("--linger-ms", type=float, default=5.0)
@@ -85,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         topic = "bench-profile"
         create_topic(broker.bootstrap, topic, 1)
+        if args.load == "consume":
+            fill(broker, topic, args)
         with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
             raw = args.raw or Path(tmp) / "stacks.txt"
             load = record(broker, topic, args, "raw", raw)
@@ -94,12 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         broker.stop()
     mode = "wall clock (--idle)" if args.idle else "on CPU"
-    text = (f"py-spy, {mode}, {args.seconds:g} s of produce load: {args.size} B records, "
+    text = (f"py-spy, {mode}, {args.seconds:g} s of {args.load} load: {args.size} B records, "
             f"acks=all, linger.ms={args.linger_ms:g}; {cpus.describe()}\n"
             f"load: {load}\n{summary}\n")
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    name = "profile-idle.txt" if args.idle else "profile.txt"
+    name = f"profile-{args.load}{'-idle' if args.idle else ''}.txt"
     (args.out / name).write_text(text, encoding="utf-8")
     return 0
 

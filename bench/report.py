@@ -66,6 +66,10 @@ def _path(*keys: str) -> Pick:
     return pick
 
 
+def _extra(index: int, key: str) -> Pick:
+    return lambda broker: float(broker["latency_extra"][index][key])
+
+
 class _Rows:
     """Builds (metric, this broker, Tansu, ratio) rows."""
 
@@ -100,12 +104,18 @@ def rows(results: Results) -> list[tuple[str, str, str, str]]:
     for key, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
         out.add(f"produce latency {name} ms at {lat}", _path("latency", key), 2)
     out.add(f"achieved rate, records/s, at {lat}", _path("latency", "achieved_rate"), 0)
+    for i, linger in enumerate(opts.get("extra_latency_lingers", [])):
+        for key, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
+            out.add(f"produce latency {name} ms at {lat}, linger.ms={linger:g}",
+                    _extra(i, key), 2)
     out.add("broker CPU s, whole run", _path("cpu_seconds_total"), 1)
     out.add("broker peak RSS MB, whole run", _path("peak_rss_mb"), 1)
     parts = opts["partitions_scenario"]
     out.add(f"broker peak RSS MB, {parts:,} partitions", _path("partitions", "peak_rss_mb"), 1)
     out.add("noise: others' share of the broker's CPU during the load, %",
             _path("noise", "others_share_pct"), 0, ratio=False)
+    out.add("noise: others' share of the load generators' CPU, %",
+            _path("noise", "load_others_share_pct"), 0, ratio=False)
     return out.rows
 
 

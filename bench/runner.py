@@ -33,6 +33,7 @@ class Phase:
     broker_cpu_s: float
     others_cpu_s: float | None
     wall_s: float
+    load_others_cpu_s: float | None = None
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Noise:
 
     wall_s: float = 0.0
     others_cpu_s: float | None = 0.0
+    load_others_cpu_s: float | None = 0.0
 
     def add(self, phase: Phase) -> None:
         """Count one phase."""
@@ -49,12 +51,23 @@ class Noise:
             self.others_cpu_s += phase.others_cpu_s
         else:
             self.others_cpu_s = None
+        if self.load_others_cpu_s is not None and phase.load_others_cpu_s is not None:
+            self.load_others_cpu_s += phase.load_others_cpu_s
+        else:
+            self.load_others_cpu_s = None
 
-    def share(self) -> float | None:
-        """Others' CPU time as a share (%) of the broker CPUs' time during the load."""
-        if self.others_cpu_s is None or self.wall_s <= 0:
+    def share(self, others: float | None) -> float | None:
+        """CPU time of others as a share (%) of one CPU's time during the load."""
+        if others is None or self.wall_s <= 0:
             return None
-        return max(0.0, 100.0 * self.others_cpu_s / self.wall_s)
+        return max(0.0, 100.0 * others / self.wall_s)
+
+    def as_json(self) -> dict[str, float | None]:
+        """The totals and the shares."""
+        return {"wall_s": self.wall_s, "others_cpu_s": self.others_cpu_s,
+                "others_share_pct": self.share(self.others_cpu_s),
+                "load_others_cpu_s": self.load_others_cpu_s,
+                "load_others_share_pct": self.share(self.load_others_cpu_s)}
 
 
 @dataclass
@@ -69,13 +82,14 @@ class Bench:
 def run_worker(bench: Bench, broker: Broker, mode: str, topic: str, **extra: Any) -> Phase:
     """Run ``python -m bench.worker MODE`` against ``broker`` and return its result."""
     opts = bench.opts
+    extra.setdefault("linger_ms", opts.linger_ms)
     args = [sys.executable, "-m", "bench.worker", mode, "--bootstrap", broker.bootstrap,
-            "--topic", topic, "--acks", opts.acks, "--linger-ms", str(opts.linger_ms),
-            "--timeout", str(opts.timeout)]
+            "--topic", topic, "--acks", opts.acks, "--timeout", str(opts.timeout)]
     for key, value in extra.items():
         args += ["--" + key.replace("_", "-"), str(value)]
-    cpus = bench.cpus.broker
+    cpus, load_cpus = bench.cpus.broker, bench.cpus.load
     cpu0, busy0, wall0 = broker.cpu_seconds(), procstats.busy_seconds(cpus), time.monotonic()
+    load_busy0 = procstats.busy_seconds(load_cpus)
     try:
         out = subprocess.run(args, capture_output=True, text=True, check=False,
                              timeout=opts.timeout + 60)
@@ -85,13 +99,16 @@ def run_worker(bench: Bench, broker: Broker, mode: str, topic: str, **extra: Any
     wall = time.monotonic() - wall0
     cpu = broker.cpu_seconds() - cpu0
     others = None if cpus is None else procstats.busy_seconds(cpus) - busy0 - cpu
+    load_busy = procstats.busy_seconds(load_cpus) - load_busy0
     if out.returncode != 0 or not out.stdout.strip():
         raise LoadError(f"{mode} on {broker.name} failed ({out.returncode}):\n{out.stderr}")
     load: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     if load.get("errors"):
         raise LoadError(f"{mode} on {broker.name}: {load['errors']} errors, "
                         f"first: {load.get('first_error')}")
-    phase = Phase(load, cpu, others, wall)
+    own = float(load.get("process_cpu_s", 0.0))
+    load_others = None if load_cpus is None else load_busy - own
+    phase = Phase(load, cpu, others, wall, load_others)
     bench.noise.add(phase)
     return phase
 
@@ -127,19 +144,19 @@ def _throughput(bench: Bench, broker: Broker, size: int, topic: str) -> dict[str
             "produce": _summary(produced), "consume": _summary(consumed)}
 
 
-def latency(bench: Bench, broker: Broker, trial: int) -> dict[str, Any]:
+def latency(bench: Bench, broker: Broker, trial: int, linger_ms: float) -> dict[str, Any]:
     """Produce at ``opts.rate`` records/s and report the latency percentiles."""
     opts = bench.opts
-    topic = f"bench-latency-{trial}"
+    topic = f"bench-latency-{trial}-{linger_ms:g}".replace(".", "_")
     create_topic(broker.bootstrap, topic, 1)
     try:
         phase = run_worker(bench, broker, "latency", topic, size=opts.latency_size,
                            rate=opts.rate, seconds=opts.latency_seconds,
-                           warmup=opts.latency_warmup)
+                           warmup=opts.latency_warmup, linger_ms=linger_ms)
     finally:
         delete_topic(broker.bootstrap, topic)
-    return {**phase.load, "size": opts.latency_size, "broker_cpu_s": phase.broker_cpu_s,
-            "others_cpu_s": phase.others_cpu_s}
+    return {**phase.load, "size": opts.latency_size, "linger_ms": linger_ms,
+            "broker_cpu_s": phase.broker_cpu_s, "others_cpu_s": phase.others_cpu_s}
 
 
 def many_partitions(bench: Bench, name: str) -> dict[str, Any]:

@@ -58,14 +58,14 @@ def _throughputs(benches: dict[str, Bench], brokers: dict[str, Broker], opts: Op
 
 
 def _latencies(benches: dict[str, Bench], brokers: dict[str, Broker], opts: Options,
-               results: dict[str, dict[str, Any]]) -> None:
+               results: dict[str, dict[str, Any]], linger_ms: float) -> dict[str, Any]:
     trials: dict[str, list[dict[str, Any]]] = {name: [] for name in brokers}
     for trial in range(opts.repeat):
         for name in _order(list(brokers), trial):
-            _say(f"{name}: latency at {opts.rate:,.0f}/s, trial {trial + 1}/{opts.repeat}")
-            trials[name].append(latency(benches[name], brokers[name], trial))
-    for name, runs in trials.items():
-        results[name]["latency"] = _median_latency(runs)
+            _say(f"{name}: latency at {opts.rate:,.0f}/s, linger.ms={linger_ms:g}, "
+                 f"trial {trial + 1}/{opts.repeat}")
+            trials[name].append(latency(benches[name], brokers[name], trial, linger_ms))
+    return {name: _median_latency(runs) for name, runs in trials.items()}
 
 
 def run_suite(opts: Options, cpus: CpuPlan) -> dict[str, dict[str, Any]]:
@@ -84,7 +84,14 @@ def run_suite(opts: Options, cpus: CpuPlan) -> dict[str, dict[str, Any]]:
             started.append(broker)
         cpu0 = {name: broker.cpu_seconds() for name, broker in brokers.items()}
         _throughputs(benches, brokers, opts, results)
-        _latencies(benches, brokers, opts, results)
+        # The benchmark's linger first (the targets use it), then the extra ones.
+        for linger in [opts.linger_ms, *opts.extra_latency_lingers]:
+            medians = _latencies(benches, brokers, opts, results, linger)
+            for name, median in medians.items():
+                if linger == opts.linger_ms:
+                    results[name]["latency"] = median
+                else:
+                    results[name].setdefault("latency_extra", []).append(median)
         for name, broker in brokers.items():
             results[name]["cpu_seconds_total"] = broker.cpu_seconds() - cpu0[name]
             results[name]["peak_rss_mb"] = broker.peak_rss_bytes() / MB
@@ -94,7 +101,5 @@ def run_suite(opts: Options, cpus: CpuPlan) -> dict[str, dict[str, Any]]:
     for name, bench in benches.items():
         _say(f"{name}: {opts.partitions_scenario:,} partitions")
         results[name]["partitions"] = many_partitions(bench, name)
-        results[name]["noise"] = {
-            "wall_s": bench.noise.wall_s, "others_cpu_s": bench.noise.others_cpu_s,
-            "others_share_pct": bench.noise.share()}
+        results[name]["noise"] = bench.noise.as_json()
     return results

@@ -198,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     runners = {"produce": run_produce, "consume": run_consume, "latency": run_latency}
     result = runners[args.mode](args)
+    times = os.times()
+    result["process_cpu_s"] = times.user + times.system  # start-up and shutdown included
     print(json.dumps(result), flush=True)
     return 0
 

@@ -40,7 +40,7 @@ class BatchReader(DataSourceReader):
                 tps = sorted(set(tps) | set(starting))
             if isinstance(ending, dict):
                 tps = sorted(set(tps) | set(ending))
-            if options.starting_timestamp is not None and options.starting is None:
+            if options.starting_timestamp is not None:
                 start = view.for_timestamp(tps, options.starting_timestamp)
             else:
                 start = view.resolve(starting, tps, EARLIEST)

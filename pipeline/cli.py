@@ -129,7 +129,8 @@ def _stream(args: argparse.Namespace, rule: BurstRule, options: dict[str, str]) 
     if args.since is not None:
         options = {"startingTimestamp": str(args.since), **options}
     settings = AlertSettings(
-        bootstrap=args.bootstrap, checkpoint=args.checkpoint or args.output / "alerts-checkpoint",
+        bootstrap=args.bootstrap,
+        checkpoint=(args.checkpoint or args.output / "alerts-checkpoint").resolve(),
         topic=args.topic, alerts_topic=args.alerts_topic, rule=rule,
         starting_offsets=args.starting_offsets, trigger_seconds=args.trigger_seconds,
         options=options)
@@ -162,7 +163,8 @@ def audit_report(args: argparse.Namespace) -> int:
     spark = spark_session(args.master)
     spark.sparkContext.setLogLevel("WARN")
     report = run_report(spark, ReportSettings(
-        bootstrap=args.bootstrap, topic=args.topic, since_ms=args.since, output=args.output,
+        bootstrap=args.bootstrap, topic=args.topic, since_ms=args.since,
+        output=args.output.resolve(),
         rule=rule, top=args.top, options=options))
     print(report.text())
     print(f"\nParquet tables and {report.chart.name} written to {report.output}")

@@ -10,8 +10,8 @@ Option names follow Spark's own Kafka connector (they are case-insensitive):
   ``{"topic": [0, 1]}``) for reading; ``topic`` for writing when rows carry none.
 - ``startingOffsets`` / ``endingOffsets``: ``earliest``, ``latest`` or JSON per
   partition ``{"topic": {"0": 23, "1": -2}}`` (-2 = earliest, -1 = latest);
-  ``startingTimestamp`` (epoch ms) starts every partition at its first record at or
-  after that time.
+  ``startingTimestamp`` (epoch ms, taking precedence over ``startingOffsets``) starts
+  every partition at its first record at or after that time.
 - ``maxOffsetsPerTrigger``, ``failOnDataLoss`` (default true), ``isolationLevel``
   (``read_committed``, the default, or ``read_uncommitted``), ``pollTimeoutMs``.
 - OAUTHBEARER: ``oauth.issuerUrl`` + ``oauth.credentialsUrl`` (+ ``oauth.audience``,

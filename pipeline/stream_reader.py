@@ -56,7 +56,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ``startingTimestamp``."""
         options = self.options
         tps = self.view.partitions()
-        if options.starting_timestamp is not None and options.starting is None:
+        if options.starting_timestamp is not None:
             return to_json(self.view.for_timestamp(tps, options.starting_timestamp))
         spec = parse_spec(options.starting, "latest", "startingOffsets")
         return to_json(self.view.resolve(spec, tps, EARLIEST))

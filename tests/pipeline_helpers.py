@@ -3,6 +3,7 @@ producers / consumers that talk to the test broker through confluent-kafka."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -11,6 +12,7 @@ import confluent_kafka
 from pyspark.sql import DataFrameReader, SparkSession
 
 from pipeline.session import spark_session
+from tests.security_helpers import SASL_AUTHENTICATION_FAILED, OpsConnection, plain_message
 
 SPARK_CONFIG = {
     "spark.ui.enabled": "false",
@@ -76,3 +78,20 @@ def consume(bootstrap: str, topic: str, partitions: int, count: int, timeout: fl
     finally:
         consumer.close()
     return got
+
+
+class LoginFrom(OpsConnection):
+    """A raw connection from a chosen loopback address (127.0.0.x), so that audit events
+    name different client hosts."""
+
+    def __init__(self, port: int, source: str = "127.0.0.1", timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                             source_address=(source, 0))
+        self.correlation_id = 0
+
+    def failed_login(self, username: str, password: str) -> None:
+        """A PLAIN login the broker refuses (it then closes the connection)."""
+        assert self.handshake("PLAIN").error_code == 0
+        answer = self.authenticate(plain_message(username, password))
+        assert answer.error_code == SASL_AUTHENTICATION_FAILED, answer
+        self.close()

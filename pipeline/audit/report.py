@@ -9,6 +9,7 @@ run) and ``failures_per_minute.png``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,8 @@ from pipeline.audit.table import format_table
 from pipeline.source import SHORT_NAME
 
 CHART = "failures_per_minute.png"
-ORDER = {  # "-" = descending
-    "tenants": ["tenant"],
-    "principals": ["tenant", "principal"],
-    "failures_per_minute": ["minute", "tenant"],
-    "top_denied_principals": ["-denials", "tenant", "principal"],
-    "top_sources": ["-bad_events", "source"],
-    "bursts": ["first_failure", "source"],
-}
+TIME_COLUMNS = {"first_event", "last_event", "minute", "last_denial", "first_failure",
+                "last_failure"}
 
 
 @dataclass(frozen=True)
@@ -60,16 +55,19 @@ class Report:
     """The report's tables as collected rows (dicts), plus where the files went."""
 
     tables: dict[str, list[dict[str, Any]]]
+    """Each table's rows, in order, timestamps as epoch milliseconds."""
     output: Path
     chart: Path
 
     def text(self) -> str:
-        """The printed form of every table."""
+        """The printed form of every table (times in UTC)."""
         parts = []
         for name, rows in self.tables.items():
             columns = list(rows[0]) if rows else ["(no rows)"]
-            parts.append(format_table(f"== {name.replace('_', ' ')} ==", columns,
-                                      [[row[c] for c in columns] for row in rows]))
+            parts.append(format_table(
+                f"== {name.replace('_', ' ')} ==", columns,
+                [[_utc_text(row[c]) if c in TIME_COLUMNS else row[c] for c in columns]
+                 for row in rows]))
         return "\n\n".join(parts)
 
 
@@ -87,24 +85,24 @@ def read_events(spark: SparkSession, settings: ReportSettings) -> DataFrame:
     return events
 
 
-def _printable(frame: DataFrame) -> list[dict[str, Any]]:
-    """Rows with timestamps as UTC text (collect() would give local-time datetimes)."""
-    columns = [F.date_format(f.name, "yyyy-MM-dd HH:mm:ss").alias(f.name)
-               if isinstance(f.dataType, TimestampType) else F.col(f.name)
-               for f in frame.schema.fields]
-    return [row.asDict() for row in frame.select(*columns).collect()]
-
-
-def _epoch_ms(frame: DataFrame) -> list[dict[str, Any]]:
-    """Rows with timestamps as epoch milliseconds."""
+def collect_rows(frame: DataFrame) -> list[dict[str, Any]]:
+    """Rows as dicts, timestamps as epoch milliseconds (``collect()`` would give naive
+    datetimes in the driver's local time zone)."""
     columns = [F.unix_millis(f.name).alias(f.name) if isinstance(f.dataType, TimestampType)
                else F.col(f.name) for f in frame.schema.fields]
     return [row.asDict() for row in frame.select(*columns).collect()]
 
 
+def _utc_text(epoch_ms: int | None) -> str | None:
+    if epoch_ms is None:
+        return None
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def run_report(spark: SparkSession, settings: ReportSettings) -> Report:
     """Compute, write and return the report (printing is the caller's choice)."""
     events = read_events(spark, settings).cache()
+    tables: dict[str, list[dict[str, Any]]] = {}
     try:
         frames = {
             "tenants": tenant_summary(events),
@@ -116,13 +114,13 @@ def run_report(spark: SparkSession, settings: ReportSettings) -> Report:
         }
         output = settings.output
         for name, frame in frames.items():
-            frame.coalesce(1).write.mode("overwrite").parquet(str(output / name))
-        stored = {name: spark.read.parquet(str(output / name)) for name in frames}
-        chart = draw_chart(_epoch_ms(stored["failures_per_minute"]),
-                           _epoch_ms(stored["bursts"]), output / CHART)
-        tables = {name: _printable(frame.orderBy(*frames[name].columns[:1]))
-                  if name in ("tenants", "principals", "failures_per_minute")
-                  else _printable(frames[name]) for name, frame in stored.items()}
+            stored = frame.coalesce(1).persist()
+            try:
+                stored.write.mode("overwrite").parquet(str(output / name))
+                tables[name] = collect_rows(stored)
+            finally:
+                stored.unpersist()
     finally:
         events.unpersist()
+    chart = draw_chart(tables["failures_per_minute"], tables["bursts"], output / CHART)
     return Report(tables, output, chart)
