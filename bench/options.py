@@ -25,13 +25,14 @@ class Options:
     linger_ms: float = 5.0
     rate: float = 20_000.0
     latency_size: int = 1024
-    latency_seconds: float = 20.0
+    latency_seconds: float = 10.0
     latency_warmup: float = 2.0
     extra_latency_lingers: list[float] = field(default_factory=lambda: [1.0])
     partitions_scenario: int = 1000
     partitions_records: int = 10
     partitions_size: int = 1024
-    repeat: int = 3
+    repeat: int = 5
+    latency_repeat: int = 3
     pin: bool = True
     quick: bool = False
     out: Path = RESULTS
@@ -76,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate", type=float, help="latency run: records/s (20000)")
     parser.add_argument("--latency-size", type=int, default=1024,
                         help="latency run: record bytes (1024)")
-    parser.add_argument("--latency-seconds", type=float, help="latency run: measured s (20)")
+    parser.add_argument("--latency-seconds", type=float, help="latency run: measured s (10)")
     parser.add_argument("--latency-warmup", type=float, help="latency run: warm-up s (2)")
     parser.add_argument("--extra-latency-lingers", type=_floats,
                         help="latency run again at these linger.ms values (1; '' for "
@@ -86,8 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--partition-records", type=int,
                         help="partition scenario: records to each partition (10)")
     parser.add_argument("--repeat", type=int,
-                        help="trials per throughput and latency figure; the median is "
-                             "reported (3; 1 with --quick)")
+                        help="trials per throughput figure; the median is reported "
+                             "(5; 1 with --quick)")
+    parser.add_argument("--latency-repeat", type=int,
+                        help="trials per latency figure, median by p99 (3; 1 with --quick)")
     parser.add_argument("--no-pin", action="store_true",
                         help="do not pin the broker and the load generators to CPUs")
     parser.add_argument("--out", type=Path, default=RESULTS,
@@ -108,7 +111,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         opts.rate, opts.latency_seconds, opts.latency_warmup = 2_000.0, 1.0, 0.5
         opts.partitions_scenario, opts.partitions_records = 20, 5
         opts.timeout = min(opts.timeout, 60.0)
-        opts.repeat = 1
+        opts.repeat = opts.latency_repeat = 1
         opts.extra_latency_lingers = []
     if args.sizes:
         opts.sizes = args.sizes
@@ -117,6 +120,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     elif args.records:
         opts.records.update(args.records)
     opts.repeat = max(1, args.repeat or opts.repeat)
+    opts.latency_repeat = max(1, args.latency_repeat or opts.latency_repeat)
     if args.extra_latency_lingers is not None:
         opts.extra_latency_lingers = args.extra_latency_lingers
     opts.rate = args.rate or opts.rate

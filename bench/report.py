@@ -166,15 +166,18 @@ def targets_text(checks: list[dict[str, Any]]) -> str:
     return "\n".join(f"- {c['target']}: **{marks[c['met']]}** ({c['detail']})" for c in checks)
 
 
-def _trials(repeat: int) -> str:
-    return "one trial" if repeat == 1 else f"median of {repeat} interleaved trials"
+def _trials(repeat: int, latency_repeat: int) -> str:
+    if repeat == latency_repeat == 1:
+        return "one trial each"
+    return (f"median of {repeat} interleaved trials (latency: {latency_repeat}, the trial "
+            "with the median p99)")
 
 
 def setup_text(results: Results) -> str:
     """How the numbers were taken."""
     meta, opts = results["meta"], results["options"]
     return (f"acks={opts['acks']}, linger.ms={opts['linger_ms']:g}, one partition, "
-            f"{_trials(opts['repeat'])}, "
+            f"{_trials(opts['repeat'], opts['latency_repeat'])}, "
             f"librdkafka {meta['librdkafka']}; {meta['cpus']}; {meta['machine']}; "
             f"MB = 10^6 bytes of record values; produce = first produce() to last "
             f"delivery report; {meta.get('seconds', '?')} s in all.")

@@ -1,6 +1,7 @@
 """The whole benchmark: both brokers up at once (idle one costs nothing), trials
 interleaved between them so that noise from the rest of the machine hits both alike,
-each throughput and latency figure the median of ``--repeat`` trials; then the
+each throughput figure the median of ``--repeat`` trials and each latency figure of
+``--latency-repeat`` (the trial with the median p99); then the
 many-partitions scenario on a fresh process of each broker.
 """
 
@@ -60,10 +61,10 @@ def _throughputs(benches: dict[str, Bench], brokers: dict[str, Broker], opts: Op
 def _latencies(benches: dict[str, Bench], brokers: dict[str, Broker], opts: Options,
                results: dict[str, dict[str, Any]], linger_ms: float) -> dict[str, Any]:
     trials: dict[str, list[dict[str, Any]]] = {name: [] for name in brokers}
-    for trial in range(opts.repeat):
+    for trial in range(opts.latency_repeat):
         for name in _order(list(brokers), trial):
             _say(f"{name}: latency at {opts.rate:,.0f}/s, linger.ms={linger_ms:g}, "
-                 f"trial {trial + 1}/{opts.repeat}")
+                 f"trial {trial + 1}/{opts.latency_repeat}")
             trials[name].append(latency(benches[name], brokers[name], trial, linger_ms))
     return {name: _median_latency(runs) for name, runs in trials.items()}
 

@@ -33,6 +33,13 @@ POLL_BATCH = 1_000
 WATERMARK_TIMEOUT_SECONDS = 30.0
 
 
+_GONE = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+         KafkaError._UNKNOWN_PARTITION)
+_FATAL = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError._AUTHENTICATION,
+          KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+          KafkaError._SSL)
+
+
 class DataLossError(RuntimeError):
     """Offsets that should have been read are gone from the log."""
 
@@ -92,7 +99,10 @@ class RangeReader:
             self._lost(min(log_start, self.where.end), log_start)
 
     def _gap(self, offset: int) -> None:
-        """A delivered record at ``offset`` above the position: invisible data or loss."""
+        """Nothing visible before ``offset``: the skipped offsets are invisible data
+        (markers, aborted records) unless the log start moved past them."""
+        if offset <= self.position:
+            return
         log_start = self.log_start()
         if log_start > self.position:
             self._lost(min(log_start, offset), log_start)
@@ -119,8 +129,19 @@ class RangeReader:
             if self.position < self.where.end:
                 self._seek()
             return self.position >= self.where.end
-        if error.fatal() or not error.retriable():
+        if code in _GONE:
+            message_text = (f"edgekafka data loss in {self.where.topic}-{self.where.partition}: "
+                            f"offsets [{self.position}, {self.where.end}) cannot be read: "
+                            f"{error.str()} (was the topic deleted?)")
+            if self.options.fail_on_data_loss:
+                raise DataLossError(message_text)
+            log.warning("%s (skipped: failOnDataLoss=false)", message_text)
+            self.position = self.where.end
+            return True
+        if error.fatal() or code in _FATAL:
             raise RuntimeError(f"edgekafka: reading {self.where} failed: {error.str()}")
+        # Anything else (a lost connection, a leader change) librdkafka retries by itself;
+        # pollTimeoutMs bounds the wait.
         log.warning("edgekafka: reading %s: %s (retrying)", self.where, error.str())
         return False
 

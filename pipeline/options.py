@@ -98,9 +98,10 @@ class KafkaOptions:
     """Everything the source and sink need, parsed from the DataFrame options."""
 
     bootstrap: str
-    client: dict[str, str] = field(default_factory=dict)
-    """Extra librdkafka settings from ``kafka.*`` options (security and tuning)."""
-    oauth: OAuthOptions = OAuthOptions()
+    client: dict[str, str] = field(default_factory=dict, repr=False)
+    """Extra librdkafka settings from ``kafka.*`` options (security and tuning; kept out of
+    the repr, which may reach logs, since they hold passwords)."""
+    oauth: OAuthOptions = field(default=OAuthOptions(), repr=False)
     topics: tuple[str, ...] = ()
     pattern: str | None = None
     assign: dict[str, list[int]] | None = None

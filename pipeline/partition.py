@@ -19,6 +19,9 @@ class RangePartition(InputPartition):
         self.options = options
         self.where = where
 
+    def __repr__(self) -> str:  # the options hold credentials: keep them out of logs
+        return f"RangePartition({self.where})"
+
 
 def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """The records of a :class:`RangePartition` (nothing for Spark's empty placeholder)."""

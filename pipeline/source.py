@@ -13,7 +13,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from pipeline.batch_reader import BatchReader
-from pipeline.options import parse_options
+from pipeline.options import OptionError, parse_options
 from pipeline.schema import SCHEMA
 from pipeline.sink import BatchWriter, StreamWriter
 from pipeline.stream_reader import StreamReader
@@ -43,9 +43,11 @@ class EdgeKafkaDataSource(DataSource):
         return StreamReader(parse_options(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        """A batch writer."""
+        """A batch writer (appends; Kafka has nothing to overwrite)."""
+        if overwrite:
+            raise OptionError('the edgekafka sink only appends: use .mode("append")')
         return BatchWriter(parse_options(self.options, reading=False), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """A streaming writer."""
+        """A streaming writer (in complete mode every micro-batch writes all its rows)."""
         return StreamWriter(parse_options(self.options, reading=False), schema)

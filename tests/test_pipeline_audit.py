@@ -113,12 +113,10 @@ def metadata_request() -> tuple[Any, int]:
 
 def test_report_counts_and_flags_the_burst(spark: SparkSession, audit_broker: BrokerProcess,
                                            activity: dict[str, int], tmp_path: Path) -> None:
-    T = time.time()
     report = run_report(spark, ReportSettings(
         bootstrap=plain(audit_broker), output=tmp_path / "report",
         rule=BurstRule(threshold=5, window_seconds=60), since_ms=int(time.time() * 1000)
         - 600_000))
-    print("REPORT", time.time() - T)
     tenants = {row["tenant"]: row for row in report.tables["tenants"]}
     assert tenants["-"]["login_failures"] == 10 and tenants["-"]["rejected_connections"] == 1
     assert tenants["acme"]["logins_ok"] == 3 and tenants["acme"]["denials"] == 0
@@ -145,10 +143,8 @@ def test_report_counts_and_flags_the_burst(spark: SparkSession, audit_broker: Br
     assert report.chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = report.text()
     assert "== bursts ==" in text and BURST_HOST in text
-    print("CHECKS", time.time() - T)
     events = read_events(spark, ReportSettings(bootstrap=plain(audit_broker)))
     assert bursts(events, BurstRule(threshold=8, window_seconds=60)).count() == 0
-    print("END", time.time() - T)
 
 
 def example(name: str, kind: str) -> str:

@@ -157,6 +157,16 @@ def test_sink_writes_complete_and_in_order(spark: SparkSession, broker: BrokerPr
     with pytest.raises(Exception, match="needs a 'value' column"):
         (spark.range(3).write.format("edgekafka").mode("append")
          .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic_name).save())
+    with pytest.raises(Exception, match="only appends"):
+        (frame.write.format("edgekafka").mode("overwrite")
+         .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic_name).save())
+
+
+def test_bad_options_are_named(spark: SparkSession, broker: BrokerProcess) -> None:
+    with pytest.raises(Exception, match="give exactly one of the options subscribe"):
+        reader(spark, broker.bootstrap).load().collect()
+    with pytest.raises(Exception, match="startingOffsets must be earliest, latest or JSON"):
+        reader(spark, broker.bootstrap, subscribe="x", startingOffsets="soon").load().collect()
 
 
 @pytest.fixture(scope="module")

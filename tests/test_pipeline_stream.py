@@ -65,9 +65,9 @@ def test_exactly_once_across_restarts(spark: SparkSession, broker: BrokerProcess
         first and second stop, so records arrive while each run of the query goes on."""
         try:
             for start in range(0, RECORDS, 1000):
-                if start == 20_000:
+                if start == 15_000:
                     stopped[0].wait(120)
-                if start == 35_000:
+                if start == 30_000:
                     stopped[1].wait(120)
                 produce(broker.bootstrap, topic_name,
                         [(i % PARTITIONS, None, str(i).encode())

@@ -12,7 +12,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-BAR_DAYS = 0.8 / 1440
+BAR_DAYS = 1 / 1440  # one minute
+MIN_SPAN_DAYS = 1 / 86400  # a burst within one second still shows as a line
 
 
 def day_number(epoch_ms: int) -> float:
@@ -39,20 +40,25 @@ def draw_chart(per_minute: list[Any], bursts: list[Any], path: Path) -> Path:
             bottom = [0] * len(minutes)
             for column, label in SERIES:
                 heights = [totals[m][column] for m in minutes]
-                axes.bar(x, heights, width=BAR_DAYS, bottom=bottom, label=label,
+                axes.bar(x, heights, width=BAR_DAYS, bottom=bottom, label=label, edgecolor="white",
                          align="edge")
                 bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+            top = max(bottom)
             for burst in bursts:
-                axes.axvspan(day_number(burst["first_failure"]),
-                             day_number(burst["last_failure"]) + BAR_DAYS,
-                             color="red", alpha=0.15)
+                first, last = day_number(burst["first_failure"]), day_number(burst["last_failure"])
+                axes.axvspan(first, max(last, first + MIN_SPAN_DAYS), color="red", alpha=0.3)
+                axes.annotate(f'{burst["source"]} x{burst["failures"]}', (first, top),
+                              xytext=(3, -12), textcoords="offset points", color="darkred",
+                              fontsize=8)
+            axes.set_xlim(x[0] - BAR_DAYS / 4, x[-1] + BAR_DAYS * 1.25)
             axes.xaxis_date()
             axes.legend(loc="upper left")
             figure.autofmt_xdate()
         else:
             axes.text(0.5, 0.5, "no failed logins, denials or rejected connections",
                       ha="center", va="center", transform=axes.transAxes)
-        axes.set_title(f"Security events per minute (UTC); {len(bursts)} burst(s) shaded")
+        axes.set_title(f"Security events per minute (UTC); password-guessing bursts in red "
+                       f"({len(bursts)})")
         axes.set_ylabel("events")
         figure.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)

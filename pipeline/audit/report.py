@@ -56,6 +56,7 @@ class Report:
 
     tables: dict[str, list[dict[str, Any]]]
     """Each table's rows, in order, timestamps as epoch milliseconds."""
+    columns: dict[str, list[str]]
     output: Path
     chart: Path
 
@@ -63,7 +64,7 @@ class Report:
         """The printed form of every table (times in UTC)."""
         parts = []
         for name, rows in self.tables.items():
-            columns = list(rows[0]) if rows else ["(no rows)"]
+            columns = self.columns[name]
             parts.append(format_table(
                 f"== {name.replace('_', ' ')} ==", columns,
                 [[_utc_text(row[c]) if c in TIME_COLUMNS else row[c] for c in columns]
@@ -123,4 +124,5 @@ def run_report(spark: SparkSession, settings: ReportSettings) -> Report:
     finally:
         events.unpersist()
     chart = draw_chart(tables["failures_per_minute"], tables["bursts"], output / CHART)
-    return Report(tables, output, chart)
+    return Report(tables, {name: frame.columns for name, frame in frames.items()}, output,
+                  chart)
