@@ -61,10 +61,10 @@ def record(broker: EdgeBroker, topic: str, args: argparse.Namespace, fmt: str,
            output: Path) -> str:
     """One py-spy recording under the load; returns the load's JSON line(s)."""
     spy = [py_spy(), "record", "--pid", str(broker.pid), "--rate", str(args.rate),
-           "--duration", str(int(args.seconds)), "--format", fmt, "--output", str(output),
-           "--nonblocking"]
+           "--duration", str(int(args.seconds)), "--format", fmt, "--output", str(output)]
+    # Native stacks need the process paused while sampled; Python-only ones do not.
+    spy += ["--native"] if args.native else ["--nonblocking"]
     spy += ["--idle"] if args.idle else []
-    spy += ["--native"] if args.native else []
     load = _load(broker, topic, args)
     spy_out = subprocess.run(spy, capture_output=True, text=True, check=False)
     stdout, _ = load.communicate(timeout=args.seconds + 120)

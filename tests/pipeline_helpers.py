@@ -37,7 +37,7 @@ def reader(spark: SparkSession, bootstrap: str, **options: str) -> DataFrameRead
         .options(**options)
 
 
-def produce(bootstrap: str, topic: str, items: Iterable[tuple[int, bytes, bytes]],
+def produce(bootstrap: str, topic: str, items: Iterable[tuple[int, bytes | None, bytes]],
             **config: Any) -> None:
     """Produce ``(partition, key, value)`` items and check every delivery."""
     errors: list[object] = []

@@ -13,7 +13,7 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from tests.broker_process import BrokerProcess
@@ -29,14 +29,14 @@ def spark() -> Iterator[SparkSession]:
     yield from make_spark()
 
 
-def stream(spark: SparkSession, bootstrap: str, topic: str, **options: str) -> object:
+def stream(spark: SparkSession, bootstrap: str, topic: str, **options: str) -> DataFrame:
     return (spark.readStream.format("edgekafka").option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic).option("startingOffsets", "earliest")
             .options(**options).load())
 
 
-def to_parquet(frame: object, out: Path, checkpoint: Path, **trigger: object) -> StreamingQuery:
-    return (frame.selectExpr("partition", "offset", "CAST(value AS STRING) AS value")  # type: ignore[attr-defined]
+def to_parquet(frame: DataFrame, out: Path, checkpoint: Path, **trigger: object) -> StreamingQuery:
+    return (frame.selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
             .writeStream.format("parquet").option("path", str(out))
             .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
 
@@ -140,7 +140,7 @@ def test_stream_transactions_into_the_sink(spark: SparkSession, broker: BrokerPr
             producer.commit_transaction(10)
             committed += values
     query = (stream(spark, broker.bootstrap, topic_name, maxOffsetsPerTrigger="25")
-             .selectExpr("key", "value")  # type: ignore[attr-defined]
+             .selectExpr("key", "value")
              .writeStream.format("edgekafka").option("kafka.bootstrap.servers", broker.bootstrap)
              .option("topic", target).option("checkpointLocation", str(tmp_path / "cp"))
              .trigger(availableNow=True).start())
