@@ -9,6 +9,7 @@ state machine (ACK, NACK, stale nonces, pushes) is also checked with a gRPC clie
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import socket
@@ -39,6 +40,14 @@ from tests.envoy_helpers import (
     write_config,
 )
 from tests.raw import RawConnection
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Rewrite a watched file atomically, as an operator should: the server polls it and
+    must never see it half written."""
+    temp = path.with_suffix(".tmp")
+    temp.write_text(text)
+    os.replace(temp, path)
 
 
 def _route(broker_id: int, envoy_port: int, internal_port: int) -> str:
@@ -89,7 +98,7 @@ def test_xds_server_adds_a_broker_and_survives_a_rejected_version(
         xds.wait_for_log(r"ACK from node edge-broker-envoy: listeners version 2")
 
         # a second broker appears in the watched file: Envoy gets its listener live
-        brokers_file.write_text(brokers_file.read_text() + _route(1, port1, broker1.port)
+        replace_text(brokers_file, brokers_file.read_text() + _route(1, port1, broker1.port)
                                 + "\n")
         xds.wait_for_log(r"ACK from node edge-broker-envoy: listeners version 3")
         envoy.wait_for(lambda: len(envoy.listeners()) == 2, 10, "the second listener")
@@ -101,7 +110,7 @@ def test_xds_server_adds_a_broker_and_survives_a_rejected_version(
         blocker.bind(("127.0.0.1", taken))
         blocker.listen()
         try:
-            brokers_file.write_text(brokers_file.read_text() + _route(2, taken, broker1.port)
+            replace_text(brokers_file, brokers_file.read_text() + _route(2, taken, broker1.port)
                                     + "\n")
             line = xds.wait_for_log(r"NACK from node edge-broker-envoy: listeners version 4")
             assert "kafka-broker-2" in line and "Envoy keeps version 3" in line
@@ -120,12 +129,12 @@ def test_xds_server_adds_a_broker_and_survives_a_rejected_version(
             blocker.close()
 
         # a broken brokers file is refused by the server itself: nothing is pushed
-        brokers_file.write_text("0=this is not a broker\n")
+        replace_text(brokers_file, "0=this is not a broker\n")
         xds.wait_for_log(r"reload \(file changed\) failed, still serving version 4")
         assert xds.status()["last_reload_error"]
 
         # the operator fixes the port; the next version is accepted
-        brokers_file.write_text("".join(f"{_route(*r)}\n" for r in (
+        replace_text(brokers_file, "".join(f"{_route(*r)}\n" for r in (
             (0, port0, broker0.port), (1, port1, broker1.port), (2, spare, broker1.port))))
         xds.wait_for_log(r"ACK from node edge-broker-envoy: listeners version 5")
         envoy.wait_for(lambda: len(envoy.listeners()) == 3, 10, "the third listener")
@@ -210,7 +219,7 @@ def test_ads_ack_nack_stale_nonce_and_push(ads_server: tuple[XdsServer, Path]) -
             "clusters": "2", "listeners": "2"})
 
         # a change is pushed: clusters first, then listeners
-        brokers_file.write_text(brokers_file.read_text() + "1=127.0.0.1:19093@127.0.0.1:1\n")
+        replace_text(brokers_file, brokers_file.read_text() + "1=127.0.0.1:19093@127.0.0.1:1\n")
         assert server.reload("test")
         pushed = [client.receive(), client.receive()]
         assert [r.type_url for r in pushed] == [CLUSTER_TYPE, LISTENER_TYPE]
@@ -230,7 +239,7 @@ def test_ads_ack_nack_stale_nonce_and_push(ads_server: tuple[XdsServer, Path]) -
         # reloading unchanged inputs sends nothing; a fixed plan is sent and ACKed
         assert server.reload("unchanged")
         assert server.store.version == "3"
-        brokers_file.write_text("0=127.0.0.1:19092@127.0.0.1:29092\n")
+        replace_text(brokers_file, "0=127.0.0.1:19092@127.0.0.1:29092\n")
         assert server.reload("fixed")
         fixed = [client.receive(), client.receive()]
         client.send(LISTENER_TYPE, "4", fixed[1].nonce)
