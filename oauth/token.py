@@ -8,7 +8,6 @@ the role from the configured claim.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -18,6 +17,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from oauth.errors import TokenInvalid
+from oauth.jwt_checks import decode_verified
 from oauth.keys import PublicKey, load_public_key, load_secret_key
 from sasl.types import ValidatedToken
 
@@ -127,35 +127,8 @@ class JwtTokenValidator:
         )
 
     def _decode(self, token: str) -> dict[str, Any]:
-        try:
-            claims = jwt.decode(
-                token,
-                self._key,
-                algorithms=list(self._algorithms),
-                options={
-                    "verify_signature": True,
-                    "verify_exp": True,
-                    "verify_nbf": True,
-                    "verify_iat": False,
-                    "verify_aud": False,
-                    "verify_iss": False,
-                    "verify_sub": False,
-                    "verify_jti": False,
-                    "require": [],
-                },
-                leeway=self.settings.leeway_seconds,
-            )
-        except jwt.ExpiredSignatureError:
-            raise TokenInvalid("token expired") from None
-        except jwt.ImmatureSignatureError:
-            raise TokenInvalid("token not valid yet") from None
-        except jwt.InvalidSignatureError:
-            raise TokenInvalid("token signature invalid") from None
-        except jwt.InvalidAlgorithmError:
-            raise TokenInvalid("token algorithm not allowed") from None
-        except (jwt.PyJWTError, json.JSONDecodeError, ValueError, TypeError):
-            raise TokenInvalid("malformed token") from None
-        return claims
+        return decode_verified(token, self._key, self._algorithms,
+                               leeway=self.settings.leeway_seconds)
 
     def _check_audience(self, claims: Mapping[str, Any]) -> None:
         audience = self.settings.audience

@@ -12,7 +12,6 @@ while its issuer is down, and logins work once the issuer is back.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -24,6 +23,7 @@ from oauth.discovery import discover
 from oauth.errors import FetchError, TokenInvalid
 from oauth.http import get_json_object
 from oauth.jwks import JwksCache
+from oauth.jwt_checks import decode_verified
 from oauth.settings import ValidatorSettings
 from sasl.types import ValidatedToken
 
@@ -104,24 +104,8 @@ class JwksTokenValidator:
                               claims=MappingProxyType(claims))
 
     def _decode(self, token: str, key: Any, alg: str) -> dict[str, Any]:
-        try:
-            claims: dict[str, Any] = jwt.decode(
-                token, key, algorithms=[alg],
-                options={"verify_signature": True, "verify_exp": True, "verify_nbf": True,
-                         "verify_iat": False, "verify_aud": False, "verify_iss": False,
-                         "require": ["exp"]},
-                leeway=self.settings.clock_skew_seconds,
-            )
-        except jwt.ExpiredSignatureError:
-            raise TokenInvalid("token expired") from None
-        except jwt.ImmatureSignatureError:
-            raise TokenInvalid("token not valid yet") from None
-        except jwt.InvalidSignatureError:
-            raise TokenInvalid("token signature invalid") from None
-        except jwt.MissingRequiredClaimError:
-            raise TokenInvalid("token has no 'exp' claim") from None
-        except (jwt.PyJWTError, json.JSONDecodeError, ValueError, TypeError):
-            raise TokenInvalid("malformed token") from None
+        claims = decode_verified(token, key, [alg], leeway=self.settings.clock_skew_seconds,
+                                 require=["exp"])
         exp = claims.get("exp")
         if isinstance(exp, bool) or not isinstance(exp, int | float):
             raise TokenInvalid("malformed token")
