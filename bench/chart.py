@@ -55,8 +55,9 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
     opts = results["options"]
     axes[2].set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(groups))],
                        [label for label, _ in groups])
-    axes[2].set_title(f"produce latency ms at {opts['rate']:,.0f}/s x "
-                      f"{size_label(opts['latency_size'])}, linger {opts['linger_ms']:g}")
+    axes[2].set_title(f"produce latency ms, {opts['rate']:,.0f}/s x "
+                      f"{size_label(opts['latency_size'])}, linger {opts['linger_ms']:g}",
+                      fontsize=10)
     axes[2].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=80)

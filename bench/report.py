@@ -10,6 +10,9 @@ Pick = Callable[[Results], float]
 RSS_TARGET_MB = 300.0
 P99_TARGET_MS = 5.0
 NONE = "-"
+CLIENT_MARK = "(c)"
+CLIENT_NOTE = (f"{CLIENT_MARK} = the load generator was busy 90% of the time or more: that "
+               "figure is the client's limit, not the broker's.")
 
 
 def size_label(size: int) -> str:
@@ -79,13 +82,15 @@ class _Rows:
         self.rows: list[tuple[str, str, str, str]] = []
 
     def add(self, metric: str, pick: Pick, digits: int, detail: Pick | None = None,
-            detail_digits: int = 1, ratio: bool = True) -> None:
+            detail_digits: int = 1, ratio: bool = True, mark: Pick | None = None) -> None:
         ours, peer = _get(self.edge, pick), _get(self.tansu, pick)
         cells = [_fmt(ours, digits), _fmt(peer, digits)]
         for i, broker in enumerate((self.edge, self.tansu)):
             extra = None if detail is None else _get(broker, detail)
             if extra is not None and cells[i] != NONE:
                 cells[i] += f" ({_fmt(extra, detail_digits)})"
+            if mark is not None and _get(broker, mark):
+                cells[i] += " " + CLIENT_MARK
         self.rows.append((metric, cells[0], cells[1], _ratio(ours, peer) if ratio else NONE))
 
 
@@ -97,7 +102,8 @@ def rows(results: Results) -> list[tuple[str, str, str, str]]:
         label = size_label(size)
         for phase in ("produce", "consume"):
             out.add(f"{phase} {label}: records/s (MB/s)", _phase(size, phase, "records_per_s"),
-                    0, _phase(size, phase, "mb_per_s"))
+                    0, _phase(size, phase, "mb_per_s"),
+                    mark=_phase(size, phase, "client_bound"))
         out.add(f"broker CPU s, produce + consume {label} (produce alone)", _cpu(size), 2,
                 _phase(size, "produce", "broker_cpu_s"), 2)
     lat = f"{opts['rate']:,.0f}/s x {size_label(opts['latency_size'])}"
@@ -185,4 +191,5 @@ def setup_text(results: Results) -> str:
 
 def markdown(results: Results) -> str:
     """Setup line, table and targets: what is printed, saved and put in the README."""
-    return "\n\n".join([setup_text(results), table(results), targets_text(results["targets"])])
+    return "\n\n".join([setup_text(results), table(results) + "\n\n" + CLIENT_NOTE,
+                        targets_text(results["targets"])])

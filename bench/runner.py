@@ -18,6 +18,8 @@ from bench.options import Options
 from bench.pinning import CpuPlan
 
 MB = 1_000_000
+CLIENT_BOUND = 0.9
+"""A load generator busy this share of the time was the bottleneck, not the broker."""
 
 
 class LoadError(RuntimeError):
@@ -119,7 +121,8 @@ def _summary(phase: Phase) -> dict[str, Any]:
     return {**load, "records_per_s": load["records"] / seconds,
             "mb_per_s": load["bytes"] / seconds / MB,
             "broker_cpu_s": phase.broker_cpu_s, "others_cpu_s": phase.others_cpu_s,
-            "records_per_broker_cpu_s": load["records"] / max(phase.broker_cpu_s, 0.01)}
+            "records_per_broker_cpu_s": load["records"] / max(phase.broker_cpu_s, 0.01),
+            "client_bound": float(load["client_cpu_s"]) >= CLIENT_BOUND * seconds}
 
 
 def throughput(bench: Bench, broker: Broker, size: int, trial: int) -> dict[str, Any]:

@@ -106,6 +106,9 @@ def run_consume(args: argparse.Namespace) -> dict[str, Any]:
         "bootstrap.servers": args.bootstrap, "group.id": "bench-consumer",
         "enable.auto.commit": False, "auto.offset.reset": "earliest",
         "client.id": "bench-consumer",
+        # librdkafka's default (1000) stops fetching for up to a second whenever 100,000
+        # records wait in its queue: the run would measure that pause, not the broker.
+        "fetch.queue.backoff.ms": 0,
     })
     metadata = consumer.list_topics(args.topic, timeout=20)
     partitions = sorted(metadata.topics[args.topic].partitions)
