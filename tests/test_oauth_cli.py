@@ -16,7 +16,7 @@ import jwt
 import pytest
 
 from tests.broker_process import REPO
-from tests.test_oauth_helpers import credentials_url
+from tests.oauth_helpers import credentials_url
 
 CLI = [sys.executable, "-m", "edge.cli"]
 

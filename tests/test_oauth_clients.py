@@ -19,7 +19,7 @@ from oauth.adapters import confluent_oauth_cb
 from oauth.dev_issuer import DevIssuer
 from oauth.errors import OAuthError
 from tests.broker_process import BrokerProcess
-from tests.test_oauth_helpers import (
+from tests.oauth_helpers import (
     CLIENT_KINDS,
     NONE,
     BearerConnection,

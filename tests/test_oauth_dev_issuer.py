@@ -16,7 +16,7 @@ import jwt
 import pytest
 
 from oauth.dev_issuer import DevClient, DevIssuer, parse_client_spec
-from tests.test_oauth_helpers import make_issuer
+from tests.oauth_helpers import make_issuer
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from kafka.protocol.metadata import MetadataRequest
 from oauth.adapters import confluent_config
 from oauth.dev_issuer import DevIssuer
 from tests.broker_process import BrokerProcess
-from tests.test_oauth_helpers import (
+from tests.oauth_helpers import (
     BearerConnection,
     issuer_token,
     login_for,

@@ -22,7 +22,7 @@ from oauth.dev_issuer import DevIssuer
 from oauth.errors import OAuthError
 from oauth.kafka_python_provider import KafkaPythonTokenProvider
 from oauth.login import ClientCredentialsLogin
-from tests.test_oauth_helpers import AUDIENCE, credentials_url, make_issuer
+from tests.oauth_helpers import AUDIENCE, credentials_url, make_issuer
 
 
 @pytest.fixture(scope="module")

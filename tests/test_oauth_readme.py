@@ -16,7 +16,7 @@ from edge.config import parse_properties
 from oauth.dev_issuer import DevIssuer
 from oauth.settings import parse_validator_settings, settings_reference_markdown
 from tests.broker_process import REPO, BrokerProcess
-from tests.test_oauth_helpers import make_issuer, oauth_file, start_broker
+from tests.oauth_helpers import make_issuer, oauth_file, start_broker
 
 README = (REPO / "README.md").read_text()
 SECTION = README[README.index("## OAuth 2.0 (SASL/OAUTHBEARER)"):

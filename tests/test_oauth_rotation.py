@@ -16,7 +16,7 @@ from joserfc.jwk import RSAKey
 
 from oauth.dev_issuer import DevIssuer
 from tests.broker_process import BrokerProcess
-from tests.test_oauth_helpers import (
+from tests.oauth_helpers import (
     bearer_message,
     good_login,
     issuer_token,

@@ -20,7 +20,7 @@ from oauth.settings import (
     settings_reference_markdown,
 )
 from tests.broker_process import REPO
-from tests.test_oauth_helpers import (
+from tests.oauth_helpers import (
     bearer_message,
     good_login,
     issuer_token,

@@ -15,7 +15,7 @@ from oauth.settings import ValidatorSettings
 from oauth.validator import JwksTokenValidator, granted_scopes
 from sasl.errors import SaslFailure
 from sasl.oauthbearer import OAuthBearerServer
-from tests.test_oauth_helpers import AUDIENCE, bearer_message, issuer_token, make_issuer
+from tests.oauth_helpers import AUDIENCE, bearer_message, issuer_token, make_issuer
 
 
 @pytest.fixture(scope="module")

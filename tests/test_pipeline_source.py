@@ -16,8 +16,8 @@ from pyspark.sql import functions as F
 from oauth.dev_issuer import DevIssuer
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
+from tests.oauth_helpers import credentials_url, make_issuer, oauth_file, start_broker
 from tests.pipeline_helpers import consume, make_spark, produce, reader
-from tests.test_oauth_helpers import credentials_url, make_issuer, oauth_file, start_broker
 
 
 @pytest.fixture(scope="module")
