@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import confluent_kafka
 import kafka
@@ -58,12 +60,15 @@ def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS,
 
 # -- producers ---------------------------------------------------------------------------
 
-def produce_confluent(bootstrap: str, topic: str, recs: list[Rec], compression: str) -> None:
-    """Produce with librdkafka, acks=all, and check every delivery report."""
+def produce_confluent(bootstrap: str, topic: str, recs: list[Rec], compression: str, *,
+                      conf: Mapping[str, Any] | None = None) -> None:
+    """Produce with librdkafka, acks=all, and check every delivery report.
+
+    ``conf`` (a client config of the client's own style) replaces the plain bootstrap."""
     errors: list[object] = []
     producer = confluent_kafka.Producer({
-        "bootstrap.servers": bootstrap, "compression.type": compression, "acks": "all",
-        "linger.ms": 5,
+        **(conf or {"bootstrap.servers": bootstrap}), "compression.type": compression,
+        "acks": "all", "linger.ms": 5,
     })
 
     def report(err: object, _msg: object) -> None:
@@ -78,10 +83,11 @@ def produce_confluent(bootstrap: str, topic: str, recs: list[Rec], compression: 
     assert errors == []
 
 
-def produce_kafka_python(bootstrap: str, topic: str, recs: list[Rec], compression: str) -> None:
+def produce_kafka_python(bootstrap: str, topic: str, recs: list[Rec], compression: str, *,
+                         conf: Mapping[str, Any] | None = None) -> None:
     """Produce with kafka-python, acks=all."""
     producer = kafka.KafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=5,
+        **(conf or {"bootstrap_servers": bootstrap}), acks="all", linger_ms=5,
         compression_type=None if compression == "none" else compression,
         enable_idempotence=False,
     )
@@ -96,12 +102,13 @@ def produce_kafka_python(bootstrap: str, topic: str, recs: list[Rec], compressio
     producer.close()
 
 
-def produce_aiokafka(bootstrap: str, topic: str, recs: list[Rec], compression: str) -> None:
+def produce_aiokafka(bootstrap: str, topic: str, recs: list[Rec], compression: str, *,
+                     conf: Mapping[str, Any] | None = None) -> None:
     """Produce with aiokafka, acks=all."""
 
     async def run() -> None:
         producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, acks="all", linger_ms=5,
+            **(conf or {"bootstrap_servers": bootstrap}), acks="all", linger_ms=5,
             compression_type=None if compression == "none" else compression,
         )
         await producer.start()
@@ -122,10 +129,11 @@ def produce_aiokafka(bootstrap: str, topic: str, recs: list[Rec], compression: s
 # -- consumers ---------------------------------------------------------------------------
 
 def consume_confluent(bootstrap: str, topic: str, count: int,
-                      partitions: int = PARTITIONS, timeout: float = 60) -> list[Got]:
+                      partitions: int = PARTITIONS, timeout: float = 60, *,
+                      conf: Mapping[str, Any] | None = None) -> list[Got]:
     """Read ``count`` records from offset 0 of every partition with librdkafka."""
     consumer = confluent_kafka.Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "unused-assign-only",
+        **(conf or {"bootstrap.servers": bootstrap}), "group.id": "unused-assign-only",
         "enable.auto.commit": False, "auto.offset.reset": "earliest",
     })
     consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -145,9 +153,10 @@ def consume_confluent(bootstrap: str, topic: str, count: int,
 
 
 def consume_kafka_python(bootstrap: str, topic: str, count: int,
-                         partitions: int = PARTITIONS, timeout: float = 60) -> list[Got]:
+                         partitions: int = PARTITIONS, timeout: float = 60, *,
+                         conf: Mapping[str, Any] | None = None) -> list[Got]:
     """Read ``count`` records from offset 0 of every partition with kafka-python."""
-    consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+    consumer = kafka.KafkaConsumer(**(conf or {"bootstrap_servers": bootstrap}), group_id=None,
                                    enable_auto_commit=False, auto_offset_reset="earliest")
     tps = [kafka.TopicPartition(topic, p) for p in range(partitions)]
     consumer.assign(tps)
@@ -168,11 +177,13 @@ def consume_kafka_python(bootstrap: str, topic: str, count: int,
 
 
 def consume_aiokafka(bootstrap: str, topic: str, count: int,
-                     partitions: int = PARTITIONS, timeout: float = 60) -> list[Got]:
+                     partitions: int = PARTITIONS, timeout: float = 60, *,
+                     conf: Mapping[str, Any] | None = None) -> list[Got]:
     """Read ``count`` records from offset 0 of every partition with aiokafka."""
 
     async def run() -> list[Got]:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+        consumer = AIOKafkaConsumer(**(conf or {"bootstrap_servers": bootstrap}),
+                                    group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="earliest")
         await consumer.start()
         got: list[Got] = []

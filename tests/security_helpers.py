@@ -3,7 +3,6 @@ connections, and produce/consume through the three clients with SASL and TLS set
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import datetime
 import ipaddress
@@ -16,11 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import confluent_kafka
 import jwt
-import kafka
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka import TopicPartition as AioTopicPartition
 from aiokafka.helpers import create_ssl_context
 from confluent_kafka.admin import AdminClient, NewTopic
 from cryptography import x509
@@ -65,6 +60,7 @@ from kafka.protocol.sasl import (
 )
 from kafka.record.memory_records import MemoryRecords
 
+from tests import clients
 from tests.clients import PARTITIONS, Got, Rec
 from tests.group_helpers import GroupConnection
 from tests.raw import RawConnection, record_batch
@@ -332,128 +328,37 @@ def create_topic(login: Login, name: str, partitions: int = PARTITIONS) -> None:
     del client
 
 
-# -- producers ---------------------------------------------------------------------------
+# -- producers and consumers: tests.clients' helpers, logged in -------------------------
 
 def produce_confluent(login: Login, topic: str, recs: list[Rec]) -> None:
-    errors: list[object] = []
-    producer = confluent_kafka.Producer({**login.confluent(), "acks": "all", "linger.ms": 5})
-
-    def report(err: object, _msg: object) -> None:
-        if err is not None:
-            errors.append(err)
-
-    for rec in recs:
-        producer.produce(topic, key=rec.key, value=rec.value, partition=rec.partition,
-                         headers=list(rec.headers), timestamp=rec.timestamp, on_delivery=report)
-        producer.poll(0)
-    assert producer.flush(60) == 0
-    assert errors == []
+    clients.produce_confluent(login.bootstrap, topic, recs, "none", conf=login.confluent())
 
 
 def produce_kafka_python(login: Login, topic: str, recs: list[Rec]) -> None:
-    producer = kafka.KafkaProducer(**login.kafka_python(), acks="all", linger_ms=5,
-                                   enable_idempotence=False)
-    try:
-        futures = [
-            producer.send(topic, key=rec.key, value=rec.value, partition=rec.partition,
-                          headers=list(rec.headers), timestamp_ms=rec.timestamp)
-            for rec in recs
-        ]
-        producer.flush(60)
-        for future in futures:
-            future.get(10)
-    finally:
-        producer.close()
+    clients.produce_kafka_python(login.bootstrap, topic, recs, "none",
+                                 conf=login.kafka_python())
 
 
 def produce_aiokafka(login: Login, topic: str, recs: list[Rec]) -> None:
-    async def run() -> None:
-        producer = AIOKafkaProducer(**login.aiokafka(), acks="all", linger_ms=5)
-        await producer.start()
-        try:
-            futures = [
-                await producer.send(topic, key=rec.key, value=rec.value,
-                                    partition=rec.partition, headers=list(rec.headers),
-                                    timestamp_ms=rec.timestamp)
-                for rec in recs
-            ]
-            await asyncio.gather(*futures)
-        finally:
-            await producer.stop()
+    clients.produce_aiokafka(login.bootstrap, topic, recs, "none", conf=login.aiokafka())
 
-    asyncio.run(run())
-
-
-# -- consumers ---------------------------------------------------------------------------
 
 def consume_confluent(login: Login, topic: str, count: int, partitions: int = PARTITIONS,
                       timeout: float = 30) -> list[Got]:
-    consumer = confluent_kafka.Consumer({
-        **login.confluent(), "group.id": "unused-assign-only", "enable.auto.commit": False,
-        "auto.offset.reset": "earliest"})
-    consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
-    got: list[Got] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, 0.5):
-                assert msg.error() is None, msg.error()
-                _kind, ts = msg.timestamp()
-                got.append(Got(msg.partition(), msg.offset(), Rec(
-                    msg.partition(), msg.key(), msg.value(),
-                    tuple((k, v) for k, v in (msg.headers() or [])), ts)))
-    finally:
-        consumer.close()
-    return got
+    return clients.consume_confluent(login.bootstrap, topic, count, partitions, timeout,
+                                     conf=login.confluent())
 
 
 def consume_kafka_python(login: Login, topic: str, count: int, partitions: int = PARTITIONS,
                          timeout: float = 30) -> list[Got]:
-    consumer = kafka.KafkaConsumer(**login.kafka_python(), group_id=None,
-                                   enable_auto_commit=False, auto_offset_reset="earliest")
-    tps = [kafka.TopicPartition(topic, p) for p in range(partitions)]
-    consumer.assign(tps)
-    for tp in tps:
-        consumer.seek(tp, 0)
-    got: list[Got] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            for tp, msgs in consumer.poll(500).items():
-                for msg in msgs:
-                    got.append(Got(tp.partition, msg.offset, Rec(
-                        tp.partition, msg.key, msg.value,
-                        tuple((k, v) for k, v in msg.headers), msg.timestamp)))
-    finally:
-        consumer.close()
-    return got
+    return clients.consume_kafka_python(login.bootstrap, topic, count, partitions, timeout,
+                                        conf=login.kafka_python())
 
 
 def consume_aiokafka(login: Login, topic: str, count: int, partitions: int = PARTITIONS,
                      timeout: float = 30) -> list[Got]:
-    async def run() -> list[Got]:
-        consumer = AIOKafkaConsumer(**login.aiokafka(), group_id=None,
-                                    enable_auto_commit=False, auto_offset_reset="earliest")
-        await consumer.start()
-        got: list[Got] = []
-        try:
-            tps = [AioTopicPartition(topic, p) for p in range(partitions)]
-            consumer.assign(tps)
-            for tp in tps:
-                consumer.seek(tp, 0)
-            deadline = time.monotonic() + timeout
-            while len(got) < count and time.monotonic() < deadline:
-                batch = await consumer.getmany(timeout_ms=500)
-                for tp, msgs in batch.items():
-                    for msg in msgs:
-                        got.append(Got(tp.partition, msg.offset, Rec(
-                            tp.partition, msg.key, msg.value,
-                            tuple((k, bytes(v)) for k, v in msg.headers), msg.timestamp)))
-        finally:
-            await consumer.stop()
-        return got
-
-    return asyncio.run(run())
+    return clients.consume_aiokafka(login.bootstrap, topic, count, partitions, timeout,
+                                    conf=login.aiokafka())
 
 
 PRODUCERS: dict[str, Callable[[Login, str, list[Rec]], None]] = {
