@@ -16,38 +16,20 @@ _READY = re.compile(r"edge-broker ready: broker \d+, listeners (.*)")
 _LISTENER = re.compile(r"(\w+)://([^ ]+):(\d+) \((\w+), advertised ([^ ]+):(\d+)\)")
 
 
-class BrokerProcess:
-    """A broker child process with its data directory, its log lines and its ports."""
+class ChildProcess:
+    """A child process whose stderr lines are kept, with a ready line to wait for."""
 
-    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None) -> None:
-        self.data_dir = data_dir
-        self.settings = {
-            "kafkaListeners": "PLAINTEXT://127.0.0.1:0",
-            "dataDir": str(data_dir),
-            **(settings or {}),
-        }
+    ready_pattern: re.Pattern[str]
+    what = "child process"
+
+    def __init__(self) -> None:
         self.proc: subprocess.Popen[str] | None = None
         self.lines: list[str] = []
-        self.ports: dict[str, int] = {}
         self._ready = threading.Event()
 
-    @property
-    def bootstrap(self) -> str:
-        """``host:port`` of the first listener."""
-        return f"127.0.0.1:{next(iter(self.ports.values()))}"
-
-    @property
-    def port(self) -> int:
-        """The first listener's bound port."""
-        return next(iter(self.ports.values()))
-
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
-        """Start the broker and wait for its ready line."""
-        args = [sys.executable, "-m", "edge.cli"]
-        for key, value in self.settings.items():
-            args += ["--set", f"{key}={value}"]
+    def spawn(self, args: list[str], timeout: float) -> None:
+        """Start ``args`` in the repository and wait for the ready line."""
         self.lines = []
-        self.ports = {}
         self._ready.clear()
         self.proc = subprocess.Popen(
             args, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
@@ -56,21 +38,22 @@ class BrokerProcess:
         threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
         if not self._ready.wait(timeout):
             self.kill()
-            raise RuntimeError("broker did not become ready:\n" + "\n".join(self.lines))
-        return self
+            raise RuntimeError(f"{self.what} did not become ready:\n" + self.log_text())
 
     def _drain(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
             self.lines.append(line.rstrip("\n"))
-            match = _READY.search(line)
+            match = self.ready_pattern.search(line)
             if match:
-                for name, _host, port, _proto, _ahost, _aport in _LISTENER.findall(match[1]):
-                    self.ports[name] = int(port)
+                self.on_ready(match)
                 self._ready.set()
 
+    def on_ready(self, match: re.Match[str]) -> None:
+        """Read what the ready line says."""
+
     def log_text(self) -> str:
-        """Everything the broker logged so far."""
+        """Everything the process logged so far."""
         return "\n".join(self.lines)
 
     def wait_for_log(self, pattern: str, timeout: float = 10.0) -> str:
@@ -92,7 +75,7 @@ class BrokerProcess:
         return self.proc.wait(timeout)
 
     def kill(self) -> None:
-        """``kill -9`` the broker."""
+        """``kill -9`` the process."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
@@ -100,3 +83,44 @@ class BrokerProcess:
     def alive(self) -> bool:
         """Whether the process is still running."""
         return self.proc is not None and self.proc.poll() is None
+
+
+class BrokerProcess(ChildProcess):
+    """A broker child process with its data directory, its log lines and its ports."""
+
+    ready_pattern = _READY
+    what = "broker"
+
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.data_dir = data_dir
+        self.settings = {
+            "kafkaListeners": "PLAINTEXT://127.0.0.1:0",
+            "dataDir": str(data_dir),
+            **(settings or {}),
+        }
+        self.ports: dict[str, int] = {}
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` of the first listener."""
+        return f"127.0.0.1:{next(iter(self.ports.values()))}"
+
+    @property
+    def port(self) -> int:
+        """The first listener's bound port."""
+        return next(iter(self.ports.values()))
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        """Start the broker and wait for its ready line."""
+        args = [sys.executable, "-m", "edge.cli"]
+        for key, value in self.settings.items():
+            args += ["--set", f"{key}={value}"]
+        self.ports = {}
+        self.spawn(args, timeout)
+        return self
+
+    def on_ready(self, match: re.Match[str]) -> None:
+        """Note the bound port of every listener."""
+        for name, _host, port, _proto, _ahost, _aport in _LISTENER.findall(match[1]):
+            self.ports[name] = int(port)

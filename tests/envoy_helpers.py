@@ -27,7 +27,7 @@ from kafka.protocol.metadata import (
 )
 
 from edge import cli
-from tests.broker_process import REPO
+from tests.broker_process import ChildProcess
 from tests.raw import RawConnection
 
 ENVOY = Path(sys.executable).parent / "envoy"
@@ -184,48 +184,26 @@ def running_envoy(config: Path, admin_port: int, listeners: int = 1) -> Iterator
 _XDS_READY = re.compile(r"xds-server ready: grpc [^ ]+:(\d+), admin http://([^ ,]+)")
 
 
-class XdsProcess:
+class XdsProcess(ChildProcess):
     """``edge-broker xds-server ARGS`` as a child process, with its log lines."""
 
+    ready_pattern = _XDS_READY
+    what = "xds-server"
+
     def __init__(self, *args: str) -> None:
+        super().__init__()
         self.args = args
-        self.proc: subprocess.Popen[str] | None = None
-        self.lines: list[str] = []
         self.grpc_port = 0
         self.admin_address = ""
-        self._ready = threading.Event()
 
     def start(self, timeout: float = 20.0) -> XdsProcess:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edge.cli", "xds-server", "--listen", "127.0.0.1:0",
-             "--admin", "127.0.0.1:0", "--poll-interval", "0.1", *self.args],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
-        if not self._ready.wait(timeout):
-            self.stop()
-            raise AssertionError("xds-server not ready:\n" + "\n".join(self.lines))
+        self.spawn([sys.executable, "-m", "edge.cli", "xds-server", "--listen", "127.0.0.1:0",
+                    "--admin", "127.0.0.1:0", "--poll-interval", "0.1", *self.args], timeout)
         return self
 
-    def _drain(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-            match = _XDS_READY.search(line)
-            if match:
-                self.grpc_port = int(match[1])
-                self.admin_address = match[2]
-                self._ready.set()
-
-    def wait_for_log(self, pattern: str, timeout: float = 15.0) -> str:
-        compiled = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                if compiled.search(line):
-                    return line
-            time.sleep(0.05)
-        raise AssertionError(f"no xds-server line matched {pattern!r}:\n"
-                             + "\n".join(self.lines))
+    def on_ready(self, match: re.Match[str]) -> None:
+        self.grpc_port = int(match[1])
+        self.admin_address = match[2]
 
     def status(self) -> dict[str, Any]:
         with urllib.request.urlopen(f"http://{self.admin_address}/status", timeout=5) as r:
@@ -235,15 +213,6 @@ class XdsProcess:
         request = urllib.request.Request(f"http://{self.admin_address}/reload", method="POST")
         with urllib.request.urlopen(request, timeout=5) as r:
             return dict(json.load(r))
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 # -- Kafka requests through Envoy ----------------------------------------------------------
