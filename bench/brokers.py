@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import deque
 from pathlib import Path
 
@@ -33,7 +34,7 @@ class BrokerError(RuntimeError):
     """A broker did not start or died."""
 
 
-class Broker:
+class Broker(ABC):
     """A broker child process: name, bootstrap address, pid and its recent log lines."""
 
     name = "broker"
@@ -56,13 +57,13 @@ class Broker:
             raise BrokerError(f"{self.name} is not running")
         return self.proc.pid
 
+    @abstractmethod
     def command(self) -> list[str]:
         """The command line that starts the broker."""
-        raise NotImplementedError
 
+    @abstractmethod
     def version(self) -> str:
         """What is being measured, for the report."""
-        raise NotImplementedError
 
     def _spawn(self, args: list[str], cpus: frozenset[int] | None) -> subprocess.Popen[str]:
         with inherited_affinity(cpus):
@@ -73,9 +74,9 @@ class Broker:
         self.proc = proc
         return proc
 
+    @abstractmethod
     def start(self, cpus: frozenset[int] | None, timeout: float = 30.0) -> None:
         """Start the broker (pinned to ``cpus``) and wait until clients can connect."""
-        raise NotImplementedError
 
     def _drain(self, proc: subprocess.Popen[str], ready: threading.Event) -> None:
         assert proc.stdout is not None
@@ -84,7 +85,7 @@ class Broker:
             self._on_line(line, ready)
         ready.set()
 
-    def _on_line(self, line: str, ready: threading.Event) -> None:
+    def _on_line(self, line: str, ready: threading.Event) -> None:  # noqa: B027 - a hook
         """Look at one log line (set ``ready`` when it says the broker is ready)."""
 
     def _wait_ready(self, ready: threading.Event, timeout: float) -> None:

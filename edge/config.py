@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,20 +143,20 @@ def parse_properties(text: str) -> dict[str, str]:
 # ------------------------------------------------------------------------- value types
 
 
-class ValueType(Generic[T]):
+class ValueType(ABC, Generic[T]):
     """How one key's value is parsed from text, checked, and written back as text."""
 
+    @abstractmethod
     def parse(self, text: str) -> T:
         """The value ``text`` denotes; raises ValueError if it is not acceptable."""
-        raise NotImplementedError
 
+    @abstractmethod
     def check(self, value: object) -> bool:
         """Whether an already-typed ``value`` is acceptable."""
-        raise NotImplementedError
 
+    @abstractmethod
     def expected(self) -> str:
         """What an acceptable value looks like, for error messages and docs."""
-        raise NotImplementedError
 
     def format(self, value: T) -> str:
         """``value`` as properties text, such that ``parse(format(v)) == v``."""
