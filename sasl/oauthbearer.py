@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from sasl.errors import SaslFailure
 from sasl.limits import check_message_size
+from sasl.mechanism import TokenMechanism
 from sasl.names import is_valid_name
 from sasl.oauthbearer_message import (
     ClientInitialResponse,
@@ -27,25 +28,16 @@ TENANT_EXTENSION = "tenant"
 ERROR_CHALLENGE = json.dumps({"status": "invalid_token"}, separators=(",", ":")).encode()
 
 
-class OAuthBearerServer:
+class OAuthBearerServer(TokenMechanism):
     """One OAUTHBEARER exchange: one client message, plus the dummy reply after an error."""
 
     mechanism = "OAUTHBEARER"
 
     def __init__(self, validator: TokenValidator, *, tenant_claim: str | None = None) -> None:
-        self._validator = validator
+        super().__init__(validator)
         self._tenant_claim = tenant_claim
         self._steps = 0
         self._pending_error: str | None = None
-        self._result: Authenticated | None = None
-
-    @property
-    def complete(self) -> bool:
-        return self._result is not None
-
-    @property
-    def result(self) -> Authenticated | None:
-        return self._result
 
     def step(self, message: bytes) -> bytes:
         self._steps += 1

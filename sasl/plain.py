@@ -9,29 +9,21 @@ from __future__ import annotations
 
 from sasl.errors import SaslFailure
 from sasl.limits import check_message_size
+from sasl.mechanism import TokenMechanism
 from sasl.names import parse_tenant_spec
 from sasl.types import Authenticated, TokenRejected, TokenValidator
 
 SUPPORTED_METHOD = "token"
 
 
-class PlainServer:
+class PlainServer(TokenMechanism):
     """One PLAIN exchange: a single client message, answered with empty bytes on success."""
 
     mechanism = "PLAIN"
 
     def __init__(self, validator: TokenValidator) -> None:
-        self._validator = validator
+        super().__init__(validator)
         self._done = False
-        self._result: Authenticated | None = None
-
-    @property
-    def complete(self) -> bool:
-        return self._result is not None
-
-    @property
-    def result(self) -> Authenticated | None:
-        return self._result
 
     def step(self, message: bytes) -> bytes:
         if self._done:
