@@ -57,6 +57,11 @@ _KEYS = (
                    "Batches are stored as the producer compressed them."),
 )
 
+# Config sources as DescribeConfigs and CreateTopics report them.
+DYNAMIC_TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
 TOPIC_CONFIG_KEYS: Mapping[str, TopicConfigKey] = {key.name: key for key in _KEYS}
 
 

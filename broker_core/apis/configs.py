@@ -10,15 +10,17 @@ from kafka.protocol.admin import DescribeConfigsResponse
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.topic_configs import TOPIC_CONFIG_KEYS
+from broker_core.topic_configs import (
+    DEFAULT_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    STATIC_BROKER_CONFIG,
+    TOPIC_CONFIG_KEYS,
+)
 
 _Result = DescribeConfigsResponse.DescribeConfigsResult
 _Entry = _Result.DescribeConfigsResourceResult
 TOPIC = 2
 BROKER = 4
-_DYNAMIC_TOPIC_CONFIG = 1
-_STATIC_BROKER_CONFIG = 4
-_DEFAULT_CONFIG = 5
 _TYPE_STRING = 2
 _TYPE_LONG = 5
 
@@ -30,11 +32,11 @@ def _entries(values: Mapping[str, str], own: Mapping[str, str], wanted: list[str
         if wanted is not None and name not in wanted:
             continue
         key = TOPIC_CONFIG_KEYS.get(name)
-        source = own_source if name in own else _DEFAULT_CONFIG
+        source = own_source if name in own else DEFAULT_CONFIG
         is_number = values[name].lstrip("-").isdigit()
         entries.append(_Entry(
             name=name, value=values[name], read_only=read_only, config_source=source,
-            is_default=source == _DEFAULT_CONFIG, is_sensitive=False, synonyms=[],
+            is_default=source == DEFAULT_CONFIG, is_sensitive=False, synonyms=[],
             config_type=_TYPE_LONG if is_number else _TYPE_STRING,
             documentation=key.doc if documented and key is not None else None,
         ))
@@ -52,7 +54,7 @@ def _describe_topic(engine: Engine, ctx: RequestContext, resource: Any,
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                             f"unknown topic {resource.resource_name}")
     return _entries(engine.topic_configs(topic.configs), topic.configs,
-                    resource.configuration_keys, _DYNAMIC_TOPIC_CONFIG, False, documented)
+                    resource.configuration_keys, DYNAMIC_TOPIC_CONFIG, False, documented)
 
 
 def _describe_broker(engine: Engine, resource: Any, documented: bool) -> list[Any]:
@@ -66,7 +68,7 @@ def _describe_broker(engine: Engine, resource: Any, documented: bool) -> list[An
     values["broker.id"] = str(engine.config.broker_id)
     values["auto.create.topics.enable"] = str(engine.config.allow_auto_topic_creation).lower()
     values["num.partitions"] = str(engine.config.default_num_partitions)
-    return _entries(values, values, resource.configuration_keys, _STATIC_BROKER_CONFIG, True,
+    return _entries(values, values, resource.configuration_keys, STATIC_BROKER_CONFIG, True,
                     documented)
 
 

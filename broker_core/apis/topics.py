@@ -18,14 +18,16 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import TopicExists, TopicInfo
-from broker_core.topic_configs import validate_topic_configs
+from broker_core.topic_configs import (
+    DEFAULT_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    validate_topic_configs,
+)
 
 log = logging.getLogger(__name__)
 _Created = CreateTopicsResponse.CreatableTopicResult
 _CreatedConfig = _Created.CreatableTopicConfigs
-_DEFAULT_CONFIG = 5
 NO_TOPIC_ID = uuid.UUID(int=0)
-_DYNAMIC_TOPIC_CONFIG = 1
 
 
 def _check_replicas(engine: Engine, replication_factor: int, assignments: list[Any]) -> None:
@@ -104,8 +106,8 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext, request: Any
                 result.topic_id = topic.topic_id
             result.configs = [
                 _CreatedConfig(name=key, value=value, read_only=False,
-                               config_source=_DYNAMIC_TOPIC_CONFIG if key in configs
-                               else _DEFAULT_CONFIG, is_sensitive=False)
+                               config_source=DYNAMIC_TOPIC_CONFIG if key in configs
+                               else DEFAULT_CONFIG, is_sensitive=False)
                 for key, value in sorted(engine.topic_configs(configs).items())
             ]
         except KafkaApiError as error:
