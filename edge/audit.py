@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from broker_core.engine import Engine
+from broker_core.storage import PartitionLog
 from broker_core.system_topics import encode_batch
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,17 @@ class AuditLog:
         self.topic = (f"{engine.config.metadata_tenant}/{engine.config.metadata_namespace}/"
                       f"{AUDIT_TOPIC}")
         self._recent: dict[tuple[str | None, ...], int] = {}
+        self._partition: PartitionLog | None = None
+
+    def _log(self) -> PartitionLog:
+        """The audit topic's partition, created on the first event."""
+        if self._partition is None or self.engine.logs.partition(self.topic, 0) \
+                is not self._partition:
+            if self.engine.logs.topic(self.topic) is None:
+                self.engine.logs.create_topic(self.topic, 1, {})
+            self._partition = self.engine.logs.partition(self.topic, 0)
+            assert self._partition is not None
+        return self._partition
 
     def record(self, event: AuditEvent) -> None:
         """Append one event (never raises: auditing must not break the request)."""
@@ -61,10 +73,7 @@ class AuditLog:
             if len(self._recent) > 10_000:
                 self._recent.clear()
         try:
-            if self.engine.logs.topic(self.topic) is None:
-                self.engine.logs.create_topic(self.topic, 1, {})
-            partition = self.engine.logs.partition(self.topic, 0)
-            assert partition is not None
+            partition = self._log()
             document = asdict(event) | {"time": event.time or now}
             value = json.dumps(document, separators=(",", ":")).encode()
             tenant = (event.tenant or "").encode()
