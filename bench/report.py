@@ -73,6 +73,12 @@ def _extra(index: int, key: str) -> Pick:
     return lambda broker: float(broker["latency_extra"][index][key])
 
 
+_LATENCY_ROWS = (
+    ("p50_ms", "latency p50"), ("p99_ms", "latency p99"), ("p999_ms", "latency p99.9"),
+    ("rtt_p50_ms", "request round trip p50"), ("rtt_p99_ms", "request round trip p99"),
+)
+
+
 class _Rows:
     """Builds (metric, this broker, Tansu, ratio) rows."""
 
@@ -107,13 +113,12 @@ def rows(results: Results) -> list[tuple[str, str, str, str]]:
         out.add(f"broker CPU s, produce + consume {label} (produce alone)", _cpu(size), 2,
                 _phase(size, "produce", "broker_cpu_s"), 2)
     lat = f"{opts['rate']:,.0f}/s x {size_label(opts['latency_size'])}"
-    for key, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
-        out.add(f"produce latency {name} ms at {lat}", _path("latency", key), 2)
+    for key, name in _LATENCY_ROWS:
+        out.add(f"produce {name} ms at {lat}", _path("latency", key), 2)
     out.add(f"achieved rate, records/s, at {lat}", _path("latency", "achieved_rate"), 0)
     for i, linger in enumerate(opts.get("extra_latency_lingers", [])):
-        for key, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
-            out.add(f"produce latency {name} ms at {lat}, linger.ms={linger:g}",
-                    _extra(i, key), 2)
+        for key, name in _LATENCY_ROWS:
+            out.add(f"produce {name} ms at {lat}, linger.ms={linger:g}", _extra(i, key), 2)
     out.add("broker CPU s, whole run", _path("cpu_seconds_total"), 1)
     out.add("broker peak RSS MB, whole run", _path("peak_rss_mb"), 1)
     parts = opts["partitions_scenario"]

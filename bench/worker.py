@@ -137,16 +137,48 @@ def run_consume(args: argparse.Namespace) -> dict[str, Any]:
             "missing": max(0, args.count - got)}
 
 
+class RoundTrips:
+    """librdkafka's produce request round-trip times (``brokers[].rtt``), per 1 s window.
+
+    The delivery latency includes the time a record lingers in the producer; the round
+    trip is the request alone: sent to the broker, answered. Windows that end before
+    ``measure_from`` (warm-up) are left out.
+    """
+
+    def __init__(self) -> None:
+        self.measure_from = float("inf")
+        self.windows: list[dict[str, float]] = []
+
+    def __call__(self, stats_json: str) -> None:
+        if time.perf_counter() < self.measure_from + 1.0:
+            return
+        for broker in json.loads(stats_json).get("brokers", {}).values():
+            rtt = broker.get("rtt", {})
+            if broker.get("nodeid", -1) >= 0 and rtt.get("cnt", 0) > 0:
+                self.windows.append({k: float(rtt[k]) / 1000 for k in ("p50", "p99", "cnt")})
+
+    def summary(self) -> dict[str, float]:
+        """Median of the windows' p50 and worst of their p99, in ms."""
+        if not self.windows:
+            return {}
+        p50s = sorted(w["p50"] for w in self.windows)
+        return {"rtt_p50_ms": p50s[len(p50s) // 2],
+                "rtt_p99_ms": max(w["p99"] for w in self.windows),
+                "rtt_windows": float(len(self.windows))}
+
+
 def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     """Fixed-rate produce; latency of each record from produce() to its delivery report."""
-    producer = Producer(producer_config(args))
+    round_trips = RoundTrips()
+    producer = Producer({**producer_config(args), "statistics.interval.ms": 1000,
+                         "stats_cb": round_trips})
     _warm_up(producer, args.topic)
     value = os.urandom(args.size)
     samples: list[float] = []
     errors = [0]
     clock = time.perf_counter
     start = clock()
-    measure_from = start + args.warmup
+    measure_from = round_trips.measure_from = start + args.warmup
     stop_at = start + args.warmup + args.seconds
 
     def report(err: KafkaError | None, _msg: Message, sent_at: float) -> None:
@@ -173,7 +205,7 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
         "sent": sent, "measured": len(samples), "errors": errors[0] + left,
         "target_rate": args.rate, "achieved_rate": len(samples) / measured_seconds,
         "seconds": measured_seconds, "client_cpu_s": time.process_time() - cpu0,
-        **summarize_ms(samples),
+        **summarize_ms(samples), **round_trips.summary(),
     }
 
 

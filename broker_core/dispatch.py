@@ -21,8 +21,11 @@ from broker_core.context import RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode
 from broker_core.protocol import (
+    Frame,
+    Prewritten,
     ProtocolError,
     RequestHeader,
+    frame_parts,
     frame_response,
     parse_header,
     peek_header,
@@ -101,7 +104,7 @@ class Dispatcher:
         return ApiVersionsResponse(version=version, error_code=error, api_keys=entries,
                                    throttle_time_ms=0)
 
-    async def dispatch(self, ctx: RequestContext, parsed: ParsedRequest) -> bytes | None:
+    async def dispatch(self, ctx: RequestContext, parsed: ParsedRequest) -> Frame | None:
         """Run the request's handler; return the framed response, or None when none is due."""
         header, spec = parsed.header, parsed.spec
         if spec.key == API_VERSIONS_KEY:
@@ -120,5 +123,8 @@ class Dispatcher:
         if response is None:
             return None
         flexible = bool(spec.response.flexible_version_q(header.api_version))
-        return frame_response(response_header(header.correlation_id, flexible),
-                              response.encode())
+        head = response_header(header.correlation_id, flexible)
+        if isinstance(response, Prewritten):
+            parts, size = response.encode_parts()
+            return frame_parts(head, parts, size)
+        return frame_response(head, response.encode())

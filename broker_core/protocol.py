@@ -7,8 +7,10 @@ header that precedes every request body and the size prefix and header of every 
 from __future__ import annotations
 
 import struct
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 _HEADER_FIXED = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
@@ -96,6 +98,48 @@ def response_header(correlation_id: int, flexible: bool) -> bytes:
 def frame_response(header: bytes, body: bytes | bytearray | memoryview) -> bytes:
     """Join a response header and body behind the 4-byte size prefix."""
     return b"".join((_INT32.pack(len(header) + len(body)), header, body))
+
+
+class Region(Protocol):
+    """A stretch of an open file that goes into a response as it is.
+
+    The connection writer sends it with ``sendfile`` on plain TCP and reads it into
+    memory on TLS; ``release`` is called once it is written or dropped.
+    """
+
+    fd: int
+    offset: int
+
+    def __len__(self) -> int:
+        """How many bytes the region covers."""
+        ...
+
+    def read(self) -> bytes:
+        """The region's bytes, read from the file."""
+        ...
+
+    def release(self) -> None:
+        """Give back what keeps the region readable (its file descriptor)."""
+        ...
+
+
+Chunk = bytes | memoryview | Region
+Frame = bytes | list[Chunk]
+"""A framed response: one ``bytes``, or buffers and file regions written in order."""
+
+
+class Prewritten(ABC):
+    """A response that writes its own body as chunks instead of going through the schema
+    library (the hot paths a profile proved hot)."""
+
+    @abstractmethod
+    def encode_parts(self) -> tuple[list[Chunk], int]:
+        """The body's chunks in order, and their total length."""
+
+
+def frame_parts(header: bytes, parts: Sequence[Chunk], size: int) -> list[Chunk]:
+    """The chunks of a response behind its size prefix and header."""
+    return [_INT32.pack(len(header) + size) + header, *parts]
 
 
 def encode_body(message: Any) -> bytes | bytearray:

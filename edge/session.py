@@ -24,7 +24,7 @@ from broker_core.context import Endpoint, RequestContext
 from broker_core.dispatch import API_VERSIONS_KEY, ApiSpec, Dispatcher, ParsedRequest
 from broker_core.errors import ErrorCode
 from broker_core.naming import Namespace
-from broker_core.protocol import ProtocolError, frame_response, response_header
+from broker_core.protocol import Frame, ProtocolError, frame_response, response_header
 from edge.audit import AuditEvent, AuditLog
 from edge.metrics import AUTHENTICATIONS, CONNECTIONS
 from edge.security import ListenerSecurity, SaslFactory
@@ -76,7 +76,7 @@ class Session:
         self.principal = certificate_principal(info.tls) or ANONYMOUS
         self.home = home
 
-    async def handle(self, frame: memoryview) -> bytes | None:
+    async def handle(self, frame: memoryview) -> Frame | None:
         """Answer one request frame."""
         if self.raw_tokens:
             return await self._raw_token(frame)

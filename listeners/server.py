@@ -12,12 +12,17 @@ import contextlib
 import logging
 import ssl
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from listeners.sendfile import FileRegion, write_parts
+
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
+
+Response = bytes | Sequence[bytes | memoryview | FileRegion]
+"""One framed response: a single ``bytes``, or buffers and file regions sent in order."""
 
 
 class FrameError(Exception):
@@ -32,7 +37,7 @@ class FrameError(Exception):
 class ConnectionHandler(Protocol):
     """Turns request frames of one connection into response frames."""
 
-    async def handle(self, frame: memoryview) -> bytes | None:
+    async def handle(self, frame: memoryview) -> Response | None:
         """Answer one request frame (no size prefix); None when no response is due.
 
         Raising :class:`FrameError` closes the connection after earlier responses are sent.
@@ -76,9 +81,11 @@ class _Connection:
         self.handler = handler
         self.info = info
         self.limits = limits
-        self.pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(
+        self.pending: asyncio.Queue[asyncio.Task[Response | None] | None] = asyncio.Queue(
             maxsize=limits.max_queued_requests)
         self.reading: asyncio.Task[Any] | None = None
+        # sendfile needs the raw socket: plain TCP only (TLS encrypts in user space)
+        self.socket_fd = -1 if info.tls is not None else _socket_fd(writer)
 
     async def serve(self) -> None:
         writing = asyncio.get_running_loop().create_task(self._write_loop())
@@ -143,9 +150,11 @@ class _Connection:
                 continue
             try:
                 response = await task
-                if response is not None:
+                if isinstance(response, bytes):
                     self.writer.write(response)
                     await self.writer.drain()
+                elif response is not None:
+                    await write_parts(self.writer, response, self.socket_fd)
             except FrameError as exc:
                 log.warning("closing connection from %s on %s: %s", self.info.peer,
                             self.info.listener, exc)
@@ -160,6 +169,14 @@ class _Connection:
             if broken:
                 self.stop_reading()
                 self.writer.close()
+
+
+def _socket_fd(writer: asyncio.StreamWriter) -> int:
+    sock = writer.get_extra_info("socket")
+    try:
+        return int(sock.fileno()) if sock is not None else -1
+    except (OSError, AttributeError):
+        return -1
 
 
 class ListenerServer:

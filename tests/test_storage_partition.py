@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import shutil
 import threading
 from pathlib import Path
 
@@ -10,13 +11,14 @@ import pytest
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from broker_core.storage import LogConfig, OffsetOutOfRange, PartitionLog
+from broker_core.storage import FileRegion, LogConfig, OffsetOutOfRange, PartitionLog
 from broker_core.storage.batch_header import crc_matches, shape_problem
 from broker_core.storage.entry import (
     ENTRY_HEADER_SIZE,
     decode_entry_header,
     encode_entry_header,
 )
+from tests.storage_helpers import batch_bytes
 
 
 def make_batch(first: int, count: int, *, ts: int = 1_000, pad: int = 0) -> bytearray:
@@ -41,11 +43,11 @@ def add(log: PartitionLog, first: int, count: int, *, ts: int = 1_000, pad: int 
     return log.append(batch, count - 1, ts + count - 1)
 
 
-def decode(views: list[memoryview]) -> list[tuple[int, int]]:
+def decode(views: list[memoryview | FileRegion]) -> list[tuple[int, int]]:
     """(offset, number in the value) for every record in the batches."""
     out: list[tuple[int, int]] = []
     for view in views:
-        records = MemoryRecords(bytes(view))
+        records = MemoryRecords(batch_bytes(view))
         while records.has_next():
             batch = records.next_batch()
             for record in batch:
@@ -354,3 +356,28 @@ def test_flush_from_another_thread_while_appending(tmp_path: Path) -> None:
     assert decode(log.read(0, 1 << 30)) == [(o, o) for o in range(total)]
     log.close()
     log.flush()  # after close: nothing to do
+
+
+def test_large_batches_come_back_as_file_regions(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "p", LogConfig(segment_bytes=10_000_000))
+    add(log, 0, 3, pad=40_000)  # about 120 KB: a region
+    add(log, 3, 3, pad=40_000)
+    add(log, 6, 3)  # small: read from the file
+    add(log, 9, 3, pad=40_000)  # after a small one: read as well
+    chunks = log.read(0, 1 << 30)
+    kinds = [type(c).__name__ for c in chunks]
+    assert kinds == ["FileRegion", "FileRegion", "memoryview", "memoryview"]
+    region = chunks[0]
+    assert isinstance(region, FileRegion)
+    whole = region.read()
+    assert len(whole) == len(region) and region.head == whole[:61]
+    # a region keeps its own descriptor: closing the log and deleting its files (as
+    # retention does) leaves the bytes readable until the region is released
+    log.close()
+    shutil.rmtree(tmp_path / "p")
+    assert decode(chunks) == [(o, o) for o in range(12)]
+    for chunk in chunks:
+        if isinstance(chunk, FileRegion):
+            chunk.release()
+            chunk.release()  # twice is harmless
+            assert chunk.fd == -1

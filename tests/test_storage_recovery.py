@@ -18,6 +18,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from broker_core.storage import LogConfig, PartitionLog
 from broker_core.storage.entry import ENTRY_HEADER_SIZE
 from broker_core.storage.metadata import METADATA_FILE
+from tests.storage_helpers import batch_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = LogConfig(segment_bytes=600)
@@ -51,7 +52,7 @@ def all_records(log: PartitionLog) -> list[int]:
     """Every record's value, checking that it equals the record's offset."""
     values: list[int] = []
     for view in log.read(log.log_start_offset, 1 << 30):
-        records = MemoryRecords(bytes(view))
+        records = MemoryRecords(batch_bytes(view))
         while records.has_next():
             for record in records.next_batch():
                 assert int(record.value) == record.offset
@@ -333,7 +334,7 @@ def test_lazy_index_after_reopen(tmp_path: Path, interval: int) -> None:
     # lookups in a scattered order extend each ledger's index part by part
     order = [total - 1, 1, open_first + 1, 100, 0, 57, open_first, total // 2, 2, total - 3]
     for offset in order:
-        records = MemoryRecords(bytes(log.read(offset, 0)[0]))
+        records = MemoryRecords(batch_bytes(log.read(offset, 0)[0]))
         batch = records.next_batch()
         assert batch.base_offset == offset - offset % 3
     # appends after a partial walk of the open ledger stay reachable

@@ -69,6 +69,7 @@ from kafka.protocol.producer import (
     TxnOffsetCommitResponse,
 )
 
+from broker_core.apis import fetch_wire
 from broker_core.apis.configs import handle_describe_configs
 from broker_core.apis.fetch import handle_fetch
 from broker_core.apis.groups import (
@@ -112,7 +113,8 @@ def engine_apis() -> list[ApiSpec]:
     """Every API the engine serves, with the versions it implements."""
     return [
         ApiSpec(0, ProduceRequest, ProduceResponse, 3, 11, handle_produce),
-        ApiSpec(1, FetchRequest, FetchResponse, 4, 12, handle_fetch),
+        ApiSpec(1, FetchRequest, FetchResponse, fetch_wire.MIN_VERSION, fetch_wire.MAX_VERSION,
+                handle_fetch),
         ApiSpec(2, ListOffsetsRequest, ListOffsetsResponse, 1, 8, handle_list_offsets),
         ApiSpec(3, MetadataRequest, MetadataResponse, 0, 12, handle_metadata),
         ApiSpec(8, OffsetCommitRequest, OffsetCommitResponse, 2, 9, handle_offset_commit),

@@ -7,23 +7,22 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.consumer import FetchResponse
-
 from broker_core import metrics
+from broker_core.apis.fetch_wire import FetchAnswer, PartitionAnswer, TopicAnswer
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.storage import PartitionLog
+from broker_core.protocol import Chunk
+from broker_core.storage import FileRegion, PartitionLog
 
 READ_COMMITTED = 1
 _BASE_OFFSET = struct.Struct(">q")
 _LAST_DELTA = struct.Struct(">i")
 _RECORD_COUNT = struct.Struct(">i")
-_Topic = FetchResponse.FetchableTopicResponse
-_Partition = _Topic.PartitionData
 
 
 @dataclass(slots=True)
@@ -56,7 +55,7 @@ def _resolve(engine: Engine, ctx: RequestContext, request: Any) -> list[_Wanted]
 
 
 def _answer(engine: Engine, want: _Wanted, budget: int, first: bool,
-            committed: bool) -> tuple[Any, int]:
+            committed: bool) -> tuple[PartitionAnswer, int]:
     """One partition's answer and the bytes it carries (below the last stable offset only,
     with the aborted transactions listed, for read_committed)."""
     if want.error != ErrorCode.NONE or want.internal is None:
@@ -74,46 +73,48 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool,
     readable = want.offset < upper and (limit > 0 or first)
     chunks = partition.read(want.offset, max(limit, 0)) if readable else []
     if committed:
-        chunks = [c for c in chunks if _BASE_OFFSET.unpack_from(c)[0] < upper]
+        visible = [_BASE_OFFSET.unpack_from(_head(c))[0] < upper for c in chunks]
+        _release(c for c, keep in zip(chunks, visible, strict=True) if not keep)
+        chunks = [c for c, keep in zip(chunks, visible, strict=True) if keep]
     size = sum(len(chunk) for chunk in chunks)
     if size > limit and not first:
+        _release(chunks)
         chunks, size = [], 0
 
-    aborted = []
+    aborted: list[tuple[int, int]] | None = [] if committed else None
     if committed and chunks:
-        last = _BASE_OFFSET.unpack_from(chunks[-1])[0] + _LAST_DELTA.unpack_from(
-            chunks[-1], 23)[0]
-        aborted = [_Partition.AbortedTransaction(producer_id=pid, first_offset=first_offset)
-                   for pid, first_offset in producers.aborted_between(want.offset, last + 1)]
-    return _Partition(
-        partition_index=want.index, error_code=0, high_watermark=end,
-        last_stable_offset=stable, log_start_offset=start,
-        aborted_transactions=aborted if committed else None, preferred_read_replica=-1,
-        records=b"".join(chunks),
-    ), size
+        tail = _head(chunks[-1])
+        last = _BASE_OFFSET.unpack_from(tail)[0] + _LAST_DELTA.unpack_from(tail, 23)[0]
+        aborted = producers.aborted_between(want.offset, last + 1)
+    return PartitionAnswer(want.index, 0, end, stable, start, aborted, chunks), size
 
 
-def _count_out(topic: str, records: bytes) -> None:
-    """Count the records and bytes of a fetched record set (batch headers only)."""
-    count, position = 0, 0
-    while position + 61 <= len(records):
-        count += _RECORD_COUNT.unpack_from(records, position + 57)[0]
-        position += 12 + _RECORD_COUNT.unpack_from(records, position + 8)[0]
-    metrics.BYTES_OUT.labels(topic).inc(len(records))
+def _head(batch: memoryview | FileRegion) -> memoryview | bytes:
+    """Where a batch's header can be read: the batch itself, or a region's copy of it."""
+    return batch.head if isinstance(batch, FileRegion) else batch
+
+
+def _release(batches: Iterable[memoryview | FileRegion]) -> None:
+    for batch in batches:
+        if isinstance(batch, FileRegion):
+            batch.release()
+
+
+def _count_out(topic: str, batches: Sequence[Chunk], size: int) -> None:
+    """Count the records and bytes of fetched batches (from their headers only)."""
+    count = sum(_RECORD_COUNT.unpack_from(_head(batch), 57)[0]  # type: ignore[arg-type]
+                for batch in batches)
+    metrics.BYTES_OUT.labels(topic).inc(size)
     metrics.MESSAGES_OUT.labels(topic).inc(count)
 
 
 def _empty(index: int, code: ErrorCode, high_watermark: int = -1,
-           log_start: int = -1) -> Any:
-    return _Partition(
-        partition_index=index, error_code=code, high_watermark=high_watermark,
-        last_stable_offset=high_watermark, log_start_offset=log_start,
-        aborted_transactions=None, preferred_read_replica=-1, records=b"",
-    )
+           log_start: int = -1) -> PartitionAnswer:
+    return PartitionAnswer(index, code, high_watermark, high_watermark, log_start)
 
 
 def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int,
-             committed: bool) -> tuple[list[Any], int, bool]:
+             committed: bool) -> tuple[list[tuple[PartitionAnswer, int]], int, bool]:
     """Answers for all partitions, total bytes, and whether an error is among them."""
     answers = []
     total = 0
@@ -121,12 +122,12 @@ def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int,
     for want in wanted:
         answer, size = _answer(engine, want, max_bytes - total, total == 0, committed)
         total += size
-        errored = errored or answer.error_code != 0
-        answers.append(answer)
+        errored = errored or answer.error != 0
+        answers.append((answer, size))
     return answers, total, errored
 
 
-async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> FetchAnswer:
     """Answer Fetch, waiting up to ``max_wait_ms`` for ``min_bytes`` to be available."""
     version: int = request.version
     max_bytes = request.max_bytes if version >= 3 else 2**31 - 1
@@ -139,14 +140,15 @@ async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Any
         if (total >= request.min_bytes or errored or remaining <= 0 or not wanted
                 or engine.closing):
             break
+        for answer, _size in answers:
+            _release(answer.batches)  # type: ignore[arg-type]
         keys = [(w.internal, w.index) for w in wanted if w.internal is not None]
         await engine.waiters.wait_any(keys, remaining)
-    topics: list[Any] = []
-    for want, answer in zip(wanted, answers, strict=True):
-        if answer.records:
-            _count_out(want.internal or want.topic, answer.records)
-        if not topics or topics[-1].topic != want.topic:
-            topics.append(_Topic(topic=want.topic, partitions=[]))
+    topics: list[TopicAnswer] = []
+    for want, (answer, size) in zip(wanted, answers, strict=True):
+        if size:
+            _count_out(want.internal or want.topic, answer.batches, size)
+        if not topics or topics[-1].name != want.topic:
+            topics.append(TopicAnswer(want.topic, []))
         topics[-1].partitions.append(answer)
-    return FetchResponse(version=version, throttle_time_ms=0, error_code=0, session_id=0,
-                         responses=topics)
+    return FetchAnswer(version, topics)

@@ -18,11 +18,13 @@ from .errors import (
 )
 from .log_manager import LogManager, TopicInfo
 from .partition import BatchInfo, PartitionLog, wall_clock_ms
+from .region import FileRegion
 
 __all__ = [
     "TOPIC_CONFIG_FIELDS",
     "BatchInfo",
     "CorruptLedger",
+    "FileRegion",
     "LogClosed",
     "LogConfig",
     "LogManager",

@@ -29,6 +29,7 @@ from .batch_header import (
 from .entry import ENTRY_HEADER_SIZE, ENTRY_HEADER_STRUCT, ENTRY_MAGIC, decode_entry_header
 from .errors import CorruptLedger
 from .metadata import LedgerFacts
+from .region import FileRegion
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,9 @@ _HEADER_WINDOW = 16 * 1024
 _INDEX_WINDOW = 32 * 1024
 _RECOVERY_WINDOW = 1 << 20
 _READ_SLACK = 4096
+# batches at least this large are sent from the file (sendfile) instead of read
+REGION_MIN_BYTES = 64 * 1024
+_HEAD_READ = ENTRY_HEADER_SIZE + 61  # an entry header and a v2 batch header
 
 
 def ledger_file_name(ledger_id: int) -> str:
@@ -283,6 +287,39 @@ class Ledger:
         raise CorruptLedger(f"{self.path}: offset {offset} not found")
 
     # -- reading ---------------------------------------------------------------------
+
+    def read_regions(
+        self, start: int, budget: int, take_first: bool
+    ) -> tuple[list[memoryview | FileRegion], int, bool]:
+        """As :meth:`read_batches`, but large batches are left in the file as regions.
+
+        Entry headers are read one by one while batches are at least
+        ``REGION_MIN_BYTES``; from the first smaller one on, the rest is read as a window.
+        """
+        end = self.facts.size
+        out: list[memoryview | FileRegion] = []
+        taken = 0
+        while start < end:
+            head = os.pread(self.fd(), _HEAD_READ, start)
+            if len(head) < _HEAD_READ:
+                raise CorruptLedger(f"{self.path}: short entry at position {start}")
+            magic, _index, _stamp, length, _crc = ENTRY_HEADER_STRUCT.unpack_from(head)
+            if magic != ENTRY_MAGIC or length < 61:
+                raise CorruptLedger(f"{self.path}: no valid entry at position {start}")
+            if length < REGION_MIN_BYTES:
+                break
+            if taken + length > budget and (out or not take_first):
+                return out, taken, False
+            out.append(FileRegion(self.fd(), start + ENTRY_HEADER_SIZE, length,
+                                  head[ENTRY_HEADER_SIZE:]))
+            taken += length
+            start += ENTRY_HEADER_SIZE + length
+        else:
+            return out, taken, True
+        more, size, reached_end = self.read_batches(start, budget - taken,
+                                                    take_first and not out)
+        out.extend(more)
+        return out, taken + size, reached_end
 
     def read_batches(
         self, start: int, budget: int, take_first: bool

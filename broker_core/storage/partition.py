@@ -43,6 +43,7 @@ from .metadata import (
     load_metadata,
     store_metadata,
 )
+from .region import FileRegion
 
 logger = logging.getLogger(__name__)
 
@@ -219,13 +220,15 @@ class PartitionLog:
 
     # -- reading -----------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int) -> list[memoryview]:
+    def read(self, offset: int, max_bytes: int) -> list[memoryview | FileRegion]:
         """Record batches from the one containing ``offset``, up to ``max_bytes`` in total.
 
         The first batch is returned whole even if it alone is larger than ``max_bytes``
         (KIP-74); later batches only while the total stays within ``max_bytes``. Crosses
-        ledger boundaries. Empty if ``offset == next_offset``; OffsetOutOfRange if
-        ``offset`` is below the log start or above the next offset.
+        ledger boundaries. Batches of ``REGION_MIN_BYTES`` or more stay in the file as
+        :class:`FileRegion` (release them), smaller ones are memoryviews of one read.
+        Empty if ``offset == next_offset``; OffsetOutOfRange if ``offset`` is below the
+        log start or above the next offset.
         """
         with self._lock:
             self._check_open()
@@ -235,11 +238,11 @@ class PartitionLog:
             i = self._ledger_index(offset)
             ledger = self._use(self._ledgers[i])
             start = ledger.locate(offset).position
-            out, taken, reached_end = ledger.read_batches(start, max_bytes, take_first=True)
+            out, taken, reached_end = ledger.read_regions(start, max_bytes, take_first=True)
             while reached_end and i + 1 < len(self._ledgers):
                 i += 1
                 ledger = self._use(self._ledgers[i])
-                more, size, reached_end = ledger.read_batches(0, max_bytes - taken, False)
+                more, size, reached_end = ledger.read_regions(0, max_bytes - taken, False)
                 out.extend(more)
                 taken += size
             return out

@@ -1,0 +1,116 @@
+"""Writing a response made of buffers and file regions, with ``sendfile`` on plain TCP.
+
+On a plain TCP connection whose transport has nothing queued, the response goes straight
+to the socket: buffers with one ``writev``, file regions with ``sendfile`` (the kernel
+copies from the page cache; Python never holds the bytes). Whatever the socket does not
+take at once is handed to the transport, in order, so it is sent when the socket drains.
+On TLS, or when the transport still holds earlier bytes, every part goes through the
+transport (file regions read into memory first), so bytes never overtake each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from typing import Protocol
+
+_IOV_MAX = 512
+
+
+class FileRegion(Protocol):
+    """A stretch of an open file to send as it is."""
+
+    fd: int
+    offset: int
+
+    def __len__(self) -> int:
+        """How many bytes the region covers."""
+        ...
+
+    def read(self) -> bytes:
+        """The region's bytes, read from the file."""
+        ...
+
+    def release(self) -> None:
+        """Called once the region is sent or dropped."""
+        ...
+
+
+Part = bytes | memoryview | FileRegion
+
+
+def _is_buffer(part: Part) -> bool:
+    return isinstance(part, bytes | bytearray | memoryview)
+
+
+async def write_parts(writer: asyncio.StreamWriter, parts: Sequence[Part],
+                      socket_fd: int) -> None:
+    """Write ``parts`` in order; ``socket_fd`` is the raw socket, or -1 on TLS."""
+    try:
+        transport = writer.transport
+        if socket_fd >= 0 and transport.get_write_buffer_size() == 0:
+            rest = _send_directly(socket_fd, parts)
+        else:
+            rest = list(parts)
+        if rest:
+            writer.writelines([part if _is_buffer(part) else part.read()  # type: ignore[union-attr,misc]
+                               for part in rest])
+        await writer.drain()
+    finally:
+        for part in parts:
+            if not _is_buffer(part):
+                part.release()  # type: ignore[union-attr]
+
+
+def _send_directly(sock: int, parts: Sequence[Part]) -> list[Part]:
+    """Send what the socket takes now; return the parts (or their tails) left over."""
+    index = 0
+    while index < len(parts):
+        part = parts[index]
+        if _is_buffer(part):
+            run = [memoryview(p) for p in _buffer_run(parts, index)]  # type: ignore[arg-type]
+            try:
+                sent = os.writev(sock, run)
+            except BlockingIOError:
+                sent = 0
+            index += len(run)
+            leftover = _unsent_buffers(run, sent)
+            if leftover:
+                return [*leftover, *parts[index:]]
+            continue
+        region: FileRegion = part  # type: ignore[assignment]
+        size = len(region)
+        done = 0
+        try:
+            while done < size:
+                sent = os.sendfile(sock, region.fd, region.offset + done, size - done)
+                if sent == 0:
+                    break
+                done += sent
+        except BlockingIOError:
+            pass
+        index += 1
+        if done < size:
+            tail = os.pread(region.fd, size - done, region.offset + done)
+            return [tail, *parts[index:]]
+    return []
+
+
+def _buffer_run(parts: Sequence[Part], start: int) -> list[Part]:
+    """The buffers from ``start`` up to the next file region (at most ``_IOV_MAX``)."""
+    run: list[Part] = []
+    for part in parts[start:start + _IOV_MAX]:
+        if not _is_buffer(part):
+            break
+        run.append(part)
+    return run
+
+
+def _unsent_buffers(run: list[memoryview], sent: int) -> list[Part]:
+    """What ``writev`` left of ``run`` after sending ``sent`` bytes."""
+    for position, buffer in enumerate(run):
+        if sent < len(buffer):
+            return [buffer[sent:], *run[position + 1:]]
+        sent -= len(buffer)
+    return []
