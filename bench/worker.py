@@ -155,15 +155,16 @@ class RoundTrips:
         for broker in json.loads(stats_json).get("brokers", {}).values():
             rtt = broker.get("rtt", {})
             if broker.get("nodeid", -1) >= 0 and rtt.get("cnt", 0) > 0:
-                self.windows.append({k: float(rtt[k]) / 1000 for k in ("p50", "p99", "cnt")})
+                self.windows.append({k: float(rtt[k]) / 1000 for k in ("p50", "p99", "max")})
 
     def summary(self) -> dict[str, float]:
-        """Median of the windows' p50 and worst of their p99, in ms."""
+        """Median of the windows' p50, worst of their p99 and the maximum, in ms."""
         if not self.windows:
             return {}
         p50s = sorted(w["p50"] for w in self.windows)
         return {"rtt_p50_ms": p50s[len(p50s) // 2],
                 "rtt_p99_ms": max(w["p99"] for w in self.windows),
+                "rtt_max_ms": max(w["max"] for w in self.windows),
                 "rtt_windows": float(len(self.windows))}
 
 

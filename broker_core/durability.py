@@ -20,9 +20,13 @@ from broker_core.storage import PartitionLog
 log = logging.getLogger(__name__)
 
 
+WRITEBACK_INTERVAL_MS = 50
+
+
 @dataclass(slots=True)
 class _PartitionState:
     unflushed: int = 0
+    unwritten: bool = False  # appended since the last writeback round
     running: asyncio.Future[None] | None = None
     next_round: asyncio.Future[None] | None = None
 
@@ -64,6 +68,7 @@ class FlushScheduler:
             state = self._state[key] = _PartitionState()
             self._logs[key] = partition
         state.unflushed += records
+        state.unwritten = True
         if state.unflushed >= self.flush_interval_messages:
             return self._request_flush(partition, state)
         return None
@@ -105,9 +110,32 @@ class FlushScheduler:
                     log.error("periodic fsync failed: %s", result)
 
     async def _periodic(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_flush = loop.time() + self.flush_interval_ms / 1000
         while True:
-            await asyncio.sleep(self.flush_interval_ms / 1000)
-            await self.flush_dirty()
+            await asyncio.sleep(min(WRITEBACK_INTERVAL_MS / 1000,
+                                    max(next_flush - loop.time(), 0)))
+            if loop.time() >= next_flush:
+                next_flush = loop.time() + self.flush_interval_ms / 1000
+                await self.flush_dirty()
+            else:
+                await self._writeback()
+
+    async def _writeback(self) -> None:
+        """Start the kernel writing out every partition appended to since the last round."""
+        due = [self._logs[key] for key, state in self._state.items() if state.unwritten]
+        for state in self._state.values():
+            state.unwritten = False
+        if due:
+            await asyncio.get_running_loop().run_in_executor(None, _start_writeback, due)
+
+
+def _start_writeback(partitions: list[PartitionLog]) -> None:
+    for partition in partitions:
+        try:
+            partition.start_writeback()
+        except OSError as exc:  # only an optimisation: the periodic fsync still runs
+            log.debug("writeback of %s failed: %s", partition, exc)
 
 
 def _copy_outcome(source: asyncio.Future[None], target: asyncio.Future[None]) -> None:

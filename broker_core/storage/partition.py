@@ -34,7 +34,7 @@ from .batch_header import set_base_offset, shape_problem
 from .config import LogConfig
 from .entry import ENTRY_HEADER_SIZE, encode_entry_header
 from .errors import LogClosed, OffsetOutOfRange
-from .fsutil import TEMP_SUFFIX
+from .fsutil import TEMP_SUFFIX, start_writeback
 from .ledger import Ledger, LedgerReader, ledger_file_name, parse_ledger_file_name
 from .metadata import (
     METADATA_FILE,
@@ -105,6 +105,7 @@ class PartitionLog:
         self._log_start = 0
         self._next_ledger_id = 1
         self._pending_sync: list[_PendingSync] = []
+        self._written_back = (-1, 0)  # (ledger id, position) start_writeback reached
         self._open_sealed: OrderedDict[int, Ledger] = OrderedDict()
         self._recovery_point = LedgerFacts(0, 0, 0)
         self._recorded_recovery_size = 0
@@ -430,6 +431,28 @@ class PartitionLog:
             )
 
     # -- durability --------------------------------------------------------------------
+
+    def start_writeback(self) -> None:
+        """Start writing out what was appended to the open ledger since the last call,
+        without waiting for it (safe to call from another thread). The next :meth:`flush`
+        then has little left to write, so appends running beside it are barely slowed.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            ledger = self._ledgers[-1]
+            ledger_id, begin = self._written_back
+            if ledger_id != ledger.ledger_id:
+                begin = 0
+            end = ledger.facts.size
+            if end <= begin:
+                return
+            fd = os.dup(ledger.fd())
+            self._written_back = (ledger.ledger_id, end)
+        try:
+            start_writeback(fd, begin, end - begin)
+        finally:
+            os.close(fd)
 
     def flush(self) -> None:
         """fsync what was appended so far (safe to call from another thread)."""
