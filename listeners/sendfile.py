@@ -6,12 +6,17 @@ copies from the page cache; Python never holds the bytes). Whatever the socket d
 take at once is handed to the transport, in order, so it is sent when the socket drains.
 On TLS, or when the transport still holds earlier bytes, every part goes through the
 transport (file regions read into memory first), so bytes never overtake each other.
+
+A response with file regions is sent with ``TCP_CORK`` set: otherwise the few bytes
+before a region leave as a segment of their own, and the client wakes up for them alone
+(librdkafka spent about a fifth more CPU consuming in ``make bench`` that way).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -37,6 +42,18 @@ class FileRegion(Protocol):
         ...
 
 
+class Socket(Protocol):
+    """What the writer needs of the transport's socket."""
+
+    def fileno(self) -> int:
+        """The socket's descriptor."""
+        ...
+
+    def setsockopt(self, level: int, option: int, value: int, /) -> None:
+        """Set a socket option."""
+        ...
+
+
 Part = bytes | memoryview | FileRegion
 
 
@@ -45,12 +62,11 @@ def _is_buffer(part: Part) -> bool:
 
 
 async def write_parts(writer: asyncio.StreamWriter, parts: Sequence[Part],
-                      socket_fd: int) -> None:
-    """Write ``parts`` in order; ``socket_fd`` is the raw socket, or -1 on TLS."""
+                      sock: Socket | None) -> None:
+    """Write ``parts`` in order; ``sock`` is the plain TCP socket, None on TLS."""
     try:
-        transport = writer.transport
-        if socket_fd >= 0 and transport.get_write_buffer_size() == 0:
-            rest = _send_directly(socket_fd, parts)
+        if sock is not None and writer.transport.get_write_buffer_size() == 0:
+            rest = _send_corked(sock, parts)
         else:
             rest = list(parts)
         if rest:
@@ -61,6 +77,17 @@ async def write_parts(writer: asyncio.StreamWriter, parts: Sequence[Part],
         for part in parts:
             if not _is_buffer(part):
                 part.release()  # type: ignore[union-attr]
+
+
+def _send_corked(sock: Socket, parts: Sequence[Part]) -> list[Part]:
+    """:func:`_send_directly`, corked when there is a file region among the parts."""
+    if all(_is_buffer(part) for part in parts):
+        return _send_directly(sock.fileno(), parts)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+    try:
+        return _send_directly(sock.fileno(), parts)
+    finally:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
 
 
 def _send_directly(sock: int, parts: Sequence[Part]) -> list[Part]:

@@ -85,7 +85,7 @@ class _Connection:
             maxsize=limits.max_queued_requests)
         self.reading: asyncio.Task[Any] | None = None
         # sendfile needs the raw socket: plain TCP only (TLS encrypts in user space)
-        self.socket_fd = -1 if info.tls is not None else _socket_fd(writer)
+        self.socket = None if info.tls is not None else writer.get_extra_info("socket")
 
     async def serve(self) -> None:
         writing = asyncio.get_running_loop().create_task(self._write_loop())
@@ -154,7 +154,7 @@ class _Connection:
                     self.writer.write(response)
                     await self.writer.drain()
                 elif response is not None:
-                    await write_parts(self.writer, response, self.socket_fd)
+                    await write_parts(self.writer, response, self.socket)
             except FrameError as exc:
                 log.warning("closing connection from %s on %s: %s", self.info.peer,
                             self.info.listener, exc)
@@ -169,14 +169,6 @@ class _Connection:
             if broken:
                 self.stop_reading()
                 self.writer.close()
-
-
-def _socket_fd(writer: asyncio.StreamWriter) -> int:
-    sock = writer.get_extra_info("socket")
-    try:
-        return int(sock.fileno()) if sock is not None else -1
-    except (OSError, AttributeError):
-        return -1
 
 
 class ListenerServer:

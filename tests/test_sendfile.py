@@ -44,10 +44,9 @@ async def _exchange(responses: list[list[Part]], use_socket_fd: bool, total: int
     done = asyncio.Event()
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        fd = sock.fileno() if use_socket_fd else -1
+        sock = writer.get_extra_info("socket") if use_socket_fd else None
         for parts in responses:
-            await write_parts(writer, parts, fd)
+            await write_parts(writer, parts, sock)
         await done.wait()
         writer.close()
 
