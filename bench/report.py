@@ -60,6 +60,10 @@ def _cpu(size: int) -> Pick:
     return pick
 
 
+def _mib(count: int) -> str:
+    return f"{count / (1 << 20):g} MiB" if count % (1 << 20) == 0 else f"{count:,} B"
+
+
 def _path(*keys: str) -> Pick:
     def pick(broker: Results) -> float:
         value: Any = broker
@@ -110,6 +114,11 @@ def rows(results: Results) -> list[tuple[str, str, str, str]]:
             out.add(f"{phase} {label}: records/s (MB/s)", _phase(size, phase, "records_per_s"),
                     0, _phase(size, phase, "mb_per_s"),
                     mark=_phase(size, phase, "client_bound"))
+        if opts.get("wide_fetch_bytes"):
+            wide = f"consume {label}, max.partition.fetch.bytes={_mib(opts['wide_fetch_bytes'])}"
+            out.add(f"{wide}: records/s (MB/s)", _phase(size, "consume_wide", "records_per_s"),
+                    0, _phase(size, "consume_wide", "mb_per_s"),
+                    mark=_phase(size, "consume_wide", "client_bound"))
         out.add(f"broker CPU s, produce + consume {label} (produce alone)", _cpu(size), 2,
                 _phase(size, "produce", "broker_cpu_s"), 2)
     lat = f"{opts['rate']:,.0f}/s x {size_label(opts['latency_size'])}"

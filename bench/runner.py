@@ -140,11 +140,17 @@ def _throughput(bench: Bench, broker: Broker, size: int, topic: str) -> dict[str
     produced = run_worker(bench, broker, "produce", topic, size=size, count=count)
     if produced.load["records"] != count:
         raise LoadError(f"{broker.name}: {produced.load['records']} of {count} acknowledged")
-    consumed = run_worker(bench, broker, "consume", topic, count=count)
-    if consumed.load["records"] != count:
-        raise LoadError(f"{broker.name}: consumed {consumed.load['records']} of {count}")
-    return {"size": size, "records": count,
-            "produce": _summary(produced), "consume": _summary(consumed)}
+    row = {"size": size, "records": count, "produce": _summary(produced)}
+    phases = [("consume", 0)]
+    if bench.opts.wide_fetch_bytes:
+        phases.append(("consume_wide", bench.opts.wide_fetch_bytes))
+    for phase, fetch_bytes in phases:
+        consumed = run_worker(bench, broker, "consume", topic, count=count,
+                              partition_fetch_bytes=fetch_bytes)
+        if consumed.load["records"] != count:
+            raise LoadError(f"{broker.name}: consumed {consumed.load['records']} of {count}")
+        row[phase] = _summary(consumed)
+    return row
 
 
 def latency(bench: Bench, broker: Broker, trial: int, linger_ms: float) -> dict[str, Any]:

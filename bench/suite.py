@@ -28,7 +28,9 @@ def median_by(trials: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 def _median_throughput(trials: list[dict[str, Any]]) -> dict[str, Any]:
     row: dict[str, Any] = {"size": trials[0]["size"], "records": trials[0]["records"]}
-    for phase in ("produce", "consume"):
+    for phase in ("produce", "consume", "consume_wide"):
+        if phase not in trials[0]:
+            continue
         runs = [trial[phase] for trial in trials]
         row[phase] = {**median_by(runs, "records_per_s"),
                       "trials_records_per_s": [run["records_per_s"] for run in runs]}

@@ -102,14 +102,17 @@ def run_produce(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_consume(args: argparse.Namespace) -> dict[str, Any]:
     """Read ``count`` records from the beginning."""
-    consumer = Consumer({
+    config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap, "group.id": "bench-consumer",
         "enable.auto.commit": False, "auto.offset.reset": "earliest",
         "client.id": "bench-consumer",
         # librdkafka's default (1000) stops fetching for up to a second whenever 100,000
         # records wait in its queue: the run would measure that pause, not the broker.
         "fetch.queue.backoff.ms": 0,
-    })
+    }
+    if args.partition_fetch_bytes > 0:
+        config["max.partition.fetch.bytes"] = args.partition_fetch_bytes
+    consumer = Consumer(config)
     metadata = consumer.list_topics(args.topic, timeout=20)
     partitions = sorted(metadata.topics[args.topic].partitions)
     consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in partitions])
@@ -226,6 +229,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate", type=float, default=20_000.0, help="latency: records/s")
     parser.add_argument("--warmup", type=float, default=1.0, help="latency: seconds left out")
     parser.add_argument("--timeout", type=float, default=120.0, help="give up after (s)")
+    parser.add_argument("--partition-fetch-bytes", type=int, default=0,
+                        help="consume: max.partition.fetch.bytes (0 = librdkafka's default)")
     return parser
 
 
