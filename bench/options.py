@@ -32,6 +32,9 @@ class Options:
     # answers about 5 MiB per partition whatever the client asks; this broker keeps to
     # the client's limit (1 MiB by default), as Kafka does. At 5 MiB both send the same.
     wide_fetch_bytes: int = 5 << 20
+    # Also produce and consume with librdkafka's C tool (bench/cclient.py), which is not
+    # limited by Python at small records; twice the records of the Python runs.
+    c_client: bool = True
     partitions_scenario: int = 1000
     partitions_records: int = 10
     partitions_size: int = 1024
@@ -89,6 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--wide-fetch-bytes", type=int,
                         help="a second consume with this max.partition.fetch.bytes "
                              "(5242880; 0 = none)")
+    parser.add_argument("--no-c-client", action="store_true",
+                        help="leave out the rdkafka_performance rows (no build)")
     parser.add_argument("--partitions", type=int,
                         help="partition scenario: partitions of the topic (1000)")
     parser.add_argument("--partition-records", type=int,
@@ -112,7 +117,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     args = _parser().parse_args(argv)
     opts = Options(brokers=[b.strip() for b in args.brokers.split(",") if b.strip()],
                    acks=args.acks, linger_ms=args.linger_ms, latency_size=args.latency_size,
-                   pin=not args.no_pin, quick=args.quick, out=args.out, timeout=args.timeout)
+                   pin=not args.no_pin, quick=args.quick, out=args.out, timeout=args.timeout,
+                   c_client=not args.no_c_client)
     if args.quick:
         opts.records = dict(QUICK_RECORDS)
         opts.rate, opts.latency_seconds, opts.latency_warmup = 2_000.0, 1.0, 0.5

@@ -119,6 +119,12 @@ def rows(results: Results) -> list[tuple[str, str, str, str]]:
             out.add(f"{wide}: records/s (MB/s)", _phase(size, "consume_wide", "records_per_s"),
                     0, _phase(size, "consume_wide", "mb_per_s"),
                     mark=_phase(size, "consume_wide", "client_bound"))
+        for phase in ("produce", "consume"):
+            key = phase + "_c"
+            if any(key in size_row(b, size) for b in (out.edge, out.tansu) if b is not None):
+                out.add(f"{phase} {label}, C client: records/s (MB/s)",
+                        _phase(size, key, "records_per_s"), 0, _phase(size, key, "mb_per_s"),
+                        mark=_phase(size, key, "client_bound"))
         out.add(f"broker CPU s, produce + consume {label} (produce alone)", _cpu(size), 2,
                 _phase(size, "produce", "broker_cpu_s"), 2)
     lat = f"{opts['rate']:,.0f}/s x {size_label(opts['latency_size'])}"
@@ -146,16 +152,20 @@ def table(results: Results) -> str:
     return "\n".join(lines)
 
 
-def _throughput_target(results: Results, phase: str) -> dict[str, Any]:
+def _throughput_target(results: Results, phase: str) -> dict[str, Any] | None:
+    """``phase`` (``produce``, ``consume``, or those with ``_c``: the C client) against
+    Tansu at every size; None when that phase was not run."""
     edge, tansu = results["brokers"].get("edge"), results["brokers"].get("tansu")
-    name = f"{phase} throughput >= Tansu at every size"
+    client = "C client (rdkafka_performance)" if phase.endswith("_c") else "Python client"
+    name = f"{phase.removesuffix('_c')} throughput >= Tansu at every size, {client}"
     if edge is None or tansu is None:
         return {"target": name, "met": None, "detail": "needs both brokers"}
     ratios = []
     for size in results["options"]["sizes"]:
-        ours = size_row(edge, size)[phase]["records_per_s"]
-        peer = size_row(tansu, size)[phase]["records_per_s"]
-        ratios.append((size, ours / peer))
+        ours, peer = size_row(edge, size).get(phase), size_row(tansu, size).get(phase)
+        if ours is None or peer is None:
+            return None
+        ratios.append((size, ours["records_per_s"] / peer["records_per_s"]))
     return {"target": name, "met": all(r >= 1.0 for _, r in ratios),
             "detail": ", ".join(f"{size_label(s)} {r:.2f}x" for s, r in ratios)}
 
@@ -164,7 +174,9 @@ def targets(results: Results) -> list[dict[str, Any]]:
     """Each target: name, met (True / False / None when not measured) and the numbers."""
     edge = results["brokers"].get("edge")
     opts = results["options"]
-    out = [_throughput_target(results, "produce"), _throughput_target(results, "consume")]
+    phases = ("produce_c", "consume_c", "produce", "consume")
+    out = [check for phase in phases
+           if (check := _throughput_target(results, phase)) is not None]
     p99 = _get(edge, _path("latency", "p99_ms"))
     out.append({
         "target": f"produce p99 < {P99_TARGET_MS:g} ms at {opts['rate']:,.0f}/s x "

@@ -79,6 +79,7 @@ class Bench:
     opts: Options
     cpus: CpuPlan
     noise: Noise = field(default_factory=Noise)
+    c_client: str | None = None  # the rdkafka_performance binary, when there is one
 
 
 def run_worker(bench: Bench, broker: Broker, mode: str, topic: str, **extra: Any) -> Phase:
@@ -130,9 +131,29 @@ def throughput(bench: Bench, broker: Broker, size: int, trial: int) -> dict[str,
     topic = f"bench-throughput-{size}-{trial}"
     create_topic(broker.bootstrap, topic, 1)
     try:
-        return _throughput(bench, broker, size, topic)
+        row = _throughput(bench, broker, size, topic)
     finally:
         delete_topic(broker.bootstrap, topic)
+    if bench.c_client is not None:
+        create_topic(broker.bootstrap, topic + "-c", 1)
+        try:
+            row.update(_c_throughput(bench, broker, size, topic + "-c"))
+        finally:
+            delete_topic(broker.bootstrap, topic + "-c")
+    return row
+
+
+def _c_throughput(bench: Bench, broker: Broker, size: int, topic: str) -> dict[str, Any]:
+    """The same with rdkafka_performance, twice the records (it is that much faster)."""
+    count = 2 * bench.opts.records_for(size)
+    row = {}
+    for phase, mode in (("produce_c", "cproduce"), ("consume_c", "cconsume")):
+        done = run_worker(bench, broker, mode, topic, size=size, count=count,
+                          binary=bench.c_client)
+        if done.load["records"] != count:
+            raise LoadError(f"{broker.name}: {mode} handled {done.load['records']} of {count}")
+        row[phase] = _summary(done)
+    return row
 
 
 def _throughput(bench: Bench, broker: Broker, size: int, topic: str) -> dict[str, Any]:

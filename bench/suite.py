@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from bench.brokers import Broker, make_broker
+from bench.cclient import find_or_build
 from bench.options import Options
 from bench.pinning import CpuPlan
 from bench.runner import MB, Bench, latency, many_partitions, throughput
@@ -28,7 +29,7 @@ def median_by(trials: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 def _median_throughput(trials: list[dict[str, Any]]) -> dict[str, Any]:
     row: dict[str, Any] = {"size": trials[0]["size"], "records": trials[0]["records"]}
-    for phase in ("produce", "consume", "consume_wide"):
+    for phase in ("produce", "consume", "consume_wide", "produce_c", "consume_c"):
         if phase not in trials[0]:
             continue
         runs = [trial[phase] for trial in trials]
@@ -73,7 +74,8 @@ def _latencies(benches: dict[str, Bench], brokers: dict[str, Broker], opts: Opti
 
 def run_suite(opts: Options, cpus: CpuPlan) -> dict[str, dict[str, Any]]:
     """Every scenario on every broker in ``opts.brokers``; results by broker name."""
-    benches = {name: Bench(opts, cpus) for name in opts.brokers}
+    c_client = find_or_build() if opts.c_client else None
+    benches = {name: Bench(opts, cpus, c_client=c_client) for name in opts.brokers}
     brokers = {name: make_broker(name) for name in opts.brokers}
     results: dict[str, dict[str, Any]] = {
         name: {"name": name, "label": broker.label, "version": broker.version(),

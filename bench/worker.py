@@ -1,6 +1,7 @@
 """Load generators: one librdkafka (confluent-kafka) client per process, one JSON line out.
 
-``python -m bench.worker produce|consume|latency --bootstrap HOST:PORT --topic T ...``
+``python -m bench.worker produce|consume|latency|cproduce|cconsume --bootstrap HOST:PORT
+--topic T ...``
 
 - ``produce``: send ``--count`` records (or for ``--seconds``) as fast as the producer
   takes them, spread round-robin over ``--partitions``; time = first produce() to the
@@ -10,6 +11,8 @@
 - ``latency``: send at a fixed ``--rate`` for ``--seconds`` (paced in 1 ms ticks); each
   record's latency is from its produce() call to its delivery report; the first
   ``--warmup`` seconds are left out.
+- ``cproduce`` / ``cconsume``: the same as produce and consume, by librdkafka's C tool
+  ``rdkafka_performance`` (``--binary``; see ``bench/cclient.py``), on partition 0.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -213,10 +218,64 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _table(stdout: str) -> dict[str, str]:
+    """The last row of ``rdkafka_performance -u`` output (its summary), by column name."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in stdout.splitlines() if line.startswith("|")]
+    headers = [row for row in rows if row and row[0] == "elapsed"]
+    values = [row for row in rows if row and row[0] != "elapsed"]
+    if not headers or not values:
+        raise RuntimeError(f"no summary in rdkafka_performance's output:\n{stdout[-2000:]}")
+    return dict(zip(headers[-1], values[-1], strict=False))
+
+
+def run_c(args: argparse.Namespace) -> dict[str, Any]:
+    """``rdkafka_performance`` (librdkafka's C load generator) as producer or consumer.
+
+    Producer: ``count`` records to partition 0, time = first record to last delivery
+    report. Consumer: ``count`` records of partition 0 from the beginning, time = first
+    record to last. Both as the tool measures them; its CPU time comes from ``wait4``.
+    """
+    producing = args.mode == "cproduce"
+    command = [args.binary, "-P" if producing else "-C", "-t", args.topic, "-p", "0",
+               "-b", args.bootstrap, "-c", str(args.count), "-u"]
+    if producing:
+        command += ["-s", str(args.size), "-X", f"acks={args.acks}",
+                    "-X", f"linger.ms={args.linger_ms:g}"]
+    else:
+        command += ["-o", "beginning", "-X", "fetch.queue.backoff.ms=0"]
+    own0 = time.process_time()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as child:
+        try:
+            stdout, stderr = child.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            stdout, stderr = child.communicate()
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime
+    row = _table(stdout)
+    records = int(row["dr"] if producing else row["msgs"])
+    # tx_err counts produce() calls refused for a full queue (retried): backpressure only
+    errors = int(row["dr_err"] if producing else row["rx_err"])
+    if child.returncode != 0:
+        errors = max(errors, 1)
+    size = records * args.size if producing else int(row["bytes"])
+    # The tool's elapsed column is in whole ms; its rate column (records * 10^6 / its
+    # elapsed microseconds) gives the time more finely.
+    rate = int(row["dr_m/s"] if producing else row["m/s"])
+    seconds = records / rate if rate > 0 else int(row["elapsed"]) / 1000
+    return {"records": records, "bytes": size, "seconds": max(seconds, 1e-3),
+            "errors": errors,
+            "first_error": stderr.strip()[-500:] if errors else "", "client_cpu_s": cpu,
+            "process_cpu_s": cpu + time.process_time() - own0,
+            "missing": max(0, args.count - records)}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.worker", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("produce", "consume", "latency"))
+    parser.add_argument("mode", choices=("produce", "consume", "latency", "cproduce", "cconsume"))
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--size", type=int, default=1024, help="record value bytes")
@@ -229,6 +288,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate", type=float, default=20_000.0, help="latency: records/s")
     parser.add_argument("--warmup", type=float, default=1.0, help="latency: seconds left out")
     parser.add_argument("--timeout", type=float, default=120.0, help="give up after (s)")
+    parser.add_argument("--binary", default="rdkafka_performance",
+                        help="cproduce/cconsume: the rdkafka_performance to run")
     parser.add_argument("--partition-fetch-bytes", type=int, default=0,
                         help="consume: max.partition.fetch.bytes (0 = librdkafka's default)")
     return parser
@@ -237,7 +298,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one load generator and print its result as one JSON line."""
     args = _parser().parse_args(argv)
-    runners = {"produce": run_produce, "consume": run_consume, "latency": run_latency}
+    runners = {"produce": run_produce, "consume": run_consume, "latency": run_latency,
+               "cproduce": run_c, "cconsume": run_c}
     result = runners[args.mode](args)
     times = os.times()
     result["process_cpu_s"] = times.user + times.system  # start-up and shutdown included
