@@ -13,6 +13,7 @@ import struct
 import crc32c
 from kafka.record.default_records import DefaultRecordBatch
 
+from broker_core.protocol import uvarint
 from broker_core.storage.batch_header import ATTRIBUTES_AT, CRC_AT
 
 ABORT = 0
@@ -22,13 +23,7 @@ _BATCH_HEADER = struct.Struct(">qiiBIhiqqqhii")
 
 
 def _varint(value: int) -> bytes:
-    zigzag = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while zigzag > 0x7F:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-    return bytes(out)
+    return uvarint((value << 1) ^ (value >> 63))  # zigzag
 
 
 def marker_batch(producer_id: int, producer_epoch: int, commit: bool, timestamp: int,

@@ -56,6 +56,16 @@ def read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
             raise ProtocolError("varint too long")
 
 
+def uvarint(value: int) -> bytes:
+    """Encode an unsigned varint (the protocol's compact lengths, and records' zigzag)."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def parse_header(frame: memoryview, flexible: bool) -> tuple[RequestHeader, int]:
     """Parse the request header; return it and the offset where the body starts.
 

@@ -89,12 +89,16 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool,
     return PartitionAnswer(want.index, 0, end, stable, start, aborted, chunks), size
 
 
-def _head(batch: memoryview | FileRegion) -> memoryview | bytes:
+def _head(batch: Chunk) -> bytes | memoryview:
     """Where a batch's header can be read: the batch itself, or a region's copy of it."""
-    return batch.head if isinstance(batch, FileRegion) else batch
+    if isinstance(batch, bytes | memoryview):
+        return batch
+    if isinstance(batch, FileRegion):
+        return batch.head
+    raise TypeError(f"not a batch the log returns: {type(batch).__name__}")
 
 
-def _release(batches: Iterable[memoryview | FileRegion]) -> None:
+def _release(batches: Iterable[Chunk]) -> None:
     for batch in batches:
         if isinstance(batch, FileRegion):
             batch.release()
@@ -102,8 +106,7 @@ def _release(batches: Iterable[memoryview | FileRegion]) -> None:
 
 def _count_out(topic: str, batches: Sequence[Chunk], size: int) -> None:
     """Count the records and bytes of fetched batches (from their headers only)."""
-    count = sum(_RECORD_COUNT.unpack_from(_head(batch), 57)[0]  # type: ignore[arg-type]
-                for batch in batches)
+    count = sum(_RECORD_COUNT.unpack_from(_head(batch), 57)[0] for batch in batches)
     metrics.BYTES_OUT.labels(topic).inc(size)
     metrics.MESSAGES_OUT.labels(topic).inc(count)
 
@@ -141,7 +144,7 @@ async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Fet
                 or engine.closing):
             break
         for answer, _size in answers:
-            _release(answer.batches)  # type: ignore[arg-type]
+            _release(answer.batches)
         keys = [(w.internal, w.index) for w in wanted if w.internal is not None]
         await engine.waiters.wait_any(keys, remaining)
     topics: list[TopicAnswer] = []

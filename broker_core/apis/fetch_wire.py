@@ -14,7 +14,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from broker_core.protocol import Chunk, Prewritten
+from broker_core.protocol import Chunk, Prewritten, uvarint
 
 _HEAD_V4 = struct.Struct(">i")  # throttle_time_ms
 _HEAD_V7 = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
@@ -55,22 +55,13 @@ class TopicAnswer:
     partitions: list[PartitionAnswer]
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _array_length(count: int, flexible: bool) -> bytes:
-    return _uvarint(count + 1) if flexible else _INT32.pack(count)
+    return uvarint(count + 1) if flexible else _INT32.pack(count)
 
 
 def _string(text: str, flexible: bool) -> bytes:
     raw = text.encode("utf-8")
-    return (_uvarint(len(raw) + 1) if flexible else _INT16.pack(len(raw))) + raw
+    return (uvarint(len(raw) + 1) if flexible else _INT16.pack(len(raw))) + raw
 
 
 def _partition_fields(version: int, part: PartitionAnswer, records: int) -> bytes:
@@ -93,7 +84,7 @@ def _partition_fields(version: int, part: PartitionAnswer, records: int) -> byte
                 pieces.append(_NO_TAGS)
     if version >= 11:
         pieces.append(_INT32.pack(-1))  # preferred read replica: none
-    pieces.append(_uvarint(records + 1) if flexible else _INT32.pack(records))
+    pieces.append(uvarint(records + 1) if flexible else _INT32.pack(records))
     return b"".join(pieces)
 
 
