@@ -57,8 +57,7 @@ class Socket(Protocol):
 Part = bytes | memoryview | FileRegion
 
 
-def _is_buffer(part: Part) -> bool:
-    return isinstance(part, bytes | bytearray | memoryview)
+_BUFFERS = bytes | bytearray | memoryview
 
 
 async def write_parts(writer: asyncio.StreamWriter, parts: Sequence[Part],
@@ -70,18 +69,18 @@ async def write_parts(writer: asyncio.StreamWriter, parts: Sequence[Part],
         else:
             rest = list(parts)
         if rest:
-            writer.writelines([part if _is_buffer(part) else part.read()  # type: ignore[union-attr,misc]
+            writer.writelines([part if isinstance(part, _BUFFERS) else part.read()
                                for part in rest])
         await writer.drain()
     finally:
         for part in parts:
-            if not _is_buffer(part):
-                part.release()  # type: ignore[union-attr]
+            if not isinstance(part, _BUFFERS):
+                part.release()
 
 
 def _send_corked(sock: Socket, parts: Sequence[Part]) -> list[Part]:
     """:func:`_send_directly`, corked when there is a file region among the parts."""
-    if all(_is_buffer(part) for part in parts):
+    if all(isinstance(part, _BUFFERS) for part in parts):
         return _send_directly(sock.fileno(), parts)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
     try:
@@ -95,8 +94,8 @@ def _send_directly(sock: int, parts: Sequence[Part]) -> list[Part]:
     index = 0
     while index < len(parts):
         part = parts[index]
-        if _is_buffer(part):
-            run = [memoryview(p) for p in _buffer_run(parts, index)]  # type: ignore[arg-type]
+        if isinstance(part, _BUFFERS):
+            run = _buffer_run(parts, index)
             try:
                 sent = os.writev(sock, run)
             except BlockingIOError:
@@ -106,7 +105,7 @@ def _send_directly(sock: int, parts: Sequence[Part]) -> list[Part]:
             if leftover:
                 return [*leftover, *parts[index:]]
             continue
-        region: FileRegion = part  # type: ignore[assignment]
+        region = part
         size = len(region)
         done = 0
         try:
@@ -124,13 +123,13 @@ def _send_directly(sock: int, parts: Sequence[Part]) -> list[Part]:
     return []
 
 
-def _buffer_run(parts: Sequence[Part], start: int) -> list[Part]:
+def _buffer_run(parts: Sequence[Part], start: int) -> list[memoryview]:
     """The buffers from ``start`` up to the next file region (at most ``_IOV_MAX``)."""
-    run: list[Part] = []
+    run: list[memoryview] = []
     for part in parts[start:start + _IOV_MAX]:
-        if not _is_buffer(part):
+        if not isinstance(part, _BUFFERS):
             break
-        run.append(part)
+        run.append(memoryview(part))
     return run
 
 
