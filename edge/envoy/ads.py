@@ -188,8 +188,8 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             try:
                 for request in request_iterator:
                     stream.events.put(("request", request))
-            except Exception:
-                pass
+            except Exception as exc:  # grpc raises here when the peer cancels the stream
+                log.debug("xDS stream from %s stopped reading: %r", stream.peer, exc)
             stream.events.put((_CLOSED, None))
 
         context.add_callback(lambda: stream.events.put((_CLOSED, None)))
