@@ -1,4 +1,5 @@
-"""Load generators: one librdkafka (confluent-kafka) client per process, one JSON line out.
+"""Load generators: one librdkafka client per process (confluent-kafka, or the C tool
+``rdkafka_performance`` run by this process), one JSON line out.
 
 ``python -m bench.worker produce|consume|latency|cproduce|cconsume --bootstrap HOST:PORT
 --topic T ...``
