@@ -73,6 +73,16 @@ class FlushScheduler:
             return self._request_flush(partition, state)
         return None
 
+    def flush(self, partition: PartitionLog) -> asyncio.Future[None]:
+        """fsync everything appended to ``partition`` so far (sharing a running fsync's
+        next round, as producers do)."""
+        key = id(partition)
+        state = self._state.get(key)
+        if state is None:
+            state = self._state[key] = _PartitionState()
+            self._logs[key] = partition
+        return self._request_flush(partition, state)
+
     def _request_flush(self, partition: PartitionLog,
                        state: _PartitionState) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()

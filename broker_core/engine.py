@@ -21,7 +21,8 @@ from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import GroupConfig, GroupCoordinator
 from broker_core.markers import marker_batch
-from broker_core.producers import PartitionProducers, ProducerStates
+from broker_core.producer_states import ProducerStates
+from broker_core.producers import PartitionProducers
 from broker_core.storage import LogManager, PartitionLog, TopicExists, TopicInfo
 from broker_core.system_topics import SystemTopic
 from broker_core.topic_configs import effective_config
@@ -32,6 +33,8 @@ from broker_core.waiters import AppendWaiters
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
+CHECKPOINT_CHECK_S = 1.0
+"""How often partitions are checked for a due producer-state snapshot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,7 @@ class Engine:
         self.waiters = AppendWaiters()
         self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms)
         self._retention: asyncio.Task[None] | None = None
+        self._checkpoints: asyncio.Task[None] | None = None
         self.closing = False
         offsets = SystemTopic(logs, self.flusher, OFFSETS_TOPIC, config.offsets_topic_partitions,
                               config.offsets_topic_segment_bytes,
@@ -113,7 +117,9 @@ class Engine:
         self.flusher.start()
         self.groups.start()
         self.transactions.start()
-        self._retention = asyncio.get_running_loop().create_task(self._retention_loop())
+        loop = asyncio.get_running_loop()
+        self._retention = loop.create_task(self._retention_loop())
+        self._checkpoints = loop.create_task(self._checkpoint_loop())
 
     def begin_shutdown(self) -> None:
         """Answer parked fetches now instead of at their ``max_wait_ms``."""
@@ -122,10 +128,11 @@ class Engine:
 
     async def stop(self) -> None:
         """Stop background work, fsync and seal every ledger."""
-        if self._retention is not None:
-            self._retention.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._retention
+        for task in (self._retention, self._checkpoints):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.transactions.stop()
         await self.groups.stop()
         await self.flusher.stop()
@@ -139,6 +146,15 @@ class Engine:
             removed = self.logs.enforce_retention()
             if removed:
                 log.info("retention removed %d ledgers", removed)
+
+    async def _checkpoint_loop(self) -> None:
+        """Snapshot producer state as partitions move on, so a crash replays little."""
+        while True:
+            await asyncio.sleep(CHECKPOINT_CHECK_S)
+            try:
+                await self.producers.checkpoint(self.flusher.flush)
+            except Exception:  # keep taking snapshots; the next round retries
+                log.exception("producer state snapshots failed")
 
     def allowed(self, ctx: RequestContext, operation: Operation, internal_topic: str) -> bool:
         """Whether the caller may apply ``operation`` to the topic."""

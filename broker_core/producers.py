@@ -4,27 +4,21 @@ For every producer id the partition remembers its epoch and its last five batche
 sequence ranges with their offsets: a retried batch is answered with its original offset
 and not written again, a gap answers OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch
 INVALID_PRODUCER_EPOCH. Open transactions hold back the last stable offset; aborted ones
-are listed for read_committed fetches. The state is rebuilt from the log (from a snapshot
-written at shutdown when there is one), so it survives restarts.
+are listed for read_committed fetches. ``producer_states`` keeps one per partition and
+rebuilds it from snapshots and the log, so it survives restarts.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import os
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core.batches import BatchHeader, read_header
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.markers import COMMIT, marker_type
-from broker_core.storage import BatchInfo, PartitionLog
+from broker_core.storage import BatchInfo
 
-log = logging.getLogger(__name__)
-SNAPSHOT_FILE = "producer-state.json"
 _KEPT_BATCHES = 5
 _INT32_MAX = 2**31 - 1
 
@@ -149,13 +143,19 @@ class PartitionProducers:
             self.record(header, info.base_offset)
 
     def to_json(self, offset: int) -> dict[str, Any]:
-        """A snapshot valid up to ``offset``."""
+        """A snapshot valid up to ``offset`` (copies: it may be encoded in another thread)."""
         return {
             "offset": offset,
             "producers": {str(pid): [e.epoch, list(e.batches), e.txn_first_offset,
                                      e.last_timestamp] for pid, e in self.producers.items()},
-            "aborted": self.aborted,
+            "aborted": list(self.aborted),
         }
+
+    def forget_aborted_before(self, offset: int) -> None:
+        """Drop aborted transactions whose marker is below ``offset`` (the log start): no
+        fetch can reach them any more."""
+        if self.aborted and self.aborted[0][2] < offset:
+            self.aborted = [entry for entry in self.aborted if entry[2] >= offset]
 
     @classmethod
     def from_json(cls, document: dict[str, Any]) -> PartitionProducers:
@@ -166,54 +166,3 @@ class PartitionProducers:
                 epoch, deque((tuple(b) for b in batches), maxlen=_KEPT_BATCHES), first, stamp)
         state.aborted = [(int(a[0]), int(a[1]), int(a[2])) for a in document["aborted"]]
         return state
-
-
-class ProducerStates:
-    """Producer state of every partition, rebuilt on first use."""
-
-    def __init__(self) -> None:
-        self._states: dict[tuple[str, int], tuple[PartitionLog, PartitionProducers]] = {}
-
-    def get(self, topic: str, index: int, partition: PartitionLog) -> PartitionProducers:
-        """The state of a partition, loading it from snapshot and log when needed."""
-        known = self._states.get((topic, index))
-        if known is not None and known[0] is partition:
-            return known[1]
-        state = _load(partition)
-        self._states[(topic, index)] = (partition, state)
-        return state
-
-    def items(self) -> Iterator[tuple[PartitionLog, PartitionProducers]]:
-        """Loaded states with their logs."""
-        return iter(list(self._states.values()))
-
-    def forget(self, topic: str) -> None:
-        """Drop the states of a deleted topic."""
-        for key in [k for k in self._states if k[0] == topic]:
-            del self._states[key]
-
-    def save(self) -> None:
-        """Write a snapshot next to each loaded partition's ledgers (at shutdown)."""
-        for partition, state in self.items():
-            if partition.directory.exists():
-                path = partition.directory / SNAPSHOT_FILE
-                temp = path.with_suffix(".tmp")
-                temp.write_text(json.dumps(state.to_json(partition.next_offset)))
-                os.replace(temp, path)
-
-
-def _load(partition: PartitionLog) -> PartitionProducers:
-    path = partition.directory / SNAPSHOT_FILE
-    state, offset = PartitionProducers(), partition.log_start_offset
-    if path.exists():
-        try:
-            document = json.loads(path.read_text())
-            if partition.log_start_offset <= document["offset"] <= partition.next_offset:
-                state, offset = PartitionProducers.from_json(document), document["offset"]
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("%s: ignoring unreadable producer snapshot: %s", path, exc)
-        path.unlink(missing_ok=True)  # stale once new batches arrive
-    if offset < partition.next_offset:
-        for info in partition.batches_from(offset):
-            state.apply(info)
-    return state

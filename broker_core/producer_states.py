@@ -1,0 +1,177 @@
+"""The producer state of every partition, loaded on first use and snapshotted as it goes.
+
+A partition's state is rebuilt from its newest snapshot (``producer-state.json`` in the
+partition's directory) plus the batches written after it. Snapshots are taken at clean
+shutdown and, while the broker runs, once a partition has moved on by
+``SNAPSHOT_EVERY_RECORDS`` offsets or ``SNAPSHOT_MAX_AGE_S`` seconds: so after ``kill -9``
+the rebuild replays at most that tail, not the whole partition, on the event loop.
+
+A snapshot only ever names an offset whose batches are already fsynced: it is encoded at
+offset *O*, the partition is fsynced (covering *O*), and only then is the file replaced.
+So whatever a crash or a power loss leaves of the log still holds every batch below the
+snapshot's offset, and replaying from there is exact. A snapshot that is unreadable, or
+outside ``[log start, next offset]``, is ignored and the partition replayed from its start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from broker_core.producers import PartitionProducers
+from broker_core.storage import PartitionLog, StorageError
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FILE = "producer-state.json"
+_TEMP_FILE = SNAPSHOT_FILE + ".tmp"
+SNAPSHOT_EVERY_RECORDS = 50_000
+"""A partition this many offsets past its last snapshot gets a new one."""
+SNAPSHOT_MAX_AGE_S = 30.0
+"""A partition that moved at all gets a new snapshot after this long."""
+
+Flush = Callable[[PartitionLog], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Loaded:
+    partition: PartitionLog
+    state: PartitionProducers
+    saved_offset: int | None  # offset of the snapshot on disk; None: there is none
+    saved_at: float  # time.monotonic() of that snapshot (or of the load)
+
+    def due(self, now: float) -> bool:
+        offset = self.partition.next_offset
+        if self.saved_offset is None:  # a rebuild would replay the whole partition
+            return offset > self.partition.log_start_offset
+        moved = offset - self.saved_offset
+        return moved >= SNAPSHOT_EVERY_RECORDS or (
+            moved != 0 and now - self.saved_at >= SNAPSHOT_MAX_AGE_S)
+
+
+class ProducerStates:
+    """Producer state of every partition, rebuilt on first use."""
+
+    def __init__(self) -> None:
+        self._states: dict[tuple[str, int], _Loaded] = {}
+
+    def get(self, topic: str, index: int, partition: PartitionLog) -> PartitionProducers:
+        """The state of a partition, loading it from snapshot and log when needed."""
+        known = self._states.get((topic, index))
+        if known is not None and known.partition is partition:
+            return known.state
+        loaded = _load(partition)
+        self._states[(topic, index)] = loaded
+        return loaded.state
+
+    def items(self) -> Iterator[tuple[PartitionLog, PartitionProducers]]:
+        """Loaded states with their logs."""
+        return iter([(loaded.partition, loaded.state) for loaded in self._states.values()])
+
+    def forget(self, topic: str) -> None:
+        """Drop the states of a deleted topic."""
+        for key in [k for k in self._states if k[0] == topic]:
+            del self._states[key]
+
+    async def checkpoint(self, flush: Flush) -> int:
+        """Snapshot every loaded partition that is due (see the module docstring); return
+        how many snapshots were written. ``flush`` fsyncs a partition's appends so far."""
+        loop = asyncio.get_running_loop()
+        written = 0
+        now = time.monotonic()
+        for key, loaded in [(k, v) for k, v in self._states.items() if v.due(now)]:
+            partition = loaded.partition
+            offset = partition.next_offset
+            loaded.state.forget_aborted_before(partition.log_start_offset)
+            document = loaded.state.to_json(offset)
+            try:
+                await flush(partition)
+                if self._states.get(key) is not loaded:
+                    continue  # deleted (or replaced) while it was being fsynced
+                directory = os.open(partition.directory, os.O_RDONLY | os.O_DIRECTORY)
+            except (OSError, StorageError) as exc:
+                log.debug("no producer snapshot of %s: %s", partition.directory, exc)
+                continue
+            try:
+                # by descriptor: a topic deleted and created again meanwhile is a new
+                # directory, and this snapshot must not land in it
+                await loop.run_in_executor(None, _write, directory, document)
+            except OSError as exc:
+                log.warning("%s: could not write the producer snapshot: %s",
+                            partition.directory, exc)
+                continue
+            finally:
+                os.close(directory)
+            loaded.saved_offset, loaded.saved_at = offset, time.monotonic()
+            written += 1
+        return written
+
+    def save(self) -> None:
+        """Snapshot every loaded partition at shutdown (after the final fsync)."""
+        for loaded in self._states.values():
+            partition = loaded.partition
+            if not partition.directory.exists():
+                continue
+            loaded.state.forget_aborted_before(partition.log_start_offset)
+            directory = os.open(partition.directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                _write(directory, loaded.state.to_json(partition.next_offset))
+            finally:
+                os.close(directory)
+
+
+def _write(directory: int, document: dict[str, Any]) -> None:
+    """Replace the snapshot in the directory open as ``directory`` (a descriptor)."""
+    data = json.dumps(document, separators=(",", ":")).encode()
+    fd = os.open(_TEMP_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=directory)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    # No fsync: a snapshot the disk lost or cut short is unreadable or older, and either
+    # way only makes the next rebuild replay more.
+    os.replace(_TEMP_FILE, SNAPSHOT_FILE, src_dir_fd=directory, dst_dir_fd=directory)
+
+
+def _read(partition: PartitionLog) -> tuple[PartitionProducers, int] | None:
+    """The snapshot's state and offset when it is usable for ``partition``, else None."""
+    path = partition.directory / SNAPSHOT_FILE
+    try:
+        document = json.loads(path.read_bytes())
+        offset = document["offset"]
+        if not partition.log_start_offset <= offset <= partition.next_offset:
+            log.info("%s: producer snapshot at %d is outside the log [%d, %d]; replaying "
+                     "the whole partition", path, offset, partition.log_start_offset,
+                     partition.next_offset)
+            return None
+        return PartitionProducers.from_json(document), int(offset)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("%s: ignoring unreadable producer snapshot: %s", path, exc)
+        return None
+
+
+def _load(partition: PartitionLog) -> _Loaded:
+    snapshot = _read(partition)
+    state, saved = snapshot if snapshot is not None else (PartitionProducers(), None)
+    offset = saved if saved is not None else partition.log_start_offset
+    replayed = 0
+    if offset < partition.next_offset:
+        for info in partition.batches_from(offset):
+            state.apply(info)
+            replayed += 1
+    if replayed:
+        log.info("%s: producer state rebuilt from %s, %d batch(es) replayed",
+                 partition.directory,
+                 f"the snapshot at offset {saved}" if saved is not None else "the log start",
+                 replayed)
+    return _Loaded(partition, state, saved, time.monotonic())

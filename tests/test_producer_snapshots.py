@@ -1,0 +1,188 @@
+"""Producer-state snapshots: taken as partitions move on, only after the fsync that covers
+them, never into a topic deleted meanwhile; a rebuild replays only what follows the
+snapshot, and gives the same state as a replay of the whole partition.
+
+Real partition logs on a real file system; the broker-process test at the end kills the
+broker with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from broker_core import producer_states
+from broker_core.batches import read_header
+from broker_core.producer_states import SNAPSHOT_FILE, ProducerStates
+from broker_core.storage import LogConfig, PartitionLog
+from tests.txn_helpers import NONE, TxnConnection, batch, start_broker, wait_until
+
+PID, EPOCH = 7, 0
+
+
+def _produce(log: PartitionLog, states: ProducerStates, first_seq: int, batches: int,
+             per_batch: int = 2) -> None:
+    """Append idempotent batches the way the engine does: check, append, record."""
+    state = states.get("t", 0, log)
+    for n in range(batches):
+        data = bytearray(batch(PID, EPOCH, first_seq + n * per_batch, per_batch))
+        header = read_header(data)
+        assert state.check(header) is None
+        base = log.append(data, header.last_offset_delta, header.max_timestamp)
+        state.record(header, base)
+
+
+async def _flush(log: PartitionLog) -> None:
+    log.flush()
+
+
+def _snapshot(log: PartitionLog) -> dict[str, object]:
+    document: dict[str, object] = json.loads((log.directory / SNAPSHOT_FILE).read_text())
+    return document
+
+
+def test_a_rebuild_replays_only_what_follows_the_snapshot(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    states = ProducerStates()
+    _produce(log, states, 0, 10)
+    assert asyncio.run(states.checkpoint(_flush)) == 1
+    assert _snapshot(log)["offset"] == 20
+    _produce(log, states, 20, 3)  # written after the snapshot, then the process dies
+    expected = states.get("t", 0, log).to_json(log.next_offset)
+
+    caplog.set_level(logging.INFO, logger=producer_states.__name__)
+    rebuilt = ProducerStates().get("t", 0, log)
+    assert rebuilt.to_json(log.next_offset) == expected
+    assert "the snapshot at offset 20, 3 batch(es) replayed" in caplog.text
+    # the snapshot stays: it is still a valid starting point for the next rebuild
+    assert _snapshot(log)["offset"] == 20
+    # and the whole-log replay agrees
+    (log.directory / SNAPSHOT_FILE).unlink()
+    caplog.clear()
+    assert ProducerStates().get("t", 0, log).to_json(log.next_offset) == expected
+    assert "the log start, 13 batch(es) replayed" in caplog.text
+    log.close()
+
+
+def test_the_snapshot_is_written_only_after_its_fsync(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    states = ProducerStates()
+    _produce(log, states, 0, 4)
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+        asked: list[int] = []
+
+        async def slow_flush(partition: PartitionLog) -> None:
+            asked.append(partition.next_offset)
+            await release.wait()
+            partition.flush()
+
+        task = asyncio.create_task(states.checkpoint(slow_flush))
+        await asyncio.sleep(0.05)
+        assert asked == [8]
+        assert not (log.directory / SNAPSHOT_FILE).exists()
+        _produce(log, states, 8, 1)  # an append while the fsync runs: not in this snapshot
+        release.set()
+        assert await task == 1
+
+    asyncio.run(scenario())
+    assert _snapshot(log)["offset"] == 8
+    log.close()
+
+
+def test_a_topic_deleted_during_the_fsync_gets_no_snapshot(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    states = ProducerStates()
+    _produce(log, states, 0, 2)
+
+    async def deleting_flush(partition: PartitionLog) -> None:
+        partition.flush()
+        states.forget("t")
+
+    assert asyncio.run(states.checkpoint(deleting_flush)) == 0
+    assert not (log.directory / SNAPSHOT_FILE).exists()
+    log.close()
+
+
+def test_when_a_partition_is_due(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    states = ProducerStates()
+    states.get("t", 0, log)
+    assert asyncio.run(states.checkpoint(_flush)) == 0  # empty: nothing to replay
+    _produce(log, states, 0, 1)
+    assert asyncio.run(states.checkpoint(_flush)) == 1  # no snapshot yet
+    assert asyncio.run(states.checkpoint(_flush)) == 0  # nothing moved
+    _produce(log, states, 2, 1)
+    assert asyncio.run(states.checkpoint(_flush)) == 0  # moved a little, not for long
+    monkeypatch.setattr(producer_states, "SNAPSHOT_EVERY_RECORDS", 3)
+    _produce(log, states, 4, 1)
+    assert asyncio.run(states.checkpoint(_flush)) == 1  # moved far enough
+    monkeypatch.setattr(producer_states, "SNAPSHOT_MAX_AGE_S", 0.0)
+    _produce(log, states, 6, 1)
+    assert asyncio.run(states.checkpoint(_flush)) == 1  # moved, and old enough
+    assert _snapshot(log)["offset"] == 8
+    log.close()
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"", b'{"offset": 999}'],
+                         ids=["garbage", "empty", "beyond-the-log"])
+def test_an_unusable_snapshot_means_a_whole_replay(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes) -> None:
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    states = ProducerStates()
+    _produce(log, states, 0, 5)
+    expected = states.get("t", 0, log).to_json(log.next_offset)
+    (log.directory / SNAPSHOT_FILE).write_bytes(content)
+    caplog.set_level(logging.INFO, logger=producer_states.__name__)
+    assert ProducerStates().get("t", 0, log).to_json(log.next_offset) == expected
+    assert "the log start, 5 batch(es) replayed" in caplog.text
+    log.close()
+
+
+def test_kill_9_replays_only_the_tail_and_keeps_idempotence(tmp_path: Path) -> None:
+    """On a running broker: enough records for a snapshot, a few more batches, SIGKILL;
+    the restarted broker replays those few and still knows every producer sequence."""
+    data = tmp_path / "data"
+    broker = start_broker(data)
+    try:
+        conn = TxnConnection(broker.port)
+        assert conn.create_topic("snap", 1) == NONE
+        pid, epoch = conn.init_ok(None)
+        per_batch, big = 2000, producer_states.SNAPSHOT_EVERY_RECORDS // 2000 + 1
+        for n in range(big):
+            assert conn.produce("snap", batch(pid, epoch, n * per_batch, per_batch))[0] == NONE
+        first_tail = big * per_batch
+
+        def snapshot_offset() -> int:
+            found = list(data.rglob(SNAPSHOT_FILE))
+            if not found:
+                return -1
+            try:
+                return int(json.loads(found[0].read_text())["offset"])
+            except ValueError:  # caught between write and rename: look again
+                return -1
+
+        wait_until(lambda: snapshot_offset() == first_tail, 20, "a producer snapshot")
+        tail = [conn.produce("snap", batch(pid, epoch, first_tail + 3 * i, 3))
+                for i in range(4)]
+        assert [code for code, _ in tail] == [NONE] * 4
+        conn.close()
+        broker.kill()
+
+        broker.start()
+        conn = TxnConnection(broker.port)
+        last_seq = first_tail + 9
+        # a retry of the last batch is answered with its offset, not written again
+        assert conn.produce("snap", batch(pid, epoch, last_seq, 3)) == (NONE, tail[-1][1])
+        assert conn.produce("snap", batch(pid, epoch, last_seq + 3, 1)) == \
+            (NONE, tail[-1][1] + 3)
+        conn.close()
+        broker.wait_for_log(r"snapshot at offset \d+, 4 batch\(es\) replayed")
+    finally:
+        broker.kill()
