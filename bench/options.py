@@ -10,7 +10,7 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 # A full run: 100-400 MB per size and trial, bounded so the run takes about five minutes.
-FULL_RECORDS = {100: 1_000_000, 1024: 300_000, 16384: 25_000}
+FULL_RECORDS = {100: 2_000_000, 1024: 300_000, 16384: 25_000}
 QUICK_RECORDS = {100: 3_000, 1024: 2_000, 16384: 300}
 
 
@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--sizes", type=_ints, help="record sizes in bytes (100,1024,16384)")
     parser.add_argument("--records", type=_records,
                         help="records per throughput run: N for every size, or "
-                             "SIZE=N,SIZE=N (default 100=1000000,1024=300000,16384=25000)")
+                             "SIZE=N,SIZE=N (default 100=2000000,1024=300000,16384=25000)")
     parser.add_argument("--acks", default="all", help="producer acks (all)")
     parser.add_argument("--linger-ms", type=float, default=5.0, help="producer linger.ms (5)")
     parser.add_argument("--rate", type=float, help="latency run: records/s (20000)")
