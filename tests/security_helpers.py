@@ -37,6 +37,8 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
 )
@@ -462,6 +464,16 @@ class OpsConnection(SecureConnection, GroupConnection):
             timeout_ms=5000, validate_only=False)
         answer = self.call(request, 3, CreatePartitionsResponse)
         return int(answer.results[0].error_code)
+
+    def alter_config(self, topic: str, name: str, value: str) -> int:
+        """IncrementalAlterConfigs v1: SET one config of a topic; the error code."""
+        resource = IncrementalAlterConfigsRequest.AlterConfigsResource
+        request = IncrementalAlterConfigsRequest[1](resources=[resource(
+            resource_type=TOPIC_RESOURCE, resource_name=topic, configs=[
+                resource.AlterableConfig(name=name, config_operation=0, value=value)])],
+            validate_only=False)
+        answer = self.call(request, 1, IncrementalAlterConfigsResponse)
+        return int(answer.responses[0].error_code)
 
     def describe_configs(self, topic: str) -> int:
         request = DescribeConfigsRequest[4](resources=[

@@ -76,6 +76,7 @@ def test_make_run_then_quickstart(tmp_path: Path) -> None:
             sorted(f"hello {i}" for i in range(10))
         assert grouped[-1].startswith("committed") and "offset=" in grouped[-1]
         assert run_example("transactions", tmp_path) == ["True False"]
+        assert run_example("alter-configs", tmp_path) == ["3600000"]
     finally:
         os.killpg(make.pid, signal.SIGTERM)
         make.wait(30)

@@ -272,6 +272,17 @@ def test_b_cannot_create_partitions_on_a_topic(tenants: Tenants, unchanged: None
         b.close()
 
 
+def test_b_cannot_alter_configs_of_a_topic(tenants: Tenants, unchanged: None) -> None:
+    b = tenants.b()
+    try:
+        for name in A_TOPIC_NAMES:
+            assert b.alter_config(name, "retention.ms", "1") == TOPIC_AUTHORIZATION_FAILED
+        assert b.create_topic("b-configurable") == NONE
+        assert b.alter_config("b-configurable", "retention.ms", "60000") == NONE
+    finally:
+        b.close()
+
+
 def test_b_cannot_create_topics_in_a_tenant(tenants: Tenants, unchanged: None) -> None:
     b = tenants.b()
     try:

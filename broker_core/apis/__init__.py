@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -23,6 +25,8 @@ from kafka.protocol.admin import (
     DescribeProducersResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
     ListTransactionsRequest,
@@ -70,6 +74,7 @@ from kafka.protocol.producer import (
 )
 
 from broker_core.apis import fetch_wire
+from broker_core.apis.alter_configs import handle_alter_configs, handle_incremental_alter_configs
 from broker_core.apis.configs import handle_describe_configs
 from broker_core.apis.fetch import handle_fetch
 from broker_core.apis.groups import (
@@ -133,6 +138,9 @@ def engine_apis() -> list[ApiSpec]:
         ApiSpec(21, DeleteRecordsRequest, DeleteRecordsResponse, 0, 2, handle_delete_records),
         ApiSpec(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4,
                 handle_describe_configs),
+        ApiSpec(33, AlterConfigsRequest, AlterConfigsResponse, 0, 2, handle_alter_configs),
+        ApiSpec(44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1,
+                handle_incremental_alter_configs),
         ApiSpec(22, InitProducerIdRequest, InitProducerIdResponse, 0, 5,
                 handle_init_producer_id),
         ApiSpec(24, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 5,

@@ -1,0 +1,147 @@
+"""AlterConfigs and IncrementalAlterConfigs for topics.
+
+Changes are checked key by key (INVALID_CONFIG names the key and what it expects), written
+into the topic's metadata and take effect at once: rolling, retention and the index on
+every partition, ``max.message.bytes``, ``min.insync.replicas`` and
+``message.timestamp.type`` on the next produce. AlterConfigs replaces the topic's whole
+set of configs (keys left out return to their defaults); IncrementalAlterConfigs sets,
+deletes, appends to or subtracts from single keys. ``validate_only`` checks and changes
+nothing. Broker configs are static here (the broker's config file), so altering them is
+refused with INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from kafka.protocol.admin import AlterConfigsResponse, IncrementalAlterConfigsResponse
+
+from broker_core.context import Operation, RequestContext
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.storage import log_config_for_topic
+from broker_core.topic_configs import validate_topic_configs
+
+Plan = Callable[[Mapping[str, str], Mapping[str, str]], dict[str, str]]
+"""From a topic's own configs and the defaults, its new own configs."""
+
+TOPIC = 2
+BROKER = 4
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+LIST_KEYS = frozenset({"cleanup.policy"})
+"""Topic configs whose value is a comma-separated list (APPEND and SUBTRACT apply)."""
+
+
+def _replace_all(configs: Iterable[Any]) -> Plan:
+    """AlterConfigs: the new set is exactly the given keys."""
+    given: dict[str, str | None] = {}
+    for entry in configs:
+        if entry.name in given:
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"config {entry.name!r} given twice")
+        given[entry.name] = entry.value
+    return lambda _current, _defaults: validate_topic_configs(given)
+
+
+def _split(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _incremental(configs: Iterable[Any]) -> Plan:
+    """IncrementalAlterConfigs: each operation applied to the current set."""
+    operations = list(configs)
+    names = [entry.name for entry in operations]
+    if len(set(names)) != len(names):
+        raise KafkaApiError(ErrorCode.INVALID_REQUEST, "a config is named twice")
+
+    def apply(current: Mapping[str, str], defaults: Mapping[str, str]) -> dict[str, str]:
+        configs = dict(current)
+        for entry in operations:
+            _operate(configs, defaults, entry)
+        return validate_topic_configs(configs)
+    return apply
+
+
+def _operate(configs: dict[str, str], defaults: Mapping[str, str], entry: Any) -> None:
+    name, value, operation = entry.name, entry.value, entry.config_operation
+    validate_topic_configs({name: None})  # an unknown key is INVALID_CONFIG whatever the op
+    if operation == DELETE:
+        configs.pop(name, None)
+        return
+    if operation not in (SET, APPEND, SUBTRACT):
+        raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"unknown config operation {operation}")
+    if value is None:
+        raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"no value given for {name!r}")
+    if operation == SET:
+        configs[name] = value
+        return
+    if name not in LIST_KEYS:
+        raise KafkaApiError(ErrorCode.INVALID_CONFIG,
+                            f"{name!r} is not a list: it can be set or deleted, not "
+                            f"{'appended to' if operation == APPEND else 'subtracted from'}")
+    items = _split(configs.get(name, defaults[name]))
+    if operation == APPEND:
+        items += [item for item in _split(value) if item not in items]
+    else:
+        items = [item for item in items if item not in _split(value)]
+    configs[name] = ",".join(items)
+
+
+def _alter_topic(engine: Engine, ctx: RequestContext, resource: Any,
+                 plan: Plan, validate_only: bool) -> None:
+    internal = engine.internal_name(ctx, resource.resource_name)
+    if not engine.allowed(ctx, Operation.ALTER_CONFIGS, internal):
+        raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            f"not allowed to alter configs of {resource.resource_name}")
+    topic = engine.logs.topic(internal)
+    if topic is None:
+        raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            f"unknown topic {resource.resource_name}")
+    configs = plan(topic.configs, engine.topic_configs({}))
+    try:
+        log_config_for_topic(engine.logs.default_config, configs)
+    except ValueError as exc:
+        raise KafkaApiError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    if not validate_only:
+        engine.logs.alter_topic_configs(internal, configs)
+
+
+def _results(engine: Engine, ctx: RequestContext, request: Any,
+             plan: Callable[[Iterable[Any]], Plan], result: Callable[..., Any]) -> list[Any]:
+    results = []
+    for resource in request.resources:
+        code, message = ErrorCode.NONE, None
+        try:
+            if resource.resource_type == TOPIC:
+                _alter_topic(engine, ctx, resource, plan(resource.configs),
+                             bool(request.validate_only))
+            elif resource.resource_type == BROKER:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                    "broker configs are static: set them in the broker's "
+                                    "config file")
+            else:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                    f"resource type {resource.resource_type} has no configs "
+                                    "to alter here")
+        except KafkaApiError as error:
+            code, message = error.code, error.message
+        results.append(result(error_code=code, error_message=message,
+                              resource_type=resource.resource_type,
+                              resource_name=resource.resource_name))
+    return results
+
+
+async def handle_alter_configs(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Answer AlterConfigs: each topic's configs replaced by the given set."""
+    results = _results(engine, ctx, request, _replace_all,
+                       AlterConfigsResponse.AlterConfigsResourceResponse)
+    return AlterConfigsResponse(version=request.version, throttle_time_ms=0, responses=results)
+
+
+async def handle_incremental_alter_configs(engine: Engine, ctx: RequestContext,
+                                           request: Any) -> Any:
+    """Answer IncrementalAlterConfigs: per-key operations on each topic's configs."""
+    results = _results(engine, ctx, request, _incremental,
+                       IncrementalAlterConfigsResponse.AlterConfigsResourceResponse)
+    return IncrementalAlterConfigsResponse(version=request.version, throttle_time_ms=0,
+                                           responses=results)
