@@ -215,6 +215,20 @@ class Engine:
 
     # -- names and topics ------------------------------------------------------------
 
+    def named_topic(self, ctx: RequestContext, name: str, operation: Operation,
+                    action: str) -> tuple[str, TopicInfo]:
+        """The internal name and the topic a client names, once the caller may apply
+        ``operation`` to it (TOPIC_AUTHORIZATION_FAILED saying it may not ``action`` it,
+        then UNKNOWN_TOPIC_OR_PARTITION)."""
+        internal = self.internal_name(ctx, name)
+        if not self.allowed(ctx, operation, internal):
+            raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                f"not allowed to {action} {name}")
+        topic = self.logs.topic(internal)
+        if topic is None:
+            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
+        return internal, topic
+
     def internal_name(self, ctx: RequestContext, name: str) -> str:
         """The full internal name for a client's topic name (raises INVALID_TOPIC_EXCEPTION)."""
         return naming.to_internal(name, ctx.home)

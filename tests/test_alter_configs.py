@@ -178,3 +178,13 @@ def test_altered_configs_survive_a_restart(tmp_path: Path) -> None:
         assert produce_one(broker, "kept", 20_000) == "MSG_SIZE_TOO_LARGE"
     finally:
         broker.kill()
+
+
+def test_the_brokers_own_topics_keep_their_settings(broker: BrokerProcess) -> None:
+    shrink = op("retention.ms", "1", AlterConfigOpType.SET)
+    system = "persistent://public/__kafka/__consumer_offsets"
+    # INVALID_TOPIC_EXCEPTION (17), which librdkafka calls TOPIC_EXCEPTION
+    assert error_of(lambda: incremental(broker, system, shrink)) == "TOPIC_EXCEPTION"
+    # the short name is a topic of the caller's own namespace, and there is none
+    assert error_of(lambda: incremental(broker, "__consumer_offsets", shrink)) == \
+        "UNKNOWN_TOPIC_OR_PART"

@@ -89,14 +89,10 @@ def _operate(configs: dict[str, str], defaults: Mapping[str, str], entry: Any) -
 
 def _alter_topic(engine: Engine, ctx: RequestContext, resource: Any,
                  plan: Plan, validate_only: bool) -> None:
-    internal = engine.internal_name(ctx, resource.resource_name)
-    if not engine.allowed(ctx, Operation.ALTER_CONFIGS, internal):
-        raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                            f"not allowed to alter configs of {resource.resource_name}")
-    topic = engine.logs.topic(internal)
-    if topic is None:
-        raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                            f"unknown topic {resource.resource_name}")
+    # the broker keeps its own topics' settings
+    engine.check_writable(engine.internal_name(ctx, resource.resource_name))
+    internal, topic = engine.named_topic(ctx, resource.resource_name,
+                                         Operation.ALTER_CONFIGS, "alter configs of")
     configs = plan(topic.configs, engine.topic_configs({}))
     try:
         log_config_for_topic(engine.logs.default_config, configs)

@@ -45,14 +45,8 @@ def _entries(values: Mapping[str, str], own: Mapping[str, str], wanted: list[str
 
 def _describe_topic(engine: Engine, ctx: RequestContext, resource: Any,
                     documented: bool) -> list[Any]:
-    internal = engine.internal_name(ctx, resource.resource_name)
-    if not engine.allowed(ctx, Operation.DESCRIBE_CONFIGS, internal):
-        raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                            f"not allowed to describe configs of {resource.resource_name}")
-    topic = engine.logs.topic(internal)
-    if topic is None:
-        raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                            f"unknown topic {resource.resource_name}")
+    _internal, topic = engine.named_topic(ctx, resource.resource_name,
+                                          Operation.DESCRIBE_CONFIGS, "describe configs of")
     return _entries(engine.topic_configs(topic.configs), topic.configs,
                     resource.configuration_keys, DYNAMIC_TOPIC_CONFIG, False, documented)
 

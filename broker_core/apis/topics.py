@@ -161,15 +161,8 @@ async def handle_create_partitions(engine: Engine, ctx: RequestContext, request:
     for wanted in request.topics:
         code, message = ErrorCode.NONE, None
         try:
-            internal = engine.internal_name(ctx, wanted.name)
-            engine.check_writable(internal)
-            if not engine.allowed(ctx, Operation.ALTER, internal):
-                raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                    f"not allowed to alter {wanted.name}")
-            topic = engine.logs.topic(internal)
-            if topic is None:
-                raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                    f"unknown topic {wanted.name}")
+            engine.check_writable(engine.internal_name(ctx, wanted.name))
+            internal, topic = engine.named_topic(ctx, wanted.name, Operation.ALTER, "alter")
             if wanted.count <= topic.num_partitions:
                 raise KafkaApiError(
                     ErrorCode.INVALID_PARTITIONS,
