@@ -33,6 +33,8 @@ from broker_core.waiters import AppendWaiters
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
+CLUSTER_NAME = "kafka-cluster"
+"""The name of the cluster resource in ACLs."""
 CHECKPOINT_CHECK_S = 1.0
 """How often partitions are checked for a due producer-state snapshot."""
 
@@ -214,6 +216,18 @@ class Engine:
                                 f"{internal} is an internal topic of the broker")
 
     # -- names and topics ------------------------------------------------------------
+
+    def visible_topics(self, ctx: RequestContext) -> list[TopicInfo]:
+        """The topics "all topics" shows the caller: listed for it, its to describe, not
+        the broker's own; sorted by name."""
+        return sorted((topic for topic in self.logs.topics()
+                       if self.listed(ctx, topic.name) and not self.is_internal(topic.name)
+                       and self.allowed(ctx, Operation.DESCRIBE, topic.name)),
+                      key=lambda topic: topic.name)
+
+    def cluster_allowed(self, ctx: RequestContext, operation: Operation) -> bool:
+        """Whether the caller may apply ``operation`` to the cluster."""
+        return self.authorizer.authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
     def named_topic(self, ctx: RequestContext, name: str, operation: Operation,
                     action: str) -> tuple[str, TopicInfo]:

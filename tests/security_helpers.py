@@ -37,6 +37,10 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
@@ -464,6 +468,13 @@ class OpsConnection(SecureConnection, GroupConnection):
             timeout_ms=5000, validate_only=False)
         answer = self.call(request, 3, CreatePartitionsResponse)
         return int(answer.results[0].error_code)
+
+    def cluster_errors(self) -> tuple[int, int]:
+        """Top-level error codes of DescribeLogDirs v4 and ElectLeaders v2 (cluster ACLs)."""
+        log_dirs = self.call(DescribeLogDirsRequest[4](topics=None), 4, DescribeLogDirsResponse)
+        election = self.call(ElectLeadersRequest[2](election_type=0, topic_partitions=None,
+                                                    timeout_ms=5000), 2, ElectLeadersResponse)
+        return int(log_dirs.error_code), int(election.error_code)
 
     def alter_config(self, topic: str, name: str, value: str) -> int:
         """IncrementalAlterConfigs v1: SET one config of a topic; the error code."""

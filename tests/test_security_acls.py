@@ -196,6 +196,7 @@ def check_grants(acl: AclBroker) -> None:
         assert reader.create_partitions("orders-1", 5) == TOPIC_AUTHORIZATION_FAILED
         assert reader.alter_config("orders-1", "retention.ms", "1") == \
             TOPIC_AUTHORIZATION_FAILED
+        assert reader.cluster_errors() == (CLUSTER_AUTHORIZATION_FAILED,) * 2
         assert reader.create_topic("orders-new") == TOPIC_AUTHORIZATION_FAILED
         listed = {t.name for t in reader.metadata(None).topics}
         assert listed == {"orders-1", "orders-2", "orders-secret"}, listed

@@ -5,6 +5,10 @@ from __future__ import annotations
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -21,14 +25,24 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
     DescribeProducersRequest,
     DescribeProducersResponse,
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListConfigResourcesRequest,
+    ListConfigResourcesResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
@@ -75,7 +89,8 @@ from kafka.protocol.producer import (
 
 from broker_core.apis import fetch_wire
 from broker_core.apis.alter_configs import handle_alter_configs, handle_incremental_alter_configs
-from broker_core.apis.configs import handle_describe_configs
+from broker_core.apis.configs import handle_describe_configs, handle_list_config_resources
+from broker_core.apis.describe_partitions import handle_describe_topic_partitions
 from broker_core.apis.fetch import handle_fetch
 from broker_core.apis.groups import (
     handle_delete_groups,
@@ -96,6 +111,13 @@ from broker_core.apis.offsets import (
 )
 from broker_core.apis.produce import handle_produce
 from broker_core.apis.records import handle_delete_records
+from broker_core.apis.replicas import (
+    handle_alter_partition_reassignments,
+    handle_alter_replica_log_dirs,
+    handle_describe_log_dirs,
+    handle_elect_leaders,
+    handle_list_partition_reassignments,
+)
 from broker_core.apis.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -162,4 +184,17 @@ def engine_apis() -> list[ApiSpec]:
                 handle_create_partitions),
         ApiSpec(60, DescribeClusterRequest, DescribeClusterResponse, 0, 1,
                 handle_describe_cluster),
+        ApiSpec(43, ElectLeadersRequest, ElectLeadersResponse, 0, 2, handle_elect_leaders),
+        ApiSpec(35, DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 4,
+                handle_describe_log_dirs),
+        ApiSpec(34, AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, 0, 2,
+                handle_alter_replica_log_dirs),
+        ApiSpec(45, AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
+                0, 1, handle_alter_partition_reassignments),
+        ApiSpec(46, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
+                0, 0, handle_list_partition_reassignments),
+        ApiSpec(75, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, 0, 0,
+                handle_describe_topic_partitions),
+        ApiSpec(74, ListConfigResourcesRequest, ListConfigResourcesResponse, 0, 1,
+                handle_list_config_resources),
     ]

@@ -1,12 +1,14 @@
-"""DescribeConfigs for topics (their own values and the defaults) and for this broker."""
+"""DescribeConfigs for topics (their own values and the defaults) and for this broker;
+ListConfigResources: the topics the caller sees and this broker."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from kafka.protocol.admin import DescribeConfigsResponse
+from kafka.protocol.admin import DescribeConfigsResponse, ListConfigResourcesResponse
 
+from broker_core import naming
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -21,6 +23,7 @@ _Result = DescribeConfigsResponse.DescribeConfigsResult
 _Entry = _Result.DescribeConfigsResourceResult
 TOPIC = 2
 BROKER = 4
+CLIENT_METRICS = 16
 _TYPE_STRING = 2
 _TYPE_LONG = 5
 
@@ -86,3 +89,25 @@ async def handle_describe_configs(engine: Engine, ctx: RequestContext, request: 
                                resource_type=resource.resource_type,
                                resource_name=resource.resource_name, configs=entries))
     return DescribeConfigsResponse(version=request.version, throttle_time_ms=0, results=results)
+
+
+async def handle_list_config_resources(engine: Engine, ctx: RequestContext,
+                                       request: Any) -> Any:
+    """Answer ListConfigResources. Version 0 lists client-metrics subscriptions only, and
+    this broker keeps none; version 1 also lists topics and this broker (all by default)."""
+    wanted = set(request.resource_types or ()) if request.version >= 1 else {CLIENT_METRICS}
+    unknown = wanted - {TOPIC, BROKER, CLIENT_METRICS}
+    if unknown:
+        return ListConfigResourcesResponse(
+            version=request.version, throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
+            config_resources=[])
+    every = not wanted
+    resource = ListConfigResourcesResponse.ConfigResource
+    found = []
+    if every or TOPIC in wanted:
+        found += [resource(resource_name=naming.to_client(topic.name, ctx.home),
+                           resource_type=TOPIC) for topic in engine.visible_topics(ctx)]
+    if every or BROKER in wanted:
+        found.append(resource(resource_name=str(engine.config.broker_id), resource_type=BROKER))
+    return ListConfigResourcesResponse(version=request.version, throttle_time_ms=0,
+                                       error_code=0, config_resources=found)

@@ -10,7 +10,7 @@ from kafka.protocol.metadata import MetadataResponse
 
 from broker_core import naming
 from broker_core.context import Operation, RequestContext, ResourceType
-from broker_core.engine import Engine
+from broker_core.engine import CLUSTER_NAME, Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import TopicInfo
 
@@ -99,9 +99,7 @@ async def handle_metadata(engine: Engine, ctx: RequestContext, request: Any) -> 
         topics = [
             _topic_entry(engine, ctx, naming.to_client(topic.name, ctx.home), topic, version,
                          with_operations)
-            for topic in engine.logs.topics()
-            if engine.listed(ctx, topic.name) and not engine.is_internal(topic.name)
-            and engine.allowed(ctx, Operation.DESCRIBE, topic.name)
+            for topic in engine.visible_topics(ctx)
         ]
     else:
         topics = [
@@ -109,7 +107,7 @@ async def handle_metadata(engine: Engine, ctx: RequestContext, request: Any) -> 
             for requested in request.topics
         ]
     cluster_operations = (
-        authorized_operations(engine, ctx, ResourceType.CLUSTER, "kafka-cluster",
+        authorized_operations(engine, ctx, ResourceType.CLUSTER, CLUSTER_NAME,
                               CLUSTER_OPERATIONS)
         if version >= 8 and request.include_cluster_authorized_operations else None
     )
@@ -134,7 +132,7 @@ async def handle_describe_cluster(engine: Engine, ctx: RequestContext, request: 
             authorized_operations=None,
         )
     operations = (
-        authorized_operations(engine, ctx, ResourceType.CLUSTER, "kafka-cluster",
+        authorized_operations(engine, ctx, ResourceType.CLUSTER, CLUSTER_NAME,
                               CLUSTER_OPERATIONS)
         if request.include_cluster_authorized_operations else None
     )

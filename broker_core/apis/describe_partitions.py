@@ -1,0 +1,86 @@
+"""DescribeTopicPartitions (KIP-966): the partitions of named or of all visible topics, in
+pages of at most ``response_partition_limit`` partitions, resumed from a cursor.
+
+Topics come sorted by name, as the cursor (topic name, first partition) assumes. A named
+topic the caller may not describe answers TOPIC_AUTHORIZATION_FAILED, a missing one
+UNKNOWN_TOPIC_OR_PARTITION; this broker leads every partition and is its only replica.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kafka.protocol.admin import DescribeTopicPartitionsResponse
+
+from broker_core import naming
+from broker_core.apis.metadata import TOPIC_OPERATIONS, authorized_operations
+from broker_core.context import Operation, RequestContext, ResourceType
+from broker_core.engine import Engine
+from broker_core.errors import KafkaApiError
+from broker_core.storage import TopicInfo
+
+_Topic = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
+_Partition = _Topic.DescribeTopicPartitionsResponsePartition
+_NO_TOPIC_ID = uuid.UUID(int=0)
+_NOT_REQUESTED = -(2**31)
+
+
+def _wanted(engine: Engine, ctx: RequestContext,
+            request: Any) -> list[tuple[str, TopicInfo | None, int]]:
+    """(name shown, topic or None, error code), sorted by the name shown."""
+    if not request.topics:
+        return [(naming.to_client(t.name, ctx.home), t, 0) for t in engine.visible_topics(ctx)]
+    found: list[tuple[str, TopicInfo | None, int]] = []
+    for name in sorted({wanted.name for wanted in request.topics}):
+        try:
+            _internal, topic = engine.named_topic(ctx, name, Operation.DESCRIBE, "describe")
+        except KafkaApiError as error:
+            found.append((name, None, error.code))
+            continue
+        found.append((name, topic, 0))
+    return found
+
+
+def _operations(engine: Engine, ctx: RequestContext, topic: TopicInfo) -> int:
+    bits = authorized_operations(engine, ctx, ResourceType.TOPIC, topic.name, TOPIC_OPERATIONS)
+    return sum(1 << bit for bit in bits)
+
+
+async def handle_describe_topic_partitions(engine: Engine, ctx: RequestContext,
+                                           request: Any) -> Any:
+    """Answer DescribeTopicPartitions, one page of partitions."""
+    broker = engine.config.broker_id
+    budget = max(1, request.response_partition_limit)
+    cursor = request.cursor
+    topics, next_cursor = [], None
+    for name, topic, code in _wanted(engine, ctx, request):
+        if cursor is not None and name < cursor.topic_name:
+            continue
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name \
+            else 0
+        if topic is None:
+            topics.append(_Topic(error_code=code, name=name, topic_id=_NO_TOPIC_ID,
+                                 is_internal=False, partitions=[],
+                                 topic_authorized_operations=_NOT_REQUESTED))
+            continue
+        if budget == 0:
+            next_cursor = DescribeTopicPartitionsResponse.Cursor(topic_name=name,
+                                                                 partition_index=first)
+            break
+        last = min(topic.num_partitions, first + budget)
+        partitions = [_Partition(error_code=0, partition_index=index, leader_id=broker,
+                                 leader_epoch=0, replica_nodes=[broker], isr_nodes=[broker],
+                                 eligible_leader_replicas=None, last_known_elr=None,
+                                 offline_replicas=[])
+                      for index in range(first, last)]
+        budget -= len(partitions)
+        topics.append(_Topic(error_code=0, name=name, topic_id=topic.topic_id,
+                             is_internal=engine.is_internal(topic.name), partitions=partitions,
+                             topic_authorized_operations=_operations(engine, ctx, topic)))
+        if last < topic.num_partitions:
+            next_cursor = DescribeTopicPartitionsResponse.Cursor(topic_name=name,
+                                                                 partition_index=last)
+            break
+    return DescribeTopicPartitionsResponse(version=request.version, throttle_time_ms=0,
+                                           topics=topics, next_cursor=next_cursor)

@@ -1,0 +1,200 @@
+"""Replica, leader and log-dir APIs, answered truthfully for a cluster of one broker.
+
+This broker is the only replica and the leader of every partition, and keeps every
+partition in one log dir (its data directory). So a preferred or unclean leader
+election is never needed (ELECTION_NOT_NEEDED); moving a replica to the log dir it is in
+succeeds and any other path is LOG_DIR_NOT_FOUND; a reassignment to this broker alone is
+already done, one naming any other broker is INVALID_REPLICA_ASSIGNMENT, and none is ever
+in progress. DescribeLogDirs reports each visible partition's size on disk and the file
+system's total and usable bytes. The cluster ACLs are Kafka's: ALTER to elect, move or
+reassign, DESCRIBE to list log dirs and reassignments.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from kafka.protocol.admin import (
+    AlterPartitionReassignmentsResponse,
+    AlterReplicaLogDirsResponse,
+    DescribeLogDirsResponse,
+    ElectLeadersResponse,
+    ListPartitionReassignmentsResponse,
+)
+
+from broker_core import naming
+from broker_core.context import Operation, RequestContext
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.storage import TopicInfo
+
+_PREFERRED, _UNCLEAN = 0, 1
+
+
+def _partition_error(engine: Engine, ctx: RequestContext, name: str, index: int) -> ErrorCode:
+    """NONE when the caller may see partition ``index`` of topic ``name`` and it exists."""
+    try:
+        _internal, topic = engine.named_topic(ctx, name, Operation.DESCRIBE, "describe")
+    except KafkaApiError as error:
+        return error.code
+    return ErrorCode.NONE if 0 <= index < topic.num_partitions \
+        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _log_dir(engine: Engine) -> str:
+    return str(engine.logs.root.resolve())
+
+
+# -- ElectLeaders ----------------------------------------------------------------------------
+
+def _all_partitions(engine: Engine, ctx: RequestContext) -> Iterator[tuple[str, list[int]]]:
+    for topic in engine.visible_topics(ctx):
+        yield naming.to_client(topic.name, ctx.home), list(range(topic.num_partitions))
+
+
+async def handle_elect_leaders(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Answer ElectLeaders: this broker leads every partition already."""
+    response = ElectLeadersResponse
+    result = response.ReplicaElectionResult
+    if not engine.cluster_allowed(ctx, Operation.ALTER):
+        return response(version=request.version, throttle_time_ms=0,
+                        error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                        replica_election_results=[])
+    election = request.election_type if request.version >= 1 else _PREFERRED
+    wanted = ([(t.topic, list(t.partitions)) for t in request.topic_partitions]
+              if request.topic_partitions is not None else list(_all_partitions(engine, ctx)))
+    results = []
+    for name, partitions in wanted:
+        answers = []
+        for index in partitions:
+            code = _partition_error(engine, ctx, name, index)
+            if code == ErrorCode.NONE:
+                code = ErrorCode.ELECTION_NOT_NEEDED if election in (_PREFERRED, _UNCLEAN) \
+                    else ErrorCode.INVALID_REQUEST
+            message = {ErrorCode.ELECTION_NOT_NEEDED: "this broker is the only replica and "
+                                                      "already the leader",
+                       ErrorCode.INVALID_REQUEST: f"unknown election type {election}"}.get(code)
+            answers.append(result.PartitionResult(partition_id=index, error_code=code,
+                                                  error_message=message))
+        results.append(result(topic=name, partition_result=answers))
+    return response(version=request.version, throttle_time_ms=0, error_code=0,
+                    replica_election_results=results)
+
+
+# -- DescribeLogDirs and AlterReplicaLogDirs -------------------------------------------------
+
+def _described_topics(engine: Engine, ctx: RequestContext,
+                      request: Any) -> list[tuple[str, TopicInfo, list[int]]]:
+    """(client name, topic, partitions) of what the request asks for and the caller sees."""
+    if request.topics is None:
+        return [(naming.to_client(t.name, ctx.home), t, list(range(t.num_partitions)))
+                for t in engine.visible_topics(ctx)]
+    found = []
+    for wanted in request.topics:
+        try:
+            _internal, topic = engine.named_topic(ctx, wanted.topic, Operation.DESCRIBE,
+                                                  "describe")
+        except KafkaApiError:
+            continue  # as Kafka: what cannot be described is left out
+        found.append((wanted.topic, topic,
+                      [p for p in wanted.partitions if 0 <= p < topic.num_partitions]))
+    return found
+
+
+async def handle_describe_log_dirs(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    """Answer DescribeLogDirs: one log dir, the data directory, with partition sizes."""
+    response = DescribeLogDirsResponse
+    if not engine.cluster_allowed(ctx, Operation.DESCRIBE):
+        return response(version=request.version, throttle_time_ms=0,
+                        error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
+    result = response.DescribeLogDirsResult
+    topics = []
+    for name, topic, indexes in _described_topics(engine, ctx, request):
+        partitions = []
+        for index in indexes:
+            log = engine.logs.partition(topic.name, index)
+            if log is not None:
+                partitions.append(result.DescribeLogDirsTopic.DescribeLogDirsPartition(
+                    partition_index=index, partition_size=log.size_bytes, offset_lag=0,
+                    is_future_key=False))
+        topics.append(result.DescribeLogDirsTopic(name=name, partitions=partitions))
+    disk = os.statvfs(engine.logs.root)
+    return response(version=request.version, throttle_time_ms=0, error_code=0, results=[
+        result(error_code=0, log_dir=_log_dir(engine), topics=topics,
+               total_bytes=disk.f_blocks * disk.f_frsize,
+               usable_bytes=disk.f_bavail * disk.f_frsize, is_cordoned=False)])
+
+
+async def handle_alter_replica_log_dirs(engine: Engine, ctx: RequestContext,
+                                        request: Any) -> Any:
+    """Answer AlterReplicaLogDirs: every replica already is in the one log dir."""
+    response = AlterReplicaLogDirsResponse
+    allowed = engine.cluster_allowed(ctx, Operation.ALTER)
+    here = _log_dir(engine)
+    results = []
+    for target in request.dirs:
+        for wanted in target.topics:
+            answers = []
+            for index in wanted.partitions:
+                if not allowed:
+                    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                else:
+                    code = _partition_error(engine, ctx, wanted.name, index)
+                    if code == ErrorCode.NONE and os.path.realpath(target.path) != here:
+                        code = ErrorCode.LOG_DIR_NOT_FOUND
+                answers.append(response.AlterReplicaLogDirTopicResult
+                               .AlterReplicaLogDirPartitionResult(partition_index=index,
+                                                                  error_code=code))
+            results.append(response.AlterReplicaLogDirTopicResult(topic_name=wanted.name,
+                                                                  partitions=answers))
+    return response(version=request.version, throttle_time_ms=0, results=results)
+
+
+# -- partition reassignments -----------------------------------------------------------------
+
+def _reassignment_error(engine: Engine, ctx: RequestContext, name: str,
+                        wanted: Any) -> tuple[ErrorCode, str | None]:
+    code = _partition_error(engine, ctx, name, wanted.partition_index)
+    if code != ErrorCode.NONE:
+        return code, None
+    if wanted.replicas is None:
+        return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "no reassignment is in progress"
+    if list(wanted.replicas) != [engine.config.broker_id]:
+        return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"broker {engine.config.broker_id} is the only broker and holds the only "
+                f"replica; cannot assign {list(wanted.replicas)}")
+    return ErrorCode.NONE, None
+
+
+async def handle_alter_partition_reassignments(engine: Engine, ctx: RequestContext,
+                                               request: Any) -> Any:
+    """Answer AlterPartitionReassignments: only this broker can hold a replica."""
+    response = AlterPartitionReassignmentsResponse
+    common = {"version": request.version, "throttle_time_ms": 0,
+              "allow_replication_factor_change": True}
+    if not engine.cluster_allowed(ctx, Operation.ALTER):
+        return response(**common, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                        error_message="not allowed to alter the cluster", responses=[])
+    topic_result = response.ReassignableTopicResponse
+    results = []
+    for wanted in request.topics:
+        answers = []
+        for partition in wanted.partitions:
+            code, message = _reassignment_error(engine, ctx, wanted.name, partition)
+            answers.append(topic_result.ReassignablePartitionResponse(
+                partition_index=partition.partition_index, error_code=code,
+                error_message=message))
+        results.append(topic_result(name=wanted.name, partitions=answers))
+    return response(**common, error_code=0, error_message=None, responses=results)
+
+
+async def handle_list_partition_reassignments(engine: Engine, ctx: RequestContext,
+                                              request: Any) -> Any:
+    """Answer ListPartitionReassignments: none is ever in progress."""
+    allowed = engine.cluster_allowed(ctx, Operation.DESCRIBE)
+    return ListPartitionReassignmentsResponse(
+        version=request.version, throttle_time_ms=0,
+        error_code=0 if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        error_message=None if allowed else "not allowed to describe the cluster", topics=[])

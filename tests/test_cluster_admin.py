@@ -1,0 +1,146 @@
+"""Cluster administration on a one-broker cluster, through confluent-kafka's and
+kafka-python's admin clients: leader elections (never needed), log dirs (one, with sizes),
+replica moves and reassignments (only to where replicas are), DescribeTopicPartitions
+paging and ListConfigResources; every refusal with Kafka's error code."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import kafka.admin
+import kafka.errors
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka._model import ElectionType
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.structs import TopicPartition as KafkaTopicPartition
+from kafka.structs import TopicPartitionReplica
+
+from tests.broker_process import BrokerProcess
+from tests.clients import make_records, produce_confluent
+
+
+@pytest.fixture
+def client(broker: BrokerProcess) -> Iterator[kafka.admin.KafkaAdminClient]:
+    admin = kafka.admin.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    yield admin
+    admin.close()
+
+
+def create(broker: BrokerProcess, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
+
+
+def test_elections_are_never_needed(broker: BrokerProcess, topic_name: str) -> None:
+    create(broker, topic_name, 2)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for election in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+        wanted = [TopicPartition(topic_name, 0), TopicPartition(topic_name, 1),
+                  TopicPartition(topic_name, 7), TopicPartition(topic_name + "-missing", 0)]
+        found = admin.elect_leaders(election, wanted).result(10)
+        assert {(tp.topic, tp.partition): error.name() if error else None
+                for tp, error in found.items()} == {
+            (topic_name, 0): "ELECTION_NOT_NEEDED", (topic_name, 1): "ELECTION_NOT_NEEDED",
+            (topic_name, 7): "UNKNOWN_TOPIC_OR_PART",
+            (topic_name + "-missing", 0): "UNKNOWN_TOPIC_OR_PART"}
+
+
+def test_log_dirs_report_partition_sizes(broker: BrokerProcess, topic_name: str,
+                                         client: kafka.admin.KafkaAdminClient) -> None:
+    create(broker, topic_name, 2)
+    records = [r for r in make_records(40, 1_000) if r.partition == 0]
+    produce_confluent(broker.bootstrap, topic_name, records, "none")
+    [result] = client.describe_log_dirs()
+    assert result["broker"] == 0
+    [log_dir] = result["log_dirs"]
+    assert log_dir["error_code"] == 0
+    assert Path(log_dir["log_dir"]) == broker.data_dir.resolve()
+    assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
+    sizes = {(t["name"], p["partition_index"]): p["partition_size"]
+             for t in log_dir["topics"] for p in t["partitions"]}
+    assert sizes[(topic_name, 0)] > sum(len(r.value or b"") for r in records)
+    assert sizes[(topic_name, 1)] == 0
+    # asked for one partition (and one of a missing topic): only that one comes back
+    [result] = client.describe_log_dirs(topic_partitions={topic_name: [1],
+                                                          topic_name + "-x": [0]})
+    assert [(t["name"], [p["partition_index"] for p in t["partitions"]])
+            for t in result["log_dirs"][0]["topics"]] == [(topic_name, [1])]
+
+
+def test_log_dirs_list_only_the_callers_namespace(broker: BrokerProcess, topic_name: str,
+                                                  client: kafka.admin.KafkaAdminClient
+                                                  ) -> None:
+    create(broker, topic_name, 1)
+    create(broker, f"other/ns/{topic_name}", 1)
+    [result] = client.describe_log_dirs()
+    names = {t["name"] for t in result["log_dirs"][0]["topics"]}
+    assert topic_name in names
+    assert not any(name.startswith("other/") for name in names)
+
+
+def test_replicas_move_only_to_where_they_are(broker: BrokerProcess, topic_name: str,
+                                              client: kafka.admin.KafkaAdminClient,
+                                              tmp_path: Path) -> None:
+    create(broker, topic_name, 1)
+    here = client.describe_log_dirs()[0]["log_dirs"][0]["log_dir"]
+    replica = TopicPartitionReplica(topic_name, 0, 0)
+    assert client.alter_replica_log_dirs({replica: here})[replica] is kafka.errors.NoError
+    moved = client.alter_replica_log_dirs({replica: str(tmp_path)})
+    assert moved[replica] is kafka.errors.LogDirNotFoundError
+    missing = TopicPartitionReplica(topic_name, 3, 0)
+    assert client.alter_replica_log_dirs({missing: here})[missing] is \
+        kafka.errors.UnknownTopicOrPartitionError
+
+
+def test_reassignments_only_to_this_broker(broker: BrokerProcess, topic_name: str,
+                                           client: kafka.admin.KafkaAdminClient) -> None:
+    create(broker, topic_name, 2)
+    tp0, tp1 = KafkaTopicPartition(topic_name, 0), KafkaTopicPartition(topic_name, 1)
+    assert client.alter_partition_reassignments({tp0: [0]}) == {tp0: None}
+    assert client.alter_partition_reassignments({tp1: [0, 1]}) == \
+        {tp1: kafka.errors.InvalidReplicationAssignmentError}
+    assert client.alter_partition_reassignments({tp1: None}) == \
+        {tp1: kafka.errors.NoReassignmentInProgressError}
+    assert client.list_partition_reassignments() == {}
+    assert client.list_partition_reassignments([tp0]) == {}
+
+
+def test_describe_topic_partitions_pages_through_everything(
+        broker: BrokerProcess, topic_name: str, client: kafka.admin.KafkaAdminClient) -> None:
+    names = [f"{topic_name}-a", f"{topic_name}-b"]
+    for name in names:
+        create(broker, name, 3)
+    missing = client.describe_topic_partitions([topic_name + "-missing"])["topics"]
+    assert [(t["name"], t["error_code"]) for t in missing] == \
+        [(topic_name + "-missing", 3)]  # UNKNOWN_TOPIC_OR_PARTITION
+    seen: list[tuple[str, int]] = []
+    result = client.describe_topic_partitions(names, response_partition_limit=2)
+    pages = 1
+    while True:
+        for topic in result["topics"]:
+            if topic["error_code"] == 0:
+                assert topic["topic_id"] is not None
+                seen += [(topic["name"], p["partition_index"]) for p in topic["partitions"]]
+                assert all(p["leader_id"] == 0 and p["replica_nodes"] == [0]
+                           for p in topic["partitions"])
+        if result["next_cursor"] is None:
+            break
+        result = client.describe_topic_partitions(names, response_partition_limit=2,
+                                                  cursor=result["next_cursor"])
+        pages += 1
+    assert seen == [(name, p) for name in names for p in range(3)]
+    assert pages == 3
+
+
+def test_list_config_resources(broker: BrokerProcess, topic_name: str,
+                               client: kafka.admin.KafkaAdminClient) -> None:
+    create(broker, topic_name, 1)
+    every = client.list_config_resources()
+    assert topic_name in every["topic"]
+    assert every["broker"] == ["0"]
+    assert client.list_config_resources(["BROKER"]) == {"broker": ["0"]}
+    with pytest.raises(kafka.errors.InvalidRequestError):
+        client.list_config_resources(["GROUP"])
+
