@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import kafka.admin
 import kafka.errors
@@ -19,6 +20,7 @@ from kafka.structs import TopicPartitionReplica
 
 from tests.broker_process import BrokerProcess
 from tests.clients import make_records, produce_confluent
+from tests.raw import RawConnection
 
 
 @pytest.fixture
@@ -144,3 +146,54 @@ def test_list_config_resources(broker: BrokerProcess, topic_name: str,
     with pytest.raises(kafka.errors.InvalidRequestError):
         client.list_config_resources(["GROUP"])
 
+
+
+def _requests(topic: str, data_dir: str) -> list[tuple[Any, Any, int, Any]]:
+    """(request class, response class, max version, request fields) of each API."""
+    from kafka.protocol import admin as a
+    return [
+        (a.ElectLeadersRequest, a.ElectLeadersResponse, 2, {
+            "election_type": 0, "timeout_ms": 1000, "topic_partitions": [
+                a.ElectLeadersRequest.TopicPartitions(topic=topic, partitions=[0, 9])]}),
+        (a.DescribeLogDirsRequest, a.DescribeLogDirsResponse, 4, {"topics": [
+            a.DescribeLogDirsRequest.DescribableLogDirTopic(topic=topic, partitions=[0])]}),
+        (a.AlterReplicaLogDirsRequest, a.AlterReplicaLogDirsResponse, 2, {"dirs": [
+            a.AlterReplicaLogDirsRequest.AlterReplicaLogDir(path=data_dir, topics=[
+                a.AlterReplicaLogDirsRequest.AlterReplicaLogDir.AlterReplicaLogDirTopic(
+                    name=topic, partitions=[0, 9])])]}),
+        (a.AlterPartitionReassignmentsRequest, a.AlterPartitionReassignmentsResponse, 1, {
+            "timeout_ms": 1000, "allow_replication_factor_change": True, "topics": [
+                a.AlterPartitionReassignmentsRequest.ReassignableTopic(name=topic, partitions=[
+                    a.AlterPartitionReassignmentsRequest.ReassignableTopic
+                    .ReassignablePartition(partition_index=0, replicas=[0])])]}),
+        (a.ListPartitionReassignmentsRequest, a.ListPartitionReassignmentsResponse, 0,
+         {"timeout_ms": 1000, "topics": None}),
+        (a.DescribeTopicPartitionsRequest, a.DescribeTopicPartitionsResponse, 0, {
+            "topics": [a.DescribeTopicPartitionsRequest.TopicRequest(name=topic)],
+            "response_partition_limit": 10, "cursor": None}),
+        (a.ListConfigResourcesRequest, a.ListConfigResourcesResponse, 1,
+         {"resource_types": []}),
+    ]
+
+
+def test_every_version_of_each_api_answers(broker: BrokerProcess, topic_name: str) -> None:
+    """Each API at each advertised version, by raw requests: well-formed answers, and the
+    connection stays usable after every one."""
+    create(broker, topic_name, 1)
+    conn = RawConnection(broker.port)
+    try:
+        apis = _requests(topic_name, str(broker.data_dir.resolve()))
+        for request_class, response_class, top, fields in apis:
+            for version in range(top + 1):
+                if request_class.__name__ == "ListConfigResourcesRequest" and version == 0:
+                    answer = conn.call(request_class[0](), 0, response_class)
+                    assert (answer.error_code, answer.config_resources) == (0, [])
+                    continue
+                answer = conn.call(request_class[version](**fields), version, response_class)
+                assert getattr(answer, "error_code", 0) == 0, (request_class, version)
+        request_class, response_class, _top, fields = apis[0]
+        election = conn.call(request_class[2](**fields), 2, response_class)
+        assert [(p.partition_id, p.error_code) for p in  # ELECTION_NOT_NEEDED, UNKNOWN_...
+                election.replica_election_results[0].partition_result] == [(0, 84), (9, 3)]
+    finally:
+        conn.close()
