@@ -210,7 +210,8 @@ def _throughput_target(results: Results, phase: str) -> dict[str, Any] | None:
             else ""
         ratios.append((size, median(paired_ratios(ours, peer)), note))
     return {"target": name, "met": all(r >= 1.0 for _, r, _ in ratios),
-            "detail": ", ".join(f"{size_label(s)} {r:.2f}x{n}" for s, r, n in ratios)}
+            # three decimals: a "1.00x" that is not met would read as a contradiction
+            "detail": ", ".join(f"{size_label(s)} {r:.3f}x{n}" for s, r, n in ratios)}
 
 
 def targets(results: Results) -> list[dict[str, Any]]:

@@ -40,14 +40,14 @@ def test_a_noisy_trial_moves_the_pair_not_the_verdict() -> None:
     [check, _] = [c for c in report.targets(_with_latency(results))
                   if c["target"].startswith(("produce throughput", "consume throughput"))]
     assert check["met"] is True
-    assert check["detail"] == "100 B 1.05x"
+    assert check["detail"] == "100 B 1.050x"
 
 
 def test_targets_say_when_both_brokers_were_client_bound() -> None:
     results = _with_latency(_results([90.0, 95.0, 99.0], [100.0, 100.0, 100.0], bound=True))
     produce = report.targets(results)[0]
     assert produce["met"] is False
-    assert produce["detail"] == "100 B 0.95x (c: both client-bound)"
+    assert produce["detail"] == "100 B 0.950x (c: both client-bound)"
 
 
 def test_the_table_shows_the_paired_median_and_its_range() -> None:
