@@ -98,6 +98,7 @@ class Engine:
         self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms)
         self._retention: asyncio.Task[None] | None = None
         self._checkpoints: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         self.closing = False
         offsets = SystemTopic(logs, self.flusher, OFFSETS_TOPIC, config.offsets_topic_partitions,
                               config.offsets_topic_segment_bytes,
@@ -130,11 +131,13 @@ class Engine:
 
     async def stop(self) -> None:
         """Stop background work, fsync and seal every ledger."""
-        for task in (self._retention, self._checkpoints):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        if self._retention is not None:
+            self._retention.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retention
+        self._stopping.set()
+        if self._checkpoints is not None:  # let a snapshot being written finish first
+            await self._checkpoints
         await self.transactions.stop()
         await self.groups.stop()
         await self.flusher.stop()
@@ -151,8 +154,10 @@ class Engine:
 
     async def _checkpoint_loop(self) -> None:
         """Snapshot producer state as partitions move on, so a crash replays little."""
-        while True:
-            await asyncio.sleep(CHECKPOINT_CHECK_S)
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), CHECKPOINT_CHECK_S)
+                return  # stopping: the shutdown snapshot follows
             try:
                 await self.producers.checkpoint(self.flusher.flush)
             except Exception:  # keep taking snapshots; the next round retries
@@ -218,8 +223,8 @@ class Engine:
     # -- names and topics ------------------------------------------------------------
 
     def visible_topics(self, ctx: RequestContext) -> list[TopicInfo]:
-        """The topics "all topics" shows the caller: listed for it, its to describe, not
-        the broker's own; sorted by name."""
+        """The topics "all topics" shows the caller: listed for it, ones it may describe,
+        not the broker's own; sorted by name."""
         return sorted((topic for topic in self.logs.topics()
                        if self.listed(ctx, topic.name) and not self.is_internal(topic.name)
                        and self.allowed(ctx, Operation.DESCRIBE, topic.name)),
