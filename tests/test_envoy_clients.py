@@ -27,10 +27,10 @@ from tests.envoy_helpers import (
     EnvoyProcess,
     brokers_of,
     find_coordinator,
-    free_ports,
     metadata,
     write_config,
 )
+from tests.ports import free_ports
 from tests.security_helpers import SecureConnection, TlsFiles, TokenIssuer, make_tls
 
 

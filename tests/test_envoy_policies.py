@@ -15,11 +15,11 @@ from tests.broker_process import BrokerProcess
 from tests.envoy_helpers import (
     brokers_of,
     closed_without_answer,
-    free_ports,
     metadata,
     running_envoy,
     write_config,
 )
+from tests.ports import free_ports
 from tests.raw import RawConnection
 from tests.security_helpers import TlsFiles, make_tls
 

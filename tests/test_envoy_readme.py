@@ -13,7 +13,8 @@ from pathlib import Path
 
 from edge.config import parse_properties
 from tests.broker_process import REPO, BrokerProcess
-from tests.envoy_helpers import ENVOY, EnvoyProcess, free_ports, validate
+from tests.envoy_helpers import ENVOY, EnvoyProcess, validate
+from tests.ports import free_ports
 
 README = REPO / "deploy" / "envoy" / "README.md"
 

@@ -35,10 +35,10 @@ from tests.envoy_helpers import (
     EnvoyProcess,
     XdsProcess,
     brokers_of,
-    free_ports,
     metadata,
     write_config,
 )
+from tests.ports import free_ports
 from tests.raw import RawConnection
 
 

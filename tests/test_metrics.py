@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import re
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -16,14 +15,9 @@ import pytest
 
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
+from tests.ports import free_port
 
 SECRET = b"metrics-test-secret-of-32-bytes!"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def scrape(port: int) -> dict[str, float]:

@@ -4,7 +4,6 @@ requests, and the broker starts and recovers while the issuer is unreachable."""
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from tests.oauth_helpers import (
     rejected,
     start_broker,
 )
+from tests.ports import free_port
 
 REFRESH_MIN_SECONDS = 2.0
 
@@ -96,13 +96,6 @@ def test_dropped_key_is_refused_after_a_refetch(broker: BrokerProcess,
     assert good_login(broker.port, issuer_token(issuer)).error_code == 0
     # The broker's cached set no longer holds the dropped key.
     assert "unknown key" in rejected(broker.port, bearer_message(old_token))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_broker_starts_while_the_issuer_is_down(tmp_path: Path) -> None:

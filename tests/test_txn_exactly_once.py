@@ -116,6 +116,12 @@ def test_consume_transform_produce_exactly_once_across_kills(tmp_path: Path) -> 
                     conn.offset_fetch(group, source, range(PARTITIONS)), input_ends,
                     workers[-1].lines[-3:], workers[-1].errors[-20:])
                 time.sleep(0.1)
+            # the offsets are visible as the commit completes, a moment before the worker
+            # prints it: wait for that line before counting the runs below
+            deadline = time.monotonic() + 30
+            while sum(w.committed for w in workers) < RECORDS and time.monotonic() < deadline:
+                assert workers[-1].proc.poll() is None, workers[-1].errors[-20:]
+                time.sleep(0.01)
             workers[-1].kill()
             assert conn.offset_fetch(group, source, range(PARTITIONS)) == input_ends
         finally:
