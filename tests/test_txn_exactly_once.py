@@ -79,6 +79,16 @@ class Worker:
         self.proc.wait(10)
 
 
+def _committed(broker: BrokerProcess, group: str, topic: str) -> int:
+    """Records the group has committed on ``topic``, all partitions together."""
+    conn = TxnConnection(broker.port)
+    try:
+        return sum(max(0, offset) for offset in
+                   conn.offset_fetch(group, topic, range(PARTITIONS)).values())
+    finally:
+        conn.close()
+
+
 def test_consume_transform_produce_exactly_once_across_kills(tmp_path: Path) -> None:
     broker = start_broker(tmp_path / "data")
     source, sink, group, tid = "eos-in", "eos-out", "eos-group", "eos-tid"
@@ -92,7 +102,9 @@ def test_consume_transform_produce_exactly_once_across_kills(tmp_path: Path) -> 
         assert sum(input_ends.values()) == RECORDS
 
         total = 0
+        starts: list[int] = []  # the group's committed records when each run began
         for stop_after, in_txn in ((4000, True), (7000, False), (None, False)):
+            starts.append(_committed(broker, group, source))
             worker = Worker(broker, source, sink, group, tid,
                             stop_after if in_txn and stop_after is not None else -1)
             workers.append(worker)
@@ -117,11 +129,8 @@ def test_consume_transform_produce_exactly_once_across_kills(tmp_path: Path) -> 
                     workers[-1].lines[-3:], workers[-1].errors[-20:])
                 time.sleep(0.1)
             # the offsets are visible as the commit completes, a moment before the worker
-            # prints it: wait for that line before counting the runs below
-            deadline = time.monotonic() + 30
-            while sum(w.committed for w in workers) < RECORDS and time.monotonic() < deadline:
-                assert workers[-1].proc.poll() is None, workers[-1].errors[-20:]
-                time.sleep(0.01)
+            # prints it: wait for that line
+            workers[-1].wait_for(RECORDS - starts[-1], 30)
             workers[-1].kill()
             assert conn.offset_fetch(group, source, range(PARTITIONS)) == input_ends
         finally:
@@ -139,10 +148,15 @@ def test_consume_transform_produce_exactly_once_across_kills(tmp_path: Path) -> 
         # and the uncommitted view holds the killed runs' aborted leftovers, if any
         raw = read_all(broker.bootstrap, sink, PARTITIONS, "read_uncommitted", timeout=60)
         assert len(raw) > RECORDS  # the first kill left an open transaction behind
-        # each run went on from the previous run's committed offsets
+        # each run went on from the previous run's committed offsets. (A killed run's
+        # last commit can land without its line printed, so the group's offsets, not the
+        # lines, say where the next run began.)
         runs = [w.committed for w in workers]
-        assert sum(runs) >= RECORDS and runs[-1] < RECORDS - 8000, runs
-        print("committed per run:", runs, "uncommitted view:", len(raw))
+        assert starts[0] == 0 and starts[1] == runs[0] == 4000, (starts, runs)
+        assert starts[2] >= starts[1] + 7000, (starts, runs)
+        assert runs[-1] == RECORDS - starts[2] < RECORDS - 8000, (starts, runs)
+        print("committed per run:", runs, "runs began at:", starts,
+              "uncommitted view:", len(raw))
     finally:
         for worker in workers:
             if worker.proc.poll() is None:
