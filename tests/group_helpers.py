@@ -132,6 +132,7 @@ class GroupLedger:
     owned: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     events: list[tuple[int, str, str, tuple[int, ...]]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    left: set[str] = field(default_factory=set)
     seq: int = 0
 
     def _next(self) -> int:
@@ -142,6 +143,11 @@ class GroupLedger:
         """``member`` now also owns ``partitions``; no one else may own them."""
         parts = tuple(sorted(partitions))
         with self.lock:
+            if member in self.left:
+                # a rebalance that completed while the member was closing: it processes
+                # nothing more, so it owns nothing
+                self.events.append((self._next(), member, "assign after leaving", parts))
+                return
             self.events.append((self._next(), member, "assign", parts))
             for p in parts:
                 others = [m for m, ps in self.owned.items() if m != member and p in ps]
@@ -164,6 +170,7 @@ class GroupLedger:
             parts = tuple(sorted(self.owned[member]))
             self.events.append((self._next(), member, "leave", parts))
             self.owned[member].clear()
+            self.left.add(member)
 
     def processed(self, member: str, records: list[tuple[int, int]], committed: bool,
                   error: str = "") -> Batch:
