@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,10 +69,6 @@ class ProducerStates:
         loaded = _load(partition)
         self._states[(topic, index)] = loaded
         return loaded.state
-
-    def items(self) -> Iterator[tuple[PartitionLog, PartitionProducers]]:
-        """Loaded states with their logs."""
-        return iter([(loaded.partition, loaded.state) for loaded in self._states.values()])
 
     def forget(self, topic: str) -> None:
         """Drop the states of a deleted topic."""

@@ -13,7 +13,7 @@ reassign, DESCRIBE to list log dirs and reassignments.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -33,13 +33,17 @@ from broker_core.storage import TopicInfo
 _PREFERRED, _UNCLEAN = 0, 1
 
 
-def _partition_error(engine: Engine, ctx: RequestContext, name: str, index: int) -> ErrorCode:
-    """NONE when the caller may see partition ``index`` of topic ``name`` and it exists."""
+def _partition_check(engine: Engine, ctx: RequestContext,
+                     name: str) -> Callable[[int], ErrorCode]:
+    """For topic ``name``, looked up once: a partition index's error, NONE when the caller
+    may see that partition and it exists."""
     try:
         _internal, topic = engine.named_topic(ctx, name, Operation.DESCRIBE, "describe")
     except KafkaApiError as error:
-        return error.code
-    return ErrorCode.NONE if 0 <= index < topic.num_partitions \
+        code = error.code
+        return lambda _index: code
+    count = topic.num_partitions
+    return lambda index: ErrorCode.NONE if 0 <= index < count \
         else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
@@ -68,8 +72,9 @@ async def handle_elect_leaders(engine: Engine, ctx: RequestContext, request: Any
     results = []
     for name, partitions in wanted:
         answers = []
+        check = _partition_check(engine, ctx, name)
         for index in partitions:
-            code = _partition_error(engine, ctx, name, index)
+            code = check(index)
             if code == ErrorCode.NONE:
                 code = ErrorCode.ELECTION_NOT_NEEDED if election in (_PREFERRED, _UNCLEAN) \
                     else ErrorCode.INVALID_REQUEST
@@ -137,11 +142,12 @@ async def handle_alter_replica_log_dirs(engine: Engine, ctx: RequestContext,
     for target in request.dirs:
         for wanted in target.topics:
             answers = []
+            check = _partition_check(engine, ctx, wanted.name)
             for index in wanted.partitions:
                 if not allowed:
                     code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                 else:
-                    code = _partition_error(engine, ctx, wanted.name, index)
+                    code = check(index)
                     if code == ErrorCode.NONE and os.path.realpath(target.path) != here:
                         code = ErrorCode.LOG_DIR_NOT_FOUND
                 answers.append(response.AlterReplicaLogDirTopicResult
@@ -154,9 +160,8 @@ async def handle_alter_replica_log_dirs(engine: Engine, ctx: RequestContext,
 
 # -- partition reassignments -----------------------------------------------------------------
 
-def _reassignment_error(engine: Engine, ctx: RequestContext, name: str,
+def _reassignment_error(engine: Engine, code: ErrorCode,
                         wanted: Any) -> tuple[ErrorCode, str | None]:
-    code = _partition_error(engine, ctx, name, wanted.partition_index)
     if code != ErrorCode.NONE:
         return code, None
     if wanted.replicas is None:
@@ -181,8 +186,10 @@ async def handle_alter_partition_reassignments(engine: Engine, ctx: RequestConte
     results = []
     for wanted in request.topics:
         answers = []
+        check = _partition_check(engine, ctx, wanted.name)
         for partition in wanted.partitions:
-            code, message = _reassignment_error(engine, ctx, wanted.name, partition)
+            code, message = _reassignment_error(engine, check(partition.partition_index),
+                                                partition)
             answers.append(topic_result.ReassignablePartitionResponse(
                 partition_index=partition.partition_index, error_code=code,
                 error_message=message))
