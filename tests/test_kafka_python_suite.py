@@ -74,7 +74,8 @@ def _run(suite: Path, data: Path, settings: dict[str, str], modules: list[str],
             env={**os.environ, "KAFKA_VERSION": "4.2.0",
                  "KAFKA_URI": f"PLAINTEXT://{broker.bootstrap}",
                  "KAFKA_ROOT": str(suite.parent / "kafka-root"), "PYTHONPATH": str(suite)})
-        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+        # the failures with their captured client logs (DEBUG, so long)
+        assert result.returncode == 0, result.stdout[-30000:] + result.stderr[-2000:]
         summary = [line for line in result.stdout.splitlines() if " passed" in line]
         assert summary and "failed" not in summary[-1], result.stdout[-2000:]
     finally:
