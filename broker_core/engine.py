@@ -21,7 +21,7 @@ from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import GroupConfig, GroupCoordinator
 from broker_core.markers import marker_batch
-from broker_core.producer_states import ProducerStates
+from broker_core.producer_states import DEFAULT_EXPIRATION_MS, ProducerStates
 from broker_core.producers import PartitionProducers
 from broker_core.storage import LogManager, PartitionLog, TopicExists, TopicInfo
 from broker_core.system_topics import SystemTopic
@@ -50,6 +50,8 @@ class EngineConfig:
     flush_interval_messages: int = 2**63 - 1
     flush_interval_ms: int = 1000
     retention_check_interval_ms: int = 300_000
+    producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS
+    producer_id_expiration_check_interval_ms: int = 600_000
     topic_defaults: Mapping[str, str] = field(default_factory=dict)
     metadata_tenant: str = "public"
     metadata_namespace: str = "__kafka"
@@ -104,7 +106,7 @@ class Engine:
                               config.offsets_topic_segment_bytes,
                               config.offsets_topic_compaction_bytes)
         self.groups = GroupCoordinator(config.groups, offsets)
-        self.producers = ProducerStates()
+        self.producers = ProducerStates(config.producer_id_expiration_ms)
         self._rules: dict[str, ProduceRules] = {}
         txn_log = SystemTopic(logs, self.flusher, TXN_TOPIC, config.txn_topic_partitions,
                               config.offsets_topic_segment_bytes,
@@ -153,12 +155,19 @@ class Engine:
                 log.info("retention removed %d ledgers", removed)
 
     async def _checkpoint_loop(self) -> None:
-        """Snapshot producer state as partitions move on, so a crash replays little."""
+        """Snapshot producer state as partitions move on, so a crash replays little; forget
+        idle producer ids every ``producer_id_expiration_check_interval_ms``."""
+        expire_every = self.config.producer_id_expiration_check_interval_ms / 1000
+        expired_at = time.monotonic()
         while not self._stopping.is_set():
+            wait = min(CHECKPOINT_CHECK_S, max(expired_at + expire_every - time.monotonic(), 0))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), CHECKPOINT_CHECK_S)
+                await asyncio.wait_for(self._stopping.wait(), wait)
                 return  # stopping: the shutdown snapshot follows
             try:
+                if time.monotonic() - expired_at >= expire_every:
+                    expired_at = time.monotonic()
+                    self.producers.expire()
                 await self.producers.checkpoint(self.flusher.flush)
             except Exception:  # keep taking snapshots; the next round retries
                 log.exception("producer state snapshots failed")
@@ -351,7 +360,7 @@ class Engine:
         rules.messages_in.inc(header.record_count)
         rules.bytes_in.inc(len(batch))
         if producers is not None:
-            producers.record(header, base)
+            producers.record(header, base, max_timestamp)
         self.waiters.notify((internal, index))
         durable = self.flusher.appended(partition, header.record_count)
         return Appended(base, log_append_time, partition.log_start_offset, durable)
@@ -377,6 +386,6 @@ class Engine:
         state = self.producers.get(internal, index, partition)
         now = int(time.time() * 1000)
         offset = partition.append(marker_batch(producer_id, epoch, commit, now), 0, now)
-        state.end_transaction(producer_id, epoch, commit, offset)
+        state.end_transaction(producer_id, epoch, commit, offset, now)
         self.waiters.notify((internal, index))
         return self.flusher.appended(partition, 1)

@@ -11,6 +11,11 @@ offset *O*, the partition is fsynced (covering *O*), and only then is the file r
 So whatever a crash or a power loss leaves of the log still holds every batch below the
 snapshot's offset, and replaying from there is exact. A snapshot that is unreadable, or
 outside ``[log start, next offset]``, is ignored and the partition replayed from its start.
+
+Producers idle past the expiration are dropped from every loaded partition by
+:meth:`ProducerStates.expire` (run by the engine every
+``producerIdExpirationCheckIntervalMs``), and from a partition's state as it is loaded;
+a partition that lost some gets a fresh snapshot at the next checkpoint.
 """
 
 from __future__ import annotations
@@ -45,9 +50,12 @@ class _Loaded:
     state: PartitionProducers
     saved_offset: int | None  # offset of the snapshot on disk; None: there is none
     saved_at: float  # time.monotonic() of that snapshot (or of the load)
+    expired: bool = False  # producers were forgotten since that snapshot
 
     def due(self, now: float) -> bool:
         offset = self.partition.next_offset
+        if self.expired:
+            return True
         if self.saved_offset is None:  # a rebuild would replay the whole partition
             return offset > self.partition.log_start_offset
         moved = offset - self.saved_offset
@@ -55,10 +63,15 @@ class _Loaded:
             moved != 0 and now - self.saved_at >= SNAPSHOT_MAX_AGE_S)
 
 
+DEFAULT_EXPIRATION_MS = 86_400_000
+"""Kafka's ``producer.id.expiration.ms``: one day."""
+
+
 class ProducerStates:
     """Producer state of every partition, rebuilt on first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
+        self.expiration_ms = expiration_ms
         self._states: dict[tuple[str, int], _Loaded] = {}
 
     def get(self, topic: str, index: int, partition: PartitionLog) -> PartitionProducers:
@@ -67,8 +80,28 @@ class ProducerStates:
         if known is not None and known.partition is partition:
             return known.state
         loaded = _load(partition)
+        loaded.expired = loaded.state.expire(_now_ms(), self.expiration_ms) > 0
         self._states[(topic, index)] = loaded
         return loaded.state
+
+    def expire(self) -> int:
+        """Forget the producers of every loaded partition that have been idle for the
+        expiration or longer (open transactions keep theirs); return how many."""
+        now = _now_ms()
+        forgotten = 0
+        for loaded in self._states.values():
+            count = loaded.state.expire(now, self.expiration_ms)
+            if count:
+                loaded.expired = True
+                forgotten += count
+        if forgotten:
+            log.info("forgot %d producer id(s) idle for %d ms or more", forgotten,
+                     self.expiration_ms)
+        return forgotten
+
+    def producer_count(self) -> int:
+        """Producer ids remembered, summed over the loaded partitions."""
+        return sum(len(loaded.state.producers) for loaded in self._states.values())
 
     def forget(self, topic: str) -> None:
         """Drop the states of a deleted topic."""
@@ -86,6 +119,7 @@ class ProducerStates:
             offset = partition.next_offset
             loaded.state.forget_aborted_before(partition.log_start_offset)
             document = loaded.state.to_json(offset)
+            loaded.expired = False  # an expiry during the fsync below sets it again
             try:
                 await flush(partition)
                 if self._states.get(key) is not loaded:
@@ -120,6 +154,10 @@ class ProducerStates:
                 _write(directory, loaded.state.to_json(partition.next_offset))
             finally:
                 os.close(directory)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _write(directory: int, document: dict[str, Any]) -> None:

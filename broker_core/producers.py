@@ -6,6 +6,12 @@ and not written again, a gap answers OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoc
 INVALID_PRODUCER_EPOCH. Open transactions hold back the last stable offset; aborted ones
 are listed for read_committed fetches. ``producer_states`` keeps one per partition and
 rebuilds it from snapshots and the log, so it survives restarts.
+
+A producer that wrote nothing for ``producer.id.expiration.ms`` (and has no open
+transaction) is forgotten (:meth:`PartitionProducers.expire`). A producer the partition
+does not know is accepted at any sequence, as Kafka does since KIP-360: it may be one
+whose state expired, or whose every batch retention deleted, and refusing it would be
+fatal to an idempotent client that did nothing wrong.
 """
 
 from __future__ import annotations
@@ -58,11 +64,7 @@ class PartitionProducers:
         Return the original base offset when the batch is a retry of one already written.
         """
         entry = self.producers.get(header.producer_id)
-        if entry is None:
-            if header.base_sequence != 0:
-                raise KafkaApiError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                                    f"producer {header.producer_id} is unknown here and its "
-                                    f"first sequence is {header.base_sequence}, not 0")
+        if entry is None:  # new, expired or retained away: any sequence starts it
             return None
         if header.producer_epoch < entry.epoch:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -84,8 +86,9 @@ class PartitionProducers:
                                 f"must start at sequence 0, not {header.base_sequence}")
         return None
 
-    def record(self, header: BatchHeader, base_offset: int) -> None:
-        """Remember a written data batch."""
+    def record(self, header: BatchHeader, base_offset: int, timestamp: int) -> None:
+        """Remember a data batch written at ``base_offset`` with max timestamp
+        ``timestamp`` (the log append time on topics that use it)."""
         entry = self.producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
             entry = self.producers[header.producer_id] = ProducerEntry(
@@ -96,20 +99,31 @@ class PartitionProducers:
             entry.batches.append((header.base_sequence,
                                   header.base_sequence + header.record_count - 1,
                                   base_offset, last_offset))
-        entry.last_timestamp = header.max_timestamp
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
         if header.is_transactional and entry.txn_first_offset is None:
             entry.txn_first_offset = base_offset
 
     def end_transaction(self, producer_id: int, epoch: int, commit: bool,
-                        marker_offset: int) -> None:
-        """Apply a transaction marker written at ``marker_offset``."""
+                        marker_offset: int, timestamp: int) -> None:
+        """Apply a transaction marker written at ``marker_offset`` at ``timestamp``."""
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerEntry(epoch)
         entry.epoch = max(entry.epoch, epoch)
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
         if entry.txn_first_offset is not None and not commit:
             self.aborted.append((producer_id, entry.txn_first_offset, marker_offset))
         entry.txn_first_offset = None
+
+    def expire(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers without an open transaction whose last write (by its batch
+        timestamp) is ``expiration_ms`` or more before ``now_ms``; return how many."""
+        cutoff = now_ms - expiration_ms
+        idle = [pid for pid, entry in self.producers.items()
+                if entry.txn_first_offset is None and entry.last_timestamp <= cutoff]
+        for pid in idle:
+            del self.producers[pid]
+        return len(idle)
 
     def ongoing(self, producer_id: int) -> bool:
         """Whether the producer has an open transaction on this partition."""
@@ -138,9 +152,10 @@ class PartitionProducers:
             return
         if header.is_control:
             self.end_transaction(header.producer_id, header.producer_epoch,
-                                 marker_type(info.batch) == COMMIT, info.base_offset)
+                                 marker_type(info.batch) == COMMIT, info.base_offset,
+                                 header.max_timestamp)
         else:
-            self.record(header, info.base_offset)
+            self.record(header, info.base_offset, header.max_timestamp)
 
     def to_json(self, offset: int) -> dict[str, Any]:
         """A snapshot valid up to ``offset`` (copies: it may be encoded in another thread)."""

@@ -65,6 +65,9 @@ def engine_config(config: BrokerConfig, cluster: str) -> EngineConfig:
         flush_interval_messages=config.flush_interval_messages,
         flush_interval_ms=config.flush_interval_ms,
         retention_check_interval_ms=config.log_retention_check_interval_ms,
+        producer_id_expiration_ms=config.producer_id_expiration_ms,
+        producer_id_expiration_check_interval_ms=(
+            config.producer_id_expiration_check_interval_ms),
         metadata_tenant=config.kafka_metadata_tenant,
         metadata_namespace=config.kafka_metadata_namespace,
         multi_tenant_metadata=config.kafka_enable_multi_tenant_metadata,

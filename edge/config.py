@@ -528,6 +528,18 @@ class BrokerConfig:
         metadata=_key("transactionalIdExpirationMs", IntType(1, INT_MAX),
                       "a transactional id unused this long is forgotten"),
     )
+    producer_id_expiration_ms: int = field(
+        default=86400000,
+        metadata=_key("producerIdExpirationMs", IntType(1, INT_MAX),
+                      "a producer id that wrote nothing to a partition this long (by its "
+                      "batches' timestamps) and has no open transaction there is forgotten "
+                      "by that partition (Kafka's producer.id.expiration.ms)"),
+    )
+    producer_id_expiration_check_interval_ms: int = field(
+        default=600000,
+        metadata=_key("producerIdExpirationCheckIntervalMs", IntType(1, INT_MAX),
+                      "how often idle producer ids are looked for"),
+    )
     transaction_abort_timed_out_transactions_interval_ms: int = field(
         default=10000,
         metadata=_key("transactionAbortTimedOutTransactionsIntervalMs", IntType(1, INT_MAX),

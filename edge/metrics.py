@@ -1,5 +1,6 @@
 """The Prometheus endpoint and the edge's own metrics: connections per listener, logins per
-mechanism and outcome, and consumer-group lag computed at scrape time."""
+mechanism and outcome, and the engine's state read at scrape time (consumer-group lag,
+producer ids remembered)."""
 
 from __future__ import annotations
 
@@ -18,14 +19,20 @@ AUTHENTICATIONS = Counter("kop_server_authentications",
                           ["mechanism", "outcome"])
 
 
-class GroupLagCollector(Collector):
-    """``kop_server_group_lag``: high watermark minus committed offset, per group partition."""
+class EngineCollector(Collector):
+    """``kop_server_group_lag``: high watermark minus committed offset, per group partition;
+    ``kop_server_producer_ids``: producer ids the loaded partitions remember."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        """One sample per committed partition of every group."""
+        """Group lag, one sample per committed partition of every group; producer ids."""
+        yield GaugeMetricFamily(
+            "kop_server_producer_ids",
+            "Idempotent and transactional producer ids remembered, summed over the loaded "
+            "partitions (idle ones expire after producerIdExpirationMs).",
+            value=self.engine.producers.producer_count())
         family = GaugeMetricFamily("kop_server_group_lag",
                                    "Records behind the high watermark, per group partition.",
                                    labels=["group", "topic", "partition"])
@@ -39,7 +46,7 @@ class GroupLagCollector(Collector):
 
 
 def serve_metrics(engine: Engine, host: str, port: int) -> int:
-    """Register the lag collector and serve ``/metrics``; return the bound port."""
-    REGISTRY.register(GroupLagCollector(engine))
+    """Register the engine collector and serve ``/metrics``; return the bound port."""
+    REGISTRY.register(EngineCollector(engine))
     server, _thread = start_http_server(port, addr=host)
     return int(server.server_port)

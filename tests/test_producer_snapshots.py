@@ -33,7 +33,7 @@ def _produce(log: PartitionLog, states: ProducerStates, first_seq: int, batches:
         header = read_header(data)
         assert state.check(header) is None
         base = log.append(data, header.last_offset_delta, header.max_timestamp)
-        state.record(header, base)
+        state.record(header, base, header.max_timestamp)
 
 
 async def _flush(log: PartitionLog) -> None:
