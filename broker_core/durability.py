@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 
+from broker_core import metrics
 from broker_core.storage import PartitionLog
 
 log = logging.getLogger(__name__)
@@ -97,7 +99,7 @@ class FlushScheduler:
 
     async def _flush(self, partition: PartitionLog, state: _PartitionState) -> None:
         try:
-            await asyncio.get_running_loop().run_in_executor(None, partition.flush)
+            await asyncio.get_running_loop().run_in_executor(None, _timed_flush, partition)
         finally:
             state.running = None
             follower = state.next_round
@@ -138,6 +140,12 @@ class FlushScheduler:
             state.unwritten = False
         if due:
             await asyncio.get_running_loop().run_in_executor(None, _start_writeback, due)
+
+
+def _timed_flush(partition: PartitionLog) -> None:
+    started = time.perf_counter()
+    partition.flush()
+    metrics.FSYNC.observe(time.perf_counter() - started)
 
 
 def _start_writeback(partitions: list[PartitionLog]) -> None:

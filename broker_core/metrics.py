@@ -2,7 +2,8 @@
 
 Requests are counted and timed per API; the produce path is timed by stage (the whole
 request, batch validation, the append to storage, and the wait for durability); records
-and bytes are counted per topic in and out. The edge serves them on ``/metrics``.
+and bytes are counted per topic in and out; fsyncs are timed. The edge serves them on
+``/metrics``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ MESSAGES_OUT = Counter("kop_server_messages_out", "Records sent to fetchers, by 
                        ["topic"])
 BYTES_OUT = Counter("kop_server_bytes_out", "Record batch bytes sent to fetchers, by topic.",
                     ["topic"])
+FSYNC = Histogram(
+    "kop_server_fsync_seconds", "Time of one partition's fsync (periodic or forced).",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
 STAGE_HANDLE = PRODUCE_STAGE.labels("handle")
 STAGE_VALIDATE = PRODUCE_STAGE.labels("validate")
 STAGE_APPEND = PRODUCE_STAGE.labels("append")

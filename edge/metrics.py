@@ -20,14 +20,18 @@ AUTHENTICATIONS = Counter("kop_server_authentications",
 
 
 class EngineCollector(Collector):
-    """``kop_server_group_lag``: high watermark minus committed offset, per group partition;
-    ``kop_server_producer_ids``: producer ids the loaded partitions remember."""
+    """Per partition ``kop_server_log_size_bytes``, ``kop_server_log_start_offset`` and
+    ``kop_server_log_end_offset``; ``kop_server_group_lag``: high watermark minus committed
+    offset, per group partition; ``kop_server_producer_ids``: producer ids the loaded
+    partitions remember."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        """Group lag, one sample per committed partition of every group; producer ids."""
+        """Partition logs, group lag (one sample per committed partition of every group),
+        producer ids."""
+        yield from self._logs()
         yield GaugeMetricFamily(
             "kop_server_producer_ids",
             "Idempotent and transactional producer ids remembered, summed over the loaded "
@@ -43,6 +47,23 @@ class EngineCollector(Collector):
                     family.add_metric([group.group_id, topic, str(index)],
                                       max(partition.next_offset - committed.offset, 0))
         yield family
+
+
+    def _logs(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily("kop_server_log_size_bytes",
+                                 "Bytes on disk of a partition's ledgers.", labels=labels)
+        start = GaugeMetricFamily("kop_server_log_start_offset",
+                                  "First readable offset of a partition.", labels=labels)
+        end = GaugeMetricFamily("kop_server_log_end_offset",
+                                "Next offset of a partition (its high watermark).",
+                                labels=labels)
+        for topic, index, partition in self.engine.logs.all_partitions():
+            key = [topic, str(index)]
+            size.add_metric(key, partition.size_bytes)
+            start.add_metric(key, partition.log_start_offset)
+            end.add_metric(key, partition.next_offset)
+        yield from (size, start, end)
 
 
 def serve_metrics(engine: Engine, host: str, port: int) -> int:

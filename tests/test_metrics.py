@@ -16,6 +16,7 @@ import pytest
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
 from tests.ports import free_port
+from tests.txn_helpers import wait_until
 
 SECRET = b"metrics-test-secret-of-32-bytes!"
 
@@ -72,6 +73,13 @@ def test_metrics_follow_traffic(tmp_path: Path, topic_name: str) -> None:
         assert sample(samples, r'kop_server_request_latency_seconds_count\{api="Fetch"\}') >= 1
         assert sample(samples, r'kop_server_produce_stage_seconds_count\{stage="append"\}') >= 1
         assert sample(samples, r'kop_server_active_connections\{listener="PLAINTEXT"\}') >= 1
+        part = r'\{partition="0",topic="' + internal + r'"\}'
+        assert sample(samples, "kop_server_log_end_offset" + part) == 100
+        assert sample(samples, "kop_server_log_start_offset" + part) == 0
+        assert sample(samples, "kop_server_log_size_bytes" + part) > 5000
+        # the periodic fsync (every flushIntervalMs, 1 s) has run on the appended partition
+        wait_until(lambda: sample(scrape(metrics_port), "kop_server_fsync_seconds_count") >= 1,
+                   10, "an fsync to be timed")
         lag = (r'kop_server_group_lag\{group="lagging",partition="0",topic="' + internal
                + r'"\}')
         assert sample(samples, lag) == 60
