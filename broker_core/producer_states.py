@@ -100,8 +100,9 @@ class ProducerStates:
         return forgotten
 
     def producer_count(self) -> int:
-        """Producer ids remembered, summed over the loaded partitions."""
-        return sum(len(loaded.state.producers) for loaded in self._states.values())
+        """Producer ids remembered, summed over the loaded partitions (safe to call from
+        another thread, such as the metrics endpoint's: the partitions are copied first)."""
+        return sum(len(loaded.state.producers) for loaded in list(self._states.values()))
 
     def forget(self, topic: str) -> None:
         """Drop the states of a deleted topic."""
@@ -119,7 +120,6 @@ class ProducerStates:
             offset = partition.next_offset
             loaded.state.forget_aborted_before(partition.log_start_offset)
             document = loaded.state.to_json(offset)
-            loaded.expired = False  # an expiry during the fsync below sets it again
             try:
                 await flush(partition)
                 if self._states.get(key) is not loaded:
@@ -139,6 +139,7 @@ class ProducerStates:
             finally:
                 os.close(directory)
             loaded.saved_offset, loaded.saved_at = offset, time.monotonic()
+            loaded.expired = False  # expire() runs in this task, never during the awaits
             written += 1
         return written
 

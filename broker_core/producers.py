@@ -99,7 +99,7 @@ class PartitionProducers:
             entry.batches.append((header.base_sequence,
                                   header.base_sequence + header.record_count - 1,
                                   base_offset, last_offset))
-        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        entry.last_timestamp = timestamp  # as Kafka: the latest batch's, not the largest
         if header.is_transactional and entry.txn_first_offset is None:
             entry.txn_first_offset = base_offset
 
@@ -110,7 +110,7 @@ class PartitionProducers:
         if entry is None:
             entry = self.producers[producer_id] = ProducerEntry(epoch)
         entry.epoch = max(entry.epoch, epoch)
-        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        entry.last_timestamp = timestamp
         if entry.txn_first_offset is not None and not commit:
             self.aborted.append((producer_id, entry.txn_first_offset, marker_offset))
         entry.txn_first_offset = None

@@ -48,7 +48,6 @@ class EngineCollector(Collector):
                                       max(partition.next_offset - committed.offset, 0))
         yield family
 
-
     def _logs(self) -> Iterator[GaugeMetricFamily]:
         labels = ["topic", "partition"]
         size = GaugeMetricFamily("kop_server_log_size_bytes",

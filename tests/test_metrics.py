@@ -77,7 +77,7 @@ def test_metrics_follow_traffic(tmp_path: Path, topic_name: str) -> None:
         assert sample(samples, "kop_server_log_end_offset" + part) == 100
         assert sample(samples, "kop_server_log_start_offset" + part) == 0
         assert sample(samples, "kop_server_log_size_bytes" + part) > 5000
-        # the periodic fsync (every flushIntervalMs, 1 s) has run on the appended partition
+        # the periodic fsync (every flushIntervalMs, 1 s) has run and was timed
         wait_until(lambda: sample(scrape(metrics_port), "kop_server_fsync_seconds_count") >= 1,
                    10, "an fsync to be timed")
         lag = (r'kop_server_group_lag\{group="lagging",partition="0",topic="' + internal

@@ -94,7 +94,7 @@ def test_a_partition_loaded_after_the_expiration_forgets_and_snapshots(tmp_path:
 
 # -- a real broker ---------------------------------------------------------------------------
 
-EXPIRY = {"producerIdExpirationMs": "1500", "producerIdExpirationCheckIntervalMs": "200"}
+EXPIRY = {"producerIdExpirationMs": "4000", "producerIdExpirationCheckIntervalMs": "200"}
 
 
 def _active(conn: TxnConnection, topic: str) -> dict[int, int]:
@@ -136,10 +136,10 @@ def test_an_idle_producer_expires_and_carries_on(tmp_path: Path, topic_name: str
                                               prefix="txn"))[0] == NONE
         assert sample(scrape(metrics_port), "kop_server_producer_ids") == 2
 
-        wait_until(lambda: pid not in _active(conn, topic_name), 15,
+        wait_until(lambda: pid not in _active(conn, topic_name), 20,
                    "the idle producer to expire")
         assert _active(conn, topic_name) == {txn_pid: 10}  # kept: its transaction is open
-        broker.wait_for_log(r"forgot 1 producer id\(s\) idle for 1500 ms or more")
+        broker.wait_for_log(r"forgot 1 producer id\(s\) idle for 4000 ms or more")
         assert sample(scrape(metrics_port), "kop_server_producer_ids") == 1
 
         # the idempotent producer goes on at sequence 10, and is accepted
@@ -149,7 +149,7 @@ def test_an_idle_producer_expires_and_carries_on(tmp_path: Path, topic_name: str
 
         # once its transaction ends, the transactional producer expires too
         assert conn.end_txn(tid, txn_pid, epoch, commit=True) == NONE
-        wait_until(lambda: txn_pid not in _active(conn, topic_name), 15,
+        wait_until(lambda: txn_pid not in _active(conn, topic_name), 20,
                    "the committed producer to expire")
         values = [v for v in conn.committed_values(topic_name) if v is not None]
         assert values == [f"r-{i}".encode() for i in range(10)] + [b"txn-0"] + \
@@ -161,7 +161,7 @@ def test_an_idle_producer_expires_and_carries_on(tmp_path: Path, topic_name: str
 
 
 def test_a_gap_from_a_known_producer_is_still_refused(tmp_path: Path, topic_name: str) -> None:
-    broker = start_broker(tmp_path, **EXPIRY)
+    broker = start_broker(tmp_path)
     conn = TxnConnection(broker.port)
     try:
         assert conn.create_topic(topic_name) == NONE
