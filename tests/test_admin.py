@@ -113,6 +113,27 @@ def test_create_partitions_and_delete_topic(broker: BrokerProcess, topic_name: s
     assert (low, high) == (0, 0)
 
 
+def test_one_request_creates_at_most_10000_partitions(broker: BrokerProcess,
+                                                      topic_name: str) -> None:
+    """Kafka's cap: a request asking for more answers POLICY_VIOLATION for every topic in
+    it and creates nothing (one CreatePartitions of 2**31 - 1 used to try them all, found
+    by tests/fuzz_requests.py)."""
+    client = admin(broker)
+    names = [f"{topic_name}-a", f"{topic_name}-b"]
+    futures = client.create_topics([NewTopic(name, 5001, 1) for name in names])
+    for name in names:
+        with pytest.raises(KafkaException) as refused:
+            futures[name].result(10)
+        assert error_name(refused.value) == "POLICY_VIOLATION"
+    assert not set(names) & set(client.list_topics(timeout=10).topics)
+    client.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(10)
+    for count in (10_002, 100_000):
+        with pytest.raises(KafkaException) as grown:
+            client.create_partitions([NewPartitions(topic_name, count)])[topic_name].result(10)
+        assert error_name(grown.value) == "POLICY_VIOLATION"
+    assert len(client.list_topics(timeout=10).topics[topic_name].partitions) == 1
+
+
 def test_describe_cluster_names_this_broker(broker: BrokerProcess) -> None:
     confluent_admin = admin(broker)
     cluster = confluent_admin.describe_cluster().result(10)

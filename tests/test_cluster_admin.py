@@ -91,6 +91,9 @@ def test_replicas_move_only_to_where_they_are(broker: BrokerProcess, topic_name:
     assert client.alter_replica_log_dirs({replica: here})[replica] is kafka.errors.NoError
     moved = client.alter_replica_log_dirs({replica: str(tmp_path)})
     assert moved[replica] is kafka.errors.LogDirNotFoundError
+    # a path no file system takes is no log dir either (found by tests/fuzz_requests.py)
+    odd = client.alter_replica_log_dirs({replica: here + "\x00"})
+    assert odd[replica] is kafka.errors.LogDirNotFoundError
     missing = TopicPartitionReplica(topic_name, 3, 0)
     assert client.alter_replica_log_dirs({missing: here})[missing] is \
         kafka.errors.UnknownTopicOrPartitionError

@@ -132,6 +132,12 @@ async def handle_describe_log_dirs(engine: Engine, ctx: RequestContext, request:
                usable_bytes=disk.f_bavail * disk.f_frsize, is_cordoned=False)])
 
 
+def _names_dir(path: str, directory: str) -> bool:
+    """Whether ``path`` names ``directory`` (a resolved path); a path no file system takes
+    (a NUL byte in it) names none."""
+    return "\x00" not in path and os.path.realpath(path) == directory
+
+
 async def handle_alter_replica_log_dirs(engine: Engine, ctx: RequestContext,
                                         request: Any) -> Any:
     """Answer AlterReplicaLogDirs: every replica already is in the one log dir."""
@@ -148,7 +154,7 @@ async def handle_alter_replica_log_dirs(engine: Engine, ctx: RequestContext,
                     code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                 else:
                     code = check(index)
-                    if code == ErrorCode.NONE and os.path.realpath(target.path) != here:
+                    if code == ErrorCode.NONE and not _names_dir(target.path, here):
                         code = ErrorCode.LOG_DIR_NOT_FOUND
                 answers.append(response.AlterReplicaLogDirTopicResult
                                .AlterReplicaLogDirPartitionResult(partition_index=index,

@@ -25,6 +25,9 @@ from broker_core.topic_configs import (
 )
 
 log = logging.getLogger(__name__)
+MAX_PARTITIONS_PER_REQUEST = 10_000
+"""Kafka's cap on the partitions one CreateTopics or CreatePartitions request may create:
+beyond it every topic of the request answers POLICY_VIOLATION and nothing is created."""
 _Created = CreateTopicsResponse.CreatableTopicResult
 _CreatedConfig = _Created.CreatableTopicConfigs
 NO_TOPIC_ID = uuid.UUID(int=0)
@@ -86,16 +89,36 @@ def _create_one(engine: Engine, ctx: RequestContext, wanted: Any,
     return topic, count, configs
 
 
+def _requested(engine: Engine, wanted: Any) -> int:
+    """Partitions a CreateTopics entry asks for, as Kafka counts them against the cap."""
+    if wanted.assignments:
+        return len(wanted.assignments)
+    if wanted.num_partitions == -1:
+        return engine.config.default_num_partitions
+    return max(int(wanted.num_partitions), 0)
+
+
+def _excess(total: int) -> KafkaApiError | None:
+    if total <= MAX_PARTITIONS_PER_REQUEST:
+        return None
+    return KafkaApiError(ErrorCode.POLICY_VIOLATION,
+                         f"Excessively large number of partitions per request: {total} "
+                         f"asked for, at most {MAX_PARTITIONS_PER_REQUEST}")
+
+
 async def handle_create_topics(engine: Engine, ctx: RequestContext, request: Any) -> Any:
     """Create topics (or only validate them), one result per requested name."""
     version: int = request.version
     validate_only = version >= 1 and bool(request.validate_only)
     repeated = {n for n, c in Counter(t.name for t in request.topics).items() if c > 1}
+    excess = _excess(sum(_requested(engine, t) for t in request.topics))
     results = []
     for wanted in request.topics:
         result = _Created(name=wanted.name, error_code=0, error_message=None,
                           num_partitions=-1, replication_factor=-1, configs=[])
         try:
+            if excess is not None:
+                raise excess
             if wanted.name in repeated:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                     f"topic {wanted.name} appears more than once")
@@ -155,12 +178,25 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext, request: Any
     return DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=results)
 
 
+def _current_count(engine: Engine, ctx: RequestContext, name: str) -> int:
+    """Partitions the named topic has now (0 when the name is bad or unknown)."""
+    try:
+        topic = engine.logs.topic(engine.internal_name(ctx, name))
+    except KafkaApiError:
+        return 0
+    return 0 if topic is None else topic.num_partitions
+
+
 async def handle_create_partitions(engine: Engine, ctx: RequestContext, request: Any) -> Any:
     """Grow topics to the requested partition counts."""
+    excess = _excess(sum(max(int(wanted.count) - _current_count(engine, ctx, wanted.name), 0)
+                         for wanted in request.topics))
     results = []
     for wanted in request.topics:
         code, message = ErrorCode.NONE, None
         try:
+            if excess is not None:
+                raise excess
             engine.check_writable(engine.internal_name(ctx, wanted.name))
             internal, topic = engine.named_topic(ctx, wanted.name, Operation.ALTER, "alter")
             if wanted.count <= topic.num_partitions:

@@ -1,0 +1,186 @@
+"""Schema-driven request generator for fuzzing the broker: well-formed requests of every
+served API and version, with field values drawn towards the edges (negative and extreme
+numbers, empty, long, odd or reserved names, nulls, garbage record bytes).
+
+Each request decodes cleanly, so the broker has to answer it with error codes. A closed
+connection or a traceback in the log means a handler broke on input a client can send.
+``python -m tests.fuzz_requests PORT [COUNT] [SEED]`` fuzzes a running broker.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from broker_core.apis import engine_apis
+from tests.raw import RawConnection, record_batch
+
+TOPIC = "fuzz-topic"
+"""A topic the fuzzed broker has (3 partitions, a few records), so handlers go deep."""
+GROUP = "fuzz-group"
+
+_INT_RANGES = {"int8": 7, "int16": 15, "int32": 31, "int64": 63, "uint16": 16}
+
+
+@dataclass(frozen=True, slots=True)
+class FuzzCase:
+    """One request: its API, version and the encoded request (header included)."""
+
+    api: str
+    key: int
+    version: int
+    request: Any
+
+    def describe(self) -> str:
+        return f"{self.api} v{self.version}: {self.request}"
+
+
+class Generator:
+    """Random field values for a request schema, biased towards edge cases."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def integer(self, type_str: str, name: str) -> int:
+        bits = _INT_RANGES[type_str]
+        low, high = (0, 2**bits - 1) if type_str.startswith("u") else (-(2**bits), 2**bits - 1)
+        if "timeout" in name.lower() or "wait" in name.lower():
+            # a long wait only slows the fuzzing down; its extremes are still tried
+            return self.rng.choice([0, 0, 1, 100, -1, low])
+        if "partition" in name.lower() and self.rng.random() < 0.5:
+            return self.rng.choice([0, 1, 2, 3, -1])
+        return self.rng.choice([0, 0, 1, -1, 2, low, high, self.rng.randint(low, high)])
+
+    def string(self, name: str) -> str:
+        lowered = name.lower()
+        if "topic" in lowered or lowered in {"name", "resource_name"}:
+            pool = [TOPIC, TOPIC, "", "public/default/" + TOPIC, "__consumer_offsets",
+                    "a/b/c/d", "..", ".", "x" * 300, "t\u00ebst", "other/ns/" + TOPIC,
+                    "no-such-topic"]
+        elif "group" in lowered:
+            pool = [GROUP, "", "g" * 300, "\u00fc"]
+        elif "member" in lowered:
+            pool = ["", "m-1", "x" * 200]
+        elif "transactional" in lowered:
+            pool = ["tid", "", "t" * 300]
+        elif "config" in lowered or "key" in lowered or "value" in lowered:
+            pool = ["retention.ms", "cleanup.policy", "segment.bytes", "", "nope", "-1",
+                    "compact,delete", "1" * 40]
+        else:
+            pool = ["", "x", "range", "consumer", "\u0000", "y" * 100]
+        return self.rng.choice(pool)
+
+    def raw_bytes(self) -> bytes:
+        return self.rng.choice([b"", b"\x00" * 7, self.rng.randbytes(self.rng.randint(1, 80)),
+                                record_batch(1), record_batch(3)[:-5]])
+
+    def scalar(self, type_str: str, name: str, nullable: bool) -> Any:
+        if nullable and self.rng.random() < 0.2:
+            return None
+        if type_str in _INT_RANGES:
+            return self.integer(type_str, name)
+        if type_str == "string":
+            return self.string(name)
+        if type_str in ("bytes", "records"):
+            return self.raw_bytes()
+        if type_str == "bool":
+            return self.rng.random() < 0.5
+        if type_str == "uuid":
+            return self.rng.choice([uuid.UUID(int=0), uuid.uuid4()])
+        if type_str == "float64":
+            return self.rng.choice([0.0, -1.0, 1e308, 0.5])
+        raise ValueError(f"no generator for {type_str}")
+
+    def value(self, field: Any, version: int) -> Any:
+        nullable = bool(field.nullable_for_version_q(version))
+        name = field.name
+        if field.is_struct_array():
+            if nullable and self.rng.random() < 0.15:
+                return None
+            return [self.struct(field.data_class, field.fields, version)
+                    for _ in range(self.rng.choice([0, 1, 1, 2, 3]))]
+        if field.is_struct():
+            return self.struct(field.data_class, field.fields, version)
+        if field.is_array():
+            if nullable and self.rng.random() < 0.15:
+                return None
+            inner = field.type_str.removeprefix("[]")
+            return [self.scalar(inner, name, False)
+                    for _ in range(self.rng.choice([0, 1, 1, 2, 3]))]
+        return self.scalar(field.type_str, name, nullable)
+
+    def struct(self, cls: Any, fields: Any, version: int) -> Any:
+        return cls(**self.kwargs(fields, version))
+
+    def kwargs(self, fields: Any, version: int) -> dict[str, Any]:
+        listed = fields.values() if isinstance(fields, dict) else fields
+        return {field.name: self.value(field, version) for field in listed
+                if field.for_version_q(version)}
+
+
+def cases(count: int, seed: int) -> Iterator[FuzzCase]:
+    """``count`` requests spread evenly over every served API and version."""
+    rng = random.Random(seed)
+    generator = Generator(rng)
+    targets = [(spec, version) for spec in engine_apis()
+               for version in range(spec.min_version, spec.max_version + 1)]
+    for n in range(count):
+        spec, version = targets[n % len(targets)]
+        cls = spec.request[version]
+        request = cls(**generator.kwargs(cls.fields, version))
+        yield FuzzCase(spec.name, spec.key, version, request)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the fuzzed broker did: requests answered, left parked (a long poll, a
+    rebalance) and those after which it closed the connection (the faults)."""
+
+    answered: int = 0
+    parked: int = 0
+    broken: list[str] | None = None
+
+
+def run(port: int, count: int, seed: int, timeout: float = 3.0) -> Outcome:
+    """Send the cases one by one over one connection (a new one after a park or a close)."""
+    outcome = Outcome(broken=[])
+    broken = outcome.broken
+    assert broken is not None
+    conn = RawConnection(port, timeout=timeout)
+    for case in cases(count, seed):
+        frame = conn.request_bytes(case.request, case.version)
+        acks_zero = case.key == 0 and getattr(case.request, "acks", 1) == 0
+        try:
+            conn.send_frame(frame)
+            if acks_zero:
+                continue
+            answer = conn.read_frame()
+            (correlation,) = struct.unpack_from(">i", answer, 0)
+            if correlation != conn.correlation_id:
+                broken.append(f"wrong correlation id after {case.describe()}")
+            outcome.answered += 1
+        except TimeoutError:
+            outcome.parked += 1
+            conn.close()  # a parked request (a long poll, a rebalance): not a fault
+            conn = RawConnection(port, timeout=timeout)
+        except OSError:  # closed, reset or refused
+            broken.append(case.describe())
+            conn.close()
+            conn = RawConnection(port, timeout=timeout)
+    conn.close()
+    return outcome
+
+
+if __name__ == "__main__":
+    port = int(sys.argv[1])
+    count = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
+    seed = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    result = run(port, count, seed)
+    print(f"answered {result.answered}, parked {result.parked}")
+    for line in result.broken or []:
+        print("CLOSED:", line[:400])
