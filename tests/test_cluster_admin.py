@@ -139,6 +139,20 @@ def test_describe_topic_partitions_pages_through_everything(
     assert pages == 3
 
 
+def test_describe_topic_partitions_pages_stay_bounded(
+        broker: BrokerProcess, topic_name: str, client: kafka.admin.KafkaAdminClient) -> None:
+    """At most 2,000 partitions a page, whatever the limit asked; a cursor before the first
+    partition starts at it (a negative one made the broker build 2**31 entries: found by
+    tests/fuzz_requests.py)."""
+    create(broker, topic_name, 2001)
+    result = client.describe_topic_partitions(
+        [topic_name], response_partition_limit=2**31 - 1,
+        cursor={"topic_name": topic_name, "partition_index": -(2**31)})
+    [topic] = result["topics"]
+    assert [p["partition_index"] for p in topic["partitions"]] == list(range(2000))
+    assert result["next_cursor"]["partition_index"] == 2000
+
+
 def test_list_config_resources(broker: BrokerProcess, topic_name: str,
                                client: kafka.admin.KafkaAdminClient) -> None:
     create(broker, topic_name, 1)

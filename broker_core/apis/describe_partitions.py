@@ -1,5 +1,6 @@
 """DescribeTopicPartitions (KIP-966): the partitions of named or of all visible topics, in
-pages of at most ``response_partition_limit`` partitions, resumed from a cursor.
+pages of at most ``response_partition_limit`` partitions (and never more than 2,000, the
+default of Kafka's ``max.request.partition.size.limit``), resumed from a cursor.
 
 Topics come sorted by name, as the cursor (topic name, first partition) assumes. A named
 topic the caller may not describe answers TOPIC_AUTHORIZATION_FAILED, a missing one
@@ -24,6 +25,7 @@ _Topic = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
 _Partition = _Topic.DescribeTopicPartitionsResponsePartition
 _NO_TOPIC_ID = uuid.UUID(int=0)
 _NOT_REQUESTED = -(2**31)
+MAX_PARTITIONS_PER_RESPONSE = 2000
 
 
 def _wanted(engine: Engine, ctx: RequestContext,
@@ -51,14 +53,14 @@ async def handle_describe_topic_partitions(engine: Engine, ctx: RequestContext,
                                            request: Any) -> Any:
     """Answer DescribeTopicPartitions, one page of partitions."""
     broker = engine.config.broker_id
-    budget = max(1, request.response_partition_limit)
+    budget = min(max(1, request.response_partition_limit), MAX_PARTITIONS_PER_RESPONSE)
     cursor = request.cursor
     topics, next_cursor = [], None
     for name, topic, code in _wanted(engine, ctx, request):
         if cursor is not None and name < cursor.topic_name:
             continue
-        first = cursor.partition_index if cursor is not None and name == cursor.topic_name \
-            else 0
+        first = max(cursor.partition_index, 0) \
+            if cursor is not None and name == cursor.topic_name else 0
         if topic is None:
             topics.append(_Topic(error_code=code, name=name, topic_id=_NO_TOPIC_ID,
                                  is_internal=False, partitions=[],
