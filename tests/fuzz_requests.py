@@ -13,7 +13,7 @@ import random
 import struct
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,12 +146,18 @@ class Outcome:
     broken: list[str] | None = None
 
 
-def run(port: int, count: int, seed: int, timeout: float = 3.0) -> Outcome:
-    """Send the cases one by one over one connection (a new one after a park or a close)."""
+def run(port: int, count: int, seed: int, timeout: float = 3.0,
+        connect: Callable[[], RawConnection] | None = None) -> Outcome:
+    """Send the cases one by one over one connection (a new one after a park or a close),
+    made by ``connect`` (which may log in) or else a plain one to ``port``."""
     outcome = Outcome(broken=[])
     broken = outcome.broken
     assert broken is not None
-    conn = RawConnection(port, timeout=timeout)
+    if connect is None:
+        def connect() -> RawConnection:
+            return RawConnection(port, timeout=timeout)
+
+    conn = connect()
     for case in cases(count, seed):
         frame = conn.request_bytes(case.request, case.version)
         acks_zero = case.key == 0 and getattr(case.request, "acks", 1) == 0
@@ -167,11 +173,11 @@ def run(port: int, count: int, seed: int, timeout: float = 3.0) -> Outcome:
         except TimeoutError:
             outcome.parked += 1
             conn.close()  # a parked request (a long poll, a rebalance): not a fault
-            conn = RawConnection(port, timeout=timeout)
+            conn = connect()
         except OSError:  # closed, reset or refused
             broken.append(case.describe())
             conn.close()
-            conn = RawConnection(port, timeout=timeout)
+            conn = connect()
     conn.close()
     return outcome
 
