@@ -23,6 +23,7 @@ from broker_core.groups.coordinator import GroupConfig, GroupCoordinator
 from broker_core.markers import marker_batch
 from broker_core.producer_states import DEFAULT_EXPIRATION_MS, ProducerStates
 from broker_core.producers import PartitionProducers
+from broker_core.record_check import check_records
 from broker_core.storage import LogManager, PartitionLog, TopicExists, TopicInfo
 from broker_core.system_topics import SystemTopic
 from broker_core.topic_configs import effective_config
@@ -46,6 +47,7 @@ class EngineConfig:
     broker_id: int = 0
     cluster_id: str = "edge-broker"
     allow_auto_topic_creation: bool = True
+    validate_records: bool = False
     default_num_partitions: int = 1
     flush_interval_messages: int = 2**63 - 1
     flush_interval_ms: int = 1000
@@ -336,6 +338,8 @@ class Engine:
                 f"{internal} requires {rules.min_insync_replicas} in-sync replicas; "
                 "this broker keeps one",
             )
+        if self.config.validate_records:
+            check_records(records, header)
         producers: PartitionProducers | None = None
         if header.producer_id >= 0:
             producers = self.producers.get(internal, index, partition)

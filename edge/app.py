@@ -61,6 +61,7 @@ def engine_config(config: BrokerConfig, cluster: str) -> EngineConfig:
         broker_id=config.broker_id,
         cluster_id=cluster,
         allow_auto_topic_creation=config.allow_auto_topic_creation,
+        validate_records=config.validate_records,
         default_num_partitions=config.default_num_partitions,
         flush_interval_messages=config.flush_interval_messages,
         flush_interval_ms=config.flush_interval_ms,

@@ -33,6 +33,7 @@ def test_hostile_field_values_get_answers(tmp_path: Path, caller: str, seed: int
     if caller != "anonymous":
         issuer = TokenIssuer("hmac", tmp_path / "keys")
         settings |= {"kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0",
+                     "validateRecords": str(caller == "superuser").lower(),
                      "authorizationEnabled": "true", "superUserRoles": "admin",
                      **issuer.settings}
         role = "admin" if caller == "superuser" else "nobody"
