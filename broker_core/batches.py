@@ -22,6 +22,9 @@ from broker_core.storage.batch_header import (
     crc_matches,
 )
 
+MIN_RECORD_SIZE = 7
+"""The smallest v2 record: a 1-byte length, then attributes, timestamp delta, offset delta,
+key length, value length and header count of one byte each."""
 _HEADER = struct.Struct(">qiiBIhiqqqhii")
 _ATTR_COMPRESSION_MASK = 0x07
 _ATTR_TIMESTAMP_TYPE = 0x08
@@ -103,6 +106,13 @@ def validate_produced(records: bytes | bytearray | memoryview) -> BatchHeader:
             ErrorCode.INVALID_RECORD,
             f"batch of {header.record_count} records declares last offset delta "
             f"{header.last_offset_delta}",
+        )
+    if header.compression == 0 and header.record_count * MIN_RECORD_SIZE > size - BATCH_HEADER_SIZE:
+        # O(1), records unread: a header may not claim more records than the bytes can
+        # hold, or one small batch could take up billions of offsets
+        raise KafkaApiError(
+            ErrorCode.INVALID_RECORD,
+            f"batch claims {header.record_count} records in {size - BATCH_HEADER_SIZE} bytes",
         )
     return header
 

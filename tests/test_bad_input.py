@@ -8,6 +8,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+import crc32c
 import pytest
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.consumer import (
@@ -176,6 +177,54 @@ def test_bad_batches_and_acks_get_kafka_error_codes(broker: BrokerProcess,
     assert produce(conn, topic_name, record_batch(1), partition=7).error_code == \
         UNKNOWN_TOPIC_OR_PARTITION
     assert latest_offset(conn, topic_name) == 0
+    conn.close()
+
+
+def _resealed(batch: bytearray) -> bytes:
+    """The batch with a right CRC again, as a careless or hostile client would send it."""
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    return bytes(batch)
+
+
+def offset_for_time(conn: RawConnection, topic: str, timestamp: int) -> tuple[int, int]:
+    part = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+        partition_index=0, current_leader_epoch=-1, timestamp=timestamp)
+    answer = conn.call(ListOffsetsRequest[7](replica_id=-1, isolation_level=0, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[part])]), 7,
+        ListOffsetsResponse).topics[0].partitions[0]
+    assert answer.error_code == 0, answer
+    return int(answer.offset), int(answer.timestamp)
+
+
+def test_a_header_claiming_more_records_than_its_bytes_hold(broker: BrokerProcess,
+                                                           topic_name: str) -> None:
+    """One small batch may not take up two billion offsets (records are not read, but a
+    record takes at least 7 bytes)."""
+    conn = RawConnection(broker.port)
+    assert create(conn, topic_name) == 0
+    batch = bytearray(record_batch(2))
+    struct.pack_into(">i", batch, 23, 2**31 - 2)  # last offset delta
+    struct.pack_into(">i", batch, 57, 2**31 - 1)  # record count
+    assert produce(conn, topic_name, _resealed(batch)).error_code == INVALID_RECORD
+    assert latest_offset(conn, topic_name) == 0
+    conn.close()
+
+
+def test_timestamp_lookup_past_a_batch_whose_records_do_not_parse(broker: BrokerProcess,
+                                                                  topic_name: str) -> None:
+    """Without validateRecords such a batch is stored as sent; a timestamp lookup that
+    lands on it answers by its header instead of failing the connection."""
+    conn = RawConnection(broker.port)
+    assert create(conn, topic_name) == 0
+    assert produce(conn, topic_name, record_batch(1, timestamp=1_000)).base_offset == 0
+    spoiled = bytearray(record_batch(3, timestamp=2_000))
+    spoiled[61:] = b"\xff" * (len(spoiled) - 61)
+    assert produce(conn, topic_name, _resealed(spoiled)).base_offset == 1
+    assert produce(conn, topic_name, record_batch(1, timestamp=3_000)).base_offset == 4
+    assert offset_for_time(conn, topic_name, 1_500) == (1, 2_002)  # its max timestamp
+    assert offset_for_time(conn, topic_name, 2_500) == (4, 3_000)
+    assert offset_for_time(conn, topic_name, -3) == (4, 3_000)  # max timestamp
+    still_serving(broker)
     conn.close()
 
 

@@ -6,8 +6,10 @@ batch that holds the answer, to name the exact record as Kafka does.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from kafka.errors import CorruptRecordError
 from kafka.protocol.consumer import ListOffsetsResponse
 from kafka.record.default_records import DefaultRecordBatch
 
@@ -16,6 +18,7 @@ from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import BatchInfo, PartitionLog
 
+log = logging.getLogger(__name__)
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
@@ -25,15 +28,23 @@ _Partition = _Topic.ListOffsetsPartitionResponse
 _NOT_FOUND = (-1, -1)
 
 
-def _records(info: BatchInfo) -> list[tuple[int, int]]:
-    """(offset, timestamp) of every record of a data batch."""
+def _records(info: BatchInfo, start: int) -> list[tuple[int, int]]:
+    """(offset, timestamp) of the records of a data batch at or after ``start``."""
+    first = max(info.base_offset, start)
+    if first > info.last_offset:
+        return []
     batch = DefaultRecordBatch(bytes(info.batch))
     if batch.is_control_batch:
         return []
     if batch.timestamp_type == 1:  # LogAppendTime: every record carries the max timestamp
-        return [(info.base_offset + delta, info.max_timestamp)
-                for delta in range(batch.last_offset_delta + 1)]
-    return [(record.offset, record.timestamp) for record in batch]
+        return [(first, info.max_timestamp)]
+    try:
+        return [(record.offset, record.timestamp) for record in batch
+                if record.offset >= start]
+    except CorruptRecordError as exc:  # stored as produced: records are not checked then
+        log.warning("batch at offset %d does not parse (%s); answering by its header",
+                    info.base_offset, exc)
+        return [(first, info.max_timestamp)]
 
 
 def _offset_for_timestamp(partition: PartitionLog, target: int) -> tuple[int, int]:
@@ -45,8 +56,8 @@ def _offset_for_timestamp(partition: PartitionLog, target: int) -> tuple[int, in
     for info in partition.batches_from(origin):
         if info.max_timestamp < target:
             continue
-        for offset, timestamp in _records(info):
-            if offset >= start and timestamp >= target:
+        for offset, timestamp in _records(info, start):
+            if timestamp >= target:
                 return offset, timestamp
     return _NOT_FOUND
 
@@ -60,8 +71,8 @@ def _max_timestamp(partition: PartitionLog) -> tuple[int, int]:
         batches = list(partition.batches_from(start)) if start < partition.next_offset else []
     best = _NOT_FOUND
     for info in batches:
-        for offset, timestamp in _records(info):
-            if offset >= start and timestamp > best[1]:
+        for offset, timestamp in _records(info, start):
+            if timestamp > best[1]:
                 best = (offset, timestamp)
     return best
 
