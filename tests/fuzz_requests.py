@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import crc32c
+
 from broker_core.apis import engine_apis
 from tests.raw import RawConnection, record_batch
 
@@ -77,7 +79,24 @@ class Generator:
 
     def raw_bytes(self) -> bytes:
         return self.rng.choice([b"", b"\x00" * 7, self.rng.randbytes(self.rng.randint(1, 80)),
-                                record_batch(1), record_batch(3)[:-5]])
+                                record_batch(1), record_batch(3)[:-5], self.spoiled_batch()])
+
+    def spoiled_batch(self) -> bytes:
+        """A batch with one header field or some record bytes changed, its CRC made right
+        again: it passes the CRC check, so what follows it must hold."""
+        batch = bytearray(record_batch(self.rng.randint(1, 4), timestamp=self.rng.choice(
+            [0, -1, 1_700_000_000_000, 2**62])))
+        if self.rng.random() < 0.5:
+            at, fmt = self.rng.choice([(8, ">i"), (21, ">h"), (23, ">i"), (27, ">q"), (35, ">q"),
+                                       (43, ">q"), (51, ">h"), (53, ">i"), (57, ">i")])
+            bits = struct.calcsize(fmt) * 8 - 1
+            struct.pack_into(fmt, batch, at, self.rng.choice(
+                [0, -1, 1, 2**bits - 1, -(2**bits), self.rng.randint(-(2**bits), 2**bits - 1)]))
+        else:
+            at = self.rng.randrange(61, len(batch))
+            batch[at:at + 4] = self.rng.randbytes(len(batch[at:at + 4]))
+        struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+        return bytes(batch)
 
     def scalar(self, type_str: str, name: str, nullable: bool) -> Any:
         if nullable and self.rng.random() < 0.2:
