@@ -54,6 +54,11 @@ class BatchHeader:
         return self.attributes & _ATTR_COMPRESSION_MASK
 
     @property
+    def log_append_time(self) -> bool:
+        """True when the broker stamped the batch (its records all carry max_timestamp)."""
+        return bool(self.attributes & _ATTR_TIMESTAMP_TYPE)
+
+    @property
     def is_control(self) -> bool:
         """True for transaction marker batches."""
         return bool(self.attributes & _ATTR_CONTROL)

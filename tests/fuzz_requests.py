@@ -20,7 +20,7 @@ from typing import Any
 import crc32c
 
 from broker_core.apis import engine_apis
-from tests.raw import RawConnection, record_batch
+from tests.raw import RawConnection, compressed_batch, record_batch
 
 TOPIC = "fuzz-topic"
 """A topic the fuzzed broker has (3 partitions, a few records), so handlers go deep."""
@@ -84,6 +84,9 @@ class Generator:
     def spoiled_batch(self) -> bytes:
         """A batch with one header field or some record bytes changed, its CRC made right
         again: it passes the CRC check, so what follows it must hold."""
+        if self.rng.random() < 0.25:  # a compressed payload no codec takes
+            return compressed_batch(self.rng.randint(1, 7),
+                                    self.rng.randbytes(self.rng.randint(0, 200)))
         batch = bytearray(record_batch(self.rng.randint(1, 4), timestamp=self.rng.choice(
             [0, -1, 1_700_000_000_000, 2**62])))
         if self.rng.random() < 0.5:
@@ -96,7 +99,7 @@ class Generator:
             at = self.rng.randrange(61, len(batch))
             batch[at:at + 4] = self.rng.randbytes(len(batch[at:at + 4]))
         struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
-        return bytes(batch)
+        return bytes(batch)  # not resealed(): an edited length must stay as edited
 
     def scalar(self, type_str: str, name: str, nullable: bool) -> Any:
         if nullable and self.rng.random() < 0.2:

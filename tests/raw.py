@@ -6,6 +6,7 @@ import socket
 import struct
 from typing import Any
 
+import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 
@@ -81,3 +82,19 @@ def record_batch(count: int, timestamp: int = 1_700_000_000_000, value: bytes = 
         builder.append(i, timestamp=timestamp + i, key=f"k{i}".encode(), value=value,
                        headers=[])
     return bytes(builder.build())
+
+
+def resealed(batch: bytearray) -> bytes:
+    """The batch with its length and CRC made right again after an edit, as a careless or
+    hostile client would send it (the CRC covers the attributes onwards)."""
+    struct.pack_into(">i", batch, 8, len(batch) - 12)
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    return bytes(batch)
+
+
+def compressed_batch(codec: int, payload: bytes, count: int = 1) -> bytes:
+    """A batch flagged with compression ``codec`` (1 gzip .. 4 zstd) whose payload is
+    ``payload`` as given: garbage, or a bomb, behind a right CRC."""
+    batch = bytearray(record_batch(count))
+    struct.pack_into(">h", batch, 21, codec)
+    return resealed(batch[:61] + bytearray(payload))

@@ -8,7 +8,6 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-import crc32c
 import pytest
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.consumer import (
@@ -25,8 +24,9 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from tests.bombs import BOMBS
 from tests.broker_process import BrokerProcess
-from tests.raw import RawConnection, record_batch
+from tests.raw import RawConnection, compressed_batch, record_batch, resealed
 
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -180,12 +180,6 @@ def test_bad_batches_and_acks_get_kafka_error_codes(broker: BrokerProcess,
     conn.close()
 
 
-def _resealed(batch: bytearray) -> bytes:
-    """The batch with a right CRC again, as a careless or hostile client would send it."""
-    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
-    return bytes(batch)
-
-
 def offset_for_time(conn: RawConnection, topic: str, timestamp: int) -> tuple[int, int]:
     part = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
         partition_index=0, current_leader_epoch=-1, timestamp=timestamp)
@@ -205,7 +199,7 @@ def test_a_header_claiming_more_records_than_its_bytes_hold(broker: BrokerProces
     batch = bytearray(record_batch(2))
     struct.pack_into(">i", batch, 23, 2**31 - 2)  # last offset delta
     struct.pack_into(">i", batch, 57, 2**31 - 1)  # record count
-    assert produce(conn, topic_name, _resealed(batch)).error_code == INVALID_RECORD
+    assert produce(conn, topic_name, resealed(batch)).error_code == INVALID_RECORD
     assert latest_offset(conn, topic_name) == 0
     conn.close()
 
@@ -219,11 +213,28 @@ def test_timestamp_lookup_past_a_batch_whose_records_do_not_parse(broker: Broker
     assert produce(conn, topic_name, record_batch(1, timestamp=1_000)).base_offset == 0
     spoiled = bytearray(record_batch(3, timestamp=2_000))
     spoiled[61:] = b"\xff" * (len(spoiled) - 61)
-    assert produce(conn, topic_name, _resealed(spoiled)).base_offset == 1
+    assert produce(conn, topic_name, resealed(spoiled)).base_offset == 1
     assert produce(conn, topic_name, record_batch(1, timestamp=3_000)).base_offset == 4
     assert offset_for_time(conn, topic_name, 1_500) == (1, 2_002)  # its max timestamp
     assert offset_for_time(conn, topic_name, 2_500) == (4, 3_000)
     assert offset_for_time(conn, topic_name, -3) == (4, 3_000)  # max timestamp
+    still_serving(broker)
+    conn.close()
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+@pytest.mark.parametrize("payload", ["garbage", "bomb"])
+def test_timestamp_lookup_past_a_compressed_batch_that_does_not_inflate(
+        broker: BrokerProcess, topic_name: str, codec: int, payload: str) -> None:
+    """Garbage that no codec takes, or a bomb (80 MiB of zeros in a few kB): stored as sent
+    without validateRecords, looked up by its header, never inflated past 64 MiB."""
+    conn = RawConnection(broker.port)
+    assert create(conn, topic_name) == 0
+    data = bytes(range(256)) * 8 if payload == "garbage" else BOMBS[codec]()
+    stored = produce(conn, topic_name, compressed_batch(codec, data))
+    assert (stored.error_code, stored.base_offset) == (0, 0)
+    assert offset_for_time(conn, topic_name, 0) == (0, 1_700_000_000_000)
+    assert offset_for_time(conn, topic_name, -3) == (0, 1_700_000_000_000)
     still_serving(broker)
     conn.close()
 

@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import confluent_kafka
-import crc32c
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from tests.bombs import BOMBS
 from tests.broker_process import BrokerProcess
 from tests.clients import CONSUMERS, PRODUCERS, create_topic, make_records
-from tests.raw import RawConnection
+from tests.raw import RawConnection, compressed_batch, resealed
 from tests.test_bad_input import create, latest_offset, produce
 from tests.test_clients_roundtrip import COMPRESSIONS, check_roundtrip
 
@@ -40,33 +40,27 @@ def _batch(values: list[bytes], compression: int = 0) -> bytearray:
     return bytearray(builder.build())
 
 
-def _resealed(batch: bytearray) -> bytes:
-    """The batch with its CRC made right again, as a careless or hostile client sends it."""
-    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
-    return bytes(batch)
-
-
 def _garbage_records(batch: bytearray) -> bytes:
     batch[61:] = b"\xff" * (len(batch) - 61)
-    return _resealed(batch)
+    return resealed(batch)
 
 
 def _count_too_high(batch: bytearray) -> bytes:
     struct.pack_into(">i", batch, 23, 2)  # last offset delta: 3 records claimed, 2 sent
     struct.pack_into(">i", batch, 57, 3)
-    return _resealed(batch)
+    return resealed(batch)
 
 
 def _value_overruns_record(batch: bytearray) -> bytes:
     # the first record's value length (a 1-byte varint: 20 -> 40) claims 63 bytes
     at = bytes(batch).index(bytes([40]) + b"x" * 20)
     batch[at] = 126
-    return _resealed(batch)
+    return resealed(batch)
 
 
 def _gzip_stream_broken(batch: bytearray) -> bytes:
     batch[61 + 12:] = b"\x00" * (len(batch) - 61 - 12)
-    return _resealed(batch)
+    return resealed(batch)
 
 
 @pytest.mark.parametrize(("spoil", "compression"), [
@@ -86,7 +80,7 @@ def test_unparsable_records_are_refused_and_not_written(
         assert produce(conn, topic_name, bytes(_batch([b"after"]))).error_code == 0
     finally:
         conn.close()
-    assert "malformed record" in validating.wait_for_log(r"refused: malformed record.*")
+    validating.wait_for_log(rf"produce to {topic_name}-0 .*refused: malformed record")
     consumer = confluent_kafka.Consumer({"bootstrap.servers": validating.bootstrap,
                                          "group.id": "unused"})
     consumer.assign([confluent_kafka.TopicPartition(topic_name, 0, 0)])
@@ -98,6 +92,26 @@ def test_unparsable_records_are_refused_and_not_written(
             seen.append(message.value())
     consumer.close()
     assert seen == [b"before", b"after"]
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+@pytest.mark.parametrize("payload", ["garbage", "bomb"])
+def test_compressed_payloads_that_do_not_inflate_are_refused(
+        validating: BrokerProcess, topic_name: str, codec: int, payload: str) -> None:
+    """Garbage no codec takes, and bombs (80 MiB of zeros in a few kB; a snappy block
+    claiming as much): INVALID_RECORD, nothing written, never inflated past 64 MiB."""
+    data = bytes(range(256)) * 8 if payload == "garbage" else BOMBS[codec]()
+    conn = RawConnection(validating.port)
+    try:
+        assert create(conn, topic_name) == 0
+        answer = produce(conn, topic_name, compressed_batch(codec, data))
+        assert answer.error_code == INVALID_RECORD, answer
+        assert latest_offset(conn, topic_name) == 0
+    finally:
+        conn.close()
+    pattern = "inflates past" if payload == "bomb" else "(does not inflate|cut short|runs past)"
+    validating.wait_for_log(rf"produce to {topic_name}-0 .*refused: malformed record: .*"
+                            rf"{pattern}")
 
 
 @pytest.mark.parametrize("client", sorted(PRODUCERS))

@@ -23,6 +23,7 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    NewPartitions,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -30,6 +31,8 @@ from confluent_kafka.admin import (
 from kafka.protocol.admin import (
     CreateAclsRequest,
     CreateAclsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     DescribeAclsRequest,
     DescribeAclsResponse,
 )
@@ -275,6 +278,32 @@ def test_acls_do_not_cross_tenants(acl_broker: AclBroker) -> None:
             {0: TOPIC_AUTHORIZATION_FAILED}
     finally:
         other.close()
+
+
+def test_partition_cap_tells_nothing_of_topics_one_may_not_alter(
+        acl_broker: AclBroker) -> None:
+    """The 10,000-partitions cap counts only topics the caller may alter, as Kafka does, so
+    an existing hidden topic and a missing one answer alike; a name twice in one request
+    answers INVALID_REQUEST."""
+    reader = acl_broker.admin("reader")
+    for name in ("orders-secret", "no-such-topic"):
+        with pytest.raises(confluent_kafka.KafkaException) as refused:
+            reader.create_partitions([NewPartitions(name, 50_000)])[name].result(15)
+        assert refused.value.args[0].name() == "TOPIC_AUTHORIZATION_FAILED"
+    admin = acl_broker.admin()
+    with pytest.raises(confluent_kafka.KafkaException) as capped:
+        admin.create_partitions([NewPartitions("payments", 50_000)])["payments"].result(15)
+    assert capped.value.args[0].name() == "POLICY_VIOLATION"
+    raw = acl_broker.conn("admin")
+    try:
+        topic = CreatePartitionsRequest.CreatePartitionsTopic(name="payments", count=5,
+                                                              assignments=None)
+        answer = raw.call(CreatePartitionsRequest[2](topics=[topic, topic], timeout_ms=5000,
+                                                     validate_only=True), 2,
+                          CreatePartitionsResponse)
+        assert [r.error_code for r in answer.results] == [42, 42]  # INVALID_REQUEST
+    finally:
+        raw.close()
 
 
 def test_describe_acls(acl_broker: AclBroker) -> None:

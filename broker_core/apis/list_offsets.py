@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kafka.errors import CorruptRecordError
 from kafka.protocol.consumer import ListOffsetsResponse
-from kafka.record.default_records import DefaultRecordBatch
 
+from broker_core.batches import read_header
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.record_check import MalformedBatch, record_times
 from broker_core.storage import BatchInfo, PartitionLog
 
 log = logging.getLogger(__name__)
@@ -33,18 +33,19 @@ def _records(info: BatchInfo, start: int) -> list[tuple[int, int]]:
     first = max(info.base_offset, start)
     if first > info.last_offset:
         return []
-    batch = DefaultRecordBatch(bytes(info.batch))
-    if batch.is_control_batch:
+    header = read_header(info.batch)
+    if header.is_control:
         return []
-    if batch.timestamp_type == 1:  # LogAppendTime: every record carries the max timestamp
+    if header.log_append_time:  # every record carries the max timestamp
         return [(first, info.max_timestamp)]
     try:
-        return [(record.offset, record.timestamp) for record in batch
-                if record.offset >= start]
-    except CorruptRecordError as exc:  # stored as produced: records are not checked then
+        times = record_times(info.batch, header)
+    except MalformedBatch as exc:  # stored as produced: records are not checked then
         log.warning("batch at offset %d does not parse (%s); answering by its header",
                     info.base_offset, exc)
         return [(first, info.max_timestamp)]
+    return [(info.base_offset + delta, timestamp) for delta, timestamp in times
+            if info.base_offset + delta >= start]
 
 
 def _offset_for_timestamp(partition: PartitionLog, target: int) -> tuple[int, int]:

@@ -66,13 +66,20 @@ def _partition_count(engine: Engine, wanted: Any) -> int:
     return int(wanted.num_partitions)
 
 
-def _create_one(engine: Engine, ctx: RequestContext, wanted: Any,
-                validate_only: bool) -> tuple[TopicInfo | None, int, dict[str, str]]:
-    internal = engine.internal_name(ctx, wanted.name)
+def _may_create(engine: Engine, ctx: RequestContext, name: str) -> str:
+    """The internal name, once the caller may create the topic."""
+    internal = engine.internal_name(ctx, name)
     engine.check_writable(internal)
     if not engine.allowed(ctx, Operation.CREATE, internal):
-        raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                            f"not allowed to create {wanted.name}")
+        raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not allowed to create {name}")
+    return internal
+
+
+def _create_one(engine: Engine, ctx: RequestContext, wanted: Any, validate_only: bool,
+                excess: KafkaApiError | None) -> tuple[TopicInfo | None, int, dict[str, str]]:
+    internal = _may_create(engine, ctx, wanted.name)
+    if excess is not None:
+        raise excess
     _check_replicas(engine, wanted.replication_factor, wanted.assignments)
     count = _partition_count(engine, wanted)
     configs = validate_topic_configs({c.name: c.value for c in wanted.configs})
@@ -89,8 +96,13 @@ def _create_one(engine: Engine, ctx: RequestContext, wanted: Any,
     return topic, count, configs
 
 
-def _requested(engine: Engine, wanted: Any) -> int:
-    """Partitions a CreateTopics entry asks for, as Kafka counts them against the cap."""
+def _requested(engine: Engine, ctx: RequestContext, wanted: Any) -> int:
+    """Partitions a CreateTopics entry asks for, as Kafka counts them against the cap (a
+    topic the caller may not create counts for nothing)."""
+    try:
+        _may_create(engine, ctx, wanted.name)
+    except KafkaApiError:
+        return 0
     if wanted.assignments:
         return len(wanted.assignments)
     if wanted.num_partitions == -1:
@@ -110,19 +122,18 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext, request: Any
     """Create topics (or only validate them), one result per requested name."""
     version: int = request.version
     validate_only = version >= 1 and bool(request.validate_only)
-    repeated = {n for n, c in Counter(t.name for t in request.topics).items() if c > 1}
-    excess = _excess(sum(_requested(engine, t) for t in request.topics))
+    repeated = _repeated(request.topics)
+    excess = _excess(sum(_requested(engine, ctx, t) for t in request.topics
+                         if t.name not in repeated))
     results = []
     for wanted in request.topics:
         result = _Created(name=wanted.name, error_code=0, error_message=None,
                           num_partitions=-1, replication_factor=-1, configs=[])
         try:
-            if excess is not None:
-                raise excess
             if wanted.name in repeated:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                     f"topic {wanted.name} appears more than once")
-            topic, count, configs = _create_one(engine, ctx, wanted, validate_only)
+            topic, count, configs = _create_one(engine, ctx, wanted, validate_only, excess)
             result.num_partitions = count
             result.replication_factor = 1
             if topic is not None:
@@ -178,27 +189,42 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext, request: Any
     return DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=results)
 
 
-def _current_count(engine: Engine, ctx: RequestContext, name: str) -> int:
-    """Partitions the named topic has now (0 when the name is bad or unknown)."""
+def _repeated(topics: Any) -> set[str]:
+    """Names that appear more than once in a request (each answers INVALID_REQUEST)."""
+    return {name for name, count in Counter(t.name for t in topics).items() if count > 1}
+
+
+def _may_grow(engine: Engine, ctx: RequestContext, name: str) -> tuple[str, TopicInfo]:
+    """The internal name and topic, once the caller may add partitions to it."""
+    engine.check_writable(engine.internal_name(ctx, name))
+    return engine.named_topic(ctx, name, Operation.ALTER, "alter")
+
+
+def _added(engine: Engine, ctx: RequestContext, wanted: Any) -> int:
+    """Partitions a CreatePartitions entry would add, counted against the cap only for a
+    topic the caller may alter (so the cap's answer tells nothing of other topics)."""
     try:
-        topic = engine.logs.topic(engine.internal_name(ctx, name))
+        _internal, topic = _may_grow(engine, ctx, wanted.name)
     except KafkaApiError:
         return 0
-    return 0 if topic is None else topic.num_partitions
+    return max(int(wanted.count) - topic.num_partitions, 0)
 
 
 async def handle_create_partitions(engine: Engine, ctx: RequestContext, request: Any) -> Any:
     """Grow topics to the requested partition counts."""
-    excess = _excess(sum(max(int(wanted.count) - _current_count(engine, ctx, wanted.name), 0)
-                         for wanted in request.topics))
+    repeated = _repeated(request.topics)
+    excess = _excess(sum(_added(engine, ctx, t) for t in request.topics
+                         if t.name not in repeated))
     results = []
     for wanted in request.topics:
         code, message = ErrorCode.NONE, None
         try:
+            if wanted.name in repeated:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                    f"topic {wanted.name} appears more than once")
+            internal, topic = _may_grow(engine, ctx, wanted.name)
             if excess is not None:
                 raise excess
-            engine.check_writable(engine.internal_name(ctx, wanted.name))
-            internal, topic = engine.named_topic(ctx, wanted.name, Operation.ALTER, "alter")
             if wanted.count <= topic.num_partitions:
                 raise KafkaApiError(
                     ErrorCode.INVALID_PARTITIONS,
