@@ -27,6 +27,7 @@ from tests.group_helpers import (
     pump,
     start_broker,
 )
+from tests.security_helpers import OpsConnection
 
 PARTITIONS = 4
 
@@ -208,6 +209,16 @@ def test_delete_group_offsets(abroker: BrokerProcess, kadmin: KafkaAdminClient,
         consumer.close()
     assert [t.offset for t in got] == [confluent_kafka.OFFSET_INVALID, 100,
                                        confluent_kafka.OFFSET_INVALID, 100]
+    # the same partition twice in one request: deleted once, both answered (a KeyError
+    # closed the connection; found by tests/fuzz_requests.py)
+    raw = OpsConnection(abroker.port)
+    try:
+        answer = raw.offset_delete(group, topic_name, [1, 1])
+        assert answer.error_code == 0
+        assert [p.error_code for p in answer.topics[0].partitions] == [0, 0]
+        assert list(kadmin.list_group_offsets(group)[group]) == [tp(topic_name, 3)]
+    finally:
+        raw.close()
     with pytest.raises(GroupIdNotFoundError):
         kadmin.delete_group_offsets(group + "-never", [tp(topic_name, 0)])
 

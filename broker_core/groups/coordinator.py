@@ -656,7 +656,7 @@ class GroupCoordinator(StateCoordinator):
 
     async def delete_offsets(self, group: Group, partitions: Sequence[TopicPartition]) -> None:
         """Remove committed offsets (the caller checked the subscriptions)."""
-        gone = [tp for tp in partitions if tp in group.offsets]
+        gone = [tp for tp in dict.fromkeys(partitions) if tp in group.offsets]  # once each
         for tp in gone:
             del group.offsets[tp]
         if gone:
