@@ -31,7 +31,7 @@ _INT_RANGES = {"int8": 7, "int16": 15, "int32": 31, "int64": 63, "uint16": 16}
 
 @dataclass(frozen=True, slots=True)
 class FuzzCase:
-    """One request: its API, version and the encoded request (header included)."""
+    """One request: its API's name and key, the version and the request object."""
 
     api: str
     key: int
@@ -39,6 +39,7 @@ class FuzzCase:
     request: Any
 
     def describe(self) -> str:
+        """The case as a failure report shows it."""
         return f"{self.api} v{self.version}: {self.request}"
 
 
