@@ -26,6 +26,7 @@ import zstandard
 
 from broker_core.batches import BatchHeader
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.protocol import read_uvarint
 from broker_core.storage.batch_header import BATCH_HEADER_SIZE
 
 Buffer = bytes | bytearray | memoryview
@@ -115,16 +116,6 @@ def _gunzip(data: bytes) -> bytes:
     return b"".join(out)
 
 
-def _uvarint(data: bytes) -> int:
-    result = shift = 0
-    for byte in data[:10]:
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result
-        shift += 7
-    raise MalformedBatch("a snappy block has no length")
-
-
 def _unsnappy(data: bytes) -> bytes:
     blocks = [data]
     if data.startswith(_XERIAL_MAGIC):  # the Java client's framing: sized blocks
@@ -135,7 +126,7 @@ def _unsnappy(data: bytes) -> bytes:
                 raise MalformedBatch("a snappy block runs past the payload")
             blocks.append(data[pos + 4:pos + 4 + size])
             pos += 4 + size
-    _capped(sum(_uvarint(block) for block in blocks))
+    _capped(sum(read_uvarint(memoryview(block), 0)[0] for block in blocks))  # sizes first
     return b"".join(snappy.uncompress(block) for block in blocks)
 
 

@@ -13,21 +13,14 @@ import lz4.frame
 import snappy
 import zstandard
 
+from broker_core.protocol import uvarint
+
 INFLATED = 80 * 1024 * 1024
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _xerial_snappy() -> bytes:
     body = snappy.compress(bytes(1000))
-    block = _uvarint(INFLATED) + body[len(_uvarint(1000)):]
+    block = uvarint(INFLATED) + body[len(uvarint(1000)):]
     return b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
 
 
