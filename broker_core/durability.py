@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from broker_core import metrics
 from broker_core.storage import PartitionLog
+from broker_core.storage_faults import WriteFaults
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +37,11 @@ class _PartitionState:
 class FlushScheduler:
     """Counts unflushed records per partition and runs grouped fsyncs in a worker thread."""
 
-    def __init__(self, flush_interval_messages: int, flush_interval_ms: int) -> None:
+    def __init__(self, flush_interval_messages: int, flush_interval_ms: int,
+                 faults: WriteFaults | None = None) -> None:
         self.flush_interval_messages = flush_interval_messages
         self.flush_interval_ms = flush_interval_ms
+        self.faults = faults if faults is not None else WriteFaults()
         self._state: dict[int, _PartitionState] = {}
         self._logs: dict[int, PartitionLog] = {}
         self._timer: asyncio.Task[None] | None = None
@@ -118,7 +121,9 @@ class FlushScheduler:
         if pending:
             results = await asyncio.gather(*pending, return_exceptions=True)
             for result in results:
-                if isinstance(result, BaseException):
+                if isinstance(result, OSError):
+                    self.faults.failed(result, "a partition's fsync or metadata")
+                elif isinstance(result, BaseException):
                     log.error("periodic fsync failed: %s", result)
 
     async def _periodic(self) -> None:

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from broker_core.producer_states import DEFAULT_EXPIRATION_MS, ProducerStates
 from broker_core.producers import PartitionProducers
 from broker_core.record_check import check_records
 from broker_core.storage import LogManager, PartitionLog, TopicExists, TopicInfo
+from broker_core.storage_faults import WriteFaults
 from broker_core.system_topics import SystemTopic
 from broker_core.topic_configs import effective_config
 from broker_core.transactions.coordinator import TransactionCoordinator, TxnConfig
@@ -99,7 +100,9 @@ class Engine:
         self.logs = logs
         self.authorizer: Authorizer = authorizer if authorizer is not None else AllowAll()
         self.waiters = AppendWaiters()
-        self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms)
+        self.faults = WriteFaults()
+        self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms,
+                                      self.faults)
         self._retention: asyncio.Task[None] | None = None
         self._checkpoints: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -108,7 +111,7 @@ class Engine:
                               config.offsets_topic_segment_bytes,
                               config.offsets_topic_compaction_bytes)
         self.groups = GroupCoordinator(config.groups, offsets)
-        self.producers = ProducerStates(config.producer_id_expiration_ms)
+        self.producers = ProducerStates(config.producer_id_expiration_ms, self.faults)
         self._rules: dict[str, ProduceRules] = {}
         txn_log = SystemTopic(logs, self.flusher, TXN_TOPIC, config.txn_topic_partitions,
                               config.offsets_topic_segment_bytes,
@@ -133,20 +136,39 @@ class Engine:
         self.closing = True
         self.waiters.notify_all()
 
-    async def stop(self) -> None:
-        """Stop background work, fsync and seal every ledger."""
+    async def stop(self) -> list[str]:
+        """Stop background work, fsync and seal every ledger.
+
+        Each step is tried even when one before it failed (on a full disk the snapshot and
+        metadata writes do): what was done needs no recovery at the next start. Returns one
+        line per step that could not be done.
+        """
+        problems: list[str] = []
         if self._retention is not None:
             self._retention.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retention
         self._stopping.set()
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("finish the producer snapshot under way", self._await_checkpoints),
+            ("stop the transaction coordinator", self.transactions.stop),
+            ("stop the group coordinator", self.groups.stop),
+            ("fsync the partitions", self.flusher.stop),
+        ]
+        for what, action in steps:
+            try:
+                await action()
+            except Exception as exc:
+                problems.append(f"could not {what}: {exc}")
+        unsaved = self.producers.save()
+        if unsaved is not None:
+            problems.append(f"could not save the producer snapshots: {unsaved}")
+        problems += self.logs.close()
+        return problems
+
+    async def _await_checkpoints(self) -> None:
         if self._checkpoints is not None:  # let a snapshot being written finish first
             await self._checkpoints
-        await self.transactions.stop()
-        await self.groups.stop()
-        await self.flusher.stop()
-        self.producers.save()
-        self.logs.close()
 
     async def _retention_loop(self) -> None:
         interval = self.config.retention_check_interval_ms / 1000
@@ -288,6 +310,8 @@ class Engine:
                          topic.num_partitions)
             except TopicExists:
                 topic = self.logs.topic(internal)
+            except OSError as exc:  # a full disk: the topic stays unknown, clients retry
+                self.faults.failed(exc, f"the new topic {internal}")
         return topic
 
     def partition(self, internal: str, index: int) -> PartitionLog:
@@ -358,7 +382,11 @@ class Engine:
             log_append_time = max_timestamp = int(time.time() * 1000)
             batches.stamp_log_append_time(batch, log_append_time)
         validated = time.perf_counter()
-        base = partition.append(batch, header.last_offset_delta, max_timestamp)
+        try:
+            base = partition.append(batch, header.last_offset_delta, max_timestamp)
+        except OSError as exc:
+            raise self.faults.failed(exc, f"{internal}-{index}") from None
+        self.faults.succeeded()
         metrics.STAGE_VALIDATE.observe(validated - started)
         metrics.STAGE_APPEND.observe(time.perf_counter() - validated)
         rules.messages_in.inc(header.record_count)
@@ -389,7 +417,12 @@ class Engine:
             return None
         state = self.producers.get(internal, index, partition)
         now = int(time.time() * 1000)
-        offset = partition.append(marker_batch(producer_id, epoch, commit, now), 0, now)
+        try:
+            offset = partition.append(marker_batch(producer_id, epoch, commit, now), 0, now)
+        except OSError as exc:
+            raise self.faults.failed(exc, f"a transaction marker to {internal}-{index}",
+                                     ErrorCode.NOT_COORDINATOR) from None
+        self.faults.succeeded()
         state.end_transaction(producer_id, epoch, commit, offset, now)
         self.waiters.notify((internal, index))
         return self.flusher.appended(partition, 1)

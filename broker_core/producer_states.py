@@ -2,9 +2,12 @@
 
 A partition's state is rebuilt from its newest snapshot (``producer-state.json`` in the
 partition's directory) plus the batches written after it. Snapshots are taken at clean
-shutdown and, while the broker runs, once a partition has moved on by
-``SNAPSHOT_EVERY_RECORDS`` offsets or ``SNAPSHOT_MAX_AGE_S`` seconds: so after ``kill -9``
-the rebuild replays at most that tail, not the whole partition, on the event loop.
+shutdown, right after a rebuild that replayed batches written before this start (so a
+crash loop never replays the same tail twice), and, while the broker runs, once a
+partition has moved on by ``SNAPSHOT_EVERY_RECORDS`` offsets, ``SNAPSHOT_EVERY_BYTES`` of
+log or ``SNAPSHOT_MAX_AGE_S`` seconds: so after ``kill -9`` the rebuild replays at most
+that tail, not the whole partition, on the event loop. Only a rebuild that replays what
+an earlier run wrote is logged at INFO; a partition created in this run says nothing.
 
 A snapshot only ever names an offset whose batches are already fsynced: it is encoded at
 offset *O*, the partition is fsynced (covering *O*), and only then is the file replaced.
@@ -21,6 +24,7 @@ a partition that lost some gets a fresh snapshot at the next checkpoint.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -31,6 +35,7 @@ from typing import Any
 
 from broker_core.producers import PartitionProducers
 from broker_core.storage import PartitionLog, StorageError
+from broker_core.storage_faults import WriteFaults
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +43,8 @@ SNAPSHOT_FILE = "producer-state.json"
 _TEMP_FILE = SNAPSHOT_FILE + ".tmp"
 SNAPSHOT_EVERY_RECORDS = 50_000
 """A partition this many offsets past its last snapshot gets a new one."""
+SNAPSHOT_EVERY_BYTES = 16 << 20
+"""A partition whose log grew this many bytes past its last snapshot gets a new one."""
 SNAPSHOT_MAX_AGE_S = 30.0
 """A partition that moved at all gets a new snapshot after this long."""
 
@@ -50,17 +57,21 @@ class _Loaded:
     state: PartitionProducers
     saved_offset: int | None  # offset of the snapshot on disk; None: there is none
     saved_at: float  # time.monotonic() of that snapshot (or of the load)
+    saved_size: int  # the log's size in bytes at that snapshot (or at the load)
     expired: bool = False  # producers were forgotten since that snapshot
+    replayed: bool = False  # the load replayed batches of an earlier run
 
     def due(self, now: float) -> bool:
         offset = self.partition.next_offset
-        if self.expired:
+        if self.expired or self.replayed:
             return True
         if self.saved_offset is None:  # a rebuild would replay the whole partition
             return offset > self.partition.log_start_offset
         moved = offset - self.saved_offset
         return moved >= SNAPSHOT_EVERY_RECORDS or (
-            moved != 0 and now - self.saved_at >= SNAPSHOT_MAX_AGE_S)
+            moved != 0 and (now - self.saved_at >= SNAPSHOT_MAX_AGE_S
+                            or self.partition.size_bytes - self.saved_size
+                            >= SNAPSHOT_EVERY_BYTES))
 
 
 DEFAULT_EXPIRATION_MS = 86_400_000
@@ -70,8 +81,10 @@ DEFAULT_EXPIRATION_MS = 86_400_000
 class ProducerStates:
     """Producer state of every partition, rebuilt on first use."""
 
-    def __init__(self, expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
+    def __init__(self, expiration_ms: int = DEFAULT_EXPIRATION_MS,
+                 faults: WriteFaults | None = None) -> None:
         self.expiration_ms = expiration_ms
+        self.faults = faults if faults is not None else WriteFaults()
         self._states: dict[tuple[str, int], _Loaded] = {}
 
     def get(self, topic: str, index: int, partition: PartitionLog) -> PartitionProducers:
@@ -132,29 +145,42 @@ class ProducerStates:
                 # by descriptor: a topic deleted and created again meanwhile is a new
                 # directory, and this snapshot must not land in it
                 await loop.run_in_executor(None, _write, directory, document)
-            except OSError as exc:
-                log.warning("%s: could not write the producer snapshot: %s",
-                            partition.directory, exc)
+            except OSError as exc:  # logged once per cause; the next round tries again
+                self.faults.failed(exc, f"the producer snapshot of {partition.directory}")
                 continue
             finally:
                 os.close(directory)
+            self.faults.succeeded()
             loaded.saved_offset, loaded.saved_at = offset, time.monotonic()
-            loaded.expired = False  # expire() runs in this task, never during the awaits
+            loaded.saved_size = partition.size_bytes
+            loaded.expired = loaded.replayed = False  # expire() runs in this task only
             written += 1
         return written
 
-    def save(self) -> None:
-        """Snapshot every loaded partition at shutdown (after the final fsync)."""
+    def save(self) -> str | None:
+        """Snapshot every loaded partition at shutdown (after the final fsync); one that
+        cannot be written (a full disk) does not stop the others. Returns what failed, in
+        one line, or None."""
+        failed: list[tuple[PartitionLog, OSError]] = []
         for loaded in self._states.values():
             partition = loaded.partition
             if not partition.directory.exists():
                 continue
             loaded.state.forget_aborted_before(partition.log_start_offset)
-            directory = os.open(partition.directory, os.O_RDONLY | os.O_DIRECTORY)
             try:
-                _write(directory, loaded.state.to_json(partition.next_offset))
-            finally:
-                os.close(directory)
+                directory = os.open(partition.directory, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    _write(directory, loaded.state.to_json(partition.next_offset))
+                finally:
+                    os.close(directory)
+            except OSError as exc:
+                failed.append((partition, exc))
+        if not failed:
+            return None
+        first, error = failed[0]
+        return (f"{len(failed)} of {len(self._states)} producer snapshot(s) not written "
+                f"(first: {first.directory}: {error}); those partitions replay more at the "
+                "next start")
 
 
 def _now_ms() -> int:
@@ -166,11 +192,16 @@ def _write(directory: int, document: dict[str, Any]) -> None:
     data = json.dumps(document, separators=(",", ":")).encode()
     fd = os.open(_TEMP_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=directory)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    except OSError:  # a full disk: leave no partial file taking space
+        with contextlib.suppress(OSError):
+            os.unlink(_TEMP_FILE, dir_fd=directory)
+        raise
     # No fsync: a snapshot the disk lost or cut short is unreadable or older, and either
     # way only makes the next rebuild replay more.
     os.replace(_TEMP_FILE, SNAPSHOT_FILE, src_dir_fd=directory, dst_dir_fd=directory)
@@ -199,14 +230,17 @@ def _load(partition: PartitionLog) -> _Loaded:
     snapshot = _read(partition)
     state, saved = snapshot if snapshot is not None else (PartitionProducers(), None)
     offset = saved if saved is not None else partition.log_start_offset
-    replayed = 0
+    replayed = earlier = 0  # batches replayed; of them, written before this start
     if offset < partition.next_offset:
         for info in partition.batches_from(offset):
             state.apply(info)
             replayed += 1
+            earlier += info.base_offset < partition.opened_next_offset
     if replayed:
-        log.info("%s: producer state rebuilt from %s, %d batch(es) replayed",
-                 partition.directory,
-                 f"the snapshot at offset {saved}" if saved is not None else "the log start",
-                 replayed)
-    return _Loaded(partition, state, saved, time.monotonic())
+        log.log(logging.INFO if earlier else logging.DEBUG,
+                "%s: producer state rebuilt from %s, %d batch(es) replayed",
+                partition.directory,
+                f"the snapshot at offset {saved}" if saved is not None else "the log start",
+                replayed)
+    return _Loaded(partition, state, saved, time.monotonic(), partition.size_bytes,
+                   replayed=earlier > 0)

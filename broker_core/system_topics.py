@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from broker_core.durability import FlushScheduler
+from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.ownership import coordinator_partition
 from broker_core.storage import LogManager, PartitionLog
 
@@ -44,6 +45,7 @@ class SystemTopic:
                  num_partitions: int, segment_bytes: int, compaction_bytes: int) -> None:
         self.logs = logs
         self.flusher = flusher
+        self.faults = flusher.faults
         self.suffix = suffix
         self.num_partitions = num_partitions
         self.segment_bytes = segment_bytes
@@ -77,18 +79,35 @@ class SystemTopic:
 
     def append(self, topic: str, partition: int,
                records: Sequence[Record]) -> asyncio.Future[None] | None:
-        """Append records (in batches); return what to await before acknowledging."""
+        """Append records (in batches); return what to await before acknowledging
+        (:meth:`settle`). A write that fails (a full disk) raises NOT_COORDINATOR, as Kafka
+        answers a coordinator's failed log write."""
         target = self._partition(topic, partition)
         durable: asyncio.Future[None] | None = None
         now = int(time.time() * 1000)
         for start in range(0, len(records), _MAX_RECORDS_PER_BATCH):
             chunk = records[start:start + _MAX_RECORDS_PER_BATCH]
             batch = encode_batch(chunk, now)
-            target.append(batch, len(chunk) - 1, now)
+            try:
+                target.append(batch, len(chunk) - 1, now)
+            except OSError as exc:
+                raise self.faults.failed(exc, f"{topic}-{partition}",
+                                         ErrorCode.NOT_COORDINATOR) from None
+            self.faults.succeeded()
             key = (topic, partition)
             self._written[key] = self._written.get(key, 0) + len(batch)
             durable = self.flusher.appended(target, len(chunk)) or durable
         return durable
+
+    async def settle(self, durable: asyncio.Future[None] | None) -> None:
+        """Await what :meth:`append` returned; a failed fsync raises NOT_COORDINATOR."""
+        if durable is None:
+            return
+        try:
+            await durable
+        except OSError as exc:
+            raise self.faults.failed(exc, f"{self.suffix} (fsync)",
+                                     ErrorCode.NOT_COORDINATOR) from None
 
     def read(self, topic: str, partition: int) -> Iterator[Record]:
         """Every record from the partition's log start, in order."""
@@ -112,10 +131,18 @@ class SystemTopic:
         target = self._partition(topic, partition)
         snapshot_start = target.next_offset
         self._written[(topic, partition)] = 0
-        if live:
-            self.append(topic, partition, live)
-            target.flush()  # the snapshot is on disk before what it replaces is dropped
-        target.delete_records_before(snapshot_start)
+        try:
+            if live:
+                self.append(topic, partition, live)
+                target.flush()  # the snapshot is on disk before what it replaces is dropped
+            target.delete_records_before(snapshot_start)
+        except KafkaApiError:  # a full disk (logged): compact again at the next write
+            self._written[(topic, partition)] = self.compaction_bytes
+            return
+        except OSError as exc:
+            self.faults.failed(exc, f"the compaction of {topic}-{partition}")
+            self._written[(topic, partition)] = self.compaction_bytes
+            return
         log.info("compacted %s-%d: %d live records kept from offset %d", topic, partition,
                  len(live), snapshot_start)
 
@@ -175,7 +202,10 @@ class StateCoordinator(ABC):
     async def _periodic(self) -> None:
         while True:
             await asyncio.sleep(self.interval_ms / 1000)
-            await self.periodic(int(time.time() * 1000))
+            try:
+                await self.periodic(int(time.time() * 1000))
+            except KafkaApiError:  # a write failed (a full disk, logged once): next round
+                continue
 
     @abstractmethod
     def replay(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:

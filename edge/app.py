@@ -127,6 +127,14 @@ class BrokerApp:
         self.config = config
         data_dir = Path(config.data_dir).resolve()
         self.logs = open_storage(data_dir.as_uri(), log_config(config))
+        try:
+            self._build(config, data_dir)
+        except BaseException:
+            self.logs.discard_created()
+            raise
+
+    def _build(self, config: BrokerConfig, data_dir: Path) -> None:
+        """Everything after the storage (which is open and locked)."""
         self.acls = AclStore(data_dir / "acls.json")
         self.policy = Policy(self.acls, config.authorization_enabled,
                              [r.strip() for r in config.super_user_roles.split(",") if r.strip()])
@@ -210,20 +218,38 @@ class BrokerApp:
         log.info("edge-broker ready: broker %d, listeners %s", self.config.broker_id, described)
         return bound
 
-    async def stop(self) -> None:
-        """Answer in-flight requests, close connections, seal ledgers and save metadata."""
+    async def stop(self) -> bool:
+        """Answer in-flight requests, close connections, seal ledgers and save metadata.
+
+        Every step is tried even when an earlier one failed (a full disk fails writes); one
+        line is logged per step that could not be done. Returns whether all succeeded.
+        """
         log.info("edge-broker stopping")
         self.engine.begin_shutdown()
         for _spec, server in self.servers:
             await server.stop()
-        await self.engine.stop()
-        log.info("edge-broker stopped")
+        problems = await self.engine.stop()
+        for problem in problems:
+            log.error("shutdown: %s", problem)
+        if problems:
+            log.error("edge-broker stopped; %d shutdown step(s) failed (see above): the next "
+                      "start recovers what they left", len(problems))
+        else:
+            log.info("edge-broker stopped")
+        return not problems
 
-    async def run(self) -> None:
-        """Run until SIGTERM or SIGINT."""
+    async def run(self) -> bool:
+        """Run until SIGTERM or SIGINT; return whether the shutdown did every step."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stopping.set)
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            for _spec, server in self.servers:
+                await server.stop()
+            await self.engine.stop()
+            self.logs.discard_created()
+            raise
         await self.stopping.wait()
-        await self.stop()
+        return await self.stop()

@@ -110,6 +110,7 @@ def run_broker(args: argparse.Namespace) -> int:
     )
     import uvloop
 
+    from broker_core.storage import DataDirLocked
     from edge.app import BrokerApp
 
     try:
@@ -117,11 +118,13 @@ def run_broker(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"edge-broker: configuration error: {exc}", file=sys.stderr)
         return 2
+    except DataDirLocked as exc:
+        print(f"edge-broker: cannot start: {exc}", file=sys.stderr)
+        return 2
     except (OSError, ValueError) as exc:
         logging.getLogger("edge.broker").error("cannot start: %s", exc)
         return 1
-    uvloop.run(app.run())
-    return 0
+    return 0 if uvloop.run(app.run()) else 1
 
 
 def run_token(args: argparse.Namespace) -> int:

@@ -40,6 +40,12 @@ async def _flush(log: PartitionLog) -> None:
     log.flush()
 
 
+def _restarted(log: PartitionLog) -> PartitionLog:
+    """The partition as the next start opens it."""
+    log.close()
+    return PartitionLog(log.directory, LogConfig())
+
+
 def _snapshot(log: PartitionLog) -> dict[str, object]:
     document: dict[str, object] = json.loads((log.directory / SNAPSHOT_FILE).read_text())
     return document
@@ -54,6 +60,7 @@ def test_a_rebuild_replays_only_what_follows_the_snapshot(
     assert _snapshot(log)["offset"] == 20
     _produce(log, states, 20, 3)  # written after the snapshot, then the process dies
     expected = states.get("t", 0, log).to_json(log.next_offset)
+    log = _restarted(log)
 
     caplog.set_level(logging.INFO, logger=producer_states.__name__)
     rebuilt = ProducerStates().get("t", 0, log)
@@ -138,6 +145,7 @@ def test_an_unusable_snapshot_means_a_whole_replay(
     states = ProducerStates()
     _produce(log, states, 0, 5)
     expected = states.get("t", 0, log).to_json(log.next_offset)
+    log = _restarted(log)
     (log.directory / SNAPSHOT_FILE).write_bytes(content)
     caplog.set_level(logging.INFO, logger=producer_states.__name__)
     assert ProducerStates().get("t", 0, log).to_json(log.next_offset) == expected

@@ -192,5 +192,8 @@ async def handle_offset_delete(engine: Engine, ctx: RequestContext, request: Any
                 per[key] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
             else:
                 doomed.append((internal, part.partition_index))
-    await engine.groups.delete_offsets(group, doomed)
+    try:
+        await engine.groups.delete_offsets(group, doomed)
+    except KafkaApiError as error:  # the write failed (a full disk): nothing was deleted
+        return answer(error.code, per)
     return answer(ErrorCode.NONE, per)

@@ -38,8 +38,9 @@ def _append_one(engine: Engine, ctx: RequestContext, name: str, index: int, reco
             raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
         appended = engine.append(internal, index, records, acks)
     except KafkaApiError as error:
-        log.info("produce to %s-%d from %s refused: %s", name, index, ctx.client_id,
-                 error.message)
+        if error.code != ErrorCode.KAFKA_STORAGE_ERROR:  # that one is logged once per cause
+            log.info("produce to %s-%d from %s refused: %s", name, index, ctx.client_id,
+                     error.message)
         return _failed(index, error.code, error.message), None
     return _Partition(index=index, error_code=0, base_offset=appended.base_offset,
                       log_append_time_ms=appended.log_append_time,
@@ -52,7 +53,7 @@ async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> A
     started = time.perf_counter()
     acks: int = request.acks
     topics = []
-    waits: list[asyncio.Future[None]] = []
+    waits: list[tuple[list[Any], int, asyncio.Future[None]]] = []
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
@@ -62,16 +63,23 @@ async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> A
                 continue
             answer, appended = _append_one(engine, ctx, topic.name, data.index, data.records,
                                            acks)
-            partitions.append(answer)
             if appended is not None and appended.durable is not None:
-                waits.append(appended.durable)
+                waits.append((partitions, len(partitions), appended.durable))
+            partitions.append(answer)
         topics.append(_Topic(name=topic.name, partition_responses=partitions))
     if acks == 0:
         metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
         return None
     if waits:
         queued = time.perf_counter()
-        await asyncio.gather(*waits)
+        outcomes = await asyncio.gather(*(wait for _, _, wait in waits),
+                                        return_exceptions=True)
+        for (partitions, at, _wait), outcome in zip(waits, outcomes, strict=True):
+            if isinstance(outcome, OSError):  # the fsync failed: not durable, retriable
+                error = engine.faults.failed(outcome, "a partition's fsync")
+                partitions[at] = _failed(partitions[at].index, error.code, error.message)
+            elif isinstance(outcome, BaseException):
+                raise outcome
         metrics.STAGE_QUEUED.observe(time.perf_counter() - queued)
     metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
     return ProduceResponse(version=request.version, responses=topics, throttle_time_ms=0)

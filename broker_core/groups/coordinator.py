@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from broker_core.errors import ErrorCode
+from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups import records
 from broker_core.groups.model import (
     CommittedOffset,
@@ -158,12 +158,16 @@ class GroupCoordinator(StateCoordinator):
 
     # -- persistence ---------------------------------------------------------------------
 
-    async def _write(self, group: Group, batch: Sequence[Record]) -> None:
+    def _store(self, group: Group, batch: Sequence[Record]) -> asyncio.Future[None] | None:
+        """Append ``batch`` to the group's log (KafkaApiError NOT_COORDINATOR when the write
+        fails, say on a full disk: the caller changes its state only after this)."""
         durable = self.store.append(group.topic, group.partition, batch)
         if self.store.needs_compaction(group.topic, group.partition):
             self._compact(group.topic, group.partition)
-        if durable is not None:
-            await durable
+        return durable
+
+    async def _write(self, group: Group, batch: Sequence[Record]) -> None:
+        await self.store.settle(self._store(group, batch))
 
     def _compact(self, topic: str, partition: int) -> None:
         live: list[Record] = []
@@ -330,6 +334,8 @@ class GroupCoordinator(StateCoordinator):
     async def _persist_quietly(self, group: Group) -> None:
         try:
             await self._write(group, [records.group_record(group)])
+        except KafkaApiError:  # a full disk, logged once by the store
+            return
         except Exception:
             log.exception("could not persist group %s", group.group_id)
 
@@ -404,7 +410,10 @@ class GroupCoordinator(StateCoordinator):
             # As Kafka: no rebalance when the group's protocol would not change; a leader
             # gets the members back but is told to skip the assignment.
             self._schedule_session(group, member)
-            await self._write(group, [records.group_record(group)])
+            try:
+                await self._write(group, [records.group_record(group)])
+            except KafkaApiError as error:
+                return JoinResult(error.code, member_id)
             everyone = self._everyone(group) if member_id == group.leader else ()
             return dataclasses.replace(self._join_result(group, member_id, everyone),
                                        skip_assignment=member_id == group.leader)
@@ -473,9 +482,11 @@ class GroupCoordinator(StateCoordinator):
             current = group.generation
             try:
                 await self._write(group, [records.group_record(group)])
-            except Exception:
-                log.exception("could not persist group %s", group.group_id)
-                self._finish_sync(group, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            except KafkaApiError as failure:  # as Kafka: the members rejoin
+                self._finish_sync(group, failure.code)
+                if group.state == GroupState.COMPLETING_REBALANCE and \
+                        group.generation == current:
+                    self._prepare_rebalance(group)
             if group.state == GroupState.COMPLETING_REBALANCE and group.generation == current:
                 group.state = GroupState.STABLE
                 self._finish_sync(group, ErrorCode.NONE)
@@ -559,22 +570,44 @@ class GroupCoordinator(StateCoordinator):
             return error, {}
         if member_id in group.members:
             self._schedule_session(group, group.members[member_id])
+        results, accepted = self._offsets_to_store(offsets)
+        batch = [records.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
+        return ErrorCode.NONE, await self._store_offsets(group, batch, results, accepted,
+                                                         group.offsets)
+
+    def _offsets_to_store(self, offsets: Sequence[OffsetToCommit]
+                          ) -> tuple[dict[TopicPartition, ErrorCode],
+                                     dict[TopicPartition, CommittedOffset]]:
+        """The error of each partition whose metadata is too large, the others' offsets."""
         results: dict[TopicPartition, ErrorCode] = {}
-        batch: list[Record] = []
+        accepted: dict[TopicPartition, CommittedOffset] = {}
         now = _now_ms()
         for item in offsets:
             metadata = item.metadata or ""
             if len(metadata.encode()) > self.config.offset_metadata_max_size:
                 results[(item.topic, item.partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
-            committed = CommittedOffset(item.offset, item.leader_epoch, metadata, now)
-            group.offsets[(item.topic, item.partition)] = committed
-            batch.append(records.offset_record(group_id, item.topic, item.partition,
-                                               committed))
-            results[(item.topic, item.partition)] = ErrorCode.NONE
+            accepted[(item.topic, item.partition)] = CommittedOffset(
+                item.offset, item.leader_epoch, metadata, now)
+        return results, accepted
+
+    async def _store_offsets(self, group: Group, batch: Sequence[Record],
+                             results: dict[TopicPartition, ErrorCode],
+                             accepted: dict[TopicPartition, CommittedOffset],
+                             into: dict[TopicPartition, CommittedOffset]
+                             ) -> dict[TopicPartition, ErrorCode]:
+        """Write the accepted offsets, then keep them in ``into``; a failed write (a full
+        disk) answers its error for each of them and keeps nothing, as Kafka does."""
+        outcome = ErrorCode.NONE
         if batch:
-            await self._write(group, batch)
-        return ErrorCode.NONE, results
+            try:
+                durable = self._store(group, batch)
+                into.update(accepted)
+                await self.store.settle(durable)
+            except KafkaApiError as error:
+                outcome = error.code
+        results.update(dict.fromkeys(accepted, outcome))
+        return results
 
     async def txn_commit(self, topic: str, group_id: str, producer_id: int, member_id: str,
                          instance: str | None, generation: int,
@@ -586,23 +619,12 @@ class GroupCoordinator(StateCoordinator):
             error, _member = self._check_member(group, member_id, instance, generation)
             if error != ErrorCode.NONE:
                 return error, {}
-        results: dict[TopicPartition, ErrorCode] = {}
-        batch: list[Record] = []
+        results, accepted = self._offsets_to_store(offsets)
+        batch = [records.txn_offset_record(group_id, producer_id, t, p, c)
+                 for (t, p), c in accepted.items()]
         pending = group.pending_txn.setdefault(producer_id, {})
-        now = _now_ms()
-        for item in offsets:
-            metadata = item.metadata or ""
-            if len(metadata.encode()) > self.config.offset_metadata_max_size:
-                results[(item.topic, item.partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                continue
-            committed = CommittedOffset(item.offset, item.leader_epoch, metadata, now)
-            pending[(item.topic, item.partition)] = committed
-            batch.append(records.txn_offset_record(group_id, producer_id, item.topic,
-                                                   item.partition, committed))
-            results[(item.topic, item.partition)] = ErrorCode.NONE
-        if batch:
-            await self._write(group, batch)
-        return ErrorCode.NONE, results
+        return ErrorCode.NONE, await self._store_offsets(group, batch, results, accepted,
+                                                         pending)
 
     def _settle(self, group: Group, producer_id: int, commit: bool) -> None:
         pending = group.pending_txn.pop(producer_id, {})
@@ -613,8 +635,9 @@ class GroupCoordinator(StateCoordinator):
                            commit: bool) -> None:
         """A transaction that added the group ended: apply or drop its pending offsets."""
         group = self._get_or_create(topic, group_id)
+        durable = self._store(group, [records.txn_end_record(group_id, producer_id, commit)])
         self._settle(group, producer_id, commit)
-        await self._write(group, [records.txn_end_record(group_id, producer_id, commit)])
+        await self.store.settle(durable)
 
     def unstable(self, topic: str, group_id: str) -> set[TopicPartition]:
         """Partitions with offsets pending in an open transaction."""
@@ -642,26 +665,32 @@ class GroupCoordinator(StateCoordinator):
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.state != GroupState.EMPTY:
             return ErrorCode.NON_EMPTY_GROUP
-        await self._drop(group)
+        try:
+            await self._drop(group)
+        except KafkaApiError as error:
+            return error.code
         log.info("deleted group %s", group_id)
         return ErrorCode.NONE
 
     async def _drop(self, group: Group) -> None:
         tombstones = [records.offset_record(group.group_id, t, p, None) for t, p in group.offsets]
         tombstones.append(records.group_record(group, deleted=True))
+        durable = self._store(group, tombstones)
         group.state = GroupState.DEAD
         self._cancel_timers(group)
         del self.groups[(group.topic, group.group_id)]
-        await self._write(group, tombstones)
+        await self.store.settle(durable)
 
     async def delete_offsets(self, group: Group, partitions: Sequence[TopicPartition]) -> None:
         """Remove committed offsets (the caller checked the subscriptions)."""
         gone = [tp for tp in dict.fromkeys(partitions) if tp in group.offsets]  # once each
+        if not gone:
+            return
+        durable = self._store(group, [records.offset_record(group.group_id, t, p, None)
+                                      for t, p in gone])
         for tp in gone:
             del group.offsets[tp]
-        if gone:
-            await self._write(group, [records.offset_record(group.group_id, t, p, None)
-                                      for t, p in gone])
+        await self.store.settle(durable)
 
     # -- offset expiry -------------------------------------------------------------------
 

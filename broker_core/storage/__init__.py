@@ -7,6 +7,7 @@ which owns topics (``TopicInfo``) and the ``PartitionLog`` of each partition.
 from __future__ import annotations
 
 from .config import TOPIC_CONFIG_FIELDS, LogConfig, log_config_for_topic
+from .dir_lock import DataDirLocked
 from .engines import open_storage, storage_path_from_url
 from .errors import (
     CorruptLedger,
@@ -24,6 +25,7 @@ __all__ = [
     "TOPIC_CONFIG_FIELDS",
     "BatchInfo",
     "CorruptLedger",
+    "DataDirLocked",
     "FileRegion",
     "LogClosed",
     "LogConfig",

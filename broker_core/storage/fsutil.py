@@ -23,18 +23,25 @@ def fsync_dir(directory: Path) -> None:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: write a temp file, fsync, rename, fsync the directory."""
+    """Replace ``path`` with ``data``: write a temp file, fsync, rename, fsync the directory.
+
+    A failure (say, ENOSPC) leaves ``path`` as it was and removes the temp file.
+    """
     temp = path.with_name(path.name + TEMP_SUFFIX)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

@@ -5,12 +5,18 @@ Layout::
     <root>/topics/<name part>/.../<name part>/topic.json   topic id, partition count, configs
     <root>/topics/<name part>/.../<name part>/<n>/         partition n (see ``partition``)
     <root>/trash/<random>/                                 topics being deleted
+    <root>/.lock                                           held by the running broker
 
 Topic names are opaque strings whose ``/``-separated parts become nested directories.
 ``topic.json`` is replaced atomically and written last when a topic is created, so a
 directory without it is an unfinished creation. A topic is deleted by renaming its
 directory into the trash (one atomic step) and then removing it; leftovers in the
 trash are removed at start.
+
+The root is locked (``dir_lock``) before anything in it is read or written, and stays
+locked until :meth:`LogManager.close`. A root the manager had to create is removed again
+by :meth:`LogManager.discard_created` when start-up fails, so a failed start leaves no
+empty data directory behind (a directory that existed is never removed).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import LogConfig, log_config_for_topic
+from .dir_lock import DataDirLock
 from .errors import LogClosed, TopicExists, UnknownTopic
 from .fsutil import TEMP_SUFFIX, fsync_dir, read_json, write_json_atomically
 from .partition import PartitionLog, wall_clock_ms
@@ -83,6 +90,16 @@ class _Topic:
     partitions: list[PartitionLog]
 
 
+def _first_missing(path: Path) -> Path | None:
+    """The topmost ancestor of ``path`` (or ``path`` itself) that does not exist yet."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
+
+
 def _name_parts(name: str) -> list[str]:
     parts = name.split("/")
     for part in parts:
@@ -101,7 +118,8 @@ class LogManager:
         *,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        """Open the storage at ``root`` (created if missing) and load every topic in it."""
+        """Open the storage at ``root`` (created if missing), lock it and load every topic
+        in it; DataDirLocked when another broker has it."""
         self.root = Path(root)
         self.default_config = default_config
         self._clock = clock
@@ -110,10 +128,19 @@ class LogManager:
         self._closed = False
         self._topics_dir = self.root / _TOPICS_DIR
         self._trash_dir = self.root / _TRASH_DIR
-        self._topics_dir.mkdir(parents=True, exist_ok=True)
-        self._trash_dir.mkdir(parents=True, exist_ok=True)
-        self._empty_trash()
-        self._load_dir(self._topics_dir, [])
+        self.created = _first_missing(self.root)
+        """The topmost directory this manager created for ``root`` (None: it existed)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._dir_lock: DataDirLock | None = None
+        try:
+            self._dir_lock = DataDirLock(self.root)
+            self._topics_dir.mkdir(exist_ok=True)
+            self._trash_dir.mkdir(exist_ok=True)
+            self._empty_trash()
+            self._load_dir(self._topics_dir, [])
+        except BaseException:
+            self._abandon()
+            raise
 
     # -- loading -----------------------------------------------------------------------
 
@@ -291,15 +318,43 @@ class LogManager:
         for _, _, log in self.all_partitions():
             log.flush()
 
-    def close(self) -> None:
-        """Close every partition log; the manager cannot be used afterwards."""
+    def close(self) -> list[str]:
+        """Close every partition log and release the directory lock; the manager cannot be
+        used afterwards. A partition that cannot be closed cleanly (say, its metadata cannot
+        be written on a full disk) does not stop the others: the problems are returned, one
+        line each, and that partition is recovered from its ledgers at the next start."""
+        problems: list[str] = []
         with self._lock:
             if self._closed:
-                return
+                return problems
             self._closed = True
-            for topic in self._topics.values():
-                for log in topic.partitions:
+            for name, topic in self._topics.items():
+                for index, log in enumerate(topic.partitions):
+                    try:
+                        log.close()
+                    except OSError as exc:
+                        problems.append(f"could not seal {name}-{index}: {exc}")
+            if self._dir_lock is not None:
+                self._dir_lock.release()
+        return problems
+
+    def discard_created(self) -> None:
+        """After a failed start: close, and remove the data directory if this manager
+        created it (anything that existed before is kept)."""
+        with contextlib.suppress(Exception):
+            self.close()
+        self._abandon()
+
+    def _abandon(self) -> None:
+        for topic in self._topics.values():
+            for log in topic.partitions:
+                with contextlib.suppress(Exception):
                     log.close()
+        if self._dir_lock is not None:
+            self._dir_lock.release()
+        if self.created is not None:
+            shutil.rmtree(self.created, ignore_errors=True)
+            self.created = None
 
     # -- helpers -----------------------------------------------------------------------
 

@@ -114,6 +114,8 @@ class PartitionLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         with self._lock:
             self._recover()
+        self.opened_next_offset = self.next_offset
+        """The next offset when the log was opened: offsets below it were written before."""
 
     # -- properties --------------------------------------------------------------------
 
@@ -491,16 +493,18 @@ class PartitionLog:
         with self._lock:
             if self._closed:
                 return
-            self._sync_pending_locked()
-            ledger = self._ledgers[-1]
-            os.fsync(ledger.fd())
-            ledger.facts.sealed = True
-            self._recovery_point = ledger.facts.copy()
-            self._store_metadata_locked()
-            for item in self._ledgers:
-                item.close()
-            self._open_sealed.clear()
-            self._closed = True
+            try:
+                self._sync_pending_locked()
+                ledger = self._ledgers[-1]
+                os.fsync(ledger.fd())
+                ledger.facts.sealed = True
+                self._recovery_point = ledger.facts.copy()
+                self._store_metadata_locked()
+            finally:  # even unsealed (say, on a full disk): the next start recovers it
+                for item in self._ledgers:
+                    item.close()
+                self._open_sealed.clear()
+                self._closed = True
 
     def _sync_pending_locked(self) -> None:
         pending, self._pending_sync = self._pending_sync, []

@@ -10,6 +10,7 @@ one still Ongoing is aborted once its timeout passes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -53,6 +54,8 @@ class TransactionCoordinator(StateCoordinator):
         self.groups = groups
         self.txns: dict[tuple[str, str], Txn] = {}
         self.by_producer: dict[int, Txn] = {}
+        self._stored: dict[tuple[str, str], bytes] = {}  # each id's last record written
+        self._finishing: set[tuple[str, str]] = set()
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -62,12 +65,14 @@ class TransactionCoordinator(StateCoordinator):
         if transactional_id is None:
             return
         old = self.txns.pop((topic, transactional_id), None)
+        self._stored.pop((topic, transactional_id), None)
         if old is not None:
             self.by_producer.pop(old.producer_id, None)
         if value is not None:
             txn = Txn.from_record(transactional_id, topic, partition, json.loads(value))
             self.txns[(topic, transactional_id)] = txn
             self.by_producer[txn.producer_id] = txn
+            self._stored[(topic, transactional_id)] = value
 
     async def topic_loaded(self, topic: str) -> None:
         """Complete the transactions a crash caught in PrepareCommit or PrepareAbort."""
@@ -113,14 +118,42 @@ class TransactionCoordinator(StateCoordinator):
         return txn
 
     async def _persist(self, txn: Txn) -> None:
+        """Write the transaction's state. When the write fails (a full disk) the in-memory
+        state goes back to what was last written, and NOT_COORDINATOR is raised."""
         txn.update_ms = _now_ms()
-        durable = self.store.append(txn.topic, txn.partition, [txn.to_record()])
+        record = txn.to_record()
+        key = (txn.topic, txn.transactional_id)
+        try:
+            durable = self.store.append(txn.topic, txn.partition, [record])
+        except KafkaApiError:
+            self._revert(txn)
+            raise
+        self._stored[key] = record[1]
         if self.store.needs_compaction(txn.topic, txn.partition):
             live = [t.to_record() for t in self.txns.values()
                     if (t.topic, t.partition) == (txn.topic, txn.partition)]
             self.store.compact(txn.topic, txn.partition, live)
-        if durable is not None:
-            await durable
+        await self.store.settle(durable)
+
+    def _revert(self, txn: Txn) -> None:
+        """Undo the unwritten changes of ``txn``: back to its last record, or forgotten."""
+        key = (txn.topic, txn.transactional_id)
+        self.by_producer.pop(txn.producer_id, None)
+        stored = self._stored.get(key)
+        if stored is None:
+            self.txns.pop(key, None)
+            return
+        vars(txn).update(vars(Txn.from_record(txn.transactional_id, txn.topic,
+                                               txn.partition, json.loads(stored))))
+        self.by_producer[txn.producer_id] = txn
+
+    def _allocate(self) -> int:
+        """A new producer id (NOT_COORDINATOR when its block cannot be written)."""
+        try:
+            return self.ids.allocate()
+        except OSError as exc:
+            raise self.store.faults.failed(exc, "the producer id block",
+                                           ErrorCode.NOT_COORDINATOR) from None
 
     # -- InitProducerId ------------------------------------------------------------------
 
@@ -128,7 +161,7 @@ class TransactionCoordinator(StateCoordinator):
                                producer_id: int, epoch: int) -> tuple[int, int]:
         """A producer id and epoch for an idempotent or transactional producer."""
         if transactional_id is None:
-            return self.ids.allocate(), 0
+            return self._allocate(), 0
         if not 0 < timeout_ms <= self.config.max_timeout_ms:
             raise KafkaApiError(ErrorCode.INVALID_TRANSACTION_TIMEOUT,
                                 f"transaction timeout {timeout_ms} ms is outside 1.."
@@ -136,7 +169,7 @@ class TransactionCoordinator(StateCoordinator):
         txn = self.txns.get((topic, transactional_id))
         if txn is None:
             txn = Txn(transactional_id, topic, self.place(topic, transactional_id),
-                      self.ids.allocate(), 0, timeout_ms)
+                      self._allocate(), 0, timeout_ms)
             self.txns[(topic, transactional_id)] = txn
             self.by_producer[txn.producer_id] = txn
             await self._persist(txn)
@@ -164,7 +197,7 @@ class TransactionCoordinator(StateCoordinator):
         """Raise the epoch (a new producer id once the epoch is exhausted)."""
         if txn.epoch + 1 >= _MAX_EPOCH:
             self.by_producer.pop(txn.producer_id, None)
-            txn.producer_id, txn.epoch = self.ids.allocate(), 0
+            txn.producer_id, txn.epoch = self._allocate(), 0
             self.by_producer[txn.producer_id] = txn
         else:
             txn.epoch += 1
@@ -246,12 +279,28 @@ class TransactionCoordinator(StateCoordinator):
         await self._finish(txn, commit)
 
     async def _finish(self, txn: Txn, commit: bool) -> None:
-        """Write the markers, settle group offsets, and mark the transaction complete."""
+        """Write the markers, settle group offsets, and mark the transaction complete. If a
+        write fails (a full disk) the transaction stays prepared, and the periodic duty
+        tries again (markers written twice are harmless: the second one ends nothing)."""
+        key = (txn.topic, txn.transactional_id)
+        if key in self._finishing:
+            return
+        self._finishing.add(key)
+        try:
+            await self._complete(txn, commit)
+        finally:
+            self._finishing.discard(key)
+
+    async def _complete(self, txn: Txn, commit: bool) -> None:
         waits = [self.write_marker(t, p, txn.producer_id, txn.epoch, commit)
                  for t, p in sorted(txn.partitions)]
         for offsets_topic, group_id in sorted(txn.groups):
             await self.groups.complete_txn(offsets_topic, group_id, txn.producer_id, commit)
-        await asyncio.gather(*(w for w in waits if w is not None))
+        try:
+            await asyncio.gather(*(w for w in waits if w is not None))
+        except OSError as exc:
+            raise self.store.faults.failed(exc, "transaction markers (fsync)",
+                                           ErrorCode.NOT_COORDINATOR) from None
         txn.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         log.info("%s transaction of %s (producer %d epoch %d) over %d partitions",
                  "committed" if commit else "aborted", txn.transactional_id, txn.producer_id,
@@ -266,18 +315,21 @@ class TransactionCoordinator(StateCoordinator):
     async def expire(self, now: int) -> None:
         """Abort transactions past their timeout; forget ids idle past the expiration."""
         for txn in list(self.txns.values()):
-            if txn.state == TxnState.ONGOING and now - txn.start_ms > txn.timeout_ms:
+            if txn.state in ENDING:  # its completion failed (a full disk): try again
+                with contextlib.suppress(KafkaApiError):
+                    await self._finish(txn, txn.state == TxnState.PREPARE_COMMIT)
+            elif txn.state == TxnState.ONGOING and now - txn.start_ms > txn.timeout_ms:
                 log.info("transaction of %s timed out after %d ms; aborting",
                          txn.transactional_id, txn.timeout_ms)
                 await self._end(txn, commit=False, fence=True)
             elif txn.state not in ENDING and txn.state != TxnState.ONGOING and \
                     now - txn.update_ms > self.config.id_expiration_ms:
-                del self.txns[(txn.topic, txn.transactional_id)]
-                self.by_producer.pop(txn.producer_id, None)
                 durable = self.store.append(txn.topic, txn.partition,
                                             [tombstone(txn.transactional_id)])
-                if durable is not None:
-                    await durable
+                del self.txns[(txn.topic, txn.transactional_id)]
+                self._stored.pop((txn.topic, txn.transactional_id), None)
+                self.by_producer.pop(txn.producer_id, None)
+                await self.store.settle(durable)
                 log.info("transactional id %s expired", txn.transactional_id)
 
     # -- administration ------------------------------------------------------------------
