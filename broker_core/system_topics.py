@@ -58,13 +58,18 @@ class SystemTopic:
 
     def ensure(self, topic: str) -> int:
         """Create the topic when missing; return its partition count (an existing topic
-        keeps its count even when the configured one changed, so no state is lost)."""
+        keeps its count even when the configured one changed, so no state is lost).
+        COORDINATOR_NOT_AVAILABLE when it cannot be created (a full disk)."""
         info = self.logs.topic(topic)
         if info is None:
-            info = self.logs.create_topic(topic, self.num_partitions, {
-                "retention.ms": "-1", "retention.bytes": "-1",
-                "segment.bytes": str(self.segment_bytes),
-            })
+            try:
+                info = self.logs.create_topic(topic, self.num_partitions, {
+                    "retention.ms": "-1", "retention.bytes": "-1",
+                    "segment.bytes": str(self.segment_bytes),
+                })
+            except OSError as exc:  # a full disk: the coordinator is not available yet
+                raise self.faults.failed(exc, f"the new topic {topic}",
+                                         ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
             log.info("created system topic %s with %d partitions", topic, info.num_partitions)
         elif info.num_partitions != self.num_partitions:
             log.warning("%s keeps its %d partitions (configured: %d)", topic,

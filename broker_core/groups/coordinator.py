@@ -135,8 +135,11 @@ class GroupCoordinator(StateCoordinator):
         """INVALID_GROUP_ID, COORDINATOR_LOAD_IN_PROGRESS, or NONE when the group is served."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
-        if not self.is_loaded(topic, group_id):
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        try:
+            if not self.is_loaded(topic, group_id):
+                return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        except KafkaApiError as error:  # the offsets topic cannot be created (a full disk)
+            return error.code
         return ErrorCode.NONE
 
     def find(self, topic: str, group_id: str) -> Group | None:

@@ -231,7 +231,8 @@ class LogManager:
             if topic is None:
                 raise UnknownTopic(name)
             for log in topic.partitions:
-                log.close()
+                with contextlib.suppress(OSError):  # its files go: sealing them may fail
+                    log.close()
             self._discard_dir(topic.directory)
 
     def add_partitions(self, name: str, new_total: int) -> TopicInfo:
@@ -323,17 +324,11 @@ class LogManager:
         used afterwards. A partition that cannot be closed cleanly (say, its metadata cannot
         be written on a full disk) does not stop the others: the problems are returned, one
         line each, and that partition is recovered from its ledgers at the next start."""
-        problems: list[str] = []
         with self._lock:
             if self._closed:
-                return problems
+                return []
             self._closed = True
-            for name, topic in self._topics.items():
-                for index, log in enumerate(topic.partitions):
-                    try:
-                        log.close()
-                    except OSError as exc:
-                        problems.append(f"could not seal {name}-{index}: {exc}")
+            problems = self._close_logs()
             if self._dir_lock is not None:
                 self._dir_lock.release()
         return problems
@@ -341,20 +336,30 @@ class LogManager:
     def discard_created(self) -> None:
         """After a failed start: close, and remove the data directory if this manager
         created it (anything that existed before is kept)."""
-        with contextlib.suppress(Exception):
-            self.close()
-        self._abandon()
+        with self._lock:
+            self._closed = True
+            self._abandon()
+
+    def _close_logs(self) -> list[str]:
+        problems: list[str] = []
+        for name, topic in self._topics.items():
+            for index, log in enumerate(topic.partitions):
+                try:
+                    log.close()
+                except OSError as exc:
+                    problems.append(f"could not seal {name}-{index}: {exc}")
+        return problems
 
     def _abandon(self) -> None:
-        for topic in self._topics.values():
-            for log in topic.partitions:
-                with contextlib.suppress(Exception):
-                    log.close()
-        if self._dir_lock is not None:
-            self._dir_lock.release()
+        """Close the logs; remove the root if this manager created it and locked it (a
+        manager that lost the lock to another broker touches nothing); unlock."""
+        self._close_logs()
+        if self._dir_lock is None:
+            return
         if self.created is not None:
             shutil.rmtree(self.created, ignore_errors=True)
             self.created = None
+        self._dir_lock.release()
 
     # -- helpers -----------------------------------------------------------------------
 

@@ -93,8 +93,11 @@ class TransactionCoordinator(StateCoordinator):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if not transactional_id:
             return ErrorCode.INVALID_REQUEST
-        if not self.is_loaded(topic, transactional_id):
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        try:
+            if not self.is_loaded(topic, transactional_id):
+                return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        except KafkaApiError as error:  # the state topic cannot be created (a full disk)
+            return error.code
         return ErrorCode.NONE
 
     def _owned(self, topic: str, transactional_id: str, producer_id: int,
