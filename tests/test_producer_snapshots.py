@@ -134,6 +134,43 @@ def test_when_a_partition_is_due(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     _produce(log, states, 6, 1)
     assert asyncio.run(states.checkpoint(_flush)) == 1  # moved, and old enough
     assert _snapshot(log)["offset"] == 8
+    monkeypatch.setattr(producer_states, "SNAPSHOT_MAX_AGE_S", 3600.0)
+    monkeypatch.setattr(producer_states, "SNAPSHOT_EVERY_RECORDS", 100_000)
+    monkeypatch.setattr(producer_states, "SNAPSHOT_EVERY_BYTES", log.size_bytes * 2)
+    _produce(log, states, 8, 1)
+    assert asyncio.run(states.checkpoint(_flush)) == 0  # moved a little, not for long
+    _produce(log, states, 10, 1, per_batch=2000)
+    assert asyncio.run(states.checkpoint(_flush)) == 1  # the log grew by enough bytes
+    assert _snapshot(log)["offset"] == 2010
+    log.close()
+
+
+def test_a_rebuild_of_an_earlier_runs_batches_is_snapshotted_at_once(tmp_path: Path) -> None:
+    """A clean point: once the replay is done the state is saved, so the next rebuild
+    starts from here whatever happens next (however soon the next crash comes)."""
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    _produce(log, ProducerStates(), 0, 4)  # and the process dies: no snapshot
+    log = _restarted(log)
+    states = ProducerStates()
+    states.get("t", 0, log)
+    assert asyncio.run(states.checkpoint(_flush)) == 1
+    assert _snapshot(log)["offset"] == 8
+    log.close()
+
+
+def test_a_partition_new_in_this_run_is_not_said_to_be_rebuilt(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Loading the state of a partition whose batches were all written in this run is no
+    crash recovery, and the log does not say it is."""
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    for _ in range(3):  # a plain producer: its batches never load the producer state
+        data = bytearray(batch(-1, -1, -1, 2))
+        log.append(data, 1, read_header(data).max_timestamp)
+    caplog.set_level(logging.INFO, logger=producer_states.__name__)
+    states = ProducerStates()
+    states.get("t", 0, log)
+    assert "rebuilt" not in caplog.text and "replayed" not in caplog.text
+    assert asyncio.run(states.checkpoint(_flush)) == 1  # still worth a snapshot
     log.close()
 
 
@@ -199,3 +236,45 @@ def test_kill_9_replays_only_the_tail_and_keeps_idempotence(tmp_path: Path) -> N
                             "replayed")
     finally:
         broker.kill()
+
+
+def test_a_crash_loop_replays_a_flat_tail(tmp_path: Path) -> None:
+    """kill -9 again and again under an idempotent producer: each start replays only what
+    was written since the last start (the broker's own report), never a growing tail."""
+    data = tmp_path / "data"
+    broker = start_broker(data)
+    per_cycle, replays = 10, []
+    try:
+        conn = TxnConnection(broker.port)
+        assert conn.create_topic("loop", 1) == NONE
+        pid, epoch = conn.init_ok(None)
+        seq = 0
+        for _cycle in range(4):
+            for _ in range(per_cycle):
+                assert conn.produce("loop", batch(pid, epoch, seq, 2))[0] == NONE
+                seq += 2
+            conn.close()
+            broker.kill()
+            broker.start()
+            conn = TxnConnection(broker.port)
+            code, offset = conn.produce("loop", batch(pid, epoch, seq, 2))  # loads the state
+            assert code == NONE
+            seq += 2
+            line = broker.wait_for_log(r"producer state rebuilt .* batch\(es\) replayed")
+            replays.append(int(line.rsplit(", ", 1)[1].split()[0]))
+            wait_until(lambda: _snapshot_offset(data) >= offset + 2, 20,  # noqa: B023
+                       "the snapshot after the rebuild")
+        conn.close()
+    finally:
+        broker.kill()
+    assert replays[0] <= per_cycle
+    assert replays[1:] == [per_cycle] * 3, replays
+
+
+def _snapshot_offset(data: Path) -> int:
+    for found in data.rglob(SNAPSHOT_FILE):
+        try:
+            return int(json.loads(found.read_text())["offset"])
+        except ValueError:  # caught between write and rename: look again
+            return -1
+    return -1
