@@ -2,7 +2,8 @@
 
 Requests are counted and timed per API; the produce path is timed by stage (the whole
 request, batch validation, the append to storage, and the wait for durability); records
-and bytes are counted per topic in and out; fsyncs are timed. The edge serves them on
+and bytes are counted per topic in and out; fsyncs are timed; failed writes to the data
+directory are counted. The edge serves them on
 ``/metrics``.
 """
 
@@ -29,6 +30,9 @@ BYTES_OUT = Counter("kop_server_bytes_out", "Record batch bytes sent to fetchers
 FSYNC = Histogram(
     "kop_server_fsync_seconds", "Time of one partition's fsync (periodic or forced).",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
+STORAGE_WRITE_ERRORS = Counter(
+    "kop_server_storage_write_errors",
+    "Writes to the data directory that failed (a full disk, an I/O error).")
 STAGE_HANDLE = PRODUCE_STAGE.labels("handle")
 STAGE_VALIDATE = PRODUCE_STAGE.labels("validate")
 STAGE_APPEND = PRODUCE_STAGE.labels("append")

@@ -18,14 +18,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from prometheus_client import Counter
-
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.metrics import STORAGE_WRITE_ERRORS
 
 log = logging.getLogger(__name__)
-
-WRITE_ERRORS = Counter("kop_server_storage_write_errors",
-                       "Writes to the data directory that failed (full disk, I/O error).")
 
 
 class WriteFaults:
@@ -45,7 +41,7 @@ class WriteFaults:
     def failed(self, exc: OSError, what: str,
                code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR) -> KafkaApiError:
         """Note that writing ``what`` failed with ``exc``; return the error to answer."""
-        WRITE_ERRORS.inc()
+        STORAGE_WRITE_ERRORS.inc()
         cause = exc.errno if exc.errno is not None else -1
         reason = exc.strerror or str(exc)
         with self._lock:

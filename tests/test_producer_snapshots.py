@@ -149,12 +149,16 @@ def test_a_rebuild_of_an_earlier_runs_batches_is_snapshotted_at_once(tmp_path: P
     """A clean point: once the replay is done the state is saved, so the next rebuild
     starts from here whatever happens next (however soon the next crash comes)."""
     log = PartitionLog(tmp_path / "p", LogConfig())
-    _produce(log, ProducerStates(), 0, 4)  # and the process dies: no snapshot
+    states = ProducerStates()
+    _produce(log, states, 0, 4)
+    assert asyncio.run(states.checkpoint(_flush)) == 1
+    _produce(log, states, 8, 4)  # and the process dies before the next snapshot
     log = _restarted(log)
     states = ProducerStates()
-    states.get("t", 0, log)
+    states.get("t", 0, log)  # replays the 4 batches after the snapshot at 8
     assert asyncio.run(states.checkpoint(_flush)) == 1
-    assert _snapshot(log)["offset"] == 8
+    assert _snapshot(log)["offset"] == 16
+    assert asyncio.run(states.checkpoint(_flush)) == 0  # once
     log.close()
 
 
