@@ -30,6 +30,7 @@ from tests.txn_helpers import NONE, TxnConnection, batch, decode_records
 
 KAFKA_STORAGE_ERROR = 56
 NOT_COORDINATOR = 16
+REBALANCE_IN_PROGRESS = 27
 SMALL_TOPICS = {"offsetsTopicNumPartitions": "1", "kafkaTxnLogTopicNumPartitions": "1"}
 CAUSE_LOGGED = "storage: cannot write"
 
@@ -162,6 +163,36 @@ def test_a_full_disk_answers_retriable_errors_and_loses_nothing(
         conn = DiskConnection(broker.port)
         assert stored_values(conn, topic_name) == acked
         assert conn.offset_fetch("g", wide, [0, 1, 2]) == dict.fromkeys(range(3), 7)
+        conn.close()
+    finally:
+        broker.kill()
+
+
+def test_a_group_write_on_a_full_disk_sends_the_members_back_to_rejoin(
+        small_disk: Path, topic_name: str) -> None:
+    """SyncGroup's leader assignment cannot be stored: NOT_COORDINATOR, the group rebalances
+    (as Kafka does), and once space returns the members settle."""
+    broker = BrokerProcess(small_disk / "data",
+                           {**SMALL_TOPICS, "groupInitialRebalanceDelayMs": "0"}).start()
+    try:
+        conn = DiskConnection(broker.port)
+        assert conn.create_topic(topic_name, 1) == NONE
+        joined = conn.join_new("g", topics=(topic_name,))
+        assert joined.error_code == NONE and joined.leader == joined.member_id
+        filler = fill(small_disk)
+        big = {joined.member_id: b"a" * 12_000}  # a record that needs new pages
+
+        synced = conn.sync("g", joined.generation_id, joined.member_id, big)
+        assert synced.error_code == NOT_COORDINATOR
+        assert conn.heartbeat("g", joined.generation_id, joined.member_id) == \
+            REBALANCE_IN_PROGRESS
+        assert "Traceback" not in broker.log_text()
+
+        filler.unlink()
+        again = conn.join("g", joined.member_id, topics=(topic_name,))
+        assert again.error_code == NONE and again.generation_id > joined.generation_id
+        synced = conn.sync("g", again.generation_id, joined.member_id, big)
+        assert synced.error_code == NONE and synced.assignment == big[joined.member_id]
         conn.close()
     finally:
         broker.kill()
