@@ -382,11 +382,8 @@ class Engine:
             log_append_time = max_timestamp = int(time.time() * 1000)
             batches.stamp_log_append_time(batch, log_append_time)
         validated = time.perf_counter()
-        try:
+        with self.faults.guard(f"{internal}-{index}"):
             base = partition.append(batch, header.last_offset_delta, max_timestamp)
-        except OSError as exc:
-            raise self.faults.failed(exc, f"{internal}-{index}") from None
-        self.faults.succeeded()
         metrics.STAGE_VALIDATE.observe(validated - started)
         metrics.STAGE_APPEND.observe(time.perf_counter() - validated)
         rules.messages_in.inc(header.record_count)
@@ -417,12 +414,9 @@ class Engine:
             return None
         state = self.producers.get(internal, index, partition)
         now = int(time.time() * 1000)
-        try:
+        with self.faults.guard(f"a transaction marker to {internal}-{index}",
+                               ErrorCode.NOT_COORDINATOR):
             offset = partition.append(marker_batch(producer_id, epoch, commit, now), 0, now)
-        except OSError as exc:
-            raise self.faults.failed(exc, f"a transaction marker to {internal}-{index}",
-                                     ErrorCode.NOT_COORDINATOR) from None
-        self.faults.succeeded()
         state.end_transaction(producer_id, epoch, commit, offset, now)
         self.waiters.notify((internal, index))
         return self.flusher.appended(partition, 1)

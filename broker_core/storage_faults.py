@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.metrics import STORAGE_WRITE_ERRORS
@@ -62,3 +64,14 @@ class WriteFaults:
                 return
             failures, self._failures, self._cause = self._failures, 0, None
         log.info("storage: writes succeed again (%d failed meanwhile)", failures)
+
+    @contextmanager
+    def guard(self, what: str,
+              code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR) -> Iterator[None]:
+        """Run a write: an OSError becomes the Kafka error ``code`` (see :meth:`failed`),
+        success is noted (see :meth:`succeeded`)."""
+        try:
+            yield
+        except OSError as exc:
+            raise self.failed(exc, what, code) from None
+        self.succeeded()

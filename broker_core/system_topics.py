@@ -62,14 +62,13 @@ class SystemTopic:
         COORDINATOR_NOT_AVAILABLE when it cannot be created (a full disk)."""
         info = self.logs.topic(topic)
         if info is None:
-            try:
+            # a full disk: the coordinator is not available yet
+            with self.faults.guard(f"the new topic {topic}",
+                                   ErrorCode.COORDINATOR_NOT_AVAILABLE):
                 info = self.logs.create_topic(topic, self.num_partitions, {
                     "retention.ms": "-1", "retention.bytes": "-1",
                     "segment.bytes": str(self.segment_bytes),
                 })
-            except OSError as exc:  # a full disk: the coordinator is not available yet
-                raise self.faults.failed(exc, f"the new topic {topic}",
-                                         ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
             log.info("created system topic %s with %d partitions", topic, info.num_partitions)
         elif info.num_partitions != self.num_partitions:
             log.warning("%s keeps its %d partitions (configured: %d)", topic,
@@ -93,12 +92,8 @@ class SystemTopic:
         for start in range(0, len(records), _MAX_RECORDS_PER_BATCH):
             chunk = records[start:start + _MAX_RECORDS_PER_BATCH]
             batch = encode_batch(chunk, now)
-            try:
+            with self.faults.guard(f"{topic}-{partition}", ErrorCode.NOT_COORDINATOR):
                 target.append(batch, len(chunk) - 1, now)
-            except OSError as exc:
-                raise self.faults.failed(exc, f"{topic}-{partition}",
-                                         ErrorCode.NOT_COORDINATOR) from None
-            self.faults.succeeded()
             key = (topic, partition)
             self._written[key] = self._written.get(key, 0) + len(batch)
             durable = self.flusher.appended(target, len(chunk)) or durable

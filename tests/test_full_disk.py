@@ -1,6 +1,6 @@
-"""A full disk: writes are answered with Kafka's retriable errors (produce:
-KAFKA_STORAGE_ERROR; the offsets and transaction logs: NOT_COORDINATOR, as Kafka turns a
-coordinator's failed log write), the connection stays open, the cause is logged once,
+"""A full disk: writes are answered with Kafka's retriable errors (produce and topic
+creation: KAFKA_STORAGE_ERROR; the offsets and transaction logs: NOT_COORDINATOR, as Kafka
+turns a coordinator's failed log write), the connection stays open, the cause is logged once,
 reads and deletes go on, and once space returns everything carries on with nothing
 acknowledged lost. SIGTERM on a full disk does every shutdown step it can and names each
 one it could not.
@@ -136,6 +136,7 @@ def test_a_full_disk_answers_retriable_errors_and_loses_nothing(
             dict.fromkeys(range(3), NOT_COORDINATOR)
         added = conn.add_partitions("tx", pid, epoch, {wide: list(range(40))})
         assert set(added.values()) == {NOT_COORDINATOR}
+        assert conn.create_topic(f"{topic_name}-late", 1) == KAFKA_STORAGE_ERROR
         # reads go on, and so do deletes
         assert stored_values(conn, topic_name) == acked
         assert conn.offset_fetch("g", wide, [0]) == {0: 1}  # the failed commit kept nothing
@@ -147,6 +148,7 @@ def test_a_full_disk_answers_retriable_errors_and_loses_nothing(
 
         filler.unlink()
         assert produce(8) == NONE
+        assert conn.create_topic(f"{topic_name}-late", 1) == NONE
         assert confluent_error(broker.bootstrap, topic_name) is None
         acked.append(value(999_999))
         assert conn.commit("g", -1, "", wide, {p: (7, big) for p in range(3)}) == \

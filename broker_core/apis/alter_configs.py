@@ -99,7 +99,8 @@ def _alter_topic(engine: Engine, ctx: RequestContext, resource: Any,
     except ValueError as exc:
         raise KafkaApiError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     if not validate_only:
-        engine.logs.alter_topic_configs(internal, configs)
+        with engine.faults.guard(f"the configs of {internal}"):
+            engine.logs.alter_topic_configs(internal, configs)
 
 
 def _results(engine: Engine, ctx: RequestContext, request: Any,

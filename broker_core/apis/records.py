@@ -33,7 +33,8 @@ def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: int,
                             f"offset {offset} is beyond the high watermark "
                             f"{partition.next_offset}")
     try:
-        low = partition.delete_records_before(offset)
+        with engine.faults.guard(f"the log start of {internal}-{index}"):
+            low = partition.delete_records_before(offset)
     except OffsetOutOfRange as exc:
         raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc)) from exc
     log.info("log start offset of %s-%d is now %d", internal, index, low)

@@ -88,7 +88,8 @@ def _create_one(engine: Engine, ctx: RequestContext, wanted: Any, validate_only:
     if validate_only:
         return None, count, configs
     try:
-        topic = engine.logs.create_topic(internal, count, configs)
+        with engine.faults.guard(f"the new topic {internal}"):
+            topic = engine.logs.create_topic(internal, count, configs)
     except TopicExists as exc:
         raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS,
                             f"topic {wanted.name} already exists") from exc
@@ -237,7 +238,8 @@ async def handle_create_partitions(engine: Engine, ctx: RequestContext, request:
                                     "one assignment is needed per new partition")
             _check_replicas(engine, 1, assignments)
             if not request.validate_only:
-                engine.logs.add_partitions(internal, wanted.count)
+                with engine.faults.guard(f"the new partitions of {internal}"):
+                    engine.logs.add_partitions(internal, wanted.count)
                 log.info("topic %s now has %d partitions", internal, wanted.count)
         except KafkaApiError as error:
             code, message = error.code, error.message

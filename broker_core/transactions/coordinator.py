@@ -152,11 +152,8 @@ class TransactionCoordinator(StateCoordinator):
 
     def _allocate(self) -> int:
         """A new producer id (NOT_COORDINATOR when its block cannot be written)."""
-        try:
+        with self.store.faults.guard("the producer id block", ErrorCode.NOT_COORDINATOR):
             return self.ids.allocate()
-        except OSError as exc:
-            raise self.store.faults.failed(exc, "the producer id block",
-                                           ErrorCode.NOT_COORDINATOR) from None
 
     # -- InitProducerId ------------------------------------------------------------------
 
