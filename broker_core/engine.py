@@ -382,8 +382,11 @@ class Engine:
             log_append_time = max_timestamp = int(time.time() * 1000)
             batches.stamp_log_append_time(batch, log_append_time)
         validated = time.perf_counter()
-        with self.faults.guard(f"{internal}-{index}"):
+        try:  # not faults.guard: this is the produce hot path
             base = partition.append(batch, header.last_offset_delta, max_timestamp)
+        except OSError as exc:
+            raise self.faults.failed(exc, f"{internal}-{index}") from None
+        self.faults.succeeded()
         metrics.STAGE_VALIDATE.observe(validated - started)
         metrics.STAGE_APPEND.observe(time.perf_counter() - validated)
         rules.messages_in.inc(header.record_count)
