@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from edge.config import ConfigError, load_config
+from edge.log_limits import limit_repeated_warnings
 
 
 def _add_token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -108,9 +109,10 @@ def run_broker(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    limit_repeated_warnings()
     import uvloop
 
-    from edge.app import BrokerApp
+    from edge.app import BrokerApp, StartupError
 
     try:
         app = BrokerApp(config)
@@ -120,7 +122,11 @@ def run_broker(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         logging.getLogger("edge.broker").error("cannot start: %s", exc)
         return 1
-    uvloop.run(app.run())
+    try:
+        uvloop.run(app.run())
+    except StartupError as exc:
+        print(f"edge-broker: cannot start: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -437,6 +437,14 @@ class BrokerConfig:
             "maxQueuedRequests", IntType(1), "requests read ahead per connection"
         ),
     )
+    max_pending_response_bytes: int = field(
+        default=8388608,
+        metadata=_key(
+            "maxPendingResponseBytes", IntType(1, INT_MAX),
+            "response bytes one connection may hold finished but not yet sent; beyond"
+            " them the broker starts none of its next requests until the client reads",
+        ),
+    )
     connection_max_idle_ms: int = field(
         default=600000,
         metadata=_key(
@@ -649,6 +657,19 @@ class BrokerConfig:
         default=10000,
         metadata=_key("maxConnectionsPerListener", IntType(1, INT_MAX),
                       "connections a listener accepts at once; more are closed"),
+    )
+    sasl_server_max_receive_size: int = field(
+        default=524288,
+        metadata=_key("saslServerMaxReceiveSize", IntType(1, INT_MAX),
+                      "largest frame accepted on a SASL listener before login, in bytes"
+                      " (Kafka's `sasl.server.max.receive.size`); a larger one closes the"
+                      " connection"),
+    )
+    max_unauthenticated_buffered_bytes: int = field(
+        default=67108864,
+        metadata=_key("maxUnauthenticatedBufferedBytes", IntType(1, INT_MAX),
+                      "bytes the frames of all connections not yet logged in may hold at"
+                      " once; a frame beyond it closes its connection"),
     )
     authorization_enabled: bool = field(
         default=False,
