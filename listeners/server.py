@@ -133,6 +133,7 @@ class _Connection:
         self.reading: asyncio.Task[Any] | None = None
         self.unsent_bytes = 0  # of responses finished and not yet written
         self.room = asyncio.Event()  # set when unsent_bytes drops below the limit
+        self.lost = False
         # sendfile needs the raw socket: plain TCP only (TLS encrypts in user space)
         self.socket = None if info.tls is not None else writer.get_extra_info("socket")
 
@@ -207,8 +208,7 @@ class _Connection:
             try:
                 read = await self._read_frame()
             except ConnectionError as exc:
-                log.info("connection from %s on %s lost: %s", self.info.peer,
-                         self.info.listener, exc.strerror or type(exc).__name__)
+                self._lost(exc)
                 return
             if read is None:
                 return
@@ -228,6 +228,13 @@ class _Connection:
             self.budget.give_back(held)
         self.unsent_bytes += response_size(response)
         return response
+
+    def _lost(self, exc: ConnectionError) -> None:
+        """The peer reset or closed the connection under us: one INFO line for it."""
+        if not self.lost:
+            self.lost = True
+            log.info("connection from %s on %s lost: %s", self.info.peer, self.info.listener,
+                     exc.strerror or type(exc).__name__)
 
     def _sent(self, size: int) -> None:
         self.unsent_bytes -= size
@@ -261,8 +268,7 @@ class _Connection:
                     self.writer.write(exc.final)
                 broken = True
             except ConnectionError as exc:
-                log.info("connection from %s on %s lost: %s", self.info.peer,
-                         self.info.listener, exc.strerror or type(exc).__name__)
+                self._lost(exc)
                 broken = True
             except asyncio.CancelledError:
                 broken = True
