@@ -143,3 +143,12 @@ def test_the_filter_says_how_many_lines_it_suppressed() -> None:
     assert limiter.filter(later)
     assert later.getMessage() == ("closing connection from peer9: bad (4 more like this "
                                   "suppressed since 11 s ago)")
+
+
+def test_causes_invented_by_clients_fall_back_to_the_template() -> None:
+    limiter = RepeatedWarningFilter(burst=1, period=10.0, clock=lambda: 0.0, max_causes=2)
+    names = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    passed = [limiter.filter(logging.LogRecord("edge", logging.WARNING, __file__, 1,
+                                               "unknown topic %s", (name,), None))
+              for name in names]
+    assert passed == [True, True, True, False, False]
