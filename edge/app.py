@@ -100,6 +100,7 @@ def engine_config(config: BrokerConfig, cluster: str) -> EngineConfig:
             id_expiration_ms=config.transactional_id_expiration_ms,
             abort_check_interval_ms=config.transaction_abort_timed_out_transactions_interval_ms,
         ),
+        fetch_max_bytes=config.fetch_max_bytes,
         listed_namespaces=tuple(n.strip() for n in config.kop_allowed_namespaces.split(",")
                                 if n.strip()),
         topic_defaults={

@@ -437,6 +437,14 @@ class BrokerConfig:
             "maxQueuedRequests", IntType(1), "requests read ahead per connection"
         ),
     )
+    fetch_max_bytes: int = field(
+        default=57671680,
+        metadata=_key(
+            "fetchMaxBytes", IntType(1, INT_MAX),
+            "most record bytes one Fetch response carries, whatever the client asks"
+            " (Kafka's `fetch.max.bytes`; a first batch larger than it is still sent whole)",
+        ),
+    )
     max_pending_response_bytes: int = field(
         default=8388608,
         metadata=_key(

@@ -48,12 +48,12 @@ def settled_rss(broker: BrokerProcess) -> int:
     return last
 
 
-def fetch_bytes(conn: RawConnection, topic: str) -> bytes:
-    """A framed Fetch v11 for up to 1 MiB of partition 0 from offset 0."""
+def fetch_bytes(conn: RawConnection, topic: str, most: int = MIB) -> bytes:
+    """A framed Fetch v11 for up to ``most`` bytes of partition 0 from offset 0."""
     part = FetchRequest.FetchTopic.FetchPartition(
         partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
-        log_start_offset=-1, partition_max_bytes=MIB)
-    request = FetchRequest[11](replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=MIB,
+        log_start_offset=-1, partition_max_bytes=most)
+    request = FetchRequest[11](replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=most,
                                isolation_level=0, session_id=0, session_epoch=-1,
                                topics=[FetchRequest.FetchTopic(topic=topic, partitions=[part])],
                                forgotten_topics_data=[], rack_id="")
@@ -94,6 +94,25 @@ def test_pipelined_fetches_that_are_never_read_hold_bounded_memory(
         assert correlations == list(range(1, FETCHES + 1))
         client.close()
         assert broker.alive()
+    finally:
+        broker.stop()
+
+
+def test_a_fetch_asking_for_everything_gets_fetch_max_bytes(tmp_path: Path,
+                                                             topic_name: str) -> None:
+    """Kafka's ``fetch.max.bytes``: a client asking for 2 GiB gets at most the broker's
+    limit, so one fetch of small batches cannot make the broker read a whole log."""
+    broker = BrokerProcess(tmp_path, {"fetchMaxBytes": str(MIB)}).start()
+    try:
+        conn = RawConnection(broker.port)
+        assert create(conn, topic_name) == 0
+        batch = record_batch(16, value=b"x" * 1000)
+        for _ in range(3 * MIB // len(batch)):
+            assert produce(conn, topic_name, batch).error_code == 0  # type: ignore[attr-defined]
+        conn.send_frame(fetch_bytes(conn, topic_name, 2**31 - 1)[4:])
+        size = len(conn.read_frame())
+        assert MIB - 2 * len(batch) < size <= MIB + 1024
+        conn.close()
     finally:
         broker.stop()
 
