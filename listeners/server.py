@@ -121,13 +121,14 @@ class _Connection:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  handler: ConnectionHandler, info: ConnectionInfo, limits: Limits,
-                 budget: ReadBudget) -> None:
+                 budget: ReadBudget, on_reject: Callable[[str, str], None] | None) -> None:
         self.reader = reader
         self.writer = writer
         self.handler = handler
         self.info = info
         self.limits = limits
         self.budget = budget
+        self.on_reject = on_reject
         self.pending: asyncio.Queue[asyncio.Task[Response | None] | None] = asyncio.Queue(
             maxsize=limits.max_queued_requests)
         self.reading: asyncio.Task[Any] | None = None
@@ -177,12 +178,15 @@ class _Connection:
             log.warning("closing connection from %s on %s: frame size %d outside 1..%d%s",
                         self.info.peer, self.info.listener, size, most,
                         "" if limit is None else " (before authentication)")
+            if limit is not None:
+                self._reject(f"frame of {size} bytes before authentication (limit {most})")
             return None
         held = 0 if limit is None else size
         if held and not self.budget.take(held):
             log.warning("closing connection from %s on %s: frames of connections not "
                         "logged in already hold %d of %d bytes", self.info.peer,
                         self.info.listener, self.budget.used, self.budget.total)
+            self._reject("buffer for connections not logged in is full")
             return None
         read = False
         try:
@@ -196,6 +200,10 @@ class _Connection:
         finally:
             if not read:
                 self.budget.give_back(held)
+
+    def _reject(self, reason: str) -> None:
+        if self.on_reject is not None:
+            self.on_reject(self.info.peer, reason)
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -322,7 +330,7 @@ class ListenerServer:
             return
         info = ConnectionInfo(self.name, peer, writer.get_extra_info("ssl_object"))
         connection = _Connection(reader, writer, self.factory(info), info, self.limits,
-                                 self.budget)
+                                 self.budget, self.on_reject)
         self._connections.add(connection)
         task = asyncio.current_task()
         if task is not None:

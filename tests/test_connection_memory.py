@@ -21,6 +21,7 @@ from listeners.sendfile import write_parts
 from tests.broker_process import BrokerProcess
 from tests.raw import RawConnection, record_batch
 from tests.security_helpers import NONE, SecureConnection, TokenIssuer, closed_by_peer
+from tests.test_audit import read_audit
 from tests.test_bad_input import create, produce
 
 MIB = 1 << 20
@@ -169,9 +170,10 @@ def issuer(tmp_path_factory: pytest.TempPathFactory) -> TokenIssuer:
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory: pytest.TempPathFactory,
                 issuer: TokenIssuer) -> Iterator[BrokerProcess]:
-    """A SASL_PLAINTEXT listener; frames of connections not logged in may hold 1 MiB."""
+    """A SASL_PLAINTEXT listener (and a PLAINTEXT one to read the audit topic); frames of
+    connections not logged in may hold 1 MiB."""
     broker = BrokerProcess(Path(tmp_path_factory.mktemp("sasl")), {
-        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
         "maxUnauthenticatedBufferedBytes": str(MIB), **issuer.settings,
     }).start()
     yield broker
@@ -200,6 +202,10 @@ def test_a_large_frame_before_login_is_refused_with_one_line(sasl_broker: Broker
     assert len(lines) == 1 and "524288" in lines[0] and "before authentication" in lines[0]
     assert "Traceback" not in sasl_broker.log_text()
     assert api_versions_answered(sasl_broker.port)
+    events = read_audit(f"127.0.0.1:{sasl_broker.ports['PLAINTEXT']}",
+                        {("connection", "rejected")})
+    assert any(event["outcome"] == "rejected" and "before authentication" in str(event["reason"])
+               for event in events)
 
 
 def test_after_login_the_listener_frame_limit_applies(sasl_broker: BrokerProcess,
