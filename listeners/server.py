@@ -190,12 +190,20 @@ class _Connection:
             return None
         read = False
         try:
-            frame = memoryview(await self.reader.readexactly(size))
+            # before login a frame must arrive within the idle timeout: a client may not
+            # hold part of the shared budget by sending slowly
+            frame = memoryview(await asyncio.wait_for(self.reader.readexactly(size),
+                                                      idle if held else None))
             read = True
             return frame, held
         except asyncio.IncompleteReadError as exc:
             log.warning("connection from %s closed after %d of %d frame bytes",
                         self.info.peer, len(exc.partial), size)
+            return None
+        except TimeoutError:
+            log.info("closing connection from %s on %s: a frame of %d bytes before "
+                     "authentication was not complete within the idle timeout",
+                     self.info.peer, self.info.listener, size)
             return None
         finally:
             if not read:

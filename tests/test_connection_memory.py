@@ -246,3 +246,26 @@ def test_connections_not_logged_in_share_one_budget(sasl_broker: BrokerProcess) 
     assert not closed_by_peer(fourth, 1.0)
     fourth.close()
     assert sasl_broker.alive()
+
+
+def test_a_frame_trickled_before_login_gives_its_budget_back(tmp_path: Path,
+                                                             issuer: TokenIssuer) -> None:
+    """A frame before login must arrive within connectionMaxIdleMs: connections that send
+    part of one and wait are closed, and their share of the budget is free again."""
+    broker = BrokerProcess(tmp_path, {
+        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0", "connectionMaxIdleMs": "1500",
+        "maxUnauthenticatedBufferedBytes": str(MIB), **issuer.settings}).start()
+    try:
+        holders = [RawConnection(broker.port) for _ in range(2)]
+        for conn in holders:  # two frames of the largest size take the whole budget
+            conn.sock.sendall(struct.pack(">i", 524288) + b"\0" * 1024)
+        for conn in holders:
+            assert closed_by_peer(conn, 30)
+            conn.close()
+        broker.wait_for_log("was not complete within the idle timeout")
+        conn = SecureConnection(broker.port)
+        conn.login("public", issuer.token("alice"))
+        conn.close()
+        assert broker.alive()
+    finally:
+        broker.stop()
