@@ -231,9 +231,24 @@ class _Connection:
             last = loop.create_task(self._run(*read))
             await self.pending.put(last)
             await asyncio.sleep(0)  # one turn for the request: most finish in it
-            while self.unsent_bytes >= self.limits.max_pending_response_bytes:
-                self.room.clear()
-                await self.room.wait()
+            if not await self._room_for_more():
+                return
+
+    async def _room_for_more(self) -> bool:
+        """Wait until the unsent responses hold less than the limit; False (and the
+        connection aborted) when the client reads nothing for the idle timeout."""
+        idle = self.limits.idle_timeout_ms / 1000 if self.limits.idle_timeout_ms > 0 else None
+        while self.unsent_bytes >= self.limits.max_pending_response_bytes:
+            self.room.clear()
+            try:
+                await asyncio.wait_for(self.room.wait(), idle)
+            except TimeoutError:
+                log.info("closing connection from %s on %s: %d response bytes not read "
+                         "within the idle timeout", self.info.peer, self.info.listener,
+                         self.unsent_bytes)
+                self.writer.transport.abort()
+                return False
+        return True
 
     async def _run(self, frame: memoryview, held: int) -> Response | None:
         """Handle one frame; count its response as unsent until the write loop sends it."""

@@ -99,6 +99,31 @@ def test_pipelined_fetches_that_are_never_read_hold_bounded_memory(
         broker.stop()
 
 
+def test_a_client_that_never_reads_is_closed_after_the_idle_timeout(
+        tmp_path: Path, topic_name: str) -> None:
+    broker = BrokerProcess(tmp_path, {"connectionMaxIdleMs": "2000",
+                                      "maxPendingResponseBytes": str(MIB)}).start()
+    try:
+        setup = RawConnection(broker.port)
+        assert create(setup, topic_name) == 0
+        batch = record_batch(16, value=b"x" * 1000)
+        for _ in range(MIB // len(batch) + 1):
+            assert produce(setup, topic_name, batch).error_code == 0  # type: ignore[attr-defined]
+        setup.close()
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        client.connect(("127.0.0.1", broker.port))
+        conn = RawConnection.__new__(RawConnection)
+        conn.sock, conn.correlation_id = client, 0
+        client.sendall(b"".join(fetch_bytes(conn, topic_name) for _ in range(20)))
+        broker.wait_for_log("response bytes not read within the idle timeout", 30)
+        assert closed_by_peer(conn)
+        client.close()
+        assert broker.alive()
+    finally:
+        broker.stop()
+
+
 def test_a_fetch_asking_for_everything_gets_fetch_max_bytes(tmp_path: Path,
                                                              topic_name: str) -> None:
     """Kafka's ``fetch.max.bytes``: a client asking for 2 GiB gets at most the broker's
