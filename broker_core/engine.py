@@ -67,6 +67,7 @@ class EngineConfig:
     txn_topic_partitions: int = 50
     broker_configs: Mapping[str, str] = field(default_factory=dict)
     transactions: TxnConfig = field(default_factory=TxnConfig)
+    fetch_max_bytes: int = 57_671_680
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import ssl
 import uuid
@@ -35,7 +36,7 @@ from edge.security import (
     token_validator,
 )
 from edge.session import Session, edge_apis
-from listeners.server import ConnectionInfo, Limits, ListenerServer
+from listeners.server import ConnectionInfo, Limits, ListenerServer, ReadBudget
 from listeners.spec import ListenerSpec
 
 log = logging.getLogger("edge.broker")
@@ -99,6 +100,7 @@ def engine_config(config: BrokerConfig, cluster: str) -> EngineConfig:
             id_expiration_ms=config.transactional_id_expiration_ms,
             abort_check_interval_ms=config.transaction_abort_timed_out_transactions_interval_ms,
         ),
+        fetch_max_bytes=config.fetch_max_bytes,
         listed_namespaces=tuple(n.strip() for n in config.kop_allowed_namespaces.split(",")
                                 if n.strip()),
         topic_defaults={
@@ -118,6 +120,17 @@ def log_config(config: BrokerConfig) -> LogConfig:
         retention_ms=config.log_retention_ms,
         retention_bytes=config.log_retention_bytes,
     )
+
+
+class StartupError(Exception):
+    """The broker cannot start: one line for the operator, nothing left listening."""
+
+
+def os_reason(exc: OSError) -> str:
+    """The OS's words for ``exc`` ("Address already in use"), without asyncio's wrapping."""
+    if exc.errno is not None and exc.errno > 0:
+        return os.strerror(exc.errno)
+    return exc.strerror or str(exc)
 
 
 class BrokerApp:
@@ -183,30 +196,32 @@ class BrokerApp:
         return Session(self.dispatcher, info, self.advertised[info.listener], self.home,
                        self.security[info.listener], self.sasl,
                        self.config.failed_authentication_delay_ms,
-                       self.config.connections_max_reauth_ms, self.audit)
+                       self.config.connections_max_reauth_ms, self.audit,
+                       self.config.sasl_server_max_receive_size)
 
     async def start(self) -> list[ListenerSpec]:
-        """Start the engine and every listener; return the listeners with their bound ports."""
-        self.engine.start()
-        limits = Limits(self.config.max_frame_bytes, self.config.max_queued_requests,
-                        self.config.connection_max_idle_ms,
-                        self.config.max_connections_per_listener)
-        bound = []
-        for spec in self.config.listener_specs():
-            server = ListenerServer(spec.name, spec.host, spec.port, self._session, limits,
-                                    self.security[spec.name].tls, self._rejected(spec.name))
-            port = await server.start()
-            if port != spec.port:
-                spec = spec.with_bound_port(port)
-            self.advertised[spec.name] = Endpoint(spec.advertised_host, spec.advertised_port)
-            self.servers.append((spec, server))
-            bound.append(spec)
-        described = ", ".join(
-            f"{s.name}://{s.host}:{s.port} ({s.protocol.value}, advertised "
-            f"{s.advertised_host}:{s.advertised_port})" for s in bound)
-        if self.config.metrics_port:
-            port = serve_metrics(self.engine, self.config.metrics_host, self.config.metrics_port)
-            described += f"; metrics on http://{self.config.metrics_host}:{port}/metrics"
+        """Start the engine and every listener; return the listeners with their bound ports.
+
+        A listener or the metrics endpoint that cannot bind raises :class:`StartupError`
+        after the listeners already bound are closed and the engine is stopped.
+        """
+        try:
+            self.engine.start()
+            bound = await self._listen()
+            described = ", ".join(
+                f"{s.name}://{s.host}:{s.port} ({s.protocol.value}, advertised "
+                f"{s.advertised_host}:{s.advertised_port})" for s in bound)
+            if self.config.metrics_port:
+                host, port = self.config.metrics_host, self.config.metrics_port
+                try:
+                    port = serve_metrics(self.engine, host, port)
+                except OSError as exc:
+                    raise StartupError(f"cannot serve metrics on {host}:{port}: "
+                                       f"{os_reason(exc)}") from exc
+                described += f"; metrics on http://{host}:{port}/metrics"
+        except BaseException:
+            await self.stop(quiet=True)
+            raise
         # Everything built so far (modules, protocol schemas, the recovered logs) lives as
         # long as the process: out of the collector's sight, a full collection no longer
         # walks it and pauses the loop for tens of milliseconds (24 ms measured). The
@@ -218,23 +233,50 @@ class BrokerApp:
         log.info("edge-broker ready: broker %d, listeners %s", self.config.broker_id, described)
         return bound
 
-    async def stop(self) -> bool:
-        """Answer in-flight requests, close connections, seal ledgers and save metadata.
+    async def _listen(self) -> list[ListenerSpec]:
+        """Bind every listener; StartupError names the one that cannot bind."""
+        limits = Limits(self.config.max_frame_bytes, self.config.max_queued_requests,
+                        self.config.connection_max_idle_ms,
+                        self.config.max_connections_per_listener,
+                        self.config.max_pending_response_bytes)
+        unauthenticated = ReadBudget(self.config.max_unauthenticated_buffered_bytes)
+        bound = []
+        for spec in self.config.listener_specs():
+            server = ListenerServer(spec.name, spec.host, spec.port, self._session, limits,
+                                    self.security[spec.name].tls, self._rejected(spec.name),
+                                    unauthenticated)
+            try:
+                port = await server.start()
+            except OSError as exc:
+                raise StartupError(f"cannot listen on {spec.name}://{spec.host}:{spec.port}: "
+                                   f"{os_reason(exc)}") from exc
+            if port != spec.port:
+                spec = spec.with_bound_port(port)
+            self.advertised[spec.name] = Endpoint(spec.advertised_host, spec.advertised_port)
+            self.servers.append((spec, server))
+            bound.append(spec)
+        return bound
+
+    async def stop(self, quiet: bool = False) -> bool:
+        """Answer in-flight requests, close connections, seal ledgers and save metadata
+        (``quiet``: after a failed start, without the log lines of a broker that ran).
 
         Every step is tried even when an earlier one failed (a full disk fails writes); one
         line is logged per step that could not be done. Returns whether all succeeded.
         """
-        log.info("edge-broker stopping")
+        if not quiet:
+            log.info("edge-broker stopping")
         self.engine.begin_shutdown()
         for _spec, server in self.servers:
             await server.stop()
+        self.servers.clear()
         problems = await self.engine.stop()
         for problem in problems:
             log.error("shutdown: %s", problem)
         if problems:
             log.error("edge-broker stopped; %d shutdown step(s) failed (see above): the next "
                       "start recovers what they left", len(problems))
-        else:
+        elif not quiet:
             log.info("edge-broker stopped")
         return not problems
 
@@ -246,9 +288,6 @@ class BrokerApp:
         try:
             await self.start()
         except BaseException:
-            for _spec, server in self.servers:
-                await server.stop()
-            await self.engine.stop()
             self.logs.discard_created()
             raise
         await self.stopping.wait()

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from edge.config import ConfigError, load_config
+from edge.log_limits import limit_repeated_warnings
 
 
 def _add_token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -108,10 +109,11 @@ def run_broker(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    limit_repeated_warnings()
     import uvloop
 
     from broker_core.storage import DataDirLocked
-    from edge.app import BrokerApp
+    from edge.app import BrokerApp, StartupError
 
     try:
         app = BrokerApp(config)
@@ -124,7 +126,12 @@ def run_broker(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         logging.getLogger("edge.broker").error("cannot start: %s", exc)
         return 1
-    return 0 if uvloop.run(app.run()) else 1
+    try:
+        clean = uvloop.run(app.run())
+    except StartupError as exc:
+        print(f"edge-broker: cannot start: {exc}", file=sys.stderr)
+        return 2
+    return 0 if clean else 1
 
 
 def run_token(args: argparse.Namespace) -> int:

@@ -437,6 +437,22 @@ class BrokerConfig:
             "maxQueuedRequests", IntType(1), "requests read ahead per connection"
         ),
     )
+    fetch_max_bytes: int = field(
+        default=57671680,
+        metadata=_key(
+            "fetchMaxBytes", IntType(1, INT_MAX),
+            "most record bytes one Fetch response carries, whatever the client asks"
+            " (Kafka's `fetch.max.bytes`; a first batch larger than it is still sent whole)",
+        ),
+    )
+    max_pending_response_bytes: int = field(
+        default=8388608,
+        metadata=_key(
+            "maxPendingResponseBytes", IntType(1, INT_MAX),
+            "response bytes one connection may hold finished but not yet sent; beyond"
+            " them the broker starts none of its next requests until the client reads",
+        ),
+    )
     connection_max_idle_ms: int = field(
         default=600000,
         metadata=_key(
@@ -649,6 +665,19 @@ class BrokerConfig:
         default=10000,
         metadata=_key("maxConnectionsPerListener", IntType(1, INT_MAX),
                       "connections a listener accepts at once; more are closed"),
+    )
+    sasl_server_max_receive_size: int = field(
+        default=524288,
+        metadata=_key("saslServerMaxReceiveSize", IntType(1, INT_MAX),
+                      "largest frame accepted on a SASL listener before login, in bytes"
+                      " (Kafka's `sasl.server.max.receive.size`); a larger one closes the"
+                      " connection"),
+    )
+    max_unauthenticated_buffered_bytes: int = field(
+        default=67108864,
+        metadata=_key("maxUnauthenticatedBufferedBytes", IntType(1, INT_MAX),
+                      "bytes the frames of all connections not yet logged in may hold at"
+                      " once; a frame beyond it closes its connection"),
     )
     authorization_enabled: bool = field(
         default=False,

@@ -59,7 +59,8 @@ class Session:
     def __init__(self, dispatcher: Dispatcher, info: ConnectionInfo, advertised: Endpoint,
                  home: Namespace, security: ListenerSecurity,
                  mechanisms: dict[str, SaslFactory], failed_delay_ms: int = 0,
-                 max_reauth_ms: int = 0, audit: AuditLog | None = None) -> None:
+                 max_reauth_ms: int = 0, audit: AuditLog | None = None,
+                 max_receive_before_login: int | None = None) -> None:
         self.dispatcher = dispatcher
         self.info = info
         self.advertised = advertised
@@ -75,6 +76,15 @@ class Session:
         self.session_ends_ms: int | None = None
         self.principal = certificate_principal(info.tls) or ANONYMOUS
         self.home = home
+        self.max_receive_before_login = max_receive_before_login
+
+    @property
+    def frame_limit(self) -> int | None:
+        """Kafka's ``sasl.server.max.receive.size``: the frame limit on a SASL listener
+        until the client has logged in (None: the listener's own limit)."""
+        if self.security.sasl and self.login is None:
+            return self.max_receive_before_login
+        return None
 
     async def handle(self, frame: memoryview) -> Frame | None:
         """Answer one request frame."""

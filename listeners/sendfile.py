@@ -3,9 +3,12 @@
 On a plain TCP connection whose transport has nothing queued, the response goes straight
 to the socket: buffers with one ``writev``, file regions with ``sendfile`` (the kernel
 copies from the page cache; Python never holds the bytes). Whatever the socket does not
-take at once is handed to the transport, in order, so it is sent when the socket drains.
-On TLS, or when the transport still holds earlier bytes, every part goes through the
-transport (file regions read into memory first), so bytes never overtake each other.
+take at once goes through the transport, in order, so it is sent when the socket drains;
+file bytes go that way in chunks of ``CHUNK_BYTES``, each read only once the transport
+has drained the one before, so a response sent to a slow reader (or over TLS, where
+every byte is encrypted in user space) never has more than about one chunk of its file
+bytes in memory. Between chunks, a plain TCP connection whose transport has emptied goes
+back to ``sendfile``.
 
 A response with file regions is sent with ``TCP_CORK`` set: otherwise the few bytes
 before a region leave as a segment of their own, and the client wakes up for them alone
@@ -18,9 +21,12 @@ import asyncio
 import os
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 _IOV_MAX = 512
+CHUNK_BYTES = 256 * 1024
+"""File bytes read into memory at a time when a region cannot go by ``sendfile``."""
 
 
 class FileRegion(Protocol):
@@ -31,10 +37,6 @@ class FileRegion(Protocol):
 
     def __len__(self) -> int:
         """How many bytes the region covers."""
-        ...
-
-    def read(self) -> bytes:
-        """The region's bytes, read from the file."""
         ...
 
     def release(self) -> None:
@@ -60,42 +62,75 @@ Part = bytes | memoryview | FileRegion
 _BUFFERS = bytes | bytearray | memoryview
 
 
+@dataclass(slots=True)
+class _Span:
+    """The bytes of a region still to send: ``length`` bytes at ``offset`` of its file."""
+
+    fd: int
+    offset: int
+    length: int
+
+
+_Item = bytes | memoryview | _Span
+
+
 async def write_parts(writer: asyncio.StreamWriter, parts: Sequence[Part],
                       sock: Socket | None) -> None:
     """Write ``parts`` in order; ``sock`` is the plain TCP socket, None on TLS."""
     try:
-        if sock is not None and writer.transport.get_write_buffer_size() == 0:
-            rest = _send_corked(sock, parts)
-        else:
-            rest = list(parts)
-        if rest:
-            writer.writelines([part if isinstance(part, _BUFFERS) else part.read()
-                               for part in rest])
-        await writer.drain()
+        rest: list[_Item] = [part if isinstance(part, _BUFFERS)
+                             else _Span(part.fd, part.offset, len(part)) for part in parts]
+        while rest:
+            if sock is not None and writer.transport.get_write_buffer_size() == 0:
+                rest = _send_corked(sock, rest)
+                if not rest:
+                    break
+            rest = _queue_some(writer, rest)
+            await writer.drain()
     finally:
         for part in parts:
             if not isinstance(part, _BUFFERS):
                 part.release()
 
 
-def _send_corked(sock: Socket, parts: Sequence[Part]) -> list[Part]:
-    """:func:`_send_directly`, corked when there is a file region among the parts."""
-    if all(isinstance(part, _BUFFERS) for part in parts):
-        return _send_directly(sock.fileno(), parts)
+def _queue_some(writer: asyncio.StreamWriter, items: list[_Item]) -> list[_Item]:
+    """Hand the transport the buffers up to the next region and one chunk of it."""
+    index = 0
+    while index < len(items):
+        item = items[index]
+        if not isinstance(item, _Span):
+            writer.write(item)
+            index += 1
+            continue
+        size = min(item.length, CHUNK_BYTES)
+        chunk = os.pread(item.fd, size, item.offset)
+        if len(chunk) != size:
+            raise OSError(f"short read of {len(chunk)} of {size} file bytes")
+        writer.write(chunk)
+        if size == item.length:
+            return items[index + 1:]
+        return [_Span(item.fd, item.offset + size, item.length - size), *items[index + 1:]]
+    return []
+
+
+def _send_corked(sock: Socket, items: list[_Item]) -> list[_Item]:
+    """:func:`_send_directly`, corked when there is a file region among the items."""
+    if not any(isinstance(item, _Span) for item in items):
+        return _send_directly(sock.fileno(), items)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
     try:
-        return _send_directly(sock.fileno(), parts)
+        return _send_directly(sock.fileno(), items)
     finally:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
 
 
-def _send_directly(sock: int, parts: Sequence[Part]) -> list[Part]:
-    """Send what the socket takes now; return the parts (or their tails) left over."""
+def _send_directly(sock: int, items: list[_Item]) -> list[_Item]:
+    """Send what the socket takes now; return the items (or their tails) left over."""
     index = 0
-    while index < len(parts):
-        part = parts[index]
-        if isinstance(part, _BUFFERS):
-            run = _buffer_run(parts, index)
+    while index < len(items):
+        item = items[index]
+        if not isinstance(item, _Span):
+            run = _buffer_run(items, index)
             try:
                 sent = os.writev(sock, run)
             except BlockingIOError:
@@ -103,37 +138,34 @@ def _send_directly(sock: int, parts: Sequence[Part]) -> list[Part]:
             index += len(run)
             leftover = _unsent_buffers(run, sent)
             if leftover:
-                return [*leftover, *parts[index:]]
+                return [*leftover, *items[index:]]
             continue
-        region = part
-        size = len(region)
         done = 0
         try:
-            while done < size:
-                sent = os.sendfile(sock, region.fd, region.offset + done, size - done)
+            while done < item.length:
+                sent = os.sendfile(sock, item.fd, item.offset + done, item.length - done)
                 if sent == 0:
                     break
                 done += sent
         except BlockingIOError:
             pass
         index += 1
-        if done < size:
-            tail = os.pread(region.fd, size - done, region.offset + done)
-            return [tail, *parts[index:]]
+        if done < item.length:
+            return [_Span(item.fd, item.offset + done, item.length - done), *items[index:]]
     return []
 
 
-def _buffer_run(parts: Sequence[Part], start: int) -> list[memoryview]:
+def _buffer_run(items: list[_Item], start: int) -> list[memoryview]:
     """The buffers from ``start`` up to the next file region (at most ``_IOV_MAX``)."""
     run: list[memoryview] = []
-    for part in parts[start:start + _IOV_MAX]:
-        if not isinstance(part, _BUFFERS):
+    for item in items[start:start + _IOV_MAX]:
+        if isinstance(item, _Span):
             break
-        run.append(memoryview(part))
+        run.append(memoryview(item))
     return run
 
 
-def _unsent_buffers(run: list[memoryview], sent: int) -> list[Part]:
+def _unsent_buffers(run: list[memoryview], sent: int) -> list[_Item]:
     """What ``writev`` left of ``run`` after sending ``sent`` bytes."""
     for position, buffer in enumerate(run):
         if sent < len(buffer):

@@ -3,6 +3,14 @@
 A connection is read by one task that keeps parsing frames while earlier requests wait;
 responses leave in request order, as Kafka requires. What a frame means is the
 connection handler's business; this module only knows sizes, order and timeouts.
+
+Memory is bounded twice. Per connection: a request gets one turn of the event loop as
+soon as it is started, and the next one is started only while the responses that are
+finished but not yet written hold fewer than ``max_pending_response_bytes`` (a client
+that pipelines fetches and never reads stops being read instead of filling the broker).
+Per server: a connection whose handler reports a frame limit (one that has not logged
+in) may send frames up to that limit only, and the frames of all such connections are
+counted against one :class:`ReadBudget` shared by the broker's listeners.
 """
 
 from __future__ import annotations
@@ -37,6 +45,13 @@ class FrameError(Exception):
 class ConnectionHandler(Protocol):
     """Turns request frames of one connection into response frames."""
 
+    @property
+    def frame_limit(self) -> int | None:
+        """The largest frame the connection may send now, or None when the listener's
+        ``max_frame_bytes`` applies. A limited connection's frames are also counted
+        against the server's :class:`ReadBudget` (for connections not yet logged in)."""
+        ...
+
     async def handle(self, frame: memoryview) -> Response | None:
         """Answer one request frame (no size prefix); None when no response is due.
 
@@ -69,21 +84,57 @@ class Limits:
     max_queued_requests: int = 500
     idle_timeout_ms: int = 600_000
     max_connections: int = 10_000
+    max_pending_response_bytes: int = 8 * 1024 * 1024
+
+
+class ReadBudget:
+    """Bytes that frames of limited connections (see ``ConnectionHandler.frame_limit``)
+    may hold at once, across every listener sharing the budget."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+
+    def take(self, size: int) -> bool:
+        """Reserve ``size`` bytes; False (nothing reserved) when the budget cannot hold them."""
+        if self.used + size > self.total:
+            return False
+        self.used += size
+        return True
+
+    def give_back(self, size: int) -> None:
+        """Return bytes reserved by :meth:`take`."""
+        self.used -= size
+
+
+def response_size(response: Response | None) -> int:
+    """The bytes a response puts on the wire (what it holds until it is written)."""
+    if response is None:
+        return 0
+    if isinstance(response, bytes):
+        return len(response)
+    return sum(len(part) for part in response)
 
 
 class _Connection:
     """One client connection: a read loop feeding an ordered write loop."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 handler: ConnectionHandler, info: ConnectionInfo, limits: Limits) -> None:
+                 handler: ConnectionHandler, info: ConnectionInfo, limits: Limits,
+                 budget: ReadBudget, on_reject: Callable[[str, str], None] | None) -> None:
         self.reader = reader
         self.writer = writer
         self.handler = handler
         self.info = info
         self.limits = limits
+        self.budget = budget
+        self.on_reject = on_reject
         self.pending: asyncio.Queue[asyncio.Task[Response | None] | None] = asyncio.Queue(
             maxsize=limits.max_queued_requests)
         self.reading: asyncio.Task[Any] | None = None
+        self.unsent_bytes = 0  # of responses finished and not yet written
+        self.room = asyncio.Event()  # set when unsent_bytes drops below the limit
+        self.lost = False
         # sendfile needs the raw socket: plain TCP only (TLS encrypts in user space)
         self.socket = None if info.tls is not None else writer.get_extra_info("socket")
 
@@ -108,7 +159,8 @@ class _Connection:
         if self.reading is not None and not self.reading.done():
             self.reading.cancel()
 
-    async def _read_frame(self) -> memoryview | None:
+    async def _read_frame(self) -> tuple[memoryview, int] | None:
+        """The next frame and the bytes it holds of the read budget; None to close."""
         idle = self.limits.idle_timeout_ms / 1000 if self.limits.idle_timeout_ms > 0 else None
         try:
             prefix = await asyncio.wait_for(self.reader.readexactly(4), idle)
@@ -120,24 +172,105 @@ class _Connection:
                 log.warning("connection from %s closed inside a size prefix", self.info.peer)
             return None
         (size,) = _SIZE.unpack(prefix)
-        if size <= 0 or size > self.limits.max_frame_bytes:
-            log.warning("closing connection from %s on %s: frame size %d outside 1..%d",
-                        self.info.peer, self.info.listener, size, self.limits.max_frame_bytes)
+        limit = self.handler.frame_limit
+        most = self.limits.max_frame_bytes if limit is None else limit
+        if size <= 0 or size > most:
+            log.warning("closing connection from %s on %s: frame size %d outside 1..%d%s",
+                        self.info.peer, self.info.listener, size, most,
+                        "" if limit is None else " (before authentication)")
+            if limit is not None:
+                self._reject(f"frame of {size} bytes before authentication (limit {most})")
             return None
+        held = 0 if limit is None else size
+        if held and not self.budget.take(held):
+            log.warning("closing connection from %s on %s: frames of connections not "
+                        "logged in already hold %d of %d bytes", self.info.peer,
+                        self.info.listener, self.budget.used, self.budget.total)
+            self._reject("buffer for connections not logged in is full")
+            return None
+        read = False
         try:
-            return memoryview(await self.reader.readexactly(size))
+            # before login a frame must arrive within the idle timeout: a client may not
+            # hold part of the shared budget by sending slowly
+            frame = memoryview(await asyncio.wait_for(self.reader.readexactly(size),
+                                                      idle if held else None))
+            read = True
+            return frame, held
         except asyncio.IncompleteReadError as exc:
             log.warning("connection from %s closed after %d of %d frame bytes",
                         self.info.peer, len(exc.partial), size)
             return None
+        except TimeoutError:
+            log.info("closing connection from %s on %s: a frame of %d bytes before "
+                     "authentication was not complete within the idle timeout",
+                     self.info.peer, self.info.listener, size)
+            return None
+        finally:
+            if not read:
+                self.budget.give_back(held)
+
+    def _reject(self, reason: str) -> None:
+        if self.on_reject is not None:
+            self.on_reject(self.info.peer, reason)
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        last: asyncio.Task[Response | None] | None = None
         while True:
-            frame = await self._read_frame()
-            if frame is None:
+            if last is not None and self.handler.frame_limit is not None:
+                # not logged in: one request at a time, as Kafka does, so that the limit
+                # of the next frame is the one in force after this request (a login)
+                await asyncio.wait([last])
+            try:
+                read = await self._read_frame()
+            except ConnectionError as exc:
+                self._lost(exc)
                 return
-            await self.pending.put(loop.create_task(self.handler.handle(frame)))
+            if read is None:
+                return
+            last = loop.create_task(self._run(*read))
+            await self.pending.put(last)
+            await asyncio.sleep(0)  # one turn for the request: most finish in it
+            if not await self._room_for_more():
+                return
+
+    async def _room_for_more(self) -> bool:
+        """Wait until the unsent responses hold less than the limit; False (and the
+        connection aborted) when the client reads nothing for the idle timeout."""
+        idle = self.limits.idle_timeout_ms / 1000 if self.limits.idle_timeout_ms > 0 else None
+        while self.unsent_bytes >= self.limits.max_pending_response_bytes:
+            self.room.clear()
+            try:
+                await asyncio.wait_for(self.room.wait(), idle)
+            except TimeoutError:
+                log.info("closing connection from %s on %s: %d response bytes not read "
+                         "within the idle timeout", self.info.peer, self.info.listener,
+                         self.unsent_bytes)
+                self.writer.transport.abort()
+                return False
+        return True
+
+    async def _run(self, frame: memoryview, held: int) -> Response | None:
+        """Handle one frame; count its response as unsent until the write loop sends it."""
+        try:
+            response = await self.handler.handle(frame)
+        finally:
+            del frame
+            self.budget.give_back(held)
+        self.unsent_bytes += response_size(response)
+        return response
+
+    def _lost(self, exc: ConnectionError) -> None:
+        """The peer reset or closed the connection under us: one INFO line for it."""
+        if not self.lost:
+            self.lost = True
+            log.info("connection from %s on %s lost: %s", self.info.peer, self.info.listener,
+                     exc.strerror or type(exc).__name__)
+
+    def _sent(self, size: int) -> None:
+        self.unsent_bytes -= size
+        if self.unsent_bytes < self.limits.max_pending_response_bytes:
+            self.room.set()
 
     async def _write_loop(self) -> None:
         broken = False
@@ -147,9 +280,13 @@ class _Connection:
                 return
             if broken:
                 task.cancel()
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    self._sent(response_size(task.result()))
                 continue
+            size = 0
             try:
                 response = await task
+                size = response_size(response)
                 if isinstance(response, bytes):
                     self.writer.write(response)
                     await self.writer.drain()
@@ -161,11 +298,15 @@ class _Connection:
                 if exc.final is not None:
                     self.writer.write(exc.final)
                 broken = True
-            except (ConnectionError, asyncio.CancelledError):
+            except ConnectionError as exc:
+                self._lost(exc)
+                broken = True
+            except asyncio.CancelledError:
                 broken = True
             except Exception:
                 log.exception("request from %s failed; closing the connection", self.info.peer)
                 broken = True
+            self._sent(size)
             if broken:
                 self.stop_reading()
                 self.writer.close()
@@ -176,7 +317,8 @@ class ListenerServer:
 
     def __init__(self, name: str, host: str, port: int, factory: HandlerFactory,
                  limits: Limits, ssl_context: ssl.SSLContext | None = None,
-                 on_reject: Callable[[str, str], None] | None = None) -> None:
+                 on_reject: Callable[[str, str], None] | None = None,
+                 budget: ReadBudget | None = None) -> None:
         self.name = name
         self.host = host
         self.port = port
@@ -184,6 +326,7 @@ class ListenerServer:
         self.limits = limits
         self.ssl_context = ssl_context
         self.on_reject = on_reject
+        self.budget = budget or ReadBudget(limits.max_frame_bytes)
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -209,7 +352,8 @@ class ListenerServer:
             writer.close()
             return
         info = ConnectionInfo(self.name, peer, writer.get_extra_info("ssl_object"))
-        connection = _Connection(reader, writer, self.factory(info), info, self.limits)
+        connection = _Connection(reader, writer, self.factory(info), info, self.limits,
+                                 self.budget, self.on_reject)
         self._connections.add(connection)
         task = asyncio.current_task()
         if task is not None:

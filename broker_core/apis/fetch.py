@@ -133,7 +133,8 @@ def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int,
 async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> FetchAnswer:
     """Answer Fetch, waiting up to ``max_wait_ms`` for ``min_bytes`` to be available."""
     version: int = request.version
-    max_bytes = request.max_bytes if version >= 3 else 2**31 - 1
+    max_bytes = min(request.max_bytes if version >= 3 else 2**31 - 1,
+                    engine.config.fetch_max_bytes)
     wanted = _resolve(engine, ctx, request)
     committed = request.isolation_level == READ_COMMITTED
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000

@@ -1,0 +1,296 @@
+"""What one connection may make the broker hold: a client that pipelines fetches and
+never reads, and clients that have not logged in, measured on a real broker process
+(its resident memory) with raw sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+from broker_core.storage import FileRegion
+from listeners.sendfile import write_parts
+from tests.broker_process import BrokerProcess
+from tests.raw import RawConnection, record_batch
+from tests.security_helpers import NONE, SecureConnection, TokenIssuer, closed_by_peer
+from tests.test_audit import read_audit
+from tests.test_bad_input import create, produce
+
+MIB = 1 << 20
+FETCHES = 200
+
+
+def rss_bytes(broker: BrokerProcess) -> int:
+    """The broker process's resident memory (VmRSS)."""
+    assert broker.proc is not None
+    for line in Path(f"/proc/{broker.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS line")
+
+
+def settled_rss(broker: BrokerProcess) -> int:
+    """VmRSS once it stops growing (the broker has done what it will with what it read)."""
+    last = rss_bytes(broker)
+    for _ in range(40):
+        time.sleep(0.5)
+        now = rss_bytes(broker)
+        if abs(now - last) < MIB // 2:
+            return now
+        last = now
+    return last
+
+
+def fetch_bytes(conn: RawConnection, topic: str, most: int = MIB) -> bytes:
+    """A framed Fetch v11 for up to ``most`` bytes of partition 0 from offset 0."""
+    part = FetchRequest.FetchTopic.FetchPartition(
+        partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+        log_start_offset=-1, partition_max_bytes=most)
+    request = FetchRequest[11](replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=most,
+                               isolation_level=0, session_id=0, session_epoch=-1,
+                               topics=[FetchRequest.FetchTopic(topic=topic, partitions=[part])],
+                               forgotten_topics_data=[], rack_id="")
+    payload = conn.request_bytes(request, 11)
+    return struct.pack(">i", len(payload)) + payload
+
+
+def test_pipelined_fetches_that_are_never_read_hold_bounded_memory(
+        tmp_path: Path, topic_name: str) -> None:
+    broker = BrokerProcess(tmp_path).start()
+    try:
+        setup = RawConnection(broker.port)
+        assert create(setup, topic_name) == 0
+        batch = record_batch(16, value=b"x" * 1000)  # ~16 KiB: read into memory, no region
+        for _ in range(MIB // len(batch) + 1):
+            assert produce(setup, topic_name, batch).error_code == 0  # type: ignore[attr-defined]
+        setup.send_frame(fetch_bytes(setup, topic_name)[4:])
+        assert len(setup.read_frame()) > MIB - 2 * len(batch)  # a fetch answers ~1 MiB
+        setup.close()
+        before = settled_rss(broker)
+
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        client.connect(("127.0.0.1", broker.port))
+        conn = RawConnection.__new__(RawConnection)
+        conn.sock, conn.correlation_id = client, 0
+        client.sendall(b"".join(fetch_bytes(conn, topic_name) for _ in range(FETCHES)))
+        grown = settled_rss(broker) - before
+        # every fetch started and held: ~1 MiB each (194 MiB measured before the bound)
+        assert grown < 48 * MIB, f"broker grew by {grown / MIB:.0f} MiB"
+
+        client.settimeout(60)
+        correlations = []
+        for _ in range(FETCHES):
+            frame = conn.read_frame()
+            assert len(frame) > MIB - 2 * len(batch)
+            correlations.append(struct.unpack_from(">i", frame)[0])
+        assert correlations == list(range(1, FETCHES + 1))
+        client.close()
+        assert broker.alive()
+    finally:
+        broker.stop()
+
+
+def test_a_client_that_never_reads_is_closed_after_the_idle_timeout(
+        tmp_path: Path, topic_name: str) -> None:
+    broker = BrokerProcess(tmp_path, {"connectionMaxIdleMs": "2000",
+                                      "maxPendingResponseBytes": str(MIB)}).start()
+    try:
+        setup = RawConnection(broker.port)
+        assert create(setup, topic_name) == 0
+        batch = record_batch(16, value=b"x" * 1000)
+        for _ in range(MIB // len(batch) + 1):
+            assert produce(setup, topic_name, batch).error_code == 0  # type: ignore[attr-defined]
+        setup.close()
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        client.connect(("127.0.0.1", broker.port))
+        conn = RawConnection.__new__(RawConnection)
+        conn.sock, conn.correlation_id = client, 0
+        client.sendall(b"".join(fetch_bytes(conn, topic_name) for _ in range(20)))
+        broker.wait_for_log("response bytes not read within the idle timeout", 30)
+        assert closed_by_peer(conn)
+        client.close()
+        assert broker.alive()
+    finally:
+        broker.stop()
+
+
+def test_a_fetch_asking_for_everything_gets_fetch_max_bytes(tmp_path: Path,
+                                                             topic_name: str) -> None:
+    """Kafka's ``fetch.max.bytes``: a client asking for 2 GiB gets at most the broker's
+    limit, so one fetch of small batches cannot make the broker read a whole log."""
+    broker = BrokerProcess(tmp_path, {"fetchMaxBytes": str(MIB)}).start()
+    try:
+        conn = RawConnection(broker.port)
+        assert create(conn, topic_name) == 0
+        batch = record_batch(16, value=b"x" * 1000)
+        for _ in range(3 * MIB // len(batch)):
+            assert produce(conn, topic_name, batch).error_code == 0  # type: ignore[attr-defined]
+        conn.send_frame(fetch_bytes(conn, topic_name, 2**31 - 1)[4:])
+        size = len(conn.read_frame())
+        assert MIB - 2 * len(batch) < size <= MIB + 1024
+        conn.close()
+    finally:
+        broker.stop()
+
+
+def test_a_region_sent_to_a_slow_reader_is_read_in_chunks(tmp_path: Path) -> None:
+    """On TLS (no socket to ``sendfile`` to) or a full socket, a 32 MiB region goes
+    through the transport a chunk at a time, not read whole into memory."""
+    size = 32 * MIB
+    path = tmp_path / "ledger"
+    with path.open("wb") as out:
+        out.truncate(size)
+    file = path.open("rb")
+    fd = file.fileno()
+
+    async def exchange() -> tuple[int, int]:
+        received = 0
+        peak = 0
+
+        async def serve(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal peak
+            tracemalloc.start()
+            try:
+                await write_parts(writer, [b"head", FileRegion(fd, 0, size, b"")], None)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", server.sockets[0].getsockname()[1])
+        await asyncio.sleep(0.2)  # the socket fills; the rest waits in the broker
+        while chunk := await reader.read(1 << 20):
+            received += len(chunk)
+        writer.close()
+        server.close()
+        return received, peak
+
+    try:
+        received, peak = asyncio.run(exchange())
+    finally:
+        file.close()
+    assert received == size + 4
+    assert peak < 4 * MIB, f"{peak / MIB:.1f} MiB held while sending a 32 MiB region"
+
+
+# -- before login -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def issuer(tmp_path_factory: pytest.TempPathFactory) -> TokenIssuer:
+    return TokenIssuer("hmac", Path(tmp_path_factory.mktemp("keys")))
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory,
+                issuer: TokenIssuer) -> Iterator[BrokerProcess]:
+    """A SASL_PLAINTEXT listener (and a PLAINTEXT one to read the audit topic); frames of
+    connections not logged in may hold 1 MiB."""
+    broker = BrokerProcess(Path(tmp_path_factory.mktemp("sasl")), {
+        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+        "maxUnauthenticatedBufferedBytes": str(MIB), **issuer.settings,
+    }).start()
+    yield broker
+    broker.stop()
+
+
+def api_versions_answered(port: int) -> bool:
+    conn = RawConnection(port)
+    try:
+        answer = conn.call(ApiVersionsRequest[3](client_software_name="t",
+                                                 client_software_version="1"), 3,
+                           ApiVersionsResponse)
+        return bool(answer.error_code == NONE)
+    finally:
+        conn.close()
+
+
+def test_a_large_frame_before_login_is_refused_with_one_line(sasl_broker: BrokerProcess) -> None:
+    size = 600 * 1024
+    conn = RawConnection(sasl_broker.port)
+    conn.sock.sendall(struct.pack(">i", size) + b"\0" * 1024)
+    assert closed_by_peer(conn)
+    conn.close()
+    sasl_broker.wait_for_log(f"frame size {size} ")
+    lines = [line for line in sasl_broker.lines if f"frame size {size} " in line]
+    assert len(lines) == 1 and "524288" in lines[0] and "before authentication" in lines[0]
+    assert "Traceback" not in sasl_broker.log_text()
+    assert api_versions_answered(sasl_broker.port)
+    events = read_audit(f"127.0.0.1:{sasl_broker.ports['PLAINTEXT']}",
+                        {("connection", "rejected")})
+    assert any(event["outcome"] == "rejected" and "before authentication" in str(event["reason"])
+               for event in events)
+
+
+def test_after_login_the_listener_frame_limit_applies(sasl_broker: BrokerProcess,
+                                                      issuer: TokenIssuer,
+                                                      topic_name: str) -> None:
+    conn = SecureConnection(sasl_broker.port)
+    conn.login("public", issuer.token("alice"))
+    assert create(conn, topic_name) == 0
+    big = record_batch(600, value=b"y" * 1000)  # ~600 KiB in one frame
+    assert len(big) > 524288
+    answer = produce(conn, topic_name, big)
+    assert answer.error_code == NONE  # type: ignore[attr-defined]
+    conn.close()
+
+
+def test_connections_not_logged_in_share_one_budget(sasl_broker: BrokerProcess) -> None:
+    """Each holds a 400 KiB frame half sent: two fit in the 1 MiB budget, a third is
+    closed, and once the first two go, the budget is free again."""
+    size = 400 * 1024
+
+    def start_frame() -> RawConnection:
+        conn = RawConnection(sasl_broker.port)
+        conn.sock.sendall(struct.pack(">i", size) + b"\0" * 1024)
+        return conn
+
+    first, second = start_frame(), start_frame()
+    assert not closed_by_peer(first, 1.0) and not closed_by_peer(second, 1.0)
+    third = start_frame()
+    assert closed_by_peer(third)
+    sasl_broker.wait_for_log("frames of connections not logged in already hold")
+    for conn in (first, second, third):
+        conn.close()
+    deadline = time.monotonic() + 10
+    while (sum("closed after 1024 of 409600 frame bytes" in line for line in sasl_broker.lines)
+           < 2 and time.monotonic() < deadline):
+        time.sleep(0.05)  # until the broker has seen both go
+    fourth = start_frame()
+    assert not closed_by_peer(fourth, 1.0)
+    fourth.close()
+    assert sasl_broker.alive()
+
+
+def test_a_frame_trickled_before_login_gives_its_budget_back(tmp_path: Path,
+                                                             issuer: TokenIssuer) -> None:
+    """A frame before login must arrive within connectionMaxIdleMs: connections that send
+    part of one and wait are closed, and their share of the budget is free again."""
+    broker = BrokerProcess(tmp_path, {
+        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0", "connectionMaxIdleMs": "1500",
+        "maxUnauthenticatedBufferedBytes": str(MIB), **issuer.settings}).start()
+    try:
+        holders = [RawConnection(broker.port) for _ in range(2)]
+        for conn in holders:  # two frames of the largest size take the whole budget
+            conn.sock.sendall(struct.pack(">i", 524288) + b"\0" * 1024)
+        for conn in holders:
+            assert closed_by_peer(conn, 30)
+            conn.close()
+        broker.wait_for_log("was not complete within the idle timeout")
+        conn = SecureConnection(broker.port)
+        conn.login("public", issuer.token("alice"))
+        conn.close()
+        assert broker.alive()
+    finally:
+        broker.stop()
