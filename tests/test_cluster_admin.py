@@ -139,6 +139,25 @@ def test_describe_topic_partitions_pages_through_everything(
     assert pages == 3
 
 
+def test_describe_topic_partitions_answers_empty_elr_lists(
+        broker: BrokerProcess, topic_name: str) -> None:
+    """Eligible leader replicas and the last known ELR come as empty arrays, as Kafka sends
+    them without ELR, never null: the Java client's describeTopics reads them without a null
+    check. Read raw, since kafka-python's admin client turns both into None."""
+    from kafka.protocol import admin as a
+    create(broker, topic_name, 2)
+    conn = RawConnection(broker.port)
+    try:
+        answer = conn.call(a.DescribeTopicPartitionsRequest[0](
+            topics=[a.DescribeTopicPartitionsRequest.TopicRequest(name=topic_name)],
+            response_partition_limit=10, cursor=None), 0, a.DescribeTopicPartitionsResponse)
+    finally:
+        conn.close()
+    [topic] = answer.topics
+    assert [(p.partition_index, p.eligible_leader_replicas, p.last_known_elr,
+             p.offline_replicas) for p in topic.partitions] == [(0, [], [], []), (1, [], [], [])]
+
+
 def test_describe_topic_partitions_pages_stay_bounded(
         broker: BrokerProcess, topic_name: str, client: kafka.admin.KafkaAdminClient) -> None:
     """At most 2,000 partitions a page, whatever the limit asked; a cursor before the first
