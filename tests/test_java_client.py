@@ -86,7 +86,7 @@ def test_transactions_commit_abort_and_read_committed(
     assert [line[1] for line in lines if line[0] == "consumed"] == \
         ["committed-0", "committed-1", "committed-2", "committed-3"]
     # 3 committed, their marker, 2 aborted, their marker, 1 committed, its marker
-    assert ["position", "9"] in lines
+    assert ["end", "9", "position", "9"] in lines
     assert ["group-offset", "7"] in lines
     committed = admin.list_group_offsets(group)
     assert {tp.partition: meta.offset for tp, meta in committed[group].items()} == {0: 7}

@@ -182,7 +182,15 @@ public final class KafkaFlows {
             reader.assign(List.of(first));
             reader.seekToBeginning(List.of(first));
             pollAll(reader, 4);
-            System.out.println("position " + reader.position(first));
+            long end = reader.endOffsets(List.of(first)).get(first);
+            long deadline = System.currentTimeMillis() + DEADLINE_MS;
+            while (reader.position(first) < end && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<String, String> record : reader.poll(POLL)) {
+                    System.out.println("consumed " + record.value() + " "
+                        + record.partition() + " " + record.offset());
+                }
+            }
+            System.out.println("end " + end + " position " + reader.position(first));
         }
         try (KafkaConsumer<String, String> member = consumer(bootstrap, group, "read_committed")) {
             OffsetAndMetadata offset = member.committed(Set.of(first)).get(first);
