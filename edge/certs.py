@@ -133,7 +133,8 @@ def make_certs(directory: Path, hosts: Sequence[str] = DEFAULT_HOSTS,
     _write(files.ca, authority.cert.public_bytes(serialization.Encoding.PEM), private=False)
     _write(files.cert, server_pem, private=False)
     _write(files.key, server_key, private=True)
-    if client_cn is not None and files.client_cert is not None and files.client_key:
+    if client_cn is not None and files.client_cert is not None \
+            and files.client_key is not None:
         client_pem, client_key = authority.leaf(client_cn, ())
         _write(files.client_cert, client_pem, private=False)
         _write(files.client_key, client_key, private=True)
