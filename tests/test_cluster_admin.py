@@ -32,7 +32,7 @@ def client(broker: BrokerProcess) -> Iterator[kafka.admin.KafkaAdminClient]:
 
 def create(broker: BrokerProcess, name: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
 
 
 def test_elections_are_never_needed(broker: BrokerProcess, topic_name: str) -> None:
