@@ -17,9 +17,10 @@ ARGS ?=
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 
-# Debian packages the build or tests need (Java for Spark; a C toolchain and zlib headers
-# for the benchmark's rdkafka_performance). Only missing ones are installed.
-DEBIAN_PACKAGES ?= openjdk-17-jre-headless gcc make libc6-dev zlib1g-dev
+# Debian packages the build or tests need (Java for Spark, and javac for the Java client's
+# test program; a C toolchain and zlib headers for the benchmark's rdkafka_performance).
+# Only missing ones are installed.
+DEBIAN_PACKAGES ?= openjdk-17-jdk-headless gcc make libc6-dev zlib1g-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)

@@ -1,7 +1,9 @@
 """The authorization policy: superusers, the tenant boundary, then the ACLs.
 
 The tenant boundary applies to every SASL login, even with ``authorizationEnabled=false``:
-a login of tenant B never reaches a topic, group or transactional id of tenant A. With
+a login of tenant B never reaches a topic, group or transactional id of tenant A, unless its
+role is a superuser, which passes every check. A connection without a SASL login has no
+tenant (``login_tenant`` is None): only the ACLs apply to it. With
 authorization enabled, each operation also needs an ACL (Kafka's rules: DENY beats
 ALLOW; READ, WRITE, DELETE and ALTER imply DESCRIBE).
 """

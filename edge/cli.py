@@ -7,7 +7,9 @@
   development OAuth issuer on loopback until SIGTERM / Ctrl-C (SIGHUP rotates its key);
 - ``edge-broker envoy-config [--config FILE] [--set key=value]... [options]`` writes an
   Envoy bootstrap, and ``edge-broker xds-server [...]`` serves listeners and clusters to
-  Envoys over ADS (see ``edge.envoy.commands``).
+  Envoys over ADS (see ``edge.envoy.commands``);
+- ``edge-broker certs [--dir certs] [--host H]... [--client CN] [--days N] [--force]`` writes
+  a throw-away CA and a server certificate (and a client one) for trying TLS listeners.
 """
 
 from __future__ import annotations
@@ -78,6 +80,25 @@ def _add_envoy_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
                     "file change, SIGHUP or POST /reload; GET /status shows ACKs and NACKs."))
 
 
+def _add_certs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from edge.certs import DEFAULT_HOSTS
+
+    certs = commands.add_parser(
+        "certs", help="write a throw-away CA and certificates for trying TLS listeners",
+        description="Write ca.pem, server.pem and server.key (and client.pem, client.key "
+                    "with --client) into a directory: a CA made for the occasion, whose "
+                    "key is not kept, and certificates it signed. Not for production.")
+    certs.add_argument("--dir", default="certs", help="where to write (default: certs)")
+    certs.add_argument("--host", action="append", dest="hosts", metavar="HOST",
+                       help="a name or IP address the server certificate is for (repeatable; "
+                            f"default: {' '.join(DEFAULT_HOSTS)})")
+    certs.add_argument("--client", metavar="CN",
+                       help="also write a client certificate with this common name (the "
+                            "principal on SSL listeners)")
+    certs.add_argument("--days", type=int, default=365, help="validity in days (default: 365)")
+    certs.add_argument("--force", action="store_true", help="replace files already there")
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
@@ -90,10 +111,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                         dest="overrides", help="override one setting (repeatable)")
     commands = parser.add_subparsers(
-        dest="command", metavar="{token,dev-issuer,envoy-config,xds-server}")
+        dest="command", metavar="{token,dev-issuer,envoy-config,xds-server,certs}")
     _add_token_parser(commands)
     _add_dev_issuer_parser(commands)
     _add_envoy_parsers(commands)
+    _add_certs_parser(commands)
     return parser.parse_args(argv)
 
 
@@ -188,6 +210,24 @@ def run_dev_issuer(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_certs(args: argparse.Namespace) -> int:
+    """Write the certificates; name each file written; exit 2 on bad arguments or files
+    that are already there."""
+    from pathlib import Path
+
+    from edge.certs import DEFAULT_HOSTS, make_certs
+
+    try:
+        files = make_certs(Path(args.dir), args.hosts or DEFAULT_HOSTS, args.client,
+                           args.days, overwrite=args.force)
+    except (ValueError, OSError) as exc:
+        print(f"edge-broker certs: {exc}", file=sys.stderr)
+        return 2
+    for path in files.written():
+        print(f"wrote {path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the broker, or the subcommand given."""
     args = parse_args(argv)
@@ -195,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_token(args)
     if args.command == "dev-issuer":
         return run_dev_issuer(args)
+    if args.command == "certs":
+        return run_certs(args)
     if args.command in ("envoy-config", "xds-server"):
         from edge.envoy.commands import run_command
 

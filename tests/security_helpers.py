@@ -4,8 +4,6 @@ connections, and produce/consume through the three clients with SASL and TLS set
 from __future__ import annotations
 
 import base64
-import datetime
-import ipaddress
 import secrets
 import ssl
 import struct
@@ -18,10 +16,8 @@ from typing import Any
 import jwt
 from aiokafka.helpers import create_ssl_context
 from confluent_kafka.admin import AdminClient, NewTopic
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kafka.protocol.admin import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -66,6 +62,7 @@ from kafka.protocol.sasl import (
 )
 from kafka.record.memory_records import MemoryRecords
 
+from edge.certs import make_certs
 from tests import clients
 from tests.clients import PARTITIONS, Got, Rec
 from tests.group_helpers import GroupConnection
@@ -101,66 +98,12 @@ class TlsFiles:
         return {"tlsCertificateFilePath": str(self.cert), "tlsKeyFilePath": str(self.key)}
 
 
-def _key_pem(key: rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
 def make_tls(directory: Path) -> TlsFiles:
     """Write a CA, a server certificate (SAN IP 127.0.0.1, DNS localhost) and a client
-    certificate (CN client-role) into ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edge-test-ca")])
-    ca_cert = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
-                       critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    def leaf(common_name: str, server: bool) -> tuple[bytes, bytes]:
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-            .issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                ca_key.public_key()), critical=False)
-            .add_extension(x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
-                critical=False)
-        )
-        if server:
-            builder = builder.add_extension(x509.SubjectAlternativeName([
-                x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
-                critical=False)
-        cert = builder.sign(ca_key, hashes.SHA256())
-        return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
-
-    files = TlsFiles(directory / "ca.pem", directory / "server.pem", directory / "server.key",
-                     directory / "client.pem", directory / "client.key")
-    files.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    server_pem, server_key = leaf("localhost", True)
-    files.cert.write_bytes(server_pem)
-    files.key.write_bytes(server_key)
-    client_pem, client_key = leaf("client-role", False)
-    files.client_cert.write_bytes(client_pem)
-    files.client_key.write_bytes(client_key)
-    return files
+    certificate (CN client-role) into ``directory``, as ``edge-broker certs`` does."""
+    files = make_certs(directory, client_cn="client-role", days=2, overwrite=True)
+    assert files.client_cert is not None and files.client_key is not None
+    return TlsFiles(files.ca, files.cert, files.key, files.client_cert, files.client_key)
 
 
 # -- tokens ------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ def client(broker: BrokerProcess) -> Iterator[kafka.admin.KafkaAdminClient]:
 
 def create(broker: BrokerProcess, name: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
 
 
 def test_elections_are_never_needed(broker: BrokerProcess, topic_name: str) -> None:
@@ -137,6 +137,25 @@ def test_describe_topic_partitions_pages_through_everything(
         pages += 1
     assert seen == [(name, p) for name in names for p in range(3)]
     assert pages == 3
+
+
+def test_describe_topic_partitions_answers_empty_elr_lists(
+        broker: BrokerProcess, topic_name: str) -> None:
+    """Eligible leader replicas and the last known ELR come as empty arrays, as Kafka sends
+    them without ELR, never null: the Java client's describeTopics reads them without a null
+    check. Read raw, since kafka-python's admin client turns both into None."""
+    from kafka.protocol import admin as a
+    create(broker, topic_name, 2)
+    conn = RawConnection(broker.port)
+    try:
+        answer = conn.call(a.DescribeTopicPartitionsRequest[0](
+            topics=[a.DescribeTopicPartitionsRequest.TopicRequest(name=topic_name)],
+            response_partition_limit=10, cursor=None), 0, a.DescribeTopicPartitionsResponse)
+    finally:
+        conn.close()
+    [topic] = answer.topics
+    assert [(p.partition_index, p.eligible_leader_replicas, p.last_known_elr,
+             p.offline_replicas) for p in topic.partitions] == [(0, [], [], []), (1, [], [], [])]
 
 
 def test_describe_topic_partitions_pages_stay_bounded(

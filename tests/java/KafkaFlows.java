@@ -1,0 +1,200 @@
+// The Java client's flows against a broker, for tests/test_java_client.py: each flow
+// prints one fact per line ("word value ...") for the test to check, and exits non-zero
+// with the exception on stderr when the client fails.
+//
+//   java KafkaFlows admin BOOTSTRAP TOPIC PARTITIONS
+//   java KafkaFlows produce BOOTSTRAP TOPIC COUNT
+//   java KafkaFlows group BOOTSTRAP TOPIC GROUP COUNT
+//   java KafkaFlows transactions BOOTSTRAP TOPIC TRANSACTIONAL_ID GROUP
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.concurrent.ExecutionException;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+public final class KafkaFlows {
+    private static final Duration POLL = Duration.ofMillis(200);
+    private static final long DEADLINE_MS = 30_000;
+
+    private KafkaFlows() {
+    }
+
+    public static void main(String[] args) throws Exception {
+        switch (args[0]) {
+            case "admin" -> admin(args[1], args[2], Integer.parseInt(args[3]));
+            case "produce" -> produce(args[1], args[2], Integer.parseInt(args[3]));
+            case "group" -> group(args[1], args[2], args[3], Integer.parseInt(args[4]));
+            case "transactions" -> transactions(args[1], args[2], args[3], args[4]);
+            default -> throw new IllegalArgumentException("unknown flow " + args[0]);
+        }
+    }
+
+    private static Properties common(String bootstrap) {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", bootstrap);
+        props.put("client.id", "java-flows");
+        return props;
+    }
+
+    /** Create, list, describe (DescribeTopicPartitions) and delete a topic. */
+    private static void admin(String bootstrap, String topic, int partitions) throws Exception {
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
+            System.out.println("created " + topic);
+            System.out.println("listed " + admin.listTopics().names().get().contains(topic));
+            TopicDescription described =
+                admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+            System.out.println("topic-id " + described.topicId());
+            for (TopicPartitionInfo info : described.partitions()) {
+                System.out.println("partition " + info.partition() + " leader "
+                    + info.leader().id() + " replicas " + info.replicas().size() + " isr "
+                    + info.isr().size() + " elr " + info.elr().size() + " last-known-elr "
+                    + info.lastKnownElr().size());
+            }
+            try {
+                admin.describeTopics(List.of(topic + "-missing")).allTopicNames().get();
+                System.out.println("missing described");
+            } catch (ExecutionException error) {
+                System.out.println("missing " + error.getCause().getClass().getSimpleName());
+            }
+            admin.deleteTopics(List.of(topic)).all().get();
+            System.out.println("deleted " + topic);
+            System.out.println("listed " + admin.listTopics().names().get().contains(topic));
+        }
+    }
+
+    private static Properties producerProps(String bootstrap) {
+        Properties props = common(bootstrap);
+        props.put("key.serializer", StringSerializer.class.getName());
+        props.put("value.serializer", StringSerializer.class.getName());
+        props.put("acks", "all");
+        props.put("enable.idempotence", "true");
+        return props;
+    }
+
+    /** Produce COUNT keyed records with the idempotent producer; print where each went. */
+    private static void produce(String bootstrap, String topic, int count) throws Exception {
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(producerProps(bootstrap))) {
+            List<java.util.concurrent.Future<RecordMetadata>> sent = new ArrayList<>();
+            for (int i = 0; i < count; i++) {
+                sent.add(producer.send(new ProducerRecord<>(topic, "key-" + i, "value-" + i)));
+            }
+            for (int i = 0; i < count; i++) {
+                RecordMetadata meta = sent.get(i).get();
+                System.out.println("sent value-" + i + " " + meta.partition() + " " + meta.offset());
+            }
+        }
+    }
+
+    private static KafkaConsumer<String, String> consumer(String bootstrap, String group,
+                                                          String isolation) {
+        Properties props = common(bootstrap);
+        props.put("group.id", group);
+        props.put("key.deserializer", StringDeserializer.class.getName());
+        props.put("value.deserializer", StringDeserializer.class.getName());
+        props.put("auto.offset.reset", "earliest");
+        props.put("enable.auto.commit", "false");
+        props.put("isolation.level", isolation);
+        return new KafkaConsumer<>(props);
+    }
+
+    /** Poll until COUNT records came (or the deadline passed), printing each. */
+    private static int pollAll(KafkaConsumer<String, String> consumer, int count) {
+        int got = 0;
+        long end = System.currentTimeMillis() + DEADLINE_MS;
+        while (got < count && System.currentTimeMillis() < end) {
+            ConsumerRecords<String, String> records = consumer.poll(POLL);
+            for (ConsumerRecord<String, String> record : records) {
+                System.out.println("consumed " + record.value() + " " + record.partition() + " "
+                    + record.offset());
+                got++;
+            }
+        }
+        return got;
+    }
+
+    /** Subscribe in a group, read COUNT records, commit them and read the commit back. */
+    private static void group(String bootstrap, String topic, String group, int count) {
+        try (KafkaConsumer<String, String> consumer =
+                 consumer(bootstrap, group, "read_uncommitted")) {
+            consumer.subscribe(List.of(topic));
+            pollAll(consumer, count);
+            System.out.println("assigned " + consumer.assignment().size());
+            consumer.commitSync();
+            Map<TopicPartition, OffsetAndMetadata> committed =
+                consumer.committed(consumer.assignment());
+            for (Map.Entry<TopicPartition, OffsetAndMetadata> entry : committed.entrySet()) {
+                System.out.println("committed " + entry.getKey().partition() + " "
+                    + (entry.getValue() == null ? -1 : entry.getValue().offset()));
+            }
+        }
+    }
+
+    /** One committed transaction that also commits GROUP's offset, one aborted; then read
+     * the topic with read_committed. */
+    private static void transactions(String bootstrap, String topic, String transactionalId,
+                                     String group) throws Exception {
+        Properties props = producerProps(bootstrap);
+        props.put("transactional.id", transactionalId);
+        TopicPartition first = new TopicPartition(topic, 0);
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            for (int i = 0; i < 3; i++) {
+                producer.send(new ProducerRecord<>(topic, 0, "k", "committed-" + i));
+            }
+            producer.sendOffsetsToTransaction(
+                Collections.singletonMap(first, new OffsetAndMetadata(7)),
+                new org.apache.kafka.clients.consumer.ConsumerGroupMetadata(group));
+            producer.commitTransaction();
+            System.out.println("committed transaction");
+            producer.beginTransaction();
+            for (int i = 0; i < 2; i++) {
+                producer.send(new ProducerRecord<>(topic, 0, "k", "aborted-" + i)).get();
+            }
+            producer.abortTransaction();
+            System.out.println("aborted transaction");
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>(topic, 0, "k", "committed-3"));
+            producer.commitTransaction();
+        }
+        try (KafkaConsumer<String, String> reader =
+                 consumer(bootstrap, group + "-reader", "read_committed")) {
+            reader.assign(List.of(first));
+            reader.seekToBeginning(List.of(first));
+            pollAll(reader, 4);
+            long end = reader.endOffsets(List.of(first)).get(first);
+            long deadline = System.currentTimeMillis() + DEADLINE_MS;
+            while (reader.position(first) < end && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<String, String> record : reader.poll(POLL)) {
+                    System.out.println("consumed " + record.value() + " "
+                        + record.partition() + " " + record.offset());
+                }
+            }
+            System.out.println("end " + end + " position " + reader.position(first));
+        }
+        try (KafkaConsumer<String, String> member = consumer(bootstrap, group, "read_committed")) {
+            OffsetAndMetadata offset = member.committed(Set.of(first)).get(first);
+            System.out.println("group-offset " + (offset == null ? -1 : offset.offset()));
+        }
+    }
+}
