@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from edge.config import ConfigError, load_config
+from edge.log_format import escape_client_text
 
 
 def _add_token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -108,6 +109,7 @@ def run_broker(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    escape_client_text()
     import uvloop
 
     from edge.app import BrokerApp
