@@ -55,7 +55,8 @@ def plain(broker: BrokerProcess) -> str:
 
 
 def token(sub: str) -> str:
-    return "token:" + jwt.encode({"sub": sub}, SECRET, algorithm="HS256")
+    return "token:" + jwt.encode({"sub": sub, "exp": int(time.time()) + 3600}, SECRET,
+                                 algorithm="HS256")
 
 
 def audit_count(bootstrap: str) -> int:
