@@ -17,7 +17,7 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse
 
 from tests.broker_process import BrokerProcess
-from tests.oauth_helpers import bearer_message
+from tests.oauth_helpers import bearer_message, good_login, rejected
 from tests.security_helpers import (
     ILLEGAL_SASL_STATE,
     NONE,
@@ -73,31 +73,31 @@ class Env:
         return found
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def start_env(tmp_path_factory: pytest.TempPathFactory, **settings: str) -> Env:
     base = Path(tmp_path_factory.mktemp("login-hardening"))
     issuer = TokenIssuer("hmac", base / "keys")
     broker = BrokerProcess(base / "data", {
         "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
         "saslAllowedMechanisms": "PLAIN,OAUTHBEARER", "failedAuthenticationDelayMs": "0",
-        "tokenMaxLifetimeSeconds": str(MAX_LIFETIME), **issuer.settings,
+        **settings, **issuer.settings,
     }).start()
-    yield Env(broker, issuer)
-    broker.stop()
+    return Env(broker, issuer)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    """The default token rules, plus a maximum lifetime."""
+    started = start_env(tmp_path_factory, tokenMaxLifetimeSeconds=str(MAX_LIFETIME))
+    yield started
+    started.broker.stop()
 
 
 @pytest.fixture(scope="module")
 def lenient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    """The same broker with ``tokenExpiration=optional``."""
-    base = Path(tmp_path_factory.mktemp("login-lenient"))
-    issuer = TokenIssuer("hmac", base / "keys")
-    broker = BrokerProcess(base / "data", {
-        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
-        "saslAllowedMechanisms": "PLAIN,OAUTHBEARER", "failedAuthenticationDelayMs": "0",
-        "tokenExpiration": "optional", **issuer.settings,
-    }).start()
-    yield Env(broker, issuer)
-    broker.stop()
+    """Tokens without ``exp`` allowed (``tokenExpiration=optional``)."""
+    started = start_env(tmp_path_factory, tokenExpiration="optional")
+    yield started
+    started.broker.stop()
 
 
 def plain_refusal(env: Env, message: bytes) -> str:
@@ -115,27 +115,25 @@ def plain_refusal(env: Env, message: bytes) -> str:
 
 def bearer_refusal(env: Env, message: bytes) -> str:
     """OAUTHBEARER: the RFC 7628 error challenge, then SASL_AUTHENTICATION_FAILED."""
-    conn = env.connect()
-    try:
-        assert conn.handshake("OAUTHBEARER").error_code == NONE
-        first = conn.authenticate(message)
-        assert first.error_code == NONE and bytes(first.auth_bytes).startswith(b'{"status"')
-        second = conn.authenticate(b"\x01")
-        assert second.error_code == SASL_AUTHENTICATION_FAILED, second
-        return str(second.error_message)
-    finally:
-        conn.close()
+    return rejected(env.sasl, message)
 
 
 def bearer_login(env: Env, token: str, **extensions: str) -> SaslAuthenticateResponse:
-    conn = env.connect()
-    try:
-        assert conn.handshake("OAUTHBEARER").error_code == NONE
-        answer = conn.authenticate(bearer_message(token, **extensions))
-        assert answer.error_code == NONE, answer
-        return answer
-    finally:
-        conn.close()
+    return good_login(env.sasl, token, **extensions)
+
+
+def first_client_error(env: Env, **settings: str) -> confluent_kafka.KafkaError:
+    """The first error a librdkafka producer logging in with ``settings`` reports."""
+    errors: list[confluent_kafka.KafkaError] = []
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": f"127.0.0.1:{env.sasl}", "security.protocol": "SASL_PLAINTEXT",
+        **settings, "error_cb": errors.append})
+    deadline = time.monotonic() + 15
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    del producer
+    assert errors
+    return errors[0]
 
 
 def assert_log_lines_bounded(env: Env, mark: int, limit: int = 3000) -> None:
@@ -180,18 +178,10 @@ def test_huge_oauthbearer_extension_value_is_logged_bounded(env: Env) -> None:
 def test_stock_client_with_a_huge_password_gets_an_authentication_error(env: Env) -> None:
     """librdkafka sees SASL_AUTHENTICATION_FAILED (before: a closed connection, retried as
     a transport error)."""
-    errors: list[confluent_kafka.KafkaError] = []
-    producer = confluent_kafka.Producer({
-        "bootstrap.servers": f"127.0.0.1:{env.sasl}", "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanisms": "PLAIN", "sasl.username": "acme",
-        "sasl.password": "P" * HUGE + ":x", "error_cb": errors.append})
-    deadline = time.monotonic() + 15
-    while not errors and time.monotonic() < deadline:
-        producer.poll(0.2)
-    assert errors and errors[0].code() == confluent_kafka.KafkaError._AUTHENTICATION, \
-        [e.str() for e in errors]
-    assert "unsupported authentication method" in errors[0].str()
-    del producer
+    error = first_client_error(env, **{"sasl.mechanisms": "PLAIN", "sasl.username": "acme",
+                                       "sasl.password": "P" * HUGE + ":x"})
+    assert error.code() == confluent_kafka.KafkaError._AUTHENTICATION, error.str()
+    assert "unsupported authentication method" in error.str()
 
 
 # -- 4: log injection -------------------------------------------------------------------
@@ -226,51 +216,38 @@ def test_dot_tenant_extension_is_refused(env: Env, tenant: str) -> None:
 
 
 def test_stock_client_with_a_dot_tenant_is_refused(env: Env) -> None:
-    errors: list[confluent_kafka.KafkaError] = []
-    producer = confluent_kafka.Producer({
-        "bootstrap.servers": f"127.0.0.1:{env.sasl}", "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanisms": "PLAIN", "sasl.username": "..",
-        "sasl.password": "token:" + env.issuer.token(), "error_cb": errors.append})
-    deadline = time.monotonic() + 15
-    while not errors and time.monotonic() < deadline:
-        producer.poll(0.2)
-    assert errors and errors[0].code() == confluent_kafka.KafkaError._AUTHENTICATION, \
-        [e.str() for e in errors]
-    assert "invalid username" in errors[0].str()
-    del producer
+    error = first_client_error(env, **{"sasl.mechanisms": "PLAIN", "sasl.username": "..",
+                                       "sasl.password": "token:" + env.issuer.token()})
+    assert error.code() == confluent_kafka.KafkaError._AUTHENTICATION, error.str()
+    assert "invalid username" in error.str()
 
 
 # -- 8: a second SaslHandshake ----------------------------------------------------------
 
-def test_handshake_during_a_login_is_illegal_and_closes(env: Env) -> None:
+def mid_login(env: Env, conn: SecureConnection) -> str:
+    assert conn.handshake("PLAIN").error_code == NONE
+    return "PLAIN"
+
+
+def after_error_challenge(env: Env, conn: SecureConnection) -> str:
+    assert conn.handshake("OAUTHBEARER").error_code == NONE
+    assert conn.authenticate(bearer_message("not.a.token")).error_code == NONE
+    return "OAUTHBEARER"
+
+
+def mid_reauthentication(env: Env, conn: SecureConnection) -> str:
+    conn.login("acme", env.issuer.token())
+    assert conn.handshake("PLAIN").error_code == NONE  # re-authentication begins
+    return "PLAIN"
+
+
+@pytest.mark.parametrize("prelude", [mid_login, after_error_challenge, mid_reauthentication])
+def test_handshake_during_an_exchange_is_illegal_and_closes(
+        env: Env, prelude: Callable[[Env, SecureConnection], str]) -> None:
     conn = env.connect()
     try:
-        assert conn.handshake("PLAIN").error_code == NONE
-        answer = conn.handshake("PLAIN")
+        answer = conn.handshake(prelude(env, conn))
         assert answer.error_code == ILLEGAL_SASL_STATE and list(answer.mechanisms) == []
-        assert closed_by_peer(conn)
-    finally:
-        conn.close()
-
-
-def test_handshake_after_an_oauthbearer_error_challenge_is_illegal(env: Env) -> None:
-    conn = env.connect()
-    try:
-        assert conn.handshake("OAUTHBEARER").error_code == NONE
-        first = conn.authenticate(bearer_message("not.a.token"))
-        assert first.error_code == NONE
-        assert conn.handshake("OAUTHBEARER").error_code == ILLEGAL_SASL_STATE
-        assert closed_by_peer(conn)
-    finally:
-        conn.close()
-
-
-def test_handshake_during_a_reauthentication_is_illegal(env: Env) -> None:
-    conn = env.connect()
-    try:
-        conn.login("acme", env.issuer.token())
-        assert conn.handshake("PLAIN").error_code == NONE  # re-authentication begins
-        assert conn.handshake("PLAIN").error_code == ILLEGAL_SASL_STATE
         assert closed_by_peer(conn)
     finally:
         conn.close()
@@ -366,15 +343,10 @@ def test_unsupported_mechanisms_are_audited(env: Env, mechanism: str) -> None:
 
 
 def test_stock_scram_client_is_audited(env: Env) -> None:
-    errors: list[confluent_kafka.KafkaError] = []
-    producer = confluent_kafka.Producer({
-        "bootstrap.servers": f"127.0.0.1:{env.sasl}", "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "scram-tenant",
-        "sasl.password": "secret", "error_cb": errors.append})
-    deadline = time.monotonic() + 15
-    while not errors and time.monotonic() < deadline:
-        producer.poll(0.2)
-    del producer
+    error = first_client_error(env, **{"sasl.mechanisms": "SCRAM-SHA-512",
+                                       "sasl.username": "scram-tenant",
+                                       "sasl.password": "secret"})
+    assert "Unsupported SASL mechanism" in error.str()
     event = env.audit(lambda e: e["mechanism"] == "SCRAM-SHA-512")[0]
     assert (event["kind"], event["outcome"]) == ("authentication", "failure")
 
