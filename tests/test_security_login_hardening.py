@@ -17,7 +17,15 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse
 
 from tests.broker_process import BrokerProcess
-from tests.oauth_helpers import bearer_message, good_login, rejected
+from tests.oauth_helpers import (
+    bearer_message,
+    good_login,
+    issuer_token,
+    make_issuer,
+    oauth_file,
+    rejected,
+    start_broker,
+)
 from tests.security_helpers import (
     ILLEGAL_SASL_STATE,
     NONE,
@@ -385,3 +393,21 @@ def test_rejected_requests_and_expired_sessions_are_audited(lenient: Env) -> Non
         conn.close()
     event = lenient.audit(lambda e: e["tenant"] == "expiring" and e["kind"] == "connection")[0]
     assert event["outcome"] == "rejected" and "expired" in str(event["reason"])
+
+
+def test_issuer_tokens_living_too_long_are_refused(tmp_path: Path) -> None:
+    """``tokenMaxLifetimeSeconds`` also bounds tokens checked with the issuer's JWKS."""
+    issuer = make_issuer()
+    try:
+        broker = start_broker(tmp_path, oauth_file(tmp_path, issuer.url),
+                              tokenMaxLifetimeSeconds="600")
+        try:
+            assert "exceeds the maximum of 600 s" in rejected(
+                broker.port, bearer_message(issuer_token(issuer)))  # an hour's token
+            now = int(time.time())
+            short = issuer_token(issuer, iat=now, exp=now + 300)
+            assert good_login(broker.port, short).error_code == NONE
+        finally:
+            broker.stop()
+    finally:
+        issuer.stop()
