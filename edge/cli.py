@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from types import FrameType
 
 from edge.config import ConfigError, load_config
-from edge.log_format import escape_client_text
 
 
 def _add_token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -104,12 +103,12 @@ def run_broker(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"edge-broker: configuration error: {exc}", file=sys.stderr)
         return 2
+    from edge.log_format import broker_log_handler
+
     logging.basicConfig(
         level=config.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        handlers=[broker_log_handler(sys.stderr)],
     )
-    escape_client_text()
     import uvloop
 
     from edge.app import BrokerApp

@@ -14,8 +14,12 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Iterator, Mapping
+from typing import TextIO
 
 from sasl.printable import escape_controls, printable
+
+BROKER_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""The broker's log line: time, level, logger, message."""
 
 LOG_ARG_LIMIT = 1024
 """The most characters one argument of a log record contributes to its line."""
@@ -82,3 +86,11 @@ def escape_client_text(logger: logging.Logger | None = None) -> None:
     for handler in (logger or logging.getLogger()).handlers:
         if not isinstance(handler.formatter, ClientTextFormatter):
             handler.setFormatter(ClientTextFormatter(handler.formatter))
+
+
+def broker_log_handler(stream: TextIO) -> logging.Handler:
+    """The broker's log handler: :data:`BROKER_LOG_FORMAT` lines on ``stream``, client text
+    escaped and bounded."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(ClientTextFormatter(logging.Formatter(BROKER_LOG_FORMAT)))
+    return handler
