@@ -80,14 +80,6 @@ class ClientTextFormatter(logging.Formatter):
         return self.inner.format(safe)
 
 
-def escape_client_text(logger: logging.Logger | None = None) -> None:
-    """Wrap the formatter of every handler of ``logger`` (root) in a
-    :class:`ClientTextFormatter`."""
-    for handler in (logger or logging.getLogger()).handlers:
-        if not isinstance(handler.formatter, ClientTextFormatter):
-            handler.setFormatter(ClientTextFormatter(handler.formatter))
-
-
 def broker_log_handler(stream: TextIO) -> logging.Handler:
     """The broker's log handler: :data:`BROKER_LOG_FORMAT` lines on ``stream``, client text
     escaped and bounded."""

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from edge.audit import AuditEvent
-from edge.log_format import LOG_ARG_LIMIT, escape_client_text
+from edge.log_format import LOG_ARG_LIMIT, broker_log_handler
 from sasl.printable import FIELD_LIMIT, printable
 
 FORGED = "2026-01-01 00:00:00,000 INFO edge.session: peer logged in as admin"
@@ -42,15 +42,13 @@ def test_audit_events_are_bounded_and_escaped() -> None:
 
 @pytest.fixture
 def broker_log() -> Iterator[tuple[logging.Logger, io.StringIO]]:
-    """A logger writing through a handler set up as the broker sets up its own."""
+    """A logger writing through the broker's log handler."""
     out = io.StringIO()
-    handler = logging.StreamHandler(out)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler = broker_log_handler(out)
     logger = logging.getLogger("test-log-format")
     logger.addHandler(handler)
     logger.propagate = False
     logger.setLevel(logging.INFO)
-    escape_client_text(logger)
     yield logger, out
     logger.removeHandler(handler)
 
@@ -63,8 +61,8 @@ def test_arguments_cannot_start_a_line(broker_log: tuple[logging.Logger, io.Stri
     lines = out.getvalue().splitlines()
     assert len(lines) == 3, lines
     assert not any(line.startswith(FORGED) for line in lines)
-    assert lines[0] == "INFO test-log-format: token accepted: extensions [note=x\\r\\n" \
-        + FORGED + "]"
+    assert lines[0].endswith(" INFO test-log-format: token accepted: extensions "
+                             "[note=x\\r\\n" + FORGED + "]")
 
 
 def test_arguments_are_bounded_numbers_kept(
@@ -87,7 +85,7 @@ def test_tracebacks_keep_their_lines_but_not_client_lines(
     except ValueError:
         logger.exception("request from %s failed", "peer")
     lines = out.getvalue().splitlines()
-    assert lines[0] == "ERROR test-log-format: request from peer failed"
+    assert lines[0].endswith(" ERROR test-log-format: request from peer failed")
     assert lines[1] == "Traceback (most recent call last):"
     assert any("direct cause" in line for line in lines)
     assert lines[-1] == "ValueError: topic 'a\\r\\n" + FORGED + "'"
