@@ -7,12 +7,11 @@ Responses give names back exactly as the client wrote them.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from broker_core.errors import ErrorCode, KafkaApiError
+from sasl.names import NAME_RULE, is_valid_name
 
-_LEGAL_PART = re.compile(r"^[A-Za-z0-9._-]+$")
 _MAX_TOPIC_LENGTH = 249
 _PERSISTENT = "persistent://"
 
@@ -31,11 +30,10 @@ class Namespace:
 
 
 def _check_part(part: str, what: str, original: str) -> None:
-    if not part or part in (".", "..") or not _LEGAL_PART.match(part):
+    if not is_valid_name(part):
         raise KafkaApiError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"topic name {original!r} has an invalid {what} {part!r}: use only ASCII "
-            "letters, digits, '.', '_' and '-'",
+            f"topic name {original!r} has an invalid {what} {part!r}: use only {NAME_RULE}",
         )
 
 

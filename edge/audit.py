@@ -4,7 +4,9 @@ rejected connection, appended to the internal topic ``__audit`` of the metadata 
 
 Writes are plain appends to the managed ledger (no fsync wait); repeated identical denials
 within one second are written once, so a client looping on a refused request cannot flood
-the log.
+the log. Every text field is escaped and bounded (``sasl.printable``) before it is
+written: a client's 60 KB username or password costs the audit topic at most a few
+hundred bytes, and no field carries a control character.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import asdict, dataclass
 from broker_core.engine import Engine
 from broker_core.storage import PartitionLog
 from broker_core.system_topics import encode_batch
+from sasl.printable import printable
 
 log = logging.getLogger(__name__)
 AUDIT_TOPIC = "__audit"
@@ -37,6 +40,19 @@ class AuditEvent:
     resource: str | None = None
     reason: str | None = None
     time: int = 0
+
+    def bounded(self) -> AuditEvent:
+        """This event with every text field escaped and bounded."""
+        return AuditEvent(
+            kind=self.kind, outcome=self.outcome, listener=self.listener,
+            client=printable(self.client), principal=_bounded(self.principal),
+            tenant=_bounded(self.tenant), mechanism=_bounded(self.mechanism),
+            api=_bounded(self.api), resource=_bounded(self.resource),
+            reason=_bounded(self.reason), time=self.time)
+
+
+def _bounded(text: str | None) -> str | None:
+    return None if text is None else printable(text)
 
 
 class AuditLog:
@@ -64,6 +80,7 @@ class AuditLog:
         """Append one event (never raises: auditing must not break the request)."""
         if not self.enabled:
             return
+        event = event.bounded()
         now = int(time.time() * 1000)
         if event.kind == "authorization":
             key = (event.principal, event.tenant, event.api, event.resource, event.client)

@@ -126,10 +126,11 @@ def run_broker(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"edge-broker: configuration error: {exc}", file=sys.stderr)
         return 2
+    from edge.log_format import broker_log_handler
+
     logging.basicConfig(
         level=config.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        handlers=[broker_log_handler(sys.stderr)],
     )
     limit_repeated_warnings()
     import uvloop

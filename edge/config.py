@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from listeners.spec import ListenerConfigError, ListenerSpec, parse_listeners
+from sasl.names import NAME_RULE, is_valid_name
 
 __all__ = [
     "CONFIG_KEYS",
@@ -229,9 +230,8 @@ class StrType(ValueType[str]):
 
 @dataclass(frozen=True)
 class NameType(ValueType[str]):
-    """A Pulsar-style name (tenant, namespace): letters, digits and ``- _ = : .``."""
-
-    _SYNTAX = re.compile(r"[-=:.\w]+", re.ASCII)
+    """A tenant or namespace name, by the rule logins and topic names follow
+    (``sasl.names``)."""
 
     def parse(self, text: str) -> str:
         if not self.check(text):
@@ -239,10 +239,10 @@ class NameType(ValueType[str]):
         return text
 
     def check(self, value: object) -> bool:
-        return isinstance(value, str) and self._SYNTAX.fullmatch(value) is not None
+        return isinstance(value, str) and is_valid_name(value)
 
     def expected(self) -> str:
-        return "a non-empty name of letters, digits and - _ = : ."
+        return f"a non-empty name of {NAME_RULE}"
 
 
 @dataclass(frozen=True)
@@ -624,6 +624,20 @@ class BrokerConfig:
         default="",
         metadata=_key("tokenAudience", StrType(),
                       "audience a token must carry; empty = not checked"),
+    )
+    token_expiration: str = field(
+        default="REQUIRED",
+        metadata=_key("tokenExpiration", ChoiceType(("REQUIRED", "OPTIONAL")),
+                      "`required`: a token (PLAIN `token:` and OAUTHBEARER) without an `exp` "
+                      "claim is refused; `optional`: such a token never expires (the "
+                      "behaviour before this key; OAUTHBEARER with the issuer's JWKS always "
+                      "requires `exp`)"),
+    )
+    token_max_lifetime_seconds: int = field(
+        default=0,
+        metadata=_key("tokenMaxLifetimeSeconds", IntType(0, INT_MAX),
+                      "refuse a token whose lifetime is longer (`exp` - `iat`, or `exp` - "
+                      "now without `iat`), PLAIN and OAUTHBEARER alike; 0 = no limit"),
     )
     kop_oauth2_config_file: str = field(
         default="",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edge.config import BrokerConfig, ConfigError, parse_properties
@@ -74,6 +74,8 @@ def token_validator(config: BrokerConfig) -> TokenValidator | None:
             auth_claim=config.token_auth_claim,
             audience_claim=config.token_audience_claim or None,
             audience=config.token_audience or None,
+            require_exp=config.token_expiration == "REQUIRED",
+            max_lifetime_seconds=config.token_max_lifetime_seconds,
         ))
     except ValueError as exc:
         raise ConfigError(f"invalid token settings (tokenSecretKey/tokenPublicKey): {exc}") \
@@ -114,7 +116,8 @@ def bearer_setup(config: BrokerConfig, token: TokenValidator | None) -> BearerSe
                               "oauth.validate.method=token needs 'tokenSecretKey' or "
                               "'tokenPublicKey'")
         return BearerSetup(token, settings.tenant_claim)
-    return BearerSetup(JwksTokenValidator(settings), settings.tenant_claim)
+    lifetime = replace(settings, max_lifetime_seconds=config.token_max_lifetime_seconds)
+    return BearerSetup(JwksTokenValidator(lifetime), settings.tenant_claim)
 
 
 class LoggedBearerServer:
@@ -131,6 +134,10 @@ class LoggedBearerServer:
     @property
     def result(self) -> Authenticated | None:
         return self._inner.result
+
+    @property
+    def claimed_tenant(self) -> str | None:
+        return self._inner.claimed_tenant
 
     def step(self, message: bytes) -> bytes:
         challenge = self._inner.step(message)

@@ -30,7 +30,8 @@ from edge.metrics import AUTHENTICATIONS, CONNECTIONS
 from edge.security import ListenerSecurity, SaslFactory
 from listeners.server import ConnectionInfo, FrameError
 from listeners.tls import certificate_principal
-from sasl.errors import SaslFailure
+from sasl.errors import MECHANISM_LIMIT, SaslFailure
+from sasl.printable import printable
 from sasl.session import session_lifetime_ms
 from sasl.types import Authenticated, SaslServer
 
@@ -97,7 +98,8 @@ class Session:
         key = parsed.header.api_key
         if key == SASL_HANDSHAKE:
             return self._handshake(parsed)
-        if key == SASL_AUTHENTICATE:
+        if key == SASL_AUTHENTICATE and self.security.sasl and (
+                self.sasl is not None or self.login is None):
             return await self._authenticate(parsed)
         if self.security.sasl and self.login is None and key != API_VERSIONS_KEY:
             self._audit("connection", "rejected", api=parsed.spec.name,
@@ -105,8 +107,13 @@ class Session:
             raise FrameError(f"{parsed.spec.name} request before SASL authentication")
         if self.session_ends_ms is not None and _now_ms() > self.session_ends_ms \
                 and key != API_VERSIONS_KEY:
+            self._audit("connection", "rejected", api=parsed.spec.name,
+                        principal=self.principal, tenant=self.home.tenant,
+                        reason="SASL session expired without re-authentication")
             raise FrameError(f"SASL session of {self.principal} expired without "
                              "re-authentication")
+        if key == SASL_AUTHENTICATE:
+            return self._authenticate_when_authenticated(parsed)
         ctx = RequestContext(
             listener=self.info.listener, advertised=self.advertised, principal=self.principal,
             home=self.home, client_id=parsed.header.client_id,
@@ -134,60 +141,85 @@ class Session:
     # -- SaslHandshake -------------------------------------------------------------------
 
     def _handshake(self, parsed: ParsedRequest) -> bytes:
+        """Kafka's rules (SaslServerAuthenticator, KIP-368): a handshake starts a login, or
+        a re-authentication of a session that has a lifetime; during an exchange it is
+        ILLEGAL_SASL_STATE and closes the connection; on a connection that cannot
+        re-authenticate (no SASL on the listener, a session without lifetime) it is
+        answered ILLEGAL_SASL_STATE and the connection stays, as Kafka's request handler
+        answers it."""
         version = parsed.header.api_version
         offered = list(self.security.mechanisms)
 
-        def answer(code: ErrorCode) -> bytes:
+        def answer(code: ErrorCode, mechanisms: list[str] = offered) -> bytes:
             return self._respond(parsed, SaslHandshakeResponse(
-                version=version, error_code=code, mechanisms=offered))
+                version=version, error_code=code, mechanisms=mechanisms))
 
-        if not self.security.sasl:
-            raise FrameError("SaslHandshake on a listener without SASL",
-                             answer(ErrorCode.ILLEGAL_SASL_STATE))
+        if not self.security.sasl or (self.login is not None and self.sasl is None
+                                      and self.session_ends_ms is None):
+            return answer(ErrorCode.ILLEGAL_SASL_STATE, [])
         assert parsed.body is not None
         mechanism: str = parsed.body.mechanism
+        if self.sasl is not None:
+            reason = "SaslHandshake during a SASL exchange"
+            self._refused(mechanism, self.sasl.claimed_tenant, reason)
+            raise FrameError(reason, answer(ErrorCode.ILLEGAL_SASL_STATE, []))
         if mechanism not in offered:
-            raise FrameError(f"SASL mechanism {mechanism!r} is not enabled (enabled: "
-                             f"{', '.join(offered)})",
-                             answer(ErrorCode.UNSUPPORTED_SASL_MECHANISM))
+            reason = (f"SASL mechanism '{printable(mechanism, MECHANISM_LIMIT)}' is not "
+                      f"enabled (enabled: {', '.join(offered)})")
+            self._refused(mechanism, self.home.tenant if self.login else None, reason)
+            raise FrameError(reason, answer(ErrorCode.UNSUPPORTED_SASL_MECHANISM))
         if self.login is not None and (version == 0 or mechanism != self.login.mechanism):
-            raise FrameError("re-authentication must use SaslHandshake v1 and the same "
-                             "mechanism", answer(ErrorCode.ILLEGAL_SASL_STATE))
+            reason = "re-authentication must use SaslHandshake v1 and the same mechanism"
+            self._refused(mechanism, self.home.tenant, reason)
+            raise FrameError(reason, answer(ErrorCode.ILLEGAL_SASL_STATE))
         self.sasl = self.mechanisms[mechanism]()
         self.raw_tokens = version == 0
         return answer(ErrorCode.NONE)
+
+    def _refused(self, mechanism: str | None, tenant: str | None, reason: str) -> None:
+        """Audit a login attempt ended before any SASL step ran (the closing log line
+        comes from the listener)."""
+        self._audit("authentication", "failure", mechanism=mechanism, tenant=tenant,
+                    reason=reason)
 
     # -- SaslAuthenticate ----------------------------------------------------------------
 
     async def _step(self, message: bytes) -> tuple[bytes, Authenticated | None]:
         """One SASL step; on failure wait ``failed_delay_ms`` and raise SaslFailure."""
-        assert self.sasl is not None
+        server = self.sasl
+        assert server is not None
         try:
             # In a worker thread: validators may fetch keys (JWKS) over the network.
-            challenge = await asyncio.to_thread(self.sasl.step, message)
+            challenge = await asyncio.to_thread(server.step, message)
+            result = server.result if server.complete else None
+            if result is not None:
+                self._check_reauthentication(result)
         except SaslFailure as failure:
-            AUTHENTICATIONS.labels(self.sasl.mechanism, "failure").inc()
-            self._audit("authentication", "failure", mechanism=self.sasl.mechanism,
-                        reason=failure.message)
-            log.warning("SASL %s login from %s on %s failed: %s", self.sasl.mechanism,
-                        self.info.peer, self.info.listener, failure.message)
+            AUTHENTICATIONS.labels(server.mechanism, "failure").inc()
+            tenant = server.claimed_tenant
+            self._audit("authentication", "failure", mechanism=server.mechanism,
+                        tenant=tenant, reason=failure.message)
+            log.warning("SASL %s login from %s on %s (tenant %s) failed: %s",
+                        server.mechanism, self.info.peer, self.info.listener,
+                        tenant or "not named", failure.message)
             self.sasl = None
             await asyncio.sleep(self.failed_delay_ms / 1000)
             raise
-        if not self.sasl.complete:
+        if result is None:
             return challenge, None
-        result = self.sasl.result
-        assert result is not None
-        AUTHENTICATIONS.labels(self.sasl.mechanism, "success").inc()
-        self._audit("authentication", "success", mechanism=self.sasl.mechanism,
-                    principal=result.principal, tenant=result.tenant)
+        AUTHENTICATIONS.labels(server.mechanism, "success").inc()
         self.sasl = None
-        return challenge, self._logged_in(result)
+        self._logged_in(result)
+        self._audit("authentication", "success", mechanism=server.mechanism,
+                    principal=result.principal, tenant=self.home.tenant)
+        return challenge, result
 
-    def _logged_in(self, result: Authenticated) -> Authenticated:
+    def _check_reauthentication(self, result: Authenticated) -> None:
         if self.login is not None and (result.principal, result.tenant, result.namespace) != (
                 self.login.principal, self.login.tenant, self.login.namespace):
             raise SaslFailure("re-authentication may not change the principal or tenant")
+
+    def _logged_in(self, result: Authenticated) -> None:
         first = self.login is None
         self.login = result
         self.principal = result.principal
@@ -200,7 +232,6 @@ class Session:
                  self.info.peer, "logged in" if first else "re-authenticated",
                  result.principal, self.home.tenant, self.info.listener,
                  f"{lifetime} ms" if lifetime else "without limit")
-        return result
 
     async def _authenticate(self, parsed: ParsedRequest) -> bytes:
         version = parsed.header.api_version
@@ -212,9 +243,10 @@ class Session:
                 session_lifetime_ms=lifetime))
 
         if self.sasl is None or self.raw_tokens:
-            raise FrameError("SaslAuthenticate without a SaslHandshake",
-                             answer(ErrorCode.ILLEGAL_SASL_STATE,
-                                    "SaslAuthenticate must follow SaslHandshake"))
+            reason = "SaslAuthenticate without a SaslHandshake"
+            self._refused(None, None, reason)
+            raise FrameError(reason, answer(ErrorCode.ILLEGAL_SASL_STATE,
+                                            "SaslAuthenticate must follow SaslHandshake"))
         try:
             assert parsed.body is not None
             challenge, result = await self._step(bytes(parsed.body.auth_bytes))
@@ -226,6 +258,14 @@ class Session:
         if result is not None and self.session_ends_ms is not None:
             lifetime = max(self.session_ends_ms - _now_ms(), 1)
         return answer(ErrorCode.NONE, None, challenge, lifetime)
+
+    def _authenticate_when_authenticated(self, parsed: ParsedRequest) -> bytes:
+        """SaslAuthenticate on a connection that is logged in (and not re-authenticating)
+        or needs no login: answered ILLEGAL_SASL_STATE, the connection stays (Kafka)."""
+        return self._respond(parsed, SaslAuthenticateResponse(
+            version=parsed.header.api_version, error_code=ErrorCode.ILLEGAL_SASL_STATE,
+            error_message="SaslAuthenticate request received after successful authentication",
+            auth_bytes=b"", session_lifetime_ms=0))
 
     async def _raw_token(self, frame: memoryview) -> bytes:
         """The v0 flow: the frame is a bare SASL token, answered with a bare token."""

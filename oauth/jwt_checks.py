@@ -4,7 +4,8 @@ both validators give clients."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jwt
@@ -13,8 +14,11 @@ from oauth.errors import TokenInvalid
 
 
 def decode_verified(token: str, key: Any, algorithms: Sequence[str], *, leeway: int,
-                    require: Sequence[str] = ()) -> dict[str, Any]:
-    """The token's claims once its signature, ``exp`` and ``nbf`` check out.
+                    require: Sequence[str] = (), max_lifetime_seconds: int = 0
+                    ) -> dict[str, Any]:
+    """The token's claims once its signature, ``exp`` and ``nbf`` check out, every claim
+    in ``require`` is present, and (with ``max_lifetime_seconds`` > 0) its lifetime is no
+    longer than that.
 
     Audience, issuer and subject are the callers' business (their rules differ).
     """
@@ -38,4 +42,29 @@ def decode_verified(token: str, key: Any, algorithms: Sequence[str], *, leeway: 
         raise TokenInvalid(f"token has no {missing.claim!r} claim") from None
     except (jwt.PyJWTError, json.JSONDecodeError, ValueError, TypeError):
         raise TokenInvalid("malformed token") from None
+    if max_lifetime_seconds > 0:
+        check_lifetime(claims, max_lifetime_seconds)
     return claims
+
+
+def _number(claims: Mapping[str, Any], name: str) -> float | None:
+    value = claims.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TokenInvalid("malformed token")
+    return float(value)
+
+
+def check_lifetime(claims: Mapping[str, Any], max_lifetime_seconds: int) -> None:
+    """Refuse a token living longer than ``max_lifetime_seconds``: ``exp`` - ``iat``, or
+    ``exp`` - now when it has no ``iat``; a token without ``exp`` lives forever."""
+    exp = _number(claims, "exp")
+    if exp is None:
+        raise TokenInvalid(f"token has no 'exp' claim (maximum lifetime "
+                           f"{max_lifetime_seconds} s)")
+    issued = _number(claims, "iat")
+    lifetime = exp - (issued if issued is not None else time.time())
+    if lifetime > max_lifetime_seconds:
+        raise TokenInvalid(f"token lifetime {int(lifetime)} s exceeds the maximum of "
+                           f"{max_lifetime_seconds} s")

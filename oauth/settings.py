@@ -41,6 +41,9 @@ class ValidatorSettings:
     jwks_retry_seconds: float = 1.0
     jwks_max_age_seconds: float = 3600.0
     http_timeout_seconds: float = 5.0
+    max_lifetime_seconds: int = 0
+    """Refuse a token living longer; 0 = no limit. Set from the broker's
+    ``tokenMaxLifetimeSeconds``, not from an ``oauth.*`` key."""
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 A validator built from :class:`TokenSettings` checks the signature with a fixed set of
 algorithms chosen by the key (HMAC for a secret, RSA/RSASSA-PSS or ECDSA for a public
-key), ``exp`` and ``nbf`` when present, and the audience when configured, then takes
-the role from the configured claim.
+key), ``exp`` (required unless ``require_exp`` is off) and ``nbf`` when present, the
+lifetime when a maximum is set, and the audience when configured, then takes the role
+from the configured claim.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ class TokenSettings:
     """The claim holding the audience; ``aud`` when ``audience`` is set and this is not."""
     audience: str | None = None
     leeway_seconds: int = 0
+    require_exp: bool = False
+    """Refuse a token without ``exp`` (else such a token never expires). The broker
+    turns it on by default (its ``tokenExpiration`` key); a bare validator checks only
+    what the token says."""
+    max_lifetime_seconds: int = 0
+    """Refuse a token living longer (see ``jwt_checks.check_lifetime``); 0 = no limit."""
 
     def __post_init__(self) -> None:
         if (self.secret_key is None) == (self.public_key is None):
@@ -51,6 +58,8 @@ class TokenSettings:
             raise ValueError("the token leeway must not be negative")
         if self.audience is not None and not self.audience:
             raise ValueError("the token audience must not be empty")
+        if self.max_lifetime_seconds < 0:
+            raise ValueError("the token maximum lifetime must not be negative")
 
     @property
     def effective_audience_claim(self) -> str:
@@ -127,8 +136,11 @@ class JwtTokenValidator:
         )
 
     def _decode(self, token: str) -> dict[str, Any]:
+        settings = self.settings
         return decode_verified(token, self._key, self._algorithms,
-                               leeway=self.settings.leeway_seconds)
+                               leeway=settings.leeway_seconds,
+                               require=["exp"] if settings.require_exp else [],
+                               max_lifetime_seconds=settings.max_lifetime_seconds)
 
     def _check_audience(self, claims: Mapping[str, Any]) -> None:
         audience = self.settings.audience

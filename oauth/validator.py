@@ -3,7 +3,8 @@ published keys (JWKS, found by OIDC discovery or configured).
 
 A token passes when its header names an allowed asymmetric algorithm and a key of the
 issuer, the signature verifies, ``exp`` is present and not past and ``nbf`` not ahead
-(both with the configured clock skew), ``iss`` equals the issuer (when one is
+(both with the configured clock skew), the lifetime is within the maximum (when one is
+set), ``iss`` equals the issuer (when one is
 configured), ``aud`` holds a configured audience, the required scopes are all granted,
 and the principal claim is a non-empty string. Nothing is fetched at construction: the
 keys come on first use or from :meth:`JwksTokenValidator.warm_up`, so a broker starts
@@ -105,7 +106,8 @@ class JwksTokenValidator:
 
     def _decode(self, token: str, key: Any, alg: str) -> dict[str, Any]:
         claims = decode_verified(token, key, [alg], leeway=self.settings.clock_skew_seconds,
-                                 require=["exp"])
+                                 require=["exp"],
+                                 max_lifetime_seconds=self.settings.max_lifetime_seconds)
         exp = claims.get("exp")
         if isinstance(exp, bool) or not isinstance(exp, int | float):
             raise TokenInvalid("malformed token")

@@ -1,7 +1,9 @@
-"""What every token-checking SASL server mechanism shares: its validator and its outcome."""
+"""What every token-checking SASL server mechanism shares: its validator, its outcome and
+the tenant the client claimed."""
 
 from __future__ import annotations
 
+from sasl.printable import printable
 from sasl.types import Authenticated, TokenValidator
 
 
@@ -13,6 +15,7 @@ class TokenMechanism:
     def __init__(self, validator: TokenValidator) -> None:
         self._validator = validator
         self._result: Authenticated | None = None
+        self._claimed_tenant: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -23,3 +26,11 @@ class TokenMechanism:
     def result(self) -> Authenticated | None:
         """The login, once complete."""
         return self._result
+
+    @property
+    def claimed_tenant(self) -> str | None:
+        """The tenant the client named so far, escaped and bounded (see SaslServer)."""
+        return self._claimed_tenant
+
+    def _claim_tenant(self, tenant: str) -> None:
+        self._claimed_tenant = printable(tenant) if tenant else None

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from sasl.errors import SaslFailure
 from sasl.limits import check_message_size
 from sasl.mechanism import TokenMechanism
-from sasl.names import is_valid_name
+from sasl.names import NAME_RULE, is_valid_name
 from sasl.oauthbearer_message import (
     ClientInitialResponse,
     MalformedHeader,
@@ -64,6 +64,8 @@ class OAuthBearerServer(TokenMechanism):
             response = parse_client_initial_response(text)
         except (MalformedHeader, MalformedMessage) as exc:
             raise SaslFailure(str(exc)) from None
+        if TENANT_EXTENSION in response.extensions:
+            self._claim_tenant(response.extensions[TENANT_EXTENSION])
         try:
             token = self._validator.validate(response.token)
         except TokenRejected as exc:
@@ -85,13 +87,14 @@ class OAuthBearerServer(TokenMechanism):
         if self._tenant_claim is not None and token.claims.get(self._tenant_claim) is not None:
             tenant = token.claims[self._tenant_claim]
             source = f"token claim {self._tenant_claim!r}"
+            self._claim_tenant(str(tenant))
         elif TENANT_EXTENSION in response.extensions:
             tenant = response.extensions[TENANT_EXTENSION]
             source = f"extension {TENANT_EXTENSION!r}"
         if tenant is None:
             return None
         if not isinstance(tenant, str) or not is_valid_name(tenant):
-            raise SaslFailure(f"invalid tenant in {source}")
+            raise SaslFailure(f"invalid tenant in {source}: expected {NAME_RULE}")
         return tenant
 
     def _error_challenge(self, reason: str) -> bytes:

@@ -10,10 +10,13 @@ from __future__ import annotations
 from sasl.errors import SaslFailure
 from sasl.limits import check_message_size
 from sasl.mechanism import TokenMechanism
-from sasl.names import parse_tenant_spec
+from sasl.names import claimed_tenant, parse_tenant_spec
+from sasl.printable import printable
 from sasl.types import Authenticated, TokenRejected, TokenValidator
 
 SUPPORTED_METHOD = "token"
+_METHOD_LIMIT = 32
+"""How much of an unknown password method a failure message quotes."""
 
 
 class PlainServer(TokenMechanism):
@@ -45,6 +48,7 @@ class PlainServer(TokenMechanism):
                 f"(3 fields), got {len(parts)}"
             )
         authzid, username, password = parts
+        self._claim_tenant(claimed_tenant(username))
         if authzid and authzid != username:
             raise SaslFailure("PLAIN authorization id must be empty or equal the username")
         tenant, namespace = parse_tenant_spec(username)
@@ -53,7 +57,8 @@ class PlainServer(TokenMechanism):
             raise SaslFailure(f"invalid password: expected '{SUPPORTED_METHOD}:<credential>'")
         if method != SUPPORTED_METHOD:
             raise SaslFailure(
-                f"unsupported authentication method {method!r}; supported: '{SUPPORTED_METHOD}'"
+                f"unsupported authentication method '{printable(method, _METHOD_LIMIT)}'; "
+                f"supported: '{SUPPORTED_METHOD}'"
             )
         if not credential:
             raise SaslFailure("invalid password: empty token")

@@ -7,17 +7,20 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
+from sasl.printable import printable
+
 
 def _no_extensions() -> Mapping[str, str]:
     return MappingProxyType({})
 
 
 class TokenRejected(Exception):
-    """A validator refused a token; ``message`` is short and safe to show the client."""
+    """A validator refused a token; ``message`` is short and safe to show the client
+    (escaped and bounded like :class:`sasl.errors.SaslFailure`'s)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+        self.message = printable(message)
+        super().__init__(self.message)
 
 
 @dataclass(frozen=True)
@@ -69,3 +72,10 @@ class SaslServer(Protocol):
 
     @property
     def result(self) -> Authenticated | None: ...
+
+    @property
+    def claimed_tenant(self) -> str | None:
+        """The tenant the client named so far (username, extension or token claim), even
+        if the login then failed or the name is invalid; ``None`` if it named none.
+        Escaped and bounded: for audit events and log lines."""
+        ...

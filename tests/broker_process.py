@@ -56,12 +56,12 @@ class ChildProcess:
         """Everything the process logged so far."""
         return "\n".join(self.lines)
 
-    def wait_for_log(self, pattern: str, timeout: float = 10.0) -> str:
-        """Wait until a log line matches ``pattern``; return it."""
+    def wait_for_log(self, pattern: str, timeout: float = 10.0, after: int = 0) -> str:
+        """Wait until a log line (from line ``after`` on) matches ``pattern``; return it."""
         compiled = re.compile(pattern)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for line in list(self.lines):
+            for line in self.lines[after:]:
                 if compiled.search(line):
                     return line
             time.sleep(0.05)

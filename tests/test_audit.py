@@ -47,7 +47,8 @@ def test_audit_events(tmp_path: Path) -> None:
         plain = f"127.0.0.1:{broker.ports['PLAINTEXT']}"
         sasl = f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}"
         create_topic(plain, "secret-data", 1)  # public/default/secret-data
-        good = jwt.encode({"sub": "mallory"}, SECRET, algorithm="HS256")
+        good = jwt.encode({"sub": "mallory", "exp": int(time.time()) + 600}, SECRET,
+                          algorithm="HS256")
         for password in ("token:forged", "token:" + good):
             admin = AdminClient({"bootstrap.servers": sasl, "security.protocol": "SASL_PLAINTEXT",
                                  "sasl.mechanisms": "PLAIN", "sasl.username": "evil",

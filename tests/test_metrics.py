@@ -89,7 +89,8 @@ def test_metrics_follow_traffic(tmp_path: Path, topic_name: str) -> None:
         assert sample(scrape(metrics_port), lag) == 61
 
         sasl = f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}"
-        good = jwt.encode({"sub": "alice"}, SECRET, algorithm="HS256")
+        good = jwt.encode({"sub": "alice", "exp": int(time.time()) + 600}, SECRET,
+                          algorithm="HS256")
         for password in ("token:" + good, "token:not-a-jwt"):
             admin = confluent_kafka.admin.AdminClient({
                 "bootstrap.servers": sasl, "security.protocol": "SASL_PLAINTEXT",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jwt
@@ -167,7 +168,8 @@ def test_validate_method_token_uses_the_plain_token_settings(tmp_path: Path) -> 
     broker = start_broker(tmp_path, path,
                           tokenSecretKey="data:;base64," + base64.b64encode(secret).decode())
     try:
-        token = jwt.encode({"sub": "bob", "org": "initech"}, secret, algorithm="HS256")
+        token = jwt.encode({"sub": "bob", "org": "initech", "exp": int(time.time()) + 600},
+                           secret, algorithm="HS256")
         assert good_login(broker.port, token).error_code == 0
         broker.wait_for_log(r"logged in as bob \(tenant initech\)")
         issuer = make_issuer()

@@ -308,3 +308,27 @@ def test_public_key_der_file_and_base64(tmp_path: Path, rsa_key: rsa.RSAPrivateK
 def test_unusable_public_key_rejected_at_construction() -> None:
     with pytest.raises(ValueError, match="no PEM or DER public key"):
         JwtTokenValidator(TokenSettings(public_key=data_url(b"not a key")))
+
+
+# --- exp required, maximum lifetime (tokenExpiration, tokenMaxLifetimeSeconds) ----------
+
+def test_required_exp_refuses_a_token_without_it() -> None:
+    validator = JwtTokenValidator(TokenSettings(secret_key=data_url(SECRET), require_exp=True))
+    assert rejected(validator, hs({"sub": "alice"})) == "token has no 'exp' claim"
+    later = int(time.time()) + 60
+    assert validator.validate(hs({"sub": "alice", "exp": later})).expires_at_ms == later * 1000
+
+
+def test_maximum_lifetime_counts_from_iat_or_now() -> None:
+    validator = JwtTokenValidator(TokenSettings(secret_key=data_url(SECRET),
+                                                max_lifetime_seconds=600))
+    now = int(time.time())
+    assert "exceeds the maximum of 600 s" in rejected(validator, hs({"sub": "a",
+                                                                    "exp": now + 3600}))
+    assert "exceeds the maximum" in rejected(validator, hs({"sub": "a", "iat": now - 3000,
+                                                           "exp": now + 60}))
+    assert "'exp'" in rejected(validator, hs({"sub": "a"}))
+    assert "malformed" in rejected(validator, hs({"sub": "a", "iat": "yesterday",
+                                                 "exp": now + 60}))
+    assert validator.validate(hs({"sub": "a", "iat": now - 60, "exp": now + 300})).principal \
+        == "a"

@@ -55,7 +55,8 @@ def plain(broker: BrokerProcess) -> str:
 
 
 def token(sub: str) -> str:
-    return "token:" + jwt.encode({"sub": sub}, SECRET, algorithm="HS256")
+    return "token:" + jwt.encode({"sub": sub, "exp": int(time.time()) + 3600}, SECRET,
+                                 algorithm="HS256")
 
 
 def audit_count(bootstrap: str) -> int:
@@ -118,7 +119,10 @@ def test_report_counts_and_flags_the_burst(spark: SparkSession, audit_broker: Br
         rule=BurstRule(threshold=5, window_seconds=60), since_ms=int(time.time() * 1000)
         - 600_000))
     tenants = {row["tenant"]: row for row in report.tables["tenants"]}
-    assert tenants["-"]["login_failures"] == 10 and tenants["-"]["rejected_connections"] == 1
+    # Failed logins carry the tenant their username claimed; only the request before
+    # login names none.
+    assert tenants["-"]["login_failures"] == 0 and tenants["-"]["rejected_connections"] == 1
+    assert tenants["acme"]["login_failures"] == 10
     assert tenants["acme"]["logins_ok"] == 3 and tenants["acme"]["denials"] == 0
     assert tenants["evil"]["logins_ok"] == 1 and tenants["evil"]["denials"] == 2
     assert sum(row["events"] for row in tenants.values()) == 17

@@ -163,3 +163,20 @@ def test_no_step_after_success(server: OAuthBearerServer) -> None:
     server.step(message(token()))
     with pytest.raises(SaslFailure, match="already over"):
         server.step(b"\x01")
+
+
+@pytest.mark.parametrize("tenant", [".", "..", "a:b", "a=b"])
+def test_dot_and_punctuation_tenants_are_refused(server: OAuthBearerServer,
+                                                 tenant: str) -> None:
+    assert "invalid tenant" in fails_after_challenge(server, message(token(), tenant=tenant))
+
+
+def test_the_claimed_tenant_outlives_a_refused_token(server: OAuthBearerServer) -> None:
+    fails_after_challenge(server, message("not.a.token", tenant="acme\r\nx"))
+    assert server.claimed_tenant == "acme\\r\\nx"
+
+
+def test_a_tenant_claim_is_the_claimed_tenant(validator: JwtTokenValidator) -> None:
+    server = OAuthBearerServer(validator, tenant_claim="tenant")
+    server.step(message(token(tenant="from-claim"), tenant="from-ext"))
+    assert server.claimed_tenant == "from-claim"

@@ -58,10 +58,11 @@ def test_tenant_login(server: PlainServer) -> None:
 
 
 def test_tenant_and_namespace(server: PlainServer) -> None:
-    server.step(message("acme-1_x=:.y/ns.2", f"token:{token()}"))
+    server.step(message("acme-1_x.y/ns.2", f"token:{token()}"))
     result = server.result
     assert result is not None
-    assert (result.tenant, result.namespace) == ("acme-1_x=:.y", "ns.2")
+    assert (result.tenant, result.namespace) == ("acme-1_x.y", "ns.2")
+    assert server.claimed_tenant == "acme-1_x.y"
     assert result.expires_at_ms is None
 
 
@@ -83,10 +84,29 @@ def test_wrong_number_of_fields(server: PlainServer, msg: bytes) -> None:
 
 
 @pytest.mark.parametrize(
-    "username", ["", "a/b/c", "acme/", "/ns", "ac me", "tenänt", "acme//ns", "a*b"]
+    "username", ["", "a/b/c", "acme/", "/ns", "ac me", "tenänt", "acme//ns", "a*b",
+                 ".", "..", "./ns", "../ns", "acme/.", "acme/..", "a=b", "a:b", "acme\n"]
 )
 def test_bad_username(server: PlainServer, username: str) -> None:
+    """Tenant and namespace follow the topic-name rule (``.``/``..`` would name
+    directories and broke group and transaction requests)."""
     assert "invalid username" in fails(server, message(username, f"token:{token()}"))
+    assert server.result is None
+
+
+def test_failed_login_keeps_the_claimed_tenant_escaped_and_bounded(
+        server: PlainServer) -> None:
+    fails(server, message("acme/ns", "token:not.a.jwt"))
+    assert server.claimed_tenant == "acme"
+    other = PlainServer(server._validator)
+    fails(other, message("evil\r\n" + "x" * 1000, "token:x"))
+    claimed = other.claimed_tenant
+    assert claimed is not None and claimed.startswith("evil\\r\\nxx") and len(claimed) < 300
+
+
+def test_long_password_method_gives_a_bounded_reason(server: PlainServer) -> None:
+    reason = fails(server, message("acme", "A" * 60_000 + ":x"))
+    assert "unsupported authentication method" in reason and len(reason) <= 256
 
 
 def test_non_token_method(server: PlainServer) -> None:

@@ -56,17 +56,18 @@ def issuer(tmp_path_factory: pytest.TempPathFactory) -> TokenIssuer:
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory, issuer: TokenIssuer) -> Iterator[Env]:
-    """A broker where only token expiry limits sessions."""
-    broker = start(Path(tmp_path_factory.mktemp("reauth")), issuer)
+    """A broker where only token expiry limits sessions (tokens without ``exp``, whose
+    sessions these tests check, are allowed)."""
+    broker = start(Path(tmp_path_factory.mktemp("reauth")), issuer, tokenExpiration="optional")
     yield Env(broker, issuer)
     broker.stop()
 
 
 @pytest.fixture(scope="module")
 def capped(tmp_path_factory: pytest.TempPathFactory, issuer: TokenIssuer) -> Iterator[Env]:
-    """A broker with connectionsMaxReauthMs=1500."""
+    """A broker with connectionsMaxReauthMs=1500 (and tokens without ``exp`` allowed)."""
     broker = start(Path(tmp_path_factory.mktemp("reauth-capped")), issuer,
-                   connectionsMaxReauthMs=str(CAP_MS))
+                   connectionsMaxReauthMs=str(CAP_MS), tokenExpiration="optional")
     yield Env(broker, issuer)
     broker.stop()
 

@@ -1,0 +1,88 @@
+"""The broker's log format: one record is one line, whatever a client sent.
+
+Usernames, client ids, SASL extensions, topic and group names reach log lines as
+``%``-arguments in every layer (listeners, sasl, oauth, broker_core). The
+:class:`ClientTextFormatter` on the broker's handler makes them harmless in one place:
+each string (or exception) argument is bounded to :data:`LOG_ARG_LIMIT` characters, and
+every control character of the message is escaped (``sasl.printable``), so no client can
+write a line of its own. A traceback (``exc_info``) keeps its lines; only the exception
+messages inside it are escaped.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Iterator, Mapping
+from typing import TextIO
+
+from sasl.printable import escape_controls, printable
+
+BROKER_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""The broker's log line: time, level, logger, message."""
+
+LOG_ARG_LIMIT = 1024
+"""The most characters one argument of a log record contributes to its line."""
+
+
+def _bounded(arg: object) -> object:
+    if isinstance(arg, str | BaseException):
+        return printable(str(arg), LOG_ARG_LIMIT)
+    return arg
+
+
+def _message(record: logging.LogRecord) -> str:
+    args = record.args
+    if not args:
+        return str(record.msg)
+    if isinstance(args, Mapping):
+        return str(record.msg) % {key: _bounded(value) for key, value in args.items()}
+    return str(record.msg) % tuple(_bounded(arg) for arg in args)
+
+
+def _traceback_lines(exc: traceback.TracebackException) -> Iterator[str]:
+    """Python's traceback text with the exception messages escaped (chained causes and
+    contexts first, as Python prints them)."""
+    if exc.__cause__ is not None:
+        yield from _traceback_lines(exc.__cause__)
+        yield ("\nThe above exception was the direct cause of the following "
+               "exception:\n\n")
+    elif exc.__context__ is not None and not exc.__suppress_context__:
+        yield from _traceback_lines(exc.__context__)
+        yield "\nDuring handling of the above exception, another exception occurred:\n\n"
+    if exc.stack:
+        yield "Traceback (most recent call last):\n"
+        yield from exc.stack.format()
+    for line in exc.format_exception_only():
+        yield escape_controls(line.removesuffix("\n")) + "\n"
+    for index, sub in enumerate(exc.exceptions or (), start=1):
+        yield f"sub-exception {index}:\n"
+        yield from _traceback_lines(sub)
+
+
+class ClientTextFormatter(logging.Formatter):
+    """Wraps a handler's formatter: the message it gets holds no control character and
+    no overlong argument, and a traceback's exception messages are escaped."""
+
+    def __init__(self, inner: logging.Formatter | None = None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        safe = logging.makeLogRecord(record.__dict__)
+        safe.msg = escape_controls(_message(record))
+        safe.args = None
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            exc_type, value, tb = record.exc_info
+            assert exc_type is not None
+            exc = traceback.TracebackException(exc_type, value, tb, compact=True)
+            safe.exc_text = "".join(_traceback_lines(exc)).removesuffix("\n")
+        return self.inner.format(safe)
+
+
+def broker_log_handler(stream: TextIO) -> logging.Handler:
+    """The broker's log handler: :data:`BROKER_LOG_FORMAT` lines on ``stream``, client text
+    escaped and bounded."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(ClientTextFormatter(logging.Formatter(BROKER_LOG_FORMAT)))
+    return handler
