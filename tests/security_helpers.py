@@ -10,6 +10,7 @@ import secrets
 import ssl
 import struct
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -451,6 +452,14 @@ class OpsConnection(SecureConnection, GroupConnection):
         answer = self.call(DeleteTopicsRequest[5](topic_names=[name], timeout_ms=5000), 5,
                            DeleteTopicsResponse)
         return int(answer.responses[0].error_code)
+
+    def delete_topic_by_id(self, topic_id: uuid.UUID) -> Any:
+        """DeleteTopics v6 naming the topic only by its id; the one result."""
+        state = DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=topic_id)
+        answer = self.call(DeleteTopicsRequest[6](topics=[state], timeout_ms=5000), 6,
+                           DeleteTopicsResponse)
+        (result,) = answer.responses
+        return result
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         request = DeleteRecordsRequest[2](topics=[DeleteRecordsRequest.DeleteRecordsTopic(
