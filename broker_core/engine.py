@@ -209,8 +209,7 @@ class Engine:
 
     def is_internal(self, internal: str) -> bool:
         """Whether a topic belongs to the broker (system topics in a metadata namespace)."""
-        parts = internal.split("/")
-        return len(parts) == 3 and parts[1] == self.config.metadata_namespace
+        return naming.in_system_namespace(internal, self.config.metadata_namespace)
 
     def listed(self, ctx: RequestContext, internal: str) -> bool:
         """Whether "all topics" shows ``internal`` to the caller (``kopAllowedNamespaces``:
