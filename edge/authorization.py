@@ -16,17 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from broker_core import naming
-from broker_core.context import Operation, RequestContext, ResourceType
+from broker_core.context import OPERATION_CODES, Operation, RequestContext, ResourceType
 from edge.acls import AclOperation, AclResource, AclStore
 
-_OPERATIONS = {
-    Operation.READ: AclOperation.READ, Operation.WRITE: AclOperation.WRITE,
-    Operation.CREATE: AclOperation.CREATE, Operation.DELETE: AclOperation.DELETE,
-    Operation.ALTER: AclOperation.ALTER, Operation.DESCRIBE: AclOperation.DESCRIBE,
-    Operation.DESCRIBE_CONFIGS: AclOperation.DESCRIBE_CONFIGS,
-    Operation.ALTER_CONFIGS: AclOperation.ALTER_CONFIGS,
-    Operation.IDEMPOTENT_WRITE: AclOperation.IDEMPOTENT_WRITE,
-}
 _RESOURCES = {
     ResourceType.TOPIC: AclResource.TOPIC, ResourceType.GROUP: AclResource.GROUP,
     ResourceType.CLUSTER: AclResource.CLUSTER,
@@ -62,22 +54,26 @@ class Policy:
         return ctx.home.tenant
 
     def authorize(self, ctx: RequestContext, operation: Operation, resource: ResourceType,
-                  name: str) -> bool:
-        """Decide one check."""
+                  name: str, log_denied: bool = True) -> bool:
+        """Decide one check (a denial is reported through ``on_denied`` if ``log_denied``)."""
+        reason = self._refusal(ctx, operation, resource, name)
+        if reason is not None and log_denied:
+            self.on_denied(ctx, operation, resource, name, reason)
+        return reason is None
+
+    def _refusal(self, ctx: RequestContext, operation: Operation, resource: ResourceType,
+                 name: str) -> str | None:
+        """Why the check fails, or None when it passes."""
         if self.is_super_user(ctx):
-            return True
+            return None
         if resource == ResourceType.TOPIC and self.is_system_topic(name) and (
                 self.enabled or ctx.login_tenant is not None):
-            self.on_denied(ctx, operation, resource, name, "a system topic of the broker")
-            return False
+            return "a system topic of the broker"
         tenant = self.resource_tenant(ctx, resource, name)
         if ctx.login_tenant is not None and tenant != ctx.login_tenant:
-            self.on_denied(ctx, operation, resource, name, "outside the login's tenant")
-            return False
-        if not self.enabled:
-            return True
-        if self.acls.decide(tenant, _RESOURCES[resource], name, f"User:{ctx.principal}",
-                            ctx.client_host, _OPERATIONS[operation]):
-            return True
-        self.on_denied(ctx, operation, resource, name, "no ACL allows it")
-        return False
+            return "outside the login's tenant"
+        if not self.enabled or self.acls.decide(
+                tenant, _RESOURCES[resource], name, f"User:{ctx.principal}", ctx.client_host,
+                AclOperation(OPERATION_CODES[operation])):
+            return None
+        return "no ACL allows it"
