@@ -129,9 +129,11 @@ class Engine:
         self._checkpoints = loop.create_task(self._checkpoint_loop())
 
     def begin_shutdown(self) -> None:
-        """Answer parked fetches now instead of at their ``max_wait_ms``."""
+        """Answer parked fetches now instead of at their ``max_wait_ms``, and waiting group
+        joins and syncs now instead of when their rebalance ends (NOT_COORDINATOR)."""
         self.closing = True
         self.waiters.notify_all()
+        self.groups.resign()
 
     async def stop(self) -> None:
         """Stop background work, fsync and seal every ledger."""
