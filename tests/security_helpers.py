@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import datetime
 import ipaddress
+import json
 import secrets
 import ssl
 import struct
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 import jwt
 from aiokafka.helpers import create_ssl_context
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -389,6 +391,30 @@ def check_roundtrip(recs: list[Rec], got: list[Got]) -> None:
         came = sorted(by_partition[partition], key=lambda g: g.offset)
         assert [g.offset for g in came] == list(range(len(recs_of)))
         assert [g.rec for g in came] == recs_of
+
+
+AUDIT_TOPIC = "public/__kafka/__audit"
+
+
+def audit_events(bootstrap: str, timeout: float = 20.0) -> list[dict[str, Any]]:
+    """Every event in the audit topic now (up to its high watermark), read with
+    confluent-kafka by a caller that may read it (a superuser, or a connection without a
+    tenant login while authorization is disabled)."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
+                                         "group.id": "audit-reader", "enable.auto.commit": False})
+    try:
+        partition = confluent_kafka.TopicPartition(AUDIT_TOPIC, 0)
+        _low, high = consumer.get_watermark_offsets(partition, timeout)
+        consumer.assign([confluent_kafka.TopicPartition(AUDIT_TOPIC, 0, 0)])
+        events: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout
+        while len(events) < high and time.monotonic() < deadline:
+            events += [json.loads(m.value()) for m in consumer.consume(100, 0.5)
+                       if m.error() is None]
+        assert len(events) >= high, f"read {len(events)} of {high} audit events"
+        return events
+    finally:
+        consumer.close()
 
 
 # -- one method per request, for attack and ACL tests ------------------------------------

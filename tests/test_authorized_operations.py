@@ -10,13 +10,10 @@ DESCRIBE). Asking is not an attempt: it writes no authorization denial to the au
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import confluent_kafka
 import pytest
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import (
@@ -32,7 +29,7 @@ from kafka.protocol.admin import DescribeTopicPartitionsRequest, DescribeTopicPa
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from tests.broker_process import BrokerProcess
-from tests.security_helpers import NONE, Login, OpsConnection, TokenIssuer
+from tests.security_helpers import NONE, Login, OpsConnection, TokenIssuer, audit_events
 
 TENANT = "acme"
 CLUSTER = {"ALTER", "ALTER_CONFIGS", "CLUSTER_ACTION", "CREATE", "DESCRIBE",
@@ -167,18 +164,7 @@ def test_asking_is_not_an_attempt(ops_broker: OpsBroker) -> None:
     for _ in range(3):
         assert cluster_operations(client) == {"DESCRIBE"}
         assert topic_operations(client, "payments") == {"READ", "DESCRIBE"}
-    consumer = confluent_kafka.Consumer({
-        "bootstrap.servers": f"127.0.0.1:{ops_broker.broker.ports['PLAINTEXT']}",
-        "group.id": "audit-reader", "enable.auto.commit": False})
-    consumer.assign([confluent_kafka.TopicPartition("public/__kafka/__audit", 0, 0)])
-    events: list[dict[str, object]] = []
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        batch = consumer.consume(100, 0.5)
-        events += [json.loads(m.value()) for m in batch if m.error() is None]
-        if events and not batch:
-            break
-    consumer.close()
+    events = audit_events(f"127.0.0.1:{ops_broker.broker.ports['PLAINTEXT']}")
     assert any(e["kind"] == "authentication" and e["principal"] == "viewer" for e in events)
     denied = [e for e in events if e["outcome"] == "denied" and e["principal"] == "viewer"]
     assert denied == []
