@@ -151,20 +151,18 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext, request: Any
     return CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results)
 
 
-def _deleted_by_id(engine: Engine, ctx: RequestContext, topic_id: uuid.UUID,
-                   result: Any) -> str:
-    """The internal name of the topic with ``topic_id``, once the caller may delete it. As
-    Kafka answers: an unknown id is UNKNOWN_TOPIC_ID, an id the caller may not describe is
-    TOPIC_AUTHORIZATION_FAILED with the name left null (nothing says which topic it is), and
-    only a describable topic's name is filled in."""
+def _named_by_id(engine: Engine, ctx: RequestContext, topic_id: uuid.UUID) -> tuple[str, str]:
+    """The internal name of the topic with ``topic_id`` and the name the caller knows it by,
+    once the caller may describe it. As Kafka answers: an unknown id is UNKNOWN_TOPIC_ID, an
+    id the caller may not describe is TOPIC_AUTHORIZATION_FAILED with the name left null
+    (nothing says which topic it is)."""
     found = next((t for t in engine.logs.topics() if t.topic_id == topic_id), None)
     if found is None:
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
     if not engine.allowed(ctx, Operation.DESCRIBE, found.name):
         raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             f"not allowed to delete the topic with id {topic_id}")
-    result.name = naming.to_client(found.name, ctx.home)
-    return found.name
+    return found.name, naming.to_client(found.name, ctx.home)
 
 
 async def handle_delete_topics(engine: Engine, ctx: RequestContext, request: Any) -> Any:
@@ -188,7 +186,7 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext, request: Any
                                     "neither a topic name nor a topic id was given")
             if name is None:
                 assert topic_id is not None
-                internal = _deleted_by_id(engine, ctx, topic_id, result)
+                internal, result.name = _named_by_id(engine, ctx, topic_id)
             else:
                 internal = engine.internal_name(ctx, name)
             shown = result.name
