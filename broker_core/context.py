@@ -18,9 +18,19 @@ class Operation(Enum):
     DELETE = "Delete"
     ALTER = "Alter"
     DESCRIBE = "Describe"
+    CLUSTER_ACTION = "ClusterAction"
     DESCRIBE_CONFIGS = "DescribeConfigs"
     ALTER_CONFIGS = "AlterConfigs"
     IDEMPOTENT_WRITE = "IdempotentWrite"
+
+
+OPERATION_CODES: dict[Operation, int] = {
+    Operation.READ: 3, Operation.WRITE: 4, Operation.CREATE: 5, Operation.DELETE: 6,
+    Operation.ALTER: 7, Operation.DESCRIBE: 8, Operation.CLUSTER_ACTION: 9,
+    Operation.DESCRIBE_CONFIGS: 10, Operation.ALTER_CONFIGS: 11,
+    Operation.IDEMPOTENT_WRITE: 12,
+}
+"""Kafka's AclOperation code of each operation (its bit in an authorized-operations field)."""
 
 
 class ResourceType(Enum):
@@ -63,9 +73,12 @@ class Authorizer(Protocol):
     """Decides whether a principal may apply an operation to a resource."""
 
     def authorize(
-        self, ctx: RequestContext, operation: Operation, resource: ResourceType, name: str
+        self, ctx: RequestContext, operation: Operation, resource: ResourceType, name: str,
+        log_denied: bool = True,
     ) -> bool:
-        """Return True when allowed. ``name`` is a full internal name for topics."""
+        """Return True when allowed. ``name`` is a full internal name for topics. A denial
+        is reported (audit) unless ``log_denied`` is False: a question, such as which
+        operations a caller may apply, is not an attempt (Kafka's ``logIfDenied``)."""
         ...
 
 
@@ -73,7 +86,8 @@ class AllowAll:
     """The authorizer used when authorization is disabled: everything is allowed."""
 
     def authorize(
-        self, ctx: RequestContext, operation: Operation, resource: ResourceType, name: str
+        self, ctx: RequestContext, operation: Operation, resource: ResourceType, name: str,
+        log_denied: bool = True,
     ) -> bool:
         """Allow every operation."""
         return True

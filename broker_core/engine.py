@@ -133,9 +133,11 @@ class Engine:
         self._checkpoints = loop.create_task(self._checkpoint_loop())
 
     def begin_shutdown(self) -> None:
-        """Answer parked fetches now instead of at their ``max_wait_ms``."""
+        """Answer parked fetches now instead of at their ``max_wait_ms``, and waiting group
+        joins and syncs now instead of when their rebalance ends (NOT_COORDINATOR)."""
         self.closing = True
         self.waiters.notify_all()
+        self.groups.resign()
 
     async def stop(self) -> list[str]:
         """Stop background work, fsync and seal every ledger.
@@ -232,8 +234,7 @@ class Engine:
 
     def is_internal(self, internal: str) -> bool:
         """Whether a topic belongs to the broker (system topics in a metadata namespace)."""
-        parts = internal.split("/")
-        return len(parts) == 3 and parts[1] == self.config.metadata_namespace
+        return naming.in_system_namespace(internal, self.config.metadata_namespace)
 
     def listed(self, ctx: RequestContext, internal: str) -> bool:
         """Whether "all topics" shows ``internal`` to the caller (``kopAllowedNamespaces``:

@@ -62,6 +62,14 @@ def to_internal(name: str, home: Namespace) -> str:
     return "/".join(parts)
 
 
+def in_system_namespace(name: str, metadata_namespace: str) -> bool:
+    """Whether a full topic name (or a ``tenant/namespace…`` prefix of one) lies in a
+    system namespace: any tenant's ``metadata_namespace`` (KoP's ``<tenant>/__kafka``),
+    where the broker keeps its own topics (group offsets, transactions, audit events)."""
+    parts = name.split("/")
+    return len(parts) >= 2 and parts[1] == metadata_namespace
+
+
 def to_client(internal: str, home: Namespace) -> str:
     """The name a client of ``home`` uses for an internal topic: short inside its namespace."""
     if internal.startswith(home.prefix):

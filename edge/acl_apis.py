@@ -3,7 +3,8 @@
 Names are mapped as topics are: a LITERAL topic ``t`` means the caller's
 ``tenant/namespace/t``, a PREFIXED ``foo`` means ``tenant/namespace/foo``, and a PREFIXED
 name with a ``/`` (``tenant/namespace/``) is a full prefix. Group and transactional-id
-bindings belong to the caller's tenant. Only superusers manage other tenants' ACLs.
+bindings belong to the caller's tenant. Only superusers manage other tenants' ACLs, and
+no ACL may name a topic of the broker's system namespaces (see ``edge.authorization``).
 """
 
 from __future__ import annotations
@@ -98,6 +99,19 @@ class AclApis:
             raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                 f"only superusers manage ACLs of tenant {tenant!r}")
 
+    def _refuse_system(self, ctx: RequestContext) -> None:
+        """No ACL names a system namespace: only superusers reach its topics, so for anyone
+        else it is a resource it may not manage (CLUSTER_AUTHORIZATION_FAILED, as for another
+        tenant's ACLs), and from a superuser it is a binding that could never take effect
+        (INVALID_REQUEST, as Kafka answers a binding it cannot apply)."""
+        if self.policy.is_super_user(ctx):
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                "the topic is in a system namespace of the broker: ACLs do "
+                                "not apply there, only superusers reach it")
+        raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                            "the topic is in a system namespace of the broker: only "
+                            "superusers reach it")
+
     def _binding(self, ctx: RequestContext, item: Any) -> AclBinding:
         try:
             resource = AclResource(item.resource_type)
@@ -124,6 +138,8 @@ class AclApis:
                 else item.resource_name)
         tenant = _binding_tenant(ctx, resource, name)
         self._own(ctx, tenant)
+        if resource == AclResource.TOPIC and self.policy.is_system_topic(name):
+            self._refuse_system(ctx)
         return AclBinding(tenant, resource, name, pattern, item.principal, item.host or "*",
                           operation, permission)
 

@@ -150,7 +150,8 @@ class BrokerApp:
         """Everything after the storage (which is open and locked)."""
         self.acls = AclStore(data_dir / "acls.json")
         self.policy = Policy(self.acls, config.authorization_enabled,
-                             [r.strip() for r in config.super_user_roles.split(",") if r.strip()])
+                             [r.strip() for r in config.super_user_roles.split(",") if r.strip()],
+                             config.kafka_metadata_namespace)
         self.engine = Engine(engine_config(config, cluster_id(data_dir)), self.logs,
                              self.policy)
         self.audit = AuditLog(self.engine, config.audit_enabled)

@@ -4,15 +4,18 @@ connections, and produce/consume through the three clients with SASL and TLS set
 from __future__ import annotations
 
 import base64
+import json
 import secrets
 import ssl
 import struct
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 import jwt
 from aiokafka.helpers import create_ssl_context
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -333,6 +336,30 @@ def check_roundtrip(recs: list[Rec], got: list[Got]) -> None:
         assert [g.rec for g in came] == recs_of
 
 
+AUDIT_TOPIC = "public/__kafka/__audit"
+
+
+def audit_events(bootstrap: str, timeout: float = 20.0) -> list[dict[str, Any]]:
+    """Every event in the audit topic now (up to its high watermark), read with
+    confluent-kafka by a caller that may read it (a superuser, or a connection without a
+    tenant login while authorization is disabled)."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
+                                         "group.id": "audit-reader", "enable.auto.commit": False})
+    try:
+        partition = confluent_kafka.TopicPartition(AUDIT_TOPIC, 0)
+        _low, high = consumer.get_watermark_offsets(partition, timeout)
+        consumer.assign([confluent_kafka.TopicPartition(AUDIT_TOPIC, 0, 0)])
+        events: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout
+        while len(events) < high and time.monotonic() < deadline:
+            events += [json.loads(m.value()) for m in consumer.consume(100, 0.5)
+                       if m.error() is None]
+        assert len(events) >= high, f"read {len(events)} of {high} audit events"
+        return events
+    finally:
+        consumer.close()
+
+
 # -- one method per request, for attack and ACL tests ------------------------------------
 
 TOPIC_RESOURCE = 2
@@ -394,6 +421,14 @@ class OpsConnection(SecureConnection, GroupConnection):
         answer = self.call(DeleteTopicsRequest[5](topic_names=[name], timeout_ms=5000), 5,
                            DeleteTopicsResponse)
         return int(answer.responses[0].error_code)
+
+    def delete_topic_by_id(self, topic_id: uuid.UUID) -> Any:
+        """DeleteTopics v6 naming the topic only by its id; the one result."""
+        state = DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=topic_id)
+        answer = self.call(DeleteTopicsRequest[6](topics=[state], timeout_ms=5000), 6,
+                           DeleteTopicsResponse)
+        (result,) = answer.responses
+        return result
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         request = DeleteRecordsRequest[2](topics=[DeleteRecordsRequest.DeleteRecordsTopic(

@@ -252,6 +252,31 @@ def test_b_cannot_delete_a_topic(tenants: Tenants, unchanged: None) -> None:
         b.close()
 
 
+def test_deleting_a_topic_by_id_does_not_reveal_its_name(tenants: Tenants,
+                                                         unchanged: None) -> None:
+    """DeleteTopics v6 by id (with Metadata v10+, the only requests served here that take
+    topic ids): A's id answers TOPIC_AUTHORIZATION_FAILED with the name null and nothing
+    of it in the message, as Kafka answers an id the caller may not describe; an unknown id
+    answers UNKNOWN_TOPIC_ID; B's own topic by id is deleted and named."""
+    b = tenants.b()
+    try:
+        result = b.delete_topic_by_id(tenants.a_topic_id)
+        assert result.error_code == TOPIC_AUTHORIZATION_FAILED
+        assert result.name is None
+        assert result.topic_id == tenants.a_topic_id
+        assert "/t" not in (result.error_message or "") and "a/" not in (
+            result.error_message or "")
+        unknown = b.delete_topic_by_id(uuid.uuid4())
+        assert (unknown.error_code, unknown.name) == (UNKNOWN_TOPIC_ID, None)
+        assert b.create_topic("by-id", 1) == NONE
+        own_id = b.metadata(["by-id"]).topics[0].topic_id
+        mine = b.delete_topic_by_id(own_id)
+        assert (mine.error_code, mine.name, mine.topic_id) == (NONE, "by-id", own_id)
+        assert b.metadata(["by-id"]).topics[0].error_code == UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        b.close()
+
+
 def test_b_cannot_delete_records_of_a_topic(tenants: Tenants, unchanged: None) -> None:
     b = tenants.b()
     try:

@@ -17,7 +17,7 @@ from typing import Any
 from kafka.protocol.admin import DescribeTopicPartitionsResponse
 
 from broker_core import naming
-from broker_core.apis.metadata import TOPIC_OPERATIONS, authorized_operations
+from broker_core.apis.authorized_operations import authorized_operations, bitfield
 from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.engine import Engine
 from broker_core.errors import KafkaApiError
@@ -47,8 +47,7 @@ def _wanted(engine: Engine, ctx: RequestContext,
 
 
 def _operations(engine: Engine, ctx: RequestContext, topic: TopicInfo) -> int:
-    bits = authorized_operations(engine, ctx, ResourceType.TOPIC, topic.name, TOPIC_OPERATIONS)
-    return sum(1 << bit for bit in bits)
+    return bitfield(authorized_operations(engine, ctx, ResourceType.TOPIC, topic.name))
 
 
 async def handle_describe_topic_partitions(engine: Engine, ctx: RequestContext,

@@ -14,6 +14,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorResponse
 
+from broker_core.apis.authorized_operations import authorized_operations
 from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode
@@ -23,7 +24,6 @@ from broker_core.ownership import coordinator_node
 
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
-_GROUP_OPERATIONS = {Operation.READ: 3, Operation.DELETE: 6, Operation.DESCRIBE: 8}
 
 
 def group_allowed(engine: Engine, ctx: RequestContext, operation: Operation,
@@ -197,10 +197,14 @@ def _described(engine: Engine, ctx: RequestContext, group_id: str, with_ops: boo
     code = group_error(engine, ctx, group_id, Operation.DESCRIBE)
     group = (engine.groups.find(engine.offsets_topic(ctx), engine.scoped_id(ctx, group_id))
              if not code else None)
+    # As Kafka: every group answered without an error carries its authorized operations,
+    # a Dead (unknown) one included.
+    operations = (authorized_operations(engine, ctx, ResourceType.GROUP, group_id)
+                  if with_ops and not code else None)
     if group is None:
         return D(error_code=code, error_message=None, group_id=group_id,
                  group_state=GroupState.DEAD.value, protocol_type="", protocol_data="",
-                 members=[], authorized_operations=None)
+                 members=[], authorized_operations=operations)
     stable = group.state == GroupState.STABLE
     members = [
         D.DescribedGroupMember(
@@ -211,8 +215,6 @@ def _described(engine: Engine, ctx: RequestContext, group_id: str, with_ops: boo
             member_assignment=m.assignment if stable else b"")
         for m in group.members.values()
     ]
-    operations = ({bit for op, bit in _GROUP_OPERATIONS.items()
-                   if group_allowed(engine, ctx, op, group_id)} if with_ops else None)
     return D(error_code=0, error_message=None, group_id=group_id,
              group_state=group.state.value, protocol_type=group.protocol_type or "",
              protocol_data=(group.protocol or "") if stable else "", members=members,

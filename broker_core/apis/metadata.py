@@ -9,6 +9,7 @@ from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import MetadataResponse
 
 from broker_core import naming
+from broker_core.apis.authorized_operations import authorized_operations
 from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.engine import CLUSTER_NAME, Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -16,28 +17,6 @@ from broker_core.storage import TopicInfo
 
 _R = MetadataResponse
 _NO_TOPIC_ID = uuid.UUID(int=0)
-# Bit positions of Kafka's AclOperation codes, for authorized-operations bitfields.
-TOPIC_OPERATIONS = {
-    Operation.READ: 3, Operation.WRITE: 4, Operation.CREATE: 5, Operation.DELETE: 6,
-    Operation.ALTER: 7, Operation.DESCRIBE: 8, Operation.DESCRIBE_CONFIGS: 10,
-    Operation.ALTER_CONFIGS: 11,
-}
-CLUSTER_OPERATIONS = {
-    Operation.CREATE: 5, Operation.ALTER: 7, Operation.DESCRIBE: 8,
-    Operation.DESCRIBE_CONFIGS: 10, Operation.ALTER_CONFIGS: 11,
-}
-
-
-def authorized_operations(
-    engine: Engine, ctx: RequestContext, resource: ResourceType, name: str,
-    operations: dict[Operation, int],
-) -> set[int]:
-    """The bitfield of ``operations`` the caller may apply to the resource."""
-    return {
-        bit for operation, bit in operations.items()
-        if engine.authorizer.authorize(ctx, operation, resource, name)
-    }
-
 
 def _topic_entry(engine: Engine, ctx: RequestContext, shown: str, topic: TopicInfo,
                  version: int, with_operations: bool) -> Any:
@@ -50,7 +29,7 @@ def _topic_entry(engine: Engine, ctx: RequestContext, shown: str, topic: TopicIn
         for index in range(topic.num_partitions)
     ]
     operations = (
-        authorized_operations(engine, ctx, ResourceType.TOPIC, topic.name, TOPIC_OPERATIONS)
+        authorized_operations(engine, ctx, ResourceType.TOPIC, topic.name)
         if with_operations and version >= 8 else None
     )
     return _R.MetadataResponseTopic(
@@ -107,8 +86,7 @@ async def handle_metadata(engine: Engine, ctx: RequestContext, request: Any) -> 
             for requested in request.topics
         ]
     cluster_operations = (
-        authorized_operations(engine, ctx, ResourceType.CLUSTER, CLUSTER_NAME,
-                              CLUSTER_OPERATIONS)
+        authorized_operations(engine, ctx, ResourceType.CLUSTER, CLUSTER_NAME)
         if version >= 8 and request.include_cluster_authorized_operations else None
     )
     broker = engine.config.broker_id
@@ -132,8 +110,7 @@ async def handle_describe_cluster(engine: Engine, ctx: RequestContext, request: 
             authorized_operations=None,
         )
     operations = (
-        authorized_operations(engine, ctx, ResourceType.CLUSTER, CLUSTER_NAME,
-                              CLUSTER_OPERATIONS)
+        authorized_operations(engine, ctx, ResourceType.CLUSTER, CLUSTER_NAME)
         if request.include_cluster_authorized_operations else None
     )
     broker = engine.config.broker_id

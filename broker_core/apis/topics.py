@@ -152,6 +152,20 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext, request: Any
     return CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results)
 
 
+def _named_by_id(engine: Engine, ctx: RequestContext, topic_id: uuid.UUID) -> tuple[str, str]:
+    """The internal name of the topic with ``topic_id`` and the name the caller knows it by,
+    once the caller may describe it. As Kafka answers: an unknown id is UNKNOWN_TOPIC_ID, an
+    id the caller may not describe is TOPIC_AUTHORIZATION_FAILED with the name left null
+    (nothing says which topic it is)."""
+    found = next((t for t in engine.logs.topics() if t.topic_id == topic_id), None)
+    if found is None:
+        raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
+    if not engine.allowed(ctx, Operation.DESCRIBE, found.name):
+        raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            f"not allowed to delete the topic with id {topic_id}")
+    return found.name, naming.to_client(found.name, ctx.home)
+
+
 async def handle_delete_topics(engine: Engine, ctx: RequestContext, request: Any) -> Any:
     """Delete topics by name (or by id in v6), one result each."""
     version: int = request.version
@@ -165,21 +179,26 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext, request: Any
             name=name, topic_id=topic_id if topic_id is not None else NO_TOPIC_ID,
             error_code=0, error_message=None)
         try:
+            if name is not None and topic_id not in (None, NO_TOPIC_ID):
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                    "give a topic name or a topic id, not both")
+            if name is None and topic_id in (None, NO_TOPIC_ID):
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                    "neither a topic name nor a topic id was given")
             if name is None:
-                found = next((t for t in engine.logs.topics() if t.topic_id == topic_id), None)
-                if found is None:
-                    raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
-                internal = found.name
-                result.name = naming.to_client(internal, ctx.home)
+                assert topic_id is not None
+                internal, result.name = _named_by_id(engine, ctx, topic_id)
             else:
                 internal = engine.internal_name(ctx, name)
+            shown = result.name
             engine.check_writable(internal)
             if not engine.allowed(ctx, Operation.DELETE, internal):
                 raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                    f"not allowed to delete {name}")
+                                    f"not allowed to delete {shown}")
             topic = engine.logs.topic(internal)
             if topic is None:
-                raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
+                raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                    f"unknown topic {shown}")
             result.topic_id = topic.topic_id
             engine.delete_topic(internal)
             log.info("deleted topic %s", internal)

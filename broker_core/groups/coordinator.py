@@ -84,6 +84,7 @@ class GroupCoordinator(StateCoordinator):
         super().__init__(store, config.retention_check_interval_ms)
         self.config = config
         self.groups: dict[tuple[str, str], Group] = {}
+        self.resigned = False
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -92,6 +93,29 @@ class GroupCoordinator(StateCoordinator):
         await super().stop()
         for group in self.groups.values():
             self._cancel_timers(group)
+
+    def resign(self) -> None:
+        """Stop coordinating (at shutdown), as Kafka's coordinator does when it unloads its
+        groups: every JoinGroup and SyncGroup still waiting is answered NOT_COORDINATOR at
+        once, every timer is cancelled, and later group requests get NOT_COORDINATOR (the
+        client looks for the coordinator again). Nothing is written: the committed offsets
+        and the last generation stay as stored."""
+        self.resigned = True
+        waiting = 0
+        for group in self.groups.values():
+            self._cancel_timers(group)
+            for member in group.members.values():
+                join, sync = member.join_waiter, member.sync_waiter
+                member.join_waiter = member.sync_waiter = None
+                if join is not None and not join.done():
+                    join.set_result(JoinResult(ErrorCode.NOT_COORDINATOR, member.member_id))
+                    waiting += 1
+                if sync is not None and not sync.done():
+                    sync.set_result(SyncResult(ErrorCode.NOT_COORDINATOR))
+                    waiting += 1
+        if waiting:
+            log.info("stopped coordinating groups: %d waiting join or sync requests answered "
+                     "NOT_COORDINATOR", waiting)
 
     def partition_loaded(self, topic: str, partition: int) -> None:
         """Members restored from the log get their session timers."""
@@ -132,7 +156,10 @@ class GroupCoordinator(StateCoordinator):
     # -- placement -----------------------------------------------------------------------
 
     def check(self, topic: str, group_id: str) -> ErrorCode:
-        """INVALID_GROUP_ID, COORDINATOR_LOAD_IN_PROGRESS, or NONE when the group is served."""
+        """INVALID_GROUP_ID, NOT_COORDINATOR (after ``resign``),
+        COORDINATOR_LOAD_IN_PROGRESS, or NONE when the group is served."""
+        if self.resigned:
+            return ErrorCode.NOT_COORDINATOR
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
         try:
