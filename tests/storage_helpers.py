@@ -1,8 +1,13 @@
-"""Helpers for storage tests: the bytes of what ``PartitionLog.read`` returns."""
+"""Helpers for storage tests: the bytes of what ``PartitionLog.read`` returns, and the
+entries of a ledger file as found on disk (to damage one on purpose)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 from broker_core.storage import FileRegion
+from broker_core.storage.entry import ENTRY_HEADER_SIZE, decode_entry_header
 
 
 def batch_bytes(chunk: memoryview | FileRegion) -> bytes:
@@ -13,3 +18,40 @@ def batch_bytes(chunk: memoryview | FileRegion) -> bytes:
         finally:
             chunk.release()
     return bytes(chunk)
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """One entry of a ledger file: where it starts, its base offset and its size."""
+
+    position: int
+    index: int
+    size: int
+
+
+def stored_entries(path: Path) -> list[StoredEntry]:
+    """The entries of the ledger file at ``path``, read from its entry headers."""
+    data = path.read_bytes()
+    entries: list[StoredEntry] = []
+    position = 0
+    while position < len(data):
+        header = decode_entry_header(data, position)
+        assert header is not None, f"{path}: no entry at {position}"
+        size = ENTRY_HEADER_SIZE + header.batch_length
+        entries.append(StoredEntry(position, header.index, size))
+        position += size
+    return entries
+
+
+def partition_dir(data_dir: Path, topic: str, partition: int = 0) -> Path:
+    """Where the broker keeps a partition of ``topic`` of the default tenant."""
+    return data_dir / "topics" / "public" / "default" / topic / str(partition)
+
+
+def flip_byte(path: Path, position: int) -> None:
+    """Invert the bits of one byte of a file."""
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)
+        f.seek(position)
+        f.write(bytes([byte[0] ^ 0xFF]))

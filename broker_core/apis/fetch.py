@@ -1,10 +1,14 @@
 """Fetch: read batches from the ledgers, long-polling on appends until ``min_bytes`` arrive.
 
 Sessions (KIP-227) are declined by answering session id 0, so every fetch is a full one.
+A ledger not read since start-up is CRC-checked in a worker thread before its first read;
+a fetch at an offset whose stored records are damaged answers CORRUPT_MESSAGE, as Kafka
+does for a corrupt record in its log (the client raises it; it is not retried away).
 """
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import time
 from collections.abc import Iterable, Sequence
@@ -17,7 +21,7 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.protocol import Chunk
-from broker_core.storage import FileRegion, PartitionLog
+from broker_core.storage import DamagedRecords, FileRegion, PartitionLog
 
 READ_COMMITTED = 1
 _BASE_OFFSET = struct.Struct(">q")
@@ -71,7 +75,10 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool,
     upper = stable if committed else end
     limit = min(want.max_bytes, budget)
     readable = want.offset < upper and (limit > 0 or first)
-    chunks = partition.read(want.offset, max(limit, 0)) if readable else []
+    try:
+        chunks = partition.read(want.offset, max(limit, 0)) if readable else []
+    except DamagedRecords:
+        return _empty(want.index, ErrorCode.CORRUPT_MESSAGE, end, start), 0
     if committed:
         visible = [_BASE_OFFSET.unpack_from(_head(c))[0] < upper for c in chunks]
         _release(c for c, keep in zip(chunks, visible, strict=True) if not keep)
@@ -116,6 +123,17 @@ def _empty(index: int, code: ErrorCode, high_watermark: int = -1,
     return PartitionAnswer(index, code, high_watermark, high_watermark, log_start)
 
 
+async def _verify_first_reads(engine: Engine, wanted: list[_Wanted]) -> None:
+    """Scan, in a worker thread, each ledger this fetch reads first since start-up."""
+    for want in wanted:
+        if want.internal is None or want.error != ErrorCode.NONE:
+            continue
+        partition = engine.logs.partition(want.internal, want.index)
+        if partition is not None and partition.needs_verification(want.offset):
+            await asyncio.get_running_loop().run_in_executor(None, partition.verify_at,
+                                                             want.offset)
+
+
 def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int,
              committed: bool) -> tuple[list[tuple[PartitionAnswer, int]], int, bool]:
     """Answers for all partitions, total bytes, and whether an error is among them."""
@@ -138,6 +156,7 @@ async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Fet
     committed = request.isolation_level == READ_COMMITTED
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     while True:
+        await _verify_first_reads(engine, wanted)
         answers, total, errored = _collect(engine, wanted, max_bytes, committed)
         remaining = deadline - time.monotonic()
         if (total >= request.min_bytes or errored or remaining <= 0 or not wanted
