@@ -159,7 +159,7 @@ def test_flipped_byte_in_sealed_ledger_is_not_served(tmp_path: Path, topic_name:
     count = 60
     metrics_port = free_port()
     broker = written(tmp_path, topic_name, 2, count, metrics_port)
-    path, first_end = first_ledger(tmp_path, topic_name)
+    path, _end = first_ledger(tmp_path, topic_name)
     entries = stored_entries(path)
     damaged = entries[2]
     flip_byte(path, damaged.position + damaged.size - 2)  # inside the record's value

@@ -19,7 +19,7 @@ from broker_core.storage import DamagedRecords, LogConfig, PartitionLog
 from broker_core.storage.entry import ENTRY_HEADER_SIZE
 from broker_core.storage.ledger import ledger_file_name
 from broker_core.storage.metadata import METADATA_FILE
-from tests.storage_helpers import batch_bytes
+from tests.storage_helpers import batch_bytes, stored_entries
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = LogConfig(segment_bytes=600)
@@ -428,4 +428,41 @@ def test_lazy_index_after_reopen(tmp_path: Path, interval: int) -> None:
     for offset in range(open_first, grown):
         assert log.read(offset, 0)
     assert all_records(log) == list(range(grown))
+    log.close()
+
+
+def test_short_last_ledger_keeps_its_offsets_and_gets_a_successor(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, CONFIG)
+    total = fill(log, 40)
+    last = log._ledgers[-1]
+    ledgers, path, last_first = log.ledger_count, last.path, last.facts.first_offset
+    log.close()  # everything is fsynced: a shorter file now is damage, not a crash
+    os.truncate(path, path.stat().st_size - 10)
+    log = PartitionLog(tmp_path, CONFIG)
+    assert (log.next_offset, log.ledger_count) == (total, ledgers + 1)
+    assert [(d.first_offset, d.end_offset) for d in log.damaged_ranges()] == [
+        (total - 3, total)]
+    assert fill(log, 2) == total + 6
+    assert readable(log) == [*range(total - 3), *range(total, total + 6)]
+    assert last_first < total - 3
+    log.close()
+
+
+def test_damage_in_the_open_ledger_leaves_appends_readable(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=1 << 20))
+    total = fill(log, 10)
+    path = log._ledgers[-1].path
+    log.close()
+    entries = stored_entries(path)
+    with open(path, "r+b") as f:  # garble the entry header of the fifth batch
+        f.seek(entries[4].position + 3)
+        f.write(b"\xff\xff")
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=1 << 20))
+    assert log.ledger_count == 1 and log.needs_verification(0)
+    grown = fill(log, 2)  # appended to the open ledger, after the damage
+    log.verify_at(0)
+    assert [(d.first_offset, d.end_offset) for d in log.damaged_ranges()] == [(12, total)]
+    assert readable(log) == [*range(12), *range(total, grown)]
+    assert fill(log, 1) == grown + 3
+    assert readable(log)[-3:] == list(range(grown, grown + 3))
     log.close()

@@ -145,8 +145,9 @@ class Ledger:
         self._index_positions = array("q")
         self._indexed_to = 0
         self._since_index = 0
-        self.verified = True
-        """Every entry was checked (written by this process, or scanned) since start-up."""
+        self.unverified: LedgerFacts | None = None
+        """The facts of the part not checked since start-up (trusted, to be scanned on first
+        read); None once every entry was written by this process or scanned."""
         self.damage: list[Damage] = []
         self._skip: dict[int, int] = {}  # position of a damaged entry -> position after it
         self._walk_end: int | None = None  # where entries can no longer be framed
@@ -201,11 +202,15 @@ class Ledger:
             if any(known.position == item.position for known in self.damage):
                 continue
             self.damage.append(item)
-            if item.end_position >= self.facts.size:
+            if item.end_position >= self.facts.size and self.facts.sealed:
                 self._walk_end = min(item.position, self._walk_end or item.position)
-            else:
+            elif item.end_position > item.position:  # appends may follow in an open ledger
                 self._skip[item.position] = item.end_position
         self.damage.sort(key=lambda item: item.position)
+
+    @property
+    def verified(self) -> bool:
+        return self.unverified is None
 
     def skip_to(self, position: int) -> int | None:
         """Where the entry after a damaged one at ``position`` starts (None if not damaged)."""

@@ -286,19 +286,20 @@ class PartitionLog:
             if self._closed or not self._log_start <= offset < self.next_offset:
                 return
             ledger = self._ledgers[self._ledger_index(offset)]
-            if ledger.verified:
+            if ledger.unverified is None:
                 return
-            facts = ledger.facts.copy()
+            facts = ledger.unverified.copy()
         found = scan_ledger(ledger.path, facts)
         with self._lock:
             if not ledger.verified and any(item is ledger for item in self._ledgers):
                 self._note_verified(ledger, found)
 
     def _verify_locked(self, ledger: Ledger) -> None:
-        self._note_verified(ledger, scan_ledger(ledger.path, ledger.facts.copy()))
+        if ledger.unverified is not None:
+            self._note_verified(ledger, scan_ledger(ledger.path, ledger.unverified.copy()))
 
     def _note_verified(self, ledger: Ledger, found: list[Damage]) -> None:
-        ledger.verified = True
+        ledger.unverified = None
         self._unverified -= 1
         self._note_damage(ledger, found)
 
@@ -810,13 +811,15 @@ class PartitionLog:
             )
             os.ftruncate(ledger.fd(), facts.size)
         if facts.synced and file_size >= facts.size:
+            # trusted now, scanned on first read (up to here: recover() checks the rest)
+            ledger.unverified = facts.copy() if facts.size else None
             if is_last_listed:
                 ledger.recover(facts.size)
-            ledger.verified = facts.size == 0  # the rest is scanned on first read
             return ledger
         if file_size < facts.size:
             logger.warning("%s: ledger %d is %d bytes but %d were recorded; scanning it",
                            directory, ledger_id, file_size, facts.size)
+        ledger.facts.sealed = True  # what it lost ends it; a torn last one gets a successor
         ledger.note_damage(scan_ledger(ledger.path, facts))
         rescanned.append(ledger)
         return ledger
