@@ -16,13 +16,27 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .batch_header import base_offset, crc_matches, last_offset_delta, shape_problem
-from .entry import ENTRY_HEADER_SIZE, decode_entry_header
+import crc32c
+
+from .batch_header import (
+    ATTRIBUTES_AT,
+    BATCH_HEADER_SIZE,
+    BATCH_LENGTH_OVERHEAD,
+    HEAD_FIELDS,
+    RECORD_BATCH_MAGIC,
+    base_offset,
+    crc_matches,
+    last_offset_delta,
+    shape_problem,
+)
+from .entry import ENTRY_HEADER_SIZE, ENTRY_HEADER_STRUCT, ENTRY_MAGIC, decode_entry_header
 from .metadata import LedgerFacts
 
 logger = logging.getLogger(__name__)
 
 _SCAN_WINDOW = 1 << 20
+_HEAD = ENTRY_HEADER_SIZE + BATCH_HEADER_SIZE
+_PREFIX = ENTRY_HEADER_SIZE - 4  # the header bytes its CRC covers
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,30 +89,45 @@ def scan_ledger(path: Path, facts: LedgerFacts) -> list[Damage]:
 
 
 def _scan(fd: int, name: str, facts: LedgerFacts) -> list[Damage]:
+    """The scan loop: a fast path that only unpacks and checksums intact entries, and the
+    exact checks (for the reason) where one fails."""
     end = facts.size
     found: list[Damage] = []
-    window = b""
-    window_at = 0
+    window = memoryview(b"")
+    at = 0  # file position of window[0]
     position = 0
     expected = facts.first_offset
     bad: tuple[int, int, str] | None = None  # (position, index, reason) awaiting its end
-
-    def view(at: int, length: int) -> memoryview:
-        nonlocal window, window_at
-        if not (window_at <= at and at + length <= window_at + len(window)):
-            window = os.pread(fd, min(max(length, _SCAN_WINDOW), end - at), at)
-            window_at = at
-        return memoryview(window)[at - window_at : at - window_at + length]
-
-    def close_bad(end_offset: int, end_position: int) -> None:
-        nonlocal bad
-        if bad is not None:
-            found.append(Damage(name, bad[1], end_offset, bad[0], end_position,
-                                bad[2]))
-            bad = None
-
+    unpack_entry = ENTRY_HEADER_STRUCT.unpack_from
+    unpack_batch = HEAD_FIELDS.unpack_from
+    crc = crc32c.crc32c
     while position < end:
-        header = decode_entry_header(view(position, ENTRY_HEADER_SIZE))
+        rel = position - at
+        if rel + _HEAD > len(window):
+            window = memoryview(os.pread(fd, min(_SCAN_WINDOW, end - position), position))
+            at, rel = position, 0
+        head_ok = rel + _HEAD <= len(window)
+        if head_ok:
+            magic, index, _stamp, length, header_crc = unpack_entry(window, rel)
+            sound = (magic == ENTRY_MAGIC and length >= BATCH_HEADER_SIZE
+                     and position + ENTRY_HEADER_SIZE + length <= end
+                     and header_crc == crc(window[rel:rel + _PREFIX]))
+            if sound and rel + ENTRY_HEADER_SIZE + length > len(window):  # a large batch
+                window = memoryview(os.pread(fd, max(_SCAN_WINDOW, ENTRY_HEADER_SIZE + length),
+                                             position))
+                at, rel = position, 0
+            body = rel + ENTRY_HEADER_SIZE
+            if sound and bad is None and index == expected and body + length <= len(window):
+                base, batch_length, batch_magic, batch_crc, _attrs, delta = \
+                    unpack_batch(window, body)
+                if (base == index and batch_length + BATCH_LENGTH_OVERHEAD == length
+                        and batch_magic == RECORD_BATCH_MAGIC and delta >= 0
+                        and batch_crc == crc(window[body + ATTRIBUTES_AT:body + length])):
+                    expected = index + delta + 1
+                    position += ENTRY_HEADER_SIZE + length
+                    continue
+        # something failed: find out what, with the exact checks
+        header = decode_entry_header(window, rel) if head_ok else None
         problem = ""
         if header is None:
             problem = "invalid or missing entry header"
@@ -108,27 +137,25 @@ def _scan(fd: int, name: str, facts: LedgerFacts) -> list[Damage]:
             problem = f"entry index {header.index} does not follow {bad[1]}"
         elif position + ENTRY_HEADER_SIZE + header.batch_length > end:
             problem = "entry runs past the ledger's recorded end"
+        elif rel + ENTRY_HEADER_SIZE + header.batch_length > len(window):
+            problem = "the file ends inside the batch"
         if problem or header is None:
-            first = bad[1] if bad is not None else expected
-            found.append(Damage(name, first, facts.next_offset,
-                                bad[0] if bad is not None else position, end,
-                                bad[2] if bad is not None else problem))
+            first, start, reason = bad if bad is not None else (position, expected, problem)
+            found.append(Damage(name, start, facts.next_offset, first, end, reason))
             return found
-        close_bad(header.index, position)
-        size = ENTRY_HEADER_SIZE + header.batch_length
-        batch = view(position + ENTRY_HEADER_SIZE, header.batch_length)
-        if len(batch) < header.batch_length:
-            found.append(Damage(name, header.index, facts.next_offset, position, end,
-                                "the file ends inside the batch"))
-            return found
+        if bad is not None:
+            found.append(Damage(name, bad[1], header.index, bad[0], position, bad[2]))
+            bad = None
+        batch = window[rel + ENTRY_HEADER_SIZE:rel + ENTRY_HEADER_SIZE + header.batch_length]
         problem = batch_problem(batch, header.index)
         if problem:
             bad = (position, header.index, problem)
         else:
             expected = header.index + last_offset_delta(batch) + 1
-        position += size
-    close_bad(facts.next_offset, end)
-    if bad is None and expected != facts.next_offset and not found:
+        position += ENTRY_HEADER_SIZE + header.batch_length
+    if bad is not None:
+        found.append(Damage(name, bad[1], facts.next_offset, bad[0], end, bad[2]))
+    elif expected != facts.next_offset:
         found.append(Damage(name, expected, facts.next_offset, end, end,
                             f"entries end at offset {expected}, not {facts.next_offset}"))
     return found

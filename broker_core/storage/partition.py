@@ -243,7 +243,8 @@ class PartitionLog:
             ledger = self._use(self._ledgers[i])
             if not ledger.verified:  # a caller that did not call verify_at first
                 self._verify_locked(ledger)
-            self._check_damage(offset)
+            if self._gaps or ledger.damage:
+                self._check_damage(offset)
             start = ledger.locate(offset).position
             stop = ledger.stop_after(start)
             out, taken, reached_end = ledger.read_regions(start, max_bytes, True, stop)
