@@ -127,7 +127,7 @@ def _scan(fd: int, name: str, facts: LedgerFacts) -> list[Damage]:
                     position += ENTRY_HEADER_SIZE + length
                     continue
         # something failed: find out what, with the exact checks
-        header = decode_entry_header(window, rel) if head_ok else None
+        header = decode_entry_header(window, rel)
         problem = ""
         if header is None:
             problem = "invalid or missing entry header"
