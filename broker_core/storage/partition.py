@@ -8,8 +8,12 @@ Durability: ``append`` writes straight to the file (no userspace buffer), so a p
 crash right after it returns loses nothing; ``flush`` fsyncs. The metadata file records
 the ledger list; for the open ledger it records the facts as of its last fsync (its
 *recovery point*), and each sealed ledger is marked ``synced`` once fsynced. At open,
-sealed ledgers that are not known to be synced are verified by a full scan, and the
-open ledger is scanned from its recovery point; a torn tail is truncated.
+sealed ledgers that are not known to be synced, or are shorter than recorded, are
+scanned in full, and the open ledger from its recovery point; its torn tail is truncated.
+What was trusted at open is scanned on its first read (``verify_at``, from a worker
+thread). Damage (``damage``) never shortens the log: a ledger keeps the offsets the
+metadata records, the ledgers after it are kept, a damaged range is never served (reads
+stop before it, a read inside it raises DamagedRecords) and internal readers skip it.
 
 Thread safety: every method takes one lock; ``flush`` holds it only to collect
 duplicated file descriptors and runs the fsyncs outside it, so appends proceed while
@@ -292,7 +296,8 @@ class PartitionLog:
             facts = ledger.unverified.copy()
         found = scan_ledger(ledger.path, facts)
         with self._lock:
-            if not ledger.verified and any(item is ledger for item in self._ledgers):
+            if not self._closed and not ledger.verified \
+                    and any(item is ledger for item in self._ledgers):
                 self._note_verified(ledger, found)
 
     def _verify_locked(self, ledger: Ledger) -> None:
