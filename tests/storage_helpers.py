@@ -1,10 +1,14 @@
-"""Helpers for storage tests: the bytes of what ``PartitionLog.read`` returns, and the
-entries of a ledger file as found on disk (to damage one on purpose)."""
+"""Helpers for storage tests: the bytes of what ``PartitionLog.read`` returns, the
+entries of a ledger file as found on disk (to damage one on purpose), and a librdkafka
+read of one partition that keeps the fetch errors it meets."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import confluent_kafka
 
 from broker_core.storage import FileRegion
 from broker_core.storage.entry import ENTRY_HEADER_SIZE, decode_entry_header
@@ -55,3 +59,28 @@ def flip_byte(path: Path, position: int) -> None:
         byte = f.read(1)
         f.seek(position)
         f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def read_partition(bootstrap: str, topic: str, partition: int, start: int, end: int,
+            timeout: float = 20.0) -> tuple[dict[int, bytes], set[int]]:
+    """Read ``partition`` from ``start`` until offset ``end - 1`` arrives or a fetch error
+    comes back; return the records by offset and the error codes seen."""
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        "fetch.error.backoff.ms": 50})
+    consumer.assign([confluent_kafka.TopicPartition(topic, partition, start)])
+    records: dict[int, bytes] = {}
+    errors: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not errors and (end - 1) not in records:
+            for message in consumer.consume(100, 0.5):
+                error = message.error()
+                if error is not None:
+                    errors.add(error.code())
+                else:
+                    records[message.offset()] = message.value()
+    finally:
+        consumer.close()
+    return records, errors

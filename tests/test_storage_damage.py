@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 import urllib.request
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
 from tests.ports import free_port
-from tests.storage_helpers import flip_byte, partition_dir, stored_entries
+from tests.storage_helpers import flip_byte, partition_dir, read_partition, stored_entries
 
 KAFKA_STORAGE_ERROR = 56
 CORRUPT_MESSAGE = 2
@@ -42,31 +41,6 @@ def produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> 
         producer.flush(30)
     assert producer.flush(30) == 0
     return offsets
-
-
-def consume(bootstrap: str, topic: str, partition: int, start: int, end: int,
-            timeout: float = 20.0) -> tuple[dict[int, bytes], set[int]]:
-    """Read ``partition`` from ``start`` until offset ``end - 1`` arrives or a fetch error
-    comes back; return the records by offset and the error codes seen."""
-    consumer = confluent_kafka.Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
-        "enable.auto.commit": False, "auto.offset.reset": "earliest",
-        "fetch.error.backoff.ms": 50})
-    consumer.assign([TopicPartition(topic, partition, start)])
-    records: dict[int, bytes] = {}
-    errors: set[int] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and not errors and (end - 1) not in records:
-            for message in consumer.consume(100, 0.5):
-                error = message.error()
-                if error is not None:
-                    errors.add(error.code())
-                else:
-                    records[message.offset()] = message.value()
-    finally:
-        consumer.close()
-    return records, errors
 
 
 def scrape_damage(port: int, topic: str) -> float:
@@ -129,11 +103,11 @@ def test_torn_sealed_ledger_keeps_later_ledgers_and_offsets(tmp_path: Path,
         assert f"topics/public/default/{topic_name}/0" in line
         boot = broker.bootstrap
         # the intact prefix, then CORRUPT_MESSAGE at the damaged offset
-        records, errors = consume(boot, topic_name, 0, 0, count)
+        records, errors = read_partition(boot, topic_name, 0, 0, count)
         assert errors == {CORRUPT_MESSAGE}
         assert records == {i: f"p0-v{i}".encode() for i in range(lost)}
         # every intact ledger after it is still served at its original offsets
-        records, errors = consume(boot, topic_name, 0, first_end, count)
+        records, errors = read_partition(boot, topic_name, 0, first_end, count)
         assert errors == set()
         assert records == {i: f"p0-v{i}".encode() for i in range(first_end, count)}
         consumer = confluent_kafka.Consumer({"bootstrap.servers": boot, "group.id": "wm"})
@@ -148,7 +122,7 @@ def test_torn_sealed_ledger_keeps_later_ledgers_and_offsets(tmp_path: Path,
         assert future.result(10).low_watermark == first_end
         assert scrape_damage(metrics_port, topic_name) == 0
         assert log_dir_error(boot) == 0
-        records, errors = consume(boot, topic_name, 0, 0, count + 1)  # resets to the start
+        records, errors = read_partition(boot, topic_name, 0, 0, count + 1)  # resets to the start
         assert errors == set()
         assert min(records) == first_end and records[count] == b"after"
     finally:
@@ -166,20 +140,20 @@ def test_flipped_byte_in_sealed_ledger_is_not_served(tmp_path: Path, topic_name:
     broker.start()
     try:
         boot = broker.bootstrap
-        records, errors = consume(boot, topic_name, 0, 0, count)
+        records, errors = read_partition(boot, topic_name, 0, 0, count)
         assert errors == {CORRUPT_MESSAGE}
         assert records == {i: f"p0-v{i}".encode() for i in range(damaged.index)}
         line = broker.wait_for_log(r"ERROR .*are damaged")
         assert (f"offsets [{damaged.index}, {damaged.index + 1}) in ledger file {path.name}"
                 in line) and "CRC32C" in line
         # the damaged batch is never served, whatever offset of it is asked for
-        records, errors = consume(boot, topic_name, 0, damaged.index, count)
+        records, errors = read_partition(boot, topic_name, 0, damaged.index, count)
         assert errors == {CORRUPT_MESSAGE} and records == {}
         # everything after it, and the other partition, are served as stored
-        records, errors = consume(boot, topic_name, 0, damaged.index + 1, count)
+        records, errors = read_partition(boot, topic_name, 0, damaged.index + 1, count)
         assert errors == set()
         assert records == {i: f"p0-v{i}".encode() for i in range(damaged.index + 1, count)}
-        records, errors = consume(boot, topic_name, 1, 0, count)
+        records, errors = read_partition(boot, topic_name, 1, 0, count)
         assert errors == set()
         assert records == {i: f"p1-v{i}".encode() for i in range(count)}
         assert scrape_damage(metrics_port, topic_name) == 1
