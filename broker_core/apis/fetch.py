@@ -125,6 +125,8 @@ def _empty(index: int, code: ErrorCode, high_watermark: int = -1,
 
 async def _verify_first_reads(engine: Engine, wanted: list[_Wanted]) -> None:
     """Scan, in a worker thread, each ledger this fetch reads first since start-up."""
+    if not PartitionLog.any_unverified():
+        return
     for want in wanted:
         if want.internal is None or want.error != ErrorCode.NONE:
             continue
@@ -155,8 +157,8 @@ async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Fet
     wanted = _resolve(engine, ctx, request)
     committed = request.isolation_level == READ_COMMITTED
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+    await _verify_first_reads(engine, wanted)
     while True:
-        await _verify_first_reads(engine, wanted)
         answers, total, errored = _collect(engine, wanted, max_bytes, committed)
         remaining = deadline - time.monotonic()
         if (total >= request.min_bytes or errored or remaining <= 0 or not wanted
