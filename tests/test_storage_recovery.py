@@ -299,6 +299,11 @@ def test_short_sealed_ledger_keeps_the_ledgers_after_it(
     assert readable(log) == [o for o in range(total) if o not in lost]
     with pytest.raises(DamagedRecords):
         log.read(lost[1], 1000)
+    # timestamp lookups walk around the damage (every batch here has the same timestamps)
+    best = log.batch_with_max_timestamp()
+    assert best is not None and best.base_offset == 0
+    found = log.find_first_batch_with_timestamp_at_least(1_002)
+    assert found is not None and found.base_offset == 0
     assert not list(tmp_path.glob("*.dropped"))
     assert fill(log, 1) == total + 3  # fresh offsets after the old end
     log.close()
@@ -465,4 +470,22 @@ def test_damage_in_the_open_ledger_leaves_appends_readable(tmp_path: Path) -> No
     assert readable(log) == [*range(12), *range(total, grown)]
     assert fill(log, 1) == grown + 3
     assert readable(log)[-3:] == list(range(grown, grown + 3))
+    log.close()
+
+
+def test_timestamp_lookups_pass_over_a_damaged_batch(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=1 << 20))
+    fill(log, 3)
+    assert log.append(make_batch(9, 3, ts=9_000), 2, 9_002) == 9  # the newest timestamps
+    log.roll()
+    fill(log, 3)
+    path = log._ledgers[0].path
+    log.close()
+    os.truncate(path, path.stat().st_size - 10)  # the batch with them is cut short
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=1 << 20))
+    assert [(d.first_offset, d.end_offset) for d in log.damaged_ranges()] == [(9, 12)]
+    best = log.batch_with_max_timestamp()
+    assert best is not None and best.base_offset == 0 and best.max_timestamp == 1_002
+    assert log.find_first_batch_with_timestamp_at_least(5_000) is None
+    assert [info.base_offset for info in log.batches_from(0)] == [0, 3, 6, 12, 15, 18]
     log.close()
