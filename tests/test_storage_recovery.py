@@ -15,8 +15,9 @@ import pytest
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from broker_core.storage import DamagedRecords, LogConfig, PartitionLog
+from broker_core.storage import LogConfig, PartitionLog
 from broker_core.storage.entry import ENTRY_HEADER_SIZE
+from broker_core.storage.errors import DamagedRecords
 from broker_core.storage.ledger import ledger_file_name
 from broker_core.storage.metadata import METADATA_FILE
 from tests.storage_helpers import batch_bytes, stored_entries
@@ -100,7 +101,7 @@ def test_kill_9_right_after_append(tmp_path: Path) -> None:
         sys.path.insert(0, {str(REPO)!r})
         from pathlib import Path
         from kafka.record.default_records import DefaultRecordBatchBuilder
-        from broker_core.storage import DamagedRecords, LogConfig, PartitionLog
+        from broker_core.storage import LogConfig, PartitionLog
 
         log = PartitionLog(Path({str(tmp_path)!r}), LogConfig(segment_bytes=600))
         for n in range(50):

@@ -21,7 +21,8 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.protocol import Chunk
-from broker_core.storage import DamagedRecords, FileRegion, PartitionLog
+from broker_core.storage import FileRegion, PartitionLog
+from broker_core.storage.errors import DamagedRecords
 
 READ_COMMITTED = 1
 _BASE_OFFSET = struct.Struct(">q")
@@ -58,10 +59,11 @@ def _resolve(engine: Engine, ctx: RequestContext, request: Any) -> list[_Wanted]
     return wanted
 
 
-def _answer(engine: Engine, want: _Wanted, budget: int, first: bool,
-            committed: bool) -> tuple[PartitionAnswer, int]:
+def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: bool,
+            unscanned: list[tuple[PartitionLog, int]]) -> tuple[PartitionAnswer, int]:
     """One partition's answer and the bytes it carries (below the last stable offset only,
-    with the aborted transactions listed, for read_committed)."""
+    with the aborted transactions listed, for read_committed). A partition whose ledger at
+    the offset is to be scanned first is noted in ``unscanned`` and answered empty."""
     if want.error != ErrorCode.NONE or want.internal is None:
         return _empty(want.index, want.error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), 0
     partition: PartitionLog | None = engine.logs.partition(want.internal, want.index)
@@ -70,6 +72,9 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool,
     start, end = partition.log_start_offset, partition.next_offset
     if want.offset < start or want.offset > end:
         return _empty(want.index, ErrorCode.OFFSET_OUT_OF_RANGE, end, start), 0
+    if partition.needs_verification(want.offset):
+        unscanned.append((partition, want.offset))
+        return _empty(want.index, ErrorCode.NONE, end, start), 0
     producers = engine.producers.get(want.internal, want.index, partition)
     stable = producers.last_stable_offset(end)
     upper = stable if committed else end
@@ -123,27 +128,24 @@ def _empty(index: int, code: ErrorCode, high_watermark: int = -1,
     return PartitionAnswer(index, code, high_watermark, high_watermark, log_start)
 
 
-async def _verify_first_reads(engine: Engine, wanted: list[_Wanted]) -> None:
-    """Scan, in a worker thread, each ledger this fetch reads first since start-up."""
-    if not PartitionLog.any_unverified():
-        return
-    for want in wanted:
-        if want.internal is None or want.error != ErrorCode.NONE:
-            continue
-        partition = engine.logs.partition(want.internal, want.index)
-        if partition is not None and partition.needs_verification(want.offset):
-            await asyncio.get_running_loop().run_in_executor(None, partition.verify_at,
-                                                             want.offset)
+async def _scan(unscanned: list[tuple[PartitionLog, int]]) -> None:
+    """Scan, in a worker thread, each ledger a fetch is about to read first since start-up."""
+    loop = asyncio.get_running_loop()
+    for partition, offset in unscanned:
+        await loop.run_in_executor(None, partition.verify_at, offset)
+    unscanned.clear()
 
 
-def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int,
-             committed: bool) -> tuple[list[tuple[PartitionAnswer, int]], int, bool]:
+def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int, committed: bool,
+             unscanned: list[tuple[PartitionLog, int]]
+             ) -> tuple[list[tuple[PartitionAnswer, int]], int, bool]:
     """Answers for all partitions, total bytes, and whether an error is among them."""
     answers = []
     total = 0
     errored = False
     for want in wanted:
-        answer, size = _answer(engine, want, max_bytes - total, total == 0, committed)
+        answer, size = _answer(engine, want, max_bytes - total, total == 0, committed,
+                               unscanned)
         total += size
         errored = errored or answer.error != 0
         answers.append((answer, size))
@@ -157,9 +159,14 @@ async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Fet
     wanted = _resolve(engine, ctx, request)
     committed = request.isolation_level == READ_COMMITTED
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
-    await _verify_first_reads(engine, wanted)
+    unscanned: list[tuple[PartitionLog, int]] = []
     while True:
-        answers, total, errored = _collect(engine, wanted, max_bytes, committed)
+        answers, total, errored = _collect(engine, wanted, max_bytes, committed, unscanned)
+        if unscanned:  # off the event loop, then answer again
+            for answer, _size in answers:
+                _release(answer.batches)
+            await _scan(unscanned)
+            continue
         remaining = deadline - time.monotonic()
         if (total >= request.min_bytes or errored or remaining <= 0 or not wanted
                 or engine.closing):

@@ -7,11 +7,9 @@ which owns topics (``TopicInfo``) and the ``PartitionLog`` of each partition.
 from __future__ import annotations
 
 from .config import TOPIC_CONFIG_FIELDS, LogConfig, log_config_for_topic
-from .damage import Damage
 from .engines import open_storage, storage_path_from_url
 from .errors import (
     CorruptLedger,
-    DamagedRecords,
     LogClosed,
     OffsetOutOfRange,
     StorageError,
@@ -26,8 +24,6 @@ __all__ = [
     "TOPIC_CONFIG_FIELDS",
     "BatchInfo",
     "CorruptLedger",
-    "Damage",
-    "DamagedRecords",
     "FileRegion",
     "LogClosed",
     "LogConfig",

@@ -61,19 +61,6 @@ _MAX_OPEN_SEALED = 8
 _ITER_WINDOW = 256 * 1024
 
 
-class _Unscanned:
-    """Ledgers not scanned since start-up, summed over every partition log of the process:
-    while there are none (a fresh broker, or once each was read), fetches skip the check."""
-
-    lock = threading.Lock()
-    count = 0
-
-    @classmethod
-    def add(cls, delta: int) -> None:
-        with cls.lock:
-            cls.count += delta
-
-
 def wall_clock_ms() -> int:
     """Milliseconds since the epoch."""
     return time.time_ns() // 1_000_000
@@ -287,15 +274,6 @@ class PartitionLog:
             return sorted((d for d in found if d.end_offset > self._log_start),
                           key=lambda d: d.first_offset)
 
-    @staticmethod
-    def any_unverified() -> bool:
-        """Whether any partition log of the process still has a ledger to scan."""
-        return _Unscanned.count > 0
-
-    def _add_unverified(self, delta: int) -> None:
-        self._unverified += delta
-        _Unscanned.add(delta)
-
     def needs_verification(self, offset: int) -> bool:
         """Whether a read at ``offset`` would first scan a sealed ledger (see verify_at)."""
         if not self._unverified:
@@ -328,7 +306,7 @@ class PartitionLog:
 
     def _note_verified(self, ledger: Ledger, found: list[Damage]) -> None:
         ledger.unverified = None
-        self._add_unverified(-1)
+        self._unverified -= 1
         self._note_damage(ledger, found)
 
     def _note_damage(self, ledger: Ledger, found: list[Damage]) -> None:
@@ -543,7 +521,7 @@ class PartitionLog:
     def _drop_prefix_locked(self, count: int) -> None:
         dropped = self._ledgers[:count]
         del self._ledgers[:count]
-        self._add_unverified(-sum(not ledger.verified for ledger in dropped))
+        self._unverified -= sum(not ledger.verified for ledger in dropped)
         self._log_start = max(self._log_start, self._ledgers[0].facts.first_offset)
         self._store_metadata_locked()
         for ledger in dropped:
@@ -628,7 +606,6 @@ class PartitionLog:
                 item.close()
             self._open_sealed.clear()
             self._closed = True
-            self._add_unverified(-self._unverified)
 
     def _sync_pending_locked(self) -> None:
         pending, self._pending_sync = self._pending_sync, []
@@ -792,7 +769,7 @@ class PartitionLog:
         self._recovery_point = open_ledger.facts.copy()
         for ledger in self._ledgers[:-1]:
             ledger.close()
-        self._add_unverified(sum(not ledger.verified for ledger in self._ledgers))
+        self._unverified = sum(not ledger.verified for ledger in self._ledgers)
         for damage in self.damaged_ranges():
             report(directory, damage)
         self._store_metadata_locked()
