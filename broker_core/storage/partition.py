@@ -275,16 +275,19 @@ class PartitionLog:
                           key=lambda d: d.first_offset)
 
     def needs_verification(self, offset: int) -> bool:
-        """Whether a read at ``offset`` would first scan a sealed ledger (see verify_at)."""
-        if not self._unverified:
+        """Whether a read at ``offset`` would first scan its ledger (see verify_at)."""
+        if not self._unverified or self._closed:
             return False
+        last = self._ledgers[-1]
+        if offset >= last.facts.first_offset:  # the usual case: a consumer at the tail
+            return not last.verified and offset < last.facts.next_offset
         with self._lock:
             if self._closed or not self._log_start <= offset < self.next_offset:
                 return False
             return not self._ledgers[self._ledger_index(offset)].verified
 
     def verify_at(self, offset: int) -> None:
-        """Scan the sealed ledger holding ``offset`` if it was not since start-up (CRC32C
+        """Scan the ledger holding ``offset`` if it was not since start-up (CRC32C
         of every batch); reads run meanwhile, only the result is recorded under the lock.
         Meant for a worker thread: it reads the whole ledger file."""
         with self._lock:
