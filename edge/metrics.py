@@ -20,10 +20,10 @@ AUTHENTICATIONS = Counter("kop_server_authentications",
 
 
 class EngineCollector(Collector):
-    """Per partition ``kop_server_log_size_bytes``, ``kop_server_log_start_offset`` and
-    ``kop_server_log_end_offset``; ``kop_server_group_lag``: high watermark minus committed
-    offset, per group partition; ``kop_server_producer_ids``: producer ids the loaded
-    partitions remember."""
+    """Per partition ``kop_server_log_size_bytes``, ``kop_server_log_start_offset``,
+    ``kop_server_log_end_offset`` and ``kop_server_log_damaged_offsets``;
+    ``kop_server_group_lag``: high watermark minus committed offset, per group partition;
+    ``kop_server_producer_ids``: producer ids the loaded partitions remember."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -57,12 +57,19 @@ class EngineCollector(Collector):
         end = GaugeMetricFamily("kop_server_log_end_offset",
                                 "Next offset of a partition (its high watermark).",
                                 labels=labels)
+        damaged = GaugeMetricFamily(
+            "kop_server_log_damaged_offsets",
+            "Offsets of a partition whose stored records are damaged (cut short or failing "
+            "their CRC) and are not served.", labels=labels)
         for topic, index, partition in self.engine.logs.all_partitions():
             key = [topic, str(index)]
             size.add_metric(key, partition.size_bytes)
             start.add_metric(key, partition.log_start_offset)
             end.add_metric(key, partition.next_offset)
-        yield from (size, start, end)
+            first = partition.log_start_offset
+            damaged.add_metric(key, sum(d.end_offset - max(d.first_offset, first)
+                                        for d in partition.damaged_ranges()))
+        yield from (size, start, end, damaged)
 
 
 def serve_metrics(engine: Engine, host: str, port: int) -> int:

@@ -1,8 +1,17 @@
-"""Helpers for storage tests: the bytes of what ``PartitionLog.read`` returns."""
+"""Helpers for storage tests: the bytes of what ``PartitionLog.read`` returns, the
+entries of a ledger file as found on disk (to damage one on purpose), and a librdkafka
+read of one partition that keeps the fetch errors it meets."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import confluent_kafka
+
 from broker_core.storage import FileRegion
+from broker_core.storage.entry import ENTRY_HEADER_SIZE, decode_entry_header
 
 
 def batch_bytes(chunk: memoryview | FileRegion) -> bytes:
@@ -13,3 +22,65 @@ def batch_bytes(chunk: memoryview | FileRegion) -> bytes:
         finally:
             chunk.release()
     return bytes(chunk)
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """One entry of a ledger file: where it starts, its base offset and its size."""
+
+    position: int
+    index: int
+    size: int
+
+
+def stored_entries(path: Path) -> list[StoredEntry]:
+    """The entries of the ledger file at ``path``, read from its entry headers."""
+    data = path.read_bytes()
+    entries: list[StoredEntry] = []
+    position = 0
+    while position < len(data):
+        header = decode_entry_header(data, position)
+        assert header is not None, f"{path}: no entry at {position}"
+        size = ENTRY_HEADER_SIZE + header.batch_length
+        entries.append(StoredEntry(position, header.index, size))
+        position += size
+    return entries
+
+
+def partition_dir(data_dir: Path, topic: str, partition: int = 0) -> Path:
+    """Where the broker keeps a partition of ``topic`` of the default tenant."""
+    return data_dir / "topics" / "public" / "default" / topic / str(partition)
+
+
+def flip_byte(path: Path, position: int) -> None:
+    """Invert the bits of one byte of a file."""
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)
+        f.seek(position)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def read_partition(bootstrap: str, topic: str, partition: int, start: int, end: int,
+            timeout: float = 20.0) -> tuple[dict[int, bytes], set[int]]:
+    """Read ``partition`` from ``start`` until offset ``end - 1`` arrives or a fetch error
+    comes back; return the records by offset and the error codes seen."""
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        "fetch.error.backoff.ms": 50})
+    consumer.assign([confluent_kafka.TopicPartition(topic, partition, start)])
+    records: dict[int, bytes] = {}
+    errors: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not errors and (end - 1) not in records:
+            for message in consumer.consume(100, 0.5):
+                error = message.error()
+                if error is not None:
+                    errors.add(error.code())
+                else:
+                    records[message.offset()] = message.value()
+    finally:
+        consumer.close()
+    return records, errors

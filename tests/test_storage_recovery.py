@@ -17,8 +17,10 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker_core.storage import LogConfig, PartitionLog
 from broker_core.storage.entry import ENTRY_HEADER_SIZE
+from broker_core.storage.errors import DamagedRecords
+from broker_core.storage.ledger import ledger_file_name
 from broker_core.storage.metadata import METADATA_FILE
-from tests.storage_helpers import batch_bytes
+from tests.storage_helpers import batch_bytes, stored_entries
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = LogConfig(segment_bytes=600)
@@ -49,14 +51,20 @@ def fill(log: PartitionLog, batches: int, size: int = 3) -> int:
 
 
 def all_records(log: PartitionLog) -> list[int]:
-    """Every record's value, checking that it equals the record's offset."""
+    """Every record's value, checking that it equals the record's offset (a read stops
+    before a ledger not scanned since start-up, so this reads on as a consumer does)."""
     values: list[int] = []
-    for view in log.read(log.log_start_offset, 1 << 30):
-        records = MemoryRecords(batch_bytes(view))
-        while records.has_next():
-            for record in records.next_batch():
-                assert int(record.value) == record.offset
-                values.append(record.offset)
+    offset = log.log_start_offset
+    while offset < log.next_offset:
+        chunks = log.read(offset, 1 << 30)
+        assert chunks, f"nothing read at {offset}"
+        for view in chunks:
+            records = MemoryRecords(batch_bytes(view))
+            while records.has_next():
+                for record in records.next_batch():
+                    assert int(record.value) == record.offset
+                    values.append(record.offset)
+                    offset = record.offset + 1
     return values
 
 
@@ -252,23 +260,107 @@ def test_unlisted_old_ledger_is_removed(tmp_path: Path) -> None:
     log.close()
 
 
-def test_short_sealed_ledger_cuts_the_log_there(
+def readable(log: PartitionLog) -> list[int]:
+    """Every record served, reading on past damaged ranges as an operator's seek would."""
+    values: list[int] = []
+    offset = log.log_start_offset
+    while offset < log.next_offset:
+        try:
+            chunks = log.read(offset, 1 << 30)
+        except DamagedRecords as damaged:
+            offset = damaged.end_offset
+            continue
+        assert chunks, f"nothing read at {offset}"
+        for view in chunks:
+            for record in MemoryRecords(batch_bytes(view)).next_batch():
+                assert int(record.value) == record.offset
+                values.append(record.offset)
+                offset = record.offset + 1
+    return values
+
+
+def test_short_sealed_ledger_keeps_the_ledgers_after_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     log = PartitionLog(tmp_path, CONFIG)
-    fill(log, 40)
-    second = log._ledgers[1]
-    second_start = second.facts.first_offset
-    path = second.path
+    total = fill(log, 40)
+    first = log._ledgers[0]
+    first_end = first.facts.next_offset
+    path = first.path
+    ledgers = log.ledger_count
     log.close()
-    os.truncate(path, path.stat().st_size - 10)  # as if unsynced data was lost
+    os.truncate(path, path.stat().st_size - 10)  # the last batch of ledger 1 is cut short
     with caplog.at_level(logging.WARNING, logger="broker_core.storage"):
         log = PartitionLog(tmp_path, CONFIG)
-    assert log.ledger_count == 2
-    assert log.next_offset > second_start
-    assert all_records(log) == list(range(log.next_offset))
-    assert list(tmp_path.glob("*.dropped"))
-    assert fill(log, 1) == log.next_offset
+    lost = range(first_end - 3, first_end)
+    assert f"offsets [{lost[0]}, {first_end}) in ledger file {path.name}" in caplog.text
+    assert (log.next_offset, log.ledger_count) == (total, ledgers)
+    assert [(d.first_offset, d.end_offset) for d in log.damaged_ranges()] == [
+        (lost[0], first_end)]
+    assert readable(log) == [o for o in range(total) if o not in lost]
+    with pytest.raises(DamagedRecords):
+        log.read(lost[1], 1000)
+    # timestamp lookups walk around the damage (every batch here has the same timestamps)
+    best = log.batch_with_max_timestamp()
+    assert best is not None and best.base_offset == 0
+    found = log.find_first_batch_with_timestamp_at_least(1_002)
+    assert found is not None and found.base_offset == 0
+    assert not list(tmp_path.glob("*.dropped"))
+    assert fill(log, 1) == total + 3  # fresh offsets after the old end
+    log.close()
+    log = PartitionLog(tmp_path, CONFIG)  # the damage is found (and reported) again
+    assert [(d.first_offset, d.end_offset) for d in log.damaged_ranges()] == [
+        (lost[0], first_end)]
+    assert log.next_offset == total + 3
+    log.delete_records_before(first_end)  # the operator gives the damaged range up
+    assert log.damaged_ranges() == []
+    assert readable(log) == list(range(first_end, total + 3))
+    log.close()
+
+
+def test_missing_middle_ledger_is_a_hole(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, CONFIG)
+    total = fill(log, 40)
+    second = log._ledgers[1].facts
+    log.close()
+    (tmp_path / ledger_file_name(second.ledger_id)).unlink()
+    log = PartitionLog(tmp_path, CONFIG)
+    assert log.next_offset == total
+    assert [(d.first_offset, d.end_offset) for d in log.damaged_ranges()] == [
+        (second.first_offset, second.next_offset)]
+    assert readable(log) == [o for o in range(total)
+                             if not second.first_offset <= o < second.next_offset]
+    log.close()
+
+
+def test_flipped_byte_in_sealed_ledger_is_found_on_first_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = PartitionLog(tmp_path, CONFIG)
+    total = fill(log, 40)
+    path = log._ledgers[0].path
+    log.close()
+    entry = ENTRY_HEADER_SIZE + len(make_batch(0, 3))
+    with open(path, "r+b") as f:  # the last byte of the second batch (offsets 3..5)
+        f.seek(2 * entry - 1)
+        byte = f.read(1)
+        f.seek(2 * entry - 1)
+        f.write(bytes([byte[0] ^ 0x55]))
+    log = PartitionLog(tmp_path, CONFIG)
+    assert log.damaged_ranges() == []  # trusted at start-up: nothing is scanned yet
+    assert log.needs_verification(0)
+    with caplog.at_level(logging.ERROR, logger="broker_core.storage"):
+        log.verify_at(0)
+    assert "batch CRC32C mismatch" in caplog.text
+    assert not log.needs_verification(0)
+    assert [(d.first_offset, d.end_offset) for d in log.damaged_ranges()] == [(3, 6)]
+    first = [MemoryRecords(batch_bytes(v)).next_batch().base_offset for v in log.read(0, 1 << 20)]
+    assert first == [0]  # the read stops before the damaged batch
+    for offset in (3, 4, 5):
+        with pytest.raises(DamagedRecords):
+            log.read(offset, 1 << 20)
+    assert readable(log) == [o for o in range(total) if o not in (3, 4, 5)]
+    assert sum(1 for _ in log.batches_from(0)) == total // 3 - 1  # internal readers skip it
     log.close()
 
 
@@ -283,9 +375,9 @@ def test_unsynced_sealed_ledger_is_verified(tmp_path: Path) -> None:
         f.seek(size - 5)
         f.write(b"\0\0\0\0\0")
     log = PartitionLog(tmp_path, LogConfig(segment_bytes=10_000))
-    assert log.next_offset == 12
-    assert all_records(log) == list(range(12))
-    assert log.ledger_count == 1
+    assert log.next_offset == 21  # the ledger after it keeps its offsets
+    assert [(d.first_offset, d.end_offset) for d in log.damaged_ranges()] == [(12, 15)]
+    assert readable(log) == [*range(12), *range(15, 21)]
     log.close()
 
 
@@ -342,4 +434,59 @@ def test_lazy_index_after_reopen(tmp_path: Path, interval: int) -> None:
     for offset in range(open_first, grown):
         assert log.read(offset, 0)
     assert all_records(log) == list(range(grown))
+    log.close()
+
+
+def test_short_last_ledger_keeps_its_offsets_and_gets_a_successor(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, CONFIG)
+    total = fill(log, 40)
+    last = log._ledgers[-1]
+    ledgers, path, last_first = log.ledger_count, last.path, last.facts.first_offset
+    log.close()  # everything is fsynced: a shorter file now is damage, not a crash
+    os.truncate(path, path.stat().st_size - 10)
+    log = PartitionLog(tmp_path, CONFIG)
+    assert (log.next_offset, log.ledger_count) == (total, ledgers + 1)
+    assert [(d.first_offset, d.end_offset) for d in log.damaged_ranges()] == [
+        (total - 3, total)]
+    assert fill(log, 2) == total + 6
+    assert readable(log) == [*range(total - 3), *range(total, total + 6)]
+    assert last_first < total - 3
+    log.close()
+
+
+def test_damage_in_the_open_ledger_leaves_appends_readable(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=1 << 20))
+    total = fill(log, 10)
+    path = log._ledgers[-1].path
+    log.close()
+    entries = stored_entries(path)
+    with open(path, "r+b") as f:  # garble the entry header of the fifth batch
+        f.seek(entries[4].position + 3)
+        f.write(b"\xff\xff")
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=1 << 20))
+    assert log.ledger_count == 1 and log.needs_verification(0)
+    grown = fill(log, 2)  # appended to the open ledger, after the damage
+    log.verify_at(0)
+    assert [(d.first_offset, d.end_offset) for d in log.damaged_ranges()] == [(12, total)]
+    assert readable(log) == [*range(12), *range(total, grown)]
+    assert fill(log, 1) == grown + 3
+    assert readable(log)[-3:] == list(range(grown, grown + 3))
+    log.close()
+
+
+def test_timestamp_lookups_pass_over_a_damaged_batch(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=1 << 20))
+    fill(log, 3)
+    assert log.append(make_batch(9, 3, ts=9_000), 2, 9_002) == 9  # the newest timestamps
+    log.roll()
+    fill(log, 3)
+    path = log._ledgers[0].path
+    log.close()
+    os.truncate(path, path.stat().st_size - 10)  # the batch with them is cut short
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=1 << 20))
+    assert [(d.first_offset, d.end_offset) for d in log.damaged_ranges()] == [(9, 12)]
+    best = log.batch_with_max_timestamp()
+    assert best is not None and best.base_offset == 0 and best.max_timestamp == 1_002
+    assert log.find_first_batch_with_timestamp_at_least(5_000) is None
+    assert [info.base_offset for info in log.batches_from(0)] == [0, 3, 6, 12, 15, 18]
     log.close()

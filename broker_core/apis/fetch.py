@@ -1,10 +1,14 @@
 """Fetch: read batches from the ledgers, long-polling on appends until ``min_bytes`` arrive.
 
 Sessions (KIP-227) are declined by answering session id 0, so every fetch is a full one.
+A ledger not read since start-up is CRC-checked in a worker thread before its first read;
+a fetch at an offset whose stored records are damaged answers CORRUPT_MESSAGE, as Kafka
+does for a corrupt record in its log (the client raises it; it is not retried away).
 """
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import time
 from collections.abc import Iterable, Sequence
@@ -18,6 +22,7 @@ from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.protocol import Chunk
 from broker_core.storage import FileRegion, PartitionLog
+from broker_core.storage.errors import DamagedRecords
 
 READ_COMMITTED = 1
 _BASE_OFFSET = struct.Struct(">q")
@@ -54,10 +59,11 @@ def _resolve(engine: Engine, ctx: RequestContext, request: Any) -> list[_Wanted]
     return wanted
 
 
-def _answer(engine: Engine, want: _Wanted, budget: int, first: bool,
-            committed: bool) -> tuple[PartitionAnswer, int]:
+def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: bool,
+            unscanned: list[tuple[PartitionLog, int]]) -> tuple[PartitionAnswer, int]:
     """One partition's answer and the bytes it carries (below the last stable offset only,
-    with the aborted transactions listed, for read_committed)."""
+    with the aborted transactions listed, for read_committed). A partition whose ledger at
+    the offset is to be scanned first is noted in ``unscanned`` and answered empty."""
     if want.error != ErrorCode.NONE or want.internal is None:
         return _empty(want.index, want.error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), 0
     partition: PartitionLog | None = engine.logs.partition(want.internal, want.index)
@@ -66,12 +72,18 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool,
     start, end = partition.log_start_offset, partition.next_offset
     if want.offset < start or want.offset > end:
         return _empty(want.index, ErrorCode.OFFSET_OUT_OF_RANGE, end, start), 0
+    if partition.needs_verification(want.offset):
+        unscanned.append((partition, want.offset))
+        return _empty(want.index, ErrorCode.NONE, end, start), 0
     producers = engine.producers.get(want.internal, want.index, partition)
     stable = producers.last_stable_offset(end)
     upper = stable if committed else end
     limit = min(want.max_bytes, budget)
     readable = want.offset < upper and (limit > 0 or first)
-    chunks = partition.read(want.offset, max(limit, 0)) if readable else []
+    try:
+        chunks = partition.read(want.offset, max(limit, 0)) if readable else []
+    except DamagedRecords:
+        return _empty(want.index, ErrorCode.CORRUPT_MESSAGE, end, start), 0
     if committed:
         visible = [_BASE_OFFSET.unpack_from(_head(c))[0] < upper for c in chunks]
         _release(c for c, keep in zip(chunks, visible, strict=True) if not keep)
@@ -116,14 +128,24 @@ def _empty(index: int, code: ErrorCode, high_watermark: int = -1,
     return PartitionAnswer(index, code, high_watermark, high_watermark, log_start)
 
 
-def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int,
-             committed: bool) -> tuple[list[tuple[PartitionAnswer, int]], int, bool]:
+async def _scan(unscanned: list[tuple[PartitionLog, int]]) -> None:
+    """Scan, in a worker thread, each ledger a fetch is about to read first since start-up."""
+    loop = asyncio.get_running_loop()
+    for partition, offset in unscanned:
+        await loop.run_in_executor(None, partition.verify_at, offset)
+    unscanned.clear()
+
+
+def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int, committed: bool,
+             unscanned: list[tuple[PartitionLog, int]]
+             ) -> tuple[list[tuple[PartitionAnswer, int]], int, bool]:
     """Answers for all partitions, total bytes, and whether an error is among them."""
     answers = []
     total = 0
     errored = False
     for want in wanted:
-        answer, size = _answer(engine, want, max_bytes - total, total == 0, committed)
+        answer, size = _answer(engine, want, max_bytes - total, total == 0, committed,
+                               unscanned)
         total += size
         errored = errored or answer.error != 0
         answers.append((answer, size))
@@ -138,8 +160,14 @@ async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Fet
     wanted = _resolve(engine, ctx, request)
     committed = request.isolation_level == READ_COMMITTED
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+    unscanned: list[tuple[PartitionLog, int]] = []
     while True:
-        answers, total, errored = _collect(engine, wanted, max_bytes, committed)
+        answers, total, errored = _collect(engine, wanted, max_bytes, committed, unscanned)
+        if unscanned:  # off the event loop, then answer again
+            for answer, _size in answers:
+                _release(answer.batches)
+            await _scan(unscanned)
+            continue
         remaining = deadline - time.monotonic()
         if (total >= request.min_bytes or errored or remaining <= 0 or not wanted
                 or engine.closing):

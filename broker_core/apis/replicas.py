@@ -6,7 +6,10 @@ election is never needed (ELECTION_NOT_NEEDED); moving a replica to the log dir 
 succeeds and any other path is LOG_DIR_NOT_FOUND; a reassignment to this broker alone is
 already done, one naming any other broker is INVALID_REPLICA_ASSIGNMENT, and none is ever
 in progress. DescribeLogDirs reports each visible partition's size on disk and the file
-system's total and usable bytes. The cluster ACLs are Kafka's: ALTER to elect, move or
+system's total and usable bytes; while a described partition holds damaged records (a
+ledger file cut short or garbled, see ``storage.damage``) the log dir answers
+KAFKA_STORAGE_ERROR, Kafka's code for a log dir whose files cannot be read, and still lists
+its partitions. The cluster ACLs are Kafka's: ALTER to elect, move or
 reassign, DESCRIBE to list log dirs and reassignments.
 """
 
@@ -116,18 +119,21 @@ async def handle_describe_log_dirs(engine: Engine, ctx: RequestContext, request:
                         error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
     result = response.DescribeLogDirsResult
     topics = []
+    damaged = False
     for name, topic, indexes in _described_topics(engine, ctx, request):
         partitions = []
         for index in indexes:
             log = engine.logs.partition(topic.name, index)
             if log is not None:
+                damaged = damaged or bool(log.damaged_ranges())
                 partitions.append(result.DescribeLogDirsTopic.DescribeLogDirsPartition(
                     partition_index=index, partition_size=log.size_bytes, offset_lag=0,
                     is_future_key=False))
         topics.append(result.DescribeLogDirsTopic(name=name, partitions=partitions))
     disk = os.statvfs(engine.logs.root)
     return response(version=request.version, throttle_time_ms=0, error_code=0, results=[
-        result(error_code=0, log_dir=_log_dir(engine), topics=topics,
+        result(error_code=ErrorCode.KAFKA_STORAGE_ERROR if damaged else 0,
+               log_dir=_log_dir(engine), topics=topics,
                total_bytes=disk.f_blocks * disk.f_frsize,
                usable_bytes=disk.f_bavail * disk.f_frsize, is_cordoned=False)])
 

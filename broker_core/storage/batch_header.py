@@ -26,6 +26,10 @@ MAX_TIMESTAMP_AT = 35
 
 RECORD_BATCH_MAGIC = 2
 
+HEAD_FIELDS = struct.Struct(">qi4xbIhi")
+"""The first 27 bytes in one unpack: baseOffset, batchLength, magic, crc, attributes,
+lastOffsetDelta (for loops over many batches)."""
+
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")

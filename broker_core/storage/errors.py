@@ -25,3 +25,12 @@ class LogClosed(StorageError):
 
 class CorruptLedger(StorageError):
     """A ledger holds bytes that are not a valid entry where one was expected."""
+
+
+class DamagedRecords(StorageError):
+    """The offset asked for lies in a damaged range of the log (never served)."""
+
+    def __init__(self, message: str, first_offset: int, end_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.end_offset = end_offset

@@ -18,14 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .batch_header import (
-    BATCH_HEADER_SIZE,
-    base_offset,
-    crc_matches,
-    last_offset_delta,
-    max_timestamp,
-    shape_problem,
-)
+from .batch_header import BATCH_HEADER_SIZE, last_offset_delta, max_timestamp
+from .damage import Damage, batch_problem
 from .entry import ENTRY_HEADER_SIZE, ENTRY_HEADER_STRUCT, ENTRY_MAGIC, decode_entry_header
 from .errors import CorruptLedger
 from .metadata import LedgerFacts
@@ -151,6 +145,12 @@ class Ledger:
         self._index_positions = array("q")
         self._indexed_to = 0
         self._since_index = 0
+        self.unverified: LedgerFacts | None = None
+        """The facts of the part not checked since start-up (trusted, to be scanned on first
+        read); None once every entry was written by this process or scanned."""
+        self.damage: list[Damage] = []
+        self._skip: dict[int, int] = {}  # position of a damaged entry -> position after it
+        self._walk_end: int | None = None  # where entries can no longer be framed
 
     @classmethod
     def create(
@@ -194,6 +194,40 @@ class Ledger:
     def reader(self, window: int = _HEADER_WINDOW) -> LedgerReader:
         return LedgerReader(self, window)
 
+    # -- damage ----------------------------------------------------------------------
+
+    def note_damage(self, found: Sequence[Damage]) -> None:
+        """Remember damaged ranges (found by a scan) so that walks and reads avoid them."""
+        for item in found:
+            if any(known.position == item.position for known in self.damage):
+                continue
+            self.damage.append(item)
+            if item.end_position >= self.facts.size and self.facts.sealed:
+                self._walk_end = min(item.position, self._walk_end or item.position)
+            elif item.end_position > item.position:  # appends may follow in an open ledger
+                self._skip[item.position] = item.end_position
+        self.damage.sort(key=lambda item: item.position)
+
+    @property
+    def verified(self) -> bool:
+        return self.unverified is None
+
+    def skip_to(self, position: int) -> int | None:
+        """Where the entry after a damaged one at ``position`` starts (None if not damaged)."""
+        return self._skip.get(position) if self._skip else None
+
+    @property
+    def walk_end(self) -> int:
+        """Where walks over entries stop: the recorded size, or an unframeable entry."""
+        return self.facts.size if self._walk_end is None else self._walk_end
+
+    def stop_after(self, position: int) -> int:
+        """Where a read starting at ``position`` must stop: the next damage or the end."""
+        for item in self.damage:
+            if item.position >= position:
+                return item.position
+        return self.facts.size
+
     # -- appending -------------------------------------------------------------------
 
     def append(
@@ -232,7 +266,7 @@ class Ledger:
         bytes below the recorded size). With ``upto``, stops once an entry whose index
         is beyond ``upto`` has been indexed, so the entry holding ``upto`` is covered.
         """
-        end = self.facts.size
+        end = self.walk_end
         position = self._indexed_to
         if position >= end:
             return
@@ -241,10 +275,14 @@ class Ledger:
         offsets, positions = self._index_offsets, self._index_positions
         interval = self.index_interval_bytes
         since = self._since_index
+        skip = self._skip
         buf = b""
         buf_start = position
         try:
             while position < end:
+                if skip and position in skip:
+                    position = skip[position]
+                    continue
                 rel = position - buf_start
                 if rel + ENTRY_HEADER_SIZE > len(buf):
                     buf = os.pread(fd, min(_INDEX_WINDOW, end - position), position)
@@ -271,7 +309,10 @@ class Ledger:
         """Entry headers from file position ``start`` to the ledger's current end."""
         reader = reader or self.reader()
         position = start
-        while position < self.facts.size:
+        while position < self.walk_end:
+            if position in self._skip:
+                position = self._skip[position]
+                continue
             meta = reader.entry_at(position)
             yield meta
             position = meta.end
@@ -289,14 +330,14 @@ class Ledger:
     # -- reading ---------------------------------------------------------------------
 
     def read_regions(
-        self, start: int, budget: int, take_first: bool
+        self, start: int, budget: int, take_first: bool, end: int | None = None
     ) -> tuple[list[memoryview | FileRegion], int, bool]:
         """As :meth:`read_batches`, but large batches are left in the file as regions.
 
         Entry headers are read one by one while batches are at least
         ``REGION_MIN_BYTES``; from the first smaller one on, the rest is read as a window.
         """
-        end = self.facts.size
+        end = self.facts.size if end is None else end
         out: list[memoryview | FileRegion] = []
         taken = 0
         while start < end:
@@ -317,22 +358,22 @@ class Ledger:
         else:
             return out, taken, True
         more, size, reached_end = self.read_batches(start, budget - taken,
-                                                    take_first and not out)
+                                                    take_first and not out, end)
         out.extend(more)
         return out, taken + size, reached_end
 
     def read_batches(
-        self, start: int, budget: int, take_first: bool
+        self, start: int, budget: int, take_first: bool, end: int | None = None
     ) -> tuple[list[memoryview], int, bool]:
         """Batches from the entry at ``start`` while their total size stays within ``budget``.
 
         With ``take_first`` the first batch is returned even if it alone exceeds the
-        budget. Returns the batches, their total size, and whether the ledger's end was
-        reached (as opposed to the budget).
+        budget. Returns the batches, their total size, and whether ``end`` (by default
+        the ledger's end) was reached (as opposed to the budget).
         """
         # One read covers the budget; headers were verified when written or recovered, so
         # here they are only unpacked (this loop is the fetch hot path).
-        end = self.facts.size
+        end = self.facts.size if end is None else end
         window = memoryview(os.pread(self.fd(), min(end - start, max(budget, 0) + _READ_SLACK),
                                      start)) if end > start else memoryview(b"")
         unpack = ENTRY_HEADER_STRUCT.unpack_from
@@ -400,13 +441,7 @@ class Ledger:
                 problem = f"entry index {header.index} where {facts.next_offset} was expected"
                 break
             batch = reader.view(position + ENTRY_HEADER_SIZE, header.batch_length)
-            problem = shape_problem(batch) or ""
-            if not problem and base_offset(batch) != header.index:
-                problem = f"batch base offset {base_offset(batch)} differs from entry index"
-            if not problem and last_offset_delta(batch) < 0:
-                problem = "negative lastOffsetDelta"
-            if not problem and not crc_matches(batch):
-                problem = "batch CRC32C mismatch"
+            problem = batch_problem(batch, header.index)
             if problem:
                 break
             last = header.index + last_offset_delta(batch)

@@ -8,8 +8,12 @@ Durability: ``append`` writes straight to the file (no userspace buffer), so a p
 crash right after it returns loses nothing; ``flush`` fsyncs. The metadata file records
 the ledger list; for the open ledger it records the facts as of its last fsync (its
 *recovery point*), and each sealed ledger is marked ``synced`` once fsynced. At open,
-sealed ledgers that are not known to be synced are verified by a full scan, and the
-open ledger is scanned from its recovery point; a torn tail is truncated.
+sealed ledgers that are not known to be synced, or are shorter than recorded, are
+scanned in full, and the open ledger from its recovery point; its torn tail is truncated.
+What was trusted at open is scanned on its first read (``verify_at``, from a worker
+thread). Damage (``damage``) never shortens the log: a ledger keeps the offsets the
+metadata records, the ledgers after it are kept, a damaged range is never served (reads
+stop before it, a read inside it raises DamagedRecords) and internal readers skip it.
 
 Thread safety: every method takes one lock; ``flush`` holds it only to collect
 duplicated file descriptors and runs the fsyncs outside it, so appends proceed while
@@ -32,8 +36,9 @@ from pathlib import Path
 from .batch_header import last_offset_delta as batch_last_offset_delta
 from .batch_header import set_base_offset, shape_problem
 from .config import LogConfig
+from .damage import Damage, batch_problem, hole, report, scan_ledger
 from .entry import ENTRY_HEADER_SIZE, encode_entry_header
-from .errors import LogClosed, OffsetOutOfRange
+from .errors import DamagedRecords, LogClosed, OffsetOutOfRange
 from .fsutil import TEMP_SUFFIX, start_writeback
 from .ledger import Ledger, LedgerReader, ledger_file_name, parse_ledger_file_name
 from .metadata import (
@@ -109,7 +114,9 @@ class PartitionLog:
         self._open_sealed: OrderedDict[int, Ledger] = OrderedDict()
         self._recovery_point = LedgerFacts(0, 0, 0)
         self._recorded_recovery_size = 0
-        self._max_ts_cache: tuple[tuple[int, int, int], tuple[int, int] | None] | None = None
+        self._max_ts_cache: tuple[tuple[int, int, int, int], tuple[int, int] | None] | None = None
+        self._gaps: list[Damage] = []  # offset ranges no ledger holds (found at recovery)
+        self._unverified = 0  # sealed ledgers not yet scanned since start-up
         self._closed = False
         self.directory.mkdir(parents=True, exist_ok=True)
         with self._lock:
@@ -240,15 +247,91 @@ class PartitionLog:
                 return []
             i = self._ledger_index(offset)
             ledger = self._use(self._ledgers[i])
+            if not ledger.verified:  # a caller that did not call verify_at first
+                self._verify_locked(ledger)
+            if self._gaps or ledger.damage:
+                self._check_damage(offset)
             start = ledger.locate(offset).position
-            out, taken, reached_end = ledger.read_regions(start, max_bytes, take_first=True)
-            while reached_end and i + 1 < len(self._ledgers):
+            stop = ledger.stop_after(start)
+            out, taken, reached_end = ledger.read_regions(start, max_bytes, True, stop)
+            while reached_end and stop == ledger.facts.size and i + 1 < len(self._ledgers):
                 i += 1
-                ledger = self._use(self._ledgers[i])
-                more, size, reached_end = ledger.read_regions(0, max_bytes - taken, False)
+                following = self._ledgers[i]
+                if following.facts.first_offset != ledger.facts.next_offset \
+                        or not following.verified:
+                    break  # a hole, or a ledger to verify first: the next fetch starts there
+                ledger = self._use(following)
+                stop = ledger.stop_after(0)
+                more, size, reached_end = ledger.read_regions(0, max_bytes - taken, False, stop)
                 out.extend(more)
                 taken += size
             return out
+
+    # -- damage ------------------------------------------------------------------------
+
+    def damaged_ranges(self) -> list[Damage]:
+        """The damaged offset ranges at or above the log start, in offset order."""
+        with self._lock:
+            found = [*self._gaps, *(d for ledger in self._ledgers for d in ledger.damage)]
+            return sorted((d for d in found if d.end_offset > self._log_start),
+                          key=lambda d: d.first_offset)
+
+    def needs_verification(self, offset: int) -> bool:
+        """Whether a read at ``offset`` would first scan its ledger (see verify_at)."""
+        if not self._unverified or self._closed:
+            return False
+        last = self._ledgers[-1]
+        if offset >= last.facts.first_offset:  # the usual case: a consumer at the tail
+            return not last.verified and offset < last.facts.next_offset
+        with self._lock:
+            if self._closed or not self._log_start <= offset < self.next_offset:
+                return False
+            return not self._ledgers[self._ledger_index(offset)].verified
+
+    def verify_at(self, offset: int) -> None:
+        """Scan the ledger holding ``offset`` if it was not since start-up (CRC32C
+        of every batch); reads run meanwhile, only the result is recorded under the lock.
+        Meant for a worker thread: it reads the whole ledger file."""
+        with self._lock:
+            if self._closed or not self._log_start <= offset < self.next_offset:
+                return
+            ledger = self._ledgers[self._ledger_index(offset)]
+            if ledger.unverified is None:
+                return
+            facts = ledger.unverified.copy()
+        found = scan_ledger(ledger.path, facts)
+        with self._lock:
+            if not self._closed and not ledger.verified \
+                    and any(item is ledger for item in self._ledgers):
+                self._note_verified(ledger, found)
+
+    def _verify_locked(self, ledger: Ledger) -> None:
+        if ledger.unverified is not None:
+            self._note_verified(ledger, scan_ledger(ledger.path, ledger.unverified.copy()))
+
+    def _note_verified(self, ledger: Ledger, found: list[Damage]) -> None:
+        ledger.unverified = None
+        self._unverified -= 1
+        self._note_damage(ledger, found)
+
+    def _note_damage(self, ledger: Ledger, found: list[Damage]) -> None:
+        new = [d for d in found if all(known.position != d.position for known in ledger.damage)]
+        ledger.note_damage(new)
+        for item in new:
+            if item.end_offset > self._log_start:
+                report(self.directory, item)
+
+    def _check_damage(self, offset: int) -> None:
+        """DamagedRecords if ``offset`` lies in a damaged range."""
+        ledger = self._ledgers[self._ledger_index(offset)]
+        if not self._gaps and not ledger.damage:
+            return
+        for item in (*self._gaps, *ledger.damage):
+            if item.first_offset <= offset < item.end_offset:
+                raise DamagedRecords(
+                    f"offset {offset} of {self.directory} is in damaged range "
+                    f"[{item.first_offset}, {item.end_offset}) ({item.reason})",
+                    item.first_offset, item.end_offset)
 
     def batches_from(self, offset: int) -> Iterator[BatchInfo]:
         """Iterate the stored batches from the one containing ``offset`` to the end.
@@ -260,11 +343,24 @@ class PartitionLog:
         with self._lock:
             self._check_open()
             self._check_offset(offset)
-            if offset == self.next_offset:
+            offset = self._past_damage(offset)
+            if offset >= self.next_offset:
                 return iter(())
             ledger = self._use(self._ledgers[self._ledger_index(offset)])
             position = ledger.locate(offset).position
         return self._iterate(ledger, position)
+
+    def _past_damage(self, offset: int) -> int:
+        """``offset``, or the end of the damaged ranges it falls in (internal readers skip
+        damage; fetch answers it)."""
+        while True:
+            try:
+                self._check_damage(offset)
+            except DamagedRecords as damaged:
+                offset = damaged.end_offset
+                if offset < self.next_offset:
+                    continue
+            return offset
 
     def _iterate(self, ledger: Ledger, position: int) -> Iterator[BatchInfo]:
         reader = LedgerReader(ledger, _ITER_WINDOW)
@@ -272,19 +368,27 @@ class PartitionLog:
             with self._lock:
                 if self._closed or not any(item is ledger for item in self._ledgers):
                     return
-                if position >= ledger.facts.size:
+                if position >= ledger.walk_end:
                     if ledger is self._ledgers[-1]:
                         return
                     ledger = self._ledgers[self._ledgers.index(ledger) + 1]
                     reader = LedgerReader(ledger, _ITER_WINDOW)
                     position = 0
                     continue
+                skip = ledger.skip_to(position)
+                if skip is not None:
+                    position = skip
+                    continue
                 self._use(ledger)
                 meta = reader.entry_at(position)
                 batch = reader.batch(meta)
-            yield BatchInfo(
-                meta.index, meta.last_offset, meta.max_timestamp, meta.broker_timestamp, batch
-            )
+                # a ledger not scanned yet: check each batch instead (damage is skipped)
+                intact = ledger.verified or not batch_problem(batch, meta.index)
+            if intact:
+                yield BatchInfo(
+                    meta.index, meta.last_offset, meta.max_timestamp, meta.broker_timestamp,
+                    batch
+                )
             position = meta.end
 
     def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None:
@@ -325,7 +429,7 @@ class PartitionLog:
                 facts = ledger.facts
                 if facts.max_timestamp_offset < 0 or facts.next_offset <= self._log_start:
                     continue
-                if facts.max_timestamp_offset >= self._log_start:
+                if facts.max_timestamp_offset >= self._log_start and not ledger.damage:
                     found: tuple[int, int] | None = (
                         facts.max_timestamp,
                         facts.max_timestamp_offset,
@@ -345,12 +449,15 @@ class PartitionLog:
 
     def _visible_max_timestamp(self, ledger: Ledger) -> tuple[int, int] | None:
         """(max timestamp, base offset) over the batches of ``ledger`` not below log start."""
-        key = (ledger.ledger_id, self._log_start, ledger.facts.size)
+        key = (ledger.ledger_id, self._log_start, ledger.facts.size, len(ledger.damage))
         if self._max_ts_cache is not None and self._max_ts_cache[0] == key:
             return self._max_ts_cache[1]
         self._use(ledger)
         result: tuple[int, int] | None = None
-        for meta in ledger.iter_entries(ledger.locate(self._log_start).position):
+        start = 0
+        if ledger.facts.first_offset < self._log_start:
+            start = ledger.locate(self._log_start).position
+        for meta in ledger.iter_entries(start):
             if result is None or meta.max_timestamp > result[0]:
                 result = (meta.max_timestamp, meta.index)
         self._max_ts_cache = (key, result)
@@ -419,6 +526,7 @@ class PartitionLog:
     def _drop_prefix_locked(self, count: int) -> None:
         dropped = self._ledgers[:count]
         del self._ledgers[:count]
+        self._unverified -= sum(not ledger.verified for ledger in dropped)
         self._log_start = max(self._log_start, self._ledgers[0].facts.first_offset)
         self._store_metadata_locked()
         for ledger in dropped:
@@ -621,33 +729,32 @@ class PartitionLog:
         last_listed = metadata.ledgers[-1].ledger_id if metadata and metadata.ledgers else None
 
         rescanned: list[Ledger] = []
+        assigned = 0  # offsets below this were recorded as stored: they are never reused
         for step, (ledger_id, facts) in enumerate(plan):
-            is_final = step == len(plan) - 1
-            ledger, intact = self._recover_ledger(
+            if facts is not None:
+                assigned = max(assigned, facts.next_offset)
+            ledger = self._recover_ledger(
                 ledger_id, facts, ledger_id == last_listed, ledger_id in on_disk, rescanned
             )
             if ledger is not None:
-                if ledger.facts.empty and not is_final:
+                if ledger.facts.empty and step < len(plan) - 1:
                     ledger.delete()
                 else:
-                    self._ledgers.append(ledger)
-            if not intact:
-                for later_id, _ in plan[step + 1 :]:
-                    self._set_aside(later_id)
-                break
+                    self._keep_recovered(ledger)
 
-        if not self._ledgers:
-            first = max(recorded_next, log_start or 0)
-            self._ledgers.append(
-                Ledger.create(
-                    directory,
-                    self._next_ledger_id,
-                    first,
-                    self._clock(),
-                    self._config.index_interval_bytes,
-                )
-            )
+        last = self._ledgers[-1] if self._ledgers else None
+        if last is None or last.walk_end < last.facts.size or last.facts.next_offset < assigned:
+            # nothing to append to, or the last ledger lost entries it had recorded
+            first = max(recorded_next, log_start or 0, assigned)
+            if last is not None:
+                first = max(first, last.facts.next_offset)
+            created = Ledger.create(directory, self._next_ledger_id, first, self._clock(),
+                                    self._config.index_interval_bytes)
             self._next_ledger_id += 1
+            if last is not None:
+                self._keep_recovered(created)
+            else:
+                self._ledgers.append(created)
         first_offset = self._ledgers[0].facts.first_offset
         start = first_offset if log_start is None else max(log_start, first_offset)
         self._log_start = min(start, self.next_offset)
@@ -669,6 +776,9 @@ class PartitionLog:
         self._recovery_point = open_ledger.facts.copy()
         for ledger in self._ledgers[:-1]:
             ledger.close()
+        self._unverified = sum(not ledger.verified for ledger in self._ledgers)
+        for damage in self.damaged_ranges():
+            report(directory, damage)
         self._store_metadata_locked()
 
     def _recover_ledger(
@@ -678,65 +788,34 @@ class PartitionLog:
         is_last_listed: bool,
         exists: bool,
         rescanned: list[Ledger],
-    ) -> tuple[Ledger | None, bool]:
-        """Recover one ledger; returns it (None if skipped) and whether later ones may follow."""
+    ) -> Ledger | None:
+        """Recover one ledger; None if its file is missing.
+
+        A ledger the metadata lists keeps the offsets it records, whatever is left of its
+        file: entries that are gone or garbled become damage (never served, never reused).
+        Sealed ledgers that were fsynced are trusted now and scanned on first read; the tail
+        of the open ledger beyond its recovery point is cut at the first bad entry, as a crash
+        leaves it.
+        """
         directory = self.directory
         interval = self._config.index_interval_bytes
-        expected = self._ledgers[-1].facts.next_offset if self._ledgers else None
         if not exists:
-            if facts is not None and expected is None:
-                logger.warning(
-                    "%s: ledger %d is missing; offsets [%d, %d) are lost",
-                    directory,
-                    ledger_id,
-                    facts.first_offset,
-                    facts.next_offset,
-                )
-                return None, True
-            logger.warning(
-                "%s: ledger %d is missing; dropping the ledgers after it", directory, ledger_id
-            )
-            return None, False
+            if facts is not None:
+                logger.warning("%s: ledger %d is missing (offsets [%d, %d))", directory,
+                               ledger_id, facts.first_offset, facts.next_offset)
+            return None
         if facts is None:
-            first = 0 if expected is None else expected
+            first = self._ledgers[-1].facts.next_offset if self._ledgers else 0
             ledger = Ledger(directory, LedgerFacts(ledger_id, first, first), interval)
-            ledger.recover(0, any_first_index=expected is None)
+            ledger.recover(0, any_first_index=True)
             ledger.facts.created_ms = (
                 ledger.facts.min_broker_timestamp if not ledger.facts.empty else self._clock()
             )
             rescanned.append(ledger)
-            return ledger, True
-        if expected is not None and facts.first_offset != expected:
-            logger.warning(
-                "%s: ledger %d starts at offset %d but the previous one ends at %d; "
-                "dropping it and the ledgers after it",
-                directory,
-                ledger_id,
-                facts.first_offset,
-                expected,
-            )
-            self._set_aside(ledger_id)
-            return None, False
+            return ledger
         ledger = Ledger(directory, facts, interval)
         file_size = ledger.file_size()
-        trusted = facts.synced and file_size >= facts.size
-        if not trusted:
-            if file_size < facts.size:
-                logger.warning(
-                    "%s: ledger %d is %d bytes but %d were recorded; rescanning it",
-                    directory,
-                    ledger_id,
-                    file_size,
-                    facts.size,
-                )
-            ledger.facts = LedgerFacts(
-                ledger_id, facts.first_offset, facts.first_offset, created_ms=facts.created_ms
-            )
-            ledger.recover(0)
-            rescanned.append(ledger)
-        elif is_last_listed:
-            ledger.recover(facts.size)
-        elif file_size > facts.size:
+        if file_size > facts.size and not is_last_listed:
             logger.warning(
                 "%s: sealed ledger %d has %d bytes beyond its recorded size; truncating",
                 directory,
@@ -744,17 +823,36 @@ class PartitionLog:
                 file_size - facts.size,
             )
             os.ftruncate(ledger.fd(), facts.size)
-        intact = is_last_listed or ledger.facts.next_offset == facts.next_offset
-        if not intact:
-            logger.warning(
-                "%s: ledger %d ends at offset %d, not %d as recorded; "
-                "dropping the ledgers after it",
-                directory,
-                ledger_id,
-                ledger.facts.next_offset,
-                facts.next_offset,
-            )
-        return ledger, intact
+        if facts.synced and file_size >= facts.size:
+            # trusted now, scanned on first read (up to here: recover() checks the rest)
+            ledger.unverified = facts.copy() if facts.size else None
+            if is_last_listed:
+                ledger.recover(facts.size)
+            return ledger
+        if file_size < facts.size:
+            logger.warning("%s: ledger %d is %d bytes but %d were recorded; scanning it",
+                           directory, ledger_id, file_size, facts.size)
+        ledger.facts.sealed = True  # what it lost ends it; a torn last one gets a successor
+        ledger.note_damage(scan_ledger(ledger.path, facts))
+        rescanned.append(ledger)
+        return ledger
+
+    def _keep_recovered(self, ledger: Ledger) -> None:
+        """Append a recovered ledger to the list; offsets between it and the previous one
+        are a hole, and a ledger overlapping the previous one is set aside."""
+        if self._ledgers:
+            expected = self._ledgers[-1].facts.next_offset
+            first = ledger.facts.first_offset
+            if first < expected:
+                logger.warning("%s: ledger %d starts at offset %d, below %d where the previous "
+                               "one ends", self.directory, ledger.ledger_id, first, expected)
+                ledger.close()
+                self._set_aside(ledger.ledger_id)
+                return
+            if first > expected:
+                self._gaps.append(hole(ledger.path.name, expected, first,
+                                       "no ledger file holds them"))
+        self._ledgers.append(ledger)
 
     def _ledger_path(self, ledger_id: int) -> Path:
         return self.directory / ledger_file_name(ledger_id)
