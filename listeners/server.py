@@ -9,25 +9,45 @@ soon as it is started, and the next one is started only while the responses that
 finished but not yet written hold fewer than ``max_pending_response_bytes`` (a client
 that pipelines fetches and never reads stops being read instead of filling the broker).
 Per server: a connection whose handler reports a frame limit (one that has not logged
-in) may send frames up to that limit only, and the frames of all such connections are
-counted against one :class:`ReadBudget` shared by the broker's listeners.
+in) may send frames up to that limit only. Such a connection is read one small piece at a
+time and not at all while its request runs; a frame of up to ``SMALL_FRAME_BYTES`` (any
+real login) is read as it is, a larger one draws on one :class:`ReadBudget` shared by the
+broker's listeners as its bytes arrive, so that nobody can fill the budget by declaring
+sizes, and a full budget never stops a login.
+
+On a TLS listener the handshake is done here, not by the server socket, so that a failed
+one (a refused client certificate, a client speaking something else) is reported like any
+other rejected connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import ssl
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from listeners.sendfile import FileRegion, write_parts
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
+
+SMALL_FRAME_BYTES = 16 * 1024
+"""Frames of connections not logged in up to this size are not counted against the shared
+:class:`ReadBudget`: ApiVersions, SaslHandshake, a PLAIN login and an OAUTHBEARER token
+(one carrying 200 group ids, the most Entra ID puts in a token, signed RS256 with a
+4096-bit key, measures about 12.5 KiB). Before login a connection's read buffer is this
+size too."""
+_READ_LIMIT = 1 << 20
+"""The read buffer of a logged-in connection (the StreamReader pauses at twice this)."""
+_BUDGET_CHUNK = 64 * 1024
+_PEER_ERRNOS = frozenset({errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH,
+                          errno.ENETDOWN, errno.EHOSTDOWN, errno.ECONNREFUSED})
 
 Response = bytes | Sequence[bytes | memoryview | FileRegion]
 """One framed response: a single ``bytes``, or buffers and file regions sent in order."""
@@ -107,6 +127,26 @@ class ReadBudget:
         self.used -= size
 
 
+def _peer_gone(exc: OSError) -> bool:
+    """Whether an error of a socket read or write means the peer is unreachable or gone."""
+    return isinstance(exc, ConnectionError | ssl.SSLError) or exc.errno in _PEER_ERRNOS
+
+
+def _os_reason(exc: OSError) -> str:
+    """A short reason for a socket error: the TLS alert or the error's name."""
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS error {exc.reason or exc.strerror or type(exc).__name__}"
+    return exc.strerror or type(exc).__name__
+
+
+class _Reader(asyncio.StreamReader):
+    """A StreamReader whose buffer limit changes at login."""
+
+    def set_limit(self, limit: int) -> None:
+        """Pause the transport once more than twice ``limit`` bytes are buffered."""
+        self._limit = limit
+
+
 def response_size(response: Response | None) -> int:
     """The bytes a response puts on the wire (what it holds until it is written)."""
     if response is None:
@@ -119,7 +159,7 @@ def response_size(response: Response | None) -> int:
 class _Connection:
     """One client connection: a read loop feeding an ordered write loop."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+    def __init__(self, reader: _Reader, writer: asyncio.StreamWriter,
                  handler: ConnectionHandler, info: ConnectionInfo, limits: Limits,
                  budget: ReadBudget, on_reject: Callable[[str, str], None] | None) -> None:
         self.reader = reader
@@ -181,33 +221,56 @@ class _Connection:
             if limit is not None:
                 self._reject(f"frame of {size} bytes before authentication (limit {most})")
             return None
-        held = 0 if limit is None else size
-        if held and not self.budget.take(held):
-            log.warning("closing connection from %s on %s: frames of connections not "
-                        "logged in already hold %d of %d bytes", self.info.peer,
-                        self.info.listener, self.budget.used, self.budget.total)
-            self._reject("buffer for connections not logged in is full")
-            return None
-        read = False
+        if limit is None or size <= SMALL_FRAME_BYTES:
+            try:
+                # before login a frame must arrive within the idle timeout
+                frame = await asyncio.wait_for(self.reader.readexactly(size),
+                                               None if limit is None else idle)
+            except asyncio.IncompleteReadError as exc:
+                self._closed_inside(len(exc.partial), size)
+                return None
+            except TimeoutError:
+                self._incomplete(size)
+                return None
+            return memoryview(frame), 0
+        return await self._read_counted(size, idle)
+
+    async def _read_counted(self, size: int, idle: float | None) -> tuple[memoryview, int] | None:
+        """A large frame before login: its bytes are taken from the shared budget as they
+        arrive, and the whole frame must arrive within the idle timeout."""
+        frame = bytearray()
+        done = False
         try:
-            # before login a frame must arrive within the idle timeout: a client may not
-            # hold part of the shared budget by sending slowly
-            frame = memoryview(await asyncio.wait_for(self.reader.readexactly(size),
-                                                      idle if held else None))
-            read = True
-            return frame, held
-        except asyncio.IncompleteReadError as exc:
-            log.warning("connection from %s closed after %d of %d frame bytes",
-                        self.info.peer, len(exc.partial), size)
-            return None
+            async with asyncio.timeout(idle):
+                while len(frame) < size:
+                    chunk = await self.reader.read(min(size - len(frame), _BUDGET_CHUNK))
+                    if not chunk:
+                        self._closed_inside(len(frame), size)
+                        return None
+                    if not self.budget.take(len(chunk)):
+                        log.warning("closing connection from %s on %s: frames of connections "
+                                    "not logged in already hold %d of %d bytes", self.info.peer,
+                                    self.info.listener, self.budget.used, self.budget.total)
+                        self._reject("buffer for connections not logged in is full")
+                        return None
+                    frame += chunk
+            done = True
+            return memoryview(frame), size
         except TimeoutError:
-            log.info("closing connection from %s on %s: a frame of %d bytes before "
-                     "authentication was not complete within the idle timeout",
-                     self.info.peer, self.info.listener, size)
+            self._incomplete(size)
             return None
         finally:
-            if not read:
-                self.budget.give_back(held)
+            if not done:
+                self.budget.give_back(len(frame))
+
+    def _closed_inside(self, got: int, size: int) -> None:
+        log.warning("connection from %s closed after %d of %d frame bytes",
+                    self.info.peer, got, size)
+
+    def _incomplete(self, size: int) -> None:
+        log.info("closing connection from %s on %s: a frame of %d bytes before "
+                 "authentication was not complete within the idle timeout",
+                 self.info.peer, self.info.listener, size)
 
     def _reject(self, reason: str) -> None:
         if self.on_reject is not None:
@@ -219,11 +282,14 @@ class _Connection:
         while True:
             if last is not None and self.handler.frame_limit is not None:
                 # not logged in: one request at a time, as Kafka does, so that the limit
-                # of the next frame is the one in force after this request (a login)
-                await asyncio.wait([last])
+                # of the next frame is the one in force after this request (a login), and
+                # nothing read meanwhile (a failed login waits, a token may need a JWKS)
+                await self._without_reading(last)
+            self.reader.set_limit(_READ_LIMIT if self.handler.frame_limit is None
+                                  else SMALL_FRAME_BYTES)
             try:
                 read = await self._read_frame()
-            except ConnectionError as exc:
+            except OSError as exc:
                 self._lost(exc)
                 return
             if read is None:
@@ -234,21 +300,46 @@ class _Connection:
             if not await self._room_for_more():
                 return
 
+    async def _without_reading(self, request: asyncio.Task[Response | None]) -> None:
+        """Wait for ``request`` with the transport paused (unless the reader paused it)."""
+        transport = cast(asyncio.Transport, self.writer.transport)  # uvloop's is no subclass
+        paused = transport.is_reading()
+        if paused:
+            transport.pause_reading()
+        try:
+            await asyncio.wait([request])
+        finally:
+            if paused and not transport.is_closing():
+                transport.resume_reading()
+
     async def _room_for_more(self) -> bool:
         """Wait until the unsent responses hold less than the limit; False (and the
         connection aborted) when the client reads nothing for the idle timeout."""
         idle = self.limits.idle_timeout_ms / 1000 if self.limits.idle_timeout_ms > 0 else None
+        loop = asyncio.get_running_loop()
+        progress, since = self._progress(), loop.time()
         while self.unsent_bytes >= self.limits.max_pending_response_bytes:
             self.room.clear()
             try:
-                await asyncio.wait_for(self.room.wait(), idle)
+                # looked at four times per idle timeout: bytes the client took since the
+                # last look (a slow reader of a large response) restart the timer
+                await asyncio.wait_for(self.room.wait(), None if idle is None else idle / 4)
             except TimeoutError:
+                if self._progress() != progress:
+                    progress, since = self._progress(), loop.time()
+                if idle is None or loop.time() - since < idle:
+                    continue
                 log.info("closing connection from %s on %s: %d response bytes not read "
                          "within the idle timeout", self.info.peer, self.info.listener,
                          self.unsent_bytes)
                 self.writer.transport.abort()
                 return False
         return True
+
+    def _progress(self) -> tuple[int, int]:
+        """Changes whenever the client takes response bytes: the unsent bytes of finished
+        responses drop, or the transport's buffer does."""
+        return self.unsent_bytes, self.writer.transport.get_write_buffer_size()
 
     async def _run(self, frame: memoryview, held: int) -> Response | None:
         """Handle one frame; count its response as unsent until the write loop sends it."""
@@ -260,12 +351,13 @@ class _Connection:
         self.unsent_bytes += response_size(response)
         return response
 
-    def _lost(self, exc: ConnectionError) -> None:
-        """The peer reset or closed the connection under us: one INFO line for it."""
+    def _lost(self, exc: OSError) -> None:
+        """The peer reset, closed or garbled the connection under us, or cannot be reached:
+        one INFO line for it."""
         if not self.lost:
             self.lost = True
             log.info("connection from %s on %s lost: %s", self.info.peer, self.info.listener,
-                     exc.strerror or type(exc).__name__)
+                     _os_reason(exc))
 
     def _sent(self, size: int) -> None:
         self.unsent_bytes -= size
@@ -298,8 +390,12 @@ class _Connection:
                 if exc.final is not None:
                     self.writer.write(exc.final)
                 broken = True
-            except ConnectionError as exc:
-                self._lost(exc)
+            except OSError as exc:
+                if not (_peer_gone(exc) or self.writer.transport.is_closing()):
+                    log.exception("request from %s failed; closing the connection",
+                                  self.info.peer)
+                else:
+                    self._lost(exc)
                 broken = True
             except asyncio.CancelledError:
                 broken = True
@@ -310,6 +406,67 @@ class _Connection:
             if broken:
                 self.stop_reading()
                 self.writer.close()
+
+
+_HANDSHAKE_SECONDS = 60.0
+"""How long a TLS handshake may take (asyncio's default for a TLS server socket)."""
+
+
+def _peer(transport: asyncio.BaseTransport) -> str:
+    """``host:port`` of the other end of a connection."""
+    peername = transport.get_extra_info("peername")
+    return f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+
+
+class _Handshake(asyncio.Protocol):
+    """The first protocol of a TLS connection until the server's handshake task gives the
+    transport to the TLS protocol. uvloop reads once after ``connection_made`` even when it
+    paused the transport: what arrives then (a ClientHello) is held here and handed to the
+    TLS protocol, in the loop turn that makes the TLS protocol ready and before any other
+    read (``start_tls`` schedules both within the turn in which it is called)."""
+
+    def __init__(self, server: ListenerServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.early = bytearray()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
+        self.transport.pause_reading()
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self.server._handshake(self.transport))
+        self.server._handshakes.add(task)
+        task.add_done_callback(self.server._handshakes.discard)
+        # the task calls start_tls in the next turn; the turn after, once the TLS protocol
+        # has its connection_made, it gets the early bytes
+        loop.call_soon(loop.call_soon, self._hand_over)
+
+    def data_received(self, data: bytes) -> None:
+        self.early += data
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def _hand_over(self) -> None:
+        if self.early and self.transport is not None and not self.transport.is_closing():
+            protocol = self.transport.get_protocol()
+            if protocol is not self:
+                _feed(protocol, memoryview(self.early))
+        self.early = bytearray()
+
+
+def _feed(protocol: asyncio.BaseProtocol, data: memoryview) -> None:
+    """Give ``data`` to ``protocol`` as if the transport had read it (the TLS protocols
+    of asyncio and uvloop are buffered protocols)."""
+    if not hasattr(protocol, "buffer_updated"):
+        cast(asyncio.Protocol, protocol).data_received(bytes(data))
+        return
+    buffered = cast(asyncio.BufferedProtocol, protocol)
+    while data:
+        buffer = memoryview(buffered.get_buffer(len(data)))
+        size = min(len(buffer), len(data))
+        buffer[:size] = data[:size]
+        buffered.buffer_updated(size)
+        data = data[size:]
 
 
 class ListenerServer:
@@ -330,20 +487,53 @@ class ListenerServer:
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._handshakes: set[asyncio.Task[None]] = set()
 
     async def start(self) -> int:
         """Bind and listen; return the bound port (useful with port 0)."""
-        self._server = await asyncio.start_server(
-            self._accept, self.host or None, self.port, ssl=self.ssl_context,
-            limit=1 << 20,
-        )
+        loop = asyncio.get_running_loop()
+        factory: Callable[[], asyncio.BaseProtocol] = (
+            self._stream if self.ssl_context is None else lambda: _Handshake(self))
+        self._server = await loop.create_server(factory, self.host or None, self.port)
         sockets = self._server.sockets
         self.port = int(sockets[0].getsockname()[1])
         return self.port
 
+    def _stream(self) -> asyncio.StreamReaderProtocol:
+        """The protocol of a connection ready for Kafka frames (after TLS, if any)."""
+        return asyncio.StreamReaderProtocol(_Reader(SMALL_FRAME_BYTES), self._accept)
+
+    async def _handshake(self, transport: asyncio.Transport) -> None:
+        """Do the TLS handshake of a new connection; a failed one is one log line and, but
+        for a peer that just went away, a rejected connection."""
+        assert self.ssl_context is not None
+        peer = _peer(transport)
+        stream = self._stream()
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                transport, stream, self.ssl_context, server_side=True,
+                ssl_handshake_timeout=_HANDSHAKE_SECONDS)
+        except (OSError, TimeoutError) as exc:
+            transport.abort()
+            if isinstance(exc, ConnectionError) and not isinstance(exc, ssl.SSLError):
+                log.info("connection from %s on %s lost during the TLS handshake: %s",
+                         peer, self.name, _os_reason(exc))
+                return
+            reason = ("TLS handshake not complete within the handshake timeout"
+                      if isinstance(exc, TimeoutError) else f"TLS handshake failed: "
+                      f"{_os_reason(exc)}")
+            log.warning("closing connection from %s on %s: %s", peer, self.name, reason)
+            if self.on_reject is not None:
+                self.on_reject(peer, reason)
+        except asyncio.CancelledError:
+            transport.abort()
+        else:
+            if tls is not None:
+                stream.connection_made(tls)  # start_tls leaves that to its caller
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peername = writer.get_extra_info("peername")
-        peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+        assert isinstance(reader, _Reader)
+        peer = _peer(writer.transport)
         if len(self._connections) >= self.limits.max_connections:
             log.warning("refusing connection from %s on %s: %d connections is the limit",
                         peer, self.name, self.limits.max_connections)
@@ -369,6 +559,8 @@ class ListenerServer:
         """Stop accepting, answer the requests already read, then close every connection."""
         if self._server is not None:
             self._server.close()
+        for handshake in list(self._handshakes):
+            handshake.cancel()
         for connection in list(self._connections):
             connection.stop_reading()
         if self._tasks:
