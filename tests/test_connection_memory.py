@@ -12,15 +12,25 @@ import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.sasl import SaslAuthenticateRequest
 
 from broker_core.storage import FileRegion
 from listeners.sendfile import write_parts
 from tests.broker_process import BrokerProcess
 from tests.raw import RawConnection, record_batch
-from tests.security_helpers import NONE, SecureConnection, TokenIssuer, closed_by_peer
+from tests.security_helpers import (
+    NONE,
+    SASL_AUTHENTICATION_FAILED,
+    Login,
+    SecureConnection,
+    TokenIssuer,
+    closed_by_peer,
+    plain_message,
+)
 from tests.test_audit import read_audit
 from tests.test_bad_input import create, produce
 
@@ -246,51 +256,117 @@ def test_after_login_the_listener_frame_limit_applies(sasl_broker: BrokerProcess
     conn.close()
 
 
+def start_large_frame(port: int, size: int = 500 * 1024, sent: int = 400 * 1024
+                      ) -> RawConnection:
+    """A connection that sends ``sent`` bytes of a ``size``-byte frame and stops there."""
+    conn = RawConnection(port)
+    conn.sock.sendall(struct.pack(">i", size) + b"\0" * sent)
+    return conn
+
+
 def test_connections_not_logged_in_share_one_budget(sasl_broker: BrokerProcess) -> None:
-    """Each holds a 400 KiB frame half sent: two fit in the 1 MiB budget, a third is
-    closed, and once the first two go, the budget is free again."""
-    size = 400 * 1024
-
-    def start_frame() -> RawConnection:
-        conn = RawConnection(sasl_broker.port)
-        conn.sock.sendall(struct.pack(">i", size) + b"\0" * 1024)
-        return conn
-
-    first, second = start_frame(), start_frame()
+    """Each sends 400 KiB of a large frame and stops: two fit in the 1 MiB budget, a
+    third is closed, and once the first two go, the budget is free again."""
+    first, second = start_large_frame(sasl_broker.port), start_large_frame(sasl_broker.port)
     assert not closed_by_peer(first, 1.0) and not closed_by_peer(second, 1.0)
-    third = start_frame()
+    third = start_large_frame(sasl_broker.port)
     assert closed_by_peer(third)
     sasl_broker.wait_for_log("frames of connections not logged in already hold")
     for conn in (first, second, third):
         conn.close()
     deadline = time.monotonic() + 10
-    while (sum("closed after 1024 of 409600 frame bytes" in line for line in sasl_broker.lines)
-           < 2 and time.monotonic() < deadline):
+    while (sum("closed after 409600 of 512000 frame bytes" in line
+               for line in sasl_broker.lines) < 2 and time.monotonic() < deadline):
         time.sleep(0.05)  # until the broker has seen both go
-    fourth = start_frame()
+    fourth = start_large_frame(sasl_broker.port)
     assert not closed_by_peer(fourth, 1.0)
     fourth.close()
+    assert sasl_broker.alive()
+
+
+def test_a_full_budget_does_not_stop_a_login(sasl_broker: BrokerProcess, issuer: TokenIssuer,
+                                             topic_name: str) -> None:
+    """Sizes declared by frames that never come hold nothing, and frames that do come fill
+    the budget only for frames larger than any login: librdkafka still logs in."""
+    before = sum("already hold" in line for line in sasl_broker.lines)
+    declared = []
+    for _ in range(16):  # 8 MiB declared: eight times the budget
+        conn = RawConnection(sasl_broker.port)
+        conn.sock.sendall(struct.pack(">i", 524288))
+        declared.append(conn)
+    holders = [start_large_frame(sasl_broker.port) for _ in range(2)]
+    refused = start_large_frame(sasl_broker.port)
+    assert closed_by_peer(refused)  # the budget is full of bytes that did arrive
+    refused.close()
+    login = Login(f"127.0.0.1:{sasl_broker.ports['SASL_PLAINTEXT']}", "SASL_PLAINTEXT",
+                  "public", issuer.token("alice"))
+    producer = confluent_kafka.Producer({**login.confluent(), "socket.timeout.ms": "10000"})
+    producer.produce(topic_name, b"logged in past a full budget")
+    assert producer.flush(30) == 0
+    assert sum("already hold" in line for line in sasl_broker.lines) == before + 1
+    assert all(not closed_by_peer(conn, 0.2) for conn in declared + holders)
+    for conn in declared + holders:
+        conn.close()
     assert sasl_broker.alive()
 
 
 def test_a_frame_trickled_before_login_gives_its_budget_back(tmp_path: Path,
                                                              issuer: TokenIssuer) -> None:
     """A frame before login must arrive within connectionMaxIdleMs: connections that send
-    part of one and wait are closed, and their share of the budget is free again."""
+    part of one and wait are closed, and the bytes they held are free again for a large
+    frame (a login with a 400 KiB token, answered with its failure)."""
     broker = BrokerProcess(tmp_path, {
         "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0", "connectionMaxIdleMs": "1500",
         "maxUnauthenticatedBufferedBytes": str(MIB), **issuer.settings}).start()
     try:
-        holders = [RawConnection(broker.port) for _ in range(2)]
-        for conn in holders:  # two frames of the largest size take the whole budget
-            conn.sock.sendall(struct.pack(">i", 524288) + b"\0" * 1024)
+        holders = [start_large_frame(broker.port, 524288, 500 * 1024) for _ in range(2)]
         for conn in holders:
             assert closed_by_peer(conn, 30)
             conn.close()
         broker.wait_for_log("was not complete within the idle timeout")
         conn = SecureConnection(broker.port)
-        conn.login("public", issuer.token("alice"))
+        assert conn.handshake("PLAIN").error_code == NONE
+        answer = conn.authenticate(plain_message("public", "token:" + "x" * 400 * 1024))
+        assert answer.error_code == SASL_AUTHENTICATION_FAILED
         conn.close()
+        assert "already hold" not in broker.log_text()
+        assert broker.alive()
+    finally:
+        broker.stop()
+
+
+def test_bytes_sent_while_a_login_fails_are_not_read(tmp_path: Path,
+                                                     issuer: TokenIssuer) -> None:
+    """While a failed login waits (failedAuthenticationDelayMs), what a client pipelines
+    behind it stays in the socket: 40 connections pushing 2 MiB each do not grow the
+    broker by 2 MiB each (81 MiB measured before)."""
+    broker = BrokerProcess(tmp_path, {
+        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "failedAuthenticationDelayMs": "60000", **issuer.settings}).start()
+    try:
+        before = settled_rss(broker)
+        conns = []
+        for _ in range(40):
+            conn = SecureConnection(broker.port)
+            assert conn.handshake("PLAIN").error_code == NONE
+            conn.send_frame(conn.request_bytes(SaslAuthenticateRequest[2](
+                auth_bytes=plain_message("public", "token:forged")), 2))
+            pushed = 0
+            conn.sock.setblocking(False)
+            while pushed < 2 * MIB:
+                try:
+                    pushed += conn.sock.send(b"\0" * (64 * 1024))
+                except BlockingIOError:
+                    time.sleep(0.05)
+                    try:
+                        pushed += conn.sock.send(b"\0" * (64 * 1024))
+                    except BlockingIOError:
+                        break  # the broker reads no more
+            conns.append(conn)
+        grown = settled_rss(broker) - before
+        assert grown < 24 * MIB, f"broker grew by {grown / MIB:.0f} MiB"
+        for conn in conns:
+            conn.close()
         assert broker.alive()
     finally:
         broker.stop()
