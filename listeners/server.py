@@ -25,17 +25,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import logging
 import ssl
 import struct
-from collections.abc import Callable, Sequence
+import termios
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from listeners.sendfile import FileRegion, write_parts
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
+_T = TypeVar("_T")
 
 SMALL_FRAME_BYTES = 16 * 1024
 """Frames of connections not logged in up to this size are not counted against the shared
@@ -177,6 +180,10 @@ class _Connection:
         self.lost = False
         # sendfile needs the raw socket: plain TCP only (TLS encrypts in user space)
         self.socket = None if info.tls is not None else writer.get_extra_info("socket")
+        # what the kernel holds of what was sent: a client reading it is not idle
+        sock = writer.get_extra_info("socket")
+        self.kernel_queue: int | None = sock.fileno() if hasattr(termios, "TIOCOUTQ") \
+            and sock is not None else None
 
     async def serve(self) -> None:
         writing = asyncio.get_running_loop().create_task(self._write_loop())
@@ -203,7 +210,7 @@ class _Connection:
         """The next frame and the bytes it holds of the read budget; None to close."""
         idle = self.limits.idle_timeout_ms / 1000 if self.limits.idle_timeout_ms > 0 else None
         try:
-            prefix = await asyncio.wait_for(self.reader.readexactly(4), idle)
+            prefix = await self._until_idle(lambda: self.reader.readexactly(4))
         except TimeoutError:
             log.info("closing idle connection from %s on %s", self.info.peer, self.info.listener)
             return None
@@ -315,20 +322,11 @@ class _Connection:
     async def _room_for_more(self) -> bool:
         """Wait until the unsent responses hold less than the limit; False (and the
         connection aborted) when the client reads nothing for the idle timeout."""
-        idle = self.limits.idle_timeout_ms / 1000 if self.limits.idle_timeout_ms > 0 else None
-        loop = asyncio.get_running_loop()
-        progress, since = self._progress(), loop.time()
         while self.unsent_bytes >= self.limits.max_pending_response_bytes:
             self.room.clear()
             try:
-                # looked at four times per idle timeout: bytes the client took since the
-                # last look (a slow reader of a large response) restart the timer
-                await asyncio.wait_for(self.room.wait(), None if idle is None else idle / 4)
+                await self._until_idle(self.room.wait)
             except TimeoutError:
-                if self._progress() != progress:
-                    progress, since = self._progress(), loop.time()
-                if idle is None or loop.time() - since < idle:
-                    continue
                 log.info("closing connection from %s on %s: %d response bytes not read "
                          "within the idle timeout", self.info.peer, self.info.listener,
                          self.unsent_bytes)
@@ -336,10 +334,33 @@ class _Connection:
                 return False
         return True
 
-    def _progress(self) -> tuple[int, int]:
+    async def _until_idle(self, wait: Callable[[], Awaitable[_T]]) -> _T:
+        """``await wait()``; TimeoutError once the connection has been idle for the idle
+        timeout: nothing arrived and the client took none of the bytes sent to it. It looks
+        four times per timeout, so a client reading a large response slowly stays."""
+        if self.limits.idle_timeout_ms <= 0:
+            return await wait()
+        idle = self.limits.idle_timeout_ms / 1000
+        loop = asyncio.get_running_loop()
+        progress, since = self._progress(), loop.time()
+        while True:
+            try:
+                return await asyncio.wait_for(wait(), idle / 4)
+            except TimeoutError:
+                if self._progress() != progress:
+                    progress, since = self._progress(), loop.time()
+                elif loop.time() - since >= idle:
+                    raise
+
+    def _progress(self) -> tuple[int, int, int]:
         """Changes whenever the client takes response bytes: the unsent bytes of finished
-        responses drop, or the transport's buffer does."""
-        return self.unsent_bytes, self.writer.transport.get_write_buffer_size()
+        responses drop, the transport's buffer does, or the socket's (Linux)."""
+        queued = 0
+        if self.kernel_queue is not None:
+            with contextlib.suppress(OSError):
+                queued = struct.unpack("i", fcntl.ioctl(self.kernel_queue, termios.TIOCOUTQ,
+                                                        b"\0\0\0\0"))[0]
+        return self.unsent_bytes, self.writer.transport.get_write_buffer_size(), queued
 
     async def _run(self, frame: memoryview, held: int) -> Response | None:
         """Handle one frame; count its response as unsent until the write loop sends it."""

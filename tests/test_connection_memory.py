@@ -134,6 +134,45 @@ def test_a_client_that_never_reads_is_closed_after_the_idle_timeout(
         broker.stop()
 
 
+def test_a_slow_but_steady_reader_is_not_idle(tmp_path: Path, topic_name: str) -> None:
+    """A consumer that takes a large response a little at a time (64 KiB every 50 ms:
+    about 6 s for 8 MiB) makes progress all along: with connectionMaxIdleMs at 2 s it gets
+    the whole response and the connection stays for the next fetch."""
+    broker = BrokerProcess(tmp_path, {"connectionMaxIdleMs": "2000",
+                                      "maxPendingResponseBytes": str(MIB)}).start()
+    try:
+        setup = RawConnection(broker.port)
+        assert create(setup, topic_name) == 0
+        batch = record_batch(16, value=b"x" * 1000)
+        for _ in range(8 * MIB // len(batch) + 1):
+            assert produce(setup, topic_name, batch).error_code == 0  # type: ignore[attr-defined]
+        setup.close()
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        client.connect(("127.0.0.1", broker.port))
+        conn = RawConnection.__new__(RawConnection)
+        conn.sock, conn.correlation_id = client, 0
+        client.sendall(fetch_bytes(conn, topic_name, 8 * MIB))
+        client.settimeout(10)
+        received = bytearray()
+        while len(received) < 4 or len(received) < 4 + struct.unpack_from(">i", received)[0]:
+            chunk = client.recv(64 * 1024)
+            assert chunk, f"closed after {len(received)} bytes"
+            received += chunk
+            time.sleep(0.05)
+        assert len(received) > 8 * MIB - 2 * len(batch)
+        client.sendall(fetch_bytes(conn, topic_name))
+        try:
+            assert len(conn.read_frame()) > MIB - 2 * len(batch)
+        except ConnectionError:
+            raise AssertionError(broker.log_text()[-2000:]) from None
+        client.close()
+        assert "not read within the idle timeout" not in broker.log_text()
+        assert broker.alive()
+    finally:
+        broker.stop()
+
+
 def test_a_fetch_asking_for_everything_gets_fetch_max_bytes(tmp_path: Path,
                                                              topic_name: str) -> None:
     """Kafka's ``fetch.max.bytes``: a client asking for 2 GiB gets at most the broker's
