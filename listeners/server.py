@@ -142,6 +142,21 @@ def _os_reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+def _usable(tls: ssl.SSLObject) -> bool:
+    """Whether a TLS session is still up (a fatal error undoes its handshake)."""
+    try:
+        tls.getpeercert()
+    except ValueError:
+        return False
+    return True
+
+
+def _log_lost(peer: str, listener: str, exc: OSError | None) -> None:
+    """One INFO line for a connection the peer reset, closed or garbled."""
+    log.info("connection from %s on %s lost: %s", peer, listener,
+             "closed" if exc is None else _os_reason(exc))
+
+
 class _Reader(asyncio.StreamReader):
     """A StreamReader whose buffer limit changes at login."""
 
@@ -377,8 +392,7 @@ class _Connection:
         one INFO line for it."""
         if not self.lost:
             self.lost = True
-            log.info("connection from %s on %s lost: %s", self.info.peer, self.info.listener,
-                     _os_reason(exc))
+            _log_lost(self.info.peer, self.info.listener, exc)
 
     def _sent(self, size: int) -> None:
         self.unsent_bytes -= size
@@ -562,7 +576,18 @@ class ListenerServer:
                 self.on_reject(peer, "connection limit reached")
             writer.close()
             return
-        info = ConnectionInfo(self.name, peer, writer.get_extra_info("ssl_object"))
+        tls = writer.get_extra_info("ssl_object")
+        if writer.transport.is_closing() or (tls is not None and not _usable(tls)):
+            # lost already (garbage right after the handshake): say why, once
+            lost: OSError | None = None
+            try:
+                await reader.read()  # until the transport tells the reader why it closed
+            except OSError as exc:
+                lost = exc
+            _log_lost(peer, self.name, lost)
+            writer.close()
+            return
+        info = ConnectionInfo(self.name, peer, tls)
         connection = _Connection(reader, writer, self.factory(info), info, self.limits,
                                  self.budget, self.on_reject)
         self._connections.add(connection)

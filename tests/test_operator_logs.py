@@ -5,8 +5,10 @@ traceback; a client repeating the same mistake cannot flood the log."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -24,7 +26,13 @@ from edge.log_limits import RepeatedWarningFilter
 from tests.broker_process import REPO, BrokerProcess
 from tests.ports import free_port
 from tests.raw import RawConnection, record_batch
-from tests.security_helpers import TokenIssuer, closed_by_peer
+from tests.security_helpers import (
+    SecureConnection,
+    TlsFiles,
+    TokenIssuer,
+    closed_by_peer,
+    make_tls,
+)
 from tests.test_bad_input import create, produce
 
 
@@ -100,6 +108,49 @@ def test_a_client_reset_is_one_line_without_a_traceback(broker: BrokerProcess,
     conn.close()
     assert broker.alive()
     assert "Traceback" not in broker.log_text()
+    assert not any(" ERROR " in line for line in broker.lines)
+
+
+def tls_handshake(port: int, tls: TlsFiles) -> socket.socket:
+    """A plain socket over which a TLS handshake was done (so the test can then write
+    bytes that are not TLS records)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    session = ssl.create_default_context(cafile=str(tls.ca)).wrap_bio(
+        incoming, outgoing, server_hostname="localhost")
+    while True:
+        try:
+            session.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            sock.sendall(outgoing.read())
+            incoming.write(sock.recv(65536))
+    sock.sendall(outgoing.read())
+    return sock
+
+
+def test_garbage_after_a_tls_handshake_is_one_line(tmp_path: Path) -> None:
+    tls = make_tls(tmp_path / "certs")
+    broker = BrokerProcess(tmp_path / "data", {"kafkaListeners": "SSL://127.0.0.1:0",
+                                               **tls.broker_settings()}).start()
+    try:
+        for _ in range(2):
+            sock = tls_handshake(broker.port, tls)
+            sock.sendall(b"\x17\x03\x03\x00\x20" + b"\x55" * 32)  # a record that fails
+            sock.settimeout(10)
+            with contextlib.suppress(OSError):
+                while sock.recv(65536):
+                    pass  # the broker's alert, then its close
+            sock.close()
+        broker.wait_for_log("connection from .* on SSL lost: TLS error")
+        conn = SecureConnection(broker.port, tls.ca)
+        assert create(conn, "after-garbage") == 0
+        conn.close()
+        assert broker.alive()
+    finally:
+        broker.stop()
+    assert "Traceback" not in broker.log_text()
+    assert "Unhandled exception" not in broker.log_text()
     assert not any(" ERROR " in line for line in broker.lines)
 
 
