@@ -7,6 +7,7 @@ import base64
 import contextlib
 import json
 import socket
+import ssl
 import struct
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
+from tests.security_helpers import make_tls
 
 SECRET = b"audit-test-secret-of-32-bytes!!!"
 
@@ -93,3 +95,40 @@ def test_audit_can_be_disabled(tmp_path: Path) -> None:
         assert not list(tmp_path.rglob("__audit"))
     finally:
         broker.kill()
+
+
+def test_a_failed_tls_handshake_is_a_rejected_connection(tmp_path: Path) -> None:
+    """A client without the required certificate and a client speaking plain Kafka to a
+    TLS port: each is one warning and one audit event with the reason."""
+    tls = make_tls(tmp_path / "certs")
+    broker = BrokerProcess(tmp_path / "data", {
+        "kafkaListeners": "SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0", **tls.broker_settings(),
+        "tlsTrustCertsFilePath": str(tls.ca), "tlsRequireTrustedClientCertOnConnect": "true",
+    }).start()
+    try:
+        port = broker.ports["SSL"]
+        context = ssl.create_default_context(cafile=str(tls.ca))  # no client certificate
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+                contextlib.suppress(ssl.SSLError, OSError), \
+                context.wrap_socket(raw, server_hostname="localhost") as without:
+            without.recv(10)  # TLS 1.3: the refusal comes after the client's Finished
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
+            plain.sendall(struct.pack(">ihhih", 10, 18, 3, 1, -1))  # ApiVersions in clear
+            with contextlib.suppress(OSError):
+                assert plain.recv(10) == b""
+        events: list[dict[str, object]] = []
+        deadline = time.monotonic() + 20
+        while len(events) < 2 and time.monotonic() < deadline:
+            events = [e for e in read_audit(f"127.0.0.1:{broker.ports['PLAINTEXT']}",
+                                            {("connection", "rejected")})
+                      if e["listener"] == "SSL" and e["outcome"] == "rejected"]
+        reasons = sorted(str(e["reason"]) for e in events)
+        assert len(reasons) == 2, events
+        assert all(r.startswith("TLS handshake failed: TLS error ") for r in reasons), reasons
+        assert any("CERTIFICATE" in r for r in reasons), reasons
+        assert all(e["kind"] == "connection" and e["client"] for e in events)
+        warned = [line for line in broker.lines if "TLS handshake failed" in line]
+        assert len(warned) == 2 and all(" WARNING " in line for line in warned), warned
+        assert "Traceback" not in broker.log_text()
+    finally:
+        broker.stop()
