@@ -690,8 +690,9 @@ class BrokerConfig:
     max_unauthenticated_buffered_bytes: int = field(
         default=67108864,
         metadata=_key("maxUnauthenticatedBufferedBytes", IntType(1, INT_MAX),
-                      "bytes the frames of all connections not yet logged in may hold at"
-                      " once; a frame beyond it closes its connection"),
+                      "bytes that frames larger than 16 KiB of connections not yet logged"
+                      " in may hold at once, counted as they arrive (smaller ones, any"
+                      " login, are not counted); a frame beyond it closes its connection"),
     )
     authorization_enabled: bool = field(
         default=False,

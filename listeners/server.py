@@ -71,8 +71,9 @@ class ConnectionHandler(Protocol):
     @property
     def frame_limit(self) -> int | None:
         """The largest frame the connection may send now, or None when the listener's
-        ``max_frame_bytes`` applies. A limited connection's frames are also counted
-        against the server's :class:`ReadBudget` (for connections not yet logged in)."""
+        ``max_frame_bytes`` applies. A limited connection's frames larger than
+        ``SMALL_FRAME_BYTES`` are also counted against the server's :class:`ReadBudget`
+        (for connections not yet logged in)."""
         ...
 
     async def handle(self, frame: memoryview) -> Response | None:
@@ -111,8 +112,9 @@ class Limits:
 
 
 class ReadBudget:
-    """Bytes that frames of limited connections (see ``ConnectionHandler.frame_limit``)
-    may hold at once, across every listener sharing the budget."""
+    """Bytes that large frames of limited connections (see
+    ``ConnectionHandler.frame_limit``) may hold at once, across every listener sharing the
+    budget; taken as the bytes arrive."""
 
     def __init__(self, total: int) -> None:
         self.total = total
