@@ -452,7 +452,9 @@ _HANDSHAKE_SECONDS = 60.0
 def _peer(transport: asyncio.BaseTransport) -> str:
     """``host:port`` of the other end of a connection."""
     peername = transport.get_extra_info("peername")
-    return f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+    if isinstance(peername, tuple):
+        return f"{peername[0]}:{peername[1]}"
+    return str(peername) if peername else "an unknown address"
 
 
 class _Handshake(asyncio.Protocol):
@@ -471,7 +473,7 @@ class _Handshake(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
         self.transport.pause_reading()
         loop = asyncio.get_running_loop()
-        task = loop.create_task(self.server._handshake(self.transport))
+        task = loop.create_task(self.server._handshake(self.transport, _peer(transport)))
         self.server._handshakes.add(task)
         task.add_done_callback(self.server._handshakes.discard)
         # the task calls start_tls in the next turn; the turn after, once the TLS protocol
@@ -540,11 +542,10 @@ class ListenerServer:
         """The protocol of a connection ready for Kafka frames (after TLS, if any)."""
         return asyncio.StreamReaderProtocol(_Reader(SMALL_FRAME_BYTES), self._accept)
 
-    async def _handshake(self, transport: asyncio.Transport) -> None:
+    async def _handshake(self, transport: asyncio.Transport, peer: str) -> None:
         """Do the TLS handshake of a new connection; a failed one is one log line and, but
         for a peer that just went away, a rejected connection."""
         assert self.ssl_context is not None
-        peer = _peer(transport)
         stream = self._stream()
         try:
             tls = await asyncio.get_running_loop().start_tls(
@@ -552,25 +553,31 @@ class ListenerServer:
                 ssl_handshake_timeout=_HANDSHAKE_SECONDS)
         except (OSError, TimeoutError) as exc:
             transport.abort()
-            if isinstance(exc, ConnectionError) and not isinstance(exc, ssl.SSLError):
+            if isinstance(exc, ConnectionError) and not isinstance(
+                    exc, ssl.SSLError | ConnectionAbortedError):  # aborted: the timeout
                 log.info("connection from %s on %s lost during the TLS handshake: %s",
                          peer, self.name, _os_reason(exc))
                 return
-            reason = ("TLS handshake not complete within the handshake timeout"
-                      if isinstance(exc, TimeoutError) else f"TLS handshake failed: "
-                      f"{_os_reason(exc)}")
+            reason = (f"TLS handshake not complete within {_HANDSHAKE_SECONDS:.0f} s"
+                      if isinstance(exc, TimeoutError | ConnectionAbortedError)
+                      else f"TLS handshake failed: {_os_reason(exc)}")
             log.warning("closing connection from %s on %s: %s", peer, self.name, reason)
             if self.on_reject is not None:
                 self.on_reject(peer, reason)
         except asyncio.CancelledError:
             transport.abort()
         else:
-            if tls is not None:
-                stream.connection_made(tls)  # start_tls leaves that to its caller
+            if tls is None or tls.is_closing() or transport.is_closing():
+                log.info("connection from %s on %s lost during the TLS handshake", peer,
+                         self.name)
+                return
+            stream.connection_made(tls)  # start_tls leaves that to its caller
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        assert isinstance(reader, _Reader)
         peer = _peer(writer.transport)
+        if not isinstance(reader, _Reader):  # the connection was lost before it was made
+            writer.close()
+            return
         if len(self._connections) >= self.limits.max_connections:
             log.warning("refusing connection from %s on %s: %d connections is the limit",
                         peer, self.name, self.limits.max_connections)

@@ -130,6 +130,7 @@ def tls_handshake(port: int, tls: TlsFiles) -> socket.socket:
 
 
 def test_garbage_after_a_tls_handshake_is_one_line(tmp_path: Path) -> None:
+    """Garbage after the handshake, and clients gone before it: INFO lines, no traceback."""
     tls = make_tls(tmp_path / "certs")
     broker = BrokerProcess(tmp_path / "data", {"kafkaListeners": "SSL://127.0.0.1:0",
                                                **tls.broker_settings()}).start()
@@ -143,6 +144,12 @@ def test_garbage_after_a_tls_handshake_is_one_line(tmp_path: Path) -> None:
                     pass  # the broker's alert, then its close
             sock.close()
         broker.wait_for_log("connection from .* on SSL lost: TLS error")
+        for reset in (False, True):  # gone before any handshake: a probe, a reset
+            probe = socket.create_connection(("127.0.0.1", broker.port))
+            if reset:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            probe.close()
+        broker.wait_for_log("lost during the TLS handshake")
         conn = SecureConnection(broker.port, tls.ca)
         assert create(conn, "after-garbage") == 0
         conn.close()
