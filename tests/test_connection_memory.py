@@ -1,6 +1,6 @@
-"""What one connection may make the broker hold: a client that pipelines fetches and
-never reads, and clients that have not logged in, measured on a real broker process
-(its resident memory) with raw sockets."""
+"""What one connection may make the broker hold: a client that pipelines fetches or parks
+long polls and never reads, and clients that have not logged in, measured on a real
+broker process (its resident memory) with raw sockets."""
 
 from __future__ import annotations
 
@@ -169,6 +169,40 @@ def test_long_polls_woken_together_hold_bounded_memory(tmp_path: Path,
         conn.close()
         setup.close()
         assert broker.alive()
+    finally:
+        broker.stop()
+
+
+def test_a_request_behind_a_long_poll_larger_than_the_budget_waits_for_it(
+        tmp_path: Path, topic_name: str) -> None:
+    """A fetch whose limits exceed maxPendingResponseBytes runs alone: the request behind
+    it starts once the fetch has answered, even when its long poll outlasts
+    connectionMaxIdleMs (the client waits for the broker, not the other way round)."""
+    broker = BrokerProcess(tmp_path, {"connectionMaxIdleMs": "1500",
+                                      "maxPendingResponseBytes": str(MIB)}).start()
+    try:
+        conn = RawConnection(broker.port, timeout=30)
+        assert create(conn, topic_name, PARTITIONS) == 0
+        poll = FetchRequest.FetchTopic.FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=8 * MIB)
+        fetch = conn.request_bytes(FetchRequest[11](
+            replica_id=-1, max_wait_ms=4000, min_bytes=1, max_bytes=8 * MIB,
+            isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=topic_name, partitions=[poll])],
+            forgotten_topics_data=[], rack_id=""), 11)
+        versions = conn.request_bytes(ApiVersionsRequest[3](
+            client_software_name="t", client_software_version="1"), 3)
+        conn.sock.sendall(b"".join(struct.pack(">i", len(payload)) + payload
+                                   for payload in (fetch, versions)))
+        answer = FetchResponse[11].decode(conn.read_frame()[4:], version=11)
+        part = answer.responses[0].partitions[0]
+        assert part.error_code == 0 and not part.records  # the long poll ran out
+        frame = conn.read_frame()
+        assert struct.unpack_from(">i", frame)[0] == conn.correlation_id
+        assert ApiVersionsResponse[3].decode(frame[4:], version=3).error_code == NONE
+        conn.close()
+        assert "not read within the idle timeout" not in broker.log_text()
     finally:
         broker.stop()
 
