@@ -27,6 +27,7 @@ import ssl
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from listeners.sendfile import FileRegion, write_parts
@@ -119,6 +120,10 @@ class ReadBudget:
     def give_back(self, size: int) -> None:
         """Return bytes reserved by :meth:`take`."""
         self.used -= size
+
+
+async def _fail(exc: Exception) -> None:
+    raise exc
 
 
 def response_size(response: Response | None) -> int:
@@ -246,7 +251,7 @@ class _Connection:
             frame, held = read
             started: asyncio.Task[Response | None] | None = None
             try:
-                request = self.handler.prepare(frame)
+                request = self._prepare(frame)
                 del frame
                 if await self._room_for(request.response_bound):
                     started = self._start(request, held)
@@ -258,6 +263,14 @@ class _Connection:
             last = started
             await self.pending.put(last)
             await asyncio.sleep(0)  # one turn for the request: most finish in it
+
+    def _prepare(self, frame: memoryview) -> Request:
+        """The handler's reading of a frame; should the handler fail, a request that fails
+        alike when answered (so the connection closes in order, with one log line)."""
+        try:
+            return self.handler.prepare(frame)
+        except Exception as exc:  # a handler's fault, not the client's: logged in order
+            return Request(0, partial(_fail, exc))
 
     def _start(self, request: Request, held: int) -> asyncio.Task[Response | None]:
         """Run a request, its response bound counted until it has finished."""

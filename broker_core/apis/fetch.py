@@ -145,13 +145,14 @@ def fetch_response_bound(engine: Engine, request: Any) -> int:
     holds nothing while it waits, but may read this much when it wakes): the records
     within ``max_bytes`` and the partitions' own limits, or one whole first batch (KIP-74)
     as large as the default ``max.message.bytes`` lets a producer write, and the rest."""
-    partitions = [part for topic in request.topics for part in topic.partitions]
+    topics: list[Any] = request.topics or []  # null arrays and names decode as None
+    partitions = [part for topic in topics for part in topic.partitions or ()]
     limits: list[int] = [max(part.partition_max_bytes, 0) for part in partitions]
     records = min(_max_bytes(engine, request), sum(limits))
     first_batch = int(engine.topic_configs({})["max.message.bytes"])
-    names: int = sum(len(topic.topic.encode()) for topic in request.topics)
+    names = sum(len((topic.topic or "").encode()) for topic in topics)
     return (max(records, first_batch) + names
-            + _ANSWER_OVERHEAD * (1 + len(request.topics) + len(partitions)))
+            + _ANSWER_OVERHEAD * (1 + len(topics) + len(partitions)))
 
 
 async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> FetchAnswer:
