@@ -449,8 +449,9 @@ class BrokerConfig:
         default=8388608,
         metadata=_key(
             "maxPendingResponseBytes", IntType(1, INT_MAX),
-            "response bytes one connection may hold finished but not yet sent; beyond"
-            " them the broker starts none of its next requests until the client reads",
+            "response bytes one connection may hold: finished and not yet sent, or still"
+            " to come from its running requests (a Fetch counts its limits); a request"
+            " that does not fit waits, unless nothing else is held",
         ),
     )
     connection_max_idle_ms: int = field(

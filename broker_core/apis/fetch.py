@@ -25,6 +25,9 @@ from broker_core.storage import FileRegion, PartitionLog
 from broker_core.storage.errors import DamagedRecords
 
 READ_COMMITTED = 1
+_ANSWER_OVERHEAD = 64
+"""Bytes, with room to spare, that the answer adds around the records per partition and
+per topic (offsets, error code, lengths) and once (header, session id)."""
 _BASE_OFFSET = struct.Struct(">q")
 _LAST_DELTA = struct.Struct(">i")
 _RECORD_COUNT = struct.Struct(">i")
@@ -152,11 +155,32 @@ def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int, committed: b
     return answers, total, errored
 
 
+def _max_bytes(engine: Engine, request: Any) -> int:
+    """The records an answer may carry: the request's ``max_bytes``, capped by the broker's
+    ``fetchMaxBytes`` (as Kafka's ``fetch.max.bytes``)."""
+    asked: int = request.max_bytes if request.version >= 3 else 2**31 - 1
+    return min(asked, engine.config.fetch_max_bytes)
+
+
+def fetch_response_bound(engine: Engine, request: Any) -> int:
+    """The most bytes the answer to ``request`` may hold, known before it runs (a long poll
+    holds nothing while it waits, but may read this much when it wakes): the records
+    within ``max_bytes`` and the partitions' own limits, or one whole first batch (KIP-74)
+    as large as the default ``max.message.bytes`` lets a producer write, and the rest."""
+    topics: list[Any] = request.topics or []  # null arrays and names decode as None
+    partitions = [part for topic in topics for part in topic.partitions or ()]
+    limits: list[int] = [max(part.partition_max_bytes, 0) for part in partitions]
+    records = min(_max_bytes(engine, request), sum(limits))
+    first_batch = int(engine.topic_configs({})["max.message.bytes"])
+    names = sum(len((topic.topic or "").encode()) for topic in topics)
+    return (max(records, first_batch) + names
+            + _ANSWER_OVERHEAD * (1 + len(topics) + len(partitions)))
+
+
 async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> FetchAnswer:
     """Answer Fetch, waiting up to ``max_wait_ms`` for ``min_bytes`` to be available."""
     version: int = request.version
-    max_bytes = min(request.max_bytes if version >= 3 else 2**31 - 1,
-                    engine.config.fetch_max_bytes)
+    max_bytes = _max_bytes(engine, request)
     wanted = _resolve(engine, ctx, request)
     committed = request.isolation_level == READ_COMMITTED
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
