@@ -22,8 +22,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
+from common.names import NAME_RULE, is_valid_name
 from listeners.spec import ListenerConfigError, ListenerSpec, parse_listeners
-from sasl.names import NAME_RULE, is_valid_name
 
 __all__ = [
     "CONFIG_KEYS",
@@ -231,7 +231,7 @@ class StrType(ValueType[str]):
 @dataclass(frozen=True)
 class NameType(ValueType[str]):
     """A tenant or namespace name, by the rule logins and topic names follow
-    (``sasl.names``)."""
+    (``common.names``)."""
 
     def parse(self, text: str) -> str:
         if not self.check(text):

@@ -1,26 +1,13 @@
-"""The rule for tenant, namespace and topic name parts, and the SASL username that names a
-tenant.
+"""The SASL username that names a tenant: ``tenant`` or ``tenant/namespace``.
 
-A part is ASCII letters, digits, ``.``, ``_`` and ``-``, and is neither ``.`` nor
-``..``. This module is the one home of that rule: logins check the tenant and namespace
-they name with it, and ``broker_core.naming`` checks each part of a topic name with it
-(it holds no SASL logic, so the engine may import it without knowing about SASL).
+Each part follows the shared name rule of ``common.names``; this module adds only what a
+login needs (splitting the username, and refusing a malformed one with ``SaslFailure``).
 """
 
 from __future__ import annotations
 
-import re
-
+from common.names import NAME_RULE, is_valid_name
 from sasl.errors import SaslFailure
-
-_NAME_PART = re.compile(r"[A-Za-z0-9._-]+")
-NAME_RULE = "ASCII letters, digits, '.', '_' and '-' (not '.' or '..')"
-"""The rule, as messages state it."""
-
-
-def is_valid_name(part: str) -> bool:
-    """True if ``part`` is a non-empty name part of allowed characters, not ``.``/``..``."""
-    return part not in (".", "..") and _NAME_PART.fullmatch(part) is not None
 
 
 def claimed_tenant(username: str) -> str:
