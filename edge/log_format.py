@@ -49,11 +49,11 @@ class _BoundedMapping(_BoundedText):
 
     __slots__ = ("_mapping",)
 
-    def __init__(self, mapping: Mapping[object, object]) -> None:
+    def __init__(self, mapping: Mapping[str, object]) -> None:
         super().__init__(mapping)
         self._mapping = mapping
 
-    def __getitem__(self, key: object) -> object:
+    def __getitem__(self, key: str) -> object:
         return _bounded(self._mapping[key])
 
 
