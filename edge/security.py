@@ -182,7 +182,8 @@ def sasl_factories(config: BrokerConfig, validator: TokenValidator | None,
     factories: dict[str, SaslFactory] = {}
     if "PLAIN" in needed and validator is not None:
         plain_validator = validator
-        factories["PLAIN"] = lambda: PlainServer(plain_validator)
+        reserved = config.kafka_metadata_namespace
+        factories["PLAIN"] = lambda: PlainServer(plain_validator, reserved_namespace=reserved)
     if "OAUTHBEARER" in needed and bearer is not None:
         setup = bearer
         if isinstance(setup.validator, JwksTokenValidator):

@@ -15,11 +15,20 @@ def claimed_tenant(username: str) -> str:
     return username.split("/", 1)[0]
 
 
-def parse_tenant_spec(username: str) -> tuple[str, str | None]:
-    """Split a username ``tenant`` or ``tenant/namespace``; raise SaslFailure if malformed."""
+def parse_tenant_spec(username: str, reserved_namespace: str | None = None
+                      ) -> tuple[str, str | None]:
+    """Split a username ``tenant`` or ``tenant/namespace``; raise SaslFailure if malformed
+    or if it names ``reserved_namespace`` (the broker's own namespace, where no login's
+    topics may go)."""
     parts = username.split("/")
     if len(parts) > 2 or not all(is_valid_name(part) for part in parts):
         raise SaslFailure(
             f"invalid username: expected 'tenant' or 'tenant/namespace', each of {NAME_RULE}"
         )
-    return parts[0], parts[1] if len(parts) == 2 else None
+    namespace = parts[1] if len(parts) == 2 else None
+    if namespace is not None and namespace == reserved_namespace:
+        raise SaslFailure(
+            f"invalid username: namespace '{namespace}' holds the broker's own topics; "
+            "name another namespace, or only the tenant"
+        )
+    return parts[0], namespace

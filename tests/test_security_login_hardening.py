@@ -244,6 +244,44 @@ def test_stock_client_with_a_dot_tenant_is_refused(env: Env) -> None:
     assert "invalid username" in error.str()
 
 
+SYSTEM_NAMESPACE_REASON = "namespace '__kafka' holds the broker's own topics"
+
+
+@pytest.mark.parametrize("username", ["public/__kafka", "acme/__kafka"])
+def test_a_login_into_the_system_namespace_is_refused(env: Env, username: str) -> None:
+    """kafkaMetadataNamespace (``__kafka``) holds the broker's topics, refused to every
+    login's topics: a PLAIN username naming it is refused at login, not accepted into a
+    namespace where every topic is then refused."""
+    reason = plain_refusal(env, plain_message(username, "token:" + env.issuer.token()))
+    assert "invalid username" in reason and SYSTEM_NAMESPACE_REASON in reason
+
+
+def test_stock_client_logging_into_the_system_namespace_is_refused(env: Env) -> None:
+    error = first_client_error(env, **{"sasl.mechanisms": "PLAIN",
+                                       "sasl.username": "public/__kafka",
+                                       "sasl.password": "token:" + env.issuer.token()})
+    assert error.code() == confluent_kafka.KafkaError._AUTHENTICATION, error.str()
+    assert SYSTEM_NAMESPACE_REASON in error.str()
+
+
+def test_the_reserved_namespace_follows_kafka_metadata_namespace(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """With kafkaMetadataNamespace=sys, ``acme/sys`` is refused and ``acme/__kafka`` is an
+    ordinary namespace."""
+    started = start_env(tmp_path_factory, kafkaMetadataNamespace="sys")
+    try:
+        reason = plain_refusal(started, plain_message("acme/sys",
+                                                      "token:" + started.issuer.token()))
+        assert "namespace 'sys' holds the broker's own topics" in reason
+        conn = started.connect()
+        try:
+            assert conn.login("acme/__kafka", started.issuer.token()).error_code == NONE
+        finally:
+            conn.close()
+    finally:
+        started.broker.stop()
+
+
 # -- 8: a second SaslHandshake ----------------------------------------------------------
 
 def mid_login(env: Env, conn: SecureConnection) -> str:
