@@ -33,6 +33,7 @@ from edge.security import (
     listener_security,
     sasl_factories,
     tls_context,
+    token_expiration_notice,
     token_validator,
 )
 from edge.session import Session, edge_apis
@@ -172,7 +173,11 @@ class BrokerApp:
             for spec in config.listener_specs()
         }
         needed = {m for s in self.security.values() if s.sasl for m in s.mechanisms}
-        self.sasl = dict(sasl_factories(config, token_validator(config), needed))
+        validator = token_validator(config)
+        self.sasl = dict(sasl_factories(config, validator, needed))
+        notice = token_expiration_notice(config, validator)
+        if notice is not None:
+            log.info("%s", notice)
         self.servers: list[tuple[ListenerSpec, ListenerServer]] = []
         self.advertised: dict[str, Endpoint] = {}
         self.stopping = asyncio.Event()
