@@ -103,8 +103,8 @@ class FlushScheduler:
 
     async def _flush(self, partition: PartitionLog, state: _PartitionState) -> None:
         try:
-            await asyncio.get_running_loop().run_in_executor(None, _timed_flush, partition)
-            self.faults.succeeded(WriteKind.FSYNC)
+            if await asyncio.get_running_loop().run_in_executor(None, _timed_flush, partition):
+                self.faults.succeeded(WriteKind.CHECKPOINTS)
         finally:
             state.running = None
             follower = state.next_round
@@ -125,7 +125,7 @@ class FlushScheduler:
             for result in results:
                 if isinstance(result, OSError):
                     self.faults.failed(result, "a partition's fsync or metadata",
-                                       WriteKind.FSYNC)
+                                       WriteKind.CHECKPOINTS)
                 elif isinstance(result, BaseException):
                     log.error("periodic fsync failed: %s", result)
 
@@ -150,10 +150,12 @@ class FlushScheduler:
             await asyncio.get_running_loop().run_in_executor(None, _start_writeback, due)
 
 
-def _timed_flush(partition: PartitionLog) -> None:
+def _timed_flush(partition: PartitionLog) -> bool:
+    """fsync ``partition``; return whether it wrote a checkpoint."""
     started = time.perf_counter()
-    partition.flush()
+    checkpointed = partition.flush()
     metrics.FSYNC.observe(time.perf_counter() - started)
+    return checkpointed
 
 
 def _start_writeback(partitions: list[PartitionLog]) -> None:

@@ -35,7 +35,9 @@ class WriteKind(StrEnum):
     """The kinds of write whose faults are logged apart (the value names them in the log)."""
 
     RECORDS = "record appends"
-    FSYNC = "fsyncs and partition metadata"
+    CHECKPOINTS = "partition checkpoints"
+    """A partition's metadata rewritten after an fsync (a failed fsync itself takes the
+    partition offline)."""
     LOG_START = "log start moves"
     TOPICS = "topic creations and configs"
     COORDINATOR = "coordinator state"

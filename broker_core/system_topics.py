@@ -108,7 +108,7 @@ class SystemTopic:
         try:
             await durable
         except OSError as exc:
-            raise self.faults.failed(exc, f"{self.suffix} (fsync)", WriteKind.FSYNC,
+            raise self.faults.failed(exc, f"{self.suffix} (fsync)", WriteKind.CHECKPOINTS,
                                      ErrorCode.NOT_COORDINATOR) from None
 
     def read(self, topic: str, partition: int) -> Iterator[Record]:

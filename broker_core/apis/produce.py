@@ -78,7 +78,7 @@ async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> A
         for (partitions, at, _wait), outcome in zip(waits, outcomes, strict=True):
             if isinstance(outcome, OSError):  # the fsync failed: not durable, retriable
                 error = engine.faults.failed(outcome, "a partition's fsync",
-                                             WriteKind.FSYNC)
+                                             WriteKind.CHECKPOINTS)
                 partitions[at] = _failed(partitions[at].index, error.code, error.message)
             elif isinstance(outcome, BaseException):
                 raise outcome

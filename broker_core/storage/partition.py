@@ -592,11 +592,12 @@ class PartitionLog:
         finally:
             os.close(fd)
 
-    def flush(self) -> None:
-        """fsync what was appended so far (safe to call from another thread)."""
+    def flush(self) -> bool:
+        """fsync what was appended so far (safe to call from another thread); return
+        whether the metadata was rewritten too (a checkpoint)."""
         with self._lock:
             if self._closed:
-                return
+                return False
             self._check_online()
             pending, self._pending_sync = self._pending_sync, []
             ledger = self._ledgers[-1]
@@ -610,7 +611,7 @@ class PartitionLog:
                 os.close(item.fd)
         with self._lock:
             if self._closed:
-                return
+                return False
             for item in pending:
                 if item.ledger.facts.size == item.size:
                     item.ledger.facts.synced = True
@@ -620,9 +621,10 @@ class PartitionLog:
                 ledger.facts.synced = True
             grown = self._recovery_point.size - self._recorded_recovery_size
             if not pending and grown < _CHECKPOINT_BYTES:
-                return
+                return False
             seq, metadata = self._snapshot_locked()
         self._write_snapshot(seq, metadata)
+        return True
 
     def close(self) -> None:
         """Flush, seal the open ledger, write the metadata and release file descriptors."""

@@ -301,7 +301,8 @@ class TransactionCoordinator(StateCoordinator):
         try:
             await asyncio.gather(*(w for w in waits if w is not None))
         except OSError as exc:
-            raise self.store.faults.failed(exc, "transaction markers (fsync)", WriteKind.FSYNC,
+            raise self.store.faults.failed(exc, "transaction markers (fsync)",
+                                           WriteKind.CHECKPOINTS,
                                            ErrorCode.NOT_COORDINATOR) from None
         txn.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         log.info("%s transaction of %s (producer %d epoch %d) over %d partitions",
