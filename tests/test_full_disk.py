@@ -442,3 +442,16 @@ def test_a_failed_fsync_takes_the_partition_offline_until_restart(
         conn.close()
     finally:
         broker.kill()
+
+
+def test_a_mount_that_fails_skips_but_fails_under_ci(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    """A developer without root sees these tests skipped; CI (``.ci/run`` sets CI=true)
+    sees them fail, so they cannot silently stop running there."""
+    impossible = ["mount", "-t", "no-such-file-system", "none", str(tmp_path)]
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="mounting is not possible here"):
+        privileged(impossible, "mounting")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="mounting is not possible here"):
+        privileged(impossible, "mounting")
