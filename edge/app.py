@@ -209,7 +209,8 @@ class BrokerApp:
         """Start the engine and every listener; return the listeners with their bound ports.
 
         A listener or the metrics endpoint that cannot bind raises :class:`StartupError`
-        after the listeners already bound are closed and the engine is stopped.
+        after the listeners already bound are closed and the engine is stopped (and a
+        data directory this broker created is removed, before its lock is released).
         """
         try:
             self.engine.start()
@@ -226,6 +227,7 @@ class BrokerApp:
                                        f"{os_reason(exc)}") from exc
                 described += f"; metrics on http://{host}:{port}/metrics"
         except BaseException:
+            self.logs.discard_created(at_close=True)  # removed before the lock is released
             await self.stop(quiet=True)
             raise
         # Everything built so far (modules, protocol schemas, the recovered logs) lives as
@@ -291,10 +293,6 @@ class BrokerApp:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stopping.set)
-        try:
-            await self.start()
-        except BaseException:
-            self.logs.discard_created()
-            raise
+        await self.start()
         await self.stopping.wait()
         return await self.stop()

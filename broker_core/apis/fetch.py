@@ -3,7 +3,8 @@
 Sessions (KIP-227) are declined by answering session id 0, so every fetch is a full one.
 A ledger not read since start-up is CRC-checked in a worker thread before its first read;
 a fetch at an offset whose stored records are damaged answers CORRUPT_MESSAGE, as Kafka
-does for a corrupt record in its log (the client raises it; it is not retried away).
+does for a corrupt record in its log (the client raises it; it is not retried away). A
+partition offline after a failed fsync answers KAFKA_STORAGE_ERROR until restart.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.protocol import Chunk
-from broker_core.storage import FileRegion, PartitionLog
+from broker_core.storage import FileRegion, LogOffline, PartitionLog
 from broker_core.storage.errors import DamagedRecords
 
 READ_COMMITTED = 1
@@ -72,6 +73,8 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
     partition: PartitionLog | None = engine.logs.partition(want.internal, want.index)
     if partition is None:
         return _empty(want.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), 0
+    if partition.offline:  # a failed fsync: until restart
+        return _empty(want.index, ErrorCode.KAFKA_STORAGE_ERROR), 0
     start, end = partition.log_start_offset, partition.next_offset
     if want.offset < start or want.offset > end:
         return _empty(want.index, ErrorCode.OFFSET_OUT_OF_RANGE, end, start), 0
@@ -87,6 +90,8 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
         chunks = partition.read(want.offset, max(limit, 0)) if readable else []
     except DamagedRecords:
         return _empty(want.index, ErrorCode.CORRUPT_MESSAGE, end, start), 0
+    except LogOffline:  # went offline just now
+        return _empty(want.index, ErrorCode.KAFKA_STORAGE_ERROR), 0
     if committed:
         visible = [_BASE_OFFSET.unpack_from(_head(c))[0] < upper for c in chunks]
         _release(c for c, keep in zip(chunks, visible, strict=True) if not keep)
