@@ -35,7 +35,7 @@ from typing import Any
 
 from broker_core.producers import PartitionProducers
 from broker_core.storage import PartitionLog, StorageError
-from broker_core.storage_faults import WriteFaults
+from broker_core.storage_faults import WriteFaults, WriteKind
 
 log = logging.getLogger(__name__)
 
@@ -146,11 +146,12 @@ class ProducerStates:
                 # directory, and this snapshot must not land in it
                 await loop.run_in_executor(None, _write, directory, document)
             except OSError as exc:  # logged once per cause; the next round tries again
-                self.faults.failed(exc, f"the producer snapshot of {partition.directory}")
+                self.faults.failed(exc, f"the producer snapshot of {partition.directory}",
+                                   WriteKind.SNAPSHOTS)
                 continue
             finally:
                 os.close(directory)
-            self.faults.succeeded()
+            self.faults.succeeded(WriteKind.SNAPSHOTS)
             loaded.saved_offset, loaded.saved_at = offset, time.monotonic()
             loaded.saved_size = partition.size_bytes
             loaded.expired = loaded.replayed = False  # expire() runs in this task only

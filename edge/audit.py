@@ -4,9 +4,10 @@ rejected connection, appended to the internal topic ``__audit`` of the metadata 
 
 Writes are plain appends to the managed ledger (no fsync wait); repeated identical denials
 within one second are written once, so a client looping on a refused request cannot flood
-the log. Every text field is escaped and bounded (``sasl.printable``) before it is
-written: a client's 60 KB username or password costs the audit topic at most a few
-hundred bytes, and no field carries a control character.
+the log. A write that fails (a full disk) is logged once per cause by the engine's write
+faults, without a traceback. Every text field is escaped and bounded (``sasl.printable``)
+before it is written: a client's 60 KB username or password costs the audit topic at most
+a few hundred bytes, and no field carries a control character.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 from broker_core.engine import Engine
 from broker_core.storage import PartitionLog
+from broker_core.storage_faults import WriteKind
 from broker_core.system_topics import encode_batch
 from sasl.printable import printable
 
@@ -96,5 +98,10 @@ class AuditLog:
             tenant = (event.tenant or "").encode()
             partition.append(encode_batch([(tenant, value)], now), 0, now)
             self.engine.waiters.notify((self.topic, 0))
+        except OSError as exc:  # a full disk: logged once per cause, the request goes on
+            self.engine.faults.failed(exc, f"an audit event to {self.topic}", WriteKind.AUDIT)
+            return
         except Exception:
             log.exception("could not write an audit event")
+            return
+        self.engine.faults.succeeded(WriteKind.AUDIT)

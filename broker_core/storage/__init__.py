@@ -12,6 +12,7 @@ from .engines import open_storage, storage_path_from_url
 from .errors import (
     CorruptLedger,
     LogClosed,
+    LogOffline,
     OffsetOutOfRange,
     StorageError,
     TopicExists,
@@ -30,6 +31,7 @@ __all__ = [
     "LogClosed",
     "LogConfig",
     "LogManager",
+    "LogOffline",
     "OffsetOutOfRange",
     "PartitionLog",
     "StorageError",
