@@ -255,11 +255,8 @@ def test_a_slow_but_steady_reader_is_not_idle(tmp_path: Path, topic_name: str) -
         for _ in range(8 * MIB // len(batch) + 1):
             assert produce(setup, topic_name, batch).error_code == 0  # type: ignore[attr-defined]
         setup.close()
-        client = socket.socket()
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
-        client.connect(("127.0.0.1", broker.port))
-        conn = RawConnection.__new__(RawConnection)
-        conn.sock, conn.correlation_id = client, 0
+        conn = reading_client(broker.port)
+        client = conn.sock
         client.sendall(fetch_bytes(conn, topic_name, 8 * MIB))
         client.settimeout(10)
         received = bytearray()
