@@ -661,6 +661,8 @@ class ListenerServer:
             self._tasks.add(task)
         try:
             await connection.serve()
+        except asyncio.CancelledError:
+            pass  # stopped after the grace period (a TLS peer that ignores close_notify)
         finally:
             self._connections.discard(connection)
             if task is not None:
