@@ -20,9 +20,7 @@ real login) is read as it is, a larger one draws on one :class:`ReadBudget` shar
 broker's listeners as its bytes arrive, so that nobody can fill the budget by declaring
 sizes, and a full budget never stops a login.
 
-On a TLS listener the handshake is done here, not by the server socket, so that a failed
-one (a refused client certificate, a client speaking something else) is reported like any
-other rejected connection.
+On a TLS listener each connection does its handshake in :mod:`listeners.handshake`.
 """
 
 from __future__ import annotations
@@ -40,6 +38,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar, cast
 
+from listeners.handshake import TlsHandshake, os_reason, peer_address
 from listeners.sendfile import FileRegion, write_parts
 
 log = logging.getLogger(__name__)
@@ -156,13 +155,6 @@ def _peer_gone(exc: OSError) -> bool:
     return isinstance(exc, ConnectionError | ssl.SSLError) or exc.errno in _PEER_ERRNOS
 
 
-def _os_reason(exc: OSError) -> str:
-    """A short reason for a socket error: the TLS alert or the error's name."""
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS error {exc.reason or exc.strerror or type(exc).__name__}"
-    return exc.strerror or type(exc).__name__
-
-
 def _usable(tls: ssl.SSLObject) -> bool:
     """Whether a TLS session is still up (a fatal error undoes its handshake)."""
     try:
@@ -175,7 +167,7 @@ def _usable(tls: ssl.SSLObject) -> bool:
 def _log_lost(peer: str, listener: str, exc: OSError | None) -> None:
     """One INFO line for a connection the peer reset, closed or garbled."""
     log.info("connection from %s on %s lost: %s", peer, listener,
-             "closed" if exc is None else _os_reason(exc))
+             "closed" if exc is None else os_reason(exc))
 
 
 class _Reader(asyncio.StreamReader):
@@ -501,69 +493,6 @@ class _Connection:
                 self.writer.close()
 
 
-_HANDSHAKE_SECONDS = 60.0
-"""How long a TLS handshake may take (asyncio's default for a TLS server socket)."""
-
-
-def _peer(transport: asyncio.BaseTransport) -> str:
-    """``host:port`` of the other end of a connection."""
-    peername = transport.get_extra_info("peername")
-    if isinstance(peername, tuple):
-        return f"{peername[0]}:{peername[1]}"
-    return str(peername) if peername else "an unknown address"
-
-
-class _Handshake(asyncio.Protocol):
-    """The first protocol of a TLS connection until the server's handshake task gives the
-    transport to the TLS protocol. uvloop reads once after ``connection_made`` even when it
-    paused the transport: what arrives then (a ClientHello) is held here and handed to the
-    TLS protocol, in the loop turn that makes the TLS protocol ready and before any other
-    read (``start_tls`` schedules both within the turn in which it is called)."""
-
-    def __init__(self, server: ListenerServer) -> None:
-        self.server = server
-        self.transport: asyncio.Transport | None = None
-        self.early = bytearray()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
-        self.transport.pause_reading()
-        loop = asyncio.get_running_loop()
-        task = loop.create_task(self.server._handshake(self.transport, _peer(transport)))
-        self.server._handshakes.add(task)
-        task.add_done_callback(self.server._handshakes.discard)
-        # the task calls start_tls in the next turn; the turn after, once the TLS protocol
-        # has its connection_made, it gets the early bytes
-        loop.call_soon(loop.call_soon, self._hand_over)
-
-    def data_received(self, data: bytes) -> None:
-        self.early += data
-        if self.transport is not None:
-            self.transport.pause_reading()
-
-    def _hand_over(self) -> None:
-        if self.early and self.transport is not None and not self.transport.is_closing():
-            protocol = self.transport.get_protocol()
-            if protocol is not self:
-                _feed(protocol, memoryview(self.early))
-        self.early = bytearray()
-
-
-def _feed(protocol: asyncio.BaseProtocol, data: memoryview) -> None:
-    """Give ``data`` to ``protocol`` as if the transport had read it (the TLS protocols
-    of asyncio and uvloop are buffered protocols)."""
-    if not hasattr(protocol, "buffer_updated"):
-        cast(asyncio.Protocol, protocol).data_received(bytes(data))
-        return
-    buffered = cast(asyncio.BufferedProtocol, protocol)
-    while data:
-        buffer = memoryview(buffered.get_buffer(len(data)))
-        size = min(len(buffer), len(data))
-        buffer[:size] = data[:size]
-        buffered.buffer_updated(size)
-        data = data[size:]
-
-
 class ListenerServer:
     """One listening socket and the connections it accepted."""
 
@@ -587,8 +516,10 @@ class ListenerServer:
     async def start(self) -> int:
         """Bind and listen; return the bound port (useful with port 0)."""
         loop = asyncio.get_running_loop()
+        context = self.ssl_context
         factory: Callable[[], asyncio.BaseProtocol] = (
-            self._stream if self.ssl_context is None else lambda: _Handshake(self))
+            self._stream if context is None else lambda: TlsHandshake(
+                context, self.name, self._stream, self.on_reject, self._handshakes))
         self._server = await loop.create_server(factory, self.host or None, self.port)
         sockets = self._server.sockets
         self.port = int(sockets[0].getsockname()[1])
@@ -598,39 +529,8 @@ class ListenerServer:
         """The protocol of a connection ready for Kafka frames (after TLS, if any)."""
         return asyncio.StreamReaderProtocol(_Reader(SMALL_FRAME_BYTES), self._accept)
 
-    async def _handshake(self, transport: asyncio.Transport, peer: str) -> None:
-        """Do the TLS handshake of a new connection; a failed one is one log line and, but
-        for a peer that just went away, a rejected connection."""
-        assert self.ssl_context is not None
-        stream = self._stream()
-        try:
-            tls = await asyncio.get_running_loop().start_tls(
-                transport, stream, self.ssl_context, server_side=True,
-                ssl_handshake_timeout=_HANDSHAKE_SECONDS)
-        except (OSError, TimeoutError) as exc:
-            transport.abort()
-            if isinstance(exc, ConnectionError) and not isinstance(
-                    exc, ssl.SSLError | ConnectionAbortedError):  # aborted: the timeout
-                log.info("connection from %s on %s lost during the TLS handshake: %s",
-                         peer, self.name, _os_reason(exc))
-                return
-            reason = (f"TLS handshake not complete within {_HANDSHAKE_SECONDS:.0f} s"
-                      if isinstance(exc, TimeoutError | ConnectionAbortedError)
-                      else f"TLS handshake failed: {_os_reason(exc)}")
-            log.warning("closing connection from %s on %s: %s", peer, self.name, reason)
-            if self.on_reject is not None:
-                self.on_reject(peer, reason)
-        except asyncio.CancelledError:
-            transport.abort()
-        else:
-            if tls is None or tls.is_closing() or transport.is_closing():
-                log.info("connection from %s on %s lost during the TLS handshake", peer,
-                         self.name)
-                return
-            stream.connection_made(tls)  # start_tls leaves that to its caller
-
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = _peer(writer.transport)
+        peer = peer_address(writer.transport)
         if not isinstance(reader, _Reader):  # the connection was lost before it was made
             writer.close()
             return
