@@ -468,3 +468,33 @@ def test_a_mount_that_fails_skips_but_fails_under_ci(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="mounting is not possible here"):
         privileged(impossible, "mounting")
+
+
+def test_an_offline_transaction_log_partition_answers_not_coordinator(
+        failing_disk: tuple[Path, Path]) -> None:
+    """The transaction state of a partition that went offline after a failed fsync is not
+    served from memory: DescribeTransactions and InitProducerId get NOT_COORDINATOR and
+    ListTransactions leaves its ids out, until the broker restarts."""
+    ext4, backing = failing_disk
+    broker = BrokerProcess(ext4 / "data", {**SMALL_TOPICS, "flushIntervalMessages": "1"}).start()
+    try:
+        conn = DiskConnection(broker.port)
+        conn.init_ok("tx-kept")
+        assert conn.describe_transactions(["tx-kept"]).transaction_states[0].error_code == NONE
+        listed = conn.list_transactions().transaction_states
+        assert [t.transactional_id for t in listed] == ["tx-kept"]
+        fail_writeback(ext4, backing)
+        # long ids: each state record needs blocks that cannot be written back
+        codes = [int(conn.init_pid(f"tx-{i}-" + "x" * 3000).error_code) for i in range(20)]
+        assert NOT_COORDINATOR in codes, codes
+        broker.wait_for_log(OFFLINE_LOGGED + ".*__transaction_state|__transaction_state.*"
+                            + OFFLINE_LOGGED)
+        assert conn.describe_transactions(["tx-kept"]).transaction_states[0].error_code == \
+            NOT_COORDINATOR
+        answer = conn.list_transactions()
+        assert answer.error_code == NONE and answer.transaction_states == [], answer
+        assert conn.init_pid("tx-kept").error_code == NOT_COORDINATOR
+        assert "Traceback" not in broker.log_text()
+        conn.close()
+    finally:
+        broker.kill()
