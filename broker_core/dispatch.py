@@ -2,7 +2,8 @@
 
 Every API served is listed once, with the versions implemented; ApiVersions advertises
 exactly that table. A frame that cannot be decoded, an unknown API key or an unsupported
-version (other than of ApiVersions, which gets the v0 answer Kafka gives) is a
+version (other than of ApiVersions, which gets the v0 answer Kafka gives), or a null in a
+field its schema does not let be null, is a
 :class:`~broker_core.protocol.ProtocolError`: the caller closes the connection.
 """
 
@@ -20,6 +21,7 @@ from broker_core import metrics
 from broker_core.context import RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode
+from broker_core.null_fields import first_forbidden_null
 from broker_core.protocol import (
     Frame,
     Prewritten,
@@ -101,6 +103,10 @@ class Dispatcher:
             body = spec.request.decode(frame[body_at:], version=version)
         except Exception as exc:  # the schema decoder raises many kinds on garbage
             raise ProtocolError(f"malformed {spec.name} v{version} request: {exc!r}") from exc
+        null = first_forbidden_null(spec.request, version, body)
+        if null is not None:  # Kafka's reader refuses it: the request does not parse
+            raise ProtocolError(f"malformed {spec.name} v{version} request: non-nullable "
+                                f"field {null} is null")
         return ParsedRequest(header, spec, body)
 
     def response_bound(self, parsed: ParsedRequest) -> int:

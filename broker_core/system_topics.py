@@ -82,6 +82,12 @@ class SystemTopic:
             raise KeyError(f"system topic {topic} has no partition {partition}")
         return found
 
+    def offline(self, topic: str, partition: int) -> bool:
+        """Whether the partition's log is offline until restart (a failed fsync): its state
+        in memory may hold what the log lost, so the coordinator must not serve it."""
+        found = self.logs.partition(topic, partition)
+        return found is not None and found.offline
+
     def append(self, topic: str, partition: int,
                records: Sequence[Record]) -> asyncio.Future[None] | None:
         """Append records (in batches); return what to await before acknowledging
@@ -188,6 +194,12 @@ class StateCoordinator(ABC):
     def is_loaded(self, topic: str, key: str) -> bool:
         """Whether the partition holding ``key`` has been replayed."""
         return (topic, self.place(topic, key)) in self._loaded
+
+    def is_offline(self, topic: str, key: str) -> bool:
+        """Whether the partition holding ``key`` is offline until restart: Kafka's
+        coordinator no longer owns a partition whose log is offline, so requests for its
+        keys get NOT_COORDINATOR."""
+        return self.store.offline(topic, self.place(topic, key))
 
     async def _load(self, topic: str) -> None:
         started = time.monotonic()

@@ -727,6 +727,13 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         for key in CONFIG_KEYS.values():
             key.validate(getattr(self, key.attr))
+        if self.kafka_namespace == self.kafka_metadata_namespace:
+            # a tenant's short names would live in <tenant>/<kafkaMetadataNamespace>, a
+            # system namespace that only superusers may reach
+            raise ConfigError(
+                f"'kafkaNamespace' and 'kafkaMetadataNamespace' are both "
+                f"{self.kafka_namespace!r}: short topic names would resolve into the system "
+                f"namespace, where only superusers may go; give them different values")
         try:
             specs = parse_listeners(
                 self.kafka_listeners, self.kafka_protocol_map, self.kafka_advertised_listeners

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import crc32c
+from kafka.protocol.api_message import ApiMessage
 
 from broker_core.apis import engine_apis
 from tests.raw import RawConnection, compressed_batch, record_batch
@@ -157,6 +158,40 @@ def cases(count: int, seed: int) -> Iterator[FuzzCase]:
         cls = spec.request[version]
         request = cls(**generator.kwargs(cls.fields, version))
         yield FuzzCase(spec.name, spec.key, version, request)
+
+
+class AsWritten:
+    """A request encoded exactly as its fields hold, past the fix-ups of kafka-python's
+    request classes (MetadataRequest v0 turns a null topic array into an empty one)."""
+
+    def __init__(self, request: Any) -> None:
+        self.request = request
+        self.API_KEY = request.API_KEY
+        self.flexible_version_q = request.flexible_version_q
+
+    def encode(self, version: int) -> bytes:
+        return bytes(ApiMessage.encode(self.request, version=version))
+
+    def __str__(self) -> str:
+        return str(self.request)
+
+
+def null_array_cases(seed: int = 0) -> Iterator[tuple[FuzzCase, str, bool]]:
+    """For every served API and version, one request per top-level array field with that
+    field null (whatever its schema allows) and the rest drawn as :func:`cases` draws them;
+    each with the field's name and whether the schema lets it be null."""
+    generator = Generator(random.Random(seed))
+    for spec in engine_apis():
+        for version in range(spec.min_version, spec.max_version + 1):
+            cls = spec.request[version]
+            fields = cls.fields.values() if isinstance(cls.fields, dict) else cls.fields
+            for field in fields:
+                if field.for_version_q(version) and field.is_array():
+                    kwargs = generator.kwargs(cls.fields, version) | {field.name: None}
+                    if spec.key == 0:
+                        kwargs["acks"] = -1  # answered, so a broken answer shows
+                    yield (FuzzCase(spec.name, spec.key, version, AsWritten(cls(**kwargs))),
+                           field.name, bool(field.nullable_for_version_q(version)))
 
 
 @dataclass(slots=True)

@@ -606,3 +606,24 @@ def test_config_reference_markdown() -> None:
         assert key.doc in row
     assert "`9223372036854775807`" in doc
     assert '| `kafkaAdvertisedListeners` | a string | `""` |' in doc
+
+
+@pytest.mark.parametrize("overrides", [
+    ["kafkaNamespace=__kafka"],
+    ["kafkaMetadataNamespace=default"],
+    ["kafkaTenant=sys", "kafkaNamespace=meta", "kafkaMetadataTenant=sys",
+     "kafkaMetadataNamespace=meta"],
+    ["kafkaNamespace=shared", "kafkaMetadataNamespace=shared",
+     "kafkaEnableMultiTenantMetadata=false"],
+])
+def test_short_names_may_not_resolve_into_the_system_namespace(overrides: list[str]) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, overrides)
+    assert "'kafkaNamespace'" in str(refused.value)
+    assert "'kafkaMetadataNamespace'" in str(refused.value)
+
+
+def test_the_same_tenant_with_another_namespace_is_fine() -> None:
+    config = load_config(None, ["kafkaMetadataTenant=public", "kafkaNamespace=apps"])
+    assert (config.kafka_tenant, config.kafka_namespace) == ("public", "apps")
+    assert config.kafka_metadata_namespace == "__kafka"

@@ -36,7 +36,7 @@ from tests.broker_process import BrokerProcess
 from tests.group_helpers import GroupConnection
 from tests.ports import free_port
 from tests.raw import record_batch
-from tests.security_helpers import SecureConnection, plain_message
+from tests.security_helpers import OpsConnection, SecureConnection, plain_message
 from tests.txn_helpers import NONE, TxnConnection, batch, decode_records
 
 KAFKA_STORAGE_ERROR = 56
@@ -388,7 +388,8 @@ def test_a_failed_fsync_takes_the_partition_offline_until_restart(
     """After a failed fsync the kernel may have dropped the pages it could not write (a
     later fsync succeeds all the same), so the record must not be served or retried into
     the same file: the partition answers KAFKA_STORAGE_ERROR to reads and writes until
-    the broker restarts, and a commit whose fsync failed is not kept."""
+    the broker restarts; a commit whose fsync failed is not kept, and the groups of an
+    offsets partition that went offline answer NOT_COORDINATOR until the restart."""
     ext4, backing = failing_disk
     metrics_port = free_port()
     broker = BrokerProcess(ext4 / "data", {**SMALL_TOPICS, "flushIntervalMessages": "1",
@@ -401,6 +402,9 @@ def test_a_failed_fsync_takes_the_partition_offline_until_restart(
             [NONE] * 3
         assert conn.commit("g", -1, "", topic_name, {0: (1, "")}) == {0: NONE}
         assert scrape_offline(metrics_port, topic_name) == 0
+        ops = OpsConnection(broker.port)
+        assert ops.describe_group("g").error_code == NONE and "g" in ops.list_groups()
+        ops.close()
         filler = fail_writeback(ext4, backing)
 
         # a write may still land on blocks of the file system that were written before;
@@ -426,7 +430,13 @@ def test_a_failed_fsync_takes_the_partition_offline_until_restart(
                 break
             kept = dict.fromkeys(range(3), offset)
         assert answer == dict.fromkeys(range(3), NOT_COORDINATOR), answer
-        assert conn.offset_fetch("g", topic_name, [0, 1, 2]) == kept
+        # the offsets partition is offline: its groups are not served from memory, reads
+        # included (Kafka's coordinator no longer owns it); clients look for it again
+        assert conn.fetch_offsets("g", topic_name, [0, 1, 2]) == (NOT_COORDINATOR, {})
+        ops = OpsConnection(broker.port)
+        assert ops.describe_group("g").error_code == NOT_COORDINATOR
+        assert "g" not in ops.list_groups()
+        ops.close()
         assert sum(f"{topic_name}/0" in line for line in broker.lines
                    if OFFLINE_LOGGED in line) == 1
         assert "Traceback" not in broker.log_text()
@@ -439,6 +449,9 @@ def test_a_failed_fsync_takes_the_partition_offline_until_restart(
         assert conn.produce(topic_name, record_batch(1, value=value(99)))[0] == NONE
         stored = stored_values(conn, topic_name)
         assert stored[:len(acked)] == acked and stored[-1] == value(99)
+        # served again after the restart, with every acknowledged commit
+        error, offsets = conn.fetch_offsets("g", topic_name, [0, 1, 2])
+        assert error == NONE and all(offsets[p][0] >= kept[p] for p in range(3)), offsets
         conn.close()
     finally:
         broker.kill()
@@ -455,3 +468,33 @@ def test_a_mount_that_fails_skips_but_fails_under_ci(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="mounting is not possible here"):
         privileged(impossible, "mounting")
+
+
+def test_an_offline_transaction_log_partition_answers_not_coordinator(
+        failing_disk: tuple[Path, Path]) -> None:
+    """The transaction state of a partition that went offline after a failed fsync is not
+    served from memory: DescribeTransactions and InitProducerId get NOT_COORDINATOR and
+    ListTransactions leaves its ids out, until the broker restarts."""
+    ext4, backing = failing_disk
+    broker = BrokerProcess(ext4 / "data", {**SMALL_TOPICS, "flushIntervalMessages": "1"}).start()
+    try:
+        conn = DiskConnection(broker.port)
+        conn.init_ok("tx-kept")
+        assert conn.describe_transactions(["tx-kept"]).transaction_states[0].error_code == NONE
+        listed = conn.list_transactions().transaction_states
+        assert [t.transactional_id for t in listed] == ["tx-kept"]
+        fail_writeback(ext4, backing)
+        # long ids: each state record needs blocks that cannot be written back
+        codes = [int(conn.init_pid(f"tx-{i}-" + "x" * 3000).error_code) for i in range(20)]
+        assert NOT_COORDINATOR in codes, codes
+        broker.wait_for_log(OFFLINE_LOGGED + ".*__transaction_state|__transaction_state.*"
+                            + OFFLINE_LOGGED)
+        assert conn.describe_transactions(["tx-kept"]).transaction_states[0].error_code == \
+            NOT_COORDINATOR
+        answer = conn.list_transactions()
+        assert answer.error_code == NONE and answer.transaction_states == [], answer
+        assert conn.init_pid("tx-kept").error_code == NOT_COORDINATOR
+        assert "Traceback" not in broker.log_text()
+        conn.close()
+    finally:
+        broker.kill()

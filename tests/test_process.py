@@ -36,6 +36,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     (["--set", "kafkaAdvertisedListeners=OTHER://example.com:9092"],
      "kafkaAdvertisedListeners"),
     (["--set", "noequals"], "noequals"),
+    (["--set", "kafkaNamespace=__kafka"], "'kafkaMetadataNamespace'"),
+    (["--set", "kafkaMetadataNamespace=default"], "'kafkaNamespace'"),
 ])
 def test_bad_config_stops_startup_naming_the_key(args: list[str], named: str) -> None:
     result = run_cli(*args)

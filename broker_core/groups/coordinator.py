@@ -159,8 +159,10 @@ class GroupCoordinator(StateCoordinator):
     # -- placement -----------------------------------------------------------------------
 
     def check(self, topic: str, group_id: str) -> ErrorCode:
-        """INVALID_GROUP_ID, NOT_COORDINATOR (after ``resign``),
-        COORDINATOR_LOAD_IN_PROGRESS, or NONE when the group is served."""
+        """INVALID_GROUP_ID, NOT_COORDINATOR (after ``resign``, or while the group's
+        partition is offline after a failed fsync: what memory holds may be more than the
+        log kept, so nothing of it is served, reads included), COORDINATOR_LOAD_IN_PROGRESS,
+        or NONE when the group is served."""
         if self.resigned:
             return ErrorCode.NOT_COORDINATOR
         if not group_id:
@@ -168,6 +170,8 @@ class GroupCoordinator(StateCoordinator):
         try:
             if not self.is_loaded(topic, group_id):
                 return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            if self.is_offline(topic, group_id):
+                return ErrorCode.NOT_COORDINATOR
         except KafkaApiError as error:  # the offsets topic cannot be created (a full disk)
             return error.code
         return ErrorCode.NONE
@@ -185,9 +189,10 @@ class GroupCoordinator(StateCoordinator):
         return group
 
     def groups_of(self, topic: str) -> list[Group]:
-        """Every live group kept in ``topic``."""
+        """Every live group kept in ``topic``, but those of a partition that is offline
+        (Kafka's coordinator lists only the groups of the partitions it owns)."""
         return [g for (t, _), g in self.groups.items() if t == topic
-                and g.state != GroupState.DEAD]
+                and g.state != GroupState.DEAD and not self.store.offline(t, g.partition)]
 
     # -- persistence ---------------------------------------------------------------------
 

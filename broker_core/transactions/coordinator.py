@@ -89,7 +89,8 @@ class TransactionCoordinator(StateCoordinator):
     # -- placement and checks ------------------------------------------------------------
 
     def check(self, topic: str, transactional_id: str) -> ErrorCode:
-        """Whether the transactional id can be served now."""
+        """Whether the transactional id can be served now (NOT_COORDINATOR while its
+        partition is offline after a failed fsync: memory may hold what the log lost)."""
         if not self.config.enabled:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if not transactional_id:
@@ -97,6 +98,8 @@ class TransactionCoordinator(StateCoordinator):
         try:
             if not self.is_loaded(topic, transactional_id):
                 return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            if self.is_offline(topic, transactional_id):
+                return ErrorCode.NOT_COORDINATOR
         except KafkaApiError as error:  # the state topic cannot be created (a full disk)
             return error.code
         return ErrorCode.NONE
@@ -342,5 +345,6 @@ class TransactionCoordinator(StateCoordinator):
         return self.txns.get((topic, transactional_id))
 
     def of_topic(self, topic: str) -> list[Txn]:
-        """All transactional ids kept in a state topic."""
-        return [t for (kept, _), t in self.txns.items() if kept == topic]
+        """All transactional ids kept in a state topic, but those of an offline partition."""
+        return [t for (kept, _), t in self.txns.items() if kept == topic
+                and not self.store.offline(kept, t.partition)]
