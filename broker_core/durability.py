@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from broker_core import metrics
-from broker_core.storage import PartitionLog
+from broker_core.storage import PartitionStore
 from broker_core.storage_faults import WriteFaults
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class FlushScheduler:
         self.flush_interval_ms = flush_interval_ms
         self.faults = faults if faults is not None else WriteFaults()
         self._state: dict[int, _PartitionState] = {}
-        self._logs: dict[int, PartitionLog] = {}
+        self._logs: dict[int, PartitionStore] = {}
         self._timer: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -60,12 +60,12 @@ class FlushScheduler:
             self._timer = None
         await self.flush_dirty()
 
-    def forget(self, partition: PartitionLog) -> None:
+    def forget(self, partition: PartitionStore) -> None:
         """Drop a partition that is being deleted."""
         self._state.pop(id(partition), None)
         self._logs.pop(id(partition), None)
 
-    def appended(self, partition: PartitionLog, records: int) -> asyncio.Future[None] | None:
+    def appended(self, partition: PartitionStore, records: int) -> asyncio.Future[None] | None:
         """Record an append; return a future to await before acknowledging, if one is due."""
         key = id(partition)
         state = self._state.get(key)
@@ -78,7 +78,7 @@ class FlushScheduler:
             return self._request_flush(partition, state)
         return None
 
-    def flush(self, partition: PartitionLog) -> asyncio.Future[None]:
+    def flush(self, partition: PartitionStore) -> asyncio.Future[None]:
         """fsync everything appended to ``partition`` so far (sharing a running fsync's
         next round, as producers do)."""
         key = id(partition)
@@ -88,7 +88,7 @@ class FlushScheduler:
             self._logs[key] = partition
         return self._request_flush(partition, state)
 
-    def _request_flush(self, partition: PartitionLog,
+    def _request_flush(self, partition: PartitionStore,
                        state: _PartitionState) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         if state.running is None:
@@ -100,7 +100,7 @@ class FlushScheduler:
             state.next_round = loop.create_future()
         return state.next_round
 
-    async def _flush(self, partition: PartitionLog, state: _PartitionState) -> None:
+    async def _flush(self, partition: PartitionStore, state: _PartitionState) -> None:
         try:
             await asyncio.get_running_loop().run_in_executor(None, _timed_flush, partition)
         finally:
@@ -147,13 +147,13 @@ class FlushScheduler:
             await asyncio.get_running_loop().run_in_executor(None, _start_writeback, due)
 
 
-def _timed_flush(partition: PartitionLog) -> None:
+def _timed_flush(partition: PartitionStore) -> None:
     started = time.perf_counter()
     partition.flush()
     metrics.FSYNC.observe(time.perf_counter() - started)
 
 
-def _start_writeback(partitions: list[PartitionLog]) -> None:
+def _start_writeback(partitions: list[PartitionStore]) -> None:
     for partition in partitions:
         try:
             partition.start_writeback()

@@ -24,7 +24,7 @@ from broker_core.markers import marker_batch
 from broker_core.producer_states import DEFAULT_EXPIRATION_MS, ProducerStates
 from broker_core.producers import PartitionProducers
 from broker_core.record_check import check_records
-from broker_core.storage import LogManager, PartitionLog, TopicExists, TopicInfo
+from broker_core.storage import PartitionStore, Storage, TopicExists, TopicInfo
 from broker_core.storage_faults import WriteFaults
 from broker_core.system_topics import SystemTopic
 from broker_core.topic_configs import effective_config
@@ -95,7 +95,7 @@ class Appended:
 class Engine:
     """Shared state of the request handlers."""
 
-    def __init__(self, config: EngineConfig, logs: LogManager,
+    def __init__(self, config: EngineConfig, logs: Storage,
                  authorizer: Authorizer | None = None) -> None:
         self.config = config
         self.logs = logs
@@ -118,7 +118,7 @@ class Engine:
                               config.offsets_topic_segment_bytes,
                               config.offsets_topic_compaction_bytes)
         self.transactions = TransactionCoordinator(
-            config.transactions, txn_log, ProducerIdAllocator(logs.root / "producer-ids.json"),
+            config.transactions, txn_log, ProducerIdAllocator(logs.kv),
             self.write_marker, self.groups)
         self.transaction_check: Callable[[int, int, str, int], None] | None = (
             self.transactions.verify_produce)
@@ -316,7 +316,7 @@ class Engine:
                 self.faults.failed(exc, f"the new topic {internal}")
         return topic
 
-    def partition(self, internal: str, index: int) -> PartitionLog:
+    def partition(self, internal: str, index: int) -> PartitionStore:
         """The partition's log, or UNKNOWN_TOPIC_OR_PARTITION."""
         found = self.logs.partition(internal, index)
         if found is None:

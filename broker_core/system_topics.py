@@ -21,7 +21,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.ownership import coordinator_partition
-from broker_core.storage import LogManager, PartitionLog
+from broker_core.storage import PartitionStore, Storage
 
 log = logging.getLogger(__name__)
 Record = tuple[bytes, bytes | None]
@@ -41,7 +41,7 @@ def encode_batch(records: Sequence[Record], timestamp: int) -> bytearray:
 class SystemTopic:
     """One kind of internal topic (one topic per metadata namespace)."""
 
-    def __init__(self, logs: LogManager, flusher: FlushScheduler, suffix: str,
+    def __init__(self, logs: Storage, flusher: FlushScheduler, suffix: str,
                  num_partitions: int, segment_bytes: int, compaction_bytes: int) -> None:
         self.logs = logs
         self.flusher = flusher
@@ -75,7 +75,7 @@ class SystemTopic:
                         info.num_partitions, self.num_partitions)
         return info.num_partitions
 
-    def _partition(self, topic: str, partition: int) -> PartitionLog:
+    def _partition(self, topic: str, partition: int) -> PartitionStore:
         found = self.logs.partition(topic, partition)
         if found is None:
             raise KeyError(f"system topic {topic} has no partition {partition}")

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from broker_core.engine import Engine
-from broker_core.storage import PartitionLog
+from broker_core.storage import PartitionStore
 from broker_core.system_topics import encode_batch
 from sasl.printable import printable
 
@@ -64,9 +64,9 @@ class AuditLog:
         self.topic = (f"{engine.config.metadata_tenant}/{engine.config.metadata_namespace}/"
                       f"{AUDIT_TOPIC}")
         self._recent: dict[tuple[str | None, ...], int] = {}
-        self._partition: PartitionLog | None = None
+        self._partition: PartitionStore | None = None
 
-    def _log(self) -> PartitionLog:
+    def _log(self) -> PartitionStore:
         """The audit topic's partition, created on the first event."""
         if self._partition is None or self.engine.logs.partition(self.topic, 0) \
                 is not self._partition:

@@ -28,58 +28,23 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .config import LogConfig, log_config_for_topic
 from .dir_lock import DataDirLock
 from .errors import LogClosed, TopicExists, UnknownTopic
+from .file_kv import FileKeyValues
 from .fsutil import TEMP_SUFFIX, fsync_dir, read_json, write_json_atomically
-from .partition import PartitionLog, wall_clock_ms
+from .model import TopicInfo, check_no_nesting, topic_name_parts, wall_clock_ms
+from .partition import PartitionLog
+from .protocols import DiskUsage
 
 logger = logging.getLogger(__name__)
 
 TOPIC_FILE = "topic.json"
 _TOPICS_DIR = "topics"
 _TRASH_DIR = "trash"
-_FORMAT_VERSION = 1
-
-
-@dataclass
-class TopicInfo:
-    """A topic as stored: its full internal name, id, partition count and configs."""
-
-    name: str
-    topic_id: uuid.UUID
-    num_partitions: int
-    configs: dict[str, str] = field(default_factory=dict)
-
-    def copy(self) -> TopicInfo:
-        return TopicInfo(self.name, self.topic_id, self.num_partitions, dict(self.configs))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": _FORMAT_VERSION,
-            "name": self.name,
-            "topicId": str(self.topic_id),
-            "numPartitions": self.num_partitions,
-            "configs": dict(self.configs),
-        }
-
-    @classmethod
-    def from_json(cls, doc: Any) -> TopicInfo:
-        if not isinstance(doc, dict) or doc.get("version") != _FORMAT_VERSION:
-            raise ValueError("not a topic metadata document of a known version")
-        configs = doc["configs"]
-        if not isinstance(configs, dict):
-            raise ValueError("topic configs are not an object")
-        return cls(
-            name=str(doc["name"]),
-            topic_id=uuid.UUID(str(doc["topicId"])),
-            num_partitions=int(doc["numPartitions"]),
-            configs={str(k): str(v) for k, v in configs.items()},
-        )
 
 
 @dataclass
@@ -98,14 +63,6 @@ def _first_missing(path: Path) -> Path | None:
             break
         missing = candidate
     return missing
-
-
-def _name_parts(name: str) -> list[str]:
-    parts = name.split("/")
-    for part in parts:
-        if part in ("", ".", "..") or "\0" in part:
-            raise ValueError(f"invalid topic name {name!r}")
-    return parts
 
 
 class LogManager:
@@ -141,6 +98,26 @@ class LogManager:
         except BaseException:
             self._abandon()
             raise
+
+    @property
+    def location(self) -> str:
+        """The data directory's absolute path."""
+        return str(self.root.resolve())
+
+    def names_location(self, path: str) -> bool:
+        """Whether ``path`` resolves to the data directory; a path no file system takes
+        (a NUL byte in it) names none."""
+        return "\x00" not in path and os.path.realpath(path) == self.location
+
+    @property
+    def kv(self) -> FileKeyValues:
+        """Files in the data directory (``meta.properties``, ``acls.json``, ...)."""
+        return FileKeyValues(self.root)
+
+    def disk_usage(self) -> DiskUsage:
+        """Size and free space of the data directory's file system."""
+        disk = os.statvfs(self.root)
+        return DiskUsage(disk.f_blocks * disk.f_frsize, disk.f_bavail * disk.f_frsize)
 
     # -- loading -----------------------------------------------------------------------
 
@@ -190,7 +167,7 @@ class LogManager:
 
     def create_topic(self, name: str, num_partitions: int, configs: Mapping[str, str]) -> TopicInfo:
         """Create a topic with a fresh random id; TopicExists if the name is taken."""
-        parts = _name_parts(name)
+        parts = topic_name_parts(name)
         if num_partitions < 1:
             raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
         configs = dict(configs)
@@ -199,9 +176,7 @@ class LogManager:
             self._check_open()
             if name in self._topics:
                 raise TopicExists(name)
-            for other in self._topics:
-                if other.startswith(name + "/") or name.startswith(other + "/"):
-                    raise ValueError(f"topic name {name!r} nests with existing topic {other!r}")
+            check_no_nesting(name, self._topics)
             directory = self._topics_dir.joinpath(*parts)
             if directory.exists():
                 logger.warning("%s: removing an unfinished topic creation", directory)
