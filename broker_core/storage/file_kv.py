@@ -44,7 +44,12 @@ class FileKeyValues:
     def put(self, key: str, value: bytes, *, durable: bool = True) -> None:
         name = _check_key(key)
         temp = name + TEMP_SUFFIX
-        directory = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        self._check()
+        try:
+            directory = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            self._check()  # deleted meanwhile: LogClosed, not a write fault
+            raise
         try:
             self._check()
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=directory)
