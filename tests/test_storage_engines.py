@@ -167,7 +167,7 @@ def test_topic_configs_apply_to_the_partitions(storage: Storage) -> None:
     assert changed.configs == {"segment.bytes": "300"}
     topic = storage.topic(TOPIC)
     assert topic is not None and topic.configs == {"segment.bytes": "300"}
-    with pytest.raises(ValueError, match="segment.bytes"):
+    with pytest.raises(ValueError, match=r"segment\.bytes"):
         storage.alter_topic_configs(TOPIC, {"segment.bytes": "0"})
 
 

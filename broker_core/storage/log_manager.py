@@ -25,34 +25,25 @@ import contextlib
 import logging
 import os
 import shutil
-import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .config import LogConfig, log_config_for_topic
 from .dir_lock import DataDirLock
-from .errors import LogClosed, TopicExists, UnknownTopic
+from .errors import UnknownTopic
 from .file_kv import FileKeyValues
 from .fsutil import TEMP_SUFFIX, fsync_dir, read_json, write_json_atomically
-from .model import TopicInfo, check_no_nesting, topic_name_parts, wall_clock_ms
+from .model import TopicInfo, topic_name_parts, wall_clock_ms
 from .partition import PartitionLog
 from .protocols import DiskUsage
+from .topic_table import TopicEntry, TopicTable
 
 logger = logging.getLogger(__name__)
 
 TOPIC_FILE = "topic.json"
 _TOPICS_DIR = "topics"
 _TRASH_DIR = "trash"
-
-
-@dataclass
-class _Topic:
-    info: TopicInfo
-    directory: Path
-    config: LogConfig
-    partitions: list[PartitionLog]
 
 
 def _first_missing(path: Path) -> Path | None:
@@ -65,7 +56,7 @@ def _first_missing(path: Path) -> Path | None:
     return missing
 
 
-class LogManager:
+class LogManager(TopicTable[PartitionLog]):
     """All topics and partition logs under ``root``; thread-safe."""
 
     def __init__(
@@ -77,12 +68,10 @@ class LogManager:
     ) -> None:
         """Open the storage at ``root`` (created if missing), lock it and load every topic
         in it; DataDirLocked when another broker has it."""
+        super().__init__()
         self.root = Path(root)
         self.default_config = default_config
         self._clock = clock
-        self._lock = threading.RLock()
-        self._topics: dict[str, _Topic] = {}
-        self._closed = False
         self._topics_dir = self.root / _TOPICS_DIR
         self._trash_dir = self.root / _TRASH_DIR
         self.created = _first_missing(self.root)
@@ -161,23 +150,17 @@ class LogManager:
             if not (directory / str(p)).is_dir():
                 logger.warning("%s: partition %d has no directory; starting it empty", name, p)
             partitions.append(PartitionLog(directory / str(p), config, clock=self._clock))
-        self._topics[name] = _Topic(info, directory, config, partitions)
+        self._topics[name] = TopicEntry(info, config, partitions)
 
     # -- topics ------------------------------------------------------------------------
 
     def create_topic(self, name: str, num_partitions: int, configs: Mapping[str, str]) -> TopicInfo:
         """Create a topic with a fresh random id; TopicExists if the name is taken."""
-        parts = topic_name_parts(name)
-        if num_partitions < 1:
-            raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
-        configs = dict(configs)
-        config = log_config_for_topic(self.default_config, configs)
+        configs, config = self._new_topic_config(name, num_partitions, configs,
+                                                 self.default_config)
         with self._lock:
-            self._check_open()
-            if name in self._topics:
-                raise TopicExists(name)
-            check_no_nesting(name, self._topics)
-            directory = self._topics_dir.joinpath(*parts)
+            self._check_free(name)
+            directory = self._directory(name)
             if directory.exists():
                 logger.warning("%s: removing an unfinished topic creation", directory)
                 self._discard_dir(directory)
@@ -195,7 +178,7 @@ class LogManager:
                         log.close()
                 self._discard_dir(directory)
                 raise
-            self._topics[name] = _Topic(info, directory, config, partitions)
+            self._topics[name] = TopicEntry(info, config, partitions)
             return info.copy()
 
     def delete_topic(self, name: str) -> None:
@@ -208,28 +191,24 @@ class LogManager:
             for log in topic.partitions:
                 with contextlib.suppress(OSError):  # its files go: sealing them may fail
                     log.close()
-            self._discard_dir(topic.directory)
+            self._discard_dir(self._directory(name))
 
     def add_partitions(self, name: str, new_total: int) -> TopicInfo:
         """Grow the topic to ``new_total`` partitions (ValueError unless it grows)."""
         with self._lock:
-            topic = self._topic(name)
+            topic = self._growing(name, new_total)
             current = topic.info.num_partitions
-            if new_total <= current:
-                raise ValueError(
-                    f"topic {name!r} has {current} partitions; cannot change to {new_total}"
-                )
             added: list[PartitionLog] = []
             try:
                 for p in range(current, new_total):
-                    directory = topic.directory / str(p)
+                    directory = self._directory(name) / str(p)
                     if directory.exists():
                         logger.warning("%s: removing an unfinished partition", directory)
                         shutil.rmtree(directory)
                     added.append(PartitionLog(directory, topic.config, clock=self._clock))
                 info = topic.info.copy()
                 info.num_partitions = new_total
-                write_json_atomically(topic.directory / TOPIC_FILE, info.to_json())
+                write_json_atomically(self._directory(name) / TOPIC_FILE, info.to_json())
             except BaseException:
                 for log in added:
                     with contextlib.suppress(Exception):
@@ -247,48 +226,14 @@ class LogManager:
             topic = self._topic(name)
             info = topic.info.copy()
             info.configs = configs
-            write_json_atomically(topic.directory / TOPIC_FILE, info.to_json())
+            write_json_atomically(self._directory(name) / TOPIC_FILE, info.to_json())
             topic.info = info
             topic.config = config
             for log in topic.partitions:
                 log.update_config(config)
             return info.copy()
 
-    def topic(self, name: str) -> TopicInfo | None:
-        with self._lock:
-            topic = self._topics.get(name)
-            return None if topic is None else topic.info.copy()
-
-    def topics(self) -> list[TopicInfo]:
-        with self._lock:
-            return [topic.info.copy() for topic in self._topics.values()]
-
-    def partition(self, name: str, partition: int) -> PartitionLog | None:
-        with self._lock:
-            topic = self._topics.get(name)
-            if topic is None or not 0 <= partition < len(topic.partitions):
-                return None
-            return topic.partitions[partition]
-
-    def all_partitions(self) -> Iterator[tuple[str, int, PartitionLog]]:
-        """A snapshot of (topic name, partition, log) for every partition."""
-        with self._lock:
-            snapshot = [
-                (name, p, log)
-                for name, topic in self._topics.items()
-                for p, log in enumerate(topic.partitions)
-            ]
-        return iter(snapshot)
-
     # -- maintenance -------------------------------------------------------------------
-
-    def enforce_retention(self) -> int:
-        """Apply retention to every partition; returns the number of ledgers dropped."""
-        dropped = 0
-        for _, _, log in self.all_partitions():
-            with contextlib.suppress(LogClosed):
-                dropped += log.enforce_retention()
-        return dropped
 
     def flush_all(self) -> None:
         for _, _, log in self.all_partitions():
@@ -338,16 +283,9 @@ class LogManager:
 
     # -- helpers -----------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise LogClosed(f"log manager at {self.root} is closed")
-
-    def _topic(self, name: str) -> _Topic:
-        self._check_open()
-        topic = self._topics.get(name)
-        if topic is None:
-            raise UnknownTopic(name)
-        return topic
+    def _directory(self, name: str) -> Path:
+        """The directory of topic ``name``."""
+        return self._topics_dir.joinpath(*topic_name_parts(name))
 
     def _fsync_parents(self, directory: Path) -> None:
         """fsync the directories from ``directory``'s parent up to the topics root."""

@@ -8,7 +8,6 @@ throwaway brokers.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import uuid
 from bisect import bisect_right
@@ -16,12 +15,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .batch_header import check_append, set_base_offset
-from .config import LogConfig, log_config_for_topic
+from .config import LogConfig, log_config_for_topic, retention_drops
 from .damage import Damage
-from .errors import LogClosed, OffsetOutOfRange, TopicExists, UnknownTopic
-from .model import BatchInfo, TopicInfo, check_no_nesting, topic_name_parts
-from .protocols import DiskUsage, PartitionStore
+from .errors import LogClosed, OffsetOutOfRange
+from .model import BatchInfo, TopicInfo
+from .protocols import DiskUsage
 from .region import FileRegion
+from .topic_table import TopicEntry, TopicTable
 
 URL = "memory://"
 
@@ -233,19 +233,9 @@ class MemoryPartition:
     def enforce_retention(self) -> int:
         with self._lock:
             self._check_open()
-            now = self._clock()
-            config = self._config
-            sealed = self._segments[:-1]
-            count = 0
-            if config.retention_ms >= 0:
-                while count < len(sealed) \
-                        and now - sealed[count].max_broker_timestamp > config.retention_ms:
-                    count += 1
-            if config.retention_bytes >= 0:
-                excess = sum(s.size for s in self._segments[count:]) - config.retention_bytes
-                while count < len(sealed) and excess >= sealed[count].size:
-                    excess -= sealed[count].size
-                    count += 1
+            sealed = [(s.size, s.max_broker_timestamp) for s in self._segments[:-1]]
+            count = retention_drops(sealed, self._segments[-1].size, self._clock(),
+                                    self._config)
             self._drop(count)
             return count
 
@@ -273,22 +263,13 @@ class MemoryPartition:
             self._closed = True
 
 
-@dataclass
-class _Topic:
-    info: TopicInfo
-    config: LogConfig
-    partitions: list[MemoryPartition]
-
-
-class MemoryStorage:
+class MemoryStorage(TopicTable[MemoryPartition]):
     """Every topic in memory; thread-safe."""
 
     def __init__(self, default_config: LogConfig, clock: Callable[[], int]) -> None:
+        super().__init__()
         self._default_config = default_config
         self._clock = clock
-        self._lock = threading.RLock()
-        self._topics: dict[str, _Topic] = {}
-        self._closed = False
         self._kv = MemoryKeyValues()
 
     @property
@@ -316,19 +297,13 @@ class MemoryStorage:
 
     def create_topic(self, name: str, num_partitions: int,
                      configs: Mapping[str, str]) -> TopicInfo:
-        topic_name_parts(name)
-        if num_partitions < 1:
-            raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
-        configs = dict(configs)
-        config = log_config_for_topic(self._default_config, configs)
+        own, config = self._new_topic_config(name, num_partitions, configs,
+                                             self._default_config)
         with self._lock:
-            self._check_open()
-            if name in self._topics:
-                raise TopicExists(name)
-            check_no_nesting(name, self._topics)
-            info = TopicInfo(name, uuid.uuid4(), num_partitions, configs)
-            self._topics[name] = _Topic(info, config,
-                                        self._partitions(name, 0, num_partitions, config))
+            self._check_free(name)
+            info = TopicInfo(name, uuid.uuid4(), num_partitions, own)
+            self._topics[name] = TopicEntry(info, config,
+                                            self._partitions(name, 0, num_partitions, config))
             return info.copy()
 
     def delete_topic(self, name: str) -> None:
@@ -340,11 +315,8 @@ class MemoryStorage:
 
     def add_partitions(self, name: str, new_total: int) -> TopicInfo:
         with self._lock:
-            topic = self._topic(name)
+            topic = self._growing(name, new_total)
             current = topic.info.num_partitions
-            if new_total <= current:
-                raise ValueError(
-                    f"topic {name!r} has {current} partitions; cannot change to {new_total}")
             topic.partitions.extend(self._partitions(name, current, new_total, topic.config))
             topic.info.num_partitions = new_total
             return topic.info.copy()
@@ -360,59 +332,17 @@ class MemoryStorage:
                 partition.update_config(config)
             return topic.info.copy()
 
-    def topic(self, name: str) -> TopicInfo | None:
-        with self._lock:
-            topic = self._topics.get(name)
-            return None if topic is None else topic.info.copy()
-
-    def topics(self) -> list[TopicInfo]:
-        with self._lock:
-            return [topic.info.copy() for topic in self._topics.values()]
-
-    def partition(self, name: str, partition: int) -> MemoryPartition | None:
-        with self._lock:
-            topic = self._topics.get(name)
-            if topic is None or not 0 <= partition < len(topic.partitions):
-                return None
-            return topic.partitions[partition]
-
-    def all_partitions(self) -> Iterator[tuple[str, int, PartitionStore]]:
-        with self._lock:
-            snapshot: list[tuple[str, int, PartitionStore]] = [
-                (name, p, log) for name, topic in self._topics.items()
-                for p, log in enumerate(topic.partitions)]
-        return iter(snapshot)
-
-    def enforce_retention(self) -> int:
-        dropped = 0
-        for _, _, partition in self.all_partitions():
-            with contextlib.suppress(LogClosed):
-                dropped += partition.enforce_retention()
-        return dropped
-
     def close(self) -> list[str]:
         with self._lock:
             self._closed = True
-            for topic in self._topics.values():
-                for partition in topic.partitions:
-                    partition.close()
+            for _, _, partition in self.all_partitions():
+                partition.close()
         return []
 
     def discard_created(self) -> None:
         self.close()
         with self._lock:
             self._topics.clear()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise LogClosed("memory storage is closed")
-
-    def _topic(self, name: str) -> _Topic:
-        self._check_open()
-        topic = self._topics.get(name)
-        if topic is None:
-            raise UnknownTopic(name)
-        return topic
 
 
 def open_memory_storage(url: str, default_config: LogConfig,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .batch_header import check_append, set_base_offset
-from .config import LogConfig
+from .config import LogConfig, retention_drops
 from .damage import Damage, batch_problem, hole, report, scan_ledger
 from .entry import ENTRY_HEADER_SIZE, encode_entry_header
 from .errors import DamagedRecords, LogClosed, OffsetOutOfRange
@@ -484,24 +484,10 @@ class PartitionLog:
         """
         with self._lock:
             self._check_open()
-            now = self._clock()
-            config = self._config
-            sealed = self._ledgers[:-1]
-            count = 0
-            if config.retention_ms >= 0:
-                while (
-                    count < len(sealed)
-                    and now - sealed[count].facts.max_broker_timestamp > config.retention_ms
-                ):
-                    count += 1
-            if config.retention_bytes >= 0:
-                excess = (
-                    sum(ledger.facts.size for ledger in self._ledgers[count:])
-                    - config.retention_bytes
-                )
-                while count < len(sealed) and excess >= sealed[count].facts.size:
-                    excess -= sealed[count].facts.size
-                    count += 1
+            sealed = [(ledger.facts.size, ledger.facts.max_broker_timestamp)
+                      for ledger in self._ledgers[:-1]]
+            count = retention_drops(sealed, self._ledgers[-1].facts.size, self._clock(),
+                                    self._config)
             if count:
                 self._drop_prefix_locked(count)
             return count
