@@ -56,8 +56,9 @@ def cluster_id(kv: KeyValueStore) -> str:
     return value
 
 
-def engine_config(config: BrokerConfig, cluster: str) -> EngineConfig:
-    """The engine's settings taken from the broker config."""
+def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineConfig:
+    """The engine's settings taken from the broker config (``log_dir``: the storage's
+    location, shown as ``log.dirs``)."""
     return EngineConfig(
         broker_id=config.broker_id,
         cluster_id=cluster,
@@ -90,7 +91,7 @@ def engine_config(config: BrokerConfig, cluster: str) -> EngineConfig:
             "listeners": config.kafka_listeners,
             "advertised.listeners": config.kafka_advertised_listeners or config.kafka_listeners,
             "listener.security.protocol.map": config.kafka_protocol_map,
-            "log.dirs": config.data_dir,
+            "log.dirs": log_dir,
             "sasl.enabled.mechanisms": config.sasl_allowed_mechanisms,
         },
         transactions=TxnConfig(
@@ -150,8 +151,8 @@ class BrokerApp:
         self.policy = Policy(self.acls, config.authorization_enabled,
                              [r.strip() for r in config.super_user_roles.split(",") if r.strip()],
                              config.kafka_metadata_namespace)
-        self.engine = Engine(engine_config(config, cluster_id(self.logs.kv)), self.logs,
-                             self.policy)
+        settings = engine_config(config, cluster_id(self.logs.kv), self.logs.location)
+        self.engine = Engine(settings, self.logs, self.policy)
         self.audit = AuditLog(self.engine, config.audit_enabled)
         self.policy.on_denied = self._denied
         self.dispatcher = Dispatcher(
