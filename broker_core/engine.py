@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core import batches, metrics, naming
+from broker_core.appends import AppendPath
 from broker_core.context import AllowAll, Authorizer, Operation, RequestContext, ResourceType
 from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -104,17 +105,18 @@ class Engine:
         self.faults = WriteFaults()
         self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms,
                                       self.faults)
+        self.appends = AppendPath(self.waiters, self.flusher)
         self._retention: asyncio.Task[None] | None = None
         self._checkpoints: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self.closing = False
-        offsets = SystemTopic(logs, self.flusher, OFFSETS_TOPIC, config.offsets_topic_partitions,
+        offsets = SystemTopic(logs, self.appends, OFFSETS_TOPIC, config.offsets_topic_partitions,
                               config.offsets_topic_segment_bytes,
                               config.offsets_topic_compaction_bytes)
         self.groups = GroupCoordinator(config.groups, offsets)
         self.producers = ProducerStates(config.producer_id_expiration_ms, self.faults)
         self._rules: dict[str, ProduceRules] = {}
-        txn_log = SystemTopic(logs, self.flusher, TXN_TOPIC, config.txn_topic_partitions,
+        txn_log = SystemTopic(logs, self.appends, TXN_TOPIC, config.txn_topic_partitions,
                               config.offsets_topic_segment_bytes,
                               config.offsets_topic_compaction_bytes)
         self.transactions = TransactionCoordinator(
@@ -384,19 +386,15 @@ class Engine:
             log_append_time = max_timestamp = int(time.time() * 1000)
             batches.stamp_log_append_time(batch, log_append_time)
         validated = time.perf_counter()
-        try:  # not faults.guard: this is the produce hot path
-            base = partition.append(batch, header.last_offset_delta, max_timestamp)
-        except OSError as exc:
-            raise self.faults.failed(exc, f"{internal}-{index}") from None
-        self.faults.succeeded()
+        base, durable = self.appends.append((internal, index), partition, batch,
+                                            header.last_offset_delta, max_timestamp,
+                                            header.record_count)
         metrics.STAGE_VALIDATE.observe(validated - started)
         metrics.STAGE_APPEND.observe(time.perf_counter() - validated)
         rules.messages_in.inc(header.record_count)
         rules.bytes_in.inc(len(batch))
         if producers is not None:
             producers.record(header, base, max_timestamp)
-        self.waiters.notify((internal, index))
-        durable = self.flusher.appended(partition, header.record_count)
         return Appended(base, log_append_time, partition.log_start_offset, durable)
 
     # -- transactions --------------------------------------------------------------------
@@ -419,9 +417,8 @@ class Engine:
             return None
         state = self.producers.get(internal, index, partition)
         now = int(time.time() * 1000)
-        with self.faults.guard(f"a transaction marker to {internal}-{index}",
-                               ErrorCode.NOT_COORDINATOR):
-            offset = partition.append(marker_batch(producer_id, epoch, commit, now), 0, now)
+        offset, durable = self.appends.append(
+            (internal, index), partition, marker_batch(producer_id, epoch, commit, now), 0,
+            now, 1, ErrorCode.NOT_COORDINATOR)
         state.end_transaction(producer_id, epoch, commit, offset, now)
-        self.waiters.notify((internal, index))
-        return self.flusher.appended(partition, 1)
+        return durable

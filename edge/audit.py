@@ -11,12 +11,14 @@ hundred bytes, and no field carries a control character.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from dataclasses import asdict, dataclass
 
 from broker_core.engine import Engine
+from broker_core.errors import KafkaApiError
 from broker_core.storage import PartitionStore
 from broker_core.system_topics import encode_batch
 from sasl.printable import printable
@@ -76,6 +78,11 @@ class AuditLog:
             assert self._partition is not None
         return self._partition
 
+    def _flushed(self, done: asyncio.Future[None]) -> None:
+        error = None if done.cancelled() else done.exception()
+        if isinstance(error, OSError):
+            self.engine.faults.failed(error, f"{self.topic}-0 (fsync)")
+
     def record(self, event: AuditEvent) -> None:
         """Append one event (never raises: auditing must not break the request)."""
         if not self.enabled:
@@ -94,7 +101,11 @@ class AuditLog:
             document = asdict(event) | {"time": event.time or now}
             value = json.dumps(document, separators=(",", ":")).encode()
             tenant = (event.tenant or "").encode()
-            partition.append(encode_batch([(tenant, value)], now), 0, now)
-            self.engine.waiters.notify((self.topic, 0))
+            _, durable = self.engine.appends.append(
+                (self.topic, 0), partition, encode_batch([(tenant, value)], now), 0, now, 1)
+            if durable is not None:  # nobody awaits it: note a failed fsync here
+                durable.add_done_callback(self._flushed)
+        except KafkaApiError:
+            pass  # a failed write: storage_faults logged it once for its cause
         except Exception:
             log.exception("could not write an audit event")
