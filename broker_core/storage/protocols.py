@@ -87,10 +87,6 @@ class PartitionStore(Protocol):
         """Move the log start up to ``offset`` (DeleteRecords); return the log start."""
         ...
 
-    def enforce_retention(self) -> int:
-        """Drop what retention no longer keeps; return how many segments went."""
-        ...
-
     def damaged_ranges(self) -> list[Damage]: ...
 
     def needs_verification(self, offset: int) -> bool:
@@ -104,8 +100,6 @@ class PartitionStore(Protocol):
     def flush(self) -> None:
         """Make what was appended so far durable."""
         ...
-
-    def close(self) -> None: ...
 
 
 class Storage(Protocol):
