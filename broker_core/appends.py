@@ -14,6 +14,7 @@ import asyncio
 from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode
 from broker_core.storage import PartitionStore
+from broker_core.storage_faults import WriteKind
 from broker_core.waiters import AppendWaiters, TopicPartition
 
 
@@ -26,16 +27,17 @@ class AppendPath:
         self.faults = flusher.faults
 
     def append(self, key: TopicPartition, partition: PartitionStore, batch: bytearray,
-               last_offset_delta: int, max_timestamp: int, records: int,
+               last_offset_delta: int, max_timestamp: int, records: int, kind: WriteKind,
                code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR,
                ) -> tuple[int, asyncio.Future[None] | None]:
         """Append ``batch`` (``records`` records) to ``partition`` of topic-partition
         ``key``; return its base offset and what to await before acknowledging it (None:
-        nothing yet). A failed write raises KafkaApiError ``code``."""
+        nothing yet). A failed write raises KafkaApiError ``code`` and is logged as a fault
+        of ``kind``."""
         try:  # not faults.guard: this is the produce hot path
             base = partition.append(batch, last_offset_delta, max_timestamp)
         except OSError as exc:
-            raise self.faults.failed(exc, f"{key[0]}-{key[1]}", code) from None
-        self.faults.succeeded()
+            raise self.faults.failed(exc, f"{key[0]}-{key[1]}", kind, code) from None
+        self.faults.succeeded(kind)
         self.waiters.notify(key)
         return base, self.flusher.appended(partition, records)

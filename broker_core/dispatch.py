@@ -35,12 +35,20 @@ from broker_core.protocol import (
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Engine, RequestContext, Any], Awaitable[Any | None]]
+ResponseBound = Callable[[Engine, Any], int]
 API_VERSIONS_KEY = 18
+SMALL_RESPONSE_BOUND = 16 * 1024
+"""The response bound of an API without its own: small enough that a full queue of such
+requests (``maxQueuedRequests``, 500) fits in the default ``maxPendingResponseBytes``
+(8 MiB), so pipelined produces, commits or metadata requests never wait for one another.
+Their finished responses count at their real size."""
 
 
 @dataclass(frozen=True, slots=True)
 class ApiSpec:
-    """One served API: its schema classes, the versions implemented and its handler."""
+    """One served API: its schema classes, the versions implemented and its handler, and
+    for an API whose answers can be large, the most bytes a request's answer may hold,
+    known before the handler runs (the connection budgets it while the request runs)."""
 
     key: int
     request: Any
@@ -48,6 +56,7 @@ class ApiSpec:
     min_version: int
     max_version: int
     handler: Handler | None
+    bound: ResponseBound | None = None
 
     @property
     def name(self) -> str:
@@ -93,6 +102,12 @@ class Dispatcher:
         except Exception as exc:  # the schema decoder raises many kinds on garbage
             raise ProtocolError(f"malformed {spec.name} v{version} request: {exc!r}") from exc
         return ParsedRequest(header, spec, body)
+
+    def response_bound(self, parsed: ParsedRequest) -> int:
+        """The most bytes the framed response to ``parsed`` may hold."""
+        if parsed.spec.bound is None or parsed.body is None:
+            return SMALL_RESPONSE_BOUND
+        return parsed.spec.bound(self.engine, parsed.body)
 
     def api_versions(self, version: int, error: ErrorCode = ErrorCode.NONE) -> Any:
         """The ApiVersions answer listing every served API and its versions."""

@@ -5,7 +5,8 @@ broker process never loses an acknowledged record. Power loss is covered by fsyn
 partition is fsynced once ``flush_interval_messages`` records are unflushed (and the
 producers of those records wait for that fsync before they are answered), and every dirty
 partition is fsynced at least every ``flush_interval_ms``. Concurrent producers that
-need the same partition fsynced share one fsync.
+need the same partition fsynced share one fsync. A failed fsync takes the partition
+offline until restart (``PartitionStore.offline``): its waiting producers get a storage error.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from broker_core import metrics
 from broker_core.storage import PartitionStore
-from broker_core.storage_faults import WriteFaults
+from broker_core.storage_faults import WriteFaults, WriteKind
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,8 @@ class FlushScheduler:
 
     async def _flush(self, partition: PartitionStore, state: _PartitionState) -> None:
         try:
-            await asyncio.get_running_loop().run_in_executor(None, _timed_flush, partition)
+            if await asyncio.get_running_loop().run_in_executor(None, _timed_flush, partition):
+                self.faults.succeeded(WriteKind.CHECKPOINTS)
         finally:
             state.running = None
             follower = state.next_round
@@ -122,7 +124,8 @@ class FlushScheduler:
             results = await asyncio.gather(*pending, return_exceptions=True)
             for result in results:
                 if isinstance(result, OSError):
-                    self.faults.failed(result, "a partition's fsync or metadata")
+                    self.faults.failed(result, "a partition's fsync or metadata",
+                                       WriteKind.CHECKPOINTS)
                 elif isinstance(result, BaseException):
                     log.error("periodic fsync failed: %s", result)
 
@@ -147,10 +150,12 @@ class FlushScheduler:
             await asyncio.get_running_loop().run_in_executor(None, _start_writeback, due)
 
 
-def _timed_flush(partition: PartitionStore) -> None:
+def _timed_flush(partition: PartitionStore) -> bool:
+    """fsync ``partition``; return whether it wrote a checkpoint."""
     started = time.perf_counter()
-    partition.flush()
+    checkpointed = partition.flush()
     metrics.FSYNC.observe(time.perf_counter() - started)
+    return checkpointed
 
 
 def _start_writeback(partitions: list[PartitionStore]) -> None:

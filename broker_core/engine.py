@@ -26,7 +26,7 @@ from broker_core.producer_states import DEFAULT_EXPIRATION_MS, ProducerStates
 from broker_core.producers import PartitionProducers
 from broker_core.record_check import check_records
 from broker_core.storage import PartitionStore, Storage, TopicExists, TopicInfo
-from broker_core.storage_faults import WriteFaults
+from broker_core.storage_faults import WriteFaults, WriteKind
 from broker_core.system_topics import SystemTopic
 from broker_core.topic_configs import effective_config
 from broker_core.transactions.coordinator import TransactionCoordinator, TxnConfig
@@ -315,17 +315,21 @@ class Engine:
             except TopicExists:
                 topic = self.logs.topic(internal)
             except OSError as exc:  # a full disk: the topic stays unknown, clients retry
-                self.faults.failed(exc, f"the new topic {internal}")
+                self.faults.failed(exc, f"the new topic {internal}", WriteKind.TOPICS)
         return topic
 
     def partition(self, internal: str, index: int) -> PartitionStore:
-        """The partition's log, or UNKNOWN_TOPIC_OR_PARTITION."""
+        """The partition's log, or UNKNOWN_TOPIC_OR_PARTITION; KAFKA_STORAGE_ERROR while it
+        is offline (a failed fsync: until restart)."""
         found = self.logs.partition(internal, index)
         if found is None:
             raise KafkaApiError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 f"this server does not host partition {index} of {internal}",
             )
+        if found.offline:
+            raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                f"partition {index} of {internal} is offline until restart")
         return found
 
     def delete_topic(self, internal: str) -> None:
@@ -388,7 +392,7 @@ class Engine:
         validated = time.perf_counter()
         base, durable = self.appends.append((internal, index), partition, batch,
                                             header.last_offset_delta, max_timestamp,
-                                            header.record_count)
+                                            header.record_count, WriteKind.RECORDS)
         metrics.STAGE_VALIDATE.observe(validated - started)
         metrics.STAGE_APPEND.observe(time.perf_counter() - validated)
         rules.messages_in.inc(header.record_count)
@@ -419,6 +423,6 @@ class Engine:
         now = int(time.time() * 1000)
         offset, durable = self.appends.append(
             (internal, index), partition, marker_batch(producer_id, epoch, commit, now), 0,
-            now, 1, ErrorCode.NOT_COORDINATOR)
+            now, 1, WriteKind.RECORDS, ErrorCode.NOT_COORDINATOR)
         state.end_transaction(producer_id, epoch, commit, offset, now)
         return durable

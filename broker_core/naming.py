@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker_core.errors import ErrorCode, KafkaApiError
-from sasl.names import NAME_RULE, is_valid_name
+from common.names import NAME_RULE, is_valid_name
 
 _MAX_TOPIC_LENGTH = 249
 _PERSISTENT = "persistent://"

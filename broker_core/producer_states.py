@@ -33,7 +33,7 @@ from typing import Any
 
 from broker_core.producers import PartitionProducers
 from broker_core.storage import PartitionStore, StorageError
-from broker_core.storage_faults import WriteFaults
+from broker_core.storage_faults import WriteFaults, WriteKind
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +147,10 @@ class ProducerStates:
                 log.debug("no producer snapshot of %s: %s", partition.location, exc)
                 continue
             except OSError as exc:  # logged once per cause; the next round tries again
-                self.faults.failed(exc, f"the producer snapshot of {partition.location}")
+                self.faults.failed(exc, f"the producer snapshot of {partition.location}",
+                                   WriteKind.SNAPSHOTS)
                 continue
-            self.faults.succeeded()
+            self.faults.succeeded(WriteKind.SNAPSHOTS)
             loaded.saved_offset, loaded.saved_at = offset, time.monotonic()
             loaded.saved_size = partition.size_bytes
             loaded.expired = loaded.replayed = False  # expire() runs in this task only

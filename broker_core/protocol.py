@@ -113,8 +113,8 @@ def frame_response(header: bytes, body: bytes | bytearray | memoryview) -> bytes
 class Region(Protocol):
     """A stretch of an open file that goes into a response as it is.
 
-    The connection writer sends it with ``sendfile`` on plain TCP and reads it into
-    memory on TLS; ``release`` is called once it is written or dropped.
+    The connection writer sends it with ``sendfile`` on plain TCP and reads it from
+    ``fd`` in chunks on TLS; ``release`` is called once it is written or dropped.
     """
 
     fd: int
@@ -122,10 +122,6 @@ class Region(Protocol):
 
     def __len__(self) -> int:
         """How many bytes the region covers."""
-        ...
-
-    def read(self) -> bytes:
-        """The region's bytes, read from the file."""
         ...
 
     def release(self) -> None:

@@ -7,9 +7,12 @@ clients retry; a coordinator whose write to ``__consumer_offsets`` or
 the coordinator up again and retries. The connection stays open either way, and reads
 and deletes go on.
 
-A fault is logged once, at ERROR, when its cause (the errno) first appears or changes;
-the first write that succeeds afterwards logs once, at INFO, that writes work again.
-Requests failing meanwhile log nothing more. Every failure counts in the
+A cause is a kind of write (:class:`WriteKind`) and the errno it failed with. A cause is
+logged once, at ERROR, when it first appears; the first write of that kind that succeeds
+afterwards logs once, at INFO, that those writes work again. Requests failing meanwhile
+log nothing more, and one kind failing does not make another kind's successes log. A
+partition taken offline (``LogOffline``: a failed fsync or an I/O error, logged by the
+storage when it happened) logs nothing here. Every failure counts in the
 ``kop_server_storage_write_errors`` metric.
 """
 
@@ -19,59 +22,73 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.metrics import STORAGE_WRITE_ERRORS
+from broker_core.storage import LogOffline
 
 log = logging.getLogger(__name__)
 
 
+class WriteKind(StrEnum):
+    """The kinds of write whose faults are logged apart (the value names them in the log)."""
+
+    RECORDS = "record appends"
+    CHECKPOINTS = "partition checkpoints"
+    """A partition's metadata rewritten after an fsync (a failed fsync itself takes the
+    partition offline)."""
+    LOG_START = "log start moves"
+    TOPICS = "topic creations and configs"
+    COORDINATOR = "coordinator state"
+    SNAPSHOTS = "producer snapshots"
+    AUDIT = "audit events"
+
+
 class WriteFaults:
-    """The data directory's current write fault, if any (thread-safe: fsyncs run in
-    executor threads)."""
+    """The data directory's current write faults, by cause (thread-safe: fsyncs and
+    snapshots run in executor threads)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._cause: int | None = None
-        self._failures = 0
+        self._causes: dict[WriteKind, int] = {}  # kind -> errno of its current fault
+        self._failures: dict[WriteKind, int] = {}
 
-    @property
-    def failing(self) -> bool:
-        """Whether the last write failed."""
-        return self._cause is not None
-
-    def failed(self, exc: OSError, what: str,
+    def failed(self, exc: OSError, what: str, kind: WriteKind,
                code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR) -> KafkaApiError:
-        """Note that writing ``what`` failed with ``exc``; return the error to answer."""
+        """Note that writing ``what`` (a write of ``kind``) failed with ``exc``; return the
+        error to answer."""
         STORAGE_WRITE_ERRORS.inc()
-        cause = exc.errno if exc.errno is not None else -1
         reason = exc.strerror or str(exc)
+        if isinstance(exc, LogOffline):  # logged when the partition went offline
+            return KafkaApiError(code, f"storage error: {reason}")
+        cause = exc.errno if exc.errno is not None else -1
         with self._lock:
-            self._failures += 1
-            new = cause != self._cause
-            self._cause = cause
+            self._failures[kind] = self._failures.get(kind, 0) + 1
+            new = self._causes.get(kind) != cause
+            self._causes[kind] = cause
         if new:
-            log.error("storage: cannot write %s: %s; writes are answered with retriable "
-                      "errors until they succeed again (reads and deletes go on)", what, reason)
+            log.error("storage: cannot write %s: %s; %s are answered with retriable errors "
+                      "until they succeed again (reads and deletes go on)", what, reason, kind)
         return KafkaApiError(code, f"storage error: {reason}")
 
-    def succeeded(self) -> None:
-        """Note a successful write (cheap when nothing was failing)."""
-        if self._cause is None:
+    def succeeded(self, kind: WriteKind) -> None:
+        """Note a successful write of ``kind`` (cheap when that kind was not failing)."""
+        if kind not in self._causes:
             return
         with self._lock:
-            if self._cause is None:
+            if self._causes.pop(kind, None) is None:
                 return
-            failures, self._failures, self._cause = self._failures, 0, None
-        log.info("storage: writes succeed again (%d failed meanwhile)", failures)
+            failures = self._failures.pop(kind, 0)
+        log.info("storage: %s succeed again (%d failed meanwhile)", kind, failures)
 
     @contextmanager
-    def guard(self, what: str,
+    def guard(self, what: str, kind: WriteKind,
               code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR) -> Iterator[None]:
-        """Run a write: an OSError becomes the Kafka error ``code`` (see :meth:`failed`),
-        success is noted (see :meth:`succeeded`)."""
+        """Run a write of ``kind``: an OSError becomes the Kafka error ``code`` (see
+        :meth:`failed`), success is noted (see :meth:`succeeded`)."""
         try:
             yield
         except OSError as exc:
-            raise self.failed(exc, what, code) from None
-        self.succeeded()
+            raise self.failed(exc, what, kind, code) from None
+        self.succeeded(kind)

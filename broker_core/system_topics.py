@@ -22,6 +22,7 @@ from broker_core.appends import AppendPath
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.ownership import coordinator_partition
 from broker_core.storage import PartitionStore, Storage
+from broker_core.storage_faults import WriteKind
 
 log = logging.getLogger(__name__)
 Record = tuple[bytes, bytes | None]
@@ -63,7 +64,7 @@ class SystemTopic:
         info = self.logs.topic(topic)
         if info is None:
             # a full disk: the coordinator is not available yet
-            with self.faults.guard(f"the new topic {topic}",
+            with self.faults.guard(f"the new topic {topic}", WriteKind.TOPICS,
                                    ErrorCode.COORDINATOR_NOT_AVAILABLE):
                 info = self.logs.create_topic(topic, self.num_partitions, {
                     "retention.ms": "-1", "retention.bytes": "-1",
@@ -94,7 +95,8 @@ class SystemTopic:
             batch = encode_batch(chunk, now)
             key = (topic, partition)
             _, appended = self.appends.append(key, target, batch, len(chunk) - 1, now,
-                                              len(chunk), ErrorCode.NOT_COORDINATOR)
+                                              len(chunk), WriteKind.COORDINATOR,
+                                              ErrorCode.NOT_COORDINATOR)
             self._written[key] = self._written.get(key, 0) + len(batch)
             durable = appended or durable
         return durable
@@ -106,7 +108,7 @@ class SystemTopic:
         try:
             await durable
         except OSError as exc:
-            raise self.faults.failed(exc, f"{self.suffix} (fsync)",
+            raise self.faults.failed(exc, f"{self.suffix} (fsync)", WriteKind.CHECKPOINTS,
                                      ErrorCode.NOT_COORDINATOR) from None
 
     def read(self, topic: str, partition: int) -> Iterator[Record]:
@@ -140,7 +142,8 @@ class SystemTopic:
             self._written[(topic, partition)] = self.compaction_bytes
             return
         except OSError as exc:
-            self.faults.failed(exc, f"the compaction of {topic}-{partition}")
+            self.faults.failed(exc, f"the compaction of {topic}-{partition}",
+                               WriteKind.COORDINATOR)
             self._written[(topic, partition)] = self.compaction_bytes
             return
         log.info("compacted %s-%d: %d live records kept from offset %d", topic, partition,

@@ -32,6 +32,7 @@ from edge.security import (
     listener_security,
     sasl_factories,
     tls_context,
+    token_expiration_notice,
     token_validator,
 )
 from edge.session import Session, edge_apis
@@ -171,7 +172,11 @@ class BrokerApp:
             for spec in config.listener_specs()
         }
         needed = {m for s in self.security.values() if s.sasl for m in s.mechanisms}
-        self.sasl = dict(sasl_factories(config, token_validator(config), needed))
+        validator = token_validator(config)
+        self.sasl = dict(sasl_factories(config, validator, needed))
+        notice = token_expiration_notice(config, validator)
+        if notice is not None:
+            log.info("%s", notice)
         self.servers: list[tuple[ListenerSpec, ListenerServer]] = []
         self.advertised: dict[str, Endpoint] = {}
         self.stopping = asyncio.Event()
@@ -203,7 +208,8 @@ class BrokerApp:
         """Start the engine and every listener; return the listeners with their bound ports.
 
         A listener or the metrics endpoint that cannot bind raises :class:`StartupError`
-        after the listeners already bound are closed and the engine is stopped.
+        after the listeners already bound are closed and the engine is stopped (and a
+        data directory this broker created is removed, before its lock is released).
         """
         try:
             self.engine.start()
@@ -220,6 +226,7 @@ class BrokerApp:
                                        f"{os_reason(exc)}") from exc
                 described += f"; metrics on http://{host}:{port}/metrics"
         except BaseException:
+            self.logs.discard_created(at_close=True)  # removed before the lock is released
             await self.stop(quiet=True)
             raise
         # Everything built so far (modules, protocol schemas, the recovered logs) lives as
@@ -285,10 +292,6 @@ class BrokerApp:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stopping.set)
-        try:
-            await self.start()
-        except BaseException:
-            self.logs.discard_created()
-            raise
+        await self.start()
         await self.stopping.wait()
         return await self.stop()

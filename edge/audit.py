@@ -4,9 +4,10 @@ rejected connection, appended to the internal topic ``__audit`` of the metadata 
 
 Writes are plain appends to the managed ledger (no fsync wait); repeated identical denials
 within one second are written once, so a client looping on a refused request cannot flood
-the log. Every text field is escaped and bounded (``sasl.printable``) before it is
-written: a client's 60 KB username or password costs the audit topic at most a few
-hundred bytes, and no field carries a control character.
+the log. A write that fails (a full disk) is logged once per cause by the engine's write
+faults, without a traceback. Every text field is escaped and bounded (``sasl.printable``)
+before it is written: a client's 60 KB username or password costs the audit topic at most
+a few hundred bytes, and no field carries a control character.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import asdict, dataclass
 from broker_core.engine import Engine
 from broker_core.errors import KafkaApiError
 from broker_core.storage import PartitionStore
+from broker_core.storage_faults import WriteKind
 from broker_core.system_topics import encode_batch
 from sasl.printable import printable
 
@@ -81,7 +83,7 @@ class AuditLog:
     def _flushed(self, done: asyncio.Future[None]) -> None:
         error = None if done.cancelled() else done.exception()
         if isinstance(error, OSError):
-            self.engine.faults.failed(error, f"{self.topic}-0 (fsync)")
+            self.engine.faults.failed(error, f"{self.topic}-0 (fsync)", WriteKind.CHECKPOINTS)
 
     def record(self, event: AuditEvent) -> None:
         """Append one event (never raises: auditing must not break the request)."""
@@ -102,10 +104,11 @@ class AuditLog:
             value = json.dumps(document, separators=(",", ":")).encode()
             tenant = (event.tenant or "").encode()
             _, durable = self.engine.appends.append(
-                (self.topic, 0), partition, encode_batch([(tenant, value)], now), 0, now, 1)
+                (self.topic, 0), partition, encode_batch([(tenant, value)], now), 0, now, 1,
+                WriteKind.AUDIT)
             if durable is not None:  # nobody awaits it: note a failed fsync here
                 durable.add_done_callback(self._flushed)
-        except KafkaApiError:
-            pass  # a failed write: storage_faults logged it once for its cause
+        except KafkaApiError:  # a full disk: logged once per cause, the request goes on
+            return
         except Exception:
             log.exception("could not write an audit event")

@@ -23,8 +23,8 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from broker_core.storage.engines import ENGINES, storage_scheme
+from common.names import NAME_RULE, is_valid_name
 from listeners.spec import ListenerConfigError, ListenerSpec, parse_listeners
-from sasl.names import NAME_RULE, is_valid_name
 
 __all__ = [
     "CONFIG_KEYS",
@@ -253,7 +253,7 @@ class StorageUrlType(ValueType[str]):
 @dataclass(frozen=True)
 class NameType(ValueType[str]):
     """A tenant or namespace name, by the rule logins and topic names follow
-    (``sasl.names``)."""
+    (``common.names``)."""
 
     def parse(self, text: str) -> str:
         if not self.check(text):
@@ -481,8 +481,9 @@ class BrokerConfig:
         default=8388608,
         metadata=_key(
             "maxPendingResponseBytes", IntType(1, INT_MAX),
-            "response bytes one connection may hold finished but not yet sent; beyond"
-            " them the broker starts none of its next requests until the client reads",
+            "response bytes one connection may hold: finished and not yet sent, or still"
+            " to come from its running requests (a Fetch counts its limits); a request"
+            " that does not fit waits, unless nothing else is held",
         ),
     )
     connection_max_idle_ms: int = field(
@@ -669,7 +670,8 @@ class BrokerConfig:
         default=0,
         metadata=_key("tokenMaxLifetimeSeconds", IntType(0, INT_MAX),
                       "refuse a token whose lifetime is longer (`exp` - `iat`, or `exp` - "
-                      "now without `iat`), PLAIN and OAUTHBEARER alike; 0 = no limit"),
+                      "now without `iat`), PLAIN and OAUTHBEARER alike; 0 = no limit (the "
+                      "default: off); a day (86400) or less is recommended"),
     )
     kop_oauth2_config_file: str = field(
         default="",
@@ -746,6 +748,9 @@ class BrokerConfig:
             "logLevel", ChoiceType(("DEBUG", "INFO", "WARNING", "ERROR")), "logging level"
         ),
     )
+    explicit_keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+    """The keys the file or an override named (``load_config`` fills it in), so start-up
+    can tell a value the operator chose from a default."""
     _listener_specs: tuple[ListenerSpec, ...] = field(
         init=False, repr=False, compare=False, default=()
     )
@@ -796,11 +801,13 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = MappingProxyType(_build_registry())
 # ----------------------------------------------------------------------------- loading
 
 
-def _apply(values: dict[str, Any], name: str, text: str) -> None:
+def _apply(values: dict[str, Any], name: str, text: str) -> str:
+    """Parse ``text`` into ``values`` for key ``name``; return the key's name."""
     key = CONFIG_KEYS.get(name)
     if key is None:
         raise ConfigError(f"unknown config key {name!r}")
     values[key.attr] = key.parse(text)
+    return key.name
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> BrokerConfig:
@@ -810,6 +817,7 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Broke
     an invalid value; the message names the file, override or key at fault.
     """
     values: dict[str, Any] = {}
+    explicit: set[str] = set()
     if path is not None:
         try:
             text = Path(path).read_text(encoding="utf-8")
@@ -818,15 +826,15 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Broke
         try:
             properties = parse_properties(text)
             for name, value in properties.items():
-                _apply(values, name, value)
+                explicit.add(_apply(values, name, value))
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
     for override in overrides:
         name, sep, value = override.partition("=")
         if not sep or not name.strip():
             raise ConfigError(f"malformed override {override!r}: expected key=value")
-        _apply(values, name.strip(), value)
-    return BrokerConfig(**values)
+        explicit.add(_apply(values, name.strip(), value))
+    return BrokerConfig(**values, explicit_keys=frozenset(explicit))
 
 
 def config_reference_markdown() -> str:

@@ -3,9 +3,10 @@
 Usernames, client ids, SASL extensions, topic and group names reach log lines as
 ``%``-arguments in every layer (listeners, sasl, oauth, broker_core). The
 :class:`ClientTextFormatter` on the broker's handler makes them harmless in one place:
-each string (or exception) argument is bounded to :data:`LOG_ARG_LIMIT` characters, and
-every control character of the message is escaped (``sasl.printable``), so no client can
-write a line of its own. A traceback (``exc_info``) keeps its lines; only the exception
+every argument but a number is rendered (a dict or list of client configs too) and its
+text bounded to :data:`LOG_ARG_LIMIT` characters, and every control character of the
+message is escaped (``sasl.printable``), so no client can write a line of its own, nor
+a line of unbounded length. A traceback (``exc_info``) keeps its lines; only the exception
 messages inside it are escaped.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Iterator, Mapping
+from numbers import Number
 from typing import TextIO
 
 from sasl.printable import escape_controls, printable
@@ -25,10 +27,42 @@ LOG_ARG_LIMIT = 1024
 """The most characters one argument of a log record contributes to its line."""
 
 
+class _BoundedText:
+    """An argument that is neither text nor a number, standing in for it in ``%``
+    formatting: ``%s`` and ``%r`` give its rendered text, escaped and bounded."""
+
+    __slots__ = ("_arg",)
+
+    def __init__(self, arg: object) -> None:
+        self._arg = arg
+
+    def __str__(self) -> str:
+        return printable(str(self._arg), LOG_ARG_LIMIT)
+
+    def __repr__(self) -> str:
+        return printable(repr(self._arg), LOG_ARG_LIMIT)
+
+
+class _BoundedMapping(_BoundedText):
+    """A record's mapping argument: ``%(key)s`` gives each value bounded, and ``%s`` (a
+    lone dict logged as such) the whole mapping's text bounded."""
+
+    __slots__ = ("_mapping",)
+
+    def __init__(self, mapping: Mapping[str, object]) -> None:
+        super().__init__(mapping)
+        self._mapping = mapping
+
+    def __getitem__(self, key: str) -> object:
+        return _bounded(self._mapping[key])
+
+
 def _bounded(arg: object) -> object:
     if isinstance(arg, str | BaseException):
         return printable(str(arg), LOG_ARG_LIMIT)
-    return arg
+    if isinstance(arg, Number):
+        return arg
+    return _BoundedText(arg)
 
 
 def _message(record: logging.LogRecord) -> str:
@@ -36,7 +70,7 @@ def _message(record: logging.LogRecord) -> str:
     if not args:
         return str(record.msg)
     if isinstance(args, Mapping):
-        return str(record.msg) % {key: _bounded(value) for key, value in args.items()}
+        return str(record.msg) % _BoundedMapping(args)
     return str(record.msg) % tuple(_bounded(arg) for arg in args)
 
 

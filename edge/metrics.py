@@ -21,7 +21,8 @@ AUTHENTICATIONS = Counter("kop_server_authentications",
 
 class EngineCollector(Collector):
     """Per partition ``kop_server_log_size_bytes``, ``kop_server_log_start_offset``,
-    ``kop_server_log_end_offset`` and ``kop_server_log_damaged_offsets``;
+    ``kop_server_log_end_offset``, ``kop_server_log_damaged_offsets`` and
+    ``kop_server_log_offline`` (1 after a failed fsync, until restart);
     ``kop_server_group_lag``: high watermark minus committed offset, per group partition;
     ``kop_server_producer_ids``: producer ids the loaded partitions remember."""
 
@@ -61,6 +62,10 @@ class EngineCollector(Collector):
             "kop_server_log_damaged_offsets",
             "Offsets of a partition whose stored records are damaged (cut short or failing "
             "their CRC) and are not served.", labels=labels)
+        offline = GaugeMetricFamily(
+            "kop_server_log_offline",
+            "1 while a partition is offline (a failed fsync or I/O error: its reads and "
+            "writes fail until the broker restarts), else 0.", labels=labels)
         for topic, index, partition in self.engine.logs.all_partitions():
             key = [topic, str(index)]
             size.add_metric(key, partition.size_bytes)
@@ -69,7 +74,8 @@ class EngineCollector(Collector):
             first = partition.log_start_offset
             damaged.add_metric(key, sum(d.end_offset - max(d.first_offset, first)
                                         for d in partition.damaged_ranges()))
-        yield from (size, start, end, damaged)
+            offline.add_metric(key, int(partition.offline))
+        yield from (size, start, end, damaged, offline)
 
 
 def serve_metrics(engine: Engine, host: str, port: int) -> int:

@@ -29,6 +29,9 @@ MECHANISMS = ("PLAIN", "OAUTHBEARER")
 SaslFactory = Callable[[], SaslServer]
 log = logging.getLogger(__name__)
 
+ALLOW_TOKENS_WITHOUT_EXP = "tokenExpiration=OPTIONAL accepts tokens without one"
+"""What a refusal of a token without ``exp`` tells the client and the log."""
+
 
 @dataclass(frozen=True, slots=True)
 class ListenerSecurity:
@@ -76,10 +79,26 @@ def token_validator(config: BrokerConfig) -> TokenValidator | None:
             audience=config.token_audience or None,
             require_exp=config.token_expiration == "REQUIRED",
             max_lifetime_seconds=config.token_max_lifetime_seconds,
+            missing_exp_hint=ALLOW_TOKENS_WITHOUT_EXP,
         ))
     except ValueError as exc:
         raise ConfigError(f"invalid token settings (tokenSecretKey/tokenPublicKey): {exc}") \
             from exc
+
+
+def token_expiration_notice(config: BrokerConfig,
+                            validator: TokenValidator | None) -> str | None:
+    """The start-up note for an operator who left ``tokenExpiration`` at its default
+    (``REQUIRED``) while token logins are configured (``validator``, from
+    :func:`token_validator`, checks PLAIN's tokens and OAUTHBEARER's without an issuer):
+    deployments upgraded from before the key may hold tokens without ``exp``, which are
+    now refused. None when the key was set, or without a token key (OAUTHBEARER with the
+    issuer's JWKS requires ``exp`` whatever the key says)."""
+    if "tokenExpiration" in config.explicit_keys or validator is None:
+        return None
+    return ("token logins refuse tokens without an 'exp' claim (tokenExpiration=REQUIRED, "
+            "the default); set tokenExpiration=OPTIONAL to accept them, as before the key "
+            "existed, or tokenExpiration=REQUIRED to silence this note")
 
 
 def oauth_settings(config: BrokerConfig) -> ValidatorSettings | None:
@@ -163,7 +182,8 @@ def sasl_factories(config: BrokerConfig, validator: TokenValidator | None,
     factories: dict[str, SaslFactory] = {}
     if "PLAIN" in needed and validator is not None:
         plain_validator = validator
-        factories["PLAIN"] = lambda: PlainServer(plain_validator)
+        reserved = config.kafka_metadata_namespace
+        factories["PLAIN"] = lambda: PlainServer(plain_validator, reserved_namespace=reserved)
     if "OAUTHBEARER" in needed and bearer is not None:
         setup = bearer
         if isinstance(setup.validator, JwksTokenValidator):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 from typing import Any
 
 from kafka.protocol.sasl import (
@@ -21,14 +22,20 @@ from kafka.protocol.sasl import (
 )
 
 from broker_core.context import Endpoint, RequestContext
-from broker_core.dispatch import API_VERSIONS_KEY, ApiSpec, Dispatcher, ParsedRequest
+from broker_core.dispatch import (
+    API_VERSIONS_KEY,
+    SMALL_RESPONSE_BOUND,
+    ApiSpec,
+    Dispatcher,
+    ParsedRequest,
+)
 from broker_core.errors import ErrorCode
 from broker_core.naming import Namespace
 from broker_core.protocol import Frame, ProtocolError, frame_response, response_header
 from edge.audit import AuditEvent, AuditLog
 from edge.metrics import AUTHENTICATIONS, CONNECTIONS
 from edge.security import ListenerSecurity, SaslFactory
-from listeners.server import ConnectionInfo, FrameError
+from listeners.server import ConnectionInfo, FrameError, Request
 from listeners.tls import certificate_principal
 from sasl.errors import MECHANISM_LIMIT, SaslFailure
 from sasl.printable import printable
@@ -52,6 +59,11 @@ def edge_apis() -> list[ApiSpec]:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+async def _refuse(reason: str) -> None:
+    """The answer to a frame that does not decode: the connection is closed."""
+    raise FrameError(reason)
 
 
 class Session:
@@ -87,14 +99,19 @@ class Session:
             return self.max_receive_before_login
         return None
 
-    async def handle(self, frame: memoryview) -> Frame | None:
-        """Answer one request frame."""
+    def prepare(self, frame: memoryview) -> Request:
+        """Decode one request frame; what its response may hold comes from the dispatcher
+        (a Fetch's limits), the SASL answers are small."""
         if self.raw_tokens:
-            return await self._raw_token(frame)
+            return Request(SMALL_RESPONSE_BOUND, partial(self._raw_token, frame))
         try:
             parsed = self.dispatcher.parse(frame)
         except ProtocolError as exc:
-            raise FrameError(str(exc)) from exc
+            return Request(0, partial(_refuse, str(exc)))
+        return Request(self.dispatcher.response_bound(parsed), partial(self._answer, parsed))
+
+    async def _answer(self, parsed: ParsedRequest) -> Frame | None:
+        """Answer one decoded request."""
         key = parsed.header.api_key
         if key == SASL_HANDSHAKE:
             return self._handshake(parsed)

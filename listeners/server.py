@@ -4,10 +4,15 @@ A connection is read by one task that keeps parsing frames while earlier request
 responses leave in request order, as Kafka requires. What a frame means is the
 connection handler's business; this module only knows sizes, order and timeouts.
 
-Memory is bounded twice. Per connection: a request gets one turn of the event loop as
-soon as it is started, and the next one is started only while the responses that are
-finished but not yet written hold fewer than ``max_pending_response_bytes`` (a client
-that pipelines fetches and never reads stops being read instead of filling the broker).
+Memory is bounded twice. Per connection: before a request starts, its handler says how
+large its response may grow (:attr:`Request.response_bound`), and the request is started
+only when that, the bounds of the requests still running and the responses finished but
+not yet written fit in ``max_pending_response_bytes`` together, or when nothing else is
+held (so one request larger than the limit still runs, alone). Until then the connection
+is not read: a client that pipelines fetches and never reads, or parks long polls that
+wake together, stops being read instead of filling the broker. A started request gets
+one turn of the event loop at once (most finish in it).
+
 Per server: a connection whose handler reports a frame limit (one that has not logged
 in) may send frames up to that limit only, and the frames of all such connections are
 counted against one :class:`ReadBudget` shared by the broker's listeners.
@@ -20,8 +25,9 @@ import contextlib
 import logging
 import ssl
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from listeners.sendfile import FileRegion, write_parts
@@ -42,6 +48,17 @@ class FrameError(Exception):
         self.final = final
 
 
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A request frame as its handler read it: the most bytes its response may put on the
+    wire, and the work that answers it, not begun until the listener calls ``answer``.
+    ``answer`` returns None when no response is due, and raises :class:`FrameError` to
+    close the connection after the earlier responses are sent."""
+
+    response_bound: int
+    answer: Callable[[], Awaitable[Response | None]]
+
+
 class ConnectionHandler(Protocol):
     """Turns request frames of one connection into response frames."""
 
@@ -52,11 +69,9 @@ class ConnectionHandler(Protocol):
         against the server's :class:`ReadBudget` (for connections not yet logged in)."""
         ...
 
-    async def handle(self, frame: memoryview) -> Response | None:
-        """Answer one request frame (no size prefix); None when no response is due.
-
-        Raising :class:`FrameError` closes the connection after earlier responses are sent.
-        """
+    def prepare(self, frame: memoryview) -> Request:
+        """Read one request frame (no size prefix) without acting on it yet. Called in
+        the order frames arrive, each once the one before has been started."""
         ...
 
     def closed(self) -> None:
@@ -107,6 +122,10 @@ class ReadBudget:
         self.used -= size
 
 
+async def _fail(exc: Exception) -> None:
+    raise exc
+
+
 def response_size(response: Response | None) -> int:
     """The bytes a response puts on the wire (what it holds until it is written)."""
     if response is None:
@@ -133,7 +152,9 @@ class _Connection:
             maxsize=limits.max_queued_requests)
         self.reading: asyncio.Task[Any] | None = None
         self.unsent_bytes = 0  # of responses finished and not yet written
-        self.room = asyncio.Event()  # set when unsent_bytes drops below the limit
+        self.running_bytes = 0  # the response bounds of requests started and not finished
+        self.room = asyncio.Event()  # set when either drops
+        self.writing = False  # a response is being written (the client has it to read)
         self.lost = False
         # sendfile needs the raw socket: plain TCP only (TLS encrypts in user space)
         self.socket = None if info.tls is not None else writer.get_extra_info("socket")
@@ -214,7 +235,6 @@ class _Connection:
             self.on_reject(self.info.peer, reason)
 
     async def _read_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         last: asyncio.Task[Response | None] | None = None
         while True:
             if last is not None and self.handler.frame_limit is not None:
@@ -228,21 +248,60 @@ class _Connection:
                 return
             if read is None:
                 return
-            last = loop.create_task(self._run(*read))
+            frame, held = read
+            started: asyncio.Task[Response | None] | None = None
+            try:
+                request = self._prepare(frame)
+                del frame
+                if await self._room_for(request.response_bound):
+                    started = self._start(request, held)
+            finally:
+                if started is None:
+                    self.budget.give_back(held)
+            if started is None:
+                return
+            last = started
             await self.pending.put(last)
             await asyncio.sleep(0)  # one turn for the request: most finish in it
-            if not await self._room_for_more():
-                return
 
-    async def _room_for_more(self) -> bool:
-        """Wait until the unsent responses hold less than the limit; False (and the
-        connection aborted) when the client reads nothing for the idle timeout."""
+    def _prepare(self, frame: memoryview) -> Request:
+        """The handler's reading of a frame; should the handler fail, a request that fails
+        alike when answered (so the connection closes in order, with one log line)."""
+        try:
+            return self.handler.prepare(frame)
+        except Exception as exc:  # a handler's fault, not the client's: logged in order
+            return Request(0, partial(_fail, exc))
+
+    def _start(self, request: Request, held: int) -> asyncio.Task[Response | None]:
+        """Run a request, its response bound counted until it has finished."""
+        bound = max(request.response_bound, 0)
+        self.running_bytes += bound
+        task = asyncio.get_running_loop().create_task(self._run(request))
+
+        def finished(_task: asyncio.Task[Response | None]) -> None:
+            self.budget.give_back(held)
+            self.running_bytes -= bound
+            self.room.set()
+
+        task.add_done_callback(finished)
+        return task
+
+    def _fits(self, bound: int) -> bool:
+        held = self.running_bytes + self.unsent_bytes
+        return held == 0 or held + bound <= self.limits.max_pending_response_bytes
+
+    async def _room_for(self, bound: int) -> bool:
+        """Wait until a response of ``bound`` bytes fits beside what the connection holds;
+        False (and the connection aborted) when the client reads nothing of the responses
+        waiting for it for the idle timeout."""
         idle = self.limits.idle_timeout_ms / 1000 if self.limits.idle_timeout_ms > 0 else None
-        while self.unsent_bytes >= self.limits.max_pending_response_bytes:
+        while not self._fits(bound):
             self.room.clear()
             try:
                 await asyncio.wait_for(self.room.wait(), idle)
             except TimeoutError:
+                if not self.writing:
+                    continue  # waiting for a request to finish (a long poll), not the client
                 log.info("closing connection from %s on %s: %d response bytes not read "
                          "within the idle timeout", self.info.peer, self.info.listener,
                          self.unsent_bytes)
@@ -250,13 +309,9 @@ class _Connection:
                 return False
         return True
 
-    async def _run(self, frame: memoryview, held: int) -> Response | None:
-        """Handle one frame; count its response as unsent until the write loop sends it."""
-        try:
-            response = await self.handler.handle(frame)
-        finally:
-            del frame
-            self.budget.give_back(held)
+    async def _run(self, request: Request) -> Response | None:
+        """Answer one request; count its response as unsent until the write loop sends it."""
+        response = await request.answer()
         self.unsent_bytes += response_size(response)
         return response
 
@@ -269,8 +324,7 @@ class _Connection:
 
     def _sent(self, size: int) -> None:
         self.unsent_bytes -= size
-        if self.unsent_bytes < self.limits.max_pending_response_bytes:
-            self.room.set()
+        self.room.set()
 
     async def _write_loop(self) -> None:
         broken = False
@@ -287,6 +341,7 @@ class _Connection:
             try:
                 response = await task
                 size = response_size(response)
+                self.writing = True
                 if isinstance(response, bytes):
                     self.writer.write(response)
                     await self.writer.drain()
@@ -306,6 +361,7 @@ class _Connection:
             except Exception:
                 log.exception("request from %s failed; closing the connection", self.info.peer)
                 broken = True
+            self.writing = False
             self._sent(size)
             if broken:
                 self.stop_reading()

@@ -48,6 +48,9 @@ class TokenSettings:
     what the token says."""
     max_lifetime_seconds: int = 0
     """Refuse a token living longer (see ``jwt_checks.check_lifetime``); 0 = no limit."""
+    missing_exp_hint: str = ""
+    """What the refusal of a token without ``exp`` (by ``require_exp``) adds in
+    parentheses: the broker names the setting that accepts such tokens."""
 
     def __post_init__(self) -> None:
         if (self.secret_key is None) == (self.public_key is None):
@@ -137,10 +140,13 @@ class JwtTokenValidator:
 
     def _decode(self, token: str) -> dict[str, Any]:
         settings = self.settings
-        return decode_verified(token, self._key, self._algorithms,
-                               leeway=settings.leeway_seconds,
-                               require=["exp"] if settings.require_exp else [],
-                               max_lifetime_seconds=settings.max_lifetime_seconds)
+        claims = decode_verified(token, self._key, self._algorithms,
+                                 leeway=settings.leeway_seconds,
+                                 max_lifetime_seconds=settings.max_lifetime_seconds)
+        if settings.require_exp and "exp" not in claims:
+            hint = f" ({settings.missing_exp_hint})" if settings.missing_exp_hint else ""
+            raise TokenInvalid(f"token has no 'exp' claim{hint}")
+        return claims
 
     def _check_audience(self, claims: Mapping[str, Any]) -> None:
         audience = self.settings.audience

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from types import MappingProxyType
 
+from common.names import NAME_RULE, is_valid_name
 from sasl.errors import SaslFailure
 from sasl.limits import check_message_size
 from sasl.mechanism import TokenMechanism
-from sasl.names import NAME_RULE, is_valid_name
 from sasl.oauthbearer_message import (
     ClientInitialResponse,
     MalformedHeader,

@@ -1,8 +1,9 @@
 """The SASL PLAIN server mechanism (RFC 4616) carrying Pulsar-style ``token:<jwt>`` passwords.
 
-The username names the tenant (``tenant`` or ``tenant/namespace``); the password is
-``<method>:<credential>`` where only the ``token`` method exists; the role comes from
-the token, as in Kafka-on-Pulsar.
+The username names the tenant (``tenant`` or ``tenant/namespace``, never the broker's
+own namespace, which the composition root passes in as ``reserved_namespace``); the
+password is ``<method>:<credential>`` where only the ``token`` method exists; the role
+comes from the token, as in Kafka-on-Pulsar.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ class PlainServer(TokenMechanism):
 
     mechanism = "PLAIN"
 
-    def __init__(self, validator: TokenValidator) -> None:
+    def __init__(self, validator: TokenValidator, *,
+                 reserved_namespace: str | None = None) -> None:
         super().__init__(validator)
+        self._reserved_namespace = reserved_namespace
         self._done = False
 
     def step(self, message: bytes) -> bytes:
@@ -51,7 +54,7 @@ class PlainServer(TokenMechanism):
         self._claim_tenant(claimed_tenant(username))
         if authzid and authzid != username:
             raise SaslFailure("PLAIN authorization id must be empty or equal the username")
-        tenant, namespace = parse_tenant_spec(username)
+        tenant, namespace = parse_tenant_spec(username, self._reserved_namespace)
         method, sep, credential = password.partition(":")
         if not sep:
             raise SaslFailure(f"invalid password: expected '{SUPPORTED_METHOD}:<credential>'")

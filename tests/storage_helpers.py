@@ -4,6 +4,7 @@ read of one partition that keeps the fetch errors it meets."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +15,18 @@ from broker_core.storage import FileRegion
 from broker_core.storage.entry import ENTRY_HEADER_SIZE, decode_entry_header
 
 
+def region_bytes(region: FileRegion) -> bytes:
+    """The bytes of a file region, read from its descriptor as the TLS writer does."""
+    data = os.pread(region.fd, region.length, region.offset)
+    assert len(data) == region.length, (len(data), region.length)
+    return data
+
+
 def batch_bytes(chunk: memoryview | FileRegion) -> bytes:
     """A batch's bytes, whether it came back as a memoryview or as a file region."""
     if isinstance(chunk, FileRegion):
         try:
-            return chunk.read()
+            return region_bytes(chunk)
         finally:
             chunk.release()
     return bytes(chunk)

@@ -528,6 +528,15 @@ def test_overrides_win_over_file_and_later_overrides_win(tmp_path: Path) -> None
     assert config.log_level == "ERROR"
 
 
+def test_the_config_knows_which_keys_were_set(tmp_path: Path) -> None:
+    """A key named in the file or an override is explicit, even at its default value."""
+    path = _write(tmp_path, "brokerId=0\nlogLevel=ERROR\n")
+    config = load_config(str(path), [" tokenExpiration = REQUIRED"])
+    assert config.explicit_keys == {"brokerId", "logLevel", "tokenExpiration"}
+    assert config == load_config(None, ["logLevel=ERROR"])
+    assert load_config(None, []).explicit_keys == frozenset()
+
+
 def test_override_can_repair_a_file_value(tmp_path: Path) -> None:
     path = _write(tmp_path, "kafkaListeners=PLAINTEXT://h:1\nkafkaAdvertisedListeners=SSL://x:1\n")
     config = load_config(str(path), ["kafkaAdvertisedListeners="])

@@ -1,6 +1,6 @@
-"""What one connection may make the broker hold: a client that pipelines fetches and
-never reads, and clients that have not logged in, measured on a real broker process
-(its resident memory) with raw sockets."""
+"""What one connection may make the broker hold: a client that pipelines fetches or parks
+long polls and never reads, and clients that have not logged in, measured on a real
+broker process (its resident memory) with raw sockets."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from broker_core.storage import FileRegion
 from listeners.sendfile import write_parts
@@ -26,6 +27,8 @@ from tests.test_bad_input import create, produce
 
 MIB = 1 << 20
 FETCHES = 200
+PARKED = 300
+PARTITIONS = 24
 
 
 def rss_bytes(broker: BrokerProcess) -> int:
@@ -95,6 +98,111 @@ def test_pipelined_fetches_that_are_never_read_hold_bounded_memory(
         assert correlations == list(range(1, FETCHES + 1))
         client.close()
         assert broker.alive()
+    finally:
+        broker.stop()
+
+
+def reading_client(port: int) -> RawConnection:
+    """A raw connection whose socket takes little before the broker must hold the rest."""
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+    client.connect(("127.0.0.1", port))
+    conn = RawConnection.__new__(RawConnection)
+    conn.sock, conn.correlation_id = client, 0
+    return conn
+
+
+def parked_fetch(conn: RawConnection, topic: str, min_bytes: int) -> bytes:
+    """A framed Fetch v11 of every partition from offset 0 with a Java consumer's limits
+    (50 MiB in all, 1 MiB a partition), parked for two minutes until ``min_bytes`` arrive."""
+    parts = [FetchRequest.FetchTopic.FetchPartition(
+        partition=p, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+        log_start_offset=-1, partition_max_bytes=MIB) for p in range(PARTITIONS)]
+    request = FetchRequest[11](replica_id=-1, max_wait_ms=120_000, min_bytes=min_bytes,
+                               max_bytes=50 * MIB, isolation_level=0, session_id=0,
+                               session_epoch=-1, topics=[FetchRequest.FetchTopic(
+                                   topic=topic, partitions=parts)],
+                               forgotten_topics_data=[], rack_id="")
+    payload = conn.request_bytes(request, 11)
+    return struct.pack(">i", len(payload)) + payload
+
+
+def produce_everywhere(conn: RawConnection, topic: str, batch: bytes) -> list[int]:
+    """One Produce of ``batch`` to every partition (all appended before anything else
+    runs); the error codes."""
+    data = ProduceRequest.TopicProduceData(name=topic, partition_data=[
+        ProduceRequest.TopicProduceData.PartitionProduceData(index=p, records=batch)
+        for p in range(PARTITIONS)])
+    answer = conn.call(ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=5000,
+                                         topic_data=[data]), 9, ProduceResponse)
+    return [part.error_code for part in answer.responses[0].partition_responses]
+
+
+def test_long_polls_woken_together_hold_bounded_memory(tmp_path: Path,
+                                                       topic_name: str) -> None:
+    """A client parks many long-poll fetches on one connection and reads nothing; one
+    append wakes them all. Each may answer 1.4 MiB: they must not all do so at once."""
+    broker = BrokerProcess(tmp_path).start()
+    try:
+        setup = RawConnection(broker.port)
+        assert create(setup, topic_name, PARTITIONS) == 0
+        batch = record_batch(60, value=b"x" * 1000)  # under 64 KiB: read into memory
+        assert len(batch) < 64 * 1024
+        conn = reading_client(broker.port)
+        conn.sock.sendall(b"".join(parked_fetch(conn, topic_name, PARTITIONS * len(batch))
+                                   for _ in range(PARKED)))
+        before = settled_rss(broker)
+        assert produce_everywhere(setup, topic_name, batch) == [0] * PARTITIONS
+        grown = settled_rss(broker) - before
+        # every parked fetch answered at once: 300 x 1.4 MiB (420 MiB measured before);
+        # now one runs at a time, as its bound (24 partitions x 1 MiB) exceeds 8 MiB
+        assert grown < 32 * MIB, f"broker grew by {grown / MIB:.0f} MiB"
+
+        conn.sock.settimeout(60)
+        for correlation in range(1, PARKED + 1):
+            frame = conn.read_frame()
+            assert struct.unpack_from(">i", frame)[0] == correlation
+            answer = FetchResponse[11].decode(frame[4:], version=11)
+            parts = answer.responses[0].partitions
+            assert [p.partition_index for p in parts] == list(range(PARTITIONS))
+            assert all(p.error_code == 0 and bytes(p.records) == batch for p in parts)
+        conn.close()
+        setup.close()
+        assert broker.alive()
+    finally:
+        broker.stop()
+
+
+def test_a_request_behind_a_long_poll_larger_than_the_budget_waits_for_it(
+        tmp_path: Path, topic_name: str) -> None:
+    """A fetch whose limits exceed maxPendingResponseBytes runs alone: the request behind
+    it starts once the fetch has answered, even when its long poll outlasts
+    connectionMaxIdleMs (the client waits for the broker, not the other way round)."""
+    broker = BrokerProcess(tmp_path, {"connectionMaxIdleMs": "1500",
+                                      "maxPendingResponseBytes": str(MIB)}).start()
+    try:
+        conn = RawConnection(broker.port, timeout=30)
+        assert create(conn, topic_name, PARTITIONS) == 0
+        poll = FetchRequest.FetchTopic.FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=8 * MIB)
+        fetch = conn.request_bytes(FetchRequest[11](
+            replica_id=-1, max_wait_ms=4000, min_bytes=1, max_bytes=8 * MIB,
+            isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=topic_name, partitions=[poll])],
+            forgotten_topics_data=[], rack_id=""), 11)
+        versions = conn.request_bytes(ApiVersionsRequest[3](
+            client_software_name="t", client_software_version="1"), 3)
+        conn.sock.sendall(b"".join(struct.pack(">i", len(payload)) + payload
+                                   for payload in (fetch, versions)))
+        answer = FetchResponse[11].decode(conn.read_frame()[4:], version=11)
+        part = answer.responses[0].partitions[0]
+        assert part.error_code == 0 and not part.records  # the long poll ran out
+        frame = conn.read_frame()
+        assert struct.unpack_from(">i", frame)[0] == conn.correlation_id
+        assert ApiVersionsResponse[3].decode(frame[4:], version=3).error_code == NONE
+        conn.close()
+        assert "not read within the idle timeout" not in broker.log_text()
     finally:
         broker.stop()
 

@@ -7,12 +7,17 @@ Real broker processes; real sockets.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from edge.app import BrokerApp, StartupError
+from edge.config import load_config
 from tests.broker_process import REPO, BrokerProcess
 from tests.clients import consume_confluent, create_topic, make_records, produce_confluent
 
@@ -100,3 +105,28 @@ def test_the_lock_goes_with_the_process(tmp_path: Path) -> None:
     assert (data / ".lock").read_text().strip() == str(broker.proc.pid)
     assert broker.stop() == 0
     assert os.path.exists(data)
+
+
+def test_a_failed_start_removes_its_data_directory_before_releasing_it(
+        tmp_path: Path) -> None:
+    """The directory goes while the lock is still held: once ``start`` has failed (and
+    released the lock) there is nothing left that another broker could have taken."""
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    created = tmp_path / "new" / "data"
+    config = load_config(None, [f"dataDir={created}",
+                                f"kafkaListeners=PLAINTEXT://127.0.0.1:{busy.getsockname()[1]}"])
+
+    async def start() -> None:
+        app = BrokerApp(config)
+        assert (created / ".lock").exists()
+        with pytest.raises(StartupError):
+            await app.start()
+
+    try:
+        asyncio.run(start())
+    finally:
+        busy.close()
+    assert not (tmp_path / "new").exists()
+    assert tmp_path.exists()

@@ -16,6 +16,7 @@ from broker_core.apis.fetch_wire import (
     encode_fetch_response,
 )
 from broker_core.storage import FileRegion
+from tests.storage_helpers import region_bytes
 
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
@@ -40,7 +41,7 @@ def _library(version: int, topics: list[TopicAnswer], records: dict[int, bytes])
 def _join(parts: list[object]) -> bytes:
     out = bytearray()
     for part in parts:
-        out += part.read() if isinstance(part, FileRegion) else part  # type: ignore[operator]
+        out += region_bytes(part) if isinstance(part, FileRegion) else part  # type: ignore[operator]
     return bytes(out)
 
 
@@ -57,7 +58,7 @@ def _sample(region: FileRegion) -> tuple[list[TopicAnswer], dict[int, bytes]]:
         TopicAnswer("tenant/ns/ünïcode", [none_aborted]),
         TopicAnswer("missing", [unknown]),
     ]
-    records = {id(plain): batch + b"xy", id(committed): region.read() + batch,
+    records = {id(plain): batch + b"xy", id(committed): region_bytes(region) + batch,
                id(none_aborted): b"", id(failed): b"", id(unknown): b""}
     return topics, records
 

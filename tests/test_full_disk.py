@@ -6,55 +6,112 @@ acknowledged lost. SIGTERM on a full disk does every shutdown step it can and na
 one it could not.
 
 The broker's data directory is a real, small tmpfs mounted for the test (the tests run as
-root); the disk is filled with a real file, and freed by removing it.
+root); the disk is filled with a real file, and freed by removing it. A failing fsync is
+real too: an ext4 file system on a loop device whose backing file lies on a tmpfs that is
+then filled, so the kernel's writeback of new blocks fails and fsync reports it. Where
+mounting is not permitted the tests skip, except under CI (``CI`` set), where they fail.
 """
 
 from __future__ import annotations
 
+import base64
+import collections
 import errno
 import json
 import os
+import re
 import subprocess
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import confluent_kafka
+import jwt
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from broker_core.storage import LogConfig, LogManager
 from tests.broker_process import BrokerProcess
 from tests.group_helpers import GroupConnection
+from tests.ports import free_port
 from tests.raw import record_batch
+from tests.security_helpers import SecureConnection, plain_message
 from tests.txn_helpers import NONE, TxnConnection, batch, decode_records
 
 KAFKA_STORAGE_ERROR = 56
 NOT_COORDINATOR = 16
 REBALANCE_IN_PROGRESS = 27
 SMALL_TOPICS = {"offsetsTopicNumPartitions": "1", "kafkaTxnLogTopicNumPartitions": "1"}
+SASL_AUTHENTICATION_FAILED = 58
 CAUSE_LOGGED = "storage: cannot write"
+OFFLINE_LOGGED = "is offline until restart"
+SECRET = b"full-disk-test-secret-of-32-byte"
+SASL = {"kafkaListeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+        "failedAuthenticationDelayMs": "0"}
 
 
 class DiskConnection(TxnConnection, GroupConnection):
     """Produce, transaction and group requests over one raw connection."""
 
 
+def privileged(command: list[str], what: str) -> str:
+    """Run a command that needs root; skip the test where it cannot run, but fail it under
+    CI (``.ci/run`` sets CI), where a skip would hide that the test never ran."""
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        problem = result.stderr.strip() if result.returncode != 0 else None
+    except FileNotFoundError as exc:
+        problem = f"no {command[0]} command: {exc}"
+    if problem is None:
+        return result.stdout.strip()
+    message = f"{what} is not possible here: {problem}"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def mount_tmpfs(mount: Path, size: str) -> None:
+    mount.mkdir()
+    privileged(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+               "mounting a tmpfs")
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 32 MiB tmpfs mounted for this test only."""
     mount = tmp_path / "disk"
-    mount.mkdir()
-    try:
-        result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mount)],
-                                capture_output=True, text=True, timeout=30)
-    except FileNotFoundError as exc:
-        pytest.skip(f"no mount command: {exc}")
-    if result.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here: {result.stderr.strip()}")
+    mount_tmpfs(mount, "32m")
     try:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def failing_disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """(an ext4 file system, the tmpfs that holds its loop device's sparse backing file):
+    once the tmpfs is filled (:func:`fail_writeback`), writing back new blocks of the ext4
+    fails, and so does the fsync that waits for them."""
+    outer, inner = tmp_path / "backing", tmp_path / "ext4"
+    mount_tmpfs(outer, "24m")
+    device = None
+    try:
+        backing = outer / "ext4.img"
+        with open(backing, "wb") as image:
+            image.truncate(256 << 20)
+        privileged(["mkfs.ext4", "-q", "-F", "-b", "4096", "-O", "^has_journal",
+                    str(backing)], "making an ext4 file system")
+        device = privileged(["losetup", "-f", "--show", str(backing)], "a loop device")
+        inner.mkdir()
+        privileged(["mount", device, str(inner)], "mounting a loop device")
+        yield inner, outer
+    finally:
+        subprocess.run(["umount", "-l", str(inner)], capture_output=True, timeout=30)
+        if device is not None:
+            subprocess.run(["losetup", "-d", device], capture_output=True, timeout=30)
+        subprocess.run(["umount", "-l", str(outer)], capture_output=True, timeout=30)
 
 
 def fill(disk: Path) -> Path:
@@ -75,15 +132,22 @@ def fill(disk: Path) -> Path:
     return filler
 
 
+def fail_writeback(ext4: Path, backing: Path) -> Path:
+    """Make every free block of ``ext4`` a hole in its backing file (fstrim: the loop
+    device punches them out of the tmpfs), then fill the tmpfs: from now on any block
+    written anew cannot be written back. Returns the filler."""
+    privileged(["fstrim", str(ext4)], "trimming an ext4 on a loop device")
+    return fill(backing)
+
+
 def value(i: int) -> bytes:
     """A record value of 20 KB: a batch of it always needs new pages of the disk."""
     return f"record-{i:06d}-".encode() * 1400
 
 
-def stored_values(conn: DiskConnection, topic: str) -> list[bytes | None]:
-    """Every record value of partition 0, read with Fetch."""
+def stored_values(conn: DiskConnection, topic: str, offset: int = 0) -> list[bytes | None]:
+    """Every record value of partition 0 from ``offset``, read with Fetch."""
     out: list[bytes | None] = []
-    offset = 0
     while True:
         answer = conn.fetch(topic, 0, offset)
         assert answer.error_code == NONE, answer
@@ -105,9 +169,45 @@ def confluent_error(bootstrap: str, topic: str) -> confluent_kafka.KafkaError | 
     return reports[0]
 
 
+def token() -> str:
+    return jwt.encode({"sub": "alice", "exp": int(time.time()) + 600}, SECRET,
+                      algorithm="HS256")
+
+
+def log_in(bootstrap: str) -> None:
+    """A good SASL/PLAIN login with librdkafka, and one request after it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanisms": "PLAIN", "sasl.username": "alice",
+                         "sasl.password": "token:" + token()})
+    assert admin.list_topics(timeout=20).brokers
+
+
+def fail_to_log_in(port: int) -> None:
+    """A SASL/PLAIN login with a forged token, refused."""
+    conn = SecureConnection(port)
+    try:
+        assert conn.handshake("PLAIN").error_code == NONE
+        answer = conn.authenticate(plain_message("alice", "token:forged"))
+        assert answer.error_code == SASL_AUTHENTICATION_FAILED, answer
+    finally:
+        conn.close()
+
+
+def causes(broker: BrokerProcess) -> collections.Counter[str]:
+    """How many times each kind of write was logged as failing."""
+    return collections.Counter(line.split("; ", 1)[1].split(" are answered")[0]
+                               for line in broker.lines if CAUSE_LOGGED in line)
+
+
+def earliest(bootstrap: str, topic: str) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    tp = confluent_kafka.TopicPartition(topic, 0)
+    return int(admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(20).offset)
+
+
 def test_a_full_disk_answers_retriable_errors_and_loses_nothing(
         small_disk: Path, topic_name: str) -> None:
-    broker = BrokerProcess(small_disk / "data", SMALL_TOPICS).start()
+    broker = BrokerProcess(small_disk / "data", {**SMALL_TOPICS, **SASL}).start()
     wide, doomed = f"{topic_name}-wide-" + "w" * 150, f"{topic_name}-doomed"
     acked: list[bytes | None] = []
     try:
@@ -137,13 +237,26 @@ def test_a_full_disk_answers_retriable_errors_and_loses_nothing(
         added = conn.add_partitions("tx", pid, epoch, {wide: list(range(40))})
         assert set(added.values()) == {NOT_COORDINATOR}
         assert conn.create_topic(f"{topic_name}-late", 1) == KAFKA_STORAGE_ERROR
+        # DeleteRecords cannot write the new log start: it fails and moves nothing
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        cut = confluent_kafka.TopicPartition(topic_name, 0, 2)
+        with pytest.raises(confluent_kafka.KafkaException) as refused:
+            admin.delete_records([cut])[cut].result(30)
+        assert refused.value.args[0].code() == KAFKA_STORAGE_ERROR
+        assert earliest(broker.bootstrap, topic_name) == 0
+        # logins go on; their audit events cannot be written
+        log_in(f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}")
+        fail_to_log_in(broker.ports["SASL_PLAINTEXT"])
+        broker.wait_for_log(f"{CAUSE_LOGGED} an audit event")
         # reads go on, and so do deletes
         assert stored_values(conn, topic_name) == acked
         assert conn.offset_fetch("g", wide, [0]) == {0: 1}  # the failed commit kept nothing
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.delete_topics([doomed])[doomed].result(30)
-        # one line for the cause, however many requests met it; no traceback
-        assert sum(CAUSE_LOGGED in line for line in broker.lines) == 1, broker.log_text()
+        # one line per kind of write that met the cause, however many requests met it;
+        # no traceback
+        assert {"record appends", "coordinator state", "topic creations and configs",
+                "log start moves", "audit events"} <= set(causes(broker)), broker.log_text()
+        assert set(causes(broker).values()) == {1}, broker.log_text()
         assert "Traceback" not in broker.log_text()
 
         filler.unlink()
@@ -157,13 +270,17 @@ def test_a_full_disk_answers_retriable_errors_and_loses_nothing(
             {(wide, p): NONE for p in range(40)}
         assert conn.produce(wide, batch(pid, epoch, 0, 1, transactional=True), 5)[0] == NONE
         assert conn.end_txn("tx", pid, epoch, True) == NONE
-        broker.wait_for_log("storage: writes succeed again")
+        broker.wait_for_log("storage: record appends succeed again")
+        log_in(f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}")
+        broker.wait_for_log("storage: audit events succeed again")
+        assert admin.delete_records([cut])[cut].result(30).low_watermark == 2
+        del acked[:2]
         conn.close()
 
         assert broker.stop() == 0
         broker.start()
         conn = DiskConnection(broker.port)
-        assert stored_values(conn, topic_name) == acked
+        assert stored_values(conn, topic_name, 2) == acked
         assert conn.offset_fetch("g", wide, [0, 1, 2]) == dict.fromkeys(range(3), 7)
         conn.close()
     finally:
@@ -255,3 +372,86 @@ def test_a_partition_that_cannot_be_sealed_does_not_stop_the_others(tmp_path: Pa
     reopened = [again.partition(name, 0) for name in "abc"]
     assert [p.next_offset if p is not None else -1 for p in reopened] == [6, 6, 6]
     assert again.close() == []
+
+
+def scrape_offline(port: int, topic: str) -> float:
+    """``kop_server_log_offline`` of partition 0 of ``topic``."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    found = re.search(r'kop_server_log_offline\{partition="0",topic="public/default/'
+                      + re.escape(topic) + r'"\} (\S+)', text)
+    assert found, text
+    return float(found[1])
+
+
+def test_a_failed_fsync_takes_the_partition_offline_until_restart(
+        failing_disk: tuple[Path, Path], topic_name: str) -> None:
+    """After a failed fsync the kernel may have dropped the pages it could not write (a
+    later fsync succeeds all the same), so the record must not be served or retried into
+    the same file: the partition answers KAFKA_STORAGE_ERROR to reads and writes until
+    the broker restarts, and a commit whose fsync failed is not kept."""
+    ext4, backing = failing_disk
+    metrics_port = free_port()
+    broker = BrokerProcess(ext4 / "data", {**SMALL_TOPICS, "flushIntervalMessages": "1",
+                                           "metricsPort": str(metrics_port)}).start()
+    try:
+        conn = DiskConnection(broker.port)
+        assert conn.create_topic(topic_name, 3) == NONE
+        acked = [value(i) for i in range(3)]
+        assert [conn.produce(topic_name, record_batch(1, value=v))[0] for v in acked] == \
+            [NONE] * 3
+        assert conn.commit("g", -1, "", topic_name, {0: (1, "")}) == {0: NONE}
+        assert scrape_offline(metrics_port, topic_name) == 0
+        filler = fail_writeback(ext4, backing)
+
+        # a write may still land on blocks of the file system that were written before;
+        # within a few records one needs a block that cannot be written back
+        outcomes = [conn.produce(topic_name, record_batch(1, value=value(i)))[0]
+                    for i in range(3, 23)]
+        assert KAFKA_STORAGE_ERROR in outcomes, outcomes
+        acked += [value(i) for i, code in enumerate(outcomes, 3) if code == NONE]
+        assert outcomes[outcomes.index(KAFKA_STORAGE_ERROR):] == \
+            [KAFKA_STORAGE_ERROR] * (len(outcomes) - outcomes.index(KAFKA_STORAGE_ERROR))
+        broker.wait_for_log(OFFLINE_LOGGED)
+        offline = [line for line in broker.lines if OFFLINE_LOGGED in line]
+        assert len(offline) == 1 and f"{topic_name}/0" in offline[0], broker.log_text()
+        # the partition is offline: reads and writes fail, without another line
+        assert conn.fetch(topic_name).error_code == KAFKA_STORAGE_ERROR
+        assert scrape_offline(metrics_port, topic_name) == 1
+        # a commit whose fsync fails is answered NOT_COORDINATOR and not kept
+        kept = {0: 1, 1: -1, 2: -1}
+        for offset in range(10, 30):
+            commit = {p: (offset, "m" * 4000) for p in range(3)}  # needs new blocks
+            answer = conn.commit("g", -1, "", topic_name, commit)
+            if answer != dict.fromkeys(range(3), NONE):
+                break
+            kept = dict.fromkeys(range(3), offset)
+        assert answer == dict.fromkeys(range(3), NOT_COORDINATOR), answer
+        assert conn.offset_fetch("g", topic_name, [0, 1, 2]) == kept
+        assert sum(f"{topic_name}/0" in line for line in broker.lines
+                   if OFFLINE_LOGGED in line) == 1
+        assert "Traceback" not in broker.log_text()
+        conn.close()
+
+        filler.unlink()
+        broker.stop()  # the offline partitions are left unsealed, for recovery
+        broker.start()
+        conn = DiskConnection(broker.port)
+        assert conn.produce(topic_name, record_batch(1, value=value(99)))[0] == NONE
+        stored = stored_values(conn, topic_name)
+        assert stored[:len(acked)] == acked and stored[-1] == value(99)
+        conn.close()
+    finally:
+        broker.kill()
+
+
+def test_a_mount_that_fails_skips_but_fails_under_ci(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    """A developer without root sees these tests skipped; CI (``.ci/run`` sets CI=true)
+    sees them fail, so they cannot silently stop running there."""
+    impossible = ["mount", "-t", "no-such-file-system", "none", str(tmp_path)]
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="mounting is not possible here"):
+        privileged(impossible, "mounting")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="mounting is not possible here"):
+        privileged(impossible, "mounting")

@@ -13,6 +13,8 @@ import pytest
 from edge.audit import AuditEvent
 from edge.log_format import LOG_ARG_LIMIT, broker_log_handler
 from sasl.printable import FIELD_LIMIT, printable
+from tests.broker_process import BrokerProcess
+from tests.clients import create_topic
 
 FORGED = "2026-01-01 00:00:00,000 INFO edge.session: peer logged in as admin"
 
@@ -90,3 +92,39 @@ def test_tracebacks_keep_their_lines_but_not_client_lines(
     assert any("direct cause" in line for line in lines)
     assert lines[-1] == "ValueError: topic 'a\\r\\n" + FORGED + "'"
     assert not any(line.startswith(FORGED) for line in lines)
+
+
+def test_any_argument_but_a_number_is_bounded_once_rendered(
+        broker_log: tuple[logging.Logger, io.StringIO]) -> None:
+    """A dict or list (client configs, say) is rendered, then cut like a string: with
+    ``%s``, with ``%r``, as a lone dict argument and as one value of a mapping."""
+    logger, out = broker_log
+    configs = {f"key-{i}\n": "v" * 100 for i in range(1000)}
+    logger.info("created topic %s with %d partitions, configs %s", "t", 3, configs)
+    logger.info("listed %r", list(range(60_000)))
+    logger.info("lone %s", configs)
+    logger.info("named %(configs)s of %(count)d", {"configs": configs, "count": 7})
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4, [line[:100] for line in lines]
+    assert all(len(line) < LOG_ARG_LIMIT + 200 for line in lines), [len(x) for x in lines]
+    assert "with 3 partitions, configs {'key-0\\n': 'vvv" in lines[0]
+    assert lines[0].endswith("more characters]")
+    assert " listed [0, 1, 2, 3," in lines[1] and lines[1].endswith("more characters]")
+    assert " lone {'key-0\\n'" in lines[2]
+    assert " named {'key-0\\n'" in lines[3] and lines[3].endswith("more characters] of 7")
+
+
+def test_a_topic_created_with_huge_configs_logs_a_bounded_line(broker: BrokerProcess,
+                                                               topic_name: str) -> None:
+    """A real CreateTopics (confluent-kafka) whose configs are valid but each thousands of
+    characters long (leading zeros): the topic is created, and the broker's line that
+    names its configs stays bounded."""
+    padding = "0" * 4000
+    configs = {key: padding + value for key, value in {
+        "retention.ms": "604800000", "retention.bytes": "1", "segment.bytes": "1048576",
+        "segment.ms": "604800000", "index.interval.bytes": "4096",
+        "max.message.bytes": "1048588", "min.insync.replicas": "1"}.items()}
+    create_topic(broker.bootstrap, topic_name, 1, configs)
+    line = broker.wait_for_log(f"created topic \\S*{topic_name} ")
+    assert "configs {'retention.ms': '0000" in line and line.endswith("more characters]")
+    assert len(line) < LOG_ARG_LIMIT + 300, len(line)

@@ -319,6 +319,13 @@ def test_required_exp_refuses_a_token_without_it() -> None:
     assert validator.validate(hs({"sub": "alice", "exp": later})).expires_at_ms == later * 1000
 
 
+def test_the_refusal_of_a_token_without_exp_carries_the_hint() -> None:
+    validator = JwtTokenValidator(TokenSettings(secret_key=data_url(SECRET), require_exp=True,
+                                                missing_exp_hint="key=X accepts it"))
+    assert rejected(validator, hs({"sub": "alice"})) == \
+        "token has no 'exp' claim (key=X accepts it)"
+
+
 def test_maximum_lifetime_counts_from_iat_or_now() -> None:
     validator = JwtTokenValidator(TokenSettings(secret_key=data_url(SECRET),
                                                 max_lifetime_seconds=600))

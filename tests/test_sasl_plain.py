@@ -66,6 +66,20 @@ def test_tenant_and_namespace(server: PlainServer) -> None:
     assert result.expires_at_ms is None
 
 
+def test_the_reserved_namespace_is_refused(validator: JwtTokenValidator) -> None:
+    """The broker's own namespace is no login's namespace, in any tenant; a tenant of that
+    name, or a namespace that only resembles it, is fine."""
+    for username in ("public/__kafka", "acme/__kafka"):
+        reason = fails(PlainServer(validator, reserved_namespace="__kafka"),
+                       message(username, f"token:{token()}"))
+        assert reason == ("invalid username: namespace '__kafka' holds the broker's own "
+                          "topics; name another namespace, or only the tenant")
+    for username in ("__kafka", "acme/__kafka2", "acme/__KAFKA", "acme"):
+        server = PlainServer(validator, reserved_namespace="__kafka")
+        server.step(message(username, f"token:{token()}"))
+        assert server.complete, username
+
+
 def test_authzid_equal_to_username_accepted(server: PlainServer) -> None:
     server.step(message("acme/ns", f"token:{token()}", authzid="acme/ns"))
     assert server.complete

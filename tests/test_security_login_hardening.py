@@ -16,6 +16,8 @@ import pytest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse
 
+from edge.config import load_config
+from edge.security import token_expiration_notice, token_validator
 from tests.broker_process import BrokerProcess
 from tests.oauth_helpers import (
     bearer_message,
@@ -104,6 +106,14 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 def lenient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     """Tokens without ``exp`` allowed (``tokenExpiration=optional``)."""
     started = start_env(tmp_path_factory, tokenExpiration="optional")
+    yield started
+    started.broker.stop()
+
+
+@pytest.fixture(scope="module")
+def defaults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    """Every token rule at its default (``tokenExpiration`` not set)."""
+    started = start_env(tmp_path_factory)
     yield started
     started.broker.stop()
 
@@ -234,6 +244,44 @@ def test_stock_client_with_a_dot_tenant_is_refused(env: Env) -> None:
     assert "invalid username" in error.str()
 
 
+SYSTEM_NAMESPACE_REASON = "namespace '__kafka' holds the broker's own topics"
+
+
+@pytest.mark.parametrize("username", ["public/__kafka", "acme/__kafka"])
+def test_a_login_into_the_system_namespace_is_refused(env: Env, username: str) -> None:
+    """kafkaMetadataNamespace (``__kafka``) holds the broker's topics, refused to every
+    login's topics: a PLAIN username naming it is refused at login, not accepted into a
+    namespace where every topic is then refused."""
+    reason = plain_refusal(env, plain_message(username, "token:" + env.issuer.token()))
+    assert "invalid username" in reason and SYSTEM_NAMESPACE_REASON in reason
+
+
+def test_stock_client_logging_into_the_system_namespace_is_refused(env: Env) -> None:
+    error = first_client_error(env, **{"sasl.mechanisms": "PLAIN",
+                                       "sasl.username": "public/__kafka",
+                                       "sasl.password": "token:" + env.issuer.token()})
+    assert error.code() == confluent_kafka.KafkaError._AUTHENTICATION, error.str()
+    assert SYSTEM_NAMESPACE_REASON in error.str()
+
+
+def test_the_reserved_namespace_follows_kafka_metadata_namespace(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """With kafkaMetadataNamespace=sys, ``acme/sys`` is refused and ``acme/__kafka`` is an
+    ordinary namespace."""
+    started = start_env(tmp_path_factory, kafkaMetadataNamespace="sys")
+    try:
+        reason = plain_refusal(started, plain_message("acme/sys",
+                                                      "token:" + started.issuer.token()))
+        assert "namespace 'sys' holds the broker's own topics" in reason
+        conn = started.connect()
+        try:
+            assert conn.login("acme/__kafka", started.issuer.token()).error_code == NONE
+        finally:
+            conn.close()
+    finally:
+        started.broker.stop()
+
+
 # -- 8: a second SaslHandshake ----------------------------------------------------------
 
 def mid_login(env: Env, conn: SecureConnection) -> str:
@@ -311,6 +359,50 @@ def test_tokens_without_exp_are_refused_by_default(env: Env) -> None:
     assert "token has no 'exp' claim" in plain_refusal(
         env, plain_message("acme", "token:" + token))
     assert "token has no 'exp' claim" in bearer_refusal(env, bearer_message(token))
+
+
+def test_refusing_a_token_without_exp_names_the_key_that_accepts_it(defaults: Env) -> None:
+    token = defaults.issuer.token(expires_in=None)
+    reason = "token has no 'exp' claim (tokenExpiration=OPTIONAL accepts tokens without one)"
+    assert reason in plain_refusal(defaults, plain_message("acme", "token:" + token))
+    assert reason in bearer_refusal(defaults, bearer_message(token))
+
+
+EXP_NOTICE = "token logins refuse tokens without an 'exp' claim"
+
+
+def test_start_up_says_once_that_tokens_without_exp_are_refused(
+        defaults: Env, env: Env, lenient: Env) -> None:
+    """One INFO line at start-up while tokenExpiration is left at its default (with or
+    without a maximum lifetime); none once the operator set the key."""
+    for started in (defaults, env):
+        notes = [line for line in started.broker.lines if EXP_NOTICE in line]
+        assert len(notes) == 1, notes
+        assert " INFO edge.broker: " in notes[0]
+        assert "set tokenExpiration=OPTIONAL to accept them" in notes[0]
+    assert not any(EXP_NOTICE in line for line in lenient.broker.lines)
+
+
+def test_the_exp_notice_needs_a_token_key_and_the_default(tmp_path: Path) -> None:
+    """The note's conditions, on configurations as ``load_config`` reads them: a token key
+    and tokenExpiration not set, whether from the file or the command line."""
+    secret = "tokenSecretKey=data:;base64,c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTMy"
+
+    def notice(*overrides: str, text: str | None = None) -> str | None:
+        path = None
+        if text is not None:
+            path = tmp_path / "broker.properties"
+            path.write_text(text)
+        config = load_config(path, overrides)
+        return token_expiration_notice(config, token_validator(config))
+
+    assert notice(secret) is not None and EXP_NOTICE in str(notice(secret))
+    assert notice(secret, "tokenMaxLifetimeSeconds=60") is not None
+    assert notice() is None
+    assert notice(secret, "tokenExpiration=required") is None
+    assert notice(secret, "tokenExpiration=OPTIONAL") is None
+    assert notice(secret, text="tokenExpiration = REQUIRED\n") is None
+    assert notice(text=secret + "\n") is not None
 
 
 def test_tokens_without_exp_are_accepted_when_optional(lenient: Env) -> None:

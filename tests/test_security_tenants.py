@@ -176,17 +176,25 @@ def test_b_cannot_describe_a_topic(tenants: Tenants, unchanged: None) -> None:
 
 
 def test_b_cannot_describe_a_topic_by_id(tenants: Tenants, unchanged: None) -> None:
+    """Metadata v12 by id, as Kafka answers it (ids are not secret): A's id answers
+    TOPIC_AUTHORIZATION_FAILED with the name null and no partitions; an id that names no
+    topic answers UNKNOWN_TOPIC_ID."""
     from kafka.protocol.metadata import MetadataRequest, MetadataResponse
     b = tenants.b()
+    unknown_id = uuid.uuid4()
     try:
         request = MetadataRequest[12](
-            topics=[MetadataRequest.MetadataRequestTopic(name=None,
-                                                         topic_id=tenants.a_topic_id)],
+            topics=[MetadataRequest.MetadataRequestTopic(name=None, topic_id=topic_id)
+                    for topic_id in (tenants.a_topic_id, unknown_id)],
             allow_auto_topic_creation=False, include_topic_authorized_operations=False)
         meta = b.call(request, 12, MetadataResponse)
-        (topic,) = meta.topics
-        assert topic.error_code == UNKNOWN_TOPIC_ID
-        assert topic.name is None and not topic.partitions
+        refused, unknown = meta.topics
+        assert (refused.error_code, refused.name, refused.topic_id) == (
+            TOPIC_AUTHORIZATION_FAILED, None, tenants.a_topic_id)
+        assert not refused.partitions
+        assert (unknown.error_code, unknown.name, unknown.topic_id) == (
+            UNKNOWN_TOPIC_ID, None, unknown_id)
+        assert not unknown.partitions
     finally:
         b.close()
 

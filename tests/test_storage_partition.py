@@ -18,7 +18,7 @@ from broker_core.storage.entry import (
     decode_entry_header,
     encode_entry_header,
 )
-from tests.storage_helpers import batch_bytes
+from tests.storage_helpers import batch_bytes, region_bytes
 
 
 def make_batch(first: int, count: int, *, ts: int = 1_000, pad: int = 0) -> bytearray:
@@ -369,7 +369,7 @@ def test_large_batches_come_back_as_file_regions(tmp_path: Path) -> None:
     assert kinds == ["FileRegion", "FileRegion", "memoryview", "memoryview"]
     region = chunks[0]
     assert isinstance(region, FileRegion)
-    whole = region.read()
+    whole = region_bytes(region)
     assert len(whole) == len(region) and region.head == whole[:61]
     # a region keeps its own descriptor: closing the log and deleting its files (as
     # retention does) leaves the bytes readable until the region is released

@@ -91,7 +91,7 @@ from broker_core.apis import fetch_wire
 from broker_core.apis.alter_configs import handle_alter_configs, handle_incremental_alter_configs
 from broker_core.apis.configs import handle_describe_configs, handle_list_config_resources
 from broker_core.apis.describe_partitions import handle_describe_topic_partitions
-from broker_core.apis.fetch import handle_fetch
+from broker_core.apis.fetch import fetch_response_bound, handle_fetch
 from broker_core.apis.groups import (
     handle_delete_groups,
     handle_describe_groups,
@@ -141,7 +141,7 @@ def engine_apis() -> list[ApiSpec]:
     return [
         ApiSpec(0, ProduceRequest, ProduceResponse, 3, 11, handle_produce),
         ApiSpec(1, FetchRequest, FetchResponse, fetch_wire.MIN_VERSION, fetch_wire.MAX_VERSION,
-                handle_fetch),
+                handle_fetch, fetch_response_bound),
         ApiSpec(2, ListOffsetsRequest, ListOffsetsResponse, 1, 8, handle_list_offsets),
         ApiSpec(3, MetadataRequest, MetadataResponse, 0, 12, handle_metadata),
         ApiSpec(8, OffsetCommitRequest, OffsetCommitResponse, 2, 9, handle_offset_commit),

@@ -21,6 +21,7 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import log_config_for_topic
+from broker_core.storage_faults import WriteKind
 from broker_core.topic_configs import validate_topic_configs
 
 Plan = Callable[[Mapping[str, str], Mapping[str, str]], dict[str, str]]
@@ -99,7 +100,7 @@ def _alter_topic(engine: Engine, ctx: RequestContext, resource: Any,
     except ValueError as exc:
         raise KafkaApiError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     if not validate_only:
-        with engine.faults.guard(f"the configs of {internal}"):
+        with engine.faults.guard(f"the configs of {internal}", WriteKind.TOPICS):
             engine.logs.alter_topic_configs(internal, configs)
 
 

@@ -3,7 +3,8 @@
 Sessions (KIP-227) are declined by answering session id 0, so every fetch is a full one.
 A ledger not read since start-up is CRC-checked in a worker thread before its first read;
 a fetch at an offset whose stored records are damaged answers CORRUPT_MESSAGE, as Kafka
-does for a corrupt record in its log (the client raises it; it is not retried away).
+does for a corrupt record in its log (the client raises it; it is not retried away). A
+partition offline after a failed fsync answers KAFKA_STORAGE_ERROR until restart.
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.protocol import Chunk
-from broker_core.storage import FileRegion, PartitionStore
+from broker_core.storage import FileRegion, LogOffline, PartitionStore
 from broker_core.storage.errors import DamagedRecords
 
 READ_COMMITTED = 1
+_ANSWER_OVERHEAD = 64
+"""Bytes, with room to spare, that the answer adds around the records per partition and
+per topic (offsets, error code, lengths) and once (header, session id)."""
 _BASE_OFFSET = struct.Struct(">q")
 _LAST_DELTA = struct.Struct(">i")
 _RECORD_COUNT = struct.Struct(">i")
@@ -69,6 +73,8 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
     partition: PartitionStore | None = engine.logs.partition(want.internal, want.index)
     if partition is None:
         return _empty(want.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), 0
+    if partition.offline:  # a failed fsync: until restart
+        return _empty(want.index, ErrorCode.KAFKA_STORAGE_ERROR), 0
     start, end = partition.log_start_offset, partition.next_offset
     if want.offset < start or want.offset > end:
         return _empty(want.index, ErrorCode.OFFSET_OUT_OF_RANGE, end, start), 0
@@ -84,6 +90,8 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
         chunks = partition.read(want.offset, max(limit, 0)) if readable else []
     except DamagedRecords:
         return _empty(want.index, ErrorCode.CORRUPT_MESSAGE, end, start), 0
+    except LogOffline:  # went offline just now
+        return _empty(want.index, ErrorCode.KAFKA_STORAGE_ERROR), 0
     if committed:
         visible = [_BASE_OFFSET.unpack_from(_head(c))[0] < upper for c in chunks]
         _release(c for c, keep in zip(chunks, visible, strict=True) if not keep)
@@ -152,11 +160,32 @@ def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int, committed: b
     return answers, total, errored
 
 
+def _max_bytes(engine: Engine, request: Any) -> int:
+    """The records an answer may carry: the request's ``max_bytes``, capped by the broker's
+    ``fetchMaxBytes`` (as Kafka's ``fetch.max.bytes``)."""
+    asked: int = request.max_bytes if request.version >= 3 else 2**31 - 1
+    return min(asked, engine.config.fetch_max_bytes)
+
+
+def fetch_response_bound(engine: Engine, request: Any) -> int:
+    """The most bytes the answer to ``request`` may hold, known before it runs (a long poll
+    holds nothing while it waits, but may read this much when it wakes): the records
+    within ``max_bytes`` and the partitions' own limits, or one whole first batch (KIP-74)
+    as large as the default ``max.message.bytes`` lets a producer write, and the rest."""
+    topics: list[Any] = request.topics or []  # null arrays and names decode as None
+    partitions = [part for topic in topics for part in topic.partitions or ()]
+    limits: list[int] = [max(part.partition_max_bytes, 0) for part in partitions]
+    records = min(_max_bytes(engine, request), sum(limits))
+    first_batch = int(engine.topic_configs({})["max.message.bytes"])
+    names = sum(len((topic.topic or "").encode()) for topic in topics)
+    return (max(records, first_batch) + names
+            + _ANSWER_OVERHEAD * (1 + len(topics) + len(partitions)))
+
+
 async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> FetchAnswer:
     """Answer Fetch, waiting up to ``max_wait_ms`` for ``min_bytes`` to be available."""
     version: int = request.version
-    max_bytes = min(request.max_bytes if version >= 3 else 2**31 - 1,
-                    engine.config.fetch_max_bytes)
+    max_bytes = _max_bytes(engine, request)
     wanted = _resolve(engine, ctx, request)
     committed = request.isolation_level == READ_COMMITTED
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000

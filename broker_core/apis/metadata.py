@@ -52,8 +52,12 @@ def _requested_topic(engine: Engine, ctx: RequestContext, requested: Any, versio
     if name is None:
         topic_id = requested.topic_id
         found = next((t for t in engine.logs.topics() if t.topic_id == topic_id), None)
-        if found is None or not engine.allowed(ctx, Operation.DESCRIBE, found.name):
+        if found is None:
             return _error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id)
+        if not engine.allowed(ctx, Operation.DESCRIBE, found.name):
+            # As Kafka: an id is not secret, so an existing one the caller may not describe
+            # answers the authorization error, with the name withheld.
+            return _error_entry(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic_id)
         shown = naming.to_client(found.name, ctx.home)
         return _topic_entry(engine, ctx, shown, found, version, with_operations)
     try:

@@ -13,6 +13,7 @@ from broker_core import metrics
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Appended, Engine
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.storage_faults import WriteKind
 
 log = logging.getLogger(__name__)
 _Topic = ProduceResponse.TopicProduceResponse
@@ -76,7 +77,8 @@ async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> A
                                         return_exceptions=True)
         for (partitions, at, _wait), outcome in zip(waits, outcomes, strict=True):
             if isinstance(outcome, OSError):  # the fsync failed: not durable, retriable
-                error = engine.faults.failed(outcome, "a partition's fsync")
+                error = engine.faults.failed(outcome, "a partition's fsync",
+                                             WriteKind.CHECKPOINTS)
                 partitions[at] = _failed(partitions[at].index, error.code, error.message)
             elif isinstance(outcome, BaseException):
                 raise outcome

@@ -11,6 +11,7 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import OffsetOutOfRange
+from broker_core.storage_faults import WriteKind
 
 log = logging.getLogger(__name__)
 _Topic = DeleteRecordsResponse.DeleteRecordsTopicResult
@@ -33,7 +34,7 @@ def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: int,
                             f"offset {offset} is beyond the high watermark "
                             f"{partition.next_offset}")
     try:
-        with engine.faults.guard(f"the log start of {internal}-{index}"):
+        with engine.faults.guard(f"the log start of {internal}-{index}", WriteKind.LOG_START):
             low = partition.delete_records_before(offset)
     except OffsetOutOfRange as exc:
         raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc)) from exc

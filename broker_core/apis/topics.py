@@ -18,6 +18,7 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import TopicExists, TopicInfo
+from broker_core.storage_faults import WriteKind
 from broker_core.topic_configs import (
     DEFAULT_CONFIG,
     DYNAMIC_TOPIC_CONFIG,
@@ -88,7 +89,7 @@ def _create_one(engine: Engine, ctx: RequestContext, wanted: Any, validate_only:
     if validate_only:
         return None, count, configs
     try:
-        with engine.faults.guard(f"the new topic {internal}"):
+        with engine.faults.guard(f"the new topic {internal}", WriteKind.TOPICS):
             topic = engine.logs.create_topic(internal, count, configs)
     except TopicExists as exc:
         raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS,
@@ -257,7 +258,8 @@ async def handle_create_partitions(engine: Engine, ctx: RequestContext, request:
                                     "one assignment is needed per new partition")
             _check_replicas(engine, 1, assignments)
             if not request.validate_only:
-                with engine.faults.guard(f"the new partitions of {internal}"):
+                with engine.faults.guard(f"the new partitions of {internal}",
+                                          WriteKind.TOPICS):
                     engine.logs.add_partitions(internal, wanted.count)
                 log.info("topic %s now has %d partitions", internal, wanted.count)
         except KafkaApiError as error:

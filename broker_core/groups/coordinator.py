@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -85,6 +85,9 @@ class GroupCoordinator(StateCoordinator):
         self.config = config
         self.groups: dict[tuple[str, str], Group] = {}
         self.resigned = False
+        self._settling: dict[tuple[str, int], list[Sequence[Record]]] = {}
+        """Offset records appended but not yet settled, per log partition: kept in memory
+        only once their write settles, rewritten by a compaction meanwhile."""
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -211,6 +214,8 @@ class GroupCoordinator(StateCoordinator):
             live.extend(records.txn_offset_record(group.group_id, pid, t, p, committed)
                         for pid, pending in group.pending_txn.items()
                         for (t, p), committed in pending.items())
+        for batch in self._settling.get((topic, partition), ()):
+            live.extend(batch)
         self.store.compact(topic, partition, live)
 
     # -- timers --------------------------------------------------------------------------
@@ -603,7 +608,7 @@ class GroupCoordinator(StateCoordinator):
         results, accepted = self._offsets_to_store(offsets)
         batch = [records.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
         return ErrorCode.NONE, await self._store_offsets(group, batch, results, accepted,
-                                                         group.offsets)
+                                                         group.offsets.update)
 
     def _offsets_to_store(self, offsets: Sequence[OffsetToCommit]
                           ) -> tuple[dict[TopicPartition, ErrorCode],
@@ -624,18 +629,26 @@ class GroupCoordinator(StateCoordinator):
     async def _store_offsets(self, group: Group, batch: Sequence[Record],
                              results: dict[TopicPartition, ErrorCode],
                              accepted: dict[TopicPartition, CommittedOffset],
-                             into: dict[TopicPartition, CommittedOffset]
+                             keep: Callable[[dict[TopicPartition, CommittedOffset]], None]
                              ) -> dict[TopicPartition, ErrorCode]:
-        """Write the accepted offsets, then keep them in ``into``; a failed write (a full
-        disk) answers its error for each of them and keeps nothing, as Kafka does."""
+        """Write the accepted offsets and, once the write settled, ``keep`` them; a failed
+        write or fsync (a full disk) answers its error for each of them and keeps nothing,
+        as Kafka does."""
         outcome = ErrorCode.NONE
         if batch:
+            key = (group.topic, group.partition)
+            settling = self._settling.setdefault(key, [])
+            settling.append(batch)
             try:
-                durable = self._store(group, batch)
-                into.update(accepted)
-                await self.store.settle(durable)
+                await self.store.settle(self._store(group, batch))
             except KafkaApiError as error:
                 outcome = error.code
+            else:
+                keep(accepted)
+            finally:
+                settling.remove(batch)
+                if not settling:
+                    del self._settling[key]
         results.update(dict.fromkeys(accepted, outcome))
         return results
 
@@ -652,9 +665,12 @@ class GroupCoordinator(StateCoordinator):
         results, accepted = self._offsets_to_store(offsets)
         batch = [records.txn_offset_record(group_id, producer_id, t, p, c)
                  for (t, p), c in accepted.items()]
-        pending = group.pending_txn.setdefault(producer_id, {})
+
+        def keep(settled: dict[TopicPartition, CommittedOffset]) -> None:
+            group.pending_txn.setdefault(producer_id, {}).update(settled)
+
         return ErrorCode.NONE, await self._store_offsets(group, batch, results, accepted,
-                                                         pending)
+                                                         keep)
 
     def _settle(self, group: Group, producer_id: int, commit: bool) -> None:
         pending = group.pending_txn.pop(producer_id, {})

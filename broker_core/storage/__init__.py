@@ -15,6 +15,7 @@ from .engines import ENGINES, open_storage, storage_path_from_url, storage_schem
 from .errors import (
     CorruptLedger,
     LogClosed,
+    LogOffline,
     OffsetOutOfRange,
     StorageError,
     TopicExists,
@@ -38,6 +39,7 @@ __all__ = [
     "LogClosed",
     "LogConfig",
     "LogManager",
+    "LogOffline",
     "OffsetOutOfRange",
     "PartitionLog",
     "PartitionStore",

@@ -34,3 +34,10 @@ class DamagedRecords(StorageError):
         super().__init__(message)
         self.first_offset = first_offset
         self.end_offset = end_offset
+
+
+class LogOffline(StorageError, OSError):
+    """The partition log is offline until restart: an fsync or a write of it failed with an
+    I/O error, so what its files hold is no longer known (after a failed fsync the kernel
+    may have dropped the unwritten pages). An OSError (errno EIO), so writers that turn
+    OSErrors into Kafka's storage errors handle it as they are."""

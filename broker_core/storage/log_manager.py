@@ -15,8 +15,9 @@ trash are removed at start.
 
 The root is locked (``dir_lock``) before anything in it is read or written, and stays
 locked until :meth:`LogManager.close`. A root the manager had to create is removed again
-by :meth:`LogManager.discard_created` when start-up fails, so a failed start leaves no
-empty data directory behind (a directory that existed is never removed).
+when start-up fails (:meth:`LogManager.discard_created`), so a failed start leaves no
+empty data directory behind (a directory that existed is never removed); it is removed
+while the lock is still held, so no other broker can have taken it meanwhile.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class LogManager(TopicTable[PartitionLog]):
         """The topmost directory this manager created for ``root`` (None: it existed)."""
         self.root.mkdir(parents=True, exist_ok=True)
         self._dir_lock: DataDirLock | None = None
+        self._discard = False  # remove ``created`` when the lock is released
         try:
             self._dir_lock = DataDirLock(self.root)
             self._topics_dir.mkdir(exist_ok=True)
@@ -85,7 +87,7 @@ class LogManager(TopicTable[PartitionLog]):
             self._empty_trash()
             self._load_dir(self._topics_dir, [])
         except BaseException:
-            self._abandon()
+            self.discard_created()
             raise
 
     @property
@@ -249,16 +251,21 @@ class LogManager(TopicTable[PartitionLog]):
                 return []
             self._closed = True
             problems = self._close_logs()
-            if self._dir_lock is not None:
-                self._dir_lock.release()
+            self._unlock()
         return problems
 
-    def discard_created(self) -> None:
-        """After a failed start: close, and remove the data directory if this manager
-        created it (anything that existed before is kept)."""
+    def discard_created(self, *, at_close: bool = False) -> None:
+        """After a failed start: remove the data directory if this manager created it
+        (anything that existed before is kept), then release it. Closes the manager now,
+        or with ``at_close`` marks the directory to go when :meth:`close` releases it
+        (a start whose stop closes the storage). A manager already closed removes nothing:
+        another broker may own the directory by now."""
         with self._lock:
-            self._closed = True
-            self._abandon()
+            self._discard = True
+            if not (at_close or self._closed):
+                self._closed = True
+                self._close_logs()
+                self._unlock()
 
     def _close_logs(self) -> list[str]:
         problems: list[str] = []
@@ -270,13 +277,12 @@ class LogManager(TopicTable[PartitionLog]):
                     problems.append(f"could not seal {name}-{index}: {exc}")
         return problems
 
-    def _abandon(self) -> None:
-        """Close the logs; remove the root if this manager created it and locked it (a
-        manager that lost the lock to another broker touches nothing); unlock."""
-        self._close_logs()
+    def _unlock(self) -> None:
+        """Release the directory lock, after removing the root if it is to be discarded
+        (a manager that lost the lock to another broker touches nothing)."""
         if self._dir_lock is None:
             return
-        if self.created is not None:
+        if self._discard and self.created is not None:
             shutil.rmtree(self.created, ignore_errors=True)
             self.created = None
         self._dir_lock.release()

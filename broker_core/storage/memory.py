@@ -98,6 +98,10 @@ class MemoryPartition:
             return sum(segment.size for segment in self._segments)
 
     @property
+    def offline(self) -> bool:
+        return False  # nothing to fail: memory is not fsynced
+
+    @property
     def state(self) -> MemoryKeyValues:
         return self._state
 
@@ -255,8 +259,8 @@ class MemoryPartition:
     def start_writeback(self) -> None:
         return None
 
-    def flush(self) -> None:
-        return None
+    def flush(self) -> bool:
+        return False
 
     def close(self) -> None:
         with self._lock:
@@ -339,10 +343,11 @@ class MemoryStorage(TopicTable[MemoryPartition]):
                 partition.close()
         return []
 
-    def discard_created(self) -> None:
-        self.close()
-        with self._lock:
-            self._topics.clear()
+    def discard_created(self, *, at_close: bool = False) -> None:
+        if not at_close:  # at close: close() drops nothing, the process is ending anyway
+            self.close()
+            with self._lock:
+                self._topics.clear()
 
 
 def open_memory_storage(url: str, default_config: LogConfig,

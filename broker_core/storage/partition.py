@@ -15,6 +15,12 @@ thread). Damage (``damage``) never shortens the log: a ledger keeps the offsets 
 metadata records, the ledgers after it are kept, a damaged range is never served (reads
 stop before it, a read inside it raises DamagedRecords) and internal readers skip it.
 
+A failed fsync, or a write failing otherwise than for space (ENOSPC, EDQUOT: the ledger
+is cut back, so those are retried safely), takes the log offline until restart: after a
+failed fsync the kernel may have dropped the pages it could not write, so neither the
+files nor the in-memory facts can be trusted. Every read and write of an offline log
+raises LogOffline; it is logged once, and close leaves it unsealed for recovery.
+
 Thread safety: every method takes one lock; ``flush`` holds it only to collect
 duplicated file descriptors and runs the fsyncs outside it, so appends proceed while
 an executor thread flushes.
@@ -23,6 +29,7 @@ an executor thread flushes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -36,7 +43,7 @@ from .batch_header import check_append, set_base_offset
 from .config import LogConfig, retention_drops
 from .damage import Damage, batch_problem, hole, report, scan_ledger
 from .entry import ENTRY_HEADER_SIZE, encode_entry_header
-from .errors import DamagedRecords, LogClosed, OffsetOutOfRange
+from .errors import DamagedRecords, LogClosed, LogOffline, OffsetOutOfRange
 from .file_kv import FileKeyValues
 from .fsutil import TEMP_SUFFIX, start_writeback
 from .ledger import Ledger, LedgerReader, ledger_file_name, parse_ledger_file_name
@@ -59,6 +66,8 @@ _MAX_PENDING_SYNC = 8
 _MAX_OPEN_SEALED = 8
 """Sealed ledgers whose file stays open for reads (least recently used are closed)."""
 _ITER_WINDOW = 256 * 1024
+_SPACE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""Write errors after which the log stays online (a failed append is cut back)."""
 
 
 @dataclass
@@ -98,6 +107,7 @@ class PartitionLog:
         self._gaps: list[Damage] = []  # offset ranges no ledger holds (found at recovery)
         self._unverified = 0  # sealed ledgers not yet scanned since start-up
         self._closed = False
+        self._offline: str | None = None  # why the log went offline
         self.directory.mkdir(parents=True, exist_ok=True)
         with self._lock:
             self._recover()
@@ -120,6 +130,11 @@ class PartitionLog:
     def log_start_offset(self) -> int:
         """The first offset still readable."""
         return self._log_start
+
+    @property
+    def offline(self) -> bool:
+        """Whether the log is offline until restart (see the module docstring)."""
+        return self._offline is not None
 
     @property
     def next_offset(self) -> int:
@@ -179,7 +194,12 @@ class PartitionLog:
             base = ledger.facts.next_offset
             set_base_offset(batch, base)
             header = encode_entry_header(base, now, len(batch))
-            ledger.append(header, batch, base, base + last_offset_delta, max_timestamp, now)
+            try:
+                ledger.append(header, batch, base, base + last_offset_delta, max_timestamp, now)
+            except OSError as exc:
+                if exc.errno in _SPACE_ERRORS:
+                    raise
+                raise self._go_offline("a write", exc) from exc
             return base
 
     def roll(self) -> None:
@@ -462,7 +482,6 @@ class PartitionLog:
                 )
             if offset <= self._log_start:
                 return self._log_start
-            self._log_start = offset
             open_facts = self._ledgers[-1].facts
             if open_facts.size > 0 and open_facts.next_offset <= offset:
                 self._roll_locked(self._clock(), store=False)
@@ -471,7 +490,7 @@ class PartitionLog:
                 count < len(self._ledgers) - 1 and self._ledgers[count].facts.next_offset <= offset
             ):
                 count += 1
-            self._drop_prefix_locked(count)
+            self._drop_prefix_locked(count, offset)
             return self._log_start
 
     def enforce_retention(self) -> int:
@@ -492,12 +511,21 @@ class PartitionLog:
                 self._drop_prefix_locked(count)
             return count
 
-    def _drop_prefix_locked(self, count: int) -> None:
+    def _drop_prefix_locked(self, count: int, log_start: int = 0) -> None:
+        """Drop the first ``count`` ledgers and move the log start up to ``log_start`` (at
+        least to the first kept ledger); if the metadata cannot be written (a full disk),
+        nothing changes and the error is raised."""
         dropped = self._ledgers[:count]
+        previous = self._log_start
         del self._ledgers[:count]
+        self._log_start = max(previous, log_start, self._ledgers[0].facts.first_offset)
+        try:
+            self._store_metadata_locked()
+        except BaseException:
+            self._ledgers[:0] = dropped
+            self._log_start = previous
+            raise
         self._unverified -= sum(not ledger.verified for ledger in dropped)
-        self._log_start = max(self._log_start, self._ledgers[0].facts.first_offset)
-        self._store_metadata_locked()
         for ledger in dropped:
             self._open_sealed.pop(ledger.ledger_id, None)
             ledger.delete()
@@ -533,25 +561,26 @@ class PartitionLog:
         finally:
             os.close(fd)
 
-    def flush(self) -> None:
-        """fsync what was appended so far (safe to call from another thread)."""
+    def flush(self) -> bool:
+        """fsync what was appended so far (safe to call from another thread); return
+        whether the metadata was rewritten too (a checkpoint)."""
         with self._lock:
             if self._closed:
-                return
+                return False
+            self._check_online()
             pending, self._pending_sync = self._pending_sync, []
             ledger = self._ledgers[-1]
             current = _PendingSync(os.dup(ledger.fd()), ledger, ledger.facts.size)
             point = ledger.facts.copy()
         try:
-            for item in pending:
-                os.fsync(item.fd)
-            os.fsync(current.fd)
+            for item in (*pending, current):
+                self._fsync(item.fd)
         finally:
             for item in (*pending, current):
                 os.close(item.fd)
         with self._lock:
             if self._closed:
-                return
+                return False
             for item in pending:
                 if item.ledger.facts.size == item.size:
                     item.ledger.facts.synced = True
@@ -561,9 +590,10 @@ class PartitionLog:
                 ledger.facts.synced = True
             grown = self._recovery_point.size - self._recorded_recovery_size
             if not pending and grown < _CHECKPOINT_BYTES:
-                return
+                return False
             seq, metadata = self._snapshot_locked()
         self._write_snapshot(seq, metadata)
+        return True
 
     def close(self) -> None:
         """Flush, seal the open ledger, write the metadata and release file descriptors."""
@@ -571,9 +601,10 @@ class PartitionLog:
             if self._closed:
                 return
             try:
+                self._check_online()  # an offline log stays unsealed: the next start recovers it
                 self._sync_pending_locked()
                 ledger = self._ledgers[-1]
-                os.fsync(ledger.fd())
+                self._fsync(ledger.fd())
                 ledger.facts.sealed = True
                 self._recovery_point = ledger.facts.copy()
                 self._store_metadata_locked()
@@ -587,7 +618,7 @@ class PartitionLog:
         pending, self._pending_sync = self._pending_sync, []
         try:
             for item in pending:
-                os.fsync(item.fd)
+                self._fsync(item.fd)
                 if item.ledger.facts.size == item.size:
                     item.ledger.facts.synced = True
         finally:
@@ -630,6 +661,33 @@ class PartitionLog:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosed(f"partition log {self.directory} is closed")
+        self._check_online()
+
+    def _check_online(self) -> None:
+        if self._offline is not None:
+            raise LogOffline(errno.EIO, f"partition log {self.directory} is offline "
+                             f"until restart ({self._offline})")
+
+    def _fsync(self, fd: int) -> None:
+        """fsync a ledger's file; a failure takes the log offline."""
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise self._go_offline("an fsync", exc) from exc
+
+    def _go_offline(self, what: str, exc: OSError) -> LogOffline:
+        """Take the log offline after ``what`` failed with ``exc`` (logged once); return
+        the error to raise."""
+        reason = f"{what} failed: {exc.strerror or exc}"
+        with self._lock:
+            first = self._offline is None
+            if first:
+                self._offline = reason
+        if first:
+            logger.error("storage: partition log %s is offline until restart: %s; its "
+                         "reads and writes fail until then", self.directory, reason)
+        return LogOffline(errno.EIO, f"partition log {self.directory} is offline until "
+                          f"restart ({self._offline})")
 
     def _check_offset(self, offset: int) -> None:
         if offset < self._log_start or offset > self.next_offset:

@@ -65,6 +65,11 @@ class PartitionStore(Protocol):
     def size_bytes(self) -> int: ...
 
     @property
+    def offline(self) -> bool:
+        """Whether the partition is offline until restart (a failed fsync or write)."""
+        ...
+
+    @property
     def state(self) -> KeyValueStore:
         """The partition's own key-value area, deleted with it (producer snapshots)."""
         ...
@@ -97,8 +102,9 @@ class PartitionStore(Protocol):
 
     def start_writeback(self) -> None: ...
 
-    def flush(self) -> None:
-        """Make what was appended so far durable."""
+    def flush(self) -> bool:
+        """Make what was appended so far durable; return whether the partition's metadata
+        was rewritten too (a checkpoint)."""
         ...
 
 
@@ -145,6 +151,7 @@ class Storage(Protocol):
         """Close every partition; the problems, one line each (the rest still closed)."""
         ...
 
-    def discard_created(self) -> None:
-        """After a failed start: close, and remove what this storage created."""
+    def discard_created(self, *, at_close: bool = False) -> None:
+        """After a failed start: remove what this storage created, now (closing it) or,
+        with ``at_close``, when :meth:`close` runs."""
         ...

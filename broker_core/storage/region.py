@@ -1,4 +1,5 @@
-"""A record batch left in its ledger file, to be sent with ``sendfile`` instead of read.
+"""A record batch left in its ledger file, to be sent with ``sendfile`` instead of read
+(on TLS the connection writer reads it from the descriptor in chunks).
 
 A region holds its own duplicate of the ledger's file descriptor, so the bytes stay
 readable even if retention deletes the ledger before the response leaves. It also keeps
@@ -9,8 +10,6 @@ count) without touching the rest.
 from __future__ import annotations
 
 import os
-
-from .errors import CorruptLedger
 
 
 class FileRegion:
@@ -26,13 +25,6 @@ class FileRegion:
 
     def __len__(self) -> int:
         return self.length
-
-    def read(self) -> bytes:
-        """The region's bytes (for connections that cannot take ``sendfile``)."""
-        data = os.pread(self.fd, self.length, self.offset)
-        if len(data) != self.length:
-            raise CorruptLedger(f"short read of {len(data)} of {self.length} bytes")
-        return data
 
     def release(self) -> None:
         """Close the duplicate descriptor (idempotent)."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import GroupCoordinator
+from broker_core.storage_faults import WriteKind
 from broker_core.system_topics import StateCoordinator, SystemTopic
 from broker_core.transactions.model import ENDING, Txn, TxnState, decode_key, tombstone
 from broker_core.transactions.producer_ids import ProducerIdAllocator
@@ -152,7 +153,8 @@ class TransactionCoordinator(StateCoordinator):
 
     def _allocate(self) -> int:
         """A new producer id (NOT_COORDINATOR when its block cannot be written)."""
-        with self.store.faults.guard("the producer id block", ErrorCode.NOT_COORDINATOR):
+        with self.store.faults.guard("the producer id block", WriteKind.COORDINATOR,
+                                     ErrorCode.NOT_COORDINATOR):
             return self.ids.allocate()
 
     # -- InitProducerId ------------------------------------------------------------------
@@ -300,6 +302,7 @@ class TransactionCoordinator(StateCoordinator):
             await asyncio.gather(*(w for w in waits if w is not None))
         except OSError as exc:
             raise self.store.faults.failed(exc, "transaction markers (fsync)",
+                                           WriteKind.CHECKPOINTS,
                                            ErrorCode.NOT_COORDINATOR) from None
         txn.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         log.info("%s transaction of %s (producer %d epoch %d) over %d partitions",

@@ -1,0 +1,1 @@
+"""Facts every layer shares (the name rule); depends on nothing, every layer may import it."""
