@@ -28,16 +28,16 @@ class AppendPath:
 
     def append(self, key: TopicPartition, partition: PartitionStore, batch: bytearray,
                last_offset_delta: int, max_timestamp: int, records: int, kind: WriteKind,
-               code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR,
+               code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR, what: str | None = None,
                ) -> tuple[int, asyncio.Future[None] | None]:
         """Append ``batch`` (``records`` records) to ``partition`` of topic-partition
         ``key``; return its base offset and what to await before acknowledging it (None:
         nothing yet). A failed write raises KafkaApiError ``code`` and is logged as a fault
-        of ``kind``."""
+        of ``kind`` writing ``what`` (default: the topic-partition)."""
         try:  # not faults.guard: this is the produce hot path
             base = partition.append(batch, last_offset_delta, max_timestamp)
         except OSError as exc:
-            raise self.faults.failed(exc, f"{key[0]}-{key[1]}", kind, code) from None
+            raise self.faults.failed(exc, what or f"{key[0]}-{key[1]}", kind, code) from None
         self.faults.succeeded(kind)
         self.waiters.notify(key)
         return base, self.flusher.appended(partition, records)

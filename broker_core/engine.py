@@ -423,6 +423,7 @@ class Engine:
         now = int(time.time() * 1000)
         offset, durable = self.appends.append(
             (internal, index), partition, marker_batch(producer_id, epoch, commit, now), 0,
-            now, 1, WriteKind.RECORDS, ErrorCode.NOT_COORDINATOR)
+            now, 1, WriteKind.RECORDS, ErrorCode.NOT_COORDINATOR,
+            f"a transaction marker to {internal}-{index}")
         state.end_transaction(producer_id, epoch, commit, offset, now)
         return durable

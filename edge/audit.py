@@ -105,10 +105,12 @@ class AuditLog:
             tenant = (event.tenant or "").encode()
             _, durable = self.engine.appends.append(
                 (self.topic, 0), partition, encode_batch([(tenant, value)], now), 0, now, 1,
-                WriteKind.AUDIT)
+                WriteKind.AUDIT, what=f"an audit event to {self.topic}")
             if durable is not None:  # nobody awaits it: note a failed fsync here
                 durable.add_done_callback(self._flushed)
         except KafkaApiError:  # a full disk: logged once per cause, the request goes on
             return
+        except OSError as exc:  # the audit topic could not be created (a full disk)
+            self.engine.faults.failed(exc, f"an audit event to {self.topic}", WriteKind.AUDIT)
         except Exception:
             log.exception("could not write an audit event")
