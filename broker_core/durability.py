@@ -6,7 +6,7 @@ partition is fsynced once ``flush_interval_messages`` records are unflushed (and
 producers of those records wait for that fsync before they are answered), and every dirty
 partition is fsynced at least every ``flush_interval_ms``. Concurrent producers that
 need the same partition fsynced share one fsync. A failed fsync takes the partition
-offline until restart (``PartitionLog``): its waiting producers get a storage error.
+offline until restart (``PartitionStore.offline``): its waiting producers get a storage error.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from broker_core import metrics
-from broker_core.storage import PartitionLog
+from broker_core.storage import PartitionStore
 from broker_core.storage_faults import WriteFaults, WriteKind
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class FlushScheduler:
         self.flush_interval_ms = flush_interval_ms
         self.faults = faults if faults is not None else WriteFaults()
         self._state: dict[int, _PartitionState] = {}
-        self._logs: dict[int, PartitionLog] = {}
+        self._logs: dict[int, PartitionStore] = {}
         self._timer: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -61,12 +61,12 @@ class FlushScheduler:
             self._timer = None
         await self.flush_dirty()
 
-    def forget(self, partition: PartitionLog) -> None:
+    def forget(self, partition: PartitionStore) -> None:
         """Drop a partition that is being deleted."""
         self._state.pop(id(partition), None)
         self._logs.pop(id(partition), None)
 
-    def appended(self, partition: PartitionLog, records: int) -> asyncio.Future[None] | None:
+    def appended(self, partition: PartitionStore, records: int) -> asyncio.Future[None] | None:
         """Record an append; return a future to await before acknowledging, if one is due."""
         key = id(partition)
         state = self._state.get(key)
@@ -79,7 +79,7 @@ class FlushScheduler:
             return self._request_flush(partition, state)
         return None
 
-    def flush(self, partition: PartitionLog) -> asyncio.Future[None]:
+    def flush(self, partition: PartitionStore) -> asyncio.Future[None]:
         """fsync everything appended to ``partition`` so far (sharing a running fsync's
         next round, as producers do)."""
         key = id(partition)
@@ -89,7 +89,7 @@ class FlushScheduler:
             self._logs[key] = partition
         return self._request_flush(partition, state)
 
-    def _request_flush(self, partition: PartitionLog,
+    def _request_flush(self, partition: PartitionStore,
                        state: _PartitionState) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         if state.running is None:
@@ -101,7 +101,7 @@ class FlushScheduler:
             state.next_round = loop.create_future()
         return state.next_round
 
-    async def _flush(self, partition: PartitionLog, state: _PartitionState) -> None:
+    async def _flush(self, partition: PartitionStore, state: _PartitionState) -> None:
         try:
             if await asyncio.get_running_loop().run_in_executor(None, _timed_flush, partition):
                 self.faults.succeeded(WriteKind.CHECKPOINTS)
@@ -150,7 +150,7 @@ class FlushScheduler:
             await asyncio.get_running_loop().run_in_executor(None, _start_writeback, due)
 
 
-def _timed_flush(partition: PartitionLog) -> bool:
+def _timed_flush(partition: PartitionStore) -> bool:
     """fsync ``partition``; return whether it wrote a checkpoint."""
     started = time.perf_counter()
     checkpointed = partition.flush()
@@ -158,7 +158,7 @@ def _timed_flush(partition: PartitionLog) -> bool:
     return checkpointed
 
 
-def _start_writeback(partitions: list[PartitionLog]) -> None:
+def _start_writeback(partitions: list[PartitionStore]) -> None:
     for partition in partitions:
         try:
             partition.start_writeback()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core import batches, metrics, naming
+from broker_core.appends import AppendPath
 from broker_core.context import AllowAll, Authorizer, Operation, RequestContext, ResourceType
 from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -24,7 +25,7 @@ from broker_core.markers import marker_batch
 from broker_core.producer_states import DEFAULT_EXPIRATION_MS, ProducerStates
 from broker_core.producers import PartitionProducers
 from broker_core.record_check import check_records
-from broker_core.storage import LogManager, PartitionLog, TopicExists, TopicInfo
+from broker_core.storage import PartitionStore, Storage, TopicExists, TopicInfo
 from broker_core.storage_faults import WriteFaults, WriteKind
 from broker_core.system_topics import SystemTopic
 from broker_core.topic_configs import effective_config
@@ -95,7 +96,7 @@ class Appended:
 class Engine:
     """Shared state of the request handlers."""
 
-    def __init__(self, config: EngineConfig, logs: LogManager,
+    def __init__(self, config: EngineConfig, logs: Storage,
                  authorizer: Authorizer | None = None) -> None:
         self.config = config
         self.logs = logs
@@ -104,21 +105,22 @@ class Engine:
         self.faults = WriteFaults()
         self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms,
                                       self.faults)
+        self.appends = AppendPath(self.waiters, self.flusher)
         self._retention: asyncio.Task[None] | None = None
         self._checkpoints: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self.closing = False
-        offsets = SystemTopic(logs, self.flusher, OFFSETS_TOPIC, config.offsets_topic_partitions,
+        offsets = SystemTopic(logs, self.appends, OFFSETS_TOPIC, config.offsets_topic_partitions,
                               config.offsets_topic_segment_bytes,
                               config.offsets_topic_compaction_bytes)
         self.groups = GroupCoordinator(config.groups, offsets)
         self.producers = ProducerStates(config.producer_id_expiration_ms, self.faults)
         self._rules: dict[str, ProduceRules] = {}
-        txn_log = SystemTopic(logs, self.flusher, TXN_TOPIC, config.txn_topic_partitions,
+        txn_log = SystemTopic(logs, self.appends, TXN_TOPIC, config.txn_topic_partitions,
                               config.offsets_topic_segment_bytes,
                               config.offsets_topic_compaction_bytes)
         self.transactions = TransactionCoordinator(
-            config.transactions, txn_log, ProducerIdAllocator(logs.root / "producer-ids.json"),
+            config.transactions, txn_log, ProducerIdAllocator(logs.kv),
             self.write_marker, self.groups)
         self.transaction_check: Callable[[int, int, str, int], None] | None = (
             self.transactions.verify_produce)
@@ -316,7 +318,7 @@ class Engine:
                 self.faults.failed(exc, f"the new topic {internal}", WriteKind.TOPICS)
         return topic
 
-    def partition(self, internal: str, index: int) -> PartitionLog:
+    def partition(self, internal: str, index: int) -> PartitionStore:
         """The partition's log, or UNKNOWN_TOPIC_OR_PARTITION; KAFKA_STORAGE_ERROR while it
         is offline (a failed fsync: until restart)."""
         found = self.logs.partition(internal, index)
@@ -388,19 +390,15 @@ class Engine:
             log_append_time = max_timestamp = int(time.time() * 1000)
             batches.stamp_log_append_time(batch, log_append_time)
         validated = time.perf_counter()
-        try:  # not faults.guard: this is the produce hot path
-            base = partition.append(batch, header.last_offset_delta, max_timestamp)
-        except OSError as exc:
-            raise self.faults.failed(exc, f"{internal}-{index}", WriteKind.RECORDS) from None
-        self.faults.succeeded(WriteKind.RECORDS)
+        base, durable = self.appends.append((internal, index), partition, batch,
+                                            header.last_offset_delta, max_timestamp,
+                                            header.record_count, WriteKind.RECORDS)
         metrics.STAGE_VALIDATE.observe(validated - started)
         metrics.STAGE_APPEND.observe(time.perf_counter() - validated)
         rules.messages_in.inc(header.record_count)
         rules.bytes_in.inc(len(batch))
         if producers is not None:
             producers.record(header, base, max_timestamp)
-        self.waiters.notify((internal, index))
-        durable = self.flusher.appended(partition, header.record_count)
         return Appended(base, log_append_time, partition.log_start_offset, durable)
 
     # -- transactions --------------------------------------------------------------------
@@ -423,9 +421,9 @@ class Engine:
             return None
         state = self.producers.get(internal, index, partition)
         now = int(time.time() * 1000)
-        with self.faults.guard(f"a transaction marker to {internal}-{index}",
-                               WriteKind.RECORDS, ErrorCode.NOT_COORDINATOR):
-            offset = partition.append(marker_batch(producer_id, epoch, commit, now), 0, now)
+        offset, durable = self.appends.append(
+            (internal, index), partition, marker_batch(producer_id, epoch, commit, now), 0,
+            now, 1, WriteKind.RECORDS, ErrorCode.NOT_COORDINATOR,
+            f"a transaction marker to {internal}-{index}")
         state.end_transaction(producer_id, epoch, commit, offset, now)
-        self.waiters.notify((internal, index))
-        return self.flusher.appended(partition, 1)
+        return durable

@@ -1,7 +1,7 @@
 """The producer state of every partition, loaded on first use and snapshotted as it goes.
 
 A partition's state is rebuilt from its newest snapshot (``producer-state.json`` in the
-partition's directory) plus the batches written after it. Snapshots are taken at clean
+partition's key-value area) plus the batches written after it. Snapshots are taken at clean
 shutdown, right after a rebuild that replayed batches written before this start (so a
 crash loop never replays the same tail twice), and, while the broker runs, once a
 partition has moved on by ``SNAPSHOT_EVERY_RECORDS`` offsets, ``SNAPSHOT_EVERY_BYTES`` of
@@ -24,23 +24,22 @@ a partition that lost some gets a fresh snapshot at the next checkpoint.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from broker_core.producers import PartitionProducers
-from broker_core.storage import PartitionLog, StorageError
+from broker_core.storage import PartitionStore, StorageError
 from broker_core.storage_faults import WriteFaults, WriteKind
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_FILE = "producer-state.json"
-_TEMP_FILE = SNAPSHOT_FILE + ".tmp"
+SNAPSHOT_KEY = "producer-state.json"
+"""The snapshot's key in the partition's key-value area (a file in its directory)."""
+SNAPSHOT_FILE = SNAPSHOT_KEY
 SNAPSHOT_EVERY_RECORDS = 50_000
 """A partition this many offsets past its last snapshot gets a new one."""
 SNAPSHOT_EVERY_BYTES = 16 << 20
@@ -48,12 +47,12 @@ SNAPSHOT_EVERY_BYTES = 16 << 20
 SNAPSHOT_MAX_AGE_S = 30.0
 """A partition that moved at all gets a new snapshot after this long."""
 
-Flush = Callable[[PartitionLog], Awaitable[None]]
+Flush = Callable[[PartitionStore], Awaitable[None]]
 
 
 @dataclass(slots=True)
 class _Loaded:
-    partition: PartitionLog
+    partition: PartitionStore
     state: PartitionProducers
     saved_offset: int | None  # offset of the snapshot on disk; None: there is none
     saved_at: float  # time.monotonic() of that snapshot (or of the load)
@@ -87,7 +86,7 @@ class ProducerStates:
         self.faults = faults if faults is not None else WriteFaults()
         self._states: dict[tuple[str, int], _Loaded] = {}
 
-    def get(self, topic: str, index: int, partition: PartitionLog) -> PartitionProducers:
+    def get(self, topic: str, index: int, partition: PartitionStore) -> PartitionProducers:
         """The state of a partition, loading it from snapshot and log when needed."""
         known = self._states.get((topic, index))
         if known is not None and known.partition is partition:
@@ -135,22 +134,22 @@ class ProducerStates:
             document = loaded.state.to_json(offset)
             try:
                 await flush(partition)
-                if self._states.get(key) is not loaded:
-                    continue  # deleted (or replaced) while it was being fsynced
-                directory = os.open(partition.directory, os.O_RDONLY | os.O_DIRECTORY)
             except (OSError, StorageError) as exc:
-                log.debug("no producer snapshot of %s: %s", partition.directory, exc)
+                log.debug("no producer snapshot of %s: %s", partition.location, exc)
                 continue
+            if self._states.get(key) is not loaded:
+                continue  # deleted (or replaced) while it was being fsynced
             try:
-                # by descriptor: a topic deleted and created again meanwhile is a new
-                # directory, and this snapshot must not land in it
-                await loop.run_in_executor(None, _write, directory, document)
+                # the store refuses once the partition is closed (deleted): a topic created
+                # again meanwhile under the same name must not receive this snapshot
+                await loop.run_in_executor(None, _write, partition, document)
+            except StorageError as exc:
+                log.debug("no producer snapshot of %s: %s", partition.location, exc)
+                continue
             except OSError as exc:  # logged once per cause; the next round tries again
-                self.faults.failed(exc, f"the producer snapshot of {partition.directory}",
+                self.faults.failed(exc, f"the producer snapshot of {partition.location}",
                                    WriteKind.SNAPSHOTS)
                 continue
-            finally:
-                os.close(directory)
             self.faults.succeeded(WriteKind.SNAPSHOTS)
             loaded.saved_offset, loaded.saved_at = offset, time.monotonic()
             loaded.saved_size = partition.size_bytes
@@ -162,25 +161,21 @@ class ProducerStates:
         """Snapshot every loaded partition at shutdown (after the final fsync); one that
         cannot be written (a full disk) does not stop the others. Returns what failed, in
         one line, or None."""
-        failed: list[tuple[PartitionLog, OSError]] = []
+        failed: list[tuple[PartitionStore, OSError]] = []
         for loaded in self._states.values():
             partition = loaded.partition
-            if not partition.directory.exists():
-                continue
             loaded.state.forget_aborted_before(partition.log_start_offset)
             try:
-                directory = os.open(partition.directory, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    _write(directory, loaded.state.to_json(partition.next_offset))
-                finally:
-                    os.close(directory)
+                _write(partition, loaded.state.to_json(partition.next_offset))
+            except StorageError:
+                continue  # a deleted partition
             except OSError as exc:
                 failed.append((partition, exc))
         if not failed:
             return None
         first, error = failed[0]
         return (f"{len(failed)} of {len(self._states)} producer snapshot(s) not written "
-                f"(first: {first.directory}: {error}); those partitions replay more at the "
+                f"(first: {first.location}: {error}); those partitions replay more at the "
                 "next start")
 
 
@@ -188,31 +183,21 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _write(directory: int, document: dict[str, Any]) -> None:
-    """Replace the snapshot in the directory open as ``directory`` (a descriptor)."""
+def _write(partition: PartitionStore, document: dict[str, Any]) -> None:
+    """Replace the partition's snapshot. No fsync: a snapshot the disk lost or cut short is
+    unreadable or older, and either way only makes the next rebuild replay more."""
     data = json.dumps(document, separators=(",", ":")).encode()
-    fd = os.open(_TEMP_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=directory)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-    except OSError:  # a full disk: leave no partial file taking space
-        with contextlib.suppress(OSError):
-            os.unlink(_TEMP_FILE, dir_fd=directory)
-        raise
-    # No fsync: a snapshot the disk lost or cut short is unreadable or older, and either
-    # way only makes the next rebuild replay more.
-    os.replace(_TEMP_FILE, SNAPSHOT_FILE, src_dir_fd=directory, dst_dir_fd=directory)
+    partition.state.put(SNAPSHOT_KEY, data, durable=False)
 
 
-def _read(partition: PartitionLog) -> tuple[PartitionProducers, int] | None:
+def _read(partition: PartitionStore) -> tuple[PartitionProducers, int] | None:
     """The snapshot's state and offset when it is usable for ``partition``, else None."""
-    path = partition.directory / SNAPSHOT_FILE
+    path = f"{partition.location}/{SNAPSHOT_KEY}"
     try:
-        document = json.loads(path.read_bytes())
+        stored = partition.state.get(SNAPSHOT_KEY)
+        if stored is None:
+            return None
+        document = json.loads(stored)
         offset = document["offset"]
         if not partition.log_start_offset <= offset <= partition.next_offset:
             log.info("%s: producer snapshot at %d is outside the log [%d, %d]; replaying "
@@ -220,14 +205,12 @@ def _read(partition: PartitionLog) -> tuple[PartitionProducers, int] | None:
                      partition.next_offset)
             return None
         return PartitionProducers.from_json(document), int(offset)
-    except FileNotFoundError:
-        return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("%s: ignoring unreadable producer snapshot: %s", path, exc)
         return None
 
 
-def _load(partition: PartitionLog) -> _Loaded:
+def _load(partition: PartitionStore) -> _Loaded:
     snapshot = _read(partition)
     state, saved = snapshot if snapshot is not None else (PartitionProducers(), None)
     offset = saved if saved is not None else partition.log_start_offset
@@ -240,7 +223,7 @@ def _load(partition: PartitionLog) -> _Loaded:
     if replayed:
         log.log(logging.INFO if earlier else logging.DEBUG,
                 "%s: producer state rebuilt from %s, %d batch(es) replayed",
-                partition.directory,
+                partition.location,
                 f"the snapshot at offset {saved}" if saved is not None else "the log start",
                 replayed)
     return _Loaded(partition, state, saved, time.monotonic(), partition.size_bytes,

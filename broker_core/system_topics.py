@@ -18,10 +18,10 @@ from collections.abc import Iterator, Sequence
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from broker_core.durability import FlushScheduler
+from broker_core.appends import AppendPath
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.ownership import coordinator_partition
-from broker_core.storage import LogManager, PartitionLog
+from broker_core.storage import PartitionStore, Storage
 from broker_core.storage_faults import WriteKind
 
 log = logging.getLogger(__name__)
@@ -42,11 +42,11 @@ def encode_batch(records: Sequence[Record], timestamp: int) -> bytearray:
 class SystemTopic:
     """One kind of internal topic (one topic per metadata namespace)."""
 
-    def __init__(self, logs: LogManager, flusher: FlushScheduler, suffix: str,
+    def __init__(self, logs: Storage, appends: AppendPath, suffix: str,
                  num_partitions: int, segment_bytes: int, compaction_bytes: int) -> None:
         self.logs = logs
-        self.flusher = flusher
-        self.faults = flusher.faults
+        self.appends = appends
+        self.faults = appends.faults
         self.suffix = suffix
         self.num_partitions = num_partitions
         self.segment_bytes = segment_bytes
@@ -76,7 +76,7 @@ class SystemTopic:
                         info.num_partitions, self.num_partitions)
         return info.num_partitions
 
-    def _partition(self, topic: str, partition: int) -> PartitionLog:
+    def _partition(self, topic: str, partition: int) -> PartitionStore:
         found = self.logs.partition(topic, partition)
         if found is None:
             raise KeyError(f"system topic {topic} has no partition {partition}")
@@ -99,12 +99,12 @@ class SystemTopic:
         for start in range(0, len(records), _MAX_RECORDS_PER_BATCH):
             chunk = records[start:start + _MAX_RECORDS_PER_BATCH]
             batch = encode_batch(chunk, now)
-            with self.faults.guard(f"{topic}-{partition}", WriteKind.COORDINATOR,
-                                   ErrorCode.NOT_COORDINATOR):
-                target.append(batch, len(chunk) - 1, now)
             key = (topic, partition)
+            _, appended = self.appends.append(key, target, batch, len(chunk) - 1, now,
+                                              len(chunk), WriteKind.COORDINATOR,
+                                              ErrorCode.NOT_COORDINATOR)
             self._written[key] = self._written.get(key, 0) + len(batch)
-            durable = self.flusher.appended(target, len(chunk)) or durable
+            durable = appended or durable
         return durable
 
     async def settle(self, durable: asyncio.Future[None] | None) -> None:

@@ -11,11 +11,14 @@ full ``tenant/namespace/topic`` names; a namespace grant is the PREFIXED binding
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from enum import IntEnum
-from pathlib import Path
+
+from broker_core.storage import KeyValueStore
+
+KEY = "acls.json"
+"""The ACLs' key in the storage's key-value area."""
 
 
 class AclResource(IntEnum):
@@ -135,33 +138,24 @@ class AclFilter:
 
 
 class AclStore:
-    """The ACL bindings, kept in a JSON file written atomically on every change."""
+    """The ACL bindings, kept as JSON under ``acls.json`` in the storage's key-value area,
+    replaced atomically and durably on every change."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, kv: KeyValueStore) -> None:
+        self.kv = kv
         self.bindings: set[AclBinding] = set()
-        if path.exists():
-            for item in json.loads(path.read_text()):
+        stored = kv.get(KEY)
+        if stored is not None:
+            for item in json.loads(stored):
                 self.bindings.add(AclBinding(
                     item["tenant"], AclResource(item["resource"]), item["name"],
                     AclPattern(item["pattern"]), item["principal"], item["host"],
                     AclOperation(item["operation"]), AclPermission(item["permission"])))
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_suffix(".tmp")
         document = sorted((asdict(b) for b in self.bindings),
                           key=lambda d: json.dumps(d, sort_keys=True))
-        with open(temp, "w") as handle:
-            json.dump(document, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        temp.replace(self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        self.kv.put(KEY, json.dumps(document, indent=1).encode())
 
     def add(self, bindings: Iterable[AclBinding]) -> None:
         """Add bindings (adding an existing one changes nothing)."""

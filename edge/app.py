@@ -11,7 +11,6 @@ import signal
 import ssl
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 from broker_core.apis import engine_apis
 from broker_core.context import Endpoint, Operation, RequestContext, ResourceType
@@ -19,7 +18,7 @@ from broker_core.dispatch import Dispatcher
 from broker_core.engine import Engine, EngineConfig
 from broker_core.groups.coordinator import GroupConfig
 from broker_core.naming import Namespace
-from broker_core.storage import LogConfig, open_storage
+from broker_core.storage import KeyValueStore, LogConfig, open_storage
 from broker_core.transactions.coordinator import TxnConfig
 from edge.acl_apis import AclApis
 from edge.acls import AclStore
@@ -42,24 +41,25 @@ from listeners.spec import ListenerSpec
 
 log = logging.getLogger("edge.broker")
 
+META_KEY = "meta.properties"
 
-def cluster_id(data_dir: Path) -> str:
-    """The cluster id kept in ``<dataDir>/meta.properties``, created on first start."""
-    meta = data_dir / "meta.properties"
-    if meta.exists():
-        for line in meta.read_text().splitlines():
+
+def cluster_id(kv: KeyValueStore) -> str:
+    """The cluster id kept under ``meta.properties`` in the storage's key-value area (a file
+    in the data directory on the file engine), created on first start."""
+    meta = kv.get(META_KEY)
+    if meta is not None:
+        for line in meta.decode("utf-8", "replace").splitlines():
             if line.startswith("cluster.id="):
                 return line.split("=", 1)[1].strip()
     value = uuid.uuid4().hex[:22]
-    data_dir.mkdir(parents=True, exist_ok=True)
-    temp = meta.with_suffix(".tmp")
-    temp.write_text(f"cluster.id={value}\n")
-    temp.replace(meta)
+    kv.put(META_KEY, f"cluster.id={value}\n".encode())
     return value
 
 
-def engine_config(config: BrokerConfig, cluster: str) -> EngineConfig:
-    """The engine's settings taken from the broker config."""
+def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineConfig:
+    """The engine's settings taken from the broker config (``log_dir``: the storage's
+    location, shown as ``log.dirs``)."""
     return EngineConfig(
         broker_id=config.broker_id,
         cluster_id=cluster,
@@ -92,7 +92,7 @@ def engine_config(config: BrokerConfig, cluster: str) -> EngineConfig:
             "listeners": config.kafka_listeners,
             "advertised.listeners": config.kafka_advertised_listeners or config.kafka_listeners,
             "listener.security.protocol.map": config.kafka_protocol_map,
-            "log.dirs": config.data_dir,
+            "log.dirs": log_dir,
             "sasl.enabled.mechanisms": config.sasl_allowed_mechanisms,
         },
         transactions=TxnConfig(
@@ -139,22 +139,21 @@ class BrokerApp:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        data_dir = Path(config.data_dir).resolve()
-        self.logs = open_storage(data_dir.as_uri(), log_config(config))
+        self.logs = open_storage(config.effective_storage_url(), log_config(config))
         try:
-            self._build(config, data_dir)
+            self._build(config)
         except BaseException:
             self.logs.discard_created()
             raise
 
-    def _build(self, config: BrokerConfig, data_dir: Path) -> None:
+    def _build(self, config: BrokerConfig) -> None:
         """Everything after the storage (which is open and locked)."""
-        self.acls = AclStore(data_dir / "acls.json")
+        self.acls = AclStore(self.logs.kv)
         self.policy = Policy(self.acls, config.authorization_enabled,
                              [r.strip() for r in config.super_user_roles.split(",") if r.strip()],
                              config.kafka_metadata_namespace)
-        self.engine = Engine(engine_config(config, cluster_id(data_dir)), self.logs,
-                             self.policy)
+        settings = engine_config(config, cluster_id(self.logs.kv), self.logs.location)
+        self.engine = Engine(settings, self.logs, self.policy)
         self.audit = AuditLog(self.engine, config.audit_enabled)
         self.policy.on_denied = self._denied
         self.dispatcher = Dispatcher(

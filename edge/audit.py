@@ -12,13 +12,15 @@ a few hundred bytes, and no field carries a control character.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from dataclasses import asdict, dataclass
 
 from broker_core.engine import Engine
-from broker_core.storage import PartitionLog
+from broker_core.errors import KafkaApiError
+from broker_core.storage import PartitionStore
 from broker_core.storage_faults import WriteKind
 from broker_core.system_topics import encode_batch
 from sasl.printable import printable
@@ -66,9 +68,9 @@ class AuditLog:
         self.topic = (f"{engine.config.metadata_tenant}/{engine.config.metadata_namespace}/"
                       f"{AUDIT_TOPIC}")
         self._recent: dict[tuple[str | None, ...], int] = {}
-        self._partition: PartitionLog | None = None
+        self._partition: PartitionStore | None = None
 
-    def _log(self) -> PartitionLog:
+    def _log(self) -> PartitionStore:
         """The audit topic's partition, created on the first event."""
         if self._partition is None or self.engine.logs.partition(self.topic, 0) \
                 is not self._partition:
@@ -77,6 +79,11 @@ class AuditLog:
             self._partition = self.engine.logs.partition(self.topic, 0)
             assert self._partition is not None
         return self._partition
+
+    def _flushed(self, done: asyncio.Future[None]) -> None:
+        error = None if done.cancelled() else done.exception()
+        if isinstance(error, OSError):
+            self.engine.faults.failed(error, f"{self.topic}-0 (fsync)", WriteKind.CHECKPOINTS)
 
     def record(self, event: AuditEvent) -> None:
         """Append one event (never raises: auditing must not break the request)."""
@@ -96,12 +103,14 @@ class AuditLog:
             document = asdict(event) | {"time": event.time or now}
             value = json.dumps(document, separators=(",", ":")).encode()
             tenant = (event.tenant or "").encode()
-            partition.append(encode_batch([(tenant, value)], now), 0, now)
-            self.engine.waiters.notify((self.topic, 0))
-        except OSError as exc:  # a full disk: logged once per cause, the request goes on
-            self.engine.faults.failed(exc, f"an audit event to {self.topic}", WriteKind.AUDIT)
+            _, durable = self.engine.appends.append(
+                (self.topic, 0), partition, encode_batch([(tenant, value)], now), 0, now, 1,
+                WriteKind.AUDIT, what=f"an audit event to {self.topic}")
+            if durable is not None:  # nobody awaits it: note a failed fsync here
+                durable.add_done_callback(self._flushed)
+        except KafkaApiError:  # a full disk: logged once per cause, the request goes on
             return
+        except OSError as exc:  # the audit topic could not be created (a full disk)
+            self.engine.faults.failed(exc, f"an audit event to {self.topic}", WriteKind.AUDIT)
         except Exception:
             log.exception("could not write an audit event")
-            return
-        self.engine.faults.succeeded(WriteKind.AUDIT)

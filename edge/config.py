@@ -22,6 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
+from broker_core.storage.engines import ENGINES, storage_scheme
 from common.names import NAME_RULE, is_valid_name
 from listeners.spec import ListenerConfigError, ListenerSpec, parse_listeners
 
@@ -229,6 +230,27 @@ class StrType(ValueType[str]):
 
 
 @dataclass(frozen=True)
+class StorageUrlType(ValueType[str]):
+    """Empty, or a URL whose scheme names a storage engine (``storage.engines``)."""
+
+    def parse(self, text: str) -> str:
+        if not self.check(text):
+            raise ValueError(text)
+        return text
+
+    def check(self, value: object) -> bool:
+        if not isinstance(value, str):
+            return False
+        try:
+            return value == "" or bool(storage_scheme(value))
+        except ValueError:
+            return False
+
+    def expected(self) -> str:
+        return f"empty or a URL of scheme {' or '.join(sorted(ENGINES))}"
+
+
+@dataclass(frozen=True)
 class NameType(ValueType[str]):
     """A tenant or namespace name, by the rule logins and topic names follow
     (``common.names``)."""
@@ -379,6 +401,16 @@ class BrokerConfig:
     data_dir: str = field(
         default="./data",
         metadata=_key("dataDir", StrType(allow_empty=False), "storage root (file storage)"),
+    )
+    storage_url: str = field(
+        default="",
+        metadata=_key(
+            "storageUrl",
+            StorageUrlType(),
+            "storage engine: `file:///abs/path` (the managed ledger on local files) or "
+            "`memory://` (in this process only, gone at exit); empty = "
+            "`file://<absolute dataDir>`",
+        ),
     )
     max_frame_bytes: int = field(
         default=104857600,
@@ -743,6 +775,10 @@ class BrokerConfig:
             shown = getattr(self, CONFIG_KEYS[name].attr)
             raise ConfigError(f"invalid value {shown!r} for {name!r}: {exc}") from None
         object.__setattr__(self, "_listener_specs", tuple(specs))
+
+    def effective_storage_url(self) -> str:
+        """``storageUrl``, or the file URL of ``dataDir`` made absolute when it is empty."""
+        return self.storage_url or Path(self.data_dir).resolve().as_uri()
 
     def listener_specs(self) -> list[ListenerSpec]:
         """The parsed listeners, in the order configured."""

@@ -1,4 +1,8 @@
-"""Shared fixtures: a real broker process per test module, and unique topic names."""
+"""Shared fixtures: a real broker process per test module, and unique topic names.
+
+A module marked ``pytest.mark.storage_engines`` runs its tests once per storage engine:
+its broker fixtures take ``storage_engine`` and start with ``engine_settings`` of it.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +17,46 @@ from tests.broker_process import BrokerProcess
 _names = itertools.count()
 
 
+STORAGE_ENGINES = ("file", "memory")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "storage_engines: run the module's tests once per storage engine")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("storage_engines") \
+            and "storage_engine" in metafunc.fixturenames:
+        metafunc.parametrize("storage_engine", STORAGE_ENGINES, scope="module")
+
+
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def storage_engine() -> str:
+    """The storage engine of the module's broker (each one in a marked module)."""
+    return "file"
+
+
+def engine_settings(engine: str) -> dict[str, str]:
+    """Broker settings that select ``engine`` (the file engine is the default)."""
+    return {"storageUrl": "memory://"} if engine == "memory" else {}
+
+
+def check_engine_left(data_dir: Path, engine: str) -> None:
+    """After the broker stopped: the memory engine wrote nothing to disk."""
+    if engine == "memory":
+        assert not data_dir.exists(), f"memory://: {data_dir} was created"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory,
+           storage_engine: str) -> Iterator[BrokerProcess]:
     """A broker with default settings, shared by the tests of one module."""
-    process = BrokerProcess(Path(tmp_path_factory.mktemp("broker-data"))).start()
+    data = tmp_path_factory.mktemp("broker-data") / "data"  # memory:// never creates it
+    process = BrokerProcess(data, engine_settings(storage_engine)).start()
     yield process
     process.stop()
+    check_engine_left(data, storage_engine)
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 from tests.broker_process import BrokerProcess
 from tests.clients import consume_confluent, make_records, produce_confluent
 
+pytestmark = pytest.mark.storage_engines  # each test on file:// and memory://
+
 
 def admin(broker: BrokerProcess) -> AdminClient:
     return AdminClient({"bootstrap.servers": broker.bootstrap})

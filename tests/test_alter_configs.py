@@ -19,6 +19,8 @@ from confluent_kafka.admin import (
 
 from tests.broker_process import BrokerProcess
 
+pytestmark = pytest.mark.storage_engines  # each test on file:// and memory://
+
 TOPIC = ConfigResource.Type.TOPIC
 
 

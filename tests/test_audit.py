@@ -18,7 +18,10 @@ from confluent_kafka.admin import AdminClient
 
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
+from tests.ports import free_port
 from tests.security_helpers import make_tls
+from tests.test_metrics import sample, scrape
+from tests.txn_helpers import wait_until
 
 SECRET = b"audit-test-secret-of-32-bytes!!!"
 
@@ -130,5 +133,29 @@ def test_a_failed_tls_handshake_is_a_rejected_connection(tmp_path: Path) -> None
         warned = [line for line in broker.lines if "TLS handshake failed" in line]
         assert len(warned) == 2 and all(" WARNING " in line for line in warned), warned
         assert "Traceback" not in broker.log_text()
+    finally:
+        broker.stop()
+
+
+def test_audit_events_follow_the_fsync_policy(tmp_path: Path) -> None:
+    """The audit topic is appended through the same path as produce: with
+    flushIntervalMessages=1 each event is fsynced, though nothing else is written."""
+    metrics_port = free_port()
+    broker = BrokerProcess(tmp_path / "data", {
+        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+        "failedAuthenticationDelayMs": "0", "metricsPort": str(metrics_port),
+        "flushIntervalMessages": "1", "flushIntervalMs": "3600000",
+    }).start()
+    try:
+        broker.wait_for_log(rf"metrics on http://127.0.0.1:{metrics_port}/metrics")
+        fsyncs = sample(scrape(metrics_port), "kop_server_fsync_seconds_count")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap,
+                             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+                             "sasl.username": "evil", "sasl.password": "token:forged"})
+        with contextlib.suppress(confluent_kafka.KafkaException):
+            admin.list_topics(timeout=5)
+        wait_until(lambda: sample(scrape(metrics_port), "kop_server_fsync_seconds_count")
+                   > fsyncs, 20, "an fsync of the audit topic")
     finally:
         broker.stop()

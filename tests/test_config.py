@@ -150,6 +150,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "allowAutoTopicCreation": True,
     "defaultNumPartitions": 1,
     "dataDir": "./data",
+    "storageUrl": "",
     "maxFrameBytes": 104857600,
     "flushIntervalMessages": 9223372036854775807,
     "flushIntervalMs": 1000,
@@ -313,6 +314,8 @@ INVALID = [
     ("allowAutoTopicCreation", ""),
     ("defaultNumPartitions", "0"),
     ("dataDir", ""),
+    ("storageUrl", "postgres://db/kafka"),
+    ("storageUrl", "s3://bucket"),
     ("maxFrameBytes", "0"),
     ("maxFrameBytes", "2147483648"),
     ("flushIntervalMessages", "0"),
@@ -468,6 +471,7 @@ def test_listener_specs_from_config() -> None:
         ({"allow_auto_topic_creation": 1}, "allowAutoTopicCreation"),
         ({"log_level": "info"}, "logLevel"),
         ({"data_dir": ""}, "dataDir"),
+        ({"storage_url": "nope://x"}, "storageUrl"),
         ({"kafka_listeners": "nope"}, "kafkaListeners"),
     ],
 )
@@ -627,3 +631,9 @@ def test_the_same_tenant_with_another_namespace_is_fine() -> None:
     config = load_config(None, ["kafkaMetadataTenant=public", "kafkaNamespace=apps"])
     assert (config.kafka_tenant, config.kafka_namespace) == ("public", "apps")
     assert config.kafka_metadata_namespace == "__kafka"
+
+
+def test_storage_url_defaults_to_the_absolute_data_dir(tmp_path: Path) -> None:
+    config = BrokerConfig(data_dir=str(tmp_path / "d"))
+    assert config.effective_storage_url() == (tmp_path / "d").resolve().as_uri()
+    assert BrokerConfig(storage_url="memory://").effective_storage_url() == "memory://"

@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.record import MemoryRecords
@@ -14,6 +15,8 @@ from kafka.record import MemoryRecords
 from tests.broker_process import BrokerProcess
 from tests.raw import RawConnection, record_batch
 from tests.test_bad_input import create, produce
+
+pytestmark = pytest.mark.storage_engines  # each test on file:// and memory://
 
 IMPLEMENTED = {0: (3, 11), 1: (4, 12), 2: (1, 8), 3: (0, 12), 8: (2, 9), 9: (1, 9),
                10: (0, 4), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5),

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
+from tests.conftest import check_engine_left, engine_settings
 from tests.group_helpers import (
     ConfluentMember,
     GroupLedger,
@@ -26,16 +27,21 @@ from tests.group_helpers import (
     start_broker,
 )
 
+pytestmark = pytest.mark.storage_engines  # each test on file:// and memory://
+
 PARTITIONS = 6
 PHASES = [(0, 1700), (1700, 3400), (3400, 5000)]  # offsets per partition, 30,000 records
 
 
 @pytest.fixture(scope="module")
-def cbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = start_broker(Path(tmp_path_factory.mktemp("groups-confluent")),
-                           groupInitialRebalanceDelayMs="500")
+def cbroker(tmp_path_factory: pytest.TempPathFactory,
+            storage_engine: str) -> Iterator[BrokerProcess]:
+    data = Path(tmp_path_factory.mktemp("groups-confluent")) / "data"
+    process = start_broker(data, groupInitialRebalanceDelayMs="500",
+                           **engine_settings(storage_engine))
     yield process
     process.stop()
+    check_engine_left(data, storage_engine)
 
 
 def records(start: int, stop: int, partitions: int = PARTITIONS) -> set[tuple[int, int]]:

@@ -15,6 +15,9 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
+from tests.conftest import check_engine_left, engine_settings
+
+pytestmark = pytest.mark.storage_engines  # each test on file:// and memory://
 
 T0 = 1_600_000_000_000
 BATCHES = 40
@@ -22,13 +25,16 @@ PER_BATCH = 5
 
 
 @pytest.fixture(scope="module")
-def ledger_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def ledger_broker(tmp_path_factory: pytest.TempPathFactory,
+                  storage_engine: str) -> Iterator[BrokerProcess]:
     """A broker that checks retention every 200 ms."""
-    process = BrokerProcess(Path(tmp_path_factory.mktemp("offsets")), {
-        "logRetentionCheckIntervalMs": "200",
+    data = Path(tmp_path_factory.mktemp("offsets")) / "data"
+    process = BrokerProcess(data, {
+        "logRetentionCheckIntervalMs": "200", **engine_settings(storage_engine),
     }).start()
     yield process
     process.stop()
+    check_engine_left(data, storage_engine)
 
 
 def produce_batches(bootstrap: str, topic: str, timestamps: list[int] | None = None) -> None:

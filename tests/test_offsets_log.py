@@ -10,10 +10,12 @@ from pathlib import Path
 import confluent_kafka
 import kafka
 
+from broker_core.appends import AppendPath
 from broker_core.durability import FlushScheduler
 from broker_core.groups.coordinator import GroupConfig, GroupCoordinator, OffsetToCommit
 from broker_core.storage import LogConfig, open_storage
 from broker_core.system_topics import SystemTopic
+from broker_core.waiters import AppendWaiters
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
 
@@ -57,8 +59,8 @@ def test_offsets_of_long_empty_groups_expire(tmp_path: Path) -> None:
     async def scenario() -> None:
         logs = open_storage(tmp_path.as_uri(), LogConfig())
         logs.create_topic("public/default/t", 1, {})
-        flusher = FlushScheduler(2**63 - 1, 0)
-        store = SystemTopic(logs, flusher, "__consumer_offsets", 3, 1 << 20, 1 << 30)
+        appends = AppendPath(AppendWaiters(), FlushScheduler(2**63 - 1, 0))
+        store = SystemTopic(logs, appends, "__consumer_offsets", 3, 1 << 20, 1 << 30)
         config = GroupConfig(offsets_retention_ms=60_000)
         groups = GroupCoordinator(config, store)
         topic = "public/__kafka/__consumer_offsets"
@@ -76,7 +78,7 @@ def test_offsets_of_long_empty_groups_expire(tmp_path: Path) -> None:
         logs.close()
         # the expiry was written: a new coordinator replays and finds nothing
         logs = open_storage(tmp_path.as_uri(), LogConfig())
-        again = GroupCoordinator(config, SystemTopic(logs, flusher, "__consumer_offsets", 3,
+        again = GroupCoordinator(config, SystemTopic(logs, appends, "__consumer_offsets", 3,
                                                      1 << 20, 1 << 30))
         again.start()
         for _ in range(100):

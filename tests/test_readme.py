@@ -116,3 +116,39 @@ def test_secure_broker_examples(tmp_path: Path) -> None:
     finally:
         os.killpg(broker.pid, signal.SIGTERM)
         broker.wait(30)
+
+
+def _start_shell_example(name: str, cwd: Path) -> subprocess.Popen[str]:
+    """Run a README shell example that starts a broker; return once it is ready."""
+    broker = subprocess.Popen(
+        ["bash", "-c", "exec " + shell_example(name)], cwd=cwd,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    assert broker.stdout is not None
+    seen = []
+    while True:
+        line = broker.stdout.readline()
+        if not line:
+            broker.wait(30)
+            raise AssertionError(f"example {name!r} exited:\n" + "".join(seen))
+        seen.append(line)
+        if "edge-broker ready" in line:
+            return broker
+
+
+def test_memory_broker_example_serves_the_quickstart_and_keeps_nothing(tmp_path: Path) -> None:
+    quickstart = example("quickstart").replace("127.0.0.1:9092", "127.0.0.1:19096")
+    for run in range(2):
+        broker = _start_shell_example("memory-broker", tmp_path)
+        try:
+            result = subprocess.run([sys.executable, "-c", quickstart], cwd=tmp_path,
+                                    capture_output=True, text=True, timeout=120)
+            assert result.returncode == 0, result.stderr
+            rows = [line.split(" ", 2) for line in result.stdout.splitlines()]
+            # a second broker starts empty: the same ten records at the same offsets again
+            assert sorted((int(r[0]), int(r[1])) for r in rows) == sorted(
+                (i % 3, i // 3) for i in range(10)), f"run {run}"
+        finally:
+            os.killpg(broker.pid, signal.SIGTERM)
+            assert broker.wait(30) == 0
+        assert list(tmp_path.iterdir()) == []  # no data directory, no file at all

@@ -25,6 +25,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from broker_core.storage import open_storage
 from edge.acls import AclBinding as StoredBinding
 from edge.acls import AclOperation as StoredOperation
 from edge.acls import AclPattern, AclPermission, AclResource, AclStore
@@ -89,9 +90,11 @@ def test_a_tenant_admin_cannot_reach_the_system_namespace(tmp_path: Path) -> Non
     issuer = TokenIssuer("hmac", tmp_path / "keys")
     data = tmp_path / "data"
     # An ACL an older broker accepted from the tenant admin: it must not count any more.
-    AclStore(data / "acls.json").add([StoredBinding(
+    storage = open_storage(data.as_uri())
+    AclStore(storage.kv).add([StoredBinding(
         "public", AclResource.TOPIC, AUDIT, AclPattern.LITERAL, "User:padmin", "*",
         StoredOperation.READ, AclPermission.ALLOW)])
+    storage.close()
     broker = BrokerProcess(data, {
         "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0", "authorizationEnabled": "true",
         "superUserRoles": "admin", **issuer.settings}).start()

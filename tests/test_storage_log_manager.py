@@ -11,6 +11,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from broker_core.storage import (
     LogConfig,
     LogManager,
+    PartitionLog,
     TopicExists,
     UnknownTopic,
     log_config_for_topic,
@@ -259,7 +260,7 @@ def test_open_storage_urls(tmp_path: Path) -> None:
     manager = open_storage(f"file://{tmp_path}/with%20space", LogConfig(segment_bytes=1000))
     manager.create_topic("a/b/c", 1, {})
     log = manager.partition("a/b/c", 0)
-    assert log is not None and log.config.segment_bytes == 1000
+    assert isinstance(log, PartitionLog) and log.config.segment_bytes == 1000
     manager.close()
     assert (tmp_path / "with space" / "topics").is_dir()
     with pytest.raises(ValueError, match="'postgresql'"):

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
+from tests.conftest import check_engine_left, engine_settings
 from tests.txn_helpers import (
     NONE,
     READ_COMMITTED,
@@ -30,14 +31,19 @@ from tests.txn_helpers import (
     visible_within,
 )
 
+pytestmark = pytest.mark.storage_engines  # each test on file:// and memory://
+
 PARTITIONS = 4
 
 
 @pytest.fixture(scope="module")
-def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = start_broker(Path(tmp_path_factory.mktemp("txn-confluent")))
+def txn_broker(tmp_path_factory: pytest.TempPathFactory,
+               storage_engine: str) -> Iterator[BrokerProcess]:
+    data = Path(tmp_path_factory.mktemp("txn-confluent")) / "data"
+    process = start_broker(data, **engine_settings(storage_engine))
     yield process
     process.stop()
+    check_engine_left(data, storage_engine)
 
 
 def producer(broker: BrokerProcess, tid: str, **extra: object) -> confluent_kafka.Producer:

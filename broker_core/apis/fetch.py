@@ -22,7 +22,7 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.protocol import Chunk
-from broker_core.storage import FileRegion, LogOffline, PartitionLog
+from broker_core.storage import FileRegion, LogOffline, PartitionStore
 from broker_core.storage.errors import DamagedRecords
 
 READ_COMMITTED = 1
@@ -64,13 +64,13 @@ def _resolve(engine: Engine, ctx: RequestContext, request: Any) -> list[_Wanted]
 
 
 def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: bool,
-            unscanned: list[tuple[PartitionLog, int]]) -> tuple[PartitionAnswer, int]:
+            unscanned: list[tuple[PartitionStore, int]]) -> tuple[PartitionAnswer, int]:
     """One partition's answer and the bytes it carries (below the last stable offset only,
     with the aborted transactions listed, for read_committed). A partition whose ledger at
     the offset is to be scanned first is noted in ``unscanned`` and answered empty."""
     if want.error != ErrorCode.NONE or want.internal is None:
         return _empty(want.index, want.error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), 0
-    partition: PartitionLog | None = engine.logs.partition(want.internal, want.index)
+    partition: PartitionStore | None = engine.logs.partition(want.internal, want.index)
     if partition is None:
         return _empty(want.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), 0
     if partition.offline:  # a failed fsync: until restart
@@ -136,7 +136,7 @@ def _empty(index: int, code: ErrorCode, high_watermark: int = -1,
     return PartitionAnswer(index, code, high_watermark, high_watermark, log_start)
 
 
-async def _scan(unscanned: list[tuple[PartitionLog, int]]) -> None:
+async def _scan(unscanned: list[tuple[PartitionStore, int]]) -> None:
     """Scan, in a worker thread, each ledger a fetch is about to read first since start-up."""
     loop = asyncio.get_running_loop()
     for partition, offset in unscanned:
@@ -145,7 +145,7 @@ async def _scan(unscanned: list[tuple[PartitionLog, int]]) -> None:
 
 
 def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int, committed: bool,
-             unscanned: list[tuple[PartitionLog, int]]
+             unscanned: list[tuple[PartitionStore, int]]
              ) -> tuple[list[tuple[PartitionAnswer, int]], int, bool]:
     """Answers for all partitions, total bytes, and whether an error is among them."""
     answers = []
@@ -189,7 +189,7 @@ async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Fet
     wanted = _resolve(engine, ctx, request)
     committed = request.isolation_level == READ_COMMITTED
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
-    unscanned: list[tuple[PartitionLog, int]] = []
+    unscanned: list[tuple[PartitionStore, int]] = []
     while True:
         answers, total, errored = _collect(engine, wanted, max_bytes, committed, unscanned)
         if unscanned:  # off the event loop, then answer again

@@ -16,7 +16,7 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.record_check import MalformedBatch, record_times
-from broker_core.storage import BatchInfo, PartitionLog
+from broker_core.storage import BatchInfo, PartitionStore
 
 log = logging.getLogger(__name__)
 LATEST = -1
@@ -48,7 +48,7 @@ def _records(info: BatchInfo, start: int) -> list[tuple[int, int]]:
             if info.base_offset + delta >= start]
 
 
-def _offset_for_timestamp(partition: PartitionLog, target: int) -> tuple[int, int]:
+def _offset_for_timestamp(partition: PartitionStore, target: int) -> tuple[int, int]:
     start = partition.log_start_offset
     first = partition.find_first_batch_with_timestamp_at_least(target)
     if first is None:
@@ -63,7 +63,7 @@ def _offset_for_timestamp(partition: PartitionLog, target: int) -> tuple[int, in
     return _NOT_FOUND
 
 
-def _max_timestamp(partition: PartitionLog) -> tuple[int, int]:
+def _max_timestamp(partition: PartitionStore) -> tuple[int, int]:
     start = partition.log_start_offset
     candidate = partition.batch_with_max_timestamp()
     if candidate is not None and candidate.base_offset >= start:
@@ -78,7 +78,7 @@ def _max_timestamp(partition: PartitionLog) -> tuple[int, int]:
     return best
 
 
-def _lookup(partition: PartitionLog, target: int, stable: int | None) -> tuple[int, int]:
+def _lookup(partition: PartitionStore, target: int, stable: int | None) -> tuple[int, int]:
     if target == LATEST:
         return (stable if stable is not None else partition.next_offset), -1
     if target in (EARLIEST, EARLIEST_LOCAL):

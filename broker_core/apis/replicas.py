@@ -15,7 +15,6 @@ reassign, DESCRIBE to list log dirs and reassignments.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -48,10 +47,6 @@ def _partition_check(engine: Engine, ctx: RequestContext,
     count = topic.num_partitions
     return lambda index: ErrorCode.NONE if 0 <= index < count \
         else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-def _log_dir(engine: Engine) -> str:
-    return str(engine.logs.root.resolve())
 
 
 # -- ElectLeaders ----------------------------------------------------------------------------
@@ -130,18 +125,12 @@ async def handle_describe_log_dirs(engine: Engine, ctx: RequestContext, request:
                     partition_index=index, partition_size=log.size_bytes, offset_lag=0,
                     is_future_key=False))
         topics.append(result.DescribeLogDirsTopic(name=name, partitions=partitions))
-    disk = os.statvfs(engine.logs.root)
+    disk = engine.logs.disk_usage()
     return response(version=request.version, throttle_time_ms=0, error_code=0, results=[
         result(error_code=ErrorCode.KAFKA_STORAGE_ERROR if damaged else 0,
-               log_dir=_log_dir(engine), topics=topics,
-               total_bytes=disk.f_blocks * disk.f_frsize,
-               usable_bytes=disk.f_bavail * disk.f_frsize, is_cordoned=False)])
-
-
-def _names_dir(path: str, directory: str) -> bool:
-    """Whether ``path`` names ``directory`` (a resolved path); a path no file system takes
-    (a NUL byte in it) names none."""
-    return "\x00" not in path and os.path.realpath(path) == directory
+               log_dir=engine.logs.location, topics=topics,
+               total_bytes=disk.total_bytes, usable_bytes=disk.usable_bytes,
+               is_cordoned=False)])
 
 
 async def handle_alter_replica_log_dirs(engine: Engine, ctx: RequestContext,
@@ -149,7 +138,6 @@ async def handle_alter_replica_log_dirs(engine: Engine, ctx: RequestContext,
     """Answer AlterReplicaLogDirs: every replica already is in the one log dir."""
     response = AlterReplicaLogDirsResponse
     allowed = engine.cluster_allowed(ctx, Operation.ALTER)
-    here = _log_dir(engine)
     results = []
     for target in request.dirs:
         for wanted in target.topics:
@@ -160,7 +148,7 @@ async def handle_alter_replica_log_dirs(engine: Engine, ctx: RequestContext,
                     code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                 else:
                     code = check(index)
-                    if code == ErrorCode.NONE and not _names_dir(target.path, here):
+                    if code == ErrorCode.NONE and not engine.logs.names_location(target.path):
                         code = ErrorCode.LOG_DIR_NOT_FOUND
                 answers.append(response.AlterReplicaLogDirTopicResult
                                .AlterReplicaLogDirPartitionResult(partition_index=index,

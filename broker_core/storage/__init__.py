@@ -1,14 +1,17 @@
-"""Storage: the managed ledger (partition logs of ledgers of entries) and its topics.
+"""Storage: the interface every engine implements, and the engines.
 
-Public API: ``open_storage`` chooses an engine by URL and returns a ``LogManager``,
-which owns topics (``TopicInfo``) and the ``PartitionLog`` of each partition.
+Public API: ``open_storage`` chooses an engine by URL (``engines``) and returns a
+``Storage`` (``protocols``), which owns topics (``TopicInfo``), the ``PartitionStore`` of
+each partition and a small ``KeyValueStore`` for what is not a log. ``file://`` is the
+managed ledger on local files (``LogManager``, ``PartitionLog``), ``memory://`` keeps all
+in this process (``memory``).
 """
 
 from __future__ import annotations
 
 from .config import TOPIC_CONFIG_FIELDS, LogConfig, log_config_for_topic
 from .dir_lock import DataDirLocked
-from .engines import open_storage, storage_path_from_url
+from .engines import ENGINES, open_storage, storage_path_from_url, storage_scheme
 from .errors import (
     CorruptLedger,
     LogClosed,
@@ -18,22 +21,29 @@ from .errors import (
     TopicExists,
     UnknownTopic,
 )
-from .log_manager import LogManager, TopicInfo
-from .partition import BatchInfo, PartitionLog, wall_clock_ms
+from .log_manager import LogManager
+from .model import BatchInfo, TopicInfo, wall_clock_ms
+from .partition import PartitionLog
+from .protocols import DiskUsage, KeyValueStore, PartitionStore, Storage
 from .region import FileRegion
 
 __all__ = [
+    "ENGINES",
     "TOPIC_CONFIG_FIELDS",
     "BatchInfo",
     "CorruptLedger",
     "DataDirLocked",
+    "DiskUsage",
     "FileRegion",
+    "KeyValueStore",
     "LogClosed",
     "LogConfig",
     "LogManager",
     "LogOffline",
     "OffsetOutOfRange",
     "PartitionLog",
+    "PartitionStore",
+    "Storage",
     "StorageError",
     "TopicExists",
     "TopicInfo",
@@ -41,5 +51,6 @@ __all__ = [
     "log_config_for_topic",
     "open_storage",
     "storage_path_from_url",
+    "storage_scheme",
     "wall_clock_ms",
 ]

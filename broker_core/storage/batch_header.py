@@ -70,6 +70,19 @@ def shape_problem(batch: bytes | bytearray | memoryview) -> str | None:
     return None
 
 
+def check_append(batch: bytes | bytearray | memoryview, delta: int) -> None:
+    """ValueError unless ``batch`` is well formed and ``delta`` is its lastOffsetDelta
+    (what every engine checks before it stores a batch)."""
+    problem = shape_problem(batch)
+    if problem is not None:
+        raise ValueError(problem)
+    if delta < 0 or delta != last_offset_delta(batch):
+        raise ValueError(
+            f"last_offset_delta {delta} does not match the batch header "
+            f"({last_offset_delta(batch)})"
+        )
+
+
 def crc_matches(batch: bytes | bytearray | memoryview) -> bool:
     """Whether the stored CRC32C equals the CRC32C of bytes 21..end."""
     stored: int = _UINT32.unpack_from(batch, CRC_AT)[0]

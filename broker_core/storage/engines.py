@@ -1,19 +1,24 @@
-"""Choosing a storage engine by URL.
+"""Choosing a storage engine by URL, as Tansu does.
 
-``file:///abs/path`` (or a plain path) opens the local-file managed ledger. Other
-engines (for example a PostgreSQL one shared by several brokers) plug in here under
-their own URL scheme.
+``file:///abs/path`` (or a plain path) opens the managed ledger on local files;
+``memory://`` keeps everything in this process (tests, throwaway brokers). An engine is a
+module with an opener ``(url, default config, clock) -> Storage``; adding one is that
+module plus one line in ``ENGINES``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from .config import LogConfig
 from .log_manager import LogManager
-from .partition import wall_clock_ms
+from .memory import open_memory_storage
+from .model import wall_clock_ms
+from .protocols import Storage
+
+Opener = Callable[[str, LogConfig, Callable[[], int]], Storage]
 
 
 def storage_path_from_url(url: str) -> Path:
@@ -35,12 +40,32 @@ def storage_path_from_url(url: str) -> Path:
     return Path(path)
 
 
+def open_file_storage(url: str, default_config: LogConfig, clock: Callable[[], int]) -> Storage:
+    """The managed ledger on local files under the directory ``url`` names."""
+    return LogManager(storage_path_from_url(url), default_config, clock=clock)
+
+
+ENGINES: Mapping[str, Opener] = {
+    "file": open_file_storage,
+    "memory": open_memory_storage,
+}
+"""URL scheme -> engine opener."""
+
+
+def storage_scheme(url: str) -> str:
+    """The engine scheme of ``url`` (``file`` for a plain path); ValueError if unknown."""
+    scheme = urlsplit(url).scheme if "://" in url or url.startswith("file:") else "file"
+    if scheme not in ENGINES:
+        raise ValueError(f"unsupported storage URL scheme {scheme!r} in {url!r} "
+                         f"(known: {', '.join(sorted(ENGINES))})")
+    return scheme
+
+
 def open_storage(
     url: str,
     default_config: LogConfig | None = None,
     *,
     clock: Callable[[], int] = wall_clock_ms,
-) -> LogManager:
-    """Open the storage named by ``url`` (``file:///abs/path`` or a plain path)."""
-    path = storage_path_from_url(url)
-    return LogManager(path, default_config or LogConfig(), clock=clock)
+) -> Storage:
+    """Open the storage named by ``url`` with the engine its scheme selects."""
+    return ENGINES[storage_scheme(url)](url, default_config or LogConfig(), clock)

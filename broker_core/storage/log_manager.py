@@ -26,69 +26,25 @@ import contextlib
 import logging
 import os
 import shutil
-import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from .config import LogConfig, log_config_for_topic
 from .dir_lock import DataDirLock
-from .errors import LogClosed, TopicExists, UnknownTopic
+from .errors import UnknownTopic
+from .file_kv import FileKeyValues
 from .fsutil import TEMP_SUFFIX, fsync_dir, read_json, write_json_atomically
-from .partition import PartitionLog, wall_clock_ms
+from .model import TopicInfo, topic_name_parts, wall_clock_ms
+from .partition import PartitionLog
+from .protocols import DiskUsage
+from .topic_table import TopicEntry, TopicTable
 
 logger = logging.getLogger(__name__)
 
 TOPIC_FILE = "topic.json"
 _TOPICS_DIR = "topics"
 _TRASH_DIR = "trash"
-_FORMAT_VERSION = 1
-
-
-@dataclass
-class TopicInfo:
-    """A topic as stored: its full internal name, id, partition count and configs."""
-
-    name: str
-    topic_id: uuid.UUID
-    num_partitions: int
-    configs: dict[str, str] = field(default_factory=dict)
-
-    def copy(self) -> TopicInfo:
-        return TopicInfo(self.name, self.topic_id, self.num_partitions, dict(self.configs))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": _FORMAT_VERSION,
-            "name": self.name,
-            "topicId": str(self.topic_id),
-            "numPartitions": self.num_partitions,
-            "configs": dict(self.configs),
-        }
-
-    @classmethod
-    def from_json(cls, doc: Any) -> TopicInfo:
-        if not isinstance(doc, dict) or doc.get("version") != _FORMAT_VERSION:
-            raise ValueError("not a topic metadata document of a known version")
-        configs = doc["configs"]
-        if not isinstance(configs, dict):
-            raise ValueError("topic configs are not an object")
-        return cls(
-            name=str(doc["name"]),
-            topic_id=uuid.UUID(str(doc["topicId"])),
-            num_partitions=int(doc["numPartitions"]),
-            configs={str(k): str(v) for k, v in configs.items()},
-        )
-
-
-@dataclass
-class _Topic:
-    info: TopicInfo
-    directory: Path
-    config: LogConfig
-    partitions: list[PartitionLog]
 
 
 def _first_missing(path: Path) -> Path | None:
@@ -101,15 +57,7 @@ def _first_missing(path: Path) -> Path | None:
     return missing
 
 
-def _name_parts(name: str) -> list[str]:
-    parts = name.split("/")
-    for part in parts:
-        if part in ("", ".", "..") or "\0" in part:
-            raise ValueError(f"invalid topic name {name!r}")
-    return parts
-
-
-class LogManager:
+class LogManager(TopicTable[PartitionLog]):
     """All topics and partition logs under ``root``; thread-safe."""
 
     def __init__(
@@ -121,12 +69,10 @@ class LogManager:
     ) -> None:
         """Open the storage at ``root`` (created if missing), lock it and load every topic
         in it; DataDirLocked when another broker has it."""
+        super().__init__()
         self.root = Path(root)
         self.default_config = default_config
         self._clock = clock
-        self._lock = threading.RLock()
-        self._topics: dict[str, _Topic] = {}
-        self._closed = False
         self._topics_dir = self.root / _TOPICS_DIR
         self._trash_dir = self.root / _TRASH_DIR
         self.created = _first_missing(self.root)
@@ -143,6 +89,26 @@ class LogManager:
         except BaseException:
             self.discard_created()
             raise
+
+    @property
+    def location(self) -> str:
+        """The data directory's absolute path."""
+        return str(self.root.resolve())
+
+    def names_location(self, path: str) -> bool:
+        """Whether ``path`` resolves to the data directory; a path no file system takes
+        (a NUL byte in it) names none."""
+        return "\x00" not in path and os.path.realpath(path) == self.location
+
+    @property
+    def kv(self) -> FileKeyValues:
+        """Files in the data directory (``meta.properties``, ``acls.json``, ...)."""
+        return FileKeyValues(self.root)
+
+    def disk_usage(self) -> DiskUsage:
+        """Size and free space of the data directory's file system."""
+        disk = os.statvfs(self.root)
+        return DiskUsage(disk.f_blocks * disk.f_frsize, disk.f_bavail * disk.f_frsize)
 
     # -- loading -----------------------------------------------------------------------
 
@@ -186,25 +152,17 @@ class LogManager:
             if not (directory / str(p)).is_dir():
                 logger.warning("%s: partition %d has no directory; starting it empty", name, p)
             partitions.append(PartitionLog(directory / str(p), config, clock=self._clock))
-        self._topics[name] = _Topic(info, directory, config, partitions)
+        self._topics[name] = TopicEntry(info, config, partitions)
 
     # -- topics ------------------------------------------------------------------------
 
     def create_topic(self, name: str, num_partitions: int, configs: Mapping[str, str]) -> TopicInfo:
         """Create a topic with a fresh random id; TopicExists if the name is taken."""
-        parts = _name_parts(name)
-        if num_partitions < 1:
-            raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
-        configs = dict(configs)
-        config = log_config_for_topic(self.default_config, configs)
+        configs, config = self._new_topic_config(name, num_partitions, configs,
+                                                 self.default_config)
         with self._lock:
-            self._check_open()
-            if name in self._topics:
-                raise TopicExists(name)
-            for other in self._topics:
-                if other.startswith(name + "/") or name.startswith(other + "/"):
-                    raise ValueError(f"topic name {name!r} nests with existing topic {other!r}")
-            directory = self._topics_dir.joinpath(*parts)
+            self._check_free(name)
+            directory = self._directory(name)
             if directory.exists():
                 logger.warning("%s: removing an unfinished topic creation", directory)
                 self._discard_dir(directory)
@@ -222,7 +180,7 @@ class LogManager:
                         log.close()
                 self._discard_dir(directory)
                 raise
-            self._topics[name] = _Topic(info, directory, config, partitions)
+            self._topics[name] = TopicEntry(info, config, partitions)
             return info.copy()
 
     def delete_topic(self, name: str) -> None:
@@ -235,28 +193,24 @@ class LogManager:
             for log in topic.partitions:
                 with contextlib.suppress(OSError):  # its files go: sealing them may fail
                     log.close()
-            self._discard_dir(topic.directory)
+            self._discard_dir(self._directory(name))
 
     def add_partitions(self, name: str, new_total: int) -> TopicInfo:
         """Grow the topic to ``new_total`` partitions (ValueError unless it grows)."""
         with self._lock:
-            topic = self._topic(name)
+            topic = self._growing(name, new_total)
             current = topic.info.num_partitions
-            if new_total <= current:
-                raise ValueError(
-                    f"topic {name!r} has {current} partitions; cannot change to {new_total}"
-                )
             added: list[PartitionLog] = []
             try:
                 for p in range(current, new_total):
-                    directory = topic.directory / str(p)
+                    directory = self._directory(name) / str(p)
                     if directory.exists():
                         logger.warning("%s: removing an unfinished partition", directory)
                         shutil.rmtree(directory)
                     added.append(PartitionLog(directory, topic.config, clock=self._clock))
                 info = topic.info.copy()
                 info.num_partitions = new_total
-                write_json_atomically(topic.directory / TOPIC_FILE, info.to_json())
+                write_json_atomically(self._directory(name) / TOPIC_FILE, info.to_json())
             except BaseException:
                 for log in added:
                     with contextlib.suppress(Exception):
@@ -274,48 +228,14 @@ class LogManager:
             topic = self._topic(name)
             info = topic.info.copy()
             info.configs = configs
-            write_json_atomically(topic.directory / TOPIC_FILE, info.to_json())
+            write_json_atomically(self._directory(name) / TOPIC_FILE, info.to_json())
             topic.info = info
             topic.config = config
             for log in topic.partitions:
                 log.update_config(config)
             return info.copy()
 
-    def topic(self, name: str) -> TopicInfo | None:
-        with self._lock:
-            topic = self._topics.get(name)
-            return None if topic is None else topic.info.copy()
-
-    def topics(self) -> list[TopicInfo]:
-        with self._lock:
-            return [topic.info.copy() for topic in self._topics.values()]
-
-    def partition(self, name: str, partition: int) -> PartitionLog | None:
-        with self._lock:
-            topic = self._topics.get(name)
-            if topic is None or not 0 <= partition < len(topic.partitions):
-                return None
-            return topic.partitions[partition]
-
-    def all_partitions(self) -> Iterator[tuple[str, int, PartitionLog]]:
-        """A snapshot of (topic name, partition, log) for every partition."""
-        with self._lock:
-            snapshot = [
-                (name, p, log)
-                for name, topic in self._topics.items()
-                for p, log in enumerate(topic.partitions)
-            ]
-        return iter(snapshot)
-
     # -- maintenance -------------------------------------------------------------------
-
-    def enforce_retention(self) -> int:
-        """Apply retention to every partition; returns the number of ledgers dropped."""
-        dropped = 0
-        for _, _, log in self.all_partitions():
-            with contextlib.suppress(LogClosed):
-                dropped += log.enforce_retention()
-        return dropped
 
     def flush_all(self) -> None:
         for _, _, log in self.all_partitions():
@@ -369,16 +289,9 @@ class LogManager:
 
     # -- helpers -----------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise LogClosed(f"log manager at {self.root} is closed")
-
-    def _topic(self, name: str) -> _Topic:
-        self._check_open()
-        topic = self._topics.get(name)
-        if topic is None:
-            raise UnknownTopic(name)
-        return topic
+    def _directory(self, name: str) -> Path:
+        """The directory of topic ``name``."""
+        return self._topics_dir.joinpath(*topic_name_parts(name))
 
     def _fsync_parents(self, directory: Path) -> None:
         """fsync the directories from ``directory``'s parent up to the topics root."""

@@ -33,19 +33,18 @@ import errno
 import logging
 import os
 import threading
-import time
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .batch_header import last_offset_delta as batch_last_offset_delta
-from .batch_header import set_base_offset, shape_problem
-from .config import LogConfig
+from .batch_header import check_append, set_base_offset
+from .config import LogConfig, retention_drops
 from .damage import Damage, batch_problem, hole, report, scan_ledger
 from .entry import ENTRY_HEADER_SIZE, encode_entry_header
 from .errors import DamagedRecords, LogClosed, LogOffline, OffsetOutOfRange
+from .file_kv import FileKeyValues
 from .fsutil import TEMP_SUFFIX, start_writeback
 from .ledger import Ledger, LedgerReader, ledger_file_name, parse_ledger_file_name
 from .metadata import (
@@ -55,6 +54,7 @@ from .metadata import (
     load_metadata,
     store_metadata,
 )
+from .model import BatchInfo, wall_clock_ms
 from .region import FileRegion
 
 logger = logging.getLogger(__name__)
@@ -68,26 +68,6 @@ _MAX_OPEN_SEALED = 8
 _ITER_WINDOW = 256 * 1024
 _SPACE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT})
 """Write errors after which the log stays online (a failed append is cut back)."""
-
-
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch."""
-    return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True)
-class BatchInfo:
-    """What the ledger knows about one stored entry."""
-
-    base_offset: int
-    last_offset: int
-    """base_offset + lastOffsetDelta."""
-    max_timestamp: int
-    """The batch header's maxTimestamp."""
-    broker_timestamp: int
-    """Wall-clock ms at which the broker appended the batch."""
-    batch: memoryview | bytes
-    """The record batch bytes (with the assigned base offset)."""
 
 
 @dataclass
@@ -135,6 +115,16 @@ class PartitionLog:
         """The next offset when the log was opened: offsets below it were written before."""
 
     # -- properties --------------------------------------------------------------------
+
+    @property
+    def location(self) -> str:
+        """The partition's directory, for log lines."""
+        return str(self.directory)
+
+    @property
+    def state(self) -> FileKeyValues:
+        """Files in the partition's directory, refused once the log is closed."""
+        return FileKeyValues(self.directory, self._check_open)
 
     @property
     def log_start_offset(self) -> int:
@@ -188,14 +178,7 @@ class PartitionLog:
         the batch (CRC, record count); this checks only its shape and that
         ``last_offset_delta`` matches the header, raising ValueError otherwise.
         """
-        problem = shape_problem(batch)
-        if problem is not None:
-            raise ValueError(problem)
-        if last_offset_delta < 0 or last_offset_delta != batch_last_offset_delta(batch):
-            raise ValueError(
-                f"last_offset_delta {last_offset_delta} does not match the batch header "
-                f"({batch_last_offset_delta(batch)})"
-            )
+        check_append(batch, last_offset_delta)
         entry_size = ENTRY_HEADER_SIZE + len(batch)
         with self._lock:
             self._check_open()
@@ -520,24 +503,10 @@ class PartitionLog:
         """
         with self._lock:
             self._check_open()
-            now = self._clock()
-            config = self._config
-            sealed = self._ledgers[:-1]
-            count = 0
-            if config.retention_ms >= 0:
-                while (
-                    count < len(sealed)
-                    and now - sealed[count].facts.max_broker_timestamp > config.retention_ms
-                ):
-                    count += 1
-            if config.retention_bytes >= 0:
-                excess = (
-                    sum(ledger.facts.size for ledger in self._ledgers[count:])
-                    - config.retention_bytes
-                )
-                while count < len(sealed) and excess >= sealed[count].facts.size:
-                    excess -= sealed[count].facts.size
-                    count += 1
+            sealed = [(ledger.facts.size, ledger.facts.max_broker_timestamp)
+                      for ledger in self._ledgers[:-1]]
+            count = retention_drops(sealed, self._ledgers[-1].facts.size, self._clock(),
+                                    self._config)
             if count:
                 self._drop_prefix_locked(count)
             return count

@@ -1,0 +1,358 @@
+"""The ``memory://`` engine: topics and partition logs held in this process only.
+
+Same semantics as the managed ledger, nothing on disk, gone at exit: a partition is a list
+of segments of batches (rolled by ``segment.bytes`` / ``segment.ms``, dropped whole by
+retention), offsets are continuous, DeleteRecords moves the log start. Meant for tests and
+throwaway brokers.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from .batch_header import check_append, set_base_offset
+from .config import LogConfig, log_config_for_topic, retention_drops
+from .damage import Damage
+from .errors import LogClosed, OffsetOutOfRange
+from .model import BatchInfo, TopicInfo
+from .protocols import DiskUsage
+from .region import FileRegion
+from .topic_table import TopicEntry, TopicTable
+
+URL = "memory://"
+
+
+def _no_check() -> None:
+    return None
+
+
+class MemoryKeyValues:
+    """Values in a dict; ``check`` raises once the owner is gone."""
+
+    def __init__(self, check: Callable[[], None] = _no_check) -> None:
+        self._values: dict[str, bytes] = {}
+        self._check = check
+
+    def get(self, key: str) -> bytes | None:
+        return self._values.get(key)
+
+    def put(self, key: str, value: bytes, *, durable: bool = True) -> None:
+        self._check()
+        self._values[key] = bytes(value)
+
+
+@dataclass
+class _Segment:
+    first_offset: int
+    created_ms: int
+    next_offset: int = -1
+    size: int = 0
+    max_broker_timestamp: int = -1
+    batches: list[BatchInfo] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.next_offset < 0:
+            self.next_offset = self.first_offset
+
+    def index_of(self, offset: int) -> int:
+        """Index of the batch holding ``offset`` (first_offset <= offset < next_offset)."""
+        return bisect_right(self.batches, offset, key=lambda b: b.base_offset) - 1
+
+
+class MemoryPartition:
+    """One partition's log in memory; thread-safe."""
+
+    def __init__(self, location: str, config: LogConfig, clock: Callable[[], int]) -> None:
+        self._location = location
+        self._config = config
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._segments = [_Segment(0, clock())]
+        self._log_start = 0
+        self._closed = False
+        self._state = MemoryKeyValues(self._check_open)
+
+    @property
+    def location(self) -> str:
+        return self._location
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def next_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def opened_next_offset(self) -> int:
+        return 0
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(segment.size for segment in self._segments)
+
+    @property
+    def offline(self) -> bool:
+        return False  # nothing to fail: memory is not fsynced
+
+    @property
+    def state(self) -> MemoryKeyValues:
+        return self._state
+
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self._config = config
+
+    def append(self, batch: bytearray, last_offset_delta: int, max_timestamp: int) -> int:
+        check_append(batch, last_offset_delta)
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            segment = self._segments[-1]
+            if segment.size > 0 and (
+                segment.size + len(batch) > self._config.segment_bytes
+                or now - segment.created_ms >= self._config.segment_ms
+            ):
+                segment = self._roll(now)
+            base = segment.next_offset
+            set_base_offset(batch, base)
+            last = base + last_offset_delta
+            segment.batches.append(BatchInfo(base, last, max_timestamp, now, bytes(batch)))
+            segment.next_offset = last + 1
+            segment.size += len(batch)
+            segment.max_broker_timestamp = now
+            return base
+
+    def _roll(self, now: int) -> _Segment:
+        segment = _Segment(self.next_offset, now)
+        self._segments.append(segment)
+        return segment
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(f"partition {self._location} is closed")
+
+    def _check_offset(self, offset: int) -> None:
+        if not self._log_start <= offset <= self.next_offset:
+            raise OffsetOutOfRange(f"offset {offset} is outside [{self._log_start}, "
+                                   f"{self.next_offset}] of {self._location}")
+
+    def _position(self, offset: int) -> tuple[int, int] | None:
+        """(segment index, batch index) of the batch holding ``offset``, or of the first
+        batch after it; None past the end."""
+        s = bisect_right(self._segments, offset, key=lambda seg: seg.first_offset) - 1
+        s = max(s, 0)
+        segment = self._segments[s]
+        b = max(segment.index_of(offset), 0)
+        while s < len(self._segments):
+            batches = self._segments[s].batches
+            while b < len(batches):
+                if batches[b].last_offset >= offset:
+                    return s, b
+                b += 1
+            s, b = s + 1, 0
+        return None
+
+    def _from(self, offset: int) -> Iterator[BatchInfo]:
+        """The batches from the one holding ``offset`` (call with the lock held)."""
+        found = self._position(offset)
+        if found is None:
+            return
+        s, b = found
+        for segment in self._segments[s:]:
+            yield from segment.batches[b:]
+            b = 0
+
+    def read(self, offset: int, max_bytes: int) -> list[memoryview | FileRegion]:
+        with self._lock:
+            self._check_open()
+            self._check_offset(offset)
+            out: list[memoryview | FileRegion] = []
+            taken = 0
+            for info in self._from(offset):
+                if out and taken + len(info.batch) > max_bytes:
+                    break
+                out.append(memoryview(info.batch))
+                taken += len(info.batch)
+            return out
+
+    def batches_from(self, offset: int) -> Iterator[BatchInfo]:
+        with self._lock:
+            self._check_open()
+            self._check_offset(offset)
+        return self._follow(offset)
+
+    def _follow(self, offset: int) -> Iterator[BatchInfo]:
+        """Batches from ``offset`` on, following appends made while iterating."""
+        while True:
+            with self._lock:
+                if self._closed or offset < self._log_start or offset >= self.next_offset:
+                    return
+                found = self._position(offset)
+                if found is None:
+                    return
+                info = self._segments[found[0]].batches[found[1]]
+            yield info
+            offset = info.last_offset + 1
+
+    def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None:
+        with self._lock:
+            self._check_open()
+            return next((info for info in self._from(self._log_start)
+                         if info.max_timestamp >= timestamp), None)
+
+    def batch_with_max_timestamp(self) -> BatchInfo | None:
+        with self._lock:
+            self._check_open()
+            best: BatchInfo | None = None
+            for info in self._from(self._log_start):
+                if best is None or info.max_timestamp > best.max_timestamp:
+                    best = info
+            return best
+
+    def delete_records_before(self, offset: int) -> int:
+        with self._lock:
+            self._check_open()
+            if offset < 0 or offset > self.next_offset:
+                raise OffsetOutOfRange(
+                    f"offset {offset} is outside [0, {self.next_offset}] of {self._location}")
+            if offset <= self._log_start:
+                return self._log_start
+            self._log_start = offset
+            if self._segments[-1].size > 0 and self.next_offset <= offset:
+                self._roll(self._clock())
+            count = 0
+            while count < len(self._segments) - 1 \
+                    and self._segments[count].next_offset <= offset:
+                count += 1
+            self._drop(count)
+            return self._log_start
+
+    def enforce_retention(self) -> int:
+        with self._lock:
+            self._check_open()
+            sealed = [(s.size, s.max_broker_timestamp) for s in self._segments[:-1]]
+            count = retention_drops(sealed, self._segments[-1].size, self._clock(),
+                                    self._config)
+            self._drop(count)
+            return count
+
+    def _drop(self, count: int) -> None:
+        del self._segments[:count]
+        self._log_start = max(self._log_start, self._segments[0].first_offset)
+
+    def damaged_ranges(self) -> list[Damage]:
+        return []
+
+    def needs_verification(self, offset: int) -> bool:
+        return False
+
+    def verify_at(self, offset: int) -> None:
+        return None
+
+    def start_writeback(self) -> None:
+        return None
+
+    def flush(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+
+
+class MemoryStorage(TopicTable[MemoryPartition]):
+    """Every topic in memory; thread-safe."""
+
+    def __init__(self, default_config: LogConfig, clock: Callable[[], int]) -> None:
+        super().__init__()
+        self._default_config = default_config
+        self._clock = clock
+        self._kv = MemoryKeyValues()
+
+    @property
+    def default_config(self) -> LogConfig:
+        return self._default_config
+
+    @property
+    def location(self) -> str:
+        return URL
+
+    def names_location(self, path: str) -> bool:
+        return path == URL
+
+    @property
+    def kv(self) -> MemoryKeyValues:
+        return self._kv
+
+    def disk_usage(self) -> DiskUsage:
+        return DiskUsage(-1, -1)  # no volume: DescribeLogDirs' "unknown"
+
+    def _partitions(self, name: str, first: int, last: int,
+                    config: LogConfig) -> list[MemoryPartition]:
+        return [MemoryPartition(f"{URL}{name}/{p}", config, self._clock)
+                for p in range(first, last)]
+
+    def create_topic(self, name: str, num_partitions: int,
+                     configs: Mapping[str, str]) -> TopicInfo:
+        own, config = self._new_topic_config(name, num_partitions, configs,
+                                             self._default_config)
+        with self._lock:
+            self._check_free(name)
+            info = TopicInfo(name, uuid.uuid4(), num_partitions, own)
+            self._topics[name] = TopicEntry(info, config,
+                                            self._partitions(name, 0, num_partitions, config))
+            return info.copy()
+
+    def delete_topic(self, name: str) -> None:
+        with self._lock:
+            topic = self._topic(name)
+            del self._topics[name]
+            for partition in topic.partitions:
+                partition.close()
+
+    def add_partitions(self, name: str, new_total: int) -> TopicInfo:
+        with self._lock:
+            topic = self._growing(name, new_total)
+            current = topic.info.num_partitions
+            topic.partitions.extend(self._partitions(name, current, new_total, topic.config))
+            topic.info.num_partitions = new_total
+            return topic.info.copy()
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
+        configs = dict(configs)
+        config = log_config_for_topic(self._default_config, configs)
+        with self._lock:
+            topic = self._topic(name)
+            topic.info.configs = configs
+            topic.config = config
+            for partition in topic.partitions:
+                partition.update_config(config)
+            return topic.info.copy()
+
+    def close(self) -> list[str]:
+        with self._lock:
+            self._closed = True
+            for _, _, partition in self.all_partitions():
+                partition.close()
+        return []
+
+    def discard_created(self, *, at_close: bool = False) -> None:
+        if not at_close:  # at close: close() drops nothing, the process is ending anyway
+            self.close()
+            with self._lock:
+                self._topics.clear()
+
+
+def open_memory_storage(url: str, default_config: LogConfig,
+                        clock: Callable[[], int]) -> MemoryStorage:
+    """A new, empty in-memory storage (``memory://``; anything after it is refused)."""
+    if url.rstrip("/") != URL.rstrip("/"):
+        raise ValueError(f"memory storage URL takes nothing after {URL!r}: {url!r}")
+    return MemoryStorage(default_config, clock)

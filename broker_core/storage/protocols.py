@@ -1,0 +1,157 @@
+"""The storage interface every engine implements: ``Storage``, ``PartitionStore`` and
+``KeyValueStore``.
+
+They hold exactly what the engine, the APIs and the edge call on storage; nothing outside
+``broker_core/storage/`` touches files, directories or disk figures. An engine is one
+module that implements these and registers its URL scheme in ``engines``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from .config import LogConfig
+from .damage import Damage
+from .model import BatchInfo, TopicInfo
+from .region import FileRegion
+
+
+@dataclass(frozen=True)
+class DiskUsage:
+    """Space of the storage's volume, as DescribeLogDirs reports it."""
+
+    total_bytes: int
+    usable_bytes: int
+
+
+class KeyValueStore(Protocol):
+    """A small key-value area for what is not a log (cluster id, producer-id blocks, ACLs,
+    producer snapshots). Keys are short names without ``/``; values are bytes."""
+
+    def get(self, key: str) -> bytes | None:
+        """The value stored under ``key``, or None if there is none."""
+        ...
+
+    def put(self, key: str, value: bytes, *, durable: bool = True) -> None:
+        """Replace the value under ``key`` atomically: a reader sees the old value or the
+        new one. ``durable`` waits until the value survives a power loss. Raises OSError
+        when it cannot be stored, LogClosed when the area's partition is gone."""
+        ...
+
+
+class PartitionStore(Protocol):
+    """The log of one partition: continuous offsets from ``log_start_offset`` to
+    ``next_offset`` (the high watermark)."""
+
+    @property
+    def location(self) -> str:
+        """Where the partition lives, for log lines."""
+        ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def next_offset(self) -> int: ...
+
+    @property
+    def opened_next_offset(self) -> int:
+        """The next offset when the log was opened: offsets below it were written before."""
+        ...
+
+    @property
+    def size_bytes(self) -> int: ...
+
+    @property
+    def offline(self) -> bool:
+        """Whether the partition is offline until restart (a failed fsync or write)."""
+        ...
+
+    @property
+    def state(self) -> KeyValueStore:
+        """The partition's own key-value area, deleted with it (producer snapshots)."""
+        ...
+
+    def append(self, batch: bytearray, last_offset_delta: int, max_timestamp: int) -> int:
+        """Store one record batch, patching its base offset; return that offset."""
+        ...
+
+    def read(self, offset: int, max_bytes: int) -> list[memoryview | FileRegion]:
+        """Batches from the one holding ``offset`` up to ``max_bytes`` (the first whole)."""
+        ...
+
+    def batches_from(self, offset: int) -> Iterator[BatchInfo]: ...
+
+    def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None: ...
+
+    def batch_with_max_timestamp(self) -> BatchInfo | None: ...
+
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start up to ``offset`` (DeleteRecords); return the log start."""
+        ...
+
+    def damaged_ranges(self) -> list[Damage]: ...
+
+    def needs_verification(self, offset: int) -> bool:
+        """Whether a read at ``offset`` should first run ``verify_at`` in a worker."""
+        ...
+
+    def verify_at(self, offset: int) -> None: ...
+
+    def start_writeback(self) -> None: ...
+
+    def flush(self) -> bool:
+        """Make what was appended so far durable; return whether the partition's metadata
+        was rewritten too (a checkpoint)."""
+        ...
+
+
+class Storage(Protocol):
+    """The topics of one broker and the partition store of each, plus a key-value area."""
+
+    @property
+    def default_config(self) -> LogConfig: ...
+
+    @property
+    def location(self) -> str:
+        """The log dir DescribeLogDirs names (an absolute path or the engine's URL)."""
+        ...
+
+    def names_location(self, path: str) -> bool:
+        """Whether a client's log dir ``path`` names ``location`` (AlterReplicaLogDirs)."""
+        ...
+
+    @property
+    def kv(self) -> KeyValueStore: ...
+
+    def disk_usage(self) -> DiskUsage: ...
+
+    def create_topic(self, name: str, num_partitions: int,
+                     configs: Mapping[str, str]) -> TopicInfo: ...
+
+    def delete_topic(self, name: str) -> None: ...
+
+    def add_partitions(self, name: str, new_total: int) -> TopicInfo: ...
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo: ...
+
+    def topic(self, name: str) -> TopicInfo | None: ...
+
+    def topics(self) -> list[TopicInfo]: ...
+
+    def partition(self, name: str, partition: int) -> PartitionStore | None: ...
+
+    def all_partitions(self) -> Iterator[tuple[str, int, PartitionStore]]: ...
+
+    def enforce_retention(self) -> int: ...
+
+    def close(self) -> list[str]:
+        """Close every partition; the problems, one line each (the rest still closed)."""
+        ...
+
+    def discard_created(self, *, at_close: bool = False) -> None:
+        """After a failed start: remove what this storage created, now (closing it) or,
+        with ``at_close``, when :meth:`close` runs."""
+        ...

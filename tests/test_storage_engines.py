@@ -1,0 +1,238 @@
+"""Every storage engine, through the ``Storage`` / ``PartitionStore`` / ``KeyValueStore``
+protocols only: the same behaviour from ``file://`` and ``memory://``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from broker_core.storage import (
+    ENGINES,
+    LogClosed,
+    LogConfig,
+    OffsetOutOfRange,
+    PartitionStore,
+    Storage,
+    TopicExists,
+    UnknownTopic,
+    open_storage,
+)
+from tests.storage_helpers import batch_bytes
+
+TOPIC = "public/default/t"
+
+
+class Clock:
+    """A settable clock, in ms."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture(params=sorted(ENGINES))
+def engine(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def storage(engine: str, tmp_path: Path, clock: Clock) -> Iterator[Storage]:
+    url = (tmp_path / "data").as_uri() if engine == "file" else "memory://"
+    opened = open_storage(url, LogConfig(segment_bytes=4096), clock=clock)
+    yield opened
+    opened.close()
+
+
+def make_batch(count: int, first_timestamp: int = 1_000, size: int = 50) -> bytearray:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for i in range(count):
+        builder.append(i, first_timestamp + i, b"k", b"v" * size, [])
+    batch: bytearray = builder.build()
+    return batch
+
+
+def append(log: PartitionStore, count: int, first_timestamp: int = 1_000,
+           size: int = 50) -> int:
+    return log.append(make_batch(count, first_timestamp, size), count - 1,
+                      first_timestamp + count - 1)
+
+
+def partition(storage: Storage, name: str = TOPIC, index: int = 0) -> PartitionStore:
+    log = storage.partition(name, index)
+    assert log is not None
+    return log
+
+
+def test_offsets_are_continuous_and_reads_follow_them(storage: Storage) -> None:
+    storage.create_topic(TOPIC, 2, {})
+    log = partition(storage)
+    bases = [append(log, n) for n in (3, 1, 5, 2)]
+    assert bases == [0, 3, 4, 9]
+    assert (log.log_start_offset, log.next_offset) == (0, 11)
+    assert partition(storage, index=1).next_offset == 0
+    chunks = log.read(4, 1)  # the first batch comes whole even beyond max_bytes
+    assert len(chunks) == 1
+    first = batch_bytes(chunks[0])
+    assert int.from_bytes(first[:8], "big") == 4
+    everything = log.read(0, 1 << 20)
+    assert [int.from_bytes(batch_bytes(c)[:8], "big") for c in everything] == bases
+    assert log.read(11, 100) == []
+    with pytest.raises(OffsetOutOfRange):
+        log.read(12, 100)
+    assert [info.base_offset for info in log.batches_from(5)] == [4, 9]
+    assert log.size_bytes > 0
+
+
+def test_batches_from_follows_appends_made_while_iterating(storage: Storage) -> None:
+    storage.create_topic(TOPIC, 1, {})
+    log = partition(storage)
+    append(log, 1)
+    seen = []
+    for info in log.batches_from(0):
+        seen.append(info.base_offset)
+        if len(seen) < 3:
+            append(log, 1)
+    assert seen == [0, 1, 2]
+
+
+def test_timestamps_lookups(storage: Storage) -> None:
+    storage.create_topic(TOPIC, 1, {})
+    log = partition(storage)
+    append(log, 2, first_timestamp=5_000)
+    append(log, 2, first_timestamp=9_000)
+    append(log, 2, first_timestamp=7_000)
+    found = log.find_first_batch_with_timestamp_at_least(6_000)
+    assert found is not None and found.base_offset == 2
+    assert log.find_first_batch_with_timestamp_at_least(20_000) is None
+    best = log.batch_with_max_timestamp()
+    assert best is not None and (best.base_offset, best.max_timestamp) == (2, 9_001)
+
+
+def test_delete_records_moves_the_log_start(storage: Storage) -> None:
+    storage.create_topic(TOPIC, 1, {"segment.bytes": "300"})
+    log = partition(storage)
+    for _ in range(6):
+        append(log, 2)
+    assert log.delete_records_before(5) == 5
+    assert log.log_start_offset == 5
+    assert log.delete_records_before(1) == 5  # never backwards
+    with pytest.raises(OffsetOutOfRange):
+        log.read(3, 100)
+    chunks = log.read(5, 1 << 20)
+    assert int.from_bytes(batch_bytes(chunks[0])[:8], "big") == 4  # the batch holding 5
+    with pytest.raises(OffsetOutOfRange):
+        log.delete_records_before(13)
+    assert log.delete_records_before(12) == 12
+    assert log.read(12, 100) == []
+    assert append(log, 1) == 12
+
+
+def test_retention_by_time_and_by_size(storage: Storage, clock: Clock) -> None:
+    storage.create_topic(TOPIC, 1, {"segment.bytes": "300", "retention.ms": "10000"})
+    log = partition(storage)
+    for _ in range(4):
+        append(log, 2)  # each batch fills a segment of its own
+    clock.now += 5_000
+    append(log, 2)
+    clock.now += 6_000  # the first four segments are 11 s old, the fifth 6 s
+    assert storage.enforce_retention() == 4
+    assert log.log_start_offset == 8
+    storage.alter_topic_configs(TOPIC, {"segment.bytes": "300", "retention.ms": "-1",
+                                        "retention.bytes": "1"})
+    append(log, 2)
+    assert storage.enforce_retention() == 1  # never the open segment
+    assert (log.log_start_offset, log.next_offset) == (10, 12)
+
+
+def test_topic_configs_apply_to_the_partitions(storage: Storage) -> None:
+    info = storage.create_topic(TOPIC, 1, {"retention.ms": "-1"})
+    assert info.configs == {"retention.ms": "-1"}
+    log = partition(storage)
+    for _ in range(3):
+        append(log, 2)
+    assert storage.enforce_retention() == 0
+    changed = storage.alter_topic_configs(TOPIC, {"segment.bytes": "300"})
+    assert changed.configs == {"segment.bytes": "300"}
+    topic = storage.topic(TOPIC)
+    assert topic is not None and topic.configs == {"segment.bytes": "300"}
+    with pytest.raises(ValueError, match=r"segment\.bytes"):
+        storage.alter_topic_configs(TOPIC, {"segment.bytes": "0"})
+
+
+def test_topics_are_created_grown_and_deleted(storage: Storage) -> None:
+    info = storage.create_topic(TOPIC, 2, {})
+    with pytest.raises(TopicExists):
+        storage.create_topic(TOPIC, 1, {})
+    with pytest.raises(ValueError, match="nests"):
+        storage.create_topic(TOPIC + "/x", 1, {})
+    with pytest.raises(ValueError, match="invalid topic name"):
+        storage.create_topic("a//b", 1, {})
+    assert storage.add_partitions(TOPIC, 3).num_partitions == 3
+    with pytest.raises(ValueError):
+        storage.add_partitions(TOPIC, 2)
+    assert [name for name, _, _ in storage.all_partitions()] == [TOPIC] * 3
+    log = partition(storage, index=2)
+    append(log, 1)
+    assert [t.topic_id for t in storage.topics()] == [info.topic_id]
+    storage.delete_topic(TOPIC)
+    assert storage.topic(TOPIC) is None and storage.partition(TOPIC, 0) is None
+    with pytest.raises(UnknownTopic):
+        storage.delete_topic(TOPIC)
+    with pytest.raises(LogClosed):
+        append(log, 1)
+    again = storage.create_topic(TOPIC, 1, {})
+    assert again.topic_id != info.topic_id
+    assert partition(storage).next_offset == 0
+
+
+def test_key_value_areas(storage: Storage) -> None:
+    assert storage.kv.get("meta.properties") is None
+    storage.kv.put("meta.properties", b"one")
+    storage.kv.put("meta.properties", b"two", durable=False)
+    assert storage.kv.get("meta.properties") == b"two"
+    storage.create_topic(TOPIC, 1, {})
+    log = partition(storage)
+    log.state.put("producer-state.json", b"{}", durable=False)
+    assert log.state.get("producer-state.json") == b"{}"
+    assert storage.kv.get("producer-state.json") is None  # one area per partition
+    storage.delete_topic(TOPIC)
+    with pytest.raises(LogClosed):  # a snapshot of a deleted partition lands nowhere
+        log.state.put("producer-state.json", b"{}")
+    storage.create_topic(TOPIC, 1, {})
+    assert partition(storage).state.get("producer-state.json") is None
+
+
+def test_closed_storage_refuses_changes(storage: Storage) -> None:
+    storage.create_topic(TOPIC, 1, {})
+    log = partition(storage)
+    assert storage.close() == []
+    with pytest.raises(LogClosed):
+        storage.create_topic("public/default/other", 1, {})
+    with pytest.raises(LogClosed):
+        append(log, 1)
+
+
+def test_memory_engine_location_and_disk_figures(tmp_path: Path) -> None:
+    memory = open_storage("memory://")
+    assert memory.location == "memory://" and memory.names_location("memory://")
+    assert memory.disk_usage().total_bytes == -1  # no volume: unknown, as Kafka says
+    memory.close()
+    with pytest.raises(ValueError, match="nothing after"):
+        open_storage("memory://somewhere")
+    files = open_storage((tmp_path / "d").as_uri())
+    assert files.location == str((tmp_path / "d").resolve())
+    assert files.names_location(str(tmp_path / "d")) and not files.names_location("/nope")
+    assert files.disk_usage().total_bytes > 0
+    files.close()
