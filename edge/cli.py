@@ -135,7 +135,7 @@ def run_broker(args: argparse.Namespace) -> int:
     limit_repeated_warnings()
     import uvloop
 
-    from broker_core.storage import DataDirLocked
+    from broker_core.storage import DataDirLocked, SchemaTooNew
     from edge.app import BrokerApp, StartupError
 
     try:
@@ -143,7 +143,7 @@ def run_broker(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"edge-broker: configuration error: {exc}", file=sys.stderr)
         return 2
-    except DataDirLocked as exc:
+    except (DataDirLocked, SchemaTooNew) as exc:
         print(f"edge-broker: cannot start: {exc}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as exc:

@@ -2,6 +2,8 @@
 
 A module marked ``pytest.mark.storage_engines`` runs its tests once per storage engine:
 its broker fixtures take ``storage_engine`` and start with ``engine_settings`` of it.
+``postgres`` runs on the session's PostgreSQL server (``tests/postgres_server.py``, started
+on first use, stopped when the session ends), a new database per broker.
 """
 
 from __future__ import annotations
@@ -13,16 +15,21 @@ from pathlib import Path
 import pytest
 
 from tests.broker_process import BrokerProcess
+from tests.postgres_server import shared_server, stop_shared_server
 
 _names = itertools.count()
 
 
-STORAGE_ENGINES = ("file", "memory")
+STORAGE_ENGINES = ("file", "memory", "postgres")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "storage_engines: run the module's tests once per storage engine")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    stop_shared_server()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -39,12 +46,14 @@ def storage_engine() -> str:
 
 def engine_settings(engine: str) -> dict[str, str]:
     """Broker settings that select ``engine`` (the file engine is the default)."""
+    if engine == "postgres":
+        return {"storageUrl": shared_server().new_database_url()}
     return {"storageUrl": "memory://"} if engine == "memory" else {}
 
 
 def check_engine_left(data_dir: Path, engine: str) -> None:
-    """After the broker stopped: the memory engine wrote nothing to disk."""
-    if engine == "memory":
+    """After the broker stopped: the memory and postgres engines wrote nothing to disk."""
+    if engine in ("memory", "postgres"):
         assert not data_dir.exists(), f"memory://: {data_dir} was created"
 
 
@@ -52,7 +61,7 @@ def check_engine_left(data_dir: Path, engine: str) -> None:
 def broker(tmp_path_factory: pytest.TempPathFactory,
            storage_engine: str) -> Iterator[BrokerProcess]:
     """A broker with default settings, shared by the tests of one module."""
-    data = tmp_path_factory.mktemp("broker-data") / "data"  # memory:// never creates it
+    data = tmp_path_factory.mktemp("broker-data") / "data"  # only file:// creates it
     process = BrokerProcess(data, engine_settings(storage_engine)).start()
     yield process
     process.stop()

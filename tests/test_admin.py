@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 from tests.broker_process import BrokerProcess
 from tests.clients import consume_confluent, make_records, produce_confluent
 
-pytestmark = pytest.mark.storage_engines  # each test on file:// and memory://
+pytestmark = pytest.mark.storage_engines  # each test on file://, memory:// and postgres://
 
 
 def admin(broker: BrokerProcess) -> AdminClient:

@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
 
 from tests.broker_process import BrokerProcess
 
-pytestmark = pytest.mark.storage_engines  # each test on file:// and memory://
+pytestmark = pytest.mark.storage_engines  # each test on file://, memory:// and postgres://
 
 TOPIC = ConfigResource.Type.TOPIC
 

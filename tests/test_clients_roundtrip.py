@@ -10,7 +10,7 @@ import pytest
 from tests.broker_process import BrokerProcess
 from tests.clients import CONSUMERS, PARTITIONS, PRODUCERS, Got, create_topic, make_records
 
-pytestmark = pytest.mark.storage_engines  # each test on file:// and memory://
+pytestmark = pytest.mark.storage_engines  # each test on file://, memory:// and postgres://
 
 COUNT = 10_000
 COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]

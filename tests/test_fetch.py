@@ -16,7 +16,7 @@ from tests.broker_process import BrokerProcess
 from tests.raw import RawConnection, record_batch
 from tests.test_bad_input import create, produce
 
-pytestmark = pytest.mark.storage_engines  # each test on file:// and memory://
+pytestmark = pytest.mark.storage_engines  # each test on file://, memory:// and postgres://
 
 IMPLEMENTED = {0: (3, 11), 1: (4, 12), 2: (1, 8), 3: (0, 12), 8: (2, 9), 9: (1, 9),
                10: (0, 4), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5),

@@ -27,7 +27,7 @@ from tests.group_helpers import (
     start_broker,
 )
 
-pytestmark = pytest.mark.storage_engines  # each test on file:// and memory://
+pytestmark = pytest.mark.storage_engines  # each test on file://, memory:// and postgres://
 
 PARTITIONS = 6
 PHASES = [(0, 1700), (1700, 3400), (3400, 5000)]  # offsets per partition, 30,000 records

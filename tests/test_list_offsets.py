@@ -17,7 +17,7 @@ from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
 from tests.conftest import check_engine_left, engine_settings
 
-pytestmark = pytest.mark.storage_engines  # each test on file:// and memory://
+pytestmark = pytest.mark.storage_engines  # each test on file://, memory:// and postgres://
 
 T0 = 1_600_000_000_000
 BATCHES = 40

@@ -31,7 +31,7 @@ from tests.txn_helpers import (
     visible_within,
 )
 
-pytestmark = pytest.mark.storage_engines  # each test on file:// and memory://
+pytestmark = pytest.mark.storage_engines  # each test on file://, memory:// and postgres://
 
 PARTITIONS = 4
 

@@ -4,7 +4,7 @@ Public API: ``open_storage`` chooses an engine by URL (``engines``) and returns 
 ``Storage`` (``protocols``), which owns topics (``TopicInfo``), the ``PartitionStore`` of
 each partition and a small ``KeyValueStore`` for what is not a log. ``file://`` is the
 managed ledger on local files (``LogManager``, ``PartitionLog``), ``memory://`` keeps all
-in this process (``memory``).
+in this process (``memory``), ``postgres://`` in a PostgreSQL database (``postgres``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from .dir_lock import DataDirLocked
 from .engines import ENGINES, open_storage, storage_path_from_url, storage_scheme
 from .errors import (
     CorruptLedger,
+    DatabaseUnavailable,
     LogClosed,
     LogOffline,
     OffsetOutOfRange,
@@ -24,6 +25,7 @@ from .errors import (
 from .log_manager import LogManager
 from .model import BatchInfo, TopicInfo, wall_clock_ms
 from .partition import PartitionLog
+from .pg_schema import SchemaTooNew
 from .protocols import DiskUsage, KeyValueStore, PartitionStore, Storage
 from .region import FileRegion
 
@@ -32,6 +34,7 @@ __all__ = [
     "TOPIC_CONFIG_FIELDS",
     "BatchInfo",
     "CorruptLedger",
+    "DatabaseUnavailable",
     "DataDirLocked",
     "DiskUsage",
     "FileRegion",
@@ -41,6 +44,7 @@ __all__ = [
     "LogManager",
     "LogOffline",
     "OffsetOutOfRange",
+    "SchemaTooNew",
     "PartitionLog",
     "PartitionStore",
     "Storage",

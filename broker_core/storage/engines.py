@@ -1,7 +1,8 @@
 """Choosing a storage engine by URL, as Tansu does.
 
 ``file:///abs/path`` (or a plain path) opens the managed ledger on local files;
-``memory://`` keeps everything in this process (tests, throwaway brokers). An engine is a
+``memory://`` keeps everything in this process (tests, throwaway brokers);
+``postgres://user@host:port/db`` keeps it in a PostgreSQL database (``postgres``). An engine is a
 module with an opener ``(url, default config, clock) -> Storage``; adding one is that
 module plus one line in ``ENGINES``.
 """
@@ -16,6 +17,7 @@ from .config import LogConfig
 from .log_manager import LogManager
 from .memory import open_memory_storage
 from .model import wall_clock_ms
+from .postgres import open_postgres_storage
 from .protocols import Storage
 
 Opener = Callable[[str, LogConfig, Callable[[], int]], Storage]
@@ -48,6 +50,8 @@ def open_file_storage(url: str, default_config: LogConfig, clock: Callable[[], i
 ENGINES: Mapping[str, Opener] = {
     "file": open_file_storage,
     "memory": open_memory_storage,
+    "postgres": open_postgres_storage,
+    "postgresql": open_postgres_storage,
 }
 """URL scheme -> engine opener."""
 

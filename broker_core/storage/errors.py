@@ -41,3 +41,8 @@ class LogOffline(StorageError, OSError):
     I/O error, so what its files hold is no longer known (after a failed fsync the kernel
     may have dropped the unwritten pages). An OSError (errno EIO), so writers that turn
     OSErrors into Kafka's storage errors handle it as they are."""
+
+
+class DatabaseUnavailable(StorageError, OSError):
+    """The storage database cannot be reached or refused a statement. An OSError, so
+    writers answer it with Kafka's retriable storage errors (``storage_faults``)."""

@@ -1,0 +1,104 @@
+"""The PostgreSQL engine's schema and its versioned migrations, applied at start.
+
+``edge_schema_version`` holds one row: the version the database is at. ``MIGRATIONS[i]``
+takes it from version ``i`` to ``i + 1``; start-up applies the missing ones in one
+transaction under an advisory lock (brokers starting together migrate once). A database
+at a newer version than this code knows stops start-up (:class:`SchemaTooNew`).
+
+A partition row carries ``owner_epoch`` (0 for now): the fencing token that a later
+multi-broker ownership checks in the same transaction as every write to the partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import psycopg
+
+from .errors import StorageError
+
+_LOCK_KEY = 0x6564_6765_5f62_726b  # pg_advisory_xact_lock key: "edge_brk"
+
+MIGRATIONS: Sequence[str] = (
+    """
+    CREATE TABLE edge_topics (
+        name           text PRIMARY KEY,
+        topic_id       uuid NOT NULL,
+        num_partitions integer NOT NULL,
+        configs        jsonb NOT NULL
+    );
+    CREATE TABLE edge_partitions (
+        id                 bigserial PRIMARY KEY,
+        topic              text NOT NULL REFERENCES edge_topics ON DELETE CASCADE,
+        partition          integer NOT NULL,
+        log_start          bigint NOT NULL DEFAULT 0,
+        next_offset        bigint NOT NULL DEFAULT 0,
+        size_bytes         bigint NOT NULL DEFAULT 0,
+        segment_base       bigint NOT NULL DEFAULT 0,
+        segment_size       bigint NOT NULL DEFAULT 0,
+        segment_created_ms bigint NOT NULL,
+        owner_epoch        bigint NOT NULL DEFAULT 0,
+        UNIQUE (topic, partition)
+    );
+    CREATE TABLE edge_entries (
+        partition_id  bigint NOT NULL REFERENCES edge_partitions ON DELETE CASCADE,
+        base_offset   bigint NOT NULL,
+        last_offset   bigint NOT NULL,
+        segment_base  bigint NOT NULL,
+        broker_ts     bigint NOT NULL,
+        max_ts        bigint NOT NULL,
+        size          integer NOT NULL,
+        batch         bytea NOT NULL,
+        PRIMARY KEY (partition_id, base_offset)
+    );
+    CREATE TABLE edge_kv (
+        key   text PRIMARY KEY,
+        value bytea NOT NULL
+    );
+    CREATE TABLE edge_partition_kv (
+        partition_id bigint NOT NULL REFERENCES edge_partitions ON DELETE CASCADE,
+        key          text NOT NULL,
+        value        bytea NOT NULL,
+        PRIMARY KEY (partition_id, key)
+    );
+    """,
+)
+"""The schema, one step per version (never edit a released step: add one)."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+TABLES = ("edge_partition_kv", "edge_kv", "edge_entries", "edge_partitions", "edge_topics",
+          "edge_schema_version")
+"""Every table of the schema, dependants first."""
+
+
+class SchemaTooNew(StorageError):
+    """The database's schema is newer than this code understands."""
+
+
+def migrate(conn: psycopg.Connection[tuple[object, ...]], where: str) -> int:
+    """Bring the database up to ``SCHEMA_VERSION``; return the version it was at (0 for an
+    empty database). SchemaTooNew if it is beyond that."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        conn.execute("CREATE TABLE IF NOT EXISTS edge_schema_version (version integer NOT NULL)")
+        row = conn.execute("SELECT version FROM edge_schema_version").fetchone()
+        found = 0 if row is None else int(str(row[0]))
+        if found > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"the database {where} has storage schema version {found}; this edge-broker "
+                f"knows versions up to {SCHEMA_VERSION} (upgrade edge-broker)")
+        for step in MIGRATIONS[found:]:
+            conn.execute(step.encode())
+        if row is None:
+            conn.execute("INSERT INTO edge_schema_version VALUES (%s)", (SCHEMA_VERSION,))
+        elif found < SCHEMA_VERSION:
+            conn.execute("UPDATE edge_schema_version SET version = %s", (SCHEMA_VERSION,))
+    return found
+
+
+def drop_schema(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Remove every table of the schema (after a failed first start that created it)."""
+    with conn.transaction():
+        for table in TABLES:
+            conn.execute(f"DROP TABLE IF EXISTS {table} CASCADE".encode())
