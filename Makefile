@@ -18,9 +18,10 @@ PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 
 # Debian packages the build or tests need (Java for Spark, and javac for the Java client's
-# test program; a C toolchain and zlib headers for the benchmark's rdkafka_performance).
+# test program; a C toolchain and zlib headers for the benchmark's rdkafka_performance;
+# the PostgreSQL server binaries the tests start a throwaway server from, no service).
 # Only missing ones are installed.
-DEBIAN_PACKAGES ?= openjdk-17-jdk-headless gcc make libc6-dev zlib1g-dev
+DEBIAN_PACKAGES ?= openjdk-17-jdk-headless gcc make libc6-dev zlib1g-dev postgresql
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)

@@ -408,7 +408,8 @@ class BrokerConfig:
             "storageUrl",
             StorageUrlType(),
             "storage engine: `file:///abs/path` (the managed ledger on local files) or "
-            "`memory://` (in this process only, gone at exit); empty = "
+            "`memory://` (in this process only, gone at exit) or "
+            "`postgres://user@host:port/db` (a PostgreSQL database); empty = "
             "`file://<absolute dataDir>`",
         ),
     )

@@ -69,6 +69,8 @@ class PostgresServer:
         return self
 
     def stop(self) -> None:
+        if not (self.data / "postmaster.pid").exists():
+            return  # not running
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop")
 
     def remove(self) -> None:

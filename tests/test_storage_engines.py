@@ -48,9 +48,10 @@ def clock() -> Clock:
 
 @pytest.fixture
 def storage(engine: str, tmp_path: Path, clock: Clock) -> Iterator[Storage]:
-    urls = {"file": lambda: (tmp_path / "data").as_uri(), "memory": lambda: "memory://",
-            "postgres": lambda: shared_server().new_database_url()}
-    url = urls[engine]()
+    if engine == "postgres":
+        url = shared_server().new_database_url()
+    else:
+        url = (tmp_path / "data").as_uri() if engine == "file" else "memory://"
     opened = open_storage(url, LogConfig(segment_bytes=4096), clock=clock)
     yield opened
     opened.close()

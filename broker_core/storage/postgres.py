@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -45,6 +46,13 @@ _CHUNK = 64
 """Rows per query when reading forward."""
 
 _CONNECT_TIMEOUT_S = 5
+_CHECKOUT_TIMEOUT_S = 1.0
+"""How long a statement waits for a pooled connection: while the database is away, a
+write fails after this (a retriable error) instead of holding its caller."""
+
+logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+"""The pool's own warnings repeat on every reconnection attempt; the write-fault log says
+it once per cause (``storage_faults``)."""
 
 
 def _unavailable(exc: Exception) -> DatabaseUnavailable:
@@ -68,7 +76,7 @@ class Database:
         except psycopg.Error as exc:
             raise _unavailable(exc) from None
         self._pool = psycopg_pool.ConnectionPool(
-            conninfo, min_size=1, max_size=4, timeout=_CONNECT_TIMEOUT_S, open=True,
+            conninfo, min_size=1, max_size=4, timeout=_CHECKOUT_TIMEOUT_S, open=True,
             kwargs={"connect_timeout": _CONNECT_TIMEOUT_S}, name="edge-storage")
 
     @contextmanager

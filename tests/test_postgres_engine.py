@@ -1,0 +1,153 @@
+"""What only the ``postgres://`` engine has: everything survives a reopen, schema versions
+are checked at start, and a database that goes away and comes back loses nothing
+acknowledged. On a real PostgreSQL server (``tests/postgres_server.py``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import confluent_kafka
+import psycopg
+import pytest
+
+from broker_core.storage import LogConfig, SchemaTooNew, open_storage
+from broker_core.storage.pg_schema import SCHEMA_VERSION
+from tests.broker_process import REPO, BrokerProcess
+from tests.clients import Rec, consume_confluent, create_topic, make_records
+from tests.postgres_server import PostgresServer, shared_server
+from tests.storage_helpers import batch_bytes
+from tests.test_storage_engines import TOPIC, append, partition
+
+
+@pytest.fixture
+def url() -> str:
+    return shared_server().new_database_url()
+
+
+def test_a_reopened_database_holds_everything(url: str) -> None:
+    storage = open_storage(url, LogConfig(segment_bytes=300))
+    info = storage.create_topic(TOPIC, 2, {"retention.ms": "-1"})
+    log = partition(storage)
+    bases = [append(log, n) for n in (3, 2, 4, 1)]
+    assert log.delete_records_before(4) == 4
+    storage.kv.put("meta.properties", b"cluster")
+    log.state.put("producer-state.json", b"{}")
+    assert storage.close() == []
+
+    again = open_storage(url, LogConfig(segment_bytes=300))
+    try:
+        assert again.topics() == [info]
+        log = partition(again)
+        assert (log.log_start_offset, log.next_offset) == (4, 10)
+        assert log.opened_next_offset == 10
+        assert [int.from_bytes(batch_bytes(c)[:8], "big") for c in log.read(4, 1 << 20)] \
+            == bases[1:]
+        assert again.kv.get("meta.properties") == b"cluster"
+        assert log.state.get("producer-state.json") == b"{}"
+        assert append(log, 2) == 10  # offsets go on where they were
+        assert partition(again, index=1).next_offset == 0
+    finally:
+        again.close()
+
+
+def test_the_location_never_shows_the_password() -> None:
+    server = shared_server()
+    url = server.new_database_url()
+    with_password = url.replace("edge@", "edge:secret@")  # trust auth: any password does
+    storage = open_storage(with_password)
+    try:
+        assert "secret" not in storage.location
+        assert storage.location == url and storage.names_location(url)
+    finally:
+        storage.close()
+
+
+def test_a_newer_schema_stops_start_up_with_one_line(url: str, tmp_path: Path) -> None:
+    open_storage(url).close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE edge_schema_version SET version = %s", (SCHEMA_VERSION + 1,))
+    with pytest.raises(SchemaTooNew, match=f"version {SCHEMA_VERSION + 1}"):
+        open_storage(url)
+    result = subprocess.run(
+        [sys.executable, "-m", "edge.cli", "--set", f"storageUrl={url}",
+         "--set", "kafkaListeners=PLAINTEXT://127.0.0.1:0", "--set", f"dataDir={tmp_path}/d"],
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "schema version" in lines[0], result.stderr
+    with psycopg.connect(url) as conn:  # nothing was changed
+        assert conn.execute("SELECT version FROM edge_schema_version").fetchall() == [
+            (SCHEMA_VERSION + 1,)]
+
+
+@pytest.fixture
+def own_server() -> Iterator[PostgresServer]:
+    """A server of its own, to stop and start under a broker."""
+    server = PostgresServer().init().start()
+    try:
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            server.remove()
+
+
+def test_a_database_restart_loses_nothing_acknowledged(own_server: PostgresServer,
+                                                       tmp_path: Path,
+                                                       topic_name: str) -> None:
+    broker = BrokerProcess(tmp_path / "data",
+                           {"storageUrl": own_server.new_database_url()}).start()
+    try:
+        create_topic(broker.bootstrap, topic_name)
+        records = make_records(200, 1_700_000_000_000)
+        delivered: list[tuple[int, int]] = []
+        errors: list[object] = []
+        producer = confluent_kafka.Producer({
+            "bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5,
+            "enable.idempotence": True, "message.timeout.ms": 120_000})
+
+        def report(err: object, msg: confluent_kafka.Message) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                delivered.append((msg.partition() or 0, msg.offset() or 0))
+
+        def produce(recs: list[Rec]) -> None:
+            for rec in recs:
+                producer.produce(topic_name, key=rec.key, value=rec.value,
+                                 partition=rec.partition, on_delivery=report)
+                producer.poll(0)
+
+        produce(records[:100])
+        assert producer.flush(60) == 0 and errors == [] and len(delivered) == 100
+        own_server.stop()
+        mark = len(broker.lines)
+        produce(records[100:])  # these meet the stopped database: retried by the client
+        flushing = threading.Thread(target=producer.flush, args=(150,))
+        flushing.start()
+        broker.wait_for_log(r"storage: cannot write .*PostgreSQL unreachable", 60, mark)
+        own_server.start()
+        flushing.join()
+        assert producer.flush(60) == 0
+        assert errors == [], errors
+        assert len(delivered) == 200
+        log = "\n".join(broker.lines[mark:])
+        assert log.count("storage: cannot write") == 1, log  # once per cause
+        broker.wait_for_log(r"succeed again", 30, mark)
+        got = consume_confluent(broker.bootstrap, topic_name, 200)
+        assert sorted((g.rec.key or b"", g.rec.value or b"") for g in got) == sorted(
+            (r.key, r.value) for r in records)  # none lost, none twice
+        by_partition: dict[int, list[int]] = {}
+        for g in got:
+            by_partition.setdefault(g.partition, []).append(g.offset)
+        for offsets in by_partition.values():
+            assert sorted(offsets) == list(range(len(offsets)))  # continuous
+        assert broker.stop() == 0
+    finally:
+        if broker.alive():
+            broker.kill()
