@@ -13,6 +13,8 @@ from pathlib import Path
 
 from edge.config import config_reference_markdown
 from tests.broker_process import REPO
+from tests.clients import consume_confluent
+from tests.postgres_server import shared_server
 
 README = (REPO / "README.md").read_text()
 
@@ -120,8 +122,13 @@ def test_secure_broker_examples(tmp_path: Path) -> None:
 
 def _start_shell_example(name: str, cwd: Path) -> subprocess.Popen[str]:
     """Run a README shell example that starts a broker; return once it is ready."""
+    return _start_command(shell_example(name), name, cwd)
+
+
+def _start_command(command: str, name: str, cwd: Path) -> subprocess.Popen[str]:
+    """Run the shell ``command`` of example ``name``; return once its broker is ready."""
     broker = subprocess.Popen(
-        ["bash", "-c", "exec " + shell_example(name)], cwd=cwd,
+        ["bash", "-c", "exec " + command], cwd=cwd,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
     assert broker.stdout is not None
@@ -152,3 +159,26 @@ def test_memory_broker_example_serves_the_quickstart_and_keeps_nothing(tmp_path:
             os.killpg(broker.pid, signal.SIGTERM)
             assert broker.wait(30) == 0
         assert list(tmp_path.iterdir()) == []  # no data directory, no file at all
+
+
+def test_postgres_broker_example_keeps_the_quickstart_across_a_restart(tmp_path: Path) -> None:
+    command = shell_example("postgres-broker")
+    url = "postgres://edge@127.0.0.1:5432/edge"
+    assert url in command
+    command = command.replace(url, shared_server().new_database_url())
+    quickstart = example("quickstart").replace("127.0.0.1:9092", "127.0.0.1:19097")
+    expected = sorted((i % 3, i // 3, f"hello {i}") for i in range(10))
+    for run in range(2):
+        broker = _start_command(command, "postgres-broker", tmp_path)
+        try:
+            if run == 0:
+                result = subprocess.run([sys.executable, "-c", quickstart], cwd=tmp_path,
+                                        capture_output=True, text=True, timeout=120)
+                assert result.returncode == 0, result.stderr
+            got = consume_confluent("127.0.0.1:19097", "quickstart", 10, partitions=3)
+            assert sorted((g.partition, g.offset, (g.rec.value or b"").decode())
+                          for g in got) == expected, f"run {run}"
+        finally:
+            os.killpg(broker.pid, signal.SIGTERM)
+            assert broker.wait(30) == 0
+    assert list(tmp_path.iterdir()) == []  # everything is in PostgreSQL
