@@ -9,19 +9,17 @@ throwaway brokers.
 from __future__ import annotations
 
 import threading
-import uuid
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .batch_header import check_append, set_base_offset
-from .config import LogConfig, log_config_for_topic, retention_drops
-from .damage import Damage
-from .errors import LogClosed, OffsetOutOfRange
+from .config import LogConfig, retention_drops
+from .errors import OffsetOutOfRange
+from .fileless import FilelessPartition, FilelessStorage
 from .model import BatchInfo, TopicInfo
 from .protocols import DiskUsage
 from .region import FileRegion
-from .topic_table import TopicEntry, TopicTable
 
 URL = "memory://"
 
@@ -63,7 +61,7 @@ class _Segment:
         return bisect_right(self.batches, offset, key=lambda b: b.base_offset) - 1
 
 
-class MemoryPartition:
+class MemoryPartition(FilelessPartition):
     """One partition's log in memory; thread-safe."""
 
     def __init__(self, location: str, config: LogConfig, clock: Callable[[], int]) -> None:
@@ -75,14 +73,6 @@ class MemoryPartition:
         self._log_start = 0
         self._closed = False
         self._state = MemoryKeyValues(self._check_open)
-
-    @property
-    def location(self) -> str:
-        return self._location
-
-    @property
-    def log_start_offset(self) -> int:
-        return self._log_start
 
     @property
     def next_offset(self) -> int:
@@ -98,16 +88,8 @@ class MemoryPartition:
             return sum(segment.size for segment in self._segments)
 
     @property
-    def offline(self) -> bool:
-        return False  # nothing to fail: memory is not fsynced
-
-    @property
     def state(self) -> MemoryKeyValues:
         return self._state
-
-    def update_config(self, config: LogConfig) -> None:
-        with self._lock:
-            self._config = config
 
     def append(self, batch: bytearray, last_offset_delta: int, max_timestamp: int) -> int:
         check_append(batch, last_offset_delta)
@@ -133,15 +115,6 @@ class MemoryPartition:
         segment = _Segment(self.next_offset, now)
         self._segments.append(segment)
         return segment
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise LogClosed(f"partition {self._location} is closed")
-
-    def _check_offset(self, offset: int) -> None:
-        if not self._log_start <= offset <= self.next_offset:
-            raise OffsetOutOfRange(f"offset {offset} is outside [{self._log_start}, "
-                                   f"{self.next_offset}] of {self._location}")
 
     def _position(self, offset: int) -> tuple[int, int] | None:
         """(segment index, batch index) of the batch holding ``offset``, or of the first
@@ -181,12 +154,6 @@ class MemoryPartition:
                 out.append(memoryview(info.batch))
                 taken += len(info.batch)
             return out
-
-    def batches_from(self, offset: int) -> Iterator[BatchInfo]:
-        with self._lock:
-            self._check_open()
-            self._check_offset(offset)
-        return self._follow(offset)
 
     def _follow(self, offset: int) -> Iterator[BatchInfo]:
         """Batches from ``offset`` on, following appends made while iterating."""
@@ -247,27 +214,8 @@ class MemoryPartition:
         del self._segments[:count]
         self._log_start = max(self._log_start, self._segments[0].first_offset)
 
-    def damaged_ranges(self) -> list[Damage]:
-        return []
 
-    def needs_verification(self, offset: int) -> bool:
-        return False
-
-    def verify_at(self, offset: int) -> None:
-        return None
-
-    def start_writeback(self) -> None:
-        return None
-
-    def flush(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-
-
-class MemoryStorage(TopicTable[MemoryPartition]):
+class MemoryStorage(FilelessStorage[MemoryPartition]):
     """Every topic in memory; thread-safe."""
 
     def __init__(self, default_config: LogConfig, clock: Callable[[], int]) -> None:
@@ -299,49 +247,12 @@ class MemoryStorage(TopicTable[MemoryPartition]):
         return [MemoryPartition(f"{URL}{name}/{p}", config, self._clock)
                 for p in range(first, last)]
 
-    def create_topic(self, name: str, num_partitions: int,
-                     configs: Mapping[str, str]) -> TopicInfo:
-        own, config = self._new_topic_config(name, num_partitions, configs,
-                                             self._default_config)
-        with self._lock:
-            self._check_free(name)
-            info = TopicInfo(name, uuid.uuid4(), num_partitions, own)
-            self._topics[name] = TopicEntry(info, config,
-                                            self._partitions(name, 0, num_partitions, config))
-            return info.copy()
+    def _store_topic(self, info: TopicInfo, config: LogConfig) -> list[MemoryPartition]:
+        return self._partitions(info.name, 0, info.num_partitions, config)
 
-    def delete_topic(self, name: str) -> None:
-        with self._lock:
-            topic = self._topic(name)
-            del self._topics[name]
-            for partition in topic.partitions:
-                partition.close()
-
-    def add_partitions(self, name: str, new_total: int) -> TopicInfo:
-        with self._lock:
-            topic = self._growing(name, new_total)
-            current = topic.info.num_partitions
-            topic.partitions.extend(self._partitions(name, current, new_total, topic.config))
-            topic.info.num_partitions = new_total
-            return topic.info.copy()
-
-    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
-        configs = dict(configs)
-        config = log_config_for_topic(self._default_config, configs)
-        with self._lock:
-            topic = self._topic(name)
-            topic.info.configs = configs
-            topic.config = config
-            for partition in topic.partitions:
-                partition.update_config(config)
-            return topic.info.copy()
-
-    def close(self) -> list[str]:
-        with self._lock:
-            self._closed = True
-            for _, _, partition in self.all_partitions():
-                partition.close()
-        return []
+    def _store_growth(self, name: str, current: int, new_total: int,
+                      config: LogConfig) -> list[MemoryPartition]:
+        return self._partitions(name, current, new_total, config)
 
     def discard_created(self, *, at_close: bool = False) -> None:
         if not at_close:  # at close: close() drops nothing, the process is ending anyway

@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
@@ -32,13 +32,13 @@ import psycopg_pool
 
 from .batch_header import check_append, set_base_offset
 from .config import LogConfig, log_config_for_topic, retention_drops
-from .damage import Damage
 from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange
+from .fileless import FilelessPartition, FilelessStorage
 from .model import BatchInfo, TopicInfo
 from .pg_schema import drop_schema, migrate
 from .protocols import DiskUsage
 from .region import FileRegion
-from .topic_table import TopicEntry, TopicTable
+from .topic_table import TopicEntry
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -143,7 +143,7 @@ class PgKeyValues:
                              (self._scope, key, bytes(value)))
 
 
-class PgPartition:
+class PgPartition(FilelessPartition):
     """One partition's log in PostgreSQL, its row's state cached; thread-safe."""
 
     def __init__(self, db: Database, pid: int, location: str, config: LogConfig,
@@ -183,14 +183,6 @@ class PgPartition:
             self._load(row)
 
     @property
-    def location(self) -> str:
-        return self._location
-
-    @property
-    def log_start_offset(self) -> int:
-        return self._log_start
-
-    @property
     def next_offset(self) -> int:
         return self._next
 
@@ -203,25 +195,8 @@ class PgPartition:
         return self._size
 
     @property
-    def offline(self) -> bool:
-        return False  # a database fault is retried, never fatal for the partition
-
-    @property
     def state(self) -> PgKeyValues:
         return self._state
-
-    def update_config(self, config: LogConfig) -> None:
-        with self._lock:
-            self._config = config
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise LogClosed(f"partition {self._location} is closed")
-
-    def _check_offset(self, offset: int) -> None:
-        if not self._log_start <= offset <= self._next:
-            raise OffsetOutOfRange(f"offset {offset} is outside [{self._log_start}, "
-                                   f"{self._next}] of {self._location}")
 
     @contextmanager
     def _writing(self) -> Iterator[Conn]:
@@ -295,12 +270,6 @@ class PgPartition:
                 if len(rows) < _CHUNK:
                     break
         return out
-
-    def batches_from(self, offset: int) -> Iterator[BatchInfo]:
-        with self._lock:
-            self._check_open()
-            self._check_offset(offset)
-        return self._follow(offset)
 
     def _follow(self, offset: int) -> Iterator[BatchInfo]:
         """Batches from ``offset`` on, following appends made while iterating."""
@@ -380,25 +349,6 @@ class PgPartition:
                 self._cut(max(self._log_start, cut), "segment_base < %s", cut, self._segment)
             return count
 
-    def damaged_ranges(self) -> list[Damage]:
-        return []
-
-    def needs_verification(self, offset: int) -> bool:
-        return False
-
-    def verify_at(self, offset: int) -> None:
-        return None
-
-    def start_writeback(self) -> None:
-        return None
-
-    def flush(self) -> bool:
-        return False  # every append is committed before it returns
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-
 
 def public_url(url: str) -> str:
     """``url`` without its password (for log lines and DescribeLogDirs)."""
@@ -409,7 +359,7 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-class PgStorage(TopicTable[PgPartition]):
+class PgStorage(FilelessStorage[PgPartition]):
     """Every topic in one PostgreSQL database; thread-safe."""
 
     def __init__(self, url: str, default_config: LogConfig, clock: Callable[[], int]) -> None:
@@ -477,62 +427,31 @@ class PgStorage(TopicTable[PgPartition]):
                                       config, self._clock, row[1:]))
         return stores
 
-    def create_topic(self, name: str, num_partitions: int,
-                     configs: Mapping[str, str]) -> TopicInfo:
-        own, config = self._new_topic_config(name, num_partitions, configs,
-                                             self._default_config)
-        with self._lock:
-            self._check_free(name)
-            info = TopicInfo(name, uuid.uuid4(), num_partitions, own)
-            with self._db.tx() as conn:
-                conn.execute("INSERT INTO edge_topics VALUES (%s, %s, %s, %s)",
-                             (name, info.topic_id, num_partitions, json.dumps(own)))
-                stores = self._insert_partitions(conn, name, 0, num_partitions, config)
-            self._topics[name] = TopicEntry(info, config, stores)
-            return info.copy()
+    def _store_topic(self, info: TopicInfo, config: LogConfig) -> list[PgPartition]:
+        with self._db.tx() as conn:
+            conn.execute("INSERT INTO edge_topics VALUES (%s, %s, %s, %s)",
+                         (info.name, info.topic_id, info.num_partitions,
+                          json.dumps(info.configs)))
+            return self._insert_partitions(conn, info.name, 0, info.num_partitions, config)
 
-    def delete_topic(self, name: str) -> None:
-        with self._lock:
-            topic = self._topic(name)
-            with self._db.tx() as conn:
-                conn.execute("DELETE FROM edge_topics WHERE name = %s", (name,))
-            del self._topics[name]
-            for partition in topic.partitions:
-                partition.close()
+    def _store_deletion(self, name: str) -> None:
+        with self._db.tx() as conn:
+            conn.execute("DELETE FROM edge_topics WHERE name = %s", (name,))
 
-    def add_partitions(self, name: str, new_total: int) -> TopicInfo:
-        with self._lock:
-            topic = self._growing(name, new_total)
-            current = topic.info.num_partitions
-            with self._db.tx() as conn:
-                added = self._insert_partitions(conn, name, current, new_total, topic.config)
-                conn.execute("UPDATE edge_topics SET num_partitions = %s WHERE name = %s",
-                             (new_total, name))
-            topic.partitions.extend(added)
-            topic.info.num_partitions = new_total
-            return topic.info.copy()
+    def _store_growth(self, name: str, current: int, new_total: int,
+                      config: LogConfig) -> list[PgPartition]:
+        with self._db.tx() as conn:
+            added = self._insert_partitions(conn, name, current, new_total, config)
+            conn.execute("UPDATE edge_topics SET num_partitions = %s WHERE name = %s",
+                         (new_total, name))
+        return added
 
-    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
-        configs = dict(configs)
-        config = log_config_for_topic(self._default_config, configs)
-        with self._lock:
-            topic = self._topic(name)
-            with self._db.tx() as conn:
-                conn.execute("UPDATE edge_topics SET configs = %s WHERE name = %s",
-                             (json.dumps(configs), name))
-            topic.info.configs = configs
-            topic.config = config
-            for partition in topic.partitions:
-                partition.update_config(config)
-            return topic.info.copy()
+    def _store_configs(self, name: str, configs: dict[str, str]) -> None:
+        with self._db.tx() as conn:
+            conn.execute("UPDATE edge_topics SET configs = %s WHERE name = %s",
+                         (json.dumps(configs), name))
 
-    def close(self) -> list[str]:
-        with self._lock:
-            if self._closed:
-                return []
-            self._closed = True
-            for _, _, partition in self.all_partitions():
-                partition.close()
+    def _release(self) -> list[str]:
         try:
             self._db.close(drop=self._drop_at_close)
         except psycopg.Error as exc:

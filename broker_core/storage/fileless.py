@@ -1,0 +1,166 @@
+"""``FilelessPartition`` and ``FilelessStorage``: what the engines without files
+(``memory``, ``postgres``) answer alike: nothing damaged, nothing to verify, write back or
+fsync, the same open and offset checks, and the same topic bookkeeping around the
+engine's own store (the ``_store_*`` hooks and ``_release``)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import TypeVar
+
+from .config import LogConfig, log_config_for_topic
+from .damage import Damage
+from .errors import LogClosed, OffsetOutOfRange
+from .model import BatchInfo, TopicInfo
+from .topic_table import TopicEntry, TopicTable
+
+
+class FilelessPartition:
+    """Base of a partition store that keeps no files; subclasses set ``_location``,
+    ``_closed``, ``_log_start`` and ``_lock`` and define ``next_offset`` and ``_follow``."""
+
+    _location: str
+    _closed: bool
+    _log_start: int
+    _lock: threading.RLock
+    _config: LogConfig
+
+    @property
+    def next_offset(self) -> int:
+        raise NotImplementedError
+
+    def _follow(self, offset: int) -> Iterator[BatchInfo]:
+        """Batches from ``offset`` on, following appends made while iterating."""
+        raise NotImplementedError
+
+    def enforce_retention(self) -> int:
+        """Drop the segments retention says; how many."""
+        raise NotImplementedError
+
+    def batches_from(self, offset: int) -> Iterator[BatchInfo]:
+        with self._lock:
+            self._check_open()
+            self._check_offset(offset)
+        return self._follow(offset)
+
+    @property
+    def location(self) -> str:
+        return self._location
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def offline(self) -> bool:
+        return False  # no fsync or disk write to fail for good
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(f"partition {self._location} is closed")
+
+    def _check_offset(self, offset: int) -> None:
+        if not self._log_start <= offset <= self.next_offset:
+            raise OffsetOutOfRange(f"offset {offset} is outside [{self._log_start}, "
+                                   f"{self.next_offset}] of {self._location}")
+
+    def damaged_ranges(self) -> list[Damage]:
+        return []
+
+    def needs_verification(self, offset: int) -> bool:
+        return False
+
+    def verify_at(self, offset: int) -> None:
+        return None
+
+    def start_writeback(self) -> None:
+        return None
+
+    def flush(self) -> bool:
+        return False  # nothing written is waiting for an fsync
+
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self._config = config
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+
+
+FP = TypeVar("FP", bound=FilelessPartition)
+
+
+class FilelessStorage(TopicTable[FP]):
+    """The topics of a fileless engine; subclasses set ``_default_config`` and store what
+    changes in the hooks (which raise to refuse it)."""
+
+    _default_config: LogConfig
+
+    def _store_topic(self, info: TopicInfo, config: LogConfig) -> list[FP]:
+        """Store the new topic ``info``; its partition stores (lock held)."""
+        raise NotImplementedError
+
+    def _store_growth(self, name: str, current: int, new_total: int,
+                      config: LogConfig) -> list[FP]:
+        """Store partitions ``current`` to ``new_total - 1`` of ``name``; their stores."""
+        raise NotImplementedError
+
+    def _store_deletion(self, name: str) -> None:
+        """Remove topic ``name`` from the engine's store (lock held)."""
+
+    def _store_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Record the new configs of topic ``name`` in the engine's store (lock held)."""
+
+    def _release(self) -> list[str]:
+        """Release the engine's store after every partition closed; the problems."""
+        return []
+
+    def create_topic(self, name: str, num_partitions: int,
+                     configs: Mapping[str, str]) -> TopicInfo:
+        own, config = self._new_topic_config(name, num_partitions, configs,
+                                             self._default_config)
+        with self._lock:
+            self._check_free(name)
+            info = TopicInfo(name, uuid.uuid4(), num_partitions, own)
+            self._topics[name] = TopicEntry(info, config, self._store_topic(info, config))
+            return info.copy()
+
+    def add_partitions(self, name: str, new_total: int) -> TopicInfo:
+        with self._lock:
+            topic = self._growing(name, new_total)
+            current = topic.info.num_partitions
+            topic.partitions.extend(self._store_growth(name, current, new_total, topic.config))
+            topic.info.num_partitions = new_total
+            return topic.info.copy()
+
+    def delete_topic(self, name: str) -> None:
+        with self._lock:
+            topic = self._topic(name)
+            self._store_deletion(name)
+            del self._topics[name]
+            for partition in topic.partitions:
+                partition.close()
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
+        configs = dict(configs)
+        config = log_config_for_topic(self._default_config, configs)
+        with self._lock:
+            topic = self._topic(name)
+            self._store_configs(name, configs)
+            topic.info.configs = configs
+            topic.config = config
+            for partition in topic.partitions:
+                partition.update_config(config)
+            return topic.info.copy()
+
+    def close(self) -> list[str]:
+        with self._lock:
+            if self._closed:
+                return []
+            self._closed = True
+            for _, _, partition in self.all_partitions():
+                partition.close()
+        return self._release()
