@@ -13,12 +13,19 @@ from pathlib import Path
 import confluent_kafka
 import psycopg
 import pytest
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
 
 from broker_core.storage import LogConfig, SchemaTooNew, open_storage
 from broker_core.storage.pg_schema import SCHEMA_VERSION
 from tests.broker_process import REPO, BrokerProcess
 from tests.clients import Rec, consume_confluent, create_topic, make_records
 from tests.postgres_server import PostgresServer, shared_server
+from tests.raw import RawConnection
 from tests.storage_helpers import batch_bytes
 from tests.test_storage_engines import TOPIC, append, partition
 
@@ -84,6 +91,31 @@ def test_a_newer_schema_stops_start_up_with_one_line(url: str, tmp_path: Path) -
             (SCHEMA_VERSION + 1,)]
 
 
+KAFKA_STORAGE_ERROR = 56
+
+
+def fetch_error(conn: RawConnection, topic: str) -> int:
+    """The error code of a fetch at offset 0 of partition 0."""
+    part = FetchRequest.FetchTopic.FetchPartition(
+        partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+        log_start_offset=-1, partition_max_bytes=1 << 20)
+    request = FetchRequest[11](replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                               isolation_level=0, session_id=0, session_epoch=-1,
+                               topics=[FetchRequest.FetchTopic(topic=topic, partitions=[part])],
+                               forgotten_topics_data=[], rack_id="")
+    return int(conn.call(request, 11, FetchResponse).responses[0].partitions[0].error_code)
+
+
+def offset_for_time_error(conn: RawConnection, topic: str) -> int:
+    """The error code of a ListOffsets by time on partition 0."""
+    part = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+        partition_index=0, current_leader_epoch=-1, timestamp=1_700_000_000_000)
+    answer = conn.call(ListOffsetsRequest[7](replica_id=-1, isolation_level=0, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[part])]), 7,
+        ListOffsetsResponse)
+    return int(answer.topics[0].partitions[0].error_code)
+
+
 @pytest.fixture
 def own_server() -> Iterator[PostgresServer]:
     """A server of its own, to stop and start under a broker."""
@@ -127,6 +159,13 @@ def test_a_database_restart_loses_nothing_acknowledged(own_server: PostgresServe
         assert producer.flush(60) == 0 and errors == [] and len(delivered) == 100
         own_server.stop()
         mark = len(broker.lines)
+        conn = RawConnection(broker.port)  # reads meet the stopped database too
+        try:
+            assert fetch_error(conn, topic_name) == KAFKA_STORAGE_ERROR
+            assert offset_for_time_error(conn, topic_name) == KAFKA_STORAGE_ERROR
+            assert fetch_error(conn, topic_name) == KAFKA_STORAGE_ERROR  # still connected
+        finally:
+            conn.close()
         produce(records[100:])  # these meet the stopped database: retried by the client
         flushing = threading.Thread(target=producer.flush, args=(150,))
         flushing.start()

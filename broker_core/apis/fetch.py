@@ -22,7 +22,7 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.protocol import Chunk
-from broker_core.storage import FileRegion, LogOffline, PartitionStore
+from broker_core.storage import DatabaseUnavailable, FileRegion, LogOffline, PartitionStore
 from broker_core.storage.errors import DamagedRecords
 
 READ_COMMITTED = 1
@@ -90,7 +90,7 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
         chunks = partition.read(want.offset, max(limit, 0)) if readable else []
     except DamagedRecords:
         return _empty(want.index, ErrorCode.CORRUPT_MESSAGE, end, start), 0
-    except LogOffline:  # went offline just now
+    except (LogOffline, DatabaseUnavailable):  # offline just now, or the database is away
         return _empty(want.index, ErrorCode.KAFKA_STORAGE_ERROR), 0
     if committed:
         visible = [_BASE_OFFSET.unpack_from(_head(c))[0] < upper for c in chunks]

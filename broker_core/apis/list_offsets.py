@@ -16,7 +16,7 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.record_check import MalformedBatch, record_times
-from broker_core.storage import BatchInfo, PartitionStore
+from broker_core.storage import BatchInfo, DatabaseUnavailable, PartitionStore
 
 log = logging.getLogger(__name__)
 LATEST = -1
@@ -110,6 +110,8 @@ async def handle_list_offsets(engine: Engine, ctx: RequestContext, request: Any)
                 offset, timestamp = _lookup(partition, part.timestamp, stable)
             except KafkaApiError as error:
                 code = error.code
+            except DatabaseUnavailable:  # retriable, as Kafka answers a failing log dir
+                code = ErrorCode.KAFKA_STORAGE_ERROR
             partitions.append(_Partition(partition_index=part.partition_index, error_code=code,
                                          timestamp=timestamp, offset=offset, leader_epoch=0))
         topics.append(_Topic(name=topic.name, partitions=partitions))
