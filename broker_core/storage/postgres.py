@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
@@ -77,14 +77,25 @@ class Database:
             raise _unavailable(exc) from None
         self._pool = psycopg_pool.ConnectionPool(
             conninfo, min_size=1, max_size=4, timeout=_CHECKOUT_TIMEOUT_S, open=True,
-            kwargs={"connect_timeout": _CONNECT_TIMEOUT_S}, name="edge-storage")
+            kwargs={"connect_timeout": _CONNECT_TIMEOUT_S, "autocommit": True}, name="edge-storage")
 
     @contextmanager
     def tx(self) -> Iterator[Conn]:
         """A connection inside one transaction, committed when the block ends."""
         try:
-            with self._pool.connection() as conn:
+            with self._pool.connection() as conn, conn.transaction():
                 yield conn
+        except psycopg_pool.PoolClosed:
+            raise LogClosed("the storage is closed") from None
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise _unavailable(exc) from None
+
+    def statement(self, sql: str, params: Mapping[str, object]) -> int:
+        """Run one statement as its own transaction (one round trip: the pool's
+        connections autocommit); the rows it changed."""
+        try:
+            with self._pool.connection() as conn:
+                return conn.execute(sql.encode(), params).rowcount
         except psycopg_pool.PoolClosed:
             raise LogClosed("the storage is closed") from None
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
@@ -105,6 +116,15 @@ def _info(row: tuple[object, ...]) -> BatchInfo:
 
 
 _ENTRY_COLUMNS = "base_offset, last_offset, max_ts, broker_ts, batch"
+
+_APPEND = (
+    "WITH moved AS (UPDATE edge_partitions SET next_offset = %(last)s + 1,"
+    " size_bytes = size_bytes + %(size)s, segment_base = %(seg)s,"
+    " segment_size = %(seg_size)s, segment_created_ms = %(created)s"
+    " WHERE id = %(p)s AND next_offset = %(base)s RETURNING id)"
+    " INSERT INTO edge_entries SELECT id, %(base)s, %(last)s, %(seg)s, %(now)s, %(max)s,"
+    " %(size)s, %(batch)s FROM moved")
+"""An append: the entry row and the partition row's move, one atomic statement."""
 
 
 class PgKeyValues:
@@ -221,20 +241,19 @@ class PgPartition(FilelessPartition):
             base = self._next
             set_base_offset(batch, base)
             last = base + last_offset_delta
-            with self._writing() as conn:
-                conn.execute(
-                    "INSERT INTO edge_entries VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                    (self._id, base, last, seg_base, now, max_timestamp, len(batch),
-                     bytes(batch)))
-                moved = conn.execute(
-                    "UPDATE edge_partitions SET next_offset = %s, size_bytes = size_bytes + %s,"
-                    " segment_base = %s, segment_size = %s, segment_created_ms = %s"
-                    " WHERE id = %s AND next_offset = %s",
-                    (last + 1, len(batch), seg_base, seg_size + len(batch), seg_created,
-                     self._id, base)).rowcount
-                if moved != 1:
-                    raise psycopg.errors.SerializationFailure(
-                        f"partition {self._location} moved under this broker")
+            try:  # one statement: the partition row moves only from the offset expected
+                added = self._db.statement(_APPEND, {
+                    "p": self._id, "base": base, "last": last, "seg": seg_base,
+                    "now": now, "max": max_timestamp, "size": len(batch),
+                    "batch": bytes(batch), "seg_size": seg_size + len(batch),
+                    "created": seg_created})
+            except BaseException:
+                self._stale = True
+                raise
+            if added != 1:
+                self._stale = True
+                raise DatabaseUnavailable(
+                    errno.ESTALE, f"partition {self._location} moved under this broker")
             self._next = last + 1
             self._size += len(batch)
             self._segment = (seg_base, seg_size + len(batch), seg_created)
