@@ -314,7 +314,7 @@ INVALID = [
     ("allowAutoTopicCreation", ""),
     ("defaultNumPartitions", "0"),
     ("dataDir", ""),
-    ("storageUrl", "postgres://db/kafka"),
+    ("storageUrl", "mysql://db/kafka"),
     ("storageUrl", "s3://bucket"),
     ("maxFrameBytes", "0"),
     ("maxFrameBytes", "2147483648"),

@@ -263,8 +263,8 @@ def test_open_storage_urls(tmp_path: Path) -> None:
     assert isinstance(log, PartitionLog) and log.config.segment_bytes == 1000
     manager.close()
     assert (tmp_path / "with space" / "topics").is_dir()
-    with pytest.raises(ValueError, match="'postgresql'"):
-        open_storage("postgresql://db.example/kafka")
+    with pytest.raises(ValueError, match="'mysql'"):
+        open_storage("mysql://db.example/kafka")
     with pytest.raises(ValueError, match="'s3'"):
         open_storage("s3://bucket/prefix")
     with pytest.raises(ValueError, match="host"):
