@@ -201,6 +201,19 @@ class StateCoordinator(ABC):
         keys get NOT_COORDINATOR."""
         return self.store.offline(topic, self.place(topic, key))
 
+    def serving_error(self, topic: str, key: str) -> ErrorCode:
+        """NONE when the partition holding ``key`` is replayed and online; otherwise what
+        to answer: COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR, or the error that keeps
+        the state topic from being created (a full disk)."""
+        try:
+            if not self.is_loaded(topic, key):
+                return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            if self.is_offline(topic, key):
+                return ErrorCode.NOT_COORDINATOR
+        except KafkaApiError as error:
+            return error.code
+        return ErrorCode.NONE
+
     async def _load(self, topic: str) -> None:
         started = time.monotonic()
         for partition in range(self._partitions[topic]):

@@ -167,14 +167,7 @@ class GroupCoordinator(StateCoordinator):
             return ErrorCode.NOT_COORDINATOR
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
-        try:
-            if not self.is_loaded(topic, group_id):
-                return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-            if self.is_offline(topic, group_id):
-                return ErrorCode.NOT_COORDINATOR
-        except KafkaApiError as error:  # the offsets topic cannot be created (a full disk)
-            return error.code
-        return ErrorCode.NONE
+        return self.serving_error(topic, group_id)
 
     def find(self, topic: str, group_id: str) -> Group | None:
         """The group, if it exists."""

@@ -95,14 +95,7 @@ class TransactionCoordinator(StateCoordinator):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if not transactional_id:
             return ErrorCode.INVALID_REQUEST
-        try:
-            if not self.is_loaded(topic, transactional_id):
-                return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-            if self.is_offline(topic, transactional_id):
-                return ErrorCode.NOT_COORDINATOR
-        except KafkaApiError as error:  # the state topic cannot be created (a full disk)
-            return error.code
-        return ErrorCode.NONE
+        return self.serving_error(topic, transactional_id)
 
     def _owned(self, topic: str, transactional_id: str, producer_id: int,
                epoch: int) -> Txn:
