@@ -25,7 +25,13 @@ from broker_core.markers import marker_batch
 from broker_core.producer_states import DEFAULT_EXPIRATION_MS, ProducerStates
 from broker_core.producers import PartitionProducers
 from broker_core.record_check import check_records
-from broker_core.storage import PartitionStore, Storage, TopicExists, TopicInfo
+from broker_core.storage import (
+    DatabaseUnavailable,
+    PartitionStore,
+    Storage,
+    TopicExists,
+    TopicInfo,
+)
 from broker_core.storage_faults import WriteFaults, WriteKind
 from broker_core.system_topics import SystemTopic
 from broker_core.topic_configs import effective_config
@@ -390,9 +396,15 @@ class Engine:
             log_append_time = max_timestamp = int(time.time() * 1000)
             batches.stamp_log_append_time(batch, log_append_time)
         validated = time.perf_counter()
-        base, durable = self.appends.append((internal, index), partition, batch,
-                                            header.last_offset_delta, max_timestamp,
-                                            header.record_count, WriteKind.RECORDS)
+        try:
+            base, durable = self.appends.append((internal, index), partition, batch,
+                                                header.last_offset_delta, max_timestamp,
+                                                header.record_count, WriteKind.RECORDS)
+        except DatabaseUnavailable:
+            # the commit's reply may be what was lost: judge the retry by what is stored
+            if producers is not None:
+                self.producers.invalidate(internal, index)
+            raise
         metrics.STAGE_VALIDATE.observe(validated - started)
         metrics.STAGE_APPEND.observe(time.perf_counter() - validated)
         rules.messages_in.inc(header.record_count)

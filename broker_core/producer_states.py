@@ -116,6 +116,12 @@ class ProducerStates:
         another thread, such as the metrics endpoint's: the partitions are copied first)."""
         return sum(len(loaded.state.producers) for loaded in list(self._states.values()))
 
+    def invalidate(self, topic: str, index: int) -> None:
+        """Drop one partition's state, to be rebuilt from snapshot and log on next use: an
+        append failed and may still have been stored (a database commit whose reply was
+        lost), so memory can no longer say which batches are in the log."""
+        self._states.pop((topic, index), None)
+
     def forget(self, topic: str) -> None:
         """Drop the states of a deleted topic."""
         for key in [k for k in self._states if k[0] == topic]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from broker_core.storage.engines import ENGINES, storage_scheme
+from broker_core.storage.engines import ENGINES, shown_url, storage_scheme
 from common.names import NAME_RULE, is_valid_name
 from listeners.spec import ListenerConfigError, ListenerSpec, parse_listeners
 
@@ -156,6 +156,10 @@ class ValueType(ABC, Generic[T]):
     def check(self, value: object) -> bool:
         """Whether an already-typed ``value`` is acceptable."""
 
+    def shown(self, text: str) -> str:
+        """``text`` as an error message may show it (a secret inside is masked)."""
+        return text
+
     @abstractmethod
     def expected(self) -> str:
         """What an acceptable value looks like, for error messages and docs."""
@@ -238,6 +242,9 @@ class StorageUrlType(ValueType[str]):
             raise ValueError(text)
         return text
 
+    def shown(self, text: str) -> str:
+        return shown_url(text) if "://" in text else text
+
     def check(self, value: object) -> bool:
         if not isinstance(value, str):
             return False
@@ -305,7 +312,7 @@ class ConfigKey:
         try:
             return self.value_type.parse(stripped)
         except ValueError:
-            raise ConfigError(self._invalid(stripped)) from None
+            raise ConfigError(self._invalid(self.value_type.shown(stripped))) from None
 
     def validate(self, value: object) -> None:
         """Raise ConfigError naming the key if a typed ``value`` is not acceptable."""

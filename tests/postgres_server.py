@@ -76,6 +76,20 @@ class PostgresServer:
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
+    @classmethod
+    def running(cls) -> PostgresServer:
+        """A new server, initialised and started; on a failed start it is stopped (if it
+        came up anyway) and its directory removed before the error is raised."""
+        server = cls()
+        try:
+            return server.init().start()
+        except BaseException:
+            try:
+                server.stop()
+            finally:
+                server.remove()
+            raise
+
     def url(self, database: str) -> str:
         return f"postgres://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
 
@@ -93,7 +107,7 @@ _shared: list[PostgresServer] = []
 def shared_server() -> PostgresServer:
     """The session's server, initialised and started on first use."""
     if not _shared:
-        server = PostgresServer().init().start()
+        server = PostgresServer.running()
         _shared.append(server)
     return _shared[0]
 

@@ -637,3 +637,11 @@ def test_storage_url_defaults_to_the_absolute_data_dir(tmp_path: Path) -> None:
     config = BrokerConfig(data_dir=str(tmp_path / "d"))
     assert config.effective_storage_url() == (tmp_path / "d").resolve().as_uri()
     assert BrokerConfig(storage_url="memory://").effective_storage_url() == "memory://"
+
+
+def test_a_refused_storage_url_does_not_show_its_password() -> None:
+    for url in ("postgress://edge:s3cret@db:5432/kafka", "mysql://edge:s3cret@db:x/kafka"):
+        with pytest.raises(ConfigError) as refused:
+            load_config(None, [f"storageUrl={url}"])
+        assert "s3cret" not in str(refused.value)
+        assert "storageUrl" in str(refused.value)

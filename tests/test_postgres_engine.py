@@ -119,7 +119,7 @@ def offset_for_time_error(conn: RawConnection, topic: str) -> int:
 @pytest.fixture
 def own_server() -> Iterator[PostgresServer]:
     """A server of its own, to stop and start under a broker."""
-    server = PostgresServer().init().start()
+    server = PostgresServer.running()
     try:
         yield server
     finally:

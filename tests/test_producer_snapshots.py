@@ -283,3 +283,21 @@ def _snapshot_offset(data: Path) -> int:
         except ValueError:  # caught between write and rename: look again
             return -1
     return -1
+
+
+def test_an_invalidated_partition_recognises_a_batch_stored_behind_its_back(
+        tmp_path: Path) -> None:
+    """An append whose outcome is unknown (a database commit whose reply was lost) may have
+    stored the batch without the state recording it: after ``invalidate`` the rebuilt
+    state knows it, so the producer's retry is a duplicate instead of a second copy."""
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    states = ProducerStates()
+    _produce(log, states, 0, 2)
+    data = bytearray(batch(PID, EPOCH, 4, 2))
+    header = read_header(data)
+    assert states.get("t", 0, log).check(header) is None
+    stored = log.append(data, header.last_offset_delta, header.max_timestamp)  # not recorded
+    assert states.get("t", 0, log).check(header) is None  # memory would accept it again
+    states.invalidate("t", 0)
+    assert states.get("t", 0, log).check(header) == stored
+    log.close()

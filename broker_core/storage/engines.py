@@ -17,7 +17,7 @@ from .config import LogConfig
 from .log_manager import LogManager
 from .memory import open_memory_storage
 from .model import wall_clock_ms
-from .postgres import open_postgres_storage
+from .postgres import open_postgres_storage, public_url
 from .protocols import Storage
 
 Opener = Callable[[str, LogConfig, Callable[[], int]], Storage]
@@ -56,11 +56,19 @@ ENGINES: Mapping[str, Opener] = {
 """URL scheme -> engine opener."""
 
 
+def shown_url(url: str) -> str:
+    """``url`` without its password, for error messages (any string is accepted)."""
+    try:
+        return public_url(url)
+    except ValueError:  # a port that is not a number
+        return url.split("://", 1)[0] + "://..."
+
+
 def storage_scheme(url: str) -> str:
     """The engine scheme of ``url`` (``file`` for a plain path); ValueError if unknown."""
     scheme = urlsplit(url).scheme if "://" in url or url.startswith("file:") else "file"
     if scheme not in ENGINES:
-        raise ValueError(f"unsupported storage URL scheme {scheme!r} in {url!r} "
+        raise ValueError(f"unsupported storage URL scheme {scheme!r} in {shown_url(url)!r} "
                          f"(known: {', '.join(sorted(ENGINES))})")
     return scheme
 

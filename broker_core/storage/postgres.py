@@ -49,6 +49,8 @@ _CONNECT_TIMEOUT_S = 5
 _CHECKOUT_TIMEOUT_S = 1.0
 """How long a statement waits for a pooled connection: while the database is away, a
 write fails after this (a retriable error) instead of holding its caller."""
+_STATEMENT_TIMEOUT_MS = 5000
+"""Longest a statement, or an unanswered send to the database host, may take."""
 
 logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 """The pool's own warnings repeat on every reconnection attempt; the write-fault log says
@@ -77,7 +79,13 @@ class Database:
             raise _unavailable(exc) from None
         self._pool = psycopg_pool.ConnectionPool(
             conninfo, min_size=1, max_size=4, timeout=_CHECKOUT_TIMEOUT_S, open=True,
-            kwargs={"connect_timeout": _CONNECT_TIMEOUT_S, "autocommit": True}, name="edge-storage")
+            kwargs={"connect_timeout": _CONNECT_TIMEOUT_S, "autocommit": True,
+                    # a database host that stops answering must not hold the event loop
+                    # until TCP gives up: statements and silent peers time out
+                    "options": f"-c statement_timeout={_STATEMENT_TIMEOUT_MS}",
+                    "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+                    "keepalives_count": 2, "tcp_user_timeout": _STATEMENT_TIMEOUT_MS},
+            name="edge-storage")
 
     @contextmanager
     def tx(self) -> Iterator[Conn]:
