@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from typing import TypeVar
 
@@ -17,7 +18,7 @@ from .model import BatchInfo, TopicInfo
 from .topic_table import TopicEntry, TopicTable
 
 
-class FilelessPartition:
+class FilelessPartition(ABC):
     """Base of a partition store that keeps no files; subclasses set ``_location``,
     ``_closed``, ``_log_start`` and ``_lock`` and define ``next_offset`` and ``_follow``."""
 
@@ -28,16 +29,17 @@ class FilelessPartition:
     _config: LogConfig
 
     @property
+    @abstractmethod
     def next_offset(self) -> int:
-        raise NotImplementedError
+        """The offset the next appended batch gets."""
 
+    @abstractmethod
     def _follow(self, offset: int) -> Iterator[BatchInfo]:
         """Batches from ``offset`` on, following appends made while iterating."""
-        raise NotImplementedError
 
+    @abstractmethod
     def enforce_retention(self) -> int:
         """Drop the segments retention says; how many."""
-        raise NotImplementedError
 
     def batches_from(self, offset: int) -> Iterator[BatchInfo]:
         with self._lock:
@@ -93,20 +95,20 @@ class FilelessPartition:
 FP = TypeVar("FP", bound=FilelessPartition)
 
 
-class FilelessStorage(TopicTable[FP]):
+class FilelessStorage(TopicTable[FP], ABC):
     """The topics of a fileless engine; subclasses set ``_default_config`` and store what
     changes in the hooks (which raise to refuse it)."""
 
     _default_config: LogConfig
 
+    @abstractmethod
     def _store_topic(self, info: TopicInfo, config: LogConfig) -> list[FP]:
         """Store the new topic ``info``; its partition stores (lock held)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _store_growth(self, name: str, current: int, new_total: int,
                       config: LogConfig) -> list[FP]:
         """Store partitions ``current`` to ``new_total - 1`` of ``name``; their stores."""
-        raise NotImplementedError
 
     def _store_deletion(self, name: str) -> None:
         """Remove topic ``name`` from the engine's store (lock held)."""
