@@ -18,6 +18,7 @@ before a region leave as a segment of their own, and the client wakes up for the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from collections.abc import Sequence
@@ -141,14 +142,12 @@ def _send_directly(sock: int, items: list[_Item]) -> list[_Item]:
                 return [*leftover, *items[index:]]
             continue
         done = 0
-        try:
+        with contextlib.suppress(BlockingIOError):  # the socket's buffer is full: done so far
             while done < item.length:
                 sent = os.sendfile(sock, item.fd, item.offset + done, item.length - done)
                 if sent == 0:
                     break
                 done += sent
-        except BlockingIOError:
-            pass
         index += 1
         if done < item.length:
             return [_Span(item.fd, item.offset + done, item.length - done), *items[index:]]

@@ -47,11 +47,10 @@ class DataDirLock:
             os.close(fd)
             raise
         self._fd: int | None = fd
-        try:
+        # a full disk: the lock holds all the same, only the pid is missing
+        with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError:  # a full disk: the lock holds all the same, only the pid is missing
-            pass
 
     def release(self) -> None:
         """Give the directory up (idempotent)."""
