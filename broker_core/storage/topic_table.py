@@ -64,6 +64,10 @@ class TopicTable(Generic[P]):
             ]
         return iter(snapshot)
 
+    def partition_keys(self) -> list[tuple[str, int]]:
+        """(topic name, partition) of every partition."""
+        return [(name, index) for name, index, _ in self.all_partitions()]
+
     def enforce_retention(self) -> int:
         """Apply retention to every partition; returns the number of segments dropped."""
         dropped = 0
