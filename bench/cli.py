@@ -15,7 +15,12 @@ from bench import report
 from bench.chart import write_chart
 from bench.options import Options, parse_options
 from bench.pinning import CpuPlan, pin_self, plan_cpus
+from bench.postgres import markdown as postgres_markdown
+from bench.postgres import run_postgres
+from bench.postgres import target as postgres_target
+from bench.runner import Bench
 from bench.suite import run_suite
+from tests.postgres_server import server_bin_dir
 
 RESULT_FILES = ("latest.json", "latest.md", "latest.png")
 
@@ -66,6 +71,18 @@ def save(results: dict[str, Any], text: str, out: Path) -> list[Path]:
     return written
 
 
+def _postgres(opts: Options, cpus: CpuPlan) -> dict[str, Any] | None:
+    """The PostgreSQL rows, when asked for and Debian's server binaries are here."""
+    if not (opts.postgres or opts.postgres_only):
+        return None
+    try:
+        server_bin_dir()
+    except RuntimeError as exc:
+        print(f"[bench] PostgreSQL rows skipped: {exc}", file=sys.stderr)
+        return None
+    return run_postgres(Bench(opts, cpus))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every scenario on every broker; print the table and the targets."""
     opts = parse_options(argv)
@@ -74,10 +91,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.monotonic()
     results: dict[str, Any] = {"meta": _meta(cpus), "options": _options_json(opts),
                                "brokers": {}}
-    results["brokers"] = run_suite(opts, cpus)
+    if not opts.postgres_only:
+        results["brokers"] = run_suite(opts, cpus)
+    postgres = _postgres(opts, cpus)
     results["meta"]["seconds"] = round(time.monotonic() - began, 1)
-    results["targets"] = report.targets(results)
-    text = report.markdown(results)
+    results["targets"] = [] if opts.postgres_only else report.targets(results)
+    sections = [] if opts.postgres_only else [report.markdown(results)]
+    if postgres is not None:
+        results["postgres"] = postgres
+        check = postgres_target(postgres)
+        results["targets"].append(check)
+        sections += [postgres_markdown(postgres), report.targets_text([check])]
+    text = "\n\n".join(sections)
     print(text)
     for path in save(results, text, opts.out):
         print(f"[bench] wrote {path}", file=sys.stderr)

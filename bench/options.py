@@ -44,6 +44,14 @@ class Options:
     quick: bool = False
     out: Path = RESULTS
     timeout: float = 180.0
+    # The PostgreSQL rows (bench/postgres.py): this broker on postgres:// against the raw
+    # limit of the same server (psycopg 3, no broker), when Debian's server is installed.
+    postgres: bool = True
+    postgres_only: bool = False
+    postgres_records: int = 100_000
+    postgres_size: int = 1024
+    postgres_partitions: int = 4
+    postgres_raw_group: int = 100
 
     def records_for(self, size: int) -> int:
         """How many records the throughput runs use at ``size`` bytes."""
@@ -109,6 +117,16 @@ def _parser() -> argparse.ArgumentParser:
                         help="where latest.json, latest.png and latest.md go (bench/results)")
     parser.add_argument("--timeout", type=float, default=180.0,
                         help="give up on one load run after this many seconds")
+    parser.add_argument("--no-postgres", action="store_true",
+                        help="leave out the PostgreSQL rows (postgres:// against raw psycopg)")
+    parser.add_argument("--postgres-only", action="store_true",
+                        help="run only the PostgreSQL rows")
+    parser.add_argument("--postgres-records", type=int,
+                        help="PostgreSQL rows: records per trial (100000; 2000 with --quick)")
+    parser.add_argument("--postgres-partitions", type=int,
+                        help="PostgreSQL rows: partitions the records are spread over (4)")
+    parser.add_argument("--postgres-raw-group", type=int,
+                        help="PostgreSQL rows: batches per commit of the raw limit (100)")
     return parser
 
 
@@ -118,7 +136,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     opts = Options(brokers=[b.strip() for b in args.brokers.split(",") if b.strip()],
                    acks=args.acks, linger_ms=args.linger_ms, latency_size=args.latency_size,
                    pin=not args.no_pin, quick=args.quick, out=args.out, timeout=args.timeout,
-                   c_client=not args.no_c_client)
+                   c_client=not args.no_c_client, postgres=not args.no_postgres,
+                   postgres_only=args.postgres_only)
     if args.quick:
         opts.records = dict(QUICK_RECORDS)
         opts.rate, opts.latency_seconds, opts.latency_warmup = 2_000.0, 1.0, 0.5
@@ -126,6 +145,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         opts.timeout = min(opts.timeout, 60.0)
         opts.repeat = opts.latency_repeat = 1
         opts.extra_latency_lingers = []
+        opts.postgres_records = 2_000
     if args.sizes:
         opts.sizes = args.sizes
     if isinstance(args.records, int):
@@ -143,5 +163,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     if args.wide_fetch_bytes is not None:
         opts.wide_fetch_bytes = max(0, args.wide_fetch_bytes)
     opts.partitions_scenario = args.partitions or opts.partitions_scenario
+    opts.postgres_records = args.postgres_records or opts.postgres_records
+    opts.postgres_partitions = args.postgres_partitions or opts.postgres_partitions
+    opts.postgres_raw_group = args.postgres_raw_group or opts.postgres_raw_group
     opts.partitions_records = args.partition_records or opts.partitions_records
     return opts

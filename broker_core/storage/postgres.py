@@ -236,15 +236,21 @@ class PgPartition(FilelessPartition):
             self._segment = (seg_base, seg_size + len(batch), seg_created)
             return base
 
-    def _rows_from(self, conn: Conn, offset: int, limit: int) -> list[BatchInfo]:
-        """Up to ``limit`` batches from the one holding ``offset`` (by the primary key)."""
+    def _rows_from(self, conn: Conn, offset: int, limit: int,
+                   max_bytes: int | None = None) -> list[BatchInfo]:
+        """Up to ``limit`` batches from the one holding ``offset`` (by the primary key);
+        with ``max_bytes``, only the first and those that fit with it (the others' bytes
+        never leave the server: a row's batch is read only when it is returned)."""
         rows = conn.execute(
-            f"SELECT {_ENTRY_COLUMNS} FROM edge_entries WHERE partition_id = %(p)s"
-            " AND base_offset >= coalesce((SELECT base_offset FROM edge_entries"
-            "  WHERE partition_id = %(p)s AND base_offset <= %(o)s"
-            "  ORDER BY base_offset DESC LIMIT 1), %(o)s)"
-            " AND last_offset >= %(o)s ORDER BY base_offset LIMIT %(n)s",
-            {"p": self._id, "o": offset, "n": limit}).fetchall()
+            f"SELECT {_ENTRY_COLUMNS} FROM (SELECT *, sum(size) OVER (ORDER BY base_offset)"
+            "  AS upto, row_number() OVER (ORDER BY base_offset) AS nth FROM edge_entries"
+            "  WHERE partition_id = %(p)s AND base_offset >= coalesce((SELECT base_offset"
+            "   FROM edge_entries WHERE partition_id = %(p)s AND base_offset <= %(o)s"
+            "   ORDER BY base_offset DESC LIMIT 1), %(o)s)"
+            "  AND last_offset >= %(o)s ORDER BY base_offset LIMIT %(n)s) AS page"
+            " WHERE nth = 1 OR upto <= %(b)s ORDER BY base_offset",
+            {"p": self._id, "o": offset, "n": limit,
+             "b": max_bytes if max_bytes is not None else 1 << 62}, binary=True).fetchall()
         return [_info(row) for row in rows]
 
     def read(self, offset: int, max_bytes: int) -> list[memoryview | FileRegion]:
@@ -256,9 +262,9 @@ class PgPartition(FilelessPartition):
         taken = 0
         with self._db.tx() as conn:
             while offset < end:
-                rows = self._rows_from(conn, offset, _CHUNK)
+                rows = self._rows_from(conn, offset, _CHUNK, max_bytes - taken)
                 for info in rows:
-                    if out and taken + len(info.batch) > max_bytes:
+                    if info.base_offset >= end or (out and taken + len(info.batch) > max_bytes):
                         return out
                     out.append(memoryview(info.batch))
                     taken += len(info.batch)
@@ -286,7 +292,7 @@ class PgPartition(FilelessPartition):
             row = conn.execute(
                 f"SELECT {_ENTRY_COLUMNS} FROM edge_entries WHERE partition_id = %s"
                 f" AND last_offset >= %s{where} ORDER BY {order} LIMIT 1",
-                (self._id, start, *args)).fetchone()
+                (self._id, start, *args), binary=True).fetchone()
         return None if row is None else _info(row)
 
     def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None:

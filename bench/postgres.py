@@ -1,0 +1,223 @@
+"""The PostgreSQL rows: this broker on ``postgres://`` against the raw PostgreSQL limit of
+the same server with the same client library (psycopg 3), no broker, side by side.
+
+One throwaway server (``tests/postgres_server.py``: Debian's binaries, ``fsync=on``) serves
+every trial. A trial:
+
+1. **broker**: this broker on a new database of that server; the Python producer sends
+   ``--postgres-records`` records of ``--postgres-size`` bytes round-robin over
+   ``--postgres-partitions`` partitions (``acks=all``, ``linger.ms`` as elsewhere), then
+   the consumer reads them back: the same workers and settings as the other rows;
+2. **raw**: the very batches the broker stored (``edge_entries`` of that database, in the
+   order they were appended) are inserted into a table created ``LIKE edge_entries`` on
+   the same server, with psycopg 3 from one connection, then selected back by primary key
+   in pages of ``_PAGE_ROWS`` rows, as the broker reads them. Two ways of inserting:
+   ``raw, grouped`` commits ``--postgres-raw-group`` batches at a time (``executemany``
+   in a transaction: the most the server takes); ``raw, a commit per batch`` commits each
+   one (what a broker that commits every batch alone could reach at best).
+
+Records/s of the broker are the workers' (first produce() to last delivery report); of the
+raw runs, records inserted (or read) over the time the statements took. The target is the
+broker at 70% or more of ``raw, grouped`` for produce and consume (median of the per-trial
+ratios, as the Tansu rows do).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import psycopg
+
+from bench.admin import create_topic
+from bench.brokers import EdgeBroker
+from bench.report import median
+from bench.runner import MB, Bench, LoadError, run_worker
+from tests.postgres_server import PostgresServer
+
+TARGET_SHARE = 0.7
+"""The broker's throughput against the raw limit's, for produce and consume."""
+_PAGE_ROWS = 64
+"""Rows per SELECT when reading back, as the broker's reads page through a partition."""
+_TOPIC = "bench-postgres"
+_INSERT = ("INSERT INTO raw_entries (partition_id, base_offset, last_offset, segment_base,"
+           " broker_ts, max_ts, size, batch) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)")
+_COLUMNS = "partition_id, base_offset, last_offset, segment_base, broker_ts, max_ts, size, batch"
+
+Row = tuple[int, int, int, int, int, int, int, bytes]
+
+
+def _say(what: str) -> None:
+    print(f"[bench] postgres: {what}", file=sys.stderr, flush=True)
+
+
+def _rate(records: int, seconds: float, size: int) -> dict[str, float]:
+    seconds = max(seconds, 1e-9)
+    return {"records": records, "seconds": seconds, "records_per_s": records / seconds,
+            "mb_per_s": records * size / seconds / MB}
+
+
+def _stored_batches(url: str) -> list[Row]:
+    """The broker's entry rows, in the order they were appended."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(f"SELECT {_COLUMNS} FROM edge_entries ORDER BY broker_ts,"
+                            " partition_id, base_offset", binary=True).fetchall()
+    return [(int(a), int(b), int(c), int(d), int(e), int(f), int(g), bytes(h))
+            for a, b, c, d, e, f, g, h in rows]
+
+
+def _fresh_table(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("DROP TABLE IF EXISTS raw_entries")
+    conn.execute("CREATE TABLE raw_entries (LIKE edge_entries INCLUDING ALL)")
+    conn.execute("CHECKPOINT")  # both inserts start from the same quiet server
+
+
+def _insert(url: str, rows: list[Row], group: int) -> float:
+    """Insert ``rows`` committing ``group`` at a time; the seconds it took."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        _fresh_table(conn)
+        began = time.perf_counter()
+        if group <= 1:
+            for row in rows:
+                conn.execute(_INSERT, row)
+        else:
+            with conn.cursor() as cursor:
+                for start in range(0, len(rows), group):
+                    with conn.transaction():
+                        cursor.executemany(_INSERT, rows[start:start + group])
+        return time.perf_counter() - began
+
+
+def _select(url: str, partitions: list[int]) -> tuple[int, float]:
+    """Read every row back by primary key, page by page; (records, seconds)."""
+    records = 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        began = time.perf_counter()
+        for partition in partitions:
+            offset = 0
+            while True:
+                page = conn.execute(
+                    "SELECT base_offset, last_offset, max_ts, broker_ts, batch FROM raw_entries"
+                    " WHERE partition_id = %s AND base_offset >= %s ORDER BY base_offset"
+                    " LIMIT %s", (partition, offset, _PAGE_ROWS), binary=True).fetchall()
+                for _, last, _, _, _ in page:
+                    records += int(last) + 1 - offset
+                    offset = int(last) + 1
+                if len(page) < _PAGE_ROWS:
+                    break
+        return records, time.perf_counter() - began
+
+
+def _raw(url: str, size: int, group: int) -> dict[str, Any]:
+    rows = _stored_batches(url)
+    partitions = sorted({row[0] for row in rows})
+    records = sum(row[2] - row[1] + 1 for row in rows)
+    one = _insert(url, rows, 1)
+    grouped = _insert(url, rows, group)  # the table it leaves is read back
+    read, read_s = _select(url, partitions)
+    if read != records:
+        raise LoadError(f"postgres raw: read {read} of {records} records back")
+    mean = sum(row[6] for row in rows) / max(len(rows), 1)
+    return {"batches": len(rows), "mean_batch_bytes": mean,
+            "produce": _rate(records, grouped, size), "produce_one": _rate(records, one, size),
+            "consume": _rate(read, read_s, size)}
+
+
+def _broker(bench: Bench, url: str) -> dict[str, Any]:
+    opts = bench.opts
+    count, size = opts.postgres_records, opts.postgres_size
+    broker = EdgeBroker({"storageUrl": url})
+    broker.start(bench.cpus.broker)
+    try:
+        create_topic(broker.bootstrap, _TOPIC, opts.postgres_partitions)
+        out: dict[str, Any] = {}
+        for phase, mode in (("produce", "produce"), ("consume", "consume")):
+            done = run_worker(bench, broker, mode, _TOPIC, size=size, count=count,
+                              partitions=opts.postgres_partitions)
+            if done.load["records"] != count:
+                raise LoadError(f"postgres broker: {mode} handled {done.load['records']} "
+                                f"of {count}")
+            out[phase] = {**_rate(count, float(done.load["seconds"]), size),
+                          "broker_cpu_s": done.broker_cpu_s,
+                          "client_cpu_s": done.load["client_cpu_s"]}
+        return out
+    finally:
+        broker.stop()
+
+
+def _ratios(trials: list[dict[str, Any]], phase: str) -> list[float]:
+    return [t["broker"][phase]["records_per_s"] / t["raw"][phase]["records_per_s"]
+            for t in trials if t["raw"][phase]["records_per_s"] > 0]
+
+
+def run_postgres(bench: Bench) -> dict[str, Any]:
+    """Every trial of the broker and the raw limit; the medians and each trial's figures."""
+    opts = bench.opts
+    _say("starting a PostgreSQL server")
+    server = PostgresServer.running()
+    trials: list[dict[str, Any]] = []
+    try:
+        for trial in range(opts.repeat):
+            url = server.new_database_url()
+            _say(f"broker, {opts.postgres_records:,} x {opts.postgres_size} B over "
+                 f"{opts.postgres_partitions} partition(s), trial {trial + 1}/{opts.repeat}")
+            broker = _broker(bench, url)
+            _say(f"raw psycopg, the same batches, trial {trial + 1}/{opts.repeat}")
+            trials.append({"broker": broker,
+                           "raw": _raw(url, opts.postgres_size, opts.postgres_raw_group)})
+    finally:
+        try:
+            server.stop()
+        finally:
+            server.remove()
+    summary: dict[str, Any] = {
+        "records": opts.postgres_records, "size": opts.postgres_size,
+        "partitions": opts.postgres_partitions, "raw_group": opts.postgres_raw_group,
+        "trials": trials}
+    for phase in ("produce", "consume"):
+        summary[f"{phase}_ratio"] = median(_ratios(trials, phase))
+    for side, phases in (("broker", ("produce", "consume")),
+                         ("raw", ("produce", "produce_one", "consume"))):
+        summary[side] = {phase: median([t[side][phase]["records_per_s"] for t in trials])
+                         for phase in phases}
+    summary["batches"] = median([float(t["raw"]["batches"]) for t in trials])
+    summary["mean_batch_bytes"] = median([t["raw"]["mean_batch_bytes"] for t in trials])
+    summary["broker_cpu_s"] = median([t["broker"]["produce"]["broker_cpu_s"]
+                                      + t["broker"]["consume"]["broker_cpu_s"] for t in trials])
+    return summary
+
+
+def _cell(rate: float, size: int) -> str:
+    return f"{rate:,.0f} ({rate * size / MB:,.1f})"
+
+
+def markdown(pg: dict[str, Any]) -> str:
+    """The PostgreSQL table and its target line."""
+    size = pg["size"]
+    lines = [f"PostgreSQL engine: {pg['records']:,} records of {size} B over "
+             f"{pg['partitions']} partition(s), {len(pg['trials'])} trial(s) (medians); "
+             f"{pg['batches']:,.0f} batches of {pg['mean_batch_bytes']:,.0f} B on average.",
+             "",
+             "| metric | this broker, postgres:// | raw psycopg 3 | broker / raw |",
+             "|---|--:|--:|--:|"]
+    for phase, raw_phase, label in (
+            ("produce", "produce", f"produce: records/s (MB/s), raw commits of "
+                                   f"{pg['raw_group']} batches"),
+            ("produce", "produce_one", "produce: records/s (MB/s), raw commit per batch"),
+            ("consume", "consume", f"consume: records/s (MB/s), raw pages of {_PAGE_ROWS}")):
+        ours, raw = pg["broker"][phase], pg["raw"][raw_phase]
+        ratio = (f"{pg[f'{phase}_ratio']:.2f}x" if raw_phase == phase
+                 else f"{ours / raw:.2f}x" if raw > 0 else "-")
+        lines.append(f"| {label} | {_cell(ours, size)} | {_cell(raw, size)} | {ratio} |")
+    lines.append(f"| broker CPU s, produce + consume | {pg['broker_cpu_s']:.2f} | - | - |")
+    return "\n".join(lines)
+
+
+def target(pg: dict[str, Any]) -> dict[str, Any]:
+    """The PostgreSQL target: at least 70% of the raw limit, produce and consume."""
+    produce, consume = pg["produce_ratio"], pg["consume_ratio"]
+    return {"target": f"postgres:// >= {TARGET_SHARE:.0%} of raw PostgreSQL, produce and "
+                      "consume",
+            "met": produce >= TARGET_SHARE and consume >= TARGET_SHARE,
+            "detail": f"produce {produce:.2f}x, consume {consume:.2f}x"}
