@@ -5,18 +5,32 @@ through it, so each of them gets the same three things: a failed write becomes a
 error and one log line per cause (``storage_faults``), parked long-poll fetches of the
 partition are woken (``waiters``), and the fsync policy counts the records
 (``durability``: ``flushIntervalMessages`` / ``flushIntervalMs``).
+
+A partition whose appends are committed in groups (``GroupCommitted``: the ``postgres``
+engine) answers an append at once with its base offset; what the caller awaits before
+acknowledging is then the commit. Once it is done the fetches are woken (a fetch never
+sees an offset before its commit); a commit that failed is logged here, once per cause,
+reaches the waiting caller as a :class:`ReportedFault` (an OSError answered with the
+retriable error and not logged again), and calls :attr:`AppendPath.lost` for the
+partition: memory no longer knows what its log holds (the producer state is rebuilt).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+from collections.abc import Callable
 
 from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.storage import PartitionStore
+from broker_core.storage import GroupCommitted, PartitionStore
 from broker_core.storage.cluster import NotOwner
-from broker_core.storage_faults import WriteKind
+from broker_core.storage_faults import ReportedFault, WriteKind
 from broker_core.waiters import AppendWaiters, TopicPartition
+
+
+def _nothing_lost(topic: str, index: int) -> None:
+    return None
 
 
 class AppendPath:
@@ -26,6 +40,9 @@ class AppendPath:
         self.waiters = waiters
         self.flusher = flusher
         self.faults = flusher.faults
+        self.lost: Callable[[str, int], None] = _nothing_lost
+        """Called with a topic-partition whose commit failed after its append was answered
+        with an offset (the engine rebuilds the partition's producer state)."""
 
     def append(self, key: TopicPartition, partition: PartitionStore, batch: bytearray,
                last_offset_delta: int, max_timestamp: int, records: int, kind: WriteKind,
@@ -36,6 +53,10 @@ class AppendPath:
         nothing yet). A failed write raises KafkaApiError ``code`` and is logged as a fault
         of ``kind`` writing ``what`` (default: the topic-partition)."""
         try:  # not faults.guard: this is the produce hot path
+            if isinstance(partition, GroupCommitted):
+                base, commit = partition.append_deferred(batch, last_offset_delta,
+                                                         max_timestamp)
+                return base, self._committed(key, commit, kind, code, what)
             base = partition.append(batch, last_offset_delta, max_timestamp)
         except OSError as exc:
             raise self.faults.failed(exc, what or f"{key[0]}-{key[1]}", kind, code) from None
@@ -46,3 +67,32 @@ class AppendPath:
         self.faults.succeeded(kind)
         self.waiters.notify(key)
         return base, self.flusher.appended(partition, records)
+
+    def _committed(self, key: TopicPartition, commit: asyncio.Future[None], kind: WriteKind,
+                   code: ErrorCode, what: str | None) -> asyncio.Future[None]:
+        """What the caller awaits: done after ``commit``, with wake-ups and fault notes."""
+        acknowledged: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # nobody awaits an acks=0 produce: its failure must not log "never retrieved"
+        acknowledged.add_done_callback(_retrieve)
+
+        def settle(done: asyncio.Future[None]) -> None:
+            error = (OSError(errno.ECANCELED, "the commit was cancelled") if done.cancelled()
+                     else done.exception())
+            if error is None:
+                self.faults.succeeded(kind)
+                self.waiters.notify(key)
+                acknowledged.set_result(None)
+                return
+            self.lost(*key)
+            reason = error if isinstance(error, OSError) else OSError(str(error))
+            self.faults.failed(reason, what or f"{key[0]}-{key[1]}", kind, code)
+            acknowledged.set_exception(ReportedFault(reason.errno, reason.strerror
+                                                     or str(reason)))
+
+        commit.add_done_callback(settle)
+        return acknowledged
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -130,6 +130,7 @@ class Engine:
                               config.offsets_topic_compaction_bytes)
         self.groups = GroupCoordinator(config.groups, offsets)
         self.producers = ProducerStates(config.producer_id_expiration_ms, self.faults)
+        self.appends.lost = self.producers.invalidate  # a failed commit: rebuild it
         self._rules: dict[str, ProduceRules] = {}
         txn_log = SystemTopic(logs, self.appends, TXN_TOPIC, config.txn_topic_partitions,
                               config.offsets_topic_segment_bytes,

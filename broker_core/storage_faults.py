@@ -45,6 +45,12 @@ class WriteKind(StrEnum):
     AUDIT = "audit events"
 
 
+class ReportedFault(OSError):
+    """A write fault already noted and logged (by the append path, when a commit that
+    producers waited for failed): :meth:`WriteFaults.failed` answers it without noting it
+    again."""
+
+
 class WriteFaults:
     """The data directory's current write faults, by cause (thread-safe: fsyncs and
     snapshots run in executor threads)."""
@@ -58,8 +64,10 @@ class WriteFaults:
                code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR) -> KafkaApiError:
         """Note that writing ``what`` (a write of ``kind``) failed with ``exc``; return the
         error to answer."""
-        STORAGE_WRITE_ERRORS.inc()
         reason = exc.strerror or str(exc)
+        if isinstance(exc, ReportedFault):
+            return KafkaApiError(code, f"storage error: {reason}")
+        STORAGE_WRITE_ERRORS.inc()
         if isinstance(exc, LogOffline):  # logged when the partition went offline
             return KafkaApiError(code, f"storage error: {reason}")
         cause = exc.errno if exc.errno is not None else -1

@@ -26,7 +26,7 @@ from .log_manager import LogManager
 from .model import BatchInfo, TopicInfo, wall_clock_ms
 from .partition import PartitionLog
 from .pg_schema import SchemaTooNew
-from .protocols import DiskUsage, KeyValueStore, PartitionStore, Storage
+from .protocols import DiskUsage, GroupCommitted, KeyValueStore, PartitionStore, Storage
 from .region import FileRegion
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "DatabaseUnavailable",
     "DiskUsage",
     "FileRegion",
+    "GroupCommitted",
     "KeyValueStore",
     "LogClosed",
     "LogConfig",

@@ -74,16 +74,27 @@ class Database:
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise unavailable(exc) from None
 
-    def statement(self, sql: str, params: Mapping[str, object]) -> int:
-        """Run one statement as its own transaction (one round trip: the pool's
-        connections autocommit); the rows it changed."""
+    @contextmanager
+    def _autocommitted(self) -> Iterator[Conn]:
+        """A pooled connection whose statements each commit on their own."""
         try:
             with self._pool.connection() as conn:
-                return conn.execute(sql.encode(), params).rowcount
+                yield conn
         except psycopg_pool.PoolClosed:
             raise LogClosed("the storage is closed") from None
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise unavailable(exc) from None
+
+    def statement(self, sql: str, params: Mapping[str, object]) -> int:
+        """Run one statement as its own transaction (one round trip: the pool's
+        connections autocommit); the rows it changed."""
+        with self._autocommitted() as conn:
+            return conn.execute(sql.encode(), params).rowcount
+
+    def rows(self, sql: str, params: Mapping[str, object]) -> list[tuple[object, ...]]:
+        """Run one statement as its own transaction (one round trip); the rows it returned."""
+        with self._autocommitted() as conn:
+            return conn.execute(sql.encode(), params).fetchall()
 
     def close(self, *, drop: bool = False) -> None:
         if drop:

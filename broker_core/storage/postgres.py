@@ -18,6 +18,7 @@ whose outcome was lost neither duplicates nor skips offsets.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import threading
@@ -35,6 +36,7 @@ from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange
 from .fileless import FilelessPartition, FilelessStorage
 from .model import BatchInfo, TopicInfo
 from .pg_cluster import PgCluster
+from .pg_commits import GroupCommitter, Pending, Ticket
 from .pg_database import Conn, Database, unavailable
 from .protocols import DiskUsage
 from .region import FileRegion
@@ -51,19 +53,10 @@ def _info(row: tuple[object, ...]) -> BatchInfo:
 _CHUNK = 64
 """Rows per query when reading forward."""
 
+_DRAIN_TIMEOUT_S = 30.0
+"""Longest a reload of a partition's row waits for its queued appends to be answered."""
+
 _ENTRY_COLUMNS = "base_offset, last_offset, max_ts, broker_ts, batch"
-
-_APPEND = (
-    "WITH moved AS (UPDATE edge_partitions SET next_offset = %(last)s + 1,"
-    " size_bytes = size_bytes + %(size)s, segment_base = %(seg)s,"
-    " segment_size = %(seg_size)s, segment_created_ms = %(created)s"
-    " WHERE id = %(p)s AND next_offset = %(base)s"
-    " AND owner_epoch = coalesce(%(epoch)s, owner_epoch) RETURNING id)"
-    " INSERT INTO edge_entries SELECT id, %(base)s, %(last)s, %(seg)s, %(now)s, %(max)s,"
-    " %(size)s, %(batch)s FROM moved")
-"""An append: the entry row and the partition row's move, one atomic statement, made only
-at the offset expected and by the owner at the epoch it holds."""
-
 
 class PgKeyValues:
     """A key-value area in a table; ``scope`` is a partition id (``edge_partition_kv``) or
@@ -111,20 +104,27 @@ class PgKeyValues:
 class PgPartition(FilelessPartition):
     """One partition's log in PostgreSQL, its row's state cached; thread-safe."""
 
-    def __init__(self, db: Database, pid: int, location: str, config: LogConfig,
-                 clock: Callable[[], int], row: tuple[object, ...] | None = None,
+    def __init__(self, db: Database, committer: GroupCommitter, pid: int, location: str,
+                 config: LogConfig, clock: Callable[[], int],
+                 row: tuple[object, ...] | None = None,
                  fenced: Callable[[], bool] = lambda: True) -> None:
         self._db = db
+        self._committer = committer
         self._fenced = fenced
         self._id = pid
         self._location = location
         self._config = config
         self._clock = clock
         self._lock = threading.RLock()
+        self._drained = threading.Condition(self._lock)
         self._closed = False
         self._stale = row is None
-        self._log_start = self._next = self._size = self._owner_epoch = 0
-        self._segment = (0, 0, clock())  # base offset, size, created ms
+        self._generation = 0
+        """Moves on whenever the cached row goes stale: appends queued at an older one fail."""
+        self._inflight = 0
+        """Appends queued for a group commit and not yet answered."""
+        self._log_start = self._next = self._assigned = self._size = self._owner_epoch = 0
+        self._segment = (0, 0, clock())  # base offset, size, created ms (of the assigned end)
         if row is not None:
             self._load(row)
         self._opened_next = self._next
@@ -136,15 +136,32 @@ class PgPartition(FilelessPartition):
             " segment_created_ms, owner_epoch")
 
     def _load(self, row: tuple[object, ...]) -> None:
+        """Take the stored row as the cached one (lock held, nothing in flight)."""
         values = [int(str(v)) for v in row]
         self._log_start, self._next, self._size = values[0], values[1], values[2]
+        self._assigned = self._next
         self._segment = (values[3], values[4], values[5])
         self._owner_epoch = values[6]
         self._stale = False
 
+    def _spoil(self) -> None:
+        """The cached row may be wrong: reload it before the next write, and fail the
+        appends still queued (lock held)."""
+        self._stale = True
+        self._generation += 1
+        self._assigned = self._next
+
+    def _drain(self) -> None:
+        """Wait until every queued append of this partition is answered (lock held)."""
+        if self._inflight and not self._drained.wait_for(lambda: not self._inflight,
+                                                         _DRAIN_TIMEOUT_S):
+            raise DatabaseUnavailable(errno.ETIMEDOUT,
+                                      f"appends to {self._location} wait for a commit")
+
     def _refresh(self) -> None:
         """Reload the partition row after a failed statement (lock held)."""
         if self._stale:
+            self._drain()
             with self._db.tx() as conn:
                 row = conn.execute(f"SELECT {self._ROW} FROM edge_partitions WHERE id = %s",
                                    (self._id,)).fetchone()
@@ -166,7 +183,7 @@ class PgPartition(FilelessPartition):
         before. The row is reloaded before the next write."""
         with self._lock:
             before, self._epoch = self._epoch, epoch
-            self._stale = True
+            self._spoil()
             return before
 
     def _owned_epoch(self) -> int | None:
@@ -193,6 +210,10 @@ class PgPartition(FilelessPartition):
     def state(self) -> PgKeyValues:
         return self._state
 
+    @property
+    def generation(self) -> int:
+        return self._generation
+
     @contextmanager
     def _writing(self) -> Iterator[Conn]:
         """A transaction of a write; on failure the cached row is reloaded before the next."""
@@ -200,10 +221,12 @@ class PgPartition(FilelessPartition):
             with self._db.tx() as conn:
                 yield conn
         except BaseException:
-            self._stale = True
+            self._spoil()
             raise
 
-    def append(self, batch: bytearray, last_offset_delta: int, max_timestamp: int) -> int:
+    def _queue(self, batch: bytearray, last_offset_delta: int, max_timestamp: int,
+               ticket: Ticket) -> int:
+        """Give ``batch`` the next offsets and queue it for the group commit."""
         check_append(batch, last_offset_delta)
         with self._lock:
             self._check_open()
@@ -213,28 +236,56 @@ class PgPartition(FilelessPartition):
             seg_base, seg_size, seg_created = self._segment
             if seg_size > 0 and (seg_size + len(batch) > self._config.segment_bytes
                                  or now - seg_created >= self._config.segment_ms):
-                seg_base, seg_size, seg_created = self._next, 0, now
-            base = self._next
+                seg_base, seg_size, seg_created = self._assigned, 0, now
+            base = self._assigned
             set_base_offset(batch, base)
             last = base + last_offset_delta
-            try:  # one statement: the partition row moves only from the offset expected
-                added = self._db.statement(_APPEND, {
-                    "p": self._id, "base": base, "last": last, "seg": seg_base,
-                    "now": now, "max": max_timestamp, "size": len(batch),
-                    "batch": bytes(batch), "seg_size": seg_size + len(batch),
-                    "created": seg_created, "epoch": epoch})
-            except BaseException:
-                self._stale = True
-                raise
-            if added != 1:
-                self._stale = True
-                self._refresh()  # NotOwner when another broker took the partition
-                raise DatabaseUnavailable(
-                    errno.ESTALE, f"partition {self._location} moved under this broker")
-            self._next = last + 1
-            self._size += len(batch)
-            self._segment = (seg_base, seg_size + len(batch), seg_created)
+            segment = (seg_base, seg_size + len(batch), seg_created)
+            self._committer.submit(Pending(self, self._generation, epoch, base, last, segment,
+                                           now, max_timestamp, batch, ticket))
+            self._assigned = last + 1
+            self._segment = segment
+            self._inflight += 1
             return base
+
+    def append(self, batch: bytearray, last_offset_delta: int, max_timestamp: int) -> int:
+        """Append and wait for the commit (the group commit of whatever else waits too)."""
+        ticket = Ticket(None)
+        base = self._queue(batch, last_offset_delta, max_timestamp, ticket)
+        try:
+            ticket.wait()
+        except DatabaseUnavailable as exc:
+            if exc.errno == errno.ESTALE:
+                with self._lock:
+                    self._refresh()  # NotOwner when another broker took the partition
+            raise
+        return base
+
+    def append_deferred(self, batch: bytearray, last_offset_delta: int, max_timestamp: int,
+                        ) -> tuple[int, asyncio.Future[None]]:
+        """From the event loop: the base offset at once, and a future done once the batch
+        is committed (failed with DatabaseUnavailable when it was not)."""
+        ticket = Ticket(asyncio.get_running_loop())
+        base = self._queue(batch, last_offset_delta, max_timestamp, ticket)
+        assert ticket.future is not None
+        return base, ticket.future
+
+    def committed(self, appends: list[Pending]) -> None:
+        with self._lock:
+            self._next = appends[-1].last + 1
+            self._size += sum(len(p.batch) for p in appends)
+            self._settled(len(appends))
+
+    def failed(self, appends: list[Pending], error: OSError) -> None:
+        with self._lock:
+            if appends[0].generation == self._generation:
+                self._spoil()
+            self._settled(len(appends))
+
+    def _settled(self, count: int) -> None:
+        self._inflight -= count
+        if not self._inflight:
+            self._drained.notify_all()
 
     def _rows_from(self, conn: Conn, offset: int, limit: int,
                    max_bytes: int | None = None) -> list[BatchInfo]:
@@ -305,6 +356,7 @@ class PgPartition(FilelessPartition):
         with self._lock:
             self._check_open()
             self._refresh()
+            self._drain()
             if offset < 0 or offset > self._next:
                 raise OffsetOutOfRange(
                     f"offset {offset} is outside [0, {self._next}] of {self._location}")
@@ -345,6 +397,7 @@ class PgPartition(FilelessPartition):
             if self._epoch is None and self._fenced():
                 return 0  # its owner enforces it
             self._refresh()
+            self._drain()
             with self._db.tx() as conn:
                 sealed = [(int(str(base)), int(str(size)), int(str(newest))) for
                           base, size, newest in conn.execute(
@@ -380,6 +433,7 @@ class PgStorage(FilelessStorage[PgPartition]):
         self._db = Database(url, self._url)
         self._created = self._db.found_version == 0
         self._drop_at_close = False
+        self._committer = GroupCommitter(self._db)
         self._kv = PgKeyValues(self._db, None, self._check_open)
         self._cluster = PgCluster(self._db, self.partition)
         self._load()
@@ -402,8 +456,9 @@ class PgStorage(FilelessStorage[PgPartition]):
             own = {str(k): str(v) for k, v in dict(configs).items()}  # type: ignore[call-overload]
             config = log_config_for_topic(self._default_config, own)
             info = TopicInfo(str(name), uuid.UUID(str(topic_id)), int(str(count)), own)
-            stores = [PgPartition(self._db, int(str(row[2])), self._where(info.name, i),
-                                  config, self._clock, row[3:], self._cluster.joined)
+            stores = [PgPartition(self._db, self._committer, int(str(row[2])),
+                                  self._where(info.name, i), config, self._clock, row[3:],
+                                  self._cluster.joined)
                       for i, row in enumerate(by_topic.get(info.name, []))]
             self._topics[info.name] = TopicEntry(info, config, stores)
 
@@ -438,8 +493,9 @@ class PgStorage(FilelessStorage[PgPartition]):
                 f" VALUES (%s, %s, %s) RETURNING id, {PgPartition._ROW}",
                 (name, p, now)).fetchone()
             assert row is not None
-            stores.append(PgPartition(self._db, int(str(row[0])), self._where(name, p),
-                                      config, self._clock, row[1:], self._cluster.joined))
+            stores.append(PgPartition(self._db, self._committer, int(str(row[0])),
+                                      self._where(name, p), config, self._clock, row[1:],
+                                      self._cluster.joined))
         return stores
 
     def _store_topic(self, info: TopicInfo, config: LogConfig) -> list[PgPartition]:
@@ -467,6 +523,7 @@ class PgStorage(FilelessStorage[PgPartition]):
                          (json.dumps(configs), name))
 
     def _release(self) -> list[str]:
+        self._committer.close()
         try:
             self._db.close(drop=self._drop_at_close)
         except psycopg.Error as exc:

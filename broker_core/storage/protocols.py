@@ -8,9 +8,10 @@ module that implements these and registers its URL scheme in ``engines``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from .cluster import ClusterStore
 from .config import LogConfig
@@ -106,6 +107,19 @@ class PartitionStore(Protocol):
     def flush(self) -> bool:
         """Make what was appended so far durable; return whether the partition's metadata
         was rewritten too (a checkpoint)."""
+        ...
+
+
+@runtime_checkable
+class GroupCommitted(Protocol):
+    """A partition store whose appends are committed in groups (``postgres``): on the
+    event loop an append need not wait for its commit there."""
+
+    def append_deferred(self, batch: bytearray, last_offset_delta: int, max_timestamp: int,
+                        ) -> tuple[int, asyncio.Future[None]]:
+        """Like ``append``, from the event loop: the base offset at once, and a future done
+        once the batch is committed (failed with an OSError when it was not: it is then
+        not stored, and neither is anything queued behind it on the partition)."""
         ...
 
 

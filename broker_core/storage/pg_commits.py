@@ -1,0 +1,259 @@
+"""Group commit of the PostgreSQL engine: the appends of every partition of one storage
+that wait at the same time are committed together, in one statement and one transaction,
+by one worker thread, as the file engine groups the fsyncs of concurrent producers.
+
+An append (``PgPartition``) takes its offsets at once, in order, from the partition's
+*assigned* end, and queues a :class:`Pending` here; its producer waits on a
+:class:`Ticket` (an asyncio future on the event loop, an event elsewhere). The worker
+takes everything queued (up to ``_GROUP_BYTES``) and commits it in one transaction:
+``_MOVE`` moves the row of each partition in ``edge_partitions``, only from the offset its
+first append expected and by the owner at the epoch that append was made at (the fencing
+token), then the entry rows of the partitions that moved are inserted in one pipeline
+(``executemany``). Then:
+
+- a partition that moved has its *committed* end (``next_offset``, the high watermark)
+  moved past its appends, and only then are they answered: a fetch never sees an offset
+  before its commit;
+- a partition that did not move (another broker took it, or an earlier append failed),
+  or every partition of a group whose statement failed (the database went away: the
+  commit's outcome is unknown), fails its appends with :class:`DatabaseUnavailable`
+  (clients retry), is marked stale and gets a new *generation*: appends queued behind
+  them at the old generation fail without being sent, and the partition's row is
+  reloaded before its next append (so offsets go on from what is stored, whether or not
+  a commit whose reply was lost happened).
+
+While the worker commits one group, the next one gathers: under load a commit carries
+every append that arrived during the one before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from .errors import DatabaseUnavailable, LogClosed
+from .pg_database import Database
+
+log = logging.getLogger(__name__)
+
+_GROUP_BYTES = 32 << 20
+"""Most batch bytes in one commit (at least one append, whatever its size)."""
+
+_MOVE = (
+    "UPDATE edge_partitions p SET next_offset = w.next, size_bytes = p.size_bytes + w.added,"
+    " segment_base = w.seg, segment_size = w.seg_size, segment_created_ms = w.created"
+    " FROM unnest(%(ids)s::bigint[], %(expect)s::bigint[], %(next)s::bigint[],"
+    "  %(epochs)s::bigint[], %(added)s::bigint[], %(segs)s::bigint[],"
+    "  %(seg_sizes)s::bigint[], %(created)s::bigint[])"
+    "  AS w(id, expect, next, epoch, added, seg, seg_size, created)"
+    " WHERE p.id = w.id AND p.next_offset = w.expect"
+    " AND p.owner_epoch = coalesce(w.epoch, p.owner_epoch) RETURNING p.id")
+"""The partitions' rows of one group commit, each moved only from the offset its first
+append expected and by the owner at the epoch that append was made at."""
+
+_INSERT = ("INSERT INTO edge_entries (partition_id, base_offset, last_offset, segment_base,"
+           " broker_ts, max_ts, size, batch) VALUES (%s, %s, %s, %s, %s, %s, %s, %b)")
+"""One entry row (sent with the others of the group in one pipeline)."""
+
+
+class Ticket:
+    """What the producer of one append waits on: ``future`` on an event loop (made there),
+    else ``event``; ``error`` is set before either is done when the append failed."""
+
+    __slots__ = ("error", "event", "future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[None] | None = None if loop is None else loop.create_future()
+        self.event: threading.Event | None = threading.Event() if loop is None else None
+        self.error: OSError | None = None
+
+    def wait(self) -> None:
+        """Block until the append is committed (raise its error if it failed)."""
+        assert self.event is not None
+        self.event.wait()
+        if self.error is not None:
+            raise self.error
+
+
+class Appender(Protocol):
+    """The partition of a pending append, as the worker sees it."""
+
+    @property
+    def partition_id(self) -> int: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    def committed(self, appends: list[Pending]) -> None:
+        """Its ``appends`` (in order, all of one generation) were committed."""
+
+    def failed(self, appends: list[Pending], error: OSError) -> None:
+        """Its ``appends`` (in order) failed with ``error``."""
+
+
+@dataclass(slots=True)
+class Pending:
+    """One queued append: the batch at its offsets, the partition's segment after it, and
+    the epoch and generation of the partition it was made at."""
+
+    owner: Appender
+    generation: int
+    epoch: int | None
+    base: int
+    last: int
+    segment: tuple[int, int, int]
+    now: int
+    max_timestamp: int
+    batch: bytearray
+    ticket: Ticket
+
+
+def _settle(done: list[tuple[asyncio.Future[None], OSError | None]]) -> None:
+    """Answer the appends of one group that wait on this event loop."""
+    for future, error in done:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+
+def _as_os_error(exc: BaseException) -> OSError:
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, LogClosed):
+        return DatabaseUnavailable(errno.ESHUTDOWN, "the storage is closed")
+    return DatabaseUnavailable(errno.EIO, f"PostgreSQL group commit failed: {exc!r}"[:200])
+
+
+class GroupCommitter:
+    """The queue of appends waiting for a commit and the worker thread that commits them
+    (started on the first append; :meth:`close` commits what is queued, then stops it)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._wake = threading.Condition()
+        self._queue: list[Pending] = []
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, pending: Pending) -> None:
+        """Queue ``pending`` (callers queue a partition's appends in offset order)."""
+        with self._wake:
+            if self._closed:
+                raise LogClosed("the storage is closed")
+            self._queue.append(pending)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="edge-pg-commit",
+                                                daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def close(self) -> None:
+        """Commit whatever is queued, then stop the worker."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _take(self) -> list[Pending] | None:
+        with self._wake:
+            while not self._queue and not self._closed:
+                self._wake.wait()
+            if not self._queue:
+                return None
+            taken = size = 0
+            for pending in self._queue:
+                if taken and size + len(pending.batch) > _GROUP_BYTES:
+                    break
+                taken += 1
+                size += len(pending.batch)
+            group, self._queue = self._queue[:taken], self._queue[taken:]
+            return group
+
+    def _run(self) -> None:
+        while (group := self._take()) is not None:
+            try:
+                self._commit(group)
+            except BaseException as exc:  # never leave a producer waiting
+                log.exception("PostgreSQL group commit failed")
+                self._finish(group, set(), _as_os_error(exc))
+
+    def _commit(self, group: list[Pending]) -> None:
+        by_partition: dict[int, list[Pending]] = {}
+        stale: list[Pending] = []
+        for pending in group:
+            if pending.generation != pending.owner.generation:
+                stale.append(pending)  # an earlier append of its partition failed
+            else:
+                by_partition.setdefault(pending.owner.partition_id, []).append(pending)
+        if stale:
+            self._finish(stale, set(), DatabaseUnavailable(
+                errno.ESTALE, "an earlier append to the partition failed"))
+        if not by_partition:
+            return
+        runs = list(by_partition.values())
+        entries = [p for run in runs for p in run]
+        params: dict[str, object] = {
+            "ids": [run[0].owner.partition_id for run in runs],
+            "expect": [run[0].base for run in runs],
+            "next": [run[-1].last + 1 for run in runs],
+            "epochs": [run[0].epoch for run in runs],
+            "added": [sum(len(p.batch) for p in run) for run in runs],
+            "segs": [run[-1].segment[0] for run in runs],
+            "seg_sizes": [run[-1].segment[1] for run in runs],
+            "created": [run[-1].segment[2] for run in runs]}
+        try:
+            with self._db.tx() as conn:
+                moved = {int(str(row[0])) for row in conn.execute(_MOVE, params).fetchall()}
+                rows = [(p.owner.partition_id, p.base, p.last, p.segment[0], p.now,
+                         p.max_timestamp, len(p.batch), p.batch)
+                        for p in entries if p.owner.partition_id in moved]
+                if rows:
+                    with conn.cursor() as cursor:
+                        cursor.executemany(_INSERT, rows)
+        except (OSError, LogClosed) as exc:
+            self._finish(entries, set(), _as_os_error(exc))
+            return
+        self._finish(entries, moved, DatabaseUnavailable(
+            errno.ESTALE, "the partition moved under this broker (another owner, or an "
+                          "earlier append failed)"))
+
+    @staticmethod
+    def _finish(appends: list[Pending], moved: set[int], error: OSError) -> None:
+        """Record each partition's outcome (``moved``: committed, else ``error``), then
+        answer the producers: one callback per event loop."""
+        runs: dict[int, list[Pending]] = {}
+        for pending in appends:
+            runs.setdefault(id(pending.owner), []).append(pending)
+        waiting: dict[asyncio.AbstractEventLoop, list[
+            tuple[asyncio.Future[None], OSError | None]]] = {}
+        for run in runs.values():
+            owner = run[0].owner
+            ok = owner.partition_id in moved
+            if ok:
+                owner.committed(run)
+            else:
+                owner.failed(run, error)
+            for pending in run:
+                ticket = pending.ticket
+                ticket.error = None if ok else error
+                if ticket.loop is not None and ticket.future is not None:
+                    waiting.setdefault(ticket.loop, []).append((ticket.future, ticket.error))
+                elif ticket.event is not None:
+                    ticket.event.set()
+        for loop, done in waiting.items():
+            call: Callable[[list[tuple[asyncio.Future[None], OSError | None]]], None] = _settle
+            try:
+                loop.call_soon_threadsafe(call, done)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                continue
