@@ -4,21 +4,31 @@ connection pool.
 
 Each record batch is one row of ``edge_entries`` keyed by (partition, base offset), with
 its last offset, broker timestamp and max timestamp, so a fetch reads only the rows from
-the offset asked for. An append inserts the row and moves the partition row's
-``next_offset`` in one transaction, conditioned on the offset it expected: offsets stay
-continuous, and an append is acknowledged only once PostgreSQL committed it. Rows carry
-the segment they belong to (rolled by ``segment.bytes`` / ``segment.ms`` as on files), so
-retention drops whole segments by the same rule as the other engines.
+the offset asked for (and only as many as fit in its byte limit). Rows carry the segment
+they belong to (rolled by ``segment.bytes`` / ``segment.ms`` as on files), so retention
+drops whole segments by the same rule as the other engines.
 
-Topic and partition state is cached in this process (one broker owns the database for
-now). A database error raises :class:`DatabaseUnavailable` (an OSError: clients get
-retriable errors); the partition then reloads its row before its next write, so a commit
-whose outcome was lost neither duplicates nor skips offsets.
+Appends are group-committed (``pg_commits``): an append takes the next offsets of the
+partition's *assigned* end at once and queues; one worker thread commits everything
+queued, from every partition, in one transaction that inserts the rows and moves each
+partition row's ``next_offset``, conditioned on the offset expected and on the owner's
+epoch. Only then do the partition's *committed* end (``next_offset``, the high watermark)
+move and its producers get their answer: acknowledged means committed, and a fetch never
+sees an offset before its commit. On the event loop ``append_deferred`` returns the offset
+and a future (the produce path awaits it as it awaits the file engine's fsync);
+``append`` waits for the commit itself.
+
+Topic and partition state is cached in this process. A database error raises
+:class:`DatabaseUnavailable` (an OSError: clients get retriable errors); the partition then
+fails the appends queued behind the failed one and reloads its row before its next write
+(and before its producer state is rebuilt), so a commit whose outcome was lost neither
+duplicates nor skips offsets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import threading
@@ -130,7 +140,7 @@ class PgPartition(FilelessPartition):
         self._opened_next = self._next
         self._epoch: int | None = None
         """The ownership epoch this broker writes at; None: not owned here."""
-        self._state = PgKeyValues(db, pid, self._check_open, self._owned_epoch)
+        self._state = PgKeyValues(db, pid, self._check_current, self._owned_epoch)
 
     _ROW = ("log_start, next_offset, size_bytes, segment_base, segment_size,"
             " segment_created_ms, owner_epoch")
@@ -143,6 +153,15 @@ class PgPartition(FilelessPartition):
         self._segment = (values[3], values[4], values[5])
         self._owner_epoch = values[6]
         self._stale = False
+
+    def _check_current(self) -> None:
+        """Open, and the cached row reloaded if stale: the producer state is rebuilt (its
+        snapshot read first) against what is stored, so a commit whose reply was lost
+        counts (a retry of its batch is a duplicate)."""
+        with self._lock:
+            self._check_open()
+            with contextlib.suppress(NotOwner):  # reloaded all the same
+                self._refresh()
 
     def _spoil(self) -> None:
         """The cached row may be wrong: reload it before the next write, and fail the
