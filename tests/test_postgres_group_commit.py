@@ -1,0 +1,221 @@
+"""Group commit of the ``postgres://`` engine (``broker_core/storage/pg_commits.py``):
+concurrent appends of many producers and partitions share transactions, offsets stay
+continuous with nothing lost or twice, and a commit that fails (the server stopped, the
+partition fenced by another owner's claim) fails its appends with retriable errors and
+loses nothing acknowledged. On a real PostgreSQL server (``tests/postgres_server.py``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import confluent_kafka
+import psycopg
+import pytest
+
+from broker_core.storage import DatabaseUnavailable, LogConfig, Storage, open_storage
+from broker_core.storage.cluster import NotOwner
+from broker_core.storage.postgres import PgPartition
+from tests.broker_process import BrokerProcess
+from tests.clients import consume_confluent, create_topic
+from tests.postgres_server import PostgresServer, shared_server
+from tests.test_storage_engines import TOPIC, make_batch, partition
+
+PARTITIONS = 4
+PRODUCERS = 6
+
+
+def _values(producer: int, count: int) -> list[bytes]:
+    return [f"p{producer}-{i}-".encode() * (1 + i % 5) for i in range(count)]
+
+
+class Load:
+    """``PRODUCERS`` idempotent confluent-kafka producers, each in its own thread, sending
+    ``count`` records round-robin over the partitions; what each delivery report said."""
+
+    def __init__(self, bootstrap: str, topic: str, count: int, timeout_ms: int = 60_000):
+        self.topic = topic
+        self.count = count
+        self.delivered: dict[bytes, tuple[int, int]] = {}  # value -> (partition, offset)
+        self.errors: list[str] = []
+        self.failed_attempts = 0  # retriable errors seen by the clients on the way
+        self.half = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, args=(bootstrap, n, timeout_ms))
+                         for n in range(PRODUCERS)]
+
+    def _run(self, bootstrap: str, n: int, timeout_ms: int) -> None:
+        producer = confluent_kafka.Producer({
+            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+            "linger.ms": 1, "message.timeout.ms": timeout_ms, "retry.backoff.ms": 50})
+
+        def report(err: confluent_kafka.KafkaError | None,
+                   msg: confluent_kafka.Message) -> None:
+            with self._lock:
+                if err is not None:
+                    self.errors.append(str(err))
+                else:
+                    self.delivered[msg.value() or b""] = (msg.partition() or 0,
+                                                          msg.offset() or 0)
+                    if len(self.delivered) >= PRODUCERS * self.count // 2:
+                        self.half.set()
+
+        for i, value in enumerate(_values(n, self.count)):
+            producer.produce(self.topic, value=value, partition=(i + n) % PARTITIONS,
+                             on_delivery=report)
+            producer.poll(0)
+        assert producer.flush(timeout_ms / 1000 + 30) == 0
+
+    def start(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join()
+
+    def all_values(self) -> set[bytes]:
+        return {v for n in range(PRODUCERS) for v in _values(n, self.count)}
+
+
+def check_log(bootstrap: str, load: Load, expected: int) -> None:
+    """Every acknowledged record is stored once, where its delivery report said, and every
+    partition's offsets run from 0 without a gap."""
+    got = consume_confluent(bootstrap, load.topic, expected, PARTITIONS)
+    assert len(got) == expected
+    values = [g.rec.value or b"" for g in got]
+    assert len(set(values)) == len(values), "a record is stored twice"
+    stored = {g.rec.value or b"": (g.partition, g.offset) for g in got}
+    for value, where in load.delivered.items():
+        assert stored.get(value) == where, f"acknowledged {value!r} at {where} is not there"
+    by_partition: dict[int, list[int]] = {}
+    for g in got:
+        by_partition.setdefault(g.partition, []).append(g.offset)
+    for offsets in by_partition.values():
+        assert sorted(offsets) == list(range(len(offsets)))  # continuous
+
+
+def transactions(url: str) -> tuple[int, int, int]:
+    """(entry rows, transactions that inserted them, most partitions in one of those)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT sum(n), count(*), max(parts) FROM (SELECT count(*) AS n,"
+            " count(DISTINCT partition_id) AS parts FROM edge_entries GROUP BY xmin::text)"
+            " AS e").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def test_concurrent_producers_share_commits_and_get_continuous_offsets(
+        tmp_path: Path, topic_name: str) -> None:
+    url = shared_server().new_database_url()
+    broker = BrokerProcess(tmp_path / "data", {"storageUrl": url}).start()
+    try:
+        create_topic(broker.bootstrap, topic_name, PARTITIONS)
+        load = Load(broker.bootstrap, topic_name, 1500).start()
+        load.join()
+        assert load.errors == []
+        assert len(load.delivered) == PRODUCERS * 1500
+        check_log(broker.bootstrap, load, PRODUCERS * 1500)
+        rows, commits, widest = transactions(url)
+        assert commits < rows  # batches that waited together were committed together
+        assert widest > 1  # ... across partitions
+        assert broker.stop() == 0
+    finally:
+        if broker.alive():
+            broker.kill()
+
+
+@pytest.fixture
+def own_server() -> Iterator[PostgresServer]:
+    """A server of its own, to stop and start under a broker."""
+    server = PostgresServer.running()
+    try:
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            server.remove()
+
+
+def test_a_server_stopped_under_load_fails_commits_retriably_and_loses_nothing(
+        own_server: PostgresServer, tmp_path: Path, topic_name: str) -> None:
+    broker = BrokerProcess(tmp_path / "data",
+                           {"storageUrl": own_server.new_database_url()}).start()
+    try:
+        create_topic(broker.bootstrap, topic_name, PARTITIONS)
+        mark = len(broker.lines)
+        load = Load(broker.bootstrap, topic_name, 3000, timeout_ms=180_000).start()
+        assert load.half.wait(120)
+        own_server.stop()  # commits in flight fail; the producers retry
+        broker.wait_for_log(r"storage: cannot write .*PostgreSQL", 60, mark)
+        own_server.start()
+        load.join()
+        assert load.errors == []
+        assert len(load.delivered) == PRODUCERS * 3000
+        check_log(broker.bootstrap, load, PRODUCERS * 3000)
+        assert broker.stop() == 0
+    finally:
+        if broker.alive():
+            broker.kill()
+
+
+@pytest.fixture
+def storage() -> Iterator[Storage]:
+    opened = open_storage(shared_server().new_database_url(), LogConfig())
+    opened.create_topic(TOPIC, 1, {})
+    yield opened
+    opened.close()
+
+
+def test_a_partition_claimed_away_fails_its_queued_appends_and_keeps_what_committed(
+        storage: Storage) -> None:
+    log = partition(storage)
+    url = storage.location
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT id, owner_epoch FROM edge_partitions").fetchone()
+        assert row is not None
+        pid, epoch = int(row[0]), int(row[1])
+        assert isinstance(log, PgPartition)
+        log.fence(epoch)  # as the cluster does: this broker owns the partition at ``epoch``
+        stored: dict[int, int] = {}  # base offset -> writer
+        refused: list[BaseException] = []
+        claimed = threading.Event()
+        lock = threading.Lock()
+
+        def write(writer: int) -> None:
+            for _ in range(200):
+                try:
+                    base = log.append(make_batch(2, size=writer + 1), 1, 1_001)
+                except (DatabaseUnavailable, NotOwner) as exc:
+                    with lock:
+                        refused.append(exc)
+                    continue
+                with lock:
+                    stored[base] = writer
+                    if len(stored) == 300:
+                        # another broker claims the partition: the epoch moves on
+                        conn.execute("UPDATE edge_partitions SET owner_epoch = owner_epoch"
+                                     " + 1 WHERE id = %s", (pid,))
+                        claimed.set()
+
+        writers = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+        for thread in writers:
+            thread.start()
+        for thread in writers:
+            thread.join()
+        assert claimed.is_set() and refused
+        assert all(isinstance(exc, DatabaseUnavailable | NotOwner) for exc in refused)
+        assert any(isinstance(exc, NotOwner) for exc in refused)  # found out, then refused
+        rows = conn.execute("SELECT base_offset, batch FROM edge_entries ORDER BY base_offset"
+                            ).fetchall()
+        next_offset = conn.execute("SELECT next_offset FROM edge_partitions WHERE id = %s",
+                                   (pid,)).fetchone()
+    # what was acknowledged is there, at its offset, by its writer; nothing else is
+    assert {int(base): bytes(b)[8:] for base, b in rows} == {
+        base: bytes(make_batch(2, size=writer + 1))[8:] for base, writer in stored.items()}
+    assert [int(base) for base, _ in rows] == list(range(0, 2 * len(rows), 2))
+    assert next_offset is not None and int(next_offset[0]) == 2 * len(rows)
