@@ -10,16 +10,18 @@ every trial. A trial:
    the consumer reads them back: the same workers and settings as the other rows;
 2. **raw**: the very batches the broker stored (``edge_entries`` of that database, in the
    order they were appended) are inserted into a table created ``LIKE edge_entries`` on
-   the same server, with psycopg 3 from one connection, then selected back by primary key
-   in pages of ``_PAGE_ROWS`` rows, as the broker reads them. Two ways of inserting:
-   ``raw, grouped`` commits ``--postgres-raw-group`` batches at a time (``executemany``
-   in a transaction: the most the server takes); ``raw, a commit per batch`` commits each
-   one (what a broker that commits every batch alone could reach at best).
+   the same server, with psycopg 3 from one connection, then selected back by primary key.
+   Two ways of inserting: ``raw, grouped`` commits ``--postgres-raw-group`` batches at a
+   time (``executemany`` in a transaction: the most the server takes); ``raw, a commit
+   per batch`` commits each one (what a broker that commits every batch alone could reach
+   at best). Two ways of reading: in pages of what a consumer's fetch asks of a partition
+   (``FETCH_BYTES``, as the broker's read takes them: the raw limit of consume), and in
+   pages of ``_PAGE_ROWS`` rows (the server's bulk rate).
 
 Records/s of the broker are the workers' (first produce() to last delivery report); of the
 raw runs, records inserted (or read) over the time the statements took. The target is the
-broker at 70% or more of ``raw, grouped`` for produce and consume (median of the per-trial
-ratios, as the Tansu rows do).
+broker at 70% or more of the raw limit: ``raw, grouped`` for produce, fetch-sized pages
+for consume (median of the per-trial ratios, as the Tansu rows do).
 """
 
 from __future__ import annotations
@@ -39,7 +41,11 @@ from tests.postgres_server import PostgresServer
 TARGET_SHARE = 0.7
 """The broker's throughput against the raw limit's, for produce and consume."""
 _PAGE_ROWS = 64
-"""Rows per SELECT when reading back, as the broker's reads page through a partition."""
+"""Rows per SELECT of the bulk read back (as the broker pages through a partition when
+its producer state is rebuilt)."""
+FETCH_BYTES = 1 << 20
+"""librdkafka's ``max.partition.fetch.bytes``: what a consumer's fetch asks of a partition
+(the broker's read takes the first batch whole, then those that fit)."""
 _TOPIC = "bench-postgres"
 _INSERT = ("INSERT INTO raw_entries (partition_id, base_offset, last_offset, segment_base,"
            " broker_ts, max_ts, size, batch) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)")
@@ -89,39 +95,59 @@ def _insert(url: str, rows: list[Row], group: int) -> float:
         return time.perf_counter() - began
 
 
-def _select(url: str, partitions: list[int]) -> tuple[int, float]:
+def _pages(rows: list[Row], page_bytes: int | None) -> dict[int, list[int]]:
+    """Rows per SELECT, partition by partition: ``_PAGE_ROWS`` each, or with
+    ``page_bytes`` as many as a fetch of that many bytes per partition takes (the first
+    row whole, then those that fit with it)."""
+    pages: dict[int, list[int]] = {}
+    for partition in sorted({row[0] for row in rows}):
+        sizes = [row[6] for row in sorted(r for r in rows if r[0] == partition)]
+        counts: list[int] = []
+        at = 0
+        while at < len(sizes):
+            count, taken = 1, sizes[at]
+            while at + count < len(sizes) and (
+                    taken + sizes[at + count] <= page_bytes if page_bytes is not None
+                    else count < _PAGE_ROWS):
+                taken += sizes[at + count]
+                count += 1
+            counts.append(count)
+            at += count
+        pages[partition] = counts
+    return pages
+
+
+def _select(url: str, pages: dict[int, list[int]]) -> tuple[int, float]:
     """Read every row back by primary key, page by page; (records, seconds)."""
     records = 0
     with psycopg.connect(url, autocommit=True) as conn:
         began = time.perf_counter()
-        for partition in partitions:
+        for partition, counts in pages.items():
             offset = 0
-            while True:
+            for count in counts:
                 page = conn.execute(
                     "SELECT base_offset, last_offset, max_ts, broker_ts, batch FROM raw_entries"
                     " WHERE partition_id = %s AND base_offset >= %s ORDER BY base_offset"
-                    " LIMIT %s", (partition, offset, _PAGE_ROWS), binary=True).fetchall()
+                    " LIMIT %s", (partition, offset, count), binary=True).fetchall()
                 for _, last, _, _, _ in page:
                     records += int(last) + 1 - offset
                     offset = int(last) + 1
-                if len(page) < _PAGE_ROWS:
-                    break
         return records, time.perf_counter() - began
 
 
 def _raw(url: str, size: int, group: int) -> dict[str, Any]:
     rows = _stored_batches(url)
-    partitions = sorted({row[0] for row in rows})
     records = sum(row[2] - row[1] + 1 for row in rows)
     one = _insert(url, rows, 1)
     grouped = _insert(url, rows, group)  # the table it leaves is read back
-    read, read_s = _select(url, partitions)
-    if read != records:
-        raise LoadError(f"postgres raw: read {read} of {records} records back")
+    read, read_s = _select(url, _pages(rows, FETCH_BYTES))
+    bulk, bulk_s = _select(url, _pages(rows, None))
+    if read != records or bulk != records:
+        raise LoadError(f"postgres raw: read {read} and {bulk} of {records} records back")
     mean = sum(row[6] for row in rows) / max(len(rows), 1)
     return {"batches": len(rows), "mean_batch_bytes": mean,
             "produce": _rate(records, grouped, size), "produce_one": _rate(records, one, size),
-            "consume": _rate(read, read_s, size)}
+            "consume": _rate(read, read_s, size), "consume_bulk": _rate(bulk, bulk_s, size)}
 
 
 def _broker(bench: Bench, url: str) -> dict[str, Any]:
@@ -178,7 +204,7 @@ def run_postgres(bench: Bench) -> dict[str, Any]:
     for phase in ("produce", "consume"):
         summary[f"{phase}_ratio"] = median(_ratios(trials, phase))
     for side, phases in (("broker", ("produce", "consume")),
-                         ("raw", ("produce", "produce_one", "consume"))):
+                         ("raw", ("produce", "produce_one", "consume", "consume_bulk"))):
         summary[side] = {phase: median([t[side][phase]["records_per_s"] for t in trials])
                          for phase in phases}
     summary["batches"] = median([float(t["raw"]["batches"]) for t in trials])
@@ -205,7 +231,10 @@ def markdown(pg: dict[str, Any]) -> str:
             ("produce", "produce", f"produce: records/s (MB/s), raw commits of "
                                    f"{pg['raw_group']} batches"),
             ("produce", "produce_one", "produce: records/s (MB/s), raw commit per batch"),
-            ("consume", "consume", f"consume: records/s (MB/s), raw pages of {_PAGE_ROWS}")):
+            ("consume", "consume", "consume: records/s (MB/s), raw pages of a fetch "
+                                   f"({FETCH_BYTES >> 20} MiB a partition)"),
+            ("consume", "consume_bulk", f"consume: records/s (MB/s), raw pages of "
+                                        f"{_PAGE_ROWS} rows")):
         ours, raw = pg["broker"][phase], pg["raw"][raw_phase]
         ratio = (f"{pg[f'{phase}_ratio']:.2f}x" if raw_phase == phase
                  else f"{ours / raw:.2f}x" if raw > 0 else "-")

@@ -81,13 +81,18 @@ class AppendPath:
             if error is None:
                 self.faults.succeeded(kind)
                 self.waiters.notify(key)
-                acknowledged.set_result(None)
+                outcome: ReportedFault | None = None
+            else:
+                self.lost(*key)
+                reason = error if isinstance(error, OSError) else OSError(str(error))
+                self.faults.failed(reason, what or f"{key[0]}-{key[1]}", kind, code)
+                outcome = ReportedFault(reason.errno, reason.strerror or str(reason))
+            if acknowledged.done():  # its request was cancelled (the connection closed)
                 return
-            self.lost(*key)
-            reason = error if isinstance(error, OSError) else OSError(str(error))
-            self.faults.failed(reason, what or f"{key[0]}-{key[1]}", kind, code)
-            acknowledged.set_exception(ReportedFault(reason.errno, reason.strerror
-                                                     or str(reason)))
+            if outcome is None:
+                acknowledged.set_result(None)
+            else:
+                acknowledged.set_exception(outcome)
 
         commit.add_done_callback(settle)
         return acknowledged

@@ -36,7 +36,8 @@ def test_quick_run_prints_a_table_with_both_brokers(quick_run: tuple[str, Path])
         assert label in stdout
     rows = [line for line in stdout.splitlines() if line.startswith("| ")]
     assert all(line.count("|") == 5 for line in rows)
-    assert stdout.count("**met**") + stdout.count("**NOT met**") == 6
+    assert "| metric | this broker, postgres:// | raw psycopg 3 | broker / raw |" in stdout
+    assert stdout.count("**met**") + stdout.count("**NOT met**") == 7  # 6 + postgres
     assert (out / "latest.md").read_text(encoding="utf-8").strip() == stdout.strip()
 
 
@@ -65,7 +66,12 @@ def test_quick_run_writes_well_formed_json(quick_run: tuple[str, Path]) -> None:
         assert _positive(broker["peak_rss_mb"])
         assert broker["partitions"]["partitions"] == 20
         assert _positive(broker["partitions"]["peak_rss_mb"])
-    assert [t["met"] in (True, False) for t in results["targets"]] == [True] * 6
+    assert [t["met"] in (True, False) for t in results["targets"]] == [True] * 7
+    postgres = results["postgres"]
+    for side, phases in (("broker", ("produce", "consume")),
+                         ("raw", ("produce", "produce_one", "consume", "consume_bulk"))):
+        for phase in phases:
+            assert _positive(postgres[side][phase])
 
 
 @pytest.mark.timeout(600)
