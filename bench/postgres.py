@@ -18,6 +18,9 @@ every trial. A trial:
    (``FETCH_BYTES``, as the broker's read takes them: the raw limit of consume), and in
    pages of ``_PAGE_ROWS`` rows (the server's bulk rate).
 
+3. **memory://**: this broker with no database under the same load, for scale: what the
+   load generators and the broker reach without PostgreSQL.
+
 Records/s of the broker are the workers' (first produce() to last delivery report); of the
 raw runs, records inserted (or read) over the time the statements took. The target is the
 broker at 70% or more of the raw limit: ``raw, grouped`` for produce, fetch-sized pages
@@ -190,8 +193,10 @@ def run_postgres(bench: Bench) -> dict[str, Any]:
                  f"{opts.postgres_partitions} partition(s), trial {trial + 1}/{opts.repeat}")
             broker = _broker(bench, url)
             _say(f"raw psycopg, the same batches, trial {trial + 1}/{opts.repeat}")
-            trials.append({"broker": broker,
-                           "raw": _raw(url, opts.postgres_size, opts.postgres_raw_group)})
+            raw = _raw(url, opts.postgres_size, opts.postgres_raw_group)
+            _say(f"broker on memory://, the same load, trial {trial + 1}/{opts.repeat}")
+            trials.append({"broker": broker, "raw": raw,
+                           "memory": _broker(bench, "memory://")})
     finally:
         try:
             server.stop()
@@ -203,7 +208,7 @@ def run_postgres(bench: Bench) -> dict[str, Any]:
         "trials": trials}
     for phase in ("produce", "consume"):
         summary[f"{phase}_ratio"] = median(_ratios(trials, phase))
-    for side, phases in (("broker", ("produce", "consume")),
+    for side, phases in (("broker", ("produce", "consume")), ("memory", ("produce", "consume")),
                          ("raw", ("produce", "produce_one", "consume", "consume_bulk"))):
         summary[side] = {phase: median([t[side][phase]["records_per_s"] for t in trials])
                          for phase in phases}
@@ -239,6 +244,9 @@ def markdown(pg: dict[str, Any]) -> str:
         ratio = (f"{pg[f'{phase}_ratio']:.2f}x" if raw_phase == phase
                  else f"{ours / raw:.2f}x" if raw > 0 else "-")
         lines.append(f"| {label} | {_cell(ours, size)} | {_cell(raw, size)} | {ratio} |")
+    for phase in ("produce", "consume"):
+        lines.append(f"| {phase}: records/s (MB/s), this broker on memory:// (no database: "
+                     f"the load's own limit here) | {_cell(pg['memory'][phase], size)} | - | - |")
     lines.append(f"| broker CPU s, produce + consume | {pg['broker_cpu_s']:.2f} | - | - |")
     return "\n".join(lines)
 

@@ -34,6 +34,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
@@ -42,12 +43,13 @@ import psycopg
 from .batch_header import check_append, set_base_offset
 from .cluster import NotOwner
 from .config import LogConfig, log_config_for_topic, retention_drops
-from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange
+from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange, StorageError
 from .fileless import FilelessPartition, FilelessStorage
 from .model import BatchInfo, TopicInfo
 from .pg_cluster import PgCluster
 from .pg_commits import GroupCommitter, Pending, Ticket
 from .pg_database import Conn, Database, unavailable
+from .pg_readahead import ReadAhead
 from .protocols import DiskUsage
 from .region import FileRegion
 from .topic_table import TopicEntry
@@ -114,12 +116,14 @@ class PgKeyValues:
 class PgPartition(FilelessPartition):
     """One partition's log in PostgreSQL, its row's state cached; thread-safe."""
 
-    def __init__(self, db: Database, committer: GroupCommitter, pid: int, location: str,
-                 config: LogConfig, clock: Callable[[], int],
+    def __init__(self, db: Database, workers: tuple[GroupCommitter, ReadAhead], pid: int,
+                 location: str, config: LogConfig, clock: Callable[[], int],
                  row: tuple[object, ...] | None = None,
                  fenced: Callable[[], bool] = lambda: True) -> None:
         self._db = db
-        self._committer = committer
+        self._committer, self._readahead = workers
+        self._ahead: tuple[int, int, Future[list[BatchInfo]]] | None = None
+        """The page being read ahead: its offset, its size limit and the read."""
         self._fenced = fenced
         self._id = pid
         self._location = location
@@ -328,7 +332,28 @@ class PgPartition(FilelessPartition):
             self._check_open()
             self._check_offset(offset)
             end = self._next
-        out: list[memoryview | FileRegion] = []
+            ahead, self._ahead = self._ahead, None
+        page: list[BatchInfo] | None = None
+        if ahead is not None:
+            at, size, future = ahead
+            if (at, size) == (offset, max_bytes):
+                with contextlib.suppress(OSError, StorageError, CancelledError):
+                    page = future.result() or None  # else read afresh
+            self._readahead.release(size, future)
+        if page is None:
+            page = self._page(offset, max_bytes, end)
+        if page and page[-1].last_offset + 1 < end:  # the consumer is behind: read on
+            self._read_ahead(page[-1].last_offset + 1, max_bytes)
+        return [memoryview(info.batch) for info in page]
+
+    def _page(self, offset: int, max_bytes: int, end: int | None) -> list[BatchInfo]:
+        """The batches from the one holding ``offset`` up to ``max_bytes`` (the first
+        whole), below ``end`` (default: the committed end)."""
+        if end is None:
+            with self._lock:
+                self._check_open()
+                end = self._next
+        out: list[BatchInfo] = []
         taken = 0
         with self._db.tx() as conn:
             while offset < end:
@@ -336,12 +361,29 @@ class PgPartition(FilelessPartition):
                 for info in rows:
                     if info.base_offset >= end or (out and taken + len(info.batch) > max_bytes):
                         return out
-                    out.append(memoryview(info.batch))
+                    out.append(info)
                     taken += len(info.batch)
                     offset = info.last_offset + 1
                 if len(rows) < _CHUNK:
                     break
         return out
+
+    def _read_ahead(self, offset: int, max_bytes: int) -> None:
+        """Start reading the page at ``offset`` in a worker (``pg_readahead``)."""
+        future = self._readahead.start(max_bytes, lambda: self._page(offset, max_bytes, None))
+        if future is None:
+            return
+        with self._lock:
+            old, self._ahead = self._ahead, (offset, max_bytes, future)
+        if old is not None:
+            self._readahead.release(old[1], old[2])
+
+    def close(self) -> None:
+        super().close()
+        with self._lock:
+            ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            self._readahead.release(ahead[1], ahead[2])
 
     def _follow(self, offset: int) -> Iterator[BatchInfo]:
         """Batches from ``offset`` on, following appends made while iterating."""
@@ -452,7 +494,7 @@ class PgStorage(FilelessStorage[PgPartition]):
         self._db = Database(url, self._url)
         self._created = self._db.found_version == 0
         self._drop_at_close = False
-        self._committer = GroupCommitter(self._db)
+        self._workers = (GroupCommitter(self._db), ReadAhead())
         self._kv = PgKeyValues(self._db, None, self._check_open)
         self._cluster = PgCluster(self._db, self.partition)
         self._load()
@@ -475,7 +517,7 @@ class PgStorage(FilelessStorage[PgPartition]):
             own = {str(k): str(v) for k, v in dict(configs).items()}  # type: ignore[call-overload]
             config = log_config_for_topic(self._default_config, own)
             info = TopicInfo(str(name), uuid.UUID(str(topic_id)), int(str(count)), own)
-            stores = [PgPartition(self._db, self._committer, int(str(row[2])),
+            stores = [PgPartition(self._db, self._workers, int(str(row[2])),
                                   self._where(info.name, i), config, self._clock, row[3:],
                                   self._cluster.joined)
                       for i, row in enumerate(by_topic.get(info.name, []))]
@@ -512,7 +554,7 @@ class PgStorage(FilelessStorage[PgPartition]):
                 f" VALUES (%s, %s, %s) RETURNING id, {PgPartition._ROW}",
                 (name, p, now)).fetchone()
             assert row is not None
-            stores.append(PgPartition(self._db, self._committer, int(str(row[0])),
+            stores.append(PgPartition(self._db, self._workers, int(str(row[0])),
                                       self._where(name, p), config, self._clock, row[1:],
                                       self._cluster.joined))
         return stores
@@ -542,7 +584,8 @@ class PgStorage(FilelessStorage[PgPartition]):
                          (json.dumps(configs), name))
 
     def _release(self) -> list[str]:
-        self._committer.close()
+        for worker in self._workers:
+            worker.close()
         try:
             self._db.close(drop=self._drop_at_close)
         except psycopg.Error as exc:
