@@ -21,6 +21,10 @@ from .pg_schema import drop_schema, migrate
 Conn = psycopg.Connection[tuple[object, ...]]
 """A connection whose rows are tuples."""
 
+_POOL_SIZE = 8
+"""Connections at most: the event loop's statements, the group commit's worker, the
+read-ahead workers (``pg_readahead``) and the cluster's heartbeats never wait for one
+another."""
 _CONNECT_TIMEOUT_S = 5
 _CHECKOUT_TIMEOUT_S = 1.0
 """How long a statement waits for a pooled connection: while the database is away, a
@@ -54,7 +58,7 @@ class Database:
         except psycopg.Error as exc:
             raise unavailable(exc) from None
         self._pool = psycopg_pool.ConnectionPool(
-            conninfo, min_size=1, max_size=4, timeout=_CHECKOUT_TIMEOUT_S, open=True,
+            conninfo, min_size=1, max_size=_POOL_SIZE, timeout=_CHECKOUT_TIMEOUT_S, open=True,
             kwargs={"connect_timeout": _CONNECT_TIMEOUT_S, "autocommit": True,
                     # a database host that stops answering must not hold the event loop
                     # until TCP gives up: statements and silent peers time out
