@@ -16,6 +16,8 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -99,6 +101,19 @@ class PostgresServer:
         with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name}".encode())
         return self.url(name)
+
+
+@contextmanager
+def own_server() -> Iterator[PostgresServer]:
+    """A server of its own (to stop and start under a broker), removed afterwards."""
+    server = PostgresServer.running()
+    try:
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            server.remove()
 
 
 _shared: list[PostgresServer] = []

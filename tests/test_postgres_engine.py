@@ -25,6 +25,7 @@ from broker_core.storage.pg_schema import SCHEMA_VERSION
 from tests.broker_process import REPO, BrokerProcess
 from tests.clients import Rec, consume_confluent, create_topic, make_records
 from tests.postgres_server import PostgresServer, shared_server
+from tests.postgres_server import own_server as own_postgres_server
 from tests.raw import RawConnection
 from tests.storage_helpers import batch_bytes
 from tests.test_storage_engines import TOPIC, append, partition
@@ -119,14 +120,8 @@ def offset_for_time_error(conn: RawConnection, topic: str) -> int:
 @pytest.fixture
 def own_server() -> Iterator[PostgresServer]:
     """A server of its own, to stop and start under a broker."""
-    server = PostgresServer.running()
-    try:
+    with own_postgres_server() as server:
         yield server
-    finally:
-        try:
-            server.stop()
-        finally:
-            server.remove()
 
 
 def test_a_database_restart_loses_nothing_acknowledged(own_server: PostgresServer,

@@ -1,8 +1,11 @@
-"""Group commit of the ``postgres://`` engine (``broker_core/storage/pg_commits.py``):
-concurrent appends of many producers and partitions share transactions, offsets stay
-continuous with nothing lost or twice, and a commit that fails (the server stopped, the
-partition fenced by another owner's claim) fails its appends with retriable errors and
-loses nothing acknowledged. On a real PostgreSQL server (``tests/postgres_server.py``)."""
+"""What makes the ``postgres://`` engine fast, and stays correct: group commit
+(``broker_core/storage/pg_commits.py``): concurrent appends of many producers and
+partitions share transactions, offsets stay continuous with nothing lost or twice, and a
+commit that fails (the server stopped, the partition fenced by another owner's claim)
+fails its appends with retriable errors and loses nothing acknowledged; read-ahead
+(``pg_readahead.py``): a read that leaves more of the log behind it has the next page read
+in a worker, and the next read of that page is answered from memory, with the same
+batches a fresh read gives. On a real PostgreSQL server (``tests/postgres_server.py``)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ from broker_core.storage.postgres import PgPartition
 from tests.broker_process import BrokerProcess
 from tests.clients import consume_confluent, create_topic
 from tests.postgres_server import PostgresServer, shared_server
-from tests.test_storage_engines import TOPIC, make_batch, partition
+from tests.postgres_server import own_server as own_postgres_server
+from tests.storage_helpers import batch_bytes
+from tests.test_storage_engines import TOPIC, append, make_batch, partition
 
 PARTITIONS = 4
 PRODUCERS = 6
@@ -131,14 +136,8 @@ def test_concurrent_producers_share_commits_and_get_continuous_offsets(
 @pytest.fixture
 def own_server() -> Iterator[PostgresServer]:
     """A server of its own, to stop and start under a broker."""
-    server = PostgresServer.running()
-    try:
+    with own_postgres_server() as server:
         yield server
-    finally:
-        try:
-            server.stop()
-        finally:
-            server.remove()
 
 
 def test_a_server_stopped_under_load_fails_commits_retriably_and_loses_nothing(
@@ -219,3 +218,53 @@ def test_a_partition_claimed_away_fails_its_queued_appends_and_keeps_what_commit
         base: bytes(make_batch(2, size=writer + 1))[8:] for base, writer in stored.items()}
     assert [int(base) for base, _ in rows] == list(range(0, 2 * len(rows), 2))
     assert next_offset is not None and int(next_offset[0]) == 2 * len(rows)
+
+
+def bases(chunks: list[memoryview]) -> list[int]:
+    return [int.from_bytes(batch_bytes(c)[:8], "big") for c in chunks]
+
+
+def wait_for_page_ahead(log: PgPartition) -> None:
+    """Until the page read ahead is in memory (the worker's future is done)."""
+    ahead = log._ahead  # the one page a partition keeps ahead
+    assert ahead is not None, "no page is read ahead"
+    ahead[2].result(30)
+
+
+def test_the_next_page_is_read_ahead_and_served_from_memory(storage: Storage) -> None:
+    log = partition(storage)
+    assert isinstance(log, PgPartition)
+    offsets = [append(log, 10, size=100) for _ in range(12)]
+    page = len(bytes(log.read(0, 1 << 20)[0]))  # one batch's size: a page per batch
+    first = log.read(0, page)
+    assert bases(first) == offsets[:1]
+    wait_for_page_ahead(log)
+    with psycopg.connect(storage.location, autocommit=True) as conn:
+        # the stored rows go away behind the broker's back: only a page already in
+        # memory can still answer (nothing the broker does deletes rows above log start)
+        conn.execute("DELETE FROM edge_entries WHERE base_offset = %s", (offsets[1],))
+    second = log.read(offsets[1], page)
+    assert bases(second) == offsets[1:2]
+    wait_for_page_ahead(log)  # and on: the third page is read ahead in turn
+    assert bases(log.read(offsets[2], page)) == offsets[2:3]
+
+
+def test_pages_read_ahead_give_what_fresh_reads_give(storage: Storage) -> None:
+    log = partition(storage)
+    assert isinstance(log, PgPartition)
+    offsets = [append(log, n, size=300) for n in (3, 1, 4, 1, 5, 9, 2, 6)]
+    fresh = [bytes(c) for c in log.read(0, 1 << 20)]
+    read: list[bytes] = []
+    offset = 0
+    while offset < log.next_offset:
+        chunks = log.read(offset, 2500)  # a few batches a page, read ahead after each
+        assert chunks
+        read += [bytes(c) for c in chunks]
+        head = batch_bytes(chunks[-1])
+        offset = int.from_bytes(head[:8], "big") + int.from_bytes(head[23:27], "big") + 1
+    assert read == fresh and bases([memoryview(b) for b in read]) == offsets
+    assert log.read(log.next_offset, 2500) == []
+    added = append(log, 2, size=300)  # a reader at the end sees new appends at once
+    assert bases(log.read(added, 2500)) == [added]
+    other = log.read(0, 100)  # another size: the page ahead is not used
+    assert bases(other) == offsets[:1]
