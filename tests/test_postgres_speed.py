@@ -19,6 +19,7 @@ import pytest
 
 from broker_core.storage import DatabaseUnavailable, LogConfig, Storage, open_storage
 from broker_core.storage.cluster import NotOwner
+from broker_core.storage.pg_readahead import WINDOW_PAGES
 from broker_core.storage.postgres import PgPartition
 from tests.broker_process import BrokerProcess
 from tests.clients import consume_confluent, create_topic
@@ -224,29 +225,29 @@ def bases(chunks: list[memoryview]) -> list[int]:
     return [int.from_bytes(batch_bytes(c)[:8], "big") for c in chunks]
 
 
-def wait_for_page_ahead(log: PgPartition) -> None:
-    """Until the page read ahead is in memory (the worker's future is done)."""
-    ahead = log._ahead  # the one page a partition keeps ahead
-    assert ahead is not None, "no page is read ahead"
-    ahead[2].result(30)
+def wait_for_window(log: PgPartition) -> None:
+    """Until the window being read ahead is in memory (the worker's future is done)."""
+    window = log._ahead._window  # the read a partition's buffer has under way
+    assert window is not None, "nothing is read ahead"
+    window[2].result(30)
 
 
-def test_the_next_page_is_read_ahead_and_served_from_memory(storage: Storage) -> None:
+def test_the_pages_after_a_read_are_read_ahead_and_served_from_memory(
+        storage: Storage) -> None:
     log = partition(storage)
     assert isinstance(log, PgPartition)
     offsets = [append(log, 10, size=100) for _ in range(12)]
     page = len(bytes(log.read(0, 1 << 20)[0]))  # one batch's size: a page per batch
-    first = log.read(0, page)
-    assert bases(first) == offsets[:1]
-    wait_for_page_ahead(log)
+    assert bases(log.read(0, page)) == offsets[:1]
+    wait_for_window(log)
+    ahead = offsets[1:1 + WINDOW_PAGES]
     with psycopg.connect(storage.location, autocommit=True) as conn:
-        # the stored rows go away behind the broker's back: only a page already in
-        # memory can still answer (nothing the broker does deletes rows above log start)
-        conn.execute("DELETE FROM edge_entries WHERE base_offset = %s", (offsets[1],))
-    second = log.read(offsets[1], page)
-    assert bases(second) == offsets[1:2]
-    wait_for_page_ahead(log)  # and on: the third page is read ahead in turn
-    assert bases(log.read(offsets[2], page)) == offsets[2:3]
+        # the stored rows go away behind the broker's back: only pages already in memory
+        # can still answer (nothing the broker does deletes rows above the log start)
+        conn.execute("DELETE FROM edge_entries WHERE base_offset = ANY(%s)", (ahead,))
+    assert [bases(log.read(offset, page)) for offset in ahead] == [[o] for o in ahead]
+    rest = offsets[1 + WINDOW_PAGES:]  # read ahead in turn, or afresh: the same batches
+    assert [bases(log.read(offset, page)) for offset in rest] == [[o] for o in rest]
 
 
 def test_pages_read_ahead_give_what_fresh_reads_give(storage: Storage) -> None:

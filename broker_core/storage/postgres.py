@@ -34,7 +34,6 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
@@ -43,13 +42,13 @@ import psycopg
 from .batch_header import check_append, set_base_offset
 from .cluster import NotOwner
 from .config import LogConfig, log_config_for_topic, retention_drops
-from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange, StorageError
+from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange
 from .fileless import FilelessPartition, FilelessStorage
 from .model import BatchInfo, TopicInfo
 from .pg_cluster import PgCluster
 from .pg_commits import GroupCommitter, Pending, Ticket
 from .pg_database import Conn, Database, unavailable
-from .pg_readahead import ReadAhead
+from .pg_readahead import Buffer, ReadAhead
 from .protocols import DiskUsage
 from .region import FileRegion
 from .topic_table import TopicEntry
@@ -121,9 +120,8 @@ class PgPartition(FilelessPartition):
                  row: tuple[object, ...] | None = None,
                  fenced: Callable[[], bool] = lambda: True) -> None:
         self._db = db
-        self._committer, self._readahead = workers
-        self._ahead: tuple[int, int, Future[list[BatchInfo]]] | None = None
-        """The page being read ahead: its offset, its size limit and the read."""
+        self._committer, readahead = workers
+        self._ahead = Buffer(readahead, lambda offset, size: self._page(offset, size, None))
         self._fenced = fenced
         self._id = pid
         self._location = location
@@ -332,18 +330,11 @@ class PgPartition(FilelessPartition):
             self._check_open()
             self._check_offset(offset)
             end = self._next
-            ahead, self._ahead = self._ahead, None
-        page: list[BatchInfo] | None = None
-        if ahead is not None:
-            at, size, future = ahead
-            if (at, size) == (offset, max_bytes):
-                with contextlib.suppress(OSError, StorageError, CancelledError):
-                    page = future.result() or None  # else read afresh
-            self._readahead.release(size, future)
+        page = self._ahead.take(offset, max_bytes)
         if page is None:
             page = self._page(offset, max_bytes, end)
-        if page and page[-1].last_offset + 1 < end:  # the consumer is behind: read on
-            self._read_ahead(page[-1].last_offset + 1, max_bytes)
+        if page:  # a consumer behind the end: read on (``pg_readahead``)
+            self._ahead.follow(page[-1].last_offset + 1, end, max_bytes)
         return [memoryview(info.batch) for info in page]
 
     def _page(self, offset: int, max_bytes: int, end: int | None) -> list[BatchInfo]:
@@ -368,22 +359,9 @@ class PgPartition(FilelessPartition):
                     break
         return out
 
-    def _read_ahead(self, offset: int, max_bytes: int) -> None:
-        """Start reading the page at ``offset`` in a worker (``pg_readahead``)."""
-        future = self._readahead.start(max_bytes, lambda: self._page(offset, max_bytes, None))
-        if future is None:
-            return
-        with self._lock:
-            old, self._ahead = self._ahead, (offset, max_bytes, future)
-        if old is not None:
-            self._readahead.release(old[1], old[2])
-
     def close(self) -> None:
         super().close()
-        with self._lock:
-            ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            self._readahead.release(ahead[1], ahead[2])
+        self._ahead.drop()
 
     def _follow(self, offset: int) -> Iterator[BatchInfo]:
         """Batches from ``offset`` on, following appends made while iterating."""
