@@ -17,6 +17,7 @@ from typing import Any
 
 from broker_core import batches, metrics, naming
 from broker_core.appends import AppendPath
+from broker_core.cluster.markers import MarkerRelay
 from broker_core.cluster.service import ClusterConfig, ClusterService
 from broker_core.context import (
     AllowAll,
@@ -144,6 +145,9 @@ class Engine:
         self.groups.acquire = self.transactions.acquire = self._acquire
         self.cluster.on_gained(self._gained)
         self.cluster.on_lost(self._lost)
+        self.markers = MarkerRelay(logs.cluster, lambda key: key in self.cluster.owned,
+                                   lambda key: self.logs.partition(*key) is not None,
+                                   self._write_own_marker)
 
     def start(self) -> None:
         """Start background work: periodic fsync and retention."""
@@ -160,6 +164,8 @@ class Engine:
         self.cluster.me = me
         await self.cluster.join()
         self.cluster.start()
+        if self.logs.cluster.shared:
+            self.markers.start()
 
     def _acquire(self, internal: str, index: int, num_partitions: int) -> int | None:
         return self.cluster.acquire(internal, index, num_partitions)
@@ -246,6 +252,7 @@ class Engine:
                 await self._retention
         self._stopping.set()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("stop relaying transaction markers", self.markers.stop),
             ("hand partitions over", self.cluster.leave),
             ("finish the producer snapshot under way", self._await_checkpoints),
             ("stop the transaction coordinator", self.transactions.stop),
@@ -527,7 +534,16 @@ class Engine:
 
     def write_marker(self, internal: str, index: int, producer_id: int, epoch: int,
                      commit: bool) -> asyncio.Future[None] | None:
-        """Write a transaction marker into a partition; return what to await for durability."""
+        """Write a transaction marker into a partition (through its owner when that is
+        another broker); return what to await before the marker counts as written."""
+        if self.logs.cluster.shared and self.logs.partition(internal, index) is not None \
+                and self.serves(internal, index) is None:
+            return self.markers.request(internal, index, producer_id, epoch, commit)
+        return self._write_own_marker(internal, index, producer_id, epoch, commit)
+
+    def _write_own_marker(self, internal: str, index: int, producer_id: int, epoch: int,
+                          commit: bool) -> asyncio.Future[None] | None:
+        """Write a marker into a partition this broker owns; return what to await."""
         partition = self.logs.partition(internal, index)
         if partition is None:  # the topic was deleted meanwhile: nothing to mark
             return None

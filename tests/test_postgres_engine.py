@@ -92,6 +92,7 @@ def test_a_newer_schema_stops_start_up_with_one_line(url: str, tmp_path: Path) -
 
 
 KAFKA_STORAGE_ERROR = 56
+NOT_LEADER_OR_FOLLOWER = 6
 
 
 def fetch_error(conn: RawConnection, topic: str) -> int:
@@ -161,23 +162,31 @@ def test_a_database_restart_loses_nothing_acknowledged(own_server: PostgresServe
         mark = len(broker.lines)
         conn = RawConnection(broker.port)  # reads meet the stopped database too
         try:
-            assert fetch_error(conn, topic_name) == KAFKA_STORAGE_ERROR
-            assert offset_for_time_error(conn, topic_name) == KAFKA_STORAGE_ERROR
-            assert fetch_error(conn, topic_name) == KAFKA_STORAGE_ERROR  # still connected
+            # retriable either way: once the lease must have run out, the broker stops
+            # claiming the partition (another broker may have taken it)
+            retriable = {KAFKA_STORAGE_ERROR, NOT_LEADER_OR_FOLLOWER}
+            assert fetch_error(conn, topic_name) in retriable
+            assert offset_for_time_error(conn, topic_name) in retriable
+            assert fetch_error(conn, topic_name) in retriable  # still connected
         finally:
             conn.close()
         produce(records[100:])  # these meet the stopped database: retried by the client
         flushing = threading.Thread(target=producer.flush, args=(150,))
         flushing.start()
-        broker.wait_for_log(r"storage: cannot write .*PostgreSQL unreachable", 60, mark)
+        # a write meets the stopped database, or (once the lease ran out) the broker gives
+        # up its partitions until it can claim them again: either is said once
+        broker.wait_for_log(r"storage: cannot write .*PostgreSQL unreachable|registry "
+                            r"unreachable", 60, mark)
         own_server.start()
         flushing.join()
         assert producer.flush(60) == 0
         assert errors == [], errors
         assert len(delivered) == 200
         log = "\n".join(broker.lines[mark:])
-        assert log.count("storage: cannot write") == 1, log  # once per cause
-        broker.wait_for_log(r"succeed again", 30, mark)
+        assert log.count("storage: cannot write") <= 1, log  # once per cause
+        assert log.count("cannot claim partitions") <= 1, log
+        if "storage: cannot write" in log:
+            broker.wait_for_log(r"succeed again", 30, mark)
         got = consume_confluent(broker.bootstrap, topic_name, 200)
         assert sorted((g.rec.key or b"", g.rec.value or b"") for g in got) == sorted(
             (r.key, r.value) for r in records)  # none lost, none twice

@@ -80,6 +80,7 @@ class ClusterService:
         self._listeners = _Listeners()
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._claims_failing = False
 
     # -- what the rest of the broker asks ---------------------------------------------
 
@@ -138,7 +139,10 @@ class ClusterService:
         try:
             self._claim([key])
         except (StorageError, OSError) as exc:
-            log.warning("could not claim %s-%d: %s", topic, partition, exc)
+            if not self._claims_failing:  # once per outage
+                log.warning("cannot claim partitions (e.g. %s-%d) until the registry answers "
+                            "again: %s", topic, partition, exc)
+            self._claims_failing = True
         return self.owned.get(key)
 
     # -- life cycle ----------------------------------------------------------------------
@@ -281,6 +285,9 @@ class ClusterService:
 
     def _claim(self, wanted: list[TopicPartition]) -> None:
         taken = self.store.claim(wanted)
+        if self._claims_failing:
+            self._claims_failing = False
+            log.info("the registry answers again: claiming partitions")
         for key, epoch in sorted(taken.items()):
             self.owned[key] = epoch
             for gained in self._listeners.gained:

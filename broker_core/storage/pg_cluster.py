@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from .cluster import (
@@ -19,6 +19,7 @@ from .cluster import (
     BrokerRecord,
     ClusterView,
     ListenerAddress,
+    MarkerRequest,
     PartitionOwner,
     TopicPartition,
 )
@@ -188,3 +189,38 @@ class PgCluster:
             found = self._partition(*tp)
             if found is not None:
                 found.fence(None)
+
+    def request_markers(self, requests: Sequence[MarkerRequest]) -> list[int]:
+        if not requests:
+            return []
+        with self._db.tx() as conn:
+            rows = conn.execute(
+                "INSERT INTO edge_marker_requests (topic, partition, producer_id,"
+                " producer_epoch, commit) SELECT * FROM unnest(%s::text[], %s::integer[],"
+                " %s::bigint[], %s::integer[], %s::boolean[]) RETURNING id",
+                ([r.topic for r in requests], [r.partition for r in requests],
+                 [r.producer_id for r in requests], [r.producer_epoch for r in requests],
+                 [r.commit for r in requests])).fetchall()
+        return [int(str(row[0])) for row in rows]
+
+    def pending_markers(self) -> list[tuple[int, MarkerRequest]]:
+        with self._db.tx() as conn:
+            rows = conn.execute(
+                "SELECT id, topic, partition, producer_id, producer_epoch, commit"
+                " FROM edge_marker_requests ORDER BY id").fetchall()
+        return [(int(str(i)), MarkerRequest(str(t), int(str(p)), int(str(pid)),
+                                            int(str(e)), bool(c)))
+                for i, t, p, pid, e, c in rows]
+
+    def markers_done(self, ids: Sequence[int]) -> None:
+        if ids:
+            self._db.statement("DELETE FROM edge_marker_requests WHERE id = ANY(%(ids)s)",
+                               {"ids": list(ids)})
+
+    def markers_left(self, ids: Sequence[int]) -> set[int]:
+        if not ids:
+            return set()
+        with self._db.tx() as conn:
+            rows = conn.execute("SELECT id FROM edge_marker_requests WHERE id = ANY(%s)",
+                                (list(ids),)).fetchall()
+        return {int(str(row[0])) for row in rows}
