@@ -34,10 +34,11 @@ from tests.envoy_helpers import (
     EnvoyProcess,
     XdsProcess,
     brokers_of,
+    brokers_via,
     envoy_config,
     envoy_config_error,
+    envoy_on_xds,
     metadata,
-    write_config,
 )
 from tests.group_helpers import wait_until
 from tests.ports import free_ports
@@ -82,14 +83,6 @@ def cluster(tmp_path: Path, database_url: str) -> Iterator[Cluster]:
         brokers.stop()
 
 
-def _metadata_via(port: int) -> list[tuple[int, str, int]]:
-    conn = RawConnection(port)
-    try:
-        return brokers_of(metadata(conn))
-    finally:
-        conn.close()
-
-
 def _dynamic_names(envoy: EnvoyProcess) -> tuple[list[str], list[str]]:
     """Names of the listeners and clusters Envoy got over xDS (``/config_dump``)."""
     dump = yaml.safe_load(envoy.admin("/config_dump"))
@@ -118,9 +111,7 @@ def test_envoy_follows_brokers_joining_and_leaving(cluster: Cluster, tmp_path: P
     bootstrap = f"127.0.0.1:{envoy_ports[0]}"
     cluster.start(0, bootstrap)
     xds = XdsProcess("--registry", cluster.url, "--listener", "plaintext").start()
-    envoy = EnvoyProcess(write_config(tmp_path, "dynamic.yaml", "--xds",
-                                      f"127.0.0.1:{xds.grpc_port}", "--admin-port",
-                                      str(admin)), admin)
+    envoy = envoy_on_xds(tmp_path, xds.grpc_port, admin)
     try:
         envoy.start(listeners=1)
         pid = envoy.pid
@@ -139,7 +130,7 @@ def test_envoy_follows_brokers_joining_and_leaving(cluster: Cluster, tmp_path: P
         produce_confluent(bootstrap, "across-envoy", first, "none")
         got = consume_confluent(bootstrap, "across-envoy", len(first))
         assert sorted(g.rec.value for g in got) == sorted(r.value for r in first)
-        assert _metadata_via(envoy_ports[0]) == [(i, "127.0.0.1", envoy_ports[i])
+        assert brokers_via(envoy_ports[0]) == [(i, "127.0.0.1", envoy_ports[i])
                                                  for i in (0, 1)]
         assert envoy.stats()["cluster.kafka-broker-1.upstream_cx_total"] >= 1
 
@@ -150,11 +141,11 @@ def test_envoy_follows_brokers_joining_and_leaving(cluster: Cluster, tmp_path: P
         envoy.wait_for(lambda: len(envoy.listeners()) == 3, 30, "broker 2's listener")
         assert _dynamic_names(envoy) == ([f"kafka-broker-{i}" for i in range(3)],
                                          [f"kafka-broker-{i}" for i in range(3)])
-        wait_until(lambda: len(_metadata_via(envoy_ports[0])) == 3, 30,
+        wait_until(lambda: len(brokers_via(envoy_ports[0])) == 3, 30,
                    "Metadata listing 3 brokers")
-        assert _metadata_via(envoy_ports[0]) == [(i, "127.0.0.1", envoy_ports[i])
+        assert brokers_via(envoy_ports[0]) == [(i, "127.0.0.1", envoy_ports[i])
                                                  for i in range(3)]
-        assert _metadata_via(envoy_ports[2]) == [(i, "127.0.0.1", envoy_ports[i])
+        assert brokers_via(envoy_ports[2]) == [(i, "127.0.0.1", envoy_ports[i])
                                                  for i in range(3)]
         assert envoy.stats()["cluster.kafka-broker-2.upstream_cx_total"] >= 1
         assert envoy.pid == pid
@@ -176,7 +167,7 @@ def test_envoy_follows_brokers_joining_and_leaving(cluster: Cluster, tmp_path: P
         produce_confluent(bootstrap, "across-envoy", second, "none")
         got = consume_confluent(bootstrap, "across-envoy", len(first) + len(second))
         assert sorted(g.rec.value for g in got) == sorted(r.value for r in first + second)
-        wait_until(lambda: len(_metadata_via(envoy_ports[0])) == 2, 30,
+        wait_until(lambda: len(brokers_via(envoy_ports[0])) == 2, 30,
                    "Metadata listing 2 brokers")
         assert xds.status()["nodes"]["edge-broker-envoy"]["rejected"] == {}
     finally:
@@ -201,9 +192,7 @@ def test_sni_on_one_tls_port_follows_the_registry(cluster: Cluster, tmp_path: Pa
     cluster.start(0, f"kafka-0.test:{port}")
     xds = XdsProcess("--registry", cluster.url, "--sni", "--listen-host", "127.0.0.1",
                      "--tls-cert", str(tls.cert), "--tls-key", str(tls.key)).start()
-    envoy = EnvoyProcess(write_config(tmp_path, "dynamic.yaml", "--xds",
-                                      f"127.0.0.1:{xds.grpc_port}", "--admin-port",
-                                      str(admin)), admin)
+    envoy = envoy_on_xds(tmp_path, xds.grpc_port, admin)
     try:
         envoy.start(listeners=1)
         pid = envoy.pid
