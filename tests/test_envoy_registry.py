@@ -21,6 +21,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
+from confluent_kafka.admin import AdminClient
 
 from broker_core.storage.cluster import BrokerRecord, ListenerAddress
 from broker_core.storage.pg_cluster import PgCluster
@@ -83,6 +84,12 @@ def cluster(tmp_path: Path, database_url: str) -> Iterator[Cluster]:
         brokers.stop()
 
 
+def _leaders(bootstrap: str, topic: str) -> set[int]:
+    """The brokers leading a partition of ``topic``, as Metadata through ``bootstrap`` says."""
+    found = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p.leader for p in found.topics[topic].partitions.values()}
+
+
 def _dynamic_names(envoy: EnvoyProcess) -> tuple[list[str], list[str]]:
     """Names of the listeners and clusters Envoy got over xDS (``/config_dump``)."""
     dump = yaml.safe_load(envoy.admin("/config_dump"))
@@ -126,6 +133,8 @@ def test_envoy_follows_brokers_joining_and_leaving(cluster: Cluster, tmp_path: P
                                          ["kafka-broker-0", "kafka-broker-1"])
 
         # a client given only Envoy's first port works with the whole cluster
+        wait_until(lambda: _leaders(bootstrap, "across-envoy") == {0, 1}, 30,
+                   "partitions owned by both brokers")
         first = make_records(60, 1_700_000_000_000)
         produce_confluent(bootstrap, "across-envoy", first, "none")
         got = consume_confluent(bootstrap, "across-envoy", len(first))
@@ -141,8 +150,8 @@ def test_envoy_follows_brokers_joining_and_leaving(cluster: Cluster, tmp_path: P
         envoy.wait_for(lambda: len(envoy.listeners()) == 3, 30, "broker 2's listener")
         assert _dynamic_names(envoy) == ([f"kafka-broker-{i}" for i in range(3)],
                                          [f"kafka-broker-{i}" for i in range(3)])
-        wait_until(lambda: len(brokers_via(envoy_ports[0])) == 3, 30,
-                   "Metadata listing 3 brokers")
+        envoy.wait_for(lambda: len(brokers_via(envoy_ports[0])) == 3, 30,
+                       "Metadata listing 3 brokers")
         assert brokers_via(envoy_ports[0]) == [(i, "127.0.0.1", envoy_ports[i])
                                                  for i in range(3)]
         assert brokers_via(envoy_ports[2]) == [(i, "127.0.0.1", envoy_ports[i])
@@ -159,7 +168,7 @@ def test_envoy_follows_brokers_joining_and_leaving(cluster: Cluster, tmp_path: P
             30, "broker 1's listener and cluster to leave")
         assert sorted(line.split("::")[0] for line in envoy.listeners()) == [
             "kafka-broker-0", "kafka-broker-2"]
-        wait_until(lambda: _refused(envoy_ports[1]), 30, "Envoy to close broker 1's port")
+        envoy.wait_for(lambda: _refused(envoy_ports[1]), 30, "Envoy to close broker 1's port")
         assert envoy.pid == pid and envoy.proc is not None and envoy.proc.poll() is None
 
         # the client carries on through the same bootstrap address with brokers 0 and 2
@@ -167,8 +176,8 @@ def test_envoy_follows_brokers_joining_and_leaving(cluster: Cluster, tmp_path: P
         produce_confluent(bootstrap, "across-envoy", second, "none")
         got = consume_confluent(bootstrap, "across-envoy", len(first) + len(second))
         assert sorted(g.rec.value for g in got) == sorted(r.value for r in first + second)
-        wait_until(lambda: len(brokers_via(envoy_ports[0])) == 2, 30,
-                   "Metadata listing 2 brokers")
+        envoy.wait_for(lambda: len(brokers_via(envoy_ports[0])) == 2, 30,
+                       "Metadata listing 2 brokers")
         assert xds.status()["nodes"]["edge-broker-envoy"]["rejected"] == {}
     finally:
         envoy.stop()
@@ -206,8 +215,8 @@ def test_sni_on_one_tls_port_follows_the_registry(cluster: Cluster, tmp_path: Pa
                                                             "kafka-broker-1"],
                        30, "broker 1's cluster")
         expected = [(0, "kafka-0.test", port), (1, "kafka-1.test", port)]
-        wait_until(lambda: _tls_metadata(port, tls, "kafka-1.test") == expected, 30,
-                   "broker 1 reached by its name, listing both brokers")
+        envoy.wait_for(lambda: _tls_metadata(port, tls, "kafka-1.test") == expected, 30,
+                       "broker 1 reached by its name, listing both brokers")
         assert envoy.stats()["cluster.kafka-broker-1.upstream_cx_total"] >= 1
         assert envoy.pid == pid
     finally:
