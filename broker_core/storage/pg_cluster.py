@@ -25,7 +25,6 @@ from .cluster import (
     PartitionOwner,
     TopicPartition,
 )
-from .errors import DatabaseUnavailable
 from .pg_database import Conn, Database, connect_read_only, unavailable
 
 _LIVE = "lease_expires > now()"
@@ -215,8 +214,6 @@ class RegistryReader:
                 rows = self._conn.execute(_LIVE_BROKERS).fetchall()
             except psycopg.errors.UndefinedTable:
                 return []
-            except DatabaseUnavailable:
-                raise
             except psycopg.Error as exc:
                 self._close()
                 raise unavailable(exc) from None

@@ -48,9 +48,9 @@ __all__ = [
 COMMANDS = ("envoy-config", "xds-server")
 
 _PLAN_DESTS = ("config", "overrides", "listener", "brokers", "brokers_file", "registry",
-               "listen_host",
-               "tls_cert", "tls_key", "tls_client_ca", "sni", "deny_cidrs", "allow_cidrs",
-               "max_connections", "connection_rate", "access_log", "kafka_broker_filter")
+               "listen_host", "tls_cert", "tls_key", "tls_client_ca", "sni", "deny_cidrs",
+               "allow_cidrs", "max_connections", "connection_rate", "access_log",
+               "kafka_broker_filter")
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
