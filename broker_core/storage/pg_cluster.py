@@ -10,9 +10,12 @@ partition writes nothing more, however late its statement arrives.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
+
+import psycopg
 
 from .cluster import (
     BrokerIdInUse,
@@ -23,7 +26,7 @@ from .cluster import (
     PartitionOwner,
     TopicPartition,
 )
-from .pg_database import Database
+from .pg_database import Conn, Database, connect_read_only, unavailable
 
 _LIVE = "lease_expires > now()"
 
@@ -36,6 +39,9 @@ _REGISTER = (
     "  lease_expires = excluded.lease_expires"
     " WHERE edge_brokers.lease_expires <= now()"
     " RETURNING broker_id")
+
+_LIVE_BROKERS = ("SELECT broker_id, rack, listeners FROM edge_brokers WHERE " + _LIVE
+                 + " ORDER BY broker_id")
 
 _CLAIM = (
     "UPDATE edge_partitions p SET owner_broker = %(me)s, owner_epoch = p.owner_epoch + 1"
@@ -135,9 +141,7 @@ class PgCluster:
 
     def view(self) -> ClusterView:
         with self._db.tx() as conn:
-            brokers = conn.execute(
-                "SELECT broker_id, rack, listeners FROM edge_brokers WHERE " + _LIVE
-                + " ORDER BY broker_id").fetchall()
+            brokers = conn.execute(_LIVE_BROKERS).fetchall()
             owners = conn.execute(
                 "SELECT topic, partition, owner_broker, owner_epoch FROM edge_partitions"
             ).fetchall()
@@ -224,3 +228,37 @@ class PgCluster:
             rows = conn.execute("SELECT id FROM edge_marker_requests WHERE id = ANY(%s)",
                                 (list(ids),)).fetchall()
         return {int(str(row[0])) for row in rows}
+
+class RegistryReader:
+    """The live brokers of a cluster's database, read by a process that is no broker (the
+    xDS server in front of the cluster): one read-only connection, opened at the first read
+    and again after a failure; no migration. Thread-safe."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._conn: Conn | None = None
+        self._lock = threading.Lock()
+
+    def live(self) -> list[BrokerRecord]:
+        """The brokers whose lease runs, by id (none before any broker created the
+        schema); DatabaseUnavailable when the database cannot be read."""
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = connect_read_only(self._url)
+                rows = self._conn.execute(_LIVE_BROKERS).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []
+            except psycopg.Error as exc:
+                self._close()
+                raise unavailable(exc) from None
+        return [_record(*row) for row in rows]
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()

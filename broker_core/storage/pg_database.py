@@ -28,6 +28,15 @@ write fails after this (a retriable error) instead of holding its caller."""
 _STATEMENT_TIMEOUT_MS = 5000
 """Longest a statement, or an unanswered send to the database host, may take."""
 
+_SESSION: dict[str, object] = {
+    "connect_timeout": _CONNECT_TIMEOUT_S, "autocommit": True,
+    # a database host that stops answering must not hold the event loop until TCP gives
+    # up: statements and silent peers time out
+    "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 2,
+    "tcp_user_timeout": _STATEMENT_TIMEOUT_MS,
+    "options": f"-c statement_timeout={_STATEMENT_TIMEOUT_MS}"}
+"""Connection settings of every connection to the storage database."""
+
 logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 """The pool's own warnings repeat on every reconnection attempt; the write-fault log says
 it once per cause (``storage_faults``)."""
@@ -40,6 +49,21 @@ def unavailable(exc: Exception) -> DatabaseUnavailable:
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
     code = errno.ECONNREFUSED if lost else errno.EIO
     return DatabaseUnavailable(code, f"PostgreSQL {'unreachable' if lost else 'error'}: {first}")
+
+
+READER_NAME = "edge-broker reader"
+"""The ``application_name`` of read-only connections (as ``pg_stat_activity`` shows them)."""
+
+
+def connect_read_only(conninfo: str) -> Conn:
+    """One connection that can only read, with the pool's timeouts: for a tool that reads
+    the cluster's database (no migration, no writes). DatabaseUnavailable if it fails."""
+    try:
+        return psycopg.connect(conninfo, **{  # type: ignore[arg-type]
+            **_SESSION, "application_name": READER_NAME,
+            "options": f"{_SESSION['options']} -c default_transaction_read_only=on"})
+    except psycopg.Error as exc:
+        raise unavailable(exc) from None
 
 
 class Database:
@@ -55,12 +79,7 @@ class Database:
             raise unavailable(exc) from None
         self._pool = psycopg_pool.ConnectionPool(
             conninfo, min_size=1, max_size=4, timeout=_CHECKOUT_TIMEOUT_S, open=True,
-            kwargs={"connect_timeout": _CONNECT_TIMEOUT_S, "autocommit": True,
-                    # a database host that stops answering must not hold the event loop
-                    # until TCP gives up: statements and silent peers time out
-                    "options": f"-c statement_timeout={_STATEMENT_TIMEOUT_MS}",
-                    "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
-                    "keepalives_count": 2, "tcp_user_timeout": _STATEMENT_TIMEOUT_MS},
+            kwargs=_SESSION,
             name="edge-storage")
 
     @contextmanager
