@@ -12,6 +12,7 @@ from typing import Generic, Protocol, TypeVar
 from .config import LogConfig, log_config_for_topic
 from .errors import LogClosed, TopicExists, UnknownTopic
 from .model import TopicInfo, check_no_nesting, topic_name_parts
+from .protocols import NOTHING_CHANGED, Refreshed
 
 
 class _Partition(Protocol):
@@ -63,6 +64,10 @@ class TopicTable(Generic[P]):
                 for p, log in enumerate(topic.partitions)
             ]
         return iter(snapshot)
+
+    def refresh(self) -> Refreshed:
+        """Nothing to take in: one process owns this engine (the shared one overrides it)."""
+        return NOTHING_CHANGED
 
     def enforce_retention(self) -> int:
         """Apply retention to every partition; returns the number of segments dropped."""
