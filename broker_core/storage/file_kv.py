@@ -82,6 +82,7 @@ class FileKeyValues:
             os.close(directory)
 
     def compare_and_set(self, key: str, expected: bytes | None, value: bytes) -> bool:
+        self._check()
         with _SWAP:
             if self.get(key) != expected:
                 return False
