@@ -120,7 +120,7 @@ class Engine:
         self._refresher: asyncio.Task[None] | None = None
         self.kv_readers: list[Callable[[], None]] = []
         """Called when another broker may have changed the storage's key-value area: each
-        reads again what it keeps of it (the ACLs). An OSError is retried."""
+        reads again what it keeps of it (the ACLs); one that raises is called again."""
         self._stopping = asyncio.Event()
         self.closing = False
         offsets = SystemTopic(logs, self.appends, OFFSETS_TOPIC, config.offsets_topic_partitions,
@@ -197,7 +197,8 @@ class Engine:
     async def _refresh_loop(self) -> None:
         """Take in what other brokers sharing the storage changed, every
         ``REFRESH_INTERVAL_S``: forget deleted topics, let ``kv_readers`` read again. A
-        storage that cannot be read is logged once, and again once it can."""
+        storage that cannot be read (a database away) is logged once, and once more when
+        it can be read again."""
         failing = kv_pending = False
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
@@ -213,10 +214,11 @@ class Engine:
                     for read_again in self.kv_readers:
                         read_again()
                     kv_pending = False
-            except OSError as exc:
+            except Exception as exc:  # keep refreshing: the next round retries
                 if not failing:
-                    log.warning("storage: cannot read what other brokers changed: %s; "
-                                "retrying", exc.strerror or exc)
+                    reason = exc.strerror if isinstance(exc, OSError) else None
+                    log.warning("storage: cannot take in what other brokers changed: %s; "
+                                "retrying", reason or exc, exc_info=not isinstance(exc, OSError))
                 failing = True
                 continue
             if failing:

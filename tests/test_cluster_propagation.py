@@ -35,7 +35,7 @@ from edge.app import cluster_id
 from tests.broker_process import BrokerProcess
 from tests.clients import make_records
 from tests.group_helpers import FAST_GROUPS
-from tests.postgres_server import shared_server
+from tests.postgres_server import PostgresServer, shared_server
 from tests.security_helpers import (
     NONE,
     TOPIC_AUTHORIZATION_FAILED,
@@ -382,3 +382,28 @@ def test_producer_ids_from_both_brokers_never_collide(pair: Pair) -> None:
         given = [pid for run in runs for pid in run.result()]
     assert len(given) == 4 * calls
     assert len(set(given)) == len(given), "a producer id was handed out twice"
+
+
+def test_a_database_away_is_logged_once_by_the_refresh_and_once_when_back(
+        own_server: PostgresServer, tmp_path: Path, topic_name: str) -> None:
+    broker = BrokerProcess(tmp_path / "data",
+                           {"storageUrl": own_server.new_database_url()}).start()
+    try:
+        mark = len(broker.lines)
+        own_server.stop()
+        broker.wait_for_log("cannot take in what other brokers changed", 30, mark)
+        time.sleep(1.5)  # several more rounds fail meanwhile, silently
+        own_server.start()
+        broker.wait_for_log("reading what other brokers changed works again", 30, mark)
+        log = "\n".join(broker.lines[mark:])
+        assert log.count("cannot take in what other brokers changed") == 1, log
+        assert "Traceback" not in log, log
+        conn = OpsConnection(broker.port)
+        try:
+            assert conn.create_topic(topic_name) == NONE  # the broker carries on
+        finally:
+            conn.close()
+        assert broker.stop() == 0
+    finally:
+        if broker.alive():
+            broker.kill()
