@@ -136,6 +136,18 @@ _APPEND = (
 """An append: the entry row and the partition row's move, one atomic statement."""
 
 
+_CAS_INSERT = (
+    "INSERT INTO edge_kv (key, value) VALUES (%(k)s, %(v)s) ON CONFLICT DO NOTHING",
+    "INSERT INTO edge_partition_kv (partition_id, key, value) VALUES (%(s)s, %(k)s, %(v)s)"
+    " ON CONFLICT DO NOTHING")
+_CAS_UPDATE = (
+    "UPDATE edge_kv SET value = %(v)s WHERE key = %(k)s AND value = %(e)s",
+    "UPDATE edge_partition_kv SET value = %(v)s WHERE partition_id = %(s)s AND key = %(k)s"
+    " AND value = %(e)s")
+"""compare_and_set's statements (for no value expected / a value expected), each for the
+broker's area and for a partition's."""
+
+
 class PgKeyValues:
     """A key-value area in a table; ``scope`` is a partition id (``edge_partition_kv``) or
     None for the broker's own (``edge_kv``), whose writes count in ``changes.kv`` so
@@ -178,22 +190,13 @@ class PgKeyValues:
         fail (PostgreSQL re-checks an UPDATE's condition on the row it waited for, and an
         INSERT that meets a row inserted meanwhile does nothing)."""
         self._check()
-        table, scope = (("edge_kv", "") if self._scope is None
-                        else ("edge_partition_kv", "partition_id = %(s)s AND "))
-        params = {"s": self._scope, "k": key, "v": bytes(value), "e": expected}
+        statements = _CAS_INSERT if expected is None else _CAS_UPDATE
         with self._db.tx() as conn:
-            if expected is None:
-                columns = "(key, value)" if self._scope is None else "(partition_id, key, value)"
-                values = "(%(k)s, %(v)s)" if self._scope is None else "(%(s)s, %(k)s, %(v)s)"
-                stored = conn.execute(f"INSERT INTO {table} {columns} VALUES {values}"
-                                      " ON CONFLICT DO NOTHING".encode(), params).rowcount
-            else:
-                stored = conn.execute(f"UPDATE {table} SET value = %(v)s WHERE {scope}"
-                                      "key = %(k)s AND value = %(e)s".encode(),
-                                      params).rowcount
+            stored = conn.execute(statements[self._scope is not None], {
+                "s": self._scope, "k": key, "v": bytes(value), "e": expected}).rowcount == 1
             if stored and self._scope is None:
                 pg_changes.bump(conn, pg_changes.KV)
-        return stored == 1
+        return stored
 
 
 class PgPartition(FilelessPartition):
