@@ -46,17 +46,25 @@ log = logging.getLogger("edge.broker")
 META_KEY = "meta.properties"
 
 
+def _stored_cluster_id(meta: bytes | None) -> str | None:
+    for line in (meta or b"").decode("utf-8", "replace").splitlines():
+        if line.startswith("cluster.id="):
+            return line.split("=", 1)[1].strip()
+    return None
+
+
 def cluster_id(kv: KeyValueStore) -> str:
     """The cluster id kept under ``meta.properties`` in the storage's key-value area (a file
-    in the data directory on the file engine), created on first start."""
-    meta = kv.get(META_KEY)
-    if meta is not None:
-        for line in meta.decode("utf-8", "replace").splitlines():
-            if line.startswith("cluster.id="):
-                return line.split("=", 1)[1].strip()
-    value = uuid.uuid4().hex[:22]
-    kv.put(META_KEY, f"cluster.id={value}\n".encode())
-    return value
+    in the data directory on the file engine), decided once: the first broker to store
+    one wins, every other broker sharing the storage reads it."""
+    while True:
+        meta = kv.get(META_KEY)
+        found = _stored_cluster_id(meta)
+        if found is not None:
+            return found
+        value = uuid.uuid4().hex[:22]
+        if kv.compare_and_set(META_KEY, meta, f"cluster.id={value}\n".encode()):
+            return value
 
 
 def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineConfig:
@@ -158,6 +166,7 @@ class BrokerApp:
                              config.kafka_metadata_namespace)
         settings = engine_config(config, cluster_id(self.logs.kv), self.logs.location)
         self.engine = Engine(settings, self.logs, self.policy)
+        self.engine.kv_readers.append(self.acls.read_again)
         self.audit = AuditLog(self.engine, config.audit_enabled)
         self.policy.on_denied = self._denied
         self.dispatcher = Dispatcher(

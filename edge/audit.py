@@ -13,6 +13,7 @@ a few hundred bytes, and no field carries a control character.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -20,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 from broker_core.engine import Engine
 from broker_core.errors import KafkaApiError
-from broker_core.storage import PartitionStore
+from broker_core.storage import PartitionStore, TopicExists
 from broker_core.storage_faults import WriteKind
 from broker_core.system_topics import encode_batch
 from sasl.printable import printable
@@ -75,7 +76,8 @@ class AuditLog:
         if self._partition is None or self.engine.logs.partition(self.topic, 0) \
                 is not self._partition:
             if self.engine.logs.topic(self.topic) is None:
-                self.engine.logs.create_topic(self.topic, 1, {})
+                with contextlib.suppress(TopicExists):  # another broker created it meanwhile
+                    self.engine.logs.create_topic(self.topic, 1, {})
             self._partition = self.engine.logs.partition(self.topic, 0)
             assert self._partition is not None
         return self._partition

@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import confluent_kafka
@@ -115,19 +114,6 @@ def offset_for_time_error(conn: RawConnection, topic: str) -> int:
         ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[part])]), 7,
         ListOffsetsResponse)
     return int(answer.topics[0].partitions[0].error_code)
-
-
-@pytest.fixture
-def own_server() -> Iterator[PostgresServer]:
-    """A server of its own, to stop and start under a broker."""
-    server = PostgresServer.running()
-    try:
-        yield server
-    finally:
-        try:
-            server.stop()
-        finally:
-            server.remove()
 
 
 def test_a_database_restart_loses_nothing_acknowledged(own_server: PostgresServer,
