@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from tests.cluster_helpers import Cluster, running_cluster
+from tests.raw import RawConnection, record_batch
 
 PARTITIONS = 6
 
@@ -158,10 +160,6 @@ def test_kill_9_of_a_broker_under_idempotent_load_loses_and_duplicates_nothing(
 def test_a_paused_owner_cannot_write_after_takeover(tmp_path: Path, topic_name: str) -> None:
     """SIGSTOP an owner, let another broker take its partitions, SIGCONT it: the produce it
     received while paused is refused (its epoch is fenced), nothing is duplicated or lost."""
-    from kafka.protocol.produce import ProduceRequest, ProduceResponse
-
-    from tests.raw import RawConnection, record_batch
-
     with running_cluster(tmp_path) as cluster:
         create(cluster.bootstrap, topic_name)
         leaders = cluster.leaders(topic_name)
@@ -171,10 +169,12 @@ def test_a_paused_owner_cannot_write_after_takeover(tmp_path: Path, topic_name: 
         assert paused.proc is not None
         os.kill(paused.proc.pid, signal.SIGSTOP)
         try:
-            request = ProduceRequest[8](
-                transactional_id=None, acks=-1, timeout_ms=10_000,
-                topic_data=[(topic_name, [(partition, record_batch(1, value=b"late"))])])
-            conn.send_frame(conn.request_bytes(request, 8))  # waits in the socket buffer
+            data = ProduceRequest.TopicProduceData(name=topic_name, partition_data=[
+                ProduceRequest.TopicProduceData.PartitionProduceData(
+                    index=partition, records=record_batch(1, value=b"late"))])
+            request = ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=10_000,
+                                        topic_data=[data])
+            conn.send_frame(conn.request_bytes(request, 9))  # waits in the socket buffer
             deadline = time.monotonic() + 30
             others = [b for b in cluster.brokers if b is not paused]
             admin = AdminClient({"bootstrap.servers": others[0].bootstrap})
@@ -188,8 +188,8 @@ def test_a_paused_owner_cannot_write_after_takeover(tmp_path: Path, topic_name: 
         finally:
             os.kill(paused.proc.pid, signal.SIGCONT)
         frame = conn.read_frame()
-        response = ProduceResponse[8].decode(frame[4:])
-        code = response.topics[0][1][0][1]
+        response = ProduceResponse.decode(frame[5:], version=9)  # header v1
+        code = response.responses[0].partition_responses[0].error_code
         assert code == 6, f"the paused owner's late write answered {code}"  # NOT_LEADER
         conn.close()
         consumer = Consumer({"bootstrap.servers": others[0].bootstrap,
