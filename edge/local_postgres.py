@@ -148,8 +148,12 @@ class LocalPostgres:
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True, timeout=timeout)
         except subprocess.CalledProcessError as exc:
-            raise PostgresError(f"{args[0]} {args[-1]} failed: "
-                                f"{(exc.stderr or '').strip()}") from exc
+            what = f"pg_ctl {args[-1]}" if args[0] == "pg_ctl" else args[0]
+            reason = (exc.stderr or "").strip()
+            if self._as_root and "Permission denied" in reason:
+                reason += (f" (as root, the server runs as user {RUN_AS}, who must be able "
+                           "to reach the directory)")
+            raise PostgresError(f"{what} failed: {reason}") from exc
 
     def init(self) -> LocalPostgres:
         """``initdb`` the data directory (creating ``root``, owned by the server's user)."""

@@ -27,12 +27,13 @@ class ChildProcess:
         self.lines: list[str] = []
         self._ready = threading.Event()
 
-    def spawn(self, args: list[str], timeout: float) -> None:
-        """Start ``args`` in the repository and wait for the ready line."""
+    def spawn(self, args: list[str], timeout: float, stdout: int = subprocess.DEVNULL) -> None:
+        """Start ``args`` in the repository and wait for the ready line (``stdout``:
+        ``subprocess.PIPE`` to read it from ``proc.stdout``)."""
         self.lines = []
         self._ready.clear()
         self.proc = subprocess.Popen(
-            args, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            args, cwd=REPO, stderr=subprocess.PIPE, stdout=stdout, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
