@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Literal, TextIO
 
 from edge.config import ConfigError, load_config
 from edge.local_postgres import LocalPostgres, PostgresError
@@ -76,7 +76,7 @@ class _Broker:
 class _Event:
     """What the main loop waits for: a broker ready or gone, or a stop signal."""
 
-    kind: str  # "ready", "exited" or "signal"
+    kind: Literal["ready", "exited", "signal"]
     broker_id: int = -1
     ready: Ready | None = None
     code: int = 0
@@ -131,7 +131,7 @@ class Cluster:
             return "--brokers must be at least 1"
         if self.base_port < 0 or self.base_port + self.count - 1 > 65535:
             return f"--base-port {self.base_port}: the brokers' ports must be within 1-65535"
-        try:
+        try:  # broker 0's settings, with a URL of the form the server's will have
             load_config(self.config, [*self.overrides, *self.broker_settings(
                 0, f"postgres://edge@127.0.0.1:5432/{DATABASE}")])
         except ConfigError as exc:
@@ -194,7 +194,7 @@ class Cluster:
                 self.events.put(_Event("ready", broker.broker_id, ready))
         self.events.put(_Event("exited", broker.broker_id, code=broker.proc.wait()))
 
-    def wait_until_ready(self) -> str:
+    def wait_until_ready(self) -> Literal["ready", "signal", "failed"]:
         """Wait for every broker's ready line: ``ready``, or ``signal`` on a stop signal,
         or ``failed`` when a broker exited first or the time is up (said on stderr)."""
         deadline = time.monotonic() + READY_TIMEOUT

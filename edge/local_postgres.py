@@ -46,6 +46,7 @@ PORT_ATTEMPTS = 5
 """How many ports a server that chooses its own port tries before giving up."""
 
 _PORT_TAKEN = ("Address already in use", "could not create any TCP/IP sockets")
+_LOG_LINES = 5
 
 
 class PostgresError(RuntimeError):
@@ -92,7 +93,9 @@ def reap_orphans(root: Path = THROWAWAY_ROOT) -> list[Path]:
     with contextlib.suppress(FileNotFoundError):
         for directory in sorted(root.iterdir()):
             if directory.is_dir() and not _owner_alive(directory):
-                LocalPostgres(directory).discard()
+                # another process may be reaping it at the same time: its errors are ours
+                with contextlib.suppress(PostgresError, OSError):
+                    LocalPostgres(directory).discard()
                 reaped.append(directory)
     return reaped
 
@@ -149,7 +152,7 @@ class LocalPostgres:
                            stderr=subprocess.PIPE, text=True, timeout=timeout)
         except subprocess.CalledProcessError as exc:
             what = f"pg_ctl {args[-1]}" if args[0] == "pg_ctl" else args[0]
-            reason = (exc.stderr or "").strip()
+            reason = " ".join((exc.stderr or "").split("\n")).strip()
             if self._as_root and "Permission denied" in reason:
                 reason += (f" (as root, the server runs as user {RUN_AS}, who must be able "
                            "to reach the directory)")
@@ -179,11 +182,21 @@ class LocalPostgres:
             try:
                 self._start_on(self.port)
                 return self
-            except PostgresError:
+            except PostgresError as exc:
                 if not (chosen and attempt < PORT_ATTEMPTS and self._port_was_taken(logged)):
                     if chosen:
                         self.port = 0
-                    raise
+                    raise PostgresError(f"{exc}; server log: {self._log_since(logged)}") from exc
+
+    def _log_since(self, since: int) -> str:
+        """The server log from byte ``since`` on, its last lines joined by `` | ``."""
+        try:
+            with self.log_file.open("rb") as log:
+                log.seek(since)
+                lines = log.read().decode(errors="replace").splitlines()
+        except OSError:
+            return "(none)"
+        return " | ".join(lines[-_LOG_LINES:]) or "(empty)"
 
     def _start_on(self, port: int) -> None:
         options = (f"-c listen_addresses=127.0.0.1 -p {port} "
@@ -193,12 +206,7 @@ class LocalPostgres:
 
     def _port_was_taken(self, since: int) -> bool:
         """Whether the server log, from byte ``since`` on, says the port was in use."""
-        try:
-            with self.log_file.open("rb") as log:
-                log.seek(since)
-                text = log.read().decode(errors="replace")
-        except OSError:
-            return False
+        text = self._log_since(since)
         return any(reason in text for reason in _PORT_TAKEN)
 
     def is_running(self) -> bool:
