@@ -5,6 +5,8 @@ data. Real processes, a real PostgreSQL and a real client (confluent-kafka)."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import signal
 import socket
@@ -17,6 +19,7 @@ import psycopg
 import pytest
 
 from edge.local_postgres import THROWAWAY_ROOT
+from tests.broker_process import REPO
 from tests.clients import Rec, consume_confluent, create_topic, make_records, produce_confluent
 from tests.cluster_process import ClusterProcess, gone
 from tests.group_helpers import wait_until
@@ -164,3 +167,27 @@ def test_a_kept_data_dir_survives_a_killed_command_and_starts_again(data_dir: Pa
     pg_port, pg_pid, pg_dir = second.postgres()
     assert pg_dir == data_dir and (data_dir / "data" / "PG_VERSION").exists()
     assert gone(pg_pid) and postgres_gone(pg_port)
+
+
+def test_make_cluster_runs_the_command(tmp_path: Path, topic_name: str) -> None:
+    log = tmp_path / "make.log"
+    with log.open("w") as stderr:
+        make = subprocess.Popen(
+            ["make", "--no-print-directory", "cluster", "ARGS=--brokers 1 --base-port 0"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            start_new_session=True)
+    assert make.stdout is not None
+    try:
+        lines = [make.stdout.readline() for _ in range(2)]  # the recipe, then the bootstrap
+        assert lines[0].split()[1:] == ["cluster", "--brokers", "1", "--base-port", "0"]
+        bootstrap = lines[1].strip()
+        assert re.fullmatch(r"127\.0\.0\.1:\d+", bootstrap), log.read_text()
+        round_trip(bootstrap, topic_name, make_records(6, 1_700_000_000_000))
+        os.killpg(make.pid, signal.SIGINT)  # Ctrl-C in the terminal: make and the command
+        make.wait(60)
+    finally:
+        if make.poll() is None:
+            os.killpg(make.pid, signal.SIGKILL)
+            make.wait(30)
+    assert "edge-broker cluster: stopped" in log.read_text().splitlines()
+    assert refused(bootstrap)
