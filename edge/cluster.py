@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Literal, TextIO
 
+from broker_core.storage.dir_lock import DataDirLock, DataDirLocked
 from edge.config import ConfigError, load_config
 from edge.local_postgres import LocalPostgres, PostgresError
 from edge.ready_line import Ready, parse_ready
@@ -109,6 +110,7 @@ class Cluster:
         self.brokers: list[_Broker] = []
         self._write_lock = threading.Lock()
         self._readers: list[threading.Thread] = []
+        self._dir_lock: DataDirLock | None = None
 
     def say(self, text: str) -> None:
         """One line of our own on stderr."""
@@ -147,8 +149,14 @@ class Cluster:
         if self.kept_dir is None:
             server = self.server = LocalPostgres.throwaway()
         else:
+            self.kept_dir.mkdir(parents=True, exist_ok=True)
+            try:  # held until we exit: the kernel drops it even on kill -9
+                self._dir_lock = DataDirLock(self.kept_dir)
+            except DataDirLocked as exc:
+                raise PostgresError(f"{self.kept_dir} is in use by another edge-broker "
+                                    f"cluster (pid {exc.owner})") from None
             server = self.server = LocalPostgres(self.kept_dir)
-            if server.is_running():
+            if server.is_running():  # its owner is gone: it does not hold the lock
                 self.say(f"stopping the PostgreSQL server left running in {server.root}")
                 server.stop()
         if not server.initialised:
@@ -272,6 +280,8 @@ class Cluster:
         finally:
             if self.kept_dir is None:
                 server.remove()
+            if self._dir_lock is not None:
+                self._dir_lock.release()
         return True
 
     def run(self) -> int:

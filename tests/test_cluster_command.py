@@ -155,11 +155,15 @@ def test_a_kept_data_dir_survives_a_killed_command_and_starts_again(data_dir: Pa
     assert not gone(pg_pid)  # left running in the kept directory
     second = ClusterProcess("--brokers", "2", "--base-port", "0",
                             "--data-dir", str(data_dir)).start()
+    assert second.proc is not None
     try:
         assert gone(pg_pid)  # the server left behind was stopped first
         assert "stopping the PostgreSQL server left running" in second.log_text()
+        third = ClusterProcess("--brokers", "1", "--base-port", "0", "--data-dir", str(data_dir))
+        assert third.run() == 1  # the directory is the running cluster's
+        assert f"{data_dir} is in use by another edge-broker cluster " \
+               f"(pid {second.proc.pid})" in third.log_text()
         check_records(second.bootstrap[1], topic_name, records)
-        assert second.proc is not None
         second.proc.send_signal(signal.SIGINT)
         assert second.proc.wait(60) == 0, second.log_text()
     finally:
