@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Literal, TextIO
 
+from broker_core.storage import StorageError, open_storage
 from broker_core.storage.dir_lock import DataDirLock, DataDirLocked
 from edge.config import ConfigError, load_config
 from edge.local_postgres import LocalPostgres, PostgresError
@@ -93,6 +94,15 @@ def _die_with_parent() -> Callable[[], None]:
         prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
     return arm
+
+
+def prepare_schema(url: str) -> None:
+    """Migrate the database's schema before any broker starts: a broker that created the
+    schema drops it again when its own start fails, under the brokers that use it."""
+    try:
+        open_storage(url).close()
+    except (StorageError, OSError, ValueError) as exc:
+        raise PostgresError(f"cannot prepare database {DATABASE}: {exc}") from exc
 
 
 class Cluster:
@@ -163,6 +173,7 @@ class Cluster:
             server.init()
         server.start()
         url = server.create_database(DATABASE, exist_ok=True)
+        prepare_schema(url)
         pid = (server.data / "postmaster.pid").read_text().split("\n", 1)[0]
         self.say(f"PostgreSQL on 127.0.0.1:{server.port} (pid {pid}), database {DATABASE}, "
                  f"in {server.root}")

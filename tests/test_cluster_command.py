@@ -18,7 +18,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from edge.local_postgres import THROWAWAY_ROOT
+from broker_core.storage.pg_schema import SCHEMA_VERSION
+from edge.local_postgres import THROWAWAY_ROOT, LocalPostgres
 from tests.broker_process import REPO
 from tests.clients import Rec, consume_confluent, create_topic, make_records, produce_confluent
 from tests.cluster_process import ClusterProcess, gone
@@ -104,11 +105,32 @@ def test_a_broker_that_cannot_start_stops_everything() -> None:
     assert f"cannot listen on PLAINTEXT://127.0.0.1:{port}" in log
     assert "edge-broker cluster: broker 0 exited with code 2 before it was ready; stopping" \
         in cluster.lines, log
+    assert "does not exist" not in log  # its peers kept their tables (see below)
     assert cluster.lines[-1] == "edge-broker cluster: stopped"
     assert all(gone(pid) for pid in cluster.broker_pids().values()), log
     pg_port, pg_pid, pg_dir = cluster.postgres()
     assert gone(pg_pid) and postgres_gone(pg_port)
     assert not pg_dir.exists()
+
+
+def test_a_broker_that_cannot_start_leaves_the_schema_to_its_peers(data_dir: Path) -> None:
+    """The command migrates the schema before the brokers start: a broker that created it
+    would drop it again when its own start failed, under the other brokers."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        cluster = ClusterProcess("--brokers", "1", "--base-port", str(port),
+                                 "--data-dir", str(data_dir))
+        assert cluster.run() == 1
+    assert f"cannot listen on PLAINTEXT://127.0.0.1:{port}" in cluster.log_text()
+    server = LocalPostgres(data_dir).start()
+    try:
+        with psycopg.connect(server.url("edge")) as conn:
+            assert conn.execute("SELECT version FROM edge_schema_version").fetchone() == (
+                SCHEMA_VERSION,)
+    finally:
+        server.stop()
 
 
 def test_a_broker_that_dies_is_reported_and_the_others_serve_on(topic_name: str) -> None:
