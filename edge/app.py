@@ -28,6 +28,7 @@ from edge.audit import AuditEvent, AuditLog
 from edge.authorization import Policy
 from edge.config import BrokerConfig
 from edge.metrics import CONNECTIONS, serve_metrics
+from edge.ready_line import describe_listeners
 from edge.security import (
     ListenerSecurity,
     listener_mechanisms,
@@ -231,9 +232,7 @@ class BrokerApp:
                 await self.engine.join(self._record(bound))
             except BrokerIdInUse as exc:
                 raise StartupError(str(exc)) from None
-            described = ", ".join(
-                f"{s.name}://{s.host}:{s.port} ({s.protocol.value}, advertised "
-                f"{s.advertised_host}:{s.advertised_port})" for s in bound)
+            described = describe_listeners(bound)
             if self.config.metrics_port:
                 host, port = self.config.metrics_host, self.config.metrics_port
                 try:

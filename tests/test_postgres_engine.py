@@ -23,6 +23,7 @@ from broker_core.storage import LogConfig, SchemaTooNew, open_storage
 from broker_core.storage.pg_schema import SCHEMA_VERSION
 from tests.broker_process import REPO, BrokerProcess
 from tests.clients import Rec, consume_confluent, create_topic, make_records
+from tests.ports import free_port
 from tests.postgres_server import PostgresServer, shared_server
 from tests.raw import RawConnection
 from tests.storage_helpers import batch_bytes
@@ -70,6 +71,24 @@ def test_the_location_never_shows_the_password() -> None:
         assert storage.location == url and storage.names_location(url)
     finally:
         storage.close()
+
+
+def test_a_multi_host_url_reaches_the_host_that_answers(url: str) -> None:
+    """libpq's failover form: hosts tried in order, the first read-write one used."""
+    down = f"127.0.0.1:{free_port()}"
+    port = shared_server().port
+    multi = url.replace(f"edge@127.0.0.1:{port}", f"edge:secret@{down},127.0.0.1:{port}")
+    storage = open_storage(multi + "?target_session_attrs=read-write")
+    try:
+        storage.create_topic(TOPIC, 1, {})
+        assert storage.location == url.replace(f"127.0.0.1:{port}", f"{down},127.0.0.1:{port}")
+    finally:
+        storage.close()
+    reopened = open_storage(url)
+    try:
+        assert reopened.topic(TOPIC) is not None
+    finally:
+        reopened.close()
 
 
 def test_a_newer_schema_stops_start_up_with_one_line(url: str, tmp_path: Path) -> None:

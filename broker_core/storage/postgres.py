@@ -383,11 +383,11 @@ class PgPartition(FilelessPartition):
 
 
 def public_url(url: str) -> str:
-    """``url`` without its password (for log lines and DescribeLogDirs)."""
+    """``url`` without its password and its query (for log lines and DescribeLogDirs).
+    The hosts stay as written: libpq's multi-host form ``host1:port1,host2:port2`` too."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = (f"{parts.username}@" if parts.username else "") + host \
-        + (f":{parts.port}" if parts.port else "")
+    hosts = parts.netloc.rpartition("@")[2]
+    netloc = (f"{parts.username}@" if parts.username else "") + hosts
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
