@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 
 from broker_core.durability import FlushScheduler
-from broker_core.errors import ErrorCode
+from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import PartitionStore
+from broker_core.storage.cluster import NotOwner
 from broker_core.storage_faults import WriteKind
 from broker_core.waiters import AppendWaiters, TopicPartition
 
@@ -38,6 +39,10 @@ class AppendPath:
             base = partition.append(batch, last_offset_delta, max_timestamp)
         except OSError as exc:
             raise self.faults.failed(exc, what or f"{key[0]}-{key[1]}", kind, code) from None
+        except NotOwner as exc:  # another broker took the partition: the write is fenced
+            raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER
+                                if code == ErrorCode.KAFKA_STORAGE_ERROR else code,
+                                str(exc)) from None
         self.faults.succeeded(kind)
         self.waiters.notify(key)
         return base, self.flusher.appended(partition, records)

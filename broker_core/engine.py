@@ -17,7 +17,15 @@ from typing import Any
 
 from broker_core import batches, metrics, naming
 from broker_core.appends import AppendPath
-from broker_core.context import AllowAll, Authorizer, Operation, RequestContext, ResourceType
+from broker_core.cluster.service import ClusterConfig, ClusterService
+from broker_core.context import (
+    AllowAll,
+    Authorizer,
+    Endpoint,
+    Operation,
+    RequestContext,
+    ResourceType,
+)
 from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import GroupConfig, GroupCoordinator
@@ -26,12 +34,12 @@ from broker_core.producer_states import DEFAULT_EXPIRATION_MS, ProducerStates
 from broker_core.producers import PartitionProducers
 from broker_core.record_check import check_records
 from broker_core.storage import (
-    DatabaseUnavailable,
     PartitionStore,
     Storage,
     TopicExists,
     TopicInfo,
 )
+from broker_core.storage.cluster import BrokerRecord, TopicPartition
 from broker_core.storage_faults import WriteFaults, WriteKind
 from broker_core.system_topics import SystemTopic
 from broker_core.topic_configs import effective_config
@@ -78,6 +86,7 @@ class EngineConfig:
     broker_configs: Mapping[str, str] = field(default_factory=dict)
     transactions: TxnConfig = field(default_factory=TxnConfig)
     fetch_max_bytes: int = 57_671_680
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +146,11 @@ class Engine:
             self.write_marker, self.groups)
         self.transaction_check: Callable[[int, int, str, int], None] | None = (
             self.transactions.verify_produce)
+        self.cluster = ClusterService(logs.cluster, BrokerRecord(config.broker_id, None, ()),
+                                      config.cluster, logs.topics)
+        self.groups.acquire = self.transactions.acquire = self._acquire
+        self.cluster.on_gained(self._gained)
+        self.cluster.on_lost(self._lost)
 
     def start(self) -> None:
         """Start background work: periodic fsync and retention."""
@@ -147,6 +161,77 @@ class Engine:
         self._retention = loop.create_task(self._retention_loop())
         self._checkpoints = loop.create_task(self._checkpoint_loop())
         self._refresher = loop.create_task(self._refresh_loop())
+
+    async def join(self, me: BrokerRecord) -> None:
+        """Join the cluster as ``me`` (this broker with its listeners) and take this
+        broker's share of the partitions (every partition, on a storage of its own)."""
+        self.cluster.me = me
+        await self.cluster.join()
+        self.cluster.start()
+
+    def _acquire(self, internal: str, index: int, num_partitions: int) -> int | None:
+        return self.cluster.acquire(internal, index, num_partitions)
+
+    def _coordinator_of(self, internal: str) -> GroupCoordinator | TransactionCoordinator | None:
+        """The coordinator whose state a system topic holds, if it is one."""
+        if not self.is_internal(internal):
+            return None
+        if internal.endswith("/" + OFFSETS_TOPIC):
+            return self.groups
+        return self.transactions if internal.endswith("/" + TXN_TOPIC) else None
+
+    def _gained(self, key: TopicPartition, epoch: int) -> None:
+        """This broker owns a partition now: its producer state is rebuilt from the log at
+        first use, a coordinator replays it."""
+        del epoch
+        self.producers.invalidate(*key)
+        coordinator = self._coordinator_of(key[0])
+        if coordinator is not None:
+            coordinator.load_partition(*key)
+
+    def _lost(self, key: TopicPartition) -> None:
+        """Another broker owns a partition now: forget its state; parked fetches answer."""
+        self.producers.invalidate(*key)
+        coordinator = self._coordinator_of(key[0])
+        if coordinator is not None:
+            coordinator.unload_partition(*key)
+        self.waiters.notify(key)
+
+    def serves(self, internal: str, index: int) -> int | None:
+        """The leader epoch this broker serves a partition at, or None (another broker)."""
+        epoch = self.cluster.owned.get((internal, index))
+        if epoch is not None:
+            return epoch
+        topic = self.logs.topic(internal)
+        return None if topic is None else self.cluster.acquire(internal, index,
+                                                               topic.num_partitions)
+
+    def endpoint_of(self, ctx: RequestContext, broker_id: int) -> Endpoint | None:
+        """Where the caller reaches broker ``broker_id``: the address it advertises for the
+        listener the caller came in on (None: not live, or no such listener there)."""
+        if broker_id == self.config.broker_id:
+            return ctx.advertised
+        record = self.cluster.view.live.get(broker_id)
+        found = record.listener(ctx.listener) if record is not None else None
+        return None if found is None else Endpoint(found.host, found.port)
+
+    def brokers_for(self, ctx: RequestContext) -> list[tuple[BrokerRecord, Endpoint]]:
+        """The live brokers the caller can reach on its listener, by id."""
+        found = [(record, self.endpoint_of(ctx, record.broker_id))
+                 for record in self.cluster.live_brokers()]
+        return [(record, endpoint) for record, endpoint in found if endpoint is not None]
+
+    def leader_error(self, internal: str, index: int, requested_epoch: int) -> ErrorCode:
+        """Whether this broker serves the partition at the leader epoch a client names
+        (-1: any): NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH (the client's is older),
+        UNKNOWN_LEADER_EPOCH (newer), or NONE."""
+        epoch = self.serves(internal, index)
+        if epoch is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if requested_epoch < 0 or requested_epoch == epoch:
+            return ErrorCode.NONE
+        return ErrorCode.FENCED_LEADER_EPOCH if requested_epoch < epoch \
+            else ErrorCode.UNKNOWN_LEADER_EPOCH
 
     def begin_shutdown(self) -> None:
         """Answer parked fetches now instead of at their ``max_wait_ms``, and waiting group
@@ -169,6 +254,7 @@ class Engine:
                 await self._retention
         self._stopping.set()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("hand partitions over", self.cluster.leave),
             ("finish the producer snapshot under way", self._await_checkpoints),
             ("finish the storage refresh under way", self._await_refresher),
             ("stop the transaction coordinator", self.transactions.stop),
@@ -380,7 +466,16 @@ class Engine:
         if found.offline:
             raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
                                 f"partition {index} of {internal} is offline until restart")
+        if self.serves(internal, index) is None:
+            raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                f"partition {index} of {internal} is served by another broker")
         return found
+
+    def require_partition(self, internal: str, index: int) -> None:
+        """UNKNOWN_TOPIC_OR_PARTITION unless the partition exists (on any broker)."""
+        if self.logs.partition(internal, index) is None:
+            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                f"partition {index} of {internal} does not exist")
 
     def delete_topic(self, internal: str) -> None:
         """Delete a topic and forget its partitions' flush state."""
@@ -434,7 +529,11 @@ class Engine:
                 log.info("duplicate batch of producer %d on %s-%d acknowledged at %d",
                          header.producer_id, internal, index, duplicate)
                 return Appended(duplicate, -1, partition.log_start_offset, None)
-            if header.is_transactional and self.transaction_check is not None:
+            if header.is_transactional and self.transaction_check is not None and (
+                    not self.logs.cluster.shared
+                    or header.producer_id in self.transactions.by_producer):
+                # in a cluster only the producer's own coordinator can tell: as Kafka before
+                # KIP-890, a batch whose coordinator is another broker is not verified
                 self.transaction_check(header.producer_id, header.producer_epoch, internal,
                                        index)
         batch = bytearray(records)
@@ -448,8 +547,9 @@ class Engine:
             base, durable = self.appends.append((internal, index), partition, batch,
                                                 header.last_offset_delta, max_timestamp,
                                                 header.record_count, WriteKind.RECORDS)
-        except DatabaseUnavailable:
-            # the commit's reply may be what was lost: judge the retry by what is stored
+        except KafkaApiError:
+            # a database commit's reply may be what was lost, or the partition moved: judge
+            # the producer's retry by what is stored
             if producers is not None:
                 self.producers.invalidate(internal, index)
             raise

@@ -1,9 +1,9 @@
-"""Who owns what: the one place that maps a group or transactional id to its coordinator.
+"""Where a group or transactional id lives: the partition of its state topic.
 
-Metadata, FindCoordinator and the coordinators all call these functions, so they can
-never disagree (KoP's NOT_COORDINATOR bugs came from two different computations).
-Today one broker owns everything; a cluster will answer here from its coordination
-service.
+Which broker owns that partition is the cluster's one ownership function
+(``cluster.service.ClusterService.leader``), which Metadata, FindCoordinator and the
+coordinators all use, so they can never disagree (KoP's NOT_COORDINATOR bugs came from
+two different computations).
 """
 
 from __future__ import annotations
@@ -26,9 +26,3 @@ def coordinator_partition(key: str, partitions: int) -> int:
     hashed = java_string_hash(key)
     positive = 0 if hashed == -(1 << 31) else abs(hashed)
     return positive % partitions
-
-
-def coordinator_node(broker_id: int, key: str) -> int:
-    """The broker that coordinates ``key``: with a single broker, always this one."""
-    del key
-    return broker_id

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
@@ -53,10 +53,6 @@ class SystemTopic:
         self.compaction_bytes = compaction_bytes
         self._written: dict[tuple[str, int], int] = {}
 
-    def existing(self) -> list[str]:
-        """Full names of the topics of this kind already on disk."""
-        return [t.name for t in self.logs.topics() if t.name.endswith("/" + self.suffix)]
-
     def ensure(self, topic: str) -> int:
         """Create the topic when missing; return its partition count (an existing topic
         keeps its count even when the configured one changed, so no state is lost).
@@ -88,6 +84,11 @@ class SystemTopic:
         if found is None:
             raise KeyError(f"system topic {topic} has no partition {partition}")
         return found
+
+    def empty(self, topic: str, partition: int) -> bool:
+        """Whether the partition holds no record to replay."""
+        target = self._partition(topic, partition)
+        return target.log_start_offset >= target.next_offset
 
     def offline(self, topic: str, partition: int) -> bool:
         """Whether the partition's log is offline until restart (a failed fsync): its state
@@ -165,37 +166,38 @@ class SystemTopic:
 
 class StateCoordinator(ABC):
     """A coordinator whose state lives in a SystemTopic: it places keys on partitions with the
-    one ownership function, replays existing topics in the background (a key whose
-    partition is not replayed yet answers COORDINATOR_LOAD_IN_PROGRESS), and runs a
-    periodic duty (expiry, timeouts)."""
+    one ownership function and serves the keys of the partitions this broker owns. The
+    cluster tells it which ones (:meth:`load_partition` replays one in the background, a key
+    whose partition is not replayed yet answers COORDINATOR_LOAD_IN_PROGRESS;
+    :meth:`unload_partition` forgets one); keys of other partitions answer NOT_COORDINATOR.
+    It runs a periodic duty (expiry, timeouts) over what it holds."""
 
     def __init__(self, store: SystemTopic, interval_ms: int) -> None:
         self.store = store
         self.interval_ms = interval_ms
+        self.acquire: Callable[[str, int, int], int | None] = lambda topic, p, count: 0
+        """The ownership function: the epoch this broker serves a partition at, or None."""
         self._partitions: dict[str, int] = {}
         self._loaded: set[tuple[str, int]] = set()
+        self._loading: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        """Replay the topics already on disk in the background; start the periodic duty."""
-        loop = asyncio.get_running_loop()
-        for topic in self.store.existing():
-            self._partitions[topic] = self.store.ensure(topic)
-            self._tasks.append(loop.create_task(self._load(topic)))
-        self._tasks.append(loop.create_task(self._periodic()))
+        """Start the periodic duty."""
+        self._tasks.append(asyncio.get_running_loop().create_task(self._periodic()))
 
     async def stop(self) -> None:
         """Stop background work."""
-        for task in self._tasks:
+        tasks = self._tasks + list(self._loading.values())
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def place(self, topic: str, key: str) -> int:
         """The partition of ``topic`` that holds ``key`` (creating the topic when new)."""
         count = self._partitions.get(topic)
         if count is None:
             count = self._partitions[topic] = self.store.ensure(topic)
-            self._loaded.update((topic, p) for p in range(count))
         return coordinator_partition(key, count)
 
     def is_loaded(self, topic: str, key: str) -> bool:
@@ -209,30 +211,58 @@ class StateCoordinator(ABC):
         return self.store.offline(topic, self.place(topic, key))
 
     def serving_error(self, topic: str, key: str) -> ErrorCode:
-        """NONE when the partition holding ``key`` is replayed and online; otherwise what
-        to answer: COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR, or the error that keeps
-        the state topic from being created (a full disk)."""
+        """NONE when this broker owns the partition holding ``key`` and has replayed it;
+        otherwise what to answer: NOT_COORDINATOR (another broker owns it, or it is offline),
+        COORDINATOR_LOAD_IN_PROGRESS, or the error that keeps the state topic from being
+        created (a full disk)."""
         try:
-            if not self.is_loaded(topic, key):
-                return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            partition = self.place(topic, key)
+            if self.acquire(topic, partition, self._partitions[topic]) is None:
+                return ErrorCode.NOT_COORDINATOR
+            if (topic, partition) not in self._loaded:
+                self.load_partition(topic, partition)  # at once when there is nothing to replay
+                if (topic, partition) not in self._loaded:
+                    return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
             if self.is_offline(topic, key):
                 return ErrorCode.NOT_COORDINATOR
         except KafkaApiError as error:
             return error.code
         return ErrorCode.NONE
 
-    async def _load(self, topic: str) -> None:
-        started = time.monotonic()
-        for partition in range(self._partitions[topic]):
-            for count, (key, value) in enumerate(self.store.read(topic, partition), 1):
-                self.replay(topic, partition, key, value)
-                if count % 2000 == 0:
-                    await asyncio.sleep(0)
-            self._loaded.add((topic, partition))
+    def load_partition(self, topic: str, partition: int) -> None:
+        """This broker owns ``partition`` of ``topic`` now: replay it (at once when empty)."""
+        key = (topic, partition)
+        if key in self._loaded or key in self._loading:
+            return
+        self._partitions.setdefault(topic, self.store.ensure(topic))
+        if self.store.empty(topic, partition):
+            self._loaded.add(key)
             self.partition_loaded(topic, partition)
-            await asyncio.sleep(0)
-        log.info("replayed %s in %.3f s", topic, time.monotonic() - started)
-        await self.topic_loaded(topic)
+            return
+        task = asyncio.get_running_loop().create_task(self._load(topic, partition))
+        self._loading[key] = task
+        task.add_done_callback(lambda _: self._loading.pop(key, None))
+
+    def unload_partition(self, topic: str, partition: int) -> None:
+        """This broker no longer owns ``partition`` of ``topic``: forget its state."""
+        key = (topic, partition)
+        loading = self._loading.pop(key, None)
+        if loading is not None:
+            loading.cancel()
+        self._loaded.discard(key)
+        self.partition_unloaded(topic, partition)
+
+    async def _load(self, topic: str, partition: int) -> None:
+        started = time.monotonic()
+        count = 0
+        for count, (key, value) in enumerate(self.store.read(topic, partition), 1):
+            self.replay(topic, partition, key, value)
+            if count % 2000 == 0:
+                await asyncio.sleep(0)
+        self._loaded.add((topic, partition))
+        self.partition_loaded(topic, partition)
+        log.info("replayed %s-%d (%d records) in %.3f s", topic, partition, count,
+                 time.monotonic() - started)
 
     async def _periodic(self) -> None:
         while True:
@@ -249,8 +279,9 @@ class StateCoordinator(ABC):
     def partition_loaded(self, topic: str, partition: int) -> None:  # noqa: B027
         """A partition is replayed (hook)."""
 
-    async def topic_loaded(self, topic: str) -> None:  # noqa: B027
-        """Every partition of a topic is replayed (hook)."""
+    @abstractmethod
+    def partition_unloaded(self, topic: str, partition: int) -> None:
+        """Forget the state of a partition this broker no longer owns."""
 
     @abstractmethod
     async def periodic(self, now: int) -> None:

@@ -13,12 +13,14 @@ import uuid
 from collections.abc import Callable
 
 from broker_core.apis import engine_apis
+from broker_core.cluster.service import ClusterConfig
 from broker_core.context import Endpoint, Operation, RequestContext, ResourceType
 from broker_core.dispatch import Dispatcher
 from broker_core.engine import Engine, EngineConfig
 from broker_core.groups.coordinator import GroupConfig
 from broker_core.naming import Namespace
 from broker_core.storage import KeyValueStore, LogConfig, open_storage
+from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress
 from broker_core.transactions.coordinator import TxnConfig
 from edge.acl_apis import AclApis
 from edge.acls import AclStore
@@ -110,6 +112,8 @@ def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineCon
             abort_check_interval_ms=config.transaction_abort_timed_out_transactions_interval_ms,
         ),
         fetch_max_bytes=config.fetch_max_bytes,
+        cluster=ClusterConfig(session_timeout_ms=config.broker_session_timeout_ms,
+                              heartbeat_ms=config.broker_heartbeat_interval_ms),
         listed_namespaces=tuple(n.strip() for n in config.kop_allowed_namespaces.split(",")
                                 if n.strip()),
         topic_defaults={
@@ -223,6 +227,10 @@ class BrokerApp:
         try:
             self.engine.start()
             bound = await self._listen()
+            try:
+                await self.engine.join(self._record(bound))
+            except BrokerIdInUse as exc:
+                raise StartupError(str(exc)) from None
             described = ", ".join(
                 f"{s.name}://{s.host}:{s.port} ({s.protocol.value}, advertised "
                 f"{s.advertised_host}:{s.advertised_port})" for s in bound)
@@ -248,6 +256,12 @@ class BrokerApp:
         gc.freeze()
         log.info("edge-broker ready: broker %d, listeners %s", self.config.broker_id, described)
         return bound
+
+    def _record(self, bound: list[ListenerSpec]) -> BrokerRecord:
+        """This broker as the cluster registry shows it: its listeners, bound and advertised."""
+        return BrokerRecord(self.config.broker_id, self.config.broker_rack or None, tuple(
+            ListenerAddress(s.name, s.protocol.value, s.advertised_host, s.advertised_port,
+                            s.host, s.port) for s in bound))
 
     async def _listen(self) -> list[ListenerSpec]:
         """Bind every listener; StartupError names the one that cannot bind."""

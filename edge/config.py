@@ -348,6 +348,23 @@ class BrokerConfig:
     broker_id: int = field(
         default=0, metadata=_key("brokerId", IntType(0, INT_MAX), "stable node id")
     )
+    broker_rack: str = field(
+        default="", metadata=_key("brokerRack", StrType(allow_empty=True),
+                                  "rack of this broker, shown in Metadata (empty = none)")
+    )
+    broker_session_timeout_ms: int = field(
+        default=6000,
+        metadata=_key("brokerSessionTimeoutMs", IntType(500, INT_MAX),
+                      "a broker whose lease is not renewed for this long is dead and its "
+                      "partitions move (shorter: faster failover; longer: fewer false "
+                      "failovers when a broker or the database stalls)"),
+    )
+    broker_heartbeat_interval_ms: int = field(
+        default=1000,
+        metadata=_key("brokerHeartbeatIntervalMs", IntType(50, INT_MAX),
+                      "how often a broker renews its lease and rebalances partition "
+                      "ownership; keep it well below `brokerSessionTimeoutMs`"),
+    )
     kafka_listeners: str = field(
         default="PLAINTEXT://127.0.0.1:9092",
         metadata=_key(
@@ -774,6 +791,11 @@ class BrokerConfig:
                 f"'kafkaNamespace' and 'kafkaMetadataNamespace' are both "
                 f"{self.kafka_namespace!r}: short topic names would resolve into the system "
                 f"namespace, where only superusers may go; give them different values")
+        if self.broker_heartbeat_interval_ms * 2 > self.broker_session_timeout_ms:
+            raise ConfigError(
+                f"'brokerHeartbeatIntervalMs' ({self.broker_heartbeat_interval_ms}) must be at "
+                f"most half of 'brokerSessionTimeoutMs' ({self.broker_session_timeout_ms}), or "
+                "a live broker's lease may run out between two heartbeats")
         try:
             specs = parse_listeners(
                 self.kafka_listeners, self.kafka_protocol_map, self.kafka_advertised_listeners

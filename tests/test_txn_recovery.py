@@ -10,6 +10,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker_core.engine import Engine, EngineConfig
 from broker_core.storage import LogConfig, open_storage
+from broker_core.storage.cluster import BrokerRecord
 from broker_core.transactions.model import TxnState
 
 TOPIC = "public/default/t"
@@ -35,6 +36,7 @@ def test_prepared_commit_is_completed_at_start(tmp_path: Path) -> None:
     async def crash_mid_commit() -> None:
         engine = engine_at(tmp_path)
         engine.start()
+        await engine.join(BrokerRecord(0, None, ()))
         engine.logs.create_topic(TOPIC, 1, {})
         pid, epoch = await engine.transactions.init_producer_id(STATE_TOPIC, "tx", 60_000, -1,
                                                                 -1)
@@ -52,6 +54,7 @@ def test_prepared_commit_is_completed_at_start(tmp_path: Path) -> None:
     async def restart() -> None:
         engine = engine_at(tmp_path)
         engine.start()
+        await engine.join(BrokerRecord(0, None, ()))
         for _ in range(200):
             txn = engine.transactions.find(STATE_TOPIC, "tx")
             if txn is not None and txn.state == TxnState.COMPLETE_COMMIT:

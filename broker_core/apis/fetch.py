@@ -44,6 +44,7 @@ class _Wanted:
     offset: int
     max_bytes: int
     error: ErrorCode
+    leader_epoch: int = -1
 
 
 def _resolve(engine: Engine, ctx: RequestContext, request: Any) -> list[_Wanted]:
@@ -59,7 +60,8 @@ def _resolve(engine: Engine, ctx: RequestContext, request: Any) -> list[_Wanted]
             error = failure.code
         for part in topic.partitions:
             wanted.append(_Wanted(topic.topic, internal, part.partition, part.fetch_offset,
-                                  part.partition_max_bytes, error))
+                                  part.partition_max_bytes, error,
+                                  getattr(part, "current_leader_epoch", -1)))
     return wanted
 
 
@@ -75,6 +77,9 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
         return _empty(want.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), 0
     if partition.offline:  # a failed fsync: until restart
         return _empty(want.index, ErrorCode.KAFKA_STORAGE_ERROR), 0
+    leadership = engine.leader_error(want.internal, want.index, want.leader_epoch)
+    if leadership != ErrorCode.NONE:
+        return _empty(want.index, leadership), 0
     start, end = partition.log_start_offset, partition.next_offset
     if want.offset < start or want.offset > end:
         return _empty(want.index, ErrorCode.OFFSET_OUT_OF_RANGE, end, start), 0

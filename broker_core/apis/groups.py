@@ -15,12 +15,12 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from broker_core.apis.authorized_operations import authorized_operations
-from broker_core.context import Operation, RequestContext, ResourceType
+from broker_core.context import Endpoint, Operation, RequestContext, ResourceType
 from broker_core.engine import Engine
-from broker_core.errors import ErrorCode
+from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import JoinRequest
 from broker_core.groups.model import GroupState
-from broker_core.ownership import coordinator_node
+from broker_core.system_topics import StateCoordinator
 
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
@@ -42,8 +42,29 @@ def group_error(engine: Engine, ctx: RequestContext, group_id: str,
     return engine.groups.check(engine.offsets_topic(ctx), engine.scoped_id(ctx, group_id))
 
 
+def coordinator_of(engine: Engine, ctx: RequestContext, key_type: int,
+                   key: str) -> tuple[int, Endpoint]:
+    """The broker coordinating ``key`` and where the caller reaches it: the owner of the
+    state-topic partition that holds the key (the one ownership function);
+    COORDINATOR_NOT_AVAILABLE while no live broker can take it."""
+    if key_type == TRANSACTION_KEY:
+        coordinator: StateCoordinator = engine.transactions
+        topic = engine.txn_topic(ctx)
+    else:
+        coordinator, topic = engine.groups, engine.offsets_topic(ctx)
+    partition = coordinator.place(topic, engine.scoped_id(ctx, key))
+    info = engine.logs.topic(topic)
+    leader = None if info is None else engine.cluster.leader(topic, partition,
+                                                              info.num_partitions)
+    endpoint = None if leader is None else engine.endpoint_of(ctx, leader.broker_id)
+    if leader is None or endpoint is None:
+        raise KafkaApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                            f"no live broker coordinates {key!r} yet")
+    return leader.broker_id, endpoint
+
+
 async def handle_find_coordinator(engine: Engine, ctx: RequestContext, request: Any) -> Any:
-    """Name this broker, on the caller's listener, as coordinator of each key."""
+    """Name the coordinator of each key, at its address on the caller's listener."""
     version: int = request.version
     keys = list(request.coordinator_keys) if version >= 4 else [request.key]
     key_type = request.key_type if version >= 1 else GROUP_KEY
@@ -64,11 +85,16 @@ async def handle_find_coordinator(engine: Engine, ctx: RequestContext, request: 
             code, message = ErrorCode.GROUP_AUTHORIZATION_FAILED, None
         elif not key or len(key) > engine.config.groups.group_id_max_length:
             code, message = ErrorCode.INVALID_GROUP_ID, f"invalid group id {key!r}"
-        node = coordinator_node(engine.config.broker_id, key) if not code else -1
+        node, endpoint = -1, None
+        if not code:
+            try:
+                node, endpoint = coordinator_of(engine, ctx, key_type, key)
+            except KafkaApiError as error:
+                code, message = error.code, error.message
         answers.append(FindCoordinatorResponse.Coordinator(
-            key=key, node_id=node, host=ctx.advertised.host if not code else "",
-            port=ctx.advertised.port if not code else -1, error_code=code,
-            error_message=message))
+            key=key, node_id=node if endpoint else -1,
+            host=endpoint.host if endpoint else "", port=endpoint.port if endpoint else -1,
+            error_code=code, error_message=message))
     if version >= 4:
         return FindCoordinatorResponse(version=version, throttle_time_ms=0,
                                        coordinators=answers)

@@ -99,12 +99,18 @@ async def handle_list_offsets(engine: Engine, ctx: RequestContext, request: Any)
         for part in topic.partitions:
             code = ErrorCode.NONE
             offset, timestamp = _NOT_FOUND
+            epoch = -1
             try:
                 internal = engine.internal_name(ctx, topic.name)
                 if not engine.allowed(ctx, Operation.DESCRIBE, internal):
                     raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                         f"not allowed to describe {topic.name}")
                 partition = engine.partition(internal, part.partition_index)
+                leadership = engine.leader_error(internal, part.partition_index,
+                                                 getattr(part, "current_leader_epoch", -1))
+                if leadership != ErrorCode.NONE:
+                    raise KafkaApiError(leadership, f"{topic.name}-{part.partition_index}")
+                epoch = engine.serves(internal, part.partition_index) or 0
                 stable = (engine.stable_offset(internal, part.partition_index)
                           if committed else None)
                 offset, timestamp = _lookup(partition, part.timestamp, stable)
@@ -113,6 +119,6 @@ async def handle_list_offsets(engine: Engine, ctx: RequestContext, request: Any)
             except DatabaseUnavailable:  # retriable, as Kafka answers a failing log dir
                 code = ErrorCode.KAFKA_STORAGE_ERROR
             partitions.append(_Partition(partition_index=part.partition_index, error_code=code,
-                                         timestamp=timestamp, offset=offset, leader_epoch=0))
+                                         timestamp=timestamp, offset=offset, leader_epoch=epoch))
         topics.append(_Topic(name=topic.name, partitions=partitions))
     return ListOffsetsResponse(version=request.version, throttle_time_ms=0, topics=topics)

@@ -1,4 +1,5 @@
-"""Metadata and DescribeCluster: this broker as advertised on the caller's listener, and topics."""
+"""Metadata and DescribeCluster: the live brokers as advertised on the caller's listener,
+and topics with each partition's leader from the one ownership function."""
 
 from __future__ import annotations
 
@@ -18,16 +19,23 @@ from broker_core.storage import TopicInfo
 _R = MetadataResponse
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
+def _partition_entry(engine: Engine, topic: TopicInfo, index: int) -> Any:
+    """A partition with its leader (the one ownership function) and leader epoch."""
+    leader = engine.cluster.leader(topic.name, index, topic.num_partitions)
+    if leader is None:
+        return _R.MetadataResponseTopic.MetadataResponsePartition(
+            error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index, leader_id=-1,
+            leader_epoch=-1, replica_nodes=[], isr_nodes=[], offline_replicas=[])
+    return _R.MetadataResponseTopic.MetadataResponsePartition(
+        error_code=0, partition_index=index, leader_id=leader.broker_id,
+        leader_epoch=leader.epoch, replica_nodes=[leader.broker_id],
+        isr_nodes=[leader.broker_id], offline_replicas=[])
+
+
 def _topic_entry(engine: Engine, ctx: RequestContext, shown: str, topic: TopicInfo,
                  version: int, with_operations: bool) -> Any:
-    broker = engine.config.broker_id
-    partitions = [
-        _R.MetadataResponseTopic.MetadataResponsePartition(
-            error_code=0, partition_index=index, leader_id=broker, leader_epoch=0,
-            replica_nodes=[broker], isr_nodes=[broker], offline_replicas=[],
-        )
-        for index in range(topic.num_partitions)
-    ]
+    partitions = [_partition_entry(engine, topic, index)
+                  for index in range(topic.num_partitions)]
     operations = (
         authorized_operations(engine, ctx, ResourceType.TOPIC, topic.name)
         if with_operations and version >= 8 else None
@@ -93,18 +101,19 @@ async def handle_metadata(engine: Engine, ctx: RequestContext, request: Any) -> 
         authorized_operations(engine, ctx, ResourceType.CLUSTER, CLUSTER_NAME)
         if version >= 8 and request.include_cluster_authorized_operations else None
     )
-    broker = engine.config.broker_id
     return _R(
         version=version, throttle_time_ms=0,
-        brokers=[_R.MetadataResponseBroker(node_id=broker, host=ctx.advertised.host,
-                                           port=ctx.advertised.port, rack=None)],
-        cluster_id=engine.config.cluster_id, controller_id=broker, topics=topics,
+        brokers=[_R.MetadataResponseBroker(node_id=record.broker_id, host=endpoint.host,
+                                           port=endpoint.port, rack=record.rack)
+                 for record, endpoint in engine.brokers_for(ctx)],
+        cluster_id=engine.config.cluster_id, controller_id=engine.cluster.controller_id(),
+        topics=topics,
         authorized_operations=cluster_operations, error_code=0,
     )
 
 
 async def handle_describe_cluster(engine: Engine, ctx: RequestContext, request: Any) -> Any:
-    """Answer DescribeCluster with this broker under its stable id."""
+    """Answer DescribeCluster with the live brokers on the caller's listener."""
     version: int = request.version
     if version >= 1 and request.endpoint_type not in (1,):
         return DescribeClusterResponse(
@@ -117,13 +126,13 @@ async def handle_describe_cluster(engine: Engine, ctx: RequestContext, request: 
         authorized_operations(engine, ctx, ResourceType.CLUSTER, CLUSTER_NAME)
         if request.include_cluster_authorized_operations else None
     )
-    broker = engine.config.broker_id
     return DescribeClusterResponse(
         version=version, throttle_time_ms=0, error_code=0, error_message=None,
-        endpoint_type=1, cluster_id=engine.config.cluster_id, controller_id=broker,
+        endpoint_type=1, cluster_id=engine.config.cluster_id,
+        controller_id=engine.cluster.controller_id(),
         brokers=[DescribeClusterResponse.DescribeClusterBroker(
-            broker_id=broker, host=ctx.advertised.host, port=ctx.advertised.port, rack=None,
-            is_fenced=False,
-        )],
+            broker_id=record.broker_id, host=endpoint.host, port=endpoint.port,
+            rack=record.rack, is_fenced=False,
+        ) for record, endpoint in engine.brokers_for(ctx)],
         authorized_operations=operations,
     )

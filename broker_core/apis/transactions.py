@@ -90,7 +90,7 @@ async def _add_partitions(engine: Engine, ctx: RequestContext, tid: str, pid: in
                 engine.check_writable(internal)
                 if not engine.allowed(ctx, Operation.WRITE, internal):
                     raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic.name)
-                engine.partition(internal, index)
+                engine.require_partition(internal, index)
                 wanted.append((internal, index))
             except KafkaApiError as error:
                 errors[(topic.name, index)] = error.code
@@ -180,7 +180,7 @@ async def handle_txn_offset_commit(engine: Engine, ctx: RequestContext, request:
                 internal = engine.internal_name(ctx, topic.name)
                 if not engine.allowed(ctx, Operation.READ, internal):
                     raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic.name)
-                engine.partition(internal, part.partition_index)
+                engine.require_partition(internal, part.partition_index)
             except KafkaApiError as error:
                 errors[key] = error.code
                 continue

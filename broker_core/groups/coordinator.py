@@ -104,21 +104,37 @@ class GroupCoordinator(StateCoordinator):
         client looks for the coordinator again). Nothing is written: the committed offsets
         and the last generation stay as stored."""
         self.resigned = True
-        waiting = 0
-        for group in self.groups.values():
-            self._cancel_timers(group)
-            for member in group.members.values():
-                join, sync = member.join_waiter, member.sync_waiter
-                member.join_waiter = member.sync_waiter = None
-                if join is not None and not join.done():
-                    join.set_result(JoinResult(ErrorCode.NOT_COORDINATOR, member.member_id))
-                    waiting += 1
-                if sync is not None and not sync.done():
-                    sync.set_result(SyncResult(ErrorCode.NOT_COORDINATOR))
-                    waiting += 1
+        waiting = sum(self._release(group) for group in self.groups.values())
         if waiting:
             log.info("stopped coordinating groups: %d waiting join or sync requests answered "
                      "NOT_COORDINATOR", waiting)
+
+    def _release(self, group: Group) -> int:
+        """Cancel the group's timers and answer its waiting joins and syncs NOT_COORDINATOR;
+        return how many were waiting."""
+        self._cancel_timers(group)
+        waiting = 0
+        for member in group.members.values():
+            join, sync = member.join_waiter, member.sync_waiter
+            member.join_waiter = member.sync_waiter = None
+            if join is not None and not join.done():
+                join.set_result(JoinResult(ErrorCode.NOT_COORDINATOR, member.member_id))
+                waiting += 1
+            if sync is not None and not sync.done():
+                sync.set_result(SyncResult(ErrorCode.NOT_COORDINATOR))
+                waiting += 1
+        return waiting
+
+    def partition_unloaded(self, topic: str, partition: int) -> None:
+        """Another broker coordinates the groups of this partition now: forget them here
+        (their state is in the log the new coordinator replays)."""
+        gone = [key for key, group in self.groups.items()
+                if (group.topic, group.partition) == (topic, partition)]
+        for key in gone:
+            self._release(self.groups.pop(key))
+        self._settling.pop((topic, partition), None)
+        if gone:
+            log.info("no longer coordinating %d groups of %s-%d", len(gone), topic, partition)
 
     def partition_loaded(self, topic: str, partition: int) -> None:
         """Members restored from the log get their session timers."""

@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from .cluster import SoloCluster
 from .config import LogConfig, log_config_for_topic
 from .dir_lock import DataDirLock
 from .errors import UnknownTopic
@@ -79,6 +80,7 @@ class LogManager(TopicTable[PartitionLog]):
         """The topmost directory this manager created for ``root`` (None: it existed)."""
         self.root.mkdir(parents=True, exist_ok=True)
         self._dir_lock: DataDirLock | None = None
+        self._cluster = SoloCluster(self.partition_keys)
         self._discard = False  # remove ``created`` when the lock is released
         try:
             self._dir_lock = DataDirLock(self.root)
@@ -99,6 +101,10 @@ class LogManager(TopicTable[PartitionLog]):
         """Whether ``path`` resolves to the data directory; a path no file system takes
         (a NUL byte in it) names none."""
         return "\x00" not in path and os.path.realpath(path) == self.location
+
+    @property
+    def cluster(self) -> SoloCluster:
+        return self._cluster
 
     @property
     def kv(self) -> FileKeyValues:

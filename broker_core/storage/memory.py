@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .batch_header import check_append, set_base_offset
+from .cluster import SoloCluster
 from .config import LogConfig, retention_drops
 from .errors import OffsetOutOfRange
 from .fileless import FilelessPartition, FilelessStorage
@@ -233,6 +234,7 @@ class MemoryStorage(FilelessStorage[MemoryPartition]):
         self._default_config = default_config
         self._clock = clock
         self._kv = MemoryKeyValues()
+        self._cluster = SoloCluster(self.partition_keys)
 
     @property
     def default_config(self) -> LogConfig:
@@ -244,6 +246,10 @@ class MemoryStorage(FilelessStorage[MemoryPartition]):
 
     def names_location(self, path: str) -> bool:
         return path == URL
+
+    @property
+    def cluster(self) -> SoloCluster:
+        return self._cluster
 
     @property
     def kv(self) -> MemoryKeyValues:

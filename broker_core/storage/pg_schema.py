@@ -5,8 +5,9 @@ takes it from version ``i`` to ``i + 1``; start-up applies the missing ones in o
 transaction under an advisory lock (brokers starting together migrate once). A database
 at a newer version than this code knows stops start-up (:class:`SchemaTooNew`).
 
-A partition row carries ``owner_epoch`` (0 for now): the fencing token that a later
-multi-broker ownership checks in the same transaction as every write to the partition.
+A partition row carries its owner (``owner_broker``) and ``owner_epoch``, the fencing token
+checked in the same statement as every write to the partition; ``edge_brokers`` is the
+registry of brokers and their leases (``pg_cluster``).
 """
 
 from __future__ import annotations
@@ -62,13 +63,24 @@ MIGRATIONS: Sequence[str] = (
         PRIMARY KEY (partition_id, key)
     );
     """,
+    """
+    CREATE TABLE edge_brokers (
+        broker_id     integer PRIMARY KEY,
+        incarnation   uuid NOT NULL,
+        rack          text,
+        listeners     jsonb NOT NULL,
+        registered_at timestamptz NOT NULL DEFAULT now(),
+        lease_expires timestamptz NOT NULL
+    );
+    ALTER TABLE edge_partitions ADD COLUMN owner_broker integer;
+    """,
 )
 """The schema, one step per version (never edit a released step: add one)."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
-TABLES = ("edge_partition_kv", "edge_kv", "edge_entries", "edge_partitions", "edge_topics",
-          "edge_schema_version")
+TABLES = ("edge_brokers", "edge_partition_kv", "edge_kv", "edge_entries", "edge_partitions",
+          "edge_topics", "edge_schema_version")
 """Every table of the schema, dependants first."""
 
 

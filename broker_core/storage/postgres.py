@@ -21,100 +21,25 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-import psycopg_pool
 
 from . import pg_changes
 from .batch_header import check_append, set_base_offset
+from .cluster import NotOwner
 from .config import LogConfig, log_config_for_topic, retention_drops
 from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange, TopicExists
 from .fileless import FilelessPartition, FilelessStorage
 from .model import BatchInfo, TopicInfo
-from .pg_schema import drop_schema, migrate
+from .pg_cluster import PgCluster
+from .pg_database import Conn, Database, unavailable
 from .protocols import NOTHING_CHANGED, DiskUsage, Refreshed
 from .region import FileRegion
 from .topic_table import TopicEntry
-
-Conn = psycopg.Connection[tuple[object, ...]]
-
-_CHUNK = 64
-"""Rows per query when reading forward."""
-
-_CONNECT_TIMEOUT_S = 5
-_CHECKOUT_TIMEOUT_S = 1.0
-"""How long a statement waits for a pooled connection: while the database is away, a
-write fails after this (a retriable error) instead of holding its caller."""
-_STATEMENT_TIMEOUT_MS = 5000
-"""Longest a statement, or an unanswered send to the database host, may take."""
-
-logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
-"""The pool's own warnings repeat on every reconnection attempt; the write-fault log says
-it once per cause (``storage_faults``)."""
-
-
-def _unavailable(exc: Exception) -> DatabaseUnavailable:
-    """The OSError for a database failure: connection trouble and other refusals are two
-    causes (each logged once by the write-fault log)."""
-    lost = isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout)
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-    code = errno.ECONNREFUSED if lost else errno.EIO
-    return DatabaseUnavailable(code, f"PostgreSQL {'unreachable' if lost else 'error'}: {first}")
-
-
-class Database:
-    """The connection pool and the one way statements run: a transaction that commits on
-    success, with database errors turned into :class:`DatabaseUnavailable`."""
-
-    def __init__(self, conninfo: str, where: str) -> None:
-        self.where = where
-        try:
-            with psycopg.connect(conninfo, connect_timeout=_CONNECT_TIMEOUT_S) as conn:
-                self.found_version = migrate(conn, where)
-        except psycopg.Error as exc:
-            raise _unavailable(exc) from None
-        self._pool = psycopg_pool.ConnectionPool(
-            conninfo, min_size=1, max_size=4, timeout=_CHECKOUT_TIMEOUT_S, open=True,
-            kwargs={"connect_timeout": _CONNECT_TIMEOUT_S, "autocommit": True,
-                    # a database host that stops answering must not hold the event loop
-                    # until TCP gives up: statements and silent peers time out
-                    "options": f"-c statement_timeout={_STATEMENT_TIMEOUT_MS}",
-                    "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
-                    "keepalives_count": 2, "tcp_user_timeout": _STATEMENT_TIMEOUT_MS},
-            name="edge-storage")
-
-    @contextmanager
-    def tx(self) -> Iterator[Conn]:
-        """A connection inside one transaction, committed when the block ends."""
-        try:
-            with self._pool.connection() as conn, conn.transaction():
-                yield conn
-        except psycopg_pool.PoolClosed:
-            raise LogClosed("the storage is closed") from None
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise _unavailable(exc) from None
-
-    def statement(self, sql: str, params: Mapping[str, object]) -> int:
-        """Run one statement as its own transaction (one round trip: the pool's
-        connections autocommit); the rows it changed."""
-        try:
-            with self._pool.connection() as conn:
-                return conn.execute(sql.encode(), params).rowcount
-        except psycopg_pool.PoolClosed:
-            raise LogClosed("the storage is closed") from None
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise _unavailable(exc) from None
-
-    def close(self, *, drop: bool = False) -> None:
-        if drop:
-            with self._pool.connection() as conn:
-                drop_schema(conn)
-        self._pool.close()
 
 
 def _info(row: tuple[object, ...]) -> BatchInfo:
@@ -124,16 +49,21 @@ def _info(row: tuple[object, ...]) -> BatchInfo:
                      batch)
 
 
+_CHUNK = 64
+"""Rows per query when reading forward."""
+
 _ENTRY_COLUMNS = "base_offset, last_offset, max_ts, broker_ts, batch"
 
 _APPEND = (
     "WITH moved AS (UPDATE edge_partitions SET next_offset = %(last)s + 1,"
     " size_bytes = size_bytes + %(size)s, segment_base = %(seg)s,"
     " segment_size = %(seg_size)s, segment_created_ms = %(created)s"
-    " WHERE id = %(p)s AND next_offset = %(base)s RETURNING id)"
+    " WHERE id = %(p)s AND next_offset = %(base)s"
+    " AND owner_epoch = coalesce(%(epoch)s, owner_epoch) RETURNING id)"
     " INSERT INTO edge_entries SELECT id, %(base)s, %(last)s, %(seg)s, %(now)s, %(max)s,"
     " %(size)s, %(batch)s FROM moved")
-"""An append: the entry row and the partition row's move, one atomic statement."""
+"""An append: the entry row and the partition row's move, one atomic statement, made only
+at the offset expected and by the owner at the epoch it holds."""
 
 
 _CAS_INSERT = (
@@ -153,11 +83,12 @@ class PgKeyValues:
     None for the broker's own (``edge_kv``), whose writes count in ``changes.kv`` so
     that the other brokers sharing the database read them again."""
 
-    def __init__(self, db: Database, scope: int | None,
-                 check: Callable[[], None]) -> None:
+    def __init__(self, db: Database, scope: int | None, check: Callable[[], None],
+                 epoch: Callable[[], int | None] | None = None) -> None:
         self._db = db
         self._scope = scope
         self._check = check
+        self._epoch = epoch
 
     def get(self, key: str) -> bytes | None:
         self._check()
@@ -180,10 +111,16 @@ class PgKeyValues:
                 conn.execute("INSERT INTO edge_kv VALUES (%s, %s) ON CONFLICT (key) "
                              "DO UPDATE SET value = excluded.value", (key, bytes(value)))
                 pg_changes.bump(conn, pg_changes.KV)
-            else:
-                conn.execute("INSERT INTO edge_partition_kv VALUES (%s, %s, %s) ON CONFLICT "
-                             "(partition_id, key) DO UPDATE SET value = excluded.value",
-                             (self._scope, key, bytes(value)))
+            else:  # only the partition's owner, at the epoch it holds
+                epoch = self._epoch() if self._epoch is not None else None
+                stored = conn.execute(
+                    "INSERT INTO edge_partition_kv SELECT id, %s, %s FROM edge_partitions"
+                    " WHERE id = %s AND owner_epoch = coalesce(%s, owner_epoch)"
+                    " ON CONFLICT (partition_id, key)"
+                    " DO UPDATE SET value = excluded.value",
+                    (key, bytes(value), self._scope, epoch)).rowcount
+                if stored != 1:
+                    raise NotOwner(f"partition {self._scope} is no longer owned here")
 
     def compare_and_set(self, key: str, expected: bytes | None, value: bytes) -> bool:
         """One conditional statement: a concurrent writer's commit makes the condition
@@ -192,6 +129,12 @@ class PgKeyValues:
         self._check()
         statements = _CAS_INSERT if expected is None else _CAS_UPDATE
         with self._db.tx() as conn:
+            if self._scope is not None:  # only the partition's owner, at the epoch it holds
+                epoch = self._epoch() if self._epoch is not None else None
+                if conn.execute("SELECT 1 FROM edge_partitions WHERE id = %s AND owner_epoch"
+                                " = coalesce(%s, owner_epoch) FOR SHARE",
+                                (self._scope, epoch)).fetchone() is None:
+                    raise NotOwner(f"partition {self._scope} is no longer owned here")
             stored = conn.execute(statements[self._scope is not None], {
                 "s": self._scope, "k": key, "v": bytes(value), "e": expected}).rowcount == 1
             if stored and self._scope is None:
@@ -203,8 +146,10 @@ class PgPartition(FilelessPartition):
     """One partition's log in PostgreSQL, its row's state cached; thread-safe."""
 
     def __init__(self, db: Database, pid: int, location: str, config: LogConfig,
-                 clock: Callable[[], int], row: tuple[object, ...] | None = None) -> None:
+                 clock: Callable[[], int], row: tuple[object, ...] | None = None,
+                 fenced: Callable[[], bool] = lambda: True) -> None:
         self._db = db
+        self._fenced = fenced
         self._id = pid
         self._location = location
         self._config = config
@@ -212,19 +157,23 @@ class PgPartition(FilelessPartition):
         self._lock = threading.RLock()
         self._closed = False
         self._stale = row is None
-        self._log_start = self._next = self._size = 0
+        self._log_start = self._next = self._size = self._owner_epoch = 0
         self._segment = (0, 0, clock())  # base offset, size, created ms
         if row is not None:
             self._load(row)
         self._opened_next = self._next
-        self._state = PgKeyValues(db, pid, self._check_open)
+        self._epoch: int | None = None
+        """The ownership epoch this broker writes at; None: not owned here."""
+        self._state = PgKeyValues(db, pid, self._check_open, self._owned_epoch)
 
-    _ROW = "log_start, next_offset, size_bytes, segment_base, segment_size, segment_created_ms"
+    _ROW = ("log_start, next_offset, size_bytes, segment_base, segment_size,"
+            " segment_created_ms, owner_epoch")
 
     def _load(self, row: tuple[object, ...]) -> None:
         values = [int(str(v)) for v in row]
         self._log_start, self._next, self._size = values[0], values[1], values[2]
         self._segment = (values[3], values[4], values[5])
+        self._owner_epoch = values[6]
         self._stale = False
 
     def _refresh(self) -> None:
@@ -237,6 +186,30 @@ class PgPartition(FilelessPartition):
                 self._closed = True
                 raise LogClosed(f"partition {self._location} is gone")
             self._load(row)
+            if self._epoch is not None and self._owner_epoch != self._epoch:
+                self._epoch = None  # taken over while this broker was away
+                raise NotOwner(f"partition {self._location} was taken over")
+
+    @property
+    def partition_id(self) -> int:
+        """The partition row's key."""
+        return self._id
+
+    def fence(self, epoch: int | None) -> int | None:
+        """Write at ``epoch`` from now on (None: write nothing more); return the epoch held
+        before. The row is reloaded before the next write."""
+        with self._lock:
+            before, self._epoch = self._epoch, epoch
+            self._stale = True
+            return before
+
+    def _owned_epoch(self) -> int | None:
+        """The epoch held, or NotOwner; None when the storage is used outside a cluster
+        (no broker registered through it: a tool or a test), where writes are unfenced."""
+        epoch = self._epoch
+        if epoch is None and self._fenced():
+            raise NotOwner(f"partition {self._location} is not owned by this broker")
+        return epoch
 
     @property
     def next_offset(self) -> int:
@@ -268,6 +241,7 @@ class PgPartition(FilelessPartition):
         check_append(batch, last_offset_delta)
         with self._lock:
             self._check_open()
+            epoch = self._owned_epoch()
             self._refresh()
             now = self._clock()
             seg_base, seg_size, seg_created = self._segment
@@ -282,12 +256,13 @@ class PgPartition(FilelessPartition):
                     "p": self._id, "base": base, "last": last, "seg": seg_base,
                     "now": now, "max": max_timestamp, "size": len(batch),
                     "batch": bytes(batch), "seg_size": seg_size + len(batch),
-                    "created": seg_created})
+                    "created": seg_created, "epoch": epoch})
             except BaseException:
                 self._stale = True
                 raise
             if added != 1:
                 self._stale = True
+                self._refresh()  # NotOwner when another broker took the partition
                 raise DatabaseUnavailable(
                     errno.ESTALE, f"partition {self._location} moved under this broker")
             self._next = last + 1
@@ -373,7 +348,13 @@ class PgPartition(FilelessPartition):
              segment: tuple[int, int, int]) -> None:
         """Delete the entries ``where`` says (below ``bound``) and move the log start to
         ``log_start``, in one transaction (lock held)."""
+        epoch = self._owned_epoch()
         with self._writing() as conn:
+            owned = conn.execute(
+                "SELECT 1 FROM edge_partitions WHERE id = %s AND owner_epoch"
+                " = coalesce(%s, owner_epoch) FOR UPDATE", (self._id, epoch)).fetchone()
+            if owned is None:
+                raise NotOwner(f"partition {self._location} was taken over")
             conn.execute(f"DELETE FROM edge_entries WHERE partition_id = %s AND {where}",
                          (self._id, bound))
             row = conn.execute(
@@ -389,6 +370,8 @@ class PgPartition(FilelessPartition):
     def enforce_retention(self) -> int:
         with self._lock:
             self._check_open()
+            if self._epoch is None and self._fenced():
+                return 0  # its owner enforces it
             self._refresh()
             with self._db.tx() as conn:
                 sealed = [(int(str(base)), int(str(size)), int(str(newest))) for
@@ -433,9 +416,14 @@ class PgStorage(FilelessStorage[PgPartition]):
         self._created = self._db.found_version == 0
         self._drop_at_close = False
         self._kv = PgKeyValues(self._db, None, self._check_open)
+        self._cluster = PgCluster(self._db, self.partition)
         self._versions: dict[str, int] = {}
         self._gone: dict[str, list[PgPartition]] = {}  # dropped since the last refresh
         self._seen = self._load()
+
+    @property
+    def cluster(self) -> PgCluster:
+        return self._cluster
 
     def _snapshot(self, only: str | None = None) -> pg_changes.Snapshot:
         with self._db.tx() as conn:
@@ -478,7 +466,8 @@ class PgStorage(FilelessStorage[PgPartition]):
             for index in range(len(topic.partitions), len(rows.partitions)):
                 pid, state = rows.partitions[index]
                 topic.partitions.append(PgPartition(
-                    self._db, pid, self._where(name, index), topic.config, self._clock, state))
+                    self._db, pid, self._where(name, index), topic.config, self._clock, state,
+                    self._cluster.joined))
             topic.info.num_partitions = len(topic.partitions)
 
     def refresh(self) -> Refreshed:
@@ -564,7 +553,7 @@ class PgStorage(FilelessStorage[PgPartition]):
                 (name, p, now)).fetchone()
             assert row is not None
             stores.append(PgPartition(self._db, int(str(row[0])), self._where(name, p),
-                                      config, self._clock, row[1:]))
+                                      config, self._clock, row[1:], self._cluster.joined))
         return stores
 
     def _store_topic(self, info: TopicInfo, config: LogConfig) -> list[PgPartition]:
@@ -600,7 +589,7 @@ class PgStorage(FilelessStorage[PgPartition]):
         try:
             self._db.close(drop=self._drop_at_close)
         except psycopg.Error as exc:
-            return [f"closing {self._url}: {_unavailable(exc).strerror}"]
+            return [f"closing {self._url}: {unavailable(exc).strerror}"]
         return []
 
     def discard_created(self, *, at_close: bool = False) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .cluster import ClusterStore
 from .config import LogConfig
 from .damage import Damage
 from .model import BatchInfo, TopicInfo
@@ -147,6 +148,11 @@ class Storage(Protocol):
 
     @property
     def kv(self) -> KeyValueStore: ...
+
+    @property
+    def cluster(self) -> ClusterStore:
+        """Brokers and partition owners (one broker owning everything, unless shared)."""
+        ...
 
     def disk_usage(self) -> DiskUsage: ...
 

@@ -65,6 +65,10 @@ class TopicTable(Generic[P]):
             ]
         return iter(snapshot)
 
+    def partition_keys(self) -> list[tuple[str, int]]:
+        """(topic name, partition) of every partition."""
+        return [(name, index) for name, index, _ in self.all_partitions()]
+
     def refresh(self) -> Refreshed:
         """Nothing to take in: one process owns this engine (the shared one overrides it)."""
         return NOTHING_CHANGED

@@ -57,6 +57,7 @@ class TransactionCoordinator(StateCoordinator):
         self.by_producer: dict[int, Txn] = {}
         self._stored: dict[tuple[str, str], bytes] = {}  # each id's last record written
         self._finishing: set[tuple[str, str]] = set()
+        self._completing: set[asyncio.Task[None]] = set()
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -75,12 +76,42 @@ class TransactionCoordinator(StateCoordinator):
             self.by_producer[txn.producer_id] = txn
             self._stored[(topic, transactional_id)] = value
 
-    async def topic_loaded(self, topic: str) -> None:
-        """Complete the transactions a crash caught in PrepareCommit or PrepareAbort."""
-        for txn in [t for t in self.txns.values() if t.topic == topic and t.state in ENDING]:
-            log.info("completing transaction %s (%s) left by the last run",
+    async def stop(self) -> None:
+        """Stop background work, including completions under way (the next owner of their
+        partition completes them)."""
+        for task in list(self._completing):
+            task.cancel()
+        await asyncio.gather(*self._completing, return_exceptions=True)
+        await super().stop()
+
+    def partition_loaded(self, topic: str, partition: int) -> None:
+        """Complete the transactions that the last owner of this partition (a crash, or a
+        broker that handed it over) left in PrepareCommit or PrepareAbort."""
+        ending = [t for t in self.txns.values()
+                  if (t.topic, t.partition) == (topic, partition) and t.state in ENDING]
+        for txn in ending:
+            log.info("completing transaction %s (%s) left by the previous coordinator",
                      txn.transactional_id, txn.state.value)
-            await self._finish(txn, txn.state == TxnState.PREPARE_COMMIT)
+            task = asyncio.get_running_loop().create_task(
+                self._finish(txn, txn.state == TxnState.PREPARE_COMMIT))
+            self._completing.add(task)
+            task.add_done_callback(self._completed)
+
+    def _completed(self, task: asyncio.Task[None]) -> None:
+        self._completing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("completing a transaction failed (the periodic duty retries): %s",
+                        task.exception())
+
+    def partition_unloaded(self, topic: str, partition: int) -> None:
+        """Another broker coordinates this partition's transactional ids now."""
+        gone = [key for key, txn in self.txns.items()
+                if (txn.topic, txn.partition) == (topic, partition)]
+        for key in gone:
+            txn = self.txns.pop(key)
+            self._stored.pop(key, None)
+            if self.by_producer.get(txn.producer_id) is txn:
+                del self.by_producer[txn.producer_id]
 
     async def periodic(self, now: int) -> None:
         """Abort timed-out transactions; forget expired transactional ids."""

@@ -1,0 +1,162 @@
+"""The registry a cluster shares, as the storage engine keeps it: brokers and partition owners.
+
+A broker registers (its id, rack and the addresses of its listeners) with a lease that it
+renews by heartbeat; a broker whose lease ran out is dead. Every partition has at most one
+owner, recorded with an **epoch** (the fencing token) that grows on every change of owner.
+A shared engine (PostgreSQL) keeps these where every broker sees them and checks the epoch
+in the same transaction as each write to a partition, so a broker that lost a partition
+(paused, cut off) can never write to it again. A single-process engine (files, memory) has
+one broker, which owns every partition at epoch 0 (:class:`SoloCluster`).
+
+Liveness is judged by the database's clock, never by the brokers' clocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .errors import StorageError
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerAddress:
+    """One listener of a broker: the address clients are told (advertised) and the one it
+    binds (where a proxy in front of it forwards)."""
+
+    name: str
+    security_protocol: str
+    host: str
+    port: int
+    bind_host: str
+    bind_port: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRecord:
+    """A registered broker."""
+
+    broker_id: int
+    rack: str | None
+    listeners: tuple[ListenerAddress, ...]
+
+    def listener(self, name: str) -> ListenerAddress | None:
+        """The broker's listener called ``name``, if it has one."""
+        return next((found for found in self.listeners if found.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOwner:
+    """Who owns a partition (None: nobody yet) and the epoch of that ownership."""
+
+    broker_id: int | None
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """The live brokers (by id) and every partition's owner, read in one snapshot."""
+
+    live: Mapping[int, BrokerRecord]
+    owners: Mapping[TopicPartition, PartitionOwner]
+
+
+class BrokerIdInUse(StorageError):
+    """Another live process is registered under this broker id."""
+
+
+class NotOwner(StorageError):
+    """This broker does not own the partition (any more): the write is refused."""
+
+
+class ClusterStore(Protocol):
+    """Membership and ownership in the engine; every call is one short transaction."""
+
+    @property
+    def shared(self) -> bool:
+        """Whether other brokers may share the storage (ownership matters)."""
+        ...
+
+    def register(self, me: BrokerRecord, session_timeout_ms: int) -> None:
+        """Register this broker with a fresh lease; BrokerIdInUse while another live
+        process holds the id."""
+        ...
+
+    def heartbeat(self, session_timeout_ms: int) -> bool:
+        """Renew the lease; False when it had run out (this broker was declared dead and
+        must give up what it owned, then register again)."""
+        ...
+
+    def deregister(self) -> None:
+        """Leave the cluster now (a clean shutdown)."""
+        ...
+
+    def view(self) -> ClusterView:
+        """The live brokers and every partition's owner."""
+        ...
+
+    def claim(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Take the partitions that nobody live owns (or that this broker owns but has not
+        adopted), each at a new epoch; return the ones taken and their epochs. Nothing is
+        taken while this broker's own lease has run out."""
+        ...
+
+    def adopt(self, partition: TopicPartition, epoch: int) -> None:
+        """Write to ``partition`` at ``epoch`` from now on (it was handed to this broker)."""
+        ...
+
+    def hand_over(self, moves: Mapping[TopicPartition, tuple[int, int]]
+                  ) -> list[TopicPartition]:
+        """Give partitions this broker owned (and no longer writes: :meth:`drop` first) to
+        other brokers: partition -> (the epoch it was owned at, broker id). Each moves at a
+        new epoch unless its owner changed meanwhile; return the ones given."""
+        ...
+
+    def drop(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop writing to the partitions (ownership was lost); nothing is stored."""
+        ...
+
+
+class SoloCluster:
+    """The registry of a single-process engine: this broker, owner of everything at epoch 0."""
+
+    def __init__(self, partitions: Callable[[], Sequence[TopicPartition]]) -> None:
+        self._partitions = partitions
+        self._me: BrokerRecord | None = None
+
+    @property
+    def shared(self) -> bool:
+        return False
+
+    def register(self, me: BrokerRecord, session_timeout_ms: int) -> None:
+        self._me = me
+
+    def heartbeat(self, session_timeout_ms: int) -> bool:
+        return True
+
+    def deregister(self) -> None:
+        self._me = None
+
+    def view(self) -> ClusterView:
+        if self._me is None:
+            return ClusterView({}, {})
+        me = self._me.broker_id
+        return ClusterView({me: self._me},
+                           {tp: PartitionOwner(me, 0) for tp in self._partitions()})
+
+    def claim(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: 0 for tp in partitions} if self._me is not None else {}
+
+    def adopt(self, partition: TopicPartition, epoch: int) -> None:
+        del partition, epoch
+
+    def hand_over(self, moves: Mapping[TopicPartition, tuple[int, int]]
+                  ) -> list[TopicPartition]:
+        del moves
+        return []
+
+    def drop(self, partitions: Iterable[TopicPartition]) -> None:
+        del partitions
