@@ -48,6 +48,7 @@ META_KEY = "meta.properties"
 
 
 def _stored_cluster_id(meta: bytes | None) -> str | None:
+    """The ``cluster.id`` line of a stored ``meta.properties``, if there is one."""
     for line in (meta or b"").decode("utf-8", "replace").splitlines():
         if line.startswith("cluster.id="):
             return line.split("=", 1)[1].strip()

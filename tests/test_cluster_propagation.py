@@ -30,6 +30,7 @@ from kafka.protocol.admin import (
 )
 
 from broker_core.storage import LogClosed, LogConfig, Storage, TopicExists, open_storage
+from broker_core.storage.cluster import NotOwner
 from broker_core.storage.postgres import PgStorage
 from edge.app import cluster_id
 from tests.broker_process import BrokerProcess
@@ -150,6 +151,22 @@ def test_key_value_writes_are_reported_to_the_other_storage(
     assert not b.refresh().kv_changed  # a refused compare_and_set changed nothing
     assert a.kv.compare_and_set("acls.json", b"[]", b"[1]")
     assert b.refresh().kv_changed and b.kv.get("acls.json") == b"[1]"
+
+
+def test_a_partitions_compare_and_set_is_fenced_like_its_put(
+        two: tuple[PgStorage, PgStorage]) -> None:
+    a, _b = two
+    a.create_topic(TOPIC, 1, {})
+    log = a.partition(TOPIC, 0)
+    assert log is not None
+    log.fence(0)  # the epoch the partition row holds: never claimed
+    assert log.state.compare_and_set("claim", None, b"one")
+    log.fence(7)  # an epoch the row does not hold: another broker took the partition
+    with pytest.raises(NotOwner):
+        log.state.compare_and_set("claim", b"one", b"two")
+    with pytest.raises(NotOwner):
+        log.state.compare_and_set("other", None, b"two")
+    assert log.state.get("claim") == b"one" and log.state.get("other") is None
 
 
 def test_storages_starting_together_agree_on_one_cluster_id() -> None:

@@ -129,6 +129,12 @@ class PgKeyValues:
         self._check()
         statements = _CAS_INSERT if expected is None else _CAS_UPDATE
         with self._db.tx() as conn:
+            if self._scope is not None:  # only the partition's owner, at the epoch it holds
+                epoch = self._epoch() if self._epoch is not None else None
+                if conn.execute("SELECT 1 FROM edge_partitions WHERE id = %s AND owner_epoch"
+                                " = coalesce(%s, owner_epoch) FOR SHARE",
+                                (self._scope, epoch)).fetchone() is None:
+                    raise NotOwner(f"partition {self._scope} is no longer owned here")
             stored = conn.execute(statements[self._scope is not None], {
                 "s": self._scope, "k": key, "v": bytes(value), "e": expected}).rowcount == 1
             if stored and self._scope is None:
@@ -410,9 +416,9 @@ class PgStorage(FilelessStorage[PgPartition]):
         self._created = self._db.found_version == 0
         self._drop_at_close = False
         self._kv = PgKeyValues(self._db, None, self._check_open)
+        self._cluster = PgCluster(self._db, self.partition)
         self._versions: dict[str, int] = {}
         self._gone: dict[str, list[PgPartition]] = {}  # dropped since the last refresh
-        self._cluster = PgCluster(self._db, self.partition)
         self._seen = self._load()
 
     @property
