@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from broker_core.cluster.placement import assign
@@ -104,3 +105,19 @@ def test_placement_is_balanced_and_moves_little() -> None:
                if before != 1 and before == after)
     assert kept >= 6, (three, two)  # most partitions of live brokers stay where they were
     assert sorted(two.count(b) for b in (0, 2)) == [6, 6]
+
+
+def test_a_failed_first_start_leaves_a_schema_another_broker_uses() -> None:
+    url = shared_server().new_database_url()
+    creator = open_storage(url, LogConfig())  # creates the schema, then fails to start
+    peer = open_storage(url, LogConfig())
+    assert isinstance(peer, PgStorage)
+    peer.cluster.register(record(1), 60_000)
+    creator.discard_created()
+    assert sorted(peer.cluster.view().live) == [1]  # the tables are still there
+    peer.close()
+    other_url = shared_server().new_database_url()
+    alone = open_storage(other_url, LogConfig())
+    alone.discard_created()  # nobody else: the schema it created goes
+    with psycopg.connect(other_url) as conn:
+        assert conn.execute("SELECT to_regclass('edge_topics')").fetchone() == (None,)

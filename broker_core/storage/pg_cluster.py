@@ -26,6 +26,7 @@ from .cluster import (
     PartitionOwner,
     TopicPartition,
 )
+from .errors import DatabaseUnavailable, LogClosed
 from .pg_database import Conn, Database, connect_read_only, unavailable
 
 _LIVE = "lease_expires > now()"
@@ -122,6 +123,18 @@ class PgCluster:
                     f"runs {max(seconds, 0):.1f} s more)")
         self._me = me.broker_id
         self._joined = True
+
+    def others_present(self) -> bool:
+        """Whether another broker registered in the database or any topic exists in it (a
+        schema that is in use); True when the database cannot tell."""
+        try:
+            with self._db.tx() as conn:
+                row = conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM edge_brokers WHERE incarnation <> %s)"
+                    " OR EXISTS (SELECT 1 FROM edge_topics)", (self._incarnation,)).fetchone()
+        except (DatabaseUnavailable, LogClosed):
+            return True
+        return row is None or bool(row[0])
 
     def heartbeat(self, session_timeout_ms: int) -> bool:
         if self._me is None:

@@ -587,7 +587,9 @@ class PgStorage(FilelessStorage[PgPartition]):
 
     def _release(self) -> list[str]:
         try:
-            self._db.close(drop=self._drop_at_close)
+            # the schema this failed start created goes, unless another broker uses it now
+            drop = self._drop_at_close and not self._cluster.others_present()
+            self._db.close(drop=drop)
         except psycopg.Error as exc:
             return [f"closing {self._url}: {unavailable(exc).strerror}"]
         return []
