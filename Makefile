@@ -1,8 +1,9 @@
 # Developer entry points: run the broker, lint, test, benchmark.
 #
 #   make run ARGS="--set brokerId=1"   serve (default PLAINTEXT on 127.0.0.1:9092, data in ./data)
+#   make cluster ARGS="--brokers 3"    a throwaway PostgreSQL and brokers on 9092, 9093, ...
 #   make test                          ruff + mypy + pytest (xdist, $(PYTEST_WORKERS) workers)
-#   make lint | bench | clean | distclean | deps-debian
+#   make lint | bench | clean | distclean | deps-debian | deps-cluster
 #
 # pip runs only when pyproject.toml changes: an install leaves a stamp file named after
 # the file's hash in .venv, and the next run finds it.
@@ -22,27 +23,35 @@ PYTEST_ARGS ?=
 # the PostgreSQL server binaries the tests start a throwaway server from, no service).
 # Only missing ones are installed.
 DEBIAN_PACKAGES ?= openjdk-17-jdk-headless gcc make libc6-dev zlib1g-dev postgresql
+# What `make cluster` needs of them: the PostgreSQL server binaries.
+CLUSTER_PACKAGES ?= postgresql
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
 BASE_STAMP := $(VENV)/.installed-$(PYPROJECT_HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(PYPROJECT_HASH)
 
-.PHONY: run test lint pytest bench clean distclean deps-debian venv
+.PHONY: run cluster test lint pytest bench clean distclean deps-debian deps-cluster venv
 
-# With an empty DEBIAN_PACKAGES the recipe is empty: no dpkg, no apt-get.
-deps-debian:
-ifneq ($(strip $(DEBIAN_PACKAGES)),)
-	@missing=""; \
-	for pkg in $(DEBIAN_PACKAGES); do \
+# $(call install-missing,PACKAGES): apt-get install those of PACKAGES that are not
+# installed. With an empty list the recipe is empty: no dpkg, no apt-get.
+define install-missing
+$(if $(strip $(1)),@missing=""; \
+	for pkg in $(1); do \
 		dpkg-query -W -f='$${Status}' "$$pkg" 2>/dev/null | grep -q "ok installed" \
 			|| missing="$$missing $$pkg"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $$missing; \
-	fi
-endif
+	fi)
+endef
+
+deps-debian:
+	$(call install-missing,$(DEBIAN_PACKAGES))
+
+deps-cluster:
+	$(call install-missing,$(CLUSTER_PACKAGES))
 
 $(BIN)/python: | deps-debian
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +70,9 @@ $(TEST_STAMP): | $(BIN)/python
 
 run: $(BASE_STAMP)
 	$(BIN)/edge-broker $(ARGS)
+
+cluster: $(BASE_STAMP) | deps-cluster
+	$(BIN)/edge-broker cluster $(ARGS)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .

@@ -10,7 +10,6 @@ import contextlib
 import importlib
 import importlib.resources
 import os
-import re
 import shutil
 import signal
 import socket
@@ -25,9 +24,9 @@ from pathlib import Path
 
 from bench import procstats
 from bench.pinning import inherited_affinity
+from edge.ready_line import parse_ready
 
 REPO = Path(__file__).resolve().parent.parent
-_EDGE_READY = re.compile(r"edge-broker ready: broker \d+, listeners \w+://[^ ]+:(\d+) ")
 
 
 class BrokerError(RuntimeError):
@@ -161,9 +160,9 @@ class EdgeBroker(Broker):
         self._wait_ready(ready, timeout)
 
     def _on_line(self, line: str, ready: threading.Event) -> None:
-        match = _EDGE_READY.search(line)
-        if match:
-            self.port = int(match[1])
+        parsed = parse_ready(line)
+        if parsed is not None and parsed.listeners:
+            self.port = parsed.listeners[0].port
             ready.set()
 
     def stop(self, timeout: float = 20.0) -> None:

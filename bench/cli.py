@@ -20,7 +20,7 @@ from bench.postgres import run_postgres
 from bench.postgres import target as postgres_target
 from bench.runner import Bench
 from bench.suite import run_suite
-from tests.postgres_server import server_bin_dir
+from edge.local_postgres import PostgresError, server_bin_dir
 
 RESULT_FILES = ("latest.json", "latest.md", "latest.png")
 
@@ -77,7 +77,7 @@ def _postgres(opts: Options, cpus: CpuPlan) -> dict[str, Any] | None:
         return None
     try:
         server_bin_dir()
-    except RuntimeError as exc:
+    except PostgresError as exc:
         print(f"[bench] PostgreSQL rows skipped: {exc}", file=sys.stderr)
         return None
     return run_postgres(Bench(opts, cpus))

@@ -1,8 +1,8 @@
 """The PostgreSQL rows: this broker on ``postgres://`` against the raw PostgreSQL limit of
 the same server with the same client library (psycopg 3), no broker, side by side.
 
-One throwaway server (``tests/postgres_server.py``: Debian's binaries, ``fsync=on``) serves
-every trial. A trial:
+One throwaway server (``edge/local_postgres.py``, as the tests and ``edge-broker cluster``
+start it: Debian's binaries, ``fsync=on``) serves every trial. A trial:
 
 1. **broker**: this broker on a new database of that server; the Python producer sends
    ``--postgres-records`` records of ``--postgres-size`` bytes round-robin over
@@ -39,7 +39,7 @@ from bench.admin import create_topic
 from bench.brokers import EdgeBroker
 from bench.report import median
 from bench.runner import MB, Bench, LoadError, run_worker
-from tests.postgres_server import PostgresServer
+from edge.local_postgres import LocalPostgres
 
 TARGET_SHARE = 0.7
 """The broker's throughput against the raw limit's, for produce and consume."""
@@ -184,7 +184,7 @@ def run_postgres(bench: Bench) -> dict[str, Any]:
     """Every trial of the broker and the raw limit; the medians and each trial's figures."""
     opts = bench.opts
     _say("starting a PostgreSQL server")
-    server = PostgresServer.running()
+    server = LocalPostgres.running()
     trials: list[dict[str, Any]] = []
     try:
         for trial in range(opts.repeat):

@@ -11,12 +11,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core import batches, metrics, naming
 from broker_core.appends import AppendPath
+from broker_core.cluster.markers import MarkerRelay
 from broker_core.cluster.service import ClusterConfig, ClusterService
 from broker_core.context import (
     AllowAll,
@@ -54,6 +55,9 @@ CLUSTER_NAME = "kafka-cluster"
 """The name of the cluster resource in ACLs."""
 CHECKPOINT_CHECK_S = 1.0
 """How often partitions are checked for a due producer-state snapshot."""
+REFRESH_INTERVAL_S = 0.25
+"""How often the storage is asked what other brokers sharing it changed: their topic,
+ACL and config changes take effect here within a second."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,10 @@ class Engine:
         self.appends = AppendPath(self.waiters, self.flusher)
         self._retention: asyncio.Task[None] | None = None
         self._checkpoints: asyncio.Task[None] | None = None
+        self._refresher: asyncio.Task[None] | None = None
+        self.kv_readers: list[Callable[[], None]] = []
+        """Called when another broker may have changed the storage's key-value area: each
+        reads again what it keeps of it (the ACLs); one that raises is called again."""
         self._stopping = asyncio.Event()
         self.closing = False
         offsets = SystemTopic(logs, self.appends, OFFSETS_TOPIC, config.offsets_topic_partitions,
@@ -145,6 +153,9 @@ class Engine:
         self.groups.acquire = self.transactions.acquire = self._acquire
         self.cluster.on_gained(self._gained)
         self.cluster.on_lost(self._lost)
+        self.markers = MarkerRelay(logs.cluster, lambda key: key in self.cluster.owned,
+                                   lambda key: self.logs.partition(*key) is not None,
+                                   self._write_own_marker)
 
     def start(self) -> None:
         """Start background work: periodic fsync and retention."""
@@ -154,6 +165,7 @@ class Engine:
         loop = asyncio.get_running_loop()
         self._retention = loop.create_task(self._retention_loop())
         self._checkpoints = loop.create_task(self._checkpoint_loop())
+        self._refresher = loop.create_task(self._refresh_loop())
 
     async def join(self, me: BrokerRecord) -> None:
         """Join the cluster as ``me`` (this broker with its listeners) and take this
@@ -161,6 +173,8 @@ class Engine:
         self.cluster.me = me
         await self.cluster.join()
         self.cluster.start()
+        if self.logs.cluster.shared:
+            self.markers.start()
 
     def _acquire(self, internal: str, index: int, num_partitions: int) -> int | None:
         return self.cluster.acquire(internal, index, num_partitions)
@@ -247,8 +261,10 @@ class Engine:
                 await self._retention
         self._stopping.set()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("stop relaying transaction markers", self.markers.stop),
             ("hand partitions over", self.cluster.leave),
             ("finish the producer snapshot under way", self._await_checkpoints),
+            ("finish the storage refresh under way", self._await_refresher),
             ("stop the transaction coordinator", self.transactions.stop),
             ("stop the group coordinator", self.groups.stop),
             ("fsync the partitions", self.flusher.stop),
@@ -267,6 +283,41 @@ class Engine:
     async def _await_checkpoints(self) -> None:
         if self._checkpoints is not None:  # let a snapshot being written finish first
             await self._checkpoints
+
+    async def _await_refresher(self) -> None:
+        if self._refresher is not None:
+            await self._refresher
+
+    async def _refresh_loop(self) -> None:
+        """Take in what other brokers sharing the storage changed, every
+        ``REFRESH_INTERVAL_S``: forget deleted topics, let ``kv_readers`` read again. A
+        storage that cannot be read (a database away) is logged once, and once more when
+        it can be read again."""
+        failing = kv_pending = False
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), REFRESH_INTERVAL_S)
+                return
+            try:
+                changes = await asyncio.to_thread(self.logs.refresh)
+                for internal, partitions in changes.gone.items():
+                    log.info("topic %s was deleted through another broker", internal)
+                    self._forget_topic(internal, partitions)
+                kv_pending = kv_pending or changes.kv_changed
+                if kv_pending:
+                    for read_again in self.kv_readers:
+                        read_again()
+                    kv_pending = False
+            except Exception as exc:  # keep refreshing: the next round retries
+                if not failing:
+                    reason = exc.strerror if isinstance(exc, OSError) else None
+                    log.warning("storage: cannot take in what other brokers changed: %s; "
+                                "retrying", reason or exc, exc_info=not isinstance(exc, OSError))
+                failing = True
+                continue
+            if failing:
+                log.info("storage: reading what other brokers changed works again")
+                failing = False
 
     async def _retention_loop(self) -> None:
         interval = self.config.retention_check_interval_ms / 1000
@@ -439,14 +490,18 @@ class Engine:
         topic = self.logs.topic(internal)
         if topic is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {internal}")
-        for index in range(topic.num_partitions):
-            partition = self.logs.partition(internal, index)
-            if partition is not None:
-                self.flusher.forget(partition)
+        partitions = [partition for index in range(topic.num_partitions)
+                      if (partition := self.logs.partition(internal, index)) is not None]
         self.logs.delete_topic(internal)
+        self._forget_topic(internal, partitions)
+
+    def _forget_topic(self, internal: str, partitions: Sequence[PartitionStore]) -> None:
+        """Drop what the engine keeps of a deleted topic, and wake its parked fetches."""
+        for partition in partitions:
+            self.flusher.forget(partition)
         self._rules.pop(internal, None)
         self.producers.forget(internal)
-        for index in range(topic.num_partitions):
+        for index in range(len(partitions)):
             self.waiters.notify((internal, index))
 
     # -- produce -----------------------------------------------------------------------
@@ -528,7 +583,16 @@ class Engine:
 
     def write_marker(self, internal: str, index: int, producer_id: int, epoch: int,
                      commit: bool) -> asyncio.Future[None] | None:
-        """Write a transaction marker into a partition; return what to await for durability."""
+        """Write a transaction marker into a partition (through its owner when that is
+        another broker); return what to await before the marker counts as written."""
+        if self.logs.cluster.shared and self.logs.partition(internal, index) is not None \
+                and self.serves(internal, index) is None:
+            return self.markers.request(internal, index, producer_id, epoch, commit)
+        return self._write_own_marker(internal, index, producer_id, epoch, commit)
+
+    def _write_own_marker(self, internal: str, index: int, producer_id: int, epoch: int,
+                          commit: bool) -> asyncio.Future[None] | None:
+        """Write a marker into a partition this broker owns; return what to await."""
         partition = self.logs.partition(internal, index)
         if partition is None:  # the topic was deleted meanwhile: nothing to mark
             return None

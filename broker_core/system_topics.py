@@ -21,7 +21,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from broker_core.appends import AppendPath
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.ownership import coordinator_partition
-from broker_core.storage import PartitionStore, Storage
+from broker_core.storage import PartitionStore, Storage, TopicExists
 from broker_core.storage_faults import WriteKind
 
 log = logging.getLogger(__name__)
@@ -62,11 +62,18 @@ class SystemTopic:
             # a full disk: the coordinator is not available yet
             with self.faults.guard(f"the new topic {topic}", WriteKind.TOPICS,
                                    ErrorCode.COORDINATOR_NOT_AVAILABLE):
-                info = self.logs.create_topic(topic, self.num_partitions, {
-                    "retention.ms": "-1", "retention.bytes": "-1",
-                    "segment.bytes": str(self.segment_bytes),
-                })
-            log.info("created system topic %s with %d partitions", topic, info.num_partitions)
+                try:
+                    info = self.logs.create_topic(topic, self.num_partitions, {
+                        "retention.ms": "-1", "retention.bytes": "-1",
+                        "segment.bytes": str(self.segment_bytes),
+                    })
+                    log.info("created system topic %s with %d partitions", topic,
+                             info.num_partitions)
+                except TopicExists:  # created through another broker meanwhile
+                    info = self.logs.topic(topic)
+            if info is None:  # and deleted again
+                raise KafkaApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                    f"system topic {topic} is being created")
         elif info.num_partitions != self.num_partitions:
             log.warning("%s keeps its %d partitions (configured: %d)", topic,
                         info.num_partitions, self.num_partitions)

@@ -11,7 +11,7 @@ full ``tenant/namespace/topic`` names; a namespace grant is the PREFIXED binding
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from enum import IntEnum
 
@@ -137,44 +137,76 @@ class AclFilter:
         ))
 
 
+def _parse(stored: bytes | None) -> frozenset[AclBinding]:
+    if stored is None:
+        return frozenset()
+    return frozenset(AclBinding(
+        item["tenant"], AclResource(item["resource"]), item["name"],
+        AclPattern(item["pattern"]), item["principal"], item["host"],
+        AclOperation(item["operation"]), AclPermission(item["permission"]))
+        for item in json.loads(stored))
+
+
+def _encode(bindings: Iterable[AclBinding]) -> bytes:
+    document = sorted((asdict(b) for b in bindings), key=lambda d: json.dumps(d, sort_keys=True))
+    return json.dumps(document, indent=1).encode()
+
+
 class AclStore:
-    """The ACL bindings, kept as JSON under ``acls.json`` in the storage's key-value area,
-    replaced atomically and durably on every change."""
+    """The ACL bindings, kept as JSON under ``acls.json`` in the storage's key-value area.
+
+    Every change is a read-modify-write of that document with ``compare_and_set`` (retried
+    when another broker sharing the storage changed it meanwhile), so no change is lost;
+    :meth:`read_again` takes in other brokers' changes."""
 
     def __init__(self, kv: KeyValueStore) -> None:
         self.kv = kv
-        self.bindings: set[AclBinding] = set()
-        stored = kv.get(KEY)
-        if stored is not None:
-            for item in json.loads(stored):
-                self.bindings.add(AclBinding(
-                    item["tenant"], AclResource(item["resource"]), item["name"],
-                    AclPattern(item["pattern"]), item["principal"], item["host"],
-                    AclOperation(item["operation"]), AclPermission(item["permission"])))
+        self._stored = kv.get(KEY)
+        self.bindings: frozenset[AclBinding] = _parse(self._stored)
 
-    def _save(self) -> None:
-        document = sorted((asdict(b) for b in self.bindings),
-                          key=lambda d: json.dumps(d, sort_keys=True))
-        self.kv.put(KEY, json.dumps(document, indent=1).encode())
+    def read_again(self) -> None:
+        """Take in the stored bindings if another broker changed them."""
+        stored = self.kv.get(KEY)
+        if stored != self._stored:
+            self.bindings, self._stored = _parse(stored), stored
+
+    def _change(self, edit: Callable[[frozenset[AclBinding]], frozenset[AclBinding]]) -> None:
+        """Store ``edit`` of the current bindings (the stored ones, whoever wrote them)."""
+        while True:
+            stored = self.kv.get(KEY)
+            current = _parse(stored)
+            wanted = edit(current)
+            if wanted == current:
+                break
+            encoded = _encode(wanted)
+            if self.kv.compare_and_set(KEY, stored, encoded):
+                stored, current = encoded, wanted
+                break
+        self.bindings, self._stored = current, stored
 
     def add(self, bindings: Iterable[AclBinding]) -> None:
         """Add bindings (adding an existing one changes nothing)."""
-        self.bindings.update(bindings)
-        self._save()
+        added = frozenset(bindings)
+        self._change(lambda current: current | added)
 
     def find(self, selector: AclFilter) -> list[AclBinding]:
         """Bindings selected by the filter, in a stable order."""
-        return sorted((b for b in self.bindings if selector.matches(b)),
-                      key=lambda b: (b.resource, b.name, b.pattern, b.principal, b.host,
-                                     b.operation, b.permission))
+        return self._sorted(b for b in self.bindings if selector.matches(b))
+
+    @staticmethod
+    def _sorted(bindings: Iterable[AclBinding]) -> list[AclBinding]:
+        return sorted(bindings, key=lambda b: (b.resource, b.name, b.pattern, b.principal,
+                                               b.host, b.operation, b.permission))
 
     def delete(self, selector: AclFilter) -> list[AclBinding]:
         """Remove and return the bindings selected by the filter."""
-        doomed = self.find(selector)
-        if doomed:
-            self.bindings.difference_update(doomed)
-            self._save()
-        return doomed
+        doomed: list[AclBinding] = []
+
+        def without(current: frozenset[AclBinding]) -> frozenset[AclBinding]:
+            doomed[:] = [b for b in current if selector.matches(b)]
+            return current.difference(doomed)
+        self._change(without)
+        return self._sorted(doomed)
 
     def decide(self, tenant: str, resource: AclResource, name: str, principal: str,
                host: str, operation: AclOperation) -> bool:

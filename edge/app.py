@@ -28,6 +28,7 @@ from edge.audit import AuditEvent, AuditLog
 from edge.authorization import Policy
 from edge.config import BrokerConfig
 from edge.metrics import CONNECTIONS, serve_metrics
+from edge.ready_line import describe_listeners
 from edge.security import (
     ListenerSecurity,
     listener_mechanisms,
@@ -46,17 +47,26 @@ log = logging.getLogger("edge.broker")
 META_KEY = "meta.properties"
 
 
+def _stored_cluster_id(meta: bytes | None) -> str | None:
+    """The ``cluster.id`` line of a stored ``meta.properties``, if there is one."""
+    for line in (meta or b"").decode("utf-8", "replace").splitlines():
+        if line.startswith("cluster.id="):
+            return line.split("=", 1)[1].strip()
+    return None
+
+
 def cluster_id(kv: KeyValueStore) -> str:
     """The cluster id kept under ``meta.properties`` in the storage's key-value area (a file
-    in the data directory on the file engine), created on first start."""
-    meta = kv.get(META_KEY)
-    if meta is not None:
-        for line in meta.decode("utf-8", "replace").splitlines():
-            if line.startswith("cluster.id="):
-                return line.split("=", 1)[1].strip()
-    value = uuid.uuid4().hex[:22]
-    kv.put(META_KEY, f"cluster.id={value}\n".encode())
-    return value
+    in the data directory on the file engine), decided once: the first broker to store
+    one wins, every other broker sharing the storage reads it."""
+    while True:
+        meta = kv.get(META_KEY)
+        found = _stored_cluster_id(meta)
+        if found is not None:
+            return found
+        value = uuid.uuid4().hex[:22]
+        if kv.compare_and_set(META_KEY, meta, f"cluster.id={value}\n".encode()):
+            return value
 
 
 def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineConfig:
@@ -158,6 +168,7 @@ class BrokerApp:
                              config.kafka_metadata_namespace)
         settings = engine_config(config, cluster_id(self.logs.kv), self.logs.location)
         self.engine = Engine(settings, self.logs, self.policy)
+        self.engine.kv_readers.append(self.acls.read_again)
         self.audit = AuditLog(self.engine, config.audit_enabled)
         self.policy.on_denied = self._denied
         self.dispatcher = Dispatcher(
@@ -222,9 +233,7 @@ class BrokerApp:
                 await self.engine.join(self._record(bound))
             except BrokerIdInUse as exc:
                 raise StartupError(str(exc)) from None
-            described = ", ".join(
-                f"{s.name}://{s.host}:{s.port} ({s.protocol.value}, advertised "
-                f"{s.advertised_host}:{s.advertised_port})" for s in bound)
+            described = describe_listeners(bound)
             if self.config.metrics_port:
                 host, port = self.config.metrics_host, self.config.metrics_port
                 try:

@@ -13,14 +13,15 @@ a few hundred bytes, and no field carries a control character.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
 from dataclasses import asdict, dataclass
 
 from broker_core.engine import Engine
-from broker_core.errors import KafkaApiError
-from broker_core.storage import PartitionStore
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.storage import PartitionStore, TopicExists
 from broker_core.storage_faults import WriteKind
 from broker_core.system_topics import encode_batch
 from sasl.printable import printable
@@ -69,21 +70,34 @@ class AuditLog:
                       f"{AUDIT_TOPIC}")
         self._recent: dict[tuple[str | None, ...], int] = {}
         self._partition: PartitionStore | None = None
+        self.index = engine.config.broker_id
+        """This broker's own partition: in a cluster each broker writes its own (pinned to
+        it while it is live), so no event waits for another broker."""
+        engine.cluster.pinned_topics.add(self.topic)
 
     def _log(self) -> PartitionStore:
-        """The audit topic's partition, created on the first event."""
-        if self._partition is None or self.engine.logs.partition(self.topic, 0) \
+        """This broker's partition of the audit topic, created on the first event;
+        NOT_LEADER_OR_FOLLOWER until this broker has claimed it."""
+        if self._partition is None or self.engine.logs.partition(self.topic, self.index) \
                 is not self._partition:
-            if self.engine.logs.topic(self.topic) is None:
-                self.engine.logs.create_topic(self.topic, 1, {})
-            self._partition = self.engine.logs.partition(self.topic, 0)
+            topic = self.engine.logs.topic(self.topic)
+            if topic is None:
+                with contextlib.suppress(TopicExists):  # another broker created it meanwhile
+                    self.engine.logs.create_topic(self.topic, self.index + 1, {})
+            elif topic.num_partitions <= self.index:
+                self.engine.logs.add_partitions(self.topic, self.index + 1)
+            self._partition = self.engine.logs.partition(self.topic, self.index)
             assert self._partition is not None
+        if self.engine.serves(self.topic, self.index) is None:
+            raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                f"{self.topic}-{self.index} is not this broker's yet")
         return self._partition
 
     def _flushed(self, done: asyncio.Future[None]) -> None:
         error = None if done.cancelled() else done.exception()
         if isinstance(error, OSError):
-            self.engine.faults.failed(error, f"{self.topic}-0 (fsync)", WriteKind.CHECKPOINTS)
+            self.engine.faults.failed(error, f"{self.topic}-{self.index} (fsync)",
+                                      WriteKind.CHECKPOINTS)
 
     def record(self, event: AuditEvent) -> None:
         """Append one event (never raises: auditing must not break the request)."""
@@ -104,8 +118,8 @@ class AuditLog:
             value = json.dumps(document, separators=(",", ":")).encode()
             tenant = (event.tenant or "").encode()
             _, durable = self.engine.appends.append(
-                (self.topic, 0), partition, encode_batch([(tenant, value)], now), 0, now, 1,
-                WriteKind.AUDIT, what=f"an audit event to {self.topic}")
+                (self.topic, self.index), partition, encode_batch([(tenant, value)], now), 0,
+                now, 1, WriteKind.AUDIT, what=f"an audit event to {self.topic}")
             if durable is not None:  # nobody awaits it: note a failed fsync here
                 durable.add_done_callback(self._flushed)
         except KafkaApiError:  # a full disk: logged once per cause, the request goes on

@@ -9,7 +9,10 @@
   Envoy bootstrap, and ``edge-broker xds-server [...]`` serves listeners and clusters to
   Envoys over ADS (see ``edge.envoy.commands``);
 - ``edge-broker certs [--dir certs] [--host H]... [--client CN] [--days N] [--force]`` writes
-  a throw-away CA and a server certificate (and a client one) for trying TLS listeners.
+  a throw-away CA and a server certificate (and a client one) for trying TLS listeners;
+- ``edge-broker cluster [--brokers 3] [--base-port 9092] [--data-dir DIR] [--config FILE]
+  [--set key=value]...`` runs a throwaway PostgreSQL and brokers on it until Ctrl-C (see
+  ``edge.cluster``).
 """
 
 from __future__ import annotations
@@ -99,6 +102,19 @@ def _add_certs_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     certs.add_argument("--force", action="store_true", help="replace files already there")
 
 
+def _add_cluster_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from edge.cluster import add_cluster_arguments
+
+    add_cluster_arguments(commands.add_parser(
+        "cluster", help="run a throwaway PostgreSQL and brokers on it until Ctrl-C",
+        description="Start a local PostgreSQL (Debian's server binaries, its own directory "
+                    "and port) and N brokers on one database of it; print the bootstrap "
+                    "address (host:port,...) on stdout and run until SIGINT or SIGTERM, "
+                    "which stops the brokers, then PostgreSQL. --config and --set apply to "
+                    "every broker; brokerId, kafkaListeners and storageUrl are set per "
+                    "broker."))
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
@@ -111,11 +127,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                         dest="overrides", help="override one setting (repeatable)")
     commands = parser.add_subparsers(
-        dest="command", metavar="{token,dev-issuer,envoy-config,xds-server,certs}")
+        dest="command", metavar="{token,dev-issuer,envoy-config,xds-server,certs,cluster}")
     _add_token_parser(commands)
     _add_dev_issuer_parser(commands)
     _add_envoy_parsers(commands)
     _add_certs_parser(commands)
+    _add_cluster_parser(commands)
     return parser.parse_args(argv)
 
 
@@ -238,6 +255,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_dev_issuer(args)
     if args.command == "certs":
         return run_certs(args)
+    if args.command == "cluster":
+        from edge.cluster import run_cluster
+
+        return run_cluster(args)
     if args.command in ("envoy-config", "xds-server"):
         from edge.envoy.commands import run_command
 

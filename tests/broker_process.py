@@ -11,9 +11,9 @@ import threading
 import time
 from pathlib import Path
 
+from edge.ready_line import READY_LINE, parse_ready
+
 REPO = Path(__file__).resolve().parent.parent
-_READY = re.compile(r"edge-broker ready: broker \d+, listeners (.*)")
-_LISTENER = re.compile(r"(\w+)://([^ ]+):(\d+) \((\w+), advertised ([^ ]+):(\d+)\)")
 
 
 class ChildProcess:
@@ -27,12 +27,13 @@ class ChildProcess:
         self.lines: list[str] = []
         self._ready = threading.Event()
 
-    def spawn(self, args: list[str], timeout: float) -> None:
-        """Start ``args`` in the repository and wait for the ready line."""
+    def spawn(self, args: list[str], timeout: float, stdout: int = subprocess.DEVNULL) -> None:
+        """Start ``args`` in the repository and wait for the ready line (``stdout``:
+        ``subprocess.PIPE`` to read it from ``proc.stdout``)."""
         self.lines = []
         self._ready.clear()
         self.proc = subprocess.Popen(
-            args, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            args, cwd=REPO, stderr=subprocess.PIPE, stdout=stdout, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
@@ -88,7 +89,7 @@ class ChildProcess:
 class BrokerProcess(ChildProcess):
     """A broker child process with its data directory, its log lines and its ports."""
 
-    ready_pattern = _READY
+    ready_pattern = READY_LINE
     what = "broker"
 
     def __init__(self, data_dir: Path, settings: dict[str, str] | None = None) -> None:
@@ -122,5 +123,7 @@ class BrokerProcess(ChildProcess):
 
     def on_ready(self, match: re.Match[str]) -> None:
         """Note the bound port of every listener."""
-        for name, _host, port, _proto, _ahost, _aport in _LISTENER.findall(match[1]):
-            self.ports[name] = int(port)
+        ready = parse_ready(match[0])
+        assert ready is not None
+        for listener in ready.listeners:
+            self.ports[listener.name] = listener.port

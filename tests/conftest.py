@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.broker_process import BrokerProcess
-from tests.postgres_server import shared_server, stop_shared_server
+from tests.postgres_server import PostgresServer, shared_server, stop_shared_server
 
 _names = itertools.count()
 
@@ -66,6 +66,19 @@ def broker(tmp_path_factory: pytest.TempPathFactory,
     yield process
     process.stop()
     check_engine_left(data, storage_engine)
+
+
+@pytest.fixture
+def own_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of its own, to stop and start under a broker."""
+    server = PostgresServer.running()
+    try:
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            server.remove()
 
 
 @pytest.fixture

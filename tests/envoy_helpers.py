@@ -161,6 +161,14 @@ def running_envoy(config: Path, admin_port: int, listeners: int = 1) -> Iterator
         envoy.stop()
 
 
+def envoy_on_xds(directory: Path, xds_grpc_port: int, admin_port: int) -> EnvoyProcess:
+    """An Envoy (not started yet) on a dynamic bootstrap taking everything from the
+    xds-server at ``xds_grpc_port``."""
+    config = write_config(directory, "dynamic.yaml", "--xds", f"127.0.0.1:{xds_grpc_port}",
+                          "--admin-port", str(admin_port))
+    return EnvoyProcess(config, admin_port)
+
+
 _XDS_READY = re.compile(r"xds-server ready: grpc [^ ]+:(\d+), admin http://([^ ,]+)")
 
 
@@ -214,6 +222,15 @@ def find_coordinator(conn: RawConnection, key: str, key_type: int = 0,
 def brokers_of(response: Any) -> list[tuple[int, str, int]]:
     """(node id, host, port) of a Metadata response."""
     return sorted((b.node_id, b.host, b.port) for b in response.brokers)
+
+
+def brokers_via(port: int) -> list[tuple[int, str, int]]:
+    """(node id, host, port) of the brokers listed by a Metadata request sent to ``port``."""
+    conn = RawConnection(port)
+    try:
+        return brokers_of(metadata(conn))
+    finally:
+        conn.close()
 
 
 def closed_without_answer(port: int, timeout: float = 5.0) -> bool:

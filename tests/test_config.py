@@ -141,6 +141,9 @@ def test_unicode_text() -> None:
 
 EXPECTED_DEFAULTS: dict[str, object] = {
     "brokerId": 0,
+    "brokerRack": "",
+    "brokerSessionTimeoutMs": 6000,
+    "brokerHeartbeatIntervalMs": 1000,
     "kafkaListeners": "PLAINTEXT://127.0.0.1:9092",
     "kafkaAdvertisedListeners": "",
     "kafkaProtocolMap": "",
@@ -294,6 +297,8 @@ def test_valid_values(override: str, attr: str, value: object) -> None:
 # ---------------------------------------------------------------------- invalid values
 
 INVALID = [
+    ("brokerSessionTimeoutMs", "499"),
+    ("brokerHeartbeatIntervalMs", "49"),
     ("brokerId", "abc"),
     ("brokerId", "-1"),
     ("brokerId", "2147483648"),
@@ -378,6 +383,7 @@ def test_every_key_has_an_invalid_case() -> None:
         "tokenPublicKey", "tokenAudienceClaim", "tokenAudience", "kopOauth2ConfigFile",
         "tlsCertificateFilePath",
         "tlsKeyFilePath", "tlsTrustCertsFilePath", "superUserRoles", "kopAllowedNamespaces",
+        "brokerRack",  # any text names a rack
     }
     assert covered == set(CONFIG_KEYS)
 
@@ -645,3 +651,10 @@ def test_a_refused_storage_url_does_not_show_its_password() -> None:
             load_config(None, [f"storageUrl={url}"])
         assert "s3cret" not in str(refused.value)
         assert "storageUrl" in str(refused.value)
+
+
+def test_a_heartbeat_must_fit_twice_in_a_broker_session() -> None:
+    with pytest.raises(ConfigError, match="brokerHeartbeatIntervalMs"):
+        load_config(None, ["brokerSessionTimeoutMs=1000", "brokerHeartbeatIntervalMs=600"])
+    config = load_config(None, ["brokerSessionTimeoutMs=1000", "brokerHeartbeatIntervalMs=500"])
+    assert config.broker_heartbeat_interval_ms == 500

@@ -172,7 +172,7 @@ def test_yaml_quotes_words_that_yaml_1_1_reads_as_booleans() -> None:
     (("--set", "kafkaListeners=PLAINTEXT://127.0.0.1:0",
       "--set", "kafkaAdvertisedListeners=PLAINTEXT://127.0.0.1:9092"), "port 0 cannot"),
     (("--set", "kafkaListeners=PLAINTEXT://127.0.0.1:9092", "--listener", "nope"),
-     "no broker listener named 'nope'"),
+     "no listener named 'nope' on this broker"),
     (("--set", "kafkaListeners=bogus"), "broker configuration: invalid value"),
     (("--broker", "1=a:1@b:2", "--broker", "1=c:3@d:4"), "broker id 1 is described twice"),
     (("--broker", "1=a:1@b:2", "--broker", "2=a:1@d:4"), "both advertise a:1"),

@@ -1,7 +1,9 @@
 """The "Behind Envoy" section of deploy/envoy/README.md works as printed: its shell
 example writes the broker config, starts the broker, generates Envoy's bootstrap and
 starts Envoy (ports swapped for free ones), and its client snippet produces and
-consumes through Envoy; the xDS example does the same with the brokers file it shows."""
+consumes through Envoy; the xDS example does the same with the brokers file it shows;
+the registry example starts two brokers on one database (a test database swapped in) and
+an xds-server on its registry, and its client snippet lists both brokers through Envoy."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from edge.config import parse_properties
 from tests.broker_process import REPO, BrokerProcess
 from tests.envoy_helpers import ENVOY, EnvoyProcess, XdsProcess, validate
 from tests.ports import free_ports
+from tests.postgres_server import shared_server
 
 README = REPO / "deploy" / "envoy" / "README.md"
 
@@ -50,9 +53,9 @@ def test_readme_example_as_printed_is_a_valid_bootstrap(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _localizer() -> tuple[dict[str, int], Callable[[str], str]]:
+def _localizer(fixed: tuple[str, ...] = ("29092", "19092", "9901", "18000", "18001")
+               ) -> tuple[dict[str, int], Callable[[str], str]]:
     """Free ports for the README's fixed ones, and a function swapping them in a text."""
-    fixed = ("29092", "19092", "9901", "18000", "18001")
     ports = dict(zip(fixed, free_ports(len(fixed)), strict=True))
 
     def localize(text: str) -> str:
@@ -133,3 +136,52 @@ def test_readme_xds_example_runs_end_to_end(tmp_path: Path) -> None:
             xds.stop()
         if broker.alive():
             broker.stop()
+
+
+def _settings(words: list[str]) -> dict[str, str]:
+    """The ``--set KEY=VALUE`` pairs of a broker command."""
+    pairs = [words[i + 1].partition("=") for i, word in enumerate(words) if word == "--set"]
+    return {key: value for key, _, value in pairs}
+
+
+def test_readme_registry_example_runs_end_to_end(tmp_path: Path) -> None:
+    """Two brokers on one database as printed (ports and database swapped), the
+    xds-server on their registry, Envoy over ADS, the client snippet through Envoy."""
+    ports, localize = _localizer(("29090", "29091", "19090", "19091", "9901", "18000",
+                                  "18001"))
+    printed = "postgres://edge@127.0.0.1:5432/edge"
+    url = shared_server().new_database_url()
+    script = _block("registry-sh", "sh")
+    assert script.count(printed) == 3
+    commands = [shlex.split(line) for line in localize(script.replace(printed, url))
+                .replace("\\\n", " ").splitlines() if line]
+    *broker_cmds, server_cmd, config_cmd, envoy_cmd = commands
+    assert [c[:1] + c[-1:] for c in broker_cmds] == [[".venv/bin/edge-broker", "&"]] * 2
+    assert server_cmd[:2] == [".venv/bin/edge-broker", "xds-server"] and server_cmd[-1] == "&"
+    assert envoy_cmd == [".venv/bin/envoy", "-c", "envoy-dynamic.yaml", "--disable-hot-restart"]
+    brokers = [BrokerProcess(tmp_path / f"b{i}", _settings(words))
+               for i, words in enumerate(broker_cmds)]
+    xds = XdsProcess(*server_cmd[2:-1])
+    envoy = EnvoyProcess(tmp_path / "envoy-dynamic.yaml", ports["9901"])
+    try:
+        for broker in brokers:
+            broker.start()
+        xds.start()
+        assert xds.grpc_port == ports["18000"]
+        _run_envoy_config(config_cmd, tmp_path)
+        envoy.start(listeners=2)
+        client = subprocess.run(
+            [sys.executable, "-c", localize(_block("registry-client", "python"))],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        assert client.returncode == 0, client.stderr
+        assert client.stdout.splitlines() == [f"0 127.0.0.1:{ports['19090']}",
+                                              f"1 127.0.0.1:{ports['19091']}"]
+        text = README.read_text()
+        assert "It prints `0 127.0.0.1:19090` and `1 127.0.0.1:19091`." in text
+    finally:
+        envoy.stop()
+        if xds.alive():
+            xds.stop()
+        for broker in brokers:
+            if broker.alive():
+                broker.stop()

@@ -32,15 +32,8 @@ from edge.envoy.snapshot import CLUSTER_TYPE, LISTENER_TYPE
 from edge.envoy.source import PlanSource
 from edge.envoy.xds_server import XdsServer
 from tests.broker_process import BrokerProcess
-from tests.envoy_helpers import (
-    EnvoyProcess,
-    XdsProcess,
-    brokers_of,
-    metadata,
-    write_config,
-)
+from tests.envoy_helpers import XdsProcess, brokers_via, envoy_on_xds
 from tests.ports import free_ports
-from tests.raw import RawConnection
 
 
 def replace_text(path: Path, text: str) -> None:
@@ -53,14 +46,6 @@ def replace_text(path: Path, text: str) -> None:
 
 def _route(broker_id: int, envoy_port: int, internal_port: int) -> str:
     return BrokerRoute(broker_id, "127.0.0.1", envoy_port, "127.0.0.1", internal_port).spec()
-
-
-def _metadata_via(port: int) -> list[tuple[int, str, int]]:
-    conn = RawConnection(port)
-    try:
-        return brokers_of(metadata(conn))
-    finally:
-        conn.close()
 
 
 @pytest.fixture(scope="module")
@@ -89,13 +74,11 @@ def test_xds_server_adds_a_broker_and_survives_a_rejected_version(
     brokers_file = tmp_path / "brokers.txt"
     brokers_file.write_text(f"# broker 0 only\n{_route(0, port0, broker0.port)}\n")
     xds = XdsProcess("--brokers-file", str(brokers_file)).start()
-    envoy = EnvoyProcess(write_config(tmp_path, "dynamic.yaml", "--xds",
-                                      f"127.0.0.1:{xds.grpc_port}", "--admin-port",
-                                      str(admin)), admin)
+    envoy = envoy_on_xds(tmp_path, xds.grpc_port, admin)
     try:
         envoy.start(listeners=1)
         pid = envoy.pid
-        assert _metadata_via(port0) == [(0, "127.0.0.1", port0)]
+        assert brokers_via(port0) == [(0, "127.0.0.1", port0)]
         xds.wait_for_log(r"ACK from node edge-broker-envoy: listeners version 2")
 
         # a second broker appears in the watched file: Envoy gets its listener live
@@ -103,7 +86,7 @@ def test_xds_server_adds_a_broker_and_survives_a_rejected_version(
                                 + "\n")
         xds.wait_for_log(r"ACK from node edge-broker-envoy: listeners version 3")
         envoy.wait_for(lambda: len(envoy.listeners()) == 2, 10, "the second listener")
-        assert _metadata_via(port1) == [(1, "127.0.0.1", port1)]
+        assert brokers_via(port1) == [(1, "127.0.0.1", port1)]
         assert envoy.pid == pid and envoy.proc is not None and envoy.proc.poll() is None
 
         # a version Envoy cannot apply: broker 2's port is taken on Envoy's host
@@ -122,8 +105,8 @@ def test_xds_server_adds_a_broker_and_survives_a_rejected_version(
             # an admin call re-reads the inputs: unchanged, so version 4 stays
             assert xds.reload()["version"] == "4"
             # the last good listeners keep serving
-            assert _metadata_via(port0) == [(0, "127.0.0.1", port0)]
-            assert _metadata_via(port1) == [(1, "127.0.0.1", port1)]
+            assert brokers_via(port0) == [(0, "127.0.0.1", port0)]
+            assert brokers_via(port1) == [(1, "127.0.0.1", port1)]
             assert sorted(line.split("::")[0] for line in envoy.listeners()) == [
                 "kafka-broker-0", "kafka-broker-1"]
         finally:
@@ -144,7 +127,7 @@ def test_xds_server_adds_a_broker_and_survives_a_rejected_version(
         # only the listeners changed (broker 2's cluster was already accepted in version 4)
         assert status["nodes"]["edge-broker-envoy"]["acked"] == {"clusters": "4",
                                                                   "listeners": "5"}
-        assert _metadata_via(spare) == [(1, "127.0.0.1", port1)]  # routed to broker 1
+        assert brokers_via(spare) == [(1, "127.0.0.1", port1)]  # routed to broker 1
         assert envoy.pid == pid
         assert xds.proc is not None
         xds.proc.send_signal(signal.SIGHUP)  # SIGHUP re-reads the inputs too

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import confluent_kafka
 import kafka
+import psycopg
 
 from broker_core.appends import AppendPath
 from broker_core.durability import FlushScheduler
@@ -18,6 +19,7 @@ from broker_core.system_topics import SystemTopic
 from broker_core.waiters import AppendWaiters
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
+from tests.postgres_server import shared_server
 
 
 def offsets_size(data_dir: Path) -> int:
@@ -90,3 +92,40 @@ def test_offsets_of_long_empty_groups_expire(tmp_path: Path) -> None:
         logs.close()
 
     asyncio.run(scenario())
+
+
+def test_offsets_topic_is_compacted_on_postgres_too(tmp_path: Path, topic_name: str) -> None:
+    """The same snapshot compaction on the PostgreSQL engine: the rows it replaces are
+    deleted, and the state survives a restart."""
+    url = shared_server().new_database_url()
+    broker = BrokerProcess(tmp_path, {
+        "storageUrl": url, "offsetsTopicNumPartitions": "2",
+        "offsetsTopicSegmentBytes": "4096", "offsetsTopicCompactionBytes": "8192",
+    }).start()
+    try:
+        create_topic(broker.bootstrap, topic_name, 3)
+        consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap,
+                                       group_id="compacted", enable_auto_commit=False)
+        tps = [kafka.TopicPartition(topic_name, p) for p in range(3)]
+        for i in range(400):
+            consumer.commit({tp: kafka.OffsetAndMetadata(i * 10 + tp.partition, "m" * 20, -1)
+                             for tp in tps})
+        consumer.close()
+        broker.wait_for_log(r"compacted .*__consumer_offsets")
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT coalesce(sum(e.size), 0) FROM edge_entries e JOIN edge_partitions p"
+                " ON p.id = e.partition_id WHERE p.topic LIKE '%%/__consumer_offsets'"
+            ).fetchone()
+        assert row is not None and int(row[0]) < 64 * 1024  # 400 commits, kept small
+        broker.stop()
+        broker.start()
+        reader = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap,
+                                           "group.id": "compacted"})
+        committed = reader.committed([confluent_kafka.TopicPartition(topic_name, p)
+                                      for p in range(3)], timeout=20)
+        reader.close()
+        assert [(c.partition, c.offset, c.metadata) for c in committed] == \
+            [(p, 3990 + p, "m" * 20) for p in range(3)]
+    finally:
+        broker.kill()

@@ -24,7 +24,6 @@ from broker_core.storage.postgres import PgPartition
 from tests.broker_process import BrokerProcess
 from tests.clients import consume_confluent, create_topic
 from tests.postgres_server import PostgresServer, shared_server
-from tests.postgres_server import own_server as own_postgres_server
 from tests.storage_helpers import batch_bytes
 from tests.test_storage_engines import TOPIC, append, make_batch, partition
 
@@ -132,13 +131,6 @@ def test_concurrent_producers_share_commits_and_get_continuous_offsets(
     finally:
         if broker.alive():
             broker.kill()
-
-
-@pytest.fixture
-def own_server() -> Iterator[PostgresServer]:
-    """A server of its own, to stop and start under a broker."""
-    with own_postgres_server() as server:
-        yield server
 
 
 def test_a_server_stopped_under_load_fails_commits_retriably_and_loses_nothing(

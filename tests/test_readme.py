@@ -1,5 +1,6 @@
 """The README's promises: `make run` serves on 127.0.0.1:9092 and the quick-start snippet works
-as printed; the configuration table is the one the code generates."""
+as printed, also against the cluster and brokers the README starts; the configuration table
+is the one the code generates."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
+
 from edge.config import config_reference_markdown
 from tests.broker_process import REPO
 from tests.clients import consume_confluent
+from tests.ports import free_port
 from tests.postgres_server import shared_server
 
 README = (REPO / "README.md").read_text()
@@ -182,3 +186,57 @@ def test_postgres_broker_example_keeps_the_quickstart_across_a_restart(tmp_path:
             os.killpg(broker.pid, signal.SIGTERM)
             assert broker.wait(30) == 0
     assert list(tmp_path.iterdir()) == []  # everything is in PostgreSQL
+
+
+def test_cluster_example_serves_the_quickstart_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    log = tmp_path / "cluster.log"
+    with log.open("w") as stderr:
+        cluster = subprocess.Popen(
+            ["bash", "-c", "exec " + shell_example("cluster")], cwd=run,
+            stdout=subprocess.PIPE, stderr=stderr, text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    assert cluster.stdout is not None
+    try:
+        bootstrap = cluster.stdout.readline().strip()
+        assert bootstrap == "127.0.0.1:19100,127.0.0.1:19101,127.0.0.1:19102", log.read_text()
+        quickstart = example("quickstart").replace("127.0.0.1:9092", "127.0.0.1:19100")
+        result = subprocess.run([sys.executable, "-c", quickstart], cwd=run,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        rows = [line.split(" ", 2) for line in result.stdout.splitlines()]
+        assert sorted((int(r[0]), int(r[1]), r[2]) for r in rows) == sorted(
+            (i % 3, i // 3, f"hello {i}") for i in range(10))
+        os.killpg(cluster.pid, signal.SIGINT)  # Ctrl-C
+        assert cluster.wait(60) == 0, log.read_text()
+    finally:
+        if cluster.poll() is None:
+            os.killpg(cluster.pid, signal.SIGKILL)
+            cluster.wait(30)
+    assert log.read_text().splitlines()[-1] == "edge-broker cluster: stopped"
+    assert list(run.iterdir()) == []  # everything was in the throwaway PostgreSQL
+
+
+def test_cluster_broker_example_reaches_the_primary_of_a_multi_host_url(tmp_path: Path) -> None:
+    command = shell_example("postgres-cluster-broker")
+    server = shared_server()
+    url = server.new_database_url()
+    database = url.rsplit("/", 1)[1]
+    for written, real in (("pg1:5432", f"127.0.0.1:{free_port()}"),  # down: skipped
+                          ("pg2:5432", f"127.0.0.1:{server.port}"),
+                          ("/edge?", f"/{database}?")):
+        assert written in command
+        command = command.replace(written, real)
+    broker = _start_command(command, "postgres-cluster-broker", tmp_path)
+    try:
+        quickstart = example("quickstart").replace("127.0.0.1:9092", "127.0.0.1:19098")
+        result = subprocess.run([sys.executable, "-c", quickstart], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert len(result.stdout.splitlines()) == 10
+    finally:
+        os.killpg(broker.pid, signal.SIGTERM)
+        assert broker.wait(30) == 0
+    with psycopg.connect(url) as conn:  # the records went to the database that answered
+        assert conn.execute("SELECT count(*) FROM edge_entries").fetchone() != (0,)

@@ -4,6 +4,7 @@ protocols only: the same behaviour from ``file://``, ``memory://`` and ``postgre
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker_core.storage import (
     ENGINES,
+    KeyValueStore,
     LogClosed,
     LogConfig,
     OffsetOutOfRange,
@@ -216,6 +218,48 @@ def test_key_value_areas(storage: Storage) -> None:
         log.state.put("producer-state.json", b"{}")
     storage.create_topic(TOPIC, 1, {})
     assert partition(storage).state.get("producer-state.json") is None
+
+
+def test_compare_and_set_stores_only_over_the_value_expected(storage: Storage) -> None:
+    storage.create_topic(TOPIC, 1, {})
+    log = partition(storage)
+    for kv in (storage.kv, log.state):
+        assert kv.compare_and_set("claim", None, b"one")
+        assert not kv.compare_and_set("claim", None, b"two")  # there is a value now
+        assert not kv.compare_and_set("claim", b"other", b"two")
+        assert kv.get("claim") == b"one"
+        assert kv.compare_and_set("claim", b"one", b"two")
+        assert kv.get("claim") == b"two"
+    storage.delete_topic(TOPIC)
+    with pytest.raises(LogClosed):
+        log.state.compare_and_set("claim", b"two", b"three")
+
+
+def test_compare_and_set_loses_no_update_of_concurrent_writers(engine: str,
+                                                               storage: Storage) -> None:
+    """Threads add one to a counter with read-modify-write loops; on postgres half of them
+    through a second storage on the same database (a second broker)."""
+    views = [storage]
+    if engine == "postgres":
+        views.append(open_storage(storage.location))  # the test server trusts: no password
+    threads, rounds = 4, 25
+
+    def count(kv: KeyValueStore) -> None:
+        for _ in range(rounds):
+            while True:
+                old = kv.get("counter")
+                new = str(int(old or b"0") + 1).encode()
+                if kv.compare_and_set("counter", old, new):
+                    break
+
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            for done in [pool.submit(count, views[i % len(views)].kv) for i in range(threads)]:
+                done.result()
+    finally:
+        for other in views[1:]:
+            other.close()
+    assert storage.kv.get("counter") == str(threads * rounds).encode()
 
 
 def test_closed_storage_refuses_changes(storage: Storage) -> None:

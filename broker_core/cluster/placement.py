@@ -5,6 +5,9 @@ Rendezvous hashing with bounded load: each partition ranks the brokers by a hash
 (topic, partition, broker) and goes to the best-ranked broker still below
 ``ceil(partitions / brokers)`` partitions of that topic. A topic is spread evenly; when a
 broker leaves, mostly its own partitions move; when nothing changes, nothing moves.
+
+A *pinned* topic (one partition per broker, as the audit topic: each broker writes its own)
+puts partition ``i`` on broker ``i`` while it is live, and the others as above.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ def assign(topic: str, num_partitions: int, brokers: Sequence[int]) -> tuple[int
 
 
 def preferred(topic: str, partition: int, num_partitions: int,
-              brokers: Sequence[int]) -> int | None:
+              brokers: Sequence[int], pinned: bool = False) -> int | None:
     """The broker ``partition`` of ``topic`` belongs to, or None when no broker is live."""
+    if pinned and partition in brokers:
+        return partition
     placed = assign(topic, num_partitions, brokers)
     return placed[partition] if 0 <= partition < len(placed) else None

@@ -69,6 +69,9 @@ class ClusterService:
     def __init__(self, store: ClusterStore, me: BrokerRecord, config: ClusterConfig,
                  topics: Callable[[], Sequence[TopicInfo]]) -> None:
         self.store = store
+        self.pinned_topics: set[str] = set()
+        """Topics with a partition per broker: partition ``i`` on broker ``i`` while it is
+        live (``placement``): the audit topic, which every broker writes."""
         self.me = me
         self.config = config
         self._topics = topics
@@ -80,6 +83,7 @@ class ClusterService:
         self._listeners = _Listeners()
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._claims_failing = False
 
     # -- what the rest of the broker asks ---------------------------------------------
 
@@ -117,7 +121,7 @@ class ClusterService:
                 and owner.broker_id in self.view.live and owner.broker_id != self.me.broker_id:
             return Leader(owner.broker_id, owner.epoch)
         target = preferred(topic, partition, num_partitions,
-                           [b.broker_id for b in self.live_brokers()])
+                           [b.broker_id for b in self.live_brokers()], topic in self.pinned_topics)
         return None if target is None else Leader(target, owner.epoch if owner else 0)
 
     def acquire(self, topic: str, partition: int, num_partitions: int) -> int | None:
@@ -138,7 +142,10 @@ class ClusterService:
         try:
             self._claim([key])
         except (StorageError, OSError) as exc:
-            log.warning("could not claim %s-%d: %s", topic, partition, exc)
+            if not self._claims_failing:  # once per outage
+                log.warning("cannot claim partitions (e.g. %s-%d) until the registry answers "
+                            "again: %s", topic, partition, exc)
+            self._claims_failing = True
         return self.owned.get(key)
 
     # -- life cycle ----------------------------------------------------------------------
@@ -188,7 +195,8 @@ class ClusterService:
             counts = self._partition_counts()
             moves = {}
             for key in self.owned:
-                target = preferred(key[0], key[1], counts.get(key[0], key[1] + 1), others)
+                target = preferred(key[0], key[1], counts.get(key[0], key[1] + 1), others,
+                                   key[0] in self.pinned_topics)
                 if target is not None:
                     moves[key] = target
             given = self._hand_over(moves)
@@ -257,7 +265,7 @@ class ClusterService:
             count = counts.get(key[0])
             if count is None:
                 continue
-            target = preferred(key[0], key[1], count, live)
+            target = preferred(key[0], key[1], count, live, key[0] in self.pinned_topics)
             if key in self.owned:
                 if target is not None and target != me:
                     moves[key] = target
@@ -281,6 +289,9 @@ class ClusterService:
 
     def _claim(self, wanted: list[TopicPartition]) -> None:
         taken = self.store.claim(wanted)
+        if self._claims_failing:
+            self._claims_failing = False
+            log.info("the registry answers again: claiming partitions")
         for key, epoch in sorted(taken.items()):
             self.owned[key] = epoch
             for gained in self._listeners.gained:

@@ -26,7 +26,14 @@ from .log_manager import LogManager
 from .model import BatchInfo, TopicInfo, wall_clock_ms
 from .partition import PartitionLog
 from .pg_schema import SchemaTooNew
-from .protocols import DiskUsage, GroupCommitted, KeyValueStore, PartitionStore, Storage
+from .protocols import (
+    DiskUsage,
+    GroupCommitted,
+    KeyValueStore,
+    PartitionStore,
+    Refreshed,
+    Storage,
+)
 from .region import FileRegion
 
 __all__ = [
@@ -47,6 +54,7 @@ __all__ = [
     "OffsetOutOfRange",
     "PartitionLog",
     "PartitionStore",
+    "Refreshed",
     "SchemaTooNew",
     "Storage",
     "StorageError",

@@ -64,6 +64,17 @@ class ClusterView:
     owners: Mapping[TopicPartition, PartitionOwner]
 
 
+@dataclass(frozen=True, slots=True)
+class MarkerRequest:
+    """A transaction coordinator's request that a partition's owner write a marker."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+
+
 class BrokerIdInUse(StorageError):
     """Another live process is registered under this broker id."""
 
@@ -119,6 +130,22 @@ class ClusterStore(Protocol):
         """Stop writing to the partitions (ownership was lost); nothing is stored."""
         ...
 
+    def request_markers(self, requests: Sequence[MarkerRequest]) -> list[int]:
+        """Queue marker writes for the partitions' owners; return their request ids."""
+        ...
+
+    def pending_markers(self) -> list[tuple[int, MarkerRequest]]:
+        """Every queued marker write, oldest first."""
+        ...
+
+    def markers_done(self, ids: Sequence[int]) -> None:
+        """Remove queued marker writes (written, or their partition is gone)."""
+        ...
+
+    def markers_left(self, ids: Sequence[int]) -> set[int]:
+        """Which of ``ids`` are still queued."""
+        ...
+
 
 class SoloCluster:
     """The registry of a single-process engine: this broker, owner of everything at epoch 0."""
@@ -126,6 +153,8 @@ class SoloCluster:
     def __init__(self, partitions: Callable[[], Sequence[TopicPartition]]) -> None:
         self._partitions = partitions
         self._me: BrokerRecord | None = None
+        self._markers: dict[int, MarkerRequest] = {}
+        self._next_marker = 1
 
     @property
     def shared(self) -> bool:
@@ -160,3 +189,19 @@ class SoloCluster:
 
     def drop(self, partitions: Iterable[TopicPartition]) -> None:
         del partitions
+
+    def request_markers(self, requests: Sequence[MarkerRequest]) -> list[int]:
+        first = self._next_marker
+        self._next_marker += len(requests)
+        self._markers.update(zip(range(first, self._next_marker), requests, strict=True))
+        return list(range(first, self._next_marker))
+
+    def pending_markers(self) -> list[tuple[int, MarkerRequest]]:
+        return sorted(self._markers.items())
+
+    def markers_done(self, ids: Sequence[int]) -> None:
+        for marker in ids:
+            self._markers.pop(marker, None)
+
+    def markers_left(self, ids: Sequence[int]) -> set[int]:
+        return {marker for marker in ids if marker in self._markers}

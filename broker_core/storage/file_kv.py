@@ -5,12 +5,16 @@ so a partition deleted meanwhile (its directory moved to the trash, maybe a new 
 at the same path) never receives a value meant for the old one: the directory is opened
 first, then ``check`` confirms its owner is still open. A durable put fsyncs the file
 before the rename and the directory after it.
+
+``compare_and_set`` compares and replaces under one lock of this process: the data
+directory's lock keeps every other process out, so that is atomic enough for it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +30,11 @@ def _check_key(key: str) -> str:
 
 def _no_check() -> None:
     return None
+
+
+_SWAP = threading.Lock()
+"""Held by ``compare_and_set`` from its read to its rename (rare writes: one lock for all
+keys is enough)."""
 
 
 class FileKeyValues:
@@ -71,3 +80,11 @@ class FileKeyValues:
                 os.fsync(directory)
         finally:
             os.close(directory)
+
+    def compare_and_set(self, key: str, expected: bytes | None, value: bytes) -> bool:
+        self._check()
+        with _SWAP:
+            if self.get(key) != expected:
+                return False
+            self.put(key, value)
+            return True

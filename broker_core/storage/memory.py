@@ -30,18 +30,28 @@ def _no_check() -> None:
 
 
 class MemoryKeyValues:
-    """Values in a dict; ``check`` raises once the owner is gone."""
+    """Values in a dict; ``check`` raises once the owner is gone; thread-safe."""
 
     def __init__(self, check: Callable[[], None] = _no_check) -> None:
         self._values: dict[str, bytes] = {}
         self._check = check
+        self._lock = threading.Lock()
 
     def get(self, key: str) -> bytes | None:
         return self._values.get(key)
 
     def put(self, key: str, value: bytes, *, durable: bool = True) -> None:
         self._check()
-        self._values[key] = bytes(value)
+        with self._lock:
+            self._values[key] = bytes(value)
+
+    def compare_and_set(self, key: str, expected: bytes | None, value: bytes) -> bool:
+        self._check()
+        with self._lock:
+            if self._values.get(key) != expected:
+                return False
+            self._values[key] = bytes(value)
+            return True
 
 
 @dataclass

@@ -10,19 +10,24 @@ partition writes nothing more, however late its statement arrives.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
+
+import psycopg
 
 from .cluster import (
     BrokerIdInUse,
     BrokerRecord,
     ClusterView,
     ListenerAddress,
+    MarkerRequest,
     PartitionOwner,
     TopicPartition,
 )
-from .pg_database import Database
+from .errors import DatabaseUnavailable, LogClosed
+from .pg_database import Conn, Database, connect_read_only, unavailable
 
 _LIVE = "lease_expires > now()"
 
@@ -35,6 +40,9 @@ _REGISTER = (
     "  lease_expires = excluded.lease_expires"
     " WHERE edge_brokers.lease_expires <= now()"
     " RETURNING broker_id")
+
+_LIVE_BROKERS = ("SELECT broker_id, rack, listeners FROM edge_brokers WHERE " + _LIVE
+                 + " ORDER BY broker_id")
 
 _CLAIM = (
     "UPDATE edge_partitions p SET owner_broker = %(me)s, owner_epoch = p.owner_epoch + 1"
@@ -116,6 +124,18 @@ class PgCluster:
         self._me = me.broker_id
         self._joined = True
 
+    def others_present(self) -> bool:
+        """Whether another broker registered in the database or any topic exists in it (a
+        schema that is in use); True when the database cannot tell."""
+        try:
+            with self._db.tx() as conn:
+                row = conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM edge_brokers WHERE incarnation <> %s)"
+                    " OR EXISTS (SELECT 1 FROM edge_topics)", (self._incarnation,)).fetchone()
+        except (DatabaseUnavailable, LogClosed):
+            return True
+        return row is None or bool(row[0])
+
     def heartbeat(self, session_timeout_ms: int) -> bool:
         if self._me is None:
             return False
@@ -134,9 +154,7 @@ class PgCluster:
 
     def view(self) -> ClusterView:
         with self._db.tx() as conn:
-            brokers = conn.execute(
-                "SELECT broker_id, rack, listeners FROM edge_brokers WHERE " + _LIVE
-                + " ORDER BY broker_id").fetchall()
+            brokers = conn.execute(_LIVE_BROKERS).fetchall()
             owners = conn.execute(
                 "SELECT topic, partition, owner_broker, owner_epoch FROM edge_partitions"
             ).fetchall()
@@ -188,3 +206,72 @@ class PgCluster:
             found = self._partition(*tp)
             if found is not None:
                 found.fence(None)
+
+    def request_markers(self, requests: Sequence[MarkerRequest]) -> list[int]:
+        if not requests:
+            return []
+        with self._db.tx() as conn:
+            rows = conn.execute(
+                "INSERT INTO edge_marker_requests (topic, partition, producer_id,"
+                " producer_epoch, commit) SELECT * FROM unnest(%s::text[], %s::integer[],"
+                " %s::bigint[], %s::integer[], %s::boolean[]) RETURNING id",
+                ([r.topic for r in requests], [r.partition for r in requests],
+                 [r.producer_id for r in requests], [r.producer_epoch for r in requests],
+                 [r.commit for r in requests])).fetchall()
+        return [int(str(row[0])) for row in rows]
+
+    def pending_markers(self) -> list[tuple[int, MarkerRequest]]:
+        with self._db.tx() as conn:
+            rows = conn.execute(
+                "SELECT id, topic, partition, producer_id, producer_epoch, commit"
+                " FROM edge_marker_requests ORDER BY id").fetchall()
+        return [(int(str(i)), MarkerRequest(str(t), int(str(p)), int(str(pid)),
+                                            int(str(e)), bool(c)))
+                for i, t, p, pid, e, c in rows]
+
+    def markers_done(self, ids: Sequence[int]) -> None:
+        if ids:
+            self._db.statement("DELETE FROM edge_marker_requests WHERE id = ANY(%(ids)s)",
+                               {"ids": list(ids)})
+
+    def markers_left(self, ids: Sequence[int]) -> set[int]:
+        if not ids:
+            return set()
+        with self._db.tx() as conn:
+            rows = conn.execute("SELECT id FROM edge_marker_requests WHERE id = ANY(%s)",
+                                (list(ids),)).fetchall()
+        return {int(str(row[0])) for row in rows}
+
+class RegistryReader:
+    """The live brokers of a cluster's database, read by a process that is no broker (the
+    xDS server in front of the cluster): one read-only connection, opened at the first read
+    and again after a failure; no migration. Thread-safe."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._conn: Conn | None = None
+        self._lock = threading.Lock()
+
+    def live(self) -> list[BrokerRecord]:
+        """The brokers whose lease runs, by id (none before any broker created the
+        schema); DatabaseUnavailable when the database cannot be read."""
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = connect_read_only(self._url)
+                rows = self._conn.execute(_LIVE_BROKERS).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []
+            except psycopg.Error as exc:
+                self._close()
+                raise unavailable(exc) from None
+        return [_record(*row) for row in rows]
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()

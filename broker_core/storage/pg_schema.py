@@ -73,14 +73,23 @@ MIGRATIONS: Sequence[str] = (
         lease_expires timestamptz NOT NULL
     );
     ALTER TABLE edge_partitions ADD COLUMN owner_broker integer;
+    CREATE TABLE edge_marker_requests (
+        id             bigserial PRIMARY KEY,
+        topic          text NOT NULL,
+        partition      integer NOT NULL,
+        producer_id    bigint NOT NULL,
+        producer_epoch integer NOT NULL,
+        commit         boolean NOT NULL,
+        requested_at   timestamptz NOT NULL DEFAULT now()
+    );
     """,
 )
 """The schema, one step per version (never edit a released step: add one)."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
-TABLES = ("edge_brokers", "edge_partition_kv", "edge_kv", "edge_entries", "edge_partitions",
-          "edge_topics", "edge_schema_version")
+TABLES = ("edge_marker_requests", "edge_brokers", "edge_partition_kv", "edge_kv",
+          "edge_entries", "edge_partitions", "edge_topics", "edge_schema_version")
 """Every table of the schema, dependants first."""
 
 

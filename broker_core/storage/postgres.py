@@ -18,7 +18,9 @@ sees an offset before its commit. On the event loop ``append_deferred`` returns 
 and a future (the produce path awaits it as it awaits the file engine's fsync);
 ``append`` waits for the commit itself.
 
-Topic and partition state is cached in this process. A database error raises
+Topic and partition state is cached in this process; brokers sharing the database see
+each other's topic changes within a fraction of a second (``pg_changes``). A database
+error raises
 :class:`DatabaseUnavailable` (an OSError: clients get retriable errors); the partition then
 fails the appends queued behind the failed one and reloads its row before its next write
 (and before its producer state is rebuilt), so a commit whose outcome was lost neither
@@ -32,24 +34,24 @@ import contextlib
 import errno
 import json
 import threading
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from . import pg_changes
 from .batch_header import check_append, set_base_offset
 from .cluster import NotOwner
 from .config import LogConfig, log_config_for_topic, retention_drops
-from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange
+from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange, TopicExists
 from .fileless import FilelessPartition, FilelessStorage
 from .model import BatchInfo, TopicInfo
 from .pg_cluster import PgCluster
 from .pg_commits import GroupCommitter, Pending, Ticket
 from .pg_database import Conn, Database, unavailable
 from .pg_readahead import Buffer, ReadAhead
-from .protocols import DiskUsage
+from .protocols import NOTHING_CHANGED, DiskUsage, Refreshed
 from .region import FileRegion
 from .topic_table import TopicEntry
 
@@ -69,9 +71,22 @@ _DRAIN_TIMEOUT_S = 30.0
 
 _ENTRY_COLUMNS = "base_offset, last_offset, max_ts, broker_ts, batch"
 
+_CAS_INSERT = (
+    "INSERT INTO edge_kv (key, value) VALUES (%(k)s, %(v)s) ON CONFLICT DO NOTHING",
+    "INSERT INTO edge_partition_kv (partition_id, key, value) VALUES (%(s)s, %(k)s, %(v)s)"
+    " ON CONFLICT DO NOTHING")
+_CAS_UPDATE = (
+    "UPDATE edge_kv SET value = %(v)s WHERE key = %(k)s AND value = %(e)s",
+    "UPDATE edge_partition_kv SET value = %(v)s WHERE partition_id = %(s)s AND key = %(k)s"
+    " AND value = %(e)s")
+"""compare_and_set's statements (for no value expected / a value expected), each for the
+broker's area and for a partition's."""
+
+
 class PgKeyValues:
     """A key-value area in a table; ``scope`` is a partition id (``edge_partition_kv``) or
-    None for the broker's own (``edge_kv``)."""
+    None for the broker's own (``edge_kv``), whose writes count in ``changes.kv`` so
+    that the other brokers sharing the database read them again."""
 
     def __init__(self, db: Database, scope: int | None, check: Callable[[], None],
                  epoch: Callable[[], int | None] | None = None) -> None:
@@ -100,6 +115,7 @@ class PgKeyValues:
             if self._scope is None:
                 conn.execute("INSERT INTO edge_kv VALUES (%s, %s) ON CONFLICT (key) "
                              "DO UPDATE SET value = excluded.value", (key, bytes(value)))
+                pg_changes.bump(conn, pg_changes.KV)
             else:  # only the partition's owner, at the epoch it holds
                 epoch = self._epoch() if self._epoch is not None else None
                 stored = conn.execute(
@@ -110,6 +126,25 @@ class PgKeyValues:
                     (key, bytes(value), self._scope, epoch)).rowcount
                 if stored != 1:
                     raise NotOwner(f"partition {self._scope} is no longer owned here")
+
+    def compare_and_set(self, key: str, expected: bytes | None, value: bytes) -> bool:
+        """One conditional statement: a concurrent writer's commit makes the condition
+        fail (PostgreSQL re-checks an UPDATE's condition on the row it waited for, and an
+        INSERT that meets a row inserted meanwhile does nothing)."""
+        self._check()
+        statements = _CAS_INSERT if expected is None else _CAS_UPDATE
+        with self._db.tx() as conn:
+            if self._scope is not None:  # only the partition's owner, at the epoch it holds
+                epoch = self._epoch() if self._epoch is not None else None
+                if conn.execute("SELECT 1 FROM edge_partitions WHERE id = %s AND owner_epoch"
+                                " = coalesce(%s, owner_epoch) FOR SHARE",
+                                (self._scope, epoch)).fetchone() is None:
+                    raise NotOwner(f"partition {self._scope} is no longer owned here")
+            stored = conn.execute(statements[self._scope is not None], {
+                "s": self._scope, "k": key, "v": bytes(value), "e": expected}).rowcount == 1
+            if stored and self._scope is None:
+                pg_changes.bump(conn, pg_changes.KV)
+        return stored
 
 
 class PgPartition(FilelessPartition):
@@ -453,16 +488,23 @@ class PgPartition(FilelessPartition):
 
 
 def public_url(url: str) -> str:
-    """``url`` without its password (for log lines and DescribeLogDirs)."""
+    """``url`` without its password and its query (for log lines and DescribeLogDirs).
+    The hosts stay as written: libpq's multi-host form ``host1:port1,host2:port2`` too."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = (f"{parts.username}@" if parts.username else "") + host \
-        + (f":{parts.port}" if parts.port else "")
+    hosts = parts.netloc.rpartition("@")[2]
+    netloc = (f"{parts.username}@" if parts.username else "") + hosts
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class PgStorage(FilelessStorage[PgPartition]):
-    """Every topic in one PostgreSQL database; thread-safe."""
+    """Every topic in one PostgreSQL database, which other brokers may share; thread-safe.
+
+    The topics are cached here. :meth:`refresh` takes in what other brokers changed (see
+    ``pg_changes``); a topic or partition the cache lacks is looked up in the database
+    before it is called unknown, so a topic created through another broker a moment ago
+    is found at once. ``_versions`` remembers the counter value of this broker's own
+    latest change of each topic, so that a snapshot read before it cannot undo it.
+    """
 
     def __init__(self, url: str, default_config: LogConfig, clock: Callable[[], int]) -> None:
         super().__init__()
@@ -475,31 +517,105 @@ class PgStorage(FilelessStorage[PgPartition]):
         self._workers = (GroupCommitter(self._db), ReadAhead())
         self._kv = PgKeyValues(self._db, None, self._check_open)
         self._cluster = PgCluster(self._db, self.partition)
-        self._load()
+        self._versions: dict[str, int] = {}
+        self._gone: dict[str, list[PgPartition]] = {}  # dropped since the last refresh
+        self._seen = self._load()
 
     @property
     def cluster(self) -> PgCluster:
         return self._cluster
 
-    def _load(self) -> None:
+    def _snapshot(self, only: str | None = None) -> pg_changes.Snapshot:
         with self._db.tx() as conn:
-            topics = conn.execute(
-                "SELECT name, topic_id, num_partitions, configs FROM edge_topics").fetchall()
-            parts = conn.execute(
-                f"SELECT topic, partition, id, {PgPartition._ROW} FROM edge_partitions"
-                " ORDER BY topic, partition").fetchall()
-        by_topic: dict[str, list[tuple[object, ...]]] = {}
-        for row in parts:
-            by_topic.setdefault(str(row[0]), []).append(row)
-        for name, topic_id, count, configs in topics:
-            own = {str(k): str(v) for k, v in dict(configs).items()}  # type: ignore[call-overload]
-            config = log_config_for_topic(self._default_config, own)
-            info = TopicInfo(str(name), uuid.UUID(str(topic_id)), int(str(count)), own)
-            stores = [PgPartition(self._db, self._workers, int(str(row[2])),
-                                  self._where(info.name, i), config, self._clock, row[3:],
-                                  self._cluster.joined)
-                      for i, row in enumerate(by_topic.get(info.name, []))]
-            self._topics[info.name] = TopicEntry(info, config, stores)
+            return pg_changes.read_snapshot(conn, PgPartition._ROW, only)
+
+    def _load(self) -> tuple[int, int]:
+        """Read every topic; the change counters read with them."""
+        snapshot = self._snapshot()
+        with self._lock:
+            self._apply(snapshot, set(snapshot.topics) | set(self._topics))
+            for name, version in list(self._versions.items()):
+                if version <= snapshot.version:
+                    del self._versions[name]
+        return snapshot.version, snapshot.kv_version
+
+    def _apply(self, snapshot: pg_changes.Snapshot, names: Iterable[str]) -> None:
+        """Make the cache of topics ``names`` what ``snapshot`` says, except where this
+        broker changed a topic after the snapshot (lock held)."""
+        for name in names:
+            if self._versions.get(name, 0) > snapshot.version:
+                continue
+            rows = snapshot.topics.get(name)
+            topic = self._topics.get(name)
+            if topic is not None and (rows is None or rows.info.topic_id != topic.info.topic_id):
+                del self._topics[name]
+                for partition in topic.partitions:
+                    partition.close()
+                self._gone.setdefault(name, []).extend(topic.partitions)
+                topic = None
+            if rows is None:
+                continue
+            if topic is None:
+                config = log_config_for_topic(self._default_config, rows.info.configs)
+                topic = self._topics[name] = TopicEntry(rows.info, config, [])
+            elif topic.info.configs != rows.info.configs:
+                topic.info.configs = rows.info.configs
+                topic.config = log_config_for_topic(self._default_config, rows.info.configs)
+                for partition in topic.partitions:
+                    partition.update_config(topic.config)
+            for index in range(len(topic.partitions), len(rows.partitions)):
+                pid, state = rows.partitions[index]
+                topic.partitions.append(PgPartition(
+                    self._db, self._workers, pid, self._where(name, index), topic.config,
+                    self._clock, state, self._cluster.joined))
+            topic.info.num_partitions = len(topic.partitions)
+
+    def refresh(self) -> Refreshed:
+        """One read of the change counters; the topics again when they moved."""
+        if self._closed:
+            return NOTHING_CHANGED
+        with self._db.tx() as conn:
+            version, kv_version = pg_changes.counters(conn)
+        seen_version, seen_kv = self._seen
+        if version != seen_version:
+            version, kv_version = self._load()
+        self._seen = version, kv_version
+        with self._lock:
+            gone, self._gone = self._gone, {}
+        if not gone and kv_version == seen_kv:
+            return NOTHING_CHANGED
+        return Refreshed(gone, kv_version != seen_kv)
+
+    def _look_up(self, name: str) -> None:
+        """Take in the database's rows of topic ``name`` (a cache miss); a database that
+        cannot answer leaves the cache as it is (the caller finds the topic unknown, a
+        retriable answer, and the refresh loop reports the database)."""
+        if self._closed:
+            return
+        try:
+            snapshot = self._snapshot(name)
+        except (DatabaseUnavailable, LogClosed):
+            return
+        with self._lock:
+            self._apply(snapshot, (name,))
+
+    def topic(self, name: str) -> TopicInfo | None:
+        found = super().topic(name)
+        if found is None:
+            self._look_up(name)
+            found = super().topic(name)
+        return found
+
+    def partition(self, name: str, partition: int) -> PgPartition | None:
+        found = super().partition(name, partition)
+        if found is None:
+            self._look_up(name)
+            found = super().partition(name, partition)
+        return found
+
+    def add_partitions(self, name: str, new_total: int) -> TopicInfo:
+        self._look_up(name)  # grow from the count another broker may have set meanwhile
+        return super().add_partitions(name, new_total)
 
     def _where(self, name: str, partition: int) -> str:
         return f"{self._url}#{name}/{partition}"
@@ -522,6 +638,10 @@ class PgStorage(FilelessStorage[PgPartition]):
     def disk_usage(self) -> DiskUsage:
         return DiskUsage(-1, -1)  # the database's volume is not ours to see: "unknown"
 
+    def _changed(self, conn: Conn, name: str) -> None:
+        """Count a change of topic ``name`` in its transaction (lock held)."""
+        self._versions[name] = pg_changes.bump(conn, pg_changes.TOPICS)
+
     def _insert_partitions(self, conn: Conn, name: str, first: int, last: int,
                            config: LogConfig) -> list[PgPartition]:
         now = self._clock()
@@ -539,14 +659,17 @@ class PgStorage(FilelessStorage[PgPartition]):
 
     def _store_topic(self, info: TopicInfo, config: LogConfig) -> list[PgPartition]:
         with self._db.tx() as conn:
-            conn.execute("INSERT INTO edge_topics VALUES (%s, %s, %s, %s)",
-                         (info.name, info.topic_id, info.num_partitions,
-                          json.dumps(info.configs)))
+            if conn.execute("INSERT INTO edge_topics VALUES (%s, %s, %s, %s) ON CONFLICT"
+                            " DO NOTHING", (info.name, info.topic_id, info.num_partitions,
+                                            json.dumps(info.configs))).rowcount != 1:
+                raise TopicExists(info.name)  # created through another broker meanwhile
+            self._changed(conn, info.name)
             return self._insert_partitions(conn, info.name, 0, info.num_partitions, config)
 
     def _store_deletion(self, name: str) -> None:
         with self._db.tx() as conn:
             conn.execute("DELETE FROM edge_topics WHERE name = %s", (name,))
+            self._changed(conn, name)
 
     def _store_growth(self, name: str, current: int, new_total: int,
                       config: LogConfig) -> list[PgPartition]:
@@ -554,18 +677,22 @@ class PgStorage(FilelessStorage[PgPartition]):
             added = self._insert_partitions(conn, name, current, new_total, config)
             conn.execute("UPDATE edge_topics SET num_partitions = %s WHERE name = %s",
                          (new_total, name))
+            self._changed(conn, name)
         return added
 
     def _store_configs(self, name: str, configs: dict[str, str]) -> None:
         with self._db.tx() as conn:
             conn.execute("UPDATE edge_topics SET configs = %s WHERE name = %s",
                          (json.dumps(configs), name))
+            self._changed(conn, name)
 
     def _release(self) -> list[str]:
         for worker in self._workers:
             worker.close()
         try:
-            self._db.close(drop=self._drop_at_close)
+            # the schema this failed start created goes, unless another broker uses it now
+            drop = self._drop_at_close and not self._cluster.others_present()
+            self._db.close(drop=drop)
         except psycopg.Error as exc:
             return [f"closing {self._url}: {unavailable(exc).strerror}"]
         return []

@@ -9,8 +9,8 @@ module that implements these and registers its URL scheme in ``engines``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from .cluster import ClusterStore
@@ -40,6 +40,14 @@ class KeyValueStore(Protocol):
         """Replace the value under ``key`` atomically: a reader sees the old value or the
         new one. ``durable`` waits until the value survives a power loss. Raises OSError
         when it cannot be stored, LogClosed when the area's partition is gone."""
+        ...
+
+    def compare_and_set(self, key: str, expected: bytes | None, value: bytes) -> bool:
+        """Store ``value`` under ``key`` (durably) only if the value there is ``expected``
+        (None: no value); return whether it was stored. Atomic against every other
+        ``compare_and_set`` of the key by any broker sharing the storage, so a
+        read-modify-write loop over it never loses an update (producer-id blocks, the
+        cluster id, ACLs). Raises as :meth:`put`."""
         ...
 
 
@@ -123,6 +131,20 @@ class GroupCommitted(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Refreshed:
+    """What other brokers sharing the storage changed since the last ``refresh``."""
+
+    gone: Mapping[str, Sequence[PartitionStore]] = field(default_factory=dict)
+    """Topics dropped from this broker's view (deleted, or deleted and created again under
+    the same name), with the partition stores they had (now closed)."""
+    kv_changed: bool = False
+    """Whether a value of the storage's key-value area (``Storage.kv``) may have changed."""
+
+
+NOTHING_CHANGED = Refreshed()
+
+
 class Storage(Protocol):
     """The topics of one broker and the partition store of each, plus a key-value area."""
 
@@ -166,6 +188,13 @@ class Storage(Protocol):
     def all_partitions(self) -> Iterator[tuple[str, int, PartitionStore]]: ...
 
     def enforce_retention(self) -> int: ...
+
+    def refresh(self) -> Refreshed:
+        """Take in what other brokers sharing the storage changed (topics created, deleted,
+        grown or reconfigured; key-value writes). Call it every fraction of a second; it
+        is cheap when nothing changed, and a no-op on engines one process owns (file,
+        memory). Raises OSError while the storage cannot be read."""
+        ...
 
     def close(self) -> list[str]:
         """Close every partition; the problems, one line each (the rest still closed)."""

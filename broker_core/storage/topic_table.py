@@ -12,6 +12,7 @@ from typing import Generic, Protocol, TypeVar
 from .config import LogConfig, log_config_for_topic
 from .errors import LogClosed, TopicExists, UnknownTopic
 from .model import TopicInfo, check_no_nesting, topic_name_parts
+from .protocols import NOTHING_CHANGED, Refreshed
 
 
 class _Partition(Protocol):
@@ -67,6 +68,10 @@ class TopicTable(Generic[P]):
     def partition_keys(self) -> list[tuple[str, int]]:
         """(topic name, partition) of every partition."""
         return [(name, index) for name, index, _ in self.all_partitions()]
+
+    def refresh(self) -> Refreshed:
+        """Nothing to take in: one process owns this engine (the shared one overrides it)."""
+        return NOTHING_CHANGED
 
     def enforce_retention(self) -> int:
         """Apply retention to every partition; returns the number of segments dropped."""

@@ -1,5 +1,9 @@
-"""Producer ids, handed out from blocks whose end is persisted before any id of the block
-is used, so no id is ever given twice, even after a crash."""
+"""Producer ids, handed out from blocks claimed in the storage's key-value area.
+
+The entry records the first id of the next block. A block is claimed by moving that entry
+past it with ``compare_and_set`` before any id of the block is used, so no id is ever
+given twice: not after a crash, and not by two brokers sharing the storage (the loser of
+a race claims the next block)."""
 
 from __future__ import annotations
 
@@ -13,22 +17,27 @@ KEY = "producer-ids.json"
 
 
 class ProducerIdAllocator:
-    """Allocates producer ids; the key-value entry records the first id of the next block."""
+    """Allocates producer ids from a block claimed in the key-value area."""
 
     def __init__(self, kv: KeyValueStore, block_size: int = BLOCK_SIZE) -> None:
         self.kv = kv
         self.block_size = block_size
-        stored = kv.get(KEY)
-        start = int(json.loads(stored)["nextBlockStart"]) if stored is not None else 0
-        self._next = start
-        self._block_end = start
+        self._next = self._block_end = 0  # no block yet: the first allocation claims one
+
+    def _claim_block(self) -> None:
+        while True:
+            stored = self.kv.get(KEY)
+            start = int(json.loads(stored)["nextBlockStart"]) if stored is not None else 0
+            end = start + self.block_size
+            if self.kv.compare_and_set(KEY, stored,
+                                       json.dumps({"nextBlockStart": end}).encode()):
+                self._next, self._block_end = start, end
+                return
 
     def allocate(self) -> int:
-        """A producer id never handed out before."""
+        """A producer id never handed out before (by any broker sharing the storage)."""
         if self._next >= self._block_end:
-            block_end = self._next + self.block_size
-            self.kv.put(KEY, json.dumps({"nextBlockStart": block_end}).encode())
-            self._block_end = block_end
+            self._claim_block()
         allocated = self._next
         self._next += 1
         return allocated

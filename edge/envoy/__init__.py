@@ -6,7 +6,9 @@ listener and adds TLS termination, SNI routing, source-CIDR rules, connection li
 connection rate limits and access logs.  The modules:
 
 ``model``       the plan: brokers to front (:class:`BrokerRoute`) and edge options
-``brokers``     where brokers come from: a broker config, ``ID=ADV@INTERNAL`` specs, a file
+``brokers``     where brokers come from: a broker config, ``ID=ADV@INTERNAL`` specs, a file,
+                the records of a cluster's registry
+``registry``    the live brokers of a cluster's database, read only, with a fingerprint
 ``source``      those inputs, re-readable, with a fingerprint of the watched files
 ``filters``     network filters and access logs
 ``contrib``     the contrib ``kafka_broker`` filter message (absent from ``xds-protos``)

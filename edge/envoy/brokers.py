@@ -1,4 +1,5 @@
-"""Where the brokers behind Envoy come from: a broker config, route specs, a brokers file.
+"""Where the brokers behind Envoy come from: a broker config, route specs, a brokers file,
+the cluster registry.
 
 * A broker configuration (``--config``/``--set``, the broker's own keys) describes *this*
   broker: its ``brokerId``, and one listener (the first, or one named) whose advertised
@@ -6,17 +7,20 @@
 * ``ID=ADVERTISED_HOST:PORT@INTERNAL_HOST:PORT`` specs describe other brokers.
 * A brokers file holds such specs, one per line; blank lines and ``#`` comments are
   skipped.  The ADS server watches it.
+* The registry of a cluster (the brokers registered in their shared database) gives every
+  live broker, each through its listener of one name, read the same way as a config's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from broker_core.storage.cluster import BrokerRecord
 from edge.config import BrokerConfig
 from edge.envoy.model import BrokerRoute, EnvoyConfigError
 
-__all__ = ["local_broker", "read_brokers_file", "routes_from_specs"]
+__all__ = ["local_broker", "read_brokers_file", "routes_from_registry", "routes_from_specs"]
 
 _LOOPBACK_FOR = {"0.0.0.0": "127.0.0.1", "::": "::1"}
 
@@ -29,15 +33,7 @@ def local_broker(config: BrokerConfig, listener_name: str | None = None) -> Brok
     host as the broker); describe the broker with a spec otherwise.
     """
     specs = config.listener_specs()
-    if listener_name is None:
-        spec = specs[0]
-    else:
-        wanted = listener_name.upper()
-        found = [s for s in specs if s.name == wanted]
-        if not found:
-            names = ", ".join(s.name for s in specs)
-            raise EnvoyConfigError(f"no broker listener named {listener_name!r} (have {names})")
-        spec = found[0]
+    spec = specs[_listener_index([s.name for s in specs], listener_name, "this broker")]
     if spec.port == 0:
         raise EnvoyConfigError(
             f"listener {spec.name}: port 0 cannot be proxied; give the listener a fixed port"
@@ -47,9 +43,35 @@ def local_broker(config: BrokerConfig, listener_name: str | None = None) -> Brok
             f"listener {spec.name}: set kafkaAdvertisedListeners to Envoy's address for it"
             f" (it advertises its own bind address {spec.bind_address})"
         )
-    internal_host = _LOOPBACK_FOR.get(spec.host, spec.host)
     return BrokerRoute(config.broker_id, spec.advertised_host, spec.advertised_port,
-                       internal_host, spec.port)
+                       _LOOPBACK_FOR.get(spec.host, spec.host), spec.port)
+
+
+def routes_from_registry(records: Iterable[BrokerRecord],
+                         listener_name: str | None = None) -> list[BrokerRoute]:
+    """A route for each registered broker, through its listener ``listener_name`` (or its
+    first): the advertised address is Envoy's, the bound one where Envoy forwards (a
+    wildcard bind host is reached on loopback, as in :func:`local_broker`)."""
+    routes = []
+    for record in records:
+        names = [a.name for a in record.listeners]
+        address = record.listeners[_listener_index(names, listener_name,
+                                                   f"broker {record.broker_id}")]
+        routes.append(BrokerRoute(record.broker_id, address.host, address.port,
+                                  _LOOPBACK_FOR.get(address.bind_host, address.bind_host),
+                                  address.bind_port))
+    return routes
+
+
+def _listener_index(names: Sequence[str], wanted: str | None, whose: str) -> int:
+    """The position of the listener called ``wanted`` (any case) among ``names``, or 0."""
+    if wanted is None and names:
+        return 0
+    upper = (wanted or "").upper()
+    if upper in names:
+        return names.index(upper)
+    have = ", ".join(names) or "none"
+    raise EnvoyConfigError(f"no listener named {wanted!r} on {whose} (it has {have})")
 
 
 def routes_from_specs(specs: Iterable[str]) -> list[BrokerRoute]:

@@ -3,7 +3,8 @@
 ``envoy-config`` writes an Envoy bootstrap (YAML): static, with one listener per broker,
 or, with ``--xds HOST:PORT``, dynamic (listeners and clusters from the ADS server).
 ``xds-server`` serves the same listeners and clusters over ADS and pushes a new version
-when the broker config or brokers file changes, on ``SIGHUP`` or on ``POST /reload``.
+when the broker config or brokers file changes, when a broker joins or leaves the registry
+(``--registry``), on ``SIGHUP`` or on ``POST /reload``.
 Both take the broker inputs and edge options of :func:`add_plan_arguments`.
 """
 
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from broker_core.storage.postgres import public_url
 from edge.envoy.contrib import CONTRIB_ONLY
 from edge.envoy.model import (
     AccessLog,
@@ -29,6 +31,7 @@ from edge.envoy.model import (
     TlsTermination,
     parse_host_port,
 )
+from edge.envoy.registry import RegistryBrokers
 from edge.envoy.source import PlanSource
 
 __all__ = [
@@ -44,9 +47,10 @@ __all__ = [
 
 COMMANDS = ("envoy-config", "xds-server")
 
-_PLAN_DESTS = ("config", "overrides", "listener", "brokers", "brokers_file", "listen_host",
-               "tls_cert", "tls_key", "tls_client_ca", "sni", "deny_cidrs", "allow_cidrs",
-               "max_connections", "connection_rate", "access_log", "kafka_broker_filter")
+_PLAN_DESTS = ("config", "overrides", "listener", "brokers", "brokers_file", "registry",
+               "listen_host", "tls_cert", "tls_key", "tls_client_ca", "sni", "deny_cidrs",
+               "allow_cidrs", "max_connections", "connection_rate", "access_log",
+               "kafka_broker_filter")
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,13 +61,17 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     brokers.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                          dest="overrides", help="override one broker setting (repeatable)")
     brokers.add_argument("--listener", metavar="NAME",
-                         help="the broker listener Envoy forwards to (default: the first)")
+                         help="the broker listener Envoy forwards to (default: the first;"
+                         " with --registry, of every broker)")
     brokers.add_argument("--broker", metavar="ID=ADV_HOST:PORT@INTERNAL_HOST:PORT",
                          action="append", default=[], dest="brokers",
                          help="another broker: its id, advertised (Envoy) address and"
                          " internal address (repeatable)")
     brokers.add_argument("--brokers-file", metavar="FILE",
                          help="a file of ID=ADV@INTERNAL lines (watched by xds-server)")
+    brokers.add_argument("--registry", metavar="postgres://USER@HOST:PORT/DB",
+                         help="every live broker registered in this database (the brokers'"
+                         " storageUrl), through its --listener (followed by xds-server)")
     edge = parser.add_argument_group("edge options")
     edge.add_argument("--listen-host", metavar="IP",
                       help="address Envoy binds (default: the advertised host if it is an"
@@ -143,22 +151,33 @@ def _split(values: Sequence[str]) -> list[str]:
 
 
 def source_from_args(args: argparse.Namespace) -> PlanSource:
-    """The plan inputs named on the command line."""
-    return PlanSource(config_path=args.config, overrides=tuple(args.overrides),
-                      listener=args.listener, broker_specs=tuple(args.brokers),
-                      brokers_file=args.brokers_file, options=_options(args))
+    """The plan inputs named on the command line; EnvoyConfigError if they name no broker."""
+    registry = RegistryBrokers(args.registry, args.listener) if args.registry else None
+    source = PlanSource(config_path=args.config, overrides=tuple(args.overrides),
+                        listener=args.listener, broker_specs=tuple(args.brokers),
+                        brokers_file=args.brokers_file, registry=registry,
+                        options=_options(args))
+    if not source.describes_brokers:
+        raise EnvoyConfigError(
+            "describe the brokers: --config/--set, --broker, --brokers-file or --registry")
+    return source
 
 
 def _header(argv: Sequence[str], contrib: bool) -> list[str]:
     shown: list[str] = []
-    skip = False
+    skip = after_registry = False
     for arg in argv:
         if skip:
             skip = False
         elif arg == "--output":
             skip = True
+        elif after_registry:  # a password in the URL stays out of the file
+            shown.append(public_url(arg))
+        elif arg.startswith("--registry="):
+            shown.append("--registry=" + public_url(arg.partition("=")[2]))
         elif not arg.startswith("--output="):
             shown.append(arg)
+        after_registry = arg == "--registry"
     lines = ["Envoy bootstrap generated by edge-broker; regenerate instead of editing:",
              "edge-broker envoy-config " + shlex.join(shown)]
     if contrib:
@@ -190,10 +209,11 @@ def run_envoy_config(args: argparse.Namespace, argv: Sequence[str]) -> int:
             message = dynamic_bootstrap(host, port, args.admin_port, args.node_id)
         else:
             source = source_from_args(args)
-            if not source.describes_brokers:
-                raise EnvoyConfigError(
-                    "describe the brokers: --config/--set, --broker or --brokers-file")
-            message = static_bootstrap(source.load(), args.admin_port, args.node_id)
+            try:
+                message = static_bootstrap(source.load(), args.admin_port, args.node_id)
+            finally:
+                if source.registry is not None:
+                    source.registry.close()
     except EnvoyConfigError as exc:
         print(f"edge-broker envoy-config: {exc}", file=sys.stderr)
         return 2
@@ -217,9 +237,6 @@ def run_xds_server(args: argparse.Namespace) -> int:
                         stream=sys.stderr)
     try:
         source = source_from_args(args)
-        if not source.describes_brokers:
-            raise EnvoyConfigError(
-                "describe the brokers: --config/--set, --broker or --brokers-file")
         server = XdsServer(source, parse_host_port(args.listen, "--listen", allow_zero=True),
                            parse_host_port(args.admin, "--admin", allow_zero=True),
                            args.poll_interval)

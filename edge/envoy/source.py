@@ -1,8 +1,10 @@
-"""The inputs of a plan, re-readable: the broker config, broker specs, a brokers file.
+"""The inputs of a plan, re-readable: the broker config, broker specs, a brokers file, the
+cluster registry.
 
 :class:`PlanSource` turns its inputs into an :class:`EnvoyPlan` on every :meth:`load`
-(so a changed file gives a changed plan) and reports a :meth:`fingerprint` of the files
-it reads (content digests), which the ADS server polls to notice changes.
+(so a changed file or registry gives a changed plan) and reports a :meth:`fingerprint` of
+the files it reads (content digests) and of the registry's live brokers, which the ADS
+server polls to notice changes.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ from pathlib import Path
 from edge.config import ConfigError, load_config
 from edge.envoy.brokers import local_broker, read_brokers_file, routes_from_specs
 from edge.envoy.model import BrokerRoute, EdgeOptions, EnvoyConfigError, EnvoyPlan
+from edge.envoy.registry import RegistryBrokers
 
-__all__ = ["PlanSource"]
+__all__ = ["REGISTRY", "PlanSource"]
+
+REGISTRY = "registry"
+"""The fingerprint entry of the registry."""
 
 
 @dataclass(frozen=True)
@@ -24,7 +30,8 @@ class PlanSource:
     """Where the brokers come from, plus the edge options.
 
     The broker described by ``config_path``/``overrides`` (when either is given) comes
-    first, then ``broker_specs``, then the lines of ``brokers_file``.
+    first, then ``broker_specs``, then the lines of ``brokers_file``, then the live brokers
+    of ``registry``.
     """
 
     config_path: str | None = None
@@ -32,13 +39,14 @@ class PlanSource:
     listener: str | None = None
     broker_specs: tuple[str, ...] = ()
     brokers_file: str | None = None
+    registry: RegistryBrokers | None = field(default=None, compare=False)
     options: EdgeOptions = field(default_factory=EdgeOptions)
 
     @property
     def describes_brokers(self) -> bool:
         """Whether any broker input is given."""
         return bool(self.config_path or self.overrides or self.broker_specs
-                    or self.brokers_file)
+                    or self.brokers_file or self.registry)
 
     def routes(self) -> list[BrokerRoute]:
         """Every broker route, read now."""
@@ -52,6 +60,8 @@ class PlanSource:
         routes += routes_from_specs(self.broker_specs)
         if self.brokers_file is not None:
             routes += read_brokers_file(self.brokers_file)
+        if self.registry is not None:
+            routes += self.registry.routes()
         return routes
 
     def load(self) -> EnvoyPlan:
@@ -67,7 +77,8 @@ class PlanSource:
         return [Path(p) for p in (self.config_path, self.brokers_file) if p is not None]
 
     def fingerprint(self) -> Sequence[tuple[str, str]]:
-        """(path, SHA-256 of the content) of every watched file; "missing" if unreadable."""
+        """(path, SHA-256 of the content) of every watched file ("missing" if unreadable),
+        then (:data:`REGISTRY`, the registry's fingerprint) when there is one."""
         result = []
         for path in self.watched_files():
             try:
@@ -75,4 +86,6 @@ class PlanSource:
             except OSError:
                 digest = "missing"
             result.append((str(path), digest))
+        if self.registry is not None:
+            result.append((REGISTRY, self.registry.fingerprint()))
         return result

@@ -1,10 +1,11 @@
 """The ``edge-broker xds-server`` process: ADS over gRPC, reloads, and a status endpoint.
 
 :class:`XdsServer` serves a :class:`SnapshotStore` built from a :class:`PlanSource`.  It
-reloads the plan when a watched file changes (polled), on ``SIGHUP``, and on
-``POST /reload`` to its HTTP admin endpoint; ``GET /status`` returns JSON with the
-current versions and what each Envoy node accepted or rejected.  A plan that fails to
-load is logged and the last good snapshot keeps serving.
+reloads the plan when a watched file or the registry's live brokers change (polled), on
+``SIGHUP``, and on ``POST /reload`` to its HTTP admin endpoint; ``GET /status`` returns
+JSON with the current versions and what each Envoy node accepted or rejected.  A plan
+that fails to load is logged and the last good snapshot keeps serving; the poll retries
+it, logging again only when the reason changes.
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ from edge.envoy.ads import AdsStatus, AggregatedDiscoveryServicer
 from edge.envoy.model import EnvoyConfigError
 from edge.envoy.resources import clusters, listeners
 from edge.envoy.snapshot import TYPE_NAMES, TYPE_ORDER, SnapshotStore
-from edge.envoy.source import PlanSource
+from edge.envoy.source import REGISTRY, PlanSource
 from listeners.spec import format_host_port
 
 __all__ = ["XdsServer"]
 
 log = logging.getLogger("edge.envoy.xds")
+
+_RETRY = "retry"
+"""The reload reason of a poll that retries a failed reload."""
 
 
 class XdsServer:
@@ -73,7 +77,10 @@ class XdsServer:
         threading.Thread(target=self._poll, name="xds-poll", daemon=True).start()
 
     def reload(self, reason: str, strict: bool = False) -> bool:
-        """Re-read the plan and publish it; on error keep the last snapshot (or raise)."""
+        """Re-read the plan and publish it; on error keep the last snapshot (or raise).
+
+        A failed poll retry (reason :data:`_RETRY`) is logged only if its error is new.
+        """
         with self._reload_lock:
             self._fingerprint = self.source.fingerprint()
             try:
@@ -81,9 +88,10 @@ class XdsServer:
             except EnvoyConfigError as exc:
                 if strict:
                     raise
+                if reason != _RETRY or str(exc) != self.last_error:
+                    log.error("xds: reload (%s) failed, still serving version %s: %s",
+                              reason, self.store.version, exc)
                 self.last_error = str(exc)
-                log.error("xds: reload (%s) failed, still serving version %s: %s",
-                          reason, self.store.version, exc)
                 return False
             self.last_error = None
             new_listeners = listeners(plan) if plan is not None else []
@@ -101,8 +109,12 @@ class XdsServer:
 
     def _poll(self) -> None:
         while not self._stopped.wait(self.poll_interval):
-            if self.source.fingerprint() != self._fingerprint:
-                self.reload("file changed")
+            now, then = dict(self.source.fingerprint()), dict(self._fingerprint)
+            changed = [key for key in now.keys() | then.keys() if now.get(key) != then.get(key)]
+            if changed:
+                self.reload("registry changed" if changed == [REGISTRY] else "file changed")
+            elif self.last_error is not None:
+                self.reload(_RETRY)
 
     def status_dict(self) -> dict[str, Any]:
         """Versions served, the last reload error, and every node's ACK/NACK state."""
@@ -122,6 +134,8 @@ class XdsServer:
         self._admin.shutdown()
         self._admin.server_close()
         self._grpc.stop(grace).wait(grace + 1)
+        if self.source.registry is not None:
+            self.source.registry.close()
 
 
 def _admin_handler(server: XdsServer) -> type[BaseHTTPRequestHandler]:

@@ -1,0 +1,89 @@
+"""Several real broker processes on one real PostgreSQL database: a cluster for tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from tests.broker_process import BrokerProcess
+from tests.postgres_server import shared_server
+
+FAST_FAILOVER = {"brokerSessionTimeoutMs": "2000", "brokerHeartbeatIntervalMs": "250"}
+"""Membership settings that make a dead broker's partitions move in about two seconds."""
+
+
+class Cluster:
+    """Brokers 0..n-1 sharing one database; each on its own port."""
+
+    def __init__(self, root: Path, size: int, settings: dict[str, str] | None = None) -> None:
+        self.url = shared_server().new_database_url()
+        self.root = root
+        self.settings = {"storageUrl": self.url, **FAST_FAILOVER, **(settings or {})}
+        self.brokers = [self._broker(i) for i in range(size)]
+
+    def _broker(self, broker_id: int) -> BrokerProcess:
+        return BrokerProcess(self.root / f"b{broker_id}",
+                             {**self.settings, "brokerId": str(broker_id)})
+
+    def start(self) -> Cluster:
+        for broker in self.brokers:
+            broker.start()
+        self.wait_for_members(len(self.brokers))
+        return self
+
+    def restart(self, broker_id: int) -> BrokerProcess:
+        """Start broker ``broker_id`` again (on a new port)."""
+        self.brokers[broker_id] = self._broker(broker_id).start()
+        return self.brokers[broker_id]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers if b.alive())
+
+    def live_ids(self, via: BrokerProcess | None = None) -> set[int]:
+        """The broker ids Metadata lists, asked through ``via`` (default: any live one)."""
+        target = via or next(b for b in self.brokers if b.alive())
+        admin = AdminClient({"bootstrap.servers": target.bootstrap})
+        return set(admin.list_topics(timeout=10).brokers)
+
+    def wait_for_members(self, count: int, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if all(len(self.live_ids(b)) == count for b in self.brokers if b.alive()):
+                    return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the cluster never showed {count} brokers")
+            time.sleep(0.2)
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        """partition -> leader id, as Metadata tells."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        found = admin.list_topics(topic, timeout=10).topics[topic]
+        return {p: meta.leader for p, meta in found.partitions.items()}
+
+    def by_id(self, broker_id: int) -> BrokerProcess:
+        return self.brokers[broker_id]
+
+    def stop(self) -> None:
+        for broker in self.brokers:
+            if broker.alive():
+                broker.stop()
+
+
+@contextmanager
+def running_cluster(root: Path, size: int = 3,
+                    settings: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """A started cluster, stopped at the end."""
+    cluster = Cluster(root, size, settings)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()

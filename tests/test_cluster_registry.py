@@ -1,0 +1,123 @@
+"""The registry in PostgreSQL, two brokers' storages on one database, no broker process:
+leases, claims, hand-overs and fencing, step by step (no timing races)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from broker_core.cluster.placement import assign
+from broker_core.storage import LogConfig, open_storage
+from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress, NotOwner
+from broker_core.storage.postgres import PgStorage
+from tests.postgres_server import shared_server
+from tests.test_storage_engines import make_batch
+
+TOPIC = "public/default/t"
+SHORT_LEASE_MS = 600
+
+
+def record(broker_id: int) -> BrokerRecord:
+    return BrokerRecord(broker_id, f"rack-{broker_id}", (
+        ListenerAddress("PLAINTEXT", "PLAINTEXT", "adv.example", 9092 + broker_id,
+                        "127.0.0.1", 19092 + broker_id),))
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[PgStorage, PgStorage]]:
+    url = shared_server().new_database_url()
+    first = open_storage(url, LogConfig())
+    second = open_storage(url, LogConfig())
+    assert isinstance(first, PgStorage) and isinstance(second, PgStorage)
+    first.create_topic(TOPIC, 2, {})
+    yield first, second
+    first.close()
+    second.close()
+
+
+def append(storage: PgStorage, index: int = 0) -> int:
+    found = storage.partition(TOPIC, index)
+    assert found is not None
+    return found.append(make_batch(1), 0, 1_000)
+
+
+def test_a_broker_id_is_registered_once_while_its_lease_runs(
+        pair: tuple[PgStorage, PgStorage]) -> None:
+    first, second = pair
+    first.cluster.register(record(0), SHORT_LEASE_MS)
+    with pytest.raises(BrokerIdInUse, match="broker id 0"):
+        second.cluster.register(record(0), SHORT_LEASE_MS)
+    second.cluster.register(record(1), SHORT_LEASE_MS)
+    live = second.cluster.view().live
+    assert sorted(live) == [0, 1] and live[0] == record(0)  # listeners and rack kept
+    time.sleep(SHORT_LEASE_MS / 1000 + 0.3)
+    assert second.cluster.view().live == {}  # both leases ran out
+    assert not first.cluster.heartbeat(SHORT_LEASE_MS)  # told it was declared dead
+    second.cluster.register(record(0), SHORT_LEASE_MS)  # the id is free again
+
+
+def test_a_partition_has_one_writer_and_a_late_one_is_fenced(
+        pair: tuple[PgStorage, PgStorage]) -> None:
+    first, second = pair
+    first.cluster.register(record(0), SHORT_LEASE_MS)
+    second.cluster.register(record(1), 60_000)
+    assert first.cluster.claim([(TOPIC, 0)]) == {(TOPIC, 0): 1}
+    assert second.cluster.claim([(TOPIC, 0)]) == {}  # its owner is live
+    with pytest.raises(NotOwner):
+        append(second)  # registered, not the owner: refused before the database
+    assert append(first) == 0
+    time.sleep(SHORT_LEASE_MS / 1000 + 0.3)  # the first broker "pauses" past its lease
+    assert second.cluster.claim([(TOPIC, 0)]) == {(TOPIC, 0): 2}
+    assert append(second) == 1
+    with pytest.raises(NotOwner):  # the paused owner wakes up: its epoch is stale
+        append(first)
+    assert first.cluster.claim([(TOPIC, 0)]) == {}  # and it cannot claim back, its
+    assert second.cluster.view().owners[(TOPIC, 0)].epoch == 2  # lease having run out
+    found = second.partition(TOPIC, 0)
+    assert found is not None and found.next_offset == 2  # nothing of the late write
+
+
+def test_a_hand_over_moves_the_epoch_and_stops_the_giver(
+        pair: tuple[PgStorage, PgStorage]) -> None:
+    first, second = pair
+    first.cluster.register(record(0), 60_000)
+    second.cluster.register(record(1), 60_000)
+    assert first.cluster.claim([(TOPIC, 1)]) == {(TOPIC, 1): 1}
+    first.cluster.drop([(TOPIC, 1)])
+    assert first.cluster.hand_over({(TOPIC, 1): (1, 1)}) == [(TOPIC, 1)]
+    assert second.cluster.view().owners[(TOPIC, 1)].broker_id == 1
+    with pytest.raises(NotOwner):
+        append(first, 1)
+    assert second.cluster.claim([(TOPIC, 1)]) == {(TOPIC, 1): 3}  # handed here: adopted
+    assert append(second, 1) == 0
+    assert first.cluster.hand_over({(TOPIC, 1): (1, 0)}) == []  # a stale epoch moves nothing
+
+
+def test_placement_is_balanced_and_moves_little() -> None:
+    three = assign("tenant/ns/topic", 12, [0, 1, 2])
+    assert sorted(three.count(b) for b in (0, 1, 2)) == [4, 4, 4]
+    assert assign("tenant/ns/topic", 12, [2, 1, 0]) == three  # the same on every broker
+    two = assign("tenant/ns/topic", 12, [0, 2])
+    kept = sum(1 for before, after in zip(three, two, strict=True)
+               if before != 1 and before == after)
+    assert kept >= 6, (three, two)  # most partitions of live brokers stay where they were
+    assert sorted(two.count(b) for b in (0, 2)) == [6, 6]
+
+
+def test_a_failed_first_start_leaves_a_schema_another_broker_uses() -> None:
+    url = shared_server().new_database_url()
+    creator = open_storage(url, LogConfig())  # creates the schema, then fails to start
+    peer = open_storage(url, LogConfig())
+    assert isinstance(peer, PgStorage)
+    peer.cluster.register(record(1), 60_000)
+    creator.discard_created()
+    assert sorted(peer.cluster.view().live) == [1]  # the tables are still there
+    peer.close()
+    other_url = shared_server().new_database_url()
+    alone = open_storage(other_url, LogConfig())
+    alone.discard_created()  # nobody else: the schema it created goes
+    with psycopg.connect(other_url) as conn:
+        assert conn.execute("SELECT to_regclass('edge_topics')").fetchone() == (None,)
