@@ -89,14 +89,17 @@ class PgKeyValues:
     that the other brokers sharing the database read them again."""
 
     def __init__(self, db: Database, scope: int | None, check: Callable[[], None],
-                 epoch: Callable[[], int | None] | None = None) -> None:
+                 epoch: Callable[[], int | None] | None = None,
+                 before_read: Callable[[], None] | None = None) -> None:
         self._db = db
         self._scope = scope
         self._check = check
         self._epoch = epoch
+        self._before_read = before_read or check
+        """Run before a read (a partition's: its row reloaded if stale)."""
 
     def get(self, key: str) -> bytes | None:
-        self._check()
+        self._before_read()
         with self._db.tx() as conn:
             if self._scope is None:
                 row = conn.execute("SELECT value FROM edge_kv WHERE key = %s", (key,)).fetchone()
@@ -177,7 +180,8 @@ class PgPartition(FilelessPartition):
         self._opened_next = self._next
         self._epoch: int | None = None
         """The ownership epoch this broker writes at; None: not owned here."""
-        self._state = PgKeyValues(db, pid, self._check_current, self._owned_epoch)
+        self._state = PgKeyValues(db, pid, self._check_open, self._owned_epoch,
+                                  self._check_current)
 
     _ROW = ("log_start, next_offset, size_bytes, segment_base, segment_size,"
             " segment_created_ms, owner_epoch")
@@ -192,9 +196,10 @@ class PgPartition(FilelessPartition):
         self._stale = False
 
     def _check_current(self) -> None:
-        """Open, and the cached row reloaded if stale: the producer state is rebuilt (its
-        snapshot read first) against what is stored, so a commit whose reply was lost
-        counts (a retry of its batch is a duplicate)."""
+        """Open, and the cached row reloaded if stale (before a read of the key-value
+        area): the producer state is rebuilt (its snapshot read first) against what is
+        stored, so a commit whose reply was lost counts (a retry of its batch is a
+        duplicate)."""
         with self._lock:
             self._check_open()
             with contextlib.suppress(NotOwner):  # reloaded all the same
