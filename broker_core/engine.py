@@ -37,10 +37,11 @@ from broker_core.record_check import check_records
 from broker_core.storage import (
     PartitionStore,
     Storage,
+    StorageError,
     TopicExists,
     TopicInfo,
 )
-from broker_core.storage.cluster import BrokerRecord, TopicPartition
+from broker_core.storage.cluster import BrokerRecord, MarkerRequest, TopicPartition
 from broker_core.storage_faults import WriteFaults, WriteKind
 from broker_core.system_topics import SystemTopic
 from broker_core.topic_configs import effective_config
@@ -148,6 +149,7 @@ class Engine:
             self.write_marker, self.groups)
         self.transaction_check: Callable[[int, int, str, int], None] | None = (
             self.transactions.verify_produce)
+        logs.cluster.begin()  # from now on only claimed partitions are written
         self.cluster = ClusterService(logs.cluster, BrokerRecord(config.broker_id, None, ()),
                                       config.cluster, logs.topics)
         self.groups.acquire = self.transactions.acquire = self._acquire
@@ -155,7 +157,8 @@ class Engine:
         self.cluster.on_lost(self._lost)
         self.markers = MarkerRelay(logs.cluster, lambda key: key in self.cluster.owned,
                                    lambda key: self.logs.partition(*key) is not None,
-                                   self._write_own_marker)
+                                   self._write_own_marker, self._end_own_group_txn)
+        self.transactions.end_group_txn = self.end_group_txn
 
     def start(self) -> None:
         """Start background work: periodic fsync and retention."""
@@ -257,7 +260,7 @@ class Engine:
         problems: list[str] = []
         if self._retention is not None:
             self._retention.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._retention
         self._stopping.set()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
@@ -323,7 +326,11 @@ class Engine:
         interval = self.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            removed = self.logs.enforce_retention()
+            try:
+                removed = self.logs.enforce_retention()
+            except (StorageError, OSError) as exc:  # the database is away: next round
+                log.warning("retention could not run: %s", exc)
+                continue
             if removed:
                 log.info("retention removed %d ledgers", removed)
 
@@ -585,10 +592,39 @@ class Engine:
                      commit: bool) -> asyncio.Future[None] | None:
         """Write a transaction marker into a partition (through its owner when that is
         another broker); return what to await before the marker counts as written."""
-        if self.logs.cluster.shared and self.logs.partition(internal, index) is not None \
-                and self.serves(internal, index) is None:
-            return self.markers.request(internal, index, producer_id, epoch, commit)
-        return self._write_own_marker(internal, index, producer_id, epoch, commit)
+        try:
+            if self.logs.cluster.shared and self.logs.partition(internal, index) is not None \
+                    and self.serves(internal, index) is None:
+                return self.markers.request(
+                    MarkerRequest(internal, index, producer_id, epoch, commit))
+            return self._write_own_marker(internal, index, producer_id, epoch, commit)
+        except (StorageError, OSError) as exc:  # the database is away: tried again later
+            raise KafkaApiError(ErrorCode.NOT_COORDINATOR,
+                                f"cannot write a marker to {internal}-{index}: {exc}") from None
+
+    async def end_group_txn(self, topic: str, group_id: str, producer_id: int,
+                            commit: bool) -> None:
+        """End a transaction's pending offsets of a group: here when this broker coordinates
+        the group, through the group's coordinator otherwise (NOT_COORDINATOR when the
+        database cannot take the request: the transaction coordinator tries again)."""
+        partition = self.groups.place(topic, group_id)
+        try:
+            if self.logs.cluster.shared and self.serves(topic, partition) is None:
+                await self.markers.request(MarkerRequest(topic, partition, producer_id, -1,
+                                                         commit, group_id))
+                return
+        except (StorageError, OSError) as exc:
+            raise KafkaApiError(ErrorCode.NOT_COORDINATOR,
+                                f"cannot end the offsets of group {group_id}: {exc}") from None
+        await self.groups.complete_txn(topic, group_id, producer_id, commit)
+
+    async def _end_own_group_txn(self, topic: str, group_id: str, producer_id: int,
+                                 commit: bool) -> bool:
+        """The relay's side of :meth:`end_group_txn`, once the group's partition is loaded."""
+        if self.groups.serving_error(topic, group_id) != ErrorCode.NONE:
+            return False
+        await self.groups.complete_txn(topic, group_id, producer_id, commit)
+        return True
 
     def _write_own_marker(self, internal: str, index: int, producer_id: int, epoch: int,
                           commit: bool) -> asyncio.Future[None] | None:

@@ -22,6 +22,7 @@ from broker_core.appends import AppendPath
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.ownership import coordinator_partition
 from broker_core.storage import PartitionStore, Storage, TopicExists
+from broker_core.storage.cluster import NotOwner
 from broker_core.storage_faults import WriteKind
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,8 @@ class SystemTopic:
         except KafkaApiError:  # a full disk (logged): compact again at the next write
             self._written[(topic, partition)] = self.compaction_bytes
             return
+        except NotOwner:  # another broker took the partition: it compacts from now on
+            return
         except OSError as exc:
             self.faults.failed(exc, f"the compaction of {topic}-{partition}",
                                WriteKind.COORDINATOR)
@@ -229,6 +232,14 @@ class StateCoordinator(ABC):
             return error.code
         return ErrorCode.NONE
 
+    def coordinates(self, topic: str, key: str) -> bool:
+        """Whether this broker owns (or can take now) the partition holding ``key``."""
+        try:
+            partition = self.place(topic, key)
+        except KafkaApiError:
+            return False
+        return self.acquire(topic, partition, self._partitions[topic]) is not None
+
     def load_partition(self, topic: str, partition: int) -> None:
         """This broker owns ``partition`` of ``topic`` now: replay it (at once when empty)."""
         key = (topic, partition)
@@ -271,6 +282,8 @@ class StateCoordinator(ABC):
                 await self.periodic(int(time.time() * 1000))
             except KafkaApiError:  # a write failed (a full disk, logged once): next round
                 continue
+            except Exception:  # never stop the duty: the next round tries again
+                log.exception("%s: the periodic duty failed", self.store.suffix)
 
     @abstractmethod
     def replay(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:

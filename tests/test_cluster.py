@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from tests.cluster_helpers import Cluster, running_cluster
@@ -205,3 +206,59 @@ def test_a_paused_owner_cannot_write_after_takeover(tmp_path: Path, topic_name: 
         message = consumer.poll(1)
         consumer.close()
         assert values == [b"new owner"] and message is None
+
+
+def coordinator_of(port: int, key: str, key_type: int) -> int:
+    """The broker FindCoordinator names for a group (0) or transactional id (1)."""
+    conn = RawConnection(port)
+    try:
+        answer = conn.call(FindCoordinatorRequest[1](key=key, key_type=key_type), 1,
+                           FindCoordinatorResponse)
+    finally:
+        conn.close()
+    assert answer.error_code == 0, answer
+    return int(answer.node_id)
+
+
+def test_offsets_sent_to_a_transaction_whose_group_is_on_another_broker(
+        cluster: Cluster, topic_name: str) -> None:
+    """Consume-transform-produce with the group coordinated by one broker and the
+    transaction by another: the commit settles the group's offsets there."""
+    create(cluster.bootstrap, topic_name)
+    port = cluster.brokers[0].port
+    txn_id = f"tx-{topic_name}"
+    txn_node = coordinator_of(port, txn_id, 1)
+    for _ in range(5):  # the group keeps its coordinator until a broker dies: fine to probe
+        group = f"g-{topic_name}-{time.monotonic_ns()}"
+        if coordinator_of(port, group, 0) != txn_node:
+            break
+    else:
+        raise AssertionError("every group probed had the transaction's coordinator")
+    source = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(PARTITIONS):
+        source.produce(topic_name, value=f"in{i}".encode(), partition=i)
+    assert source.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic_name])
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < PARTITIONS and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            seen += 1
+    assert seen == PARTITIONS
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic_name, value=b"out", partition=0)
+    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                         consumer.consumer_group_metadata(), 30)
+    producer.commit_transaction(30)
+    consumer.close()
+    reader = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    committed = reader.committed([TopicPartition(topic_name, p) for p in range(PARTITIONS)],
+                                 timeout=30)
+    reader.close()
+    assert sorted((c.partition, c.offset) for c in committed) == \
+        [(p, 1) for p in range(PARTITIONS)]

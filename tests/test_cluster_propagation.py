@@ -30,7 +30,7 @@ from kafka.protocol.admin import (
 )
 
 from broker_core.storage import LogClosed, LogConfig, Storage, TopicExists, open_storage
-from broker_core.storage.cluster import NotOwner
+from broker_core.storage.cluster import BrokerRecord, NotOwner
 from broker_core.storage.postgres import PgStorage
 from edge.app import cluster_id
 from tests.broker_process import BrokerProcess
@@ -155,13 +155,14 @@ def test_key_value_writes_are_reported_to_the_other_storage(
 
 def test_a_partitions_compare_and_set_is_fenced_like_its_put(
         two: tuple[PgStorage, PgStorage]) -> None:
-    a, _b = two
+    a, b = two
     a.create_topic(TOPIC, 1, {})
     log = a.partition(TOPIC, 0)
     assert log is not None
     log.fence(0)  # the epoch the partition row holds: never claimed
     assert log.state.compare_and_set("claim", None, b"one")
-    log.fence(7)  # an epoch the row does not hold: another broker took the partition
+    b.cluster.register(BrokerRecord(1, None, ()), 60_000)  # another broker takes it
+    assert b.cluster.claim([(TOPIC, 0)]) == {(TOPIC, 0): 1}
     with pytest.raises(NotOwner):
         log.state.compare_and_set("claim", b"one", b"two")
     with pytest.raises(NotOwner):

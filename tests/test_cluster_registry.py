@@ -121,3 +121,19 @@ def test_a_failed_first_start_leaves_a_schema_another_broker_uses() -> None:
     alone.discard_created()  # nobody else: the schema it created goes
     with psycopg.connect(other_url) as conn:
         assert conn.execute("SELECT to_regclass('edge_topics')").fetchone() == (None,)
+
+
+def test_a_broker_taking_a_partition_over_sees_what_its_owner_wrote(
+        pair: tuple[PgStorage, PgStorage]) -> None:
+    first, second = pair
+    second.partition(TOPIC, 0)  # cached before the first broker writes
+    first.cluster.register(record(0), SHORT_LEASE_MS)
+    second.cluster.register(record(1), 60_000)
+    first.cluster.claim([(TOPIC, 0)])
+    assert [append(first) for _ in range(3)] == [0, 1, 2]
+    time.sleep(SHORT_LEASE_MS / 1000 + 0.3)
+    assert second.cluster.claim([(TOPIC, 0)]) == {(TOPIC, 0): 2}
+    found = second.partition(TOPIC, 0)
+    assert found is not None and found.next_offset == 3
+    assert [info.base_offset for info in found.batches_from(0)] == [0, 1, 2]
+    assert append(second) == 3

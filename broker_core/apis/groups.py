@@ -33,12 +33,16 @@ def group_allowed(engine: Engine, ctx: RequestContext, operation: Operation,
 
 
 def group_error(engine: Engine, ctx: RequestContext, group_id: str,
-                operation: Operation = Operation.READ) -> ErrorCode:
-    """The error that stops a request for ``group_id`` before the coordinator sees it."""
+                operation: Operation = Operation.READ, coordinated_here: bool = True
+                ) -> ErrorCode:
+    """The error that stops a request for ``group_id`` before the coordinator sees it
+    (without ``coordinated_here``: only authorization and the id's validity)."""
     if not group_allowed(engine, ctx, operation, group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED
     if not group_id or len(group_id) > engine.config.groups.group_id_max_length:
         return ErrorCode.INVALID_GROUP_ID
+    if not coordinated_here:
+        return ErrorCode.NONE
     return engine.groups.check(engine.offsets_topic(ctx), engine.scoped_id(ctx, group_id))
 
 

@@ -11,6 +11,7 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import OffsetOutOfRange
+from broker_core.storage.cluster import NotOwner
 from broker_core.storage_faults import WriteKind
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,8 @@ def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: int,
             low = partition.delete_records_before(offset)
     except OffsetOutOfRange as exc:
         raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc)) from exc
+    except NotOwner as exc:  # another broker took the partition meanwhile
+        raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, str(exc)) from exc
     log.info("log start offset of %s-%d is now %d", internal, index, low)
     return low
 

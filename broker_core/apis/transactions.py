@@ -38,10 +38,15 @@ def _fenced_code(code: ErrorCode, version: int, first_version: int) -> ErrorCode
     return code
 
 
-def _txn_error(engine: Engine, ctx: RequestContext, transactional_id: str) -> ErrorCode:
+def _txn_error(engine: Engine, ctx: RequestContext, transactional_id: str,
+               coordinated_here: bool = True) -> ErrorCode:
+    """Why the caller may not act on the transactional id (authorization), or, with
+    ``coordinated_here``, why this broker cannot coordinate it now."""
     if not engine.authorizer.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                        transactional_id):
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if not coordinated_here:
+        return ErrorCode.NONE
     return engine.transactions.check(engine.txn_topic(ctx),
                                      engine.scoped_id(ctx, transactional_id))
 
@@ -153,8 +158,8 @@ async def handle_add_offsets_to_txn(engine: Engine, ctx: RequestContext, request
     """Add a consumer group to a transaction."""
     version: int = request.version
     code = _txn_error(engine, ctx, request.transactional_id)
-    if code == ErrorCode.NONE:
-        code = group_error(engine, ctx, request.group_id)
+    if code == ErrorCode.NONE:  # the group's coordinator may be another broker
+        code = group_error(engine, ctx, request.group_id, coordinated_here=False)
     if code == ErrorCode.NONE:
         code = await _attempt(engine.transactions.add_group(
             engine.txn_topic(ctx), engine.scoped_id(ctx, request.transactional_id),
@@ -190,10 +195,15 @@ async def handle_txn_offset_commit(engine: Engine, ctx: RequestContext, request:
                 part.committed_leader_epoch if version >= 2 else -1, part.committed_metadata))
     offsets_topic = engine.offsets_topic(ctx)
     group_key = engine.scoped_id(ctx, request.group_id)
-    code = _txn_error(engine, ctx, request.transactional_id)
+    txn_topic = engine.txn_topic(ctx)
+    txn_key = engine.scoped_id(ctx, request.transactional_id)
+    # the transaction's coordinator may be another broker: then only it can tell whether
+    # the transaction added the group (as Kafka before KIP-890, not checked here)
+    txn_here = engine.transactions.coordinates(txn_topic, txn_key)
+    code = _txn_error(engine, ctx, request.transactional_id, coordinated_here=txn_here)
     if code == ErrorCode.NONE:
         code = group_error(engine, ctx, request.group_id)
-    if code == ErrorCode.NONE:
+    if code == ErrorCode.NONE and txn_here:
         try:
             engine.transactions.check_offsets(
                 engine.txn_topic(ctx), engine.scoped_id(ctx, request.transactional_id),

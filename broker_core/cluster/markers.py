@@ -4,7 +4,9 @@ Kafka's transaction coordinator sends WriteTxnMarkers to each partition's leader
 brokers share a database, so the coordinator queues the request there
 (:meth:`MarkerRelay.request`, a future that resolves once the marker is written) and the
 partition's owner writes it (:meth:`MarkerRelay.serve`, polled every ``interval_s``) and
-removes the request. Only the owner writes, at its fenced epoch, so the marker lands
+removes the request. The transaction's pending offsets of a consumer group are ended the
+same way by the owner of the group's ``__consumer_offsets`` partition (Kafka writes a marker
+there). Only the owner writes, at its fenced epoch, so the marker lands
 exactly where the partition's producer state expects it; a marker written twice (the owner
 died between writing and removing) ends nothing the second time, as in Kafka.
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from broker_core.errors import KafkaApiError
 from broker_core.storage import StorageError
@@ -26,6 +28,12 @@ from broker_core.storage.cluster import ClusterStore, MarkerRequest, TopicPartit
 log = logging.getLogger(__name__)
 
 WriteMarker = Callable[[str, int, int, int, bool], "asyncio.Future[None] | None"]
+EndGroupTxn = Callable[[str, str, int, bool], Awaitable[bool]]
+"""Ends a producer's pending offsets of a group (topic, group id, producer id, commit);
+False while the group's partition is not ready here (asked again later)."""
+
+_BACKOFF_S = 1.0
+"""The pause after a round that met a database error."""
 
 
 class MarkerRelay:
@@ -33,14 +41,16 @@ class MarkerRelay:
 
     def __init__(self, store: ClusterStore, owned: Callable[[TopicPartition], bool],
                  exists: Callable[[TopicPartition], bool], write: WriteMarker,
-                 interval_s: float = 0.05) -> None:
+                 end_group_txn: EndGroupTxn, interval_s: float = 0.05) -> None:
         self._store = store
         self._owned = owned
         self._exists = exists
         self._write = write
+        self._end_group_txn = end_group_txn
         self._interval_s = interval_s
         self._waiting: dict[int, tuple[TopicPartition, asyncio.Future[None]]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._failing: set[int] = set()
 
     def start(self) -> None:
         """Serve and follow queued markers in the background."""
@@ -57,41 +67,56 @@ class MarkerRelay:
                 waiter.cancel()
         self._waiting.clear()
 
-    def request(self, topic: str, partition: int, producer_id: int, epoch: int,
-                commit: bool) -> asyncio.Future[None]:
-        """Queue a marker for the owner of ``partition``; resolved once it is written."""
-        (marker,) = self._store.request_markers(
-            [MarkerRequest(topic, partition, producer_id, epoch, commit)])
+    def request(self, wanted: MarkerRequest) -> asyncio.Future[None]:
+        """Queue a request for the owner of its partition; resolved once it is done.
+        OSError when the database cannot take it."""
+        (marker,) = self._store.request_markers([wanted])
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting[marker] = ((topic, partition), waiter)
+        self._waiting[marker] = ((wanted.topic, wanted.partition), waiter)
         return waiter
 
     async def _run(self) -> None:
+        pause = self._interval_s
         while True:
-            await asyncio.sleep(self._interval_s)
+            await asyncio.sleep(pause)
             try:
                 await self.serve()
                 self._follow()
-            except (StorageError, OSError) as exc:  # the database is away: next round
+                pause = self._interval_s
+            except (StorageError, OSError) as exc:  # the database is away: back off
                 log.debug("marker relay: %s", exc)
+                pause = _BACKOFF_S
 
     async def serve(self) -> None:
-        """Write the queued markers of partitions this broker owns."""
+        """Carry out the queued requests of partitions this broker owns."""
         done: list[int] = []
-        for marker, wanted in self._store.pending_markers():
-            key = (wanted.topic, wanted.partition)
-            if not self._owned(key):
-                continue
-            try:
-                durable = self._write(wanted.topic, wanted.partition, wanted.producer_id,
-                                      wanted.producer_epoch, wanted.commit)
-                if durable is not None:
-                    await durable
-            except (KafkaApiError, OSError) as exc:  # retried at the next round
-                log.warning("could not write a queued marker to %s-%d: %s", *key, exc)
-                continue
-            done.append(marker)
-        self._store.markers_done(done)
+        try:
+            for marker, wanted in self._store.pending_markers():
+                if self._owned((wanted.topic, wanted.partition)) \
+                        and await self._carry_out(marker, wanted):
+                    done.append(marker)
+        finally:  # what was carried out is never carried out again
+            self._store.markers_done(done)
+
+    async def _carry_out(self, marker: int, wanted: MarkerRequest) -> bool:
+        """Write the marker, or end the group's pending offsets; False to try again later
+        (one warning per request that keeps failing)."""
+        try:
+            if wanted.group_id is not None:
+                return await self._end_group_txn(wanted.topic, wanted.group_id,
+                                                 wanted.producer_id, wanted.commit)
+            durable = self._write(wanted.topic, wanted.partition, wanted.producer_id,
+                                  wanted.producer_epoch, wanted.commit)
+            if durable is not None:
+                await durable
+        except (KafkaApiError, StorageError, OSError) as exc:
+            if marker not in self._failing:
+                self._failing.add(marker)
+                log.warning("could not carry out a queued transaction end on %s-%d (tried "
+                            "again): %s", wanted.topic, wanted.partition, exc)
+            return False
+        self._failing.discard(marker)
+        return True
 
     def _follow(self) -> None:
         """Resolve the futures of this broker's requests that were served."""

@@ -132,8 +132,12 @@ class ClusterService:
         if epoch is not None:
             return epoch
         if time.monotonic() - self._viewed_at >= _ON_DEMAND_REFRESH_S:
-            with contextlib.suppress(StorageError, OSError):
+            try:
                 self._read_view()
+            except (StorageError, OSError):
+                self._viewed_at = time.monotonic()  # not again at once: the loop would stall
+                if self._claims_failing:
+                    return None
         found = self.leader(topic, partition, num_partitions)
         owner = self.view.owners.get(key)
         handed_here = owner is not None and owner.broker_id == self.me.broker_id

@@ -66,13 +66,16 @@ class ClusterView:
 
 @dataclass(frozen=True, slots=True)
 class MarkerRequest:
-    """A transaction coordinator's request that a partition's owner write a marker."""
+    """A transaction coordinator's request that a partition's owner write a marker or, with
+    ``group_id``, that the owner of a ``__consumer_offsets`` partition end the transaction's
+    pending offsets of that group."""
 
     topic: str
     partition: int
     producer_id: int
     producer_epoch: int
     commit: bool
+    group_id: str | None = None
 
 
 class BrokerIdInUse(StorageError):
@@ -89,6 +92,11 @@ class ClusterStore(Protocol):
     @property
     def shared(self) -> bool:
         """Whether other brokers may share the storage (ownership matters)."""
+        ...
+
+    def begin(self) -> None:
+        """A broker runs on this storage: from now on only the partitions it claimed are
+        written (a tool or a test that never calls this writes unfenced)."""
         ...
 
     def register(self, me: BrokerRecord, session_timeout_ms: int) -> None:
@@ -159,6 +167,9 @@ class SoloCluster:
     @property
     def shared(self) -> bool:
         return False
+
+    def begin(self) -> None:
+        """Nothing to fence: one process owns this storage."""
 
     def register(self, me: BrokerRecord, session_timeout_ms: int) -> None:
         self._me = me

@@ -26,7 +26,7 @@ from .cluster import (
     PartitionOwner,
     TopicPartition,
 )
-from .errors import DatabaseUnavailable, LogClosed
+from .errors import DatabaseUnavailable, LogClosed, StorageError
 from .pg_database import Conn, Database, connect_read_only, unavailable
 
 _LIVE = "lease_expires > now()"
@@ -52,7 +52,7 @@ _CLAIM = (
     "   AND incarnation = %(inc)s AND " + _LIVE + ")"
     "  AND (p.owner_broker IS NULL OR p.owner_broker = %(me)s OR NOT EXISTS ("
     "   SELECT 1 FROM edge_brokers b WHERE b.broker_id = p.owner_broker AND b." + _LIVE + "))"
-    " RETURNING p.topic, p.partition, p.owner_epoch")
+    " RETURNING p.topic, p.partition, p.owner_epoch, p.id")
 """Take the partitions asked for whose owner is nobody, this broker, or dead."""
 
 _HAND_OVER = (
@@ -101,6 +101,9 @@ class PgCluster:
     def shared(self) -> bool:
         return True
 
+    def begin(self) -> None:
+        self._joined = True
+
     def joined(self) -> bool:
         """Whether a broker registered through this storage: from then on, only partitions
         claimed or adopted are written (before, a tool or a test writes unfenced)."""
@@ -122,7 +125,7 @@ class PgCluster:
                     f"broker id {me.broker_id} is registered by a live broker (its lease "
                     f"runs {max(seconds, 0):.1f} s more)")
         self._me = me.broker_id
-        self._joined = True
+        self._joined = True  # (a test may register without begin())
 
     def others_present(self) -> bool:
         """Whether another broker registered in the database or any topic exists in it (a
@@ -172,15 +175,30 @@ class PgCluster:
             rows = conn.execute(_CLAIM, {
                 "me": self._me, "inc": self._incarnation,
                 "topics": [t for t, _ in wanted], "parts": [p for _, p in wanted]}).fetchall()
-        taken = {(str(t), int(str(p))): int(str(e)) for t, p, e in rows}
-        for (topic, index), epoch in taken.items():
-            self.adopt((topic, index), epoch)
+        taken: dict[TopicPartition, int] = {}
+        for topic, part, epoch, row_id in rows:
+            key, held = (str(topic), int(str(part))), int(str(epoch))
+            if self._adopt(key, held, int(str(row_id))):
+                taken[key] = held
         return taken
 
-    def adopt(self, partition: TopicPartition, epoch: int) -> None:
+    def _adopt(self, partition: TopicPartition, epoch: int, row_id: int | None) -> bool:
+        """Write to the partition at ``epoch``, its state read afresh from the database;
+        False when that cannot be done now (this process does not hold that partition row
+        yet, say a topic re-created elsewhere, or the database failed): the claim is then
+        not used, and the next reconcile claims the partition again."""
         found = self._partition(*partition)
-        if found is not None:
+        if found is None or (row_id is not None and found.partition_id != row_id):
+            return False
+        try:
             found.fence(epoch)
+        except (StorageError, OSError):
+            found.fence(None)
+            return False
+        return True
+
+    def adopt(self, partition: TopicPartition, epoch: int) -> None:
+        self._adopt(partition, epoch, None)
 
     def hand_over(self, moves: Mapping[TopicPartition, tuple[int, int]]
                   ) -> list[TopicPartition]:
@@ -213,21 +231,23 @@ class PgCluster:
         with self._db.tx() as conn:
             rows = conn.execute(
                 "INSERT INTO edge_marker_requests (topic, partition, producer_id,"
-                " producer_epoch, commit) SELECT * FROM unnest(%s::text[], %s::integer[],"
-                " %s::bigint[], %s::integer[], %s::boolean[]) RETURNING id",
+                " producer_epoch, commit, group_id) SELECT * FROM unnest(%s::text[],"
+                " %s::integer[], %s::bigint[], %s::integer[], %s::boolean[], %s::text[])"
+                " RETURNING id",
                 ([r.topic for r in requests], [r.partition for r in requests],
                  [r.producer_id for r in requests], [r.producer_epoch for r in requests],
-                 [r.commit for r in requests])).fetchall()
+                 [r.commit for r in requests], [r.group_id for r in requests])).fetchall()
         return [int(str(row[0])) for row in rows]
 
     def pending_markers(self) -> list[tuple[int, MarkerRequest]]:
         with self._db.tx() as conn:
             rows = conn.execute(
-                "SELECT id, topic, partition, producer_id, producer_epoch, commit"
+                "SELECT id, topic, partition, producer_id, producer_epoch, commit, group_id"
                 " FROM edge_marker_requests ORDER BY id").fetchall()
         return [(int(str(i)), MarkerRequest(str(t), int(str(p)), int(str(pid)),
-                                            int(str(e)), bool(c)))
-                for i, t, p, pid, e, c in rows]
+                                            int(str(e)), bool(c),
+                                            None if g is None else str(g)))
+                for i, t, p, pid, e, c, g in rows]
 
     def markers_done(self, ids: Sequence[int]) -> None:
         if ids:

@@ -80,6 +80,7 @@ MIGRATIONS: Sequence[str] = (
         producer_id    bigint NOT NULL,
         producer_epoch integer NOT NULL,
         commit         boolean NOT NULL,
+        group_id       text,
         requested_at   timestamptz NOT NULL DEFAULT now()
     );
     """,

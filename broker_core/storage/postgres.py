@@ -241,10 +241,14 @@ class PgPartition(FilelessPartition):
 
     def fence(self, epoch: int | None) -> int | None:
         """Write at ``epoch`` from now on (None: write nothing more); return the epoch held
-        before. The row is reloaded before the next write."""
+        before. Taking a partition reloads its row now (the previous owner moved it on:
+        reads and the state rebuilt from it must see that), or raises; giving it up marks
+        the row for a reload."""
         with self._lock:
             before, self._epoch = self._epoch, epoch
             self._spoil()
+            if epoch is not None:
+                self._refresh()
             return before
 
     def _owned_epoch(self) -> int | None:

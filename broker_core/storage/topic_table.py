@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from .cluster import NotOwner
 from .config import LogConfig, log_config_for_topic
 from .errors import LogClosed, TopicExists, UnknownTopic
 from .model import TopicInfo, check_no_nesting, topic_name_parts
@@ -77,7 +78,7 @@ class TopicTable(Generic[P]):
         """Apply retention to every partition; returns the number of segments dropped."""
         dropped = 0
         for _, _, log in self.all_partitions():
-            with contextlib.suppress(LogClosed):
+            with contextlib.suppress(LogClosed, NotOwner):  # gone, or moved to another broker
                 dropped += log.enforce_retention()
         return dropped
 

@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -53,6 +53,10 @@ class TransactionCoordinator(StateCoordinator):
         self.ids = ids
         self.write_marker = write_marker
         self.groups = groups
+        self.end_group_txn: Callable[[str, str, int, bool], Awaitable[None]] = \
+            groups.complete_txn
+        """Ends a transaction's pending offsets of a group (through the group's
+        coordinator when that is another broker: the engine sets it)."""
         self.txns: dict[tuple[str, str], Txn] = {}
         self.by_producer: dict[int, Txn] = {}
         self._stored: dict[tuple[str, str], bytes] = {}  # each id's last record written
@@ -324,7 +328,7 @@ class TransactionCoordinator(StateCoordinator):
         waits = [self.write_marker(t, p, txn.producer_id, txn.epoch, commit)
                  for t, p in sorted(txn.partitions)]
         for offsets_topic, group_id in sorted(txn.groups):
-            await self.groups.complete_txn(offsets_topic, group_id, txn.producer_id, commit)
+            await self.end_group_txn(offsets_topic, group_id, txn.producer_id, commit)
         try:
             await asyncio.gather(*(w for w in waits if w is not None))
         except OSError as exc:
@@ -345,6 +349,8 @@ class TransactionCoordinator(StateCoordinator):
     async def expire(self, now: int) -> None:
         """Abort transactions past their timeout; forget ids idle past the expiration."""
         for txn in list(self.txns.values()):
+            if (txn.topic, txn.partition) not in self._loaded:
+                continue  # still being replayed: its state may be an intermediate one
             if txn.state in ENDING:  # its completion failed (a full disk): try again
                 with contextlib.suppress(KafkaApiError):
                     await self._finish(txn, txn.state == TxnState.PREPARE_COMMIT)
