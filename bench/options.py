@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import cluster_options
+from bench.cluster_options import ClusterOptions
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 # A full run: 100-400 MB per size and trial, bounded so the run takes about five minutes.
@@ -44,6 +47,7 @@ class Options:
     quick: bool = False
     out: Path = RESULTS
     timeout: float = 180.0
+    cluster: ClusterOptions = field(default_factory=ClusterOptions)
 
     def records_for(self, size: int) -> int:
         """How many records the throughput runs use at ``size`` bytes."""
@@ -109,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="where latest.json, latest.png and latest.md go (bench/results)")
     parser.add_argument("--timeout", type=float, default=180.0,
                         help="give up on one load run after this many seconds")
+    cluster_options.add_arguments(parser)
     return parser
 
 
@@ -144,4 +149,5 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         opts.wide_fetch_bytes = max(0, args.wide_fetch_bytes)
     opts.partitions_scenario = args.partitions or opts.partitions_scenario
     opts.partitions_records = args.partition_records or opts.partitions_records
+    opts.cluster = cluster_options.from_arguments(args, args.quick, args.repeat)
     return opts
