@@ -82,7 +82,7 @@ def cluster_throughput(opts: Options, cpus: CpuPlan, server: PostgresServer) -> 
     benches = {n: Bench(opts, cpus) for n in sizes}
     trials: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
     try:
-        for n, group in groups.items():
+        for group in groups.values():
             _say(f"cluster: starting {group.name} on PostgreSQL")
             group.start(cpus.broker)
         for trial in range(opts.cluster.repeat):
