@@ -10,6 +10,13 @@ import time
 from confluent_kafka.admin import AdminClient
 
 from bench.brokers import Broker, BrokerError, EdgeBroker
+from broker_core.cluster.placement import assign
+from broker_core.naming import Namespace, to_internal
+from edge.config import BrokerConfig
+
+_DEFAULTS = BrokerConfig()
+HOME = Namespace(_DEFAULTS.kafka_tenant, _DEFAULTS.kafka_namespace)
+"""Where the brokers (default settings) put short topic names: placement hashes full names."""
 
 
 class BrokerGroup(Broker):
@@ -103,23 +110,28 @@ class BrokerGroup(Broker):
             time.sleep(0.2)
         raise BrokerError(f"{self.name}: the members listed {seen} brokers, not {count}")
 
-    def leaders(self, topic: str) -> dict[int, int]:
-        """partition -> leader's broker id, as Metadata tells."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "client.id": "bench-admin"})
+    def leaders(self, topic: str, via: EdgeBroker | None = None) -> dict[int, int]:
+        """partition -> leader's broker id, as Metadata tells (asked through ``via``, by
+        default any live member)."""
+        bootstrap = self.bootstrap if via is None else via.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "bench-admin"})
         found = admin.list_topics(topic, timeout=10).topics[topic]
         return {p: meta.leader for p, meta in found.partitions.items()}
 
-    def wait_spread(self, topic: str, timeout: float = 60.0) -> dict[int, int]:
-        """Until every member leads a partition of ``topic`` (it has as many as members)."""
+    def wait_settled(self, topic: str, timeout: float = 60.0) -> dict[int, int]:
+        """Until every member's Metadata names, for each partition of ``topic``, the broker
+        it belongs to among all the members (``placement``): no hand-over under way."""
         deadline = time.monotonic() + timeout
-        wanted = set(range(len(self.members)))
-        leaders: dict[int, int] = {}
+        views: list[dict[int, int]] = []
         while time.monotonic() < deadline:
             try:
-                leaders = self.leaders(topic)
-            except Exception:  # asked a member between two states: ask again
-                leaders = {}
-            if leaders and set(leaders.values()) == wanted:
-                return leaders
+                views = [self.leaders(topic, member) for member in self.members]
+            except Exception:  # a member not answering yet: ask again
+                views = []
+            if views:
+                wanted = dict(enumerate(assign(to_internal(topic, HOME), len(views[0]),
+                                               range(len(self.members)))))
+                if all(view == wanted for view in views):
+                    return wanted
             time.sleep(0.2)
-        raise BrokerError(f"{self.name}: {topic} is led by {leaders}, not by all of {wanted}")
+        raise BrokerError(f"{self.name}: {topic} never settled; leaders seen: {views}")

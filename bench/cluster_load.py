@@ -8,6 +8,7 @@ brokers' CPU seconds, and PostgreSQL's CPU is read beside it.
 from __future__ import annotations
 
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from bench.admin import create_topic, delete_topic
@@ -35,7 +36,7 @@ def _trial(bench: Bench, group: BrokerGroup, server: PostgresServer,
     opts = bench.opts.cluster
     topic = f"bench-cluster-{trial}"
     create_topic(group.bootstrap, topic, opts.partitions)
-    group.wait_spread(topic)
+    group.wait_settled(topic)
     try:
         pg0 = postgres_cpu_seconds(server)
         produced = run_worker(bench, group, "produce", topic, size=opts.size,
@@ -74,6 +75,15 @@ def _median_row(brokers: int, trials: list[dict[str, Any]],
     return row
 
 
+def idle_cpu(groups: list[BrokerGroup], seconds: float) -> list[float]:
+    """Each group's CPU seconds per second with no client: heartbeats, lease renewals,
+    reconciling ownership and following the other brokers' changes."""
+    before = [group.cpu_seconds() for group in groups]
+    time.sleep(seconds)
+    return [(group.cpu_seconds() - cpu0) / seconds for group, cpu0 in zip(groups, before,
+                                                                          strict=True)]
+
+
 def cluster_throughput(opts: Options, cpus: CpuPlan, server: PostgresServer) -> dict[str, Any]:
     """Every cluster size of ``opts.cluster.sizes`` up at once (a database each), the
     trials interleaved; one row per size."""
@@ -85,6 +95,8 @@ def cluster_throughput(opts: Options, cpus: CpuPlan, server: PostgresServer) -> 
         for group in groups.values():
             _say(f"cluster: starting {group.name} on PostgreSQL")
             group.start(cpus.broker)
+        _say(f"cluster: {opts.cluster.idle_seconds:g} s idle")
+        idle = idle_cpu(list(groups.values()), opts.cluster.idle_seconds)
         for trial in range(opts.cluster.repeat):
             for n in (sizes if trial % 2 == 0 else sizes[::-1]):
                 _say(f"cluster: {groups[n].name}, {opts.cluster.records:,} records over "
@@ -95,5 +107,8 @@ def cluster_throughput(opts: Options, cpus: CpuPlan, server: PostgresServer) -> 
         for group in groups.values():
             group.stop()
     single = trials.get(1)
-    return {"rows": [_median_row(n, trials[n], single) for n in sizes],
+    rows = [_median_row(n, trials[n], single) for n in sizes]
+    for row, idle_cpu_s in zip(rows, idle, strict=True):
+        row["idle_cpu_pct"] = 100.0 * idle_cpu_s
+    return {"rows": rows,
             "noise": {str(n): benches[n].noise.as_json() for n in sizes}}

@@ -17,16 +17,18 @@ class ClusterOptions:
     enabled: bool = True
     sizes: list[int] = field(default_factory=lambda: [1, 2, 3])
     partitions: int = 12
-    records: int = 100_000
+    records: int = 200_000
     size: int = 1024
     repeat: int = 3
+    idle_seconds: float = 10.0
     failover_brokers: int = 3
     failover_partitions: int = 6
     kills: int = 10
     fast_membership: dict[str, str] = field(default_factory=lambda: dict(FAST_MEMBERSHIP))
 
 
-QUICK = ClusterOptions(sizes=[1, 3], partitions=6, records=3_000, repeat=1, kills=1)
+QUICK = ClusterOptions(sizes=[1, 3], partitions=6, records=3_000, repeat=1, idle_seconds=1.0,
+                       kills=1)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,10 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster-partitions", type=int,
                         help="cluster rows: partitions the load is spread over (12)")
     parser.add_argument("--cluster-records", type=int,
-                        help="cluster rows: records per trial, 1 KiB each (100000)")
+                        help="cluster rows: records per trial, 1 KiB each (200000)")
     parser.add_argument("--kills", type=int,
                         help="failover: kill -9 of a partition owner this many times per "
-                             "setting (10)")
+                             "setting (10; 0 = no failover rows)")
 
 
 def from_arguments(args: argparse.Namespace, quick: bool, repeat: int | None) -> ClusterOptions:
@@ -53,7 +55,8 @@ def from_arguments(args: argparse.Namespace, quick: bool, repeat: int | None) ->
         opts.sizes = [int(part) for part in args.cluster_sizes.split(",") if part.strip()]
     opts.partitions = args.cluster_partitions or opts.partitions
     opts.records = args.cluster_records or opts.records
-    opts.kills = args.kills or opts.kills
+    if args.kills is not None:
+        opts.kills = max(0, args.kills)
     if repeat:
         opts.repeat = max(1, repeat)
     return opts

@@ -46,6 +46,7 @@ def throughput_table(cluster: Results) -> str:
     line("brokers' CPU s per million records, produce + consume",
          [f"{r['broker_cpu_s_per_million']:.2f}" for r in rows])
     line("brokers' CPU per record against one broker", [_ratio(r) for r in rows])
+    line("brokers' CPU while idle, % of one CPU", [f"{r['idle_cpu_pct']:.1f}" for r in rows])
     line("PostgreSQL CPU s per million records",
          [f"{r['postgres_cpu_s_per_million']:.2f}" for r in rows])
     share = [noise[str(r["brokers"])]["others_share_pct"] for r in rows]
@@ -107,5 +108,7 @@ def setup_text(cluster: Results) -> str:
 
 def markdown(cluster: Results) -> str:
     """Setup line, both tables and the targets."""
-    return "\n\n".join([setup_text(cluster), throughput_table(cluster),
-                        failover_table(cluster), targets_text(cluster["targets"])])
+    parts = [setup_text(cluster), throughput_table(cluster)]
+    if cluster["failover"]:
+        parts.append(failover_table(cluster))
+    return "\n\n".join([*parts, targets_text(cluster["targets"])])

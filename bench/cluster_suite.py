@@ -44,7 +44,8 @@ def run_cluster(opts: Options, cpus: CpuPlan) -> dict[str, Any]:
                      "acks": opts.acks, "linger_ms": opts.linger_ms},
             "throughput": cluster_throughput(opts, cpus, server),
             "failover": [failover(opts, cpus, server, settings)
-                         for settings in ({}, opts.cluster.fast_membership)],
+                         for settings in ({}, opts.cluster.fast_membership)
+                         if opts.cluster.kills > 0],
         }
     results["meta"]["seconds"] = round(time.monotonic() - began, 1)
     results["targets"] = cluster_report.targets(results)

@@ -8,7 +8,8 @@ owner of some partitions (broker ``round % brokers``) gets SIGKILL, and from tha
 producer sends one record to each of the victim's partitions every 100 ms, librdkafka
 retrying each as it does. The round's time is from the kill to the first acknowledgement
 on one of those partitions (``first_ack_s``; the last of them, ``all_acked_s``, beside it):
-only a new owner can acknowledge them. Then the victim starts again with the same
+only a new owner can acknowledge them (a round starts only once every partition is
+with the broker it belongs to, no hand-over under way). Then the victim starts again with the same
 ``brokerId`` and the next round waits until every broker leads partitions again.
 """
 
@@ -43,8 +44,11 @@ class FirstAcks:
         self.acked: dict[int, float] = {}
         self.errors = 0
         self.first_error = ""
+        self.closed = False  # reports after the measurement are not counted
 
     def __call__(self, err: KafkaError | None, msg: Message) -> None:
+        if self.closed:
+            return
         if err is not None:
             self.errors += 1
             self.first_error = self.first_error or str(err)
@@ -74,8 +78,8 @@ def kill_one(opts: Options, cpus: CpuPlan, group: BrokerGroup, topic: str,
              victim_id: int) -> dict[str, Any]:
     """One round: kill -9 broker ``victim_id``, time the first acknowledgement on its
     partitions, start it again."""
-    leaders = group.wait_spread(topic)
     group.wait_for_members()
+    leaders = group.wait_settled(topic)
     theirs = sorted(p for p, leader in leaders.items() if leader == victim_id)
     producer = _producer(opts, group)
     _write_everywhere(producer, topic, sorted(leaders))
@@ -88,8 +92,10 @@ def kill_one(opts: Options, cpus: CpuPlan, group: BrokerGroup, topic: str,
             if partition not in acks.acked:
                 producer.produce(topic, b"after", partition=partition, on_delivery=acks)
         producer.poll(_RESEND_S)
+    acks.closed = True
+    producer.flush(10)  # the records still in flight, then whatever is left is dropped
     producer.purge()
-    producer.flush(5)
+    producer.flush(1)
     if len(acks.acked) < len(theirs):
         raise LoadError(f"failover: partitions {theirs} of broker {victim_id} not all "
                         f"acknowledged {_WAIT_S:g} s after the kill ({acks.first_error})")

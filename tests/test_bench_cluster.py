@@ -35,7 +35,7 @@ def test_quick_cluster_run_prints_both_tables_and_two_targets(
     stdout, out = quick_cluster_run
     assert "| metric | 1 broker | 3 brokers |" in stdout
     for label in ("produce: records/s", "consume: records/s",
-                  "brokers' CPU s per million records", "against one broker",
+                  "brokers' CPU s per million records", "against one broker", "while idle",
                   "PostgreSQL CPU s per million records",
                   "| defaults (brokerSessionTimeoutMs=6000, brokerHeartbeatIntervalMs=1000) | 1 |",
                   "| brokerSessionTimeoutMs=2000, brokerHeartbeatIntervalMs=250 | 1 |"):
@@ -61,6 +61,7 @@ def test_quick_cluster_run_writes_every_figure(quick_cluster_run: tuple[str, Pat
             assert row[phase]["errors"] == 0
             assert _positive(row[phase]["records_per_s"])
         assert _positive(row["broker_cpu_s_per_million"])
+        assert row["idle_cpu_pct"] >= 0
         assert row["postgres_cpu_s_per_million"] >= 0
         assert _positive(row["cpu_ratio_to_one"])
     assert rows[0]["cpu_ratio_to_one"] == 1.0
