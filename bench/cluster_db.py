@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,14 +32,11 @@ def start_postgres() -> PostgresServer:
 @contextmanager
 def running_postgres() -> Iterator[PostgresServer]:
     """A server for the block; stopped and removed at the end."""
-    server = start_postgres()
-    try:
+    with ExitStack() as cleanup:
+        server = start_postgres()
+        cleanup.callback(server.remove)  # last, even when stopping fails
+        cleanup.callback(server.stop)
         yield server
-    finally:
-        try:
-            server.stop()
-        finally:
-            server.remove()
 
 
 def _stat_fields(pid: int) -> list[str]:

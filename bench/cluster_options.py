@@ -4,6 +4,7 @@ defaults, the ``--quick`` sizes and the command-line flags that set them."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass, field
 
 FAST_MEMBERSHIP = {"brokerSessionTimeoutMs": "2000", "brokerHeartbeatIntervalMs": "250"}
@@ -48,8 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def from_arguments(args: argparse.Namespace, quick: bool, repeat: int | None) -> ClusterOptions:
     """The cluster options of a run: the full or quick sizes, then the flags."""
     base = QUICK if quick else ClusterOptions()
-    opts = ClusterOptions(**{**base.__dict__, "sizes": list(base.sizes),
-                             "fast_membership": dict(base.fast_membership)})
+    opts = dataclasses.replace(base, sizes=list(base.sizes),
+                               fast_membership=dict(base.fast_membership))
     opts.enabled = not args.no_cluster
     if args.cluster_sizes:
         opts.sizes = [int(part) for part in args.cluster_sizes.split(",") if part.strip()]

@@ -94,14 +94,20 @@ def targets(cluster: Results) -> list[dict[str, Any]]:
     return out
 
 
+def _trials(repeat: int) -> str:
+    if repeat == 1:
+        return "one trial"
+    return f"median of {repeat} trials alternating between cluster sizes"
+
+
 def setup_text(cluster: Results) -> str:
     """How the cluster numbers were taken."""
     opts, meta = cluster["options"], cluster["meta"]
     return (f"Brokers on one PostgreSQL {meta['postgres']} (local, fsync on), a database per "
             f"cluster; {opts['records']:,} records of {size_label(opts['size'])} over "
             f"{opts['partitions']} partitions per trial, acks={meta['acks']}, "
-            f"linger.ms={meta['linger_ms']:g}, median of {opts['repeat']} trials alternating "
-            f"between cluster sizes; {meta['cpus']}, PostgreSQL on every CPU; failover: "
+            f"linger.ms={meta['linger_ms']:g}, {_trials(opts['repeat'])}; {meta['cpus']}, "
+            f"PostgreSQL on every CPU; failover: "
             f"{opts['failover_brokers']} brokers, a topic of {opts['failover_partitions']} "
             f"partitions; {meta['seconds']} s in all.")
 
