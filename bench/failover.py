@@ -5,12 +5,14 @@ A cluster of ``failover_brokers`` brokers on one PostgreSQL, a topic spread over
 them. Each round a producer (confluent-kafka, the benchmark's acks and linger) writes to
 every partition and waits for every acknowledgement, so nothing is in flight; then the
 owner of some partitions (broker ``round % brokers``) gets SIGKILL, and from that moment the
-producer sends one record to each of the victim's partitions every 100 ms, librdkafka
+producer sends one record to each of the victim's partitions every 50 ms, librdkafka
 retrying each as it does. The round's time is from the kill to the first acknowledgement
 on one of those partitions (``first_ack_s``; the last of them, ``all_acked_s``, beside it):
-only a new owner can acknowledge them (a round starts only once every partition is
-with the broker it belongs to, no hand-over under way). Then the victim starts again with the same
-``brokerId`` and the next round waits until every broker leads partitions again.
+only a new owner can acknowledge them (a round starts only once every partition is with
+the broker it belongs to, no hand-over under way). Beside it, ``leader_moved_s``: when the
+surviving brokers' Metadata first named one of them as the leader of such a partition,
+the cluster's part of that time; the rest is the producer finding out. Then the victim
+starts again with the same ``brokerId``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient
 
 from bench.admin import create_topic
 from bench.cluster import BrokerGroup
@@ -33,7 +36,7 @@ from bench.stats import percentile
 if TYPE_CHECKING:
     from tests.postgres_server import PostgresServer
 
-_RESEND_S = 0.1
+_RESEND_S = 0.05
 _WAIT_S = 120.0
 
 
@@ -74,6 +77,32 @@ def _write_everywhere(producer: Producer, topic: str, partitions: list[int]) -> 
                         f"{partitions} acknowledged ({acks.first_error})")
 
 
+class LeaderWatch:
+    """Metadata from the surviving brokers: when it first names one of them as the leader
+    of a partition the victim led (the cluster's side of the failover, without the
+    producer's own rediscovery)."""
+
+    def __init__(self, group: BrokerGroup, victim_id: int, topic: str,
+                 partitions: list[int]) -> None:
+        survivors = [m.bootstrap for i, m in enumerate(group.members) if i != victim_id]
+        self._admin = AdminClient({"bootstrap.servers": ",".join(survivors),
+                                   "client.id": "bench-failover-watch"})
+        self._victim, self._topic, self._partitions = victim_id, topic, partitions
+        self.moved_at: float | None = None
+        self._admin.list_topics(topic, timeout=10)  # connected before the clock starts
+
+    def look(self) -> None:
+        """Ask once (until a move was seen)."""
+        if self.moved_at is not None:
+            return
+        try:
+            found = self._admin.list_topics(self._topic, timeout=1).topics[self._topic]
+        except Exception:  # no answer this time: ask again next time
+            return
+        if any(found.partitions[p].leader not in (self._victim, -1) for p in self._partitions):
+            self.moved_at = time.monotonic()
+
+
 def kill_one(opts: Options, cpus: CpuPlan, group: BrokerGroup, topic: str,
              victim_id: int) -> dict[str, Any]:
     """One round: kill -9 broker ``victim_id``, time the first acknowledgement on its
@@ -85,12 +114,15 @@ def kill_one(opts: Options, cpus: CpuPlan, group: BrokerGroup, topic: str,
     _write_everywhere(producer, topic, sorted(leaders))
     victim = group.members[victim_id]
     acks = FirstAcks()
+    watch = LeaderWatch(group, victim_id, topic, theirs)
     killed_at = time.monotonic()
     os.kill(victim.pid, signal.SIGKILL)
-    while len(acks.acked) < len(theirs) and time.monotonic() - killed_at < _WAIT_S:
+    while (len(acks.acked) < len(theirs) or watch.moved_at is None) \
+            and time.monotonic() - killed_at < _WAIT_S:
         for partition in theirs:
             if partition not in acks.acked:
                 producer.produce(topic, b"after", partition=partition, on_delivery=acks)
+        watch.look()
         producer.poll(_RESEND_S)
     acks.closed = True
     producer.flush(10)  # the records still in flight, then whatever is left is dropped
@@ -106,6 +138,7 @@ def kill_one(opts: Options, cpus: CpuPlan, group: BrokerGroup, topic: str,
     return {"victim": victim_id, "partitions": theirs,
             "first_ack_s": min(acks.acked.values()) - killed_at,
             "all_acked_s": max(acks.acked.values()) - killed_at,
+            "leader_moved_s": None if watch.moved_at is None else watch.moved_at - killed_at,
             "errors": acks.errors, "first_error": acks.first_error,
             "restart_s": time.monotonic() - restarted_at}
 
@@ -130,8 +163,11 @@ def failover(opts: Options, cpus: CpuPlan, server: PostgresServer,
         group.stop()
     firsts = sorted(r["first_ack_s"] for r in rounds)
     lasts = sorted(r["all_acked_s"] for r in rounds)
+    moves = sorted(r["leader_moved_s"] for r in rounds if r["leader_moved_s"] is not None)
     return {"settings": dict(settings), "brokers": copts.failover_brokers,
             "partitions": copts.failover_partitions, "kills": len(rounds),
             "first_ack_p50_s": percentile(firsts, 50), "first_ack_max_s": firsts[-1],
             "all_acked_p50_s": percentile(lasts, 50), "all_acked_max_s": lasts[-1],
+            "leader_moved_p50_s": percentile(moves, 50) if moves else None,
+            "leader_moved_max_s": moves[-1] if moves else None,
             "rounds": rounds}

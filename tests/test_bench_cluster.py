@@ -38,6 +38,7 @@ def test_quick_cluster_run_prints_both_tables_and_two_targets(
                   "brokers' CPU s per million records", "against one broker", "while idle",
                   "PostgreSQL CPU s per million records",
                   "| defaults (brokerSessionTimeoutMs=6000, brokerHeartbeatIntervalMs=1000) | 1 |",
+                  "new leader in Metadata",
                   "| brokerSessionTimeoutMs=2000, brokerHeartbeatIntervalMs=250 | 1 |"):
         assert label in stdout
     assert stdout.count("**met**") + stdout.count("**NOT met**") == 2
@@ -73,6 +74,7 @@ def test_quick_cluster_run_writes_every_figure(quick_cluster_run: tuple[str, Pat
         [kill] = run["rounds"]
         assert kill["partitions"], "the killed broker owned no partition"
         assert 0 < kill["first_ack_s"] <= kill["all_acked_s"]
+        assert kill["leader_moved_s"] > 0
         assert run["first_ack_max_s"] == kill["first_ack_s"]
     assert [t["met"] in (True, False) for t in results["targets"]] == [True, True]
 
