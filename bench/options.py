@@ -43,11 +43,11 @@ class Options:
     partitions_size: int = 1024
     repeat: int = 5
     latency_repeat: int = 3
+    cluster: ClusterOptions = field(default_factory=ClusterOptions)
     pin: bool = True
     quick: bool = False
     out: Path = RESULTS
     timeout: float = 180.0
-    cluster: ClusterOptions = field(default_factory=ClusterOptions)
 
     def records_for(self, size: int) -> int:
         """How many records the throughput runs use at ``size`` bytes."""
@@ -107,13 +107,13 @@ def _parser() -> argparse.ArgumentParser:
                              "(5; 1 with --quick)")
     parser.add_argument("--latency-repeat", type=int,
                         help="trials per latency figure, median by p99 (3; 1 with --quick)")
+    cluster_options.add_arguments(parser)
     parser.add_argument("--no-pin", action="store_true",
                         help="do not pin the broker and the load generators to CPUs")
     parser.add_argument("--out", type=Path, default=RESULTS,
                         help="where latest.json, latest.png and latest.md go (bench/results)")
     parser.add_argument("--timeout", type=float, default=180.0,
                         help="give up on one load run after this many seconds")
-    cluster_options.add_arguments(parser)
     return parser
 
 
@@ -139,6 +139,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         opts.records.update(args.records)
     opts.repeat = max(1, args.repeat or opts.repeat)
     opts.latency_repeat = max(1, args.latency_repeat or opts.latency_repeat)
+    opts.cluster = cluster_options.from_arguments(args, args.quick, args.repeat)
     if args.extra_latency_lingers is not None:
         opts.extra_latency_lingers = args.extra_latency_lingers
     opts.rate = args.rate or opts.rate
@@ -149,5 +150,4 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         opts.wide_fetch_bytes = max(0, args.wide_fetch_bytes)
     opts.partitions_scenario = args.partitions or opts.partitions_scenario
     opts.partitions_records = args.partition_records or opts.partitions_records
-    opts.cluster = cluster_options.from_arguments(args, args.quick, args.repeat)
     return opts
