@@ -13,6 +13,7 @@ from typing import Any
 
 from bench import report
 from bench.chart import write_chart
+from bench.cluster_suite import run_and_save as run_cluster_rows
 from bench.options import Options, parse_options
 from bench.pinning import CpuPlan, pin_self, plan_cpus
 from bench.postgres import markdown as postgres_markdown
@@ -106,5 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(text)
     for path in save(results, text, opts.out):
         print(f"[bench] wrote {path}", file=sys.stderr)
+    if opts.cluster.enabled:  # brokers on one PostgreSQL: cluster.json, cluster.md
+        print("\n" + run_cluster_rows(opts, cpus))
     print(f"[bench] done in {results['meta']['seconds']} s", file=sys.stderr)
     return 0

@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import cluster_options
+from bench.cluster_options import ClusterOptions
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 # A full run: 100-400 MB per size and trial, bounded so the run takes about five minutes.
@@ -40,6 +43,7 @@ class Options:
     partitions_size: int = 1024
     repeat: int = 5
     latency_repeat: int = 3
+    cluster: ClusterOptions = field(default_factory=ClusterOptions)
     pin: bool = True
     quick: bool = False
     out: Path = RESULTS
@@ -111,6 +115,7 @@ def _parser() -> argparse.ArgumentParser:
                              "(5; 1 with --quick)")
     parser.add_argument("--latency-repeat", type=int,
                         help="trials per latency figure, median by p99 (3; 1 with --quick)")
+    cluster_options.add_arguments(parser)
     parser.add_argument("--no-pin", action="store_true",
                         help="do not pin the broker and the load generators to CPUs")
     parser.add_argument("--out", type=Path, default=RESULTS,
@@ -154,6 +159,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         opts.records.update(args.records)
     opts.repeat = max(1, args.repeat or opts.repeat)
     opts.latency_repeat = max(1, args.latency_repeat or opts.latency_repeat)
+    opts.cluster = cluster_options.from_arguments(args, args.quick, args.repeat)
     if args.extra_latency_lingers is not None:
         opts.extra_latency_lingers = args.extra_latency_lingers
     opts.rate = args.rate or opts.rate

@@ -20,7 +20,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """One quick run into a temporary results folder: (stdout, folder)."""
     out = tmp_path_factory.mktemp("bench-results")
     run = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "bench", "--quick", "--no-cluster", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=560, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     return run.stdout, out
