@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(text)
     for path in save(results, text, opts.out):
         print(f"[bench] wrote {path}", file=sys.stderr)
-    if opts.cluster.enabled:  # brokers on one PostgreSQL: cluster.json, cluster.md
+    if opts.cluster.enabled and not opts.postgres_only:  # cluster.json, cluster.md
         print("\n" + run_cluster_rows(opts, cpus))
     print(f"[bench] done in {results['meta']['seconds']} s", file=sys.stderr)
     return 0
