@@ -40,6 +40,8 @@ class AppendPath:
         self.waiters = waiters
         self.flusher = flusher
         self.faults = flusher.faults
+        self._last: dict[TopicPartition, asyncio.Future[None]] = {}
+        """Per partition, the commit of its latest append, while it is under way."""
         self.lost: Callable[[str, int], None] = _nothing_lost
         """Called with a topic-partition whose commit failed after its append was answered
         with an offset (the engine rebuilds the partition's producer state)."""
@@ -95,7 +97,37 @@ class AppendPath:
                 acknowledged.set_exception(outcome)
 
         commit.add_done_callback(settle)
+        self._last[key] = commit
+        commit.add_done_callback(lambda done: self._forget(key, done))
         return acknowledged
+
+    def _forget(self, key: TopicPartition, done: asyncio.Future[None]) -> None:
+        if self._last.get(key) is done:
+            del self._last[key]
+
+    def settled(self, key: TopicPartition) -> asyncio.Future[None] | None:
+        """What to await before acknowledging a retry of a batch already appended: the
+        partition's commits under way (a partition's commits complete in order), so a retry
+        is never acknowledged before the batch it repeats is stored. None: nothing pending.
+        A future of its own (the caller may cancel it without touching the others')."""
+        last = self._last.get(key)
+        if last is None:
+            return None
+        follower: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        follower.add_done_callback(_retrieve)
+
+        def follow(done: asyncio.Future[None]) -> None:
+            if follower.done():
+                return
+            error = (OSError(errno.ECANCELED, "the commit was cancelled") if done.cancelled()
+                     else done.exception())
+            if error is None:
+                follower.set_result(None)
+            else:  # logged once by the original's settle: answered, not logged again
+                follower.set_exception(ReportedFault(errno.EIO, str(error)))
+
+        last.add_done_callback(follow)
+        return follower
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:

@@ -543,7 +543,8 @@ class Engine:
             if duplicate is not None:
                 log.info("duplicate batch of producer %d on %s-%d acknowledged at %d",
                          header.producer_id, internal, index, duplicate)
-                return Appended(duplicate, -1, partition.log_start_offset, None)
+                return Appended(duplicate, -1, partition.log_start_offset,
+                                self.appends.settled((internal, index)))
             if header.is_transactional and self.transaction_check is not None and (
                     not self.logs.cluster.shared
                     or header.producer_id in self.transactions.by_producer):

@@ -9,6 +9,7 @@ batches a fresh read gives. On a real PostgreSQL server (``tests/postgres_server
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -261,3 +262,36 @@ def test_pages_read_ahead_give_what_fresh_reads_give(storage: Storage) -> None:
     assert bases(log.read(added, 2500)) == [added]
     other = log.read(0, 100)  # another size: the page ahead is not used
     assert bases(other) == offsets[:1]
+
+
+def test_a_retry_is_acknowledged_only_once_the_batch_it_repeats_is_committed() -> None:
+    """An idempotent producer's retry that arrives while its original batch waits for its
+    group commit is answered after that commit, never before (a failed commit would have
+    made the early answer false)."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from broker_core.engine import Engine, EngineConfig
+    from broker_core.storage.cluster import BrokerRecord
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=7, producer_epoch=0, base_sequence=0,
+                                        batch_size=1 << 20)
+    builder.append(0, timestamp=1_000, key=b"k", value=b"v", headers=[])
+    batch = bytes(builder.build())
+
+    async def scenario() -> None:
+        engine = Engine(EngineConfig(), open_storage(shared_server().new_database_url(),
+                                                     LogConfig()))
+        engine.start()
+        await engine.join(BrokerRecord(0, None, ()))
+        engine.logs.create_topic(TOPIC, 1, {})
+        first = engine.append(TOPIC, 0, batch, -1)
+        retry = engine.append(TOPIC, 0, batch, -1)  # before the first one's commit
+        assert retry.base_offset == first.base_offset == 0
+        assert first.durable is not None and retry.durable is not None
+        assert not retry.durable.done()
+        await asyncio.gather(first.durable, retry.durable)
+        assert engine.partition(TOPIC, 0).next_offset == 1  # stored once
+        await engine.stop()
+
+    asyncio.run(scenario())
