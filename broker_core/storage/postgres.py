@@ -23,7 +23,7 @@ import errno
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -191,10 +191,15 @@ class PgPartition(FilelessPartition):
 
     def fence(self, epoch: int | None) -> int | None:
         """Write at ``epoch`` from now on (None: write nothing more); return the epoch held
-        before. The row is reloaded before the next write."""
+        before. A new epoch reloads the row at once, so that the broker taking a partition
+        over serves (and replays) it up to where its last owner left it, not up to what it
+        cached when it last looked; otherwise the row is reloaded before the next write."""
         with self._lock:
             before, self._epoch = self._epoch, epoch
             self._stale = True
+            if epoch is not None:
+                with suppress(NotOwner):  # taken again meanwhile: not served here
+                    self._refresh()
             return before
 
     def _owned_epoch(self) -> int | None:
