@@ -1,0 +1,146 @@
+"""Consumer groups on three brokers sharing one PostgreSQL: the broker coordinating a group is
+killed with kill -9, then one leading partitions; the group finds its new coordinator,
+rebalances there, its members continue from the committed offsets and every record is
+processed (again only after a commit that failed). confluent-kafka, kafka-python and aiokafka
+members, each group over a six-partition topic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from tests.cluster_helpers import Cluster, running_cluster
+from tests.group_helpers import (
+    FAST_GROUPS,
+    ConfluentMember,
+    GroupLedger,
+    balanced,
+    group_id_for,
+    produce_values,
+    pump,
+    wait_until,
+)
+from tests.test_cluster import create
+from tests.test_groups_clients import AioKafkaMember, AioLoop, KafkaPythonMember, Member
+
+PARTITIONS = 6
+STEP = 100
+"""Records per partition per phase."""
+
+
+def coordinator_of(cluster: Cluster, group: str) -> int:
+    """The id of the broker coordinating ``group`` (DescribeGroups' coordinator)."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    return int(admin.describe_consumer_groups([group])[group].result(20).coordinator.id)
+
+
+def wait_moved(cluster: Cluster, topic: str, dead: int) -> None:
+    """Until no partition of ``topic`` is led by broker ``dead`` any more."""
+    wait_until(lambda: dead not in cluster.leaders(topic).values(), 30,
+               f"broker {dead}'s partitions to move")
+
+
+def records(start: int, stop: int) -> set[tuple[int, int]]:
+    return {(p, o) for p in range(PARTITIONS) for o in range(start, stop)}
+
+
+Until = Callable[[Callable[[], bool], str], None]
+
+
+def run_failovers(cluster: Cluster, topic: str, group: str, ledger: GroupLedger,
+                  members: dict[str, Member | ConfluentMember], until: Until,
+                  stop: Callable[[str], None]) -> None:
+    """On an existing topic: phase 1 consumed by three members; the coordinator killed and
+    a member leaves: the other two rebalance on the new coordinator and consume phase 2; a
+    broker leading partitions killed: phase 3 consumed from the last broker. Every record
+    delivered as promised (GroupLedger.check_delivery)."""
+    produce_values(cluster.bootstrap, topic, range(PARTITIONS), 0, STEP)
+    until(balanced(ledger, sorted(members), PARTITIONS), "three members to share the topic")
+    until(ledger.all_committed(PARTITIONS, STEP), "phase 1 committed")
+
+    first = coordinator_of(cluster, group)
+    cluster.by_id(first).kill()
+    wait_moved(cluster, topic, first)
+    stop("c")  # leaves through the new coordinator: the group rebalances there
+    until(balanced(ledger, ["a", "b"], PARTITIONS), "a and b to share the topic")
+    produce_values(cluster.bootstrap, topic, range(PARTITIONS), STEP, 2 * STEP)
+    until(ledger.all_committed(PARTITIONS, 2 * STEP), "phase 2 committed")
+    assert coordinator_of(cluster, group) != first
+
+    second = next(b for b in set(cluster.leaders(topic).values()) if b != first)
+    cluster.by_id(second).kill()
+    wait_moved(cluster, topic, second)
+    produce_values(cluster.bootstrap, topic, range(PARTITIONS), 2 * STEP, 3 * STEP)
+    until(ledger.all_committed(PARTITIONS, 3 * STEP), "phase 3 committed")
+    ledger.check_delivery(records(0, 3 * STEP))
+
+
+def test_a_confluent_group_survives_the_kill_of_its_coordinator_and_of_a_leader(
+        tmp_path: Path, topic_name: str) -> None:
+    group = group_id_for(topic_name)
+    ledger = GroupLedger()
+    errors: list[object] = []  # the dead brokers, told by librdkafka's error callback
+    with running_cluster(tmp_path, settings=FAST_GROUPS) as cluster:
+        create(cluster.bootstrap, topic_name, PARTITIONS)
+        members = {name: ConfluentMember(name, cluster.bootstrap, group, topic_name, ledger,
+                                         error_cb=errors.append)
+                   for name in ("a", "b", "c")}
+        live = dict(members)
+
+        def until(condition: Callable[[], bool], what: str) -> None:
+            pump(list(live.values()), condition, 90, what)
+
+        def stop(name: str) -> None:
+            live.pop(name).close()
+
+        try:
+            run_failovers(cluster, topic_name, group, ledger, dict(members), until, stop)
+        finally:
+            for member in live.values():
+                member.close()
+
+
+def threaded_group(cluster: Cluster, topic: str,
+                   new_member: Callable[[str, str, str, GroupLedger], Member]) -> None:
+    """run_failovers with members that poll in a thread of their own."""
+    group = group_id_for(topic)
+    ledger = GroupLedger()
+    create(cluster.bootstrap, topic, PARTITIONS)
+    live = {name: new_member(name, cluster.bootstrap, group, ledger) for name in "abc"}
+
+    def until(condition: Callable[[], bool], what: str) -> None:
+        def check() -> bool:
+            for member in live.values():
+                assert member.error is None, f"{member.name}: {member.error!r}"
+            return condition()
+        wait_until(check, 90, what)
+
+    def stop(name: str) -> None:
+        live.pop(name).stop()
+
+    try:
+        run_failovers(cluster, topic, group, ledger, dict(live), until, stop)
+    finally:
+        for member in live.values():
+            member.stop()
+    for member in live.values():
+        assert member.error is None, f"{member.name}: {member.error!r}"
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
+def test_a_group_of_another_client_survives_the_kill_of_its_coordinator_and_of_a_leader(
+        tmp_path: Path, topic_name: str, client: str) -> None:
+    with running_cluster(tmp_path, settings=FAST_GROUPS) as cluster:
+        if client == "kafka-python":
+            threaded_group(cluster, topic_name, lambda name, bootstrap, group, ledger:
+                           KafkaPythonMember(name, bootstrap, group, topic_name, ledger))
+            return
+        aio = AioLoop()
+        try:
+            threaded_group(cluster, topic_name, lambda name, bootstrap, group, ledger:
+                           AioKafkaMember(aio, name, bootstrap, group, topic_name, ledger))
+        finally:
+            aio.close()
