@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -79,6 +80,13 @@ class Cluster:
         for broker in self.brokers:
             if broker.alive():
                 broker.stop()
+
+    def stop_all_at_once(self) -> None:
+        """SIGTERM every broker at the same moment; each must exit cleanly."""
+        for broker in self.brokers:
+            assert broker.proc is not None
+            broker.proc.send_signal(signal.SIGTERM)
+        assert [broker.stop() for broker in self.brokers] == [0] * len(self.brokers)
 
 
 @contextmanager

@@ -1,19 +1,18 @@
 """Failover of three brokers on one PostgreSQL, with real clients: transactions whose
 coordinator is killed (before the commit: aborted, by the producer's re-init or by the
-timeout; right after the commit: completed by the next coordinator), the whole cluster
-stopped and started again, the database restarted under idempotent load. And, step by
-step, the storage fact these rest on: a broker taking a partition over serves it from
-where its last owner left it."""
+timeout; right after the commit: completed by the next coordinator), and the database
+restarted under idempotent load. (The whole cluster stopped and started again is in
+test_cluster_security, with ACLs.) And, step by step, the storage fact these rest on: a
+broker taking a partition over serves it from where its last owner left it."""
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from broker_core.storage import LogConfig, open_storage
@@ -140,44 +139,6 @@ def test_a_transaction_whose_coordinator_is_killed_right_after_the_commit_is_com
         coordinator.kill()
         assert sorted(values_read(cluster, topic_name, count, f"r-{topic_name}")) == \
             sorted(f"c{i}".encode() for i in range(count))
-
-
-# -- the whole cluster stopped and started again ---------------------------------------------
-
-def stop_all(cluster: Cluster) -> None:
-    """SIGTERM every broker at once; each exits cleanly."""
-    for broker in cluster.brokers:
-        assert broker.proc is not None
-        broker.proc.send_signal(signal.SIGTERM)
-    assert [broker.stop() for broker in cluster.brokers] == [0] * len(cluster.brokers)
-
-
-def test_a_cluster_stopped_and_started_again_keeps_records_and_committed_offsets(
-        tmp_path: Path, topic_name: str) -> None:
-    with running_cluster(tmp_path) as cluster:
-        create(cluster.bootstrap, topic_name)
-        count = PARTITIONS * 40
-        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
-                             "enable.idempotence": True})
-        for i in range(count):
-            producer.produce(topic_name, value=f"s{i}".encode(), partition=i % PARTITIONS)
-        assert producer.flush(30) == 0
-        group = f"g-{topic_name}"
-        before = consume_all(cluster.bootstrap, topic_name, count, group)  # and commits
-        stop_all(cluster)
-        cluster.start()  # the same broker ids on the same database
-        assert len(cluster.leaders(topic_name)) == PARTITIONS
-        assert set(cluster.leaders(topic_name).values()) == {0, 1, 2}
-        assert consume_all(cluster.bootstrap, topic_name, count, f"again-{topic_name}") == \
-            before
-        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
-        try:
-            committed = consumer.committed(
-                [TopicPartition(topic_name, p) for p in range(PARTITIONS)], timeout=30)
-        finally:
-            consumer.close()
-        assert {tp.partition: tp.offset for tp in committed} == {
-            p: len(records) for p, records in before.items()}
 
 
 # -- the database restarted under load --------------------------------------------------------
