@@ -18,7 +18,7 @@ import pytest
 from tests.broker_process import BrokerProcess
 from tests.clients import Rec, make_records
 from tests.cluster_helpers import Cluster, running_cluster
-from tests.group_helpers import FAST_GROUPS
+from tests.group_helpers import FAST_GROUPS, wait_until
 from tests.security_helpers import (
     CONSUMERS,
     NONE,
@@ -167,7 +167,8 @@ def test_a_cluster_stopped_and_started_again_keeps_everything(
     cluster.stop_all_at_once()
     cluster.start()
 
-    assert set(cluster.leaders(topic_name).values()) == {0, 1, 2}
+    wait_until(lambda: set(cluster.leaders(topic_name).values()) == {0, 1, 2}, 30,
+               "the partitions to spread over the three brokers again")
     for broker in cluster.brokers:
         reader, stranger = secured.conn(broker, "reader"), secured.conn(broker, "stranger")
         try:
