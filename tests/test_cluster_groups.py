@@ -47,34 +47,53 @@ def records(start: int, stop: int) -> set[tuple[int, int]]:
     return {(p, o) for p in range(PARTITIONS) for o in range(start, stop)}
 
 
-Until = Callable[[Callable[[], bool], str], None]
+NewMember = Callable[[str, str, str, GroupLedger], Member]
+"""(name, bootstrap, group, ledger) -> a member polling in a thread (or task) of its own."""
 
 
-def run_failovers(cluster: Cluster, topic: str, group: str, ledger: GroupLedger,
-                  members: dict[str, Member], until: Until,
-                  stop: Callable[[str], None]) -> None:
-    """On an existing topic: phase 1 consumed by three members; the coordinator killed and
-    a member leaves: the other two rebalance on the new coordinator and consume phase 2; a
-    broker leading partitions killed: phase 3 consumed from the last broker. Every record
-    delivered as promised (GroupLedger.check_delivery)."""
-    produce_values(cluster.bootstrap, topic, range(PARTITIONS), 0, STEP)
-    until(balanced(ledger, sorted(members), PARTITIONS), "three members to share the topic")
-    until(ledger.all_committed(PARTITIONS, STEP), "phase 1 committed")
+def run_failovers(cluster: Cluster, topic: str, new_member: NewMember) -> None:
+    """Phase 1 consumed by three members; the coordinator killed and a member leaves: the
+    other two rebalance on the new coordinator and consume phase 2; a broker leading
+    partitions killed: phase 3 consumed from the last broker. Every record delivered as
+    promised (GroupLedger.check_delivery)."""
+    group = group_id_for(topic)
+    ledger = GroupLedger()
+    create(cluster.bootstrap, topic, PARTITIONS)
+    live = {name: new_member(name, cluster.bootstrap, group, ledger) for name in "abc"}
 
-    first = coordinator_of(cluster, group)
-    cluster.by_id(first).kill()
-    wait_moved(cluster, topic, first)
-    stop("c")  # leaves through the new coordinator: the group rebalances there
-    until(balanced(ledger, ["a", "b"], PARTITIONS), "a and b to share the topic")
-    produce_values(cluster.bootstrap, topic, range(PARTITIONS), STEP, 2 * STEP)
-    until(ledger.all_committed(PARTITIONS, 2 * STEP), "phase 2 committed")
-    assert coordinator_of(cluster, group) != first
+    def until(condition: Callable[[], bool], what: str) -> None:
+        def check() -> bool:
+            for member in live.values():
+                assert member.error is None, f"{member.name}: {member.error!r}"
+            return condition()
+        wait_until(check, 90, what)
 
-    second = next(b for b in set(cluster.leaders(topic).values()) if b != first)
-    cluster.by_id(second).kill()
-    wait_moved(cluster, topic, second)
-    produce_values(cluster.bootstrap, topic, range(PARTITIONS), 2 * STEP, 3 * STEP)
-    until(ledger.all_committed(PARTITIONS, 3 * STEP), "phase 3 committed")
+    try:
+        produce_values(cluster.bootstrap, topic, range(PARTITIONS), 0, STEP)
+        until(balanced(ledger, ["a", "b", "c"], PARTITIONS), "three members to share it")
+        until(ledger.all_committed(PARTITIONS, STEP), "phase 1 committed")
+
+        first = coordinator_of(cluster, group)
+        cluster.by_id(first).kill()
+        wait_moved(cluster, topic, first)
+        leaving = live.pop("c")
+        leaving.stop()  # leaves through the new coordinator: the group rebalances there
+        assert leaving.error is None, f"c: {leaving.error!r}"
+        until(balanced(ledger, ["a", "b"], PARTITIONS), "a and b to share the topic")
+        produce_values(cluster.bootstrap, topic, range(PARTITIONS), STEP, 2 * STEP)
+        until(ledger.all_committed(PARTITIONS, 2 * STEP), "phase 2 committed")
+        assert coordinator_of(cluster, group) != first
+
+        second = next(b for b in set(cluster.leaders(topic).values()) if b != first)
+        cluster.by_id(second).kill()
+        wait_moved(cluster, topic, second)
+        produce_values(cluster.bootstrap, topic, range(PARTITIONS), 2 * STEP, 3 * STEP)
+        until(ledger.all_committed(PARTITIONS, 3 * STEP), "phase 3 committed")
+    finally:
+        for member in live.values():
+            member.stop()
+    for member in live.values():
+        assert member.error is None, f"{member.name}: {member.error!r}"
     ledger.check_delivery(records(0, 3 * STEP))
 
 
@@ -109,38 +128,11 @@ class ThreadedConfluentMember:
         assert not self._thread.is_alive(), f"{self.name} did not stop"
 
 
-def threaded_group(cluster: Cluster, topic: str,
-                   new_member: Callable[[str, str, str, GroupLedger], Member]) -> None:
-    """run_failovers with members that each poll in a thread (or task) of their own."""
-    group = group_id_for(topic)
-    ledger = GroupLedger()
-    create(cluster.bootstrap, topic, PARTITIONS)
-    live = {name: new_member(name, cluster.bootstrap, group, ledger) for name in "abc"}
-
-    def until(condition: Callable[[], bool], what: str) -> None:
-        def check() -> bool:
-            for member in live.values():
-                assert member.error is None, f"{member.name}: {member.error!r}"
-            return condition()
-        wait_until(check, 90, what)
-
-    def stop(name: str) -> None:
-        live.pop(name).stop()
-
-    try:
-        run_failovers(cluster, topic, group, ledger, dict(live), until, stop)
-    finally:
-        for member in live.values():
-            member.stop()
-    for member in live.values():
-        assert member.error is None, f"{member.name}: {member.error!r}"
-
-
 @pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python", "aiokafka"])
 def test_a_group_survives_the_kill_of_its_coordinator_and_of_a_leader(
         tmp_path: Path, topic_name: str, client: str) -> None:
     aio = AioLoop()
-    members: dict[str, Callable[[str, str, str, GroupLedger], Member]] = {
+    members: dict[str, NewMember] = {
         "confluent-kafka": lambda name, bootstrap, group, ledger: ThreadedConfluentMember(
             name, bootstrap, group, topic_name, ledger),
         "kafka-python": lambda name, bootstrap, group, ledger: KafkaPythonMember(
@@ -150,6 +142,6 @@ def test_a_group_survives_the_kill_of_its_coordinator_and_of_a_leader(
     }
     try:
         with running_cluster(tmp_path, settings=FAST_GROUPS) as cluster:
-            threaded_group(cluster, topic_name, members[client])
+            run_failovers(cluster, topic_name, members[client])
     finally:
         aio.close()
