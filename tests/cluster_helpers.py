@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,8 +20,11 @@ FAST_FAILOVER = {"brokerSessionTimeoutMs": "2000", "brokerHeartbeatIntervalMs": 
 class Cluster:
     """Brokers 0..n-1 sharing one database; each on its own port."""
 
-    def __init__(self, root: Path, size: int, settings: dict[str, str] | None = None) -> None:
-        self.url = shared_server().new_database_url()
+    def __init__(self, root: Path, size: int, settings: dict[str, str] | None = None,
+                 url: str | None = None, client: dict[str, str] | None = None) -> None:
+        self.url = url or shared_server().new_database_url()
+        self.client = client or {}
+        """Extra settings of the admin clients that watch the cluster (a SASL login)."""
         self.root = root
         self.settings = {"storageUrl": self.url, **FAST_FAILOVER, **(settings or {})}
         self.brokers = [self._broker(i) for i in range(size)]
@@ -47,7 +51,7 @@ class Cluster:
     def live_ids(self, via: BrokerProcess | None = None) -> set[int]:
         """The broker ids Metadata lists, asked through ``via`` (default: any live one)."""
         target = via or next(b for b in self.brokers if b.alive())
-        admin = AdminClient({"bootstrap.servers": target.bootstrap})
+        admin = AdminClient({"bootstrap.servers": target.bootstrap, **self.client})
         return set(admin.list_topics(timeout=10).brokers)
 
     def wait_for_members(self, count: int, timeout: float = 20.0) -> None:
@@ -65,7 +69,7 @@ class Cluster:
 
     def leaders(self, topic: str) -> dict[int, int]:
         """partition -> leader id, as Metadata tells."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.client})
         found = admin.list_topics(topic, timeout=10).topics[topic]
         return {p: meta.leader for p, meta in found.partitions.items()}
 
@@ -77,12 +81,21 @@ class Cluster:
             if broker.alive():
                 broker.stop()
 
+    def stop_all_at_once(self) -> None:
+        """SIGTERM every broker at the same moment; each must exit cleanly."""
+        for broker in self.brokers:
+            assert broker.proc is not None
+            broker.proc.send_signal(signal.SIGTERM)
+        assert [broker.stop() for broker in self.brokers] == [0] * len(self.brokers)
+
 
 @contextmanager
-def running_cluster(root: Path, size: int = 3,
-                    settings: dict[str, str] | None = None) -> Iterator[Cluster]:
-    """A started cluster, stopped at the end."""
-    cluster = Cluster(root, size, settings)
+def running_cluster(root: Path, size: int = 3, settings: dict[str, str] | None = None,
+                    url: str | None = None,
+                    client: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """A started cluster (on a new database of the session's server unless ``url``),
+    stopped at the end."""
+    cluster = Cluster(root, size, settings, url, client)
     try:
         yield cluster.start()
     finally:

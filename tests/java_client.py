@@ -67,6 +67,13 @@ class JavaFlows:
                        check=True, capture_output=True, text=True, timeout=180)
         return cls(classpath=os.pathsep.join([str(into), jars]))
 
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """Start one flow with pipes to its stdin and stdout (a flow that waits for the
+        test between its steps)."""
+        return subprocess.Popen([_jdk_tool("java"), "-cp", self.classpath, MAIN_CLASS, *args],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
     def run(self, *args: str, timeout: float = 120.0) -> list[list[str]]:
         """Run one flow; its output lines split into words. A failed flow raises with the
         program's stderr (the Java exception) in the message."""

@@ -63,6 +63,8 @@ from kafka.protocol.consumer import (
     OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -102,6 +104,7 @@ from broker_core.apis.groups import (
     handle_list_groups,
     handle_sync_group,
 )
+from broker_core.apis.leader_epochs import handle_offset_for_leader_epoch
 from broker_core.apis.list_offsets import handle_list_offsets
 from broker_core.apis.metadata import handle_describe_cluster, handle_metadata
 from broker_core.apis.offsets import (
@@ -163,6 +166,8 @@ def engine_apis() -> list[ApiSpec]:
         ApiSpec(33, AlterConfigsRequest, AlterConfigsResponse, 0, 2, handle_alter_configs),
         ApiSpec(44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1,
                 handle_incremental_alter_configs),
+        ApiSpec(23, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4,
+                handle_offset_for_leader_epoch),
         ApiSpec(22, InitProducerIdRequest, InitProducerIdResponse, 0, 5,
                 handle_init_producer_id),
         ApiSpec(24, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 5,

@@ -6,6 +6,7 @@
 //   java KafkaFlows produce BOOTSTRAP TOPIC COUNT
 //   java KafkaFlows group BOOTSTRAP TOPIC GROUP COUNT
 //   java KafkaFlows transactions BOOTSTRAP TOPIC TRANSACTIONAL_ID GROUP
+//   java KafkaFlows failover BOOTSTRAP TOPIC PARTITIONS COUNT
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -44,6 +45,8 @@ public final class KafkaFlows {
             case "produce" -> produce(args[1], args[2], Integer.parseInt(args[3]));
             case "group" -> group(args[1], args[2], args[3], Integer.parseInt(args[4]));
             case "transactions" -> transactions(args[1], args[2], args[3], args[4]);
+            case "failover" -> failover(args[1], args[2], Integer.parseInt(args[3]),
+                Integer.parseInt(args[4]));
             default -> throw new IllegalArgumentException("unknown flow " + args[0]);
         }
     }
@@ -195,6 +198,42 @@ public final class KafkaFlows {
         try (KafkaConsumer<String, String> member = consumer(bootstrap, group, "read_committed")) {
             OffsetAndMetadata offset = member.committed(Set.of(first)).get(first);
             System.out.println("group-offset " + (offset == null ? -1 : offset.offset()));
+        }
+    }
+
+    /** Produce COUNT records over PARTITIONS and read them back from offset 0; print
+     * "ready" and wait for a line on stdin (the test moves partitions meanwhile); then
+     * produce and read COUNT more with the same producer and consumer, printing every
+     * record read. */
+    private static void failover(String bootstrap, String topic, int partitions, int count)
+            throws Exception {
+        List<TopicPartition> all = new ArrayList<>();
+        for (int p = 0; p < partitions; p++) {
+            all.add(new TopicPartition(topic, p));
+        }
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(producerProps(bootstrap));
+             KafkaConsumer<String, String> consumer =
+                 consumer(bootstrap, "unused", "read_uncommitted")) {
+            consumer.assign(all);
+            consumer.seekToBeginning(all);
+            sendAll(producer, topic, partitions, "before-", count);
+            int got = pollAll(consumer, count);
+            System.out.println("ready " + got);
+            System.out.flush();
+            new java.io.BufferedReader(new java.io.InputStreamReader(System.in)).readLine();
+            sendAll(producer, topic, partitions, "after-", count);
+            System.out.println("read " + pollAll(consumer, count));
+        }
+    }
+
+    private static void sendAll(KafkaProducer<String, String> producer, String topic,
+                                int partitions, String prefix, int count) throws Exception {
+        List<java.util.concurrent.Future<RecordMetadata>> sent = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            sent.add(producer.send(new ProducerRecord<>(topic, i % partitions, "k", prefix + i)));
+        }
+        for (java.util.concurrent.Future<RecordMetadata> future : sent) {
+            future.get();
         }
     }
 }
