@@ -25,6 +25,7 @@ from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import GroupCommitted, PartitionStore
 from broker_core.storage.cluster import NotOwner
+from broker_core.storage.errors import AppendAbandoned
 from broker_core.storage_faults import ReportedFault, WriteKind
 from broker_core.waiters import AppendWaiters, TopicPartition
 
@@ -87,7 +88,8 @@ class AppendPath:
             else:
                 self.lost(*key)
                 reason = error if isinstance(error, OSError) else OSError(str(error))
-                self.faults.failed(reason, what or f"{key[0]}-{key[1]}", kind, code)
+                if not isinstance(error, AppendAbandoned):  # its cause is logged already
+                    self.faults.failed(reason, what or f"{key[0]}-{key[1]}", kind, code)
                 outcome = ReportedFault(reason.errno, reason.strerror or str(reason))
             if acknowledged.done():  # its request was cancelled (the connection closed)
                 return

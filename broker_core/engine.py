@@ -507,6 +507,7 @@ class Engine:
         for partition in partitions:
             self.flusher.forget(partition)
         self._rules.pop(internal, None)
+        self.cluster.forget_topic(internal)
         self.producers.forget(internal)
         for index in range(len(partitions)):
             self.waiters.notify((internal, index))

@@ -158,13 +158,22 @@ class PartitionProducers:
             self.record(header, info.base_offset, header.max_timestamp)
 
     def to_json(self, offset: int) -> dict[str, Any]:
-        """A snapshot valid up to ``offset`` (copies: it may be encoded in another thread)."""
-        return {
-            "offset": offset,
-            "producers": {str(pid): [e.epoch, list(e.batches), e.txn_first_offset,
-                                     e.last_timestamp] for pid, e in self.producers.items()},
-            "aborted": list(self.aborted),
-        }
+        """A snapshot valid up to ``offset`` (copies: it may be encoded in another thread).
+
+        Batches at or beyond ``offset`` are left out: an engine that commits appends in
+        groups has them in memory before they are stored, and one whose commit then fails
+        must not be taken for stored when the state is rebuilt from this snapshot (a retry
+        of it would be acknowledged as a duplicate of nothing). Replaying the log from
+        ``offset`` brings back the ones that were stored."""
+        producers = {}
+        for pid, entry in self.producers.items():
+            kept = [batch for batch in entry.batches if batch[3] < offset]
+            first = entry.txn_first_offset
+            producers[str(pid)] = [entry.epoch, kept,
+                                   first if first is not None and first < offset else None,
+                                   entry.last_timestamp]
+        return {"offset": offset, "producers": producers,
+                "aborted": [a for a in self.aborted if a[2] < offset]}
 
     def forget_aborted_before(self, offset: int) -> None:
         """Drop aborted transactions whose marker is below ``offset`` (the log start): no

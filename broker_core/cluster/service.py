@@ -218,7 +218,7 @@ class ClusterService:
                 await asyncio.wait_for(self._stopping.wait(), interval)
                 return
             try:
-                self.tick()
+                await self._tick_off_loop()
             except (StorageError, OSError) as exc:
                 self._unreachable(exc)
             except Exception:
@@ -226,13 +226,28 @@ class ClusterService:
 
     def tick(self) -> None:
         """One heartbeat and one reconcile."""
-        if not self.store.heartbeat(self.config.session_timeout_ms):
+        self._renewed(self.store.heartbeat(self.config.session_timeout_ms))
+        self.reconcile()
+
+    async def _tick_off_loop(self) -> None:
+        """:meth:`tick` with its regular statements (the heartbeat, the registry read) in a
+        worker thread: a database that stops answering does not hold the event loop for
+        them. Claims and hand-overs, which change what this broker serves, stay on it."""
+        self._renewed(await asyncio.to_thread(self.store.heartbeat,
+                                              self.config.session_timeout_ms))
+        view = await asyncio.to_thread(self.store.view)
+        self.view, self._viewed_at = view, time.monotonic()
+        self._reconcile_with_view()
+
+    def _renewed(self, renewed: bool) -> None:
+        """After a heartbeat: a lease that had run out gives up everything and registers
+        again."""
+        if not renewed:
             log.warning("broker %d's lease ran out (paused or cut off): giving up %d "
                         "partitions and registering again", self.me.broker_id, len(self.owned))
             self._lose(list(self.owned))
             self.store.register(self.me, self.config.session_timeout_ms)
         self._renewed_at = time.monotonic()
-        self.reconcile()
 
     def _unreachable(self, exc: BaseException) -> None:
         """The registry cannot be reached: once the lease must have run out, stop serving
@@ -255,11 +270,17 @@ class ClusterService:
     def reconcile(self) -> None:
         """Drop what others took, hand over what belongs elsewhere, claim what belongs here."""
         self._read_view()
+        self._reconcile_with_view()
+
+    def _reconcile_with_view(self) -> None:
+        """:meth:`reconcile` on the registry as last read."""
         me = self.me.broker_id
         owners = self.view.owners
+        # another broker's claim moved the epoch past ours; a registry read older than
+        # a claim of ours (from a request meanwhile) shows a lower epoch: not taken
         taken = [key for key, epoch in self.owned.items()
-                 if (found := owners.get(key)) is None
-                 or found.broker_id != me or found.epoch != epoch]
+                 if (found := owners.get(key)) is not None and (
+                     found.epoch > epoch or (found.epoch == epoch and found.broker_id != me))]
         self._lose(taken)
         live = [b.broker_id for b in self.live_brokers()]
         counts = self._partition_counts()
@@ -303,6 +324,10 @@ class ClusterService:
         if taken and self.store.shared:
             log.info("took %d partitions (e.g. %s-%d at epoch %d)", len(taken),
                      *min(taken), taken[min(taken)])
+
+    def forget_topic(self, topic: str) -> None:
+        """A topic was deleted: its partitions are owned by nobody any more."""
+        self._lose([key for key in self.owned if key[0] == topic])
 
     def _lose(self, keys: list[TopicPartition]) -> None:
         if not keys:

@@ -46,3 +46,8 @@ class LogOffline(StorageError, OSError):
 class DatabaseUnavailable(StorageError, OSError):
     """The storage database cannot be reached or refused a statement. An OSError, so
     writers answer it with Kafka's retriable storage errors (``storage_faults``)."""
+
+
+class AppendAbandoned(DatabaseUnavailable):
+    """An append given up because an earlier append of its partition failed: that failure
+    is the cause (already reported); this one is only its consequence."""

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from .errors import DatabaseUnavailable, LogClosed
+from .errors import AppendAbandoned, DatabaseUnavailable, LogClosed
 from .pg_database import Database
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ class GroupCommitter:
             else:
                 by_partition.setdefault(pending.owner.partition_id, []).append(pending)
         if stale:
-            self._finish(stale, set(), DatabaseUnavailable(
+            self._finish(stale, set(), AppendAbandoned(
                 errno.ESTALE, "an earlier append to the partition failed"))
         if not by_partition:
             return
