@@ -35,6 +35,8 @@ from broker_core.producer_states import DEFAULT_EXPIRATION_MS, ProducerStates
 from broker_core.producers import PartitionProducers
 from broker_core.record_check import check_records
 from broker_core.storage import (
+    DatabaseUnavailable,
+    LogOffline,
     PartitionStore,
     Storage,
     StorageError,
@@ -539,7 +541,7 @@ class Engine:
             check_records(records, header)
         producers: PartitionProducers | None = None
         if header.producer_id >= 0:
-            producers = self.producers.get(internal, index, partition)
+            producers = self.producer_state(internal, index, partition)
             duplicate = producers.check(header)
             if duplicate is not None:
                 log.info("duplicate batch of producer %d on %s-%d acknowledged at %d",
@@ -580,14 +582,24 @@ class Engine:
 
     # -- transactions --------------------------------------------------------------------
 
+    def producer_state(self, internal: str, index: int,
+                       partition: PartitionStore) -> PartitionProducers:
+        """A partition's producer state; KAFKA_STORAGE_ERROR (retriable) when it must be
+        rebuilt from a storage that cannot be read now (a database away)."""
+        try:
+            return self.producers.get(internal, index, partition)
+        except (LogOffline, DatabaseUnavailable) as exc:
+            raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                f"the producer state of {internal}-{index}: {exc}") from None
+
     def partition_producers(self, internal: str, index: int) -> PartitionProducers:
         """The producer state of a partition (UNKNOWN_TOPIC_OR_PARTITION when missing)."""
-        return self.producers.get(internal, index, self.partition(internal, index))
+        return self.producer_state(internal, index, self.partition(internal, index))
 
     def stable_offset(self, internal: str, index: int) -> int:
         """The last stable offset: read_committed readers see nothing at or beyond it."""
         partition = self.partition(internal, index)
-        state = self.producers.get(internal, index, partition)
+        state = self.producer_state(internal, index, partition)
         return state.last_stable_offset(partition.next_offset)
 
     def write_marker(self, internal: str, index: int, producer_id: int, epoch: int,

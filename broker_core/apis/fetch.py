@@ -86,7 +86,10 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
     if partition.needs_verification(want.offset):
         unscanned.append((partition, want.offset))
         return _empty(want.index, ErrorCode.NONE, end, start), 0
-    producers = engine.producers.get(want.internal, want.index, partition)
+    try:  # rebuilt from storage after a move or a failure: the database may be away
+        producers = engine.producers.get(want.internal, want.index, partition)
+    except (LogOffline, DatabaseUnavailable):
+        return _empty(want.index, ErrorCode.KAFKA_STORAGE_ERROR), 0
     stable = producers.last_stable_offset(end)
     upper = stable if committed else end
     limit = min(want.max_bytes, budget)
