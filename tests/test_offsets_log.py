@@ -5,6 +5,7 @@ real storage, for the time-based part)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import confluent_kafka
@@ -27,32 +28,40 @@ def offsets_size(data_dir: Path) -> int:
                if "__consumer_offsets" in str(f))
 
 
+COMPACTING = {"offsetsTopicNumPartitions": "2", "offsetsTopicSegmentBytes": "4096",
+              "offsetsTopicCompactionBytes": "8192"}
+
+
+def commit_compact_restart(broker: BrokerProcess, topic: str,
+                           stored_size: Callable[[], int]) -> None:
+    """400 commits of 3 offsets are compacted to a small size (``stored_size``) and the
+    latest ones survive a restart of the broker."""
+    create_topic(broker.bootstrap, topic, 3)
+    consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap,
+                                   group_id="compacted", enable_auto_commit=False)
+    tps = [kafka.TopicPartition(topic, p) for p in range(3)]
+    for i in range(400):
+        consumer.commit({tp: kafka.OffsetAndMetadata(i * 10 + tp.partition, "m" * 20, -1)
+                         for tp in tps})
+    consumer.close()
+    broker.wait_for_log(r"compacted .*__consumer_offsets")
+    assert stored_size() < 64 * 1024  # 400 commits of 3 offsets, kept small
+    broker.stop()
+    broker.start()
+    reader = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap,
+                                       "group.id": "compacted"})
+    committed = reader.committed([confluent_kafka.TopicPartition(topic, p)
+                                  for p in range(3)], timeout=20)
+    reader.close()
+    assert [(c.partition, c.offset, c.metadata) for c in committed] == \
+        [(p, 3990 + p, "m" * 20) for p in range(3)]
+
+
 def test_offsets_topic_is_compacted_and_survives_restart(tmp_path: Path,
                                                          topic_name: str) -> None:
-    broker = BrokerProcess(tmp_path, {
-        "offsetsTopicNumPartitions": "2", "offsetsTopicSegmentBytes": "4096",
-        "offsetsTopicCompactionBytes": "8192",
-    }).start()
+    broker = BrokerProcess(tmp_path, COMPACTING).start()
     try:
-        create_topic(broker.bootstrap, topic_name, 3)
-        consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap,
-                                       group_id="compacted", enable_auto_commit=False)
-        tps = [kafka.TopicPartition(topic_name, p) for p in range(3)]
-        for i in range(400):
-            consumer.commit({tp: kafka.OffsetAndMetadata(i * 10 + tp.partition, "m" * 20, -1)
-                             for tp in tps})
-        consumer.close()
-        broker.wait_for_log(r"compacted .*__consumer_offsets")
-        assert offsets_size(tmp_path) < 64 * 1024  # 400 commits of 3 offsets, kept small
-        broker.stop()
-        broker.start()
-        reader = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap,
-                                           "group.id": "compacted"})
-        committed = reader.committed([confluent_kafka.TopicPartition(topic_name, p)
-                                      for p in range(3)], timeout=20)
-        reader.close()
-        assert [(c.partition, c.offset, c.metadata) for c in committed] == \
-            [(p, 3990 + p, "m" * 20) for p in range(3)]
+        commit_compact_restart(broker, topic_name, lambda: offsets_size(tmp_path))
     finally:
         broker.kill()
 
@@ -98,34 +107,18 @@ def test_offsets_topic_is_compacted_on_postgres_too(tmp_path: Path, topic_name: 
     """The same snapshot compaction on the PostgreSQL engine: the rows it replaces are
     deleted, and the state survives a restart."""
     url = shared_server().new_database_url()
-    broker = BrokerProcess(tmp_path, {
-        "storageUrl": url, "offsetsTopicNumPartitions": "2",
-        "offsetsTopicSegmentBytes": "4096", "offsetsTopicCompactionBytes": "8192",
-    }).start()
-    try:
-        create_topic(broker.bootstrap, topic_name, 3)
-        consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap,
-                                       group_id="compacted", enable_auto_commit=False)
-        tps = [kafka.TopicPartition(topic_name, p) for p in range(3)]
-        for i in range(400):
-            consumer.commit({tp: kafka.OffsetAndMetadata(i * 10 + tp.partition, "m" * 20, -1)
-                             for tp in tps})
-        consumer.close()
-        broker.wait_for_log(r"compacted .*__consumer_offsets")
+
+    def stored_size() -> int:
         with psycopg.connect(url) as conn:
             row = conn.execute(
                 "SELECT coalesce(sum(e.size), 0) FROM edge_entries e JOIN edge_partitions p"
                 " ON p.id = e.partition_id WHERE p.topic LIKE '%%/__consumer_offsets'"
             ).fetchone()
-        assert row is not None and int(row[0]) < 64 * 1024  # 400 commits, kept small
-        broker.stop()
-        broker.start()
-        reader = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap,
-                                           "group.id": "compacted"})
-        committed = reader.committed([confluent_kafka.TopicPartition(topic_name, p)
-                                      for p in range(3)], timeout=20)
-        reader.close()
-        assert [(c.partition, c.offset, c.metadata) for c in committed] == \
-            [(p, 3990 + p, "m" * 20) for p in range(3)]
+        assert row is not None
+        return int(row[0])
+
+    broker = BrokerProcess(tmp_path, {"storageUrl": url, **COMPACTING}).start()
+    try:
+        commit_compact_restart(broker, topic_name, stored_size)
     finally:
         broker.kill()
