@@ -154,7 +154,7 @@ class Engine:
         logs.cluster.begin()  # from now on only claimed partitions are written
         self.cluster = ClusterService(logs.cluster, BrokerRecord(config.broker_id, None, ()),
                                       config.cluster, logs.topics)
-        self.groups.acquire = self.transactions.acquire = self._acquire
+        self.groups.acquire = self.transactions.acquire = self.cluster.acquire
         self.cluster.on_gained(self._gained)
         self.cluster.on_lost(self._lost)
         self.markers = MarkerRelay(logs.cluster, lambda key: key in self.cluster.owned,
@@ -180,9 +180,6 @@ class Engine:
         self.cluster.start()
         if self.logs.cluster.shared:
             self.markers.start()
-
-    def _acquire(self, internal: str, index: int, num_partitions: int) -> int | None:
-        return self.cluster.acquire(internal, index, num_partitions)
 
     def _coordinator_of(self, internal: str) -> GroupCoordinator | TransactionCoordinator | None:
         """The coordinator whose state a system topic holds, if it is one."""

@@ -18,9 +18,10 @@ from kafka.protocol.admin import DescribeTopicPartitionsResponse
 
 from broker_core import naming
 from broker_core.apis.authorized_operations import authorized_operations, bitfield
+from broker_core.apis.metadata import leadership
 from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.engine import Engine
-from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.errors import KafkaApiError
 from broker_core.storage import TopicInfo
 
 _Topic = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
@@ -50,17 +51,6 @@ def _operations(engine: Engine, ctx: RequestContext, topic: TopicInfo) -> int:
     return bitfield(authorized_operations(engine, ctx, ResourceType.TOPIC, topic.name))
 
 
-def _partition(engine: Engine, topic: TopicInfo, index: int) -> Any:
-    """A partition with its leader from the one ownership function."""
-    leader = engine.cluster.leader(topic.name, index, topic.num_partitions)
-    nodes = [] if leader is None else [leader.broker_id]
-    return _Partition(
-        error_code=0 if leader is not None else ErrorCode.LEADER_NOT_AVAILABLE,
-        partition_index=index, leader_id=leader.broker_id if leader else -1,
-        leader_epoch=leader.epoch if leader else -1, replica_nodes=nodes, isr_nodes=nodes,
-        eligible_leader_replicas=[], last_known_elr=[], offline_replicas=[])
-
-
 async def handle_describe_topic_partitions(engine: Engine, ctx: RequestContext,
                                            request: Any) -> Any:
     """Answer DescribeTopicPartitions, one page of partitions."""
@@ -82,7 +72,9 @@ async def handle_describe_topic_partitions(engine: Engine, ctx: RequestContext,
                                                                  partition_index=first)
             break
         last = min(topic.num_partitions, first + budget)
-        partitions = [_partition(engine, topic, index) for index in range(first, last)]
+        partitions = [_Partition(**leadership(engine, topic, index),
+                                 eligible_leader_replicas=[], last_known_elr=[])
+                      for index in range(first, last)]
         budget -= len(partitions)
         topics.append(_Topic(error_code=0, name=name, topic_id=topic.topic_id,
                              is_internal=engine.is_internal(topic.name), partitions=partitions,

@@ -19,23 +19,22 @@ from broker_core.storage import TopicInfo
 _R = MetadataResponse
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
-def _partition_entry(engine: Engine, topic: TopicInfo, index: int) -> Any:
-    """A partition with its leader (the one ownership function) and leader epoch."""
+def leadership(engine: Engine, topic: TopicInfo, index: int) -> dict[str, int | list[int]]:
+    """A partition's leader fields, as Metadata and DescribeTopicPartitions give them: its
+    leader from the one ownership function and the leader epoch (LEADER_NOT_AVAILABLE
+    while no live broker can take it)."""
     leader = engine.cluster.leader(topic.name, index, topic.num_partitions)
-    if leader is None:
-        return _R.MetadataResponseTopic.MetadataResponsePartition(
-            error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index, leader_id=-1,
-            leader_epoch=-1, replica_nodes=[], isr_nodes=[], offline_replicas=[])
-    return _R.MetadataResponseTopic.MetadataResponsePartition(
-        error_code=0, partition_index=index, leader_id=leader.broker_id,
-        leader_epoch=leader.epoch, replica_nodes=[leader.broker_id],
-        isr_nodes=[leader.broker_id], offline_replicas=[])
+    nodes = [] if leader is None else [leader.broker_id]
+    return {"error_code": ErrorCode.NONE if leader else ErrorCode.LEADER_NOT_AVAILABLE,
+            "partition_index": index, "leader_id": leader.broker_id if leader else -1,
+            "leader_epoch": leader.epoch if leader else -1, "replica_nodes": nodes,
+            "isr_nodes": nodes, "offline_replicas": []}
 
 
 def _topic_entry(engine: Engine, ctx: RequestContext, shown: str, topic: TopicInfo,
                  version: int, with_operations: bool) -> Any:
-    partitions = [_partition_entry(engine, topic, index)
-                  for index in range(topic.num_partitions)]
+    partitions = [_R.MetadataResponseTopic.MetadataResponsePartition(
+        **leadership(engine, topic, index)) for index in range(topic.num_partitions)]
     operations = (
         authorized_operations(engine, ctx, ResourceType.TOPIC, topic.name)
         if with_operations and version >= 8 else None

@@ -90,8 +90,10 @@ class MarkerRelay:
     async def serve(self) -> None:
         """Carry out the queued requests of partitions this broker owns."""
         done: list[int] = []
+        pending = self._store.pending_markers()
+        self._failing.intersection_update(marker for marker, _ in pending)  # gone: forgotten
         try:
-            for marker, wanted in self._store.pending_markers():
+            for marker, wanted in pending:
                 if self._owned((wanted.topic, wanted.partition)) \
                         and await self._carry_out(marker, wanted):
                     done.append(marker)

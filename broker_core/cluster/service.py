@@ -87,10 +87,6 @@ class ClusterService:
 
     # -- what the rest of the broker asks ---------------------------------------------
 
-    @property
-    def broker_id(self) -> int:
-        return self.me.broker_id
-
     def on_gained(self, callback: Callable[[TopicPartition, int], None]) -> None:
         """Call ``callback(partition, epoch)`` for each partition this broker takes."""
         self._listeners.gained.append(callback)
@@ -224,15 +220,11 @@ class ClusterService:
             except Exception:
                 log.exception("cluster reconcile failed")
 
-    def tick(self) -> None:
-        """One heartbeat and one reconcile."""
-        self._renewed(self.store.heartbeat(self.config.session_timeout_ms))
-        self.reconcile()
-
     async def _tick_off_loop(self) -> None:
-        """:meth:`tick` with its regular statements (the heartbeat, the registry read) in a
-        worker thread: a database that stops answering does not hold the event loop for
-        them. Claims and hand-overs, which change what this broker serves, stay on it."""
+        """One heartbeat and one reconcile, the regular statements (the heartbeat, the
+        registry read) in a worker thread: a database that stops answering does not hold
+        the event loop for them. Claims and hand-overs, which change what this broker
+        serves, stay on it."""
         self._renewed(await asyncio.to_thread(self.store.heartbeat,
                                               self.config.session_timeout_ms))
         view = await asyncio.to_thread(self.store.view)

@@ -118,13 +118,9 @@ class ClusterStore(Protocol):
         ...
 
     def claim(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """Take the partitions that nobody live owns (or that this broker owns but has not
-        adopted), each at a new epoch; return the ones taken and their epochs. Nothing is
-        taken while this broker's own lease has run out."""
-        ...
-
-    def adopt(self, partition: TopicPartition, epoch: int) -> None:
-        """Write to ``partition`` at ``epoch`` from now on (it was handed to this broker)."""
+        """Take the partitions that nobody live owns (or that were handed to this broker),
+        each at a new epoch, their state read afresh; return the ones taken and their
+        epochs. Nothing is taken while this broker's own lease has run out."""
         ...
 
     def hand_over(self, moves: Mapping[TopicPartition, tuple[int, int]]
@@ -189,9 +185,6 @@ class SoloCluster:
 
     def claim(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return {tp: 0 for tp in partitions} if self._me is not None else {}
-
-    def adopt(self, partition: TopicPartition, epoch: int) -> None:
-        del partition, epoch
 
     def hand_over(self, moves: Mapping[TopicPartition, tuple[int, int]]
                   ) -> list[TopicPartition]:

@@ -106,7 +106,7 @@ class PgCluster:
 
     def joined(self) -> bool:
         """Whether a broker registered through this storage: from then on, only partitions
-        claimed or adopted are written (before, a tool or a test writes unfenced)."""
+        claimed are written (before, a tool or a test writes unfenced)."""
         return self._joined
 
 
@@ -182,13 +182,13 @@ class PgCluster:
                 taken[key] = held
         return taken
 
-    def _adopt(self, partition: TopicPartition, epoch: int, row_id: int | None) -> bool:
+    def _adopt(self, partition: TopicPartition, epoch: int, row_id: int) -> bool:
         """Write to the partition at ``epoch``, its state read afresh from the database;
         False when that cannot be done now (this process does not hold that partition row
         yet, say a topic re-created elsewhere, or the database failed): the claim is then
         not used, and the next reconcile claims the partition again."""
         found = self._partition(*partition)
-        if found is None or (row_id is not None and found.partition_id != row_id):
+        if found is None or found.partition_id != row_id:
             return False
         try:
             found.fence(epoch)
@@ -196,9 +196,6 @@ class PgCluster:
             found.fence(None)
             return False
         return True
-
-    def adopt(self, partition: TopicPartition, epoch: int) -> None:
-        self._adopt(partition, epoch, None)
 
     def hand_over(self, moves: Mapping[TopicPartition, tuple[int, int]]
                   ) -> list[TopicPartition]:
