@@ -3,16 +3,21 @@ leases, claims, hand-overs and fencing, step by step (no timing races)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from broker_core.cluster.placement import assign
 from broker_core.storage import LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress, NotOwner
 from broker_core.storage.postgres import PgStorage
+from tests.broker_process import REPO, BrokerProcess
 from tests.postgres_server import shared_server
 from tests.test_storage_engines import make_batch
 
@@ -137,3 +142,25 @@ def test_a_broker_taking_a_partition_over_sees_what_its_owner_wrote(
     assert found is not None and found.next_offset == 3
     assert [info.base_offset for info in found.batches_from(0)] == [0, 1, 2]
     assert append(second) == 3
+
+
+def test_a_second_broker_with_a_live_id_stops_with_one_clear_line(tmp_path: Path) -> None:
+    """A broker id is one broker: a second process started with the id of a live one waits
+    out one session (a killed predecessor's lease would run out meanwhile), then stops with
+    exit code 2 and a line naming the id; the live broker serves on."""
+    url = shared_server().new_database_url()
+    settings = {"storageUrl": url, "brokerSessionTimeoutMs": "1000",
+                "brokerHeartbeatIntervalMs": "250"}
+    first = BrokerProcess(tmp_path / "a", settings).start()
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "edge.cli", "--set", "kafkaListeners=PLAINTEXT://127.0.0.1:0",
+             *(arg for key, value in settings.items() for arg in ("--set", f"{key}={value}"))],
+            cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2, second.stderr
+        assert "broker id 0 is registered by a live broker" in second.stderr
+        assert first.alive()
+        admin = AdminClient({"bootstrap.servers": first.bootstrap})
+        assert set(admin.list_topics(timeout=10).brokers) == {0}
+    finally:
+        first.stop()
