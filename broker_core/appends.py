@@ -11,8 +11,10 @@ engine) answers an append at once with its base offset; what the caller awaits b
 acknowledging is then the commit. Once it is done the fetches are woken (a fetch never
 sees an offset before its commit); a commit that failed is logged here, once per cause,
 reaches the waiting caller as a :class:`ReportedFault` (an OSError answered with the
-retriable error and not logged again), and calls :attr:`AppendPath.lost` for the
-partition: memory no longer knows what its log holds (the producer state is rebuilt).
+retriable error and not logged again; a commit fenced because another broker took the
+partition reaches it as :class:`AppendFenced`, not a fault), and calls
+:attr:`AppendPath.lost` for the partition: memory no longer knows what its log holds
+(the producer state is rebuilt).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import GroupCommitted, PartitionStore
 from broker_core.storage.cluster import NotOwner
-from broker_core.storage.errors import AppendAbandoned
+from broker_core.storage.errors import AppendAbandoned, AppendFenced
 from broker_core.storage_faults import ReportedFault, WriteKind
 from broker_core.waiters import AppendWaiters, TopicPartition
 
@@ -84,7 +86,10 @@ class AppendPath:
             if error is None:
                 self.faults.succeeded(kind)
                 self.waiters.notify(key)
-                outcome: ReportedFault | None = None
+                outcome: OSError | None = None
+            elif isinstance(error, AppendFenced):  # not a fault: the partition moved
+                self.lost(*key)
+                outcome = error
             else:
                 self.lost(*key)
                 reason = error if isinstance(error, OSError) else OSError(str(error))
@@ -125,6 +130,8 @@ class AppendPath:
                      else done.exception())
             if error is None:
                 follower.set_result(None)
+            elif isinstance(error, AppendFenced):
+                follower.set_exception(error)
             else:  # logged once by the original's settle: answered, not logged again
                 follower.set_exception(ReportedFault(errno.EIO, str(error)))
 

@@ -3,6 +3,7 @@ leases, claims, hand-overs and fencing, step by step (no timing races)."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from confluent_kafka.admin import AdminClient
 from broker_core.cluster.placement import assign
 from broker_core.storage import LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress, NotOwner
+from broker_core.storage.errors import AppendFenced
 from broker_core.storage.postgres import PgStorage
 from tests.broker_process import REPO, BrokerProcess
 from tests.postgres_server import shared_server
@@ -83,6 +85,29 @@ def test_a_partition_has_one_writer_and_a_late_one_is_fenced(
     assert second.cluster.view().owners[(TOPIC, 0)].epoch == 2  # lease having run out
     found = second.partition(TOPIC, 0)
     assert found is not None and found.next_offset == 2  # nothing of the late write
+
+
+def test_a_late_owners_queued_append_is_fenced_at_commit(
+        pair: tuple[PgStorage, PgStorage]) -> None:
+    """The append a paused owner queued before it learns of the takeover: its commit finds
+    the newer epoch and fails as AppendFenced (answered NOT_LEADER_OR_FOLLOWER), not as a
+    storage fault, and nothing of it is stored."""
+    first, second = pair
+    first.cluster.register(record(0), SHORT_LEASE_MS)
+    second.cluster.register(record(1), 60_000)
+    assert first.cluster.claim([(TOPIC, 0)]) == {(TOPIC, 0): 1}
+    time.sleep(SHORT_LEASE_MS / 1000 + 0.3)
+    assert second.cluster.claim([(TOPIC, 0)]) == {(TOPIC, 0): 2}
+    late = first.partition(TOPIC, 0)
+    assert late is not None
+
+    async def commit_late() -> None:
+        _, commit = late.append_deferred(make_batch(1), 0, 1_000)
+        await commit
+
+    with pytest.raises(AppendFenced):
+        asyncio.run(commit_late())
+    assert append(second) == 0  # the late batch took no offset
 
 
 def test_a_hand_over_moves_the_epoch_and_stops_the_giver(

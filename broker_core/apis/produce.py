@@ -13,6 +13,7 @@ from broker_core import metrics
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Appended, Engine
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.storage.errors import AppendFenced
 from broker_core.storage_faults import WriteKind
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,10 @@ async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> A
         outcomes = await asyncio.gather(*(wait for _, _, wait in waits),
                                         return_exceptions=True)
         for (partitions, at, _wait), outcome in zip(waits, outcomes, strict=True):
-            if isinstance(outcome, OSError):  # the fsync failed: not durable, retriable
+            if isinstance(outcome, AppendFenced):  # another broker took the partition
+                partitions[at] = _failed(partitions[at].index,
+                                         ErrorCode.NOT_LEADER_OR_FOLLOWER, str(outcome))
+            elif isinstance(outcome, OSError):  # the fsync failed: not durable, retriable
                 error = engine.faults.failed(outcome, "a partition's fsync",
                                              WriteKind.CHECKPOINTS)
                 partitions[at] = _failed(partitions[at].index, error.code, error.message)

@@ -48,6 +48,11 @@ class DatabaseUnavailable(StorageError, OSError):
     writers answer it with Kafka's retriable storage errors (``storage_faults``)."""
 
 
+class AppendFenced(DatabaseUnavailable):
+    """An append whose commit found the partition owned by another broker (a newer epoch):
+    nothing of it is stored; its producer is sent to the new owner."""
+
+
 class AppendAbandoned(DatabaseUnavailable):
     """An append given up because an earlier append of its partition failed: that failure
     is the cause (already reported); this one is only its consequence."""

@@ -14,13 +14,14 @@ token), then the entry rows of the partitions that moved are inserted in one pip
 - a partition that moved has its *committed* end (``next_offset``, the high watermark)
   moved past its appends, and only then are they answered: a fetch never sees an offset
   before its commit;
-- a partition that did not move (another broker took it, or an earlier append failed),
-  or every partition of a group whose statement failed (the database went away: the
-  commit's outcome is unknown), fails its appends with :class:`DatabaseUnavailable`
-  (clients retry), is marked stale and gets a new *generation*: appends queued behind
-  them at the old generation fail without being sent, and the partition's row is
-  reloaded before its next append (so offsets go on from what is stored, whether or not
-  a commit whose reply was lost happened).
+- a partition that did not move (another broker took it: :class:`AppendFenced`, answered
+  NOT_LEADER_OR_FOLLOWER; or an earlier append failed), or every partition of a group
+  whose statement failed (the database went away: the commit's outcome is unknown),
+  fails its appends with :class:`DatabaseUnavailable` (clients retry), is marked stale
+  and gets a new *generation*: appends queued behind them at the old generation fail
+  without being sent, and the partition's row is reloaded before its next append (so
+  offsets go on from what is stored, whether or not a commit whose reply was lost
+  happened).
 
 While the worker commits one group, the next one gathers: under load a commit carries
 every append that arrived during the one before it.
@@ -36,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from .errors import AppendAbandoned, DatabaseUnavailable, LogClosed
+from .errors import AppendAbandoned, AppendFenced, DatabaseUnavailable, LogClosed
 from .pg_database import Database
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,12 @@ _MOVE = (
     " AND p.owner_epoch = coalesce(w.epoch, p.owner_epoch) RETURNING p.id")
 """The partitions' rows of one group commit, each moved only from the offset its first
 append expected and by the owner at the epoch that append was made at."""
+
+_FENCED = (
+    "SELECT p.id FROM edge_partitions p"
+    " JOIN unnest(%(ids)s::bigint[], %(epochs)s::bigint[]) AS w(id, epoch) ON p.id = w.id"
+    " WHERE w.epoch IS NOT NULL AND p.owner_epoch <> w.epoch")
+"""Of the partitions that did not move, those another owner took (their epoch changed)."""
 
 _INSERT = ("INSERT INTO edge_entries (partition_id, base_offset, last_offset, segment_base,"
            " broker_ts, max_ts, size, batch) VALUES (%s, %s, %s, %s, %s, %s, %s, %b)")
@@ -212,9 +219,12 @@ class GroupCommitter:
             "segs": [run[-1].segment[0] for run in runs],
             "seg_sizes": [run[-1].segment[1] for run in runs],
             "created": [run[-1].segment[2] for run in runs]}
+        fenced: set[int] = set()
         try:
             with self._db.tx() as conn:
                 moved = {int(str(row[0])) for row in conn.execute(_MOVE, params).fetchall()}
+                if len(moved) < len(runs):
+                    fenced = {int(str(row[0])) for row in conn.execute(_FENCED, params)}
                 rows = [(p.owner.partition_id, p.base, p.last, p.segment[0], p.now,
                          p.max_timestamp, len(p.batch), p.batch)
                         for p in entries if p.owner.partition_id in moved]
@@ -225,13 +235,14 @@ class GroupCommitter:
             self._finish(entries, set(), _as_os_error(exc))
             return
         self._finish(entries, moved, DatabaseUnavailable(
-            errno.ESTALE, "the partition moved under this broker (another owner, or an "
-                          "earlier append failed)"))
+            errno.ESTALE, "an earlier append to the partition failed"), fenced)
 
     @staticmethod
-    def _finish(appends: list[Pending], moved: set[int], error: OSError) -> None:
-        """Record each partition's outcome (``moved``: committed, else ``error``), then
-        answer the producers: one callback per event loop."""
+    def _finish(appends: list[Pending], moved: set[int], error: OSError,
+                fenced: frozenset[int] | set[int] = frozenset()) -> None:
+        """Record each partition's outcome (``moved``: committed; ``fenced``: another owner
+        took it, :class:`AppendFenced`; else ``error``), then answer the producers: one
+        callback per event loop."""
         runs: dict[int, list[Pending]] = {}
         for pending in appends:
             runs.setdefault(id(pending.owner), []).append(pending)
@@ -240,13 +251,17 @@ class GroupCommitter:
         for run in runs.values():
             owner = run[0].owner
             ok = owner.partition_id in moved
+            outcome: OSError | None = None
             if ok:
                 owner.committed(run)
             else:
-                owner.failed(run, error)
+                outcome = error if owner.partition_id not in fenced else AppendFenced(
+                    errno.ESTALE, "another broker took the partition before the append "
+                                  "was committed")
+                owner.failed(run, outcome)
             for pending in run:
                 ticket = pending.ticket
-                ticket.error = None if ok else error
+                ticket.error = outcome
                 if ticket.loop is not None and ticket.future is not None:
                     waiting.setdefault(ticket.loop, []).append((ticket.future, ticket.error))
                 elif ticket.event is not None:
