@@ -125,11 +125,6 @@ class PartitionProducers:
             del self.producers[pid]
         return len(idle)
 
-    def ongoing(self, producer_id: int) -> bool:
-        """Whether the producer has an open transaction on this partition."""
-        entry = self.producers.get(producer_id)
-        return entry is not None and entry.txn_first_offset is not None
-
     # -- fetch ---------------------------------------------------------------------------
 
     def last_stable_offset(self, high_watermark: int) -> int:

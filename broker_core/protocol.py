@@ -10,7 +10,8 @@ import struct
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+
+from broker_core.storage.region import FileRegion
 
 _HEADER_FIXED = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
@@ -110,26 +111,9 @@ def frame_response(header: bytes, body: bytes | bytearray | memoryview) -> bytes
     return b"".join((_INT32.pack(len(header) + len(body)), header, body))
 
 
-class Region(Protocol):
-    """A stretch of an open file that goes into a response as it is.
-
-    The connection writer sends it with ``sendfile`` on plain TCP and reads it from
-    ``fd`` in chunks on TLS; ``release`` is called once it is written or dropped.
-    """
-
-    fd: int
-    offset: int
-
-    def __len__(self) -> int:
-        """How many bytes the region covers."""
-        ...
-
-    def release(self) -> None:
-        """Give back what keeps the region readable (its file descriptor)."""
-        ...
-
-
-Chunk = bytes | memoryview | Region
+Chunk = bytes | memoryview | FileRegion
+"""A piece of a response: bytes in memory, or a stretch of a ledger file (sent with
+``sendfile`` on plain TCP, read from its descriptor in chunks on TLS)."""
 Frame = bytes | list[Chunk]
 """A framed response: one ``bytes``, or buffers and file regions written in order."""
 
@@ -146,9 +130,3 @@ class Prewritten(ABC):
 def frame_parts(header: bytes, parts: Sequence[Chunk], size: int) -> list[Chunk]:
     """The chunks of a response behind its size prefix and header."""
     return [_INT32.pack(len(header) + size) + header, *parts]
-
-
-def encode_body(message: Any) -> bytes | bytearray:
-    """Encode a ``kafka.protocol`` message whose version is set."""
-    encoded: bytes | bytearray = message.encode()
-    return encoded

@@ -26,6 +26,7 @@ from sasl.plain import PlainServer
 from sasl.types import Authenticated, SaslServer, TokenValidator
 
 MECHANISMS = ("PLAIN", "OAUTHBEARER")
+"""The SASL mechanisms a listener may enable."""
 SaslFactory = Callable[[], SaslServer]
 log = logging.getLogger(__name__)
 

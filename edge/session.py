@@ -38,8 +38,8 @@ from edge.security import ListenerSecurity, SaslFactory
 from listeners.server import ConnectionInfo, FrameError, Request
 from listeners.tls import certificate_principal
 from sasl.errors import MECHANISM_LIMIT, SaslFailure
+from sasl.lifetime import session_lifetime_ms
 from sasl.printable import printable
-from sasl.session import session_lifetime_ms
 from sasl.types import Authenticated, SaslServer
 
 log = logging.getLogger(__name__)

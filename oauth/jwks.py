@@ -89,11 +89,6 @@ class JwksCache:
         self.fetches = 0
         """How many fetches were attempted (for tests and metrics)."""
 
-    @property
-    def key_set(self) -> KeySet | None:
-        """The keys currently held, if any fetch succeeded."""
-        return self._keys
-
     def key(self, kid: str | None, alg: str) -> Any:
         """The verification key for a token header; raise TokenInvalid or KeysUnavailable."""
         keys = self._keys
