@@ -8,8 +8,7 @@ Durability: ``append`` writes straight to the file (no userspace buffer), so a p
 crash right after it returns loses nothing; ``flush`` fsyncs. The metadata file records
 the ledger list; for the open ledger it records the facts as of its last fsync (its
 *recovery point*), and each sealed ledger is marked ``synced`` once fsynced. At open,
-sealed ledgers that are not known to be synced, or are shorter than recorded, are
-scanned in full, and the open ledger from its recovery point; its torn tail is truncated.
+``recovery`` scans what is not known to be synced and cuts the open ledger's torn tail.
 What was trusted at open is scanned on its first read (``verify_at``, from a worker
 thread). Damage (``damage``) never shortens the log: a ledger keeps the offsets the
 metadata records, the ledgers after it are kept, a damaged range is never served (reads
@@ -28,7 +27,6 @@ an executor thread flushes.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -41,20 +39,19 @@ from pathlib import Path
 
 from .batch_header import check_append, set_base_offset
 from .config import LogConfig, retention_drops
-from .damage import Damage, batch_problem, hole, report, scan_ledger
+from .damage import Damage, batch_problem, report, scan_ledger
 from .entry import ENTRY_HEADER_SIZE, encode_entry_header
 from .errors import DamagedRecords, LogClosed, LogOffline, OffsetOutOfRange
 from .file_kv import FileKeyValues
-from .fsutil import TEMP_SUFFIX, start_writeback
-from .ledger import Ledger, LedgerReader, ledger_file_name, parse_ledger_file_name
+from .fsutil import start_writeback
+from .ledger import Ledger, LedgerReader
 from .metadata import (
-    METADATA_FILE,
     LedgerFacts,
     PartitionMetadata,
-    load_metadata,
     store_metadata,
 )
 from .model import BatchInfo, wall_clock_ms
+from .recovery import recover
 from .region import FileRegion
 
 logger = logging.getLogger(__name__)
@@ -714,179 +711,12 @@ class PartitionLog:
     # -- recovery ----------------------------------------------------------------------
 
     def _recover(self) -> None:
-        directory = self.directory
-        (directory / (METADATA_FILE + TEMP_SUFFIX)).unlink(missing_ok=True)
-        on_disk: set[int] = set()
-        for name in os.listdir(directory):
-            ledger_id = parse_ledger_file_name(name)
-            if ledger_id is not None:
-                on_disk.add(ledger_id)
-        try:
-            metadata = load_metadata(directory)
-        except (ValueError, KeyError, TypeError) as exc:
-            logger.warning("%s: unreadable %s (%s); rebuilding", directory, METADATA_FILE, exc)
-            metadata = None
-        plan: list[tuple[int, LedgerFacts | None]]
-        if metadata is None:
-            if on_disk:
-                logger.warning(
-                    "%s: no %s; rebuilding from %d ledger file(s)",
-                    directory,
-                    METADATA_FILE,
-                    len(on_disk),
-                )
-            plan = [(ledger_id, None) for ledger_id in sorted(on_disk)]
-            log_start: int | None = None
-            recorded_next = 0
-        else:
-            known = [facts.ledger_id for facts in metadata.ledgers]
-            last_known = known[-1] if known else 0
-            for ledger_id in sorted(on_disk - set(known)):
-                if ledger_id < last_known:
-                    logger.info("%s: removing unlisted ledger %d", directory, ledger_id)
-                    self._ledger_path(ledger_id).unlink(missing_ok=True)
-                    on_disk.discard(ledger_id)
-            plan = [(facts.ledger_id, facts) for facts in metadata.ledgers]
-            plan += [(i, None) for i in sorted(on_disk) if i > last_known]
-            log_start = metadata.log_start_offset
-            recorded_next = metadata.next_offset
-            self._next_ledger_id = last_known + 1
-        if on_disk:
-            self._next_ledger_id = max(self._next_ledger_id, max(on_disk) + 1)
-        last_listed = metadata.ledgers[-1].ledger_id if metadata and metadata.ledgers else None
-
-        rescanned: list[Ledger] = []
-        assigned = 0  # offsets below this were recorded as stored: they are never reused
-        for step, (ledger_id, facts) in enumerate(plan):
-            if facts is not None:
-                assigned = max(assigned, facts.next_offset)
-            ledger = self._recover_ledger(
-                ledger_id, facts, ledger_id == last_listed, ledger_id in on_disk, rescanned
-            )
-            if ledger is not None:
-                if ledger.facts.empty and step < len(plan) - 1:
-                    ledger.delete()
-                else:
-                    self._keep_recovered(ledger)
-
-        last = self._ledgers[-1] if self._ledgers else None
-        if last is None or last.walk_end < last.facts.size or last.facts.next_offset < assigned:
-            # nothing to append to, or the last ledger lost entries it had recorded
-            first = max(recorded_next, log_start or 0, assigned)
-            if last is not None:
-                first = max(first, last.facts.next_offset)
-            created = Ledger.create(directory, self._next_ledger_id, first, self._clock(),
-                                    self._config.index_interval_bytes)
-            self._next_ledger_id += 1
-            if last is not None:
-                self._keep_recovered(created)
-            else:
-                self._ledgers.append(created)
-        first_offset = self._ledgers[0].facts.first_offset
-        start = first_offset if log_start is None else max(log_start, first_offset)
-        self._log_start = min(start, self.next_offset)
-        if recorded_next > self.next_offset:
-            logger.warning(
-                "%s: metadata recorded next offset %d but only offsets below %d were found",
-                directory,
-                recorded_next,
-                self.next_offset,
-            )
-        for ledger in self._ledgers[:-1]:
-            ledger.facts.sealed = True
-        open_ledger = self._ledgers[-1]
-        open_ledger.facts.sealed = False
-        for ledger in (*rescanned, open_ledger):
-            if any(ledger is item for item in self._ledgers):
-                os.fsync(ledger.fd())
-                ledger.facts.synced = True
-        self._recovery_point = open_ledger.facts.copy()
-        for ledger in self._ledgers[:-1]:
-            ledger.close()
+        """Open the ledgers (``recovery``), report damage, and record what was found."""
+        found = recover(self.directory, self._config, self._clock)
+        self._ledgers, self._gaps = found.ledgers, found.gaps
+        self._log_start, self._next_ledger_id = found.log_start, found.next_ledger_id
+        self._recovery_point = self._ledgers[-1].facts.copy()
         self._unverified = sum(not ledger.verified for ledger in self._ledgers)
         for damage in self.damaged_ranges():
-            report(directory, damage)
+            report(self.directory, damage)
         self._store_metadata_locked()
-
-    def _recover_ledger(
-        self,
-        ledger_id: int,
-        facts: LedgerFacts | None,
-        is_last_listed: bool,
-        exists: bool,
-        rescanned: list[Ledger],
-    ) -> Ledger | None:
-        """Recover one ledger; None if its file is missing.
-
-        A ledger the metadata lists keeps the offsets it records, whatever is left of its
-        file: entries that are gone or garbled become damage (never served, never reused).
-        Sealed ledgers that were fsynced are trusted now and scanned on first read; the tail
-        of the open ledger beyond its recovery point is cut at the first bad entry, as a crash
-        leaves it.
-        """
-        directory = self.directory
-        interval = self._config.index_interval_bytes
-        if not exists:
-            if facts is not None:
-                logger.warning("%s: ledger %d is missing (offsets [%d, %d))", directory,
-                               ledger_id, facts.first_offset, facts.next_offset)
-            return None
-        if facts is None:
-            first = self._ledgers[-1].facts.next_offset if self._ledgers else 0
-            ledger = Ledger(directory, LedgerFacts(ledger_id, first, first), interval)
-            ledger.recover(0, any_first_index=True)
-            ledger.facts.created_ms = (
-                ledger.facts.min_broker_timestamp if not ledger.facts.empty else self._clock()
-            )
-            rescanned.append(ledger)
-            return ledger
-        ledger = Ledger(directory, facts, interval)
-        file_size = ledger.file_size()
-        if file_size > facts.size and not is_last_listed:
-            logger.warning(
-                "%s: sealed ledger %d has %d bytes beyond its recorded size; truncating",
-                directory,
-                ledger_id,
-                file_size - facts.size,
-            )
-            os.ftruncate(ledger.fd(), facts.size)
-        if facts.synced and file_size >= facts.size:
-            # trusted now, scanned on first read (up to here: recover() checks the rest)
-            ledger.unverified = facts.copy() if facts.size else None
-            if is_last_listed:
-                ledger.recover(facts.size)
-            return ledger
-        if file_size < facts.size:
-            logger.warning("%s: ledger %d is %d bytes but %d were recorded; scanning it",
-                           directory, ledger_id, file_size, facts.size)
-        ledger.facts.sealed = True  # what it lost ends it; a torn last one gets a successor
-        ledger.note_damage(scan_ledger(ledger.path, facts))
-        rescanned.append(ledger)
-        return ledger
-
-    def _keep_recovered(self, ledger: Ledger) -> None:
-        """Append a recovered ledger to the list; offsets between it and the previous one
-        are a hole, and a ledger overlapping the previous one is set aside."""
-        if self._ledgers:
-            expected = self._ledgers[-1].facts.next_offset
-            first = ledger.facts.first_offset
-            if first < expected:
-                logger.warning("%s: ledger %d starts at offset %d, below %d where the previous "
-                               "one ends", self.directory, ledger.ledger_id, first, expected)
-                ledger.close()
-                self._set_aside(ledger.ledger_id)
-                return
-            if first > expected:
-                self._gaps.append(hole(ledger.path.name, expected, first,
-                                       "no ledger file holds them"))
-        self._ledgers.append(ledger)
-
-    def _ledger_path(self, ledger_id: int) -> Path:
-        return self.directory / ledger_file_name(ledger_id)
-
-    def _set_aside(self, ledger_id: int) -> None:
-        """Rename a ledger file that cannot be part of the log to ``*.dropped``."""
-        path = self._ledger_path(ledger_id)
-        with contextlib.suppress(FileNotFoundError):
-            path.replace(path.with_name(path.name + ".dropped"))
-            logger.warning("%s: set aside %s", self.directory, path.name)
