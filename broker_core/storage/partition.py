@@ -38,21 +38,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .batch_header import check_append, set_base_offset
+from .checkpoints import Checkpoints
 from .config import LogConfig, retention_drops
 from .damage import Damage, batch_problem, report, scan_ledger
+from .damage_book import DamageBook
 from .entry import ENTRY_HEADER_SIZE, encode_entry_header
 from .errors import DamagedRecords, LogClosed, LogOffline, OffsetOutOfRange
 from .file_kv import FileKeyValues
 from .fsutil import start_writeback
 from .ledger import Ledger, LedgerReader
-from .metadata import (
-    LedgerFacts,
-    PartitionMetadata,
-    store_metadata,
-)
 from .model import BatchInfo, wall_clock_ms
 from .recovery import recover
 from .region import FileRegion
+from .timestamps import MaxTimestamps, first_at_or_after
 
 logger = logging.getLogger(__name__)
 
@@ -89,20 +87,15 @@ class PartitionLog:
         self._config = config
         self._clock = clock
         self._lock = threading.RLock()
-        self._meta_lock = threading.Lock()
-        self._meta_seq = 0
-        self._meta_written_seq = 0
+        self._checkpoints = Checkpoints(self.directory)
         self._ledgers: list[Ledger] = []
         self._log_start = 0
         self._next_ledger_id = 1
         self._pending_sync: list[_PendingSync] = []
         self._written_back = (-1, 0)  # (ledger id, position) start_writeback reached
         self._open_sealed: OrderedDict[int, Ledger] = OrderedDict()
-        self._recovery_point = LedgerFacts(0, 0, 0)
-        self._recorded_recovery_size = 0
-        self._max_ts_cache: tuple[tuple[int, int, int, int], tuple[int, int] | None] | None = None
-        self._gaps: list[Damage] = []  # offset ranges no ledger holds (found at recovery)
-        self._unverified = 0  # sealed ledgers not yet scanned since start-up
+        self._max_timestamps = MaxTimestamps()
+        self._damage = DamageBook(self.directory)
         self._closed = False
         self._offline: str | None = None  # why the log went offline
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -222,7 +215,7 @@ class PartitionLog:
         self._pending_sync.append(_PendingSync(os.dup(old.fd()), old, old.facts.size))
         self._ledgers.append(new)
         self._use(old)
-        self._recovery_point = new.facts.copy()
+        self._checkpoints.recovery_point = new.facts.copy()
         if len(self._pending_sync) > _MAX_PENDING_SYNC:
             self._sync_pending_locked()
         if store:
@@ -248,9 +241,8 @@ class PartitionLog:
             i = self._ledger_index(offset)
             ledger = self._use(self._ledgers[i])
             if not ledger.verified:  # a caller that did not call verify_at first
-                self._verify_locked(ledger)
-            if self._gaps or ledger.damage:
-                self._check_damage(offset)
+                self._damage.verify(ledger, self._log_start)
+            self._damage.check(ledger, offset)
             start = ledger.locate(offset).position
             stop = ledger.stop_after(start)
             out, taken, reached_end = ledger.read_regions(start, max_bytes, True, stop)
@@ -272,13 +264,11 @@ class PartitionLog:
     def damaged_ranges(self) -> list[Damage]:
         """The damaged offset ranges at or above the log start, in offset order."""
         with self._lock:
-            found = [*self._gaps, *(d for ledger in self._ledgers for d in ledger.damage)]
-            return sorted((d for d in found if d.end_offset > self._log_start),
-                          key=lambda d: d.first_offset)
+            return self._damage.ranges(self._ledgers, self._log_start)
 
     def needs_verification(self, offset: int) -> bool:
         """Whether a read at ``offset`` would first scan its ledger (see verify_at)."""
-        if not self._unverified or self._closed:
+        if not self._damage.unverified or self._closed:
             return False
         last = self._ledgers[-1]
         if offset >= last.facts.first_offset:  # the usual case: a consumer at the tail
@@ -303,35 +293,11 @@ class PartitionLog:
         with self._lock:
             if not self._closed and not ledger.verified \
                     and any(item is ledger for item in self._ledgers):
-                self._note_verified(ledger, found)
-
-    def _verify_locked(self, ledger: Ledger) -> None:
-        if ledger.unverified is not None:
-            self._note_verified(ledger, scan_ledger(ledger.path, ledger.unverified.copy()))
-
-    def _note_verified(self, ledger: Ledger, found: list[Damage]) -> None:
-        ledger.unverified = None
-        self._unverified -= 1
-        self._note_damage(ledger, found)
-
-    def _note_damage(self, ledger: Ledger, found: list[Damage]) -> None:
-        new = [d for d in found if all(known.position != d.position for known in ledger.damage)]
-        ledger.note_damage(new)
-        for item in new:
-            if item.end_offset > self._log_start:
-                report(self.directory, item)
+                self._damage.verified(ledger, found, self._log_start)
 
     def _check_damage(self, offset: int) -> None:
         """DamagedRecords if ``offset`` lies in a damaged range."""
-        ledger = self._ledgers[self._ledger_index(offset)]
-        if not self._gaps and not ledger.damage:
-            return
-        for item in (*self._gaps, *ledger.damage):
-            if item.first_offset <= offset < item.end_offset:
-                raise DamagedRecords(
-                    f"offset {offset} of {self.directory} is in damaged range "
-                    f"[{item.first_offset}, {item.end_offset}) ({item.reason})",
-                    item.first_offset, item.end_offset)
+        self._damage.check(self._ledgers[self._ledger_index(offset)], offset)
 
     def batches_from(self, offset: int) -> Iterator[BatchInfo]:
         """Iterate the stored batches from the one containing ``offset`` to the end.
@@ -392,76 +358,17 @@ class PartitionLog:
             position = meta.end
 
     def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None:
-        """The first batch at or after the log start whose maxTimestamp >= ``timestamp``.
-
-        Ledgers whose recorded max timestamp is lower are skipped without reading them.
-        """
+        """The first batch at or after the log start whose maxTimestamp >= ``timestamp``
+        (ledgers whose recorded max timestamp is lower are skipped without reading them)."""
         with self._lock:
             self._check_open()
-            for ledger in self._ledgers:
-                facts = ledger.facts
-                if facts.max_timestamp_offset < 0 or facts.max_timestamp < timestamp:
-                    continue
-                if facts.next_offset <= self._log_start:
-                    continue
-                self._use(ledger)
-                start = 0
-                if facts.first_offset < self._log_start:
-                    start = ledger.locate(self._log_start).position
-                reader = ledger.reader()
-                for meta in ledger.iter_entries(start, reader):
-                    if meta.max_timestamp >= timestamp:
-                        return BatchInfo(
-                            meta.index,
-                            meta.last_offset,
-                            meta.max_timestamp,
-                            meta.broker_timestamp,
-                            reader.batch(meta),
-                        )
-            return None
+            return first_at_or_after(self._ledgers, self._log_start, timestamp, self._use)
 
     def batch_with_max_timestamp(self) -> BatchInfo | None:
         """The batch with the largest maxTimestamp (the earliest one on ties), or None."""
         with self._lock:
             self._check_open()
-            best: tuple[int, Ledger, int] | None = None
-            for ledger in self._ledgers:
-                facts = ledger.facts
-                if facts.max_timestamp_offset < 0 or facts.next_offset <= self._log_start:
-                    continue
-                if facts.max_timestamp_offset >= self._log_start and not ledger.damage:
-                    found: tuple[int, int] | None = (
-                        facts.max_timestamp,
-                        facts.max_timestamp_offset,
-                    )
-                else:
-                    found = self._visible_max_timestamp(ledger)
-                if found is not None and (best is None or found[0] > best[0]):
-                    best = (found[0], ledger, found[1])
-            if best is None:
-                return None
-            ledger = self._use(best[1])
-            meta = ledger.locate(best[2])
-            batch = ledger.reader().batch(meta)
-            return BatchInfo(
-                meta.index, meta.last_offset, meta.max_timestamp, meta.broker_timestamp, batch
-            )
-
-    def _visible_max_timestamp(self, ledger: Ledger) -> tuple[int, int] | None:
-        """(max timestamp, base offset) over the batches of ``ledger`` not below log start."""
-        key = (ledger.ledger_id, self._log_start, ledger.facts.size, len(ledger.damage))
-        if self._max_ts_cache is not None and self._max_ts_cache[0] == key:
-            return self._max_ts_cache[1]
-        self._use(ledger)
-        result: tuple[int, int] | None = None
-        start = 0
-        if ledger.facts.first_offset < self._log_start:
-            start = ledger.locate(self._log_start).position
-        for meta in ledger.iter_entries(start):
-            if result is None or meta.max_timestamp > result[0]:
-                result = (meta.max_timestamp, meta.index)
-        self._max_ts_cache = (key, result)
-        return result
+            return self._max_timestamps.batch(self._ledgers, self._log_start, self._use)
 
     # -- trimming ----------------------------------------------------------------------
 
@@ -522,7 +429,7 @@ class PartitionLog:
             self._ledgers[:0] = dropped
             self._log_start = previous
             raise
-        self._unverified -= sum(not ledger.verified for ledger in dropped)
+        self._damage.dropped(dropped)
         for ledger in dropped:
             self._open_sealed.pop(ledger.ledger_id, None)
             ledger.delete()
@@ -581,15 +488,15 @@ class PartitionLog:
             for item in pending:
                 if item.ledger.facts.size == item.size:
                     item.ledger.facts.synced = True
-            if ledger is self._ledgers[-1] and point.size > self._recovery_point.size:
-                self._recovery_point = point
+            if ledger is self._ledgers[-1] \
+                    and point.size > self._checkpoints.recovery_point.size:
+                self._checkpoints.recovery_point = point
             elif ledger.facts.sealed and ledger.facts.size == current.size:
                 ledger.facts.synced = True
-            grown = self._recovery_point.size - self._recorded_recovery_size
-            if not pending and grown < _CHECKPOINT_BYTES:
+            if not pending and self._checkpoints.unrecorded < _CHECKPOINT_BYTES:
                 return False
-            seq, metadata = self._snapshot_locked()
-        self._write_snapshot(seq, metadata)
+            seq, metadata = self._checkpoints.snapshot(self._ledgers, self._log_start)
+        self._checkpoints.write(seq, metadata)
         return True
 
     def close(self) -> None:
@@ -603,7 +510,7 @@ class PartitionLog:
                 ledger = self._ledgers[-1]
                 self._fsync(ledger.fd())
                 ledger.facts.sealed = True
-                self._recovery_point = ledger.facts.copy()
+                self._checkpoints.recovery_point = ledger.facts.copy()
                 self._store_metadata_locked()
             finally:  # even unsealed (say, on a full disk): the next start recovers it
                 for item in self._ledgers:
@@ -622,36 +529,9 @@ class PartitionLog:
             for item in pending:
                 os.close(item.fd)
 
-    def _snapshot_locked(self) -> tuple[int, PartitionMetadata]:
-        self._meta_seq += 1
-        facts = [ledger.facts.copy() for ledger in self._ledgers[:-1]]
-        open_ledger = self._ledgers[-1]
-        point = self._recovery_point
-        if point.ledger_id != open_ledger.ledger_id:
-            point = LedgerFacts(
-                open_ledger.ledger_id,
-                open_ledger.facts.first_offset,
-                open_ledger.facts.first_offset,
-                created_ms=open_ledger.facts.created_ms,
-            )
-        open_facts = point.copy()
-        open_facts.sealed = open_ledger.facts.sealed
-        open_facts.synced = True
-        facts.append(open_facts)
-        self._recorded_recovery_size = point.size
-        metadata = PartitionMetadata(self.next_offset, self._log_start, facts)
-        return self._meta_seq, metadata
-
-    def _write_snapshot(self, seq: int, metadata: PartitionMetadata) -> None:
-        with self._meta_lock:
-            if seq <= self._meta_written_seq:
-                return
-            store_metadata(self.directory, metadata)
-            self._meta_written_seq = seq
-
     def _store_metadata_locked(self) -> None:
-        seq, metadata = self._snapshot_locked()
-        self._write_snapshot(seq, metadata)
+        seq, metadata = self._checkpoints.snapshot(self._ledgers, self._log_start)
+        self._checkpoints.write(seq, metadata)
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -713,10 +593,10 @@ class PartitionLog:
     def _recover(self) -> None:
         """Open the ledgers (``recovery``), report damage, and record what was found."""
         found = recover(self.directory, self._config, self._clock)
-        self._ledgers, self._gaps = found.ledgers, found.gaps
+        self._ledgers = found.ledgers
         self._log_start, self._next_ledger_id = found.log_start, found.next_ledger_id
-        self._recovery_point = self._ledgers[-1].facts.copy()
-        self._unverified = sum(not ledger.verified for ledger in self._ledgers)
+        self._checkpoints.recovery_point = self._ledgers[-1].facts.copy()
+        self._damage.recovered(self._ledgers, found.gaps)
         for damage in self.damaged_ranges():
             report(self.directory, damage)
         self._store_metadata_locked()
