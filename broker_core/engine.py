@@ -31,8 +31,8 @@ from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import GroupConfig, GroupCoordinator
 from broker_core.markers import marker_batch
+from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import DEFAULT_EXPIRATION_MS, ProducerStates
-from broker_core.producers import PartitionProducers
 from broker_core.record_check import check_records
 from broker_core.storage import (
     DatabaseUnavailable,

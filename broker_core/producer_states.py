@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from broker_core.producers import PartitionProducers
+from broker_core.partition_producers import PartitionProducers
 from broker_core.storage import PartitionStore, StorageError
 from broker_core.storage_faults import WriteFaults, WriteKind
 

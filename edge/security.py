@@ -18,9 +18,9 @@ from edge.config import BrokerConfig, ConfigError, parse_properties
 from listeners.spec import ListenerSpec
 from listeners.tls import TlsConfigError, TlsSettings, server_context
 from oauth.errors import OAuthConfigError
+from oauth.jwks_validator import JwksTokenValidator
+from oauth.key_validator import JwtTokenValidator, TokenSettings
 from oauth.settings import METHOD_TOKEN, ValidatorSettings, parse_validator_settings
-from oauth.token import JwtTokenValidator, TokenSettings
-from oauth.validator import JwksTokenValidator
 from sasl.oauthbearer import OAuthBearerServer
 from sasl.plain import PlainServer
 from sasl.types import Authenticated, SaslServer, TokenValidator

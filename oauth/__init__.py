@@ -15,6 +15,13 @@ from oauth.errors import (
     TokenInvalid,
 )
 from oauth.jwks import JwksCache
+from oauth.jwks_validator import JwksTokenValidator
+from oauth.key_validator import (
+    HMAC_ALGORITHMS,
+    RSA_ALGORITHMS,
+    JwtTokenValidator,
+    TokenSettings,
+)
 from oauth.keys import (
     PublicKey,
     load_key_material,
@@ -24,13 +31,6 @@ from oauth.keys import (
 )
 from oauth.login import AccessToken, ClientCredentialsLogin
 from oauth.settings import ValidatorSettings, parse_validator_settings
-from oauth.token import (
-    HMAC_ALGORITHMS,
-    RSA_ALGORITHMS,
-    JwtTokenValidator,
-    TokenSettings,
-)
-from oauth.validator import JwksTokenValidator
 
 __all__ = [
     "HMAC_ALGORITHMS",

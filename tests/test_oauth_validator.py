@@ -11,8 +11,8 @@ import pytest
 
 from oauth.dev_issuer import DevIssuer
 from oauth.errors import KeysUnavailable, TokenInvalid
+from oauth.jwks_validator import JwksTokenValidator, granted_scopes
 from oauth.settings import ValidatorSettings
-from oauth.validator import JwksTokenValidator, granted_scopes
 from sasl.errors import SaslFailure
 from sasl.oauthbearer import OAuthBearerServer
 from tests.oauth_helpers import AUDIENCE, bearer_message, issuer_token, make_issuer

@@ -14,8 +14,8 @@ import pytest
 
 from broker_core.batches import read_header
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import SNAPSHOT_FILE, ProducerStates
-from broker_core.producers import PartitionProducers
 from broker_core.storage import LogConfig, PartitionLog
 from tests.clients import create_topic
 from tests.ports import free_port

@@ -307,7 +307,7 @@ def test_a_snapshot_leaves_out_batches_not_yet_stored() -> None:
     """An engine that commits in groups records a batch before its commit: a snapshot taken
     meanwhile must not name it (were the commit to fail, the producer's retry would be taken
     for a duplicate of a batch that is not in the log)."""
-    from broker_core.producers import PartitionProducers
+    from broker_core.partition_producers import PartitionProducers
 
     state = PartitionProducers()
     for n, base in enumerate((0, 2, 4)):  # the batch at 4 waits for its commit

@@ -92,6 +92,7 @@ from kafka.protocol.producer import (
 from broker_core.apis import fetch_wire
 from broker_core.apis.alter_configs import handle_alter_configs, handle_incremental_alter_configs
 from broker_core.apis.configs import handle_describe_configs, handle_list_config_resources
+from broker_core.apis.delete_records import handle_delete_records
 from broker_core.apis.describe_partitions import handle_describe_topic_partitions
 from broker_core.apis.fetch import fetch_response_bound, handle_fetch
 from broker_core.apis.groups import (
@@ -113,7 +114,6 @@ from broker_core.apis.offsets import (
     handle_offset_fetch,
 )
 from broker_core.apis.produce import handle_produce
-from broker_core.apis.records import handle_delete_records
 from broker_core.apis.replicas import (
     handle_alter_partition_reassignments,
     handle_alter_replica_log_dirs,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.groups import records
+from broker_core.groups import offsets_topic
 from broker_core.groups.model import (
     CommittedOffset,
     Group,
@@ -149,28 +149,28 @@ class GroupCoordinator(StateCoordinator):
 
     def replay(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
         """Apply one record of ``__consumer_offsets``."""
-        record = records.decode(key, value)
+        record = offsets_topic.decode(key, value)
         if record is None:
             return
         ident = (topic, record.group_id)
         group = self.groups.get(ident)
         if group is None:
             group = self.groups[ident] = Group(record.group_id, topic, partition)
-        if isinstance(record, records.OffsetRecord):
+        if isinstance(record, offsets_topic.OffsetRecord):
             tp = (record.topic, record.partition)
             if record.committed is None:
                 group.offsets.pop(tp, None)
             else:
                 group.offsets[tp] = record.committed
-        elif isinstance(record, records.TxnOffsetRecord):
+        elif isinstance(record, offsets_topic.TxnOffsetRecord):
             group.pending_txn.setdefault(record.producer_id, {})[
                 (record.topic, record.partition)] = record.committed
-        elif isinstance(record, records.TxnEndRecord):
+        elif isinstance(record, offsets_topic.TxnEndRecord):
             self._settle(group, record.producer_id, record.commit)
         elif record.value is None:
             del self.groups[ident]
         else:
-            records.restore_group(group, record.value)
+            offsets_topic.restore_group(group, record.value)
 
     # -- placement -----------------------------------------------------------------------
 
@@ -222,10 +222,10 @@ class GroupCoordinator(StateCoordinator):
             if (group.topic, group.partition) != (topic, partition):
                 continue
             if group.protocol_type is not None:
-                live.append(records.group_record(group))
-            live.extend(records.offset_record(group.group_id, t, p, committed)
+                live.append(offsets_topic.group_record(group))
+            live.extend(offsets_topic.offset_record(group.group_id, t, p, committed)
                         for (t, p), committed in group.offsets.items())
-            live.extend(records.txn_offset_record(group.group_id, pid, t, p, committed)
+            live.extend(offsets_topic.txn_offset_record(group.group_id, pid, t, p, committed)
                         for pid, pending in group.pending_txn.items()
                         for (t, p), committed in pending.items())
         for batch in self._settling.get((topic, partition), ()):
@@ -382,7 +382,7 @@ class GroupCoordinator(StateCoordinator):
 
     async def _persist_quietly(self, group: Group) -> None:
         try:
-            await self._write(group, [records.group_record(group)])
+            await self._write(group, [offsets_topic.group_record(group)])
         except KafkaApiError:  # a full disk, logged once by the store
             return
         except Exception:
@@ -460,7 +460,7 @@ class GroupCoordinator(StateCoordinator):
             # gets the members back but is told to skip the assignment.
             self._schedule_session(group, member)
             try:
-                await self._write(group, [records.group_record(group)])
+                await self._write(group, [offsets_topic.group_record(group)])
             except KafkaApiError as error:
                 return JoinResult(error.code, member_id)
             everyone = self._everyone(group) if member_id == group.leader else ()
@@ -530,7 +530,7 @@ class GroupCoordinator(StateCoordinator):
                 each.assignment = assignments.get(each.member_id, b"")
             current = group.generation
             try:
-                await self._write(group, [records.group_record(group)])
+                await self._write(group, [offsets_topic.group_record(group)])
             except KafkaApiError as failure:  # as Kafka: the members rejoin
                 self._finish_sync(group, failure.code)
                 if group.state == GroupState.COMPLETING_REBALANCE and \
@@ -620,7 +620,7 @@ class GroupCoordinator(StateCoordinator):
         if member_id in group.members:
             self._schedule_session(group, group.members[member_id])
         results, accepted = self._offsets_to_store(offsets)
-        batch = [records.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
+        batch = [offsets_topic.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
         return ErrorCode.NONE, await self._store_offsets(group, batch, results, accepted,
                                                          group.offsets.update)
 
@@ -677,7 +677,7 @@ class GroupCoordinator(StateCoordinator):
             if error != ErrorCode.NONE:
                 return error, {}
         results, accepted = self._offsets_to_store(offsets)
-        batch = [records.txn_offset_record(group_id, producer_id, t, p, c)
+        batch = [offsets_topic.txn_offset_record(group_id, producer_id, t, p, c)
                  for (t, p), c in accepted.items()]
 
         def keep(settled: dict[TopicPartition, CommittedOffset]) -> None:
@@ -695,7 +695,7 @@ class GroupCoordinator(StateCoordinator):
                            commit: bool) -> None:
         """A transaction that added the group ended: apply or drop its pending offsets."""
         group = self._get_or_create(topic, group_id)
-        durable = self._store(group, [records.txn_end_record(group_id, producer_id, commit)])
+        durable = self._store(group, [offsets_topic.txn_end_record(group_id, producer_id, commit)])
         self._settle(group, producer_id, commit)
         await self.store.settle(durable)
 
@@ -733,8 +733,9 @@ class GroupCoordinator(StateCoordinator):
         return ErrorCode.NONE
 
     async def _drop(self, group: Group) -> None:
-        tombstones = [records.offset_record(group.group_id, t, p, None) for t, p in group.offsets]
-        tombstones.append(records.group_record(group, deleted=True))
+        tombstones = [offsets_topic.offset_record(group.group_id, t, p, None)
+                      for t, p in group.offsets]
+        tombstones.append(offsets_topic.group_record(group, deleted=True))
         durable = self._store(group, tombstones)
         group.state = GroupState.DEAD
         self._cancel_timers(group)
@@ -746,7 +747,7 @@ class GroupCoordinator(StateCoordinator):
         gone = [tp for tp in dict.fromkeys(partitions) if tp in group.offsets]  # once each
         if not gone:
             return
-        durable = self._store(group, [records.offset_record(group.group_id, t, p, None)
+        durable = self._store(group, [offsets_topic.offset_record(group.group_id, t, p, None)
                                       for t, p in gone])
         for tp in gone:
             del group.offsets[tp]
