@@ -124,7 +124,7 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _stream(args: argparse.Namespace, rule: BurstRule, options: dict[str, str]) -> int:
-    from pipeline.session import spark_session
+    from pipeline.spark_session import spark_session
 
     if args.since is not None:
         options = {"startingTimestamp": str(args.since), **options}
@@ -158,7 +158,7 @@ def audit_report(args: argparse.Namespace) -> int:
     options = source_options(args)
     if args.stream:
         return _stream(args, rule, options)
-    from pipeline.session import spark_session
+    from pipeline.spark_session import spark_session
 
     spark = spark_session(args.master)
     spark.sparkContext.setLogLevel("WARN")

@@ -11,7 +11,7 @@ from typing import Any
 import confluent_kafka
 from pyspark.sql import DataFrameReader, SparkSession
 
-from pipeline.session import spark_session
+from pipeline.spark_session import spark_session
 from tests.security_helpers import SASL_AUTHENTICATION_FAILED, OpsConnection, plain_message
 
 SPARK_CONFIG = {
