@@ -51,8 +51,13 @@ def _append_one(engine: Engine, ctx: RequestContext, name: str, index: int, reco
 
 
 async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> Any | None:
-    """Append every partition's batch before the first await, so pipelined requests keep order."""
+    """Append every partition's batch before the first await, so pipelined requests keep order
+    (the one wait before: the claim of a partition that belongs here and is not claimed yet,
+    whose batches could only be refused without it)."""
     started = time.perf_counter()
+    await engine.leadership.ready_named(ctx, ((topic.name, data.index)
+                                              for topic in request.topic_data
+                                              for data in topic.partition_data))
     acks: int = request.acks
     topics = []
     waits: list[tuple[list[Any], int, asyncio.Future[None]]] = []
