@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from broker_core import naming
 from broker_core.cluster.service import ClusterService
@@ -96,14 +97,18 @@ class Leadership:
         await self.cluster.claimed((internal, index, counts[internal])
                                    for internal, index in missing if internal in counts)
 
-    async def ready_named(self, ctx: RequestContext,
-                          named: Iterable[tuple[str, int]]) -> None:
-        """:meth:`ready` for partitions as a client names them (names that are no valid
-        topic name are left for the request to refuse)."""
+    async def ready_named(self, ctx: RequestContext, topics: Iterable[Any], name: str = "name",
+                          partitions: str = "partitions", index: str = "partition_index"
+                          ) -> None:
+        """:meth:`ready` for the partitions a request names: its ``topics``, each with a
+        ``name`` and ``partitions`` that each have an ``index`` (attribute names of the
+        request's schema). Names that are no valid topic name are left for the request to
+        refuse."""
         wanted = []
-        for name, index in named:
+        for topic in topics:
             with contextlib.suppress(KafkaApiError):
-                wanted.append((naming.to_internal(name, ctx.home), index))
+                internal = naming.to_internal(getattr(topic, name), ctx.home)
+                wanted += [(internal, getattr(part, index)) for part in getattr(topic, partitions)]
         await self.ready(wanted)
 
     def leader_error(self, internal: str, index: int, requested_epoch: int) -> ErrorCode:

@@ -43,9 +43,7 @@ def _end_of_epoch(engine: Engine, ctx: RequestContext, topic: str, part: Any
 async def handle_offset_for_leader_epoch(engine: Engine, ctx: RequestContext,
                                          request: Any) -> Any:
     """Answer the end of the requested epoch for every requested partition."""
-    await engine.leadership.ready_named(ctx, ((topic.topic, part.partition)
-                                              for topic in request.topics
-                                              for part in topic.partitions))
+    await engine.leadership.ready_named(ctx, request.topics, name="topic", index="partition")
     topics = []
     for topic in request.topics:
         partitions = []

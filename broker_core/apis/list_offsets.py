@@ -93,9 +93,7 @@ def _lookup(partition: PartitionStore, target: int, stable: int | None) -> tuple
 async def handle_list_offsets(engine: Engine, ctx: RequestContext, request: Any) -> Any:
     """Answer ListOffsets for every requested partition."""
     committed = request.version >= 2 and request.isolation_level == 1
-    await engine.leadership.ready_named(ctx, ((topic.name, part.partition_index)
-                                              for topic in request.topics
-                                              for part in topic.partitions))
+    await engine.leadership.ready_named(ctx, request.topics)
     topics = []
     for topic in request.topics:
         partitions = []

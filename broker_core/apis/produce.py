@@ -55,9 +55,8 @@ async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> A
     (the one wait before: the claim of a partition that belongs here and is not claimed yet,
     whose batches could only be refused without it)."""
     started = time.perf_counter()
-    await engine.leadership.ready_named(ctx, ((topic.name, data.index)
-                                              for topic in request.topic_data
-                                              for data in topic.partition_data))
+    await engine.leadership.ready_named(ctx, request.topic_data, partitions="partition_data",
+                                        index="index")
     acks: int = request.acks
     topics = []
     waits: list[tuple[list[Any], int, asyncio.Future[None]]] = []
