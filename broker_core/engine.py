@@ -2,7 +2,9 @@
 
 It owns the log manager, the fsync policy, long-poll waiters and retention, and answers
 the questions every handler asks: which internal topic a client's name means, whether
-it exists (creating it when auto-creation allows), and how to append a batch.
+it exists (creating it when auto-creation allows), and how to append a batch. What this
+broker serves in the cluster is asked of :attr:`Engine.leadership` (``leadership``), and
+transaction markers are written through :attr:`Engine.txn_markers` (``txn_markers``).
 """
 
 from __future__ import annotations
