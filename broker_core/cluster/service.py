@@ -166,9 +166,8 @@ class ClusterService:
             asked = self._ask(key, count)
             if asked is not None and self._claimable(key, count):  # others: not waited for
                 task = asked
-        if task is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), CLAIM_WAIT_S)
+        if task is not None:  # neither its end (say, cancelled at shutdown) nor a timeout raise
+            await asyncio.wait([task], timeout=CLAIM_WAIT_S)
 
     def _claimable(self, key: TopicPartition, count: int) -> bool:
         """Whether the registry as last read gives ``key`` to this broker: it belongs here
