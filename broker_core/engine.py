@@ -2,7 +2,9 @@
 
 It owns the log manager, the fsync policy, long-poll waiters and retention, and answers
 the questions every handler asks: which internal topic a client's name means, whether
-it exists (creating it when auto-creation allows), and how to append a batch.
+it exists (creating it when auto-creation allows), and how to append a batch. What this
+broker serves in the cluster is asked of :attr:`Engine.leadership` (``leadership``), and
+transaction markers are written through :attr:`Engine.txn_markers` (``txn_markers``).
 """
 
 from __future__ import annotations
@@ -12,27 +14,25 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from broker_core import batches, metrics, naming
 from broker_core.appends import AppendPath
-from broker_core.cluster.markers import MarkerRelay
-from broker_core.cluster.service import ClusterConfig, ClusterService
+from broker_core.cluster.service import ClusterService
 from broker_core.context import (
     AllowAll,
     Authorizer,
-    Endpoint,
     Operation,
     RequestContext,
     ResourceType,
 )
 from broker_core.durability import FlushScheduler
+from broker_core.engine_config import EngineConfig, ProduceRules
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.groups.coordinator import GroupConfig, GroupCoordinator
-from broker_core.markers import marker_batch
+from broker_core.groups.coordinator import GroupCoordinator
+from broker_core.leadership import Leadership
 from broker_core.partition_producers import PartitionProducers
-from broker_core.producer_states import DEFAULT_EXPIRATION_MS, ProducerStates
+from broker_core.producer_states import ProducerStates
 from broker_core.record_check import check_records
 from broker_core.storage import (
     DatabaseUnavailable,
@@ -43,12 +43,13 @@ from broker_core.storage import (
     TopicExists,
     TopicInfo,
 )
-from broker_core.storage.cluster import BrokerRecord, MarkerRequest, TopicPartition
+from broker_core.storage.cluster import BrokerRecord
 from broker_core.storage_faults import WriteFaults, WriteKind
 from broker_core.system_topics import SystemTopic
 from broker_core.topic_configs import effective_config
-from broker_core.transactions.coordinator import TransactionCoordinator, TxnConfig
+from broker_core.transactions.coordinator import TransactionCoordinator
 from broker_core.transactions.producer_ids import ProducerIdAllocator
+from broker_core.txn_markers import TxnMarkers
 from broker_core.waiters import AppendWaiters
 
 log = logging.getLogger(__name__)
@@ -61,48 +62,6 @@ CHECKPOINT_CHECK_S = 1.0
 REFRESH_INTERVAL_S = 0.25
 """How often the storage is asked what other brokers sharing it changed: their topic,
 ACL and config changes take effect here within a second."""
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """The engine's settings, filled in by the composition root from the broker config."""
-
-    broker_id: int = 0
-    cluster_id: str = "edge-broker"
-    allow_auto_topic_creation: bool = True
-    validate_records: bool = False
-    default_num_partitions: int = 1
-    flush_interval_messages: int = 2**63 - 1
-    flush_interval_ms: int = 1000
-    retention_check_interval_ms: int = 300_000
-    producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS
-    producer_id_expiration_check_interval_ms: int = 600_000
-    topic_defaults: Mapping[str, str] = field(default_factory=dict)
-    metadata_tenant: str = "public"
-    metadata_namespace: str = "__kafka"
-    multi_tenant_metadata: bool = True
-    offsets_topic_partitions: int = 50
-    offsets_topic_segment_bytes: int = 16 * 1024 * 1024
-    offsets_topic_compaction_bytes: int = 64 * 1024 * 1024
-    groups: GroupConfig = field(default_factory=GroupConfig)
-    listed_namespaces: tuple[str, ...] = ()
-    txn_topic_partitions: int = 50
-    broker_configs: Mapping[str, str] = field(default_factory=dict)
-    transactions: TxnConfig = field(default_factory=TxnConfig)
-    fetch_max_bytes: int = 57_671_680
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceRules:
-    """A topic's produce-time settings and counters, derived from its configs."""
-
-    configs: Mapping[str, str]
-    max_message_bytes: int
-    min_insync_replicas: int
-    log_append_time: bool
-    messages_in: Any
-    bytes_in: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,21 +105,22 @@ class Engine:
         txn_log = SystemTopic(logs, self.appends, TXN_TOPIC, config.txn_topic_partitions,
                               config.offsets_topic_segment_bytes,
                               config.offsets_topic_compaction_bytes)
-        self.transactions = TransactionCoordinator(
-            config.transactions, txn_log, ProducerIdAllocator(logs.kv),
-            self.write_marker, self.groups)
-        self.transaction_check: Callable[[int, int, str, int], None] | None = (
-            self.transactions.verify_produce)
         logs.cluster.begin()  # from now on only claimed partitions are written
         self.cluster = ClusterService(logs.cluster, BrokerRecord(config.broker_id, None, ()),
                                       config.cluster, logs.topics)
+        self.leadership = Leadership(config.broker_id, config.metadata_namespace, logs,
+                                     self.cluster, self.producers, self.waiters)
+        self.txn_markers = TxnMarkers(logs, self.appends, self.producers, self.groups,
+                                      self.leadership.serves,
+                                      lambda key: key in self.cluster.owned)
+        self.transactions = TransactionCoordinator(
+            config.transactions, txn_log, ProducerIdAllocator(logs.kv),
+            self.txn_markers.write_marker, self.groups)
+        self.transaction_check: Callable[[int, int, str, int], None] | None = (
+            self.transactions.verify_produce)
+        self.transactions.end_group_txn = self.txn_markers.end_group_txn
         self.groups.acquire = self.transactions.acquire = self.cluster.acquire
-        self.cluster.on_gained(self._gained)
-        self.cluster.on_lost(self._lost)
-        self.markers = MarkerRelay(logs.cluster, lambda key: key in self.cluster.owned,
-                                   lambda key: self.logs.partition(*key) is not None,
-                                   self._write_own_marker, self._end_own_group_txn)
-        self.transactions.end_group_txn = self.end_group_txn
+        self.leadership.coordinators = {OFFSETS_TOPIC: self.groups, TXN_TOPIC: self.transactions}
 
     def start(self) -> None:
         """Start background work: periodic fsync and retention."""
@@ -173,74 +133,10 @@ class Engine:
         self._refresher = loop.create_task(self._refresh_loop())
 
     async def join(self, me: BrokerRecord) -> None:
-        """Join the cluster as ``me`` (this broker with its listeners) and take this
-        broker's share of the partitions (every partition, on a storage of its own)."""
-        self.cluster.me = me
-        await self.cluster.join()
-        self.cluster.start()
-        if self.logs.cluster.shared:
-            self.markers.start()
-
-    def _coordinator_of(self, internal: str) -> GroupCoordinator | TransactionCoordinator | None:
-        """The coordinator whose state a system topic holds, if it is one."""
-        if not self.is_internal(internal):
-            return None
-        if internal.endswith("/" + OFFSETS_TOPIC):
-            return self.groups
-        return self.transactions if internal.endswith("/" + TXN_TOPIC) else None
-
-    def _gained(self, key: TopicPartition, epoch: int) -> None:
-        """This broker owns a partition now: its producer state is rebuilt from the log at
-        first use, a coordinator replays it."""
-        del epoch
-        self.producers.invalidate(*key)
-        coordinator = self._coordinator_of(key[0])
-        if coordinator is not None:
-            coordinator.load_partition(*key)
-
-    def _lost(self, key: TopicPartition) -> None:
-        """Another broker owns a partition now: forget its state; parked fetches answer."""
-        self.producers.invalidate(*key)
-        coordinator = self._coordinator_of(key[0])
-        if coordinator is not None:
-            coordinator.unload_partition(*key)
-        self.waiters.notify(key)
-
-    def serves(self, internal: str, index: int) -> int | None:
-        """The leader epoch this broker serves a partition at, or None (another broker)."""
-        epoch = self.cluster.owned.get((internal, index))
-        if epoch is not None:
-            return epoch
-        topic = self.logs.topic(internal)
-        return None if topic is None else self.cluster.acquire(internal, index,
-                                                               topic.num_partitions)
-
-    def endpoint_of(self, ctx: RequestContext, broker_id: int) -> Endpoint | None:
-        """Where the caller reaches broker ``broker_id``: the address it advertises for the
-        listener the caller came in on (None: not live, or no such listener there)."""
-        if broker_id == self.config.broker_id:
-            return ctx.advertised
-        record = self.cluster.view.live.get(broker_id)
-        found = record.listener(ctx.listener) if record is not None else None
-        return None if found is None else Endpoint(found.host, found.port)
-
-    def brokers_for(self, ctx: RequestContext) -> list[tuple[BrokerRecord, Endpoint]]:
-        """The live brokers the caller can reach on its listener, by id."""
-        found = [(record, self.endpoint_of(ctx, record.broker_id))
-                 for record in self.cluster.live_brokers()]
-        return [(record, endpoint) for record, endpoint in found if endpoint is not None]
-
-    def leader_error(self, internal: str, index: int, requested_epoch: int) -> ErrorCode:
-        """Whether this broker serves the partition at the leader epoch a client names
-        (-1: any): NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH (the client's is older),
-        UNKNOWN_LEADER_EPOCH (newer), or NONE."""
-        epoch = self.serves(internal, index)
-        if epoch is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if requested_epoch < 0 or requested_epoch == epoch:
-            return ErrorCode.NONE
-        return ErrorCode.FENCED_LEADER_EPOCH if requested_epoch < epoch \
-            else ErrorCode.UNKNOWN_LEADER_EPOCH
+        """Join the cluster as ``me`` and take this broker's share of the partitions; carry
+        out the transaction markers other brokers queue for this one."""
+        await self.leadership.join(me)
+        self.txn_markers.start()
 
     def begin_shutdown(self) -> None:
         """Answer parked fetches now instead of at their ``max_wait_ms``, and waiting group
@@ -263,7 +159,7 @@ class Engine:
                 await self._retention
         self._stopping.set()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-            ("stop relaying transaction markers", self.markers.stop),
+            ("stop relaying transaction markers", self.txn_markers.relay.stop),
             ("hand partitions over", self.cluster.leave),
             ("finish the producer snapshot under way", self._await_checkpoints),
             ("finish the storage refresh under way", self._await_refresher),
@@ -443,11 +339,8 @@ class Engine:
         """What produce checks per topic, computed once per set of topic configs."""
         rules = self._rules.get(internal)
         if rules is None or rules.configs != own:
-            settings = self.topic_configs(own)
-            rules = self._rules[internal] = ProduceRules(
-                own, int(settings["max.message.bytes"]), int(settings["min.insync.replicas"]),
-                settings["message.timestamp.type"] == "LogAppendTime",
-                metrics.MESSAGES_IN.labels(internal), metrics.BYTES_IN.labels(internal))
+            rules = self._rules[internal] = ProduceRules.of(internal, own,
+                                                            self.topic_configs(own))
         return rules
 
     def topic_configs(self, own: Mapping[str, str]) -> dict[str, str]:
@@ -480,7 +373,7 @@ class Engine:
         if found.offline:
             raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
                                 f"partition {index} of {internal} is offline until restart")
-        if self.serves(internal, index) is None:
+        if self.leadership.serves(internal, index) is None:
             raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                 f"partition {index} of {internal} is served by another broker")
         return found
@@ -598,56 +491,3 @@ class Engine:
         partition = self.partition(internal, index)
         state = self.producer_state(internal, index, partition)
         return state.last_stable_offset(partition.next_offset)
-
-    def write_marker(self, internal: str, index: int, producer_id: int, epoch: int,
-                     commit: bool) -> asyncio.Future[None] | None:
-        """Write a transaction marker into a partition (through its owner when that is
-        another broker); return what to await before the marker counts as written."""
-        try:
-            if self.logs.cluster.shared and self.logs.partition(internal, index) is not None \
-                    and self.serves(internal, index) is None:
-                return self.markers.request(
-                    MarkerRequest(internal, index, producer_id, epoch, commit))
-            return self._write_own_marker(internal, index, producer_id, epoch, commit)
-        except (StorageError, OSError) as exc:  # the database is away: tried again later
-            raise KafkaApiError(ErrorCode.NOT_COORDINATOR,
-                                f"cannot write a marker to {internal}-{index}: {exc}") from None
-
-    async def end_group_txn(self, topic: str, group_id: str, producer_id: int,
-                            commit: bool) -> None:
-        """End a transaction's pending offsets of a group: here when this broker coordinates
-        the group, through the group's coordinator otherwise (NOT_COORDINATOR when the
-        database cannot take the request: the transaction coordinator tries again)."""
-        partition = self.groups.place(topic, group_id)
-        try:
-            if self.logs.cluster.shared and self.serves(topic, partition) is None:
-                await self.markers.request(MarkerRequest(topic, partition, producer_id, -1,
-                                                         commit, group_id))
-                return
-        except (StorageError, OSError) as exc:
-            raise KafkaApiError(ErrorCode.NOT_COORDINATOR,
-                                f"cannot end the offsets of group {group_id}: {exc}") from None
-        await self.groups.complete_txn(topic, group_id, producer_id, commit)
-
-    async def _end_own_group_txn(self, topic: str, group_id: str, producer_id: int,
-                                 commit: bool) -> bool:
-        """The relay's side of :meth:`end_group_txn`, once the group's partition is loaded."""
-        if self.groups.serving_error(topic, group_id) != ErrorCode.NONE:
-            return False
-        await self.groups.complete_txn(topic, group_id, producer_id, commit)
-        return True
-
-    def _write_own_marker(self, internal: str, index: int, producer_id: int, epoch: int,
-                          commit: bool) -> asyncio.Future[None] | None:
-        """Write a marker into a partition this broker owns; return what to await."""
-        partition = self.logs.partition(internal, index)
-        if partition is None:  # the topic was deleted meanwhile: nothing to mark
-            return None
-        state = self.producers.get(internal, index, partition)
-        now = int(time.time() * 1000)
-        offset, durable = self.appends.append(
-            (internal, index), partition, marker_batch(producer_id, epoch, commit, now), 0,
-            now, 1, WriteKind.RECORDS, ErrorCode.NOT_COORDINATOR,
-            f"a transaction marker to {internal}-{index}")
-        state.end_transaction(producer_id, epoch, commit, offset, now)
-        return durable

@@ -16,7 +16,8 @@ from broker_core.apis import engine_apis
 from broker_core.cluster.service import ClusterConfig
 from broker_core.context import Endpoint, Operation, RequestContext, ResourceType
 from broker_core.dispatch import Dispatcher
-from broker_core.engine import Engine, EngineConfig
+from broker_core.engine import Engine
+from broker_core.engine_config import EngineConfig
 from broker_core.groups.coordinator import GroupConfig
 from broker_core.naming import Namespace
 from broker_core.storage import KeyValueStore, LogConfig, open_storage

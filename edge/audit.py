@@ -88,7 +88,7 @@ class AuditLog:
                 self.engine.logs.add_partitions(self.topic, self.index + 1)
             self._partition = self.engine.logs.partition(self.topic, self.index)
             assert self._partition is not None
-        if self.engine.serves(self.topic, self.index) is None:
+        if self.engine.leadership.serves(self.topic, self.index) is None:
             raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                 f"{self.topic}-{self.index} is not this broker's yet")
         return self._partition

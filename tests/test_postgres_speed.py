@@ -273,7 +273,8 @@ def test_a_retry_is_acknowledged_only_once_the_batch_it_repeats_is_committed() -
     made the early answer false)."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
-    from broker_core.engine import Engine, EngineConfig
+    from broker_core.engine import Engine
+    from broker_core.engine_config import EngineConfig
     from broker_core.storage.cluster import BrokerRecord
 
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,

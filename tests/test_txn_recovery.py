@@ -8,7 +8,8 @@ from pathlib import Path
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from broker_core.engine import Engine, EngineConfig
+from broker_core.engine import Engine
+from broker_core.engine_config import EngineConfig
 from broker_core.storage import LogConfig, open_storage
 from broker_core.storage.cluster import BrokerRecord
 from broker_core.transactions.model import TxnState

@@ -47,6 +47,7 @@ def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: int,
 
 async def handle_delete_records(engine: Engine, ctx: RequestContext, request: Any) -> Any:
     """Answer DeleteRecords with each partition's new low watermark."""
+    await engine.leadership.ready_named(ctx, request.topics)
     topics = []
     for topic in request.topics:
         partitions = []

@@ -77,7 +77,7 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
         return _empty(want.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), 0
     if partition.offline:  # a failed fsync: until restart
         return _empty(want.index, ErrorCode.KAFKA_STORAGE_ERROR), 0
-    leadership = engine.leader_error(want.internal, want.index, want.leader_epoch)
+    leadership = engine.leadership.leader_error(want.internal, want.index, want.leader_epoch)
     if leadership != ErrorCode.NONE:
         return _empty(want.index, leadership), 0
     start, end = partition.log_start_offset, partition.next_offset
@@ -195,6 +195,7 @@ async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Fet
     version: int = request.version
     max_bytes = _max_bytes(engine, request)
     wanted = _resolve(engine, ctx, request)
+    await engine.leadership.ready((w.internal, w.index) for w in wanted if w.internal is not None)
     committed = request.isolation_level == READ_COMMITTED
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     unscanned: list[tuple[PartitionStore, int]] = []

@@ -47,9 +47,9 @@ def group_error(engine: Engine, ctx: RequestContext, group_id: str,
 
 
 def coordinator_of(engine: Engine, ctx: RequestContext, key_type: int,
-                   key: str) -> tuple[int, Endpoint]:
-    """The broker coordinating ``key`` and where the caller reaches it: the owner of the
-    state-topic partition that holds the key (the one ownership function);
+                   key: str) -> tuple[int, Endpoint, tuple[str, int]]:
+    """The broker coordinating ``key``, where the caller reaches it, and the state-topic
+    partition that holds the key (whose owner coordinates it: the one ownership function);
     COORDINATOR_NOT_AVAILABLE while no live broker can take it."""
     if key_type == TRANSACTION_KEY:
         coordinator: StateCoordinator = engine.transactions
@@ -60,11 +60,11 @@ def coordinator_of(engine: Engine, ctx: RequestContext, key_type: int,
     info = engine.logs.topic(topic)
     leader = None if info is None else engine.cluster.leader(topic, partition,
                                                               info.num_partitions)
-    endpoint = None if leader is None else engine.endpoint_of(ctx, leader.broker_id)
+    endpoint = None if leader is None else engine.leadership.endpoint_of(ctx, leader.broker_id)
     if leader is None or endpoint is None:
         raise KafkaApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                             f"no live broker coordinates {key!r} yet")
-    return leader.broker_id, endpoint
+    return leader.broker_id, endpoint, (topic, partition)
 
 
 async def handle_find_coordinator(engine: Engine, ctx: RequestContext, request: Any) -> Any:
@@ -92,7 +92,9 @@ async def handle_find_coordinator(engine: Engine, ctx: RequestContext, request: 
         node, endpoint = -1, None
         if not code:
             try:
-                node, endpoint = coordinator_of(engine, ctx, key_type, key)
+                node, endpoint, partition = coordinator_of(engine, ctx, key_type, key)
+                if node == engine.config.broker_id:  # claimed before the client comes
+                    await engine.leadership.ready([partition])
             except KafkaApiError as error:
                 code, message = error.code, error.message
         answers.append(FindCoordinatorResponse.Coordinator(

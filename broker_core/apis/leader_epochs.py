@@ -31,10 +31,10 @@ def _end_of_epoch(engine: Engine, ctx: RequestContext, topic: str, part: Any
         raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             f"not allowed to describe {topic}")
     partition = engine.partition(internal, part.partition)
-    leadership = engine.leader_error(internal, part.partition, part.current_leader_epoch)
+    leadership = engine.leadership.leader_error(internal, part.partition, part.current_leader_epoch)
     if leadership != ErrorCode.NONE:
         raise KafkaApiError(leadership, f"{topic}-{part.partition}")
-    epoch = engine.serves(internal, part.partition)
+    epoch = engine.leadership.serves(internal, part.partition)
     if epoch is None:  # given up since the check above
         raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{part.partition}")
     return epoch, partition.next_offset
@@ -43,6 +43,7 @@ def _end_of_epoch(engine: Engine, ctx: RequestContext, topic: str, part: Any
 async def handle_offset_for_leader_epoch(engine: Engine, ctx: RequestContext,
                                          request: Any) -> Any:
     """Answer the end of the requested epoch for every requested partition."""
+    await engine.leadership.ready_named(ctx, request.topics, name="topic", index="partition")
     topics = []
     for topic in request.topics:
         partitions = []

@@ -93,6 +93,7 @@ def _lookup(partition: PartitionStore, target: int, stable: int | None) -> tuple
 async def handle_list_offsets(engine: Engine, ctx: RequestContext, request: Any) -> Any:
     """Answer ListOffsets for every requested partition."""
     committed = request.version >= 2 and request.isolation_level == 1
+    await engine.leadership.ready_named(ctx, request.topics)
     topics = []
     for topic in request.topics:
         partitions = []
@@ -106,11 +107,11 @@ async def handle_list_offsets(engine: Engine, ctx: RequestContext, request: Any)
                     raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                         f"not allowed to describe {topic.name}")
                 partition = engine.partition(internal, part.partition_index)
-                leadership = engine.leader_error(internal, part.partition_index,
+                leadership = engine.leadership.leader_error(internal, part.partition_index,
                                                  getattr(part, "current_leader_epoch", -1))
                 if leadership != ErrorCode.NONE:
                     raise KafkaApiError(leadership, f"{topic.name}-{part.partition_index}")
-                epoch = engine.serves(internal, part.partition_index) or 0
+                epoch = engine.leadership.serves(internal, part.partition_index) or 0
                 stable = (engine.stable_offset(internal, part.partition_index)
                           if committed else None)
                 offset, timestamp = _lookup(partition, part.timestamp, stable)

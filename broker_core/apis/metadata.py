@@ -104,7 +104,7 @@ async def handle_metadata(engine: Engine, ctx: RequestContext, request: Any) -> 
         version=version, throttle_time_ms=0,
         brokers=[_R.MetadataResponseBroker(node_id=record.broker_id, host=endpoint.host,
                                            port=endpoint.port, rack=record.rack)
-                 for record, endpoint in engine.brokers_for(ctx)],
+                 for record, endpoint in engine.leadership.brokers_for(ctx)],
         cluster_id=engine.config.cluster_id, controller_id=engine.cluster.controller_id(),
         topics=topics,
         authorized_operations=cluster_operations, error_code=0,
@@ -132,6 +132,6 @@ async def handle_describe_cluster(engine: Engine, ctx: RequestContext, request: 
         brokers=[DescribeClusterResponse.DescribeClusterBroker(
             broker_id=record.broker_id, host=endpoint.host, port=endpoint.port,
             rack=record.rack, is_fenced=False,
-        ) for record, endpoint in engine.brokers_for(ctx)],
+        ) for record, endpoint in engine.leadership.brokers_for(ctx)],
         authorized_operations=operations,
     )

@@ -51,8 +51,12 @@ def _append_one(engine: Engine, ctx: RequestContext, name: str, index: int, reco
 
 
 async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> Any | None:
-    """Append every partition's batch before the first await, so pipelined requests keep order."""
+    """Append every partition's batch before the first await, so pipelined requests keep order
+    (the one wait before: the claim of a partition that belongs here and is not claimed yet,
+    whose batches could only be refused without it)."""
     started = time.perf_counter()
+    await engine.leadership.ready_named(ctx, request.topic_data, partitions="partition_data",
+                                        index="index")
     acks: int = request.acks
     topics = []
     waits: list[tuple[list[Any], int, asyncio.Future[None]]] = []

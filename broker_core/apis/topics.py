@@ -128,6 +128,7 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext, request: Any
     excess = _excess(sum(_requested(engine, ctx, t) for t in request.topics
                          if t.name not in repeated))
     results = []
+    created: list[TopicInfo] = []
     for wanted in request.topics:
         result = _Created(name=wanted.name, error_code=0, error_message=None,
                           num_partitions=-1, replication_factor=-1, configs=[])
@@ -140,6 +141,7 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext, request: Any
             result.replication_factor = 1
             if topic is not None:
                 result.topic_id = topic.topic_id
+                created.append(topic)
             result.configs = [
                 _CreatedConfig(name=key, value=value, read_only=False,
                                config_source=DYNAMIC_TOPIC_CONFIG if key in configs
@@ -150,6 +152,9 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext, request: Any
             result.error_code = error.code
             result.error_message = error.message
         results.append(result)
+    # the partitions that belong here are served once the answer says the topic exists
+    await engine.leadership.ready((topic.name, index) for topic in created
+                                  for index in range(topic.num_partitions))
     return CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results)
 
 

@@ -12,6 +12,10 @@ died between writing and removing) ends nothing the second time, as in Kafka.
 
 A request for a partition whose owner died waits for the next owner; one for a partition
 that no longer exists (its topic deleted) is dropped.
+
+The relay's statements (queueing, polling, removing) run in its own thread (``worker``),
+never on the event loop: a database that stops answering holds only the transactions
+waiting for it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from broker_core.errors import KafkaApiError
+from broker_core.cluster.worker import Worker
+from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import StorageError
 from broker_core.storage.cluster import ClusterStore, MarkerRequest, TopicPartition
 
@@ -51,6 +56,8 @@ class MarkerRelay:
         self._waiting: dict[int, tuple[TopicPartition, asyncio.Future[None]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._failing: set[int] = set()
+        self._worker = Worker("edge-markers")
+        self._queueing: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         """Serve and follow queued markers in the background."""
@@ -58,22 +65,40 @@ class MarkerRelay:
 
     async def stop(self) -> None:
         """Stop; markers still awaited fail (the coordinator's next owner completes them)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in [self._task, *self._queueing]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for _, waiter in self._waiting.values():
             if not waiter.done():
                 waiter.cancel()
         self._waiting.clear()
+        self._worker.close()
 
     def request(self, wanted: MarkerRequest) -> asyncio.Future[None]:
-        """Queue a request for the owner of its partition; resolved once it is done.
-        OSError when the database cannot take it."""
-        (marker,) = self._store.request_markers([wanted])
+        """Queue a request for the owner of its partition; resolved once it is done, failed
+        with NOT_COORDINATOR when the database cannot take it (the transaction coordinator
+        tries again)."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting[marker] = ((wanted.topic, wanted.partition), waiter)
+        task = asyncio.get_running_loop().create_task(self._queue(wanted, waiter))
+        self._queueing.add(task)
+        task.add_done_callback(self._queueing.discard)
         return waiter
+
+    async def _queue(self, wanted: MarkerRequest, waiter: asyncio.Future[None]) -> None:
+        try:
+            (marker,) = await self._worker.run(lambda: self._store.request_markers([wanted]))
+        except asyncio.CancelledError:  # stopping: as the requests already queued
+            waiter.cancel()
+            raise
+        except (StorageError, OSError) as exc:
+            if not waiter.done():
+                waiter.set_exception(KafkaApiError(
+                    ErrorCode.NOT_COORDINATOR, f"cannot queue a transaction end on "
+                    f"{wanted.topic}-{wanted.partition}: {exc}"))
+            return
+        self._waiting[marker] = ((wanted.topic, wanted.partition), waiter)
 
     async def _run(self) -> None:
         pause = self._interval_s
@@ -81,7 +106,7 @@ class MarkerRelay:
             await asyncio.sleep(pause)
             try:
                 await self.serve()
-                self._follow()
+                await self._follow()
                 pause = self._interval_s
             except (StorageError, OSError) as exc:  # the database is away: back off
                 log.debug("marker relay: %s", exc)
@@ -90,7 +115,7 @@ class MarkerRelay:
     async def serve(self) -> None:
         """Carry out the queued requests of partitions this broker owns."""
         done: list[int] = []
-        pending = self._store.pending_markers()
+        pending = await self._worker.run(self._store.pending_markers)
         self._failing.intersection_update(marker for marker, _ in pending)  # gone: forgotten
         try:
             for marker, wanted in pending:
@@ -98,7 +123,8 @@ class MarkerRelay:
                         and await self._carry_out(marker, wanted):
                     done.append(marker)
         finally:  # what was carried out is never carried out again
-            self._store.markers_done(done)
+            if done:
+                await self._worker.run(lambda: self._store.markers_done(done))
 
     async def _carry_out(self, marker: int, wanted: MarkerRequest) -> bool:
         """Write the marker, or end the group's pending offsets; False to try again later
@@ -120,15 +146,20 @@ class MarkerRelay:
         self._failing.discard(marker)
         return True
 
-    def _follow(self) -> None:
+    async def _follow(self) -> None:
         """Resolve the futures of this broker's requests that were served."""
         if not self._waiting:
             return
-        left = self._store.markers_left(list(self._waiting))
-        gone = [m for m, (key, _) in self._waiting.items()
-                if m in left and not self._exists(key)]
-        self._store.markers_done(gone)
-        for marker in [m for m in self._waiting if m not in left or m in gone]:
-            _, waiter = self._waiting.pop(marker)
-            if not waiter.done():
+        asked = {marker: key for marker, (key, _) in self._waiting.items()}
+
+        def left_and_gone() -> tuple[set[int], list[int]]:
+            left = self._store.markers_left(list(asked))
+            return left, [m for m, key in asked.items() if m in left and not self._exists(key)]
+
+        left, gone = await self._worker.run(left_and_gone)
+        if gone:
+            await self._worker.run(lambda: self._store.markers_done(gone))
+        for marker in [m for m in asked if m not in left or m in gone]:
+            _, waiter = self._waiting.pop(marker, (None, None))
+            if waiter is not None and not waiter.done():
                 waiter.set_result(None)

@@ -10,10 +10,14 @@ which loads or forgets producer and coordinator state.
 :meth:`leader` is the one answer to "which broker serves this partition" that Metadata,
 FindCoordinator, the coordinators and the request checks all use. A partition that nobody
 live owns is answered with the broker it belongs to, which claims it on its next
-reconcile or at the first request that reaches it (:meth:`acquire`).
+reconcile or as soon as a request needs it (:meth:`acquire` starts the claim, a request
+that can wait awaits it: :meth:`claimed`).
 
-Every write to a shared engine carries the epoch of the claim (``storage.cluster``), so a
-broker that stalled past its lease writes nothing after another took over.
+Every statement on a shared registry runs in the service's own thread (``worker``), never
+on the event loop, and its result is applied on the loop: a database that is slow or stops
+answering holds no request that does not need it. Every write to a shared engine carries
+the epoch of the claim (``storage.cluster``), so a broker that stalled past its lease
+writes nothing after another took over.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from broker_core.cluster.placement import preferred
+from broker_core.cluster.worker import Worker
 from broker_core.storage import StorageError, TopicInfo
 from broker_core.storage.cluster import (
     BrokerIdInUse,
@@ -39,6 +44,10 @@ log = logging.getLogger(__name__)
 
 _ON_DEMAND_REFRESH_S = 0.1
 """A request for a partition this broker does not own rereads the registry at most this often."""
+CLAIM_WAIT_S = 2.0
+"""How long a request waits for the claim of a partition it needs (:meth:`claimed`); past
+it (the registry slow or away) it gets the retriable answer of a broker that does not
+serve the partition."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +93,15 @@ class ClusterService:
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._claims_failing = False
+        self._joined = False
+        self._worker = Worker(f"edge-cluster-{me.broker_id}")
+        self._busy = asyncio.Lock()
+        """Held by whatever reads the registry and acts on it (a reconcile, an on-demand
+        claim): their statements and the updates they make never interleave."""
+        self._asked: dict[TopicPartition, int] = {}
+        """Partitions requests asked for (with their topic's partition count), not claimed
+        yet."""
+        self._asking: asyncio.Task[None] | None = None
 
     # -- what the rest of the broker asks ---------------------------------------------
 
@@ -121,32 +139,79 @@ class ClusterService:
         return None if target is None else Leader(target, owner.epoch if owner else 0)
 
     def acquire(self, topic: str, partition: int, num_partitions: int) -> int | None:
-        """The epoch this broker serves the partition at, claiming it first when it belongs
-        here and has no live owner; None when another broker serves it."""
+        """The epoch this broker serves the partition at, or None. On a shared registry a
+        partition that belongs here (or may: a registry read older than
+        ``_ON_DEMAND_REFRESH_S``) and has no live owner is claimed in the background, and
+        None is answered meanwhile (a retriable error for the request that asked)."""
         key = (topic, partition)
         epoch = self.owned.get(key)
         if epoch is not None:
             return epoch
-        if time.monotonic() - self._viewed_at >= _ON_DEMAND_REFRESH_S:
-            try:
-                self._read_view()
-            except (StorageError, OSError):
-                self._viewed_at = time.monotonic()  # not again at once: the loop would stall
-                if self._claims_failing:
-                    return None
-        found = self.leader(topic, partition, num_partitions)
+        if not self.store.shared:  # one process: nothing to ask a database
+            self._claimed(self.store.claim([key]))
+            return self.owned.get(key)
+        self._ask(key, num_partitions)
+        return None
+
+    async def claimed(self, wanted: Iterable[tuple[str, int, int]]) -> None:
+        """Before a request that needs them: claim the partitions (topic, partition, the
+        topic's partition count) that the registry as last read gives to this broker and
+        that it does not own yet, waiting at most ``CLAIM_WAIT_S`` (then the request
+        answers as a broker that does not serve them)."""
+        task = None
+        for topic, partition, count in wanted:
+            key = (topic, partition)
+            if key in self.owned or not self.store.shared:
+                continue
+            asked = self._ask(key, count)
+            if asked is not None and self._claimable(key, count):  # others: not waited for
+                task = asked
+        if task is not None:  # neither its end (say, cancelled at shutdown) nor a timeout raise
+            await asyncio.wait([task], timeout=CLAIM_WAIT_S)
+
+    def _claimable(self, key: TopicPartition, count: int) -> bool:
+        """Whether the registry as last read gives ``key`` to this broker: it belongs here
+        and nobody live owns it, or it was handed here."""
+        found = self.leader(key[0], key[1], count)
         owner = self.view.owners.get(key)
         handed_here = owner is not None and owner.broker_id == self.me.broker_id
-        if found is None or (found.broker_id != self.me.broker_id and not handed_here):
+        return found is not None and (found.broker_id == self.me.broker_id or handed_here)
+
+    def _ask(self, key: TopicPartition, count: int) -> asyncio.Task[None] | None:
+        """Have ``key`` claimed in the background if it may belong here; the task doing it."""
+        if not self._joined or self._stopping.is_set():
+            return None
+        if not self._claimable(key, count) \
+                and time.monotonic() - self._viewed_at < _ON_DEMAND_REFRESH_S:
             return None
         try:
-            self._claim([key])
-        except (StorageError, OSError) as exc:
-            if not self._claims_failing:  # once per outage
-                log.warning("cannot claim partitions (e.g. %s-%d) until the registry answers "
-                            "again: %s", topic, partition, exc)
-            self._claims_failing = True
-        return self.owned.get(key)
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop: nothing can run in the background
+            return None
+        self._asked[key] = count
+        if self._asking is None or self._asking.done():
+            self._asking = loop.create_task(self._claim_asked())
+        return self._asking
+
+    async def _claim_asked(self) -> None:
+        """Claim what requests asked for and belongs here, rereading the registry first when
+        the last read is older than ``_ON_DEMAND_REFRESH_S``; until nothing is asked."""
+        while self._asked and not self._stopping.is_set():
+            async with self._busy:
+                asked, self._asked = self._asked, {}
+                try:
+                    if time.monotonic() - self._viewed_at >= _ON_DEMAND_REFRESH_S:
+                        await self._read_view()
+                    wanted = [key for key, count in asked.items()
+                              if key not in self.owned and self._claimable(key, count)]
+                    if wanted:
+                        await self._claim(wanted)
+                except (StorageError, OSError):
+                    self._viewed_at = time.monotonic()  # requests retry; not again at once
+                    return
+                except Exception:
+                    log.exception("claiming partitions asked for failed")
+                    return
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -158,7 +223,7 @@ class ClusterService:
         announced = False
         while True:
             try:
-                self.store.register(self.me, self.config.session_timeout_ms)
+                await self._worker.run(self._register)
                 break
             except BrokerIdInUse as exc:
                 if time.monotonic() >= deadline:
@@ -169,10 +234,16 @@ class ClusterService:
                     announced = True
                 await asyncio.sleep(self.config.heartbeat_ms / 1000)
         self._renewed_at = time.monotonic()
-        self.reconcile()
+        self._joined = True
+        async with self._busy:
+            await self._read_view()
+            await self._reconcile_with_view()
         if self.store.shared:
             log.info("joined the cluster as broker %d: %d live brokers, %d partitions owned here",
                      self.me.broker_id, len(self.view.live), len(self.owned))
+
+    def _register(self) -> None:
+        self.store.register(self.me, self.config.session_timeout_ms)
 
     def start(self) -> None:
         """Heartbeat and reconcile in the background (a shared registry only)."""
@@ -181,67 +252,83 @@ class ClusterService:
 
     async def leave(self) -> None:
         """Stop heartbeating; hand every owned partition to the broker it belongs to among
-        the others, and deregister, so that they move at once instead of at lease expiry."""
+        the others, and deregister, so that they move at once instead of at lease expiry
+        (waiting at most a session for the registry)."""
         self._stopping.set()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        if not self.store.shared:
-            return
+        for task in (self._task, self._asking):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         try:
-            self._read_view()
-            others = [b for b in self.view.live if b != self.me.broker_id]
-            counts = self._partition_counts()
-            moves = {}
-            for key in self.owned:
-                target = preferred(key[0], key[1], counts.get(key[0], key[1] + 1), others,
-                                   key[0] in self.pinned_topics)
-                if target is not None:
-                    moves[key] = target
-            given = self._hand_over(moves)
-            self._lose(list(self.owned))
-            self.store.deregister()
-            log.info("left the cluster: %d partitions handed over", given)
-        except (StorageError, OSError) as exc:
+            if self.store.shared:
+                await asyncio.wait_for(self._hand_everything_over(),
+                                       self.config.session_timeout_ms / 1000)
+        except (StorageError, OSError, TimeoutError) as exc:
             log.warning("could not hand over partitions at shutdown (they move when the "
-                        "lease expires): %s", exc)
+                        "lease expires): %s", exc or "the registry does not answer")
+        finally:
+            self._worker.close()
+
+    async def _hand_everything_over(self) -> None:
+        await self._read_view()
+        others = [b for b in self.view.live if b != self.me.broker_id]
+        counts = self._partition_counts()
+        moves = {}
+        for key in self.owned:
+            target = preferred(key[0], key[1], counts.get(key[0], key[1] + 1), others,
+                               key[0] in self.pinned_topics)
+            if target is not None:
+                moves[key] = target
+        given = await self._hand_over(moves)
+        self._lose(list(self.owned))
+        await self._worker.run(self.store.deregister)
+        log.info("left the cluster: %d partitions handed over", given)
 
     async def _run(self) -> None:
+        """Start a heartbeat and reconcile every ``heartbeat_ms``; one still under way when
+        the next is due means the registry does not answer."""
         interval = self.config.heartbeat_ms / 1000
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), interval)
-                return
-            try:
-                await self._tick_off_loop()
-            except (StorageError, OSError) as exc:
-                self._unreachable(exc)
-            except Exception:
-                log.exception("cluster reconcile failed")
+        tick: asyncio.Task[None] | None = None
+        try:
+            while not self._stopping.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), interval)
+                    return
+                if tick is not None and not tick.done():
+                    self._unreachable("the registry does not answer")
+                    continue
+                tick = asyncio.get_running_loop().create_task(self._tick())
+        finally:
+            if tick is not None:
+                tick.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await tick
 
-    async def _tick_off_loop(self) -> None:
-        """One heartbeat and one reconcile, the regular statements (the heartbeat, the
-        registry read) in a worker thread: a database that stops answering does not hold
-        the event loop for them. Claims and hand-overs, which change what this broker
-        serves, stay on it."""
-        self._renewed(await asyncio.to_thread(self.store.heartbeat,
-                                              self.config.session_timeout_ms))
-        view = await asyncio.to_thread(self.store.view)
-        self.view, self._viewed_at = view, time.monotonic()
-        self._reconcile_with_view()
+    async def _tick(self) -> None:
+        """One heartbeat and one reconcile."""
+        try:
+            sent = time.monotonic()
+            renewed = await self._worker.run(self._heartbeat)
+            async with self._busy:
+                if not renewed:
+                    log.warning("broker %d's lease ran out (paused or cut off): giving up %d "
+                                "partitions and registering again", self.me.broker_id,
+                                len(self.owned))
+                    self._lose(list(self.owned))
+                    await self._worker.run(self._register)
+                self._renewed_at = sent
+                await self._read_view()
+                await self._reconcile_with_view()
+        except (StorageError, OSError) as exc:
+            self._unreachable(exc)
+        except Exception:
+            log.exception("cluster reconcile failed")
 
-    def _renewed(self, renewed: bool) -> None:
-        """After a heartbeat: a lease that had run out gives up everything and registers
-        again."""
-        if not renewed:
-            log.warning("broker %d's lease ran out (paused or cut off): giving up %d "
-                        "partitions and registering again", self.me.broker_id, len(self.owned))
-            self._lose(list(self.owned))
-            self.store.register(self.me, self.config.session_timeout_ms)
-        self._renewed_at = time.monotonic()
+    def _heartbeat(self) -> bool:
+        return self.store.heartbeat(self.config.session_timeout_ms)
 
-    def _unreachable(self, exc: BaseException) -> None:
+    def _unreachable(self, exc: BaseException | str) -> None:
         """The registry cannot be reached: once the lease must have run out, stop serving
         what others may have taken meanwhile."""
         silent_s = time.monotonic() - self._renewed_at
@@ -252,20 +339,16 @@ class ClusterService:
 
     # -- reconciling ---------------------------------------------------------------------
 
-    def _read_view(self) -> None:
-        self.view = self.store.view()
-        self._viewed_at = time.monotonic()
+    async def _read_view(self) -> None:
+        view = await self._worker.run(self.store.view)
+        self.view, self._viewed_at = view, time.monotonic()
 
     def _partition_counts(self) -> dict[str, int]:
         return {t.name: t.num_partitions for t in self._topics()}
 
-    def reconcile(self) -> None:
-        """Drop what others took, hand over what belongs elsewhere, claim what belongs here."""
-        self._read_view()
-        self._reconcile_with_view()
-
-    def _reconcile_with_view(self) -> None:
-        """:meth:`reconcile` on the registry as last read."""
+    async def _reconcile_with_view(self) -> None:
+        """On the registry as last read: drop what others took, hand over what belongs
+        elsewhere, claim what belongs here."""
         me = self.me.broker_id
         owners = self.view.owners
         # another broker's claim moved the epoch past ours; a registry read older than
@@ -290,22 +373,34 @@ class ClusterService:
                     owner.broker_id is None or owner.broker_id not in self.view.live)):
                 wanted.append(key)
         if moves:
-            self._hand_over(moves)
+            await self._hand_over(moves)
         if wanted:
-            self._claim(wanted)
+            await self._claim(wanted)
 
-    def _hand_over(self, moves: dict[TopicPartition, int]) -> int:
+    async def _hand_over(self, moves: dict[TopicPartition, int]) -> int:
         """Give owned partitions to their brokers; return how many were given."""
         held = {key: (self.owned[key], target) for key, target in moves.items()
                 if key in self.owned}
         self._lose(list(held))  # stop serving first: nothing is written after this
-        given = self.store.hand_over(held)
+        given = await self._worker.run(lambda: self.store.hand_over(held))
         if given:
             log.info("handed %d partitions to other brokers", len(given))
         return len(given)
 
-    def _claim(self, wanted: list[TopicPartition]) -> None:
-        taken = self.store.claim(wanted)
+    async def _claim(self, wanted: list[TopicPartition]) -> None:
+        """Claim ``wanted`` (one warning per outage when the registry cannot be reached)."""
+        try:
+            taken = await self._worker.run(lambda: self.store.claim(wanted))
+        except (StorageError, OSError) as exc:
+            if not self._claims_failing:
+                log.warning("cannot claim partitions (e.g. %s-%d) until the registry answers "
+                            "again: %s", *wanted[0], exc)
+            self._claims_failing = True
+            raise
+        self._claimed(taken)
+
+    def _claimed(self, taken: dict[TopicPartition, int]) -> None:
+        """Serve what was claimed from now on."""
         if self._claims_failing:
             self._claims_failing = False
             log.info("the registry answers again: claiming partitions")

@@ -1,0 +1,67 @@
+"""The engine's settings, as the composition root fills them in from the broker config
+(:class:`EngineConfig`), and what produce derives from a topic's configs
+(:class:`ProduceRules`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker_core import metrics
+from broker_core.cluster.service import ClusterConfig
+from broker_core.groups.coordinator import GroupConfig
+from broker_core.producer_states import DEFAULT_EXPIRATION_MS
+from broker_core.transactions.coordinator import TxnConfig
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """The engine's settings, filled in by the composition root from the broker config."""
+
+    broker_id: int = 0
+    cluster_id: str = "edge-broker"
+    allow_auto_topic_creation: bool = True
+    validate_records: bool = False
+    default_num_partitions: int = 1
+    flush_interval_messages: int = 2**63 - 1
+    flush_interval_ms: int = 1000
+    retention_check_interval_ms: int = 300_000
+    producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS
+    producer_id_expiration_check_interval_ms: int = 600_000
+    topic_defaults: Mapping[str, str] = field(default_factory=dict)
+    metadata_tenant: str = "public"
+    metadata_namespace: str = "__kafka"
+    multi_tenant_metadata: bool = True
+    offsets_topic_partitions: int = 50
+    offsets_topic_segment_bytes: int = 16 * 1024 * 1024
+    offsets_topic_compaction_bytes: int = 64 * 1024 * 1024
+    groups: GroupConfig = field(default_factory=GroupConfig)
+    listed_namespaces: tuple[str, ...] = ()
+    txn_topic_partitions: int = 50
+    broker_configs: Mapping[str, str] = field(default_factory=dict)
+    transactions: TxnConfig = field(default_factory=TxnConfig)
+    fetch_max_bytes: int = 57_671_680
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRules:
+    """A topic's produce-time settings and counters, derived from its configs."""
+
+    configs: Mapping[str, str]
+    max_message_bytes: int
+    min_insync_replicas: int
+    log_append_time: bool
+    messages_in: Any
+    bytes_in: Any
+
+    @classmethod
+    def of(cls, internal: str, own: Mapping[str, str],
+           settings: Mapping[str, str]) -> ProduceRules:
+        """The rules of topic ``internal`` with its own configs ``own`` and every config's
+        effective value ``settings``."""
+        return cls(own, int(settings["max.message.bytes"]),
+                   int(settings["min.insync.replicas"]),
+                   settings["message.timestamp.type"] == "LogAppendTime",
+                   metrics.MESSAGES_IN.labels(internal), metrics.BYTES_IN.labels(internal))
