@@ -6,7 +6,7 @@ Every key is declared once, as a field of the pydantic model :class:`BrokerConfi
         "maxQueuedRequests", "requests read ahead per connection", ge=1)] = 500
 
 that is: the attribute (snake case of the property name), its Python type, then
-:func:`~edge.config_types.key` with the property name (KoP's camelCase, the field's
+:func:`common.settings.key` with the property name (KoP's camelCase, the field's
 alias), its documentation and its constraints (``ge``/``le`` for integers,
 ``min_length=1`` for a required string), then the default.  The type says how the text
 of a file or override is read (see :mod:`edge.config_types`): ``int``, ``bool``,
@@ -30,17 +30,8 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 
-from edge.config_types import (
-    INT_MAX,
-    LONG_MAX,
-    ConfigError,
-    ConfigKey,
-    ConfigValue,
-    Name,
-    StorageUrl,
-    key,
-    to_text,
-)
+from common.settings import LONG_MAX, declared_keys, first_problem, key, to_text
+from edge.config_types import INT_MAX, ConfigError, ConfigKey, ConfigValue, Name, StorageUrl
 from edge.properties import parse_properties
 from listeners.spec import ListenerConfigError, ListenerSpec, parse_listeners
 
@@ -377,8 +368,8 @@ class BrokerConfig(BaseModel):
 
 
 CONFIG_KEYS: Mapping[str, ConfigKey] = MappingProxyType({
-    info.alias or attr: ConfigKey(info.alias or attr, attr, info)
-    for attr, info in BrokerConfig.model_fields.items()
+    declared.name: ConfigKey(declared.name, declared.attr, declared.info)
+    for declared in declared_keys(BrokerConfig)
 })
 """Every configuration key by property name, in declaration order."""
 
@@ -387,15 +378,13 @@ _BY_ATTR: Mapping[str, ConfigKey] = {key.attr: key for key in CONFIG_KEYS.values
 
 def _config_error(exc: ValidationError) -> ConfigError:
     """The ConfigError for the first problem pydantic found."""
-    error = exc.errors()[0]
-    cause = error.get("ctx", {}).get("error")
-    if isinstance(cause, ConfigError):
-        return cause
-    where = str(error["loc"][0]) if error["loc"] else ""
-    found = CONFIG_KEYS.get(where) or _BY_ATTR.get(where)
+    problem = first_problem(exc)
+    if isinstance(problem.cause, ConfigError):
+        return problem.cause
+    found = CONFIG_KEYS.get(problem.where) or _BY_ATTR.get(problem.where)
     if found is None:
-        return ConfigError(f"unknown config key {where!r}")
-    return found.invalid(error["input"])
+        return ConfigError(f"unknown config key {problem.where!r}")
+    return found.invalid(problem.value)
 
 
 # ----------------------------------------------------------------------------- loading

@@ -1,15 +1,14 @@
-"""The kinds of broker configuration values: how a key is declared, read from text,
-described to the operator and written back.
+"""The kinds of broker configuration values: how their text is read, described to the
+operator and shown in messages.
 
-A key is a field of :class:`edge.config.BrokerConfig` annotated with :func:`key` (its
-property name, documentation and pydantic constraints such as ``ge``/``le``/
-``min_length``).  Its Python type says how its text is read (:func:`from_text`):
-``int`` (decimal digits only), ``bool`` (``true``/``false`` in any case), a ``Literal``
-of upper-case words (any case), ``tuple[str, ...]`` (a comma-separated list, blanks
-dropped) or ``str``.  The special string kinds :data:`Name` and :data:`StorageUrl` carry
-a :class:`Described` marker with their own description and, for secrets, masking.
-:class:`ConfigKey` is the read-only view of one declared key that messages and the
-README table are made from.
+A key is a field of :class:`edge.config.BrokerConfig` declared with
+:func:`common.settings.key`.  Its Python type says how its text is read
+(:func:`from_text`): ``int`` (decimal digits only), ``bool`` (``true``/``false`` in any
+case), a ``Literal`` of upper-case words (any case), ``tuple[str, ...]`` (a
+comma-separated list, blanks dropped) or ``str``.  The string kinds :data:`Name` and
+:data:`StorageUrl` carry a :class:`Described` marker with their own description and, for
+a secret, masking.  :class:`ConfigKey` is the view of one declared key that messages and
+the README table are made from.
 """
 
 from __future__ import annotations
@@ -21,13 +20,12 @@ from functools import cached_property
 from typing import Annotated, Literal, get_args, get_origin
 
 import annotated_types
-from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
-from pydantic.fields import FieldInfo
+from pydantic import AfterValidator, TypeAdapter, ValidationError
 
 from broker_core.storage.engines import ENGINES, shown_url, storage_scheme
 from common.names import NAME_RULE, is_valid_name
+from common.settings import LONG_MAX, DeclaredKey, to_text
 
-LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 
 ConfigValue = int | bool | str | tuple[str, ...]
@@ -44,15 +42,6 @@ class Described:
 
     expected: str
     shown: Callable[[str], str] = str
-
-
-def key(name: str, doc: str, *, ge: int | None = None, le: int | None = None,
-        min_length: int | None = None) -> FieldInfo:
-    """Declare a configuration key: ``Annotated[type, key("camelName", "doc", ...)]``."""
-    if ge is not None and le is None:
-        le = LONG_MAX
-    info: FieldInfo = Field(alias=name, description=doc, ge=ge, le=le, min_length=min_length)
-    return info
 
 
 def _name(value: str) -> str:
@@ -84,93 +73,53 @@ StorageUrl = Annotated[
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
-def _bound(info: FieldInfo, kind: type[annotated_types.Ge] | type[annotated_types.Le]
-           ) -> int | None:
-    for item in info.metadata:
-        if isinstance(item, kind):
-            value = item.ge if isinstance(item, annotated_types.Ge) else item.le
-            return int(str(value))
-    return None
-
-
-def _described(info: FieldInfo) -> Described | None:
-    return next((item for item in info.metadata if isinstance(item, Described)), None)
-
-
-def expected(info: FieldInfo) -> str:
-    """What an acceptable value of the key declared by ``info`` looks like."""
-    described = _described(info)
-    if described is not None:
-        return described.expected
-    kind = info.annotation
-    if kind is bool:
-        return "true or false"
-    if kind is int:
-        low, high = _bound(info, annotated_types.Ge), _bound(info, annotated_types.Le)
-        return f"an integer >= {low}" + ("" if high in (None, LONG_MAX) else f" and <= {high}")
-    if get_origin(kind) is Literal:
-        return "one of " + ", ".join(str(choice) for choice in get_args(kind))
-    if get_origin(kind) is tuple:
-        return "a comma-separated list"
-    non_empty = any(isinstance(item, annotated_types.MinLen) for item in info.metadata)
-    return "a non-empty string" if non_empty else "a string"
-
-
-def from_text(info: FieldInfo, text: str) -> ConfigValue:
-    """The typed value ``text`` (already stripped) stands for; ValueError if it has
-    the wrong form (constraints are checked later, by pydantic)."""
-    kind = info.annotation
-    if kind is bool:
-        if text.lower() not in ("true", "false"):
-            raise ValueError(text)
-        return text.lower() == "true"
-    if kind is int:
-        if not _INTEGER.fullmatch(text):
-            raise ValueError(text)
-        return int(text)
-    if get_origin(kind) is Literal:
-        return text.upper()
-    if get_origin(kind) is tuple:
-        return tuple(item.strip() for item in text.split(",") if item.strip())
-    return text
-
-
-def to_text(value: object) -> str:
-    """``value`` as properties text, such that :func:`from_text` reads it back."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return ",".join(str(item) for item in value)
-    return str(value)
-
-
 @dataclass(frozen=True)
-class ConfigKey:
-    """One declared configuration key: property name, attribute, default and doc."""
-
-    name: str
-    attr: str
-    info: FieldInfo
+class ConfigKey(DeclaredKey):
+    """One broker configuration key: how it is read, described and shown."""
 
     @property
-    def doc(self) -> str:
-        """What the key means (its ``description``)."""
-        return self.info.description or ""
-
-    @property
-    def default(self) -> ConfigValue:
-        """The value when the key is not given."""
-        value: ConfigValue = self.info.default
-        return value
+    def _described(self) -> Described | None:
+        return next((m for m in self.info.metadata if isinstance(m, Described)), None)
 
     def expected(self) -> str:
         """What an acceptable value looks like, for error messages and docs."""
-        return expected(self.info)
+        if self._described is not None:
+            return self._described.expected
+        kind = self.info.annotation
+        if kind is bool:
+            return "true or false"
+        if kind is int:
+            low, high = self.bounds()
+            return f"an integer >= {low}" + ("" if high in (None, LONG_MAX)
+                                            else f" and <= {high}")
+        if get_origin(kind) is Literal:
+            return "one of " + ", ".join(str(choice) for choice in get_args(kind))
+        if get_origin(kind) is tuple:
+            return "a comma-separated list"
+        non_empty = any(isinstance(m, annotated_types.MinLen) for m in self.info.metadata)
+        return "a non-empty string" if non_empty else "a string"
+
+    def from_text(self, text: str) -> ConfigValue:
+        """The typed value ``text`` (already stripped) stands for; ValueError if it has
+        the wrong form (constraints are pydantic's to check)."""
+        kind = self.info.annotation
+        if kind is bool:
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        if kind is int:
+            if not _INTEGER.fullmatch(text):
+                raise ValueError(text)
+            return int(text)
+        if get_origin(kind) is Literal:
+            return text.upper()
+        if get_origin(kind) is tuple:
+            return tuple(item.strip() for item in text.split(",") if item.strip())
+        return text
 
     def shown(self, text: str) -> str:
         """``text`` as an error message may show it (a secret inside is masked)."""
-        described = _described(self.info)
-        return text if described is None else described.shown(text)
+        return text if self._described is None else self._described.shown(text)
 
     def invalid(self, value: object) -> ConfigError:
         """The error for a bad ``value`` (text as given, or a typed value)."""
@@ -191,6 +140,6 @@ class ConfigKey:
         """The value of ``text`` for this key; raises ConfigError naming the key."""
         stripped = text.strip()
         try:
-            return self._adapter.validate_python(from_text(self.info, stripped))
+            return self._adapter.validate_python(self.from_text(stripped))
         except (ValueError, ValidationError):
             raise self.invalid(stripped) from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from edge.config import BrokerConfig, ConfigError, parse_properties
@@ -137,7 +137,8 @@ def bearer_setup(config: BrokerConfig, token: TokenValidator | None) -> BearerSe
                               "oauth.validate.method=token needs 'tokenSecretKey' or "
                               "'tokenPublicKey'")
         return BearerSetup(token, settings.tenant_claim)
-    lifetime = replace(settings, max_lifetime_seconds=config.token_max_lifetime_seconds)
+    lifetime = settings.model_copy(
+        update={"max_lifetime_seconds": config.token_max_lifetime_seconds})
     return BearerSetup(JwksTokenValidator(lifetime), settings.tenant_claim)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from common.settings import to_text
 from edge.config import (
     CONFIG_KEYS,
     BrokerConfig,
@@ -16,7 +17,6 @@ from edge.config import (
     load_config,
     parse_properties,
 )
-from edge.config_types import to_text
 from listeners.spec import SecurityProtocol
 
 # --------------------------------------------------------------------- properties format
