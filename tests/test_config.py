@@ -659,3 +659,24 @@ def test_a_heartbeat_must_fit_twice_in_a_broker_session() -> None:
         load_config(None, ["brokerSessionTimeoutMs=1000", "brokerHeartbeatIntervalMs=600"])
     config = load_config(None, ["brokerSessionTimeoutMs=1000", "brokerHeartbeatIntervalMs=500"])
     assert config.broker_heartbeat_interval_ms == 500
+
+
+# ------------------------------------------------------------------- lists, secrets
+
+
+def test_list_keys_are_parsed_at_load() -> None:
+    config = load_config(None, ["superUserRoles= admin, ,ops ", "saslAllowedMechanisms=PLAIN,"
+                                "OAUTHBEARER", "kopAllowedNamespaces="])
+    assert config.super_user_roles == ("admin", "ops")
+    assert config.sasl_allowed_mechanisms == ("PLAIN", "OAUTHBEARER")
+    assert config.kop_allowed_namespaces == ()
+    assert config.to_properties()["superUserRoles"] == "admin,ops"
+
+
+def test_a_password_in_a_bad_storage_url_is_not_shown() -> None:
+    with pytest.raises(ConfigError, match="for 'storageUrl'") as info:
+        load_config(None, ["storageUrl=mysql://edge:hunter2@db/kafka"])
+    assert "hunter2" not in str(info.value)
+    with pytest.raises(ConfigError, match="for 'storageUrl'") as info:
+        BrokerConfig(storage_url="mysql://edge:hunter2@db/kafka")
+    assert "hunter2" not in str(info.value)
