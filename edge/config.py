@@ -16,6 +16,13 @@ of upper-case words, :data:`Name` or :data:`StorageUrl`.  :data:`CONFIG_KEYS` an
 markers) are derived from the declarations; a check across keys goes in
 :meth:`BrokerConfig._check_across_keys`.
 
+Porting a key declared the earlier way (``field(default=..., metadata=_key(name, type,
+doc))``): ``IntType(a, b)`` becomes ``int`` with ``ge=a, le=b`` (``IntType(a)``: ``ge=a``
+alone), ``BoolType()`` ``bool``, ``StrType()`` ``str`` (``allow_empty=False``:
+``min_length=1``), ``NameType()`` :data:`Name`, ``StorageUrlType()`` :data:`StorageUrl`,
+``ChoiceType(("A", "B"))`` ``Literal["A", "B"]``; a comma list read later by hand
+becomes ``tuple[str, ...]``.
+
 Values are stripped of surrounding whitespace before they are checked.  Unknown keys
 and invalid values raise :class:`ConfigError` naming the key, the bad value (a password
 in it masked) and what is expected, so that configuration mistakes stop start-up.
