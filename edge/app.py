@@ -106,7 +106,7 @@ def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineCon
             "advertised.listeners": config.kafka_advertised_listeners or config.kafka_listeners,
             "listener.security.protocol.map": config.kafka_protocol_map,
             "log.dirs": log_dir,
-            "sasl.enabled.mechanisms": config.sasl_allowed_mechanisms,
+            "sasl.enabled.mechanisms": ",".join(config.sasl_allowed_mechanisms),
         },
         transactions=TxnConfig(
             enabled=config.kafka_transaction_coordinator_enabled,
@@ -117,8 +117,7 @@ def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineCon
         fetch_max_bytes=config.fetch_max_bytes,
         cluster=ClusterConfig(session_timeout_ms=config.broker_session_timeout_ms,
                               heartbeat_ms=config.broker_heartbeat_interval_ms),
-        listed_namespaces=tuple(n.strip() for n in config.kop_allowed_namespaces.split(",")
-                                if n.strip()),
+        listed_namespaces=config.kop_allowed_namespaces,
         topic_defaults={
             "retention.ms": str(config.log_retention_ms),
             "retention.bytes": str(config.log_retention_bytes),
@@ -165,7 +164,7 @@ class BrokerApp:
         """Everything after the storage (which is open and locked)."""
         self.acls = AclStore(self.logs.kv)
         self.policy = Policy(self.acls, config.authorization_enabled,
-                             [r.strip() for r in config.super_user_roles.split(",") if r.strip()],
+                             list(config.super_user_roles),
                              config.kafka_metadata_namespace)
         settings = engine_config(config, cluster_id(self.logs.kv), self.logs.location)
         self.engine = Engine(settings, self.logs, self.policy)

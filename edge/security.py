@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from edge.config import BrokerConfig, ConfigError, parse_properties
@@ -44,8 +44,7 @@ class ListenerSecurity:
     tls: ssl.SSLContext | None
 
 
-def _mechanism_list(text: str, where: str) -> tuple[str, ...]:
-    names = tuple(m.strip() for m in text.replace("+", ",").split(",") if m.strip())
+def _mechanism_list(names: tuple[str, ...], text: str, where: str) -> tuple[str, ...]:
     for name in names:
         if name not in MECHANISMS:
             raise ConfigError(f"invalid value {text!r} for {where!r}: unknown SASL mechanism "
@@ -55,15 +54,17 @@ def _mechanism_list(text: str, where: str) -> tuple[str, ...]:
 
 def listener_mechanisms(config: BrokerConfig) -> dict[str, tuple[str, ...]]:
     """Per-listener SASL mechanisms: the override when given, else saslAllowedMechanisms."""
-    default = _mechanism_list(config.sasl_allowed_mechanisms, "saslAllowedMechanisms")
+    allowed = config.sasl_allowed_mechanisms
+    default = _mechanism_list(allowed, ",".join(allowed), "saslAllowedMechanisms")
     chosen = {spec.name: default for spec in config.listener_specs()}
-    for entry in filter(None, (e.strip() for e in config.sasl_listener_mechanisms.split(","))):
+    for entry in config.sasl_listener_mechanisms:
         name, _, mechanisms = entry.partition(":")
         name = name.strip().upper()
         if name not in chosen or not mechanisms:
             raise ConfigError(f"invalid value {entry!r} for 'saslListenerMechanisms': expected "
                               f"NAME:MECH+MECH with NAME one of {', '.join(chosen)}")
-        chosen[name] = _mechanism_list(mechanisms, "saslListenerMechanisms")
+        names = tuple(m.strip() for m in mechanisms.split("+") if m.strip())
+        chosen[name] = _mechanism_list(names, mechanisms, "saslListenerMechanisms")
     return chosen
 
 
@@ -136,7 +137,8 @@ def bearer_setup(config: BrokerConfig, token: TokenValidator | None) -> BearerSe
                               "oauth.validate.method=token needs 'tokenSecretKey' or "
                               "'tokenPublicKey'")
         return BearerSetup(token, settings.tenant_claim)
-    lifetime = replace(settings, max_lifetime_seconds=config.token_max_lifetime_seconds)
+    lifetime = settings.model_copy(
+        update={"max_lifetime_seconds": config.token_max_lifetime_seconds})
     return BearerSetup(JwksTokenValidator(lifetime), settings.tenant_claim)
 
 

@@ -17,15 +17,35 @@ Option names follow Spark's own Kafka connector (they are case-insensitive):
 - OAUTHBEARER: ``oauth.issuerUrl`` + ``oauth.credentialsUrl`` (+ ``oauth.audience``,
   ``oauth.scope``) log in through :class:`oauth.login.ClientCredentialsLogin`;
   ``oauth.callback`` = ``package.module:function`` names a confluent-kafka ``oauth_cb``.
+
+Each option is declared once, as a field of the pydantic model :class:`KafkaOptions` or
+:class:`OAuthOptions` whose alias (or aliases, the first being the documented name) is
+the option's name; :func:`parse_options` matches names case-insensitively, hands the
+``kafka.*`` rest to librdkafka and checks what spans several options.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from typing import Annotated, Literal, get_args
 
-ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+)
+from pydantic.fields import FieldInfo
+
+from common.settings import first_problem
+
+IsolationLevel = Literal["read_committed", "read_uncommitted"]
+ISOLATION_LEVELS: tuple[str, ...] = get_args(IsolationLevel)
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 
 # librdkafka settings the source and sink own; a ``kafka.`` option may not override them.
@@ -37,55 +57,68 @@ class OptionError(ValueError):
     """An ``edgekafka`` option is missing or has a bad value."""
 
 
-def _get(options: Mapping[str, str], *names: str) -> str | None:
-    lowered = {key.lower(): value for key, value in options.items()}
-    for name in names:
-        value = lowered.get(name.lower())
-        if value is not None and str(value) != "":
-            return str(value)
-    return None
+def _option(*names: str, repr: bool = True) -> FieldInfo:
+    """Declare an option by its names (Spark's first, then accepted synonyms)."""
+    info: FieldInfo = Field(validation_alias=AliasChoices(*names), alias=names[0], repr=repr)
+    return info
 
 
-def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    value = _get(options, name)
-    if value is None:
-        return default
-    if value.lower() in ("true", "false"):
+def _bool_text(value: object) -> object:
+    if isinstance(value, str):
+        if value.lower() not in ("true", "false"):
+            raise ValueError(f"must be true or false, not {value!r}")
         return value.lower() == "true"
-    raise OptionError(f"option {name} must be true or false, not {value!r}")
+    return value
 
 
-def _positive_int(options: Mapping[str, str], *names: str) -> int | None:
-    value = _get(options, *names)
-    if value is None:
-        return None
+def _int_text(value: object) -> object:
+    if isinstance(value, str):
+        if not re.fullmatch(r"[+-]?[0-9]+", value.strip()):
+            raise ValueError(f"must be an integer, not {value!r}")
+        return int(value)
+    return value
+
+
+def _epoch_ms(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"must be epoch milliseconds, not {value!r}") from None
+    return value
+
+
+def _assignment(value: object) -> object:
+    if not isinstance(value, str):
+        return value
     try:
-        number = int(value)
-    except ValueError:
-        raise OptionError(f"option {names[0]} must be an integer, not {value!r}") from None
-    if number <= 0:
-        raise OptionError(f"option {names[0]} must be positive, not {number}")
-    return number
-
-
-def _assignment(text: str) -> dict[str, list[int]]:
-    try:
-        document = json.loads(text)
+        document = json.loads(value)
         return {str(topic): sorted(int(p) for p in parts) for topic, parts in document.items()}
     except (ValueError, TypeError, AttributeError):
-        raise OptionError(
-            f'option assign must be JSON like {{"topic": [0, 1]}}, not {text!r}') from None
+        raise ValueError(f'must be JSON like {{"topic": [0, 1]}}, not {value!r}') from None
 
 
-@dataclass(frozen=True)
-class OAuthOptions:
+def _topics(value: object) -> object:
+    if isinstance(value, str):
+        return tuple(t.strip() for t in value.split(",") if t.strip())
+    return value
+
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", validate_by_name=True, validate_by_alias=True)
+Flag = Annotated[bool, BeforeValidator(_bool_text)]
+Positive = Annotated[PositiveInt, BeforeValidator(_int_text)]
+
+
+class OAuthOptions(BaseModel):
     """How to get OAUTHBEARER tokens (all strings, so executors can rebuild the login)."""
 
-    issuer_url: str | None = None
-    credentials_url: str | None = None
-    audience: str | None = None
-    scope: str | None = None
-    callback: str | None = None
+    model_config = _FROZEN
+
+    issuer_url: Annotated[str | None, _option("oauth.issuerUrl")] = None
+    credentials_url: Annotated[str | None, _option("oauth.credentialsUrl")] = None
+    audience: Annotated[str | None, _option("oauth.audience")] = None
+    scope: Annotated[str | None, _option("oauth.scope")] = None
+    callback: Annotated[str | None, _option("oauth.callback")] = None
 
     @property
     def enabled(self) -> bool:
@@ -93,26 +126,32 @@ class OAuthOptions:
         return bool(self.issuer_url or self.callback)
 
 
-@dataclass(frozen=True)
-class KafkaOptions:
+class KafkaOptions(BaseModel):
     """Everything the source and sink need, parsed from the DataFrame options."""
 
-    bootstrap: str
-    client: dict[str, str] = field(default_factory=dict, repr=False)
+    model_config = _FROZEN
+
+    bootstrap: Annotated[str, _option("kafka.bootstrap.servers", "bootstrap",
+                                      "bootstrapServers")]
+    client: dict[str, str] = Field(default_factory=dict, repr=False)
     """Extra librdkafka settings from ``kafka.*`` options (security and tuning; kept out of
     the repr, which may reach logs, since they hold passwords)."""
-    oauth: OAuthOptions = field(default=OAuthOptions(), repr=False)
-    topics: tuple[str, ...] = ()
-    pattern: str | None = None
-    assign: dict[str, list[int]] | None = None
-    write_topic: str | None = None
-    starting: str | None = None
-    ending: str | None = None
-    starting_timestamp: int | None = None
-    max_offsets_per_trigger: int | None = None
-    fail_on_data_loss: bool = True
-    isolation_level: str = "read_committed"
-    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    oauth: OAuthOptions = Field(default=OAuthOptions(), repr=False)
+    topics: Annotated[tuple[str, ...], BeforeValidator(_topics), _option("subscribe")] = ()
+    pattern: Annotated[str | None, _option("subscribePattern")] = None
+    assign: Annotated[dict[str, list[int]] | None, BeforeValidator(_assignment),
+                      _option("assign")] = None
+    write_topic: Annotated[str | None, _option("topic")] = None
+    starting: Annotated[str | None, _option("startingOffsets")] = None
+    ending: Annotated[str | None, _option("endingOffsets")] = None
+    starting_timestamp: Annotated[int | None, BeforeValidator(_epoch_ms),
+                                  _option("startingTimestamp")] = None
+    max_offsets_per_trigger: Annotated[Positive | None, _option("maxOffsetsPerTrigger")] = None
+    fail_on_data_loss: Annotated[Flag, _option("failOnDataLoss")] = True
+    isolation_level: Annotated[IsolationLevel, BeforeValidator(str.lower), _option(
+        "isolationLevel", "kafka.isolation.level")] = "read_committed"
+    poll_timeout_ms: Annotated[Positive, _option(
+        "pollTimeoutMs", "kafkaConsumer.pollTimeoutMs")] = DEFAULT_POLL_TIMEOUT_MS
 
     @property
     def describe_subscription(self) -> str:
@@ -124,11 +163,48 @@ class KafkaOptions:
         return "subscribe=" + ",".join(self.topics)
 
 
+def _names(model: type[BaseModel]) -> dict[str, tuple[str, ...]]:
+    """Each field's option names, in order of preference."""
+    names: dict[str, tuple[str, ...]] = {}
+    for attr, info in model.model_fields.items():
+        if isinstance(info.validation_alias, AliasChoices):
+            names[attr] = tuple(str(c) for c in info.validation_alias.choices)
+    return names
+
+
+_OPTIONS = _names(KafkaOptions)
+_OAUTH_OPTIONS = _names(OAuthOptions)
+
+
+def _pick(lowered: Mapping[str, str], names: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+    """The given options by field: the first name given non-empty wins."""
+    picked: dict[str, str] = {}
+    for attr, choices in names.items():
+        for name in choices:
+            value = lowered.get(name.lower())
+            if value is not None and value != "":
+                picked[attr] = value
+                break
+    return picked
+
+
+def _reason(exc: ValidationError) -> str:
+    problem = first_problem(exc)
+    attr = next(attr for attr, names in _OPTIONS.items()
+                if problem.where == attr or problem.where in names)
+    name = _OPTIONS[attr][0]
+    if problem.cause is not None:
+        return f"option {name} {problem.cause}"
+    if attr == "isolation_level":
+        return f"option {name} must be one of {', '.join(ISOLATION_LEVELS)}"
+    if attr == "bootstrap":
+        return f"option {name} is required"
+    return f"option {name} must be positive, not {problem.value}"
+
+
 def parse_options(options: Mapping[str, str], reading: bool = True) -> KafkaOptions:
     """Parse and check the options of one ``edgekafka`` read or write."""
-    bootstrap = _get(options, "kafka.bootstrap.servers", "bootstrap", "bootstrapServers")
-    if bootstrap is None:
-        raise OptionError("option kafka.bootstrap.servers is required")
+    lowered = {key.lower(): str(value) for key, value in options.items()}
     client: dict[str, str] = {}
     for key, value in options.items():
         if key.lower().startswith("kafka.") and key.lower() != "kafka.bootstrap.servers":
@@ -136,48 +212,16 @@ def parse_options(options: Mapping[str, str], reading: bool = True) -> KafkaOpti
             if name.lower() in _RESERVED and name.lower() != "isolation.level":
                 raise OptionError(f"option {key} is managed by the edgekafka source")
             client[name] = str(value)
-    isolation = (_get(options, "isolationLevel", "kafka.isolation.level")
-                 or "read_committed").lower()
     client.pop("isolation.level", None)
-    if isolation not in ISOLATION_LEVELS:
-        raise OptionError(f"option isolationLevel must be one of {', '.join(ISOLATION_LEVELS)}")
-    subscribe = _get(options, "subscribe")
-    pattern = _get(options, "subscribePattern")
-    assign_text = _get(options, "assign")
-    given = [name for name, value in (("subscribe", subscribe), ("subscribePattern", pattern),
-                                      ("assign", assign_text)) if value is not None]
-    if reading and len(given) != 1:
+    values = _pick(lowered, _OPTIONS)
+    given = [_OPTIONS[attr][0] for attr in ("topics", "pattern", "assign") if attr in values]
+    if "bootstrap" in values and reading and len(given) != 1:
         raise OptionError("give exactly one of the options subscribe, subscribePattern, assign"
                           + (f" (got {', '.join(given)})" if given else ""))
-    timestamp = _get(options, "startingTimestamp")
-    oauth = OAuthOptions(
-        issuer_url=_get(options, "oauth.issuerUrl"),
-        credentials_url=_get(options, "oauth.credentialsUrl"),
-        audience=_get(options, "oauth.audience"),
-        scope=_get(options, "oauth.scope"),
-        callback=_get(options, "oauth.callback"),
-    )
+    oauth = OAuthOptions.model_validate(_pick(lowered, _OAUTH_OPTIONS))
     if oauth.issuer_url and not oauth.credentials_url:
         raise OptionError("option oauth.issuerUrl needs oauth.credentialsUrl")
     try:
-        starting_timestamp = None if timestamp is None else int(timestamp)
-    except ValueError:
-        raise OptionError(f"option startingTimestamp must be epoch milliseconds, "
-                          f"not {timestamp!r}") from None
-    return KafkaOptions(
-        bootstrap=bootstrap,
-        client=client,
-        oauth=oauth,
-        topics=tuple(t.strip() for t in (subscribe or "").split(",") if t.strip()),
-        pattern=pattern,
-        assign=None if assign_text is None else _assignment(assign_text),
-        write_topic=_get(options, "topic"),
-        starting=_get(options, "startingOffsets"),
-        ending=_get(options, "endingOffsets"),
-        starting_timestamp=starting_timestamp,
-        max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
-        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-        isolation_level=isolation,
-        poll_timeout_ms=_positive_int(options, "pollTimeoutMs", "kafkaConsumer.pollTimeoutMs")
-        or DEFAULT_POLL_TIMEOUT_MS,
-    )
+        return KafkaOptions.model_validate({**values, "client": client, "oauth": oauth})
+    except ValidationError as exc:
+        raise OptionError(_reason(exc)) from None
