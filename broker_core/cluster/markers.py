@@ -11,7 +11,8 @@ exactly where the partition's producer state expects it; a marker written twice 
 died between writing and removing) ends nothing the second time, as in Kafka.
 
 A request for a partition whose owner died waits for the next owner; one for a partition
-that no longer exists (its topic deleted) is dropped.
+that no longer exists (its topic deleted) is dropped. The poll for queued requests runs in
+a worker thread, so that its round trip never holds up the event loop.
 """
 
 from __future__ import annotations
@@ -90,7 +91,9 @@ class MarkerRelay:
     async def serve(self) -> None:
         """Carry out the queued requests of partitions this broker owns."""
         done: list[int] = []
-        pending = self._store.pending_markers()
+        # off the event loop: on a shared database this poll is a round trip, every
+        # ``interval_s``, that would hold up every request meanwhile
+        pending = await asyncio.to_thread(self._store.pending_markers)
         self._failing.intersection_update(marker for marker, _ in pending)  # gone: forgotten
         try:
             for marker, wanted in pending:

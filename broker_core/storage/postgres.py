@@ -100,7 +100,7 @@ class PgKeyValues:
 
     def get(self, key: str) -> bytes | None:
         self._before_read()
-        with self._db.tx() as conn:
+        with self._db.autocommit() as conn:
             if self._scope is None:
                 row = conn.execute("SELECT value FROM edge_kv WHERE key = %s", (key,)).fetchone()
             else:
@@ -223,7 +223,7 @@ class PgPartition(FilelessPartition):
         """Reload the partition row after a failed statement (lock held)."""
         if self._stale:
             self._drain()
-            with self._db.tx() as conn:
+            with self._db.autocommit() as conn:
                 row = conn.execute(f"SELECT {self._ROW} FROM edge_partitions WHERE id = %s",
                                    (self._id,)).fetchone()
             if row is None:
@@ -390,7 +390,7 @@ class PgPartition(FilelessPartition):
                 end = self._next
         out: list[BatchInfo] = []
         taken = 0
-        with self._db.tx() as conn:
+        with self._db.autocommit() as conn:
             while offset < end:
                 rows = self._rows_from(conn, offset, _CHUNK, max_bytes - taken)
                 for info in rows:
@@ -410,7 +410,7 @@ class PgPartition(FilelessPartition):
     def _follow(self, offset: int) -> Iterator[BatchInfo]:
         """Batches from ``offset`` on, following appends made while iterating."""
         while not self._closed and self._log_start <= offset < self._next:
-            with self._db.tx() as conn:
+            with self._db.autocommit() as conn:
                 rows = self._rows_from(conn, offset, _CHUNK)
             if not rows:
                 return
@@ -422,7 +422,7 @@ class PgPartition(FilelessPartition):
         with self._lock:
             self._check_open()
             start = self._log_start
-        with self._db.tx() as conn:
+        with self._db.autocommit() as conn:
             row = conn.execute(
                 f"SELECT {_ENTRY_COLUMNS} FROM edge_entries WHERE partition_id = %s"
                 f" AND last_offset >= %s{where} ORDER BY {order} LIMIT 1",
@@ -481,7 +481,7 @@ class PgPartition(FilelessPartition):
                 return 0  # its owner enforces it
             self._refresh()
             self._drain()
-            with self._db.tx() as conn:
+            with self._db.autocommit() as conn:
                 sealed = [(int(str(base)), int(str(size)), int(str(newest))) for
                           base, size, newest in conn.execute(
                     "SELECT segment_base, sum(size), max(broker_ts) FROM edge_entries"
@@ -583,7 +583,7 @@ class PgStorage(FilelessStorage[PgPartition]):
         """One read of the change counters; the topics again when they moved."""
         if self._closed:
             return NOTHING_CHANGED
-        with self._db.tx() as conn:
+        with self._db.autocommit() as conn:
             version, kv_version = pg_changes.counters(conn)
         seen_version, seen_kv = self._seen
         if version != seen_version:
