@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import confluent_kafka
@@ -20,6 +22,7 @@ import pytest
 
 from broker_core.storage import DatabaseUnavailable, LogConfig, Storage, open_storage
 from broker_core.storage.cluster import NotOwner
+from broker_core.storage.pg_commits import LANES
 from broker_core.storage.pg_readahead import WINDOW_PAGES
 from broker_core.storage.postgres import PgPartition
 from tests.broker_process import BrokerProcess
@@ -132,6 +135,40 @@ def test_concurrent_producers_share_commits_and_get_continuous_offsets(
     finally:
         if broker.alive():
             broker.kill()
+
+
+def _blocked_on_a_lock(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                           " current_database() AND wait_event_type = 'Lock'").fetchone()
+    return row is not None and int(row[0]) > 0
+
+
+def test_a_commit_held_up_in_one_lane_holds_up_no_other_lane() -> None:
+    """The group commit's lanes commit side by side: while the commit of one partition
+    waits (here for a row lock another session holds), the appends of a partition of
+    another lane are committed; the first is committed once the lock goes."""
+    url = shared_server().new_database_url()
+    storage = open_storage(url)
+    try:
+        storage.create_topic(TOPIC, 2, {})
+        held, free = partition(storage, index=0), partition(storage, index=1)
+        assert isinstance(held, PgPartition) and isinstance(free, PgPartition)
+        assert held.partition_id % LANES != free.partition_id % LANES
+        with ThreadPoolExecutor(1) as pool:
+            with psycopg.connect(url) as locker:
+                locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
+                               (held.partition_id,))
+                waiting = pool.submit(append, held, 2)
+                while not _blocked_on_a_lock(url):  # its commit waits for the lock
+                    assert not waiting.done(), waiting.exception()
+                    time.sleep(0.01)
+                assert append(free, 3) == 0  # committed meanwhile
+                assert not waiting.done()
+            assert waiting.result() == 0  # the lock is gone: committed
+        assert (held.next_offset, free.next_offset) == (2, 3)
+    finally:
+        storage.close()
 
 
 def test_a_server_stopped_under_load_fails_commits_retriably_and_loses_nothing(

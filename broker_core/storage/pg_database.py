@@ -24,8 +24,7 @@ Conn = psycopg.Connection[tuple[object, ...]]
 _POOL_SIZE = 10
 """Connections at most: the event loop's statements, the group commit's lanes
 (``pg_commits``), the read-ahead workers (``pg_readahead``), the marker relay's poll and
-the cluster's heartbeats never wait for one
-another."""
+the cluster's heartbeats never wait for one another."""
 _CONNECT_TIMEOUT_S = 5
 _CHECKOUT_TIMEOUT_S = 1.0
 """How long a statement waits for a pooled connection: while the database is away, a
