@@ -19,6 +19,7 @@ from pathlib import Path
 import confluent_kafka
 import psycopg
 import pytest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from broker_core.storage import DatabaseUnavailable, LogConfig, Storage, open_storage
 from broker_core.storage.cluster import NotOwner
@@ -28,6 +29,7 @@ from broker_core.storage.postgres import PgPartition
 from tests.broker_process import BrokerProcess
 from tests.clients import consume_confluent, create_topic
 from tests.postgres_server import PostgresServer, shared_server
+from tests.raw import RawConnection
 from tests.storage_helpers import batch_bytes
 from tests.test_storage_engines import TOPIC, append, make_batch, partition
 
@@ -137,11 +139,42 @@ def test_concurrent_producers_share_commits_and_get_continuous_offsets(
             broker.kill()
 
 
-def _blocked_on_a_lock(url: str) -> bool:
+def _lock_waits(url: str, like: str = "%") -> list[tuple[int, object]]:
+    """(backend pid, statement start) of the sessions of ``url``'s database that wait
+    for a lock, running a statement ``like`` that."""
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname ="
-                           " current_database() AND wait_event_type = 'Lock'").fetchone()
-    return row is not None and int(row[0]) > 0
+        return [(int(pid), started) for pid, started in conn.execute(
+            "SELECT pid, query_start FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query LIKE %s", (like,)).fetchall()]
+
+
+def _blocked_on_a_lock(url: str) -> bool:
+    return bool(_lock_waits(url))
+
+
+def test_a_marker_poll_waiting_for_the_database_holds_up_no_request(tmp_path: Path) -> None:
+    """The marker relay asks the database for queued transaction markers 20 times a
+    second; it does so from a worker thread, so while that statement waits (here for a
+    lock another session holds on the table) the broker answers requests meanwhile."""
+    url = shared_server().new_database_url()
+    broker = BrokerProcess(tmp_path / "data", {"storageUrl": url}).start()
+    conn = RawConnection(broker.port)
+    try:
+        with psycopg.connect(url) as locker:
+            locker.execute("LOCK TABLE edge_marker_requests IN ACCESS EXCLUSIVE MODE")
+            polls: list[tuple[int, object]] = []
+            while not polls:  # the relay's poll waits for the lock
+                polls = _lock_waits(url, "%FROM edge_marker_requests%")
+                time.sleep(0.01)
+            versions = conn.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
+            assert versions.error_code == 0
+            # answered while that very statement still waited, not after it gave up
+            assert set(polls) <= set(_lock_waits(url, "%FROM edge_marker_requests%"))
+        assert broker.stop() == 0
+    finally:
+        conn.close()
+        if broker.alive():
+            broker.kill()
 
 
 def test_a_commit_held_up_in_one_lane_holds_up_no_other_lane() -> None:
