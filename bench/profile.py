@@ -6,11 +6,14 @@ and samples the broker with ``py-spy record --format raw``; prints and saves the
 functions (self and total shares) as ``bench/results/profile-<load>[-idle].txt``.
 ``--idle`` counts waiting threads too (wall-clock view), ``--native`` adds C frames,
 ``--svg`` also records a flame graph in a second pass under the same load.
+``--postgres`` runs the broker on ``postgres://`` (a throwaway server, as the PostgreSQL
+rows start it) instead of files; ``--partitions`` spreads the load over that many.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -21,8 +24,9 @@ from pathlib import Path
 from bench.admin import create_topic
 from bench.brokers import EdgeBroker
 from bench.options import RESULTS
-from bench.pinning import pin_self, plan_cpus
+from bench.pinning import inherited_affinity, pin_self, plan_cpus
 from bench.stacks import parse, render
+from edge.local_postgres import LocalPostgres
 
 
 def py_spy() -> str:
@@ -38,7 +42,7 @@ def _worker(broker: EdgeBroker, topic: str, args: argparse.Namespace, mode: str,
             *extra: str) -> list[str]:
     return [sys.executable, "-m", "bench.worker", mode, "--bootstrap", broker.bootstrap,
             "--topic", topic, "--size", str(args.size), "--linger-ms", str(args.linger_ms),
-            "--acks", "all", *extra]
+            "--acks", "all", "--partitions", str(args.partitions), *extra]
 
 
 def _load(broker: EdgeBroker, topic: str, args: argparse.Namespace) -> subprocess.Popen[str]:
@@ -92,6 +96,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=RESULTS,
                         help="where profile.txt goes (bench/results)")
     parser.add_argument("--no-pin", action="store_true")
+    parser.add_argument("--postgres", action="store_true",
+                        help="the broker on postgres:// (a throwaway server) instead of files")
+    parser.add_argument("--partitions", type=int, default=1,
+                        help="partitions of the topic, the load spread over them")
     return parser
 
 
@@ -100,11 +108,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     cpus = plan_cpus(not args.no_pin)
     pin_self(cpus.load)
-    broker = EdgeBroker()
-    broker.start(cpus.broker)
+    server = None
+    if args.postgres:  # on every CPU, as the PostgreSQL rows start it
+        with inherited_affinity(frozenset(range(os.cpu_count() or 1))):
+            server = LocalPostgres.running()
+    broker = EdgeBroker({} if server is None else {"storageUrl": server.new_database_url()})
     try:
+        broker.start(cpus.broker)
         topic = "bench-profile"
-        create_topic(broker.bootstrap, topic, 1)
+        create_topic(broker.bootstrap, topic, args.partitions)
         if args.load == "consume":
             fill(broker, topic, args)
         with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
@@ -115,13 +127,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             record(broker, topic, args, "flamegraph", args.svg)
     finally:
         broker.stop()
+        if server is not None:
+            server.discard()
     mode = "wall clock (--idle)" if args.idle else "on CPU"
-    text = (f"py-spy, {mode}, {args.seconds:g} s of {args.load} load: {args.size} B records, "
+    engine = "postgres://" if server is not None else "files"
+    text = (f"py-spy, {mode}, {args.seconds:g} s of {args.load} load on {engine}, "
+            f"{args.partitions} partition(s): {args.size} B records, "
             f"acks=all, linger.ms={args.linger_ms:g}; {cpus.describe()}\n"
             f"load: {load}\n{summary}\n")
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"profile-{args.load}{'-idle' if args.idle else ''}.txt"
+    name = (f"profile-{args.load}{'-postgres' if server is not None else ''}"
+            f"{'-idle' if args.idle else ''}.txt")
     (args.out / name).write_text(text, encoding="utf-8")
     return 0
 

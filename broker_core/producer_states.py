@@ -222,7 +222,7 @@ def _load(partition: PartitionStore) -> _Loaded:
     offset = saved if saved is not None else partition.log_start_offset
     replayed = earlier = 0  # batches replayed; of them, written before this start
     if offset < partition.next_offset:
-        for info in partition.batches_from(offset):
+        for info in partition.headers_from(offset):
             state.apply(info)
             replayed += 1
             earlier += info.base_offset < partition.opened_next_offset

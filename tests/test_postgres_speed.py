@@ -11,20 +11,25 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import confluent_kafka
 import psycopg
 import pytest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from broker_core.storage import DatabaseUnavailable, LogConfig, Storage, open_storage
 from broker_core.storage.cluster import NotOwner
+from broker_core.storage.pg_commits import LANES
 from broker_core.storage.pg_readahead import WINDOW_PAGES
 from broker_core.storage.postgres import PgPartition
 from tests.broker_process import BrokerProcess
 from tests.clients import consume_confluent, create_topic
 from tests.postgres_server import PostgresServer, shared_server
+from tests.raw import RawConnection
 from tests.storage_helpers import batch_bytes
 from tests.test_storage_engines import TOPIC, append, make_batch, partition
 
@@ -132,6 +137,71 @@ def test_concurrent_producers_share_commits_and_get_continuous_offsets(
     finally:
         if broker.alive():
             broker.kill()
+
+
+def _lock_waits(url: str, like: str = "%") -> list[tuple[int, object]]:
+    """(backend pid, statement start) of the sessions of ``url``'s database that wait
+    for a lock, running a statement ``like`` that."""
+    with psycopg.connect(url) as conn:
+        return [(int(pid), started) for pid, started in conn.execute(
+            "SELECT pid, query_start FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query LIKE %s", (like,)).fetchall()]
+
+
+def _blocked_on_a_lock(url: str) -> bool:
+    return bool(_lock_waits(url))
+
+
+def test_a_marker_poll_waiting_for_the_database_holds_up_no_request(tmp_path: Path) -> None:
+    """The marker relay asks the database for queued transaction markers 20 times a
+    second; it does so from a worker thread, so while that statement waits (here for a
+    lock another session holds on the table) the broker answers requests meanwhile."""
+    url = shared_server().new_database_url()
+    broker = BrokerProcess(tmp_path / "data", {"storageUrl": url}).start()
+    conn = RawConnection(broker.port)
+    try:
+        with psycopg.connect(url) as locker:
+            locker.execute("LOCK TABLE edge_marker_requests IN ACCESS EXCLUSIVE MODE")
+            polls: list[tuple[int, object]] = []
+            while not polls:  # the relay's poll waits for the lock
+                polls = _lock_waits(url, "%FROM edge_marker_requests%")
+                time.sleep(0.01)
+            versions = conn.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
+            assert versions.error_code == 0
+            # answered while that very statement still waited, not after it gave up
+            assert set(polls) <= set(_lock_waits(url, "%FROM edge_marker_requests%"))
+        assert broker.stop() == 0
+    finally:
+        conn.close()
+        if broker.alive():
+            broker.kill()
+
+
+def test_a_commit_held_up_in_one_lane_holds_up_no_other_lane() -> None:
+    """The group commit's lanes commit side by side: while the commit of one partition
+    waits (here for a row lock another session holds), the appends of a partition of
+    another lane are committed; the first is committed once the lock goes."""
+    url = shared_server().new_database_url()
+    storage = open_storage(url)
+    try:
+        storage.create_topic(TOPIC, 2, {})
+        held, free = partition(storage, index=0), partition(storage, index=1)
+        assert isinstance(held, PgPartition) and isinstance(free, PgPartition)
+        assert held.partition_id % LANES != free.partition_id % LANES
+        with ThreadPoolExecutor(1) as pool:
+            with psycopg.connect(url) as locker:
+                locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
+                               (held.partition_id,))
+                waiting = pool.submit(append, held, 2)
+                while not _blocked_on_a_lock(url):  # its commit waits for the lock
+                    assert not waiting.done(), waiting.exception()
+                    time.sleep(0.01)
+                assert append(free, 3) == 0  # committed meanwhile
+                assert not waiting.done()
+            assert waiting.result() == 0  # the lock is gone: committed
+        assert (held.next_offset, free.next_offset) == (2, 3)
+    finally:
+        storage.close()
 
 
 def test_a_server_stopped_under_load_fails_commits_retriably_and_loses_nothing(

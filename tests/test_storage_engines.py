@@ -8,8 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from broker_core.producers import PartitionProducers
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from broker_core.markers import marker_batch
 from broker_core.storage import (
     ENGINES,
     KeyValueStore,
@@ -59,9 +61,14 @@ def storage(engine: str, tmp_path: Path, clock: Clock) -> Iterator[Storage]:
     opened.close()
 
 
-def make_batch(count: int, first_timestamp: int = 1_000, size: int = 50) -> bytearray:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+def make_batch(count: int, first_timestamp: int = 1_000, size: int = 50,
+               producer_id: int = -1) -> bytearray:
+    transactional = producer_id >= 0
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0,
+                                        is_transactional=transactional,
+                                        producer_id=producer_id,
+                                        producer_epoch=0 if transactional else -1,
+                                        base_sequence=0 if transactional else -1,
                                         batch_size=1 << 20)
     for i in range(count):
         builder.append(i, first_timestamp + i, b"k", b"v" * size, [])
@@ -111,6 +118,38 @@ def test_batches_from_follows_appends_made_while_iterating(storage: Storage) -> 
         if len(seen) < 3:
             append(log, 1)
     assert seen == [0, 1, 2]
+
+
+def test_headers_from_gives_each_header_and_control_batches_whole(engine: str,
+                                                                 storage: Storage) -> None:
+    """What the producer state is rebuilt from: on postgres:// only the 61-byte headers of
+    data batches leave the database (not their records), control batches come whole, and
+    the state rebuilt from them is the one rebuilt from the whole batches."""
+    storage.create_topic(TOPIC, 1, {})
+    log = partition(storage)
+    append(log, 3, size=2000)
+    log.append(make_batch(2, size=2000, producer_id=7), 1, 1_001)  # a transaction...
+    log.append(marker_batch(7, 0, False, 1_002), 0, 1_002)  # ...aborted
+    append(log, 1, size=2000)
+    whole = list(log.batches_from(1))
+    headers = list(log.headers_from(1))
+    assert [h.base_offset for h in headers] == [b.base_offset for b in whole] == [0, 3, 5, 6]
+    for header, batch in zip(headers, whole, strict=True):
+        assert (header.last_offset, header.max_timestamp, header.broker_timestamp) == (
+            batch.last_offset, batch.max_timestamp, batch.broker_timestamp)
+        assert bytes(header.batch[:61]) == bytes(batch.batch[:61])
+    assert bytes(headers[2].batch) == bytes(whole[2].batch)  # the control batch, whole
+    data = [headers[i] for i in (0, 1, 3)]
+    if engine == "postgres":
+        assert [len(h.batch) for h in data] == [61, 61, 61]
+    else:  # at hand: whole
+        assert [bytes(h.batch) for h in data] == [bytes(whole[i].batch) for i in (0, 1, 3)]
+    from_headers, from_batches = PartitionProducers(), PartitionProducers()
+    for header, batch in zip(headers, whole, strict=True):
+        from_headers.apply(header)
+        from_batches.apply(batch)
+    assert from_headers.aborted == from_batches.aborted == [(7, 3, 5)]
+    assert from_headers.last_stable_offset(7) == from_batches.last_stable_offset(7) == 7
 
 
 def test_timestamps_lookups(storage: Storage) -> None:

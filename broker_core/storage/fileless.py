@@ -47,6 +47,9 @@ class FilelessPartition(ABC):
             self._check_offset(offset)
         return self._follow(offset)
 
+    def headers_from(self, offset: int) -> Iterator[BatchInfo]:
+        return self.batches_from(offset)  # whole batches: they are at hand
+
     @property
     def location(self) -> str:
         return self._location

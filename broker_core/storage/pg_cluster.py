@@ -237,7 +237,7 @@ class PgCluster:
         return [int(str(row[0])) for row in rows]
 
     def pending_markers(self) -> list[tuple[int, MarkerRequest]]:
-        with self._db.tx() as conn:
+        with self._db.autocommit() as conn:
             rows = conn.execute(
                 "SELECT id, topic, partition, producer_id, producer_epoch, commit, group_id"
                 " FROM edge_marker_requests ORDER BY id").fetchall()
@@ -254,7 +254,7 @@ class PgCluster:
     def markers_left(self, ids: Sequence[int]) -> set[int]:
         if not ids:
             return set()
-        with self._db.tx() as conn:
+        with self._db.autocommit() as conn:
             rows = conn.execute("SELECT id FROM edge_marker_requests WHERE id = ANY(%s)",
                                 (list(ids),)).fetchall()
         return {int(str(row[0])) for row in rows}

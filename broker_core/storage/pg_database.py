@@ -21,10 +21,10 @@ from .pg_schema import drop_schema, migrate
 Conn = psycopg.Connection[tuple[object, ...]]
 """A connection whose rows are tuples."""
 
-_POOL_SIZE = 8
-"""Connections at most: the event loop's statements, the group commit's worker, the
-read-ahead workers (``pg_readahead``) and the cluster's heartbeats never wait for one
-another."""
+_POOL_SIZE = 10
+"""Connections at most: the event loop's statements, the group commit's lanes
+(``pg_commits``), the read-ahead workers (``pg_readahead``), the marker relay's poll and
+the cluster's heartbeats never wait for one another."""
 _CONNECT_TIMEOUT_S = 5
 _CHECKOUT_TIMEOUT_S = 1.0
 """How long a statement waits for a pooled connection: while the database is away, a
@@ -97,16 +97,24 @@ class Database:
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise unavailable(exc) from None
 
-    def statement(self, sql: str, params: Mapping[str, object]) -> int:
-        """Run one statement as its own transaction (one round trip: the pool's
-        connections autocommit); the rows it changed."""
+    @contextmanager
+    def autocommit(self) -> Iterator[Conn]:
+        """A connection outside any transaction: each statement commits alone, in one
+        round trip (no BEGIN and COMMIT around it). For reads that need no snapshot across
+        statements (committed entries never change) and single-statement writes."""
         try:
             with self._pool.connection() as conn:
-                return conn.execute(sql.encode(), params).rowcount
+                yield conn
         except psycopg_pool.PoolClosed:
             raise LogClosed("the storage is closed") from None
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise unavailable(exc) from None
+
+    def statement(self, sql: str, params: Mapping[str, object]) -> int:
+        """Run one statement as its own transaction (one round trip: the pool's
+        connections autocommit); the rows it changed."""
+        with self.autocommit() as conn:
+            return conn.execute(sql.encode(), params).rowcount
 
     def close(self, *, drop: bool = False) -> None:
         if drop:

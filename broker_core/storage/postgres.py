@@ -9,14 +9,17 @@ they belong to (rolled by ``segment.bytes`` / ``segment.ms`` as on files), so re
 drops whole segments by the same rule as the other engines.
 
 Appends are group-committed (``pg_commits``): an append takes the next offsets of the
-partition's *assigned* end at once and queues; one worker thread commits everything
-queued, from every partition, in one transaction that inserts the rows and moves each
-partition row's ``next_offset``, conditioned on the offset expected and on the owner's
-epoch. Only then do the partition's *committed* end (``next_offset``, the high watermark)
-move and its producers get their answer: acknowledged means committed, and a fetch never
-sees an offset before its commit. On the event loop ``append_deferred`` returns the offset
-and a future (the produce path awaits it as it awaits the file engine's fsync);
-``append`` waits for the commit itself.
+partition's *assigned* end at once and queues; a worker thread commits everything
+queued from the partitions of its lane (two lanes side by side) in one transaction that
+inserts the rows and moves each partition row's ``next_offset``, conditioned on the
+offset expected and on the owner's epoch. Only then do the partition's *committed* end
+(``next_offset``, the high watermark) move and its producers get their answer:
+acknowledged means committed, and a fetch never sees an offset before its commit. On the
+event loop ``append_deferred`` returns the offset and a future (the produce path awaits it
+as it awaits the file engine's fsync); ``append`` waits for the commit itself.
+
+Rebuilding a partition's producer state reads only the headers of its data batches
+(:meth:`PgPartition.headers_from`): the records stay in the database.
 
 Topic and partition state is cached in this process; brokers sharing the database see
 each other's topic changes within a fraction of a second (``pg_changes``). A database
@@ -70,6 +73,11 @@ _DRAIN_TIMEOUT_S = 30.0
 """Longest a reload of a partition's row waits for its queued appends to be answered."""
 
 _ENTRY_COLUMNS = "base_offset, last_offset, max_ts, broker_ts, batch"
+_HEADER_COLUMNS = ("base_offset, last_offset, max_ts, broker_ts, CASE WHEN (get_byte(substring("
+                   "batch FROM 1 FOR 61), 22) & 32) <> 0 THEN batch ELSE substring(batch FROM 1"
+                   " FOR 61) END")
+"""The entry columns with only the 61-byte header of a batch that is not a control batch
+(attributes bit 5 clear): what replaying producer state reads, without the records."""
 
 _CAS_INSERT = (
     "INSERT INTO edge_kv (key, value) VALUES (%(k)s, %(v)s) ON CONFLICT DO NOTHING",
@@ -100,7 +108,7 @@ class PgKeyValues:
 
     def get(self, key: str) -> bytes | None:
         self._before_read()
-        with self._db.tx() as conn:
+        with self._db.autocommit() as conn:
             if self._scope is None:
                 row = conn.execute("SELECT value FROM edge_kv WHERE key = %s", (key,)).fetchone()
             else:
@@ -223,7 +231,7 @@ class PgPartition(FilelessPartition):
         """Reload the partition row after a failed statement (lock held)."""
         if self._stale:
             self._drain()
-            with self._db.tx() as conn:
+            with self._db.autocommit() as conn:
                 row = conn.execute(f"SELECT {self._ROW} FROM edge_partitions WHERE id = %s",
                                    (self._id,)).fetchone()
             if row is None:
@@ -353,12 +361,13 @@ class PgPartition(FilelessPartition):
             self._drained.notify_all()
 
     def _rows_from(self, conn: Conn, offset: int, limit: int,
-                   max_bytes: int | None = None) -> list[BatchInfo]:
+                   max_bytes: int | None = None,
+                   columns: str = _ENTRY_COLUMNS) -> list[BatchInfo]:
         """Up to ``limit`` batches from the one holding ``offset`` (by the primary key);
         with ``max_bytes``, only the first and those that fit with it (the others' bytes
         never leave the server: a row's batch is read only when it is returned)."""
         rows = conn.execute(
-            f"SELECT {_ENTRY_COLUMNS} FROM (SELECT *, sum(size) OVER (ORDER BY base_offset)"
+            f"SELECT {columns} FROM (SELECT *, sum(size) OVER (ORDER BY base_offset)"
             "  AS upto, row_number() OVER (ORDER BY base_offset) AS nth FROM edge_entries"
             "  WHERE partition_id = %(p)s AND base_offset >= coalesce((SELECT base_offset"
             "   FROM edge_entries WHERE partition_id = %(p)s AND base_offset <= %(o)s"
@@ -390,7 +399,7 @@ class PgPartition(FilelessPartition):
                 end = self._next
         out: list[BatchInfo] = []
         taken = 0
-        with self._db.tx() as conn:
+        with self._db.autocommit() as conn:
             while offset < end:
                 rows = self._rows_from(conn, offset, _CHUNK, max_bytes - taken)
                 for info in rows:
@@ -407,11 +416,18 @@ class PgPartition(FilelessPartition):
         super().close()
         self._ahead.drop()
 
-    def _follow(self, offset: int) -> Iterator[BatchInfo]:
+    def headers_from(self, offset: int) -> Iterator[BatchInfo]:
+        """Only the headers of batches other than control batches leave the server."""
+        with self._lock:
+            self._check_open()
+            self._check_offset(offset)
+        return self._follow(offset, _HEADER_COLUMNS)
+
+    def _follow(self, offset: int, columns: str = _ENTRY_COLUMNS) -> Iterator[BatchInfo]:
         """Batches from ``offset`` on, following appends made while iterating."""
         while not self._closed and self._log_start <= offset < self._next:
-            with self._db.tx() as conn:
-                rows = self._rows_from(conn, offset, _CHUNK)
+            with self._db.autocommit() as conn:
+                rows = self._rows_from(conn, offset, _CHUNK, columns=columns)
             if not rows:
                 return
             for info in rows:
@@ -422,7 +438,7 @@ class PgPartition(FilelessPartition):
         with self._lock:
             self._check_open()
             start = self._log_start
-        with self._db.tx() as conn:
+        with self._db.autocommit() as conn:
             row = conn.execute(
                 f"SELECT {_ENTRY_COLUMNS} FROM edge_entries WHERE partition_id = %s"
                 f" AND last_offset >= %s{where} ORDER BY {order} LIMIT 1",
@@ -481,7 +497,7 @@ class PgPartition(FilelessPartition):
                 return 0  # its owner enforces it
             self._refresh()
             self._drain()
-            with self._db.tx() as conn:
+            with self._db.autocommit() as conn:
                 sealed = [(int(str(base)), int(str(size)), int(str(newest))) for
                           base, size, newest in conn.execute(
                     "SELECT segment_base, sum(size), max(broker_ts) FROM edge_entries"
@@ -583,7 +599,7 @@ class PgStorage(FilelessStorage[PgPartition]):
         """One read of the change counters; the topics again when they moved."""
         if self._closed:
             return NOTHING_CHANGED
-        with self._db.tx() as conn:
+        with self._db.autocommit() as conn:
             version, kv_version = pg_changes.counters(conn)
         seen_version, seen_kv = self._seen
         if version != seen_version:
