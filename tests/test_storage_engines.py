@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from broker_core.producers import PartitionProducers
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker_core.markers import marker_batch
+from broker_core.partition_producers import PartitionProducers
 from broker_core.storage import (
     ENGINES,
     KeyValueStore,
