@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from .config import LogConfig, log_config_for_topic
 from .damage import Damage
-from .errors import LogClosed, OffsetOutOfRange
+from .errors import LogClosed, OffsetOutOfRange, UnknownTopic
 from .model import BatchInfo, TopicInfo
 from .topic_table import TopicEntry, TopicTable
 
@@ -110,8 +110,11 @@ class FilelessStorage(TopicTable[FP], ABC):
                       config: LogConfig) -> list[FP]:
         """Store partitions ``current`` to ``new_total - 1`` of ``name``; their stores."""
 
-    def _store_deletion(self, name: str) -> None:
-        """Remove topic ``name`` from the engine's store (lock held)."""
+    def _store_deletion(self, name: str) -> bool:
+        """Remove topic ``name`` from the engine's store (lock held); whether it was still
+        there (a shared store: another broker may have deleted it meanwhile)."""
+        del name
+        return True
 
     def _store_configs(self, name: str, configs: dict[str, str]) -> None:
         """Record the new configs of topic ``name`` in the engine's store (lock held)."""
@@ -141,10 +144,12 @@ class FilelessStorage(TopicTable[FP], ABC):
     def delete_topic(self, name: str) -> None:
         with self._lock:
             topic = self._topic(name)
-            self._store_deletion(name)
+            stored = self._store_deletion(name)
             del self._topics[name]
             for partition in topic.partitions:
                 partition.close()
+        if not stored:  # only this cache still had it: gone from it now, and unknown
+            raise UnknownTopic(name)
 
     def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
         configs = dict(configs)

@@ -675,10 +675,12 @@ class PgStorage(FilelessStorage[PgPartition]):
             self._changed(conn, info.name)
             return self._insert_partitions(conn, info.name, 0, info.num_partitions, config)
 
-    def _store_deletion(self, name: str) -> None:
+    def _store_deletion(self, name: str) -> bool:
         with self._db.tx() as conn:
-            conn.execute("DELETE FROM edge_topics WHERE name = %s", (name,))
+            if conn.execute("DELETE FROM edge_topics WHERE name = %s", (name,)).rowcount != 1:
+                return False  # deleted through another broker meanwhile
             self._changed(conn, name)
+            return True
 
     def _store_growth(self, name: str, current: int, new_total: int,
                       config: LogConfig) -> list[PgPartition]:
