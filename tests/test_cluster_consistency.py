@@ -47,13 +47,16 @@ def test_config_changes_through_both_brokers_are_all_kept(
     for i in range(ROUNDS):
         assert a.alter_config(topic_name, "retention.ms", str(100_000 + i)) == NONE
         assert b.alter_config(topic_name, "segment.ms", str(200_000 + i)) == NONE
-        both = (str(100_000 + i), str(200_000 + i))
-        eventually(lambda: both == _two_configs(describe_configs(a, topic_name)[1]),
-                   f"round {i}: both changes stored (one was dropped)")
+        _wait_for_both(a, topic_name, (str(100_000 + i), str(200_000 + i)), i)
 
 
-def _two_configs(configs: dict[str, str | None]) -> tuple[str | None, str | None]:
-    return configs["retention.ms"], configs["segment.ms"]
+def _wait_for_both(conn: OpsConnection, topic: str, both: tuple[str, str], round_: int) -> None:
+    """Until the broker shows (retention.ms, segment.ms) == ``both``; fail if it never does
+    (a change was dropped)."""
+    def stored() -> bool:
+        configs = describe_configs(conn, topic)[1]
+        return (configs["retention.ms"], configs["segment.ms"]) == both
+    eventually(stored, f"round {round_}: both changes stored (one was dropped)")
 
 
 def test_deleting_a_topic_the_other_broker_deleted_is_unknown(

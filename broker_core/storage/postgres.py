@@ -34,7 +34,7 @@ import contextlib
 import errno
 import json
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
@@ -691,11 +691,20 @@ class PgStorage(FilelessStorage[PgPartition]):
             self._changed(conn, name)
         return added
 
-    def _store_configs(self, name: str, configs: dict[str, str]) -> None:
+    def _store_configs(self, name: str, configs: dict[str, str],
+                       expected: Mapping[str, str] | None) -> bool:
+        statement = "UPDATE edge_topics SET configs = %s WHERE name = %s"
+        args = [json.dumps(configs), name]
+        if expected is not None:
+            statement += " AND configs = %s::jsonb"
+            args.append(json.dumps(dict(expected)))
         with self._db.tx() as conn:
-            conn.execute("UPDATE edge_topics SET configs = %s WHERE name = %s",
-                         (json.dumps(configs), name))
-            self._changed(conn, name)
+            stored = conn.execute(statement, args).rowcount == 1
+            if stored:
+                self._changed(conn, name)
+        if not stored:  # changed or deleted through another broker meanwhile
+            self._look_up(name)
+        return stored
 
     def _release(self) -> list[str]:
         for worker in self._workers:
