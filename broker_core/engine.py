@@ -154,7 +154,7 @@ class Engine:
             self.transactions.verify_produce)
         logs.cluster.begin()  # from now on only claimed partitions are written
         self.cluster = ClusterService(logs.cluster, BrokerRecord(config.broker_id, None, ()),
-                                      config.cluster, logs.topics)
+                                      config.cluster, logs.topics, logs.kv)
         self.groups.acquire = self.transactions.acquire = self.cluster.acquire
         self.cluster.on_gained(self._gained)
         self.cluster.on_lost(self._lost)

@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from broker_core.cluster.placement import preferred
-from broker_core.storage import StorageError, TopicInfo
+from broker_core.cluster.slots import BrokerSlots
+from broker_core.storage import KeyValueStore, StorageError, TopicInfo
 from broker_core.storage.cluster import (
     BrokerIdInUse,
     BrokerRecord,
@@ -67,11 +68,17 @@ class ClusterService:
     """Membership, ownership and the one ownership function of this broker."""
 
     def __init__(self, store: ClusterStore, me: BrokerRecord, config: ClusterConfig,
-                 topics: Callable[[], Sequence[TopicInfo]]) -> None:
+                 topics: Callable[[], Sequence[TopicInfo]], kv: KeyValueStore) -> None:
         self.store = store
         self.pinned_topics: set[str] = set()
-        """Topics with a partition per broker: partition ``i`` on broker ``i`` while it is
-        live (``placement``): the audit topic, which every broker writes."""
+        """Topics with a partition per broker: partition ``i`` on the broker holding slot
+        ``i`` while it is live (``placement``): the audit topic, which every broker writes."""
+        self._slots = BrokerSlots(kv)
+        self.slot = 0
+        """This broker's slot (``slots``), taken when it registers: its partition of a
+        pinned topic."""
+        self._holders: dict[int, int] = {}
+        """slot -> broker id, as last read."""
         self.me = me
         self.config = config
         self._topics = topics
@@ -101,6 +108,12 @@ class ClusterService:
         live[self.me.broker_id] = self.me
         return [live[b] for b in sorted(live)]
 
+    def _pinned(self, topic: str) -> dict[int, int] | None:
+        """slot -> broker id for a pinned topic (this broker at its own slot), else None."""
+        if topic not in self.pinned_topics:
+            return None
+        return {**self._holders, self.slot: self.me.broker_id}
+
     def controller_id(self) -> int:
         """The broker named as controller: the live broker with the lowest id."""
         return min(b.broker_id for b in self.live_brokers())
@@ -117,7 +130,7 @@ class ClusterService:
                 and owner.broker_id in self.view.live and owner.broker_id != self.me.broker_id:
             return Leader(owner.broker_id, owner.epoch)
         target = preferred(topic, partition, num_partitions,
-                           [b.broker_id for b in self.live_brokers()], topic in self.pinned_topics)
+                           [b.broker_id for b in self.live_brokers()], self._pinned(topic))
         return None if target is None else Leader(target, owner.epoch if owner else 0)
 
     def acquire(self, topic: str, partition: int, num_partitions: int) -> int | None:
@@ -169,6 +182,7 @@ class ClusterService:
                     announced = True
                 await asyncio.sleep(self.config.heartbeat_ms / 1000)
         self._renewed_at = time.monotonic()
+        self._take_slot()
         self.reconcile()
         if self.store.shared:
             log.info("joined the cluster as broker %d: %d live brokers, %d partitions owned here",
@@ -196,7 +210,7 @@ class ClusterService:
             moves = {}
             for key in self.owned:
                 target = preferred(key[0], key[1], counts.get(key[0], key[1] + 1), others,
-                                   key[0] in self.pinned_topics)
+                                   self._pinned(key[0]))
                 if target is not None:
                     moves[key] = target
             given = self._hand_over(moves)
@@ -228,6 +242,7 @@ class ClusterService:
         self._renewed(await asyncio.to_thread(self.store.heartbeat,
                                               self.config.session_timeout_ms))
         view = await asyncio.to_thread(self.store.view)
+        self._holders = await asyncio.to_thread(self._slots.read)
         self.view, self._viewed_at = view, time.monotonic()
         self._reconcile_with_view()
 
@@ -239,6 +254,7 @@ class ClusterService:
                         "partitions and registering again", self.me.broker_id, len(self.owned))
             self._lose(list(self.owned))
             self.store.register(self.me, self.config.session_timeout_ms)
+            self._take_slot()  # its slot may have gone to another broker meanwhile
         self._renewed_at = time.monotonic()
 
     def _unreachable(self, exc: BaseException) -> None:
@@ -254,7 +270,14 @@ class ClusterService:
 
     def _read_view(self) -> None:
         self.view = self.store.view()
+        self._holders = self._slots.read()
         self._viewed_at = time.monotonic()
+
+    def _take_slot(self) -> None:
+        """Take this broker's slot among the brokers live now."""
+        self._read_view()
+        self.slot = self._slots.take(self.me.broker_id, list(self.view.live))
+        self._holders = {**self._holders, self.slot: self.me.broker_id}
 
     def _partition_counts(self) -> dict[str, int]:
         return {t.name: t.num_partitions for t in self._topics()}
@@ -282,7 +305,7 @@ class ClusterService:
             count = counts.get(key[0])
             if count is None:
                 continue
-            target = preferred(key[0], key[1], count, live, key[0] in self.pinned_topics)
+            target = preferred(key[0], key[1], count, live, self._pinned(key[0]))
             if key in self.owned:
                 if target is not None and target != me:
                     moves[key] = target

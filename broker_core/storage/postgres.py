@@ -44,7 +44,7 @@ from . import pg_changes
 from .batch_header import check_append, set_base_offset
 from .cluster import NotOwner
 from .config import LogConfig, log_config_for_topic, retention_drops
-from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange, TopicExists
+from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange, TopicExists, UnknownTopic
 from .fileless import FilelessPartition, FilelessStorage
 from .model import BatchInfo, TopicInfo
 from .pg_cluster import PgCluster
@@ -685,6 +685,13 @@ class PgStorage(FilelessStorage[PgPartition]):
     def _store_growth(self, name: str, current: int, new_total: int,
                       config: LogConfig) -> list[PgPartition]:
         with self._db.tx() as conn:
+            row = conn.execute("SELECT num_partitions FROM edge_topics WHERE name = %s"
+                               " FOR UPDATE", (name,)).fetchone()
+            if row is None:
+                raise UnknownTopic(name)
+            if int(str(row[0])) != current:  # grown through another broker meanwhile
+                raise ValueError(f"topic {name!r} has {row[0]} partitions now; cannot change "
+                                 f"to {new_total} from {current}")
             added = self._insert_partitions(conn, name, current, new_total, config)
             conn.execute("UPDATE edge_topics SET num_partitions = %s WHERE name = %s",
                          (new_total, name))
