@@ -41,6 +41,12 @@ class Cluster:
         self.wait_for_members(len(self.brokers))
         return self
 
+    def add(self, broker_id: int) -> BrokerProcess:
+        """Start one more broker, numbered ``broker_id``."""
+        self.ids.append(broker_id)
+        self.brokers.append(self._broker(broker_id).start())
+        return self.brokers[-1]
+
     def restart(self, broker_id: int) -> BrokerProcess:
         """Start broker ``broker_id`` again (on a new port)."""
         self.brokers[self.ids.index(broker_id)] = self._broker(broker_id).start()

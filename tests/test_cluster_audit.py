@@ -89,3 +89,29 @@ def test_brokers_creating_the_audit_topic_at_once_keep_every_event(tmp_path: Pat
         count, found = audit_partitions(cluster, set(clients))
     assert set(found) == set(clients), "an audit event was lost"
     assert count == 3 and sorted(found.values()) == [0, 1, 2]
+
+
+def wait_for_audit_leader(cluster: Cluster, partition: int, broker_id: int) -> None:
+    """Until Metadata names ``broker_id`` leader of the audit partition (a partition moves to
+    the broker that took its slot at that broker's next reconcile)."""
+    deadline = time.monotonic() + 20
+    while cluster.leaders(AUDIT).get(partition) != broker_id:
+        assert time.monotonic() < deadline, f"broker {broker_id} never led {partition}"
+        time.sleep(0.1)
+
+
+def test_a_dead_brokers_slot_goes_to_the_next_broker_and_its_restart_takes_another(
+        tmp_path: Path) -> None:
+    with running_cluster(tmp_path, 2, SETTINGS, ids=[5, 1001]) as cluster:
+        for broker in cluster.brokers:
+            rejected_connection(broker)
+        cluster.by_id(5).kill()
+        cluster.wait_for_members(1)  # its lease ran out: its slot 0 is free
+        newcomer = cluster.add(77)
+        wait_for_audit_leader(cluster, 0, 77)
+        late = rejected_connection(newcomer)
+        restarted = cluster.restart(5)  # slot 0 is the newcomer's: it takes slot 2
+        again = rejected_connection(restarted)  # grows the topic to its new partition
+        count, found = audit_partitions(cluster, {late, again})
+    assert count == 3
+    assert found == {late: 0, again: 2}
