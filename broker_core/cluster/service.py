@@ -171,7 +171,7 @@ class ClusterService:
         announced = False
         while True:
             try:
-                self.store.register(self.me, self.config.session_timeout_ms)
+                self._register()
                 break
             except BrokerIdInUse as exc:
                 if time.monotonic() >= deadline:
@@ -182,7 +182,6 @@ class ClusterService:
                     announced = True
                 await asyncio.sleep(self.config.heartbeat_ms / 1000)
         self._renewed_at = time.monotonic()
-        self._take_slot()
         self.reconcile()
         if self.store.shared:
             log.info("joined the cluster as broker %d: %d live brokers, %d partitions owned here",
@@ -241,8 +240,7 @@ class ClusterService:
         serves, stay on it."""
         self._renewed(await asyncio.to_thread(self.store.heartbeat,
                                               self.config.session_timeout_ms))
-        view = await asyncio.to_thread(self.store.view)
-        self._holders = await asyncio.to_thread(self._slots.read)
+        view = await asyncio.to_thread(self._registry)
         self.view, self._viewed_at = view, time.monotonic()
         self._reconcile_with_view()
 
@@ -253,8 +251,7 @@ class ClusterService:
             log.warning("broker %d's lease ran out (paused or cut off): giving up %d "
                         "partitions and registering again", self.me.broker_id, len(self.owned))
             self._lose(list(self.owned))
-            self.store.register(self.me, self.config.session_timeout_ms)
-            self._take_slot()  # its slot may have gone to another broker meanwhile
+            self._register()
         self._renewed_at = time.monotonic()
 
     def _unreachable(self, exc: BaseException) -> None:
@@ -269,15 +266,20 @@ class ClusterService:
     # -- reconciling ---------------------------------------------------------------------
 
     def _read_view(self) -> None:
-        self.view = self.store.view()
-        self._holders = self._slots.read()
+        self.view = self._registry()
         self._viewed_at = time.monotonic()
 
-    def _take_slot(self) -> None:
-        """Take this broker's slot among the brokers live now."""
-        self._read_view()
-        self.slot = self._slots.take(self.me.broker_id, list(self.view.live))
-        self._holders = {**self._holders, self.slot: self.me.broker_id}
+    def _registry(self) -> ClusterView:
+        """The registry as stored now, the slot map read with it."""
+        view = self.store.view()
+        self._holders = self._slots.read()
+        return view
+
+    def _register(self) -> None:
+        """Register with a fresh lease and take this broker's slot among the brokers live
+        now (after a lease that ran out, its old slot may have gone to another broker)."""
+        self.store.register(self.me, self.config.session_timeout_ms)
+        self.slot = self._slots.take(self.me.broker_id, list(self.store.view().live))
 
     def _partition_counts(self) -> dict[str, int]:
         return {t.name: t.num_partitions for t in self._topics()}
