@@ -42,6 +42,7 @@ from broker_core.storage import (
     StorageError,
     TopicExists,
     TopicInfo,
+    UnknownTopic,
 )
 from broker_core.storage.cluster import BrokerRecord
 from broker_core.storage_faults import WriteFaults, WriteKind
@@ -107,7 +108,7 @@ class Engine:
                               config.offsets_topic_compaction_bytes)
         logs.cluster.begin()  # from now on only claimed partitions are written
         self.cluster = ClusterService(logs.cluster, BrokerRecord(config.broker_id, None, ()),
-                                      config.cluster, logs.topics)
+                                      config.cluster, logs.topics, logs.kv)
         self.leadership = Leadership(config.broker_id, config.metadata_namespace, logs,
                                      self.cluster, self.producers, self.waiters)
         self.txn_markers = TxnMarkers(logs, self.appends, self.producers, self.groups,
@@ -391,7 +392,12 @@ class Engine:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {internal}")
         partitions = [partition for index in range(topic.num_partitions)
                       if (partition := self.logs.partition(internal, index)) is not None]
-        self.logs.delete_topic(internal)
+        try:
+            self.logs.delete_topic(internal)
+        except UnknownTopic:  # deleted through another broker: the cache was behind
+            self._forget_topic(internal, partitions)
+            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                f"unknown topic {internal}") from None
         self._forget_topic(internal, partitions)
 
     def _forget_topic(self, internal: str, partitions: Sequence[PartitionStore]) -> None:

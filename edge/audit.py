@@ -28,6 +28,8 @@ from sasl.printable import printable
 
 log = logging.getLogger(__name__)
 AUDIT_TOPIC = "__audit"
+_GROW_ATTEMPTS = 20
+"""Looks at the audit topic while other brokers keep creating or growing it at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,29 +71,41 @@ class AuditLog:
         self.topic = (f"{engine.config.metadata_tenant}/{engine.config.metadata_namespace}/"
                       f"{AUDIT_TOPIC}")
         self._recent: dict[tuple[str | None, ...], int] = {}
-        self._partition: PartitionStore | None = None
-        self.index = engine.config.broker_id
-        """This broker's own partition: in a cluster each broker writes its own (pinned to
-        it while it is live), so no event waits for another broker."""
         engine.cluster.pinned_topics.add(self.topic)
+
+    @property
+    def index(self) -> int:
+        """This broker's own partition: its slot (``broker_core.cluster.slots``, a small
+        number whatever the broker id). In a cluster each broker writes its own (pinned to
+        it while it is live), so no event waits for another broker."""
+        return self.engine.cluster.slot
 
     def _log(self) -> PartitionStore:
         """This broker's partition of the audit topic, created on the first event;
         NOT_LEADER_OR_FOLLOWER until this broker has claimed it."""
-        if self._partition is None or self.engine.logs.partition(self.topic, self.index) \
-                is not self._partition:
-            topic = self.engine.logs.topic(self.topic)
-            if topic is None:
-                with contextlib.suppress(TopicExists):  # another broker created it meanwhile
-                    self.engine.logs.create_topic(self.topic, self.index + 1, {})
-            elif topic.num_partitions <= self.index:
-                self.engine.logs.add_partitions(self.topic, self.index + 1)
-            self._partition = self.engine.logs.partition(self.topic, self.index)
-            assert self._partition is not None
+        partition = self.engine.logs.partition(self.topic, self.index) or self._grown()
         if self.engine.leadership.serves(self.topic, self.index) is None:
             raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                 f"{self.topic}-{self.index} is not this broker's yet")
-        return self._partition
+        return partition
+
+    def _grown(self) -> PartitionStore:
+        """Create or grow the audit topic up to this broker's partition. Another broker
+        doing the same at once (TopicExists, or a partition count that moved meanwhile:
+        ValueError) makes this one look again, until its partition is there."""
+        logs = self.engine.logs
+        for _ in range(_GROW_ATTEMPTS):
+            topic = logs.topic(self.topic)
+            with contextlib.suppress(TopicExists, ValueError):
+                if topic is None:
+                    logs.create_topic(self.topic, self.index + 1, {})
+                else:
+                    logs.add_partitions(self.topic, self.index + 1)
+            found = logs.partition(self.topic, self.index)
+            if found is not None:
+                return found
+        raise OSError(f"{self.topic} kept changing while growing it to "
+                      f"{self.index + 1} partitions")
 
     def _flushed(self, done: asyncio.Future[None]) -> None:
         error = None if done.cancelled() else done.exception()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,16 +18,18 @@ FAST_FAILOVER = {"brokerSessionTimeoutMs": "2000", "brokerHeartbeatIntervalMs": 
 
 
 class Cluster:
-    """Brokers 0..n-1 sharing one database; each on its own port."""
+    """Brokers 0..n-1 (or the ``ids`` given) sharing one database; each on its own port."""
 
     def __init__(self, root: Path, size: int, settings: dict[str, str] | None = None,
-                 url: str | None = None, client: dict[str, str] | None = None) -> None:
+                 url: str | None = None, client: dict[str, str] | None = None,
+                 ids: Sequence[int] | None = None) -> None:
         self.url = url or shared_server().new_database_url()
         self.client = client or {}
         """Extra settings of the admin clients that watch the cluster (a SASL login)."""
         self.root = root
         self.settings = {"storageUrl": self.url, **FAST_FAILOVER, **(settings or {})}
-        self.brokers = [self._broker(i) for i in range(size)]
+        self.ids = list(ids if ids is not None else range(size))
+        self.brokers = [self._broker(i) for i in self.ids]
 
     def _broker(self, broker_id: int) -> BrokerProcess:
         return BrokerProcess(self.root / f"b{broker_id}",
@@ -39,10 +41,16 @@ class Cluster:
         self.wait_for_members(len(self.brokers))
         return self
 
+    def add(self, broker_id: int) -> BrokerProcess:
+        """Start one more broker, numbered ``broker_id``."""
+        self.ids.append(broker_id)
+        self.brokers.append(self._broker(broker_id).start())
+        return self.brokers[-1]
+
     def restart(self, broker_id: int) -> BrokerProcess:
         """Start broker ``broker_id`` again (on a new port)."""
-        self.brokers[broker_id] = self._broker(broker_id).start()
-        return self.brokers[broker_id]
+        self.brokers[self.ids.index(broker_id)] = self._broker(broker_id).start()
+        return self.by_id(broker_id)
 
     @property
     def bootstrap(self) -> str:
@@ -74,7 +82,7 @@ class Cluster:
         return {p: meta.leader for p, meta in found.partitions.items()}
 
     def by_id(self, broker_id: int) -> BrokerProcess:
-        return self.brokers[broker_id]
+        return self.brokers[self.ids.index(broker_id)]
 
     def stop(self) -> None:
         for broker in self.brokers:
@@ -91,11 +99,11 @@ class Cluster:
 
 @contextmanager
 def running_cluster(root: Path, size: int = 3, settings: dict[str, str] | None = None,
-                    url: str | None = None,
-                    client: dict[str, str] | None = None) -> Iterator[Cluster]:
-    """A started cluster (on a new database of the session's server unless ``url``),
-    stopped at the end."""
-    cluster = Cluster(root, size, settings, url, client)
+                    url: str | None = None, client: dict[str, str] | None = None,
+                    ids: Sequence[int] | None = None) -> Iterator[Cluster]:
+    """A started cluster (on a new database of the session's server unless ``url``; its
+    brokers numbered ``ids``, default 0..size-1), stopped at the end."""
+    cluster = Cluster(root, size, settings, url, client, ids)
     try:
         yield cluster.start()
     finally:

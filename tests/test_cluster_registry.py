@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -15,6 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from broker_core.cluster.placement import assign
+from broker_core.cluster.slots import BrokerSlots
 from broker_core.storage import LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress, NotOwner
 from broker_core.storage.errors import AppendFenced
@@ -135,6 +137,27 @@ def test_placement_is_balanced_and_moves_little() -> None:
                if before != 1 and before == after)
     assert kept >= 6, (three, two)  # most partitions of live brokers stay where they were
     assert sorted(two.count(b) for b in (0, 2)) == [6, 6]
+
+
+def test_slots_are_small_kept_while_live_and_reused_after_death(
+        pair: tuple[PgStorage, PgStorage]) -> None:
+    first, second = (BrokerSlots(storage.kv) for storage in pair)
+    assert first.take(1001, {1001}) == 0
+    assert second.take(5, {5, 1001}) == 1
+    assert first.take(1001, {5, 1001}) == 0  # a broker keeps its slot (a restart too)
+    assert second.take(77, {77, 5}) == 0  # 1001 is dead: its slot is reused
+    assert first.take(1001, {77, 5, 1001}) == 2  # back, its old slot taken: a new one
+    assert first.read() == second.read() == {0: 77, 1: 5, 2: 1001}
+
+
+def test_brokers_taking_slots_at_once_never_share_one(pair: tuple[PgStorage, PgStorage]
+                                                      ) -> None:
+    views = [BrokerSlots(storage.kv) for storage in pair]
+    ids = list(range(100, 116))
+    with ThreadPoolExecutor(8) as pool:
+        slots = list(pool.map(lambda b: views[b % 2].take(b, set(ids)), ids))
+    assert sorted(slots) == list(range(len(ids)))
+    assert views[0].read() == dict(zip(slots, ids, strict=True))
 
 
 def test_a_failed_first_start_leaves_a_schema_another_broker_uses() -> None:

@@ -6,7 +6,9 @@ every partition, ``max.message.bytes``, ``min.insync.replicas`` and
 ``message.timestamp.type`` on the next produce. AlterConfigs replaces the topic's whole
 set of configs (keys left out return to their defaults); IncrementalAlterConfigs sets,
 deletes, appends to or subtracts from single keys. ``validate_only`` checks and changes
-nothing. Broker configs are static here (the broker's config file), so altering them is
+nothing. Each change is a compare-and-set of the topic's stored configs, computed again
+from what another broker stored meanwhile, so no broker's change is dropped. Broker configs
+are static here (the broker's config file), so altering them is
 refused with INVALID_REQUEST.
 """
 
@@ -20,7 +22,7 @@ from kafka.protocol.admin import AlterConfigsResponse, IncrementalAlterConfigsRe
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.storage import log_config_for_topic
+from broker_core.storage import ConfigsChanged, log_config_for_topic
 from broker_core.storage_faults import WriteKind
 from broker_core.topic_configs import validate_topic_configs
 
@@ -30,6 +32,8 @@ Plan = Callable[[Mapping[str, str], Mapping[str, str]], dict[str, str]]
 TOPIC = 2
 BROKER = 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_ATTEMPTS = 20
+"""How often a change is computed again when other brokers' changes keep landing first."""
 LIST_KEYS = frozenset({"cleanup.policy"})
 """Topic configs whose value is a comma-separated list (APPEND and SUBTRACT apply)."""
 
@@ -92,16 +96,24 @@ def _alter_topic(engine: Engine, ctx: RequestContext, resource: Any,
                  plan: Plan, validate_only: bool) -> None:
     # the broker keeps its own topics' settings
     engine.check_writable(engine.internal_name(ctx, resource.resource_name))
-    internal, topic = engine.named_topic(ctx, resource.resource_name,
-                                         Operation.ALTER_CONFIGS, "alter configs of")
-    configs = plan(topic.configs, engine.topic_configs({}))
-    try:
-        log_config_for_topic(engine.logs.default_config, configs)
-    except ValueError as exc:
-        raise KafkaApiError(ErrorCode.INVALID_CONFIG, str(exc)) from None
-    if not validate_only:
-        with engine.faults.guard(f"the configs of {internal}", WriteKind.TOPICS):
-            engine.logs.alter_topic_configs(internal, configs)
+    for _ in range(_ATTEMPTS):
+        internal, topic = engine.named_topic(ctx, resource.resource_name,
+                                             Operation.ALTER_CONFIGS, "alter configs of")
+        configs = plan(topic.configs, engine.topic_configs({}))
+        try:
+            log_config_for_topic(engine.logs.default_config, configs)
+        except ValueError as exc:
+            raise KafkaApiError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        if validate_only:
+            return
+        try:
+            with engine.faults.guard(f"the configs of {internal}", WriteKind.TOPICS):
+                engine.logs.alter_topic_configs(internal, configs, expected=topic.configs)
+            return
+        except ConfigsChanged:  # changed through another broker: apply to what it stored
+            continue
+    raise KafkaApiError(ErrorCode.REQUEST_TIMED_OUT,
+                        f"the configs of {resource.resource_name} kept changing meanwhile")
 
 
 def _results(engine: Engine, ctx: RequestContext, request: Any,

@@ -263,9 +263,13 @@ async def handle_create_partitions(engine: Engine, ctx: RequestContext, request:
                                     "one assignment is needed per new partition")
             _check_replicas(engine, 1, assignments)
             if not request.validate_only:
-                with engine.faults.guard(f"the new partitions of {internal}",
-                                          WriteKind.TOPICS):
-                    engine.logs.add_partitions(internal, wanted.count)
+                try:
+                    with engine.faults.guard(f"the new partitions of {internal}",
+                                              WriteKind.TOPICS):
+                        engine.logs.add_partitions(internal, wanted.count)
+                except ValueError:  # grown through another broker at the same moment
+                    raise KafkaApiError(ErrorCode.INVALID_PARTITIONS,
+                                        f"topic {wanted.name} was grown meanwhile") from None
                 log.info("topic %s now has %d partitions", internal, wanted.count)
         except KafkaApiError as error:
             code, message = error.code, error.message

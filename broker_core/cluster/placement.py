@@ -7,13 +7,14 @@ Rendezvous hashing with bounded load: each partition ranks the brokers by a hash
 broker leaves, mostly its own partitions move; when nothing changes, nothing moves.
 
 A *pinned* topic (one partition per broker, as the audit topic: each broker writes its own)
-puts partition ``i`` on broker ``i`` while it is live, and the others as above.
+puts partition ``i`` on the broker holding slot ``i`` (``slots``) while it is live, and the
+others as above.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 
@@ -44,9 +45,11 @@ def assign(topic: str, num_partitions: int, brokers: Sequence[int]) -> tuple[int
 
 
 def preferred(topic: str, partition: int, num_partitions: int,
-              brokers: Sequence[int], pinned: bool = False) -> int | None:
-    """The broker ``partition`` of ``topic`` belongs to, or None when no broker is live."""
-    if pinned and partition in brokers:
-        return partition
+              brokers: Sequence[int], pinned: Mapping[int, int] | None = None) -> int | None:
+    """The broker ``partition`` of ``topic`` belongs to, or None when no broker is live;
+    ``pinned`` (slot -> broker id) for a pinned topic."""
+    holder = None if pinned is None else pinned.get(partition)
+    if holder is not None and holder in brokers:
+        return holder
     placed = assign(topic, num_partitions, brokers)
     return placed[partition] if 0 <= partition < len(placed) else None

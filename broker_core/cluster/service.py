@@ -30,8 +30,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from broker_core.cluster.placement import preferred
+from broker_core.cluster.slots import BrokerSlots
 from broker_core.cluster.worker import Worker
-from broker_core.storage import StorageError, TopicInfo
+from broker_core.storage import KeyValueStore, StorageError, TopicInfo
 from broker_core.storage.cluster import (
     BrokerIdInUse,
     BrokerRecord,
@@ -76,11 +77,17 @@ class ClusterService:
     """Membership, ownership and the one ownership function of this broker."""
 
     def __init__(self, store: ClusterStore, me: BrokerRecord, config: ClusterConfig,
-                 topics: Callable[[], Sequence[TopicInfo]]) -> None:
+                 topics: Callable[[], Sequence[TopicInfo]], kv: KeyValueStore) -> None:
         self.store = store
         self.pinned_topics: set[str] = set()
-        """Topics with a partition per broker: partition ``i`` on broker ``i`` while it is
-        live (``placement``): the audit topic, which every broker writes."""
+        """Topics with a partition per broker: partition ``i`` on the broker holding slot
+        ``i`` while it is live (``placement``): the audit topic, which every broker writes."""
+        self._slots = BrokerSlots(kv)
+        self.slot = 0
+        """This broker's slot (``slots``), taken when it registers: its partition of a
+        pinned topic."""
+        self._holders: dict[int, int] = {}
+        """slot -> broker id, as last read."""
         self.me = me
         self.config = config
         self._topics = topics
@@ -119,6 +126,12 @@ class ClusterService:
         live[self.me.broker_id] = self.me
         return [live[b] for b in sorted(live)]
 
+    def _pinned(self, topic: str) -> dict[int, int] | None:
+        """slot -> broker id for a pinned topic (this broker at its own slot), else None."""
+        if topic not in self.pinned_topics:
+            return None
+        return {**self._holders, self.slot: self.me.broker_id}
+
     def controller_id(self) -> int:
         """The broker named as controller: the live broker with the lowest id."""
         return min(b.broker_id for b in self.live_brokers())
@@ -135,7 +148,7 @@ class ClusterService:
                 and owner.broker_id in self.view.live and owner.broker_id != self.me.broker_id:
             return Leader(owner.broker_id, owner.epoch)
         target = preferred(topic, partition, num_partitions,
-                           [b.broker_id for b in self.live_brokers()], topic in self.pinned_topics)
+                           [b.broker_id for b in self.live_brokers()], self._pinned(topic))
         return None if target is None else Leader(target, owner.epoch if owner else 0)
 
     def acquire(self, topic: str, partition: int, num_partitions: int) -> int | None:
@@ -223,7 +236,7 @@ class ClusterService:
         announced = False
         while True:
             try:
-                await self._worker.run(self._register)
+                self.slot = await self._worker.run(self._register)
                 break
             except BrokerIdInUse as exc:
                 if time.monotonic() >= deadline:
@@ -241,9 +254,6 @@ class ClusterService:
         if self.store.shared:
             log.info("joined the cluster as broker %d: %d live brokers, %d partitions owned here",
                      self.me.broker_id, len(self.view.live), len(self.owned))
-
-    def _register(self) -> None:
-        self.store.register(self.me, self.config.session_timeout_ms)
 
     def start(self) -> None:
         """Heartbeat and reconcile in the background (a shared registry only)."""
@@ -277,7 +287,7 @@ class ClusterService:
         moves = {}
         for key in self.owned:
             target = preferred(key[0], key[1], counts.get(key[0], key[1] + 1), others,
-                               key[0] in self.pinned_topics)
+                               self._pinned(key[0]))
             if target is not None:
                 moves[key] = target
         given = await self._hand_over(moves)
@@ -316,7 +326,7 @@ class ClusterService:
                                 "partitions and registering again", self.me.broker_id,
                                 len(self.owned))
                     self._lose(list(self.owned))
-                    await self._worker.run(self._register)
+                    self.slot = await self._worker.run(self._register)
                 self._renewed_at = sent
                 await self._read_view()
                 await self._reconcile_with_view()
@@ -340,8 +350,19 @@ class ClusterService:
     # -- reconciling ---------------------------------------------------------------------
 
     async def _read_view(self) -> None:
-        view = await self._worker.run(self.store.view)
-        self.view, self._viewed_at = view, time.monotonic()
+        view, holders = await self._worker.run(self._registry)
+        self.view, self._holders, self._viewed_at = view, holders, time.monotonic()
+
+    def _registry(self) -> tuple[ClusterView, dict[int, int]]:
+        """The registry as stored now, and the slot map read with it (in the worker)."""
+        return self.store.view(), self._slots.read()
+
+    def _register(self) -> int:
+        """Register with a fresh lease and take this broker's slot among the brokers live
+        now (after a lease that ran out, its old slot may have gone to another broker);
+        return the slot (in the worker: the caller keeps it, on the event loop)."""
+        self.store.register(self.me, self.config.session_timeout_ms)
+        return self._slots.take(self.me.broker_id, list(self.store.view().live))
 
     def _partition_counts(self) -> dict[str, int]:
         return {t.name: t.num_partitions for t in self._topics()}
@@ -365,7 +386,7 @@ class ClusterService:
             count = counts.get(key[0])
             if count is None:
                 continue
-            target = preferred(key[0], key[1], count, live, key[0] in self.pinned_topics)
+            target = preferred(key[0], key[1], count, live, self._pinned(key[0]))
             if key in self.owned:
                 if target is not None and target != me:
                     moves[key] = target

@@ -13,6 +13,7 @@ from .config import TOPIC_CONFIG_FIELDS, LogConfig, log_config_for_topic
 from .dir_lock import DataDirLocked
 from .engines import ENGINES, open_storage, storage_path_from_url, storage_scheme
 from .errors import (
+    ConfigsChanged,
     CorruptLedger,
     DatabaseUnavailable,
     LogClosed,
@@ -40,6 +41,7 @@ __all__ = [
     "ENGINES",
     "TOPIC_CONFIG_FIELDS",
     "BatchInfo",
+    "ConfigsChanged",
     "CorruptLedger",
     "DataDirLocked",
     "DatabaseUnavailable",

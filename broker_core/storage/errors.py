@@ -19,6 +19,11 @@ class UnknownTopic(StorageError):
     """No topic with that name exists."""
 
 
+class ConfigsChanged(StorageError):
+    """A topic's configs were not what a compare-and-set expected (changed through another
+    broker meanwhile): nothing is stored; the topic as now stored is read in."""
+
+
 class LogClosed(StorageError):
     """The partition log (or the log manager) has been closed."""
 

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from .config import LogConfig, log_config_for_topic
 from .damage import Damage
-from .errors import LogClosed, OffsetOutOfRange
+from .errors import ConfigsChanged, LogClosed, OffsetOutOfRange, UnknownTopic
 from .model import BatchInfo, TopicInfo
 from .topic_table import TopicEntry, TopicTable
 
@@ -113,11 +113,19 @@ class FilelessStorage(TopicTable[FP], ABC):
                       config: LogConfig) -> list[FP]:
         """Store partitions ``current`` to ``new_total - 1`` of ``name``; their stores."""
 
-    def _store_deletion(self, name: str) -> None:
-        """Remove topic ``name`` from the engine's store (lock held)."""
+    def _store_deletion(self, name: str) -> bool:
+        """Remove topic ``name`` from the engine's store (lock held); whether it was still
+        there (a shared store: another broker may have deleted it meanwhile)."""
+        del name
+        return True
 
-    def _store_configs(self, name: str, configs: dict[str, str]) -> None:
-        """Record the new configs of topic ``name`` in the engine's store (lock held)."""
+    def _store_configs(self, name: str, configs: dict[str, str],
+                       expected: Mapping[str, str] | None) -> bool:
+        """Record the new configs of topic ``name`` in the engine's store (lock held) if
+        the stored ones are ``expected`` (None: whatever they are); whether it did (if not,
+        the topic as now stored is in the cache)."""
+        del name, configs, expected
+        return True
 
     def _release(self) -> list[str]:
         """Release the engine's store after every partition closed; the problems."""
@@ -144,17 +152,23 @@ class FilelessStorage(TopicTable[FP], ABC):
     def delete_topic(self, name: str) -> None:
         with self._lock:
             topic = self._topic(name)
-            self._store_deletion(name)
+            stored = self._store_deletion(name)
             del self._topics[name]
             for partition in topic.partitions:
                 partition.close()
+        if not stored:  # only this cache still had it: gone from it now, and unknown
+            raise UnknownTopic(name)
 
-    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str],
+                            expected: Mapping[str, str] | None = None) -> TopicInfo:
         configs = dict(configs)
         config = log_config_for_topic(self._default_config, configs)
         with self._lock:
             topic = self._topic(name)
-            self._store_configs(name, configs)
+            if expected is not None and topic.info.configs != expected:
+                raise ConfigsChanged(name)
+            if not self._store_configs(name, configs, expected):
+                raise ConfigsChanged(name)
             topic.info.configs = configs
             topic.config = config
             for partition in topic.partitions:

@@ -33,7 +33,7 @@ from pathlib import Path
 from .cluster import SoloCluster
 from .config import LogConfig, log_config_for_topic
 from .dir_lock import DataDirLock
-from .errors import UnknownTopic
+from .errors import ConfigsChanged, UnknownTopic
 from .file_kv import FileKeyValues
 from .fsutil import TEMP_SUFFIX, fsync_dir, read_json, write_json_atomically
 from .model import TopicInfo, topic_name_parts, wall_clock_ms
@@ -226,12 +226,16 @@ class LogManager(TopicTable[PartitionLog]):
             topic.partitions.extend(added)
             return info.copy()
 
-    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
-        """Replace the topic's configs and apply the derived LogConfig to its partitions."""
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str],
+                            expected: Mapping[str, str] | None = None) -> TopicInfo:
+        """Replace the topic's configs (if still ``expected``) and apply the derived
+        LogConfig to its partitions."""
         configs = dict(configs)
         config = log_config_for_topic(self.default_config, configs)
         with self._lock:
             topic = self._topic(name)
+            if expected is not None and topic.info.configs != expected:
+                raise ConfigsChanged(name)
             info = topic.info.copy()
             info.configs = configs
             write_json_atomically(self._directory(name) / TOPIC_FILE, info.to_json())

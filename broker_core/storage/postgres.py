@@ -37,7 +37,7 @@ import contextlib
 import errno
 import json
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
@@ -47,7 +47,7 @@ from . import pg_changes
 from .batch_header import check_append, set_base_offset
 from .cluster import NotOwner
 from .config import LogConfig, log_config_for_topic, retention_drops
-from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange, TopicExists
+from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange, TopicExists, UnknownTopic
 from .fileless import FilelessPartition, FilelessStorage
 from .model import BatchInfo, TopicInfo
 from .pg_cluster import PgCluster
@@ -691,25 +691,43 @@ class PgStorage(FilelessStorage[PgPartition]):
             self._changed(conn, info.name)
             return self._insert_partitions(conn, info.name, 0, info.num_partitions, config)
 
-    def _store_deletion(self, name: str) -> None:
+    def _store_deletion(self, name: str) -> bool:
         with self._db.tx() as conn:
-            conn.execute("DELETE FROM edge_topics WHERE name = %s", (name,))
+            if conn.execute("DELETE FROM edge_topics WHERE name = %s", (name,)).rowcount != 1:
+                return False  # deleted through another broker meanwhile
             self._changed(conn, name)
+            return True
 
     def _store_growth(self, name: str, current: int, new_total: int,
                       config: LogConfig) -> list[PgPartition]:
         with self._db.tx() as conn:
+            row = conn.execute("SELECT num_partitions FROM edge_topics WHERE name = %s"
+                               " FOR UPDATE", (name,)).fetchone()
+            if row is None:
+                raise UnknownTopic(name)
+            if int(str(row[0])) != current:  # grown through another broker meanwhile
+                raise ValueError(f"topic {name!r} has {row[0]} partitions now; cannot change "
+                                 f"to {new_total} from {current}")
             added = self._insert_partitions(conn, name, current, new_total, config)
             conn.execute("UPDATE edge_topics SET num_partitions = %s WHERE name = %s",
                          (new_total, name))
             self._changed(conn, name)
         return added
 
-    def _store_configs(self, name: str, configs: dict[str, str]) -> None:
+    def _store_configs(self, name: str, configs: dict[str, str],
+                       expected: Mapping[str, str] | None) -> bool:
+        statement = "UPDATE edge_topics SET configs = %s WHERE name = %s"
+        args = [json.dumps(configs), name]
+        if expected is not None:
+            statement += " AND configs = %s::jsonb"
+            args.append(json.dumps(dict(expected)))
         with self._db.tx() as conn:
-            conn.execute("UPDATE edge_topics SET configs = %s WHERE name = %s",
-                         (json.dumps(configs), name))
-            self._changed(conn, name)
+            stored = conn.execute(statement, args).rowcount == 1
+            if stored:
+                self._changed(conn, name)
+        if not stored:  # changed or deleted through another broker meanwhile
+            self._look_up(name)
+        return stored
 
     def _release(self) -> list[str]:
         for worker in self._workers:

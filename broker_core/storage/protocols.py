@@ -183,7 +183,12 @@ class Storage(Protocol):
 
     def add_partitions(self, name: str, new_total: int) -> TopicInfo: ...
 
-    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo: ...
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str],
+                            expected: Mapping[str, str] | None = None) -> TopicInfo:
+        """Replace the topic's configs; with ``expected``, only if the stored configs are
+        still those (ConfigsChanged otherwise, atomic against every broker sharing the
+        storage), so a read-modify-write never drops another broker's change."""
+        ...
 
     def topic(self, name: str) -> TopicInfo | None: ...
 
