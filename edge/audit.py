@@ -4,7 +4,9 @@ rejected connection, appended to the internal topic ``__audit`` of the metadata 
 
 Writes are plain appends to the managed ledger (no fsync wait); repeated identical denials
 within one second are written once, so a client looping on a refused request cannot flood
-the log. A write that fails (a full disk) is logged once per cause by the engine's write
+the log. In a cluster an event recorded before this broker has claimed its audit partition
+(just created, or a slot just taken over) waits in memory, in order, until the claim
+lands. A write that fails (a full disk) is logged once per cause by the engine's write
 faults, without a traceback. Every text field is escaped and bounded (``sasl.printable``)
 before it is written: a client's 60 KB username or password costs the audit topic at most
 a few hundred bytes, and no field carries a control character.
@@ -30,6 +32,15 @@ log = logging.getLogger(__name__)
 AUDIT_TOPIC = "__audit"
 _GROW_ATTEMPTS = 20
 """Looks at the audit topic while other brokers keep creating or growing it at once."""
+_MAX_DEFERRED = 10_000
+"""Events kept while this broker's audit partition is not claimed yet (more are dropped,
+logged once per wait)."""
+_RETRY_S = 1.0
+"""Between two looks at whether the audit partition is this broker's yet."""
+
+
+class _NotClaimed(Exception):
+    """This broker's audit partition exists but is not claimed by it yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +82,8 @@ class AuditLog:
         self.topic = (f"{engine.config.metadata_tenant}/{engine.config.metadata_namespace}/"
                       f"{AUDIT_TOPIC}")
         self._recent: dict[tuple[str | None, ...], int] = {}
+        self._deferred: list[tuple[bytes, bytes, int]] = []
+        self._waiting: asyncio.Task[None] | None = None
         engine.cluster.pinned_topics.add(self.topic)
 
     @property
@@ -82,11 +95,10 @@ class AuditLog:
 
     def _log(self) -> PartitionStore:
         """This broker's partition of the audit topic, created on the first event;
-        NOT_LEADER_OR_FOLLOWER until this broker has claimed it."""
+        _NotClaimed until this broker has claimed it."""
         partition = self.engine.logs.partition(self.topic, self.index) or self._grown()
         if self.engine.leadership.serves(self.topic, self.index) is None:
-            raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                f"{self.topic}-{self.index} is not this broker's yet")
+            raise _NotClaimed
         return partition
 
     def _grown(self) -> PartitionStore:
@@ -126,19 +138,65 @@ class AuditLog:
             self._recent[key] = now
             if len(self._recent) > 10_000:
                 self._recent.clear()
+        document = asdict(event) | {"time": event.time or now}
+        value = json.dumps(document, separators=(",", ":")).encode()
+        tenant = (event.tenant or "").encode()
+        if self._deferred:  # keep the order: behind those still waiting
+            self._defer(tenant, value, now)
+            return
+        self._write(tenant, value, now)
+
+    def _write(self, tenant: bytes, value: bytes, now: int) -> bool:
+        """Append one event; False when it was deferred (the partition is not claimed)."""
         try:
             partition = self._log()
-            document = asdict(event) | {"time": event.time or now}
-            value = json.dumps(document, separators=(",", ":")).encode()
-            tenant = (event.tenant or "").encode()
             _, durable = self.engine.appends.append(
                 (self.topic, self.index), partition, encode_batch([(tenant, value)], now), 0,
                 now, 1, WriteKind.AUDIT, what=f"an audit event to {self.topic}")
             if durable is not None:  # nobody awaits it: note a failed fsync here
                 durable.add_done_callback(self._flushed)
-        except KafkaApiError:  # a full disk: logged once per cause, the request goes on
-            return
+        except _NotClaimed:
+            self._defer(tenant, value, now)
+            return False
+        except KafkaApiError as error:
+            if error.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:  # taken while being written
+                self._defer(tenant, value, now)
+                return False
+            return True  # a full disk: logged once per cause, the request goes on
         except OSError as exc:  # the audit topic could not be created (a full disk)
             self.engine.faults.failed(exc, f"an audit event to {self.topic}", WriteKind.AUDIT)
         except Exception:
             log.exception("could not write an audit event")
+        return True
+
+    def _defer(self, tenant: bytes, value: bytes, now: int) -> None:
+        """Keep an event until this broker has claimed its audit partition."""
+        if len(self._deferred) >= _MAX_DEFERRED:
+            if len(self._deferred) == _MAX_DEFERRED:
+                log.warning("audit: %s-%d is not claimed yet; events beyond %d waiting ones "
+                            "are dropped", self.topic, self.index, _MAX_DEFERRED)
+                self._deferred.append((b"", b"", 0))  # the marker of "logged"
+            return
+        self._deferred.append((tenant, value, now))
+        if self._waiting is None:
+            try:
+                self._waiting = asyncio.get_running_loop().create_task(self._drain())
+            except RuntimeError:  # no event loop (a tool): nothing can claim it
+                self._deferred.clear()
+
+    async def _drain(self) -> None:
+        """Wait for the claim of the audit partition, then write the deferred events."""
+        try:
+            while self._deferred:
+                with contextlib.suppress(KafkaApiError):
+                    await self.engine.leadership.ready([(self.topic, self.index)])
+                waiting, self._deferred = self._deferred, []
+                kept = [item for item in waiting if item[1]]
+                for at, (tenant, value, now) in enumerate(kept):
+                    if not self._write(tenant, value, now):  # deferred again
+                        self._deferred = self._deferred + kept[at + 1:]
+                        break
+                if self._deferred:
+                    await asyncio.sleep(_RETRY_S)
+        finally:
+            self._waiting = None
