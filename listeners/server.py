@@ -17,8 +17,7 @@ only when that, the bounds of the requests still running and the responses finis
 not yet written fit in ``max_pending_response_bytes`` together, or when nothing else is
 held (so one request larger than the limit still runs, alone). Until then the connection
 is not read: a client that pipelines fetches and never reads, or parks long polls that
-wake together, stops being read instead of filling the broker. A started request gets
-one turn of the event loop at once (most finish in it).
+wake together, stops being read instead of filling the broker.
 
 Per server: a connection whose handler reports a frame limit (one that has not logged
 in) may send frames up to that limit only. Such a connection is read one small piece at a
