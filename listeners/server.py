@@ -392,6 +392,8 @@ class _Connection:
         task = loop.create_task(self._run(request, dispatched))
 
         def finished(_task: asyncio.Task[Response | None]) -> None:
+            if not dispatched.done():  # cancelled before it began (the connection broke)
+                dispatched.set_result(None)
             self.budget.give_back(held)
             self.running_bytes -= bound
             self.room.set()
