@@ -358,8 +358,11 @@ class _Connection:
             last, dispatched = started
             await self.pending.put(last)
             # the order rule: nothing more is read until this request's dispatch stage
-            # has returned (most return in this turn); its waiting stage may go on
-            await dispatched
+            # has returned; its waiting stage may go on. The request runs first in the next
+            # turn of the loop, and most dispatch stages end in it.
+            await asyncio.sleep(0)
+            if not dispatched.done():
+                await dispatched
 
     async def _without_reading(self, request: asyncio.Task[Response | None]) -> None:
         """Wait for ``request`` with the transport paused (unless the reader paused it)."""
