@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 from kafka.protocol.consumer import (
-    FetchRequest,
     FetchResponse,
     JoinGroupRequest,
     JoinGroupResponse,
@@ -34,7 +33,7 @@ from edge.config import load_config
 from edge.session import Session
 from tests.broker_process import BrokerProcess
 from tests.conftest import engine_settings
-from tests.raw import RawConnection, record_batch
+from tests.raw import RawConnection, fetch_request, record_batch
 from tests.txn_helpers import NONE, TxnConnection, batch
 
 PIPELINED = 60
@@ -158,14 +157,7 @@ def test_a_parked_fetch_does_not_hold_up_the_produce_behind_it(
     conn = TxnConnection(broker.port)
     try:
         assert conn.create_topic(topic_name) == NONE
-        part = FetchRequest.FetchTopic.FetchPartition(
-            partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
-            log_start_offset=-1, partition_max_bytes=1 << 20)
-        fetch = FetchRequest[11](replica_id=-1, max_wait_ms=60_000, min_bytes=1,
-                                 max_bytes=1 << 20, isolation_level=0, session_id=0,
-                                 session_epoch=-1, topics=[FetchRequest.FetchTopic(
-                                     topic=topic_name, partitions=[part])],
-                                 forgotten_topics_data=[], rack_id="")
+        fetch = fetch_request(topic_name, 0, max_wait_ms=60_000)
         frames = _framed(conn.request_bytes(fetch, 11))
         fetched_id = conn.correlation_id
         frames += _framed(_produce(conn, topic_name, record_batch(1)))
