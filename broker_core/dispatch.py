@@ -1,5 +1,9 @@
 """From a request frame to a response frame: the API table, decoding and encoding.
 
+A handler runs as its request's dispatch stage, and returns its response or
+:class:`~broker_core.stages.Later` (its waiting stage); :mod:`broker_core.stages` says
+what belongs to which stage and why one connection's requests stay in order.
+
 Every API served is listed once, with the versions implemented; ApiVersions advertises
 exactly that table. A frame that cannot be decoded, an unknown API key or an unsupported
 version (other than of ApiVersions, which gets the v0 answer Kafka gives), or a null in a
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,10 +37,15 @@ from broker_core.protocol import (
     peek_header,
     response_header,
 )
+from broker_core.stages import Later
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Engine, RequestContext, Any], Awaitable[Any | None]]
+"""A request's dispatch stage: it returns the response, None (no response is due) or
+:class:`Later` (the waiting stage giving either)."""
+Answer = Frame | None | Coroutine[Any, Any, Frame | None]
+"""A framed response, None, or the coroutine of a waiting stage giving either."""
 ResponseBound = Callable[[Engine, Any], int]
 API_VERSIONS_KEY = 18
 SMALL_RESPONSE_BOUND = 16 * 1024
@@ -125,8 +134,9 @@ class Dispatcher:
         return ApiVersionsResponse(version=version, error_code=error, api_keys=entries,
                                    throttle_time_ms=0)
 
-    async def dispatch(self, ctx: RequestContext, parsed: ParsedRequest) -> Frame | None:
-        """Run the request's handler; return the framed response, or None when none is due."""
+    async def dispatch(self, ctx: RequestContext, parsed: ParsedRequest) -> Answer:
+        """Run the request's dispatch stage; return the framed response, None when none is
+        due, or the waiting stage that gives either."""
         header, spec = parsed.header, parsed.spec
         if spec.key == API_VERSIONS_KEY:
             if parsed.body is None:
@@ -139,6 +149,18 @@ class Dispatcher:
         assert spec.handler is not None
         started = time.perf_counter()
         response = await spec.handler(self.engine, ctx, parsed.body)
+        if isinstance(response, Later):
+            return self._after(response, header, spec, started)
+        return self._encode(response, header, spec, started)
+
+    async def _after(self, later: Later[Any | None], header: RequestHeader, spec: ApiSpec,
+                     started: float) -> Frame | None:
+        """The waiting stage of a request: its response once ``later`` gives it."""
+        return self._encode(await later.wait, header, spec, started)
+
+    def _encode(self, response: Any | None, header: RequestHeader, spec: ApiSpec,
+                started: float) -> Frame | None:
+        """Count the request and frame its response (None when none is due)."""
         metrics.REQUESTS.labels(spec.name).inc()
         metrics.REQUEST_LATENCY.labels(spec.name).observe(time.perf_counter() - started)
         if response is None:

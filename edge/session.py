@@ -25,13 +25,14 @@ from broker_core.context import Endpoint, RequestContext
 from broker_core.dispatch import (
     API_VERSIONS_KEY,
     SMALL_RESPONSE_BOUND,
+    Answer,
     ApiSpec,
     Dispatcher,
     ParsedRequest,
 )
 from broker_core.errors import ErrorCode
 from broker_core.naming import Namespace
-from broker_core.protocol import Frame, ProtocolError, frame_response, response_header
+from broker_core.protocol import ProtocolError, frame_response, response_header
 from edge.audit import AuditEvent, AuditLog
 from edge.metrics import AUTHENTICATIONS, CONNECTIONS
 from edge.security import ListenerSecurity, SaslFactory
@@ -110,8 +111,10 @@ class Session:
             return Request(0, partial(_refuse, str(exc)))
         return Request(self.dispatcher.response_bound(parsed), partial(self._answer, parsed))
 
-    async def _answer(self, parsed: ParsedRequest) -> Frame | None:
-        """Answer one decoded request."""
+    async def _answer(self, parsed: ParsedRequest) -> Answer:
+        """Answer one decoded request: the gate, the authorizer's context and the handler's
+        dispatch stage run here, one request of the connection at a time (the listener's
+        order rule); what a handler leaves for later comes back as its waiting stage."""
         key = parsed.header.api_key
         if key == SASL_HANDSHAKE:
             return self._handshake(parsed)

@@ -1,7 +1,14 @@
 """Asyncio servers for listeners: framing, in-order pipelining, limits and graceful stop.
 
-A connection is read by one task that keeps parsing frames while earlier requests wait;
-responses leave in request order, as Kafka requires. What a frame means is the
+Requests of one connection take effect in the order they arrived, and their responses
+leave in that order, as Kafka requires. Kafka gets both by handling one request per
+connection at a time; here each request has two stages (:class:`Request`): its
+``answer`` coroutine is the *dispatch stage*, run strictly one request after another: the
+next frame is not even prepared until the dispatch stage before it has returned, however
+many awaits it holds. What it returns may be a *waiting stage* (an awaitable giving the
+response), and only waiting stages overlap with later requests: a produce waiting for its
+commit, a long-poll fetch, a group member waiting for its group. A write loop sends the
+responses in request order. What a frame means, and what belongs to which stage, is the
 connection handler's business; this module only knows sizes, order and timeouts.
 
 Memory is bounded twice. Per connection: before a request starts, its handler says how
@@ -10,8 +17,7 @@ only when that, the bounds of the requests still running and the responses finis
 not yet written fit in ``max_pending_response_bytes`` together, or when nothing else is
 held (so one request larger than the limit still runs, alone). Until then the connection
 is not read: a client that pipelines fetches and never reads, or parks long polls that
-wake together, stops being read instead of filling the broker. A started request gets
-one turn of the event loop at once (most finish in it).
+wake together, stops being read instead of filling the broker.
 
 Per server: a connection whose handler reports a frame limit (one that has not logged
 in) may send frames up to that limit only. Such a connection is read one small piece at a
@@ -59,6 +65,9 @@ _PEER_ERRNOS = frozenset({errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH
 
 Response = bytes | Sequence[bytes | memoryview | FileRegion]
 """One framed response: a single ``bytes``, or buffers and file regions sent in order."""
+Answer = Response | None | Awaitable[Response | None]
+"""What a request's dispatch stage gives: its response (None: none is due), or its waiting
+stage, an awaitable giving the response that may overlap with the next requests."""
 
 
 class FrameError(Exception):
@@ -74,11 +83,15 @@ class FrameError(Exception):
 class Request:
     """A request frame as its handler read it: the most bytes its response may put on the
     wire, and the work that answers it, not begun until the listener calls ``answer``.
-    ``answer`` returns None when no response is due, and raises :class:`FrameError` to
-    close the connection after the earlier responses are sent."""
+
+    ``answer`` is the request's dispatch stage: the listener calls the ``answer`` of the
+    connection's next request only once this one has returned. It returns the response,
+    None when no response is due, or an awaitable (the waiting stage) giving either; both
+    stages may raise :class:`FrameError` to close the connection after the earlier
+    responses are sent."""
 
     response_bound: int
-    answer: Callable[[], Awaitable[Response | None]]
+    answer: Callable[[], Awaitable[Answer]]
 
 
 class ConnectionHandler(Protocol):
@@ -94,7 +107,7 @@ class ConnectionHandler(Protocol):
 
     def prepare(self, frame: memoryview) -> Request:
         """Read one request frame (no size prefix) without acting on it yet. Called in
-        the order frames arrive, each once the one before has been started."""
+        the order frames arrive, each once the dispatch stage before it has returned."""
         ...
 
     def closed(self) -> None:
@@ -317,9 +330,9 @@ class _Connection:
         last: asyncio.Task[Response | None] | None = None
         while True:
             if last is not None and self.handler.frame_limit is not None:
-                # not logged in: one request at a time, as Kafka does, so that the limit
-                # of the next frame is the one in force after this request (a login), and
-                # nothing read meanwhile (a failed login waits, a token may need a JWKS)
+                # not logged in: one whole request at a time, with nothing read meanwhile
+                # (a failed login waits, a token may need a JWKS), so that the limit of the
+                # next frame is the one in force after this request (a login)
                 await self._without_reading(last)
             self.reader.set_limit(_READ_LIMIT if self.handler.frame_limit is None
                                   else SMALL_FRAME_BYTES)
@@ -331,7 +344,7 @@ class _Connection:
             if read is None:
                 return
             frame, held = read
-            started: asyncio.Task[Response | None] | None = None
+            started: tuple[asyncio.Task[Response | None], asyncio.Future[None]] | None = None
             try:
                 request = self._prepare(frame)
                 del frame
@@ -342,9 +355,14 @@ class _Connection:
                     self.budget.give_back(held)
             if started is None:
                 return
-            last = started
+            last, dispatched = started
             await self.pending.put(last)
-            await asyncio.sleep(0)  # one turn for the request: most finish in it
+            # the order rule: nothing more is read until this request's dispatch stage
+            # has returned; its waiting stage may go on. The request runs first in the next
+            # turn of the loop, and most dispatch stages end in it.
+            await asyncio.sleep(0)
+            if not dispatched.done():
+                await dispatched
 
     async def _without_reading(self, request: asyncio.Task[Response | None]) -> None:
         """Wait for ``request`` with the transport paused (unless the reader paused it)."""
@@ -366,19 +384,25 @@ class _Connection:
         except Exception as exc:  # a handler's fault, not the client's: logged in order
             return Request(0, partial(_fail, exc))
 
-    def _start(self, request: Request, held: int) -> asyncio.Task[Response | None]:
-        """Run a request, its response bound counted until it has finished."""
+    def _start(self, request: Request, held: int
+               ) -> tuple[asyncio.Task[Response | None], asyncio.Future[None]]:
+        """Run a request, its response bound counted until it has finished; the future is
+        done once its dispatch stage has returned (or failed)."""
         bound = max(request.response_bound, 0)
         self.running_bytes += bound
-        task = asyncio.get_running_loop().create_task(self._run(request))
+        loop = asyncio.get_running_loop()
+        dispatched: asyncio.Future[None] = loop.create_future()
+        task = loop.create_task(self._run(request, dispatched))
 
         def finished(_task: asyncio.Task[Response | None]) -> None:
+            if not dispatched.done():  # cancelled before it began (the connection broke)
+                dispatched.set_result(None)
             self.budget.give_back(held)
             self.running_bytes -= bound
             self.room.set()
 
         task.add_done_callback(finished)
-        return task
+        return task, dispatched
 
     def _fits(self, bound: int) -> bool:
         held = self.running_bytes + self.unsent_bytes
@@ -430,9 +454,16 @@ class _Connection:
                                                         b"\0\0\0\0"))[0]
         return self.unsent_bytes, self.writer.transport.get_write_buffer_size(), queued
 
-    async def _run(self, request: Request) -> Response | None:
-        """Answer one request; count its response as unsent until the write loop sends it."""
-        response = await request.answer()
+    async def _run(self, request: Request, dispatched: asyncio.Future[None]) -> Response | None:
+        """Answer one request: its dispatch stage, then (``dispatched`` done, the next
+        request may start) its waiting stage if it has one; count the response as unsent
+        until the write loop sends it."""
+        try:
+            answer = await request.answer()
+        finally:
+            if not dispatched.done():  # the read loop may have stopped waiting (shutdown)
+                dispatched.set_result(None)
+        response = await answer if isinstance(answer, Awaitable) else answer
         self.unsent_bytes += response_size(response)
         return response
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.consumer import (
-    FetchRequest,
     FetchResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -26,7 +25,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from tests.bombs import BOMBS
 from tests.broker_process import BrokerProcess
-from tests.raw import RawConnection, compressed_batch, record_batch, resealed
+from tests.raw import RawConnection, compressed_batch, fetch_request, record_batch, resealed
 
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -270,15 +269,8 @@ def test_fetch_past_the_end_is_offset_out_of_range(broker: BrokerProcess,
     assert produce(conn, topic_name, record_batch(5)).error_code == 0
 
     def fetch(offset: int) -> object:
-        part = FetchRequest.FetchTopic.FetchPartition(
-            partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-            log_start_offset=-1, partition_max_bytes=1 << 20)
-        request = FetchRequest[11](replica_id=-1, max_wait_ms=0, min_bytes=1,
-                                   max_bytes=1 << 20, isolation_level=0, session_id=0,
-                                   session_epoch=-1, topics=[FetchRequest.FetchTopic(
-                                       topic=topic_name, partitions=[part])],
-                                   forgotten_topics_data=[], rack_id="")
-        return conn.call(request, 11, FetchResponse).responses[0].partitions[0]
+        return conn.call(fetch_request(topic_name, offset), 11,
+                         FetchResponse).responses[0].partitions[0]
 
     past = fetch(6)
     assert past.error_code == OFFSET_OUT_OF_RANGE

@@ -22,6 +22,7 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.protocol import Chunk
+from broker_core.stages import Later
 from broker_core.storage import DatabaseUnavailable, FileRegion, LogOffline, PartitionStore
 from broker_core.storage.errors import DamagedRecords
 
@@ -190,14 +191,24 @@ def fetch_response_bound(engine: Engine, request: Any) -> int:
             + _ANSWER_OVERHEAD * (1 + len(topics) + len(partitions)))
 
 
-async def handle_fetch(engine: Engine, ctx: RequestContext, request: Any) -> FetchAnswer:
-    """Answer Fetch, waiting up to ``max_wait_ms`` for ``min_bytes`` to be available."""
+async def handle_fetch(engine: Engine, ctx: RequestContext,
+                       request: Any) -> Later[FetchAnswer]:
+    """Answer Fetch, waiting up to ``max_wait_ms`` for ``min_bytes`` to be available. The
+    dispatch stage resolves names and permissions; the reads and the long poll are the
+    waiting stage (a fetch changes nothing, and reads as of when it answers), so a parked
+    fetch never holds up the requests behind it, such as a consumer's heartbeat."""
+    wanted = _resolve(engine, ctx, request)
+    deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+    return Later(_poll(engine, request, wanted, deadline))
+
+
+async def _poll(engine: Engine, request: Any, wanted: list[_Wanted],
+                deadline: float) -> FetchAnswer:
+    """Read the wanted partitions until ``min_bytes`` are there or ``deadline`` passes."""
     version: int = request.version
     max_bytes = _max_bytes(engine, request)
-    wanted = _resolve(engine, ctx, request)
     await engine.leadership.ready((w.internal, w.index) for w in wanted if w.internal is not None)
     committed = request.isolation_level == READ_COMMITTED
-    deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     unscanned: list[tuple[PartitionStore, int]] = []
     while True:
         answers, total, errored = _collect(engine, wanted, max_bytes, committed, unscanned)

@@ -3,6 +3,7 @@ ListGroups, DescribeGroups and DeleteGroups."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kafka.protocol.admin import DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse
@@ -19,7 +20,8 @@ from broker_core.context import Endpoint, Operation, RequestContext, ResourceTyp
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import JoinRequest
-from broker_core.groups.model import GroupState
+from broker_core.groups.model import GroupState, JoinResult, SyncResult
+from broker_core.stages import Later, answer_later
 from broker_core.system_topics import StateCoordinator
 
 GROUP_KEY = 0
@@ -111,8 +113,10 @@ async def handle_find_coordinator(engine: Engine, ctx: RequestContext, request: 
                                    host=only.host, port=only.port)
 
 
-async def handle_join_group(engine: Engine, ctx: RequestContext, request: Any) -> Any:
-    """Join a member to a group and wait for the rebalance."""
+async def handle_join_group(engine: Engine, ctx: RequestContext,
+                            request: Any) -> Any | Later[Any]:
+    """Join a member to a group and wait for the rebalance (the waiting stage: the member
+    is registered once the dispatch stage returns)."""
     version: int = request.version
     R = JoinGroupResponse
 
@@ -135,38 +139,52 @@ async def handle_join_group(engine: Engine, ctx: RequestContext, request: Any) -
         protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
         require_known_member=version >= 4,
     )
-    result = await engine.groups.join(engine.offsets_topic(ctx),
+    joined = await engine.groups.join(engine.offsets_topic(ctx),
                                       engine.scoped_id(ctx, request.group_id), join)
-    if result.error != ErrorCode.NONE:
-        return failed(result.error, result.member_id)
-    return R(version=version, throttle_time_ms=0, error_code=0,
-             generation_id=result.generation, protocol_type=result.protocol_type,
-             protocol_name=result.protocol, leader=result.leader,
-             skip_assignment=result.skip_assignment,
-             member_id=result.member_id,
-             members=[R.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=d)
-                      for m, i, d in result.members])
+
+    def answer(result: JoinResult) -> Any:
+        if result.error != ErrorCode.NONE:
+            return failed(result.error, result.member_id)
+        return R(version=version, throttle_time_ms=0, error_code=0,
+                 generation_id=result.generation, protocol_type=result.protocol_type,
+                 protocol_name=result.protocol, leader=result.leader,
+                 skip_assignment=result.skip_assignment, member_id=result.member_id,
+                 members=[R.JoinGroupResponseMember(member_id=m, group_instance_id=i,
+                                                    metadata=d)
+                          for m, i, d in result.members])
+
+    if isinstance(joined, asyncio.Future):
+        return answer_later(joined, answer)
+    return answer(joined)
 
 
-async def handle_sync_group(engine: Engine, ctx: RequestContext, request: Any) -> Any:
-    """Distribute the leader's assignment."""
+async def handle_sync_group(engine: Engine, ctx: RequestContext,
+                            request: Any) -> Any | Later[Any]:
+    """Distribute the leader's assignment; a follower waits for it (the waiting stage)."""
     version: int = request.version
-    code = group_error(engine, ctx, request.group_id)
-    if code == ErrorCode.NONE:
-        result = await engine.groups.sync(
-            engine.offsets_topic(ctx), engine.scoped_id(ctx, request.group_id),
-            request.member_id, request.group_instance_id if version >= 3 else None,
-            request.generation_id, request.protocol_type if version >= 5 else None,
-            request.protocol_name if version >= 5 else None,
-            {a.member_id: bytes(a.assignment) for a in request.assignments})
-        code = result.error
-        if code == ErrorCode.NONE:
+
+    def answer(result: SyncResult) -> Any:
+        if result.error == ErrorCode.NONE:
             return SyncGroupResponse(version=version, throttle_time_ms=0, error_code=0,
                                      protocol_type=result.protocol_type,
                                      protocol_name=result.protocol,
                                      assignment=result.assignment)
-    return SyncGroupResponse(version=version, throttle_time_ms=0, error_code=code,
-                             protocol_type=None, protocol_name=None, assignment=b"")
+        return SyncGroupResponse(version=version, throttle_time_ms=0,
+                                 error_code=result.error, protocol_type=None,
+                                 protocol_name=None, assignment=b"")
+
+    code = group_error(engine, ctx, request.group_id)
+    if code != ErrorCode.NONE:
+        return answer(SyncResult(code))
+    synced = await engine.groups.sync(
+        engine.offsets_topic(ctx), engine.scoped_id(ctx, request.group_id),
+        request.member_id, request.group_instance_id if version >= 3 else None,
+        request.generation_id, request.protocol_type if version >= 5 else None,
+        request.protocol_name if version >= 5 else None,
+        {a.member_id: bytes(a.assignment) for a in request.assignments})
+    if isinstance(synced, asyncio.Future):
+        return answer_later(synced, answer)
+    return answer(synced)
 
 
 async def handle_heartbeat(engine: Engine, ctx: RequestContext, request: Any) -> Any:

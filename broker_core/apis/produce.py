@@ -13,6 +13,7 @@ from broker_core import metrics
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Appended, Engine
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.stages import Later
 from broker_core.storage.errors import AppendFenced
 from broker_core.storage_faults import WriteKind
 
@@ -50,10 +51,12 @@ def _append_one(engine: Engine, ctx: RequestContext, name: str, index: int, reco
                       error_message=None), appended
 
 
-async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> Any | None:
-    """Append every partition's batch before the first await, so pipelined requests keep order
-    (the one wait before: the claim of a partition that belongs here and is not claimed yet,
-    whose batches could only be refused without it)."""
+async def handle_produce(engine: Engine, ctx: RequestContext,
+                         request: Any) -> Any | Later[Any] | None:
+    """Append every partition's batch (the dispatch stage: offsets are assigned in request
+    order, see :mod:`broker_core.stages`; its one wait is the claim of a partition that
+    belongs here and is not claimed yet, whose batches could only be refused without it);
+    the wait for commits or fsyncs is the waiting stage."""
     started = time.perf_counter()
     await engine.leadership.ready_named(ctx, request.topic_data, partitions="partition_data",
                                         index="index")
@@ -76,20 +79,29 @@ async def handle_produce(engine: Engine, ctx: RequestContext, request: Any) -> A
     if acks == 0:
         metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
         return None
+    response = ProduceResponse(version=request.version, responses=topics, throttle_time_ms=0)
     if waits:
-        queued = time.perf_counter()
-        outcomes = await asyncio.gather(*(wait for _, _, wait in waits),
-                                        return_exceptions=True)
-        for (partitions, at, _wait), outcome in zip(waits, outcomes, strict=True):
-            if isinstance(outcome, AppendFenced):  # another broker took the partition
-                partitions[at] = _failed(partitions[at].index,
-                                         ErrorCode.NOT_LEADER_OR_FOLLOWER, str(outcome))
-            elif isinstance(outcome, OSError):  # the fsync failed: not durable, retriable
-                error = engine.faults.failed(outcome, "a partition's fsync",
-                                             WriteKind.CHECKPOINTS)
-                partitions[at] = _failed(partitions[at].index, error.code, error.message)
-            elif isinstance(outcome, BaseException):
-                raise outcome
-        metrics.STAGE_QUEUED.observe(time.perf_counter() - queued)
+        return Later(_when_durable(engine, waits, response, started))
     metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
-    return ProduceResponse(version=request.version, responses=topics, throttle_time_ms=0)
+    return response
+
+
+async def _when_durable(engine: Engine, waits: list[tuple[list[Any], int, asyncio.Future[None]]],
+                        response: Any, started: float) -> Any:
+    """A produce's waiting stage: each partition answered once its append is durable, or
+    with the error of its failed commit or fsync."""
+    queued = time.perf_counter()
+    outcomes = await asyncio.gather(*(wait for _, _, wait in waits), return_exceptions=True)
+    for (partitions, at, _wait), outcome in zip(waits, outcomes, strict=True):
+        if isinstance(outcome, AppendFenced):  # another broker took the partition
+            partitions[at] = _failed(partitions[at].index,
+                                     ErrorCode.NOT_LEADER_OR_FOLLOWER, str(outcome))
+        elif isinstance(outcome, OSError):  # the fsync failed: not durable, retriable
+            error = engine.faults.failed(outcome, "a partition's fsync",
+                                         WriteKind.CHECKPOINTS)
+            partitions[at] = _failed(partitions[at].index, error.code, error.message)
+        elif isinstance(outcome, BaseException):
+            raise outcome
+    metrics.STAGE_QUEUED.observe(time.perf_counter() - queued)
+    metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
+    return response

@@ -390,8 +390,10 @@ class GroupCoordinator(StateCoordinator):
 
     # -- JoinGroup -----------------------------------------------------------------------
 
-    async def join(self, topic: str, group_id: str, request: JoinRequest) -> JoinResult:
-        """Handle JoinGroup."""
+    async def join(self, topic: str, group_id: str,
+                   request: JoinRequest) -> JoinResult | asyncio.Future[JoinResult]:
+        """Handle JoinGroup: the result, or (the member registered) the future of the
+        result once the rebalance completes (a request's waiting stage)."""
         if not (self.config.min_session_timeout_ms <= request.session_timeout_ms
                 <= self.config.max_session_timeout_ms):
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, request.member_id)
@@ -420,7 +422,7 @@ class GroupCoordinator(StateCoordinator):
             group.protocol_type = request.protocol_type
         return member
 
-    async def _await_join(self, group: Group, member: Member) -> JoinResult:
+    def _await_join(self, group: Group, member: Member) -> asyncio.Future[JoinResult]:
         waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         member.join_waiter = waiter
         if member.session_timer is not None:
@@ -430,9 +432,10 @@ class GroupCoordinator(StateCoordinator):
             self._maybe_complete_join(group)
         else:
             self._prepare_rebalance(group)
-        return await waiter
+        return waiter
 
-    async def _join_new(self, group: Group, request: JoinRequest) -> JoinResult:
+    async def _join_new(self, group: Group,
+                        request: JoinRequest) -> JoinResult | asyncio.Future[JoinResult]:
         member_id = f"{request.client_id}-{uuid.uuid4()}"
         instance = request.group_instance_id
         if instance is not None and instance in group.static_members:
@@ -441,10 +444,10 @@ class GroupCoordinator(StateCoordinator):
             group.pending[member_id] = asyncio.get_running_loop().call_later(
                 request.session_timeout_ms / 1000, self._expire_pending, group, member_id)
             return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id)
-        return await self._await_join(group, self._new_member(group, member_id, request))
+        return self._await_join(group, self._new_member(group, member_id, request))
 
     async def _replace_static(self, group: Group, member_id: str,
-                              request: JoinRequest) -> JoinResult:
+                              request: JoinRequest) -> JoinResult | asyncio.Future[JoinResult]:
         """A static member rejoined with a new member id: the old id is fenced."""
         assert request.group_instance_id is not None
         old = group.members[group.static_members[request.group_instance_id]]
@@ -466,9 +469,10 @@ class GroupCoordinator(StateCoordinator):
             everyone = self._everyone(group) if member_id == group.leader else ()
             return dataclasses.replace(self._join_result(group, member_id, everyone),
                                        skip_assignment=member_id == group.leader)
-        return await self._await_join(group, member)
+        return self._await_join(group, member)
 
-    async def _join_known(self, group: Group, request: JoinRequest) -> JoinResult:
+    async def _join_known(self, group: Group,
+                          request: JoinRequest) -> JoinResult | asyncio.Future[JoinResult]:
         member_id = request.member_id
         instance = request.group_instance_id
         if instance is not None and group.static_members.get(instance, member_id) != member_id:
@@ -476,7 +480,7 @@ class GroupCoordinator(StateCoordinator):
         pending = group.pending.pop(member_id, None)
         if pending is not None:
             pending.cancel()
-            return await self._await_join(group, self._new_member(group, member_id, request))
+            return self._await_join(group, self._new_member(group, member_id, request))
         member = group.members.get(member_id)
         if member is None:
             return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
@@ -489,7 +493,7 @@ class GroupCoordinator(StateCoordinator):
             return self._join_result(group, member_id)
         if group.state == GroupState.COMPLETING_REBALANCE and unchanged:
             return self._join_result(group, member_id, self._everyone(group))
-        return await self._await_join(group, member)
+        return self._await_join(group, member)
 
     # -- SyncGroup, Heartbeat, LeaveGroup ------------------------------------------------
 
@@ -508,8 +512,9 @@ class GroupCoordinator(StateCoordinator):
 
     async def sync(self, topic: str, group_id: str, member_id: str, instance: str | None,
                    generation: int, protocol_type: str | None, protocol: str | None,
-                   assignments: dict[str, bytes]) -> SyncResult:
-        """Handle SyncGroup."""
+                   assignments: dict[str, bytes]) -> SyncResult | asyncio.Future[SyncResult]:
+        """Handle SyncGroup: the result, or the future of a follower's result once the
+        leader's assignment is stored (a request's waiting stage)."""
         group = self.find(topic, group_id)
         error, member = self._check_member(group, member_id, instance, generation)
         if error != ErrorCode.NONE or member is None or group is None:
@@ -539,7 +544,7 @@ class GroupCoordinator(StateCoordinator):
             if group.state == GroupState.COMPLETING_REBALANCE and group.generation == current:
                 group.state = GroupState.STABLE
                 self._finish_sync(group, ErrorCode.NONE)
-        return await waiter
+        return waiter
 
     def _finish_sync(self, group: Group, error: ErrorCode) -> None:
         for member in group.members.values():
