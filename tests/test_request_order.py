@@ -24,7 +24,12 @@ from kafka.protocol.consumer import (
     JoinGroupRequest,
     JoinGroupResponse,
 )
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from broker_core.dispatch import ParsedRequest
@@ -180,6 +185,11 @@ def test_two_members_joining_on_one_connection_join_one_generation(
     generation; were the first's wait in its dispatch stage, it would complete alone and
     the second would start another rebalance."""
     conn = RawConnection(broker.port)
+    # as a client does first: on a shared database the broker claims the group's
+    # partition on this request (until then a JoinGroup is answered NOT_COORDINATOR)
+    found = conn.call(FindCoordinatorRequest[1](key="order-group", key_type=0), 1,
+                      FindCoordinatorResponse[1])
+    assert found.error_code == NONE
     protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"meta")
     frames = b""
     for _ in range(2):
