@@ -292,7 +292,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--count", type=int, default=10_000, help="records")
     parser.add_argument("--seconds", type=float, default=0.0,
                         help="produce: run this long instead of --count; latency: measure time")
-    parser.add_argument("--partitions", type=int, default=1, help="spread records over these")
+    parser.add_argument("--partitions", type=int, default=1,
+                        help="produce: spread records over these; cconsume: read these")
     parser.add_argument("--acks", default="all")
     parser.add_argument("--linger-ms", type=float, default=5.0)
     parser.add_argument("--rate", type=float, default=20_000.0, help="latency: records/s")
