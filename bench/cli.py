@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
+from bench.cclient import find_or_build
 from bench.chart import write_chart
 from bench.cluster_suite import run_and_save as run_cluster_rows
 from bench.options import Options, parse_options
@@ -81,7 +82,8 @@ def _postgres(opts: Options, cpus: CpuPlan) -> dict[str, Any] | None:
     except PostgresError as exc:
         print(f"[bench] PostgreSQL rows skipped: {exc}", file=sys.stderr)
         return None
-    return run_postgres(Bench(opts, cpus))
+    # the C client's consume decides the consume target; without it, the Python consumer's
+    return run_postgres(Bench(opts, cpus, c_client=find_or_build() if opts.c_client else None))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,7 +13,8 @@
   record's latency is from its produce() call to its delivery report; the first
   ``--warmup`` seconds are left out.
 - ``cproduce`` / ``cconsume``: the same as produce and consume, by librdkafka's C tool
-  ``rdkafka_performance`` (``--binary``; see ``bench/cclient.py``), on partition 0.
+  ``rdkafka_performance`` (``--binary``; see ``bench/cclient.py``): cproduce on partition 0,
+  cconsume on partitions 0 to ``--partitions`` - 1 (one client reading them all).
 """
 
 from __future__ import annotations
@@ -238,12 +239,16 @@ def run_c(args: argparse.Namespace) -> dict[str, Any]:
     """``rdkafka_performance`` (librdkafka's C load generator) as producer or consumer.
 
     Producer: ``count`` records to partition 0, time = first record to last delivery
-    report. Consumer: ``count`` records of partition 0 from the beginning, time = first
-    record to last. Both as the tool measures them; its CPU time comes from ``wait4``.
+    report. Consumer: ``count`` records in all of partitions 0 to ``partitions`` - 1 from
+    the beginning, by one client (the tool's ``-p`` given once per partition: one queue
+    fed by every partition's fetches), time = first record to last over all of them.
+    Both as the tool measures them; its CPU time comes from ``wait4``.
     """
     producing = args.mode == "cproduce"
-    command = [args.binary, "-P" if producing else "-C", "-t", args.topic, "-p", "0",
-               "-b", args.bootstrap, "-c", str(args.count), "-u"]
+    command = [args.binary, "-P" if producing else "-C", "-t", args.topic]
+    for partition in range(1 if producing else max(1, args.partitions)):
+        command += ["-p", str(partition)]
+    command += ["-b", args.bootstrap, "-c", str(args.count), "-u"]
     if producing:
         command += ["-s", str(args.size), "-X", f"acks={args.acks}",
                     "-X", f"linger.ms={args.linger_ms:g}"]
@@ -287,7 +292,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--count", type=int, default=10_000, help="records")
     parser.add_argument("--seconds", type=float, default=0.0,
                         help="produce: run this long instead of --count; latency: measure time")
-    parser.add_argument("--partitions", type=int, default=1, help="spread records over these")
+    parser.add_argument("--partitions", type=int, default=1,
+                        help="produce: spread records over these; cconsume: read these")
     parser.add_argument("--acks", default="all")
     parser.add_argument("--linger-ms", type=float, default=5.0)
     parser.add_argument("--rate", type=float, default=20_000.0, help="latency: records/s")

@@ -68,7 +68,9 @@ def test_quick_run_writes_well_formed_json(quick_run: tuple[str, Path]) -> None:
         assert _positive(broker["partitions"]["peak_rss_mb"])
     assert [t["met"] in (True, False) for t in results["targets"]] == [True] * 7
     postgres = results["postgres"]
-    for side, phases in (("broker", ("produce", "consume")),
+    assert postgres["consume_decided_by"] == "consume_c"  # the C client rows run above too
+    for side, phases in (("broker", ("produce", "consume", "consume_c")),
+                         ("memory", ("produce", "consume", "consume_c")),
                          ("raw", ("produce", "produce_one", "consume", "consume_bulk"))):
         for phase in phases:
             assert _positive(postgres[side][phase])
