@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.storage import PartitionStore, TopicExists
+from broker_core.storage import PartitionStore, StorageError, TopicExists
 from broker_core.storage_faults import WriteKind
 from broker_core.system_topics import encode_batch
 from sasl.printable import printable
@@ -188,8 +188,10 @@ class AuditLog:
         """Wait for the claim of the audit partition, then write the deferred events."""
         try:
             while self._deferred:
-                with contextlib.suppress(KafkaApiError):
+                try:
                     await self.engine.leadership.ready([(self.topic, self.index)])
+                except (KafkaApiError, StorageError, OSError) as exc:  # the database is away
+                    log.debug("audit: waiting for %s-%d: %s", self.topic, self.index, exc)
                 waiting, self._deferred = self._deferred, []
                 kept = [item for item in waiting if item[1]]
                 for at, (tenant, value, now) in enumerate(kept):
