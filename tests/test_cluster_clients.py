@@ -264,7 +264,12 @@ def test_offset_for_leader_epoch_answers_the_current_epoch_and_the_log_end(
         new = cluster.by_id(cluster.leaders(topic_name)[0])
         # the new owner claims the handed-over partition in the background: until then it
         # answers the retriable NOT_LEADER_OR_FOLLOWER, and a client asks again
-        wait_until(lambda: end_of_epoch(new.port, topic_name, 0, -1)[0] == NONE, 30,
-                   "the new owner to serve partition 0")
+        def serves() -> bool:
+            try:
+                return end_of_epoch(new.port, topic_name, 0, -1)[0] == NONE
+            except OSError:  # a connection refused while the cluster settles: ask again
+                return False
+
+        wait_until(serves, 30, "the new owner to serve partition 0")
         error, moved, end = end_of_epoch(new.port, topic_name, 0, -1)
         assert (error, end) == (NONE, COUNT // PARTITIONS) and moved > epoch
