@@ -83,6 +83,8 @@ class AuditLog:
                       f"{AUDIT_TOPIC}")
         self._recent: dict[tuple[str | None, ...], int] = {}
         self._deferred: list[tuple[bytes, bytes, int]] = []
+        self._dropped = 0
+        """Events dropped during the current wait (the deferred list was full)."""
         self._waiting: asyncio.Task[None] | None = None
         engine.cluster.pinned_topics.add(self.topic)
 
@@ -172,10 +174,10 @@ class AuditLog:
     def _defer(self, tenant: bytes, value: bytes, now: int) -> None:
         """Keep an event until this broker has claimed its audit partition."""
         if len(self._deferred) >= _MAX_DEFERRED:
-            if len(self._deferred) == _MAX_DEFERRED:
+            if not self._dropped:
                 log.warning("audit: %s-%d is not claimed yet; events beyond %d waiting ones "
                             "are dropped", self.topic, self.index, _MAX_DEFERRED)
-                self._deferred.append((b"", b"", 0))  # the marker of "logged"
+            self._dropped += 1
             return
         self._deferred.append((tenant, value, now))
         if self._waiting is None:
@@ -192,8 +194,7 @@ class AuditLog:
                     await self.engine.leadership.ready([(self.topic, self.index)])
                 except (KafkaApiError, StorageError, OSError) as exc:  # the database is away
                     log.debug("audit: waiting for %s-%d: %s", self.topic, self.index, exc)
-                waiting, self._deferred = self._deferred, []
-                kept = [item for item in waiting if item[1]]
+                kept, self._deferred = self._deferred, []
                 for at, (tenant, value, now) in enumerate(kept):
                     if not self._write(tenant, value, now):  # deferred again
                         self._deferred = self._deferred + kept[at + 1:]
@@ -202,3 +203,4 @@ class AuditLog:
                     await asyncio.sleep(_RETRY_S)
         finally:
             self._waiting = None
+            self._dropped = 0
