@@ -9,9 +9,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from tests.broker_process import BrokerProcess
 from tests.postgres_server import shared_server
+from tests.raw import RawConnection
 
 FAST_FAILOVER = {"brokerSessionTimeoutMs": "2000", "brokerHeartbeatIntervalMs": "250"}
 """Membership settings that make a dead broker's partitions move in about two seconds."""
@@ -81,6 +83,20 @@ class Cluster:
         found = admin.list_topics(topic, timeout=10).topics[topic]
         return {p: meta.leader for p, meta in found.partitions.items()}
 
+    def agreed_leaders(self, topic: str) -> dict[int, int] | None:
+        """partition -> leader id once every live broker's Metadata tells the same and names a
+        live broker for each partition; None while their views still differ (each broker
+        learns a move from the database on its own, a moment apart)."""
+        alive = [(broker_id, broker) for broker_id, broker in zip(self.ids, self.brokers)
+                 if broker.alive()]
+        views = [leaders_at(broker.port, topic) for _, broker in alive]
+        first = views[0]
+        if any(view != first for view in views):
+            return None
+        if not set(first.values()) <= {broker_id for broker_id, _ in alive}:
+            return None
+        return first
+
     def by_id(self, broker_id: int) -> BrokerProcess:
         return self.brokers[self.ids.index(broker_id)]
 
@@ -95,6 +111,21 @@ class Cluster:
             assert broker.proc is not None
             broker.proc.send_signal(signal.SIGTERM)
         assert [broker.stop() for broker in self.brokers] == [0] * len(self.brokers)
+
+
+def leaders_at(port: int, topic: str) -> dict[int, int]:
+    """partition -> leader id, as the broker on ``port`` itself tells (a raw Metadata v12 to
+    that one broker: a client library would ask whichever broker it likes)."""
+    conn = RawConnection(port)
+    try:
+        answer = conn.call(MetadataRequest[12](
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic, topic_id=None)],
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False),
+            12, MetadataResponse)
+    finally:
+        conn.close()
+    (found,) = answer.topics
+    return {int(p.partition_index): int(p.leader_id) for p in found.partitions}
 
 
 @contextmanager

@@ -37,10 +37,18 @@ def coordinator_of(cluster: Cluster, group: str) -> int:
     return int(admin.describe_consumer_groups([group])[group].result(20).coordinator.id)
 
 
-def wait_moved(cluster: Cluster, topic: str, dead: int) -> None:
-    """Until no partition of ``topic`` is led by broker ``dead`` any more."""
-    wait_until(lambda: dead not in cluster.leaders(topic).values(), 30,
-               f"broker {dead}'s partitions to move")
+def wait_moved(cluster: Cluster, topic: str, dead: int) -> dict[int, int]:
+    """Until every live broker agrees that live brokers, not ``dead``, lead each partition
+    of ``topic``; return that partition -> leader map."""
+    settled: list[dict[int, int]] = []
+
+    def moved() -> bool:
+        agreed = cluster.agreed_leaders(topic)
+        settled[:] = [agreed] if agreed is not None and dead not in agreed.values() else []
+        return bool(settled)
+
+    wait_until(moved, 30, f"broker {dead}'s partitions to move")
+    return settled[0]
 
 
 def records(start: int, stop: int) -> set[tuple[int, int]]:
@@ -84,7 +92,7 @@ def run_failovers(cluster: Cluster, topic: str, new_member: NewMember) -> None:
         until(ledger.all_committed(PARTITIONS, 2 * STEP), "phase 2 committed")
         assert coordinator_of(cluster, group) != first
 
-        second = next(b for b in set(cluster.leaders(topic).values()) if b != first)
+        second = next(iter(set(wait_moved(cluster, topic, first).values())))
         cluster.by_id(second).kill()
         wait_moved(cluster, topic, second)
         produce_values(cluster.bootstrap, topic, range(PARTITIONS), 2 * STEP, 3 * STEP)
