@@ -183,6 +183,7 @@ def test_huge_oauthbearer_extension_key_gets_a_bounded_refusal(env: Env) -> None
     message = bearer_message(env.issuer.token("app"), **{"k" * HUGE: "bad\x00value"})
     reason = bearer_refusal(env, message)
     assert "bad value" in reason and len(reason) < 400, reason[:500]
+    env.broker.wait_for_log(r"SASL OAUTHBEARER login from .* failed", after=mark)
     assert_log_lines_bounded(env, mark)
 
 

@@ -106,6 +106,10 @@ class Appender(Protocol):
     @property
     def generation(self) -> int: ...
 
+    @property
+    def epoch(self) -> int | None:
+        """The owner epoch it writes at now (None: given up, or outside a cluster)."""
+
     def committed(self, appends: list[Pending]) -> None:
         """Its ``appends`` (in order, all of one generation) were committed."""
 
@@ -269,8 +273,13 @@ class GroupCommitter:
             else:
                 by_partition.setdefault(pending.owner.partition_id, []).append(pending)
         if stale:
+            # given up since (another broker takes it): the producer goes to the new owner;
+            # else an earlier append failed, and that failure is the cause
+            given_up = {id(p.owner) for p in stale
+                     if p.epoch is not None and p.owner.epoch != p.epoch}
             _finish(stale, set(), AppendAbandoned(
-                errno.ESTALE, "an earlier append to the partition failed"))
+                errno.ESTALE, "an earlier append to the partition failed"),
+                {p.owner.partition_id for p in stale if id(p.owner) in given_up})
         if not by_partition:
             return
         runs = list(by_partition.values())

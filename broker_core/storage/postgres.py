@@ -287,6 +287,10 @@ class PgPartition(FilelessPartition):
     def generation(self) -> int:
         return self._generation
 
+    @property
+    def epoch(self) -> int | None:
+        return self._epoch
+
     @contextmanager
     def _writing(self) -> Iterator[Conn]:
         """A transaction of a write; on failure the cached row is reloaded before the next."""
