@@ -104,7 +104,7 @@ class QuotaApis:
                         for kind, name in entity.parts],
                 values=[R.EntryData.ValueData(key=key, value=value)
                         for key, value in sorted(values.items())])
-            for entity, values in sorted(self.store.quotas.items())
+            for entity, values in sorted(self.store.quotas.items(), key=lambda i: i[0].sort_key())
             if _selected(entity, components, request.strict) and self.scope.may_see(ctx, entity)
         ]
         return R(version=request.version, throttle_time_ms=0, error_code=0,

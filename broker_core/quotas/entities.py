@@ -50,7 +50,7 @@ class EntityError(ValueError):
     """An entity or value a client may not name (answered INVALID_REQUEST)."""
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class QuotaEntity:
     """One quota entity: its parts sorted by type."""
 
@@ -73,6 +73,10 @@ class QuotaEntity:
         if frozenset(types) not in _COMBINATIONS:
             raise EntityError(f"invalid quota entity combination {sorted(types)}")
         return cls(tuple(sorted(listed, key=lambda part: ENTITY_TYPES.index(part[0]))))
+
+    def sort_key(self) -> tuple[tuple[str, bool, str], ...]:
+        """A stable order of entities (a default before the names of its type)."""
+        return tuple((kind, name is not None, name or "") for kind, name in self.parts)
 
     def get(self, kind: str) -> tuple[bool, str | None]:
         """Whether the entity has a part of ``kind``, and its name."""

@@ -43,7 +43,7 @@ def _parse(stored: bytes | None) -> Quotas:
 
 def _encode(quotas: Quotas) -> bytes:
     document = [{"entity": [list(part) for part in entity.parts], "values": dict(values)}
-                for entity, values in sorted(quotas.items())]
+                for entity, values in sorted(quotas.items(), key=lambda i: i[0].sort_key())]
     return json.dumps(document, indent=1).encode()
 
 
