@@ -12,8 +12,9 @@ from kafka.protocol.admin import (
     DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
 )
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from tests.raw import RawConnection
+from tests.raw import RawConnection, record_batch
 
 Entity = dict[str, str | None]
 """An entity as ``{type: name}`` (None: the default)."""
@@ -52,3 +53,14 @@ def describe(conn: RawConnection, components: list[tuple[str, int, str | None]],
 def parts(entity: Entity) -> frozenset[tuple[str, str | None]]:
     """An entity as :func:`describe` keys it."""
     return frozenset(entity.items())
+
+
+def produce_throttle(conn: RawConnection, topic: str, value_bytes: int) -> tuple[int, int]:
+    """Produce one record of ``value_bytes`` bytes; the error code and ``throttle_time_ms``."""
+    data = ProduceRequest.TopicProduceData(name=topic, partition_data=[
+        ProduceRequest.TopicProduceData.PartitionProduceData(
+            index=0, records=record_batch(1, value=b"x" * value_bytes))])
+    answer = conn.call(ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=5000,
+                                         topic_data=[data]), 9, ProduceResponse)
+    error = int(answer.responses[0].partition_responses[0].error_code)
+    return error, int(answer.throttle_time_ms)
