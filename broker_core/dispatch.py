@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
@@ -39,6 +39,10 @@ from broker_core.protocol import (
 )
 from broker_core.stages import Later
 
+if TYPE_CHECKING:  # the quotas' modules import the APIs, which import this one
+    from broker_core.quotas.manager import Throttle
+    from broker_core.quotas.throttling import Throttling
+
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Engine, RequestContext, Any], Awaitable[Any | None]]
@@ -47,6 +51,8 @@ Handler = Callable[[Engine, RequestContext, Any], Awaitable[Any | None]]
 Answer = Frame | None | Coroutine[Any, Any, Frame | None]
 """A framed response, None, or the coroutine of a waiting stage giving either."""
 ResponseBound = Callable[[Engine, Any], int]
+Mute = Callable[[int], None]
+"""Told to stop reading a connection for so many milliseconds (a throttled request)."""
 API_VERSIONS_KEY = 18
 SMALL_RESPONSE_BOUND = 16 * 1024
 """The response bound of an API without its own: small enough that a full queue of such
@@ -82,13 +88,17 @@ class ParsedRequest:
     header: RequestHeader
     spec: ApiSpec
     body: Any | None
+    size: int = 0
+    """The frame's bytes (what a produce quota counts)."""
 
 
 class Dispatcher:
     """Decodes requests, runs their handlers and encodes framed responses."""
 
-    def __init__(self, engine: Engine, specs: Iterable[ApiSpec]) -> None:
+    def __init__(self, engine: Engine, specs: Iterable[ApiSpec],
+                 throttling: Throttling | None = None) -> None:
         self.engine = engine
+        self.throttling = throttling
         self.specs: dict[int, ApiSpec] = {spec.key: spec for spec in specs}
         self.specs[API_VERSIONS_KEY] = ApiSpec(API_VERSIONS_KEY, ApiVersionsRequest,
                                                ApiVersionsResponse, 0, 4, None)
@@ -107,7 +117,7 @@ class Dispatcher:
         flexible = bool(spec.request.flexible_version_q(version)) if supported else version >= 3
         header, body_at = parse_header(frame, flexible)
         if not supported:
-            return ParsedRequest(header, spec, None)
+            return ParsedRequest(header, spec, None, len(frame))
         try:
             body = spec.request.decode(frame[body_at:], version=version)
         except Exception as exc:  # the schema decoder raises many kinds on garbage
@@ -116,7 +126,7 @@ class Dispatcher:
         if null is not None:  # Kafka's reader refuses it: the request does not parse
             raise ProtocolError(f"malformed {spec.name} v{version} request: non-nullable "
                                 f"field {null} is null")
-        return ParsedRequest(header, spec, body)
+        return ParsedRequest(header, spec, body, len(frame))
 
     def response_bound(self, parsed: ParsedRequest) -> int:
         """The most bytes the framed response to ``parsed`` may hold."""
@@ -134,9 +144,12 @@ class Dispatcher:
         return ApiVersionsResponse(version=version, error_code=error, api_keys=entries,
                                    throttle_time_ms=0)
 
-    async def dispatch(self, ctx: RequestContext, parsed: ParsedRequest) -> Answer:
+    async def dispatch(self, ctx: RequestContext, parsed: ParsedRequest,
+                       mute: Mute | None = None) -> Answer:
         """Run the request's dispatch stage; return the framed response, None when none is
-        due, or the waiting stage that gives either."""
+        due, or the waiting stage that gives either. A request over a quota is answered
+        with its throttle time, and ``mute`` is told to stop reading the connection for
+        that long (:mod:`broker_core.quotas.throttling`)."""
         header, spec = parsed.header, parsed.spec
         if spec.key == API_VERSIONS_KEY:
             if parsed.body is None:
@@ -149,14 +162,28 @@ class Dispatcher:
         assert spec.handler is not None
         started = time.perf_counter()
         response = await spec.handler(self.engine, ctx, parsed.body)
+        throttle = None
+        if self.throttling is not None:
+            throttle = self.throttling.dispatched(ctx, spec.key, parsed.size,
+                                                  time.perf_counter() - started)
         if isinstance(response, Later):
-            return self._after(response, header, spec, started)
-        return self._encode(response, header, spec, started)
+            return self._after(response, ctx, parsed, started, throttle, mute)
+        return self._answer(response, ctx, parsed, started, throttle, mute)
 
-    async def _after(self, later: Later[Any | None], header: RequestHeader, spec: ApiSpec,
-                     started: float) -> Frame | None:
+    async def _after(self, later: Later[Any | None], ctx: RequestContext,
+                     parsed: ParsedRequest, started: float, throttle: Throttle | None,
+                     mute: Mute | None) -> Frame | None:
         """The waiting stage of a request: its response once ``later`` gives it."""
-        return self._encode(await later.wait, header, spec, started)
+        return self._answer(await later.wait, ctx, parsed, started, throttle, mute)
+
+    def _answer(self, response: Any | None, ctx: RequestContext, parsed: ParsedRequest,
+                started: float, throttle: Throttle | None, mute: Mute | None) -> Frame | None:
+        """The response throttled if it must be, then encoded."""
+        if self.throttling is not None:
+            response, throttle_ms = self.throttling.answered(ctx, response, throttle)
+            if throttle_ms and mute is not None:
+                mute(throttle_ms)
+        return self._encode(response, parsed.header, parsed.spec, started)
 
     def _encode(self, response: Any | None, header: RequestHeader, spec: ApiSpec,
                 started: float) -> Frame | None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from enum import IntEnum
 
+from broker_core.kv_document import KvDocument
 from broker_core.storage import KeyValueStore
 
 KEY = "acls.json"
@@ -153,36 +154,25 @@ def _encode(bindings: Iterable[AclBinding]) -> bytes:
 
 
 class AclStore:
-    """The ACL bindings, kept as JSON under ``acls.json`` in the storage's key-value area.
-
-    Every change is a read-modify-write of that document with ``compare_and_set`` (retried
-    when another broker sharing the storage changed it meanwhile), so no change is lost;
-    :meth:`read_again` takes in other brokers' changes."""
+    """The ACL bindings, kept as JSON under ``acls.json`` in the storage's key-value area
+    (a :class:`~broker_core.kv_document.KvDocument`: changes by compare-and-set, so no
+    change is lost; :meth:`read_again` takes in other brokers' changes)."""
 
     def __init__(self, kv: KeyValueStore) -> None:
-        self.kv = kv
-        self._stored = kv.get(KEY)
-        self.bindings: frozenset[AclBinding] = _parse(self._stored)
+        self.document = KvDocument(kv, KEY, _parse, _encode)
+
+    @property
+    def bindings(self) -> frozenset[AclBinding]:
+        """The bindings as last read or written."""
+        return self.document.value
 
     def read_again(self) -> None:
         """Take in the stored bindings if another broker changed them."""
-        stored = self.kv.get(KEY)
-        if stored != self._stored:
-            self.bindings, self._stored = _parse(stored), stored
+        self.document.read_again()
 
     def _change(self, edit: Callable[[frozenset[AclBinding]], frozenset[AclBinding]]) -> None:
         """Store ``edit`` of the current bindings (the stored ones, whoever wrote them)."""
-        while True:
-            stored = self.kv.get(KEY)
-            current = _parse(stored)
-            wanted = edit(current)
-            if wanted == current:
-                break
-            encoded = _encode(wanted)
-            if self.kv.compare_and_set(KEY, stored, encoded):
-                stored, current = encoded, wanted
-                break
-        self.bindings, self._stored = current, stored
+        self.document.change(edit)
 
     def add(self, bindings: Iterable[AclBinding]) -> None:
         """Add bindings (adding an existing one changes nothing)."""

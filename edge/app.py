@@ -20,6 +20,16 @@ from broker_core.engine import Engine
 from broker_core.engine_config import EngineConfig
 from broker_core.groups.coordinator import GroupConfig
 from broker_core.naming import Namespace
+from broker_core.quotas.apis import QuotaApis
+from broker_core.quotas.entities import (
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+)
+from broker_core.quotas.manager import QuotaManager
+from broker_core.quotas.rates import Window
+from broker_core.quotas.store import QuotaStore
+from broker_core.quotas.throttling import Throttling
 from broker_core.storage import KeyValueStore, LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress
 from broker_core.transactions.coordinator import TxnConfig
@@ -29,6 +39,7 @@ from edge.audit import AuditEvent, AuditLog
 from edge.authorization import Policy
 from edge.config import BrokerConfig
 from edge.metrics import CONNECTIONS, serve_metrics
+from edge.quotas import QuotaEvents, TenantScope
 from edge.ready_line import describe_listeners
 from edge.security import (
     ListenerSecurity,
@@ -127,6 +138,17 @@ def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineCon
     )
 
 
+def quota_manager(config: BrokerConfig, kv: KeyValueStore) -> QuotaManager:
+    """The client quotas stored in ``kv``, with the configured per-tenant defaults."""
+    defaults = {
+        PRODUCER_BYTE_RATE: float(config.default_tenant_producer_byte_rate),
+        CONSUMER_BYTE_RATE: float(config.default_tenant_consumer_byte_rate),
+        REQUEST_PERCENTAGE: float(config.default_tenant_request_percentage),
+    }
+    return QuotaManager(QuotaStore(kv), defaults,
+                        Window(config.quota_window_num, config.quota_window_size_seconds))
+
+
 def log_config(config: BrokerConfig) -> LogConfig:
     """Default ledger settings for partitions without topic overrides."""
     return LogConfig(
@@ -171,8 +193,14 @@ class BrokerApp:
         self.engine.kv_readers.append(self.acls.read_again)
         self.audit = AuditLog(self.engine, config.audit_enabled)
         self.policy.on_denied = self._denied
+        self.quotas = quota_manager(config, self.logs.kv)
+        self.engine.kv_readers.append(self.quotas.store.read_again)
+        self.quotas.observer = QuotaEvents(self.audit, self.quotas.window.span_s)
         self.dispatcher = Dispatcher(
-            self.engine, engine_apis() + edge_apis() + AclApis(self.acls, self.policy).specs())
+            self.engine,
+            engine_apis() + edge_apis() + AclApis(self.acls, self.policy).specs()
+            + QuotaApis(self.quotas.store, TenantScope(self.policy)).specs(),
+            Throttling(self.quotas))
         self.home = Namespace(config.kafka_tenant, config.kafka_namespace)
         mechanisms = listener_mechanisms(config)
         shared_tls: list[ssl.SSLContext] = []

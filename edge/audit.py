@@ -1,5 +1,6 @@
-"""Audit events: one JSON record per authentication outcome, authorization denial and
-rejected connection, appended to the internal topic ``__audit`` of the metadata namespace
+"""Audit events: one JSON record per authentication outcome, authorization denial,
+rejected connection and first throttled request of a quota window (``edge.quotas``),
+appended to the internal topic ``__audit`` of the metadata namespace
 (``public/__kafka/__audit`` by default) for the security pipeline to analyse.
 
 Writes are plain appends to the managed ledger (no fsync wait); repeated identical denials
@@ -47,8 +48,8 @@ class _NotClaimed(Exception):
 class AuditEvent:
     """One security-relevant event."""
 
-    kind: str            # authentication, authorization, connection
-    outcome: str         # success, failure, denied, rejected
+    kind: str            # authentication, authorization, connection, quota
+    outcome: str         # success, failure, denied, rejected, throttled
     listener: str
     client: str
     principal: str | None = None

@@ -232,6 +232,27 @@ class BrokerConfig(BaseModel):
         "auditEnabled",
         "write a JSON event per login outcome, authorization denial and rejected connection "
         "to `<kafkaMetadataTenant>/<kafkaMetadataNamespace>/__audit`")] = True
+    default_tenant_producer_byte_rate: Annotated[int, key(
+        "defaultTenantProducerByteRate",
+        "`producer_byte_rate` of each tenant without a quota of its own (bytes per second, "
+        "shared by the tenant's connections); a quota set by AlterClientQuotas for a user, "
+        "client id, namespace or tenant overrides it; 0 = none", ge=0)] = 0
+    default_tenant_consumer_byte_rate: Annotated[int, key(
+        "defaultTenantConsumerByteRate",
+        "`consumer_byte_rate` of each tenant without a quota of its own (bytes per second); "
+        "0 = none", ge=0)] = 0
+    default_tenant_request_percentage: Annotated[int, key(
+        "defaultTenantRequestPercentage",
+        "`request_percentage` of each tenant without a quota of its own (percent of one "
+        "event loop's time spent on its requests); 0 = none", ge=0)] = 0
+    quota_window_num: Annotated[int, key(
+        "quotaWindowNum",
+        "samples a quota's rate is measured over (Kafka's `quota.window.num`)",
+        ge=2, le=3600)] = 11
+    quota_window_size_seconds: Annotated[int, key(
+        "quotaWindowSizeSeconds",
+        "length of one sample, in seconds (Kafka's `quota.window.size.seconds`)",
+        ge=1, le=3600)] = 1
     metrics_port: Annotated[int, key(
         "metricsPort",
         "port of the Prometheus endpoint `/metrics`; 0 = off", ge=0, le=65535)] = 0

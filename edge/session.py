@@ -91,6 +91,9 @@ class Session:
         self.principal = certificate_principal(info.tls) or ANONYMOUS
         self.home = home
         self.max_receive_before_login = max_receive_before_login
+        self.muted_until = 0.0
+        """Until when (``time.monotonic()``) the listener does not read the connection: a
+        request over a quota mutes it for its throttle time (KIP-219)."""
 
     @property
     def frame_limit(self) -> int | None:
@@ -142,7 +145,10 @@ class Session:
             login_tenant=self.home.tenant if self.login is not None else None,
             api=parsed.spec.name,
         )
-        return await self.dispatcher.dispatch(ctx, parsed)
+        return await self.dispatcher.dispatch(ctx, parsed, self._mute)
+
+    def _mute(self, throttle_ms: int) -> None:
+        self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
 
     def _audit(self, kind: str, outcome: str, *, mechanism: str | None = None,
                principal: str | None = None, tenant: str | None = None, api: str | None = None,

@@ -26,6 +26,10 @@ real login) is read as it is, a larger one draws on one :class:`ReadBudget` shar
 broker's listeners as its bytes arrive, so that nobody can fill the budget by declaring
 sizes, and a full budget never stops a login.
 
+A handler may mute its connection until a moment (``muted_until``, a client throttled by
+a quota, KIP-219): until then no frame is read or started and the transport is paused, so
+the client's requests wait in its socket, whether it honours ``throttle_time_ms`` or not.
+
 On a TLS listener each connection does its handshake in :mod:`listeners.handshake`.
 """
 
@@ -39,6 +43,7 @@ import logging
 import ssl
 import struct
 import termios
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -108,6 +113,12 @@ class ConnectionHandler(Protocol):
     def prepare(self, frame: memoryview) -> Request:
         """Read one request frame (no size prefix) without acting on it yet. Called in
         the order frames arrive, each once the dispatch stage before it has returned."""
+        ...
+
+    @property
+    def muted_until(self) -> float:
+        """Until when (``time.monotonic()``) the connection is not to be read: a client
+        throttled by a quota (KIP-219). No frame is read or started before then."""
         ...
 
     def closed(self) -> None:
@@ -333,7 +344,8 @@ class _Connection:
                 # not logged in: one whole request at a time, with nothing read meanwhile
                 # (a failed login waits, a token may need a JWKS), so that the limit of the
                 # next frame is the one in force after this request (a login)
-                await self._without_reading(last)
+                await self._without_reading(asyncio.wait([last]))
+            await self._while_muted()
             self.reader.set_limit(_READ_LIMIT if self.handler.frame_limit is None
                                   else SMALL_FRAME_BYTES)
             try:
@@ -344,6 +356,7 @@ class _Connection:
             if read is None:
                 return
             frame, held = read
+            await self._while_muted()  # a throttle known only once the frame was read
             started: tuple[asyncio.Task[Response | None], asyncio.Future[None]] | None = None
             try:
                 request = self._prepare(frame)
@@ -364,17 +377,22 @@ class _Connection:
             if not dispatched.done():
                 await dispatched
 
-    async def _without_reading(self, request: asyncio.Task[Response | None]) -> None:
-        """Wait for ``request`` with the transport paused (unless the reader paused it)."""
+    async def _without_reading(self, wait: Awaitable[object]) -> None:
+        """Await ``wait`` with the transport paused (unless the reader paused it)."""
         transport = cast(asyncio.Transport, self.writer.transport)  # uvloop's is no subclass
         paused = transport.is_reading()
         if paused:
             transport.pause_reading()
         try:
-            await asyncio.wait([request])
+            await wait
         finally:
             if paused and not transport.is_closing():
                 transport.resume_reading()
+
+    async def _while_muted(self) -> None:
+        """Read nothing until the handler's mute ends (it may be extended meanwhile)."""
+        while (remaining := self.handler.muted_until - time.monotonic()) > 0:
+            await self._without_reading(asyncio.sleep(remaining))
 
     def _prepare(self, frame: memoryview) -> Request:
         """The handler's reading of a frame; should the handler fail, a request that fails

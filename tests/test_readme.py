@@ -240,3 +240,12 @@ def test_cluster_broker_example_reaches_the_primary_of_a_multi_host_url(tmp_path
         assert broker.wait(30) == 0
     with psycopg.connect(url) as conn:  # the records went to the database that answered
         assert conn.execute("SELECT count(*) FROM edge_entries").fetchone() != (0,)
+
+
+def test_quota_examples_hold_a_producer_back(tmp_path: Path) -> None:
+    broker = _start_shell_example("quota-broker", tmp_path)
+    try:
+        assert run_example("quota-producer", tmp_path) == ["throttled: True"]
+    finally:
+        os.killpg(broker.pid, signal.SIGTERM)
+        assert broker.wait(30) == 0

@@ -103,11 +103,11 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
         return _empty(want.index, ErrorCode.KAFKA_STORAGE_ERROR), 0
     if committed:
         visible = [_BASE_OFFSET.unpack_from(_head(c))[0] < upper for c in chunks]
-        _release(c for c, keep in zip(chunks, visible, strict=True) if not keep)
+        release_batches(c for c, keep in zip(chunks, visible, strict=True) if not keep)
         chunks = [c for c, keep in zip(chunks, visible, strict=True) if keep]
     size = sum(len(chunk) for chunk in chunks)
     if size > limit and not first:
-        _release(chunks)
+        release_batches(chunks)
         chunks, size = [], 0
 
     aborted: list[tuple[int, int]] | None = [] if committed else None
@@ -127,7 +127,8 @@ def _head(batch: Chunk) -> bytes | memoryview:
     raise TypeError(f"not a batch the log returns: {type(batch).__name__}")
 
 
-def _release(batches: Iterable[Chunk]) -> None:
+def release_batches(batches: Iterable[Chunk]) -> None:
+    """Give back the file regions among ``batches`` (an answer that will not be sent)."""
     for batch in batches:
         if isinstance(batch, FileRegion):
             batch.release()
@@ -214,7 +215,7 @@ async def _poll(engine: Engine, request: Any, wanted: list[_Wanted],
         answers, total, errored = _collect(engine, wanted, max_bytes, committed, unscanned)
         if unscanned:  # off the event loop, then answer again
             for answer, _size in answers:
-                _release(answer.batches)
+                release_batches(answer.batches)
             await _scan(unscanned)
             continue
         remaining = deadline - time.monotonic()
@@ -222,7 +223,7 @@ async def _poll(engine: Engine, request: Any, wanted: list[_Wanted],
                 or engine.closing):
             break
         for answer, _size in answers:
-            _release(answer.batches)
+            release_batches(answer.batches)
         keys = [(w.internal, w.index) for w in wanted if w.internal is not None]
         await engine.waiters.wait_any(keys, remaining)
     topics: list[TopicAnswer] = []

@@ -94,9 +94,15 @@ class FetchAnswer(Prewritten):
 
     version: int
     topics: list[TopicAnswer]
+    throttle_time_ms: int = 0
+
+    @property
+    def record_bytes(self) -> int:
+        """The record bytes the answer carries (what a consumer byte rate counts)."""
+        return sum(part.size for topic in self.topics for part in topic.partitions)
 
     def encode_parts(self) -> tuple[list[Chunk], int]:
-        return encode_fetch_response(self.version, self.topics)
+        return encode_fetch_response(self.version, self.topics, self.throttle_time_ms)
 
 
 def encode_fetch_response(version: int, topics: Sequence[TopicAnswer],

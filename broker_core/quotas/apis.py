@@ -1,0 +1,162 @@
+"""DescribeClientQuotas (API key 48) and AlterClientQuotas (49), answered as Kafka does.
+
+Both need the cluster permission Kafka checks (DESCRIBE_CONFIGS, resp. ALTER_CONFIGS on
+the cluster; CLUSTER_AUTHORIZATION_FAILED otherwise), and then a :class:`QuotaScope`
+(the edge's tenant policy) says which entities the caller may see and alter. An unknown
+entity type, key or match type, a repeated one, or a value that is not positive (or not
+whole, for a byte rate) is INVALID_REQUEST; ``validate_only`` checks without storing.
+Describe filters as Kafka does: each component matches an exact name, the default, or any
+name of its type; ``strict`` leaves out entities with types the filter does not name.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
+
+from broker_core.context import Operation, RequestContext
+from broker_core.dispatch import ApiSpec
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.quotas.entities import ENTITY_TYPES, EntityError, QuotaEntity, check_value
+from broker_core.quotas.store import Alteration, QuotaStore
+
+log = logging.getLogger(__name__)
+MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+
+
+class QuotaScope(Protocol):
+    """Which quota entities a caller may see and alter (beyond the cluster permission)."""
+
+    def may_see(self, ctx: RequestContext, entity: QuotaEntity) -> bool: ...
+
+    def may_alter(self, ctx: RequestContext, entity: QuotaEntity) -> bool: ...
+
+
+_Filter = list[tuple[str, int, str | None]]
+
+
+def _filter(components: list[Any]) -> _Filter:
+    """The request's filter components, checked (KafkaApiError INVALID_REQUEST)."""
+    found: _Filter = []
+    for component in components:
+        kind, match_type, match = component.entity_type, component.match_type, component.match
+        if kind not in (*ENTITY_TYPES, "ip"):
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"unknown entity type {kind!r}")
+        if any(kind == seen for seen, _, _ in found):
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"entity type {kind!r} repeated")
+        if match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED):
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"unknown match type {match_type}")
+        if (match_type == MATCH_EXACT) != (match is not None):
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                "an exact match needs a name, the other match types none")
+        found.append((kind, match_type, match))
+    return found
+
+
+def _selected(entity: QuotaEntity, components: _Filter, strict: bool) -> bool:
+    for kind, match_type, match in components:
+        has, name = entity.get(kind)
+        if not has or (match_type == MATCH_EXACT and name != match) or (
+                match_type == MATCH_DEFAULT and name is not None):
+            return False
+    named = {kind for kind, _, _ in components}
+    return not strict or all(kind in named for kind, _ in entity.parts)
+
+
+class QuotaApis:
+    """The two client-quota APIs over one store and scope."""
+
+    def __init__(self, store: QuotaStore, scope: QuotaScope) -> None:
+        self.store = store
+        self.scope = scope
+
+    def specs(self) -> list[ApiSpec]:
+        """The ApiSpecs to serve (ApiVersions advertises them)."""
+        return [
+            ApiSpec(48, DescribeClientQuotasRequest, DescribeClientQuotasResponse, 0, 1,
+                    self.describe),
+            ApiSpec(49, AlterClientQuotasRequest, AlterClientQuotasResponse, 0, 1,
+                    self.alter),
+        ]
+
+    async def describe(self, engine: Engine, ctx: RequestContext, request: Any) -> Any:
+        """Handle DescribeClientQuotas."""
+        R = DescribeClientQuotasResponse
+        try:
+            if not engine.cluster_allowed(ctx, Operation.DESCRIBE_CONFIGS):
+                raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                    f"{ctx.principal} may not describe client quotas")
+            components = _filter(request.components)
+        except KafkaApiError as error:
+            return R(version=request.version, throttle_time_ms=0, error_code=error.code,
+                     error_message=error.message, entries=None)
+        entries = [
+            R.EntryData(
+                entity=[R.EntryData.EntityData(entity_type=kind, entity_name=name)
+                        for kind, name in entity.parts],
+                values=[R.EntryData.ValueData(key=key, value=value)
+                        for key, value in sorted(values.items())])
+            for entity, values in sorted(self.store.quotas.items(), key=lambda i: i[0].sort_key())
+            if _selected(entity, components, request.strict) and self.scope.may_see(ctx, entity)
+        ]
+        return R(version=request.version, throttle_time_ms=0, error_code=0,
+                 error_message=None, entries=entries)
+
+    def _alteration(self, engine: Engine, ctx: RequestContext, entry: Any) -> Alteration:
+        """One entry checked (KafkaApiError with the entry's error otherwise)."""
+        if not engine.cluster_allowed(ctx, Operation.ALTER_CONFIGS):
+            raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                f"{ctx.principal} may not alter client quotas")
+        try:
+            entity = QuotaEntity.of((e.entity_type, e.entity_name) for e in entry.entity)
+            keys = [op.key for op in entry.ops]
+            if len(set(keys)) != len(keys):
+                raise EntityError(f"a quota key is repeated in {keys}")
+            for op in entry.ops:
+                check_value(op.key, 1.0 if op.remove else op.value)
+        except EntityError as error:
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST, str(error)) from error
+        if not self.scope.may_alter(ctx, entity):
+            raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                f"{ctx.principal} may not alter the quotas of "
+                                f"{_shown(entity)}")
+        return Alteration(entity, {op.key: float(op.value) for op in entry.ops if not op.remove},
+                          frozenset(op.key for op in entry.ops if op.remove))
+
+    async def alter(self, engine: Engine, ctx: RequestContext, request: Any) -> Any:
+        """Handle AlterClientQuotas: every valid entry is stored in one write."""
+        R = AlterClientQuotasResponse
+        results = []
+        changes = []
+        for entry in request.entries:
+            code, message = ErrorCode.NONE, None
+            try:
+                changes.append(self._alteration(engine, ctx, entry))
+            except KafkaApiError as error:
+                code, message = error.code, error.message
+            results.append(R.EntryData(
+                error_code=code, error_message=message,
+                entity=[R.EntryData.EntityData(entity_type=e.entity_type,
+                                               entity_name=e.entity_name)
+                        for e in entry.entity]))
+        if changes and not request.validate_only:
+            self.store.alter(changes)
+            log.info("%s altered the client quotas of %s", ctx.principal,
+                     ", ".join(_shown(change.entity) for change in changes))
+        return R(version=request.version, throttle_time_ms=0, entries=results)
+
+
+def _shown(entity: QuotaEntity) -> str:
+    """An entity as a log line or message names it (escaped and bounded: names come from
+    clients)."""
+    text = ",".join(f"{kind}={'<default>' if name is None else repr(name)}"
+                    for kind, name in entity.parts)
+    return text if len(text) <= 200 else text[:200] + "..."

@@ -1,0 +1,124 @@
+"""Measuring callers against their quotas: bytes produced, bytes fetched and request
+handling time, each on the sliding window of whoever shares the matched quota.
+
+A request is always answered; when its caller is over a quota the answer carries
+``throttle_time_ms`` and the connection is not read for that long (KIP-219, see
+``broker_core.quotas.throttling``). With no quota stored and no per-tenant default
+configured, nothing is measured: the hot path pays one check.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from broker_core.context import RequestContext
+from broker_core.quotas.entities import Applied, Caller, resolve
+from broker_core.quotas.rates import SlidingRate, Window
+from broker_core.quotas.store import Quotas, QuotaStore
+
+KAFKA_WINDOW = Window()
+"""Kafka's defaults: 11 samples of one second."""
+_MAX_CACHED = 10_000
+"""Callers whose resolved quotas are remembered (cleared beyond), and the number of
+rates kept before idle ones are dropped."""
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """A caller held back: the quota key, its value, who shares it, and for how long."""
+
+    who: Caller
+    key: str
+    quota: float
+    shared_by: tuple[str, ...]
+    throttle_ms: int
+
+
+class QuotaObserver(Protocol):
+    """Who is told about measured traffic and throttles (metrics, audit)."""
+
+    def charged(self, who: Caller, key: str, amount: float) -> None:
+        """``amount`` of ``key``'s quantity was measured for ``who``."""
+        ...
+
+    def throttled(self, ctx: RequestContext, throttle: Throttle) -> None:
+        """A request of ``ctx`` is answered with a throttle time."""
+        ...
+
+
+def caller_of(ctx: RequestContext) -> Caller:
+    """The quota identity of a request's caller: its principal, client id, tenant and
+    namespace (a connection without a login counts in the broker's default namespace)."""
+    return Caller(ctx.principal, ctx.client_id or "", ctx.home.tenant,
+                  f"{ctx.home.tenant}/{ctx.home.namespace}")
+
+
+class QuotaManager:
+    """The quotas in force (the store and the configured per-tenant defaults) and the
+    rates measured against them."""
+
+    def __init__(self, store: QuotaStore, defaults: Mapping[str, float],
+                 window: Window = KAFKA_WINDOW) -> None:
+        self.store = store
+        self.defaults = {key: value for key, value in defaults.items() if value > 0}
+        self.window = window
+        self.observer: QuotaObserver | None = None
+        self._rates: dict[tuple[str, tuple[str, ...]], SlidingRate] = {}
+        self._resolved: dict[Caller, dict[str, Applied]] = {}
+        self._resolved_for: Quotas | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether any quota may apply (else nothing is measured)."""
+        return bool(self.defaults) or bool(self.store.quotas)
+
+    def applied(self, who: Caller) -> dict[str, Applied]:
+        """The quota of each key that applies to ``who``."""
+        quotas = self.store.quotas
+        if quotas is not self._resolved_for or len(self._resolved) > _MAX_CACHED:
+            self._resolved, self._resolved_for = {}, quotas
+        found = self._resolved.get(who)
+        if found is None:
+            found = self._resolved[who] = resolve(quotas, who, self.defaults)
+        return found
+
+    def charge(self, ctx: RequestContext, key: str, amount: float,
+               now: float | None = None) -> Throttle | None:
+        """Measure ``amount`` for the caller of ``ctx`` against its ``key`` quota; the
+        throttle it earns, if it is over."""
+        who = caller_of(ctx)
+        if self.observer is not None:
+            self.observer.charged(who, key, amount)
+        applied = self.applied(who).get(key)
+        if applied is None:
+            return None
+        now = time.monotonic() if now is None else now
+        rate = self._rate(key, applied.shared_by, now)
+        rate.record(amount, now)
+        delay = rate.throttle_ms(applied.value, now)
+        if delay <= 0:
+            return None
+        return Throttle(who, key, applied.value, applied.shared_by, delay)
+
+    def uncharge(self, throttle: Throttle, amount: float) -> None:
+        """Take back ``amount`` measured for a request answered without it (a throttled
+        Fetch is answered empty, as Kafka answers it)."""
+        rate = self._rates.get((throttle.key, throttle.shared_by))
+        if rate is not None:
+            rate.record(-amount, time.monotonic())
+
+    def _rate(self, key: str, shared_by: tuple[str, ...], now: float) -> SlidingRate:
+        found = self._rates.get((key, shared_by))
+        if found is None:
+            if len(self._rates) >= _MAX_CACHED:
+                self._forget_idle(now)
+            found = self._rates[(key, shared_by)] = SlidingRate(self.window)
+        return found
+
+    def _forget_idle(self, now: float) -> None:
+        """Drop rates unused for a whole window (they measure zero again anyway)."""
+        span = self.window.span_s
+        self._rates = {k: r for k, r in self._rates.items() if now - r.last_used < span}

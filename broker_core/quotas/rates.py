@@ -1,0 +1,74 @@
+"""A rate measured over a sliding window of samples, and the throttle time of a quota on
+it, computed as Kafka computes them (its ``Rate`` over ``quota.window.num`` samples of
+``quota.window.size.seconds``, and ``QuotaUtils.throttleTime``).
+
+The rate is the sum of the samples over the time they span, counted as at least
+``samples - 1`` whole windows: a new client is measured over the full window from its
+first request, so a short burst at start is not throttled unless it exceeds what the
+whole window allows. A caller over its quota ``Q`` at rate ``R`` is delayed by
+``(R - Q) / Q * window``: the time after which the rate, without new traffic, is back at
+the quota.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """How rates are measured: ``samples`` windows of ``size_s`` seconds."""
+
+    samples: int = 11
+    size_s: float = 1.0
+
+    @property
+    def span_s(self) -> float:
+        """The whole window: the longest throttle time."""
+        return self.samples * self.size_s
+
+
+class SlidingRate:
+    """One measured quantity (bytes, seconds of handling time) per second."""
+
+    __slots__ = ("_samples", "last_used", "window")
+
+    def __init__(self, window: Window) -> None:
+        self.window = window
+        self._samples: deque[list[float]] = deque(maxlen=window.samples)  # [start, total]
+        self.last_used = 0.0
+
+    def record(self, amount: float, now: float) -> None:
+        """Add ``amount`` at time ``now`` (seconds, monotonic); negative takes it back."""
+        self.last_used = now
+        if not self._samples or now - self._samples[-1][0] >= self.window.size_s:
+            self._samples.append([now, 0.0])
+        self._samples[-1][1] += amount
+
+    def rate(self, now: float) -> float:
+        """The measured amount per second."""
+        span = self.window.span_s
+        while self._samples and now - self._samples[0][0] >= span:
+            self._samples.popleft()
+        if not self._samples:
+            return 0.0
+        return sum(total for _, total in self._samples) / self._elapsed(now)
+
+    def throttle_ms(self, quota: float, now: float) -> int:
+        """How long a caller over ``quota`` must wait (0 when within it), at most the
+        whole window."""
+        rate = self.rate(now)
+        if rate <= quota:
+            return 0
+        elapsed = self._elapsed(now)
+        delay = (rate - quota) / quota * elapsed
+        return int(min(delay, self.window.span_s) * 1000)
+
+    def _elapsed(self, now: float) -> float:
+        """The time the samples span, at least ``samples - 1`` whole windows."""
+        elapsed = now - self._samples[0][0] if self._samples else 0.0
+        full = int(elapsed / self.window.size_s)
+        if full < self.window.samples - 1:
+            elapsed += (self.window.samples - 1 - full) * self.window.size_s
+        return elapsed

@@ -1,0 +1,77 @@
+"""Where quotas meet requests: what each request is charged, and its throttled answer.
+
+As Kafka does: a Produce is charged its request bytes against ``producer_byte_rate``; a
+Fetch its record bytes against ``consumer_byte_rate``, and a Fetch over that quota is
+answered empty (its bytes taken back), to be asked again after the throttle time; every
+request served by a handler is charged its dispatch-stage time against
+``request_percentage`` (percent of the event loop's time). The longest throttle earned
+goes into the response's ``throttle_time_ms``, and the connection is muted for that long
+(KIP-219: the client is not read from, whether it honours the field or not).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker_core.apis.fetch import release_batches
+from broker_core.apis.fetch_wire import FetchAnswer
+from broker_core.context import RequestContext
+from broker_core.quotas.entities import (
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+)
+from broker_core.quotas.manager import QuotaManager, Throttle
+
+PRODUCE_KEY = 0
+FETCH_KEY = 1
+
+
+def _longest(*throttles: Throttle | None) -> Throttle | None:
+    found = [t for t in throttles if t is not None]
+    return max(found, key=lambda t: t.throttle_ms) if found else None
+
+
+class Throttling:
+    """Charges requests to a :class:`QuotaManager` and throttles their answers."""
+
+    def __init__(self, manager: QuotaManager) -> None:
+        self.manager = manager
+
+    def dispatched(self, ctx: RequestContext, api_key: int, request_bytes: int,
+                   seconds: float) -> Throttle | None:
+        """Charge a request whose dispatch stage took ``seconds``."""
+        produced = None
+        if api_key == PRODUCE_KEY:
+            produced = self.manager.charge(ctx, PRODUCER_BYTE_RATE, request_bytes)
+        if not self.manager.active:
+            return produced
+        return _longest(produced, self.manager.charge(ctx, REQUEST_PERCENTAGE, seconds * 100))
+
+    def answered(self, ctx: RequestContext, response: Any,
+                 throttle: Throttle | None) -> tuple[Any, int]:
+        """The response to send and the milliseconds to mute the connection: a Fetch
+        answer's record bytes are charged (over the quota, the answer is empty), the
+        longest throttle goes into ``throttle_time_ms`` and is reported."""
+        if isinstance(response, FetchAnswer):
+            size = response.record_bytes
+            fetched = self.manager.charge(ctx, CONSUMER_BYTE_RATE, size)
+            if fetched is not None:
+                self.manager.uncharge(fetched, size)
+                for topic in response.topics:
+                    for part in topic.partitions:
+                        release_batches(part.batches)
+                response = FetchAnswer(response.version, [])
+                throttle = _longest(throttle, fetched)
+        if throttle is None:
+            return response, 0
+        if self.manager.observer is not None:
+            self.manager.observer.throttled(ctx, throttle)
+        return with_throttle(response, throttle.throttle_ms), throttle.throttle_ms
+
+
+def with_throttle(response: Any, throttle_ms: int) -> Any:
+    """``response`` carrying ``throttle_time_ms`` (kept as is by versions without it)."""
+    if throttle_ms > 0 and response is not None and hasattr(response, "throttle_time_ms"):
+        response.throttle_time_ms = throttle_ms
+    return response

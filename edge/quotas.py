@@ -1,0 +1,99 @@
+"""Client quotas at the edge: who may manage which, per-tenant metrics, throttle audits.
+
+The tenant boundary (:class:`TenantScope`): superusers, and connections without a tenant
+login (only the ACLs apply to them), see and alter every quota. A tenant's login sees the
+quotas of its own tenant and of its namespaces, and alters those of its namespaces only:
+the quota of the tenant itself, and the user, client-id and default quotas (which cross
+tenants), are the operator's. Beyond that scope the answer is CLUSTER_AUTHORIZATION_FAILED.
+
+:class:`QuotaEvents` counts bytes and throttles per tenant for ``/metrics`` and writes an
+audit event for a throttled request: the first of each quota and sharer per quota window
+(``quotaWindowNum`` x ``quotaWindowSizeSeconds``), so a client hammering past its quota
+cannot flood the audit topic.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import Counter
+
+from broker_core.context import RequestContext
+from broker_core.quotas.entities import (
+    CONSUMER_BYTE_RATE,
+    NAMESPACE,
+    PRODUCER_BYTE_RATE,
+    Caller,
+    QuotaEntity,
+)
+from broker_core.quotas.manager import Throttle
+from edge.audit import AuditEvent, AuditLog
+from edge.authorization import Policy
+
+TENANT_BYTES = Counter("kop_server_tenant_bytes",
+                       "Record bytes produced (in) and fetched (out), by tenant.",
+                       ["tenant", "direction"])
+THROTTLE_SECONDS = Counter("kop_server_quota_throttle_seconds",
+                           "Throttle time given to requests over a quota, by tenant and quota.",
+                           ["tenant", "quota"])
+THROTTLED = Counter("kop_server_quota_throttled_requests",
+                    "Requests answered with a throttle time, by tenant and quota.",
+                    ["tenant", "quota"])
+_DIRECTIONS = {PRODUCER_BYTE_RATE: "in", CONSUMER_BYTE_RATE: "out"}
+_MAX_REMEMBERED = 10_000
+
+
+class TenantScope:
+    """Implements the quota APIs' ``QuotaScope`` with the broker's tenant policy."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    def _operator(self, ctx: RequestContext) -> bool:
+        return ctx.login_tenant is None or self.policy.is_super_user(ctx)
+
+    def may_see(self, ctx: RequestContext, entity: QuotaEntity) -> bool:
+        """Operators see all; a tenant its own tenant's and namespaces' quotas."""
+        return self._operator(ctx) or entity.tenant == ctx.login_tenant
+
+    def may_alter(self, ctx: RequestContext, entity: QuotaEntity) -> bool:
+        """Operators alter all; a tenant the quotas of its own namespaces."""
+        if self._operator(ctx):
+            return True
+        has_namespace, _ = entity.get(NAMESPACE)
+        return has_namespace and entity.tenant == ctx.login_tenant
+
+
+class QuotaEvents:
+    """Implements ``QuotaObserver``: metrics per tenant and bounded throttle audits."""
+
+    def __init__(self, audit: AuditLog, window_s: float) -> None:
+        self.audit = audit
+        self.window_s = window_s
+        self._audited: dict[tuple[str, tuple[str, ...]], float] = {}
+
+    def charged(self, who: Caller, key: str, amount: float) -> None:
+        """Count produced and fetched bytes per tenant."""
+        direction = _DIRECTIONS.get(key)
+        if direction is not None and amount:
+            TENANT_BYTES.labels(who.tenant, direction).inc(amount)
+
+    def throttled(self, ctx: RequestContext, throttle: Throttle) -> None:
+        """Count the throttle; audit the first one per quota and sharer per window."""
+        tenant = throttle.who.tenant
+        THROTTLE_SECONDS.labels(tenant, throttle.key).inc(throttle.throttle_ms / 1000)
+        THROTTLED.labels(tenant, throttle.key).inc()
+        now = time.monotonic()
+        mark = (throttle.key, throttle.shared_by)
+        if now - self._audited.get(mark, -self.window_s) < self.window_s:
+            return
+        if len(self._audited) >= _MAX_REMEMBERED:
+            self._audited = {k: t for k, t in self._audited.items()
+                             if now - t < self.window_s}
+        self._audited[mark] = now
+        self.audit.record(AuditEvent(
+            kind="quota", outcome="throttled", listener=ctx.listener,
+            client=ctx.client_host, principal=ctx.principal, tenant=tenant, api=ctx.api,
+            resource="/".join(throttle.shared_by),
+            reason=f"{throttle.key} {throttle.quota:g} exceeded: throttled "
+                   f"{throttle.throttle_ms} ms (first of this window)"))

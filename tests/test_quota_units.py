@@ -1,0 +1,119 @@
+"""Client quotas without a socket: entities and Kafka's precedence (plus tenants and
+namespaces), the store shared through the key-value area, and the sliding-window rate and
+throttle time (with explicit clocks: no sleeping, no timing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker_core.quotas.entities import (
+    CLIENT_ID,
+    NAMESPACE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    TENANT,
+    USER,
+    Caller,
+    EntityError,
+    QuotaEntity,
+    check_value,
+    resolve,
+)
+from broker_core.quotas.rates import SlidingRate, Window
+from broker_core.quotas.store import Alteration, QuotaStore
+from broker_core.storage.file_kv import FileKeyValues
+
+WHO = Caller(user="alice", client_id="app", tenant="acme", namespace="acme/prod")
+P = PRODUCER_BYTE_RATE
+
+LEVELS = [  # most specific first, with who shares the measured rate
+    (((USER, "alice"), (CLIENT_ID, "app")), (USER, "alice", CLIENT_ID, "app")),
+    (((USER, "alice"), (CLIENT_ID, None)), (USER, "alice", CLIENT_ID, "app")),
+    (((USER, "alice"),), (USER, "alice")),
+    (((USER, None), (CLIENT_ID, "app")), (USER, "alice", CLIENT_ID, "app")),
+    (((USER, None), (CLIENT_ID, None)), (USER, "alice", CLIENT_ID, "app")),
+    (((USER, None),), (USER, "alice")),
+    (((CLIENT_ID, "app"),), (CLIENT_ID, "app")),
+    (((CLIENT_ID, None),), (CLIENT_ID, "app")),
+    (((NAMESPACE, "acme/prod"),), (NAMESPACE, "acme/prod")),
+    (((NAMESPACE, None),), (NAMESPACE, "acme/prod")),
+    (((TENANT, "acme"),), (TENANT, "acme")),
+    (((TENANT, None),), (TENANT, "acme")),
+]
+
+
+def test_the_most_specific_entity_wins_at_every_level() -> None:
+    quotas = {QuotaEntity.of(parts): {P: float(1000 + level)}
+              for level, (parts, _) in enumerate(LEVELS)}
+    for level, (parts, shared_by) in enumerate(LEVELS):
+        applied = resolve(quotas, WHO, {P: 1.0})[P]
+        assert (applied.value, applied.shared_by) == (1000 + level, shared_by), parts
+        del quotas[QuotaEntity.of(parts)]
+    applied = resolve(quotas, WHO, {P: 1.0})[P]
+    assert (applied.value, applied.shared_by) == (1.0, (TENANT, "acme"))
+    assert resolve(quotas, WHO, {}) == {}
+
+
+def test_each_key_resolves_on_its_own_and_other_callers_are_not_matched() -> None:
+    quotas = {QuotaEntity.of([(USER, "alice")]): {REQUEST_PERCENTAGE: 20.0},
+              QuotaEntity.of([(TENANT, "acme")]): {P: 500.0},
+              QuotaEntity.of([(TENANT, "other")]): {P: 1.0}}
+    found = resolve(quotas, WHO, {})
+    assert found[REQUEST_PERCENTAGE].value == 20 and found[P].value == 500
+    stranger = Caller("bob", "x", "other", "other/default")
+    assert set(resolve(quotas, stranger, {})) == {P}
+
+
+@pytest.mark.parametrize("parts", [
+    [("ip", "1.2.3.4")], [("group", "g")], [(USER, "a"), (USER, "b")],
+    [(TENANT, "a"), (USER, "b")], [(NAMESPACE, "no-slash")], [(TENANT, "bad name")], [],
+])
+def test_entities_kafka_would_refuse_are_refused(parts: list[tuple[str, str | None]]) -> None:
+    with pytest.raises(EntityError):
+        QuotaEntity.of(parts)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("unknown_rate", 1.0), (P, 0.0), (P, -5.0), (P, 1.5), (REQUEST_PERCENTAGE, -1.0),
+    ("connection_creation_rate", 10.0), (P, float("inf")), (P, float("nan")),
+])
+def test_values_kafka_would_refuse_are_refused(key: str, value: float) -> None:
+    with pytest.raises(EntityError):
+        check_value(key, value)
+    check_value(REQUEST_PERCENTAGE, 12.5)
+
+
+def test_two_stores_on_one_area_see_each_others_changes(tmp_path: Path) -> None:
+    first, second = QuotaStore(FileKeyValues(tmp_path)), QuotaStore(FileKeyValues(tmp_path))
+    user = QuotaEntity.of([(USER, "alice")])
+    tenant = QuotaEntity.of([(TENANT, "acme")])
+    first.alter([Alteration(user, {P: 100.0}, frozenset())])
+    second.alter([Alteration(tenant, {P: 200.0}, frozenset())])  # read-modify-write: kept
+    first.read_again()
+    assert dict(first.quotas) == {user: {P: 100.0}, tenant: {P: 200.0}}
+    first.alter([Alteration(user, {}, frozenset({P}))])
+    second.read_again()
+    assert dict(second.quotas) == {tenant: {P: 200.0}}
+    assert dict(QuotaStore(FileKeyValues(tmp_path)).quotas) == {tenant: {P: 200.0}}
+
+
+def test_a_rate_is_measured_over_at_least_the_whole_window() -> None:
+    rate = SlidingRate(Window(samples=11, size_s=1.0))
+    rate.record(5_000, now=100.0)
+    # 0.5 s elapsed, counted with 10 more whole windows (Kafka's Rate)
+    assert rate.rate(100.5) == pytest.approx(5_000 / 10.5)
+    assert rate.throttle_ms(1000, 100.5) == 0
+    rate.record(15_000, now=100.6)  # 20000 bytes over 10.6 s: the quota is 1000/s
+    # until the rate is back at the quota: (R - Q) / Q * elapsed
+    assert rate.throttle_ms(1000, 100.6) == int((20_000 / 10.6 - 1000) / 1000 * 10.6 * 1000)
+    assert rate.rate(112.0) == 0  # every sample has left the window
+
+
+def test_a_throttle_is_at_most_the_whole_window() -> None:
+    rate = SlidingRate(Window(samples=3, size_s=1.0))
+    rate.record(1e9, now=0.0)
+    assert rate.throttle_ms(1.0, 0.0) == 3000
+    rate.record(-1e9, now=0.1)  # taken back
+    assert rate.throttle_ms(1.0, 0.1) == 0
