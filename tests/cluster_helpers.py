@@ -87,8 +87,8 @@ class Cluster:
         """partition -> leader id once every live broker's Metadata tells the same and names a
         live broker for each partition; None while their views still differ (each broker
         learns a move from the database on its own, a moment apart)."""
-        alive = [(broker_id, broker) for broker_id, broker in zip(self.ids, self.brokers)
-                 if broker.alive()]
+        alive = [(broker_id, broker) for broker_id, broker
+                 in zip(self.ids, self.brokers, strict=True) if broker.alive()]
         views = [leaders_at(broker.port, topic) for _, broker in alive]
         first = views[0]
         if any(view != first for view in views):
