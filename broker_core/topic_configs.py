@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
+from broker_core.codecs import CODEC_BY_NAME, PRODUCER
 from broker_core.errors import ErrorCode, KafkaApiError
+
+COMPRESSION_TYPES = (*CODEC_BY_NAME, PRODUCER)
+"""The values of ``compression.type``, for topics and the broker default."""
+
+
+def list_items(value: str) -> list[str]:
+    """The items of a list-valued config (comma-separated, blanks dropped)."""
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def _int_at_least(low: int) -> Callable[[str], bool]:
@@ -53,8 +62,11 @@ _KEYS = (
                    "Keep the producer's timestamps, or stamp batches with the broker's time."),
     TopicConfigKey("min.insync.replicas", "1", _int_at_least(1), "an integer >= 1",
                    "acks=all produce fails with NOT_ENOUGH_REPLICAS above 1 (one replica)."),
-    TopicConfigKey("compression.type", "producer", _one_of("producer"), "'producer'",
-                   "Batches are stored as the producer compressed them."),
+    TopicConfigKey("compression.type", PRODUCER, _one_of(*COMPRESSION_TYPES),
+                   " or ".join(f"'{name}'" for name in COMPRESSION_TYPES),
+                   "The codec batches are stored in: 'gzip', 'snappy', 'lz4' or 'zstd', "
+                   "'uncompressed', or 'producer' to keep the producer's. A batch in "
+                   "another codec is compressed again on its way in."),
 )
 
 # Config sources as DescribeConfigs and CreateTopics report them.
@@ -63,6 +75,14 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
 TOPIC_CONFIG_KEYS: Mapping[str, TopicConfigKey] = {key.name: key for key in _KEYS}
+
+
+def config_source(name: str, own: Collection[str], configured: Collection[str]) -> int:
+    """Where a topic's value of ``name`` comes from: the topic's ``own`` configs, else the
+    broker's config when it sets that default (``configured``), else the default."""
+    if name in own:
+        return DYNAMIC_TOPIC_CONFIG
+    return STATIC_BROKER_CONFIG if name in configured else DEFAULT_CONFIG
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
