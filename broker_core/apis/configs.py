@@ -13,9 +13,13 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.topic_configs import (
+    BROKER_SYNONYMS,
     DEFAULT_CONFIG,
     STATIC_BROKER_CONFIG,
     TOPIC_CONFIG_KEYS,
+    TYPE_LONG,
+    TYPE_STRING,
+    TopicConfigKey,
     config_source,
 )
 
@@ -24,23 +28,25 @@ _Entry = _Result.DescribeConfigsResourceResult
 TOPIC = 2
 BROKER = 4
 CLIENT_METRICS = 16
-_TYPE_STRING = 2
-_TYPE_LONG = 5
 
 
 def _entries(values: Mapping[str, str], source_of: Callable[[str], int],
-             wanted: list[str] | None, read_only: bool, documented: bool) -> list[Any]:
+             keys: Mapping[str, TopicConfigKey], wanted: list[str] | None, read_only: bool,
+             documented: bool) -> list[Any]:
     entries = []
     for name in sorted(values):
         if wanted is not None and name not in wanted:
             continue
-        key = TOPIC_CONFIG_KEYS.get(name)
+        key = keys.get(name)
         source = source_of(name)
-        is_number = values[name].lstrip("-").isdigit()
+        if key is not None:
+            kind = key.kind
+        else:
+            kind = TYPE_LONG if values[name].lstrip("-").isdigit() else TYPE_STRING
         entries.append(_Entry(
             name=name, value=values[name], read_only=read_only, config_source=source,
             is_default=source == DEFAULT_CONFIG, is_sensitive=False, synonyms=[],
-            config_type=_TYPE_LONG if is_number else _TYPE_STRING,
+            config_type=kind,
             documentation=key.doc if documented and key is not None else None,
         ))
     return entries
@@ -53,7 +59,7 @@ def _describe_topic(engine: Engine, ctx: RequestContext, resource: Any,
     configured = engine.config.configured_topic_defaults
     return _entries(engine.topic_configs(topic.configs),
                     lambda name: config_source(name, topic.configs, configured),
-                    resource.configuration_keys, False, documented)
+                    TOPIC_CONFIG_KEYS, resource.configuration_keys, False, documented)
 
 
 def _describe_broker(engine: Engine, resource: Any, documented: bool) -> list[Any]:
@@ -61,14 +67,14 @@ def _describe_broker(engine: Engine, resource: Any, documented: bool) -> list[An
         raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                             f"this is broker {engine.config.broker_id}, not "
                             f"{resource.resource_name}")
-    values = {f"log.{name}" if not name.startswith("log.") else name: value
+    values = {TOPIC_CONFIG_KEYS[name].server: value
               for name, value in engine.topic_configs({}).items()}
     values.update(engine.config.broker_configs)
     values["broker.id"] = str(engine.config.broker_id)
     values["auto.create.topics.enable"] = str(engine.config.allow_auto_topic_creation).lower()
     values["num.partitions"] = str(engine.config.default_num_partitions)
-    return _entries(values, lambda _name: STATIC_BROKER_CONFIG, resource.configuration_keys,
-                    True, documented)
+    return _entries(values, lambda _name: STATIC_BROKER_CONFIG, BROKER_SYNONYMS,
+                    resource.configuration_keys, True, documented)
 
 
 async def handle_describe_configs(engine: Engine, ctx: RequestContext, request: Any) -> Any:
