@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from broker_core import batches, metrics, naming
@@ -123,6 +125,10 @@ class Engine:
         self.producers = ProducerStates(config.producer_id_expiration_ms, self.faults)
         self.appends.lost = self.producers.invalidate  # a failed commit: rebuild it
         self._rules: dict[str, ProduceRules] = {}
+        self._reworkers = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+                                             thread_name_prefix="rework")
+        """Threads for the work on produced records (recompression, key checks): their
+        own, so that CPU-heavy batches never queue the fsyncs of the default executor."""
         txn_log = SystemTopic(logs, self.appends, TXN_TOPIC, config.txn_topic_partitions,
                               config.offsets_topic_segment_bytes,
                               config.offsets_topic_compaction_bytes)
@@ -193,6 +199,7 @@ class Engine:
                 await action()
             except Exception as exc:
                 problems.append(f"could not {what}: {exc}")
+        self._reworkers.shutdown(wait=False, cancel_futures=True)
         unsaved = self.producers.save()
         if unsaved is not None:
             problems.append(f"could not save the producer snapshots: {unsaved}")
@@ -469,7 +476,7 @@ class Engine:
         looked up again: it may have moved meanwhile."""
         assert admitted.rework is not None
         batch = await asyncio.get_running_loop().run_in_executor(
-            None, rework, admitted.records, admitted.header, admitted.rework)
+            self._reworkers, rework, admitted.records, admitted.header, admitted.rework)
         partition = self.partition(admitted.internal, admitted.index)
         if batch is None:
             return replace(admitted, partition=partition, rework=None)
