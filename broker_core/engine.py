@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from broker_core import batches, metrics, naming
+from broker_core import batches, codecs, metrics, naming
 from broker_core.appends import AppendPath
 from broker_core.batch_rework import Rework, rework
 from broker_core.batches import BatchHeader
@@ -62,6 +62,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
 CLUSTER_NAME = "kafka-cluster"
 """The name of the cluster resource in ACLs."""
+ZSTD_PRODUCE_VERSION = 7
+"""The first Produce version that may carry zstd batches (KIP-110)."""
 CHECKPOINT_CHECK_S = 1.0
 """How often partitions are checked for a due producer-state snapshot."""
 REFRESH_INTERVAL_S = 0.25
@@ -371,6 +373,12 @@ class Engine:
                                                             self.topic_configs(own))
         return rules
 
+    def stores_zstd(self, internal: str) -> bool:
+        """Whether the topic's ``compression.type`` is zstd (False for a missing topic)."""
+        topic = self.logs.topic(internal)
+        return topic is not None and \
+            self._produce_rules(internal, topic.configs).codec == codecs.ZSTD
+
     def topic_configs(self, own: Mapping[str, str]) -> dict[str, str]:
         """Every topic config key with its effective value, given a topic's own configs."""
         return effective_config(own, self.config.topic_defaults)
@@ -439,7 +447,8 @@ class Engine:
 
     # -- produce -----------------------------------------------------------------------
 
-    def admit(self, internal: str, index: int, records: Buffer, acks: int) -> Admitted:
+    def admit(self, internal: str, index: int, records: Buffer, acks: int,
+              version: int = ZSTD_PRODUCE_VERSION) -> Admitted:
         """Check one produced batch's header, size and the topic's produce rules; what is
         left to do off the event loop is the admission's ``rework`` (see
         :meth:`reworked`), then :meth:`append` it."""
@@ -448,6 +457,9 @@ class Engine:
         partition = self.partition(internal, index)
         assert topic is not None
         header = batches.validate_produced(records)
+        if header.compression == codecs.ZSTD and version < ZSTD_PRODUCE_VERSION:
+            raise KafkaApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                                f"produce requests of version {version} may not use zstd")
         rules = self._produce_rules(internal, topic.configs)
         self._check_size(internal, len(records), rules)
         if acks == -1 and rules.min_insync_replicas > 1:

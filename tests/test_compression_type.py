@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
@@ -286,3 +287,49 @@ def test_log_append_time_is_stamped_on_the_recompressed_batch(broker: BrokerProc
     assert (batch.compression_type, batch.timestamp_type) == (4, 1)
     assert batch.max_timestamp == answer.log_append_time_ms
     assert [record.timestamp for record in batch] == [answer.log_append_time_ms] * 5
+
+
+UNSUPPORTED_COMPRESSION_TYPE = 76
+
+
+def _zstd_batch() -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=4, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    builder.append(0, timestamp=1_700_000_000_000, key=b"k", value=b"v" * 1000, headers=[])
+    built = bytes(builder.build())
+    assert built[22] & 7 == 4  # compressed (kafka-python keeps a batch that would not shrink)
+    return built
+
+
+def _produce_at(conn: RawConnection, topic: str, records: bytes, version: int) -> int:
+    data = ProduceRequest.TopicProduceData(name=topic, partition_data=[
+        ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)])
+    answer = conn.call(ProduceRequest[version](transactional_id=None, acks=-1,
+                                               timeout_ms=5000, topic_data=[data]),
+                       version, ProduceResponse)
+    return int(answer.responses[0].partition_responses[0].error_code)
+
+
+def _fetch_error_at(conn: RawConnection, topic: str, version: int) -> int:
+    answer = conn.call(fetch_request(topic, 0), version, FetchResponse)  # v11's fields fit
+    return int(answer.responses[0].partitions[0].error_code)
+
+
+def test_clients_before_zstd_get_unsupported_compression_type(broker: BrokerProcess,
+                                                              topic_name: str) -> None:
+    """KIP-110, as Kafka: zstd batches need Produce v7, and a topic storing zstd needs
+    Fetch v10; older requests get UNSUPPORTED_COMPRESSION_TYPE."""
+    zstd_topic, plain = topic_name + "-zstd", topic_name + "-plain"
+    create_topic(broker.bootstrap, zstd_topic, 1, config={"compression.type": "zstd"})
+    create_topic(broker.bootstrap, plain, 1)
+    conn = RawConnection(broker.port)
+    try:
+        assert _produce_at(conn, plain, _zstd_batch(), 6) == UNSUPPORTED_COMPRESSION_TYPE
+        assert _produce_at(conn, plain, _zstd_batch(), 7) == 0
+        assert _produce_at(conn, zstd_topic, _gzip_batch(3, b"v" * 100), 5) == 0  # into zstd
+        assert _fetch_error_at(conn, zstd_topic, 9) == UNSUPPORTED_COMPRESSION_TYPE
+        assert _fetch_error_at(conn, zstd_topic, 10) == 0
+        assert _fetch_error_at(conn, plain, 9) == 0
+    finally:
+        conn.close()

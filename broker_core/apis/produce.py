@@ -28,7 +28,7 @@ def _failed(index: int, code: ErrorCode, message: str | None) -> Any:
 
 
 def _admit(engine: Engine, ctx: RequestContext, name: str, index: int, records: Any,
-           acks: int) -> Admitted:
+           acks: int, version: int) -> Admitted:
     internal = engine.internal_name(ctx, name)
     engine.check_writable(internal)
     if not engine.allowed(ctx, Operation.WRITE, internal):
@@ -38,7 +38,7 @@ def _admit(engine: Engine, ctx: RequestContext, name: str, index: int, records: 
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
     if records is None:
         raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
-    return engine.admit(internal, index, records, acks)
+    return engine.admit(internal, index, records, acks, version)
 
 
 def _refused(ctx: RequestContext, name: str, index: int, error: KafkaApiError) -> Any:
@@ -76,7 +76,8 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
                                           f"acks must be -1, 0 or 1, not {acks}"))
                 continue
             try:
-                admitted = _admit(engine, ctx, topic.name, data.index, data.records, acks)
+                admitted = _admit(engine, ctx, topic.name, data.index, data.records, acks,
+                                  request.version)
                 if admitted.rework is not None:  # the one wait: records worked on elsewhere
                     admitted = await engine.reworked(admitted)
                 appended = engine.append(admitted)
