@@ -6,7 +6,8 @@ Kafka's types and ranges (INVALID_CONFIG outside them) and shown by DescribeConf
 their sources, types and broker synonyms. A topic whose policy includes ``compact``
 refuses records without a key with INVALID_RECORD (87), as Kafka does, in every codec and
 from every client; it keeps tombstones; DeleteRecords on a compact-only topic is
-POLICY_VIOLATION and retention deletes nothing of it."""
+POLICY_VIOLATION and retention deletes nothing of it. Each test runs on every storage
+engine."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ from tests.broker_process import BrokerProcess
 from tests.clients import CONSUMERS
 from tests.raw import RawConnection
 from tests.test_bad_input import latest_offset, produce
+
+pytestmark = pytest.mark.storage_engines  # each test on file://, memory:// and postgres://
 
 TOPIC = ConfigResource.Type.TOPIC
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5

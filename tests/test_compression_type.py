@@ -5,7 +5,7 @@ back byte for byte; ``producer`` stores batches as sent; the broker default
 ``compressionType`` applies to topics without their own value and DescribeConfigs says
 where a value comes from; a change applies to new batches only; idempotent and
 transactional producers keep their sequences and transactions. What is stored is read raw,
-batch by batch, with Fetch."""
+batch by batch, with Fetch. Each test runs on every storage engine."""
 
 from __future__ import annotations
 
@@ -27,24 +27,30 @@ from kafka.record.memory_records import MemoryRecords
 
 from tests.broker_process import BrokerProcess
 from tests.clients import CONSUMERS, PRODUCERS, create_topic, make_records
+from tests.conftest import check_engine_left, engine_settings
 from tests.raw import RawConnection, fetch_request
 from tests.test_bad_input import produce
 from tests.test_clients_roundtrip import check_roundtrip
 from tests.txn_helpers import read_all
 
 CODEC_IDS = {"none": 0, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+pytestmark = pytest.mark.storage_engines  # each test on file://, memory:// and postgres://
+
 TOPIC = ConfigResource.Type.TOPIC
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 MESSAGE_TOO_LARGE = 10
 
 
 @pytest.fixture(scope="module")
-def zstd_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def zstd_broker(tmp_path_factory: pytest.TempPathFactory,
+                storage_engine: str) -> Iterator[BrokerProcess]:
     """A broker whose topics store zstd unless they say otherwise."""
-    process = BrokerProcess(Path(tmp_path_factory.mktemp("zstd-default")) / "data",
-                            {"compressionType": "zstd"}).start()
+    data = Path(tmp_path_factory.mktemp("zstd-default")) / "data"
+    process = BrokerProcess(data, {**engine_settings(storage_engine),
+                                   "compressionType": "zstd"}).start()
     yield process
     process.stop()
+    check_engine_left(data, storage_engine)
 
 
 def stored_batches(broker: BrokerProcess, topic: str,
