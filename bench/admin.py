@@ -8,10 +8,12 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> None:
-    """Create ``topic`` with ``partitions`` partitions and wait until it is in metadata."""
+def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0,
+                 config: dict[str, str] | None = None) -> None:
+    """Create ``topic`` with ``partitions`` partitions (and topic ``config``) and wait
+    until it is in metadata."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "bench-admin"})
-    futures = admin.create_topics([NewTopic(topic, partitions, 1)],
+    futures = admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})],
                                   operation_timeout=timeout, request_timeout=timeout)
     for future in futures.values():
         future.result(timeout)

@@ -57,7 +57,18 @@ def producer_config(args: argparse.Namespace) -> dict[str, Any]:
         "acks": args.acks,
         "linger.ms": args.linger_ms,
         "client.id": "bench-producer",
+        "compression.type": args.compression,
     }
+
+
+def record_value(args: argparse.Namespace) -> bytes:
+    """The value every record carries: random bytes, or with ``--values text`` text that
+    codecs shrink about as they shrink JSON (words drawn from a small vocabulary)."""
+    if args.values == "random":
+        return os.urandom(args.size)
+    words = [os.urandom(3).hex() for _ in range(64)]
+    picks = os.urandom(args.size)
+    return " ".join(words[pick % 64] for pick in picks).encode()[:args.size]
 
 
 class Deliveries:
@@ -94,7 +105,7 @@ def run_produce(args: argparse.Namespace) -> dict[str, Any]:
     """Throughput: as many records as the producer accepts."""
     producer = Producer(producer_config(args))
     _warm_up(producer, args.topic)
-    value = os.urandom(args.size)
+    value = record_value(args)
     deliveries = Deliveries()
     cpu0, start = time.process_time(), time.perf_counter()
     stop_at = start + args.seconds if args.seconds else float("inf")
@@ -303,6 +314,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="cproduce/cconsume: the rdkafka_performance to run")
     parser.add_argument("--partition-fetch-bytes", type=int, default=0,
                         help="consume: max.partition.fetch.bytes (0 = librdkafka's default)")
+    parser.add_argument("--compression", default="none",
+                        help="produce: the producer's compression.type")
+    parser.add_argument("--values", choices=("random", "text"), default="random",
+                        help="produce: random bytes, or text that codecs can shrink")
     return parser
 
 

@@ -12,12 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
-from broker_core import batches, metrics, naming
+from broker_core import batches, codecs, metrics, naming
 from broker_core.appends import AppendPath
+from broker_core.batch_rework import Rework, rework
+from broker_core.batches import BatchHeader
 from broker_core.cluster.service import ClusterService
 from broker_core.context import (
     AllowAll,
@@ -33,7 +37,7 @@ from broker_core.groups.coordinator import GroupCoordinator
 from broker_core.leadership import Leadership
 from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import ProducerStates
-from broker_core.record_check import check_records
+from broker_core.record_check import Buffer, check_records
 from broker_core.storage import (
     DatabaseUnavailable,
     LogOffline,
@@ -58,6 +62,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
 CLUSTER_NAME = "kafka-cluster"
 """The name of the cluster resource in ACLs."""
+ZSTD_PRODUCE_VERSION = 7
+"""The first Produce version that may carry zstd batches (KIP-110)."""
 CHECKPOINT_CHECK_S = 1.0
 """How often partitions are checked for a due producer-state snapshot."""
 REFRESH_INTERVAL_S = 0.25
@@ -73,6 +79,24 @@ class Appended:
     log_append_time: int
     log_start_offset: int
     durable: asyncio.Future[None] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A produced batch whose header passed the checks, on its way to the log."""
+
+    internal: str
+    index: int
+    partition: PartitionStore
+    records: Buffer
+    header: BatchHeader
+    rules: ProduceRules
+    rework: Rework | None
+    """What is left to do to its records, off the event loop (None: nothing)."""
+    started: float
+    """When its checks began (``time.perf_counter``), for the validate stage's metric."""
+    owned: bool = False
+    """``records`` is the broker's own copy (a reworked batch), to stamp in place."""
 
 
 class Engine:
@@ -103,6 +127,10 @@ class Engine:
         self.producers = ProducerStates(config.producer_id_expiration_ms, self.faults)
         self.appends.lost = self.producers.invalidate  # a failed commit: rebuild it
         self._rules: dict[str, ProduceRules] = {}
+        self._reworkers = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+                                             thread_name_prefix="rework")
+        """Threads for the work on produced records (recompression, key checks): their
+        own, so that CPU-heavy batches never queue the fsyncs of the default executor."""
         txn_log = SystemTopic(logs, self.appends, TXN_TOPIC, config.txn_topic_partitions,
                               config.offsets_topic_segment_bytes,
                               config.offsets_topic_compaction_bytes)
@@ -173,6 +201,7 @@ class Engine:
                 await action()
             except Exception as exc:
                 problems.append(f"could not {what}: {exc}")
+        self._reworkers.shutdown(wait=False, cancel_futures=True)
         unsaved = self.producers.save()
         if unsaved is not None:
             problems.append(f"could not save the producer snapshots: {unsaved}")
@@ -344,6 +373,12 @@ class Engine:
                                                             self.topic_configs(own))
         return rules
 
+    def stores_zstd(self, internal: str) -> bool:
+        """Whether the topic's ``compression.type`` is zstd (False for a missing topic)."""
+        topic = self.logs.topic(internal)
+        return topic is not None and \
+            self._produce_rules(internal, topic.configs).codec == codecs.ZSTD
+
     def topic_configs(self, own: Mapping[str, str]) -> dict[str, str]:
         """Every topic config key with its effective value, given a topic's own configs."""
         return effective_config(own, self.config.topic_defaults)
@@ -412,29 +447,61 @@ class Engine:
 
     # -- produce -----------------------------------------------------------------------
 
-    def append(self, internal: str, index: int, records: bytes | bytearray | memoryview,
-               acks: int) -> Appended:
-        """Validate one produced batch and append it; the caller awaits ``durable`` if set."""
+    def admit(self, internal: str, index: int, records: Buffer, acks: int,
+              version: int = ZSTD_PRODUCE_VERSION) -> Admitted:
+        """Check one produced batch's header, size and the topic's produce rules; what is
+        left to do off the event loop is the admission's ``rework`` (see
+        :meth:`reworked`), then :meth:`append` it."""
+        started = time.perf_counter()
         topic = self.logs.topic(internal)
         partition = self.partition(internal, index)
         assert topic is not None
-        started = time.perf_counter()
         header = batches.validate_produced(records)
+        if header.compression == codecs.ZSTD and version < ZSTD_PRODUCE_VERSION:
+            raise KafkaApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                                f"produce requests of version {version} may not use zstd")
         rules = self._produce_rules(internal, topic.configs)
-        if len(records) > rules.max_message_bytes:
-            raise KafkaApiError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"batch of {len(records)} bytes exceeds max.message.bytes "
-                f"{rules.max_message_bytes} of {internal}",
-            )
+        self._check_size(internal, len(records), rules)
         if acks == -1 and rules.min_insync_replicas > 1:
             raise KafkaApiError(
                 ErrorCode.NOT_ENOUGH_REPLICAS,
                 f"{internal} requires {rules.min_insync_replicas} in-sync replicas; "
                 "this broker keeps one",
             )
-        if self.config.validate_records:
+        rework = Rework.needed(header, rules.codec, rules.keyed, self.config.validate_records)
+        if rework is None and self.config.validate_records:
             check_records(records, header)
+        return Admitted(internal, index, partition, records, header, rules, rework, started)
+
+    @staticmethod
+    def _check_size(internal: str, size: int, rules: ProduceRules) -> None:
+        if size > rules.max_message_bytes:
+            raise KafkaApiError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"batch of {size} bytes exceeds max.message.bytes "
+                f"{rules.max_message_bytes} of {internal}",
+            )
+
+    async def reworked(self, admitted: Admitted) -> Admitted:
+        """The admission once its ``rework`` is done in an executor thread (compressed
+        again as the topic stores batches, its keys or records checked). The partition is
+        looked up again: it may have moved meanwhile."""
+        assert admitted.rework is not None
+        batch = await asyncio.get_running_loop().run_in_executor(
+            self._reworkers, rework, admitted.records, admitted.header, admitted.rework)
+        partition = self.partition(admitted.internal, admitted.index)
+        if batch is None:
+            return replace(admitted, partition=partition, rework=None)
+        self._check_size(admitted.internal, len(batch), admitted.rules)
+        return replace(admitted, partition=partition, records=batch,
+                       header=batches.read_header(batch), rework=None, owned=True)
+
+    def append(self, admitted: Admitted) -> Appended:
+        """Append an admitted batch (its rework done) after the idempotence and transaction
+        checks; the caller awaits ``durable`` if set."""
+        assert admitted.rework is None
+        internal, index, partition = admitted.internal, admitted.index, admitted.partition
+        header, rules, records = admitted.header, admitted.rules, admitted.records
         producers: PartitionProducers | None = None
         if header.producer_id >= 0:
             producers = self.producer_state(internal, index, partition)
@@ -451,7 +518,8 @@ class Engine:
                 # KIP-890, a batch whose coordinator is another broker is not verified
                 self.transaction_check(header.producer_id, header.producer_epoch, internal,
                                        index)
-        batch = bytearray(records)
+        batch = records if admitted.owned and isinstance(records, bytearray) \
+            else bytearray(records)
         log_append_time = -1
         max_timestamp = header.max_timestamp
         if rules.log_append_time:
@@ -468,7 +536,7 @@ class Engine:
             if producers is not None:
                 self.producers.invalidate(internal, index)
             raise
-        metrics.STAGE_VALIDATE.observe(validated - started)
+        metrics.STAGE_VALIDATE.observe(validated - admitted.started)
         metrics.STAGE_APPEND.observe(time.perf_counter() - validated)
         rules.messages_in.inc(header.record_count)
         rules.bytes_in.inc(len(batch))

@@ -10,8 +10,10 @@ from typing import Any
 
 from broker_core import metrics
 from broker_core.cluster.service import ClusterConfig
+from broker_core.codecs import codec_of
 from broker_core.groups.coordinator import GroupConfig
 from broker_core.producer_states import DEFAULT_EXPIRATION_MS
+from broker_core.topic_configs import list_items
 from broker_core.transactions.coordinator import TxnConfig
 
 
@@ -30,6 +32,9 @@ class EngineConfig:
     producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS
     producer_id_expiration_check_interval_ms: int = 600_000
     topic_defaults: Mapping[str, str] = field(default_factory=dict)
+    configured_topic_defaults: frozenset[str] = frozenset()
+    """Topic configs whose default the broker's config file or command line set
+    (DescribeConfigs reports them as STATIC_BROKER_CONFIG where a topic does not)."""
     metadata_tenant: str = "public"
     metadata_namespace: str = "__kafka"
     multi_tenant_metadata: bool = True
@@ -53,6 +58,10 @@ class ProduceRules:
     max_message_bytes: int
     min_insync_replicas: int
     log_append_time: bool
+    codec: int | None
+    """The codec batches are stored in (``compression.type``; None: the producer's)."""
+    keyed: bool
+    """Records must carry a key (``cleanup.policy`` includes ``compact``)."""
     messages_in: Any
     bytes_in: Any
 
@@ -64,4 +73,6 @@ class ProduceRules:
         return cls(own, int(settings["max.message.bytes"]),
                    int(settings["min.insync.replicas"]),
                    settings["message.timestamp.type"] == "LogAppendTime",
+                   codec_of(settings["compression.type"]),
+                   "compact" in list_items(settings["cleanup.policy"]),
                    metrics.MESSAGES_IN.labels(internal), metrics.BYTES_IN.labels(internal))

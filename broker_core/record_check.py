@@ -9,35 +9,22 @@ does before it appends: its length must frame it exactly, its fields must fit in
 offset deltas must run 0..n-1 and the count must match the header. A batch that fails
 answers INVALID_RECORD and nothing of it is written.
 
-Compressed payloads are inflated here with a cap (:data:`MAX_INFLATED_BYTES`), so that a
-small batch cannot expand into gigabytes of memory, then walked like uncompressed ones.
+Compressed payloads are inflated with a cap (:mod:`broker_core.codecs`), so that a small
+batch cannot expand into gigabytes of memory, then walked like uncompressed ones. A topic
+whose ``cleanup.policy`` includes ``compact`` also needs every record to carry a key.
 Walking costs about 3 µs a record.
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
-from collections.abc import Callable
-
-import lz4.frame
-import snappy
-import zstandard
-
 from broker_core.batches import BatchHeader
+from broker_core.codecs import MalformedBatch, inflate
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.protocol import read_uvarint
 from broker_core.storage.batch_header import BATCH_HEADER_SIZE
 
+__all__ = ["MalformedBatch", "check_records", "check_walk", "record_times", "records_buffer"]
+
 Buffer = bytes | bytearray | memoryview
-
-MAX_INFLATED_BYTES = 64 * 1024 * 1024
-"""The most a compressed batch may inflate to before it is refused as malformed."""
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-
-
-class MalformedBatch(Exception):
-    """Records that do not parse, or a payload that does not inflate; says how."""
 
 
 def _varint(buf: Buffer, pos: int) -> tuple[int, int]:
@@ -63,9 +50,9 @@ def _skip_sized(buf: Buffer, pos: int, what: str, nullable: bool = True) -> int:
 
 
 def _walk(buf: Buffer, pos: int, count: int,
-          times: list[tuple[int, int]] | None = None) -> None:
+          times: list[tuple[int, int]] | None = None, keyed: bool = False) -> None:
     """Walk the records in ``buf[pos:]``; collect (offset delta, timestamp delta) pairs
-    into ``times`` when given."""
+    into ``times`` when given; with ``keyed`` a record without a key is malformed."""
     end, index = len(buf), 0
     try:
         while pos < end:
@@ -79,6 +66,9 @@ def _walk(buf: Buffer, pos: int, count: int,
             delta, pos = _varint(buf, pos)
             if delta != index:
                 raise MalformedBatch(f"record {index} has offset delta {delta}")
+            if keyed and _varint(buf, pos)[0] == -1:
+                raise MalformedBatch(f"record {index} has no key, and a compacted topic "
+                                     "keeps the latest record of each key")
             pos = _skip_sized(buf, pos, "key")
             pos = _skip_sized(buf, pos, "value")
             headers, pos = _varint(buf, pos)
@@ -99,88 +89,37 @@ def _walk(buf: Buffer, pos: int, count: int,
         raise MalformedBatch(f"the batch holds {index} records, its header says {count}")
 
 
-def _capped(size: int) -> None:
-    if size > MAX_INFLATED_BYTES:
-        raise MalformedBatch(f"the payload inflates past {MAX_INFLATED_BYTES} bytes")
-
-
-def _gunzip(data: bytes) -> bytes:
-    out, rest = [], data
-    while rest:  # one gzip member after another, as gzip itself reads them
-        inflater = zlib.decompressobj(wbits=31)
-        out.append(inflater.decompress(rest, MAX_INFLATED_BYTES + 1))
-        _capped(sum(map(len, out)))
-        if not inflater.eof:
-            raise MalformedBatch("the gzip stream is cut short")
-        rest = inflater.unused_data
-    return b"".join(out)
-
-
-def _unsnappy(data: bytes) -> bytes:
-    blocks = [data]
-    if data.startswith(_XERIAL_MAGIC):  # the Java client's framing: sized blocks
-        blocks, pos = [], 16
-        while pos < len(data):
-            (size,) = struct.unpack_from(">i", data, pos)
-            if size < 0 or pos + 4 + size > len(data):
-                raise MalformedBatch("a snappy block runs past the payload")
-            blocks.append(data[pos + 4:pos + 4 + size])
-            pos += 4 + size
-    _capped(sum(read_uvarint(memoryview(block), 0)[0] for block in blocks))  # sizes first
-    return b"".join(snappy.uncompress(block) for block in blocks)
-
-
-def _unlz4(data: bytes) -> bytes:
-    inflater = lz4.frame.LZ4FrameDecompressor()
-    out: bytes = inflater.decompress(data, max_length=MAX_INFLATED_BYTES + 1)
-    _capped(len(out))
-    if not inflater.eof:
-        raise MalformedBatch("the lz4 frame is cut short")
-    return out
-
-
-def _unzstd(data: bytes) -> bytes:
-    out, total = [], 0
-    with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
-        while chunk := reader.read(1 << 20):
-            total += len(chunk)
-            _capped(total)
-            out.append(chunk)
-    return b"".join(out)
-
-
-_INFLATE: dict[int, Callable[[bytes], bytes]] = {
-    1: _gunzip, 2: _unsnappy, 3: _unlz4, 4: _unzstd}
-
-
-def _records_buffer(batch: Buffer, compression: int) -> tuple[Buffer, int]:
-    """The records' bytes and where they start: in place, or inflated."""
+def records_buffer(batch: Buffer, compression: int) -> tuple[Buffer, int]:
+    """The records' bytes and where they start: in place, or inflated (MalformedBatch when
+    the payload does not inflate)."""
     if compression == 0:
         return batch, BATCH_HEADER_SIZE
-    inflate = _INFLATE.get(compression)
-    if inflate is None:
-        raise MalformedBatch(f"unknown compression codec {compression}")
-    try:
-        return inflate(bytes(batch[BATCH_HEADER_SIZE:])), 0
-    except MalformedBatch:
-        raise
-    except Exception as exc:  # each codec has its own errors for a corrupt payload
-        raise MalformedBatch(f"the payload does not inflate: {exc!r}") from exc
+    return inflate(compression, bytes(batch[BATCH_HEADER_SIZE:])), 0
 
 
-def check_records(batch: Buffer, header: BatchHeader) -> None:
-    """Raise INVALID_RECORD unless every record of ``batch`` parses (see the module doc)."""
+def check_walk(records: Buffer, start: int, count: int, keyed: bool = False) -> None:
+    """Raise INVALID_RECORD unless the ``count`` records in ``records[start:]`` parse and,
+    with ``keyed``, each has a key (see the module doc)."""
     try:
-        records, start = _records_buffer(batch, header.compression)
-        _walk(records, start, header.record_count)
+        _walk(records, start, count, keyed=keyed)
     except MalformedBatch as exc:
         raise KafkaApiError(ErrorCode.INVALID_RECORD, f"malformed record: {exc}") from exc
+
+
+def check_records(batch: Buffer, header: BatchHeader, keyed: bool = False) -> None:
+    """Raise INVALID_RECORD unless every record of ``batch`` parses and, with ``keyed``,
+    has a key (see the module doc)."""
+    try:
+        records, start = records_buffer(batch, header.compression)
+    except MalformedBatch as exc:
+        raise KafkaApiError(ErrorCode.INVALID_RECORD, f"malformed record: {exc}") from exc
+    check_walk(records, start, header.record_count, keyed)
 
 
 def record_times(batch: Buffer, header: BatchHeader) -> list[tuple[int, int]]:
     """(offset delta, timestamp) of every record of a data batch; MalformedBatch when the
     records do not parse (a batch stored without ``validateRecords`` may not)."""
-    records, start = _records_buffer(batch, header.compression)
+    records, start = records_buffer(batch, header.compression)
     times: list[tuple[int, int]] = []
     _walk(records, start, header.record_count, times)
     return [(delta, header.base_timestamp + timestamp_delta) for delta, timestamp_delta in times]

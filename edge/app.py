@@ -81,6 +81,16 @@ def cluster_id(kv: KeyValueStore) -> str:
             return value
 
 
+TOPIC_DEFAULT_KEYS = {
+    "retention.ms": "log_retention_ms",
+    "retention.bytes": "log_retention_bytes",
+    "segment.bytes": "log_segment_bytes",
+    "segment.ms": "log_segment_ms",
+    "compression.type": "compression_type",
+}
+"""Topic configs whose default a broker config key sets: topic key -> the key's field."""
+
+
 def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineConfig:
     """The engine's settings taken from the broker config (``log_dir``: the storage's
     location, shown as ``log.dirs``)."""
@@ -129,12 +139,11 @@ def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineCon
         cluster=ClusterConfig(session_timeout_ms=config.broker_session_timeout_ms,
                               heartbeat_ms=config.broker_heartbeat_interval_ms),
         listed_namespaces=config.kop_allowed_namespaces,
-        topic_defaults={
-            "retention.ms": str(config.log_retention_ms),
-            "retention.bytes": str(config.log_retention_bytes),
-            "segment.bytes": str(config.log_segment_bytes),
-            "segment.ms": str(config.log_segment_ms),
-        },
+        topic_defaults={topic_key: str(getattr(config, field))
+                        for topic_key, field in TOPIC_DEFAULT_KEYS.items()},
+        configured_topic_defaults=frozenset(
+            topic_key for topic_key, field in TOPIC_DEFAULT_KEYS.items()
+            if field in config.model_fields_set),
     )
 
 

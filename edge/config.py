@@ -11,10 +11,10 @@ alias), its documentation and its constraints (``ge``/``le`` for integers,
 ``min_length=1`` for a required string), then the default.  The type says how the text
 of a file or override is read (see :mod:`edge.config_types`): ``int``, ``bool``,
 ``str``, ``tuple[str, ...]`` for a comma-separated list (parsed at load), a ``Literal``
-of upper-case words, :data:`Name` or :data:`StorageUrl`.  :data:`CONFIG_KEYS` and
-:func:`config_reference_markdown` (the README's table, between the ``config-table``
-markers) are derived from the declarations; a check across keys goes in
-:meth:`BrokerConfig._check_across_keys`.
+of upper-case words, :data:`Name`, :data:`StorageUrl` or :data:`CompressionType`.
+:data:`CONFIG_KEYS` and :func:`config_reference_markdown` (the README's table, between
+the ``config-table`` markers) are derived from the declarations; a check across keys goes
+in :meth:`BrokerConfig._check_across_keys`.
 
 Porting a key declared the earlier way (``field(default=..., metadata=_key(name, type,
 doc))``): ``IntType(a, b)`` becomes ``int`` with ``ge=a, le=b`` (``IntType(a)``: ``ge=a``
@@ -38,7 +38,15 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 
 from common.settings import LONG_MAX, declared_keys, first_problem, key, to_text
-from edge.config_types import INT_MAX, ConfigError, ConfigKey, ConfigValue, Name, StorageUrl
+from edge.config_types import (
+    INT_MAX,
+    CompressionType,
+    ConfigError,
+    ConfigKey,
+    ConfigValue,
+    Name,
+    StorageUrl,
+)
 from edge.properties import parse_properties
 from listeners.spec import ListenerConfigError, ListenerSpec, parse_listeners
 
@@ -132,6 +140,11 @@ class BrokerConfig(BaseModel):
     log_segment_ms: Annotated[int, key(
         "logSegmentMs",
         "ledger rollover age (ms)", ge=1)] = 604800000
+    compression_type: Annotated[CompressionType, key(
+        "compressionType",
+        "codec topics store batches in unless they set `compression.type` (Kafka's "
+        "broker `compression.type`): `producer` keeps the producer's; a batch in another "
+        "codec is compressed again on its way in, in an executor thread")] = "producer"
     log_retention_ms: Annotated[int, key(
         "logRetentionMs",
         "default retention by time (ms); -1 = forever", ge=-1)] = 604800000

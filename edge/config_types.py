@@ -23,6 +23,7 @@ import annotated_types
 from pydantic import AfterValidator, TypeAdapter, ValidationError
 
 from broker_core.storage.engines import ENGINES, shown_url, storage_scheme
+from broker_core.topic_configs import COMPRESSION_TYPES
 from common.names import NAME_RULE, is_valid_name
 from common.settings import LONG_MAX, DeclaredKey, to_text
 
@@ -69,6 +70,21 @@ StorageUrl = Annotated[
     Described(f"empty or a URL of scheme {' or '.join(sorted(ENGINES))}", _mask_url),
 ]
 """Empty, or a URL whose scheme names a storage engine; its password is never shown."""
+
+
+
+def _compression_type(value: str) -> str:
+    if value not in COMPRESSION_TYPES:
+        raise ValueError("not a compression type")
+    return value
+
+
+CompressionType = Annotated[
+    str,
+    AfterValidator(_compression_type),
+    Described("one of " + ", ".join(COMPRESSION_TYPES)),
+]
+"""A ``compression.type`` value, as topics take it (lower case)."""
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 

@@ -74,10 +74,11 @@ class RawConnection:
             return True
 
 
-def fetch_request(topic: str, offset: int, max_wait_ms: int = 0, min_bytes: int = 1) -> Any:
-    """A Fetch v11 of partition 0 of ``topic`` from ``offset`` (1 MiB limits)."""
+def fetch_request(topic: str, offset: int, max_wait_ms: int = 0, min_bytes: int = 1,
+                  partition: int = 0) -> Any:
+    """A Fetch v11 of ``partition`` of ``topic`` from ``offset`` (1 MiB limits)."""
     part = FetchRequest.FetchTopic.FetchPartition(
-        partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+        partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
         log_start_offset=-1, partition_max_bytes=1 << 20)
     return FetchRequest[11](replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                             max_bytes=1 << 20, isolation_level=0, session_id=0,

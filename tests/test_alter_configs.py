@@ -136,7 +136,7 @@ def test_kafka_python_alters_incrementally_and_with_the_old_api(broker: BrokerPr
     (("segment.bytes", "10", AlterConfigOpType.SET), "INVALID_CONFIG"),
     (("retention.ms", "5", AlterConfigOpType.APPEND), "INVALID_CONFIG"),
     (("cleanup.policy", "delete", AlterConfigOpType.SUBTRACT), "INVALID_CONFIG"),
-    (("cleanup.policy", "compact", AlterConfigOpType.APPEND), "INVALID_CONFIG"),
+    (("cleanup.policy", "archive", AlterConfigOpType.APPEND), "INVALID_CONFIG"),
     (("no.such.config", None, AlterConfigOpType.DELETE), "INVALID_CONFIG"),
 ], ids=["unknown-key", "not-a-number", "below-minimum", "append-to-a-number",
         "policy-left-empty", "unsupported-policy", "delete-unknown-key"])

@@ -160,6 +160,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "flushIntervalMs": 1000,
     "logSegmentBytes": 1073741824,
     "logSegmentMs": 604800000,
+    "compressionType": "producer",
     "logRetentionMs": 604800000,
     "logRetentionBytes": -1,
     "logRetentionCheckIntervalMs": 300000,
@@ -382,6 +383,9 @@ INVALID = [
     ("authorizationEnabled", "2"),
     ("logLevel", "TRACE"),
     ("logLevel", "CRITICAL"),
+    ("compressionType", "brotli"),
+    ("compressionType", "GZIP"),  # Kafka's values are lower case
+    ("compressionType", "none"),  # the producer's word; the topic's is 'uncompressed'
 ]
 
 

@@ -13,7 +13,8 @@ from edge.app import engine_config, log_config
 from edge.config import BrokerConfig
 
 # filled in from elsewhere than a key's default: the storage, the listeners
-NOT_FROM_KEYS = {"cluster_id", "topic_defaults", "broker_configs"}
+NOT_FROM_KEYS = {"cluster_id", "topic_defaults", "configured_topic_defaults",
+                 "broker_configs"}
 
 
 def test_engine_defaults_are_the_documented_defaults() -> None:

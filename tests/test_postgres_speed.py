@@ -360,8 +360,8 @@ def test_a_retry_is_acknowledged_only_once_the_batch_it_repeats_is_committed() -
         await engine.join(BrokerRecord(0, None, ()))
         engine.logs.create_topic(TOPIC, 1, {})
         await engine.leadership.ready([(TOPIC, 0)])  # as a produce request does
-        first = engine.append(TOPIC, 0, batch, -1)
-        retry = engine.append(TOPIC, 0, batch, -1)  # before the first one's commit
+        first = engine.append(engine.admit(TOPIC, 0, batch, -1))
+        retry = engine.append(engine.admit(TOPIC, 0, batch, -1))  # before the first one's commit
         assert retry.base_offset == first.base_offset == 0
         assert first.durable is not None and retry.durable is not None
         assert not retry.durable.done()

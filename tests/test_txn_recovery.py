@@ -42,7 +42,7 @@ def test_prepared_commit_is_completed_at_start(tmp_path: Path) -> None:
         pid, epoch = await engine.transactions.init_producer_id(STATE_TOPIC, "tx", 60_000, -1,
                                                                 -1)
         await engine.transactions.add_partitions(STATE_TOPIC, "tx", pid, epoch, [(TOPIC, 0)])
-        engine.append(TOPIC, 0, transactional_batch(pid, epoch, 3), -1)
+        engine.append(engine.admit(TOPIC, 0, transactional_batch(pid, epoch, 3), -1))
         assert engine.stable_offset(TOPIC, 0) == 0  # open: nothing is stable
         txn = engine.transactions.find(STATE_TOPIC, "tx")
         assert txn is not None

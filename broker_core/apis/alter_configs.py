@@ -24,7 +24,7 @@ from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import ConfigsChanged, log_config_for_topic
 from broker_core.storage_faults import WriteKind
-from broker_core.topic_configs import validate_topic_configs
+from broker_core.topic_configs import list_items, validate_topic_configs
 
 Plan = Callable[[Mapping[str, str], Mapping[str, str]], dict[str, str]]
 """From a topic's own configs and the defaults, its new own configs."""
@@ -46,10 +46,6 @@ def _replace_all(configs: Iterable[Any]) -> Plan:
             raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"config {entry.name!r} given twice")
         given[entry.name] = entry.value
     return lambda _current, _defaults: validate_topic_configs(given)
-
-
-def _split(value: str) -> list[str]:
-    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def _incremental(configs: Iterable[Any]) -> Plan:
@@ -84,11 +80,11 @@ def _operate(configs: dict[str, str], defaults: Mapping[str, str], entry: Any) -
         raise KafkaApiError(ErrorCode.INVALID_CONFIG,
                             f"{name!r} is not a list: it can be set or deleted, not "
                             f"{'appended to' if operation == APPEND else 'subtracted from'}")
-    items = _split(configs.get(name, defaults[name]))
+    items = list_items(configs.get(name, defaults[name]))
     if operation == APPEND:
-        items += [item for item in _split(value) if item not in items]
+        items += [item for item in list_items(value) if item not in items]
     else:
-        items = [item for item in items if item not in _split(value)]
+        items = [item for item in items if item not in list_items(value)]
     configs[name] = ",".join(items)
 
 

@@ -3,7 +3,7 @@ ListConfigResources: the topics the caller sees and this broker."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kafka.protocol.admin import DescribeConfigsResponse, ListConfigResourcesResponse
@@ -13,10 +13,14 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.topic_configs import (
+    BROKER_SYNONYMS,
     DEFAULT_CONFIG,
-    DYNAMIC_TOPIC_CONFIG,
     STATIC_BROKER_CONFIG,
     TOPIC_CONFIG_KEYS,
+    TYPE_LONG,
+    TYPE_STRING,
+    TopicConfigKey,
+    config_source,
 )
 
 _Result = DescribeConfigsResponse.DescribeConfigsResult
@@ -24,23 +28,25 @@ _Entry = _Result.DescribeConfigsResourceResult
 TOPIC = 2
 BROKER = 4
 CLIENT_METRICS = 16
-_TYPE_STRING = 2
-_TYPE_LONG = 5
 
 
-def _entries(values: Mapping[str, str], own: Mapping[str, str], wanted: list[str] | None,
-             own_source: int, read_only: bool, documented: bool) -> list[Any]:
+def _entries(values: Mapping[str, str], source_of: Callable[[str], int],
+             keys: Mapping[str, TopicConfigKey], wanted: list[str] | None, read_only: bool,
+             documented: bool) -> list[Any]:
     entries = []
     for name in sorted(values):
         if wanted is not None and name not in wanted:
             continue
-        key = TOPIC_CONFIG_KEYS.get(name)
-        source = own_source if name in own else DEFAULT_CONFIG
-        is_number = values[name].lstrip("-").isdigit()
+        key = keys.get(name)
+        source = source_of(name)
+        if key is not None:
+            kind = key.kind
+        else:
+            kind = TYPE_LONG if values[name].lstrip("-").isdigit() else TYPE_STRING
         entries.append(_Entry(
             name=name, value=values[name], read_only=read_only, config_source=source,
             is_default=source == DEFAULT_CONFIG, is_sensitive=False, synonyms=[],
-            config_type=_TYPE_LONG if is_number else _TYPE_STRING,
+            config_type=kind,
             documentation=key.doc if documented and key is not None else None,
         ))
     return entries
@@ -50,8 +56,10 @@ def _describe_topic(engine: Engine, ctx: RequestContext, resource: Any,
                     documented: bool) -> list[Any]:
     _internal, topic = engine.named_topic(ctx, resource.resource_name,
                                           Operation.DESCRIBE_CONFIGS, "describe configs of")
-    return _entries(engine.topic_configs(topic.configs), topic.configs,
-                    resource.configuration_keys, DYNAMIC_TOPIC_CONFIG, False, documented)
+    configured = engine.config.configured_topic_defaults
+    return _entries(engine.topic_configs(topic.configs),
+                    lambda name: config_source(name, topic.configs, configured),
+                    TOPIC_CONFIG_KEYS, resource.configuration_keys, False, documented)
 
 
 def _describe_broker(engine: Engine, resource: Any, documented: bool) -> list[Any]:
@@ -59,14 +67,14 @@ def _describe_broker(engine: Engine, resource: Any, documented: bool) -> list[An
         raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                             f"this is broker {engine.config.broker_id}, not "
                             f"{resource.resource_name}")
-    values = {f"log.{name}" if not name.startswith("log.") else name: value
+    values = {TOPIC_CONFIG_KEYS[name].server: value
               for name, value in engine.topic_configs({}).items()}
     values.update(engine.config.broker_configs)
     values["broker.id"] = str(engine.config.broker_id)
     values["auto.create.topics.enable"] = str(engine.config.allow_auto_topic_creation).lower()
     values["num.partitions"] = str(engine.config.default_num_partitions)
-    return _entries(values, values, resource.configuration_keys, STATIC_BROKER_CONFIG, True,
-                    documented)
+    return _entries(values, lambda _name: STATIC_BROKER_CONFIG, BROKER_SYNONYMS,
+                    resource.configuration_keys, True, documented)
 
 
 async def handle_describe_configs(engine: Engine, ctx: RequestContext, request: Any) -> Any:

@@ -1,4 +1,5 @@
-"""DeleteRecords: move a partition's log start offset forward."""
+"""DeleteRecords: move a partition's log start offset forward (not in a topic whose
+``cleanup.policy`` lacks ``delete``: POLICY_VIOLATION, as Kafka)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import OffsetOutOfRange
 from broker_core.storage.cluster import NotOwner
 from broker_core.storage_faults import WriteKind
+from broker_core.topic_configs import list_items
 
 log = logging.getLogger(__name__)
 _Topic = DeleteRecordsResponse.DeleteRecordsTopicResult
@@ -28,6 +30,12 @@ def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: int,
         raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             f"not allowed to delete records of {name}")
     partition = engine.partition(internal, index)
+    topic = engine.logs.topic(internal)
+    policy = engine.topic_configs(topic.configs if topic is not None else {})["cleanup.policy"]
+    if "delete" not in list_items(policy):  # as Kafka: a compacted topic's log is kept
+        raise KafkaApiError(ErrorCode.POLICY_VIOLATION,
+                            f"records of {name}-{index} can not be deleted: its "
+                            f"cleanup.policy is {policy}")
     if offset == HIGH_WATERMARK:
         offset = partition.next_offset
     if offset < 0 or offset > partition.next_offset:

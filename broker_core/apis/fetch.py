@@ -4,7 +4,8 @@ Sessions (KIP-227) are declined by answering session id 0, so every fetch is a f
 A ledger not read since start-up is CRC-checked in a worker thread before its first read;
 a fetch at an offset whose stored records are damaged answers CORRUPT_MESSAGE, as Kafka
 does for a corrupt record in its log (the client raises it; it is not retried away). A
-partition offline after a failed fsync answers KAFKA_STORAGE_ERROR until restart.
+partition offline after a failed fsync answers KAFKA_STORAGE_ERROR until restart. A Fetch
+older than v10 of a topic that stores zstd answers UNSUPPORTED_COMPRESSION_TYPE (KIP-110).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from broker_core.storage import DatabaseUnavailable, FileRegion, LogOffline, Par
 from broker_core.storage.errors import DamagedRecords
 
 READ_COMMITTED = 1
+ZSTD_FETCH_VERSION = 10
+"""The first Fetch version whose clients read zstd (KIP-110): older ones get
+UNSUPPORTED_COMPRESSION_TYPE for a topic whose ``compression.type`` is zstd, as from
+Kafka."""
 _ANSWER_OVERHEAD = 64
 """Bytes, with room to spare, that the answer adds around the records per partition and
 per topic (offsets, error code, lengths) and once (header, session id)."""
@@ -57,6 +62,8 @@ def _resolve(engine: Engine, ctx: RequestContext, request: Any) -> list[_Wanted]
             internal = engine.internal_name(ctx, topic.topic)
             if not engine.allowed(ctx, Operation.READ, internal):
                 error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif request.version < ZSTD_FETCH_VERSION and engine.stores_zstd(internal):
+                error = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
         except KafkaApiError as failure:
             error = failure.code
         for part in topic.partitions:

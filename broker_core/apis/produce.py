@@ -11,7 +11,7 @@ from kafka.protocol.producer import ProduceResponse
 
 from broker_core import metrics
 from broker_core.context import Operation, RequestContext
-from broker_core.engine import Appended, Engine
+from broker_core.engine import Admitted, Appended, Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.stages import Later
 from broker_core.storage.errors import AppendFenced
@@ -27,36 +27,41 @@ def _failed(index: int, code: ErrorCode, message: str | None) -> Any:
                       log_start_offset=-1, record_errors=[], error_message=message)
 
 
-def _append_one(engine: Engine, ctx: RequestContext, name: str, index: int, records: Any,
-                acks: int) -> tuple[Any, Appended | None]:
-    try:
-        internal = engine.internal_name(ctx, name)
-        engine.check_writable(internal)
-        if not engine.allowed(ctx, Operation.WRITE, internal):
-            raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                f"not allowed to write to {name}")
-        if engine.logs.topic(internal) is None:
-            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
-        if records is None:
-            raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
-        appended = engine.append(internal, index, records, acks)
-    except KafkaApiError as error:
-        if error.code != ErrorCode.KAFKA_STORAGE_ERROR:  # that one is logged once per cause
-            log.info("produce to %s-%d from %s refused: %s", name, index, ctx.client_id,
-                     error.message)
-        return _failed(index, error.code, error.message), None
+def _admit(engine: Engine, ctx: RequestContext, name: str, index: int, records: Any,
+           acks: int, version: int) -> Admitted:
+    internal = engine.internal_name(ctx, name)
+    engine.check_writable(internal)
+    if not engine.allowed(ctx, Operation.WRITE, internal):
+        raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            f"not allowed to write to {name}")
+    if engine.logs.topic(internal) is None:
+        raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
+    if records is None:
+        raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
+    return engine.admit(internal, index, records, acks, version)
+
+
+def _refused(ctx: RequestContext, name: str, index: int, error: KafkaApiError) -> Any:
+    if error.code != ErrorCode.KAFKA_STORAGE_ERROR:  # that one is logged once per cause
+        log.info("produce to %s-%d from %s refused: %s", name, index, ctx.client_id,
+                 error.message)
+    return _failed(index, error.code, error.message)
+
+
+def _stored(index: int, appended: Appended) -> Any:
     return _Partition(index=index, error_code=0, base_offset=appended.base_offset,
                       log_append_time_ms=appended.log_append_time,
                       log_start_offset=appended.log_start_offset, record_errors=[],
-                      error_message=None), appended
+                      error_message=None)
 
 
 async def handle_produce(engine: Engine, ctx: RequestContext,
                          request: Any) -> Any | Later[Any] | None:
     """Append every partition's batch (the dispatch stage: offsets are assigned in request
-    order, see :mod:`broker_core.stages`; its one wait is the claim of a partition that
-    belongs here and is not claimed yet, whose batches could only be refused without it);
-    the wait for commits or fsyncs is the waiting stage."""
+    order, see :mod:`broker_core.stages`; it waits for the claim of a partition that
+    belongs here and is not claimed yet, whose batches could only be refused without it,
+    and for the work on a batch's records a topic's configs need, done in an executor
+    thread); the wait for commits or fsyncs is the waiting stage."""
     started = time.perf_counter()
     await engine.leadership.ready_named(ctx, request.topic_data, partitions="partition_data",
                                         index="index")
@@ -70,11 +75,18 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
                 partitions.append(_failed(data.index, ErrorCode.INVALID_REQUIRED_ACKS,
                                           f"acks must be -1, 0 or 1, not {acks}"))
                 continue
-            answer, appended = _append_one(engine, ctx, topic.name, data.index, data.records,
-                                           acks)
-            if appended is not None and appended.durable is not None:
+            try:
+                admitted = _admit(engine, ctx, topic.name, data.index, data.records, acks,
+                                  request.version)
+                if admitted.rework is not None:  # the one wait: records worked on elsewhere
+                    admitted = await engine.reworked(admitted)
+                appended = engine.append(admitted)
+            except KafkaApiError as error:
+                partitions.append(_refused(ctx, topic.name, data.index, error))
+                continue
+            if appended.durable is not None:
                 waits.append((partitions, len(partitions), appended.durable))
-            partitions.append(answer)
+            partitions.append(_stored(data.index, appended))
         topics.append(_Topic(name=topic.name, partition_responses=partitions))
     if acks == 0:
         metrics.STAGE_HANDLE.observe(time.perf_counter() - started)

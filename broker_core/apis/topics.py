@@ -19,11 +19,7 @@ from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import TopicExists, TopicInfo
 from broker_core.storage_faults import WriteKind
-from broker_core.topic_configs import (
-    DEFAULT_CONFIG,
-    DYNAMIC_TOPIC_CONFIG,
-    validate_topic_configs,
-)
+from broker_core.topic_configs import config_source, validate_topic_configs
 
 log = logging.getLogger(__name__)
 MAX_PARTITIONS_PER_REQUEST = 10_000
@@ -144,8 +140,9 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext, request: Any
                 created.append(topic)
             result.configs = [
                 _CreatedConfig(name=key, value=value, read_only=False,
-                               config_source=DYNAMIC_TOPIC_CONFIG if key in configs
-                               else DEFAULT_CONFIG, is_sensitive=False)
+                               config_source=config_source(
+                                   key, configs, engine.config.configured_topic_defaults),
+                               is_sensitive=False)
                 for key, value in sorted(engine.topic_configs(configs).items())
             ]
         except KafkaApiError as error:

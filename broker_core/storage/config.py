@@ -62,12 +62,17 @@ def log_config_for_topic(default: LogConfig, configs: Mapping[str, str]) -> LogC
     """Return ``default`` overridden by the storage-related keys of a topic's configs.
 
     Keys the storage layer does not use are ignored. An invalid value raises
-    ``ValueError`` naming the key.
+    ``ValueError`` naming the key. A ``cleanup.policy`` without ``delete`` (a compacted
+    topic) turns retention off, as in Kafka: its ledgers are never deleted for their age
+    or size.
     """
     changes: dict[str, int] = {}
+    policy = configs.get("cleanup.policy")
+    if policy is not None and "delete" not in {item.strip() for item in policy.split(",")}:
+        changes.update(retention_ms=-1, retention_bytes=-1)
     for key, field in TOPIC_CONFIG_FIELDS.items():
         raw = configs.get(key)
-        if raw is None:
+        if raw is None or field in changes:
             continue
         try:
             value = int(str(raw).strip())

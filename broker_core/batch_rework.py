@@ -1,0 +1,90 @@
+"""Produce-time work on the records of a batch, done off the event loop (the engine runs
+:func:`rework` in an executor thread) because it costs CPU in proportion to the records.
+
+Two things need it. A topic whose ``compression.type`` names a codec stores every batch in
+that codec: a batch that arrives in another one is inflated and compressed again, as
+Kafka's broker does (``producer``, the default, stores every batch as it came, and a batch
+already in the topic's codec is kept as it came too). Only the codec bits of the
+attributes, the batch length and the CRC change: the records' bytes are the same, so base
+offset, partition leader epoch, producer id and epoch, base sequence, the transactional
+flag, the timestamp type and every timestamp are kept. And a topic whose
+``cleanup.policy`` includes ``compact`` refuses records without a key, so each record's
+key is looked at (with ``validateRecords`` the whole record is walked in the same pass).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import crc32c
+
+from broker_core.batches import MIN_RECORD_SIZE, BatchHeader
+from broker_core.codecs import MalformedBatch, deflate
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.record_check import Buffer, check_walk, records_buffer
+from broker_core.storage.batch_header import (
+    ATTRIBUTES_AT,
+    BATCH_HEADER_SIZE,
+    BATCH_LENGTH_AT,
+    BATCH_LENGTH_OVERHEAD,
+    CRC_AT,
+)
+
+_CODEC_BITS = 0x07
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class Rework:
+    """What a produced batch needs done to its records before it is appended."""
+
+    codec: int | None
+    """Compress the records again with this codec (None: keep the payload as it came)."""
+    walk: bool
+    """Check that every record parses (``validateRecords``)."""
+    keyed: bool
+    """Refuse a record without a key (a compacted topic)."""
+
+    @classmethod
+    def needed(cls, header: BatchHeader, codec: int | None, keyed: bool,
+               walk: bool) -> Rework | None:
+        """The work a batch with ``header`` needs in a topic storing ``codec`` (None: the
+        producer's) and requiring keys when ``keyed``; None when it goes in as it came."""
+        recode = codec is not None and codec != header.compression
+        if not (recode or keyed):
+            return None
+        return cls(codec if recode else None, walk, keyed)
+
+
+def _invalid(exc: MalformedBatch) -> KafkaApiError:
+    return KafkaApiError(ErrorCode.INVALID_RECORD, f"malformed record: {exc}")
+
+
+def rework(batch: Buffer, header: BatchHeader, plan: Rework) -> bytearray | None:
+    """Do ``plan`` to ``batch``: the batch compressed again, or None when its bytes stay as
+    they came. INVALID_RECORD for records that do not parse (as far as the plan looks) or
+    lack a key the plan requires; nothing is changed then."""
+    try:
+        records, start = records_buffer(batch, header.compression)
+    except MalformedBatch as exc:
+        raise _invalid(exc) from exc
+    if plan.walk or plan.keyed:
+        check_walk(records, start, header.record_count, plan.keyed)
+    if plan.codec is None:
+        return None
+    plain = bytes(memoryview(records)[start:])
+    if header.record_count * MIN_RECORD_SIZE > len(plain):
+        raise _invalid(MalformedBatch(f"batch claims {header.record_count} records in "
+                                      f"{len(plain)} bytes"))
+    payload = deflate(plan.codec, plain)
+    out = bytearray(BATCH_HEADER_SIZE + len(payload))
+    out[:BATCH_HEADER_SIZE] = memoryview(batch)[:BATCH_HEADER_SIZE]
+    out[BATCH_HEADER_SIZE:] = payload
+    _INT32.pack_into(out, BATCH_LENGTH_AT, len(out) - BATCH_LENGTH_OVERHEAD)
+    (attributes,) = _INT16.unpack_from(out, ATTRIBUTES_AT)
+    _INT16.pack_into(out, ATTRIBUTES_AT, (attributes & ~_CODEC_BITS) | plan.codec)
+    _UINT32.pack_into(out, CRC_AT, crc32c.crc32c(memoryview(out)[ATTRIBUTES_AT:]))
+    return out

@@ -1,0 +1,150 @@
+"""The payload codecs of a v2 record batch (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd) and the
+names the ``compression.type`` config gives them.
+
+:func:`inflate` undoes a producer's compression with a cap (:data:`MAX_INFLATED_BYTES`),
+so that a small batch cannot expand into gigabytes of memory; it reads what every client
+writes (gzip members one after another, snappy raw or in the Java client's xerial
+framing, LZ4 frames, zstd frames). :func:`deflate` writes what every client reads, framed
+as Kafka's Java client frames it: gzip at the default level, snappy in xerial framing
+with 32 KiB blocks, LZ4 frames of independent 64 KiB blocks, zstd at level 3 (Kafka's
+default). Every codec package here releases the GIL while it works, so both run well in
+an executor thread.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable
+
+import lz4.frame
+import snappy
+import zstandard
+
+from broker_core.protocol import read_uvarint
+
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
+CODEC_BY_NAME = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4,
+                 "zstd": ZSTD}
+"""``compression.type`` values that name a codec; ``producer`` (keep the producer's) is
+the other one."""
+PRODUCER = "producer"
+MAX_INFLATED_BYTES = 64 * 1024 * 1024
+"""The most a compressed batch may inflate to before it is refused as malformed."""
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)  # version 1, compatible with 1
+_XERIAL_BLOCK = 32 * 1024
+_ZSTD_LEVEL = 3
+
+
+class MalformedBatch(Exception):
+    """Records that do not parse, or a payload that does not inflate; says how."""
+
+
+def codec_of(compression_type: str) -> int | None:
+    """The codec a topic's ``compression.type`` stores batches in; None for ``producer``."""
+    return None if compression_type == PRODUCER else CODEC_BY_NAME[compression_type]
+
+
+def _capped(size: int) -> None:
+    if size > MAX_INFLATED_BYTES:
+        raise MalformedBatch(f"the payload inflates past {MAX_INFLATED_BYTES} bytes")
+
+
+def _gunzip(data: bytes) -> bytes:
+    out, rest = [], data
+    while rest:  # one gzip member after another, as gzip itself reads them
+        inflater = zlib.decompressobj(wbits=31)
+        out.append(inflater.decompress(rest, MAX_INFLATED_BYTES + 1))
+        _capped(sum(map(len, out)))
+        if not inflater.eof:
+            raise MalformedBatch("the gzip stream is cut short")
+        rest = inflater.unused_data
+    return b"".join(out)
+
+
+def _unsnappy(data: bytes) -> bytes:
+    blocks = [data]
+    if data.startswith(_XERIAL_MAGIC):  # the Java client's framing: sized blocks
+        blocks, pos = [], 16
+        while pos < len(data):
+            (size,) = struct.unpack_from(">i", data, pos)
+            if size < 0 or pos + 4 + size > len(data):
+                raise MalformedBatch("a snappy block runs past the payload")
+            blocks.append(data[pos + 4:pos + 4 + size])
+            pos += 4 + size
+    _capped(sum(read_uvarint(memoryview(block), 0)[0] for block in blocks))  # sizes first
+    return b"".join(snappy.uncompress(block) for block in blocks)
+
+
+def _unlz4(data: bytes) -> bytes:
+    inflater = lz4.frame.LZ4FrameDecompressor()
+    out: bytes = inflater.decompress(data, max_length=MAX_INFLATED_BYTES + 1)
+    _capped(len(out))
+    if not inflater.eof:
+        raise MalformedBatch("the lz4 frame is cut short")
+    return out
+
+
+def _unzstd(data: bytes) -> bytes:
+    out, total = [], 0
+    with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
+        while chunk := reader.read(1 << 20):
+            total += len(chunk)
+            _capped(total)
+            out.append(chunk)
+    return b"".join(out)
+
+
+_INFLATE: dict[int, Callable[[bytes], bytes]] = {
+    GZIP: _gunzip, SNAPPY: _unsnappy, LZ4: _unlz4, ZSTD: _unzstd}
+
+
+def inflate(codec: int, payload: bytes) -> bytes:
+    """The records ``payload`` compressed with ``codec`` holds; MalformedBatch when it does
+    not inflate, inflates past the cap, or the codec is unknown."""
+    inflater = _INFLATE.get(codec)
+    if inflater is None:
+        raise MalformedBatch(f"unknown compression codec {codec}")
+    try:
+        return inflater(payload)
+    except MalformedBatch:
+        raise
+    except Exception as exc:  # each codec has its own errors for a corrupt payload
+        raise MalformedBatch(f"the payload does not inflate: {exc!r}") from exc
+
+
+def _gzip(data: bytes) -> bytes:
+    deflater = zlib.compressobj(wbits=31)
+    return deflater.compress(data) + deflater.flush()
+
+
+def _snappy(data: bytes) -> bytes:
+    view = memoryview(data)
+    parts = [_XERIAL_HEADER]
+    for at in range(0, len(data), _XERIAL_BLOCK):
+        block: bytes = snappy.compress(bytes(view[at:at + _XERIAL_BLOCK]))
+        parts += [struct.pack(">i", len(block)), block]
+    return b"".join(parts)
+
+
+def _lz4(data: bytes) -> bytes:
+    # Kafka's Java reader decodes each block on its own: blocks must not be linked
+    out: bytes = lz4.frame.compress(data, block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+                                    block_linked=False, content_checksum=False,
+                                    store_size=False)
+    return out
+
+
+def _zstd(data: bytes) -> bytes:
+    out: bytes = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(data)
+    return out
+
+
+_DEFLATE: dict[int, Callable[[bytes], bytes]] = {
+    NONE: bytes, GZIP: _gzip, SNAPPY: _snappy, LZ4: _lz4, ZSTD: _zstd}
+
+
+def deflate(codec: int, records: bytes) -> bytes:
+    """``records`` (a batch's uncompressed record bytes) compressed with ``codec``."""
+    return _DEFLATE[codec](records)
