@@ -18,7 +18,7 @@ from broker_core.context import Endpoint, Operation, RequestContext, ResourceTyp
 from broker_core.dispatch import Dispatcher
 from broker_core.engine import Engine
 from broker_core.engine_config import EngineConfig
-from broker_core.groups.coordinator import GroupConfig
+from broker_core.groups.config import GroupConfig
 from broker_core.naming import Namespace
 from broker_core.quotas.apis import QuotaApis
 from broker_core.quotas.entities import (

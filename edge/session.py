@@ -3,7 +3,9 @@
 On a SASL listener only ApiVersions, SaslHandshake and SaslAuthenticate are served until
 the client has logged in; anything else closes the connection. The v0 handshake (raw
 SASL tokens after it) and KIP-368 re-authentication are supported; a session that outlives
-its lifetime without re-authenticating is closed on its next request.
+its lifetime without re-authenticating is closed on its next request. The rules and the
+login's progress are the sans-I/O :class:`sasl.connection_state.ConnectionSasl`; this module
+does their I/O (the mechanism's steps in a worker thread, answers, audit, metrics, logs).
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ from edge.metrics import AUTHENTICATIONS, CONNECTIONS
 from edge.security import ListenerSecurity, SaslFactory
 from listeners.server import ConnectionInfo, FrameError, Request
 from listeners.tls import certificate_principal
+from sasl.connection_state import ConnectionSasl, Handshake
 from sasl.errors import MECHANISM_LIMIT, SaslFailure
-from sasl.lifetime import session_lifetime_ms
 from sasl.printable import printable
-from sasl.types import Authenticated, SaslServer
+from sasl.types import Authenticated
 
 log = logging.getLogger(__name__)
 ANONYMOUS = "ANONYMOUS"
@@ -82,12 +84,8 @@ class Session:
         self.security = security
         self.mechanisms = mechanisms
         self.failed_delay_ms = failed_delay_ms
-        self.max_reauth_ms = max_reauth_ms
         self.audit = audit
-        self.login: Authenticated | None = None
-        self.sasl: SaslServer | None = None
-        self.raw_tokens = False
-        self.session_ends_ms: int | None = None
+        self.sasl = ConnectionSasl(security.sasl, max_reauth_ms)
         self.principal = certificate_principal(info.tls) or ANONYMOUS
         self.home = home
         self.max_receive_before_login = max_receive_before_login
@@ -99,14 +97,14 @@ class Session:
     def frame_limit(self) -> int | None:
         """Kafka's ``sasl.server.max.receive.size``: the frame limit on a SASL listener
         until the client has logged in (None: the listener's own limit)."""
-        if self.security.sasl and self.login is None:
+        if self.sasl.gated:
             return self.max_receive_before_login
         return None
 
     def prepare(self, frame: memoryview) -> Request:
         """Decode one request frame; what its response may hold comes from the dispatcher
         (a Fetch's limits), the SASL answers are small."""
-        if self.raw_tokens:
+        if self.sasl.raw_tokens:
             return Request(SMALL_RESPONSE_BOUND, partial(self._raw_token, frame))
         try:
             parsed = self.dispatcher.parse(frame)
@@ -121,15 +119,13 @@ class Session:
         key = parsed.header.api_key
         if key == SASL_HANDSHAKE:
             return self._handshake(parsed)
-        if key == SASL_AUTHENTICATE and self.security.sasl and (
-                self.sasl is not None or self.login is None):
+        if key == SASL_AUTHENTICATE and self.sasl.takes_authenticate():
             return await self._authenticate(parsed)
-        if self.security.sasl and self.login is None and key != API_VERSIONS_KEY:
+        if self.sasl.gated and key != API_VERSIONS_KEY:
             self._audit("connection", "rejected", api=parsed.spec.name,
                         reason="request before SASL authentication")
             raise FrameError(f"{parsed.spec.name} request before SASL authentication")
-        if self.session_ends_ms is not None and _now_ms() > self.session_ends_ms \
-                and key != API_VERSIONS_KEY:
+        if self.sasl.expired(_now_ms()) and key != API_VERSIONS_KEY:
             self._audit("connection", "rejected", api=parsed.spec.name,
                         principal=self.principal, tenant=self.home.tenant,
                         reason="SASL session expired without re-authentication")
@@ -142,7 +138,7 @@ class Session:
             home=self.home, client_id=parsed.header.client_id,
             api_version=parsed.header.api_version,
             client_host=self.info.peer.rsplit(":", 1)[0],
-            login_tenant=self.home.tenant if self.login is not None else None,
+            login_tenant=self.home.tenant if self.sasl.login is not None else None,
             api=parsed.spec.name,
         )
         return await self.dispatcher.dispatch(ctx, parsed, self._mute)
@@ -180,26 +176,24 @@ class Session:
             return self._respond(parsed, SaslHandshakeResponse(
                 version=version, error_code=code, mechanisms=mechanisms))
 
-        if not self.security.sasl or (self.login is not None and self.sasl is None
-                                      and self.session_ends_ms is None):
-            return answer(ErrorCode.ILLEGAL_SASL_STATE, [])
-        assert parsed.body is not None
+        assert parsed.body is not None  # None only for ApiVersions
         mechanism: str = parsed.body.mechanism
-        if self.sasl is not None:
-            reason = "SaslHandshake during a SASL exchange"
-            self._refused(mechanism, self.sasl.claimed_tenant, reason)
-            raise FrameError(reason, answer(ErrorCode.ILLEGAL_SASL_STATE, []))
-        if mechanism not in offered:
+        verdict = self.sasl.handshake(mechanism, version, offered)
+        if verdict == Handshake.NOT_NOW:
+            return answer(ErrorCode.ILLEGAL_SASL_STATE, [])
+        if verdict == Handshake.DURING_EXCHANGE:
+            assert self.sasl.exchange is not None
+            self._refused(mechanism, self.sasl.exchange.claimed_tenant, verdict.value)
+            raise FrameError(verdict.value, answer(ErrorCode.ILLEGAL_SASL_STATE, []))
+        if verdict == Handshake.UNSUPPORTED:
             reason = (f"SASL mechanism '{printable(mechanism, MECHANISM_LIMIT)}' is not "
                       f"enabled (enabled: {', '.join(offered)})")
-            self._refused(mechanism, self.home.tenant if self.login else None, reason)
+            self._refused(mechanism, self.home.tenant if self.sasl.login else None, reason)
             raise FrameError(reason, answer(ErrorCode.UNSUPPORTED_SASL_MECHANISM))
-        if self.login is not None and (version == 0 or mechanism != self.login.mechanism):
-            reason = "re-authentication must use SaslHandshake v1 and the same mechanism"
-            self._refused(mechanism, self.home.tenant, reason)
-            raise FrameError(reason, answer(ErrorCode.ILLEGAL_SASL_STATE))
-        self.sasl = self.mechanisms[mechanism]()
-        self.raw_tokens = version == 0
+        if verdict == Handshake.WRONG_REAUTHENTICATION:
+            self._refused(mechanism, self.home.tenant, verdict.value)
+            raise FrameError(verdict.value, answer(ErrorCode.ILLEGAL_SASL_STATE))
+        self.sasl.begin(self.mechanisms[mechanism](), version)
         return answer(ErrorCode.NONE)
 
     def _refused(self, mechanism: str | None, tenant: str | None, reason: str) -> None:
@@ -212,14 +206,14 @@ class Session:
 
     async def _step(self, message: bytes) -> tuple[bytes, Authenticated | None]:
         """One SASL step; on failure wait ``failed_delay_ms`` and raise SaslFailure."""
-        server = self.sasl
+        server = self.sasl.exchange
         assert server is not None
         try:
             # In a worker thread: validators may fetch keys (JWKS) over the network.
             challenge = await asyncio.to_thread(server.step, message)
             result = server.result if server.complete else None
             if result is not None:
-                self._check_reauthentication(result)
+                self.sasl.check(result)
         except SaslFailure as failure:
             AUTHENTICATIONS.labels(server.mechanism, "failure").inc()
             tenant = server.claimed_tenant
@@ -228,32 +222,23 @@ class Session:
             log.warning("SASL %s login from %s on %s (tenant %s) failed: %s",
                         server.mechanism, self.info.peer, self.info.listener,
                         tenant or "not named", failure.message)
-            self.sasl = None
+            self.sasl.failed()
             await asyncio.sleep(self.failed_delay_ms / 1000)
             raise
         if result is None:
             return challenge, None
         AUTHENTICATIONS.labels(server.mechanism, "success").inc()
-        self.sasl = None
         self._logged_in(result)
         self._audit("authentication", "success", mechanism=server.mechanism,
                     principal=result.principal, tenant=self.home.tenant)
         return challenge, result
 
-    def _check_reauthentication(self, result: Authenticated) -> None:
-        if self.login is not None and (result.principal, result.tenant, result.namespace) != (
-                self.login.principal, self.login.tenant, self.login.namespace):
-            raise SaslFailure("re-authentication may not change the principal or tenant")
-
     def _logged_in(self, result: Authenticated) -> None:
-        first = self.login is None
-        self.login = result
+        first = self.sasl.login is None
+        lifetime = self.sasl.succeeded(result, _now_ms())
         self.principal = result.principal
         self.home = Namespace(result.tenant or self.default_home.tenant,
                               result.namespace or self.default_home.namespace)
-        now = _now_ms()
-        lifetime = session_lifetime_ms(now, result.expires_at_ms, self.max_reauth_ms)
-        self.session_ends_ms = now + lifetime if lifetime > 0 else None
         log.info("%s %s as %s (tenant %s) on %s, session %s",
                  self.info.peer, "logged in" if first else "re-authenticated",
                  result.principal, self.home.tenant, self.info.listener,
@@ -268,7 +253,7 @@ class Session:
                 version=version, error_code=code, error_message=message, auth_bytes=auth,
                 session_lifetime_ms=lifetime))
 
-        if self.sasl is None or self.raw_tokens:
+        if self.sasl.authenticating() is None:
             reason = "SaslAuthenticate without a SaslHandshake"
             self._refused(None, None, reason)
             raise FrameError(reason, answer(ErrorCode.ILLEGAL_SASL_STATE,
@@ -280,9 +265,7 @@ class Session:
             raise FrameError(f"authentication failed: {failure.message}", answer(
                 ErrorCode.SASL_AUTHENTICATION_FAILED,
                 f"Authentication failed: {failure.message}")) from failure
-        lifetime = 0
-        if result is not None and self.session_ends_ms is not None:
-            lifetime = max(self.session_ends_ms - _now_ms(), 1)
+        lifetime = self.sasl.lifetime_left(_now_ms()) if result is not None else 0
         return answer(ErrorCode.NONE, None, challenge, lifetime)
 
     def _authenticate_when_authenticated(self, parsed: ParsedRequest) -> bytes:
@@ -296,11 +279,9 @@ class Session:
     async def _raw_token(self, frame: memoryview) -> bytes:
         """The v0 flow: the frame is a bare SASL token, answered with a bare token."""
         try:
-            challenge, result = await self._step(bytes(frame))
+            challenge, _ = await self._step(bytes(frame))
         except SaslFailure as failure:
             raise FrameError(f"authentication failed: {failure.message}") from failure
-        if result is not None:
-            self.raw_tokens = False
         return len(challenge).to_bytes(4, "big") + challenge
 
     def closed(self) -> None:

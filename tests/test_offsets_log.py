@@ -14,7 +14,9 @@ import psycopg
 
 from broker_core.appends import AppendPath
 from broker_core.durability import FlushScheduler
-from broker_core.groups.coordinator import GroupConfig, GroupCoordinator, OffsetToCommit
+from broker_core.groups.config import GroupConfig
+from broker_core.groups.coordinator import GroupCoordinator
+from broker_core.groups.offsets import OffsetToCommit
 from broker_core.storage import LogConfig, open_storage
 from broker_core.system_topics import SystemTopic
 from broker_core.waiters import AppendWaiters

@@ -15,8 +15,8 @@ from broker_core.apis.groups import group_error
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.groups.coordinator import OffsetToCommit
 from broker_core.groups.model import CommittedOffset, GroupState
+from broker_core.groups.offsets import OffsetToCommit
 
 _C = OffsetCommitResponse.OffsetCommitResponseTopic
 Fetched = list[tuple[int, CommittedOffset | None, ErrorCode]]

@@ -27,7 +27,7 @@ from broker_core.apis.groups import group_error
 from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.groups.coordinator import OffsetToCommit
+from broker_core.groups.offsets import OffsetToCommit
 from broker_core.transactions.model import TxnState
 
 

@@ -1,8 +1,11 @@
-"""The in-memory state of consumer groups: groups, members and committed offsets."""
+"""The in-memory state of consumer groups: groups, members and committed offsets.
+
+Plain data, no I/O: :mod:`broker_core.groups.membership` changes the membership fields,
+:mod:`broker_core.groups.offsets` the offsets (as Kafka's ``GroupMetadata`` holds both).
+"""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -29,6 +32,10 @@ class CommittedOffset:
     commit_timestamp: int
 
 
+MemberList = tuple[tuple[str, str | None, bytes], ...]
+"""What a group's leader learns of each member: id, instance id and protocol metadata."""
+
+
 @dataclass(frozen=True, slots=True)
 class JoinResult:
     """What a JoinGroup call answers."""
@@ -39,7 +46,7 @@ class JoinResult:
     protocol_type: str | None = None
     protocol: str | None = None
     leader: str = ""
-    members: tuple[tuple[str, str | None, bytes], ...] = ()
+    members: MemberList = ()
     skip_assignment: bool = False
 
 
@@ -66,9 +73,12 @@ class Member:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
-    join_waiter: asyncio.Future[JoinResult] | None = None
-    sync_waiter: asyncio.Future[SyncResult] | None = None
-    session_timer: asyncio.TimerHandle | None = None
+    joining: bool = False
+    """A JoinGroup of the member waits for the rebalance to complete."""
+    syncing: bool = False
+    """A SyncGroup of the member waits for the leader's assignment."""
+    session_deadline: int | None = None
+    """When the member's session ends (ms) unless it is heard from; None: not armed."""
 
     def protocol_names(self) -> list[str]:
         """The member's protocols, most preferred first."""
@@ -93,17 +103,34 @@ class Group:
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)
-    pending: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)
+    """Member ids handed out with MEMBER_ID_REQUIRED, and when each lapses (ms)."""
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
-    rebalance_timer: asyncio.TimerHandle | None = None
+    rebalance_deadline: int | None = None
+    """When the rebalance timer fires (ms): the end of the initial delay while
+    ``delaying``, else the join phase's timeout; None: not armed."""
     initial_delay_ms: int = 0
     delaying: bool = False
+    delay_members_before: int = 0
+    """How many members the group had when the current initial delay began."""
     state_timestamp: int = 0
 
     def all_joined(self) -> bool:
         """Whether every member has a JoinGroup waiting (and none is still pending)."""
-        return not self.pending and all(m.join_waiter is not None for m in self.members.values())
+        return not self.pending and all(m.joining for m in self.members.values())
+
+    def settle_txn(self, producer_id: int, commit: bool) -> None:
+        """A transaction ended: its pending offsets become committed, or are dropped."""
+        pending = self.pending_txn.pop(producer_id, {})
+        if commit:
+            self.offsets.update(pending)
+
+    def everyone(self) -> MemberList:
+        """What the leader learns of the members, for the group's protocol."""
+        protocol = self.protocol or ""
+        return tuple((m.member_id, m.group_instance_id, m.metadata_for(protocol))
+                     for m in self.members.values())
 
     def max_rebalance_timeout_ms(self) -> int:
         """The longest rebalance timeout among the members."""

@@ -1,4 +1,5 @@
-"""The records of ``__consumer_offsets``: one per committed offset and one per group.
+"""The records of ``__consumer_offsets``: one per committed offset and one per group, how
+a partition's records are replayed into groups, and the snapshot a compaction keeps.
 
 Keys and values are small JSON documents (version 1), read back at start-up; a record
 whose value is null (a tombstone) deletes its key. Later records win over earlier ones,
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from broker_core.groups.model import CommittedOffset, Group, GroupState, Member
+from broker_core.system_topics import Record
 
 _VERSION = 1
 
@@ -164,3 +167,48 @@ def restore_group(group: Group, value: dict[str, Any]) -> None:
         if member.group_instance_id is not None:
             group.static_members[member.group_instance_id] = member.member_id
     group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+
+
+def replay(groups: dict[tuple[str, str], Group], topic: str, partition: int, key: bytes,
+           value: bytes | None) -> None:
+    """Apply one record of ``topic``'s ``partition`` to ``groups`` (keyed by topic and id)."""
+    record = decode(key, value)
+    if record is None:
+        return
+    ident = (topic, record.group_id)
+    group = groups.get(ident)
+    if group is None:
+        group = groups[ident] = Group(record.group_id, topic, partition)
+    if isinstance(record, OffsetRecord):
+        tp = (record.topic, record.partition)
+        if record.committed is None:
+            group.offsets.pop(tp, None)
+        else:
+            group.offsets[tp] = record.committed
+    elif isinstance(record, TxnOffsetRecord):
+        group.pending_txn.setdefault(record.producer_id, {})[
+            (record.topic, record.partition)] = record.committed
+    elif isinstance(record, TxnEndRecord):
+        group.settle_txn(record.producer_id, record.commit)
+    elif record.value is None:
+        del groups[ident]
+    else:
+        restore_group(group, record.value)
+
+
+def snapshot(groups: Iterable[Group], settling: Iterable[Sequence[Record]]) -> list[Record]:
+    """What a compaction of one partition keeps: the records of its ``groups`` (the group
+    record of each that had members, its offsets, its pending transactional offsets) and
+    the batches still ``settling`` (appended, not yet durable)."""
+    live: list[Record] = []
+    for group in groups:
+        if group.protocol_type is not None:
+            live.append(group_record(group))
+        live.extend(offset_record(group.group_id, t, p, committed)
+                    for (t, p), committed in group.offsets.items())
+        live.extend(txn_offset_record(group.group_id, pid, t, p, committed)
+                    for pid, pending in group.pending_txn.items()
+                    for (t, p), committed in pending.items())
+    for batch in settling:
+        live.extend(batch)
+    return live

@@ -1,0 +1,497 @@
+"""The membership of one group as a sans-I/O state machine (Kafka's classic group protocol).
+
+Each input (a JoinGroup, SyncGroup, Heartbeat or LeaveGroup, a commit's membership check, a
+timer that fired, a write that settled) carries the clock (``now``, ms) and returns a
+:class:`Step`: the caller's answer, or :class:`Waiting` when a later effect answers it,
+and the effects for the driver (:mod:`broker_core.groups.effects`). The state is the
+:class:`~broker_core.groups.model.Group` itself; nothing here awaits, sleeps or writes.
+
+Rebalances follow Kafka: a join moves the group to PreparingRebalance; the join phase ends
+when every member has rejoined (or the rebalance timeout drops the stragglers; an empty
+group's first rebalance waits ``initial_rebalance_delay_ms`` for more members), the leader
+gets the member list and sends the assignment in SyncGroup, and once that is written the
+group is Stable. Members that stop heartbeating are removed after their session timeout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable
+from typing import TypeVar
+
+from broker_core.errors import ErrorCode
+from broker_core.groups.effects import (
+    REBALANCE_TIMER,
+    AnswerJoin,
+    AnswerSync,
+    Arm,
+    AssignmentWritten,
+    Cancel,
+    Effect,
+    Followup,
+    JoinRequest,
+    Persist,
+    StaticRejoinWritten,
+    Step,
+    Timer,
+    TimerKind,
+    Waiting,
+)
+from broker_core.groups.model import Group, GroupState, JoinResult, Member, MemberList, SyncResult
+
+log = logging.getLogger(__name__)
+_R = TypeVar("_R")
+
+
+class GroupMembership:
+    """The membership rules applied to ``group``, the state they change."""
+
+    def __init__(self, group: Group, initial_rebalance_delay_ms: int) -> None:
+        self.group = group
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self._out: list[Effect] = []
+
+    def _step(self, reply: _R) -> Step[_R]:
+        out, self._out = self._out, []
+        return Step(reply, out)
+
+    # -- inputs: requests ----------------------------------------------------------------
+
+    def join(self, request: JoinRequest, new_member_id: str,
+             now: int) -> Step[JoinResult | Waiting]:
+        """A JoinGroup (its session timeout already checked); ``new_member_id`` is the id
+        a member joining without one gets."""
+        group = self.group
+        if group.state == GroupState.DEAD:
+            return self._step(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, request.member_id))
+        names = [name for name, _ in request.protocols]
+        if not group.supports(request.protocol_type, names):
+            return self._step(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                                         request.member_id))
+        if not request.member_id:
+            return self._step(self._join_new(request, new_member_id, now))
+        return self._step(self._join_known(request, now))
+
+    def sync(self, member_id: str, instance: str | None, generation: int,
+             protocol_type: str | None, protocol: str | None, assignments: dict[str, bytes],
+             now: int) -> Step[SyncResult | Waiting]:
+        """A SyncGroup: a follower waits for the leader's assignment; the leader's is
+        written (a Persist with :class:`AssignmentWritten`) before anyone gets it."""
+        group = self.group
+        error, member = self._check_member(member_id, instance, generation)
+        if error != ErrorCode.NONE or member is None:
+            return self._step(SyncResult(error))
+        if (protocol_type is not None and protocol_type != group.protocol_type) or \
+                (protocol is not None and protocol != group.protocol):
+            return self._step(SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+        self._arm_session(member, now)
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return self._step(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+        if group.state == GroupState.STABLE:
+            return self._step(SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol,
+                                         member.assignment))
+        member.syncing = True
+        if member_id == group.leader:
+            for each in group.members.values():
+                each.assignment = assignments.get(each.member_id, b"")
+            self._out.append(Persist(AssignmentWritten(group.generation)))
+        return self._step(Waiting(member_id))
+
+    def heartbeat(self, member_id: str, instance: str | None, generation: int,
+                  now: int) -> Step[ErrorCode]:
+        """A Heartbeat: the member's session starts again; REBALANCE_IN_PROGRESS tells it
+        to rejoin."""
+        error, member = self._check_member(member_id, instance, generation)
+        if error != ErrorCode.NONE or member is None:
+            return self._step(error)
+        self._arm_session(member, now)
+        if self.group.state == GroupState.PREPARING_REBALANCE:
+            return self._step(ErrorCode.REBALANCE_IN_PROGRESS)
+        return self._step(ErrorCode.NONE)
+
+    def leave(self, leaving: Iterable[tuple[str, str | None]],
+              now: int) -> Step[list[ErrorCode]]:
+        """A LeaveGroup for each (member id, group instance id)."""
+        group = self.group
+        results = []
+        for member_id, instance in leaving:
+            if group.state == GroupState.DEAD:
+                results.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                continue
+            if instance is not None:
+                mapped = group.static_members.get(instance)
+                if mapped is None:
+                    results.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                    continue
+                if member_id and member_id != mapped:
+                    results.append(ErrorCode.FENCED_INSTANCE_ID)
+                    continue
+                member_id = mapped
+            if member_id in group.pending:
+                del group.pending[member_id]
+                self._out.append(Cancel(Timer(TimerKind.PENDING, member_id)))
+                results.append(ErrorCode.NONE)
+                self._maybe_complete_join(now)
+                continue
+            member = group.members.get(member_id)
+            if member is None:
+                results.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                continue
+            log.info("member %s left group %s", member_id, group.group_id)
+            self._member_left(member, now)
+            results.append(ErrorCode.NONE)
+        return self._step(results)
+
+    def commit_check(self, member_id: str, instance: str | None, generation: int,
+                     now: int) -> Step[ErrorCode]:
+        """Whether an OffsetCommit may commit for the group (a generation below zero: a
+        group that only stores offsets); a member that commits is heard from."""
+        group = self.group
+        if group.state == GroupState.DEAD:
+            return self._step(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if generation < 0 and group.state == GroupState.EMPTY:
+            return self._step(ErrorCode.NONE)
+        error, member = self._check_member(member_id, instance, generation)
+        if error == ErrorCode.NONE and group.state == GroupState.COMPLETING_REBALANCE:
+            return self._step(ErrorCode.REBALANCE_IN_PROGRESS)
+        if error == ErrorCode.NONE and member is not None:
+            self._arm_session(member, now)
+        return self._step(error)
+
+    def txn_commit_check(self, member_id: str, instance: str | None,
+                         generation: int) -> ErrorCode:
+        """Whether a TxnOffsetCommit may commit: a member's generation is checked when it
+        names one (from v3), else anyone may."""
+        if generation >= 0 or member_id:
+            return self._check_member(member_id, instance, generation)[0]
+        return ErrorCode.NONE
+
+    # -- inputs: time and the driver ---------------------------------------------------
+
+    def timer_fired(self, timer: Timer, now: int) -> Step[None]:
+        """A timer the driver armed went off."""
+        if timer.kind == TimerKind.SESSION:
+            self._session_expired(timer.member_id, now)
+        elif timer.kind == TimerKind.PENDING:
+            self._pending_expired(timer.member_id, now)
+        else:
+            self.group.rebalance_deadline = None
+            if self.group.delaying:
+                self._initial_delay_over(now)
+            else:
+                self._complete_join(now)
+        return self._step(None)
+
+    def persisted(self, followup: Followup, error: ErrorCode, now: int) -> Step[None]:
+        """A write with a followup settled (``error`` NONE) or failed."""
+        if isinstance(followup, AssignmentWritten):
+            self._assignment_written(followup.generation, error, now)
+        else:
+            self._static_rejoin_written(followup.member_id, error)
+        return self._step(None)
+
+    def loaded(self, now: int) -> Step[None]:
+        """The group came back from the log: its members' sessions start now."""
+        for member in self.group.members.values():
+            self._arm_session(member, now)
+        return self._step(None)
+
+    def release(self) -> Step[None]:
+        """This broker stops coordinating the group: waiting joins and syncs are answered
+        NOT_COORDINATOR and no timer fires any more; the state stays as it is."""
+        self._cancel_timers()
+        for member in self.group.members.values():
+            self._answer_waiting(member, ErrorCode.NOT_COORDINATOR)
+        return self._step(None)
+
+    def delete(self) -> Step[None]:
+        """The (empty) group is deleted: Dead, and no timer fires any more."""
+        self.group.state = GroupState.DEAD
+        self._cancel_timers()
+        return self._step(None)
+
+    # -- JoinGroup -----------------------------------------------------------------------
+
+    def _join_new(self, request: JoinRequest, member_id: str,
+                  now: int) -> JoinResult | Waiting:
+        group = self.group
+        instance = request.group_instance_id
+        if instance is not None and instance in group.static_members:
+            return self._replace_static(member_id, request, now)
+        if instance is None and request.require_known_member:
+            deadline = now + request.session_timeout_ms
+            group.pending[member_id] = deadline
+            self._out.append(Arm(Timer(TimerKind.PENDING, member_id), deadline))
+            return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id)
+        return self._await_join(self._new_member(member_id, request), now)
+
+    def _replace_static(self, member_id: str, request: JoinRequest,
+                        now: int) -> JoinResult | Waiting:
+        """A static member rejoined with a new member id: the old id is fenced."""
+        group = self.group
+        assert request.group_instance_id is not None
+        old = group.members[group.static_members[request.group_instance_id]]
+        self._remove_member(old, ErrorCode.FENCED_INSTANCE_ID)
+        member = self._new_member(member_id, request)
+        member.assignment = old.assignment
+        if group.leader == old.member_id:
+            group.leader = member_id
+        log.info("static member %s of group %s is now %s", request.group_instance_id,
+                 group.group_id, member_id)
+        if group.state == GroupState.STABLE and group.choose_protocol() == group.protocol:
+            # As Kafka: no rebalance when the group's protocol would not change; once the
+            # new id is written, a leader gets the members back but skips the assignment.
+            self._arm_session(member, now)
+            self._out.append(Persist(StaticRejoinWritten(member_id)))
+            return Waiting(member_id)
+        return self._await_join(member, now)
+
+    def _join_known(self, request: JoinRequest, now: int) -> JoinResult | Waiting:
+        group = self.group
+        member_id = request.member_id
+        instance = request.group_instance_id
+        if instance is not None and group.static_members.get(instance, member_id) != member_id:
+            return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id)
+        if group.pending.pop(member_id, None) is not None:
+            self._out.append(Cancel(Timer(TimerKind.PENDING, member_id)))
+            return self._await_join(self._new_member(member_id, request), now)
+        member = group.members.get(member_id)
+        if member is None:
+            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+        unchanged = member.protocols == list(request.protocols)
+        member.protocols = list(request.protocols)
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        if group.state == GroupState.STABLE and unchanged and member_id != group.leader:
+            self._arm_session(member, now)
+            return self._join_result(member_id)
+        if group.state == GroupState.COMPLETING_REBALANCE and unchanged:
+            return self._join_result(member_id, self.group.everyone())
+        return self._await_join(member, now)
+
+    def _new_member(self, member_id: str, request: JoinRequest) -> Member:
+        group = self.group
+        member = Member(member_id, request.group_instance_id, request.client_id,
+                        request.client_host, request.rebalance_timeout_ms,
+                        request.session_timeout_ms, request.protocol_type,
+                        list(request.protocols))
+        group.members[member_id] = member
+        if request.group_instance_id is not None:
+            group.static_members[request.group_instance_id] = member_id
+        if group.protocol_type is None or len(group.members) == 1:
+            group.protocol_type = request.protocol_type
+        return member
+
+    def _await_join(self, member: Member, now: int) -> Waiting:
+        member.joining = True
+        self._disarm_session(member)
+        if self.group.state == GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(now)
+        else:
+            self._prepare_rebalance(now)
+        return Waiting(member.member_id)
+
+    def _static_rejoin_written(self, member_id: str, error: ErrorCode) -> None:
+        group = self.group
+        if error != ErrorCode.NONE:
+            self._out.append(AnswerJoin(member_id, JoinResult(error, member_id)))
+            return
+        leader = member_id == group.leader
+        result = self._join_result(member_id, self.group.everyone() if leader else ())
+        self._out.append(AnswerJoin(member_id,
+                                    dataclasses.replace(result, skip_assignment=leader)))
+
+    # -- SyncGroup -----------------------------------------------------------------------
+
+    def _assignment_written(self, generation: int, error: ErrorCode, now: int) -> None:
+        group = self.group
+        current = (group.state == GroupState.COMPLETING_REBALANCE
+                   and group.generation == generation)
+        if error != ErrorCode.NONE:  # as Kafka: the members rejoin
+            self._finish_sync(error)
+            if current:
+                self._prepare_rebalance(now)
+        elif current:
+            group.state = GroupState.STABLE
+            self._finish_sync(ErrorCode.NONE)
+
+    def _finish_sync(self, error: ErrorCode) -> None:
+        group = self.group
+        for member in group.members.values():
+            if member.syncing:
+                member.syncing = False
+                self._out.append(AnswerSync(member.member_id, SyncResult(
+                    error, group.protocol_type, group.protocol,
+                    member.assignment if not error else b"")))
+
+    # -- members -------------------------------------------------------------------------
+
+    def _check_member(self, member_id: str, instance: str | None,
+                      generation: int) -> tuple[ErrorCode, Member | None]:
+        group = self.group
+        if group.state == GroupState.DEAD:
+            return ErrorCode.UNKNOWN_MEMBER_ID, None
+        if instance is not None and group.static_members.get(instance, member_id) != member_id:
+            return ErrorCode.FENCED_INSTANCE_ID, None
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, None
+        if generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION, member
+        return ErrorCode.NONE, member
+
+    def _arm_session(self, member: Member, now: int) -> None:
+        member.session_deadline = now + member.session_timeout_ms
+        self._out.append(Arm(Timer(TimerKind.SESSION, member.member_id),
+                             member.session_deadline))
+
+    def _disarm_session(self, member: Member) -> None:
+        if member.session_deadline is not None:
+            member.session_deadline = None
+            self._out.append(Cancel(Timer(TimerKind.SESSION, member.member_id)))
+
+    def _cancel_timers(self) -> None:
+        group = self.group
+        for member in group.members.values():
+            self._disarm_session(member)
+        for member_id in group.pending:
+            self._out.append(Cancel(Timer(TimerKind.PENDING, member_id)))
+        group.pending.clear()
+        self._disarm_rebalance()
+
+    def _remove_member(self, member: Member, error: ErrorCode) -> None:
+        group = self.group
+        self._disarm_session(member)
+        group.members.pop(member.member_id, None)
+        if member.group_instance_id is not None and \
+                group.static_members.get(member.group_instance_id) == member.member_id:
+            del group.static_members[member.group_instance_id]
+        self._answer_waiting(member, error)
+
+    def _answer_waiting(self, member: Member, error: ErrorCode) -> None:
+        """Answer the member's waiting join and sync with ``error``."""
+        if member.joining:
+            member.joining = False
+            self._out.append(AnswerJoin(member.member_id, JoinResult(error, member.member_id)))
+        if member.syncing:
+            member.syncing = False
+            self._out.append(AnswerSync(member.member_id, SyncResult(error)))
+
+    def _member_left(self, member: Member, now: int) -> None:
+        self._remove_member(member, ErrorCode.UNKNOWN_MEMBER_ID)
+        if self.group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(now)
+        elif self.group.state == GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(now)
+
+    def _session_expired(self, member_id: str, now: int) -> None:
+        member = self.group.members.get(member_id)
+        if member is None or member.joining:
+            return
+        member.session_deadline = None
+        log.info("member %s of group %s missed its session timeout", member_id,
+                 self.group.group_id)
+        self._member_left(member, now)
+
+    def _pending_expired(self, member_id: str, now: int) -> None:
+        if self.group.pending.pop(member_id, None) is not None:
+            log.info("pending member %s of group %s never rejoined", member_id,
+                     self.group.group_id)
+            if self.group.state == GroupState.PREPARING_REBALANCE:
+                self._maybe_complete_join(now)
+
+    # -- rebalance -----------------------------------------------------------------------
+
+    def _arm_rebalance(self, at: int) -> None:
+        self.group.rebalance_deadline = at
+        self._out.append(Arm(REBALANCE_TIMER, at))
+
+    def _disarm_rebalance(self) -> None:
+        if self.group.rebalance_deadline is not None:
+            self.group.rebalance_deadline = None
+            self._out.append(Cancel(REBALANCE_TIMER))
+
+    def _prepare_rebalance(self, now: int) -> None:
+        group = self.group
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            for member in group.members.values():
+                member.assignment = b""
+                if member.syncing:
+                    member.syncing = False
+                    self._out.append(AnswerSync(
+                        member.member_id, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)))
+        initial = group.state == GroupState.EMPTY
+        group.state = GroupState.PREPARING_REBALANCE
+        group.state_timestamp = now
+        delay = self.initial_rebalance_delay_ms
+        if initial and delay > 0:
+            group.delaying = True
+            group.initial_delay_ms = max(group.max_rebalance_timeout_ms() - delay, 0)
+            group.delay_members_before = len(group.members)
+            self._arm_rebalance(now + delay)
+            return
+        self._arm_rebalance(now + group.max_rebalance_timeout_ms())
+        self._maybe_complete_join(now)
+
+    def _initial_delay_over(self, now: int) -> None:
+        """The initial delay ended: wait once more if members kept arriving, else finish."""
+        group = self.group
+        if len(group.members) > group.delay_members_before and group.initial_delay_ms > 0:
+            wait = min(self.initial_rebalance_delay_ms, group.initial_delay_ms)
+            group.initial_delay_ms -= wait
+            group.delay_members_before = len(group.members)
+            self._arm_rebalance(now + wait)
+            return
+        group.initial_delay_ms = 0
+        group.delaying = False
+        if group.all_joined():
+            self._complete_join(now)
+        else:
+            self._arm_rebalance(now + group.max_rebalance_timeout_ms())
+
+    def _maybe_complete_join(self, now: int) -> None:
+        group = self.group
+        if group.state == GroupState.PREPARING_REBALANCE and group.all_joined() \
+                and not group.delaying:
+            self._complete_join(now)
+
+    def _complete_join(self, now: int) -> None:
+        group = self.group
+        self._disarm_rebalance()
+        group.initial_delay_ms = 0
+        group.delaying = False
+        if group.state != GroupState.PREPARING_REBALANCE:
+            return
+        for member in [m for m in group.members.values() if not m.joining]:
+            log.info("member %s of group %s did not rejoin in time", member.member_id,
+                     group.group_id)
+            self._remove_member(member, ErrorCode.UNKNOWN_MEMBER_ID)
+        group.generation += 1
+        group.state_timestamp = now
+        if not group.members:
+            group.state = GroupState.EMPTY
+            group.protocol = None
+            group.leader = None
+            self._out.append(Persist())
+            log.info("group %s is empty at generation %d", group.group_id, group.generation)
+            return
+        group.protocol = group.choose_protocol()
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.state = GroupState.COMPLETING_REBALANCE
+        log.info("group %s: generation %d with %d members, protocol %s", group.group_id,
+                 group.generation, len(group.members), group.protocol)
+        everyone = self.group.everyone()
+        for member in group.members.values():
+            member.joining = False
+            self._out.append(AnswerJoin(member.member_id,
+                                        self._join_result(member.member_id, everyone)))
+            self._arm_session(member, now)
+
+    def _join_result(self, member_id: str, everyone: MemberList = ()) -> JoinResult:
+        group = self.group
+        return JoinResult(
+            ErrorCode.NONE, member_id, group.generation, group.protocol_type, group.protocol,
+            group.leader or "", everyone if member_id == group.leader else (),
+        )

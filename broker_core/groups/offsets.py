@@ -1,0 +1,191 @@
+"""Committed offsets of groups (Kafka's ``GroupMetadataManager`` part): OffsetCommit,
+TxnOffsetCommit and the settling of a transaction's offsets, OffsetFetch, OffsetDelete and
+the expiry of old offsets, and every write to ``__consumer_offsets`` (with the compaction
+it triggers).
+
+Whether a member may commit is the membership's business
+(:mod:`broker_core.groups.membership`); what is stored, and when it counts, is decided
+here: an offset counts once its write settled, and a failed write keeps nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.groups import offsets_topic
+from broker_core.groups.model import CommittedOffset, Group, GroupState
+from broker_core.system_topics import Record, SystemTopic
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetToCommit:
+    """One partition's offset in an OffsetCommit request."""
+
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+class GroupOffsets:
+    """The offsets of the groups a coordinator holds, and the writes to their log."""
+
+    def __init__(self, store: SystemTopic, offset_metadata_max_size: int,
+                 retention_ms: int, groups_in: Callable[[str, int], Iterable[Group]]) -> None:
+        self.store = store
+        self.offset_metadata_max_size = offset_metadata_max_size
+        self.retention_ms = retention_ms
+        self._groups_in = groups_in
+        """The groups kept in one partition of the log (what a compaction keeps)."""
+        self._settling: dict[tuple[str, int], list[Sequence[Record]]] = {}
+        """Offset records appended but not yet settled, per log partition: kept in memory
+        only once their write settles, rewritten by a compaction meanwhile."""
+
+    # -- the log -------------------------------------------------------------------------
+
+    def append(self, group: Group, batch: Sequence[Record]) -> asyncio.Future[None] | None:
+        """Append ``batch`` to the group's log partition, compacting it when due; return
+        what to await for durability (KafkaApiError NOT_COORDINATOR when the write fails,
+        say on a full disk: the caller changes its state only after this)."""
+        durable = self.store.append(group.topic, group.partition, batch)
+        if self.store.needs_compaction(group.topic, group.partition):
+            live = offsets_topic.snapshot(
+                self._groups_in(group.topic, group.partition),
+                self._settling.get((group.topic, group.partition), ()))
+            self.store.compact(group.topic, group.partition, live)
+        return durable
+
+    async def write(self, group: Group, batch: Sequence[Record]) -> None:
+        """Append ``batch`` and wait until it is durable."""
+        await self.store.settle(self.append(group, batch))
+
+    def partition_unloaded(self, topic: str, partition: int) -> None:
+        """Forget the writes in flight of a partition another broker took."""
+        self._settling.pop((topic, partition), None)
+
+    # -- commits -------------------------------------------------------------------------
+
+    async def commit(self, group: Group, offsets: Sequence[OffsetToCommit],
+                     now: int) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit (the membership allowed it): an error per partition."""
+        results, accepted = self._accept(offsets, now)
+        batch = [offsets_topic.offset_record(group.group_id, t, p, c)
+                 for (t, p), c in accepted.items()]
+        return await self._store_offsets(group, batch, results, accepted,
+                                         group.offsets.update)
+
+    async def txn_commit(self, group: Group, producer_id: int,
+                         offsets: Sequence[OffsetToCommit],
+                         now: int) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: offsets held pending until the transaction ends."""
+        results, accepted = self._accept(offsets, now)
+        batch = [offsets_topic.txn_offset_record(group.group_id, producer_id, t, p, c)
+                 for (t, p), c in accepted.items()]
+
+        def keep(settled: dict[TopicPartition, CommittedOffset]) -> None:
+            group.pending_txn.setdefault(producer_id, {}).update(settled)
+
+        return await self._store_offsets(group, batch, results, accepted, keep)
+
+    async def complete_txn(self, group: Group, producer_id: int, commit: bool) -> None:
+        """A transaction that added the group ended: apply or drop its pending offsets."""
+        durable = self.append(group, [offsets_topic.txn_end_record(group.group_id,
+                                                                   producer_id, commit)])
+        group.settle_txn(producer_id, commit)
+        await self.store.settle(durable)
+
+    def _accept(self, offsets: Sequence[OffsetToCommit], now: int
+                ) -> tuple[dict[TopicPartition, ErrorCode],
+                           dict[TopicPartition, CommittedOffset]]:
+        """The error of each partition whose metadata is too large, the others' offsets."""
+        results: dict[TopicPartition, ErrorCode] = {}
+        accepted: dict[TopicPartition, CommittedOffset] = {}
+        for item in offsets:
+            metadata = item.metadata or ""
+            if len(metadata.encode()) > self.offset_metadata_max_size:
+                results[(item.topic, item.partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            accepted[(item.topic, item.partition)] = CommittedOffset(
+                item.offset, item.leader_epoch, metadata, now)
+        return results, accepted
+
+    async def _store_offsets(self, group: Group, batch: Sequence[Record],
+                             results: dict[TopicPartition, ErrorCode],
+                             accepted: dict[TopicPartition, CommittedOffset],
+                             keep: Callable[[dict[TopicPartition, CommittedOffset]], None]
+                             ) -> dict[TopicPartition, ErrorCode]:
+        """Write the accepted offsets and, once the write settled, ``keep`` them; a failed
+        write or fsync (a full disk) answers its error for each of them and keeps nothing,
+        as Kafka does."""
+        outcome = ErrorCode.NONE
+        if batch:
+            key = (group.topic, group.partition)
+            settling = self._settling.setdefault(key, [])
+            settling.append(batch)
+            try:
+                await self.store.settle(self.append(group, batch))
+            except KafkaApiError as error:
+                outcome = error.code
+            else:
+                keep(accepted)
+            finally:
+                settling.remove(batch)
+                if not settling:
+                    del self._settling[key]
+        results.update(dict.fromkeys(accepted, outcome))
+        return results
+
+    # -- reads ---------------------------------------------------------------------------
+
+    @staticmethod
+    def unstable(group: Group | None) -> set[TopicPartition]:
+        """Partitions with offsets pending in an open transaction."""
+        if group is None:
+            return set()
+        return {tp for pending in group.pending_txn.values() for tp in pending}
+
+    @staticmethod
+    def committed(group: Group | None, partitions: Iterable[TopicPartition] | None
+                  ) -> dict[TopicPartition, CommittedOffset | None]:
+        """Committed offsets of the group (all of them when ``partitions`` is None)."""
+        stored = group.offsets if group is not None else {}
+        if partitions is None:
+            return dict(stored)
+        return {tp: stored.get(tp) for tp in partitions}
+
+    # -- deletion and expiry -------------------------------------------------------------
+
+    async def delete(self, group: Group, partitions: Sequence[TopicPartition]) -> None:
+        """Remove committed offsets (the caller checked the subscriptions)."""
+        gone = [tp for tp in dict.fromkeys(partitions) if tp in group.offsets]  # once each
+        if not gone:
+            return
+        durable = self.append(group, [offsets_topic.offset_record(group.group_id, t, p, None)
+                                      for t, p in gone])
+        for tp in gone:
+            del group.offsets[tp]
+        await self.store.settle(durable)
+
+    def drop(self, group: Group) -> asyncio.Future[None] | None:
+        """Write the tombstones of the group and all its offsets (the caller forgets it)."""
+        tombstones = [offsets_topic.offset_record(group.group_id, t, p, None)
+                      for t, p in group.offsets]
+        tombstones.append(offsets_topic.group_record(group, deleted=True))
+        return self.append(group, tombstones)
+
+    def expired(self, group: Group, now: int) -> list[TopicPartition]:
+        """The offsets of an empty group that are past the retention: all of them when the
+        group has been empty that long (a group with members before), else each one
+        committed that long ago (a group that only stores offsets)."""
+        if group.state != GroupState.EMPTY:
+            return []
+        retention = self.retention_ms
+        if group.protocol_type is not None:
+            return list(group.offsets) if now - group.state_timestamp > retention else []
+        return [tp for tp, c in group.offsets.items() if now - c.commit_timestamp > retention]
