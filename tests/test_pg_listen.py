@@ -5,6 +5,7 @@ log line) and wakes every subscriber; closing ends the listener's thread."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -31,7 +32,7 @@ class Heard:
     def __init__(self, storage: PgStorage) -> None:
         self.woken: queue.SimpleQueue[str] = queue.SimpleQueue()
         for channel in CHANNELS:
-            storage.feed.subscribe(channel, lambda channel=channel: self.woken.put(channel))
+            storage.feed.subscribe(channel, functools.partial(self.woken.put, channel))
 
     def until(self, channel: str) -> list[str]:
         """Every wake-up up to and including the next one of ``channel``."""
@@ -107,7 +108,7 @@ def test_the_heartbeat_stamp_moves_with_what_a_reconcile_reads(
     first.cluster.register(BrokerRecord(0, None, ()), 60_000)
     stamp = first.cluster.heartbeat(60_000).stamp
     assert stamp is not None and first.cluster.heartbeat(60_000).stamp == stamp
-    stamps = [stamp]
+    stamps: list[str | None] = [stamp]
     second.cluster.register(BrokerRecord(1, None, ()), 60_000)  # a broker joins
     stamps.append(first.cluster.heartbeat(60_000).stamp)
     second.cluster.claim([(TOPIC, 1)])  # an owner changes
