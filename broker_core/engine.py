@@ -49,6 +49,7 @@ from broker_core.storage import (
     UnknownTopic,
 )
 from broker_core.storage.cluster import BrokerRecord
+from broker_core.storage.feed import CHANGES
 from broker_core.storage_faults import WriteFaults, WriteKind
 from broker_core.system_topics import SystemTopic
 from broker_core.topic_configs import effective_config
@@ -56,6 +57,7 @@ from broker_core.transactions.coordinator import TransactionCoordinator
 from broker_core.transactions.producer_ids import ProducerIdAllocator
 from broker_core.txn_markers import TxnMarkers
 from broker_core.waiters import AppendWaiters
+from broker_core.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -67,8 +69,11 @@ ZSTD_PRODUCE_VERSION = 7
 CHECKPOINT_CHECK_S = 1.0
 """How often partitions are checked for a due producer-state snapshot."""
 REFRESH_INTERVAL_S = 0.25
-"""How often the storage is asked what other brokers sharing it changed: their topic,
-ACL and config changes take effect here within a second."""
+"""How often the storage is asked what other brokers sharing it changed while its change
+feed is not live (``storage.feed``): their topic, ACL and config changes take effect here
+within a second. While it is live, it is asked when the feed says so."""
+REFRESH_SAFETY_S = 5.0
+"""How often the storage is asked anyway while its change feed is live."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +120,7 @@ class Engine:
         self._retention: asyncio.Task[None] | None = None
         self._checkpoints: asyncio.Task[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
+        self._wake_refresher: Callable[[], None] = lambda: None
         self.kv_readers: list[Callable[[], None]] = []
         """Called when another broker may have changed the storage's key-value area: each
         reads again what it keeps of it (the ACLs); one that raises is called again."""
@@ -136,12 +142,13 @@ class Engine:
                               config.offsets_topic_compaction_bytes)
         logs.cluster.begin()  # from now on only claimed partitions are written
         self.cluster = ClusterService(logs.cluster, BrokerRecord(config.broker_id, None, ()),
-                                      config.cluster, logs.topics, logs.kv)
+                                      config.cluster, logs.topics, logs.kv, logs.feed)
         self.leadership = Leadership(config.broker_id, config.metadata_namespace, logs,
                                      self.cluster, self.producers, self.waiters)
         self.txn_markers = TxnMarkers(logs, self.appends, self.producers, self.groups,
                                       self.leadership.serves,
                                       lambda key: key in self.cluster.owned)
+        self.cluster.on_gained(lambda _key, _epoch: self.txn_markers.relay.wake())
         self.transactions = TransactionCoordinator(
             config.transactions, txn_log, ProducerIdAllocator(logs.kv),
             self.txn_markers.write_marker, self.groups)
@@ -159,7 +166,8 @@ class Engine:
         loop = asyncio.get_running_loop()
         self._retention = loop.create_task(self._retention_loop())
         self._checkpoints = loop.create_task(self._checkpoint_loop())
-        self._refresher = loop.create_task(self._refresh_loop())
+        self._refresher = loop.create_task(
+            self._refresh_loop(Wakeup(self.logs.feed, CHANGES)))
 
     async def join(self, me: BrokerRecord) -> None:
         """Join the cluster as ``me`` and take this broker's share of the partitions; carry
@@ -187,6 +195,7 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._retention
         self._stopping.set()
+        self._wake_refresher()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("stop relaying transaction markers", self.txn_markers.relay.stop),
             ("hand partitions over", self.cluster.leave),
@@ -216,15 +225,17 @@ class Engine:
         if self._refresher is not None:
             await self._refresher
 
-    async def _refresh_loop(self) -> None:
-        """Take in what other brokers sharing the storage changed, every
-        ``REFRESH_INTERVAL_S``: forget deleted topics, let ``kv_readers`` read again. A
-        storage that cannot be read (a database away) is logged once, and once more when
-        it can be read again."""
+    async def _refresh_loop(self, wakeup: Wakeup) -> None:
+        """Take in what other brokers sharing the storage changed, when its feed says so
+        (``REFRESH_SAFETY_S`` at the latest) or every ``REFRESH_INTERVAL_S`` while the
+        feed is not live: forget deleted topics, let ``kv_readers`` read again. A storage
+        that cannot be read (a database away) is logged once, and once more when it can
+        be read again."""
+        self._wake_refresher = wakeup.set
         failing = kv_pending = False
         while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), REFRESH_INTERVAL_S)
+            await wakeup.wait(REFRESH_INTERVAL_S, REFRESH_SAFETY_S)
+            if self._stopping.is_set():
                 return
             try:
                 changes = await asyncio.to_thread(self.logs.refresh)

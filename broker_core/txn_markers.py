@@ -34,7 +34,7 @@ class TxnMarkers:
         self._producers = producers
         self._groups = groups
         self._serves = serves
-        self.relay = MarkerRelay(logs.cluster, owned,
+        self.relay = MarkerRelay(logs.cluster, logs.feed, owned,
                                  lambda key: self._logs.partition(*key) is not None,
                                  self._write_own_marker, self._end_own_group_txn)
 

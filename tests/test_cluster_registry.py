@@ -64,7 +64,7 @@ def test_a_broker_id_is_registered_once_while_its_lease_runs(
     assert sorted(live) == [0, 1] and live[0] == record(0)  # listeners and rack kept
     time.sleep(SHORT_LEASE_MS / 1000 + 0.3)
     assert second.cluster.view().live == {}  # both leases ran out
-    assert not first.cluster.heartbeat(SHORT_LEASE_MS)  # told it was declared dead
+    assert not first.cluster.heartbeat(SHORT_LEASE_MS).renewed  # told it was declared dead
     second.cluster.register(record(0), SHORT_LEASE_MS)  # the id is free again
 
 

@@ -3,8 +3,13 @@
 Kafka's transaction coordinator sends WriteTxnMarkers to each partition's leader. Here the
 brokers share a database, so the coordinator queues the request there
 (:meth:`MarkerRelay.request`, a future that resolves once the marker is written) and the
-partition's owner writes it (:meth:`MarkerRelay.serve`, polled every ``interval_s``) and
-removes the request. The transaction's pending offsets of a consumer group are ended the
+partition's owner writes it (:meth:`MarkerRelay.serve`) and removes the request.
+
+The relay looks at the queue when the storage's change feed says it changed (``MARKERS``:
+a request queued or removed), when this broker gains a partition (:meth:`wake`), and
+every ``interval_s`` while it has something to wait for (a request of its own not yet
+served, one of its partitions' that it could not carry out yet) or while the feed is not
+live; else every ``SAFETY_S``. The transaction's pending offsets of a consumer group are ended the
 same way by the owner of the group's ``__consumer_offsets`` partition (Kafka writes a marker
 there). Only the owner writes, at its fenced epoch, so the marker lands
 exactly where the partition's producer state expects it; a marker written twice (the owner
@@ -29,6 +34,8 @@ from broker_core.cluster.worker import Worker
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import StorageError
 from broker_core.storage.cluster import ClusterStore, MarkerRequest, TopicPartition
+from broker_core.storage.feed import MARKERS, ChangeFeed
+from broker_core.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +46,21 @@ False while the group's partition is not ready here (asked again later)."""
 
 _BACKOFF_S = 1.0
 """The pause after a round that met a database error."""
+SAFETY_S = 5.0
+"""The longest pause between rounds while the change feed is live and nothing is awaited
+(a notification may have been lost)."""
 
 
 class MarkerRelay:
     """Queues marker writes for other brokers and writes the ones queued for this one."""
 
-    def __init__(self, store: ClusterStore, owned: Callable[[TopicPartition], bool],
+    def __init__(self, store: ClusterStore, feed: ChangeFeed,
+                 owned: Callable[[TopicPartition], bool],
                  exists: Callable[[TopicPartition], bool], write: WriteMarker,
                  end_group_txn: EndGroupTxn, interval_s: float = 0.05) -> None:
         self._store = store
+        self._feed = feed
+        self._wake: Callable[[], None] = lambda: None
         self._owned = owned
         self._exists = exists
         self._write = write
@@ -61,7 +74,14 @@ class MarkerRelay:
 
     def start(self) -> None:
         """Serve and follow queued markers in the background."""
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        wakeup = Wakeup(self._feed, MARKERS)
+        self._wake = wakeup.set
+        self._task = asyncio.get_running_loop().create_task(self._run(wakeup))
+
+    def wake(self) -> None:
+        """Look at the queue now (this broker gained a partition: requests may wait for
+        it); on the event loop."""
+        self._wake()
 
     async def stop(self) -> None:
         """Stop; markers still awaited fail (the coordinator's next owner completes them)."""
@@ -100,31 +120,36 @@ class MarkerRelay:
             return
         self._waiting[marker] = ((wanted.topic, wanted.partition), waiter)
 
-    async def _run(self) -> None:
-        pause = self._interval_s
+    async def _run(self, wakeup: Wakeup) -> None:
+        fast, slow = self._interval_s, self._interval_s
         while True:
-            await asyncio.sleep(pause)
+            await wakeup.wait(fast, slow)
             try:
-                await self.serve()
+                left = await self.serve()
                 await self._follow()
-                pause = self._interval_s
+                fast = self._interval_s
+                slow = fast if left or self._waiting else SAFETY_S
             except (StorageError, OSError) as exc:  # the database is away: back off
                 log.debug("marker relay: %s", exc)
-                pause = _BACKOFF_S
+                fast = slow = _BACKOFF_S
 
-    async def serve(self) -> None:
-        """Carry out the queued requests of partitions this broker owns."""
+    async def serve(self) -> bool:
+        """Carry out the queued requests of partitions this broker owns; whether one of
+        them is left (it could not be carried out yet)."""
         done: list[int] = []
         pending = await self._worker.run(self._store.pending_markers)
         self._failing.intersection_update(marker for marker, _ in pending)  # gone: forgotten
+        mine = 0
         try:
             for marker, wanted in pending:
-                if self._owned((wanted.topic, wanted.partition)) \
-                        and await self._carry_out(marker, wanted):
-                    done.append(marker)
+                if self._owned((wanted.topic, wanted.partition)):
+                    mine += 1
+                    if await self._carry_out(marker, wanted):
+                        done.append(marker)
         finally:  # what was carried out is never carried out again
             if done:
                 await self._worker.run(lambda: self._store.markers_done(done))
+        return mine > len(done)
 
     async def _carry_out(self, marker: int, wanted: MarkerRequest) -> bool:
         """Write the marker, or end the group's pending offsets; False to try again later

@@ -1,11 +1,19 @@
 """This broker's part in the cluster: its registration, its lease, and the partitions it owns.
 
 ``ClusterService`` registers the broker in the storage's registry, renews its lease every
-``heartbeat_ms`` and, at the same pace, *reconciles*: it reads the live brokers and every
-partition's owner, hands the partitions that now belong elsewhere (``placement``) to their
-broker at once, claims the ones that belong here and have no live owner, and drops the
-ones another broker took. What it owns it tells the engine (``on_gained`` / ``on_lost``),
-which loads or forgets producer and coordinator state.
+``heartbeat_ms`` and *reconciles*: it reads the live brokers and every partition's owner,
+hands the partitions that now belong elsewhere (``placement``) to their broker at once,
+claims the ones that belong here and have no live owner, and drops the ones another
+broker took. What it owns it tells the engine (``on_gained`` / ``on_lost``), which loads
+or forgets producer and coordinator state.
+
+A reconcile follows a heartbeat when something it reads changed since the last one: the
+heartbeat reads the registry's stamp in the same round trip (``Renewal``), and this
+broker's own side (what it owns, its topics' partition counts) is compared too; at least
+every ``FULL_RECONCILE_EVERY`` heartbeats it runs anyway. The storage's change feed
+(``REGISTRY``: a broker registered or left, a partition changed owner) starts one at
+once, at most one per ``_FOLLOW_GAP_S``. The heartbeat itself keeps its pace: it is the
+failure detector.
 
 :meth:`leader` is the one answer to "which broker serves this partition" that Metadata,
 FindCoordinator, the coordinators and the request checks all use. A partition that nobody
@@ -38,13 +46,21 @@ from broker_core.storage.cluster import (
     BrokerRecord,
     ClusterStore,
     ClusterView,
+    Renewal,
     TopicPartition,
 )
+from broker_core.storage.feed import NO_FEED, REGISTRY, ChangeFeed
+from broker_core.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
 _ON_DEMAND_REFRESH_S = 0.1
 """A request for a partition this broker does not own rereads the registry at most this often."""
+FULL_RECONCILE_EVERY = 30
+"""Heartbeats at most between two reconciles, even when no stamp moved (a safety net)."""
+_FOLLOW_GAP_S = 0.1
+"""The least time between two reconciles started by the change feed (a burst of changes
+is taken in together)."""
 CLAIM_WAIT_S = 2.0
 """How long a request waits for the claim of a partition it needs (:meth:`claimed`); past
 it (the registry slow or away) it gets the retriable answer of a broker that does not
@@ -77,8 +93,10 @@ class ClusterService:
     """Membership, ownership and the one ownership function of this broker."""
 
     def __init__(self, store: ClusterStore, me: BrokerRecord, config: ClusterConfig,
-                 topics: Callable[[], Sequence[TopicInfo]], kv: KeyValueStore) -> None:
+                 topics: Callable[[], Sequence[TopicInfo]], kv: KeyValueStore,
+                 feed: ChangeFeed = NO_FEED) -> None:
         self.store = store
+        self._feed = feed
         self.pinned_topics: set[str] = set()
         """Topics with a partition per broker: partition ``i`` on the broker holding slot
         ``i`` while it is live (``placement``): the audit topic, which every broker writes."""
@@ -109,6 +127,13 @@ class ClusterService:
         """Partitions requests asked for (with their topic's partition count), not claimed
         yet."""
         self._asking: asyncio.Task[None] | None = None
+        self._following: asyncio.Task[None] | None = None
+        self._owned_moves = 0
+        """Counts every change of ``owned`` (part of the stamp a reconcile is skipped on)."""
+        self._reconciled: tuple[str, int, tuple[tuple[str, int], ...]] | None = None
+        """The stamps the last reconcile after a heartbeat saw (None: reconcile next)."""
+        self._skipped = 0
+        """Heartbeats since that reconcile."""
 
     # -- what the rest of the broker asks ---------------------------------------------
 
@@ -256,16 +281,19 @@ class ClusterService:
                      self.me.broker_id, len(self.view.live), len(self.owned))
 
     def start(self) -> None:
-        """Heartbeat and reconcile in the background (a shared registry only)."""
+        """Heartbeat and reconcile in the background (a shared registry only), and
+        reconcile when the change feed tells of a change of the registry."""
         if self.store.shared:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            loop = asyncio.get_running_loop()
+            self._task = loop.create_task(self._run())
+            self._following = loop.create_task(self._follow(Wakeup(self._feed, REGISTRY)))
 
     async def leave(self) -> None:
         """Stop heartbeating; hand every owned partition to the broker it belongs to among
         the others, and deregister, so that they move at once instead of at lease expiry
         (waiting at most a session for the registry)."""
         self._stopping.set()
-        for task in (self._task, self._asking):
+        for task in (self._task, self._following, self._asking):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -316,27 +344,51 @@ class ClusterService:
                     await tick
 
     async def _tick(self) -> None:
-        """One heartbeat and one reconcile."""
+        """One heartbeat, and a reconcile if something changed."""
         try:
             sent = time.monotonic()
-            renewed = await self._worker.run(self._heartbeat)
+            renewal = await self._worker.run(self._heartbeat)
             async with self._busy:
-                if not renewed:
+                if not renewal.renewed:
                     log.warning("broker %d's lease ran out (paused or cut off): giving up %d "
                                 "partitions and registering again", self.me.broker_id,
                                 len(self.owned))
                     self._lose(list(self.owned))
                     self.slot = await self._worker.run(self._register)
                 self._renewed_at = sent
+                stamps = None if renewal.stamp is None or not renewal.renewed else (
+                    renewal.stamp, self._owned_moves,
+                    tuple(sorted(self._partition_counts().items())))
+                if stamps is not None and stamps == self._reconciled \
+                        and self._skipped < FULL_RECONCILE_EVERY:
+                    self._skipped += 1
+                    return
+                self._reconciled, self._skipped = None, 0
                 await self._read_view()
                 await self._reconcile_with_view()
+                self._reconciled = stamps
         except (StorageError, OSError) as exc:
             self._unreachable(exc)
         except Exception:
             log.exception("cluster reconcile failed")
 
-    def _heartbeat(self) -> bool:
+    def _heartbeat(self) -> Renewal:
         return self.store.heartbeat(self.config.session_timeout_ms)
+
+    async def _follow(self, wakeup: Wakeup) -> None:
+        """Reconcile when the change feed tells of a change of the registry (the
+        heartbeats see the changes it does not tell of)."""
+        while not self._stopping.is_set():
+            await wakeup.wait(None, None)
+            try:
+                async with self._busy:
+                    await self._read_view()
+                    await self._reconcile_with_view()
+            except (StorageError, OSError) as exc:  # the heartbeat judges the registry
+                log.debug("reconcile on a registry change: %s", exc)
+            except Exception:
+                log.exception("cluster reconcile failed")
+            await asyncio.sleep(_FOLLOW_GAP_S)
 
     def _unreachable(self, exc: BaseException | str) -> None:
         """The registry cannot be reached: once the lease must have run out, stop serving
@@ -425,6 +477,8 @@ class ClusterService:
         if self._claims_failing:
             self._claims_failing = False
             log.info("the registry answers again: claiming partitions")
+        if taken:
+            self._owned_moves += 1
         for key, epoch in sorted(taken.items()):
             self.owned[key] = epoch
             for gained in self._listeners.gained:
@@ -440,6 +494,7 @@ class ClusterService:
     def _lose(self, keys: list[TopicPartition]) -> None:
         if not keys:
             return
+        self._owned_moves += 1
         self.store.drop(keys)
         for key in keys:
             if self.owned.pop(key, None) is not None:

@@ -78,6 +78,17 @@ class MarkerRequest:
     group_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """What a heartbeat tells: whether the lease was renewed, and a stamp of the registry
+    read with it (the live brokers, every partition's owner and epoch, the topic and
+    key-value change counters): an equal stamp means nothing a reconcile reads changed in
+    between. None when the engine has no such stamp (then compare nothing)."""
+
+    renewed: bool
+    stamp: str | None = None
+
+
 class BrokerIdInUse(StorageError):
     """Another live process is registered under this broker id."""
 
@@ -104,9 +115,10 @@ class ClusterStore(Protocol):
         process holds the id."""
         ...
 
-    def heartbeat(self, session_timeout_ms: int) -> bool:
-        """Renew the lease; False when it had run out (this broker was declared dead and
-        must give up what it owned, then register again)."""
+    def heartbeat(self, session_timeout_ms: int) -> Renewal:
+        """Renew the lease (not renewed when it had run out: this broker was declared dead
+        and must give up what it owned, then register again); the registry's stamp, read in
+        the same round trip."""
         ...
 
     def deregister(self) -> None:
@@ -170,8 +182,8 @@ class SoloCluster:
     def register(self, me: BrokerRecord, session_timeout_ms: int) -> None:
         self._me = me
 
-    def heartbeat(self, session_timeout_ms: int) -> bool:
-        return True
+    def heartbeat(self, session_timeout_ms: int) -> Renewal:
+        return Renewal(True)
 
     def deregister(self) -> None:
         self._me = None

@@ -3,19 +3,17 @@
 Two counter rows of ``edge_kv`` count changes: ``changes.topics`` moves in the same
 transaction as every change of the topic tables (a topic created, deleted, grown or
 reconfigured), ``changes.kv`` in the same transaction as every write to the broker-wide
-key-value area (ACLs, producer-id blocks, the cluster id). A broker polls both rows (one
-read by primary key) every fraction of a second; when ``changes.topics`` moved, it reads
-every topic and partition row in one snapshot (:func:`read_snapshot`) and reconciles its
-cache with it. A counter value commits with the change it counts, and bumps of one row
-are serialised by its row lock, so a snapshot holding counter value ``n`` holds every
-change counted up to ``n`` and none after.
+key-value area (ACLs, producer-id blocks, the cluster id). A trigger notifies the channel
+``edge_changes`` when either moves (``pg_schema``); a broker woken by it (``pg_listen``),
+or every few seconds anyway, reads both rows (one read by primary key); when
+``changes.topics`` moved, it reads every topic and partition row in one snapshot
+(:func:`read_snapshot`) and reconciles its cache with it. A counter value commits with
+the change it counts, and bumps of one row are serialised by its row lock, so a snapshot
+holding counter value ``n`` holds every change counted up to ``n`` and none after.
 
-Why polling rather than LISTEN/NOTIFY: a listener needs a connection of its own held
-outside the pool (and a pooler in transaction mode cannot carry it); a notification sent
-while that connection is down is lost, so a broker must poll after every reconnection
-anyway. Polling one row four times a second meets the one-second target alone, costs the
-database next to nothing, and has no second code path that only a lost connection
-exercises.
+The counters stay the truth and the notification only a wake-up: one sent while the
+listening connection is down is lost, so a broker reads the counters after every
+reconnection and at its old fast pace while the connection is down.
 """
 
 from __future__ import annotations

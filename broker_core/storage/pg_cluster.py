@@ -17,6 +17,7 @@ from typing import Protocol
 
 import psycopg
 
+from . import pg_changes
 from .cluster import (
     BrokerIdInUse,
     BrokerRecord,
@@ -24,6 +25,7 @@ from .cluster import (
     ListenerAddress,
     MarkerRequest,
     PartitionOwner,
+    Renewal,
     TopicPartition,
 )
 from .errors import DatabaseUnavailable, LogClosed, StorageError
@@ -43,6 +45,22 @@ _REGISTER = (
 
 _LIVE_BROKERS = ("SELECT broker_id, rack, listeners FROM edge_brokers WHERE " + _LIVE
                  + " ORDER BY broker_id")
+
+_HEARTBEAT = (
+    "WITH renewed AS (UPDATE edge_brokers"
+    "  SET lease_expires = now() + %(t)s * interval '1 millisecond'"
+    "  WHERE broker_id = %(id)s AND incarnation = %(inc)s AND " + _LIVE + " RETURNING 1)"
+    " SELECT EXISTS (SELECT 1 FROM renewed), concat_ws(' ',"
+    "  (SELECT string_agg(broker_id || ':' || incarnation, ',' ORDER BY broker_id)"
+    "   FROM edge_brokers WHERE " + _LIVE + "),"
+    "  (SELECT count(*) || ':' || count(owner_broker) || ':' || coalesce(sum(owner_epoch), 0)"
+    "   FROM edge_partitions),"
+    "  (SELECT string_agg(key || '=' || convert_from(value, 'UTF8'), ',' ORDER BY key)"
+    "   FROM edge_kv WHERE key IN ('" + pg_changes.TOPICS + "', '" + pg_changes.KV + "')))")
+"""Renew the lease, and read the registry's stamp (``Renewal``) in the same round trip:
+the live brokers with their incarnations, the partitions (how many, how many owned, the
+sum of their epochs: every change of owner moves an epoch up) and the change counters
+(``pg_changes``). The stamp reads the registry as of before the renewal."""
 
 _CLAIM = (
     "UPDATE edge_partitions p SET owner_broker = %(me)s, owner_epoch = p.owner_epoch + 1"
@@ -139,14 +157,14 @@ class PgCluster:
             return True
         return row is None or bool(row[0])
 
-    def heartbeat(self, session_timeout_ms: int) -> bool:
+    def heartbeat(self, session_timeout_ms: int) -> Renewal:
         if self._me is None:
-            return False
-        renewed = self._db.statement(
-            "UPDATE edge_brokers SET lease_expires = now() + %(t)s * interval '1 millisecond'"
-            " WHERE broker_id = %(id)s AND incarnation = %(inc)s AND " + _LIVE,
-            {"t": session_timeout_ms, "id": self._me, "inc": self._incarnation})
-        return renewed == 1
+            return Renewal(False)
+        with self._db.autocommit() as conn:
+            row = conn.execute(_HEARTBEAT, {"t": session_timeout_ms, "id": self._me,
+                                            "inc": self._incarnation}).fetchone()
+        assert row is not None
+        return Renewal(bool(row[0]), str(row[1]))
 
     def deregister(self) -> None:
         if self._me is not None:

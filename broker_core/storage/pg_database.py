@@ -70,12 +70,24 @@ def connect_read_only(conninfo: str) -> Conn:
         raise unavailable(exc) from None
 
 
+LISTENER_NAME = "edge-broker listener"
+"""The ``application_name`` of a broker's notification connection (``pg_listen``)."""
+
+
+def connect_listener(conninfo: str) -> Conn:
+    """The dedicated connection notifications arrive on (autocommit, the pool's timeouts
+    and keepalives, so a database host that vanishes is noticed while it waits)."""
+    return psycopg.connect(conninfo, **{  # type: ignore[arg-type]
+        **_SESSION, "application_name": LISTENER_NAME})
+
+
 class Database:
     """The connection pool and the one way statements run: a transaction that commits on
     success, with database errors turned into :class:`DatabaseUnavailable`."""
 
     def __init__(self, conninfo: str, where: str) -> None:
         self.where = where
+        self.conninfo = conninfo
         try:
             with psycopg.connect(conninfo, connect_timeout=_CONNECT_TIMEOUT_S) as conn:
                 self.found_version = migrate(conn, where)

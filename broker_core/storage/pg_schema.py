@@ -7,7 +7,10 @@ at a newer version than this code knows stops start-up (:class:`SchemaTooNew`).
 
 A partition row carries its owner (``owner_broker``) and ``owner_epoch``, the fencing token
 checked in the same statement as every write to the partition; ``edge_brokers`` is the
-registry of brokers and their leases (``pg_cluster``).
+registry of brokers and their leases (``pg_cluster``). Triggers notify the channels
+``edge_changes`` (a change counter of ``pg_changes`` moved), ``edge_markers`` (a marker
+request queued or removed) and ``edge_registry`` (a broker registered or left, a partition
+changed owner), which brokers listen on (``pg_listen``).
 """
 
 from __future__ import annotations
@@ -84,6 +87,26 @@ MIGRATIONS: Sequence[str] = (
         requested_at   timestamptz NOT NULL DEFAULT now()
     );
     """,
+    # 3: wake-ups (``pg_listen``): a change other brokers act on sends a notification
+    # when its transaction commits. ``edge_notify()`` notifies the channel named by the
+    # trigger's argument with an empty payload (one per channel and transaction).
+    """
+    CREATE OR REPLACE FUNCTION edge_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify(TG_ARGV[0], '');
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER edge_changes_notify AFTER INSERT OR UPDATE ON edge_kv
+        FOR EACH ROW WHEN (NEW.key IN ('changes.topics', 'changes.kv'))
+        EXECUTE FUNCTION edge_notify('edge_changes');
+    CREATE TRIGGER edge_markers_notify AFTER INSERT OR DELETE ON edge_marker_requests
+        FOR EACH STATEMENT EXECUTE FUNCTION edge_notify('edge_markers');
+    CREATE TRIGGER edge_brokers_notify AFTER INSERT OR DELETE ON edge_brokers
+        FOR EACH STATEMENT EXECUTE FUNCTION edge_notify('edge_registry');
+    CREATE TRIGGER edge_owners_notify AFTER UPDATE OF owner_broker ON edge_partitions
+        FOR EACH ROW WHEN (OLD.owner_broker IS DISTINCT FROM NEW.owner_broker)
+        EXECUTE FUNCTION edge_notify('edge_registry');
+    """,
 )
 """The schema, one step per version (never edit a released step: add one)."""
 
@@ -124,3 +147,4 @@ def drop_schema(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     with conn.transaction():
         for table in TABLES:
             conn.execute(f"DROP TABLE IF EXISTS {table} CASCADE".encode())
+        conn.execute("DROP FUNCTION IF EXISTS edge_notify()")

@@ -22,7 +22,8 @@ Rebuilding a partition's producer state reads only the headers of its data batch
 (:meth:`PgPartition.headers_from`): the records stay in the database.
 
 Topic and partition state is cached in this process; brokers sharing the database see
-each other's topic changes within a fraction of a second (``pg_changes``). A database
+each other's topic changes within a fraction of a second (``pg_changes``, woken by the
+change feed ``pg_listen``). A database
 error raises
 :class:`DatabaseUnavailable` (an OSError: clients get retriable errors); the partition then
 fails the appends queued behind the failed one and reloads its row before its next write
@@ -53,6 +54,7 @@ from .model import BatchInfo, TopicInfo
 from .pg_cluster import PgCluster
 from .pg_commits import GroupCommitter, Pending, Ticket
 from .pg_database import Conn, Database, unavailable
+from .pg_listen import PgListener
 from .pg_readahead import Buffer, ReadAhead
 from .protocols import NOTHING_CHANGED, DiskUsage, Refreshed
 from .region import FileRegion
@@ -546,6 +548,7 @@ class PgStorage(FilelessStorage[PgPartition]):
         self._workers = (GroupCommitter(self._db), ReadAhead())
         self._kv = PgKeyValues(self._db, None, self._check_open)
         self._cluster = PgCluster(self._db, self.partition)
+        self._listener = PgListener(self._db.conninfo, self._url)
         self._versions: dict[str, int] = {}
         self._gone: dict[str, list[PgPartition]] = {}  # dropped since the last refresh
         self._seen = self._load()
@@ -553,6 +556,12 @@ class PgStorage(FilelessStorage[PgPartition]):
     @property
     def cluster(self) -> PgCluster:
         return self._cluster
+
+    @property
+    def feed(self) -> PgListener:
+        """Notifications of other brokers' changes (a connection from the first
+        subscription on: ``pg_listen``)."""
+        return self._listener
 
     def _snapshot(self, only: str | None = None) -> pg_changes.Snapshot:
         with self._db.tx() as conn:
@@ -734,6 +743,7 @@ class PgStorage(FilelessStorage[PgPartition]):
         return stored
 
     def _release(self) -> list[str]:
+        self._listener.close()
         for worker in self._workers:
             worker.close()
         try:

@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 from .cluster import ClusterStore
 from .config import LogConfig
 from .damage import Damage
+from .feed import ChangeFeed
 from .model import BatchInfo, TopicInfo
 from .region import FileRegion
 
@@ -202,9 +203,15 @@ class Storage(Protocol):
 
     def refresh(self) -> Refreshed:
         """Take in what other brokers sharing the storage changed (topics created, deleted,
-        grown or reconfigured; key-value writes). Call it every fraction of a second; it
-        is cheap when nothing changed, and a no-op on engines one process owns (file,
+        grown or reconfigured; key-value writes). Call it when ``feed`` says so (``CHANGES``)
+        and now and then, every fraction of a second while the feed is not live; it is
+        cheap when nothing changed, and a no-op on engines one process owns (file,
         memory). Raises OSError while the storage cannot be read."""
+        ...
+
+    @property
+    def feed(self) -> ChangeFeed:
+        """Wake-ups when other brokers sharing the storage change something (``feed``)."""
         ...
 
     def close(self) -> list[str]:

@@ -12,6 +12,7 @@ from typing import Generic, Protocol, TypeVar
 from .cluster import NotOwner
 from .config import LogConfig, log_config_for_topic
 from .errors import LogClosed, TopicExists, UnknownTopic
+from .feed import NO_FEED, ChangeFeed
 from .model import TopicInfo, check_no_nesting, topic_name_parts
 from .protocols import NOTHING_CHANGED, Refreshed
 
@@ -73,6 +74,11 @@ class TopicTable(Generic[P]):
     def refresh(self) -> Refreshed:
         """Nothing to take in: one process owns this engine (the shared one overrides it)."""
         return NOTHING_CHANGED
+
+    @property
+    def feed(self) -> ChangeFeed:
+        """No other broker changes this engine: nothing to be told (``feed``)."""
+        return NO_FEED
 
     def enforce_retention(self) -> int:
         """Apply retention to every partition; returns the number of segments dropped."""
