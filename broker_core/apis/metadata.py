@@ -4,7 +4,7 @@ and topics with each partition's leader from the one ownership function."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, TypedDict
 
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import MetadataResponse
@@ -19,7 +19,20 @@ from broker_core.storage import TopicInfo
 _R = MetadataResponse
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
-def leadership(engine: Engine, topic: TopicInfo, index: int) -> dict[str, int | list[int]]:
+
+class Leadership(TypedDict):
+    """A partition's leader fields, as Metadata and DescribeTopicPartitions name them."""
+
+    error_code: int
+    partition_index: int
+    leader_id: int
+    leader_epoch: int
+    replica_nodes: list[int]
+    isr_nodes: list[int]
+    offline_replicas: list[int]
+
+
+def leadership(engine: Engine, topic: TopicInfo, index: int) -> Leadership:
     """A partition's leader fields, as Metadata and DescribeTopicPartitions give them: its
     leader from the one ownership function and the leader epoch (LEADER_NOT_AVAILABLE
     while no live broker can take it)."""

@@ -144,10 +144,10 @@ async def handle_offset_fetch(engine: Engine, ctx: RequestContext, request: Any)
     if code != ErrorCode.NONE and version < 2:  # no top-level error before v2
         topics = [(t.name, [(p, None, code) for p in t.partition_indexes])
                   for t in requested or []]
-    T = R.OffsetFetchResponseTopic
+    Topic = R.OffsetFetchResponseTopic
     return R(version=version, throttle_time_ms=0, error_code=code,
-             topics=[T(name=name, partitions=[
-                 T.OffsetFetchResponsePartition(**_partition_fields(*item))
+             topics=[Topic(name=name, partitions=[
+                 Topic.OffsetFetchResponsePartition(**_partition_fields(*item))
                  for item in items]) for name, items in topics])
 
 
