@@ -12,8 +12,8 @@ import asyncio
 import logging
 import time
 from functools import partial
-from typing import Any
 
+from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -159,7 +159,7 @@ class Session:
                 principal=principal, tenant=tenant, mechanism=mechanism, api=api,
                 reason=reason))
 
-    def _respond(self, parsed: ParsedRequest, response: Any) -> bytes:
+    def _respond(self, parsed: ParsedRequest, response: ApiMessage) -> bytes:
         flexible = bool(parsed.spec.response.flexible_version_q(parsed.header.api_version))
         return frame_response(response_header(parsed.header.correlation_id, flexible),
                               response.encode())
@@ -183,8 +183,8 @@ class Session:
         if not self.security.sasl or (self.login is not None and self.sasl is None
                                       and self.session_ends_ms is None):
             return answer(ErrorCode.ILLEGAL_SASL_STATE, [])
-        assert parsed.body is not None
-        mechanism: str = parsed.body.mechanism
+        assert isinstance(parsed.body, SaslHandshakeRequest)
+        mechanism = parsed.body.mechanism
         if self.sasl is not None:
             reason = "SaslHandshake during a SASL exchange"
             self._refused(mechanism, self.sasl.claimed_tenant, reason)
@@ -274,8 +274,10 @@ class Session:
             raise FrameError(reason, answer(ErrorCode.ILLEGAL_SASL_STATE,
                                             "SaslAuthenticate must follow SaslHandshake"))
         try:
-            assert parsed.body is not None
-            challenge, result = await self._step(bytes(parsed.body.auth_bytes))
+            assert isinstance(parsed.body, SaslAuthenticateRequest)
+            auth = parsed.body.auth_bytes
+            assert isinstance(auth, bytes)  # as decoded (an ApiData only goes out)
+            challenge, result = await self._step(auth)
         except SaslFailure as failure:
             raise FrameError(f"authentication failed: {failure.message}", answer(
                 ErrorCode.SASL_AUTHENTICATION_FAILED,

@@ -51,10 +51,10 @@ _NAMES_FROM = {"EnumHelper": "kafka.util"}
 """Names the generated stubs use but do not import, and the module each comes from."""
 _ENUM = re.compile(r"^(class \w+\([^)]*IntEnum\):\n)((?:    \w+: int\n)+)", re.MULTILINE)
 _ENUM_MEMBER = re.compile(r"^(    \w+): int$", re.MULTILINE)
-_TYPE_FIXES = {"bitfield": "set[int] | None"}
-"""Schema types rendered differently from kafka-python's map: its bitfield codec reads the
-"not given" value (-2**31, e.g. an authorized-operations field not asked for) as None and
-writes None as it."""
+_TYPE_FIXES = {"bitfield": "set[int] | None", "uuid": "uuid.UUID | None"}
+"""Schema types rendered differently from kafka-python's map, as its codecs read and write
+them: the bitfield codec reads the "not given" value (-2**31, e.g. authorized operations not
+asked for) as None, the UUID codec the zero UUID; both write None as that value."""
 
 
 @contextmanager

@@ -399,7 +399,7 @@ class DescribeQuorumResponse(ApiMessage):
         class PartitionData(DataContainer):
             class ReplicaState(DataContainer):
                 replica_id: int
-                replica_directory_id: uuid.UUID
+                replica_directory_id: uuid.UUID | None
                 log_end_offset: int
                 last_fetch_timestamp: int
                 last_caught_up_timestamp: int
@@ -407,7 +407,7 @@ class DescribeQuorumResponse(ApiMessage):
                     self,
                     *args: Any,
                     replica_id: int = ...,
-                    replica_directory_id: uuid.UUID = ...,
+                    replica_directory_id: uuid.UUID | None = ...,
                     log_end_offset: int = ...,
                     last_fetch_timestamp: int = ...,
                     last_caught_up_timestamp: int = ...,

@@ -113,7 +113,7 @@ class CreateTopicsResponse(ApiMessage):
             def to_dict(self, meta: bool = False, json: bool = True) -> dict: ...
 
         name: str
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         error_code: int
         error_message: str | None
         topic_config_error_code: int
@@ -124,7 +124,7 @@ class CreateTopicsResponse(ApiMessage):
             self,
             *args: Any,
             name: str = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             error_code: int = ...,
             error_message: str | None = ...,
             topic_config_error_code: int = ...,
@@ -168,12 +168,12 @@ class CreateTopicsResponse(ApiMessage):
 class DeleteTopicsRequest(ApiMessage):
     class DeleteTopicState(DataContainer):
         name: str | None
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         def __init__(
             self,
             *args: Any,
             name: str | None = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             version: int | None = None,
             **kwargs: Any,
         ) -> None: ...
@@ -213,14 +213,14 @@ class DeleteTopicsRequest(ApiMessage):
 class DeleteTopicsResponse(ApiMessage):
     class DeletableTopicResult(DataContainer):
         name: str | None
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         error_code: int
         error_message: str | None
         def __init__(
             self,
             *args: Any,
             name: str | None = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             error_code: int = ...,
             error_message: str | None = ...,
             version: int | None = None,
@@ -688,7 +688,7 @@ class DescribeTopicPartitionsResponse(ApiMessage):
 
         error_code: int
         name: str | None
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         is_internal: bool
         partitions: list[DescribeTopicPartitionsResponsePartition]
         topic_authorized_operations: int
@@ -697,7 +697,7 @@ class DescribeTopicPartitionsResponse(ApiMessage):
             *args: Any,
             error_code: int = ...,
             name: str | None = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             is_internal: bool = ...,
             partitions: list[DescribeTopicPartitionsResponsePartition] = ...,
             topic_authorized_operations: int = ...,

@@ -32,7 +32,7 @@ class FetchRequest(ApiMessage):
             last_fetched_epoch: int
             log_start_offset: int
             partition_max_bytes: int
-            replica_directory_id: uuid.UUID
+            replica_directory_id: uuid.UUID | None
             high_watermark: int
             def __init__(
                 self,
@@ -43,7 +43,7 @@ class FetchRequest(ApiMessage):
                 last_fetched_epoch: int = ...,
                 log_start_offset: int = ...,
                 partition_max_bytes: int = ...,
-                replica_directory_id: uuid.UUID = ...,
+                replica_directory_id: uuid.UUID | None = ...,
                 high_watermark: int = ...,
                 version: int | None = None,
                 **kwargs: Any,
@@ -53,13 +53,13 @@ class FetchRequest(ApiMessage):
             def to_dict(self, meta: bool = False, json: bool = True) -> dict: ...
 
         topic: str
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         partitions: list[FetchPartition]
         def __init__(
             self,
             *args: Any,
             topic: str = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             partitions: list[FetchPartition] = ...,
             version: int | None = None,
             **kwargs: Any,
@@ -70,13 +70,13 @@ class FetchRequest(ApiMessage):
 
     class ForgottenTopic(DataContainer):
         topic: str
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         partitions: list[int]
         def __init__(
             self,
             *args: Any,
             topic: str = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             partitions: list[int] = ...,
             version: int | None = None,
             **kwargs: Any,
@@ -230,13 +230,13 @@ class FetchResponse(ApiMessage):
             def to_dict(self, meta: bool = False, json: bool = True) -> dict: ...
 
         topic: str
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         partitions: list[PartitionData]
         def __init__(
             self,
             *args: Any,
             topic: str = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             partitions: list[PartitionData] = ...,
             version: int | None = None,
             **kwargs: Any,

@@ -9,12 +9,12 @@ __all__ = ['MetadataRequest', 'MetadataResponse']
 
 class MetadataRequest(ApiMessage):
     class MetadataRequestTopic(DataContainer):
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         name: str | None
         def __init__(
             self,
             *args: Any,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             name: str | None = ...,
             version: int | None = None,
             **kwargs: Any,
@@ -102,7 +102,7 @@ class MetadataResponse(ApiMessage):
 
         error_code: int
         name: str | None
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         is_internal: bool
         partitions: list[MetadataResponsePartition]
         authorized_operations: set[int] | None
@@ -111,7 +111,7 @@ class MetadataResponse(ApiMessage):
             *args: Any,
             error_code: int = ...,
             name: str | None = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             is_internal: bool = ...,
             partitions: list[MetadataResponsePartition] = ...,
             authorized_operations: set[int] | None = ...,
