@@ -4,9 +4,13 @@ ListConfigResources: the topics the caller sees and this broker."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from kafka.protocol.admin import DescribeConfigsResponse, ListConfigResourcesResponse
+from kafka.protocol.admin import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    ListConfigResourcesRequest,
+    ListConfigResourcesResponse,
+)
 
 from broker_core import naming
 from broker_core.context import Operation, RequestContext
@@ -21,6 +25,7 @@ from broker_core.topic_configs import (
 
 _Result = DescribeConfigsResponse.DescribeConfigsResult
 _Entry = _Result.DescribeConfigsResourceResult
+_Resource = DescribeConfigsRequest.DescribeConfigsResource
 TOPIC = 2
 BROKER = 4
 CLIENT_METRICS = 16
@@ -29,7 +34,7 @@ _TYPE_LONG = 5
 
 
 def _entries(values: Mapping[str, str], own: Mapping[str, str], wanted: list[str] | None,
-             own_source: int, read_only: bool, documented: bool) -> list[Any]:
+             own_source: int, read_only: bool, documented: bool) -> list[_Entry]:
     entries = []
     for name in sorted(values):
         if wanted is not None and name not in wanted:
@@ -46,15 +51,15 @@ def _entries(values: Mapping[str, str], own: Mapping[str, str], wanted: list[str
     return entries
 
 
-def _describe_topic(engine: Engine, ctx: RequestContext, resource: Any,
-                    documented: bool) -> list[Any]:
+def _describe_topic(engine: Engine, ctx: RequestContext, resource: _Resource,
+                    documented: bool) -> list[_Entry]:
     _internal, topic = engine.named_topic(ctx, resource.resource_name,
                                           Operation.DESCRIBE_CONFIGS, "describe configs of")
     return _entries(engine.topic_configs(topic.configs), topic.configs,
                     resource.configuration_keys, DYNAMIC_TOPIC_CONFIG, False, documented)
 
 
-def _describe_broker(engine: Engine, resource: Any, documented: bool) -> list[Any]:
+def _describe_broker(engine: Engine, resource: _Resource, documented: bool) -> list[_Entry]:
     if resource.resource_name not in ("", str(engine.config.broker_id)):
         raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                             f"this is broker {engine.config.broker_id}, not "
@@ -69,7 +74,8 @@ def _describe_broker(engine: Engine, resource: Any, documented: bool) -> list[An
                     documented)
 
 
-async def handle_describe_configs(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_configs(engine: Engine, ctx: RequestContext,
+                                  request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     """Answer DescribeConfigs, one result per resource."""
     documented = request.version >= 3 and bool(request.include_documentation)
     results = []
@@ -91,8 +97,9 @@ async def handle_describe_configs(engine: Engine, ctx: RequestContext, request: 
     return DescribeConfigsResponse(version=request.version, throttle_time_ms=0, results=results)
 
 
-async def handle_list_config_resources(engine: Engine, ctx: RequestContext,
-                                       request: Any) -> Any:
+async def handle_list_config_resources(
+        engine: Engine, ctx: RequestContext,
+        request: ListConfigResourcesRequest) -> ListConfigResourcesResponse:
     """Answer ListConfigResources. Version 0 lists client-metrics subscriptions only, and
     this broker keeps none; version 1 also lists topics and this broker (all by default)."""
     wanted = set(request.resource_types or ()) if request.version >= 1 else {CLIENT_METRICS}
