@@ -14,7 +14,6 @@ class SaslHandshakeRequest(ApiMessage):
         *args: Any,
         mechanism: str = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -42,7 +41,6 @@ class SaslHandshakeResponse(ApiMessage):
         error_code: int = ...,
         mechanisms: list[str] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -68,7 +66,6 @@ class SaslAuthenticateRequest(ApiMessage):
         *args: Any,
         auth_bytes: bytes | ApiData = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -100,7 +97,6 @@ class SaslAuthenticateResponse(ApiMessage):
         auth_bytes: bytes | ApiData = ...,
         session_lifetime_ms: int = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

@@ -28,7 +28,6 @@ class CreateAclsRequest(ApiMessage):
             operation: int = ...,
             permission_type: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -40,7 +39,6 @@ class CreateAclsRequest(ApiMessage):
         *args: Any,
         creations: list[AclCreation] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -69,7 +67,6 @@ class CreateAclsResponse(ApiMessage):
             error_code: int = ...,
             error_message: str | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -83,7 +80,6 @@ class CreateAclsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         results: list[AclCreationResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -122,7 +118,6 @@ class DeleteAclsRequest(ApiMessage):
             operation: int = ...,
             permission_type: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -134,7 +129,6 @@ class DeleteAclsRequest(ApiMessage):
         *args: Any,
         filters: list[DeleteAclsFilter] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -178,7 +172,6 @@ class DeleteAclsResponse(ApiMessage):
                 operation: int = ...,
                 permission_type: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -194,7 +187,6 @@ class DeleteAclsResponse(ApiMessage):
             error_message: str | None = ...,
             matching_acls: list[DeleteAclsMatchingAcl] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -208,7 +200,6 @@ class DeleteAclsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         filter_results: list[DeleteAclsFilterResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -246,7 +237,6 @@ class DescribeAclsRequest(ApiMessage):
         operation: int = ...,
         permission_type: int = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -280,7 +270,6 @@ class DescribeAclsResponse(ApiMessage):
                 operation: int = ...,
                 permission_type: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -298,7 +287,6 @@ class DescribeAclsResponse(ApiMessage):
             pattern_type: int = ...,
             acls: list[AclDescription] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -316,7 +304,6 @@ class DescribeAclsResponse(ApiMessage):
         error_message: str | None = ...,
         resources: list[DescribeAclsResource] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

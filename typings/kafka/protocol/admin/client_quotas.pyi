@@ -18,7 +18,6 @@ class AlterClientQuotasRequest(ApiMessage):
                 entity_type: str = ...,
                 entity_name: str | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -35,7 +34,6 @@ class AlterClientQuotasRequest(ApiMessage):
                 value: float = ...,
                 remove: bool = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -49,7 +47,6 @@ class AlterClientQuotasRequest(ApiMessage):
             entity: list[EntityData] = ...,
             ops: list[OpData] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -63,7 +60,6 @@ class AlterClientQuotasRequest(ApiMessage):
         entries: list[EntryData] = ...,
         validate_only: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -93,7 +89,6 @@ class AlterClientQuotasResponse(ApiMessage):
                 entity_type: str = ...,
                 entity_name: str | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -109,7 +104,6 @@ class AlterClientQuotasResponse(ApiMessage):
             error_message: str | None = ...,
             entity: list[EntityData] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -123,7 +117,6 @@ class AlterClientQuotasResponse(ApiMessage):
         throttle_time_ms: int = ...,
         entries: list[EntryData] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -154,7 +147,6 @@ class DescribeClientQuotasRequest(ApiMessage):
             match_type: int = ...,
             match: str | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -168,7 +160,6 @@ class DescribeClientQuotasRequest(ApiMessage):
         components: list[ComponentData] = ...,
         strict: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -198,7 +189,6 @@ class DescribeClientQuotasResponse(ApiMessage):
                 entity_type: str = ...,
                 entity_name: str | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -213,7 +203,6 @@ class DescribeClientQuotasResponse(ApiMessage):
                 key: str = ...,
                 value: float = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -227,7 +216,6 @@ class DescribeClientQuotasResponse(ApiMessage):
             entity: list[EntityData] = ...,
             values: list[ValueData] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -245,7 +233,6 @@ class DescribeClientQuotasResponse(ApiMessage):
         error_message: str | None = ...,
         entries: list[EntryData] | None = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

@@ -18,7 +18,6 @@ class DescribeClusterRequest(ApiMessage):
         endpoint_type: int = ...,
         include_fenced_brokers: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -53,7 +52,6 @@ class DescribeClusterResponse(ApiMessage):
             rack: str | None = ...,
             is_fenced: bool = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -79,7 +77,6 @@ class DescribeClusterResponse(ApiMessage):
         brokers: list[DescribeClusterBroker] = ...,
         authorized_operations: set[int] | None = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -108,7 +105,6 @@ class DescribeLogDirsRequest(ApiMessage):
             topic: str = ...,
             partitions: list[int] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -120,7 +116,6 @@ class DescribeLogDirsRequest(ApiMessage):
         *args: Any,
         topics: list[DescribableLogDirTopic] | None = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -155,7 +150,6 @@ class DescribeLogDirsResponse(ApiMessage):
                     offset_lag: int = ...,
                     is_future_key: bool = ...,
                     version: int | None = None,
-                    **kwargs: Any,
                 ) -> None: ...
                 @property
                 def version(self) -> int | None: ...
@@ -169,7 +163,6 @@ class DescribeLogDirsResponse(ApiMessage):
                 name: str = ...,
                 partitions: list[DescribeLogDirsPartition] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -191,7 +184,6 @@ class DescribeLogDirsResponse(ApiMessage):
             usable_bytes: int = ...,
             is_cordoned: bool = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -207,7 +199,6 @@ class DescribeLogDirsResponse(ApiMessage):
         error_code: int = ...,
         results: list[DescribeLogDirsResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -237,7 +228,6 @@ class AlterReplicaLogDirsRequest(ApiMessage):
                 name: str = ...,
                 partitions: list[int] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -251,7 +241,6 @@ class AlterReplicaLogDirsRequest(ApiMessage):
             path: str = ...,
             topics: list[AlterReplicaLogDirTopic] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -263,7 +252,6 @@ class AlterReplicaLogDirsRequest(ApiMessage):
         *args: Any,
         dirs: list[AlterReplicaLogDir] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -293,7 +281,6 @@ class AlterReplicaLogDirsResponse(ApiMessage):
                 partition_index: int = ...,
                 error_code: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -307,7 +294,6 @@ class AlterReplicaLogDirsResponse(ApiMessage):
             topic_name: str = ...,
             partitions: list[AlterReplicaLogDirPartitionResult] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -321,7 +307,6 @@ class AlterReplicaLogDirsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         results: list[AlterReplicaLogDirTopicResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -349,7 +334,6 @@ class DescribeQuorumRequest(ApiMessage):
                 *args: Any,
                 partition_index: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -363,7 +347,6 @@ class DescribeQuorumRequest(ApiMessage):
             topic_name: str = ...,
             partitions: list[PartitionData] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -375,7 +358,6 @@ class DescribeQuorumRequest(ApiMessage):
         *args: Any,
         topics: list[TopicData] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -412,7 +394,6 @@ class DescribeQuorumResponse(ApiMessage):
                     last_fetch_timestamp: int = ...,
                     last_caught_up_timestamp: int = ...,
                     version: int | None = None,
-                    **kwargs: Any,
                 ) -> None: ...
                 @property
                 def version(self) -> int | None: ...
@@ -438,7 +419,6 @@ class DescribeQuorumResponse(ApiMessage):
                 current_voters: list[ReplicaState] = ...,
                 observers: list[ReplicaState] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -452,7 +432,6 @@ class DescribeQuorumResponse(ApiMessage):
             topic_name: str = ...,
             partitions: list[PartitionData] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -470,7 +449,6 @@ class DescribeQuorumResponse(ApiMessage):
                 host: str = ...,
                 port: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -484,7 +462,6 @@ class DescribeQuorumResponse(ApiMessage):
             node_id: int = ...,
             listeners: list[Listener] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -502,7 +479,6 @@ class DescribeQuorumResponse(ApiMessage):
         topics: list[TopicData] = ...,
         nodes: list[Node] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -535,7 +511,6 @@ class UpdateFeaturesRequest(ApiMessage):
             allow_downgrade: bool = ...,
             upgrade_type: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -551,7 +526,6 @@ class UpdateFeaturesRequest(ApiMessage):
         feature_updates: list[FeatureUpdateKey] = ...,
         validate_only: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -582,7 +556,6 @@ class UpdateFeaturesResponse(ApiMessage):
             error_code: int = ...,
             error_message: str | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -600,7 +573,6 @@ class UpdateFeaturesResponse(ApiMessage):
         error_message: str | None = ...,
         results: list[UpdatableFeatureResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

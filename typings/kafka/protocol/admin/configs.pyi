@@ -18,7 +18,6 @@ class AlterConfigsRequest(ApiMessage):
                 name: str = ...,
                 value: str | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -34,7 +33,6 @@ class AlterConfigsRequest(ApiMessage):
             resource_name: str = ...,
             configs: list[AlterableConfig] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -48,7 +46,6 @@ class AlterConfigsRequest(ApiMessage):
         resources: list[AlterConfigsResource] = ...,
         validate_only: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -81,7 +78,6 @@ class AlterConfigsResponse(ApiMessage):
             resource_type: int = ...,
             resource_name: str = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -95,7 +91,6 @@ class AlterConfigsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         responses: list[AlterConfigsResourceResponse] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -126,7 +121,6 @@ class DescribeConfigsRequest(ApiMessage):
             resource_name: str = ...,
             configuration_keys: list[str] | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -142,7 +136,6 @@ class DescribeConfigsRequest(ApiMessage):
         include_synonyms: bool = ...,
         include_documentation: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -175,7 +168,6 @@ class DescribeConfigsResponse(ApiMessage):
                     value: str | None = ...,
                     source: int = ...,
                     version: int | None = None,
-                    **kwargs: Any,
                 ) -> None: ...
                 @property
                 def version(self) -> int | None: ...
@@ -203,7 +195,6 @@ class DescribeConfigsResponse(ApiMessage):
                 config_type: int = ...,
                 documentation: str | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -223,7 +214,6 @@ class DescribeConfigsResponse(ApiMessage):
             resource_name: str = ...,
             configs: list[DescribeConfigsResourceResult] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -237,7 +227,6 @@ class DescribeConfigsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         results: list[DescribeConfigsResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -269,7 +258,6 @@ class IncrementalAlterConfigsRequest(ApiMessage):
                 config_operation: int = ...,
                 value: str | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -285,7 +273,6 @@ class IncrementalAlterConfigsRequest(ApiMessage):
             resource_name: str = ...,
             configs: list[AlterableConfig] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -299,7 +286,6 @@ class IncrementalAlterConfigsRequest(ApiMessage):
         resources: list[AlterConfigsResource] = ...,
         validate_only: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -332,7 +318,6 @@ class IncrementalAlterConfigsResponse(ApiMessage):
             resource_type: int = ...,
             resource_name: str = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -346,7 +331,6 @@ class IncrementalAlterConfigsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         responses: list[AlterConfigsResourceResponse] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -372,7 +356,6 @@ class ListConfigResourcesRequest(ApiMessage):
         *args: Any,
         resource_types: list[int] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -401,7 +384,6 @@ class ListConfigResourcesResponse(ApiMessage):
             resource_name: str = ...,
             resource_type: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -417,7 +399,6 @@ class ListConfigResourcesResponse(ApiMessage):
         error_code: int = ...,
         config_resources: list[ConfigResource] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

@@ -17,7 +17,6 @@ class DescribeGroupsRequest(ApiMessage):
         groups: list[str] = ...,
         include_authorized_operations: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -55,7 +54,6 @@ class DescribeGroupsResponse(ApiMessage):
                 member_metadata: bytes | ApiData = ...,
                 member_assignment: bytes | ApiData = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -81,7 +79,6 @@ class DescribeGroupsResponse(ApiMessage):
             members: list[DescribedGroupMember] = ...,
             authorized_operations: set[int] | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -95,7 +92,6 @@ class DescribeGroupsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         groups: list[DescribedGroup] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -123,7 +119,6 @@ class ListGroupsRequest(ApiMessage):
         states_filter: list[str] = ...,
         types_filter: list[str] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -156,7 +151,6 @@ class ListGroupsResponse(ApiMessage):
             group_state: str = ...,
             group_type: str = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -172,7 +166,6 @@ class ListGroupsResponse(ApiMessage):
         error_code: int = ...,
         groups: list[ListedGroup] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -198,7 +191,6 @@ class DeleteGroupsRequest(ApiMessage):
         *args: Any,
         groups_names: list[str] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -227,7 +219,6 @@ class DeleteGroupsResponse(ApiMessage):
             group_id: str = ...,
             error_code: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -241,7 +232,6 @@ class DeleteGroupsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         results: list[DeletableGroupResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

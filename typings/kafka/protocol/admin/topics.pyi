@@ -19,7 +19,6 @@ class CreateTopicsRequest(ApiMessage):
                 partition_index: int = ...,
                 broker_ids: list[int] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -34,7 +33,6 @@ class CreateTopicsRequest(ApiMessage):
                 name: str = ...,
                 value: str | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -54,7 +52,6 @@ class CreateTopicsRequest(ApiMessage):
             assignments: list[CreatableReplicaAssignment] = ...,
             configs: list[CreatableTopicConfig] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -70,7 +67,6 @@ class CreateTopicsRequest(ApiMessage):
         timeout_ms: int = ...,
         validate_only: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -106,7 +102,6 @@ class CreateTopicsResponse(ApiMessage):
                 config_source: int = ...,
                 is_sensitive: bool = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -132,7 +127,6 @@ class CreateTopicsResponse(ApiMessage):
             replication_factor: int = ...,
             configs: list[CreatableTopicConfigs] | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -146,7 +140,6 @@ class CreateTopicsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         topics: list[CreatableTopicResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -175,7 +168,6 @@ class DeleteTopicsRequest(ApiMessage):
             name: str | None = ...,
             topic_id: uuid.UUID | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -191,7 +183,6 @@ class DeleteTopicsRequest(ApiMessage):
         topic_names: list[str] = ...,
         timeout_ms: int = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -224,7 +215,6 @@ class DeleteTopicsResponse(ApiMessage):
             error_code: int = ...,
             error_message: str | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -238,7 +228,6 @@ class DeleteTopicsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         responses: list[DeletableTopicResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -266,7 +255,6 @@ class CreatePartitionsRequest(ApiMessage):
                 *args: Any,
                 broker_ids: list[int] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -282,7 +270,6 @@ class CreatePartitionsRequest(ApiMessage):
             count: int = ...,
             assignments: list[CreatePartitionsAssignment] | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -298,7 +285,6 @@ class CreatePartitionsRequest(ApiMessage):
         timeout_ms: int = ...,
         validate_only: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -329,7 +315,6 @@ class CreatePartitionsResponse(ApiMessage):
             error_code: int = ...,
             error_message: str | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -343,7 +328,6 @@ class CreatePartitionsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         results: list[CreatePartitionsTopicResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -373,7 +357,6 @@ class AlterPartitionReassignmentsRequest(ApiMessage):
                 partition_index: int = ...,
                 replicas: list[int] | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -387,7 +370,6 @@ class AlterPartitionReassignmentsRequest(ApiMessage):
             name: str = ...,
             partitions: list[ReassignablePartition] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -403,7 +385,6 @@ class AlterPartitionReassignmentsRequest(ApiMessage):
         allow_replication_factor_change: bool = ...,
         topics: list[ReassignableTopic] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -435,7 +416,6 @@ class AlterPartitionReassignmentsResponse(ApiMessage):
                 error_code: int = ...,
                 error_message: str | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -449,7 +429,6 @@ class AlterPartitionReassignmentsResponse(ApiMessage):
             name: str = ...,
             partitions: list[ReassignablePartitionResponse] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -469,7 +448,6 @@ class AlterPartitionReassignmentsResponse(ApiMessage):
         error_message: str | None = ...,
         responses: list[ReassignableTopicResponse] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -498,7 +476,6 @@ class ListPartitionReassignmentsRequest(ApiMessage):
             name: str = ...,
             partition_indexes: list[int] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -512,7 +489,6 @@ class ListPartitionReassignmentsRequest(ApiMessage):
         timeout_ms: int = ...,
         topics: list[ListPartitionReassignmentsTopics] | None = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -546,7 +522,6 @@ class ListPartitionReassignmentsResponse(ApiMessage):
                 adding_replicas: list[int] = ...,
                 removing_replicas: list[int] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -560,7 +535,6 @@ class ListPartitionReassignmentsResponse(ApiMessage):
             name: str = ...,
             partitions: list[OngoingPartitionReassignment] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -578,7 +552,6 @@ class ListPartitionReassignmentsResponse(ApiMessage):
         error_message: str | None = ...,
         topics: list[OngoingTopicReassignment] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -605,7 +578,6 @@ class DescribeTopicPartitionsRequest(ApiMessage):
             *args: Any,
             name: str = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -620,7 +592,6 @@ class DescribeTopicPartitionsRequest(ApiMessage):
             topic_name: str = ...,
             partition_index: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -636,7 +607,6 @@ class DescribeTopicPartitionsRequest(ApiMessage):
         response_partition_limit: int = ...,
         cursor: Cursor | None = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -680,7 +650,6 @@ class DescribeTopicPartitionsResponse(ApiMessage):
                 last_known_elr: list[int] | None = ...,
                 offline_replicas: list[int] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -702,7 +671,6 @@ class DescribeTopicPartitionsResponse(ApiMessage):
             partitions: list[DescribeTopicPartitionsResponsePartition] = ...,
             topic_authorized_operations: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -717,7 +685,6 @@ class DescribeTopicPartitionsResponse(ApiMessage):
             topic_name: str = ...,
             partition_index: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -733,7 +700,6 @@ class DescribeTopicPartitionsResponse(ApiMessage):
         topics: list[DescribeTopicPartitionsResponseTopic] = ...,
         next_cursor: Cursor | None = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -763,7 +729,6 @@ class DeleteRecordsRequest(ApiMessage):
                 partition_index: int = ...,
                 offset: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -777,7 +742,6 @@ class DeleteRecordsRequest(ApiMessage):
             name: str = ...,
             partitions: list[DeleteRecordsPartition] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -791,7 +755,6 @@ class DeleteRecordsRequest(ApiMessage):
         topics: list[DeleteRecordsTopic] = ...,
         timeout_ms: int = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -823,7 +786,6 @@ class DeleteRecordsResponse(ApiMessage):
                 low_watermark: int = ...,
                 error_code: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -837,7 +799,6 @@ class DeleteRecordsResponse(ApiMessage):
             name: str = ...,
             partitions: list[DeleteRecordsPartitionResult] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -851,7 +812,6 @@ class DeleteRecordsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         topics: list[DeleteRecordsTopicResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -880,7 +840,6 @@ class ElectLeadersRequest(ApiMessage):
             topic: str = ...,
             partitions: list[int] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -896,7 +855,6 @@ class ElectLeadersRequest(ApiMessage):
         topic_partitions: list[TopicPartitions] | None = ...,
         timeout_ms: int = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -928,7 +886,6 @@ class ElectLeadersResponse(ApiMessage):
                 error_code: int = ...,
                 error_message: str | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -942,7 +899,6 @@ class ElectLeadersResponse(ApiMessage):
             topic: str = ...,
             partition_result: list[PartitionResult] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -958,7 +914,6 @@ class ElectLeadersResponse(ApiMessage):
         error_code: int = ...,
         replica_election_results: list[ReplicaElectionResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

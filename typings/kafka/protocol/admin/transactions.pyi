@@ -20,7 +20,6 @@ class ListTransactionsRequest(ApiMessage):
         duration_filter: int = ...,
         transactional_id_pattern: str | None = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -51,7 +50,6 @@ class ListTransactionsResponse(ApiMessage):
             producer_id: int = ...,
             transaction_state: str = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -69,7 +67,6 @@ class ListTransactionsResponse(ApiMessage):
         unknown_state_filters: list[str] = ...,
         transaction_states: list[TransactionState] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -95,7 +92,6 @@ class DescribeTransactionsRequest(ApiMessage):
         *args: Any,
         transactional_ids: list[str] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -125,7 +121,6 @@ class DescribeTransactionsResponse(ApiMessage):
                 topic: str = ...,
                 partitions: list[int] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -151,7 +146,6 @@ class DescribeTransactionsResponse(ApiMessage):
             producer_epoch: int = ...,
             topics: list[TopicData] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -165,7 +159,6 @@ class DescribeTransactionsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         transaction_states: list[TransactionState] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -194,7 +187,6 @@ class DescribeProducersRequest(ApiMessage):
             name: str = ...,
             partition_indexes: list[int] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -206,7 +198,6 @@ class DescribeProducersRequest(ApiMessage):
         *args: Any,
         topics: list[TopicRequest] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -245,7 +236,6 @@ class DescribeProducersResponse(ApiMessage):
                     coordinator_epoch: int = ...,
                     current_txn_start_offset: int = ...,
                     version: int | None = None,
-                    **kwargs: Any,
                 ) -> None: ...
                 @property
                 def version(self) -> int | None: ...
@@ -263,7 +253,6 @@ class DescribeProducersResponse(ApiMessage):
                 error_message: str | None = ...,
                 active_producers: list[ProducerState] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -277,7 +266,6 @@ class DescribeProducersResponse(ApiMessage):
             name: str = ...,
             partitions: list[PartitionResponse] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -291,7 +279,6 @@ class DescribeProducersResponse(ApiMessage):
         throttle_time_ms: int = ...,
         topics: list[TopicResponse] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

@@ -18,7 +18,6 @@ class AlterUserScramCredentialsRequest(ApiMessage):
             name: str = ...,
             mechanism: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -39,7 +38,6 @@ class AlterUserScramCredentialsRequest(ApiMessage):
             salt: bytes | ApiData = ...,
             salted_password: bytes | ApiData = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -53,7 +51,6 @@ class AlterUserScramCredentialsRequest(ApiMessage):
         deletions: list[ScramCredentialDeletion] = ...,
         upsertions: list[ScramCredentialUpsertion] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -84,7 +81,6 @@ class AlterUserScramCredentialsResponse(ApiMessage):
             error_code: int = ...,
             error_message: str | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -98,7 +94,6 @@ class AlterUserScramCredentialsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         results: list[AlterUserScramCredentialsResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -125,7 +120,6 @@ class DescribeUserScramCredentialsRequest(ApiMessage):
             *args: Any,
             name: str = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -137,7 +131,6 @@ class DescribeUserScramCredentialsRequest(ApiMessage):
         *args: Any,
         users: list[UserName] | None = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -167,7 +160,6 @@ class DescribeUserScramCredentialsResponse(ApiMessage):
                 mechanism: int = ...,
                 iterations: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -185,7 +177,6 @@ class DescribeUserScramCredentialsResponse(ApiMessage):
             error_message: str | None = ...,
             credential_infos: list[CredentialInfo] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -203,7 +194,6 @@ class DescribeUserScramCredentialsResponse(ApiMessage):
         error_message: str | None = ...,
         results: list[DescribeUserScramCredentialsResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

@@ -18,7 +18,6 @@ class FetchRequest(ApiMessage):
             replica_id: int = ...,
             replica_epoch: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -46,7 +45,6 @@ class FetchRequest(ApiMessage):
                 replica_directory_id: uuid.UUID | None = ...,
                 high_watermark: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -62,7 +60,6 @@ class FetchRequest(ApiMessage):
             topic_id: uuid.UUID | None = ...,
             partitions: list[FetchPartition] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -79,7 +76,6 @@ class FetchRequest(ApiMessage):
             topic_id: uuid.UUID | None = ...,
             partitions: list[int] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -113,7 +109,6 @@ class FetchRequest(ApiMessage):
         forgotten_topics_data: list[ForgottenTopic] = ...,
         rack_id: str = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -146,7 +141,6 @@ class FetchResponse(ApiMessage):
                     epoch: int = ...,
                     end_offset: int = ...,
                     version: int | None = None,
-                    **kwargs: Any,
                 ) -> None: ...
                 @property
                 def version(self) -> int | None: ...
@@ -161,7 +155,6 @@ class FetchResponse(ApiMessage):
                     leader_id: int = ...,
                     leader_epoch: int = ...,
                     version: int | None = None,
-                    **kwargs: Any,
                 ) -> None: ...
                 @property
                 def version(self) -> int | None: ...
@@ -176,7 +169,6 @@ class FetchResponse(ApiMessage):
                     end_offset: int = ...,
                     epoch: int = ...,
                     version: int | None = None,
-                    **kwargs: Any,
                 ) -> None: ...
                 @property
                 def version(self) -> int | None: ...
@@ -191,7 +183,6 @@ class FetchResponse(ApiMessage):
                     producer_id: int = ...,
                     first_offset: int = ...,
                     version: int | None = None,
-                    **kwargs: Any,
                 ) -> None: ...
                 @property
                 def version(self) -> int | None: ...
@@ -223,7 +214,6 @@ class FetchResponse(ApiMessage):
                 preferred_read_replica: int = ...,
                 records: bytes | ApiData | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -239,7 +229,6 @@ class FetchResponse(ApiMessage):
             topic_id: uuid.UUID | None = ...,
             partitions: list[PartitionData] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -258,7 +247,6 @@ class FetchResponse(ApiMessage):
             port: int = ...,
             rack: str | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -278,7 +266,6 @@ class FetchResponse(ApiMessage):
         responses: list[FetchableTopicResponse] = ...,
         node_endpoints: list[NodeEndpoint] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

@@ -22,7 +22,6 @@ class JoinGroupRequest(ApiMessage):
             name: str = ...,
             metadata: bytes | ApiData = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -48,7 +47,6 @@ class JoinGroupRequest(ApiMessage):
         protocols: list[JoinGroupRequestProtocol] = ...,
         reason: str | None = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -79,7 +77,6 @@ class JoinGroupResponse(ApiMessage):
             group_instance_id: str | None = ...,
             metadata: bytes | ApiData = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -107,7 +104,6 @@ class JoinGroupResponse(ApiMessage):
         member_id: str = ...,
         members: list[JoinGroupResponseMember] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -136,7 +132,6 @@ class SyncGroupRequest(ApiMessage):
             member_id: str = ...,
             assignment: bytes | ApiData = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -160,7 +155,6 @@ class SyncGroupRequest(ApiMessage):
         protocol_name: str | None = ...,
         assignments: list[SyncGroupRequestAssignment] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -194,7 +188,6 @@ class SyncGroupResponse(ApiMessage):
         protocol_name: str | None = ...,
         assignment: bytes | ApiData = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -225,7 +218,6 @@ class LeaveGroupRequest(ApiMessage):
             group_instance_id: str | None = ...,
             reason: str | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -241,7 +233,6 @@ class LeaveGroupRequest(ApiMessage):
         member_id: str = ...,
         members: list[MemberIdentity] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -272,7 +263,6 @@ class LeaveGroupResponse(ApiMessage):
             group_instance_id: str | None = ...,
             error_code: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -288,7 +278,6 @@ class LeaveGroupResponse(ApiMessage):
         error_code: int = ...,
         members: list[MemberResponse] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -320,7 +309,6 @@ class HeartbeatRequest(ApiMessage):
         member_id: str = ...,
         group_instance_id: str | None = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -348,7 +336,6 @@ class HeartbeatResponse(ApiMessage):
         throttle_time_ms: int = ...,
         error_code: int = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -377,7 +364,6 @@ class OffsetFetchRequest(ApiMessage):
             name: str = ...,
             partition_indexes: list[int] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -395,7 +381,6 @@ class OffsetFetchRequest(ApiMessage):
                 topic_id: uuid.UUID | None = ...,
                 partition_indexes: list[int] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -413,7 +398,6 @@ class OffsetFetchRequest(ApiMessage):
             member_epoch: int = ...,
             topics: list[OffsetFetchRequestTopics] | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -431,7 +415,6 @@ class OffsetFetchRequest(ApiMessage):
         groups: list[OffsetFetchRequestGroup] = ...,
         require_stable: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -467,7 +450,6 @@ class OffsetFetchResponse(ApiMessage):
                 metadata: str | None = ...,
                 error_code: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -481,7 +463,6 @@ class OffsetFetchResponse(ApiMessage):
             name: str = ...,
             partitions: list[OffsetFetchResponsePartition] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -504,7 +485,6 @@ class OffsetFetchResponse(ApiMessage):
                     metadata: str | None = ...,
                     error_code: int = ...,
                     version: int | None = None,
-                    **kwargs: Any,
                 ) -> None: ...
                 @property
                 def version(self) -> int | None: ...
@@ -520,7 +500,6 @@ class OffsetFetchResponse(ApiMessage):
                 topic_id: uuid.UUID | None = ...,
                 partitions: list[OffsetFetchResponsePartitions] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -536,7 +515,6 @@ class OffsetFetchResponse(ApiMessage):
             topics: list[OffsetFetchResponseTopics] = ...,
             error_code: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -554,7 +532,6 @@ class OffsetFetchResponse(ApiMessage):
         error_code: int = ...,
         groups: list[OffsetFetchResponseGroup] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -590,7 +567,6 @@ class OffsetCommitRequest(ApiMessage):
                 commit_timestamp: int = ...,
                 committed_metadata: str | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -606,7 +582,6 @@ class OffsetCommitRequest(ApiMessage):
             topic_id: uuid.UUID | None = ...,
             partitions: list[OffsetCommitRequestPartition] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -628,7 +603,6 @@ class OffsetCommitRequest(ApiMessage):
         retention_time_ms: int = ...,
         topics: list[OffsetCommitRequestTopic] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -658,7 +632,6 @@ class OffsetCommitResponse(ApiMessage):
                 partition_index: int = ...,
                 error_code: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -674,7 +647,6 @@ class OffsetCommitResponse(ApiMessage):
             topic_id: uuid.UUID | None = ...,
             partitions: list[OffsetCommitResponsePartition] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -688,7 +660,6 @@ class OffsetCommitResponse(ApiMessage):
         throttle_time_ms: int = ...,
         topics: list[OffsetCommitResponseTopic] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -716,7 +687,6 @@ class OffsetDeleteRequest(ApiMessage):
                 *args: Any,
                 partition_index: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -730,7 +700,6 @@ class OffsetDeleteRequest(ApiMessage):
             name: str = ...,
             partitions: list[OffsetDeleteRequestPartition] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -744,7 +713,6 @@ class OffsetDeleteRequest(ApiMessage):
         group_id: str = ...,
         topics: list[OffsetDeleteRequestTopic] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -774,7 +742,6 @@ class OffsetDeleteResponse(ApiMessage):
                 partition_index: int = ...,
                 error_code: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -788,7 +755,6 @@ class OffsetDeleteResponse(ApiMessage):
             name: str = ...,
             partitions: list[OffsetDeleteResponsePartition] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -804,7 +770,6 @@ class OffsetDeleteResponse(ApiMessage):
         throttle_time_ms: int = ...,
         topics: list[OffsetDeleteResponseTopic] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

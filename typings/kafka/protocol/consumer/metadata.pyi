@@ -17,7 +17,6 @@ class ConsumerProtocolSubscription(ApiData):
             topic: str = ...,
             partitions: list[int] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -37,7 +36,6 @@ class ConsumerProtocolSubscription(ApiData):
         generation_id: int = ...,
         rack_id: str | None = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -58,7 +56,6 @@ class ConsumerProtocolAssignment(ApiData):
             topic: str = ...,
             partitions: list[int] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -72,7 +69,6 @@ class ConsumerProtocolAssignment(ApiData):
         assigned_partitions: list[TopicPartition] = ...,
         user_data: bytes | ApiData | None = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

@@ -46,7 +46,6 @@ class ListOffsetsRequest(ApiMessage):
                 timestamp: int = ...,
                 max_num_offsets: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -60,7 +59,6 @@ class ListOffsetsRequest(ApiMessage):
             name: str = ...,
             partitions: list[ListOffsetsPartition] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -78,7 +76,6 @@ class ListOffsetsRequest(ApiMessage):
         topics: list[ListOffsetsTopic] = ...,
         timeout_ms: int = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -120,7 +117,6 @@ class ListOffsetsResponse(ApiMessage):
                 offset: int = ...,
                 leader_epoch: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -134,7 +130,6 @@ class ListOffsetsResponse(ApiMessage):
             name: str = ...,
             partitions: list[ListOffsetsPartitionResponse] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -148,7 +143,6 @@ class ListOffsetsResponse(ApiMessage):
         throttle_time_ms: int = ...,
         topics: list[ListOffsetsTopicResponse] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -180,7 +174,6 @@ class OffsetForLeaderEpochRequest(ApiMessage):
                 current_leader_epoch: int = ...,
                 leader_epoch: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -194,7 +187,6 @@ class OffsetForLeaderEpochRequest(ApiMessage):
             topic: str = ...,
             partitions: list[OffsetForLeaderPartition] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -208,7 +200,6 @@ class OffsetForLeaderEpochRequest(ApiMessage):
         replica_id: int = ...,
         topics: list[OffsetForLeaderTopic] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -242,7 +233,6 @@ class OffsetForLeaderEpochResponse(ApiMessage):
                 leader_epoch: int = ...,
                 end_offset: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -256,7 +246,6 @@ class OffsetForLeaderEpochResponse(ApiMessage):
             topic: str = ...,
             partitions: list[EpochEndOffset] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -270,7 +259,6 @@ class OffsetForLeaderEpochResponse(ApiMessage):
         throttle_time_ms: int = ...,
         topics: list[OffsetForLeaderTopicResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

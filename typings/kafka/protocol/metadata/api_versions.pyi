@@ -16,7 +16,6 @@ class ApiVersionsRequest(ApiMessage):
         client_software_name: str = ...,
         client_software_version: str = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -47,7 +46,6 @@ class ApiVersionsResponse(ApiMessage):
             min_version: int = ...,
             max_version: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -64,7 +62,6 @@ class ApiVersionsResponse(ApiMessage):
             min_version: int = ...,
             max_version: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -81,7 +78,6 @@ class ApiVersionsResponse(ApiMessage):
             max_version_level: int = ...,
             min_version_level: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -105,7 +101,6 @@ class ApiVersionsResponse(ApiMessage):
         finalized_features: list[FinalizedFeatureKey] = ...,
         zk_migration_ready: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

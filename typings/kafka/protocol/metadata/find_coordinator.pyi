@@ -26,7 +26,6 @@ class FindCoordinatorRequest(ApiMessage):
         key_type: int = ...,
         coordinator_keys: list[str] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -63,7 +62,6 @@ class FindCoordinatorResponse(ApiMessage):
             error_code: int = ...,
             error_message: str | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -87,7 +85,6 @@ class FindCoordinatorResponse(ApiMessage):
         port: int = ...,
         coordinators: list[Coordinator] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

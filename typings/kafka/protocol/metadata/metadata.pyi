@@ -17,7 +17,6 @@ class MetadataRequest(ApiMessage):
             topic_id: uuid.UUID | None = ...,
             name: str | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -35,7 +34,6 @@ class MetadataRequest(ApiMessage):
         include_cluster_authorized_operations: bool = ...,
         include_topic_authorized_operations: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -68,7 +66,6 @@ class MetadataResponse(ApiMessage):
             port: int = ...,
             rack: str | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -94,7 +91,6 @@ class MetadataResponse(ApiMessage):
                 isr_nodes: list[int] = ...,
                 offline_replicas: list[int] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -116,7 +112,6 @@ class MetadataResponse(ApiMessage):
             partitions: list[MetadataResponsePartition] = ...,
             authorized_operations: set[int] | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -140,7 +135,6 @@ class MetadataResponse(ApiMessage):
         authorized_operations: set[int] | None = ...,
         error_code: int = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

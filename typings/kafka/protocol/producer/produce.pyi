@@ -19,7 +19,6 @@ class ProduceRequest(ApiMessage):
                 index: int = ...,
                 records: bytes | ApiData | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -35,7 +34,6 @@ class ProduceRequest(ApiMessage):
             topic_id: uuid.UUID | None = ...,
             partition_data: list[PartitionProduceData] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -53,7 +51,6 @@ class ProduceRequest(ApiMessage):
         timeout_ms: int = ...,
         topic_data: list[TopicProduceData] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -84,7 +81,6 @@ class ProduceResponse(ApiMessage):
                     batch_index: int = ...,
                     batch_index_error_message: str | None = ...,
                     version: int | None = None,
-                    **kwargs: Any,
                 ) -> None: ...
                 @property
                 def version(self) -> int | None: ...
@@ -99,7 +95,6 @@ class ProduceResponse(ApiMessage):
                     leader_id: int = ...,
                     leader_epoch: int = ...,
                     version: int | None = None,
-                    **kwargs: Any,
                 ) -> None: ...
                 @property
                 def version(self) -> int | None: ...
@@ -125,7 +120,6 @@ class ProduceResponse(ApiMessage):
                 error_message: str | None = ...,
                 current_leader: LeaderIdAndEpoch = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -141,7 +135,6 @@ class ProduceResponse(ApiMessage):
             topic_id: uuid.UUID | None = ...,
             partition_responses: list[PartitionProduceResponse] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -160,7 +153,6 @@ class ProduceResponse(ApiMessage):
             port: int = ...,
             rack: str | None = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -176,7 +168,6 @@ class ProduceResponse(ApiMessage):
         throttle_time_ms: int = ...,
         node_endpoints: list[NodeEndpoint] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...

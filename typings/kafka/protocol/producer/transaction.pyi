@@ -24,7 +24,6 @@ class InitProducerIdRequest(ApiMessage):
         enable2_pc: bool = ...,
         keep_prepared_txn: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -60,7 +59,6 @@ class InitProducerIdResponse(ApiMessage):
         ongoing_txn_producer_id: int = ...,
         ongoing_txn_producer_epoch: int = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -90,7 +88,6 @@ class AddPartitionsToTxnRequest(ApiMessage):
                 name: str = ...,
                 partitions: list[int] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -110,7 +107,6 @@ class AddPartitionsToTxnRequest(ApiMessage):
             verify_only: bool = ...,
             topics: list[AddPartitionsToTxnTopic] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -125,7 +121,6 @@ class AddPartitionsToTxnRequest(ApiMessage):
             name: str = ...,
             partitions: list[int] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -145,7 +140,6 @@ class AddPartitionsToTxnRequest(ApiMessage):
         v3_and_below_producer_epoch: int = ...,
         v3_and_below_topics: list[AddPartitionsToTxnTopic] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -176,7 +170,6 @@ class AddPartitionsToTxnResponse(ApiMessage):
                     partition_index: int = ...,
                     partition_error_code: int = ...,
                     version: int | None = None,
-                    **kwargs: Any,
                 ) -> None: ...
                 @property
                 def version(self) -> int | None: ...
@@ -190,7 +183,6 @@ class AddPartitionsToTxnResponse(ApiMessage):
                 name: str = ...,
                 results_by_partition: list[AddPartitionsToTxnPartitionResult] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -204,7 +196,6 @@ class AddPartitionsToTxnResponse(ApiMessage):
             transactional_id: str = ...,
             topic_results: list[AddPartitionsToTxnTopicResult] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -220,7 +211,6 @@ class AddPartitionsToTxnResponse(ApiMessage):
                 partition_index: int = ...,
                 partition_error_code: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -234,7 +224,6 @@ class AddPartitionsToTxnResponse(ApiMessage):
             name: str = ...,
             results_by_partition: list[AddPartitionsToTxnPartitionResult] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -252,7 +241,6 @@ class AddPartitionsToTxnResponse(ApiMessage):
         results_by_transaction: list[AddPartitionsToTxnResult] = ...,
         results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -284,7 +272,6 @@ class AddOffsetsToTxnRequest(ApiMessage):
         producer_epoch: int = ...,
         group_id: str = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -312,7 +299,6 @@ class AddOffsetsToTxnResponse(ApiMessage):
         throttle_time_ms: int = ...,
         error_code: int = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -344,7 +330,6 @@ class EndTxnRequest(ApiMessage):
         producer_epoch: int = ...,
         committed: bool = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -376,7 +361,6 @@ class EndTxnResponse(ApiMessage):
         producer_id: int = ...,
         producer_epoch: int = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -410,7 +394,6 @@ class TxnOffsetCommitRequest(ApiMessage):
                 committed_leader_epoch: int = ...,
                 committed_metadata: str | None = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -424,7 +407,6 @@ class TxnOffsetCommitRequest(ApiMessage):
             name: str = ...,
             partitions: list[TxnOffsetCommitRequestPartition] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -450,7 +432,6 @@ class TxnOffsetCommitRequest(ApiMessage):
         group_instance_id: str | None = ...,
         topics: list[TxnOffsetCommitRequestTopic] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -480,7 +461,6 @@ class TxnOffsetCommitResponse(ApiMessage):
                 partition_index: int = ...,
                 error_code: int = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -494,7 +474,6 @@ class TxnOffsetCommitResponse(ApiMessage):
             name: str = ...,
             partitions: list[TxnOffsetCommitResponsePartition] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -508,7 +487,6 @@ class TxnOffsetCommitResponse(ApiMessage):
         throttle_time_ms: int = ...,
         topics: list[TxnOffsetCommitResponseTopic] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -538,7 +516,6 @@ class WriteTxnMarkersRequest(ApiMessage):
                 name: str = ...,
                 partition_indexes: list[int] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -560,7 +537,6 @@ class WriteTxnMarkersRequest(ApiMessage):
             coordinator_epoch: int = ...,
             transaction_version: int = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -572,7 +548,6 @@ class WriteTxnMarkersRequest(ApiMessage):
         *args: Any,
         markers: list[WritableTxnMarker] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
@@ -603,7 +578,6 @@ class WriteTxnMarkersResponse(ApiMessage):
                     partition_index: int = ...,
                     error_code: int = ...,
                     version: int | None = None,
-                    **kwargs: Any,
                 ) -> None: ...
                 @property
                 def version(self) -> int | None: ...
@@ -617,7 +591,6 @@ class WriteTxnMarkersResponse(ApiMessage):
                 name: str = ...,
                 partitions: list[WritableTxnMarkerPartitionResult] = ...,
                 version: int | None = None,
-                **kwargs: Any,
             ) -> None: ...
             @property
             def version(self) -> int | None: ...
@@ -631,7 +604,6 @@ class WriteTxnMarkersResponse(ApiMessage):
             producer_id: int = ...,
             topics: list[WritableTxnMarkerTopicResult] = ...,
             version: int | None = None,
-            **kwargs: Any,
         ) -> None: ...
         @property
         def version(self) -> int | None: ...
@@ -643,7 +615,6 @@ class WriteTxnMarkersResponse(ApiMessage):
         *args: Any,
         markers: list[WritableTxnMarkerResult] = ...,
         version: int | None = None,
-        **kwargs: Any,
     ) -> None: ...
     @property
     def version(self) -> int: ...
