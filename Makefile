@@ -4,6 +4,7 @@
 #   make cluster ARGS="--brokers 3"    a throwaway PostgreSQL and brokers on 9092, 9093, ...
 #   make test                          ruff + mypy + pytest (xdist, $(PYTEST_WORKERS) workers)
 #   make lint | bench | clean | distclean | deps-debian | deps-cluster
+#   make stubs                         rewrite typings/kafka (after upgrading kafka-python)
 #
 # pip runs only when pyproject.toml changes: an install leaves a stamp file named after
 # the file's hash in .venv, and the next run finds it.
@@ -31,7 +32,7 @@ PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
 BASE_STAMP := $(VENV)/.installed-$(PYPROJECT_HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(PYPROJECT_HASH)
 
-.PHONY: run cluster test lint pytest bench clean distclean deps-debian deps-cluster venv
+.PHONY: run cluster test lint stubs pytest bench clean distclean deps-debian deps-cluster venv
 
 # $(call install-missing,PACKAGES): apt-get install those of PACKAGES that are not
 # installed. With an empty list the recipe is empty: no dpkg, no apt-get.
@@ -77,6 +78,9 @@ cluster: $(BASE_STAMP) | deps-cluster
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+stubs: $(TEST_STAMP)
+	$(BIN)/python -m tools.protocol_stubs
 
 pytest: $(TEST_STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)

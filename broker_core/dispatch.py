@@ -17,8 +17,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from broker_core import metrics
@@ -45,12 +46,18 @@ if TYPE_CHECKING:  # the quotas' modules import the APIs, which import this one
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Engine, RequestContext, Any], Awaitable[Any | None]]
-"""A request's dispatch stage: it returns the response, None (no response is due) or
-:class:`Later` (the waiting stage giving either)."""
+_Req = TypeVar("_Req", bound="ApiMessage")  # a string: the class has no truth value
+Response = ApiMessage | Prewritten
+"""What a handler answers with: a schema message, or one that writes its own body."""
+Answered = Response | Later[Response | None] | None
+"""A dispatch stage's result: the response, None (no response is due) or :class:`Later`
+(the waiting stage giving either)."""
+Handler = Callable[[Engine, RequestContext, _Req], Awaitable[Answered]]
+"""A request's dispatch stage."""
+ResponseBound = Callable[[Engine, _Req], int]
 Answer = Frame | None | Coroutine[Any, Any, Frame | None]
-"""A framed response, None, or the coroutine of a waiting stage giving either."""
-ResponseBound = Callable[[Engine, Any], int]
+"""A framed response, None, or the coroutine of a waiting stage giving either (a coroutine's
+send and throw types are Any by definition)."""
 Mute = Callable[[int], None]
 """Told to stop reading a connection for so many milliseconds (a throttled request)."""
 API_VERSIONS_KEY = 18
@@ -61,24 +68,34 @@ requests (``maxQueuedRequests``, 500) fits in the default ``maxPendingResponseBy
 Their finished responses count at their real size."""
 
 
-@dataclass(frozen=True, slots=True)
 class ApiSpec:
     """One served API: its schema classes, the versions implemented and its handler, and
     for an API whose answers can be large, the most bytes a request's answer may hold,
-    known before the handler runs (the connection budgets it while the request runs)."""
+    known before the handler runs (the connection budgets it while the request runs).
 
-    key: int
-    request: Any
-    response: Any
-    min_version: int
-    max_version: int
-    handler: Handler | None
-    bound: ResponseBound | None = None
+    Building one checks that the handler (and the bound) take the API's request class; the
+    table of all APIs then holds them alike."""
+
+    __slots__ = ("bound", "handler", "key", "max_version", "min_version", "request",
+                 "response")
+
+    def __init__(self, key: int, request: type[_Req], response: type[ApiMessage],
+                 min_version: int, max_version: int, handler: Handler[_Req] | None,
+                 bound: ResponseBound[_Req] | None = None) -> None:
+        self.key = key
+        self.request: type[ApiMessage] = request
+        self.response = response
+        self.min_version = min_version
+        self.max_version = max_version
+        # Any: the table holds every API's handler; each takes its own request class, which
+        # the checked arguments above tie to ``request``, and only that class is decoded.
+        self.handler: Handler[Any] | None = handler
+        self.bound: ResponseBound[Any] | None = bound
 
     @property
     def name(self) -> str:
         """The API's protocol name, e.g. ``Produce``."""
-        return str(self.request.name).removesuffix("Request")
+        return self.request.name.removesuffix("Request")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +104,7 @@ class ParsedRequest:
 
     header: RequestHeader
     spec: ApiSpec
-    body: Any | None
+    body: ApiMessage | None
     size: int = 0
     """The frame's bytes (what a produce quota counts)."""
 
@@ -134,7 +151,8 @@ class Dispatcher:
             return SMALL_RESPONSE_BOUND
         return parsed.spec.bound(self.engine, parsed.body)
 
-    def api_versions(self, version: int, error: ErrorCode = ErrorCode.NONE) -> Any:
+    def api_versions(self, version: int,
+                     error: ErrorCode = ErrorCode.NONE) -> ApiVersionsResponse:
         """The ApiVersions answer listing every served API and its versions."""
         entries = [
             ApiVersionsResponse.ApiVersion(api_key=spec.key, min_version=spec.min_version,
@@ -170,13 +188,13 @@ class Dispatcher:
             return self._after(response, ctx, parsed, started, throttle, mute)
         return self._answer(response, ctx, parsed, started, throttle, mute)
 
-    async def _after(self, later: Later[Any | None], ctx: RequestContext,
+    async def _after(self, later: Later[Response | None], ctx: RequestContext,
                      parsed: ParsedRequest, started: float, throttle: Throttle | None,
                      mute: Mute | None) -> Frame | None:
         """The waiting stage of a request: its response once ``later`` gives it."""
         return self._answer(await later.wait, ctx, parsed, started, throttle, mute)
 
-    def _answer(self, response: Any | None, ctx: RequestContext, parsed: ParsedRequest,
+    def _answer(self, response: Response | None, ctx: RequestContext, parsed: ParsedRequest,
                 started: float, throttle: Throttle | None, mute: Mute | None) -> Frame | None:
         """The response throttled if it must be, then encoded."""
         if self.throttling is not None:
@@ -185,7 +203,7 @@ class Dispatcher:
                 mute(throttle_ms)
         return self._encode(response, parsed.header, parsed.spec, started)
 
-    def _encode(self, response: Any | None, header: RequestHeader, spec: ApiSpec,
+    def _encode(self, response: Response | None, header: RequestHeader, spec: ApiSpec,
                 started: float) -> Frame | None:
         """Count the request and frame its response (None when none is due)."""
         metrics.REQUESTS.labels(spec.name).inc()

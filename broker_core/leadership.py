@@ -97,6 +97,8 @@ class Leadership:
         await self.cluster.claimed((internal, index, counts[internal])
                                    for internal, index in missing if internal in counts)
 
+    # Any: any request's topic list; the attribute names below say which of its fields
+    # hold the name and the partitions (they differ between APIs' schemas).
     async def ready_named(self, ctx: RequestContext, topics: Iterable[Any], name: str = "name",
                           partitions: str = "partitions", index: str = "partition_index"
                           ) -> None:

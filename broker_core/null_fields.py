@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from kafka.protocol.api_message import ApiMessage
+
 _NULLABLE_KINDS = frozenset({"string", "bytes", "records"})
 """Simple types the decoder turns into None on length -1 (a zero UUID becomes None too,
 but that is a value, not a null on the wire)."""
@@ -31,6 +33,8 @@ class _Step:
     inner: tuple[_Step, ...]
 
 
+# Any: the field objects are kafka-python's schema machinery, which has no types (a list,
+# or a dict by name, of objects with for_version_q, is_struct, fields, ...).
 def _listed(fields: Any) -> list[Any]:
     return list(fields.values()) if isinstance(fields, dict) else list(fields)
 
@@ -52,11 +56,11 @@ def _plan(fields: Any, version: int) -> tuple[_Step, ...]:
 
 
 @cache
-def _request_plan(schema: Any, version: int) -> tuple[_Step, ...]:
+def _request_plan(schema: type[ApiMessage], version: int) -> tuple[_Step, ...]:
     return _plan(schema.fields, version)
 
 
-def _walk(value: Any, plan: tuple[_Step, ...]) -> str | None:
+def _walk(value: object, plan: tuple[_Step, ...]) -> str | None:
     for step in plan:
         held = getattr(value, step.name, None)
         if held is None:
@@ -72,7 +76,8 @@ def _walk(value: Any, plan: tuple[_Step, ...]) -> str | None:
     return None
 
 
-def first_forbidden_null(schema: Any, version: int, body: Any) -> str | None:
+def first_forbidden_null(schema: type[ApiMessage], version: int,
+                         body: ApiMessage) -> str | None:
     """The dotted path of the first non-nullable field that ``body`` (a decoded request of
     ``schema`` at ``version``) holds as null, or None when there is none."""
     return _walk(body, _request_plan(schema, version))

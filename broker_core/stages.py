@@ -26,15 +26,16 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 _T = TypeVar("_T")
+_T_co = TypeVar("_T_co", covariant=True)
 _R = TypeVar("_R")
 
 
 @dataclass(frozen=True, slots=True)
-class Later(Generic[_T]):
+class Later(Generic[_T_co]):
     """A handler's answer whose dispatch stage is over: ``wait`` gives the response (None:
     none is due) and may overlap with the connection's next requests."""
 
-    wait: Awaitable[_T]
+    wait: Awaitable[_T_co]
 
 
 async def _answered(waiting: Awaitable[_T], answer: Callable[[_T], _R]) -> _R:

@@ -10,7 +10,7 @@ no ACL may name a topic of the broker's system namespaces (see ``edge.authorizat
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Protocol
 
 from kafka.protocol.admin import (
     CreateAclsRequest,
@@ -39,8 +39,29 @@ from edge.acls import (
 from edge.authorization import Policy
 
 log = logging.getLogger(__name__)
+_Description = DescribeAclsResponse.DescribeAclsResource.AclDescription
 CLUSTER_NAME = "kafka-cluster"
 _PERSISTENT = "persistent://"
+
+
+class _FilterFields(Protocol):
+    """An ACL filter, as DescribeAcls (the request itself) and DeleteAcls (each filter)
+    give it."""
+
+    @property
+    def resource_type_filter(self) -> int: ...
+    @property
+    def resource_name_filter(self) -> str | None: ...
+    @property
+    def pattern_type_filter(self) -> int: ...
+    @property
+    def principal_filter(self) -> str | None: ...
+    @property
+    def host_filter(self) -> str | None: ...
+    @property
+    def operation(self) -> int: ...
+    @property
+    def permission_type(self) -> int: ...
 
 
 def _tenant_of_caller(ctx: RequestContext) -> str:
@@ -112,7 +133,7 @@ class AclApis:
                             "the topic is in a system namespace of the broker: only "
                             "superusers reach it")
 
-    def _binding(self, ctx: RequestContext, item: Any) -> AclBinding:
+    def _binding(self, ctx: RequestContext, item: CreateAclsRequest.AclCreation) -> AclBinding:
         try:
             resource = AclResource(item.resource_type)
             pattern = AclPattern(item.resource_pattern_type)
@@ -143,7 +164,7 @@ class AclApis:
         return AclBinding(tenant, resource, name, pattern, item.principal, item.host or "*",
                           operation, permission)
 
-    def _filter(self, ctx: RequestContext, item: Any) -> AclFilter:
+    def _filter(self, ctx: RequestContext, item: _FilterFields) -> AclFilter:
         try:
             resource = AclResource(item.resource_type_filter)
             pattern = AclPattern(item.pattern_type_filter)
@@ -160,7 +181,8 @@ class AclApis:
         return AclFilter(tenant, resource, name, pattern, item.principal_filter,
                          item.host_filter, operation, permission)
 
-    async def create(self, engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    async def create(self, engine: Engine, ctx: RequestContext,
+                     request: CreateAclsRequest) -> CreateAclsResponse:
         """Handle CreateAcls."""
         results = []
         created = []
@@ -178,7 +200,8 @@ class AclApis:
             log.info("%s created %d ACLs", ctx.principal, len(created))
         return CreateAclsResponse(version=request.version, throttle_time_ms=0, results=results)
 
-    async def describe(self, engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    async def describe(self, engine: Engine, ctx: RequestContext,
+                       request: DescribeAclsRequest) -> DescribeAclsResponse:
         """Handle DescribeAcls."""
         R = DescribeAclsResponse
         try:
@@ -187,7 +210,7 @@ class AclApis:
         except KafkaApiError as error:
             return R(version=request.version, throttle_time_ms=0, error_code=error.code,
                      error_message=error.message, resources=[])
-        grouped: dict[tuple[int, str, int], list[Any]] = {}
+        grouped: dict[tuple[int, str, int], list[_Description]] = {}
         for b in found:
             grouped.setdefault((b.resource, _shown_name(ctx, b), b.pattern), []).append(
                 R.DescribeAclsResource.AclDescription(
@@ -198,7 +221,8 @@ class AclApis:
                                                    pattern_type=p, acls=acls)
                             for (t, n, p), acls in grouped.items()])
 
-    async def delete(self, engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    async def delete(self, engine: Engine, ctx: RequestContext,
+                     request: DeleteAclsRequest) -> DeleteAclsResponse:
         """Handle DeleteAcls."""
         R = DeleteAclsResponse
         F = R.DeleteAclsFilterResult

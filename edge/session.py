@@ -14,8 +14,8 @@ import asyncio
 import logging
 import time
 from functools import partial
-from typing import Any
 
+from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -155,7 +155,7 @@ class Session:
                 principal=principal, tenant=tenant, mechanism=mechanism, api=api,
                 reason=reason))
 
-    def _respond(self, parsed: ParsedRequest, response: Any) -> bytes:
+    def _respond(self, parsed: ParsedRequest, response: ApiMessage) -> bytes:
         flexible = bool(parsed.spec.response.flexible_version_q(parsed.header.api_version))
         return frame_response(response_header(parsed.header.correlation_id, flexible),
                               response.encode())
@@ -176,8 +176,8 @@ class Session:
             return self._respond(parsed, SaslHandshakeResponse(
                 version=version, error_code=code, mechanisms=mechanisms))
 
-        assert parsed.body is not None  # None only for ApiVersions
-        mechanism: str = parsed.body.mechanism
+        assert isinstance(parsed.body, SaslHandshakeRequest)
+        mechanism = parsed.body.mechanism
         verdict = self.sasl.handshake(mechanism, version, offered)
         if verdict == Handshake.NOT_NOW:
             return answer(ErrorCode.ILLEGAL_SASL_STATE, [])
@@ -259,8 +259,10 @@ class Session:
             raise FrameError(reason, answer(ErrorCode.ILLEGAL_SASL_STATE,
                                             "SaslAuthenticate must follow SaslHandshake"))
         try:
-            assert parsed.body is not None
-            challenge, result = await self._step(bytes(parsed.body.auth_bytes))
+            assert isinstance(parsed.body, SaslAuthenticateRequest)
+            auth = parsed.body.auth_bytes
+            assert isinstance(auth, bytes)  # as decoded (an ApiData only goes out)
+            challenge, result = await self._step(auth)
         except SaslFailure as failure:
             raise FrameError(f"authentication failed: {failure.message}", answer(
                 ErrorCode.SASL_AUTHENTICATION_FAILED,

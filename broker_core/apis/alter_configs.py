@@ -15,9 +15,14 @@ refused with INVALID_REQUEST.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Protocol, TypeVar
 
-from kafka.protocol.admin import AlterConfigsResponse, IncrementalAlterConfigsResponse
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
@@ -36,9 +41,25 @@ _ATTEMPTS = 20
 """How often a change is computed again when other brokers' changes keep landing first."""
 LIST_KEYS = frozenset({"cleanup.policy"})
 """Topic configs whose value is a comma-separated list (APPEND and SUBTRACT apply)."""
+_Replaced = AlterConfigsRequest.AlterConfigsResource.AlterableConfig
+_Operation = IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig
 
 
-def _replace_all(configs: Iterable[Any]) -> Plan:
+class _Resource(Protocol):
+    """A resource whose configs are altered, as both APIs name it."""
+
+    @property
+    def resource_type(self) -> int: ...
+    @property
+    def resource_name(self) -> str: ...
+
+
+_R = TypeVar("_R", bound=_Resource)
+_Result = TypeVar("_Result", AlterConfigsResponse.AlterConfigsResourceResponse,
+                  IncrementalAlterConfigsResponse.AlterConfigsResourceResponse)
+
+
+def _replace_all(configs: Iterable[_Replaced]) -> Plan:
     """AlterConfigs: the new set is exactly the given keys."""
     given: dict[str, str | None] = {}
     for entry in configs:
@@ -48,7 +69,7 @@ def _replace_all(configs: Iterable[Any]) -> Plan:
     return lambda _current, _defaults: validate_topic_configs(given)
 
 
-def _incremental(configs: Iterable[Any]) -> Plan:
+def _incremental(configs: Iterable[_Operation]) -> Plan:
     """IncrementalAlterConfigs: each operation applied to the current set."""
     operations = list(configs)
     names = [entry.name for entry in operations]
@@ -63,7 +84,7 @@ def _incremental(configs: Iterable[Any]) -> Plan:
     return apply
 
 
-def _operate(configs: dict[str, str], defaults: Mapping[str, str], entry: Any) -> None:
+def _operate(configs: dict[str, str], defaults: Mapping[str, str], entry: _Operation) -> None:
     name, value, operation = entry.name, entry.value, entry.config_operation
     validate_topic_configs({name: None})  # an unknown key is INVALID_CONFIG whatever the op
     if operation == DELETE:
@@ -88,7 +109,7 @@ def _operate(configs: dict[str, str], defaults: Mapping[str, str], entry: Any) -
     configs[name] = ",".join(items)
 
 
-def _alter_topic(engine: Engine, ctx: RequestContext, resource: Any,
+def _alter_topic(engine: Engine, ctx: RequestContext, resource: _Resource,
                  plan: Plan, validate_only: bool) -> None:
     # the broker keeps its own topics' settings
     engine.check_writable(engine.internal_name(ctx, resource.resource_name))
@@ -112,15 +133,16 @@ def _alter_topic(engine: Engine, ctx: RequestContext, resource: Any,
                         f"the configs of {resource.resource_name} kept changing meanwhile")
 
 
-def _results(engine: Engine, ctx: RequestContext, request: Any,
-             plan: Callable[[Iterable[Any]], Plan], result: Callable[..., Any]) -> list[Any]:
+def _results(engine: Engine, ctx: RequestContext, resources: Iterable[_R],
+             validate_only: bool, plan: Callable[[_R], Plan],
+             result: type[_Result]) -> list[_Result]:
+    """Each resource's result: its configs altered by its ``plan``, or why not."""
     results = []
-    for resource in request.resources:
+    for resource in resources:
         code, message = ErrorCode.NONE, None
         try:
             if resource.resource_type == TOPIC:
-                _alter_topic(engine, ctx, resource, plan(resource.configs),
-                             bool(request.validate_only))
+                _alter_topic(engine, ctx, resource, plan(resource), validate_only)
             elif resource.resource_type == BROKER:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                     "broker configs are static: set them in the broker's "
@@ -137,17 +159,21 @@ def _results(engine: Engine, ctx: RequestContext, request: Any,
     return results
 
 
-async def handle_alter_configs(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_alter_configs(engine: Engine, ctx: RequestContext,
+                               request: AlterConfigsRequest) -> AlterConfigsResponse:
     """Answer AlterConfigs: each topic's configs replaced by the given set."""
-    results = _results(engine, ctx, request, _replace_all,
+    results = _results(engine, ctx, request.resources, bool(request.validate_only),
+                       lambda resource: _replace_all(resource.configs),
                        AlterConfigsResponse.AlterConfigsResourceResponse)
     return AlterConfigsResponse(version=request.version, throttle_time_ms=0, responses=results)
 
 
-async def handle_incremental_alter_configs(engine: Engine, ctx: RequestContext,
-                                           request: Any) -> Any:
+async def handle_incremental_alter_configs(
+        engine: Engine, ctx: RequestContext,
+        request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     """Answer IncrementalAlterConfigs: per-key operations on each topic's configs."""
-    results = _results(engine, ctx, request, _incremental,
+    results = _results(engine, ctx, request.resources, bool(request.validate_only),
+                       lambda resource: _incremental(resource.configs),
                        IncrementalAlterConfigsResponse.AlterConfigsResourceResponse)
     return IncrementalAlterConfigsResponse(version=request.version, throttle_time_ms=0,
                                            responses=results)

@@ -4,9 +4,13 @@ ListConfigResources: the topics the caller sees and this broker."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
-from kafka.protocol.admin import DescribeConfigsResponse, ListConfigResourcesResponse
+from kafka.protocol.admin import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    ListConfigResourcesRequest,
+    ListConfigResourcesResponse,
+)
 
 from broker_core import naming
 from broker_core.context import Operation, RequestContext
@@ -25,6 +29,7 @@ from broker_core.topic_configs import (
 
 _Result = DescribeConfigsResponse.DescribeConfigsResult
 _Entry = _Result.DescribeConfigsResourceResult
+_Resource = DescribeConfigsRequest.DescribeConfigsResource
 TOPIC = 2
 BROKER = 4
 CLIENT_METRICS = 16
@@ -32,7 +37,7 @@ CLIENT_METRICS = 16
 
 def _entries(values: Mapping[str, str], source_of: Callable[[str], int],
              keys: Mapping[str, TopicConfigKey], wanted: list[str] | None, read_only: bool,
-             documented: bool) -> list[Any]:
+             documented: bool) -> list[_Entry]:
     entries = []
     for name in sorted(values):
         if wanted is not None and name not in wanted:
@@ -52,8 +57,8 @@ def _entries(values: Mapping[str, str], source_of: Callable[[str], int],
     return entries
 
 
-def _describe_topic(engine: Engine, ctx: RequestContext, resource: Any,
-                    documented: bool) -> list[Any]:
+def _describe_topic(engine: Engine, ctx: RequestContext, resource: _Resource,
+                    documented: bool) -> list[_Entry]:
     _internal, topic = engine.named_topic(ctx, resource.resource_name,
                                           Operation.DESCRIBE_CONFIGS, "describe configs of")
     configured = engine.config.configured_topic_defaults
@@ -62,7 +67,7 @@ def _describe_topic(engine: Engine, ctx: RequestContext, resource: Any,
                     TOPIC_CONFIG_KEYS, resource.configuration_keys, False, documented)
 
 
-def _describe_broker(engine: Engine, resource: Any, documented: bool) -> list[Any]:
+def _describe_broker(engine: Engine, resource: _Resource, documented: bool) -> list[_Entry]:
     if resource.resource_name not in ("", str(engine.config.broker_id)):
         raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                             f"this is broker {engine.config.broker_id}, not "
@@ -77,7 +82,8 @@ def _describe_broker(engine: Engine, resource: Any, documented: bool) -> list[An
                     resource.configuration_keys, True, documented)
 
 
-async def handle_describe_configs(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_configs(engine: Engine, ctx: RequestContext,
+                                  request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     """Answer DescribeConfigs, one result per resource."""
     documented = request.version >= 3 and bool(request.include_documentation)
     results = []
@@ -99,8 +105,9 @@ async def handle_describe_configs(engine: Engine, ctx: RequestContext, request: 
     return DescribeConfigsResponse(version=request.version, throttle_time_ms=0, results=results)
 
 
-async def handle_list_config_resources(engine: Engine, ctx: RequestContext,
-                                       request: Any) -> Any:
+async def handle_list_config_resources(
+        engine: Engine, ctx: RequestContext,
+        request: ListConfigResourcesRequest) -> ListConfigResourcesResponse:
     """Answer ListConfigResources. Version 0 lists client-metrics subscriptions only, and
     this broker keeps none; version 1 also lists topics and this broker (all by default)."""
     wanted = set(request.resource_types or ()) if request.version >= 1 else {CLIENT_METRICS}

@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-from kafka.protocol.admin import DeleteRecordsResponse
+from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
@@ -53,7 +52,8 @@ def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: int,
     return low
 
 
-async def handle_delete_records(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_records(engine: Engine, ctx: RequestContext,
+                                request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     """Answer DeleteRecords with each partition's new low watermark."""
     await engine.leadership.ready_named(ctx, request.topics)
     topics = []

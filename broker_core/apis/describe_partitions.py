@@ -12,9 +12,8 @@ client reads them without a null check).
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
-from kafka.protocol.admin import DescribeTopicPartitionsResponse
+from kafka.protocol.admin import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
 
 from broker_core import naming
 from broker_core.apis.authorized_operations import authorized_operations, bitfield
@@ -32,7 +31,8 @@ MAX_PARTITIONS_PER_RESPONSE = 2000
 
 
 def _wanted(engine: Engine, ctx: RequestContext,
-            request: Any) -> list[tuple[str, TopicInfo | None, int]]:
+            request: DescribeTopicPartitionsRequest
+            ) -> list[tuple[str, TopicInfo | None, int]]:
     """(name shown, topic or None, error code), sorted by the name shown."""
     if not request.topics:
         return [(naming.to_client(t.name, ctx.home), t, 0) for t in engine.visible_topics(ctx)]
@@ -51,8 +51,9 @@ def _operations(engine: Engine, ctx: RequestContext, topic: TopicInfo) -> int:
     return bitfield(authorized_operations(engine, ctx, ResourceType.TOPIC, topic.name))
 
 
-async def handle_describe_topic_partitions(engine: Engine, ctx: RequestContext,
-                                           request: Any) -> Any:
+async def handle_describe_topic_partitions(
+        engine: Engine, ctx: RequestContext,
+        request: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse:
     """Answer DescribeTopicPartitions, one page of partitions."""
     budget = min(max(1, request.response_partition_limit), MAX_PARTITIONS_PER_RESPONSE)
     cursor = request.cursor

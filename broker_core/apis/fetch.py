@@ -15,7 +15,8 @@ import struct
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from kafka.protocol.consumer import FetchRequest
 
 from broker_core import metrics
 from broker_core.apis.fetch_wire import FetchAnswer, PartitionAnswer, TopicAnswer
@@ -53,7 +54,7 @@ class _Wanted:
     leader_epoch: int = -1
 
 
-def _resolve(engine: Engine, ctx: RequestContext, request: Any) -> list[_Wanted]:
+def _resolve(engine: Engine, ctx: RequestContext, request: FetchRequest) -> list[_Wanted]:
     wanted = []
     for topic in request.topics:
         internal: str | None = None
@@ -68,8 +69,7 @@ def _resolve(engine: Engine, ctx: RequestContext, request: Any) -> list[_Wanted]
             error = failure.code
         for part in topic.partitions:
             wanted.append(_Wanted(topic.topic, internal, part.partition, part.fetch_offset,
-                                  part.partition_max_bytes, error,
-                                  getattr(part, "current_leader_epoch", -1)))
+                                  part.partition_max_bytes, error, part.current_leader_epoch))
     return wanted
 
 
@@ -177,21 +177,21 @@ def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int, committed: b
     return answers, total, errored
 
 
-def _max_bytes(engine: Engine, request: Any) -> int:
+def _max_bytes(engine: Engine, request: FetchRequest) -> int:
     """The records an answer may carry: the request's ``max_bytes``, capped by the broker's
     ``fetchMaxBytes`` (as Kafka's ``fetch.max.bytes``)."""
-    asked: int = request.max_bytes if request.version >= 3 else 2**31 - 1
+    asked = request.max_bytes if request.version >= 3 else 2**31 - 1
     return min(asked, engine.config.fetch_max_bytes)
 
 
-def fetch_response_bound(engine: Engine, request: Any) -> int:
+def fetch_response_bound(engine: Engine, request: FetchRequest) -> int:
     """The most bytes the answer to ``request`` may hold, known before it runs (a long poll
     holds nothing while it waits, but may read this much when it wakes): the records
     within ``max_bytes`` and the partitions' own limits, or one whole first batch (KIP-74)
     as large as the default ``max.message.bytes`` lets a producer write, and the rest."""
-    topics: list[Any] = request.topics or []  # null arrays and names decode as None
+    topics = request.topics or []  # null arrays and names decode as None
     partitions = [part for topic in topics for part in topic.partitions or ()]
-    limits: list[int] = [max(part.partition_max_bytes, 0) for part in partitions]
+    limits = [max(part.partition_max_bytes, 0) for part in partitions]
     records = min(_max_bytes(engine, request), sum(limits))
     first_batch = int(engine.topic_configs({})["max.message.bytes"])
     names = sum(len((topic.topic or "").encode()) for topic in topics)
@@ -200,7 +200,7 @@ def fetch_response_bound(engine: Engine, request: Any) -> int:
 
 
 async def handle_fetch(engine: Engine, ctx: RequestContext,
-                       request: Any) -> Later[FetchAnswer]:
+                       request: FetchRequest) -> Later[FetchAnswer]:
     """Answer Fetch, waiting up to ``max_wait_ms`` for ``min_bytes`` to be available. The
     dispatch stage resolves names and permissions; the reads and the long poll are the
     waiting stage (a fetch changes nothing, and reads as of when it answers), so a parked
@@ -210,10 +210,10 @@ async def handle_fetch(engine: Engine, ctx: RequestContext,
     return Later(_poll(engine, request, wanted, deadline))
 
 
-async def _poll(engine: Engine, request: Any, wanted: list[_Wanted],
+async def _poll(engine: Engine, request: FetchRequest, wanted: list[_Wanted],
                 deadline: float) -> FetchAnswer:
     """Read the wanted partitions until ``min_bytes`` are there or ``deadline`` passes."""
-    version: int = request.version
+    version = request.version
     max_bytes = _max_bytes(engine, request)
     await engine.leadership.ready((w.internal, w.index) for w in wanted if w.internal is not None)
     committed = request.isolation_level == READ_COMMITTED

@@ -10,9 +10,7 @@ The request checks the caller's leader epoch and DESCRIBE on the topic as ListOf
 
 from __future__ import annotations
 
-from typing import Any
-
-from kafka.protocol.consumer import OffsetForLeaderEpochResponse
+from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
@@ -21,9 +19,10 @@ from broker_core.storage import DatabaseUnavailable
 
 _Topic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
 _Partition = _Topic.EpochEndOffset
+_Wanted = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
 
 
-def _end_of_epoch(engine: Engine, ctx: RequestContext, topic: str, part: Any
+def _end_of_epoch(engine: Engine, ctx: RequestContext, topic: str, part: _Wanted
                   ) -> tuple[int, int]:
     """(leader epoch, end offset) of one requested partition, or KafkaApiError."""
     internal = engine.internal_name(ctx, topic)
@@ -40,8 +39,9 @@ def _end_of_epoch(engine: Engine, ctx: RequestContext, topic: str, part: Any
     return epoch, partition.next_offset
 
 
-async def handle_offset_for_leader_epoch(engine: Engine, ctx: RequestContext,
-                                         request: Any) -> Any:
+async def handle_offset_for_leader_epoch(
+        engine: Engine, ctx: RequestContext,
+        request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     """Answer the end of the requested epoch for every requested partition."""
     await engine.leadership.ready_named(ctx, request.topics, name="topic", index="partition")
     topics = []

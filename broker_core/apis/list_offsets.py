@@ -7,9 +7,8 @@ batch that holds the answer, to name the exact record as Kafka does.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-from kafka.protocol.consumer import ListOffsetsResponse
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from broker_core.batches import read_header
 from broker_core.context import Operation, RequestContext
@@ -90,7 +89,8 @@ def _lookup(partition: PartitionStore, target: int, stable: int | None) -> tuple
     return _offset_for_timestamp(partition, target)
 
 
-async def handle_list_offsets(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_list_offsets(engine: Engine, ctx: RequestContext,
+                              request: ListOffsetsRequest) -> ListOffsetsResponse:
     """Answer ListOffsets for every requested partition."""
     committed = request.version >= 2 and request.isolation_level == 1
     await engine.leadership.ready_named(ctx, request.topics)
@@ -108,7 +108,7 @@ async def handle_list_offsets(engine: Engine, ctx: RequestContext, request: Any)
                                         f"not allowed to describe {topic.name}")
                 partition = engine.partition(internal, part.partition_index)
                 leadership = engine.leadership.leader_error(internal, part.partition_index,
-                                                 getattr(part, "current_leader_epoch", -1))
+                                                            part.current_leader_epoch)
                 if leadership != ErrorCode.NONE:
                     raise KafkaApiError(leadership, f"{topic.name}-{part.partition_index}")
                 epoch = engine.leadership.serves(internal, part.partition_index) or 0

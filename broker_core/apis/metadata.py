@@ -4,10 +4,10 @@ and topics with each partition's leader from the one ownership function."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TypedDict
 
-from kafka.protocol.admin import DescribeClusterResponse
-from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from broker_core import naming
 from broker_core.apis.authorized_operations import authorized_operations
@@ -17,9 +17,23 @@ from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import TopicInfo
 
 _R = MetadataResponse
+_Topic = MetadataResponse.MetadataResponseTopic
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
-def leadership(engine: Engine, topic: TopicInfo, index: int) -> dict[str, int | list[int]]:
+
+class Leadership(TypedDict):
+    """A partition's leader fields, as Metadata and DescribeTopicPartitions name them."""
+
+    error_code: int
+    partition_index: int
+    leader_id: int
+    leader_epoch: int
+    replica_nodes: list[int]
+    isr_nodes: list[int]
+    offline_replicas: list[int]
+
+
+def leadership(engine: Engine, topic: TopicInfo, index: int) -> Leadership:
     """A partition's leader fields, as Metadata and DescribeTopicPartitions give them: its
     leader from the one ownership function and the leader epoch (LEADER_NOT_AVAILABLE
     while no live broker can take it)."""
@@ -32,30 +46,32 @@ def leadership(engine: Engine, topic: TopicInfo, index: int) -> dict[str, int | 
 
 
 def _topic_entry(engine: Engine, ctx: RequestContext, shown: str, topic: TopicInfo,
-                 version: int, with_operations: bool) -> Any:
-    partitions = [_R.MetadataResponseTopic.MetadataResponsePartition(
+                 version: int, with_operations: bool) -> _Topic:
+    partitions = [_Topic.MetadataResponsePartition(
         **leadership(engine, topic, index)) for index in range(topic.num_partitions)]
     operations = (
         authorized_operations(engine, ctx, ResourceType.TOPIC, topic.name)
         if with_operations and version >= 8 else None
     )
-    return _R.MetadataResponseTopic(
+    return _Topic(
         error_code=0, name=shown, topic_id=topic.topic_id,
         is_internal=engine.is_internal(topic.name),
         partitions=partitions, authorized_operations=operations,
     )
 
 
-def _error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID = _NO_TOPIC_ID) -> Any:
-    return _R.MetadataResponseTopic(
+def _error_entry(name: str | None, code: ErrorCode,
+                 topic_id: uuid.UUID | None = _NO_TOPIC_ID) -> _Topic:
+    return _Topic(
         error_code=code, name=name, topic_id=topic_id, is_internal=False, partitions=[],
         authorized_operations=None,
     )
 
 
-def _requested_topic(engine: Engine, ctx: RequestContext, requested: Any, version: int,
-                     auto_create: bool, with_operations: bool) -> Any:
-    name: str | None = requested.name
+def _requested_topic(engine: Engine, ctx: RequestContext,
+                     requested: MetadataRequest.MetadataRequestTopic, version: int,
+                     auto_create: bool, with_operations: bool) -> _Topic:
+    name = requested.name
     if name is None:
         topic_id = requested.topic_id
         found = next((t for t in engine.logs.topics() if t.topic_id == topic_id), None)
@@ -80,9 +96,10 @@ def _requested_topic(engine: Engine, ctx: RequestContext, requested: Any, versio
     return _topic_entry(engine, ctx, name, topic, version, with_operations)
 
 
-async def handle_metadata(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_metadata(engine: Engine, ctx: RequestContext,
+                          request: MetadataRequest) -> MetadataResponse:
     """Answer Metadata for the named topics, or for every topic of the caller's namespace."""
-    version: int = request.version
+    version = request.version
     with_operations = bool(request.include_topic_authorized_operations)
     auto_create = version < 4 or bool(request.allow_auto_topic_creation)
     if request.topics is None or (version == 0 and not request.topics):
@@ -111,9 +128,10 @@ async def handle_metadata(engine: Engine, ctx: RequestContext, request: Any) -> 
     )
 
 
-async def handle_describe_cluster(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_cluster(engine: Engine, ctx: RequestContext,
+                                  request: DescribeClusterRequest) -> DescribeClusterResponse:
     """Answer DescribeCluster with the live brokers on the caller's listener."""
-    version: int = request.version
+    version = request.version
     if version >= 1 and request.endpoint_type not in (1,):
         return DescribeClusterResponse(
             version=version, throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION,

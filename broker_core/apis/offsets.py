@@ -6,9 +6,17 @@ used (``to_client`` when the client asked for all of them).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Protocol, TypedDict
 
-from kafka.protocol.consumer import OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse
+from kafka.protocol.consumer import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 
 from broker_core import naming
 from broker_core.apis.groups import group_error
@@ -20,6 +28,25 @@ from broker_core.groups.offsets import OffsetToCommit
 
 _C = OffsetCommitResponse.OffsetCommitResponseTopic
 Fetched = list[tuple[int, CommittedOffset | None, ErrorCode]]
+
+
+class _WantedTopic(Protocol):
+    """A topic whose committed offsets are asked for, in either form of OffsetFetch."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def partition_indexes(self) -> list[int]: ...
+
+
+class _PartitionFields(TypedDict):
+    """A partition's committed offset, as both forms of OffsetFetch answer it."""
+
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    metadata: str | None
+    error_code: int
 
 
 def _topic_error(engine: Engine, ctx: RequestContext, name: str, operation: Operation
@@ -34,9 +61,10 @@ def _topic_error(engine: Engine, ctx: RequestContext, name: str, operation: Oper
     return internal, ErrorCode.NONE
 
 
-async def handle_offset_commit(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_commit(engine: Engine, ctx: RequestContext,
+                               request: OffsetCommitRequest) -> OffsetCommitResponse:
     """Commit offsets for a group member (or for a group that only stores offsets)."""
-    version: int = request.version
+    version = request.version
     errors: dict[tuple[str, int], ErrorCode] = {}
     wanted: list[OffsetToCommit] = []
     names: dict[tuple[str, int], tuple[str, int]] = {}
@@ -78,7 +106,8 @@ async def handle_offset_commit(engine: Engine, ctx: RequestContext, request: Any
     return OffsetCommitResponse(version=version, throttle_time_ms=0, topics=topics)
 
 
-def _fetch_group(engine: Engine, ctx: RequestContext, group_id: str, topics: Any,
+def _fetch_group(engine: Engine, ctx: RequestContext, group_id: str,
+                 topics: Sequence[_WantedTopic] | None,
                  require_stable: bool = False) -> tuple[ErrorCode, list[tuple[str, Fetched]]]:
     """A group's committed offsets per requested topic (all of them when ``topics`` is None)."""
     code = group_error(engine, ctx, group_id, Operation.DESCRIBE)
@@ -112,7 +141,7 @@ def _fetch_group(engine: Engine, ctx: RequestContext, group_id: str, topics: Any
 
 
 def _partition_fields(partition: int, committed: CommittedOffset | None,
-                      code: ErrorCode) -> dict[str, Any]:
+                      code: ErrorCode) -> _PartitionFields:
     return {
         "partition_index": partition,
         "committed_offset": committed.offset if committed else -1,
@@ -122,9 +151,10 @@ def _partition_fields(partition: int, committed: CommittedOffset | None,
     }
 
 
-async def handle_offset_fetch(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_fetch(engine: Engine, ctx: RequestContext,
+                              request: OffsetFetchRequest) -> OffsetFetchResponse:
     """Answer committed offsets, for one group (v1-7) or several (v8+)."""
-    version: int = request.version
+    version = request.version
     R = OffsetFetchResponse
     if version >= 8:
         groups = []
@@ -144,19 +174,20 @@ async def handle_offset_fetch(engine: Engine, ctx: RequestContext, request: Any)
     if code != ErrorCode.NONE and version < 2:  # no top-level error before v2
         topics = [(t.name, [(p, None, code) for p in t.partition_indexes])
                   for t in requested or []]
-    T = R.OffsetFetchResponseTopic
+    Topic = R.OffsetFetchResponseTopic
     return R(version=version, throttle_time_ms=0, error_code=code,
-             topics=[T(name=name, partitions=[
-                 T.OffsetFetchResponsePartition(**_partition_fields(*item))
+             topics=[Topic(name=name, partitions=[
+                 Topic.OffsetFetchResponsePartition(**_partition_fields(*item))
                  for item in items]) for name, items in topics])
 
 
-async def handle_offset_delete(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_delete(engine: Engine, ctx: RequestContext,
+                               request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     """Delete committed offsets of topics the group no longer consumes."""
     R = OffsetDeleteResponse
     T = R.OffsetDeleteResponseTopic
 
-    def answer(code: ErrorCode, per: dict[tuple[str, int], ErrorCode]) -> Any:
+    def answer(code: ErrorCode, per: dict[tuple[str, int], ErrorCode]) -> OffsetDeleteResponse:
         return R(version=request.version, throttle_time_ms=0, error_code=code, topics=[
             T(name=t.name, partitions=[T.OffsetDeleteResponsePartition(
                 partition_index=p.partition_index,

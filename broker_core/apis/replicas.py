@@ -16,13 +16,17 @@ reassign, DESCRIBE to list log dirs and reassignments.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from kafka.protocol.admin import (
+    AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
+    AlterReplicaLogDirsRequest,
     AlterReplicaLogDirsResponse,
+    DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    ElectLeadersRequest,
     ElectLeadersResponse,
+    ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 )
 
@@ -56,7 +60,8 @@ def _all_partitions(engine: Engine, ctx: RequestContext) -> Iterator[tuple[str, 
         yield naming.to_client(topic.name, ctx.home), list(range(topic.num_partitions))
 
 
-async def handle_elect_leaders(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_elect_leaders(engine: Engine, ctx: RequestContext,
+                               request: ElectLeadersRequest) -> ElectLeadersResponse:
     """Answer ElectLeaders: this broker leads every partition already."""
     response = ElectLeadersResponse
     result = response.ReplicaElectionResult
@@ -89,7 +94,8 @@ async def handle_elect_leaders(engine: Engine, ctx: RequestContext, request: Any
 # -- DescribeLogDirs and AlterReplicaLogDirs -------------------------------------------------
 
 def _described_topics(engine: Engine, ctx: RequestContext,
-                      request: Any) -> list[tuple[str, TopicInfo, list[int]]]:
+                      request: DescribeLogDirsRequest
+                      ) -> list[tuple[str, TopicInfo, list[int]]]:
     """(client name, topic, partitions) of what the request asks for and the caller sees."""
     if request.topics is None:
         return [(naming.to_client(t.name, ctx.home), t, list(range(t.num_partitions)))
@@ -106,7 +112,8 @@ def _described_topics(engine: Engine, ctx: RequestContext,
     return found
 
 
-async def handle_describe_log_dirs(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_log_dirs(engine: Engine, ctx: RequestContext,
+                                   request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     """Answer DescribeLogDirs: one log dir, the data directory, with partition sizes."""
     response = DescribeLogDirsResponse
     if not engine.cluster_allowed(ctx, Operation.DESCRIBE):
@@ -133,8 +140,9 @@ async def handle_describe_log_dirs(engine: Engine, ctx: RequestContext, request:
                is_cordoned=False)])
 
 
-async def handle_alter_replica_log_dirs(engine: Engine, ctx: RequestContext,
-                                        request: Any) -> Any:
+async def handle_alter_replica_log_dirs(
+        engine: Engine, ctx: RequestContext,
+        request: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse:
     """Answer AlterReplicaLogDirs: every replica already is in the one log dir."""
     response = AlterReplicaLogDirsResponse
     allowed = engine.cluster_allowed(ctx, Operation.ALTER)
@@ -160,8 +168,11 @@ async def handle_alter_replica_log_dirs(engine: Engine, ctx: RequestContext,
 
 # -- partition reassignments -----------------------------------------------------------------
 
+_Reassignable = AlterPartitionReassignmentsRequest.ReassignableTopic.ReassignablePartition
+
+
 def _reassignment_error(engine: Engine, code: ErrorCode,
-                        wanted: Any) -> tuple[ErrorCode, str | None]:
+                        wanted: _Reassignable) -> tuple[ErrorCode, str | None]:
     if code != ErrorCode.NONE:
         return code, None
     if wanted.replicas is None:
@@ -173,16 +184,23 @@ def _reassignment_error(engine: Engine, code: ErrorCode,
     return ErrorCode.NONE, None
 
 
-async def handle_alter_partition_reassignments(engine: Engine, ctx: RequestContext,
-                                               request: Any) -> Any:
+async def handle_alter_partition_reassignments(
+        engine: Engine, ctx: RequestContext,
+        request: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
     """Answer AlterPartitionReassignments: only this broker can hold a replica."""
     response = AlterPartitionReassignmentsResponse
-    common = {"version": request.version, "throttle_time_ms": 0,
-              "allow_replication_factor_change": True}
-    if not engine.cluster_allowed(ctx, Operation.ALTER):
-        return response(**common, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                        error_message="not allowed to alter the cluster", responses=[])
     topic_result = response.ReassignableTopicResponse
+
+    def answer(code: int, message: str | None,
+               results: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse]
+               ) -> AlterPartitionReassignmentsResponse:
+        return response(version=request.version, throttle_time_ms=0,
+                        allow_replication_factor_change=True, error_code=code,
+                        error_message=message, responses=results)
+
+    if not engine.cluster_allowed(ctx, Operation.ALTER):
+        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                      "not allowed to alter the cluster", [])
     results = []
     for wanted in request.topics:
         answers = []
@@ -194,11 +212,12 @@ async def handle_alter_partition_reassignments(engine: Engine, ctx: RequestConte
                 partition_index=partition.partition_index, error_code=code,
                 error_message=message))
         results.append(topic_result(name=wanted.name, partitions=answers))
-    return response(**common, error_code=0, error_message=None, responses=results)
+    return answer(0, None, results)
 
 
-async def handle_list_partition_reassignments(engine: Engine, ctx: RequestContext,
-                                              request: Any) -> Any:
+async def handle_list_partition_reassignments(
+        engine: Engine, ctx: RequestContext,
+        request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
     """Answer ListPartitionReassignments: none is ever in progress."""
     allowed = engine.cluster_allowed(ctx, Operation.DESCRIBE)
     return ListPartitionReassignmentsResponse(

@@ -5,11 +5,15 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from kafka.protocol.admin import (
+    CreatePartitionsRequest,
     CreatePartitionsResponse,
+    CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteTopicsRequest,
     DeleteTopicsResponse,
 )
 
@@ -27,10 +31,20 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 beyond it every topic of the request answers POLICY_VIOLATION and nothing is created."""
 _Created = CreateTopicsResponse.CreatableTopicResult
 _CreatedConfig = _Created.CreatableTopicConfigs
+_Creatable = CreateTopicsRequest.CreatableTopic
+_Growth = CreatePartitionsRequest.CreatePartitionsTopic
 NO_TOPIC_ID = uuid.UUID(int=0)
 
 
-def _check_replicas(engine: Engine, replication_factor: int, assignments: list[Any]) -> None:
+class _Assignment(Protocol):
+    """A partition's replicas, as CreateTopics and CreatePartitions assign them."""
+
+    @property
+    def broker_ids(self) -> list[int]: ...
+
+
+def _check_replicas(engine: Engine, replication_factor: int,
+                    assignments: Sequence[_Assignment]) -> None:
     if replication_factor not in (-1, 1) and not assignments:
         raise KafkaApiError(
             ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -45,7 +59,7 @@ def _check_replicas(engine: Engine, replication_factor: int, assignments: list[A
             )
 
 
-def _partition_count(engine: Engine, wanted: Any) -> int:
+def _partition_count(engine: Engine, wanted: _Creatable) -> int:
     if wanted.assignments:
         indexes = sorted(a.partition_index for a in wanted.assignments)
         if wanted.num_partitions != -1 or indexes != list(range(len(indexes))):
@@ -60,7 +74,7 @@ def _partition_count(engine: Engine, wanted: Any) -> int:
         raise KafkaApiError(ErrorCode.INVALID_PARTITIONS,
                             f"number of partitions must be at least 1, not "
                             f"{wanted.num_partitions}")
-    return int(wanted.num_partitions)
+    return wanted.num_partitions
 
 
 def _may_create(engine: Engine, ctx: RequestContext, name: str) -> str:
@@ -72,7 +86,7 @@ def _may_create(engine: Engine, ctx: RequestContext, name: str) -> str:
     return internal
 
 
-def _create_one(engine: Engine, ctx: RequestContext, wanted: Any, validate_only: bool,
+def _create_one(engine: Engine, ctx: RequestContext, wanted: _Creatable, validate_only: bool,
                 excess: KafkaApiError | None) -> tuple[TopicInfo | None, int, dict[str, str]]:
     internal = _may_create(engine, ctx, wanted.name)
     if excess is not None:
@@ -94,7 +108,7 @@ def _create_one(engine: Engine, ctx: RequestContext, wanted: Any, validate_only:
     return topic, count, configs
 
 
-def _requested(engine: Engine, ctx: RequestContext, wanted: Any) -> int:
+def _requested(engine: Engine, ctx: RequestContext, wanted: _Creatable) -> int:
     """Partitions a CreateTopics entry asks for, as Kafka counts them against the cap (a
     topic the caller may not create counts for nothing)."""
     try:
@@ -105,7 +119,7 @@ def _requested(engine: Engine, ctx: RequestContext, wanted: Any) -> int:
         return len(wanted.assignments)
     if wanted.num_partitions == -1:
         return engine.config.default_num_partitions
-    return max(int(wanted.num_partitions), 0)
+    return max(wanted.num_partitions, 0)
 
 
 def _excess(total: int) -> KafkaApiError | None:
@@ -116,11 +130,12 @@ def _excess(total: int) -> KafkaApiError | None:
                          f"asked for, at most {MAX_PARTITIONS_PER_REQUEST}")
 
 
-async def handle_create_topics(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_create_topics(engine: Engine, ctx: RequestContext,
+                               request: CreateTopicsRequest) -> CreateTopicsResponse:
     """Create topics (or only validate them), one result per requested name."""
-    version: int = request.version
+    version = request.version
     validate_only = version >= 1 and bool(request.validate_only)
-    repeated = _repeated(request.topics)
+    repeated = _repeated(t.name for t in request.topics)
     excess = _excess(sum(_requested(engine, ctx, t) for t in request.topics
                          if t.name not in repeated))
     results = []
@@ -169,9 +184,11 @@ def _named_by_id(engine: Engine, ctx: RequestContext, topic_id: uuid.UUID) -> tu
     return found.name, naming.to_client(found.name, ctx.home)
 
 
-async def handle_delete_topics(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_topics(engine: Engine, ctx: RequestContext,
+                               request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     """Delete topics by name (or by id in v6), one result each."""
-    version: int = request.version
+    version = request.version
+    wanted: list[tuple[str | None, uuid.UUID | None]]
     if version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -212,9 +229,9 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext, request: Any
     return DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=results)
 
 
-def _repeated(topics: Any) -> set[str]:
+def _repeated(names: Iterable[str]) -> set[str]:
     """Names that appear more than once in a request (each answers INVALID_REQUEST)."""
-    return {name for name, count in Counter(t.name for t in topics).items() if count > 1}
+    return {name for name, count in Counter(names).items() if count > 1}
 
 
 def _may_grow(engine: Engine, ctx: RequestContext, name: str) -> tuple[str, TopicInfo]:
@@ -223,19 +240,20 @@ def _may_grow(engine: Engine, ctx: RequestContext, name: str) -> tuple[str, Topi
     return engine.named_topic(ctx, name, Operation.ALTER, "alter")
 
 
-def _added(engine: Engine, ctx: RequestContext, wanted: Any) -> int:
+def _added(engine: Engine, ctx: RequestContext, wanted: _Growth) -> int:
     """Partitions a CreatePartitions entry would add, counted against the cap only for a
     topic the caller may alter (so the cap's answer tells nothing of other topics)."""
     try:
         _internal, topic = _may_grow(engine, ctx, wanted.name)
     except KafkaApiError:
         return 0
-    return max(int(wanted.count) - topic.num_partitions, 0)
+    return max(wanted.count - topic.num_partitions, 0)
 
 
-async def handle_create_partitions(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_create_partitions(engine: Engine, ctx: RequestContext,
+                                   request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     """Grow topics to the requested partition counts."""
-    repeated = _repeated(request.topics)
+    repeated = _repeated(t.name for t in request.topics)
     excess = _excess(sum(_added(engine, ctx, t) for t in request.topics
                          if t.name not in repeated))
     results = []

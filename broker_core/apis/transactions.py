@@ -6,19 +6,27 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Awaitable
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Protocol, TypeVar
 
 from kafka.protocol.admin import (
+    DescribeProducersRequest,
     DescribeProducersResponse,
+    DescribeTransactionsRequest,
     DescribeTransactionsResponse,
+    ListTransactionsRequest,
     ListTransactionsResponse,
 )
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    EndTxnRequest,
     EndTxnResponse,
+    InitProducerIdRequest,
     InitProducerIdResponse,
+    TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
 
@@ -29,6 +37,21 @@ from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.offsets import OffsetToCommit
 from broker_core.transactions.model import TxnState
+
+_Batched = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
+_TopicResult = TypeVar("_TopicResult", AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult,
+                       _Batched.AddPartitionsToTxnTopicResult)
+TopicCodes = list[tuple[str, list[tuple[int, ErrorCode]]]]
+"""Per topic of one transaction of AddPartitionsToTxn: each partition's error code."""
+
+
+class _TxnTopic(Protocol):
+    """A topic and partitions to add, as both forms of AddPartitionsToTxn name them."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> list[int]: ...
 
 
 def _fenced_code(code: ErrorCode, version: int, first_version: int) -> ErrorCode:
@@ -51,7 +74,7 @@ def _txn_error(engine: Engine, ctx: RequestContext, transactional_id: str,
                                      engine.scoped_id(ctx, transactional_id))
 
 
-async def _attempt(action: Awaitable[Any]) -> ErrorCode:
+async def _attempt(action: Awaitable[object]) -> ErrorCode:
     try:
         await action
     except KafkaApiError as error:
@@ -59,11 +82,12 @@ async def _attempt(action: Awaitable[Any]) -> ErrorCode:
     return ErrorCode.NONE
 
 
-async def handle_init_producer_id(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_init_producer_id(engine: Engine, ctx: RequestContext,
+                                  request: InitProducerIdRequest) -> InitProducerIdResponse:
     """A producer id and epoch for an idempotent or transactional producer."""
-    version: int = request.version
+    version = request.version
     R = InitProducerIdResponse
-    tid: str | None = request.transactional_id
+    tid = request.transactional_id
     code = _txn_error(engine, ctx, tid) if tid is not None else ErrorCode.NONE
     pid, epoch = -1, -1
     if code == ErrorCode.NONE:
@@ -80,11 +104,8 @@ async def handle_init_producer_id(engine: Engine, ctx: RequestContext, request: 
 
 
 async def _add_partitions(engine: Engine, ctx: RequestContext, tid: str, pid: int, epoch: int,
-                          topics: Any, version: int) -> list[Any]:
+                          topics: Sequence[_TxnTopic], version: int) -> TopicCodes:
     """Per-topic results for one transaction of AddPartitionsToTxn."""
-    R = AddPartitionsToTxnResponse
-    T = R.AddPartitionsToTxnTopicResult
-    P = T.AddPartitionsToTxnPartitionResult
     errors: dict[tuple[str, int], ErrorCode] = {}
     wanted: list[tuple[str, int]] = []
     code = _txn_error(engine, ctx, tid)
@@ -105,40 +126,51 @@ async def _add_partitions(engine: Engine, ctx: RequestContext, tid: str, pid: in
         code = await _attempt(engine.transactions.add_partitions(
             engine.txn_topic(ctx), engine.scoped_id(ctx, tid), pid, epoch, wanted))
     code = _fenced_code(code, version, 2)
-    return [T(name=topic.name, results_by_partition=[
-        P(partition_index=index, partition_error_code=errors.get((topic.name, index), code))
-        for index in topic.partitions]) for topic in topics]
+    return [(topic.name, [(index, errors.get((topic.name, index), code))
+                          for index in topic.partitions]) for topic in topics]
 
 
-async def handle_add_partitions_to_txn(engine: Engine, ctx: RequestContext,
-                                       request: Any) -> Any:
+def _topic_results(result: type[_TopicResult], codes: TopicCodes) -> list[_TopicResult]:
+    """``codes`` as the topic results of either form (the same fields, two schema classes)."""
+    return [result(name=name, results_by_partition=[
+        result.AddPartitionsToTxnPartitionResult(partition_index=index,
+                                                 partition_error_code=code)
+        for index, code in partitions]) for name, partitions in codes]
+
+
+async def handle_add_partitions_to_txn(
+        engine: Engine, ctx: RequestContext,
+        request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     """Add partitions to a transaction (one transaction before v4, a batch from v4)."""
-    version: int = request.version
+    version = request.version
     R = AddPartitionsToTxnResponse
     if version < 4:
-        results = await _add_partitions(
+        codes = await _add_partitions(
             engine, ctx, request.v3_and_below_transactional_id,
             request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
             request.v3_and_below_topics, version)
-        return R(version=version, throttle_time_ms=0, results_by_topic_v3_and_below=results)
+        return R(version=version, throttle_time_ms=0,
+                 results_by_topic_v3_and_below=_topic_results(
+                     R.AddPartitionsToTxnTopicResult, codes))
     answers = []
     for txn in request.transactions:
         if txn.verify_only:
-            results = _verify_only(engine, ctx, txn)
+            codes = _verify_only(engine, ctx, txn)
         else:
-            results = await _add_partitions(engine, ctx, txn.transactional_id,
-                                            txn.producer_id, txn.producer_epoch, txn.topics,
-                                            version)
-        answers.append(R.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
-                                                  topic_results=results))
+            codes = await _add_partitions(engine, ctx, txn.transactional_id,
+                                          txn.producer_id, txn.producer_epoch, txn.topics,
+                                          version)
+        answers.append(_Batched(transactional_id=txn.transactional_id,
+                                topic_results=_topic_results(
+                                    _Batched.AddPartitionsToTxnTopicResult, codes)))
     return R(version=version, throttle_time_ms=0, error_code=0, results_by_transaction=answers)
 
 
-def _verify_only(engine: Engine, ctx: RequestContext, txn: Any) -> list[Any]:
+def _verify_only(engine: Engine, ctx: RequestContext,
+                 txn: AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
+                 ) -> TopicCodes:
     """The batched form's verify_only: report whether each partition is in the transaction."""
-    T = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
-    P = T.AddPartitionsToTxnPartitionResult
-    results = []
+    results: TopicCodes = []
     for topic in txn.topics:
         partitions = []
         for index in topic.partitions:
@@ -149,14 +181,15 @@ def _verify_only(engine: Engine, ctx: RequestContext, txn: Any) -> list[Any]:
                 code = ErrorCode.NONE
             except KafkaApiError as error:
                 code = error.code
-            partitions.append(P(partition_index=index, partition_error_code=code))
-        results.append(T(name=topic.name, results_by_partition=partitions))
+            partitions.append((index, code))
+        results.append((topic.name, partitions))
     return results
 
 
-async def handle_add_offsets_to_txn(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_add_offsets_to_txn(engine: Engine, ctx: RequestContext,
+                                    request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     """Add a consumer group to a transaction."""
-    version: int = request.version
+    version = request.version
     code = _txn_error(engine, ctx, request.transactional_id)
     if code == ErrorCode.NONE:  # the group's coordinator may be another broker
         code = group_error(engine, ctx, request.group_id, coordinated_here=False)
@@ -170,9 +203,10 @@ async def handle_add_offsets_to_txn(engine: Engine, ctx: RequestContext, request
                                    error_code=_fenced_code(code, version, 2))
 
 
-async def handle_txn_offset_commit(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_txn_offset_commit(engine: Engine, ctx: RequestContext,
+                                   request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     """Commit offsets inside a transaction: they count once the transaction commits."""
-    version: int = request.version
+    version = request.version
     R = TxnOffsetCommitResponse
     T = R.TxnOffsetCommitResponseTopic
     errors: dict[tuple[str, int], ErrorCode] = {}
@@ -227,9 +261,10 @@ async def handle_txn_offset_commit(engine: Engine, ctx: RequestContext, request:
             for p in topic.partitions]) for topic in request.topics])
 
 
-async def handle_end_txn(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_end_txn(engine: Engine, ctx: RequestContext,
+                         request: EndTxnRequest) -> EndTxnResponse:
     """Commit or abort a transaction: markers in every partition, group offsets settled."""
-    version: int = request.version
+    version = request.version
     code = _txn_error(engine, ctx, request.transactional_id)
     if code == ErrorCode.NONE:
         code = await _attempt(engine.transactions.end_txn(
@@ -240,7 +275,9 @@ async def handle_end_txn(engine: Engine, ctx: RequestContext, request: Any) -> A
                           error_code=_fenced_code(code, version, 2))
 
 
-async def handle_describe_producers(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_producers(
+        engine: Engine, ctx: RequestContext,
+        request: DescribeProducersRequest) -> DescribeProducersResponse:
     """The active producers of each requested partition."""
     R = DescribeProducersResponse
     T = R.TopicResponse
@@ -272,8 +309,9 @@ async def handle_describe_producers(engine: Engine, ctx: RequestContext, request
     return R(version=request.version, throttle_time_ms=0, topics=topics)
 
 
-async def handle_describe_transactions(engine: Engine, ctx: RequestContext,
-                                       request: Any) -> Any:
+async def handle_describe_transactions(
+        engine: Engine, ctx: RequestContext,
+        request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     """The state of each requested transactional id."""
     R = DescribeTransactionsResponse
     S = R.TransactionState
@@ -303,9 +341,10 @@ async def handle_describe_transactions(engine: Engine, ctx: RequestContext,
     return R(version=request.version, throttle_time_ms=0, transaction_states=states)
 
 
-async def handle_list_transactions(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_list_transactions(engine: Engine, ctx: RequestContext,
+                                   request: ListTransactionsRequest) -> ListTransactionsResponse:
     """List the caller's transactional ids, filtered by state, producer, age and pattern."""
-    version: int = request.version
+    version = request.version
     R = ListTransactionsResponse
     known = {state.value for state in TxnState}
     wanted = set(request.state_filters)
