@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable
 
 from kafka.errors import KafkaError
@@ -47,6 +48,7 @@ def add_admin_arguments(parser: argparse.ArgumentParser) -> None:
 def run_admin(args: argparse.Namespace) -> int:
     """Run the verb; print its report; the exit code."""
     run: Verb = args.run
+    warnings.showwarning = _warning_line
     clients: Clients | None = None
     try:
         clients = Clients(client_settings(args.bootstrap_server, args.command_config,
@@ -65,6 +67,12 @@ def run_admin(args: argparse.Namespace) -> int:
             clients.close()
     emit(report, args.output, sys.stdout)
     return EXIT_FAILED if report.failed else EXIT_OK
+
+
+def _warning_line(message: Warning | str, category: type[Warning], filename: str,
+                  lineno: int, file: object = None, line: str | None = None) -> None:
+    """A library's warning (a short HMAC key, say) as one line, without source lines."""
+    print(f"edge-broker admin: warning: {message}", file=sys.stderr)
 
 
 def _fail(args: argparse.Namespace, message: str, code: int) -> int:

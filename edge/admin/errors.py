@@ -33,9 +33,9 @@ def kafka_error_line(exc: KafkaError) -> str:
             detail = exc.description or ""
         return printable(f"{exc.message}: {detail}" if detail else str(exc.message),
                          LINE_LIMIT)
-    text = str(exc) or type(exc).__name__
-    return printable(f"{type(exc).__name__}: {text}" if text != type(exc).__name__ else text,
-                     LINE_LIMIT)
+    name = type(exc).__name__
+    text = str(exc) or name
+    return printable(text if text.startswith(name) else f"{name}: {text}", LINE_LIMIT)
 
 
 def error_code_name(code: int) -> str:

@@ -24,7 +24,8 @@ def add_parsers(groups: SubParsers) -> None:
     """The ``produce`` and ``consume`` verbs (groups of their own)."""
     produce = groups.add_parser("produce", help="write records (arguments or stdin lines)")
     produce.add_argument("topic")
-    produce.add_argument("values", nargs="*", metavar="VALUE")
+    produce.add_argument("values", nargs="*", metavar="VALUE",
+                         help="the values (give options before TOPIC); none: stdin lines")
     produce.add_argument("--key", help="the key of every record")
     produce.add_argument("--partition", type=int, help="write to this partition")
     produce.set_defaults(run=produce_records)

@@ -93,7 +93,7 @@ def describe_topic(args: argparse.Namespace, clients: Clients) -> Report:
     earliest = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in keys})
     latest = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in keys})
     report = Report({"name": name, "topic_id": str(topic.get("topic_id")),
-                     "partitions": len(partitions)})
+                     "partition_count": len(partitions)})
     table = report.table("partitions", "partition", "leader", "replicas", "isr",
                          "start_offset", "end_offset")
     for partition, tp in zip(partitions, keys, strict=True):
