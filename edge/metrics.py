@@ -1,6 +1,6 @@
-"""The Prometheus endpoint (with the health checks beside it) and the edge's own metrics: connections per listener, logins per
-mechanism and outcome, and the engine's state read at scrape time (consumer-group lag,
-producer ids remembered)."""
+"""The Prometheus endpoint (with the health checks beside it) and the edge's own metrics:
+connections per listener, logins per mechanism and outcome, and the engine's state read at
+scrape time (consumer-group lag, producer ids remembered)."""
 
 from __future__ import annotations
 
