@@ -218,6 +218,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "superUserRoles": (),
     "kopAllowedNamespaces": (),
     "logLevel": "INFO",
+    "logFormat": "TEXT",
 }
 
 
@@ -382,6 +383,7 @@ INVALID = [
     ("authorizationEnabled", "2"),
     ("logLevel", "TRACE"),
     ("logLevel", "CRITICAL"),
+    ("logFormat", "xml"),
 ]
 
 
