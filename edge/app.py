@@ -38,6 +38,7 @@ from edge.acls import AclStore
 from edge.audit import AuditEvent, AuditLog
 from edge.authorization import Policy
 from edge.config import BrokerConfig
+from edge.health import Readiness
 from edge.metrics import CONNECTIONS, serve_metrics
 from edge.quotas import QuotaEvents, TenantScope
 from edge.ready_line import describe_listeners
@@ -232,6 +233,9 @@ class BrokerApp:
         self.servers: list[tuple[ListenerSpec, ListenerServer]] = []
         self.advertised: dict[str, Endpoint] = {}
         self.stopping = asyncio.Event()
+        self._joined = False
+        self._stopping = False
+        self.readiness = self._readiness()
 
     def _denied(self, ctx: RequestContext, operation: Operation, resource: ResourceType,
                 name: str, reason: str) -> None:
@@ -265,20 +269,14 @@ class BrokerApp:
         """
         try:
             self.engine.start()
+            metrics = self._serve_metrics()
             bound = await self._listen()
             try:
                 await self.engine.join(self._record(bound))
             except BrokerIdInUse as exc:
                 raise StartupError(str(exc)) from None
-            described = describe_listeners(bound)
-            if self.config.metrics_port:
-                host, port = self.config.metrics_host, self.config.metrics_port
-                try:
-                    port = serve_metrics(self.engine, host, port)
-                except OSError as exc:
-                    raise StartupError(f"cannot serve metrics on {host}:{port}: "
-                                       f"{os_reason(exc)}") from exc
-                described += f"; metrics on http://{host}:{port}/metrics"
+            self._joined = True
+            described = describe_listeners(bound) + metrics
         except BaseException:
             self.logs.discard_created(at_close=True)  # removed before the lock is released
             await self.stop(quiet=True)
@@ -293,6 +291,32 @@ class BrokerApp:
         gc.freeze()
         log.info("edge-broker ready: broker %d, listeners %s", self.config.broker_id, described)
         return bound
+
+    def _serve_metrics(self) -> str:
+        """Serve metrics and health checks (before the listeners bind, so that ``/readyz``
+        says 503 until the broker serves) when ``metricsPort`` is set; the ready line's
+        words for it."""
+        if not self.config.metrics_port:
+            return ""
+        host, port = self.config.metrics_host, self.config.metrics_port
+        try:
+            port = serve_metrics(self.engine, host, port, self.readiness)
+        except OSError as exc:
+            raise StartupError(f"cannot serve metrics on {host}:{port}: "
+                               f"{os_reason(exc)}") from exc
+        return f"; metrics on http://{host}:{port}/metrics"
+
+    def _readiness(self) -> Readiness:
+        """What ``/readyz`` checks: recovered and joined, every listener bound, a fresh
+        cluster lease when the storage is shared, not stopping."""
+        readiness = Readiness()
+        listeners = len(self.config.listener_specs())
+        readiness.add("storage open and recovered", lambda: self._joined)
+        readiness.add("listeners bound", lambda: len(self.servers) == listeners)
+        if self.logs.cluster.shared:
+            readiness.add("cluster membership", self.engine.cluster.registered)
+        readiness.add("not stopping", lambda: not self._stopping)
+        return readiness
 
     def _record(self, bound: list[ListenerSpec]) -> BrokerRecord:
         """This broker as the cluster registry shows it: its listeners, bound and advertised."""
@@ -331,6 +355,7 @@ class BrokerApp:
         Every step is tried even when an earlier one failed (a full disk fails writes); one
         line is logged per step that could not be done. Returns whether all succeeded.
         """
+        self._stopping = True
         if not quiet:
             log.info("edge-broker stopping")
         self.engine.begin_shutdown()

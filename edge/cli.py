@@ -12,7 +12,12 @@
   a throw-away CA and a server certificate (and a client one) for trying TLS listeners;
 - ``edge-broker cluster [--brokers 3] [--base-port 9092] [--data-dir DIR] [--config FILE]
   [--set key=value]...`` runs a throwaway PostgreSQL and brokers on it until Ctrl-C (see
-  ``edge.cluster``).
+  ``edge.cluster``);
+- ``edge-broker check-config [--config FILE] [--set key=value]...`` validates the
+  configuration and prints every key's effective value, secrets masked;
+- ``edge-broker admin [connection options] GROUP VERB ...`` administers a running broker
+  over the Kafka protocol (see ``edge.admin``);
+- ``edge-broker --version`` prints the version.
 """
 
 from __future__ import annotations
@@ -115,6 +120,41 @@ def _add_cluster_parser(commands: argparse._SubParsersAction[argparse.ArgumentPa
                     "broker."))
 
 
+def _add_check_config_parser(
+        commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    check = commands.add_parser(
+        "check-config", help="validate the configuration and print its effective values",
+        description="Read --config and the --set overrides as the broker would, print "
+                    "every key as key=value (the default where not set; secrets masked) "
+                    "and exit 0; or print the error and exit 2.")
+    check.add_argument("--config", metavar="FILE", dest="check_config",
+                       help="a Java-style properties file with broker settings")
+    check.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                       dest="check_overrides", help="override one setting (repeatable)")
+
+
+def _add_admin_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from edge.admin.commands import add_admin_arguments
+
+    add_admin_arguments(commands.add_parser(
+        "admin", help="administer a running broker (topics, groups, ACLs, quotas, tokens)",
+        description="A Kafka client for operators: topics, consumer groups, ACLs, quotas, "
+                    "the cluster, PLAIN tokens, and quick produce/consume checks. Exit 0 "
+                    "when done, 1 when the broker refused or the call failed, 2 on a usage "
+                    "error."))
+
+
+def version() -> str:
+    """The installed package's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as package_version
+
+    try:
+        return package_version("edge-broker")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
@@ -126,8 +166,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="a Java-style properties file with broker settings")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                         dest="overrides", help="override one setting (repeatable)")
+    parser.add_argument("--version", action="version", version=f"edge-broker {version()}")
     commands = parser.add_subparsers(
-        dest="command", metavar="{token,dev-issuer,envoy-config,xds-server,certs,cluster}")
+        dest="command",
+        metavar="{admin,check-config,token,dev-issuer,envoy-config,xds-server,certs,cluster}")
+    _add_admin_parser(commands)
+    _add_check_config_parser(commands)
     _add_token_parser(commands)
     _add_dev_issuer_parser(commands)
     _add_envoy_parsers(commands)
@@ -147,7 +191,7 @@ def run_broker(args: argparse.Namespace) -> int:
 
     logging.basicConfig(
         level=config.log_level,
-        handlers=[broker_log_handler(sys.stderr)],
+        handlers=[broker_log_handler(sys.stderr, config.log_format)],
     )
     limit_repeated_warnings()
     import uvloop
@@ -172,6 +216,26 @@ def run_broker(args: argparse.Namespace) -> int:
         print(f"edge-broker: cannot start: {exc}", file=sys.stderr)
         return 2
     return 0 if clean else 1
+
+
+def run_check_config(args: argparse.Namespace) -> int:
+    """Print the effective configuration (secrets masked); exit 2 naming the first error
+    (of a key, or of the security settings: TLS files, token keys, OAuth settings).
+
+    ``--config``/``--set`` given before ``check-config`` count as well as those after it.
+    """
+    from edge.security import check_security
+
+    path = args.check_config or args.config
+    try:
+        config = load_config(path, [*args.overrides, *args.check_overrides])
+        check_security(config)
+    except ConfigError as exc:
+        print(f"edge-broker check-config: configuration error: {exc}", file=sys.stderr)
+        return 2
+    for name, value in config.shown_properties().items():
+        print(f"{name}={value}")
+    return 0
 
 
 def run_token(args: argparse.Namespace) -> int:
@@ -249,6 +313,12 @@ def run_certs(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the broker, or the subcommand given."""
     args = parse_args(argv)
+    if args.command == "admin":
+        from edge.admin.commands import run_admin
+
+        return run_admin(args)
+    if args.command == "check-config":
+        return run_check_config(args)
     if args.command == "token":
         return run_token(args)
     if args.command == "dev-issuer":

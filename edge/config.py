@@ -45,8 +45,10 @@ from edge.config_types import (
     ConfigKey,
     ConfigValue,
     Name,
+    SecretKeyUrl,
     StorageUrl,
 )
+from edge.log_format import LogFormat
 from edge.properties import parse_properties
 from listeners.spec import ListenerConfigError, ListenerSpec, parse_listeners
 
@@ -279,7 +281,7 @@ class BrokerConfig(BaseModel):
     sasl_listener_mechanisms: Annotated[tuple[str, ...], key(
         "saslListenerMechanisms",
         "per-listener override, `NAME:MECH+MECH,NAME:MECH`")] = ()
-    token_secret_key: Annotated[str, key(
+    token_secret_key: Annotated[SecretKeyUrl, key(
         "tokenSecretKey",
         "HMAC secret for `token:` passwords, as `data:;base64,...` or `file:` URL")] = ""
     token_public_key: Annotated[str, key(
@@ -350,6 +352,12 @@ class BrokerConfig(BaseModel):
         "namespaces listed by 'all topics', e.g. `${tenant}/default,${tenant}/*`; empty = the"
         " login's namespace")] = ()
     log_level: Annotated[LogLevel, key("logLevel", "logging level")] = "INFO"
+    log_format: Annotated[LogFormat, key(
+        "logFormat",
+        "`text`: one line per record, `time LEVEL logger: message`; `json`: one JSON object "
+        "per line with `time`, `level`, `logger`, `message` and, where the record has them, "
+        "`tenant`, `principal`, `client`, `client_id`, `listener`, `topic`, `group` (client "
+        "text escaped and bounded in both)")] = "TEXT"
 
     _listener_specs: tuple[ListenerSpec, ...] = PrivateAttr(default=())
 
@@ -406,6 +414,12 @@ class BrokerConfig(BaseModel):
     def to_properties(self) -> dict[str, str]:
         """Every key as properties text (``load_config`` of these gives an equal config)."""
         return {key.name: to_text(getattr(self, key.attr)) for key in CONFIG_KEYS.values()}
+
+    def shown_properties(self) -> dict[str, str]:
+        """Every key as properties text with secrets masked (a password in ``storageUrl``,
+        the key in a ``data:`` ``tokenSecretKey``), for an operator to read."""
+        return {key.name: key.shown(to_text(getattr(self, key.attr)))
+                for key in CONFIG_KEYS.values()}
 
 
 CONFIG_KEYS: Mapping[str, ConfigKey] = MappingProxyType({

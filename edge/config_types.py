@@ -7,8 +7,9 @@ A key is a field of :class:`edge.config.BrokerConfig` declared with
 case), a ``Literal`` of upper-case words (any case), ``tuple[str, ...]`` (a
 comma-separated list, blanks dropped) or ``str``.  The string kinds :data:`Name` and
 :data:`StorageUrl` carry a :class:`Described` marker with their own description and, for
-a secret, masking.  :class:`ConfigKey` is the view of one declared key that messages and
-the README table are made from.
+a secret, masking; :data:`SecretKeyUrl` marks a key URL whose ``data:`` form is a secret
+(``check-config`` and error messages show it masked).  :class:`ConfigKey` is the view of
+one declared key that messages and the README table are made from.
 """
 
 from __future__ import annotations
@@ -61,6 +62,14 @@ def _mask_url(text: str) -> str:
     return shown_url(text) if "://" in text else text
 
 
+def _mask_key_url(text: str) -> str:
+    """A ``data:`` URL carries the key itself: only its media type is shown; a ``file:``
+    URL or path names where the key is, which is no secret."""
+    if text.lower().startswith("data:"):
+        return text.split(",", 1)[0] + ",****" if "," in text else "data:****"
+    return text
+
+
 Name = Annotated[str, AfterValidator(_name), Described(f"a non-empty name of {NAME_RULE}")]
 """A tenant or namespace name, by the rule logins and topic names follow."""
 
@@ -85,6 +94,10 @@ CompressionType = Annotated[
     Described("one of " + ", ".join(COMPRESSION_TYPES)),
 ]
 """A ``compression.type`` value, as topics take it (lower case)."""
+
+
+SecretKeyUrl = Annotated[str, Described("a string", _mask_key_url)]
+"""A key URL (``data:`` or ``file:``) whose ``data:`` form holds a secret: never shown."""
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 

@@ -8,15 +8,23 @@ text bounded to :data:`LOG_ARG_LIMIT` characters, and every control character of
 message is escaped (``sasl.printable``), so no client can write a line of its own, nor
 a line of unbounded length. A traceback (``exc_info``) keeps its lines; only the exception
 messages inside it are escaped.
+
+With ``logFormat=json`` the :class:`JsonFormatter` writes each record as one JSON object
+on one line instead: ``time``, ``level``, ``logger``, ``message`` (the same escaped and
+bounded text), the fields of :data:`LOG_FIELDS` that the log call passed as ``extra``
+(bounded and escaped likewise), and ``traceback``. Every non-ASCII character is written as
+a JSON escape, so a line is one line whatever a client sent.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import traceback
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from numbers import Number
-from typing import TextIO
+from typing import Literal, TextIO
 
 from sasl.printable import escape_controls, printable
 
@@ -25,6 +33,10 @@ BROKER_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 LOG_ARG_LIMIT = 1024
 """The most characters one argument of a log record contributes to its line."""
+
+LOG_FIELDS = ("tenant", "principal", "client", "client_id", "listener", "topic", "group")
+"""The ``extra`` fields of a log call that a JSON line carries: who (tenant, principal,
+client address, client id), where (listener) and what (topic, group)."""
 
 
 class _BoundedText:
@@ -94,6 +106,18 @@ def _traceback_lines(exc: traceback.TracebackException) -> Iterator[str]:
         yield from _traceback_lines(sub)
 
 
+def _traceback_text(record: logging.LogRecord) -> str | None:
+    """The record's traceback with its exception messages escaped, if it has one."""
+    if record.exc_text:
+        return record.exc_text
+    if not record.exc_info or record.exc_info[1] is None:
+        return None
+    exc_type, value, tb = record.exc_info
+    assert exc_type is not None
+    exc = traceback.TracebackException(exc_type, value, tb, compact=True)
+    return "".join(_traceback_lines(exc)).removesuffix("\n")
+
+
 class ClientTextFormatter(logging.Formatter):
     """Wraps a handler's formatter: the message it gets holds no control character and
     no overlong argument, and a traceback's exception messages are escaped."""
@@ -106,17 +130,40 @@ class ClientTextFormatter(logging.Formatter):
         safe = logging.makeLogRecord(record.__dict__)
         safe.msg = escape_controls(_message(record))
         safe.args = None
-        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
-            exc_type, value, tb = record.exc_info
-            assert exc_type is not None
-            exc = traceback.TracebackException(exc_type, value, tb, compact=True)
-            safe.exc_text = "".join(_traceback_lines(exc)).removesuffix("\n")
+        safe.exc_text = _traceback_text(record)
         return self.inner.format(safe)
 
 
-def broker_log_handler(stream: TextIO) -> logging.Handler:
-    """The broker's log handler: :data:`BROKER_LOG_FORMAT` lines on ``stream``, client text
-    escaped and bounded."""
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line (see the module docstring)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(
+                timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": escape_controls(_message(record)),
+        }
+        for field in LOG_FIELDS:
+            value = record.__dict__.get(field)
+            if value is not None:
+                entry[field] = (value if isinstance(value, int | float)
+                                else printable(str(value), LOG_ARG_LIMIT))
+        text = _traceback_text(record)
+        if text is not None:
+            entry["traceback"] = text
+        return json.dumps(entry)
+
+
+LogFormat = Literal["TEXT", "JSON"]
+"""The two log formats (the ``logFormat`` key)."""
+
+
+def broker_log_handler(stream: TextIO, log_format: LogFormat = "TEXT") -> logging.Handler:
+    """The broker's log handler on ``stream``: :data:`BROKER_LOG_FORMAT` lines, or JSON
+    lines; client text escaped and bounded in both."""
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(ClientTextFormatter(logging.Formatter(BROKER_LOG_FORMAT)))
+    handler.setFormatter(JsonFormatter() if log_format == "JSON"
+                         else ClientTextFormatter(logging.Formatter(BROKER_LOG_FORMAT)))
     return handler

@@ -1,16 +1,21 @@
-"""The Prometheus endpoint and the edge's own metrics: connections per listener, logins per
-mechanism and outcome, and the engine's state read at scrape time (consumer-group lag,
-producer ids remembered)."""
+"""The Prometheus endpoint (with the health checks beside it) and the edge's own metrics:
+connections per listener, logins per mechanism and outcome, and the engine's state read at
+scrape time (consumer-group lag, producer ids remembered)."""
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from broker_core.engine import Engine
+from edge.health import Readiness, health_app
 
 CONNECTIONS = Gauge("kop_server_active_connections", "Open connections, by listener.",
                     ["listener"])
@@ -78,8 +83,24 @@ class EngineCollector(Collector):
         yield from (size, start, end, damaged, offline)
 
 
-def serve_metrics(engine: Engine, host: str, port: int) -> int:
-    """Register the engine collector and serve ``/metrics``; return the bound port."""
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape or probe."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def serve_metrics(engine: Engine, host: str, port: int, readiness: Readiness) -> int:
+    """Register the engine collector and serve ``/metrics`` (every path but the health
+    checks), ``/healthz`` and ``/readyz`` (see ``edge.health``) from a daemon thread;
+    return the bound port."""
     REGISTRY.register(EngineCollector(engine))
-    server, _thread = start_http_server(port, addr=host)
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+
+    class Server(ThreadingWSGIServer):
+        address_family = family
+
+    server = make_server(host, port, health_app(readiness, make_wsgi_app(REGISTRY)),
+                         Server, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="edge-metrics", daemon=True).start()
     return int(server.server_port)

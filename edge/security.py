@@ -171,10 +171,9 @@ class LoggedBearerServer:
         return challenge
 
 
-def sasl_factories(config: BrokerConfig, validator: TokenValidator | None,
-                   needed: set[str]) -> Mapping[str, SaslFactory]:
-    """A server factory per mechanism some listener offers (``validator`` checks PLAIN's
-    ``token:`` passwords)."""
+def _checked_bearer(config: BrokerConfig, validator: TokenValidator | None,
+                    needed: set[str]) -> BearerSetup | None:
+    """The OAUTHBEARER set-up; ConfigError when a ``needed`` mechanism has no validator."""
     bearer = bearer_setup(config, validator)
     if "PLAIN" in needed and validator is None:
         raise ConfigError("SASL listeners need 'tokenSecretKey' or 'tokenPublicKey' to check "
@@ -182,6 +181,26 @@ def sasl_factories(config: BrokerConfig, validator: TokenValidator | None,
     if "OAUTHBEARER" in needed and bearer is None:
         raise ConfigError("OAUTHBEARER needs 'kopOauth2ConfigFile' (or 'tokenSecretKey' / "
                           "'tokenPublicKey') to check tokens")
+    return bearer
+
+
+def check_security(config: BrokerConfig) -> None:
+    """Everything start-up checks of the security settings, without serving or fetching
+    anything: the mechanisms per listener, the TLS files of TLS listeners, the token keys
+    and the OAUTHBEARER settings. ConfigError names the first problem."""
+    mechanisms = listener_mechanisms(config)
+    specs = config.listener_specs()
+    if any(spec.protocol.uses_tls for spec in specs):
+        tls_context(config)
+    needed = {m for spec in specs if spec.protocol.uses_sasl for m in mechanisms[spec.name]}
+    _checked_bearer(config, token_validator(config), needed)
+
+
+def sasl_factories(config: BrokerConfig, validator: TokenValidator | None,
+                   needed: set[str]) -> Mapping[str, SaslFactory]:
+    """A server factory per mechanism some listener offers (``validator`` checks PLAIN's
+    ``token:`` passwords)."""
+    bearer = _checked_bearer(config, validator, needed)
     factories: dict[str, SaslFactory] = {}
     if "PLAIN" in needed and validator is not None:
         plain_validator = validator

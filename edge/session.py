@@ -89,6 +89,8 @@ class Session:
         self.principal = certificate_principal(info.tls) or ANONYMOUS
         self.home = home
         self.max_receive_before_login = max_receive_before_login
+        self.client_id: str | None = None
+        """The client id of the connection's latest request (for log lines)."""
         self.muted_until = 0.0
         """Until when (``time.monotonic()``) the listener does not read the connection: a
         request over a quota mutes it for its throttle time (KIP-219)."""
@@ -117,6 +119,7 @@ class Session:
         dispatch stage run here, one request of the connection at a time (the listener's
         order rule); what a handler leaves for later comes back as its waiting stage."""
         key = parsed.header.api_key
+        self.client_id = parsed.header.client_id
         if key == SASL_HANDSHAKE:
             return self._handshake(parsed)
         if key == SASL_AUTHENTICATE and self.sasl.takes_authenticate():
@@ -219,9 +222,10 @@ class Session:
             tenant = server.claimed_tenant
             self._audit("authentication", "failure", mechanism=server.mechanism,
                         tenant=tenant, reason=failure.message)
-            log.warning("SASL %s login from %s on %s (tenant %s) failed: %s",
-                        server.mechanism, self.info.peer, self.info.listener,
-                        tenant or "not named", failure.message)
+            log.warning("SASL %s login from %s (client id %s) on %s (tenant %s) failed: %s",
+                        server.mechanism, self.info.peer, self.client_id, self.info.listener,
+                        tenant or "not named", failure.message,
+                        extra=self._log_fields(tenant=tenant))
             self.sasl.failed()
             await asyncio.sleep(self.failed_delay_ms / 1000)
             raise
@@ -242,7 +246,13 @@ class Session:
         log.info("%s %s as %s (tenant %s) on %s, session %s",
                  self.info.peer, "logged in" if first else "re-authenticated",
                  result.principal, self.home.tenant, self.info.listener,
-                 f"{lifetime} ms" if lifetime else "without limit")
+                 f"{lifetime} ms" if lifetime else "without limit",
+                 extra=self._log_fields(tenant=self.home.tenant, principal=result.principal))
+
+    def _log_fields(self, **fields: str | None) -> dict[str, str | None]:
+        """The ``extra`` fields of this connection's log lines (``logFormat=json``)."""
+        return {"client": self.info.peer, "client_id": self.client_id,
+                "listener": self.info.listener, **fields}
 
     async def _authenticate(self, parsed: ParsedRequest) -> bytes:
         version = parsed.header.api_version

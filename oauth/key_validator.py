@@ -24,11 +24,12 @@ from sasl.types import ValidatedToken
 
 HMAC_ALGORITHMS: tuple[str, ...] = ("HS256", "HS384", "HS512")
 RSA_ALGORITHMS: tuple[str, ...] = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
-_EC_ALGORITHMS: Mapping[str, str] = {
+EC_ALGORITHMS: Mapping[str, str] = {
     "secp256r1": "ES256",
     "secp384r1": "ES384",
     "secp521r1": "ES512",
 }
+"""The ECDSA algorithm of each curve a token key may be on."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class TokenSettings:
 
 def _algorithms_for(key: PublicKey) -> tuple[str, ...]:
     if isinstance(key, ec.EllipticCurvePublicKey):
-        alg = _EC_ALGORITHMS.get(key.curve.name)
+        alg = EC_ALGORITHMS.get(key.curve.name)
         if alg is None:
             raise ValueError(f"unsupported EC curve {key.curve.name!r} for token keys")
         return (alg,)

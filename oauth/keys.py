@@ -16,15 +16,23 @@ from urllib.parse import unquote
 
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
-from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
+from cryptography.hazmat.primitives.asymmetric.ec import (
+    EllipticCurvePrivateKey,
+    EllipticCurvePublicKey,
+)
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey, RSAPublicKey
 from cryptography.hazmat.primitives.serialization import (
+    load_der_private_key,
     load_der_public_key,
+    load_pem_private_key,
     load_pem_public_key,
 )
 
 PublicKey = RSAPublicKey | EllipticCurvePublicKey
 """The public key types a token may be verified with."""
+
+PrivateKey = RSAPrivateKey | EllipticCurvePrivateKey
+"""The private key types a token may be signed with."""
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
 
@@ -127,3 +135,20 @@ def parse_public_key(data: bytes, url: str = "<bytes>") -> PublicKey:
 def load_public_key(url: str) -> PublicKey:
     """The public key a key URL names (Pulsar's tokenPublicKey)."""
     return parse_public_key(load_key_material(url), url)
+
+
+def load_private_key(url: str) -> PrivateKey:
+    """The unencrypted RSA or EC private key (PEM or DER) a key URL names, for signing
+    tokens (Pulsar's ``tokens create --private-key``)."""
+    data = load_key_material(url)
+    try:
+        if data.lstrip().startswith(b"-----BEGIN"):
+            key: object = load_pem_private_key(data.strip(), password=None)
+        else:
+            key = load_der_private_key(data, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        raise ValueError(f"no unencrypted private key in {_short(url)!r}: {exc}") from None
+    if isinstance(key, RSAPrivateKey | EllipticCurvePrivateKey):
+        return key
+    raise ValueError(f"unsupported private key type {type(key).__name__} in {_short(url)!r}: "
+                     "expected RSA or EC")

@@ -60,7 +60,8 @@ class AccessToken:
         return self.expires_at - self.obtained_at
 
 
-def _unverified_claims(token: str) -> dict[str, Any]:
+def unverified_claims(token: str) -> dict[str, Any]:
+    """The claims of a JWT read without checking its signature ({} if it is not one)."""
     try:
         claims = jwt.decode(token, options={"verify_signature": False})
     except (jwt.PyJWTError, ValueError, TypeError):
@@ -208,7 +209,7 @@ class ClientCredentialsLogin:
         if not isinstance(token_type, str) or token_type.lower() != "bearer":
             raise OAuthError(REQUEST_FAILED, f"unsupported token_type {token_type!r}")
         value: str = body["access_token"]
-        claims = _unverified_claims(value)
+        claims = unverified_claims(value)
         expires_in = _number_or_none(body.get("expires_in"))
         exp = _number_or_none(claims.get("exp"))
         limits = [exp] if exp is not None and exp > started else []

@@ -219,6 +219,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "superUserRoles": (),
     "kopAllowedNamespaces": (),
     "logLevel": "INFO",
+    "logFormat": "TEXT",
 }
 
 
@@ -386,6 +387,7 @@ INVALID = [
     ("compressionType", "brotli"),
     ("compressionType", "GZIP"),  # Kafka's values are lower case
     ("compressionType", "none"),  # the producer's word; the topic's is 'uncompressed'
+    ("logFormat", "xml"),
 ]
 
 

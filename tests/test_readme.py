@@ -249,3 +249,24 @@ def test_quota_examples_hold_a_producer_back(tmp_path: Path) -> None:
     finally:
         os.killpg(broker.pid, signal.SIGTERM)
         assert broker.wait(30) == 0
+
+
+def test_admin_cli_and_health_examples(tmp_path: Path) -> None:
+    broker = _start_shell_example("ops-broker", tmp_path)
+    try:
+        ran = subprocess.run(["bash", "-c", shell_example("admin-cli")], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert ran.returncode == 0, ran.stderr
+        out = ran.stdout
+        assert out.startswith("NAME    RESULT\norders  NONE\n")
+        assert "PARTITION  OFFSET\n0          0\n0          1\n0          2\n" in out
+        assert '"value": "first"' in out and '"value": "second"' not in out
+        assert "START_OFFSET  END_OFFSET" in out and "retention.ms" in out
+        assert "orders  TOPIC_ALREADY_EXISTS" in out and "exit 1" in out
+        assert "127.0.0.1  19110" in out
+        assert out.endswith("ready\n")
+        assert "edge-broker admin topics create: " not in ran.stderr  # a refusal in the table
+    finally:
+        os.killpg(broker.pid, signal.SIGTERM)
+        assert broker.wait(30) == 0

@@ -145,6 +145,16 @@ class ClusterService:
         """Call ``callback(partition)`` for each partition this broker gives up."""
         self._listeners.lost.append(callback)
 
+    def registered(self) -> bool:
+        """Whether this broker is a member now: it joined, has not begun to leave, and its
+        lease was renewed within the session timeout (always true once joined on a
+        registry of one broker, which no other broker shares)."""
+        if not self._joined or self._stopping.is_set():
+            return False
+        if not self.store.shared:
+            return True
+        return (time.monotonic() - self._renewed_at) * 1000 <= self.config.session_timeout_ms
+
     def live_brokers(self) -> list[BrokerRecord]:
         """The live brokers, by id (this one always among them while it runs)."""
         live = dict(self.view.live)

@@ -1,0 +1,127 @@
+"""Where and how the admin command connects: ``--bootstrap-server`` and a Kafka client
+properties file (``--command-config``, as Kafka's tools take it).
+
+The file holds librdkafka / Java client keys: ``bootstrap.servers``, ``security.protocol``,
+``sasl.mechanism``, ``sasl.username``, ``sasl.password``, ``ssl.ca.location``,
+``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``,
+``ssl.endpoint.identification.algorithm`` and ``client.id``; they become kafka-python's
+settings. An unknown key is a usage error naming it (the Java keystores are not read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kafka import KafkaAdminClient
+
+from edge.admin.errors import UsageError
+from edge.config import ConfigError, parse_properties
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+_KEYWORDS: Mapping[str, str] = {
+    "bootstrap.servers": "bootstrap_servers",
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "client.id": "client_id",
+}
+"""Client property -> kafka-python keyword, for the keys taken as they are."""
+
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_MECHANISMS = ("PLAIN",)
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """kafka-python keyword settings shared by the admin client, producer and consumer."""
+
+    bootstrap: str
+    options: dict[str, str | bool] = field(default_factory=dict)
+    timeout_ms: int = 30000
+
+    def keywords(self) -> dict[str, object]:
+        """The keyword arguments of a kafka-python client."""
+        return {"bootstrap_servers": self.bootstrap.split(","), **self.options,
+                "request_timeout_ms": self.timeout_ms,
+                "client_id": self.options.get("client_id", "edge-broker-admin")}
+
+    def admin_keywords(self) -> dict[str, object]:
+        """The keyword arguments of a kafka-python admin client (how long it may look
+        for a broker included)."""
+        return {**self.keywords(), "bootstrap_timeout_ms": self.timeout_ms}
+
+
+def _read_file(path: str) -> dict[str, str]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --command-config {path!r}: {exc}") from None
+    try:
+        return parse_properties(text)
+    except ConfigError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
+def _option(key: str, value: str, where: str) -> tuple[str, str | bool]:
+    if key == "security.protocol":
+        value = value.upper()
+        if value not in _PROTOCOLS:
+            raise UsageError(f"{where}: security.protocol {value!r} is not one of "
+                             f"{', '.join(_PROTOCOLS)}")
+    elif key in ("sasl.mechanism", "sasl.mechanisms"):
+        value = value.upper()
+        if value not in _MECHANISMS:
+            raise UsageError(f"{where}: sasl.mechanism {value!r} is not supported here "
+                             f"(supported: {', '.join(_MECHANISMS)})")
+    elif key == "ssl.endpoint.identification.algorithm":
+        return "ssl_check_hostname", value.lower() not in ("", "none")
+    keyword = _KEYWORDS.get(key)
+    if keyword is None:
+        raise UsageError(f"{where}: unsupported client property {key!r} (supported: "
+                         f"{', '.join([*_KEYWORDS, 'ssl.endpoint.identification.algorithm'])})")
+    return keyword, value
+
+
+def client_settings(bootstrap: str | None, command_config: str | None,
+                    timeout_s: float) -> ClientSettings:
+    """The settings from the flags and the properties file (the flag wins)."""
+    properties = _read_file(command_config) if command_config else {}
+    options: dict[str, str | bool] = {}
+    for key, value in properties.items():
+        name, typed = _option(key, value, command_config or "")
+        options[name] = typed
+    address = bootstrap or str(options.pop("bootstrap_servers", "")) or DEFAULT_BOOTSTRAP
+    options.pop("bootstrap_servers", None)
+    if timeout_s <= 0:
+        raise UsageError("--timeout must be positive")
+    return ClientSettings(address, options, int(timeout_s * 1000))
+
+
+class Clients:
+    """The kafka-python clients of one command, made when first needed and closed at
+    the end."""
+
+    def __init__(self, settings: ClientSettings) -> None:
+        self.settings = settings
+        self._admin: KafkaAdminClient | None = None
+
+    def admin(self) -> KafkaAdminClient:
+        """The admin client (connected on first use)."""
+        if self._admin is None:
+            self._admin = KafkaAdminClient(**self.settings.admin_keywords())
+        return self._admin
+
+    def close(self) -> None:
+        """Close what was opened."""
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
