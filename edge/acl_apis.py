@@ -173,13 +173,14 @@ class AclApis:
         except ValueError as exc:
             raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"invalid ACL filter: {exc}") \
                 from exc
-        name = item.resource_name_filter
-        if name is not None and resource == AclResource.TOPIC:
-            name = _topic_name(ctx, name, pattern if pattern == AclPattern.PREFIXED
-                               else AclPattern.LITERAL)
+        name = topic_name = item.resource_name_filter
+        if name is not None and resource in (AclResource.TOPIC, AclResource.ANY):
+            # a filter of any resource type matches topic bindings by their tenant's name
+            topic_name = _topic_name(ctx, name, pattern if pattern == AclPattern.PREFIXED
+                                     else AclPattern.LITERAL)
         tenant = None if self.policy.is_super_user(ctx) else _tenant_of_caller(ctx)
         return AclFilter(tenant, resource, name, pattern, item.principal_filter,
-                         item.host_filter, operation, permission)
+                         item.host_filter, operation, permission, topic_name)
 
     async def create(self, engine: Engine, ctx: RequestContext,
                      request: CreateAclsRequest) -> CreateAclsResponse:

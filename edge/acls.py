@@ -115,6 +115,8 @@ class AclFilter:
     host: str | None
     operation: AclOperation
     permission: AclPermission
+    topic_name: str | None = None
+    """The name as topic bindings hold it (inside the caller's tenant); None: ``name``."""
 
     def matches(self, binding: AclBinding) -> bool:
         """Whether ``binding`` is selected by this filter."""
@@ -122,13 +124,16 @@ class AclFilter:
             return False
         if self.resource != AclResource.ANY and binding.resource != self.resource:
             return False
+        name = self.name
+        if binding.resource == AclResource.TOPIC and self.topic_name is not None:
+            name = self.topic_name
         if self.pattern == AclPattern.MATCH:
-            if self.name is not None and not binding.covers(self.name):
+            if name is not None and not binding.covers(name):
                 return False
         else:
             if self.pattern != AclPattern.ANY and binding.pattern != self.pattern:
                 return False
-            if self.name is not None and binding.name != self.name:
+            if name is not None and binding.name != name:
                 return False
         return all((
             self.principal is None or binding.principal == self.principal,

@@ -327,6 +327,11 @@ def test_describe_acls(acl_broker: AclBroker) -> None:
         ResourceType.TOPIC, "orders-secret", ResourcePatternType.MATCH, None, None,
         AclOperation.ANY, AclPermissionType.ANY), request_timeout=15).result(15)
     assert sorted(map(str, matching)) == sorted(map(str, GRANTS[0:1] + GRANTS[2:3]))
+    # a filter of any resource type names a topic as its clients know it, as for TOPIC
+    any_type = client.describe_acls(AclBindingFilter(
+        ResourceType.ANY, "orders-secret", ResourcePatternType.MATCH, None, None,
+        AclOperation.ANY, AclPermissionType.ANY), request_timeout=15).result(15)
+    assert sorted(map(str, any_type)) == sorted(map(str, matching))
 
 
 def test_describe_acls_needs_a_superuser(acl_broker: AclBroker) -> None:
