@@ -1,6 +1,6 @@
 """The README's promises: `make run` serves on 127.0.0.1:9092 and the quick-start snippet works
-as printed (and again when run twice), also against the cluster and brokers the README starts; the configuration table
-is the one the code generates."""
+as printed (and again when run twice), also against the cluster and brokers the README starts;
+the configuration table is the one the code generates."""
 
 from __future__ import annotations
 
