@@ -1,6 +1,6 @@
 """The Prometheus endpoint (with the health checks beside it) and the edge's own metrics:
 connections per listener, logins per mechanism and outcome, and the engine's state read at
-scrape time (consumer-group lag, producer ids remembered)."""
+scrape time (consumer-group lag, producer ids remembered, the data directory's free space)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ class EngineCollector(Collector):
     ``kop_server_log_end_offset``, ``kop_server_log_damaged_offsets`` and
     ``kop_server_log_offline`` (1 after a failed fsync, until restart);
     ``kop_server_group_lag``: high watermark minus committed offset, per group partition;
-    ``kop_server_producer_ids``: producer ids the loaded partitions remember."""
+    ``kop_server_producer_ids``: producer ids the loaded partitions remember;
+    ``kop_server_data_dir_total_bytes`` and ``kop_server_data_dir_usable_bytes``."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -38,6 +39,7 @@ class EngineCollector(Collector):
         """Partition logs, group lag (one sample per committed partition of every group),
         producer ids."""
         yield from self._logs()
+        yield from self._data_dir()
         yield GaugeMetricFamily(
             "kop_server_producer_ids",
             "Idempotent and transactional producer ids remembered, summed over the loaded "
@@ -53,6 +55,18 @@ class EngineCollector(Collector):
                     family.add_metric([group.group_id, topic, str(index)],
                                       max(partition.next_offset - committed.offset, 0))
         yield family
+
+    def _data_dir(self) -> Iterator[GaugeMetricFamily]:
+        """The data directory's file system, as DescribeLogDirs reports it (no sample where
+        the storage has no volume of its own: memory, PostgreSQL)."""
+        disk = self.engine.logs.disk_usage()
+        for name, value, what in (
+                ("kop_server_data_dir_total_bytes", disk.total_bytes, "Size"),
+                ("kop_server_data_dir_usable_bytes", disk.usable_bytes, "Bytes usable")):
+            family = GaugeMetricFamily(name, f"{what} of the data directory's file system.")
+            if value >= 0:
+                family.add_metric([], value)
+            yield family
 
     def _logs(self) -> Iterator[GaugeMetricFamily]:
         labels = ["topic", "partition"]

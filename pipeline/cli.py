@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from pipeline.audit.alerts import ALERTS_TOPIC, AlertSettings, start_alerts
 from pipeline.audit.analysis import BurstRule
 from pipeline.audit.events import AUDIT_TOPIC
 from pipeline.audit.report import ReportSettings, run_report
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -141,15 +148,55 @@ def _stream(args: argparse.Namespace, rule: BurstRule, options: dict[str, str]) 
         for value in values:
             print("ALERT", value, flush=True)
 
-    query = start_alerts(spark, settings, show)
-    print(f"watching {args.topic}; alerts go to {args.alerts_topic}", flush=True)
-    try:
-        query.awaitTermination(args.run_seconds)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        query.stop()
+    with StopSignals() as stop:
+        query = start_alerts(spark, settings, show)
+        print(f"watching {args.topic}; alerts go to {args.alerts_topic} (Ctrl-C stops)",
+              flush=True)
+        try:
+            _await(query, args.run_seconds, stop)
+        finally:
+            query.stop()
+    if stop.signum is not None:
+        print(f"stopped by {signal.Signals(stop.signum).name}; the checkpoint "
+              f"{settings.checkpoint} resumes the stream", flush=True)
+        return 128 + stop.signum
     return 0
+
+
+def _await(query: StreamingQuery, run_seconds: float | None, stop: StopSignals) -> None:
+    """Wait until the query ends, ``run_seconds`` pass or a stop signal arrives; the
+    wait is cut into short calls, so a signal never lands inside a call to Spark."""
+    deadline = None if run_seconds is None else time.monotonic() + run_seconds
+    while stop.signum is None and query.isActive:
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        if query.awaitTermination(1):
+            return
+
+
+class StopSignals:
+    """While entered (in the main thread), SIGINT and SIGTERM only note the signal: a
+    Ctrl-C then stops the stream between calls to Spark, instead of PySpark's handler
+    raising KeyboardInterrupt inside one (which dumps py4j and Java tracebacks)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _note(self, signum: int, _frame: FrameType | None) -> None:
+        self.signum = signum
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
 
 
 def audit_report(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
 """SparkSession set-up for the pipeline: master (``--master``, ``SPARK_MASTER`` or
-``local[*]``), the Python workers on this interpreter, UTC, and the ``edgekafka`` source."""
+``local[*]``), the Python workers on this interpreter, UTC, the ``edgekafka`` source, and a
+line per finished stage on stderr."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import os
 import sys
 from collections.abc import Mapping
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from pipeline.progress import report_stages
 from pipeline.source import EdgeKafkaDataSource
 
 DEFAULT_MASTER = "local[*]"
@@ -26,12 +29,21 @@ def register(spark: SparkSession) -> SparkSession:
 
 
 def spark_session(master: str | None = None, app_name: str = "edge-broker-pipeline",
-                  config: Mapping[str, str] | None = None) -> SparkSession:
-    """A session (or the running one) with the ``edgekafka`` source registered."""
+                  config: Mapping[str, str] | None = None,
+                  progress: bool = True) -> SparkSession:
+    """A session (or the running one) with the ``edgekafka`` source registered; with
+    ``progress``, a line on stderr when Spark starts and one per finished stage
+    (:mod:`pipeline.progress`)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(
-        master or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER).appName(app_name)
+    chosen = master or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
+    builder = SparkSession.builder.master(chosen).appName(app_name)
     for key, value in {**DEFAULTS, **(config or {})}.items():
         builder = builder.config(key, value)
-    return register(builder.getOrCreate())
+    if progress and SparkContext._active_spark_context is None:
+        print(f"spark: starting Spark on {chosen} (its first start takes a while)",
+              file=sys.stderr, flush=True)
+    spark = register(builder.getOrCreate())
+    if progress:
+        report_stages(spark.sparkContext)
+    return spark

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -24,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from pipeline import cli
 from pipeline.audit.analysis import BurstRule, bursts
-from pipeline.audit.report import ReportSettings, read_events, run_report
+from pipeline.audit.report import NO_EVENTS, ReportSettings, read_events, run_report
 from tests.broker_process import REPO, BrokerProcess
 from tests.clients import create_topic
 from tests.pipeline_helpers import LoginFrom, consume, make_spark
@@ -164,8 +166,11 @@ def test_readme_spark_quickstart(spark: SparkSession, audit_broker: BrokerProces
     code = example("spark-quickstart", "python").replace("127.0.0.1:9092", plain(audit_broker))
     for run in (1, 2):
         exec(compile(code, "README:spark-quickstart", "exec"), {"__name__": "__main__"})
-        assert capsys.readouterr().out.splitlines() == [f"batch: {10 * run}",
-                                                         f"stream: {10 * run}"]
+        printed = capsys.readouterr()
+        assert printed.out.splitlines() == [f"batch: {10 * run}", f"stream: {10 * run}"]
+        # not a silent minute: a line per finished stage on stderr
+        assert re.search(r"^spark: stage \d+ done \(\d+ tasks?(, [\d.]+ s)?\): \S",
+                         printed.err, re.M), printed.err
 
 
 def cli_args(name: str, broker: BrokerProcess) -> list[str]:
@@ -231,6 +236,53 @@ def test_readme_audit_alerts_stream(spark: SparkSession, audit_broker: BrokerPro
         sorted(a["source"] for a in alerts)
     assert all(m.key().decode().startswith(json.loads(m.value())["source"] + "@")
                for m in published)
+
+
+def test_ctrl_c_stops_the_stream_in_a_few_lines(audit_broker: BrokerProcess,
+                                                tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group (the JVM, which PySpark makes ignore it, and
+    the Python workers): the job stops its query and exits 130, without tracebacks."""
+    job = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "audit-report", "--bootstrap",
+         plain(audit_broker), "--stream", "--trigger-seconds", "1", "--output",
+         str(tmp_path / "out")],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert job.stdout is not None
+    try:
+        before = []
+        for line in job.stdout:
+            before.append(line)
+            if line.startswith("watching "):
+                break
+        assert before and before[-1].startswith("watching "), "".join(before)
+        assert "(Ctrl-C stops)" in before[-1]
+        os.killpg(job.pid, signal.SIGINT)
+        after = job.stdout.read()
+        assert job.wait(120) == 130, after
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
+    assert "Traceback" not in after, after
+    assert len(after.splitlines()) <= 15, after  # it was some 120 lines of Java and py4j
+    assert "stopped by SIGINT" in after
+
+
+def test_a_report_without_events_says_where_they_come_from(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A broker with only a PLAINTEXT listener, as in the quick start, writes no audit
+    events: the report says so instead of only printing empty tables."""
+    broker = BrokerProcess(tmp_path / "quiet", {}).start()
+    try:
+        create_topic(broker.bootstrap, "busy", 1)  # traffic, but no login
+        report = run_report(spark, ReportSettings(bootstrap=broker.bootstrap,
+                                                  output=tmp_path / "report"))
+    finally:
+        broker.stop()
+    assert report.events == 0
+    assert report.text().endswith(NO_EVENTS)
+    assert "where logins happen" in NO_EVENTS
 
 
 def test_cli_entry_point() -> None:

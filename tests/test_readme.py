@@ -1,6 +1,6 @@
 """The README's promises: `make run` serves on 127.0.0.1:9092 and the quick-start snippet works
-as printed, also against the cluster and brokers the README starts; the configuration table
-is the one the code generates."""
+as printed (and again when run twice), also against the cluster and brokers the README starts;
+the configuration table is the one the code generates."""
 
 from __future__ import annotations
 
@@ -82,6 +82,15 @@ def test_make_run_then_quickstart(tmp_path: Path) -> None:
         assert grouped[-1].startswith("committed") and "offset=" in grouped[-1]
         assert run_example("transactions", tmp_path) == ["True False"]
         assert run_example("alter-configs", tmp_path) == ["3600000"]
+        # Run twice, the quick start finds its topic there and reads only its own records,
+        # at the offsets after everything written so far.
+        again = [line.split(" ", 2) for line in run_example("quickstart", tmp_path)]
+        assert sorted(r[2] for r in again) == sorted(f"hello {i}" for i in range(10))
+        for partition in range(3):
+            before = max(int(r[1]) for r in rows if int(r[0]) == partition)
+            offsets = [int(r[1]) for r in again if int(r[0]) == partition]
+            assert offsets[0] > before
+            assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
     finally:
         os.killpg(make.pid, signal.SIGTERM)
         make.wait(30)

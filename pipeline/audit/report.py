@@ -32,6 +32,11 @@ from pipeline.audit.table import format_table
 from pipeline.source import SHORT_NAME
 
 CHART = "failures_per_minute.png"
+NO_EVENTS = ("No audit events were read. The broker writes them only where logins happen: "
+             "every SASL login\n(success or failure), every authorization denial "
+             "(authorizationEnabled=true) and every rejected\nconnection. A broker with only "
+             "PLAINTEXT listeners and authorization off, like the quick start's,\nwrites none: "
+             "give it a SASL listener (README: Security) and log in.")
 TIME_COLUMNS = {"first_event", "last_event", "minute", "last_denial", "first_failure",
                 "last_failure"}
 
@@ -60,8 +65,14 @@ class Report:
     output: Path
     chart: Path
 
+    @property
+    def events(self) -> int:
+        """How many audit events the report read."""
+        return sum(int(row["events"]) for row in self.tables["tenants"])
+
     def text(self) -> str:
-        """The printed form of every table (times in UTC)."""
+        """The printed form of every table (times in UTC), and why they are empty when the
+        topic held no events."""
         parts = []
         for name, rows in self.tables.items():
             columns = self.columns[name]
@@ -69,6 +80,8 @@ class Report:
                 f"== {name.replace('_', ' ')} ==", columns,
                 [[_utc_text(row[c]) if c in TIME_COLUMNS else row[c] for c in columns]
                  for row in rows]))
+        if not self.events:
+            parts.append(NO_EVENTS)
         return "\n\n".join(parts)
 
 
@@ -123,6 +136,8 @@ def run_report(spark: SparkSession, settings: ReportSettings) -> Report:
                 stored.unpersist()
     finally:
         events.unpersist()
-    chart = draw_chart(tables["failures_per_minute"], tables["bursts"], output / CHART)
-    return Report(tables, {name: frame.columns for name, frame in frames.items()}, output,
-                  chart)
+    report = Report(tables, {name: frame.columns for name, frame in frames.items()}, output,
+                    output / CHART)
+    draw_chart(tables["failures_per_minute"], tables["bursts"], report.chart,
+               events=report.events)
+    return report
