@@ -11,6 +11,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kafka.protocol.api_data import ApiData
+
 from broker_core.storage.region import FileRegion
 
 _HEADER_FIXED = struct.Struct(">hhi")
@@ -30,6 +32,14 @@ class RequestHeader:
     api_version: int
     correlation_id: int
     client_id: str | None
+
+
+def received_bytes(value: bytes | ApiData) -> bytes:
+    """A bytes field of a decoded request: kafka-python types such fields as bytes or an
+    ApiData, which only a message being built (going out) holds."""
+    if not isinstance(value, bytes):
+        raise ProtocolError("a bytes field decoded as structured data")
+    return value
 
 
 def peek_header(frame: memoryview) -> tuple[int, int, int]:

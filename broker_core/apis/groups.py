@@ -4,16 +4,26 @@ ListGroups, DescribeGroups and DeleteGroups."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from kafka.protocol.admin import DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse
+from kafka.protocol.admin import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from kafka.protocol.consumer import (
+    HeartbeatRequest,
     HeartbeatResponse,
+    JoinGroupRequest,
     JoinGroupResponse,
+    LeaveGroupRequest,
     LeaveGroupResponse,
+    SyncGroupRequest,
     SyncGroupResponse,
 )
-from kafka.protocol.metadata import FindCoordinatorResponse
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from broker_core.apis.authorized_operations import authorized_operations
 from broker_core.context import Endpoint, Operation, RequestContext, ResourceType
@@ -21,6 +31,7 @@ from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.effects import JoinRequest
 from broker_core.groups.model import GroupState, JoinResult, SyncResult
+from broker_core.protocol import received_bytes
 from broker_core.stages import Later, answer_later
 from broker_core.system_topics import StateCoordinator
 
@@ -69,7 +80,8 @@ def coordinator_of(engine: Engine, ctx: RequestContext, key_type: int,
     return leader.broker_id, endpoint, (topic, partition)
 
 
-async def handle_find_coordinator(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_find_coordinator(engine: Engine, ctx: RequestContext,
+                                  request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     """Name the coordinator of each key, at its address on the caller's listener."""
     version: int = request.version
     keys = list(request.coordinator_keys) if version >= 4 else [request.key]
@@ -114,13 +126,14 @@ async def handle_find_coordinator(engine: Engine, ctx: RequestContext, request: 
 
 
 async def handle_join_group(engine: Engine, ctx: RequestContext,
-                            request: Any) -> Any | Later[Any]:
+                            request: JoinGroupRequest
+                            ) -> JoinGroupResponse | Later[JoinGroupResponse]:
     """Join a member to a group and wait for the rebalance (the waiting stage: the member
     is registered once the dispatch stage returns)."""
     version: int = request.version
     R = JoinGroupResponse
 
-    def failed(code: ErrorCode, member_id: str) -> Any:
+    def failed(code: ErrorCode, member_id: str) -> JoinGroupResponse:
         return R(version=version, throttle_time_ms=0, error_code=code, generation_id=-1,
                  protocol_type=None, protocol_name=None if version >= 7 else "",
                  leader="", skip_assignment=False, member_id=member_id, members=[])
@@ -136,13 +149,13 @@ async def handle_join_group(engine: Engine, ctx: RequestContext,
         rebalance_timeout_ms=(request.rebalance_timeout_ms if version >= 1
                               else request.session_timeout_ms),
         protocol_type=request.protocol_type,
-        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        protocols=[(p.name, received_bytes(p.metadata)) for p in request.protocols],
         require_known_member=version >= 4,
     )
     joined = await engine.groups.join(engine.offsets_topic(ctx),
                                       engine.scoped_id(ctx, request.group_id), join)
 
-    def answer(result: JoinResult) -> Any:
+    def answer(result: JoinResult) -> JoinGroupResponse:
         if result.error != ErrorCode.NONE:
             return failed(result.error, result.member_id)
         return R(version=version, throttle_time_ms=0, error_code=0,
@@ -159,11 +172,12 @@ async def handle_join_group(engine: Engine, ctx: RequestContext,
 
 
 async def handle_sync_group(engine: Engine, ctx: RequestContext,
-                            request: Any) -> Any | Later[Any]:
+                            request: SyncGroupRequest
+                            ) -> SyncGroupResponse | Later[SyncGroupResponse]:
     """Distribute the leader's assignment; a follower waits for it (the waiting stage)."""
     version: int = request.version
 
-    def answer(result: SyncResult) -> Any:
+    def answer(result: SyncResult) -> SyncGroupResponse:
         if result.error == ErrorCode.NONE:
             return SyncGroupResponse(version=version, throttle_time_ms=0, error_code=0,
                                      protocol_type=result.protocol_type,
@@ -181,13 +195,14 @@ async def handle_sync_group(engine: Engine, ctx: RequestContext,
         request.member_id, request.group_instance_id if version >= 3 else None,
         request.generation_id, request.protocol_type if version >= 5 else None,
         request.protocol_name if version >= 5 else None,
-        {a.member_id: bytes(a.assignment) for a in request.assignments})
+        {a.member_id: received_bytes(a.assignment) for a in request.assignments})
     if isinstance(synced, asyncio.Future):
         return answer_later(synced, answer)
     return answer(synced)
 
 
-async def handle_heartbeat(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_heartbeat(engine: Engine, ctx: RequestContext,
+                           request: HeartbeatRequest) -> HeartbeatResponse:
     """Keep a member's session alive; tell it when to rejoin."""
     version: int = request.version
     code = group_error(engine, ctx, request.group_id)
@@ -199,7 +214,8 @@ async def handle_heartbeat(engine: Engine, ctx: RequestContext, request: Any) ->
     return HeartbeatResponse(version=version, throttle_time_ms=0, error_code=code)
 
 
-async def handle_leave_group(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_leave_group(engine: Engine, ctx: RequestContext,
+                             request: LeaveGroupRequest) -> LeaveGroupResponse:
     """Remove members from a group (one member before v3, a batch from v3)."""
     version: int = request.version
     leaving = ([(m.member_id, m.group_instance_id) for m in request.members] if version >= 3
@@ -219,7 +235,8 @@ async def handle_leave_group(engine: Engine, ctx: RequestContext, request: Any) 
                  for (m, i), e in zip(leaving, results, strict=True)])
 
 
-async def handle_list_groups(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_list_groups(engine: Engine, ctx: RequestContext,
+                             request: ListGroupsRequest) -> ListGroupsResponse:
     """List the caller's groups, optionally filtered by state and type."""
     version: int = request.version
     states = {s.lower() for s in request.states_filter} if version >= 4 else set()
@@ -242,7 +259,8 @@ async def handle_list_groups(engine: Engine, ctx: RequestContext, request: Any) 
                               groups=listed)
 
 
-def _described(engine: Engine, ctx: RequestContext, group_id: str, with_ops: bool) -> Any:
+def _described(engine: Engine, ctx: RequestContext, group_id: str,
+               with_ops: bool) -> DescribeGroupsResponse.DescribedGroup:
     D = DescribeGroupsResponse.DescribedGroup
     code = group_error(engine, ctx, group_id, Operation.DESCRIBE)
     group = (engine.groups.find(engine.offsets_topic(ctx), engine.scoped_id(ctx, group_id))
@@ -271,7 +289,8 @@ def _described(engine: Engine, ctx: RequestContext, group_id: str, with_ops: boo
              authorized_operations=operations)
 
 
-async def handle_describe_groups(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_groups(engine: Engine, ctx: RequestContext,
+                                 request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     """Describe groups: state, protocol and members (with assignments when Stable)."""
     version: int = request.version
     with_ops = version >= 3 and bool(request.include_authorized_operations)
@@ -280,7 +299,8 @@ async def handle_describe_groups(engine: Engine, ctx: RequestContext, request: A
         groups=[_described(engine, ctx, g, with_ops) for g in request.groups])
 
 
-async def handle_delete_groups(engine: Engine, ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_groups(engine: Engine, ctx: RequestContext,
+                               request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     """Delete empty groups with their committed offsets."""
     results = []
     for group_id in request.groups_names:
