@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from broker_core import naming
 from broker_core.cluster.service import ClusterService
@@ -97,20 +96,16 @@ class Leadership:
         await self.cluster.claimed((internal, index, counts[internal])
                                    for internal, index in missing if internal in counts)
 
-    # Any: any request's topic list; the attribute names below say which of its fields
-    # hold the name and the partitions (they differ between APIs' schemas).
-    async def ready_named(self, ctx: RequestContext, topics: Iterable[Any], name: str = "name",
-                          partitions: str = "partitions", index: str = "partition_index"
-                          ) -> None:
-        """:meth:`ready` for the partitions a request names: its ``topics``, each with a
-        ``name`` and ``partitions`` that each have an ``index`` (attribute names of the
-        request's schema). Names that are no valid topic name are left for the request to
-        refuse."""
+    async def ready_named(self, ctx: RequestContext,
+                          topics: Iterable[tuple[str, Iterable[int]]]) -> None:
+        """:meth:`ready` for the partitions a request names: (topic name as the client
+        knows it, partition indexes). Names that are no valid topic name are left for the
+        request to refuse."""
         wanted = []
-        for topic in topics:
+        for name, indexes in topics:
             with contextlib.suppress(KafkaApiError):
-                internal = naming.to_internal(getattr(topic, name), ctx.home)
-                wanted += [(internal, getattr(part, index)) for part in getattr(topic, partitions)]
+                internal = naming.to_internal(name, ctx.home)
+                wanted += [(internal, index) for index in indexes]
         await self.ready(wanted)
 
     def leader_error(self, internal: str, index: int, requested_epoch: int) -> ErrorCode:

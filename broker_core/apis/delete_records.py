@@ -55,7 +55,8 @@ def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: int,
 async def handle_delete_records(engine: Engine, ctx: RequestContext,
                                 request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     """Answer DeleteRecords with each partition's new low watermark."""
-    await engine.leadership.ready_named(ctx, request.topics)
+    await engine.leadership.ready_named(
+        ctx, ((t.name, (p.partition_index for p in t.partitions)) for t in request.topics))
     topics = []
     for topic in request.topics:
         partitions = []

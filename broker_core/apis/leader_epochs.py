@@ -43,7 +43,8 @@ async def handle_offset_for_leader_epoch(
         engine: Engine, ctx: RequestContext,
         request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     """Answer the end of the requested epoch for every requested partition."""
-    await engine.leadership.ready_named(ctx, request.topics, name="topic", index="partition")
+    await engine.leadership.ready_named(
+        ctx, ((t.topic, (p.partition for p in t.partitions)) for t in request.topics))
     topics = []
     for topic in request.topics:
         partitions = []

@@ -93,7 +93,8 @@ async def handle_list_offsets(engine: Engine, ctx: RequestContext,
                               request: ListOffsetsRequest) -> ListOffsetsResponse:
     """Answer ListOffsets for every requested partition."""
     committed = request.version >= 2 and request.isolation_level == 1
-    await engine.leadership.ready_named(ctx, request.topics)
+    await engine.leadership.ready_named(
+        ctx, ((t.name, (p.partition_index for p in t.partitions)) for t in request.topics))
     topics = []
     for topic in request.topics:
         partitions = []

@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
-from kafka.protocol.producer import ProduceResponse
+from kafka.protocol.api_data import ApiData
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from broker_core import metrics
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Admitted, Appended, Engine
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.protocol import received_bytes
 from broker_core.stages import Later
 from broker_core.storage.errors import AppendFenced
 from broker_core.storage_faults import WriteKind
@@ -20,14 +21,17 @@ from broker_core.storage_faults import WriteKind
 log = logging.getLogger(__name__)
 _Topic = ProduceResponse.TopicProduceResponse
 _Partition = _Topic.PartitionProduceResponse
+_Wait = tuple[list[_Partition], int, 'asyncio.Future[None]']
+"""A partition's answer still to settle: its topic's answers, its place there, its wait."""
 
 
-def _failed(index: int, code: ErrorCode, message: str | None) -> Any:
+def _failed(index: int, code: ErrorCode, message: str | None) -> _Partition:
     return _Partition(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
                       log_start_offset=-1, record_errors=[], error_message=message)
 
 
-def _admit(engine: Engine, ctx: RequestContext, name: str, index: int, records: Any,
+def _admit(engine: Engine, ctx: RequestContext, name: str, index: int,
+           records: bytes | ApiData | None,
            acks: int, version: int) -> Admitted:
     internal = engine.internal_name(ctx, name)
     engine.check_writable(internal)
@@ -38,17 +42,18 @@ def _admit(engine: Engine, ctx: RequestContext, name: str, index: int, records: 
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
     if records is None:
         raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
-    return engine.admit(internal, index, records, acks, version)
+    return engine.admit(internal, index, received_bytes(records), acks, version)
 
 
-def _refused(ctx: RequestContext, name: str, index: int, error: KafkaApiError) -> Any:
+def _refused(ctx: RequestContext, name: str, index: int,
+             error: KafkaApiError) -> _Partition:
     if error.code != ErrorCode.KAFKA_STORAGE_ERROR:  # that one is logged once per cause
         log.info("produce to %s-%d from %s refused: %s", name, index, ctx.client_id,
                  error.message)
     return _failed(index, error.code, error.message)
 
 
-def _stored(index: int, appended: Appended) -> Any:
+def _stored(index: int, appended: Appended) -> _Partition:
     return _Partition(index=index, error_code=0, base_offset=appended.base_offset,
                       log_append_time_ms=appended.log_append_time,
                       log_start_offset=appended.log_start_offset, record_errors=[],
@@ -56,18 +61,19 @@ def _stored(index: int, appended: Appended) -> Any:
 
 
 async def handle_produce(engine: Engine, ctx: RequestContext,
-                         request: Any) -> Any | Later[Any] | None:
+                         request: ProduceRequest
+                         ) -> ProduceResponse | Later[ProduceResponse] | None:
     """Append every partition's batch (the dispatch stage: offsets are assigned in request
     order, see :mod:`broker_core.stages`; it waits for the claim of a partition that
     belongs here and is not claimed yet, whose batches could only be refused without it,
     and for the work on a batch's records a topic's configs need, done in an executor
     thread); the wait for commits or fsyncs is the waiting stage."""
     started = time.perf_counter()
-    await engine.leadership.ready_named(ctx, request.topic_data, partitions="partition_data",
-                                        index="index")
+    await engine.leadership.ready_named(
+        ctx, ((t.name, (p.index for p in t.partition_data)) for t in request.topic_data))
     acks: int = request.acks
     topics = []
-    waits: list[tuple[list[Any], int, asyncio.Future[None]]] = []
+    waits: list[_Wait] = []
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
@@ -98,8 +104,8 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
     return response
 
 
-async def _when_durable(engine: Engine, waits: list[tuple[list[Any], int, asyncio.Future[None]]],
-                        response: Any, started: float) -> Any:
+async def _when_durable(engine: Engine, waits: list[_Wait], response: ProduceResponse,
+                        started: float) -> ProduceResponse:
     """A produce's waiting stage: each partition answered once its append is durable, or
     with the error of its failed commit or fsync."""
     queued = time.perf_counter()
