@@ -109,9 +109,10 @@ class BrokerConfig(BaseModel):
     validate_records: Annotated[bool, key(
         "validateRecords",
         "walk every record of a produced batch, as Kafka does, and answer INVALID_RECORD for "
-        "one that does not parse (costs about 3 us a record, plus inflating compressed "
-        "batches, at most to 64 MiB; off: the records are opaque and only the batch header "
-        "and CRC are checked)")] = False
+        "one that does not parse, so that no batch that stalls consumers is acknowledged "
+        "(in C, a few ns a record when `make` built the walker, else in Python, about 3 us; "
+        "plus inflating compressed batches, at most to 64 MiB; off: the records are opaque "
+        "and only the batch header and CRC are checked)")] = True
     allow_auto_topic_creation: Annotated[bool, key(
         "allowAutoTopicCreation",
         "create topics on Metadata/Produce for unknown names")] = True
