@@ -32,7 +32,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # start that it walks in Python, and the test that wants the library loaded fails.
 NATIVE_SRC := broker_core/native/record_walk.c
 NATIVE := $(VENV)/lib/edge_broker_record_walk.so
-NATIVE_CFLAGS ?= -O2 -std=c99 -Wall -Wextra
+NATIVE_CFLAGS ?= -O2 -std=c11 -Wall -Wextra
 
 PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
 BASE_STAMP := $(VENV)/.installed-$(PYPROJECT_HASH)

@@ -49,7 +49,7 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> NativeWalker:
     if compiler is None:
         pytest.skip(f"no C compiler, no native walker ({NOTE})")
     library = tmp_path_factory.mktemp("native") / "record_walk.so"
-    subprocess.run([compiler, "-O2", "-std=c99", "-shared", "-fPIC", "-o", str(library),
+    subprocess.run([compiler, "-O2", "-std=c11", "-shared", "-fPIC", "-o", str(library),
                     str(SOURCE)], check=True)
     walker, note = load(str(library))
     assert walker is not None, note

@@ -1,17 +1,22 @@
 /* Walk the records of a v2 batch, as broker_core/record_check.py's _walk does, in C.
  *
- * record_walk(buf, end, pos, count, keyed, out) walks the records in buf[pos:end] and
- * returns 0 when each one parses (its length frames it exactly, its fields fit, offset
- * deltas run 0..n-1, the count matches and, with keyed, each record has a key), or an
- * error code (enum below) with out[0] = the failing record's index and out[1] = the
- * position where that record starts (for the count check: where the walk ended).
+ * record_walk_object(obj, pos, count, keyed) walks the records in obj[pos:] (obj: any
+ * contiguous buffer: bytes, bytearray, memoryview) and returns 0 when each one parses (its
+ * length frames it exactly, its fields fit, offset deltas run 0..n-1, the count matches
+ * and, with keyed, each record has a key), or an error code (enum below); then
+ * record_walk_failure(out) gives the failing record's index (out[0]) and the position
+ * where it starts (out[1]; for the count check: where the walk ended), kept per thread.
  * Python re-walks that one record to word the error, so the messages live in Python.
+ * Loaded with ctypes.PyDLL (the GIL held): the buffer is taken with CPython's buffer API,
+ * declared here (stable ABI since 3.11) so that no Python headers are needed; the
+ * interpreter that loads the library provides the symbols.
  *
  * Hostile input: every read is bounds-checked against end; varints stop at 10 bytes;
  * values that do not fit 64 bits saturate to INT64_MIN / INT64_MAX (every check compares
  * them with buffer sizes or small numbers, so the verdict is the one Python's exact
  * integers give); lengths are compared with the bytes left, never added blindly.
  */
+#include <stddef.h>
 #include <stdint.h>
 
 enum {
@@ -78,7 +83,7 @@ static int skip_sized(const uint8_t *buf, int64_t end, int64_t *pos, int nullabl
 
 #define TRY(call) do { rc = (call); if (rc != WALK_OK) goto fail; } while (0)
 
-int record_walk(const uint8_t *buf, int64_t end, int64_t pos, int64_t count, int keyed,
+static int walk(const uint8_t *buf, int64_t end, int64_t pos, int64_t count, int keyed,
                 int64_t *out)
 {
     int64_t index = 0, start = pos, value, stop, headers, h, probe;
@@ -134,4 +139,41 @@ fail:
     out[0] = index;
     out[1] = start;
     return rc;
+}
+
+/* CPython's Py_buffer and the two calls that fill and release it. */
+typedef struct {
+    void *buf;
+    void *obj;
+    ptrdiff_t len;
+    ptrdiff_t itemsize;
+    int readonly;
+    int ndim;
+    char *format;
+    ptrdiff_t *shape;
+    ptrdiff_t *strides;
+    ptrdiff_t *suboffsets;
+    void *internal;
+} py_buffer;
+extern int PyObject_GetBuffer(void *obj, py_buffer *view, int flags);
+extern void PyBuffer_Release(py_buffer *view);
+#define PYBUF_SIMPLE 0  /* contiguous bytes, else BufferError */
+
+static _Thread_local int64_t failed_at[2];
+
+int record_walk_object(void *obj, int64_t pos, int64_t count, int keyed)
+{
+    py_buffer view;
+    int rc;
+    if (PyObject_GetBuffer(obj, &view, PYBUF_SIMPLE) != 0)
+        return -1;  /* the exception is set: ctypes raises it */
+    rc = walk((const uint8_t *)view.buf, (int64_t)view.len, pos, count, keyed, failed_at);
+    PyBuffer_Release(&view);
+    return rc;
+}
+
+void record_walk_failure(int64_t *out)
+{
+    out[0] = failed_at[0];
+    out[1] = failed_at[1];
 }
