@@ -19,6 +19,9 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from broker_core.batches import read_header
 from broker_core.record_check import Buffer, MalformedBatch, records_buffer, walk_records
 from broker_core.record_walk import LIBRARY_ENV, NATIVE, NOTE, NativeWalker, load
+from tests.broker_process import BrokerProcess
+from tests.raw import RawConnection, record_batch, resealed
+from tests.test_bad_input import INVALID_RECORD, create, latest_offset, produce
 
 SOURCE = Path(__file__).parent.parent / "broker_core" / "native" / "record_walk.c"
 
@@ -209,3 +212,29 @@ def test_a_strided_view_is_walked_in_python(native: NativeWalker) -> None:
     strided = memoryview(bytes(b for byte in buf for b in (byte, 0)))[::2]
     assert native.walk(strided, start, count, False) is False
     assert _outcome(strided, start, count, False, native) is None
+
+
+@pytest.mark.parametrize("library", ["as loaded", "missing"])
+def test_the_broker_says_which_walker_runs_and_refuses_garbage_either_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, topic_name: str,
+        library: str) -> None:
+    if library == "missing":
+        monkeypatch.setenv(LIBRARY_ENV, str(tmp_path / "absent.so"))
+        expected = "validateRecords walks records in Python"
+    elif NATIVE is None:
+        pytest.skip(NOTE)
+    else:
+        expected = f"validateRecords walks records in C ({NATIVE.path})"
+    broker = BrokerProcess(tmp_path / "data").start()  # validateRecords by default
+    try:
+        assert expected in broker.wait_for_log("validateRecords walks")
+        conn = RawConnection(broker.port)
+        assert create(conn, topic_name) == 0
+        spoiled = bytearray(record_batch(3))
+        spoiled[61:] = b"\xff" * (len(spoiled) - 61)
+        assert produce(conn, topic_name, resealed(spoiled)).error_code == INVALID_RECORD
+        assert produce(conn, topic_name, record_batch(3)).error_code == 0
+        assert latest_offset(conn, topic_name) == 3
+        conn.close()
+    finally:
+        broker.stop()
