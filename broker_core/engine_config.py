@@ -24,7 +24,7 @@ class EngineConfig:
     broker_id: int = 0
     cluster_id: str = "edge-broker"
     allow_auto_topic_creation: bool = True
-    validate_records: bool = False
+    validate_records: bool = True
     default_num_partitions: int = 1
     flush_interval_messages: int = 2**63 - 1
     flush_interval_ms: int = 1000

@@ -12,6 +12,7 @@ import ssl
 import uuid
 from collections.abc import Callable
 
+from broker_core import record_walk
 from broker_core.apis import engine_apis
 from broker_core.cluster.service import ClusterConfig
 from broker_core.context import Endpoint, Operation, RequestContext, ResourceType
@@ -230,6 +231,9 @@ class BrokerApp:
         notice = token_expiration_notice(config, validator)
         if notice is not None:
             log.info("%s", notice)
+        if config.validate_records:
+            (log.info if record_walk.NATIVE is not None else log.warning)(
+                "%s", record_walk.NOTE)
         self.servers: list[tuple[ListenerSpec, ListenerServer]] = []
         self.advertised: dict[str, Endpoint] = {}
         self.stopping = asyncio.Event()

@@ -111,9 +111,11 @@ class BrokerConfig(BaseModel):
     validate_records: Annotated[bool, key(
         "validateRecords",
         "walk every record of a produced batch, as Kafka does, and answer INVALID_RECORD for "
-        "one that does not parse (costs about 3 us a record, plus inflating compressed "
-        "batches, at most to 64 MiB; off: the records are opaque and only the batch header "
-        "and CRC are checked)")] = False
+        "one that does not parse, so that no batch that stalls consumers is acknowledged "
+        "(in C when `make` built the walker: about 0.03 us a record and 1.5 us a batch; "
+        "else in Python: about 3 us a record; plus inflating compressed batches, at most "
+        "to 64 MiB; off: the records are opaque and only the batch header and CRC are "
+        "checked)")] = True
     allow_auto_topic_creation: Annotated[bool, key(
         "allowAutoTopicCreation",
         "create topics on Metadata/Produce for unknown names")] = True

@@ -46,6 +46,15 @@ def strict_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
     process.stop()
 
 
+@pytest.fixture(scope="module")
+def opaque_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker with ``validateRecords`` off: it stores batches whose records do not parse."""
+    process = BrokerProcess(Path(tmp_path_factory.mktemp("opaque")),
+                            {"validateRecords": "false"}).start()
+    yield process
+    process.stop()
+
+
 def still_serving(broker: BrokerProcess) -> None:
     """A fresh connection still gets ApiVersions and Metadata answered."""
     conn = RawConnection(broker.port)
@@ -203,10 +212,11 @@ def test_a_header_claiming_more_records_than_its_bytes_hold(broker: BrokerProces
     conn.close()
 
 
-def test_timestamp_lookup_past_a_batch_whose_records_do_not_parse(broker: BrokerProcess,
-                                                                  topic_name: str) -> None:
+def test_timestamp_lookup_past_a_batch_whose_records_do_not_parse(
+        opaque_broker: BrokerProcess, topic_name: str) -> None:
     """Without validateRecords such a batch is stored as sent; a timestamp lookup that
     lands on it answers by its header instead of failing the connection."""
+    broker = opaque_broker
     conn = RawConnection(broker.port)
     assert create(conn, topic_name) == 0
     assert produce(conn, topic_name, record_batch(1, timestamp=1_000)).base_offset == 0
@@ -224,9 +234,10 @@ def test_timestamp_lookup_past_a_batch_whose_records_do_not_parse(broker: Broker
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])
 @pytest.mark.parametrize("payload", ["garbage", "bomb"])
 def test_timestamp_lookup_past_a_compressed_batch_that_does_not_inflate(
-        broker: BrokerProcess, topic_name: str, codec: int, payload: str) -> None:
+        opaque_broker: BrokerProcess, topic_name: str, codec: int, payload: str) -> None:
     """Garbage that no codec takes, or a bomb (80 MiB of zeros in a few kB): stored as sent
     without validateRecords, looked up by its header, never inflated past 64 MiB."""
+    broker = opaque_broker
     conn = RawConnection(broker.port)
     assert create(conn, topic_name) == 0
     data = bytes(range(256)) * 8 if payload == "garbage" else BOMBS[codec]()

@@ -150,7 +150,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "kafkaProtocolMap": "",
     "kafkaTenant": "public",
     "kafkaNamespace": "default",
-    "validateRecords": False,
+    "validateRecords": True,
     "allowAutoTopicCreation": True,
     "defaultNumPartitions": 1,
     "dataDir": "./data",
