@@ -23,6 +23,7 @@ from broker_core.appends import AppendPath
 from broker_core.batch_rework import Rework, rework
 from broker_core.batches import BatchHeader
 from broker_core.cluster.service import ClusterService
+from broker_core.compaction.cleaner import LogCleaner
 from broker_core.context import (
     AllowAll,
     Authorizer,
@@ -118,6 +119,7 @@ class Engine:
                                       self.faults)
         self.appends = AppendPath(self.waiters, self.flusher)
         self._retention: asyncio.Task[None] | None = None
+        self._cleaning: asyncio.Task[None] | None = None
         self._checkpoints: asyncio.Task[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
         self._wake_refresher: Callable[[], None] = lambda: None
@@ -157,6 +159,9 @@ class Engine:
         self.transactions.end_group_txn = self.txn_markers.end_group_txn
         self.groups.acquire = self.transactions.acquire = self.cluster.acquire
         self.leadership.coordinators = {OFFSETS_TOPIC: self.groups, TXN_TOPIC: self.transactions}
+        self.cleaner = LogCleaner(logs, self._cleaned_configs, self._writes,
+                                  config.log_cleaner_io_max_bytes_per_second)
+        self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cleaner")
 
     def start(self) -> None:
         """Start background work: periodic fsync and retention."""
@@ -165,6 +170,8 @@ class Engine:
         self.transactions.start()
         loop = asyncio.get_running_loop()
         self._retention = loop.create_task(self._retention_loop())
+        if self.config.log_cleaner_enable:
+            self._cleaning = loop.create_task(self._cleaner_loop())
         self._checkpoints = loop.create_task(self._checkpoint_loop())
         self._refresher = loop.create_task(
             self._refresh_loop(Wakeup(self.logs.feed, CHANGES)))
@@ -196,6 +203,11 @@ class Engine:
                 await self._retention
         self._stopping.set()
         self._wake_refresher()
+        self.cleaner.stopping.set()
+        if self._cleaning is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._cleaning
+        self._cleaner_thread.shutdown(wait=False, cancel_futures=True)
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("stop relaying transaction markers", self.txn_markers.relay.stop),
             ("hand partitions over", self.cluster.leave),
@@ -269,6 +281,31 @@ class Engine:
                 continue
             if removed:
                 log.info("retention removed %d ledgers", removed)
+
+    async def _cleaner_loop(self) -> None:
+        """Run the log cleaner in its thread every ``log_cleaner_backoff_ms``."""
+        loop = asyncio.get_running_loop()
+        interval = self.config.log_cleaner_backoff_ms / 1000
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval)
+                return
+            try:
+                await loop.run_in_executor(self._cleaner_thread, self.cleaner.run_once)
+            except Exception:  # the next round tries again
+                log.exception("the log cleaner failed")
+
+    def _cleaned_configs(self, internal: str) -> Mapping[str, str] | None:
+        """A topic's effective configs for the log cleaner; None for the broker's own
+        topics (they compact their snapshots themselves) and deleted ones."""
+        topic = self.logs.topic(internal)
+        if topic is None or self.is_internal(internal):
+            return None
+        return self.topic_configs(topic.configs)
+
+    def _writes(self, internal: str, index: int) -> bool:
+        """Whether this broker writes the partition (on a cluster: owns it now)."""
+        return not self.logs.cluster.shared or (internal, index) in self.cluster.owned
 
     async def _checkpoint_loop(self) -> None:
         """Snapshot producer state as partitions move on, so a crash replays little; forget

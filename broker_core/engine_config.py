@@ -29,6 +29,9 @@ class EngineConfig:
     flush_interval_messages: int = 2**63 - 1
     flush_interval_ms: int = 1000
     retention_check_interval_ms: int = 300_000
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_io_max_bytes_per_second: int = 50 << 20
     producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS
     producer_id_expiration_check_interval_ms: int = 600_000
     topic_defaults: Mapping[str, str] = field(default_factory=dict)

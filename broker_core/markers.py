@@ -13,17 +13,13 @@ import struct
 import crc32c
 from kafka.record.default_records import DefaultRecordBatch
 
-from broker_core.protocol import uvarint
+from broker_core.protocol import zigzag_varint as _varint
 from broker_core.storage.batch_header import ATTRIBUTES_AT, CRC_AT
 
 ABORT = 0
 COMMIT = 1
 _CONTROL_TRANSACTIONAL = 0x20 | 0x10
 _BATCH_HEADER = struct.Struct(">qiiBIhiqqqhii")
-
-
-def _varint(value: int) -> bytes:
-    return uvarint((value << 1) ^ (value >> 63))  # zigzag
 
 
 def marker_batch(producer_id: int, producer_epoch: int, commit: bool, timestamp: int,

@@ -9,7 +9,7 @@ directory are counted. The edge serves them on
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter("kop_server_requests", "Requests handled, by API.", ["api"])
 REQUEST_LATENCY = Histogram(
@@ -37,3 +37,14 @@ STAGE_HANDLE = PRODUCE_STAGE.labels("handle")
 STAGE_VALIDATE = PRODUCE_STAGE.labels("validate")
 STAGE_APPEND = PRODUCE_STAGE.labels("append")
 STAGE_QUEUED = PRODUCE_STAGE.labels("queued")
+CLEANER_RUNS = Counter(
+    "kop_log_cleaner_runs", "Partitions the log cleaner cleaned (one per cleaning).")
+CLEANER_BYTES_RECLAIMED = Counter(
+    "kop_log_cleaner_bytes_reclaimed", "Bytes the log cleaner removed from compacted topics.")
+CLEANER_DIRTY_RATIO = Gauge(
+    "kop_log_cleaner_dirty_ratio",
+    "Share of a compacted partition's cleanable bytes not cleaned yet, by partition.",
+    ["topic", "partition"])
+CLEANER_MAX_DELAY = Gauge(
+    "kop_log_cleaner_max_compaction_delay_seconds",
+    "How long the oldest not yet cleaned data of any compacted partition has waited.")

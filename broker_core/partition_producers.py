@@ -70,7 +70,7 @@ class PartitionProducers:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
                                 f"producer {header.producer_id} epoch {header.producer_epoch} "
                                 f"is older than {entry.epoch}")
-        last_seq = header.base_sequence + header.record_count - 1
+        last_seq = header.base_sequence + header.last_offset_delta
         if header.producer_epoch == entry.epoch:
             for first, last, base, _last_offset in entry.batches:
                 if (first, last) == (header.base_sequence, last_seq):
@@ -96,8 +96,10 @@ class PartitionProducers:
                 txn_first_offset=entry.txn_first_offset if entry is not None else None)
         last_offset = base_offset + header.last_offset_delta
         if header.base_sequence >= 0:
+            # as Kafka: the offsets a batch covers are its sequences, even once the
+            # log cleaner removed some of its records (or all: it keeps the batch empty)
             entry.batches.append((header.base_sequence,
-                                  header.base_sequence + header.record_count - 1,
+                                  header.base_sequence + header.last_offset_delta,
                                   base_offset, last_offset))
         entry.last_timestamp = timestamp  # as Kafka: the latest batch's, not the largest
         if header.is_transactional and entry.txn_first_offset is None:

@@ -77,6 +77,11 @@ def uvarint(value: int) -> bytes:
     return bytes(out)
 
 
+def zigzag_varint(value: int) -> bytes:
+    """Encode a signed varint the way record fields are (zigzag, then unsigned)."""
+    return uvarint((value << 1) ^ (value >> 63))
+
+
 def parse_header(frame: memoryview, flexible: bool) -> tuple[RequestHeader, int]:
     """Parse the request header; return it and the offset where the body starts.
 

@@ -27,13 +27,13 @@ from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.record_walk import NATIVE, NativeWalker
 from broker_core.storage.batch_header import BATCH_HEADER_SIZE
 
-__all__ = ["MalformedBatch", "check_records", "check_walk", "record_times", "records_buffer",
-           "walk_records"]
+__all__ = ["MalformedBatch", "check_records", "check_walk", "read_varint", "record_times",
+           "records_buffer", "walk_records"]
 
 Buffer = bytes | bytearray | memoryview
 
 
-def _varint(buf: Buffer, pos: int) -> tuple[int, int]:
+def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
     """The zigzag varint at ``pos`` and the position after it."""
     result = shift = 0
     while True:
@@ -49,7 +49,7 @@ def _varint(buf: Buffer, pos: int) -> tuple[int, int]:
 
 def _skip_sized(buf: Buffer, pos: int, what: str, nullable: bool = True) -> int:
     """Skip a varint-length-prefixed field (-1: null when ``nullable``)."""
-    size, pos = _varint(buf, pos)
+    size, pos = read_varint(buf, pos)
     if size < 0 and not (nullable and size == -1):
         raise MalformedBatch(f"{what} length {size}")
     return pos + max(size, 0)
@@ -64,22 +64,22 @@ def _walk(buf: Buffer, pos: int, count: int,
     end = len(buf)
     try:
         while pos < end:
-            length, pos = _varint(buf, pos)
+            length, pos = read_varint(buf, pos)
             stop = pos + length
             if length < 6 or stop > end:
                 raise MalformedBatch(f"record {index} declares {length} bytes; "
                                      f"{end - pos} remain")
             pos += 1  # attributes
-            timestamp_delta, pos = _varint(buf, pos)
-            delta, pos = _varint(buf, pos)
+            timestamp_delta, pos = read_varint(buf, pos)
+            delta, pos = read_varint(buf, pos)
             if delta != index:
                 raise MalformedBatch(f"record {index} has offset delta {delta}")
-            if keyed and _varint(buf, pos)[0] == -1:
+            if keyed and read_varint(buf, pos)[0] == -1:
                 raise MalformedBatch(f"record {index} has no key, and a compacted topic "
                                      "keeps the latest record of each key")
             pos = _skip_sized(buf, pos, "key")
             pos = _skip_sized(buf, pos, "value")
-            headers, pos = _varint(buf, pos)
+            headers, pos = read_varint(buf, pos)
             if headers < 0:
                 raise MalformedBatch(f"record {index} has {headers} headers")
             for _ in range(headers):

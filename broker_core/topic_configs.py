@@ -86,8 +86,8 @@ _KEYS = (
     TopicConfigKey("cleanup.policy", "delete", _policy,
                    "'delete', 'compact' or both, comma-separated",
                    "delete: retention deletes whole ledgers. compact: records must carry a key"
-                   " (INVALID_RECORD otherwise) and retention deletes nothing; the cleaner "
-                   "that keeps only the latest record of each key does not run yet. "
+                   " (INVALID_RECORD otherwise), retention deletes nothing and the log "
+                   "cleaner keeps only the latest record of each key. "
                    "compact,delete: both.", TYPE_LIST, "log.cleanup.policy"),
     _long("retention.ms", "604800000", -1,
           "Ledgers older than this are deleted (-1 keeps them forever).", "log.retention.ms"),

@@ -105,6 +105,9 @@ def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineCon
         flush_interval_messages=config.flush_interval_messages,
         flush_interval_ms=config.flush_interval_ms,
         retention_check_interval_ms=config.log_retention_check_interval_ms,
+        log_cleaner_enable=config.log_cleaner_enable,
+        log_cleaner_backoff_ms=config.log_cleaner_backoff_ms,
+        log_cleaner_io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
         producer_id_expiration_ms=config.producer_id_expiration_ms,
         producer_id_expiration_check_interval_ms=(
             config.producer_id_expiration_check_interval_ms),

@@ -158,6 +158,18 @@ class BrokerConfig(BaseModel):
     log_retention_check_interval_ms: Annotated[int, key(
         "logRetentionCheckIntervalMs",
         "how often retention is applied (ms)", ge=1)] = 300000
+    log_cleaner_enable: Annotated[bool, key(
+        "logCleanerEnable",
+        "run the log cleaner, which keeps the latest record of each key in topics whose "
+        "`cleanup.policy` includes `compact` (Kafka's `log.cleaner.enable`)")] = True
+    log_cleaner_backoff_ms: Annotated[int, key(
+        "logCleanerBackoffMs",
+        "how often the log cleaner looks for partitions to clean (ms; Kafka's "
+        "`log.cleaner.backoff.ms`)", ge=1)] = 15000
+    log_cleaner_io_max_bytes_per_second: Annotated[int, key(
+        "logCleanerIoMaxBytesPerSecond",
+        "most bytes the log cleaner reads and writes per second, together (Kafka's "
+        "`log.cleaner.io.max.bytes.per.second`); 0 = no limit", ge=0)] = 52428800
     max_queued_requests: Annotated[int, key(
         "maxQueuedRequests",
         "requests read ahead per connection", ge=1)] = 500

@@ -1,4 +1,4 @@
-"""The topic configs of compaction as Kafka has them (the cleaner itself is not here yet):
+"""The topic configs of compaction as Kafka has them (the cleaner: test_compaction_*):
 ``cleanup.policy`` (``delete``, ``compact`` or both), ``min.cleanable.dirty.ratio``,
 ``min.compaction.lag.ms``, ``max.compaction.lag.ms``, ``delete.retention.ms``, with
 ``segment.ms``/``segment.bytes``, set at creation and with (Incremental)AlterConfigs, with

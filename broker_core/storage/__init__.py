@@ -36,6 +36,7 @@ from .protocols import (
     Storage,
 )
 from .region import FileRegion
+from .segments import SealedSegment, check_cover
 
 __all__ = [
     "ENGINES",
@@ -58,11 +59,13 @@ __all__ = [
     "PartitionStore",
     "Refreshed",
     "SchemaTooNew",
+    "SealedSegment",
     "Storage",
     "StorageError",
     "TopicExists",
     "TopicInfo",
     "UnknownTopic",
+    "check_cover",
     "log_config_for_topic",
     "open_storage",
     "storage_path_from_url",

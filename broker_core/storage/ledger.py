@@ -20,14 +20,27 @@ from pathlib import Path
 
 from .batch_header import BATCH_HEADER_SIZE, last_offset_delta, max_timestamp
 from .damage import Damage, batch_problem
-from .entry import ENTRY_HEADER_SIZE, ENTRY_HEADER_STRUCT, ENTRY_MAGIC, decode_entry_header
+from .entry import (
+    ENTRY_HEADER_SIZE,
+    ENTRY_HEADER_STRUCT,
+    ENTRY_MAGIC,
+    decode_entry_header,
+    encode_entry_header,
+)
 from .errors import CorruptLedger
 from .metadata import LedgerFacts
+from .model import BatchInfo
 from .region import FileRegion
 
 logger = logging.getLogger(__name__)
 
 LEDGER_SUFFIX = ".ledger"
+CLEANED_SUFFIX = ".cleaned"
+"""A cleaned ledger being written (``<ledger file>.cleaned``): removed at recovery."""
+SWAP_SUFFIX = ".swap"
+"""A cleaned ledger complete and fsynced (``<ledger file>.swap``), about to replace its
+ledger: recovery completes the swap."""
+_WRITE_CHUNK = 1 << 20
 _HEADER_WINDOW = 16 * 1024
 _INDEX_WINDOW = 32 * 1024
 _RECOVERY_WINDOW = 1 << 20
@@ -71,7 +84,8 @@ class EntryMeta:
         return self.position + ENTRY_HEADER_SIZE + self.batch_length
 
 
-def _pwrite_all(fd: int, parts: Sequence[bytes | bytearray], position: int) -> None:
+def _pwrite_all(fd: int, parts: Sequence[bytes | bytearray | memoryview],
+                position: int) -> None:
     views = [memoryview(part) for part in parts if len(part)]
     while views:
         written = os.pwritev(fd, views, position)
@@ -167,6 +181,38 @@ class Ledger:
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         ledger._fd = os.open(ledger.path, flags, 0o644)
         return ledger
+
+    @classmethod
+    def write_cleaned(cls, directory: Path, old: LedgerFacts, batches: Sequence[BatchInfo],
+                      index_interval_bytes: int) -> tuple[Path, LedgerFacts]:
+        """Write ``batches`` (offsets ``[old.first_offset, old.next_offset)``) as the cleaned
+        successor of the ledger ``old`` describes, to ``<its file>.cleaned``, fsynced; return
+        that path and the facts of its content (sealed, synced)."""
+        facts = LedgerFacts(old.ledger_id, old.first_offset, old.first_offset,
+                            created_ms=old.created_ms, sealed=True, synced=True)
+        path = directory / (ledger_file_name(old.ledger_id) + CLEANED_SUFFIX)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            parts: list[bytes | memoryview] = []
+            pending = 0
+            for info in batches:
+                batch = memoryview(info.batch)
+                parts += [encode_entry_header(info.base_offset, info.broker_timestamp,
+                                              len(batch)), batch]
+                pending += ENTRY_HEADER_SIZE + len(batch)
+                facts.note_entry(info.base_offset, info.last_offset, info.max_timestamp,
+                                 info.broker_timestamp, ENTRY_HEADER_SIZE + len(batch))
+                if pending >= _WRITE_CHUNK:
+                    _pwrite_all(fd, parts, facts.size - pending)
+                    parts, pending = [], 0
+            _pwrite_all(fd, parts, facts.size - pending)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        return path, facts
 
     @property
     def ledger_id(self) -> int:

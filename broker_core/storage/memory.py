@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .batch_header import check_append, set_base_offset
@@ -21,6 +21,7 @@ from .fileless import FilelessPartition, FilelessStorage
 from .model import BatchInfo, TopicInfo
 from .protocols import DiskUsage
 from .region import FileRegion
+from .segments import SealedSegment, check_cover
 
 URL = "memory://"
 
@@ -220,6 +221,28 @@ class MemoryPartition(FilelessPartition):
                                     self._config)
             self._drop(count)
             return count
+
+    def sealed_segments(self) -> list[SealedSegment]:
+        with self._lock:
+            self._check_open()
+            return [SealedSegment(s.first_offset, s.first_offset, s.next_offset, s.size,
+                                  s.created_ms, s.max_broker_timestamp)
+                    for s in self._segments[:-1] if s.next_offset > self._log_start]
+
+    def replace_segment(self, segment: SealedSegment, batches: Sequence[BatchInfo]) -> bool:
+        check_cover(segment, batches)
+        stored = [BatchInfo(info.base_offset, info.last_offset, info.max_timestamp,
+                            info.broker_timestamp, bytes(info.batch)) for info in batches]
+        with self._lock:
+            self._check_open()
+            for s in self._segments[:-1]:
+                if s.first_offset == segment.ident:
+                    if (s.next_offset, s.size) != (segment.next_offset, segment.size_bytes):
+                        return False
+                    s.batches = stored
+                    s.size = sum(len(info.batch) for info in stored)
+                    return True
+            return False
 
     def _drop(self, count: int) -> None:
         del self._segments[:count]

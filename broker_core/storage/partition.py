@@ -33,7 +33,7 @@ import os
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,11 +45,12 @@ from .damage_book import DamageBook
 from .entry import ENTRY_HEADER_SIZE, encode_entry_header
 from .errors import DamagedRecords, LogClosed, LogOffline, OffsetOutOfRange
 from .file_kv import FileKeyValues
-from .fsutil import start_writeback
-from .ledger import Ledger, LedgerReader
+from .fsutil import fsync_dir, start_writeback
+from .ledger import SWAP_SUFFIX, Ledger, LedgerReader
 from .model import BatchInfo, wall_clock_ms
 from .recovery import recover
 from .region import FileRegion
+from .segments import SealedSegment, check_cover
 from .timestamps import MaxTimestamps, first_at_or_after
 
 logger = logging.getLogger(__name__)
@@ -317,7 +318,7 @@ class PartitionLog:
                 return iter(())
             ledger = self._use(self._ledgers[self._ledger_index(offset)])
             position = ledger.locate(offset).position
-        return self._iterate(ledger, position)
+        return self._iterate(ledger, position, offset)
 
     def _past_damage(self, offset: int) -> int:
         """``offset``, or the end of the damaged ranges it falls in (internal readers skip
@@ -331,12 +332,23 @@ class PartitionLog:
                     continue
             return offset
 
-    def _iterate(self, ledger: Ledger, position: int) -> Iterator[BatchInfo]:
+    def _iterate(self, ledger: Ledger, position: int, resume: int) -> Iterator[BatchInfo]:
+        """Batches from ``position`` of ``ledger`` (where offset ``resume`` is) on; a ledger
+        the cleaner swapped meanwhile is followed into its successor at the next offset."""
         reader = LedgerReader(ledger, _ITER_WINDOW)
         while True:
             with self._lock:
-                if self._closed or not any(item is ledger for item in self._ledgers):
+                if self._closed:
                     return
+                if not any(item is ledger for item in self._ledgers):
+                    successor = next((item for item in self._ledgers
+                                      if item.ledger_id == ledger.ledger_id), None)
+                    if successor is None:
+                        return
+                    ledger, reader = successor, LedgerReader(successor, _ITER_WINDOW)
+                    position = ledger.walk_end if resume >= ledger.facts.next_offset \
+                        else ledger.locate(resume).position
+                    continue
                 if position >= ledger.walk_end:
                     if ledger is self._ledgers[-1]:
                         return
@@ -358,7 +370,7 @@ class PartitionLog:
                     meta.index, meta.last_offset, meta.max_timestamp, meta.broker_timestamp,
                     batch
                 )
-            position = meta.end
+            position, resume = meta.end, meta.last_offset + 1
 
     def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None:
         """The first batch at or after the log start whose maxTimestamp >= ``timestamp``
@@ -443,6 +455,71 @@ class PartitionLog:
                 len(dropped),
                 self._log_start,
             )
+
+    # -- cleaning ----------------------------------------------------------------------
+
+    def sealed_segments(self) -> list[SealedSegment]:
+        """The sealed ledgers holding offsets at or above the log start, in offset order."""
+        with self._lock:
+            self._check_open()
+            return [SealedSegment(ledger.ledger_id, ledger.facts.first_offset,
+                                  ledger.facts.next_offset, ledger.facts.size,
+                                  ledger.facts.min_broker_timestamp,
+                                  ledger.facts.max_broker_timestamp)
+                    for ledger in self._ledgers[:-1]
+                    if ledger.facts.next_offset > self._log_start]
+
+    def _replaceable(self, segment: SealedSegment) -> int | None:
+        """Where in the ledger list the ledger ``segment`` names is, if it is still as
+        given: sealed, scanned and undamaged (lock held). Its successor is fsynced before
+        the swap, so whether the ledger itself was does not matter."""
+        for i, ledger in enumerate(self._ledgers[:-1]):
+            facts = ledger.facts
+            if ledger.ledger_id == segment.ident:
+                same = (facts.first_offset, facts.next_offset, facts.size) == \
+                    (segment.first_offset, segment.next_offset, segment.size_bytes)
+                sound = facts.sealed and ledger.verified and not ledger.damage
+                return i if same and sound else None
+        return None
+
+    def replace_segment(self, segment: SealedSegment, batches: Sequence[BatchInfo]) -> bool:
+        """Swap a sealed ledger for its cleaned successor (see the Protocol).
+
+        The successor is written to ``<ledger>.cleaned`` and fsynced outside the lock;
+        then, under it, renamed to ``<ledger>.swap`` (the commit point: recovery finishes a
+        swap it finds), the metadata written with the successor's facts, and the swap file
+        renamed over the ledger. Readers holding the old ledger's file keep reading it.
+        """
+        check_cover(segment, batches)
+        with self._lock:
+            self._check_open()
+            i = self._replaceable(segment)
+            if i is None:
+                return False
+            old_facts = self._ledgers[i].facts.copy()
+        temp, facts = Ledger.write_cleaned(self.directory, old_facts, batches,
+                                           self._config.index_interval_bytes)
+        with self._lock:
+            i = self._replaceable(segment) if not self._closed else None
+            if i is None:
+                temp.unlink(missing_ok=True)
+                return False
+            old = self._ledgers[i]
+            swap = old.path.with_name(old.path.name + SWAP_SUFFIX)
+            os.replace(temp, swap)
+            fsync_dir(self.directory)
+            self._ledgers[i] = Ledger(self.directory, facts, self._config.index_interval_bytes)
+            try:
+                self._store_metadata_locked()
+            except BaseException:
+                self._ledgers[i] = old
+                swap.unlink(missing_ok=True)
+                raise
+            os.replace(swap, old.path)
+            fsync_dir(self.directory)
+            self._open_sealed.pop(old.ledger_id, None)
+            old.close()
+        return True
 
     # -- durability --------------------------------------------------------------------
 

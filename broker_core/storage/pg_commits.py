@@ -72,7 +72,7 @@ _FENCED = (
     " WHERE w.epoch IS NOT NULL AND p.owner_epoch <> w.epoch")
 """Of the partitions that did not move, those another owner took (their epoch changed)."""
 
-_INSERT = ("INSERT INTO edge_entries (partition_id, base_offset, last_offset, segment_base,"
+INSERT_ENTRY = ("INSERT INTO edge_entries (partition_id, base_offset, last_offset, segment_base,"
            " broker_ts, max_ts, size, batch) VALUES (%s, %s, %s, %s, %s, %s, %s, %b)")
 """One entry row (sent with the others of the group in one pipeline)."""
 
@@ -304,7 +304,7 @@ class GroupCommitter:
                         for p in entries if p.owner.partition_id in moved]
                 if rows:
                     with conn.cursor() as cursor:
-                        cursor.executemany(_INSERT, rows)
+                        cursor.executemany(INSERT_ENTRY, rows)
         except (OSError, LogClosed) as exc:
             _finish(entries, set(), _as_os_error(exc))
             return

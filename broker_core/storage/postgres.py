@@ -38,7 +38,7 @@ import contextlib
 import errno
 import json
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
@@ -52,12 +52,13 @@ from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange, TopicExist
 from .fileless import FilelessPartition, FilelessStorage
 from .model import BatchInfo, TopicInfo
 from .pg_cluster import PgCluster
-from .pg_commits import GroupCommitter, Pending, Ticket
+from .pg_commits import INSERT_ENTRY, GroupCommitter, Pending, Ticket
 from .pg_database import Conn, Database, unavailable
 from .pg_listen import PgListener
 from .pg_readahead import Buffer, ReadAhead
 from .protocols import NOTHING_CHANGED, DiskUsage, Refreshed
 from .region import FileRegion
+from .segments import SealedSegment, check_cover
 from .topic_table import TopicEntry
 
 
@@ -495,6 +496,58 @@ class PgPartition(FilelessPartition):
                  "c": segment[2]}).fetchone()
         assert row is not None
         self._load(row)
+
+    def sealed_segments(self) -> list[SealedSegment]:
+        """The committed rows of every segment before the one appends go to, by segment."""
+        with self._lock:
+            self._check_open()
+            active, start = self._segment[0], self._log_start
+        with self._db.autocommit() as conn:
+            rows = conn.execute(
+                "SELECT segment_base, min(base_offset), max(last_offset) + 1, sum(size),"
+                " min(broker_ts), max(broker_ts) FROM edge_entries WHERE partition_id = %s"
+                " AND segment_base < %s AND last_offset >= %s GROUP BY segment_base"
+                " ORDER BY segment_base", (self._id, active, start)).fetchall()
+        return [SealedSegment(*(int(str(value)) for value in row)) for row in rows]
+
+    def replace_segment(self, segment: SealedSegment, batches: Sequence[BatchInfo]) -> bool:
+        """Delete the segment's rows and insert ``batches`` in one transaction, only while
+        this broker owns the partition at its epoch and the rows are still as given."""
+        check_cover(segment, batches)
+        with self._lock:
+            self._check_open()
+            epoch = self._owned_epoch()
+        where = ("partition_id = %(p)s AND segment_base = %(s)s AND base_offset >= %(f)s"
+                 " AND base_offset < %(n)s")
+        keys = {"p": self._id, "s": segment.ident, "f": segment.first_offset,
+                "n": segment.next_offset}
+        with self._db.tx() as conn:
+            owned = conn.execute(
+                "SELECT log_start FROM edge_partitions WHERE id = %s AND owner_epoch"
+                " = coalesce(%s, owner_epoch) FOR UPDATE", (self._id, epoch)).fetchone()
+            if owned is None:
+                return False
+            found = conn.execute(
+                f"SELECT min(base_offset), max(last_offset) + 1, sum(size) FROM edge_entries"
+                f" WHERE {where}", keys).fetchone()
+            as_given = (segment.first_offset, segment.next_offset, segment.size_bytes)
+            if found is None or tuple(int(str(v)) for v in found if v is not None) != as_given:
+                return False
+            log_start = int(str(owned[0]))
+            rows = [(self._id, info.base_offset, info.last_offset, segment.ident,
+                     info.broker_timestamp, info.max_timestamp, len(info.batch),
+                     bytes(info.batch)) for info in batches if info.last_offset >= log_start]
+            conn.execute(f"DELETE FROM edge_entries WHERE {where}", keys)
+            if rows:
+                with conn.cursor() as cursor:
+                    cursor.executemany(INSERT_ENTRY, rows)
+            reclaimed = segment.size_bytes - sum(row[6] for row in rows)
+            conn.execute("UPDATE edge_partitions SET size_bytes = size_bytes - %s WHERE id = %s",
+                         (reclaimed, self._id))
+        with self._lock:
+            self._size -= reclaimed
+        self._ahead.drop()
+        return True
 
     def enforce_retention(self) -> int:
         with self._lock:

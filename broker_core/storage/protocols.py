@@ -19,6 +19,7 @@ from .damage import Damage
 from .feed import ChangeFeed
 from .model import BatchInfo, TopicInfo
 from .region import FileRegion
+from .segments import SealedSegment
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,19 @@ class PartitionStore(Protocol):
     def verify_at(self, offset: int) -> None: ...
 
     def start_writeback(self) -> None: ...
+
+    def sealed_segments(self) -> list[SealedSegment]:
+        """The sealed segments holding offsets at or above the log start, in offset order
+        (never the one appends go to): what the log cleaner may rewrite."""
+        ...
+
+    def replace_segment(self, segment: SealedSegment, batches: Sequence[BatchInfo]) -> bool:
+        """Swap every batch of ``segment`` for ``batches``, which cover exactly its
+        offsets (``segments.check_cover``; ValueError otherwise), atomically: a reader sees
+        all old batches or all new ones, and a crash at any point leaves one of the two.
+        False, and nothing changed, when the segment is no longer as given (dropped by
+        retention, damaged, or the partition is no longer this broker's to write)."""
+        ...
 
     def flush(self) -> bool:
         """Make what was appended so far durable; return whether the partition's metadata

@@ -9,6 +9,10 @@ its file (what is gone or garbled becomes damage, never served, never reused); o
 ledger holds are a hole; a ledger overlapping the one before it is set aside
 (``*.dropped``). Ledger files the metadata does not know are adopted after the last listed
 one and removed before it. With no readable metadata the log is rebuilt from its files.
+
+A cleaned ledger left half-written by the log cleaner (``*.ledger.cleaned``) is removed; a
+complete one (``*.ledger.swap``, renamed so once fsynced) replaces its ledger, whose facts
+are then taken from a scan of the new file (the metadata may still describe the old one).
 """
 
 from __future__ import annotations
@@ -22,8 +26,14 @@ from pathlib import Path
 
 from .config import LogConfig
 from .damage import Damage, hole, scan_ledger
-from .fsutil import TEMP_SUFFIX
-from .ledger import Ledger, ledger_file_name, parse_ledger_file_name
+from .fsutil import TEMP_SUFFIX, fsync_dir
+from .ledger import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    Ledger,
+    ledger_file_name,
+    parse_ledger_file_name,
+)
 from .metadata import METADATA_FILE, LedgerFacts, load_metadata
 
 logger = logging.getLogger(__name__)
@@ -56,11 +66,33 @@ class _Recovery:
         self._ledgers: list[Ledger] = []
         self._gaps: list[Damage] = []
         self._next_ledger_id = 1
+        self._swapped: set[int] = set()
+
+    def _finish_swaps(self) -> None:
+        """Remove half-written cleaned ledgers; complete the swaps that were committed."""
+        changed = False
+        for name in sorted(os.listdir(self.directory)):
+            for suffix in (CLEANED_SUFFIX, SWAP_SUFFIX):
+                ledger_id = parse_ledger_file_name(name.removesuffix(suffix))
+                if not name.endswith(suffix) or ledger_id is None:
+                    continue
+                path, changed = self.directory / name, True
+                if suffix == CLEANED_SUFFIX:
+                    logger.info("%s: removing %s (a cleaning cut short)", self.directory, name)
+                    path.unlink(missing_ok=True)
+                else:
+                    logger.info("%s: completing the swap of cleaned ledger %d", self.directory,
+                                ledger_id)
+                    path.replace(self._ledger_path(ledger_id))
+                    self._swapped.add(ledger_id)
+        if changed:
+            fsync_dir(self.directory)
 
     def run(self) -> Recovered:
         """Recover the ledgers; see the module docstring."""
         directory = self.directory
         (directory / (METADATA_FILE + TEMP_SUFFIX)).unlink(missing_ok=True)
+        self._finish_swaps()
         on_disk: set[int] = set()
         for name in os.listdir(directory):
             ledger_id = parse_ledger_file_name(name)
@@ -180,6 +212,14 @@ class _Recovery:
             ledger.facts.created_ms = (
                 ledger.facts.min_broker_timestamp if not ledger.facts.empty else self._clock()
             )
+            rescanned.append(ledger)
+            return ledger
+        if ledger_id in self._swapped:  # a cleaned ledger: its facts come from its file
+            ledger = Ledger(directory, LedgerFacts(ledger_id, facts.first_offset,
+                                                   facts.first_offset,
+                                                   created_ms=facts.created_ms), interval)
+            ledger.recover(0)
+            ledger.facts.sealed = True
             rescanned.append(ledger)
             return ledger
         ledger = Ledger(directory, facts, interval)

@@ -1,0 +1,49 @@
+"""Sealed segments as the log cleaner sees them, and the rule every engine checks before
+it swaps a segment's batches for cleaned ones.
+
+A *segment* is a sealed ledger (file engine) or a sealed run of rows or batches (the
+other engines): never the one appends go to. The cleaner reads a segment's batches,
+rewrites them and hands back a list that covers exactly the segment's offsets, one batch
+after another (what it removed is covered by empty filler batches), so every engine keeps
+its offsets continuous and every kept record keeps its offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .batch_header import base_offset, check_append, last_offset_delta
+from .model import BatchInfo
+
+
+@dataclass(frozen=True, slots=True)
+class SealedSegment:
+    """One sealed segment of a partition: ``[first_offset, next_offset)``."""
+
+    ident: int
+    """Which segment of the engine (a ledger id, or the segment's base offset)."""
+    first_offset: int
+    next_offset: int
+    size_bytes: int
+    min_broker_timestamp: int
+    """When the broker appended its oldest batch (ms; -1 if unknown)."""
+    max_broker_timestamp: int
+    """When the broker appended its newest batch (ms)."""
+
+
+def check_cover(segment: SealedSegment, batches: Sequence[BatchInfo]) -> None:
+    """ValueError unless ``batches`` are well formed and cover exactly the offsets of
+    ``segment``, each starting where the one before ends."""
+    expected = segment.first_offset
+    for info in batches:
+        check_append(info.batch, last_offset_delta(info.batch))
+        if info.base_offset != expected or base_offset(info.batch) != expected:
+            raise ValueError(f"a batch at {info.base_offset} where {expected} was expected")
+        if info.last_offset != expected + last_offset_delta(info.batch):
+            raise ValueError(f"the batch at {expected} ends at {info.last_offset}, not where "
+                             "its header says")
+        expected = info.last_offset + 1
+    if expected != segment.next_offset:
+        raise ValueError(f"the batches end at {expected}, the segment at "
+                         f"{segment.next_offset}")
