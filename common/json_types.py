@@ -1,0 +1,23 @@
+"""JSON documents as types: what ``json.loads`` returns and ``json.dumps`` accepts.
+
+``JsonValue`` is exact for parsed documents; code that reads one narrows with
+``isinstance`` before use. ``JsonObject`` is the common case of a document whose top
+level is an object (OAuth discovery, JWKS, token answers, JWT claims, stored metadata).
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
+"""Any JSON value."""
+
+JsonObject: TypeAlias = "dict[str, JsonValue]"
+"""A JSON object."""
+
+
+def json_number(value: JsonValue) -> float | None:
+    """``value`` as a float when it is a JSON number (not a boolean), else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
