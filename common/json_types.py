@@ -21,3 +21,19 @@ def json_number(value: JsonValue) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     return None
+
+
+def json_field(document: JsonValue, key: str) -> JsonValue:
+    """``document[key]``: TypeError unless ``document`` is an object, KeyError if absent."""
+    if not isinstance(document, dict):
+        raise TypeError(f"expected a JSON object, got {type(document).__name__}")
+    return document[key]
+
+
+def json_int(value: JsonValue) -> int:
+    """``int(value)`` for a number or string (ValueError if it does not parse), else
+    TypeError."""
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError(f"expected a number, got {type(value).__name__}")
+
