@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TypeAlias
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
-"""Any JSON value."""
+"""A JSON value of whatever kind."""
 
 JsonObject: TypeAlias = "dict[str, JsonValue]"
 """A JSON object."""
