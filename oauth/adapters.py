@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from oauth.login import ClientCredentialsLogin
 
@@ -31,7 +30,7 @@ def confluent_oauth_cb(login: ClientCredentialsLogin) -> OAuthCallback:
     return oauth_cb
 
 
-def confluent_config(login: ClientCredentialsLogin) -> dict[str, Any]:
+def confluent_config(login: ClientCredentialsLogin) -> dict[str, str | OAuthCallback]:
     """The confluent-kafka settings for an OAUTHBEARER login through ``login``
     (add ``bootstrap.servers`` and ``security.protocol``)."""
     return {"sasl.mechanisms": "OAUTHBEARER", "oauth_cb": confluent_oauth_cb(login)}

@@ -8,10 +8,14 @@ import ipaddress
 import json
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+from common.json_types import JsonObject
 from oauth.discovery import WELL_KNOWN_PATH
+
+if TYPE_CHECKING:
+    from oauth.dev_issuer import JwksDocument
 
 MAX_BODY_BYTES = 64 * 1024
 
@@ -21,16 +25,16 @@ class Endpoints(Protocol):
 
     def count(self, name: str) -> None: ...
 
-    def discovery(self) -> dict[str, Any]: ...
+    def discovery(self) -> JsonObject: ...
 
-    def jwks(self) -> dict[str, Any]: ...
+    def jwks(self) -> JwksDocument: ...
 
-    def stats(self) -> dict[str, Any]: ...
+    def stats(self) -> dict[str, int | list[str]]: ...
 
     def rotate(self, drop_previous: bool = False) -> str: ...
 
     def token_response(self, form: Mapping[str, list[str]],
-                       authorization: str | None) -> tuple[int, dict[str, Any]]: ...
+                       authorization: str | None) -> tuple[int, JsonObject]: ...
 
 
 def is_loopback(host: str) -> bool:
@@ -59,11 +63,12 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "edge-dev-issuer/1"
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         """Quiet: tests and users read the ready line, not an access log."""
 
-    def _send(self, status: int, body: Mapping[str, Any],
+    def _send(self, status: int, body: Mapping[str, object],
               headers: Mapping[str, str] | None = None) -> None:
+        # ``object``: json.dumps takes any document; Endpoints' types say what is sent.
         payload = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

@@ -28,15 +28,22 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 from urllib.parse import unquote_plus
 
 from joserfc import jwt as jose_jwt
 from joserfc.jwk import RSAKey
 
+from common.json_types import JsonObject
 from oauth.dev_http import IssuerServer, is_loopback
 
 ALGORITHM = "RS256"
+
+
+class JwksDocument(TypedDict):
+    """A published JSON Web Key Set (public keys as joserfc writes them)."""
+
+    keys: list[dict[str, str | list[str]]]
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,7 @@ class SigningKeys:
             self._current = fresh
         return str(fresh.kid)
 
-    def public_jwks(self) -> dict[str, Any]:
+    def public_jwks(self) -> JwksDocument:
         """The JWKS document: the current key and the retired keys within their grace."""
         now = time.time()
         with self._lock:
@@ -165,17 +172,17 @@ class DevIssuer:
 
     # -- tokens --------------------------------------------------------------------------
 
-    def sign(self, claims: Mapping[str, Any], *, key: RSAKey | None = None,
+    def sign(self, claims: Mapping[str, object], *, key: RSAKey | None = None,
              kid: str | None = None) -> str:
         """Sign ``claims`` as they are (tests use it for bad tokens); default: current key."""
         signer = key or self.keys.current
         header = {"alg": ALGORITHM, "typ": "JWT", "kid": kid or signer.kid}
         return jose_jwt.encode(header, dict(claims), signer)
 
-    def claims_for(self, client: DevClient, scope: str | None) -> dict[str, Any]:
+    def claims_for(self, client: DevClient, scope: str | None) -> JsonObject:
         """The claims of a token issued now to ``client``."""
         now = int(time.time())
-        claims: dict[str, Any] = {
+        claims: JsonObject = {
             "iss": self.url, "sub": client.client_id, "aud": self.audience, "iat": now,
             "nbf": now, "exp": now + self.token_lifetime_seconds, "jti": uuid.uuid4().hex,
             "client_id": client.client_id,
@@ -198,21 +205,21 @@ class DevIssuer:
         with self._stats_lock:
             self._counts[name] = self._counts.get(name, 0) + 1
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, int | list[str]]:
         """Request counts and the published kids."""
         with self._stats_lock:
             counts = dict(self._counts)
         names = ("discovery_requests", "jwks_requests", "token_requests", "token_errors",
                  "rotations")
-        result: dict[str, Any] = {name: counts.get(name, 0) for name in names}
-        result["kids"] = [k["kid"] for k in self.jwks()["keys"]]
+        result: dict[str, int | list[str]] = {name: counts.get(name, 0) for name in names}
+        result["kids"] = [str(k["kid"]) for k in self.jwks()["keys"]]
         return result
 
-    def jwks(self) -> dict[str, Any]:
+    def jwks(self) -> JwksDocument:
         """The published keys."""
         return self.keys.public_jwks()
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> JsonObject:
         """The discovery document."""
         return {
             "issuer": self.url,
@@ -229,7 +236,7 @@ class DevIssuer:
     # -- the token endpoint --------------------------------------------------------------
 
     def token_response(self, form: Mapping[str, list[str]],
-                       authorization: str | None) -> tuple[int, dict[str, Any]]:
+                       authorization: str | None) -> tuple[int, JsonObject]:
         """Answer a token request: (HTTP status, JSON body)."""
         self.count("token_requests")
         try:
@@ -239,7 +246,7 @@ class DevIssuer:
             return refusal.status, {"error": refusal.error,
                                     "error_description": refusal.description}
         token = self.sign(self.claims_for(client, scope))
-        body: dict[str, Any] = {"access_token": token, "token_type": "Bearer",
+        body: JsonObject = {"access_token": token, "token_type": "Bearer",
                                 "expires_in": self.token_lifetime_seconds}
         if scope:
             body["scope"] = scope

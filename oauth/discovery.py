@@ -7,6 +7,7 @@ section 4.3), so that a token's ``iss`` can be compared with the configured valu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from oauth.errors import FetchError
@@ -31,7 +32,7 @@ def discovery_url(issuer: str) -> str:
     return issuer.rstrip("/") + WELL_KNOWN_PATH
 
 
-def _optional_url(document: dict[str, object], name: str, where: str) -> str | None:
+def _optional_url(document: Mapping[str, object], name: str, where: str) -> str | None:
     value = document.get(name)
     if value is None:
         return None

@@ -12,9 +12,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 from urllib.parse import urlsplit
 
+from common.json_types import JsonObject, JsonValue
 from oauth.errors import FetchError
 
 MAX_RESPONSE_BYTES = 1024 * 1024
@@ -30,10 +31,11 @@ class HttpResponse:
     status: int
     body: bytes
 
-    def json(self) -> Any:
+    def json(self) -> JsonValue:
         """The body parsed as JSON; raises FetchError when it is not JSON."""
         try:
-            return json.loads(self.body)
+            parsed: JsonValue = json.loads(self.body)
+            return parsed
         except (UnicodeDecodeError, json.JSONDecodeError):
             raise FetchError(f"HTTP {self.status} answer is not JSON") from None
 
@@ -46,8 +48,12 @@ def check_http_url(url: str, what: str) -> str:
     return url
 
 
-def _read_capped(stream: Any) -> bytes:
-    body: bytes = stream.read(MAX_RESPONSE_BYTES + 1)
+class _Readable(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+def _read_capped(stream: _Readable) -> bytes:
+    body = stream.read(MAX_RESPONSE_BYTES + 1)
     if len(body) > MAX_RESPONSE_BYTES:
         raise FetchError(f"answer larger than {MAX_RESPONSE_BYTES} bytes")
     return body
@@ -74,7 +80,7 @@ def request(url: str, *, timeout: float, data: bytes | None = None,
         raise FetchError(f"cannot reach {url}: {exc}") from None
 
 
-def get_json_object(url: str, *, timeout: float) -> dict[str, Any]:
+def get_json_object(url: str, *, timeout: float) -> JsonObject:
     """GET a JSON object; raise FetchError unless the answer is 200 with a JSON object."""
     answer = request(url, timeout=timeout)
     if answer.status != 200:

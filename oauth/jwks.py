@@ -19,11 +19,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import jwt
 
+from common.json_types import JsonValue
 from oauth.errors import FetchError, KeysUnavailable, TokenInvalid
+from oauth.keys import PublicKey
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +38,9 @@ MAX_KEYS = 100
 class KeySet:
     """The usable signing keys of one fetched JWKS, as JSON objects."""
 
-    keys: tuple[Mapping[str, Any], ...]
+    keys: tuple[Mapping[str, JsonValue], ...]
     fetched_at: float
-    verifiers: dict[tuple[str | None, str], Any] = field(default_factory=dict, compare=False)
+    verifiers: dict[tuple[str | None, str], PublicKey] = field(default_factory=dict, compare=False)
     """Key objects built from ``keys``, by (kid, alg)."""
 
     @property
@@ -48,7 +49,7 @@ class KeySet:
         return tuple(str(k["kid"]) for k in self.keys if isinstance(k.get("kid"), str))
 
 
-def parse_key_set(document: Mapping[str, Any], fetched_at: float) -> KeySet:
+def parse_key_set(document: Mapping[str, JsonValue], fetched_at: float) -> KeySet:
     """Keep the entries of a JWKS document that can verify signatures; raise FetchError."""
     entries = document.get("keys")
     if not isinstance(entries, list):
@@ -62,7 +63,7 @@ def parse_key_set(document: Mapping[str, Any], fetched_at: float) -> KeySet:
     return KeySet(tuple(usable[:MAX_KEYS]), fetched_at)
 
 
-def _fits(entry: Mapping[str, Any], alg: str) -> bool:
+def _fits(entry: Mapping[str, JsonValue], alg: str) -> bool:
     if entry.get("alg") not in (None, alg):
         return False
     if entry.get("kty") != _FAMILY.get(alg[:2]):
@@ -73,7 +74,7 @@ def _fits(entry: Mapping[str, Any], alg: str) -> bool:
 class JwksCache:
     """Signing keys from ``load`` (which returns a JWKS document or raises FetchError)."""
 
-    def __init__(self, load: Callable[[], Mapping[str, Any]], *,
+    def __init__(self, load: Callable[[], Mapping[str, JsonValue]], *,
                  refresh_min_seconds: float = 10.0, retry_seconds: float = 1.0,
                  max_age_seconds: float = 3600.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -89,7 +90,7 @@ class JwksCache:
         self.fetches = 0
         """How many fetches were attempted (for tests and metrics)."""
 
-    def key(self, kid: str | None, alg: str) -> Any:
+    def key(self, kid: str | None, alg: str) -> PublicKey:
         """The verification key for a token header; raise TokenInvalid or KeysUnavailable."""
         keys = self._keys
         found = self._lookup(keys, kid, alg) if keys is not None else None
@@ -106,7 +107,7 @@ class JwksCache:
         finally:
             self._lock.release()
 
-    def _key_locked(self, kid: str | None, alg: str) -> Any:
+    def _key_locked(self, kid: str | None, alg: str) -> PublicKey:
         keys = self._keys
         if keys is None or self._stale(keys) or self._lookup(keys, kid, alg) is None:
             self._maybe_fetch(keys)
@@ -150,7 +151,7 @@ class JwksCache:
             log.info("OAuth signing keys fetched: kid %s", ", ".join(fresh.kids) or "(none)")
         self._keys = fresh
 
-    def _lookup(self, keys: KeySet, kid: str | None, alg: str) -> Any:
+    def _lookup(self, keys: KeySet, kid: str | None, alg: str) -> PublicKey | None:
         cached = keys.verifiers.get((kid, alg))
         if cached is not None:
             return cached
@@ -161,8 +162,10 @@ class JwksCache:
         if len(candidates) != 1:
             return None
         try:
-            verifier = jwt.PyJWK(dict(candidates[0]), algorithm=alg).key
+            verifier: object = jwt.PyJWK(dict(candidates[0]), algorithm=alg).key
         except (jwt.PyJWTError, ValueError, TypeError, KeyError):
             return None
+        if not isinstance(verifier, PublicKey):
+            return None  # a private JWK in a key set: it cannot verify, so it does not fit
         keys.verifiers[(kid, alg)] = verifier
         return verifier

@@ -16,15 +16,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
 
 import jwt
 
+from common.json_types import JsonObject, JsonValue, json_number
 from oauth.discovery import discover
 from oauth.errors import FetchError, TokenInvalid
 from oauth.http import get_json_object
 from oauth.jwks import JwksCache
 from oauth.jwt_checks import decode_verified
+from oauth.keys import PublicKey
 from oauth.settings import ValidatorSettings
 from sasl.types import ValidatedToken
 
@@ -37,7 +38,7 @@ class IssuerKeysLoader:
         self._jwks_uri = settings.jwks_url
         self._timeout = settings.http_timeout_seconds
 
-    def __call__(self) -> Mapping[str, Any]:
+    def __call__(self) -> JsonObject:
         if self._jwks_uri is None:
             assert self._issuer is not None
             metadata = discover(self._issuer, timeout=self._timeout)
@@ -47,7 +48,7 @@ class IssuerKeysLoader:
         return get_json_object(self._jwks_uri, timeout=self._timeout)
 
 
-def granted_scopes(claims: Mapping[str, Any]) -> set[str]:
+def granted_scopes(claims: Mapping[str, JsonValue]) -> set[str]:
     """The scopes of a token: ``scope`` (space-separated string) and ``scp`` (list/string)."""
     granted: set[str] = set()
     for name in ("scope", "scp"):
@@ -95,25 +96,24 @@ class JwksTokenValidator:
         alg, kid = _header(token)
         if alg not in self.settings.algorithms:
             raise TokenInvalid(f"token algorithm {alg[:16]!r} not allowed")
-        claims = self._decode(token, self.keys.key(kid, alg), alg)
+        claims, exp = self._decode(token, self.keys.key(kid, alg), alg)
         self._check_claims(claims)
         principal = claims.get(self.settings.principal_claim)
         if not isinstance(principal, str) or not principal:
             raise TokenInvalid(f"token has no {self.settings.principal_claim!r} claim")
-        exp = claims["exp"]
         return ValidatedToken(principal=principal, expires_at_ms=int(exp * 1000),
                               claims=MappingProxyType(claims))
 
-    def _decode(self, token: str, key: Any, alg: str) -> dict[str, Any]:
+    def _decode(self, token: str, key: PublicKey, alg: str) -> tuple[JsonObject, float]:
         claims = decode_verified(token, key, [alg], leeway=self.settings.clock_skew_seconds,
                                  require=["exp"],
                                  max_lifetime_seconds=self.settings.max_lifetime_seconds)
-        exp = claims.get("exp")
-        if isinstance(exp, bool) or not isinstance(exp, int | float):
+        exp = json_number(claims.get("exp"))
+        if exp is None:
             raise TokenInvalid("malformed token")
-        return claims
+        return claims, exp
 
-    def _check_claims(self, claims: Mapping[str, Any]) -> None:
+    def _check_claims(self, claims: Mapping[str, JsonValue]) -> None:
         settings = self.settings
         if settings.issuer_url is not None and claims.get("iss") != settings.issuer_url:
             raise TokenInvalid("token issuer mismatch")

@@ -6,16 +6,20 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import jwt
 
+from common.json_types import JsonObject, JsonValue
 from oauth.errors import TokenInvalid
+from oauth.keys import PublicKey
+
+VerifyKey = bytes | PublicKey
+"""What a signature is checked with: an HMAC secret or a public key."""
 
 
-def decode_verified(token: str, key: Any, algorithms: Sequence[str], *, leeway: int,
+def decode_verified(token: str, key: VerifyKey, algorithms: Sequence[str], *, leeway: int,
                     require: Sequence[str] = (), max_lifetime_seconds: int = 0
-                    ) -> dict[str, Any]:
+                    ) -> JsonObject:
     """The token's claims once its signature, ``exp`` and ``nbf`` check out, every claim
     in ``require`` is present, and (with ``max_lifetime_seconds`` > 0) its lifetime is no
     longer than that.
@@ -23,7 +27,7 @@ def decode_verified(token: str, key: Any, algorithms: Sequence[str], *, leeway: 
     Audience, issuer and subject are the callers' business (their rules differ).
     """
     try:
-        claims: dict[str, Any] = jwt.decode(
+        claims: JsonObject = jwt.decode(
             token, key, algorithms=list(algorithms),
             options={"verify_signature": True, "verify_exp": True, "verify_nbf": True,
                      "verify_iat": False, "verify_aud": False, "verify_iss": False,
@@ -47,7 +51,7 @@ def decode_verified(token: str, key: Any, algorithms: Sequence[str], *, leeway: 
     return claims
 
 
-def _number(claims: Mapping[str, Any], name: str) -> float | None:
+def _number(claims: Mapping[str, JsonValue], name: str) -> float | None:
     value = claims.get(name)
     if value is None:
         return None
@@ -56,7 +60,7 @@ def _number(claims: Mapping[str, Any], name: str) -> float | None:
     return float(value)
 
 
-def check_lifetime(claims: Mapping[str, Any], max_lifetime_seconds: int) -> None:
+def check_lifetime(claims: Mapping[str, JsonValue], max_lifetime_seconds: int) -> None:
     """Refuse a token living longer than ``max_lifetime_seconds``: ``exp`` - ``iat``, or
     ``exp`` - now when it has no ``iat``; a token without ``exp`` lives forever."""
     exp = _number(claims, "exp")

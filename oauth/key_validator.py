@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from common.json_types import JsonObject, JsonValue
 from oauth.errors import TokenInvalid
 from oauth.jwt_checks import decode_verified
 from oauth.keys import PublicKey, load_public_key, load_secret_key
@@ -91,7 +91,7 @@ def _header_algorithm(token: str) -> str:
     return alg
 
 
-def _expiry_ms(claims: Mapping[str, Any]) -> int | None:
+def _expiry_ms(claims: Mapping[str, JsonValue]) -> int | None:
     exp = claims.get("exp")
     if exp is None:
         return None
@@ -139,7 +139,7 @@ class JwtTokenValidator:
             claims=MappingProxyType(claims),
         )
 
-    def _decode(self, token: str) -> dict[str, Any]:
+    def _decode(self, token: str) -> JsonObject:
         settings = self.settings
         claims = decode_verified(token, self._key, self._algorithms,
                                  leeway=settings.leeway_seconds,
@@ -149,7 +149,7 @@ class JwtTokenValidator:
             raise TokenInvalid(f"token has no 'exp' claim{hint}")
         return claims
 
-    def _check_audience(self, claims: Mapping[str, Any]) -> None:
+    def _check_audience(self, claims: Mapping[str, JsonValue]) -> None:
         audience = self.settings.audience
         if audience is None:
             return

@@ -19,11 +19,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import quote_plus, urlencode
 
 import jwt
 
+from common.json_types import JsonObject, JsonValue, json_number
 from oauth.credentials import ClientCredentials, load_credentials
 from oauth.discovery import ProviderMetadata, discover
 from oauth.errors import FetchError, OAuthError
@@ -60,25 +60,20 @@ class AccessToken:
         return self.expires_at - self.obtained_at
 
 
-def unverified_claims(token: str) -> dict[str, Any]:
+def unverified_claims(token: str) -> JsonObject:
     """The claims of a JWT read without checking its signature ({} if it is not one)."""
     try:
-        claims = jwt.decode(token, options={"verify_signature": False})
+        claims: JsonValue = jwt.decode(token, options={"verify_signature": False})
     except (jwt.PyJWTError, ValueError, TypeError):
         return {}
     return claims if isinstance(claims, dict) else {}
 
 
-def _number_or_none(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return None
-
-
-def _error_from(status: int, body: Any) -> OAuthError:
-    if isinstance(body, dict) and isinstance(body.get("error"), str):
-        description = body.get("error_description")
-        return OAuthError(body["error"], description if isinstance(description, str) else "")
+def _error_from(status: int, body: JsonValue) -> OAuthError:
+    fields = body if isinstance(body, dict) else {}
+    error, description = fields.get("error"), fields.get("error_description")
+    if isinstance(error, str):
+        return OAuthError(error, description if isinstance(description, str) else "")
     return OAuthError(REQUEST_FAILED, f"token endpoint answered HTTP {status}")
 
 
@@ -201,17 +196,18 @@ class ClientCredentialsLogin:
             raise _error_from(answer.status, body)
         return self._token_from(body, started)
 
-    def _token_from(self, body: Any, started: float) -> AccessToken:
-        if not isinstance(body, dict) or not isinstance(body.get("access_token"), str) \
-                or not body["access_token"]:
+    def _token_from(self, body: JsonValue, started: float) -> AccessToken:
+        if not isinstance(body, dict):
+            body = {}
+        value = body.get("access_token")
+        if not isinstance(value, str) or not value:
             raise OAuthError(REQUEST_FAILED, "token endpoint answer has no 'access_token'")
         token_type = body.get("token_type", "Bearer")
         if not isinstance(token_type, str) or token_type.lower() != "bearer":
             raise OAuthError(REQUEST_FAILED, f"unsupported token_type {token_type!r}")
-        value: str = body["access_token"]
         claims = unverified_claims(value)
-        expires_in = _number_or_none(body.get("expires_in"))
-        exp = _number_or_none(claims.get("exp"))
+        expires_in = json_number(body.get("expires_in"))
+        exp = json_number(claims.get("exp"))
         limits = [exp] if exp is not None and exp > started else []
         if expires_in is not None and expires_in > 0:
             limits.append(started + expires_in)

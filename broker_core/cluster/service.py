@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from broker_core.cluster.placement import preferred
+from broker_core.cluster.reconcile import ClusterConfig, Leader, plan_reconcile
 from broker_core.cluster.slots import BrokerSlots
 from broker_core.cluster.worker import Worker
 from broker_core.storage import KeyValueStore, StorageError, TopicInfo
@@ -52,6 +53,8 @@ from broker_core.storage.cluster import (
 from broker_core.storage.feed import NO_FEED, REGISTRY, ChangeFeed
 from broker_core.wakeup import Wakeup
 
+__all__ = ["CLAIM_WAIT_S", "FULL_RECONCILE_EVERY", "ClusterConfig", "ClusterService", "Leader"]
+
 log = logging.getLogger(__name__)
 
 _ON_DEMAND_REFRESH_S = 0.1
@@ -65,22 +68,6 @@ CLAIM_WAIT_S = 2.0
 """How long a request waits for the claim of a partition it needs (:meth:`claimed`); past
 it (the registry slow or away) it gets the retriable answer of a broker that does not
 serve the partition."""
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterConfig:
-    """Membership settings (``brokerSessionTimeoutMs``, ``brokerHeartbeatIntervalMs``)."""
-
-    session_timeout_ms: int = 6000
-    heartbeat_ms: int = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Leader:
-    """Who serves a partition, at which leader epoch."""
-
-    broker_id: int
-    epoch: int
 
 
 @dataclass
@@ -432,33 +419,14 @@ class ClusterService:
     async def _reconcile_with_view(self) -> None:
         """On the registry as last read: drop what others took, hand over what belongs
         elsewhere, claim what belongs here."""
-        me = self.me.broker_id
-        owners = self.view.owners
-        # another broker's claim moved the epoch past ours; a registry read older than
-        # a claim of ours (from a request meanwhile) shows a lower epoch: not taken
-        taken = [key for key, epoch in self.owned.items()
-                 if (found := owners.get(key)) is not None and (
-                     found.epoch > epoch or (found.epoch == epoch and found.broker_id != me))]
-        self._lose(taken)
-        live = [b.broker_id for b in self.live_brokers()]
-        counts = self._partition_counts()
-        moves: dict[TopicPartition, int] = {}
-        wanted: list[TopicPartition] = []
-        for key, owner in owners.items():
-            count = counts.get(key[0])
-            if count is None:
-                continue
-            target = preferred(key[0], key[1], count, live, self._pinned(key[0]))
-            if key in self.owned:
-                if target is not None and target != me:
-                    moves[key] = target
-            elif owner.broker_id == me or (target == me and (
-                    owner.broker_id is None or owner.broker_id not in self.view.live)):
-                wanted.append(key)
-        if moves:
-            await self._hand_over(moves)
-        if wanted:
-            await self._claim(wanted)
+        plan = plan_reconcile(self.me.broker_id, self.owned, self.view,
+                              [b.broker_id for b in self.live_brokers()],
+                              self._partition_counts(), self._pinned)
+        self._lose(plan.taken)
+        if plan.moves:
+            await self._hand_over(plan.moves)
+        if plan.wanted:
+            await self._claim(plan.wanted)
 
     async def _hand_over(self, moves: dict[TopicPartition, int]) -> int:
         """Give owned partitions to their brokers; return how many were given."""

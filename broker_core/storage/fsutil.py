@@ -8,7 +8,9 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
+
+from common.json_types import JsonValue
 
 TEMP_SUFFIX = ".tmp"
 
@@ -45,16 +47,18 @@ def write_atomically(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def write_json_atomically(path: Path, document: Any) -> None:
-    """Atomically replace ``path`` with ``document`` as indented JSON."""
+def write_json_atomically(path: Path, document: object) -> None:
+    """Atomically replace ``path`` with ``document`` as indented JSON (``object``: any
+    document json.dumps takes, such as a TypedDict)."""
     text = json.dumps(document, indent=1, sort_keys=True) + "\n"
     write_atomically(path, text.encode("utf-8"))
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path) -> JsonValue:
     """Read a JSON file; FileNotFoundError if absent, ValueError if not JSON."""
     with open(path, "rb") as f:
-        return json.loads(f.read())
+        document: JsonValue = json.loads(f.read())
+    return document
 
 
 def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:

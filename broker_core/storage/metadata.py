@@ -11,12 +11,45 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
+
+from common.json_types import JsonValue, json_field, json_int
 
 from .fsutil import read_json, write_json_atomically
 
 METADATA_FILE = "partition.json"
 FORMAT_VERSION = 1
+
+
+class LedgerJson(TypedDict):
+    """One ledger in ``partition.json``."""
+
+    id: int
+    firstOffset: int
+    nextOffset: int
+    size: int
+    createdMs: int
+    maxTimestamp: int
+    maxTimestampOffset: int
+    minBrokerTimestamp: int
+    maxBrokerTimestamp: int
+    sealed: bool
+    synced: bool
+
+
+class PropertiesJson(TypedDict):
+    """The partition's properties in ``partition.json``."""
+
+    index: int
+    logStartOffset: int
+
+
+class MetadataJson(TypedDict):
+    """The whole ``partition.json`` document."""
+
+    version: int
+    properties: PropertiesJson
+    ledgers: list[LedgerJson]
 
 
 @dataclass
@@ -55,7 +88,7 @@ class LedgerFacts:
         self.next_offset = last + 1
         self.size += entry_size
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LedgerJson:
         return {
             "id": self.ledger_id,
             "firstOffset": self.first_offset,
@@ -71,19 +104,19 @@ class LedgerFacts:
         }
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> LedgerFacts:
+    def from_json(cls, doc: JsonValue) -> LedgerFacts:
         return cls(
-            ledger_id=int(doc["id"]),
-            first_offset=int(doc["firstOffset"]),
-            next_offset=int(doc["nextOffset"]),
-            size=int(doc["size"]),
-            created_ms=int(doc["createdMs"]),
-            max_timestamp=int(doc["maxTimestamp"]),
-            max_timestamp_offset=int(doc["maxTimestampOffset"]),
-            min_broker_timestamp=int(doc["minBrokerTimestamp"]),
-            max_broker_timestamp=int(doc["maxBrokerTimestamp"]),
-            sealed=bool(doc["sealed"]),
-            synced=bool(doc["synced"]),
+            ledger_id=json_int(json_field(doc, "id")),
+            first_offset=json_int(json_field(doc, "firstOffset")),
+            next_offset=json_int(json_field(doc, "nextOffset")),
+            size=json_int(json_field(doc, "size")),
+            created_ms=json_int(json_field(doc, "createdMs")),
+            max_timestamp=json_int(json_field(doc, "maxTimestamp")),
+            max_timestamp_offset=json_int(json_field(doc, "maxTimestampOffset")),
+            min_broker_timestamp=json_int(json_field(doc, "minBrokerTimestamp")),
+            max_broker_timestamp=json_int(json_field(doc, "maxBrokerTimestamp")),
+            sealed=bool(json_field(doc, "sealed")),
+            synced=bool(json_field(doc, "synced")),
         )
 
     def copy(self) -> LedgerFacts:
@@ -98,7 +131,7 @@ class PartitionMetadata:
     log_start_offset: int
     ledgers: list[LedgerFacts] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> MetadataJson:
         return {
             "version": FORMAT_VERSION,
             "properties": {"index": self.next_offset, "logStartOffset": self.log_start_offset},
@@ -106,14 +139,17 @@ class PartitionMetadata:
         }
 
     @classmethod
-    def from_json(cls, doc: Any) -> PartitionMetadata:
+    def from_json(cls, doc: JsonValue) -> PartitionMetadata:
         if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
             raise ValueError("not a partition metadata document of a known version")
         properties = doc["properties"]
+        ledgers = doc["ledgers"]
+        if not isinstance(ledgers, list):
+            raise TypeError("'ledgers' is not a list")
         return cls(
-            next_offset=int(properties["index"]),
-            log_start_offset=int(properties["logStartOffset"]),
-            ledgers=[LedgerFacts.from_json(item) for item in doc["ledgers"]],
+            next_offset=json_int(json_field(properties, "index")),
+            log_start_offset=json_int(json_field(properties, "logStartOffset")),
+            ledgers=[LedgerFacts.from_json(item) for item in ledgers],
         )
 
 

@@ -7,7 +7,9 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
+
+from common.json_types import JsonValue, json_int
 
 _FORMAT_VERSION = 1
 
@@ -32,6 +34,16 @@ class BatchInfo:
     """The record batch bytes (with the assigned base offset)."""
 
 
+class TopicJson(TypedDict):
+    """A topic's metadata file."""
+
+    version: int
+    name: str
+    topicId: str
+    numPartitions: int
+    configs: dict[str, str]
+
+
 @dataclass
 class TopicInfo:
     """A topic as stored: its full internal name, id, partition count and configs."""
@@ -44,7 +56,7 @@ class TopicInfo:
     def copy(self) -> TopicInfo:
         return TopicInfo(self.name, self.topic_id, self.num_partitions, dict(self.configs))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TopicJson:
         return {
             "version": _FORMAT_VERSION,
             "name": self.name,
@@ -54,7 +66,7 @@ class TopicInfo:
         }
 
     @classmethod
-    def from_json(cls, doc: Any) -> TopicInfo:
+    def from_json(cls, doc: JsonValue) -> TopicInfo:
         if not isinstance(doc, dict) or doc.get("version") != _FORMAT_VERSION:
             raise ValueError("not a topic metadata document of a known version")
         configs = doc["configs"]
@@ -63,7 +75,7 @@ class TopicInfo:
         return cls(
             name=str(doc["name"]),
             topic_id=uuid.UUID(str(doc["topicId"])),
-            num_partitions=int(doc["numPartitions"]),
+            num_partitions=json_int(doc["numPartitions"]),
             configs={str(k): str(v) for k, v in configs.items()},
         )
 

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
@@ -44,6 +44,22 @@ class Rejection:
     version: str
     message: str
     at: float
+
+
+class RejectionStatus(TypedDict):
+    """A rejected version in the status document."""
+
+    version: str
+    message: str
+    at: float
+
+
+class NodeStatus(TypedDict):
+    """One node in the status document (``GET /status``)."""
+
+    streams: int
+    acked: dict[str, str]
+    rejected: dict[str, RejectionStatus]
 
 
 @dataclass
@@ -81,7 +97,7 @@ class AdsStatus:
             self._node(node_id).rejections[type_url] = Rejection(version, message, time.time())
             self.nack_count += 1
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, NodeStatus]:
         """Per node: open streams, accepted and rejected versions per type name."""
         with self._lock:
             return {
@@ -110,9 +126,11 @@ class _Stream:
         self.node_id = ""
         self.subscribed: set[str] = set()
         self.sent: dict[str, tuple[str, str]] = {}  # type -> (version, nonce)
-        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.events: queue.Queue[tuple[str, discovery_pb2.DiscoveryRequest | None]] = (
+            queue.Queue())
 
-    def handle(self, request: Any) -> list[Any]:
+    def handle(self, request: discovery_pb2.DiscoveryRequest
+               ) -> list[discovery_pb2.DiscoveryResponse]:
         """Responses to one request from Envoy."""
         if not self.node_id and request.node.id:
             self.node_id = request.node.id
@@ -141,7 +159,7 @@ class _Stream:
             self.status.ack(self.node_id, type_url, request.version_info)
         return []
 
-    def refresh(self) -> list[Any]:
+    def refresh(self) -> list[discovery_pb2.DiscoveryResponse]:
         """Responses for subscribed types whose version moved past what was sent."""
         responses = []
         for type_url in TYPE_ORDER:
@@ -152,7 +170,7 @@ class _Stream:
                 responses.append(self._response(type_url))
         return responses
 
-    def _response(self, type_url: str) -> Any:
+    def _response(self, type_url: str) -> discovery_pb2.DiscoveryResponse:
         resources = self.store.get(type_url)
         assert resources is not None
         nonce = str(next(self._nonces))
@@ -177,8 +195,9 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         self.status = status
 
     def StreamAggregatedResources(
-        self, request_iterator: Iterator[Any], context: grpc.ServicerContext
-    ) -> Iterator[Any]:
+        self, request_iterator: Iterator[discovery_pb2.DiscoveryRequest],
+        context: grpc.ServicerContext,
+    ) -> Iterator[discovery_pb2.DiscoveryResponse]:
         stream = _Stream(self.store, self.status, context.peer())
 
         def refresh() -> None:
@@ -207,7 +226,8 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             stream.close()
 
     def DeltaAggregatedResources(
-        self, request_iterator: Iterator[Any], context: grpc.ServicerContext
-    ) -> Iterator[Any]:
+        self, request_iterator: Iterator[discovery_pb2.DiscoveryRequest],
+        context: grpc.ServicerContext,
+    ) -> Iterator[discovery_pb2.DiscoveryResponse]:
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "use state-of-the-world ADS (GRPC)")
         yield from ()

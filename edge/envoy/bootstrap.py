@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 import yaml
 from envoy.config.bootstrap.v3 import bootstrap_pb2
@@ -20,6 +19,7 @@ from envoy.config.core.v3 import base_pb2, config_source_pb2, grpc_service_pb2, 
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import duration_pb2, json_format
+from google.protobuf.message import Message
 
 from edge.envoy.filters import typed
 from edge.envoy.model import EnvoyPlan, is_ip
@@ -40,14 +40,15 @@ XDS_CLUSTER = "edge-xds"
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 
-def _base(node_id: str, admin_port: int) -> Any:
+def _base(node_id: str, admin_port: int) -> bootstrap_pb2.Bootstrap:
     return bootstrap_pb2.Bootstrap(
         node=base_pb2.Node(id=node_id, cluster=NODE_CLUSTER),
         admin=bootstrap_pb2.Admin(address=socket_address(ADMIN_HOST, admin_port)),
     )
 
 
-def static_bootstrap(plan: EnvoyPlan, admin_port: int, node_id: str) -> Any:
+def static_bootstrap(plan: EnvoyPlan, admin_port: int, node_id: str
+                     ) -> bootstrap_pb2.Bootstrap:
     """A bootstrap with the plan's listeners and clusters."""
     bootstrap = _base(node_id, admin_port)
     bootstrap.static_resources.listeners.extend(listeners(plan))
@@ -55,7 +56,7 @@ def static_bootstrap(plan: EnvoyPlan, admin_port: int, node_id: str) -> Any:
     return bootstrap
 
 
-def _xds_cluster(host: str, port: int) -> Any:
+def _xds_cluster(host: str, port: int) -> cluster_pb2.Cluster:
     options = http_protocol_options_pb2.HttpProtocolOptions(
         explicit_http_config=http_protocol_options_pb2.HttpProtocolOptions.ExplicitHttpConfig(
             http2_protocol_options=protocol_pb2.Http2ProtocolOptions()))
@@ -74,7 +75,8 @@ def _xds_cluster(host: str, port: int) -> Any:
     return cluster
 
 
-def dynamic_bootstrap(xds_host: str, xds_port: int, admin_port: int, node_id: str) -> Any:
+def dynamic_bootstrap(xds_host: str, xds_port: int, admin_port: int, node_id: str
+                      ) -> bootstrap_pb2.Bootstrap:
     """A bootstrap taking listeners and clusters from the ADS server at ``xds_host:port``."""
     bootstrap = _base(node_id, admin_port)
     v3 = config_source_pb2.ApiVersion.V3
@@ -112,7 +114,7 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _represent_str)
 
 
-def message_yaml(message: Any, header: Sequence[str] = ()) -> str:
+def message_yaml(message: Message, header: Sequence[str] = ()) -> str:
     """``message`` as YAML (proto field names), after ``# `` comment lines ``header``."""
     data = json.loads(json_format.MessageToJson(message, preserving_proto_field_name=True))
     body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False,

@@ -17,9 +17,9 @@ FindCoordinator and DescribeCluster responses by node id to the given Envoy addr
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
 
 from edge.envoy.model import BrokerRoute
 
@@ -39,7 +39,7 @@ _F = descriptor_pb2.FieldDescriptorProto
 
 
 def _field(name: str, number: int, kind: _F.Type.ValueType, type_name: str = "",
-           repeated: bool = False, oneof: int | None = None) -> Any:
+           repeated: bool = False, oneof: int | None = None) -> descriptor_pb2.FieldDescriptorProto:
     field = _F(name=name, number=number, type=kind, json_name=_json_name(name),
                label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL)
     if type_name:
@@ -54,7 +54,7 @@ def _json_name(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-def _file_proto() -> Any:
+def _file_proto() -> descriptor_pb2.FileDescriptorProto:
     proto = descriptor_pb2.FileDescriptorProto(name=_FILE, package=_PACKAGE, syntax="proto3")
     broker = proto.message_type.add(name="KafkaBroker")
     broker.field.extend([
@@ -79,7 +79,7 @@ def _file_proto() -> Any:
     return proto
 
 
-def kafka_broker_message_class() -> Any:
+def kafka_broker_message_class() -> type[Message]:
     """The ``KafkaBroker`` message class, declared in the default pool on first use."""
     pool = descriptor_pool.Default()
     try:
@@ -90,11 +90,10 @@ def kafka_broker_message_class() -> Any:
     return message_factory.GetMessageClass(descriptor)
 
 
-def kafka_broker_filter(stat_prefix: str, brokers: Iterable[BrokerRoute]) -> Any:
+def kafka_broker_filter(stat_prefix: str, brokers: Iterable[BrokerRoute]) -> Message:
     """A ``KafkaBroker`` config rewriting every broker id to its advertised (Envoy) address."""
-    message = kafka_broker_message_class()(stat_prefix=stat_prefix)
-    rules = message.id_based_broker_address_rewrite_spec.rules
-    for broker in sorted(brokers, key=lambda b: b.broker_id):
-        rules.add(id=broker.broker_id, host=broker.advertised_host,
-                  port=broker.advertised_port)
-    return message
+    rules = [{"id": broker.broker_id, "host": broker.advertised_host,
+              "port": broker.advertised_port}
+             for broker in sorted(brokers, key=lambda b: b.broker_id)]
+    return kafka_broker_message_class()(
+        stat_prefix=stat_prefix, id_based_broker_address_rewrite_spec={"rules": rules})

@@ -14,7 +14,6 @@ Stats (``GET /stats`` on the admin port), for broker id N:
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
 
 from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.core.v3 import address_pb2, base_pb2, substitution_format_string_pb2
@@ -28,6 +27,7 @@ from envoy.extensions.filters.network.rbac.v3 import rbac_pb2 as rbac_filter_pb2
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.type.v3 import token_bucket_pb2
 from google.protobuf import any_pb2, duration_pb2, wrappers_pb2
+from google.protobuf.message import Message
 
 from edge.envoy.contrib import kafka_broker_filter
 from edge.envoy.model import AccessLog, BrokerRoute, EdgeOptions
@@ -50,18 +50,18 @@ ACCESS_LOG_FORMAT = (
 """One line per closed connection, including connections the filters refused."""
 
 
-def typed(message: Any) -> Any:
+def typed(message: Message) -> any_pb2.Any:
     """``message`` packed into a ``google.protobuf.Any``."""
     packed = any_pb2.Any()
     packed.Pack(message)
     return packed
 
 
-def _filter(name: str, config: Any) -> Any:
+def _filter(name: str, config: Message) -> listener_components_pb2.Filter:
     return listener_components_pb2.Filter(name=name, typed_config=typed(config))
 
 
-def _cidr(text: str) -> Any:
+def _cidr(text: str) -> address_pb2.CidrRange:
     network = ipaddress.ip_network(text, strict=False)
     return address_pb2.CidrRange(
         address_prefix=str(network.network_address),
@@ -69,7 +69,8 @@ def _cidr(text: str) -> Any:
     )
 
 
-def _rbac(stat_prefix: str, action: Any, policy: str, cidrs: tuple[str, ...]) -> Any:
+def _rbac(stat_prefix: str, action: int, policy: str, cidrs: tuple[str, ...]
+          ) -> listener_components_pb2.Filter:
     rules = rbac_rules_pb2.RBAC(action=action)
     rules.policies[policy].CopyFrom(rbac_rules_pb2.Policy(
         permissions=[rbac_rules_pb2.Permission(any=True)],
@@ -80,10 +81,10 @@ def _rbac(stat_prefix: str, action: Any, policy: str, cidrs: tuple[str, ...]) ->
 
 
 def network_filters(broker: BrokerRoute, options: EdgeOptions,
-                    brokers: tuple[BrokerRoute, ...]) -> list[Any]:
+                    brokers: tuple[BrokerRoute, ...]) -> list[listener_components_pb2.Filter]:
     """The filter chain's filters for ``broker`` (``brokers``: every broker, for rewrites)."""
     prefix = broker.stat_prefix
-    filters: list[Any] = []
+    filters: list[listener_components_pb2.Filter] = []
     if options.deny_cidrs:
         filters.append(_rbac(f"{prefix}.", rbac_rules_pb2.RBAC.DENY, "denied-sources",
                              options.deny_cidrs))
@@ -125,7 +126,7 @@ def network_filters(broker: BrokerRoute, options: EdgeOptions,
     return filters
 
 
-def access_logs(log: AccessLog | None) -> list[Any]:
+def access_logs(log: AccessLog | None) -> list[accesslog_pb2.AccessLog]:
     """The listener access logs: none, stdout, or a file."""
     if log is None:
         return []
@@ -134,7 +135,7 @@ def access_logs(log: AccessLog | None) -> list[Any]:
     )
     if log.to_stdout:
         name = "envoy.access_loggers.stdout"
-        config: Any = stream_pb2.StdoutAccessLog(log_format=log_format)
+        config: Message = stream_pb2.StdoutAccessLog(log_format=log_format)
     else:
         name = "envoy.access_loggers.file"
         config = file_pb2.FileAccessLog(path=log.target, log_format=log_format)

@@ -9,8 +9,6 @@ same messages go into a static bootstrap and into the ADS server's snapshots.
 
 from __future__ import annotations
 
-from typing import Any
-
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import address_pb2, base_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
@@ -27,13 +25,13 @@ __all__ = ["SNI_LISTENER", "clusters", "listeners", "socket_address"]
 SNI_LISTENER = "kafka-brokers-sni"
 
 
-def socket_address(host: str, port: int) -> Any:
+def socket_address(host: str, port: int) -> address_pb2.Address:
     """A core ``Address`` for ``host:port`` over TCP."""
     return address_pb2.Address(socket_address=address_pb2.SocketAddress(
         address=host, port_value=port, protocol=address_pb2.SocketAddress.TCP))
 
 
-def _tls_socket(tls: TlsTermination) -> Any:
+def _tls_socket(tls: TlsTermination) -> base_pb2.TransportSocket:
     common = tls_pb2.CommonTlsContext(tls_certificates=[common_pb2.TlsCertificate(
         certificate_chain=base_pb2.DataSource(filename=tls.cert_chain),
         private_key=base_pb2.DataSource(filename=tls.private_key),
@@ -46,7 +44,7 @@ def _tls_socket(tls: TlsTermination) -> Any:
                                     typed_config=typed(context))
 
 
-def _filter_chain(plan: EnvoyPlan, broker: BrokerRoute) -> Any:
+def _filter_chain(plan: EnvoyPlan, broker: BrokerRoute) -> listener_components_pb2.FilterChain:
     chain = listener_components_pb2.FilterChain(
         name=broker.name, filters=network_filters(broker, plan.options, plan.brokers))
     if plan.options.sni:
@@ -56,7 +54,7 @@ def _filter_chain(plan: EnvoyPlan, broker: BrokerRoute) -> Any:
     return chain
 
 
-def listeners(plan: EnvoyPlan) -> list[Any]:
+def listeners(plan: EnvoyPlan) -> list[listener_pb2.Listener]:
     """The Envoy listeners of ``plan``."""
     logs = access_logs(plan.options.access_log)
     if plan.options.sni:
@@ -82,9 +80,9 @@ def listeners(plan: EnvoyPlan) -> list[Any]:
     ]
 
 
-def clusters(plan: EnvoyPlan) -> list[Any]:
+def clusters(plan: EnvoyPlan) -> list[cluster_pb2.Cluster]:
     """One cluster per broker, pointing at its internal listener."""
-    result: list[Any] = []
+    result: list[cluster_pb2.Cluster] = []
     for broker in plan.brokers:
         cluster = cluster_pb2.Cluster(
             name=broker.name,
@@ -107,7 +105,7 @@ def clusters(plan: EnvoyPlan) -> list[Any]:
     return result
 
 
-def _seconds(value: float) -> Any:
+def _seconds(value: float) -> duration_pb2.Duration:
     whole = int(value)
     return duration_pb2.Duration(seconds=whole, nanos=round((value - whole) * 1e9))
 

@@ -12,7 +12,11 @@ import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
+
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.listener.v3 import listener_pb2
+from google.protobuf import any_pb2
 
 from edge.envoy.filters import typed
 
@@ -25,18 +29,21 @@ TYPE_ORDER = (CLUSTER_TYPE, LISTENER_TYPE)
 """Clusters before listeners, so that a new listener's cluster is known when it arrives."""
 TYPE_NAMES = {LISTENER_TYPE: "listeners", CLUSTER_TYPE: "clusters"}
 
+Resource: TypeAlias = "listener_pb2.Listener | cluster_pb2.Cluster"
+"""A resource served (xds-protos has no type stubs: mypy cannot check these classes)."""
+
 
 @dataclass(frozen=True)
 class Resources:
-    """The resources of one type at one version, packed in ``Any``."""
+    """The resources of one type at one version, each packed in a protobuf ``Any``."""
 
     version: str
-    items: tuple[Any, ...]
+    items: tuple[any_pb2.Any, ...]
     names: tuple[str, ...]
     digest: str
 
 
-def _resources(version: str, messages: Sequence[Any]) -> Resources:
+def _resources(version: str, messages: Sequence[Resource]) -> Resources:
     ordered = sorted(messages, key=lambda m: str(m.name))
     digest = hashlib.sha256()
     for message in ordered:
@@ -56,7 +63,8 @@ class SnapshotStore:
         self._watchers: list[Callable[[], None]] = []
         self.update([], [])
 
-    def update(self, listeners: Sequence[Any], clusters: Sequence[Any]) -> list[str]:
+    def update(self, listeners: Sequence[listener_pb2.Listener],
+               clusters: Sequence[cluster_pb2.Cluster]) -> list[str]:
         """Replace the resources; return the types whose version changed (watchers told)."""
         with self._lock:
             candidate = {LISTENER_TYPE: listeners, CLUSTER_TYPE: clusters}

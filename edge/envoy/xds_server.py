@@ -15,12 +15,12 @@ import logging
 import threading
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TypedDict
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
 
-from edge.envoy.ads import AdsStatus, AggregatedDiscoveryServicer
+from edge.envoy.ads import AdsStatus, AggregatedDiscoveryServicer, NodeStatus
 from edge.envoy.model import EnvoyConfigError
 from edge.envoy.resources import clusters, listeners
 from edge.envoy.snapshot import TYPE_NAMES, TYPE_ORDER, SnapshotStore
@@ -33,6 +33,23 @@ log = logging.getLogger("edge.envoy.xds")
 
 _RETRY = "retry"
 """The reload reason of a poll that retries a failed reload."""
+
+
+class ServedVersion(TypedDict):
+    """One resource type in the status document."""
+
+    version: str
+    names: list[str]
+
+
+class XdsStatus(TypedDict):
+    """The admin endpoint's status document (``GET /status``)."""
+
+    version: str
+    resources: dict[str, ServedVersion]
+    last_reload_error: str | None
+    nacks: int
+    nodes: dict[str, NodeStatus]
 
 
 class XdsServer:
@@ -116,9 +133,9 @@ class XdsServer:
             elif self.last_error is not None:
                 self.reload(_RETRY)
 
-    def status_dict(self) -> dict[str, Any]:
+    def status_dict(self) -> XdsStatus:
         """Versions served, the last reload error, and every node's ACK/NACK state."""
-        versions = {}
+        versions: dict[str, ServedVersion] = {}
         for type_url in TYPE_ORDER:
             resources = self.store.get(type_url)
             if resources is not None:
@@ -153,7 +170,7 @@ def _admin_handler(server: XdsServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self._reply(404, {"error": "GET /status or POST /reload"})
 
-        def _reply(self, code: int, body: dict[str, Any]) -> None:
+        def _reply(self, code: int, body: XdsStatus | dict[str, str]) -> None:
             data = json.dumps(body, indent=2).encode() + b"\n"
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -161,7 +178,7 @@ def _admin_handler(server: XdsServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def log_message(self, format: str, *args: Any) -> None:
+        def log_message(self, format: str, *args: object) -> None:
             log.debug("xds admin: " + format, *args)
 
     return Handler

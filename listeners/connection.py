@@ -1,0 +1,405 @@
+"""One client connection of a listener: a read loop feeding an ordered write loop, with
+the order rule, the memory bounds, the idle timeout and muting described in
+:mod:`listeners.server`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import logging
+import ssl
+import struct
+import termios
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TypeVar, cast
+
+from listeners.frames import (
+    SMALL_FRAME_BYTES,
+    ConnectionHandler,
+    ConnectionInfo,
+    FrameError,
+    Limits,
+    ReadBudget,
+    Request,
+    Response,
+    response_size,
+)
+from listeners.handshake import os_reason
+from listeners.sendfile import write_parts
+
+# the logger name operators know from the broker's log (this code was listeners.server)
+log = logging.getLogger("listeners.server")
+_SIZE = struct.Struct(">i")
+_T = TypeVar("_T")
+_READ_LIMIT = 1 << 20
+"""The read buffer of a logged-in connection (the StreamReader pauses at twice this)."""
+_BUDGET_CHUNK = 64 * 1024
+_PEER_ERRNOS = frozenset({errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH,
+                          errno.ENETDOWN, errno.EHOSTDOWN, errno.ECONNREFUSED})
+
+
+async def _fail(exc: Exception) -> None:
+    raise exc
+
+
+def _peer_gone(exc: OSError) -> bool:
+    """Whether an error of a socket read or write means the peer is unreachable or gone."""
+    return isinstance(exc, ConnectionError | ssl.SSLError) or exc.errno in _PEER_ERRNOS
+
+
+def tls_usable(tls: ssl.SSLObject) -> bool:
+    """Whether a TLS session is still up (a fatal error undoes its handshake)."""
+    try:
+        tls.getpeercert()
+    except ValueError:
+        return False
+    return True
+
+
+def log_lost(peer: str, listener: str, exc: OSError | None) -> None:
+    """One INFO line for a connection the peer reset, closed or garbled."""
+    log.info("connection from %s on %s lost: %s", peer, listener,
+             "closed" if exc is None else os_reason(exc))
+
+
+class ConnectionReader(asyncio.StreamReader):
+    """A StreamReader whose buffer limit changes at login."""
+
+    def set_limit(self, limit: int) -> None:
+        """Pause the transport once more than twice ``limit`` bytes are buffered."""
+        self._limit = limit
+
+
+class Connection:
+    """One client connection: a read loop feeding an ordered write loop."""
+
+    def __init__(self, reader: ConnectionReader, writer: asyncio.StreamWriter,
+                 handler: ConnectionHandler, info: ConnectionInfo, limits: Limits,
+                 budget: ReadBudget, on_reject: Callable[[str, str], None] | None) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.handler = handler
+        self.info = info
+        self.limits = limits
+        self.budget = budget
+        self.on_reject = on_reject
+        self.pending: asyncio.Queue[asyncio.Task[Response | None] | None] = asyncio.Queue(
+            maxsize=limits.max_queued_requests)
+        self.reading: asyncio.Task[object] | None = None
+        self.unsent_bytes = 0  # of responses finished and not yet written
+        self.running_bytes = 0  # the response bounds of requests started and not finished
+        self.room = asyncio.Event()  # set when either drops
+        self.writing = False  # a response is being written (the client has it to read)
+        self.lost = False
+        # sendfile needs the raw socket: plain TCP only (TLS encrypts in user space)
+        self.socket = None if info.tls is not None else writer.get_extra_info("socket")
+        # what the kernel holds of what was sent: a client reading it is not idle
+        sock = writer.get_extra_info("socket")
+        self.kernel_queue: int | None = sock.fileno() if hasattr(termios, "TIOCOUTQ") \
+            and sock is not None else None
+
+    async def serve(self) -> None:
+        writing = asyncio.get_running_loop().create_task(self._write_loop())
+        self.reading = asyncio.current_task()
+        try:
+            await self._read_loop()
+        except asyncio.CancelledError:
+            pass  # stop reading: shutdown, or the write side closed the connection
+        finally:
+            await self.pending.put(None)
+            with contextlib.suppress(asyncio.CancelledError):
+                await writing
+            self.handler.closed()
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    def stop_reading(self) -> None:
+        """Stop taking new requests; those already read are still answered."""
+        if self.reading is not None and not self.reading.done():
+            self.reading.cancel()
+
+    async def _read_frame(self) -> tuple[memoryview, int] | None:
+        """The next frame and the bytes it holds of the read budget; None to close."""
+        idle = self.limits.idle_timeout_ms / 1000 if self.limits.idle_timeout_ms > 0 else None
+        try:
+            prefix = await self._until_idle(lambda: self.reader.readexactly(4))
+        except TimeoutError:
+            log.info("closing idle connection from %s on %s", self.info.peer, self.info.listener)
+            return None
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                log.warning("connection from %s closed inside a size prefix", self.info.peer)
+            return None
+        (size,) = _SIZE.unpack(prefix)
+        limit = self.handler.frame_limit
+        most = self.limits.max_frame_bytes if limit is None else limit
+        if size <= 0 or size > most:
+            log.warning("closing connection from %s on %s: frame size %d outside 1..%d%s",
+                        self.info.peer, self.info.listener, size, most,
+                        "" if limit is None else " (before authentication)")
+            if limit is not None:
+                self._reject(f"frame of {size} bytes before authentication (limit {most})")
+            return None
+        if limit is None or size <= SMALL_FRAME_BYTES:
+            try:
+                # before login a frame must arrive within the idle timeout
+                frame = await asyncio.wait_for(self.reader.readexactly(size),
+                                               None if limit is None else idle)
+            except asyncio.IncompleteReadError as exc:
+                self._closed_inside(len(exc.partial), size)
+                return None
+            except TimeoutError:
+                self._incomplete(size)
+                return None
+            return memoryview(frame), 0
+        return await self._read_counted(size, idle)
+
+    async def _read_counted(self, size: int, idle: float | None) -> tuple[memoryview, int] | None:
+        """A large frame before login: its bytes are taken from the shared budget as they
+        arrive, and the whole frame must arrive within the idle timeout."""
+        frame = bytearray()
+        done = False
+        try:
+            async with asyncio.timeout(idle):
+                while len(frame) < size:
+                    chunk = await self.reader.read(min(size - len(frame), _BUDGET_CHUNK))
+                    if not chunk:
+                        self._closed_inside(len(frame), size)
+                        return None
+                    if not self.budget.take(len(chunk)):
+                        log.warning("closing connection from %s on %s: frames of connections "
+                                    "not logged in already hold %d of %d bytes", self.info.peer,
+                                    self.info.listener, self.budget.used, self.budget.total)
+                        self._reject("buffer for connections not logged in is full")
+                        return None
+                    frame += chunk
+            done = True
+            return memoryview(frame), size
+        except TimeoutError:
+            self._incomplete(size)
+            return None
+        finally:
+            if not done:
+                self.budget.give_back(len(frame))
+
+    def _closed_inside(self, got: int, size: int) -> None:
+        log.warning("connection from %s closed after %d of %d frame bytes",
+                    self.info.peer, got, size)
+
+    def _incomplete(self, size: int) -> None:
+        log.info("closing connection from %s on %s: a frame of %d bytes before "
+                 "authentication was not complete within the idle timeout",
+                 self.info.peer, self.info.listener, size)
+
+    def _reject(self, reason: str) -> None:
+        if self.on_reject is not None:
+            self.on_reject(self.info.peer, reason)
+
+    async def _read_loop(self) -> None:
+        last: asyncio.Task[Response | None] | None = None
+        while True:
+            if last is not None and self.handler.frame_limit is not None:
+                # not logged in: one whole request at a time, with nothing read meanwhile
+                # (a failed login waits, a token may need a JWKS), so that the limit of the
+                # next frame is the one in force after this request (a login)
+                await self._without_reading(asyncio.wait([last]))
+            await self._while_muted()
+            self.reader.set_limit(_READ_LIMIT if self.handler.frame_limit is None
+                                  else SMALL_FRAME_BYTES)
+            try:
+                read = await self._read_frame()
+            except OSError as exc:
+                self._lost(exc)
+                return
+            if read is None:
+                return
+            frame, held = read
+            await self._while_muted()  # a throttle known only once the frame was read
+            started: tuple[asyncio.Task[Response | None], asyncio.Future[None]] | None = None
+            try:
+                request = self._prepare(frame)
+                del frame
+                if await self._room_for(request.response_bound):
+                    started = self._start(request, held)
+            finally:
+                if started is None:
+                    self.budget.give_back(held)
+            if started is None:
+                return
+            last, dispatched = started
+            await self.pending.put(last)
+            # the order rule: nothing more is read until this request's dispatch stage
+            # has returned; its waiting stage may go on. The request runs first in the next
+            # turn of the loop, and most dispatch stages end in it.
+            await asyncio.sleep(0)
+            if not dispatched.done():
+                await dispatched
+
+    async def _without_reading(self, wait: Awaitable[object]) -> None:
+        """Await ``wait`` with the transport paused (unless the reader paused it)."""
+        transport = cast(asyncio.Transport, self.writer.transport)  # uvloop's is no subclass
+        paused = transport.is_reading()
+        if paused:
+            transport.pause_reading()
+        try:
+            await wait
+        finally:
+            if paused and not transport.is_closing():
+                transport.resume_reading()
+
+    async def _while_muted(self) -> None:
+        """Read nothing until the handler's mute ends (it may be extended meanwhile)."""
+        while (remaining := self.handler.muted_until - time.monotonic()) > 0:
+            await self._without_reading(asyncio.sleep(remaining))
+
+    def _prepare(self, frame: memoryview) -> Request:
+        """The handler's reading of a frame; should the handler fail, a request that fails
+        alike when answered (so the connection closes in order, with one log line)."""
+        try:
+            return self.handler.prepare(frame)
+        except Exception as exc:  # a handler's fault, not the client's: logged in order
+            return Request(0, partial(_fail, exc))
+
+    def _start(self, request: Request, held: int
+               ) -> tuple[asyncio.Task[Response | None], asyncio.Future[None]]:
+        """Run a request, its response bound counted until it has finished; the future is
+        done once its dispatch stage has returned (or failed)."""
+        bound = max(request.response_bound, 0)
+        self.running_bytes += bound
+        loop = asyncio.get_running_loop()
+        dispatched: asyncio.Future[None] = loop.create_future()
+        task = loop.create_task(self._run(request, dispatched))
+
+        def finished(_task: asyncio.Task[Response | None]) -> None:
+            if not dispatched.done():  # cancelled before it began (the connection broke)
+                dispatched.set_result(None)
+            self.budget.give_back(held)
+            self.running_bytes -= bound
+            self.room.set()
+
+        task.add_done_callback(finished)
+        return task, dispatched
+
+    def _fits(self, bound: int) -> bool:
+        held = self.running_bytes + self.unsent_bytes
+        return held == 0 or held + bound <= self.limits.max_pending_response_bytes
+
+    async def _room_for(self, bound: int) -> bool:
+        """Wait until a response of ``bound`` bytes fits beside what the connection holds;
+        False (and the connection aborted) when the client reads nothing of the responses
+        waiting for it for the idle timeout."""
+        while not self._fits(bound):
+            self.room.clear()
+            try:
+                await self._until_idle(self.room.wait)
+            except TimeoutError:
+                if not self.writing:
+                    continue  # waiting for a request to finish (a long poll), not the client
+                log.info("closing connection from %s on %s: %d response bytes not read "
+                         "within the idle timeout", self.info.peer, self.info.listener,
+                         self.unsent_bytes)
+                self.writer.transport.abort()
+                return False
+        return True
+
+    async def _until_idle(self, wait: Callable[[], Awaitable[_T]]) -> _T:
+        """``await wait()``; TimeoutError once the connection has been idle for the idle
+        timeout: nothing arrived and the client took none of the bytes sent to it. It looks
+        four times per timeout, so a client reading a large response slowly stays."""
+        if self.limits.idle_timeout_ms <= 0:
+            return await wait()
+        idle = self.limits.idle_timeout_ms / 1000
+        loop = asyncio.get_running_loop()
+        progress, since = self._progress(), loop.time()
+        while True:
+            try:
+                return await asyncio.wait_for(wait(), idle / 4)
+            except TimeoutError:
+                if self._progress() != progress:
+                    progress, since = self._progress(), loop.time()
+                elif loop.time() - since >= idle:
+                    raise
+
+    def _progress(self) -> tuple[int, int, int]:
+        """Changes whenever the client takes response bytes: the unsent bytes of finished
+        responses drop, the transport's buffer does, or the socket's (Linux)."""
+        queued = 0
+        if self.kernel_queue is not None:
+            with contextlib.suppress(OSError):
+                queued = struct.unpack("i", fcntl.ioctl(self.kernel_queue, termios.TIOCOUTQ,
+                                                        b"\0\0\0\0"))[0]
+        return self.unsent_bytes, self.writer.transport.get_write_buffer_size(), queued
+
+    async def _run(self, request: Request, dispatched: asyncio.Future[None]) -> Response | None:
+        """Answer one request: its dispatch stage, then (``dispatched`` done, the next
+        request may start) its waiting stage if it has one; count the response as unsent
+        until the write loop sends it."""
+        try:
+            answer = await request.answer()
+        finally:
+            if not dispatched.done():  # the read loop may have stopped waiting (shutdown)
+                dispatched.set_result(None)
+        response = await answer if isinstance(answer, Awaitable) else answer
+        self.unsent_bytes += response_size(response)
+        return response
+
+    def _lost(self, exc: OSError) -> None:
+        """The peer reset, closed or garbled the connection under us, or cannot be reached:
+        one INFO line for it."""
+        if not self.lost:
+            self.lost = True
+            log_lost(self.info.peer, self.info.listener, exc)
+
+    def _sent(self, size: int) -> None:
+        self.unsent_bytes -= size
+        self.room.set()
+
+    async def _write_loop(self) -> None:
+        broken = False
+        while True:
+            task = await self.pending.get()
+            if task is None:
+                return
+            if broken:
+                task.cancel()
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    self._sent(response_size(task.result()))
+                continue
+            size = 0
+            try:
+                response = await task
+                size = response_size(response)
+                self.writing = True
+                if isinstance(response, bytes):
+                    self.writer.write(response)
+                    await self.writer.drain()
+                elif response is not None:
+                    await write_parts(self.writer, response, self.socket)
+            except FrameError as exc:
+                log.warning("closing connection from %s on %s: %s", self.info.peer,
+                            self.info.listener, exc)
+                if exc.final is not None:
+                    self.writer.write(exc.final)
+                broken = True
+            except OSError as exc:
+                if not (_peer_gone(exc) or self.writer.transport.is_closing()):
+                    log.exception("request from %s failed; closing the connection",
+                                  self.info.peer)
+                else:
+                    self._lost(exc)
+                broken = True
+            except asyncio.CancelledError:
+                broken = True
+            except Exception:
+                log.exception("request from %s failed; closing the connection", self.info.peer)
+                broken = True
+            self.writing = False
+            self._sent(size)
+            if broken:
+                self.stop_reading()
+                self.writer.close()
