@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from prometheus_client import Counter
 
 from broker_core import metrics
 from broker_core.cluster.service import ClusterConfig
@@ -65,8 +66,8 @@ class ProduceRules:
     """The codec batches are stored in (``compression.type``; None: the producer's)."""
     keyed: bool
     """Records must carry a key (``cleanup.policy`` includes ``compact``)."""
-    messages_in: Any
-    bytes_in: Any
+    messages_in: Counter
+    bytes_in: Counter
 
     @classmethod
     def of(cls, internal: str, own: Mapping[str, str],
