@@ -21,9 +21,11 @@ from broker_core.quotas.entities import (
     check_value,
     resolve,
 )
+from broker_core.quotas.manager import QuotaManager
 from broker_core.quotas.rates import SlidingRate, Window
 from broker_core.quotas.store import Alteration, QuotaStore
 from broker_core.storage.file_kv import FileKeyValues
+from broker_core.storage.memory import MemoryKeyValues
 
 WHO = Caller(user="alice", client_id="app", tenant="acme", namespace="acme/prod")
 P = PRODUCER_BYTE_RATE
@@ -49,11 +51,39 @@ def test_the_most_specific_entity_wins_at_every_level() -> None:
               for level, (parts, _) in enumerate(LEVELS)}
     for level, (parts, shared_by) in enumerate(LEVELS):
         applied = resolve(quotas, WHO, {P: 1.0})[P]
-        assert (applied.value, applied.shared_by) == (1000 + level, shared_by), parts
+        assert (applied[0].value, applied[0].shared_by) == (1000 + level, shared_by), parts
+        # the tenant's own value (its quota, then the default tenant's) is a ceiling
+        tenant = 1010.0 if level <= 10 else 1011.0
+        assert [(a.value, a.shared_by) for a in applied[1:]] == (
+            [(tenant, (TENANT, "acme"))] if level < 10 else []), parts
         del quotas[QuotaEntity.of(parts)]
     applied = resolve(quotas, WHO, {P: 1.0})[P]
-    assert (applied.value, applied.shared_by) == (1.0, (TENANT, "acme"))
+    assert [(a.value, a.shared_by) for a in applied] == [(1.0, (TENANT, "acme"))]
     assert resolve(quotas, WHO, {}) == {}
+
+
+def test_a_namespace_quota_cannot_lift_the_tenants() -> None:
+    quotas = {QuotaEntity.of([(TENANT, "acme")]): {P: 1000.0},
+              QuotaEntity.of([(NAMESPACE, "acme/prod")]): {P: 10_000.0}}
+    applied = resolve(quotas, WHO, {P: 5.0})[P]
+    assert [(a.value, a.shared_by) for a in applied] == [
+        (10_000.0, (NAMESPACE, "acme/prod")), (1000.0, (TENANT, "acme"))]
+    # without a tenant quota, the configured default is the ceiling
+    del quotas[QuotaEntity.of([(TENANT, "acme")])]
+    assert [a.value for a in resolve(quotas, WHO, {P: 5.0})[P]] == [10_000.0, 5.0]
+
+
+def test_the_tenant_ceiling_binds_over_every_namespace_together() -> None:
+    store = QuotaStore(MemoryKeyValues())
+    store.alter([Alteration(QuotaEntity.of([(TENANT, "acme")]), {P: 1000.0}, frozenset()),
+                 Alteration(QuotaEntity.of([(NAMESPACE, None)]), {P: 10_000.0}, frozenset())])
+    manager = QuotaManager(store, {}, Window(samples=2, size_s=1.0))
+    prod = WHO
+    dev = Caller("bob", "app", "acme", "acme/dev")
+    # each namespace alone is within its own 10 000/s, the tenant together is not
+    assert manager.charge_caller(prod, P, 800, now=0.0) is None
+    throttle = manager.charge_caller(dev, P, 800, now=0.0)
+    assert throttle is not None and throttle.shared_by == (TENANT, "acme")
 
 
 def test_each_key_resolves_on_its_own_and_other_callers_are_not_matched() -> None:
@@ -61,7 +91,7 @@ def test_each_key_resolves_on_its_own_and_other_callers_are_not_matched() -> Non
               QuotaEntity.of([(TENANT, "acme")]): {P: 500.0},
               QuotaEntity.of([(TENANT, "other")]): {P: 1.0}}
     found = resolve(quotas, WHO, {})
-    assert found[REQUEST_PERCENTAGE].value == 20 and found[P].value == 500
+    assert found[REQUEST_PERCENTAGE][0].value == 20 and found[P][0].value == 500
     stranger = Caller("bob", "x", "other", "other/default")
     assert set(resolve(quotas, stranger, {})) == {P}
 

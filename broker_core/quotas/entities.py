@@ -16,6 +16,10 @@ then its tenant, then the broker's configured per-tenant default:
 The level that matched also says who shares the measured rate (Kafka's quota metric
 tags): a ``user`` quota is shared by all the user's clients, a ``default user`` quota is
 one per user, a tenant quota one per tenant, and so on.
+
+The tenant's own level (11-13, the operator's) is also a ceiling: a caller whose most
+specific quota is another level is measured against both, the tenant's over the whole
+tenant's traffic, so a tenant admin's namespace quota can never lift the tenant's cap.
 """
 
 from __future__ import annotations
@@ -137,6 +141,8 @@ class Applied:
 
 
 def _candidates(who: Caller) -> list[tuple[QuotaEntity, tuple[str, ...]]]:
+    """Levels 1-10, most specific first, with who shares each (the tenant's own levels
+    are :func:`tenant_values`)."""
     u, c = who.user, who.client_id
     e = QuotaEntity
     return [
@@ -150,22 +156,34 @@ def _candidates(who: Caller) -> list[tuple[QuotaEntity, tuple[str, ...]]]:
         (e(((CLIENT_ID, None),)), (CLIENT_ID, c)),
         (e(((NAMESPACE, who.namespace),)), (NAMESPACE, who.namespace)),
         (e(((NAMESPACE, None),)), (NAMESPACE, who.namespace)),
-        (e(((TENANT, who.tenant),)), (TENANT, who.tenant)),
-        (e(((TENANT, None),)), (TENANT, who.tenant)),
     ]
 
 
+def tenant_values(quotas: Mapping[QuotaEntity, Mapping[str, float]], tenant: str,
+                  defaults: Mapping[str, float]) -> dict[str, float]:
+    """The tenant's own value of each key: its tenant quota, else the default tenant's,
+    else the configured ``defaults`` (levels 11-13, all the operator's)."""
+    found = dict(defaults)
+    for entity in (QuotaEntity(((TENANT, None),)), QuotaEntity(((TENANT, tenant),))):
+        found.update(quotas.get(entity) or {})
+    return found
+
+
 def resolve(quotas: Mapping[QuotaEntity, Mapping[str, float]], who: Caller,
-            defaults: Mapping[str, float]) -> dict[str, Applied]:
-    """The quota applying to ``who`` for each key that has one (``defaults``: the
-    configured per-tenant values, the last level)."""
-    found: dict[str, Applied] = {}
+            defaults: Mapping[str, float]) -> dict[str, tuple[Applied, ...]]:
+    """The quotas applying to ``who`` for each key that has one (``defaults``: the
+    configured per-tenant values, the last level): the most specific, then the tenant's
+    own value as a ceiling when that is not the one already."""
+    specific: dict[str, Applied] = {}
     if quotas:
         for entity, shared_by in _candidates(who):
             values = quotas.get(entity)
             if values:
                 for key, value in values.items():
-                    found.setdefault(key, Applied(value, shared_by))
-    for key, value in defaults.items():
-        found.setdefault(key, Applied(value, (TENANT, who.tenant)))
+                    specific.setdefault(key, Applied(value, shared_by))
+    tenant = (TENANT, who.tenant)
+    found: dict[str, tuple[Applied, ...]] = {
+        key: (applied,) for key, applied in specific.items()}
+    for key, value in tenant_values(quotas, who.tenant, defaults).items():
+        found[key] = (*found.get(key, ()), Applied(value, tenant))
     return found
