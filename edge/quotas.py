@@ -6,6 +6,11 @@ quotas of its own tenant and of its namespaces, and alters those of its namespac
 the quota of the tenant itself, and the user, client-id and default quotas (which cross
 tenants), are the operator's. Beyond that scope the answer is CLUSTER_AUTHORIZATION_FAILED.
 
+:class:`ConnectionGate` refuses connections over the quotas on new connections: per
+``ip`` when accepted, per caller and tenant (``connection_creation_rate``,
+``max_connections``) once the broker knows who connects (its login; on a listener
+without SASL, its first request). One log line per quota and sharer per quota window.
+
 :class:`QuotaEvents` counts bytes and throttles per tenant for ``/metrics`` and writes an
 audit event for a throttled request: the first of each quota and sharer per quota window
 (``quotaWindowNum`` x ``quotaWindowSizeSeconds``), so a client hammering past its quota
@@ -14,21 +19,30 @@ cannot flood the audit topic.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from prometheus_client import Counter
 
 from broker_core.context import RequestContext
+from broker_core.quotas.admission import Admission
 from broker_core.quotas.entities import (
     CONSUMER_BYTE_RATE,
+    IP,
     NAMESPACE,
     PRODUCER_BYTE_RATE,
     Caller,
     QuotaEntity,
 )
-from broker_core.quotas.manager import Throttle
+from broker_core.quotas.manager import QuotaManager, Throttle
+from broker_core.quotas.notices import Notices
 from edge.audit import AuditEvent, AuditLog
 from edge.authorization import Policy
+from listeners.server import ConnectionInfo, ConnectionRefused, FrameError
+from sasl.printable import printable
+
+log = logging.getLogger(__name__)
+_NAME_LIMIT = 100
 
 TENANT_BYTES = Counter("kop_server_tenant_bytes",
                        "Record bytes produced (in) and fetched (out), by tenant.",
@@ -97,3 +111,41 @@ class QuotaEvents:
             resource="/".join(throttle.shared_by),
             reason=f"{throttle.key} {throttle.quota:g} exceeded: throttled "
                    f"{throttle.throttle_ms} ms (first of this window)"))
+
+
+class ConnectionGate:
+    """Admits connections against the quotas on new connections."""
+
+    def __init__(self, manager: QuotaManager, window_s: float) -> None:
+        self.manager = manager
+        self.admission = Admission(manager)
+        self.notices = Notices(log, window_s)
+
+    def accepted(self, info: ConnectionInfo) -> None:
+        """A connection accepted from ``info.peer``: ConnectionRefused when its address is
+        over its ``connection_creation_rate``."""
+        ip = info.peer.rsplit(":", 1)[0]
+        quota = self.manager.connect_from(ip)
+        if quota is not None:
+            self.notices.warn((IP, ip), f"refusing connection from {info.peer} on "
+                                        f"{info.listener}: connection_creation_rate "
+                                        f"{quota:g} of ip {ip} reached")
+            raise ConnectionRefused(ip)
+
+    def admit(self, who: Caller, info: ConnectionInfo) -> None:
+        """Admit a connection of ``who``; FrameError (the connection is closed) when it is
+        over the caller's ``connection_creation_rate`` or its tenant's
+        ``max_connections``."""
+        refusal = self.admission.admit(who)
+        if refusal is None:
+            return
+        self.notices.warn((refusal.key, refusal.shared_by), (
+            f"closing connection from {info.peer} on {info.listener} of "
+            f"{printable(who.user, _NAME_LIMIT)} (client id "
+            f"{printable(who.client_id, _NAME_LIMIT)}, tenant {who.tenant}): "
+            f"{printable(str(refusal), 2 * _NAME_LIMIT)}"))
+        raise FrameError(str(refusal), logged=True)
+
+    def release(self, who: Caller) -> None:
+        """An admitted connection closed."""
+        self.admission.release(who)

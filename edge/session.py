@@ -33,8 +33,10 @@ from broker_core.dispatch import (
 from broker_core.errors import ErrorCode
 from broker_core.naming import Namespace
 from broker_core.protocol import ProtocolError, frame_response, response_header
+from broker_core.quotas.entities import Caller
 from edge.audit import AuditEvent, AuditLog
 from edge.metrics import AUTHENTICATIONS, CONNECTIONS
+from edge.quotas import ConnectionGate
 from edge.security import ListenerSecurity, SaslFactory
 from listeners.server import ConnectionInfo, FrameError, Request
 from listeners.tls import certificate_principal
@@ -74,7 +76,8 @@ class Session:
                  home: Namespace, security: ListenerSecurity,
                  mechanisms: dict[str, SaslFactory], failed_delay_ms: int = 0,
                  max_reauth_ms: int = 0, audit: AuditLog | None = None,
-                 max_receive_before_login: int | None = None) -> None:
+                 max_receive_before_login: int | None = None,
+                 gate: ConnectionGate | None = None) -> None:
         self.dispatcher = dispatcher
         self.info = info
         self.advertised = advertised
@@ -91,6 +94,9 @@ class Session:
         self.principal = certificate_principal(info.tls) or ANONYMOUS
         self.home = home
         self.max_receive_before_login = max_receive_before_login
+        self.gate = gate
+        self.admitted: Caller | None = None
+        """Who the connection counts for in the quotas on connections, once admitted."""
         self.muted_until = 0.0
         """Until when (``time.monotonic()``) the listener does not read the connection: a
         request over a quota mutes it for its throttle time (KIP-219)."""
@@ -119,6 +125,8 @@ class Session:
         dispatch stage run here, one request of the connection at a time (the listener's
         order rule); what a handler leaves for later comes back as its waiting stage."""
         key = parsed.header.api_key
+        if self.admitted is None and not self.security.sasl:
+            self._admit(parsed.header.client_id)  # no login: who connects is known now
         if key == SASL_HANDSHAKE:
             return self._handshake(parsed)
         if key == SASL_AUTHENTICATE and self.security.sasl and (
@@ -146,6 +154,14 @@ class Session:
             api=parsed.spec.name,
         )
         return await self.dispatcher.dispatch(ctx, parsed, self._mute)
+
+    def _admit(self, client_id: str | None) -> None:
+        """Count the connection in the quotas on connections (FrameError: refused)."""
+        who = Caller(self.principal, client_id or "", self.home.tenant,
+                     f"{self.home.tenant}/{self.home.namespace}")
+        if self.gate is not None:
+            self.gate.admit(who, self.info)
+        self.admitted = who
 
     def _mute(self, throttle_ms: int) -> None:
         self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
@@ -210,8 +226,10 @@ class Session:
 
     # -- SaslAuthenticate ----------------------------------------------------------------
 
-    async def _step(self, message: bytes) -> tuple[bytes, Authenticated | None]:
-        """One SASL step; on failure wait ``failed_delay_ms`` and raise SaslFailure."""
+    async def _step(self, message: bytes, client_id: str | None
+                    ) -> tuple[bytes, Authenticated | None]:
+        """One SASL step; on failure wait ``failed_delay_ms`` and raise SaslFailure. A
+        first login is admitted by the quotas on connections (FrameError: refused)."""
         server = self.sasl
         assert server is not None
         try:
@@ -238,6 +256,8 @@ class Session:
         self._logged_in(result)
         self._audit("authentication", "success", mechanism=server.mechanism,
                     principal=result.principal, tenant=self.home.tenant)
+        if self.admitted is None:
+            self._admit(client_id)
         return challenge, result
 
     def _check_reauthentication(self, result: Authenticated) -> None:
@@ -275,7 +295,8 @@ class Session:
                                             "SaslAuthenticate must follow SaslHandshake"))
         try:
             assert parsed.body is not None
-            challenge, result = await self._step(bytes(parsed.body.auth_bytes))
+            challenge, result = await self._step(bytes(parsed.body.auth_bytes),
+                                                 parsed.header.client_id)
         except SaslFailure as failure:
             raise FrameError(f"authentication failed: {failure.message}", answer(
                 ErrorCode.SASL_AUTHENTICATION_FAILED,
@@ -296,7 +317,7 @@ class Session:
     async def _raw_token(self, frame: memoryview) -> bytes:
         """The v0 flow: the frame is a bare SASL token, answered with a bare token."""
         try:
-            challenge, result = await self._step(bytes(frame))
+            challenge, result = await self._step(bytes(frame), None)
         except SaslFailure as failure:
             raise FrameError(f"authentication failed: {failure.message}") from failure
         if result is not None:
@@ -306,4 +327,6 @@ class Session:
     def closed(self) -> None:
         """Count the connection out."""
         CONNECTIONS.labels(self.info.listener).dec()
+        if self.admitted is not None and self.gate is not None:
+            self.gate.release(self.admitted)
         log.debug("connection from %s on %s closed", self.info.peer, self.info.listener)

@@ -30,6 +30,9 @@ A handler may mute its connection until a moment (``muted_until``, a client thro
 a quota, KIP-219): until then no frame is read or started and the transport is paused, so
 the client's requests wait in its socket, whether it honours ``throttle_time_ms`` or not.
 
+The handler factory may refuse a new connection (:class:`ConnectionRefused`, a quota on
+new connections): it is closed before anything is read.
+
 On a TLS listener each connection does its handshake in :mod:`listeners.handshake`.
 """
 
@@ -77,11 +80,19 @@ stage, an awaitable giving the response that may overlap with the next requests.
 
 class FrameError(Exception):
     """A handler's verdict that the connection must be closed (garbage on the wire, or a
-    failed login). ``final`` is a last response written before the connection closes."""
+    failed login). ``final`` is a last response written before the connection closes;
+    ``logged``: the handler has said why already (the listener adds no line)."""
 
-    def __init__(self, message: str, final: bytes | None = None) -> None:
+    def __init__(self, message: str, final: bytes | None = None, *,
+                 logged: bool = False) -> None:
         super().__init__(message)
         self.final = final
+        self.logged = logged
+
+
+class ConnectionRefused(Exception):
+    """A handler factory's verdict that a new connection is not served (a quota on new
+    connections): it is closed at once, and the factory has said why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,8 +529,9 @@ class _Connection:
                 elif response is not None:
                     await write_parts(self.writer, response, self.socket)
             except FrameError as exc:
-                log.warning("closing connection from %s on %s: %s", self.info.peer,
-                            self.info.listener, exc)
+                if not exc.logged:
+                    log.warning("closing connection from %s on %s: %s", self.info.peer,
+                                self.info.listener, exc)
                 if exc.final is not None:
                     self.writer.write(exc.final)
                 broken = True
@@ -602,7 +614,12 @@ class ListenerServer:
             writer.close()
             return
         info = ConnectionInfo(self.name, peer, tls)
-        connection = _Connection(reader, writer, self.factory(info), info, self.limits,
+        try:
+            handler = self.factory(info)
+        except ConnectionRefused:
+            writer.close()
+            return
+        connection = _Connection(reader, writer, handler, info, self.limits,
                                  self.budget, self.on_reject)
         self._connections.add(connection)
         task = asyncio.current_task()

@@ -10,6 +10,12 @@ import pytest
 
 from broker_core.quotas.entities import (
     CLIENT_ID,
+    CONNECTION_CREATION_RATE,
+    IP,
+    MAX_CONNECTIONS,
+    MAX_PARTITIONS,
+    MAX_STORED_BYTES,
+    MAX_TOPICS,
     NAMESPACE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
@@ -19,7 +25,9 @@ from broker_core.quotas.entities import (
     EntityError,
     QuotaEntity,
     check_value,
+    ip_value,
     resolve,
+    tenant_values,
 )
 from broker_core.quotas.manager import QuotaManager
 from broker_core.quotas.rates import SlidingRate, Window
@@ -97,7 +105,8 @@ def test_each_key_resolves_on_its_own_and_other_callers_are_not_matched() -> Non
 
 
 @pytest.mark.parametrize("parts", [
-    [("ip", "1.2.3.4")], [("group", "g")], [(USER, "a"), (USER, "b")],
+    [("ip", "not-an-address")], [("ip", "1.2.3.4"), (USER, "a")],
+    [("group", "g")], [(USER, "a"), (USER, "b")],
     [(TENANT, "a"), (USER, "b")], [(NAMESPACE, "no-slash")], [(TENANT, "bad name")], [],
 ])
 def test_entities_kafka_would_refuse_are_refused(parts: list[tuple[str, str | None]]) -> None:
@@ -105,14 +114,49 @@ def test_entities_kafka_would_refuse_are_refused(parts: list[tuple[str, str | No
         QuotaEntity.of(parts)
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("unknown_rate", 1.0), (P, 0.0), (P, -5.0), (P, 1.5), (REQUEST_PERCENTAGE, -1.0),
-    ("connection_creation_rate", 10.0), (P, float("inf")), (P, float("nan")),
+USER_BOB = QuotaEntity.of([(USER, "bob")])
+AN_IP = QuotaEntity.of([(IP, "10.0.0.1")])
+A_TENANT = QuotaEntity.of([(TENANT, "acme")])
+
+
+@pytest.mark.parametrize(("entity", "key", "value"), [
+    (USER_BOB, "unknown_rate", 1.0), (USER_BOB, P, 0.0), (USER_BOB, P, -5.0),
+    (USER_BOB, P, 1.5), (USER_BOB, REQUEST_PERCENTAGE, -1.0),
+    (USER_BOB, "controller_mutation_rate", 10.0), (USER_BOB, P, float("inf")),
+    (USER_BOB, P, float("nan")), (AN_IP, P, 100.0), (USER_BOB, MAX_TOPICS, 5.0),
+    (QuotaEntity.of([(NAMESPACE, "acme/prod")]), MAX_STORED_BYTES, 5.0),
+    (A_TENANT, MAX_PARTITIONS, 2.5), (AN_IP, CONNECTION_CREATION_RATE, 0.0),
 ])
-def test_values_kafka_would_refuse_are_refused(key: str, value: float) -> None:
+def test_values_kafka_would_refuse_are_refused(entity: QuotaEntity, key: str,
+                                               value: float) -> None:
     with pytest.raises(EntityError):
-        check_value(key, value)
-    check_value(REQUEST_PERCENTAGE, 12.5)
+        check_value(entity, key, value)
+
+
+@pytest.mark.parametrize(("entity", "key", "value"), [
+    (USER_BOB, REQUEST_PERCENTAGE, 12.5), (AN_IP, CONNECTION_CREATION_RATE, 0.5),
+    (QuotaEntity.of([(IP, None)]), CONNECTION_CREATION_RATE, 10.0),
+    (A_TENANT, CONNECTION_CREATION_RATE, 3.0), (A_TENANT, MAX_CONNECTIONS, 10.0),
+    (QuotaEntity.of([(TENANT, None)]), MAX_STORED_BYTES, 1e9),
+    (QuotaEntity.of([(IP, "::1")]), CONNECTION_CREATION_RATE, 1.0),
+])
+def test_values_a_broker_keeps(entity: QuotaEntity, key: str, value: float) -> None:
+    check_value(entity, key, value)
+
+
+def test_an_ip_quota_falls_back_to_the_default_ip() -> None:
+    quotas = {AN_IP: {CONNECTION_CREATION_RATE: 1.0},
+              QuotaEntity.of([(IP, None)]): {CONNECTION_CREATION_RATE: 5.0}}
+    assert ip_value(quotas, "10.0.0.1") == 1.0 and ip_value(quotas, "10.0.0.2") == 5.0
+    assert ip_value({}, "10.0.0.1") is None
+
+
+def test_the_tenant_caps_resolve_over_the_tenant_levels() -> None:
+    quotas = {QuotaEntity.of([(TENANT, None)]): {MAX_TOPICS: 10.0},
+              A_TENANT: {MAX_TOPICS: 20.0}}
+    assert tenant_values(quotas, "acme", {MAX_TOPICS: 5.0, MAX_PARTITIONS: 50.0}) == {
+        MAX_TOPICS: 20.0, MAX_PARTITIONS: 50.0}
+    assert tenant_values(quotas, "other", {MAX_TOPICS: 5.0}) == {MAX_TOPICS: 10.0}
 
 
 def test_two_stores_on_one_area_see_each_others_changes(tmp_path: Path) -> None:

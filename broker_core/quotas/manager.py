@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker_core.context import RequestContext
-from broker_core.quotas.entities import Applied, Caller, resolve
+from broker_core.quotas.entities import (
+    CONNECTION_CREATION_RATE,
+    IP,
+    Applied,
+    Caller,
+    ip_value,
+    resolve,
+    tenant_values,
+)
 from broker_core.quotas.rates import SlidingRate, Window
 from broker_core.quotas.store import Quotas, QuotaStore
 
@@ -71,21 +79,50 @@ class QuotaManager:
         self._rates: dict[tuple[str, tuple[str, ...]], SlidingRate] = {}
         self._resolved: dict[Caller, dict[str, tuple[Applied, ...]]] = {}
         self._resolved_for: Quotas | None = None
+        self._tenants: dict[str, dict[str, float]] = {}
 
     @property
     def active(self) -> bool:
         """Whether any quota may apply (else nothing is measured)."""
         return bool(self.defaults) or bool(self.store.quotas)
 
+    def _quotas(self) -> Quotas:
+        """The stored quotas; what was resolved from older ones is forgotten."""
+        quotas = self.store.quotas
+        if quotas is not self._resolved_for or len(self._resolved) > _MAX_CACHED \
+                or len(self._tenants) > _MAX_CACHED:
+            self._resolved, self._tenants, self._resolved_for = {}, {}, quotas
+        return quotas
+
     def applied(self, who: Caller) -> dict[str, tuple[Applied, ...]]:
         """The quotas of each key that apply to ``who`` (the most specific first)."""
-        quotas = self.store.quotas
-        if quotas is not self._resolved_for or len(self._resolved) > _MAX_CACHED:
-            self._resolved, self._resolved_for = {}, quotas
+        quotas = self._quotas()
         found = self._resolved.get(who)
         if found is None:
             found = self._resolved[who] = resolve(quotas, who, self.defaults)
         return found
+
+    def tenant_value(self, tenant: str, key: str) -> float | None:
+        """The tenant's own value of ``key`` (its quota, the default tenant's, the config)."""
+        quotas = self._quotas()
+        found = self._tenants.get(tenant)
+        if found is None:
+            found = self._tenants[tenant] = tenant_values(quotas, tenant, self.defaults)
+        return found.get(key)
+
+    def connect_from(self, ip: str, now: float | None = None) -> float | None:
+        """Count a new connection from ``ip`` against its ``connection_creation_rate``;
+        the quota it would exceed (the connection is refused and not counted), if any."""
+        quota = ip_value(self.store.quotas, ip) if self.store.quotas else None
+        if quota is None:
+            return None
+        now = time.monotonic() if now is None else now
+        rate = self._rate(CONNECTION_CREATION_RATE, (IP, ip), now)
+        rate.record(1, now)
+        if rate.throttle_ms(quota, now) <= 0:
+            return None
+        rate.record(-1, now)
+        return quota
 
     def charge(self, ctx: RequestContext, key: str, amount: float,
                now: float | None = None) -> Throttle | None:
@@ -112,10 +149,10 @@ class QuotaManager:
                 longest = Throttle(who, key, quota.value, quota.shared_by, delay)
         return longest
 
-    def uncharge(self, throttle: Throttle, amount: float) -> None:
+    def uncharge(self, throttle: Throttle, amount: float, now: float | None = None) -> None:
         """Take back ``amount`` measured for a request answered without it (a throttled
         Fetch is answered empty, as Kafka answers it), from every rate it was charged to."""
-        now = time.monotonic()
+        now = time.monotonic() if now is None else now
         for quota in self.applied(throttle.who).get(throttle.key, ()):
             rate = self._rates.get((throttle.key, quota.shared_by))
             if rate is not None:
