@@ -45,7 +45,7 @@ from edge.audit import AuditEvent, AuditLog
 from edge.authorization import Policy
 from edge.config import BrokerConfig
 from edge.metrics import CONNECTIONS, serve_metrics
-from edge.quotas import ConnectionGate, QuotaEvents, TenantScope
+from edge.quotas import ConnectionGate, QuotaEvents, TenantScope, TenantUsageCollector
 from edge.ready_line import describe_listeners
 from edge.security import (
     ListenerSecurity,
@@ -208,8 +208,9 @@ class BrokerApp:
         self.engine.kv_readers.append(self.quotas.store.read_again)
         self.quotas.observer = QuotaEvents(self.audit, self.quotas.window.span_s)
         self.gate = ConnectionGate(self.quotas, self.quotas.window.span_s)
-        self.engine.limits = TenantLimits(self.quotas, self.logs, self.engine.is_internal,
-                                          config.tenant_usage_check_interval_ms / 1000)
+        self.limits = TenantLimits(self.quotas, self.logs, self.engine.is_internal,
+                                   config.tenant_usage_check_interval_ms / 1000)
+        self.engine.limits = self.limits
         self.dispatcher = Dispatcher(
             self.engine,
             engine_apis() + edge_apis() + AclApis(self.acls, self.policy).specs()
@@ -281,7 +282,8 @@ class BrokerApp:
             if self.config.metrics_port:
                 host, port = self.config.metrics_host, self.config.metrics_port
                 try:
-                    port = serve_metrics(self.engine, host, port)
+                    port = serve_metrics(self.engine, host, port, [TenantUsageCollector(
+                        self.quotas, self.limits, self.gate)])
                 except OSError as exc:
                     raise StartupError(f"cannot serve metrics on {host}:{port}: "
                                        f"{os_reason(exc)}") from exc

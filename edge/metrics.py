@@ -4,7 +4,7 @@ producer ids remembered)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -78,8 +78,12 @@ class EngineCollector(Collector):
         yield from (size, start, end, damaged, offline)
 
 
-def serve_metrics(engine: Engine, host: str, port: int) -> int:
-    """Register the engine collector and serve ``/metrics``; return the bound port."""
+def serve_metrics(engine: Engine, host: str, port: int,
+                  collectors: Sequence[Collector] = ()) -> int:
+    """Register the engine collector (and ``collectors``) and serve ``/metrics``; return
+    the bound port."""
     REGISTRY.register(EngineCollector(engine))
+    for collector in collectors:
+        REGISTRY.register(collector)
     server, _thread = start_http_server(port, addr=host)
     return int(server.server_port)

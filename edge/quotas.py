@@ -14,26 +14,35 @@ without SASL, its first request). One log line per quota and sharer per quota wi
 :class:`QuotaEvents` counts bytes and throttles per tenant for ``/metrics`` and writes an
 audit event for a throttled request: the first of each quota and sharer per quota window
 (``quotaWindowNum`` x ``quotaWindowSizeSeconds``), so a client hammering past its quota
-cannot flood the audit topic.
+cannot flood the audit topic. :class:`TenantUsageCollector` shows, per tenant and quota,
+what the tenant uses of its own quota at scrape time.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 
 from prometheus_client import Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from broker_core.context import RequestContext
 from broker_core.quotas.admission import Admission
 from broker_core.quotas.entities import (
     CONSUMER_BYTE_RATE,
     IP,
+    MAX_CONNECTIONS,
+    MAX_PARTITIONS,
+    MAX_STORED_BYTES,
+    MAX_TOPICS,
     NAMESPACE,
     PRODUCER_BYTE_RATE,
     Caller,
     QuotaEntity,
 )
+from broker_core.quotas.limits import TenantLimits
 from broker_core.quotas.manager import QuotaManager, Throttle
 from broker_core.quotas.notices import Notices
 from edge.audit import AuditEvent, AuditLog
@@ -149,3 +158,52 @@ class ConnectionGate:
     def release(self, who: Caller) -> None:
         """An admitted connection closed."""
         self.admission.release(who)
+
+
+class TenantUsageCollector(Collector):
+    """``kop_server_tenant_quota_usage``, ``kop_server_tenant_quota_limit`` and
+    ``kop_server_tenant_quota_usage_ratio`` per tenant and quota key: each tenant's
+    measured rates (over the tenant's whole traffic) and its open connections, topics,
+    partitions and stored bytes, beside the tenant's own quota where it has one."""
+
+    def __init__(self, manager: QuotaManager, limits: TenantLimits, gate: ConnectionGate
+                 ) -> None:
+        self.manager = manager
+        self.limits = limits
+        self.gate = gate
+
+    def _usage(self) -> Iterator[tuple[str, str, float]]:
+        yield from self.manager.tenant_rates()
+        for tenant, count in list(self.gate.admission.open.items()):
+            yield tenant, MAX_CONNECTIONS, count
+        stored = dict(self.limits.stored)
+        for tenant, used in stored.items():
+            yield tenant, MAX_STORED_BYTES, used
+        for tenant in stored:
+            if self.manager.tenant_value(tenant, MAX_TOPICS) is not None or \
+                    self.manager.tenant_value(tenant, MAX_PARTITIONS) is not None:
+                topics, partitions = self.limits.counts(tenant)
+                yield tenant, MAX_TOPICS, topics
+                yield tenant, MAX_PARTITIONS, partitions
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """One sample per tenant and quota key in use."""
+        labels = ["tenant", "quota"]
+        usage = GaugeMetricFamily(
+            "kop_server_tenant_quota_usage",
+            "What a tenant uses, by quota key: bytes or connections per second and percent "
+            "of request time over its whole traffic, open connections, topics, partitions, "
+            "stored bytes.", labels=labels)
+        limit = GaugeMetricFamily("kop_server_tenant_quota_limit",
+                                  "The tenant's own quota, by quota key (where it has one).",
+                                  labels=labels)
+        ratio = GaugeMetricFamily("kop_server_tenant_quota_usage_ratio",
+                                  "Usage over the tenant's own quota (1 = at the quota).",
+                                  labels=labels)
+        for tenant, key, used in self._usage():
+            usage.add_metric([tenant, key], used)
+            quota = self.manager.tenant_value(tenant, key)
+            if quota is not None:
+                limit.add_metric([tenant, key], quota)
+                ratio.add_metric([tenant, key], used / quota)
+        yield from (usage, limit, ratio)

@@ -191,3 +191,11 @@ def test_a_throttle_is_at_most_the_whole_window() -> None:
     assert rate.throttle_ms(1.0, 0.0) == 3000
     rate.record(-1e9, now=0.1)  # taken back
     assert rate.throttle_ms(1.0, 0.1) == 0
+
+
+def test_peek_reads_the_rate_without_changing_it() -> None:
+    rate = SlidingRate(Window(samples=3, size_s=1.0))
+    rate.record(3000, now=10.0)
+    rate.record(1000, now=11.5)
+    assert rate.peek(11.5) == pytest.approx(rate.rate(11.5))
+    assert rate.peek(20.0) == 0 and rate.rate(11.6) > 0

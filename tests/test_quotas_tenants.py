@@ -8,7 +8,14 @@ reported; only coarse bounds are asserted."""
 
 from __future__ import annotations
 
+import json
+import re
+import signal
+import statistics
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +26,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from tests.broker_process import BrokerProcess
-from tests.quota_helpers import alter, produce_flat_out
+from tests.ports import free_port
+from tests.quota_helpers import alter, produce_flat_out, produce_throttle
 from tests.security_helpers import (
     Login,
     OpsConnection,
@@ -38,6 +46,11 @@ KAFKA_STORAGE_ERROR = 56
 class TenantBroker:
     broker: BrokerProcess
     issuer: TokenIssuer
+    metrics_port: int
+
+    def scrape(self) -> str:
+        return urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                      timeout=10).read().decode()
 
     def login(self, username: str, role: str) -> Login:
         return Login(self.broker.bootstrap, "SASL_PLAINTEXT", username,
@@ -69,12 +82,14 @@ class TenantBroker:
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantBroker]:
     base = Path(tmp_path_factory.mktemp("tenant-quotas"))
     issuer = TokenIssuer("hmac", base / "keys")
+    metrics_port = free_port()
     broker = BrokerProcess(base / "data", {
+        "metricsPort": str(metrics_port),
         "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0", "superUserRoles": "admin",
         "quotaWindowNum": str(WINDOW_S), "tenantUsageCheckIntervalMs": "200",
         **issuer.settings}).start()
     try:
-        yield TenantBroker(broker, issuer)
+        yield TenantBroker(broker, issuer, metrics_port)
     finally:
         broker.stop()
 
@@ -196,3 +211,107 @@ def test_a_full_storage_quota_refuses_that_tenant_only(setup: TenantBroker) -> N
     while full.produce("data", 1, value=value) != 0:
         assert time.monotonic() < deadline, "the storage quota never recovered"
         time.sleep(0.1)
+
+
+def test_request_percentage_binds_a_client_of_many_cheap_requests(setup: TenantBroker) -> None:
+    assert alter(setup.operator(), [({"tenant": "busy"}, {"request_percentage": 1.0})]) \
+        == [(0, None)]
+    conn = setup.conn("busy", "alice")
+    deadline = time.monotonic() + 60
+    sent = 0
+    while (throttle := int(conn.metadata().throttle_time_ms)) == 0:
+        sent += 1
+        assert time.monotonic() < deadline, f"{sent} Metadata requests were never throttled"
+    print(f"request_percentage 1: throttled {throttle} ms after {sent} Metadata requests")
+    assert setup.conn("acme", "alice").metadata().throttle_time_ms == 0  # others are not
+
+
+NOISY = """
+import json, sys
+import confluent_kafka
+producer = confluent_kafka.Producer({**json.loads(sys.argv[1]), "linger.ms": 5, "acks": 1,
+                                     "queue.buffering.max.kbytes": 2048})
+while True:
+    try:
+        producer.produce(sys.argv[2], b"x" * 10_000)
+    except BufferError:
+        producer.poll(0.05)
+    producer.poll(0)
+"""
+
+
+def _p99(conn: OpsConnection, topic: str, samples: int) -> float:
+    """The 99th percentile of ``samples`` produce round trips (acks=1), in ms."""
+    took = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        error, _throttle = produce_throttle(conn, topic, 100)
+        took.append((time.perf_counter() - started) * 1000)
+        assert error == 0
+    return statistics.quantiles(took, n=100)[98]
+
+
+def test_a_quiet_tenant_keeps_its_latency_while_a_noisy_one_is_throttled(
+        setup: TenantBroker) -> None:
+    assert alter(setup.operator(), [({"tenant": "noisy"}, {"producer_byte_rate": MB})]) \
+        == [(0, None)]
+    noisy, quiet = setup.login("noisy", "alice"), setup.conn("quiet", "alice")
+    create_topic(noisy, "noise", 1)
+    assert quiet.create_topic("calm") == 0
+    _p99(quiet, "calm", 200)  # warm up
+    process = subprocess.Popen([sys.executable, "-c", NOISY, json.dumps(noisy.confluent()),
+                                "noise"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        throttled = re.compile(r'kop_server_quota_throttled_requests_total\{'
+                               r'quota="producer_byte_rate",tenant="noisy"\} [1-9]')
+        while not throttled.search(setup.scrape()):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        unloaded, loaded = [], []
+        for _ in range(7):  # interleaved, so that the machine's own load drifts into both
+            process.send_signal(signal.SIGSTOP)
+            unloaded.append(_p99(quiet, "calm", 400))
+            process.send_signal(signal.SIGCONT)
+            time.sleep(0.5)  # the noisy producer is back at its quota (measured below)
+            loaded.append(_p99(quiet, "calm", 400))
+        still = [line for line in setup.scrape().splitlines() if line.startswith(
+            'kop_server_quota_throttled_requests_total{quota="producer_byte_rate",'
+            'tenant="noisy"}')]
+    finally:
+        process.send_signal(signal.SIGCONT)
+        process.kill()
+        process.wait(30)
+    quiet_p99, noisy_p99 = statistics.median(unloaded), statistics.median(loaded)
+    print(f"quiet tenant produce p99: {quiet_p99:.2f} ms alone, {noisy_p99:.2f} ms beside a "
+          f"throttled noisy tenant (median of 7 rounds of 400; rounds alone "
+          f"{[round(v, 2) for v in unloaded]}, beside {[round(v, 2) for v in loaded]}); "
+          f"{still}")
+    assert noisy_p99 <= 2 * quiet_p99
+
+
+def test_a_tenants_quota_usage_is_a_gauge(setup: TenantBroker) -> None:
+    assert alter(setup.operator(), [({"tenant": "gauged"}, {
+        "producer_byte_rate": MB, "max_topics": 5, "max_stored_bytes": 10 * MB})]) \
+        == [(0, None)]
+    conn = setup.conn("gauged", "alice")
+    assert conn.create_topic("measured") == 0
+    assert produce_throttle(conn, "measured", 50_000) == (0, 0)
+
+    def sample(name: str, quota: str) -> float | None:
+        found = re.search(rf'{name}\{{quota="{quota}",tenant="gauged"\}} (\S+)', setup.scrape())
+        return None if found is None else float(found[1])
+
+    usage = sample("kop_server_tenant_quota_usage", "producer_byte_rate")
+    print("gauged tenant producer_byte_rate usage:", usage)
+    assert usage is not None and usage > 0
+    assert sample("kop_server_tenant_quota_limit", "producer_byte_rate") == MB
+    ratio = sample("kop_server_tenant_quota_usage_ratio", "producer_byte_rate")
+    assert ratio is not None and 0 < ratio < 1
+    deadline = time.monotonic() + 30  # stored bytes and counts: at the next usage check
+    while (stored := sample("kop_server_tenant_quota_usage", "max_stored_bytes")) is None \
+            or stored < 50_000:
+        assert time.monotonic() < deadline, setup.scrape()
+        time.sleep(0.2)
+    assert sample("kop_server_tenant_quota_usage", "max_topics") == 1
+    assert sample("kop_server_tenant_quota_limit", "max_stored_bytes") == 10 * MB

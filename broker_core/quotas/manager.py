@@ -20,6 +20,7 @@ from broker_core.context import RequestContext
 from broker_core.quotas.entities import (
     CONNECTION_CREATION_RATE,
     IP,
+    TENANT,
     Applied,
     Caller,
     ip_value,
@@ -157,6 +158,14 @@ class QuotaManager:
             rate = self._rates.get((throttle.key, quota.shared_by))
             if rate is not None:
                 rate.record(-amount, now)
+
+    def tenant_rates(self, now: float | None = None) -> list[tuple[str, str, float]]:
+        """(tenant, key, measured per second) of every rate a whole tenant shares; safe
+        to call from another thread (a metrics scrape)."""
+        now = time.monotonic() if now is None else now
+        return [(shared_by[1], key, rate.peek(now))
+                for (key, shared_by), rate in list(self._rates.items())
+                if shared_by[0] == TENANT]
 
     def _rate(self, key: str, shared_by: tuple[str, ...], now: float) -> SlidingRate:
         found = self._rates.get((key, shared_by))
