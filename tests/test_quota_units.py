@@ -4,10 +4,12 @@ throttle time (with explicit clocks: no sleeping, no timing)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
+from broker_core.quotas.admission import Admission
 from broker_core.quotas.entities import (
     CLIENT_ID,
     CONNECTION_CREATION_RATE,
@@ -30,6 +32,7 @@ from broker_core.quotas.entities import (
     tenant_values,
 )
 from broker_core.quotas.manager import QuotaManager
+from broker_core.quotas.notices import Notices
 from broker_core.quotas.rates import SlidingRate, Window
 from broker_core.quotas.store import Alteration, QuotaStore
 from broker_core.storage.file_kv import FileKeyValues
@@ -199,3 +202,43 @@ def test_peek_reads_the_rate_without_changing_it() -> None:
     rate.record(1000, now=11.5)
     assert rate.peek(11.5) == pytest.approx(rate.rate(11.5))
     assert rate.peek(20.0) == 0 and rate.rate(11.6) > 0
+
+
+def _manager(*changes: Alteration) -> QuotaManager:
+    store = QuotaStore(MemoryKeyValues())
+    store.alter(list(changes))
+    return QuotaManager(store, {}, Window(samples=2, size_s=1.0))
+
+
+def test_max_connections_admits_until_the_cap_and_counts_closes() -> None:
+    admission = Admission(_manager(Alteration(A_TENANT, {MAX_CONNECTIONS: 2.0}, frozenset())))
+    assert admission.admit(WHO, now=0.0) is None and admission.admit(WHO, now=0.0) is None
+    refused = admission.admit(WHO, now=0.0)
+    assert refused is not None and str(refused) == "max_connections 2 of tenant/acme reached"
+    assert admission.admit(Caller("bob", "", "other", "other/default"), now=0.0) is None
+    admission.release(WHO)
+    assert admission.admit(WHO, now=0.0) is None and admission.open["acme"] == 2
+
+
+def test_a_refused_connection_counts_for_nothing() -> None:
+    manager = _manager(
+        Alteration(A_TENANT, {CONNECTION_CREATION_RATE: 2.0}, frozenset()),
+        Alteration(QuotaEntity.of([(IP, None)]), {CONNECTION_CREATION_RATE: 1.0}, frozenset()))
+    admission = Admission(manager)
+    assert [admission.admit(WHO, now=0.0) is None for _ in range(4)] == [
+        True, True, False, False]
+    assert admission.admit(WHO, now=1.5) is None  # the window moved on; refusals not kept
+    assert manager.connect_from("10.0.0.9", now=0.0) is None
+    assert manager.connect_from("10.0.0.9", now=0.0) == 1.0
+    assert manager.connect_from("10.0.0.8", now=0.0) is None  # one rate per address
+
+
+def test_notices_log_one_line_per_subject_per_interval(caplog: pytest.LogCaptureFixture
+                                                      ) -> None:
+    notices = Notices(logging.getLogger("test.notices"), interval_s=10.0)
+    with caplog.at_level(logging.WARNING, "test.notices"):
+        for at in (0.0, 1.0, 2.0, 11.0):
+            notices.warn("a", "refused a", now=at)
+        notices.warn("b", "refused b", now=2.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused a", "refused a (2 more like it since the last line)", "refused b"]
