@@ -38,6 +38,7 @@ from broker_core.groups.coordinator import GroupCoordinator
 from broker_core.leadership import Leadership
 from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import ProducerStates
+from broker_core.quotas.limits import TenantLimits
 from broker_core.record_check import Buffer, check_records
 from broker_core.storage import (
     DatabaseUnavailable,
@@ -123,6 +124,8 @@ class Engine:
         self._checkpoints: asyncio.Task[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
         self._wake_refresher: Callable[[], None] = lambda: None
+        self.limits: TenantLimits | None = None
+        """A tenant's caps on topics, partitions and stored bytes (None: no caps)."""
         self.kv_readers: list[Callable[[], None]] = []
         """Called when another broker may have changed the storage's key-value area: each
         reads again what it keeps of it (the ACLs); one that raises is called again."""
@@ -250,6 +253,8 @@ class Engine:
             if self._stopping.is_set():
                 return
             try:
+                if self.limits is not None:
+                    self.limits.refresh_due()
                 changes = await asyncio.to_thread(self.logs.refresh)
                 for internal, partitions in changes.gone.items():
                     log.info("topic %s was deleted through another broker", internal)
@@ -436,11 +441,15 @@ class Engine:
         topic = self.logs.topic(internal)
         if topic is None and auto_create and self.config.allow_auto_topic_creation:
             try:
+                if self.limits is not None:
+                    self.limits.check_create(internal, 1, self.config.default_num_partitions)
                 topic = self.logs.create_topic(internal, self.config.default_num_partitions, {})
                 log.info("auto-created topic %s with %d partitions", internal,
                          topic.num_partitions)
             except TopicExists:
                 topic = self.logs.topic(internal)
+            except KafkaApiError as exc:  # a tenant's cap: the topic stays unknown
+                log.info("not auto-creating %s: %s", internal, exc.message)
             except OSError as exc:  # a full disk: the topic stays unknown, clients retry
                 self.faults.failed(exc, f"the new topic {internal}", WriteKind.TOPICS)
         return topic
@@ -504,6 +513,8 @@ class Engine:
         topic = self.logs.topic(internal)
         partition = self.partition(internal, index)
         assert topic is not None
+        if self.limits is not None:
+            self.limits.check_produce(internal, len(records))
         header = batches.validate_produced(records)
         if header.compression == codecs.ZSTD and version < ZSTD_PRODUCE_VERSION:
             raise KafkaApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,

@@ -23,10 +23,16 @@ from broker_core.groups.config import GroupConfig
 from broker_core.naming import Namespace
 from broker_core.quotas.apis import QuotaApis
 from broker_core.quotas.entities import (
+    CONNECTION_CREATION_RATE,
     CONSUMER_BYTE_RATE,
+    MAX_CONNECTIONS,
+    MAX_PARTITIONS,
+    MAX_STORED_BYTES,
+    MAX_TOPICS,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
 )
+from broker_core.quotas.limits import TenantLimits
 from broker_core.quotas.manager import QuotaManager
 from broker_core.quotas.rates import Window
 from broker_core.quotas.store import QuotaStore
@@ -41,7 +47,7 @@ from edge.authorization import Policy
 from edge.config import BrokerConfig
 from edge.health import Readiness
 from edge.metrics import CONNECTIONS, serve_metrics
-from edge.quotas import QuotaEvents, TenantScope
+from edge.quotas import ConnectionGate, QuotaEvents, TenantScope, TenantUsageCollector
 from edge.ready_line import describe_listeners
 from edge.security import (
     ListenerSecurity,
@@ -158,6 +164,11 @@ def quota_manager(config: BrokerConfig, kv: KeyValueStore) -> QuotaManager:
         PRODUCER_BYTE_RATE: float(config.default_tenant_producer_byte_rate),
         CONSUMER_BYTE_RATE: float(config.default_tenant_consumer_byte_rate),
         REQUEST_PERCENTAGE: float(config.default_tenant_request_percentage),
+        CONNECTION_CREATION_RATE: float(config.default_tenant_connection_creation_rate),
+        MAX_CONNECTIONS: float(config.default_tenant_max_connections),
+        MAX_TOPICS: float(config.default_tenant_max_topics),
+        MAX_PARTITIONS: float(config.default_tenant_max_partitions),
+        MAX_STORED_BYTES: float(config.default_tenant_max_stored_bytes),
     }
     return QuotaManager(QuotaStore(kv), defaults,
                         Window(config.quota_window_num, config.quota_window_size_seconds))
@@ -210,6 +221,10 @@ class BrokerApp:
         self.quotas = quota_manager(config, self.logs.kv)
         self.engine.kv_readers.append(self.quotas.store.read_again)
         self.quotas.observer = QuotaEvents(self.audit, self.quotas.window.span_s)
+        self.gate = ConnectionGate(self.quotas, self.quotas.window.span_s)
+        self.limits = TenantLimits(self.quotas, self.logs, self.engine.is_internal,
+                                   config.tenant_usage_check_interval_ms / 1000)
+        self.engine.limits = self.limits
         self.dispatcher = Dispatcher(
             self.engine,
             engine_apis() + edge_apis() + AclApis(self.acls, self.policy).specs()
@@ -259,13 +274,15 @@ class BrokerApp:
         return record
 
     def _session(self, info: ConnectionInfo) -> Session:
-        """A session for a new connection, told the advertised address of its listener."""
+        """A session for a new connection, told the advertised address of its listener
+        (ConnectionRefused: its address is over its ``connection_creation_rate``)."""
+        self.gate.accepted(info)
         CONNECTIONS.labels(info.listener).inc()
         return Session(self.dispatcher, info, self.advertised[info.listener], self.home,
                        self.security[info.listener], self.sasl,
                        self.config.failed_authentication_delay_ms,
                        self.config.connections_max_reauth_ms, self.audit,
-                       self.config.sasl_server_max_receive_size)
+                       self.config.sasl_server_max_receive_size, self.gate)
 
     async def start(self) -> list[ListenerSpec]:
         """Start the engine and every listener; return the listeners with their bound ports.
@@ -307,7 +324,8 @@ class BrokerApp:
             return ""
         host, port = self.config.metrics_host, self.config.metrics_port
         try:
-            port = serve_metrics(self.engine, host, port, self.readiness)
+            port = serve_metrics(self.engine, host, port, self.readiness, [
+                TenantUsageCollector(self.quotas, self.limits, self.gate)])
         except OSError as exc:
             raise StartupError(f"cannot serve metrics on {host}:{port}: "
                                f"{os_reason(exc)}") from exc

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import REGISTRY, Counter, Gauge, make_wsgi_app
@@ -104,11 +104,14 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def serve_metrics(engine: Engine, host: str, port: int, readiness: Readiness) -> int:
-    """Register the engine collector and serve ``/metrics`` (every path but the health
-    checks), ``/healthz`` and ``/readyz`` (see ``edge.health``) from a daemon thread;
-    return the bound port."""
+def serve_metrics(engine: Engine, host: str, port: int, readiness: Readiness,
+                  collectors: Sequence[Collector] = ()) -> int:
+    """Register the engine collector (and ``collectors``) and serve ``/metrics`` (every
+    path but the health checks), ``/healthz`` and ``/readyz`` (see ``edge.health``) from a
+    daemon thread; return the bound port."""
     REGISTRY.register(EngineCollector(engine))
+    for collector in collectors:
+        REGISTRY.register(collector)
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
 
     class Server(ThreadingWSGIServer):

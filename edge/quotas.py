@@ -6,29 +6,52 @@ quotas of its own tenant and of its namespaces, and alters those of its namespac
 the quota of the tenant itself, and the user, client-id and default quotas (which cross
 tenants), are the operator's. Beyond that scope the answer is CLUSTER_AUTHORIZATION_FAILED.
 
+:class:`ConnectionGate` refuses connections over the quotas on new connections: per
+``ip`` when accepted, per caller and tenant (``connection_creation_rate``,
+``max_connections``) once the broker knows who connects (its login; on a listener
+without SASL, its first request). One log line per quota and sharer per quota window.
+
 :class:`QuotaEvents` counts bytes and throttles per tenant for ``/metrics`` and writes an
 audit event for a throttled request: the first of each quota and sharer per quota window
 (``quotaWindowNum`` x ``quotaWindowSizeSeconds``), so a client hammering past its quota
-cannot flood the audit topic.
+cannot flood the audit topic. :class:`TenantUsageCollector` shows, per tenant and quota,
+what the tenant uses of its own quota at scrape time.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Iterator
 
 from prometheus_client import Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from broker_core.context import RequestContext
+from broker_core.quotas.admission import Admission
 from broker_core.quotas.entities import (
     CONSUMER_BYTE_RATE,
+    IP,
+    MAX_CONNECTIONS,
+    MAX_PARTITIONS,
+    MAX_STORED_BYTES,
+    MAX_TOPICS,
     NAMESPACE,
     PRODUCER_BYTE_RATE,
     Caller,
     QuotaEntity,
 )
-from broker_core.quotas.manager import Throttle
+from broker_core.quotas.limits import TenantLimits
+from broker_core.quotas.manager import QuotaManager, Throttle
+from broker_core.quotas.notices import Notices
 from edge.audit import AuditEvent, AuditLog
 from edge.authorization import Policy
+from listeners.server import ConnectionInfo, ConnectionRefused, FrameError
+from sasl.printable import printable
+
+log = logging.getLogger(__name__)
+_NAME_LIMIT = 100
 
 TENANT_BYTES = Counter("kop_server_tenant_bytes",
                        "Record bytes produced (in) and fetched (out), by tenant.",
@@ -97,3 +120,90 @@ class QuotaEvents:
             resource="/".join(throttle.shared_by),
             reason=f"{throttle.key} {throttle.quota:g} exceeded: throttled "
                    f"{throttle.throttle_ms} ms (first of this window)"))
+
+
+class ConnectionGate:
+    """Admits connections against the quotas on new connections."""
+
+    def __init__(self, manager: QuotaManager, window_s: float) -> None:
+        self.manager = manager
+        self.admission = Admission(manager)
+        self.notices = Notices(log, window_s)
+
+    def accepted(self, info: ConnectionInfo) -> None:
+        """A connection accepted from ``info.peer``: ConnectionRefused when its address is
+        over its ``connection_creation_rate``."""
+        ip = info.peer.rsplit(":", 1)[0]
+        quota = self.manager.connect_from(ip)
+        if quota is not None:
+            self.notices.warn((IP, ip), f"refusing connection from {info.peer} on "
+                                        f"{info.listener}: connection_creation_rate "
+                                        f"{quota:g} of ip {ip} reached")
+            raise ConnectionRefused(ip)
+
+    def admit(self, who: Caller, info: ConnectionInfo) -> None:
+        """Admit a connection of ``who``; FrameError (the connection is closed) when it is
+        over the caller's ``connection_creation_rate`` or its tenant's
+        ``max_connections``."""
+        refusal = self.admission.admit(who)
+        if refusal is None:
+            return
+        self.notices.warn((refusal.key, refusal.shared_by), (
+            f"closing connection from {info.peer} on {info.listener} of "
+            f"{printable(who.user, _NAME_LIMIT)} (client id "
+            f"{printable(who.client_id, _NAME_LIMIT)}, tenant {who.tenant}): "
+            f"{printable(str(refusal), 2 * _NAME_LIMIT)}"))
+        raise FrameError(str(refusal), logged=True)
+
+    def release(self, who: Caller) -> None:
+        """An admitted connection closed."""
+        self.admission.release(who)
+
+
+class TenantUsageCollector(Collector):
+    """``kop_server_tenant_quota_usage``, ``kop_server_tenant_quota_limit`` and
+    ``kop_server_tenant_quota_usage_ratio`` per tenant and quota key: each tenant's
+    measured rates (over the tenant's whole traffic) and its open connections, topics,
+    partitions and stored bytes, beside the tenant's own quota where it has one."""
+
+    def __init__(self, manager: QuotaManager, limits: TenantLimits, gate: ConnectionGate
+                 ) -> None:
+        self.manager = manager
+        self.limits = limits
+        self.gate = gate
+
+    def _usage(self) -> Iterator[tuple[str, str, float]]:
+        yield from self.manager.tenant_rates()
+        for tenant, count in list(self.gate.admission.open.items()):
+            yield tenant, MAX_CONNECTIONS, count
+        stored = dict(self.limits.stored)
+        for tenant, used in stored.items():
+            yield tenant, MAX_STORED_BYTES, used
+        for tenant in stored:
+            if self.manager.tenant_value(tenant, MAX_TOPICS) is not None or \
+                    self.manager.tenant_value(tenant, MAX_PARTITIONS) is not None:
+                topics, partitions = self.limits.counts(tenant)
+                yield tenant, MAX_TOPICS, topics
+                yield tenant, MAX_PARTITIONS, partitions
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """One sample per tenant and quota key in use."""
+        labels = ["tenant", "quota"]
+        usage = GaugeMetricFamily(
+            "kop_server_tenant_quota_usage",
+            "What a tenant uses, by quota key: bytes or connections per second and percent "
+            "of request time over its whole traffic, open connections, topics, partitions, "
+            "stored bytes.", labels=labels)
+        limit = GaugeMetricFamily("kop_server_tenant_quota_limit",
+                                  "The tenant's own quota, by quota key (where it has one).",
+                                  labels=labels)
+        ratio = GaugeMetricFamily("kop_server_tenant_quota_usage_ratio",
+                                  "Usage over the tenant's own quota (1 = at the quota).",
+                                  labels=labels)
+        for tenant, key, used in self._usage():
+            usage.add_metric([tenant, key], used)
+            quota = self.manager.tenant_value(tenant, key)
+            if quota is not None:
+                limit.add_metric([tenant, key], quota)
+                ratio.add_metric([tenant, key], used / quota)
+        yield from (usage, limit, ratio)

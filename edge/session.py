@@ -35,8 +35,10 @@ from broker_core.dispatch import (
 from broker_core.errors import ErrorCode
 from broker_core.naming import Namespace
 from broker_core.protocol import ProtocolError, frame_response, response_header
+from broker_core.quotas.entities import Caller
 from edge.audit import AuditEvent, AuditLog
 from edge.metrics import AUTHENTICATIONS, CONNECTIONS
+from edge.quotas import ConnectionGate
 from edge.security import ListenerSecurity, SaslFactory
 from listeners.server import ConnectionInfo, FrameError, Request
 from listeners.tls import certificate_principal
@@ -76,7 +78,8 @@ class Session:
                  home: Namespace, security: ListenerSecurity,
                  mechanisms: dict[str, SaslFactory], failed_delay_ms: int = 0,
                  max_reauth_ms: int = 0, audit: AuditLog | None = None,
-                 max_receive_before_login: int | None = None) -> None:
+                 max_receive_before_login: int | None = None,
+                 gate: ConnectionGate | None = None) -> None:
         self.dispatcher = dispatcher
         self.info = info
         self.advertised = advertised
@@ -91,6 +94,9 @@ class Session:
         self.max_receive_before_login = max_receive_before_login
         self.client_id: str | None = None
         """The client id of the connection's latest request (for log lines)."""
+        self.gate = gate
+        self.admitted: Caller | None = None
+        """Who the connection counts for in the quotas on connections, once admitted."""
         self.muted_until = 0.0
         """Until when (``time.monotonic()``) the listener does not read the connection: a
         request over a quota mutes it for its throttle time (KIP-219)."""
@@ -120,6 +126,8 @@ class Session:
         order rule); what a handler leaves for later comes back as its waiting stage."""
         key = parsed.header.api_key
         self.client_id = parsed.header.client_id
+        if self.admitted is None and not self.security.sasl:
+            self._admit(parsed.header.client_id)  # no login: who connects is known now
         if key == SASL_HANDSHAKE:
             return self._handshake(parsed)
         if key == SASL_AUTHENTICATE and self.sasl.takes_authenticate():
@@ -145,6 +153,14 @@ class Session:
             api=parsed.spec.name,
         )
         return await self.dispatcher.dispatch(ctx, parsed, self._mute)
+
+    def _admit(self, client_id: str | None) -> None:
+        """Count the connection in the quotas on connections (FrameError: refused)."""
+        who = Caller(self.principal, client_id or "", self.home.tenant,
+                     f"{self.home.tenant}/{self.home.namespace}")
+        if self.gate is not None:
+            self.gate.admit(who, self.info)
+        self.admitted = who
 
     def _mute(self, throttle_ms: int) -> None:
         self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
@@ -207,8 +223,10 @@ class Session:
 
     # -- SaslAuthenticate ----------------------------------------------------------------
 
-    async def _step(self, message: bytes) -> tuple[bytes, Authenticated | None]:
-        """One SASL step; on failure wait ``failed_delay_ms`` and raise SaslFailure."""
+    async def _step(self, message: bytes, client_id: str | None
+                    ) -> tuple[bytes, Authenticated | None]:
+        """One SASL step; on failure wait ``failed_delay_ms`` and raise SaslFailure. A
+        first login is admitted by the quotas on connections (FrameError: refused)."""
         server = self.sasl.exchange
         assert server is not None
         try:
@@ -235,6 +253,8 @@ class Session:
         self._logged_in(result)
         self._audit("authentication", "success", mechanism=server.mechanism,
                     principal=result.principal, tenant=self.home.tenant)
+        if self.admitted is None:
+            self._admit(client_id)
         return challenge, result
 
     def _logged_in(self, result: Authenticated) -> None:
@@ -272,7 +292,7 @@ class Session:
             assert isinstance(parsed.body, SaslAuthenticateRequest)
             auth = parsed.body.auth_bytes
             assert isinstance(auth, bytes)  # as decoded (an ApiData only goes out)
-            challenge, result = await self._step(auth)
+            challenge, result = await self._step(auth, parsed.header.client_id)
         except SaslFailure as failure:
             raise FrameError(f"authentication failed: {failure.message}", answer(
                 ErrorCode.SASL_AUTHENTICATION_FAILED,
@@ -291,7 +311,7 @@ class Session:
     async def _raw_token(self, frame: memoryview) -> bytes:
         """The v0 flow: the frame is a bare SASL token, answered with a bare token."""
         try:
-            challenge, _ = await self._step(bytes(frame))
+            challenge, _ = await self._step(bytes(frame), None)
         except SaslFailure as failure:
             raise FrameError(f"authentication failed: {failure.message}") from failure
         return len(challenge).to_bytes(4, "big") + challenge
@@ -299,4 +319,6 @@ class Session:
     def closed(self) -> None:
         """Count the connection out."""
         CONNECTIONS.labels(self.info.listener).dec()
+        if self.admitted is not None and self.gate is not None:
+            self.gate.release(self.admitted)
         log.debug("connection from %s on %s closed", self.info.peer, self.info.listener)

@@ -381,8 +381,9 @@ class Connection:
                 elif response is not None:
                     await write_parts(self.writer, response, self.socket)
             except FrameError as exc:
-                log.warning("closing connection from %s on %s: %s", self.info.peer,
-                            self.info.listener, exc)
+                if not exc.logged:
+                    log.warning("closing connection from %s on %s: %s", self.info.peer,
+                                self.info.listener, exc)
                 if exc.final is not None:
                     self.writer.write(exc.final)
                 broken = True

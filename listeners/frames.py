@@ -27,11 +27,19 @@ stage, an awaitable giving the response that may overlap with the next requests.
 
 class FrameError(Exception):
     """A handler's verdict that the connection must be closed (garbage on the wire, or a
-    failed login). ``final`` is a last response written before the connection closes."""
+    failed login). ``final`` is a last response written before the connection closes;
+    ``logged``: the handler has said why already (the listener adds no line)."""
 
-    def __init__(self, message: str, final: bytes | None = None) -> None:
+    def __init__(self, message: str, final: bytes | None = None, *,
+                 logged: bool = False) -> None:
         super().__init__(message)
         self.final = final
+        self.logged = logged
+
+
+class ConnectionRefused(Exception):
+    """A handler factory's verdict that a new connection is not served (a quota on new
+    connections): it is closed at once, and the factory has said why."""
 
 
 @dataclass(frozen=True, slots=True)

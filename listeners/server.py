@@ -30,6 +30,9 @@ A handler may mute its connection until a moment (``muted_until``, a client thro
 a quota, KIP-219): until then no frame is read or started and the transport is paused, so
 the client's requests wait in its socket, whether it honours ``throttle_time_ms`` or not.
 
+The handler factory may refuse a new connection (:class:`ConnectionRefused`, a quota on
+new connections): it is closed before anything is read.
+
 On a TLS listener each connection does its handshake in :mod:`listeners.handshake`.
 
 The handler contract is in :mod:`listeners.frames`, one connection's loops in
@@ -51,6 +54,7 @@ from listeners.frames import (
     Answer,
     ConnectionHandler,
     ConnectionInfo,
+    ConnectionRefused,
     FrameError,
     HandlerFactory,
     Limits,
@@ -62,6 +66,7 @@ from listeners.frames import (
 from listeners.handshake import TlsHandshake, peer_address
 
 __all__ = ["SMALL_FRAME_BYTES", "Answer", "ConnectionHandler", "ConnectionInfo",
+           "ConnectionRefused",
            "FrameError", "HandlerFactory", "Limits", "ListenerServer", "ReadBudget",
            "Request", "Response", "response_size"]
 
@@ -128,8 +133,13 @@ class ListenerServer:
             writer.close()
             return
         info = ConnectionInfo(self.name, peer, tls)
-        connection = Connection(reader, writer, self.factory(info), info, self.limits,
-                                 self.budget, self.on_reject)
+        try:
+            handler = self.factory(info)
+        except ConnectionRefused:
+            writer.close()
+            return
+        connection = Connection(reader, writer, handler, info, self.limits,
+                                self.budget, self.on_reject)
         self._connections.add(connection)
         task = asyncio.current_task()
         if task is not None:

@@ -21,11 +21,21 @@ import crc32c
 from kafka.protocol.api_message import ApiMessage
 
 from broker_core.apis import engine_apis
+from broker_core.context import RequestContext
+from broker_core.dispatch import ApiSpec
+from broker_core.quotas.apis import QuotaApis
+from broker_core.quotas.entities import QuotaEntity
+from broker_core.quotas.store import QuotaStore
+from broker_core.storage.memory import MemoryKeyValues
 from tests.raw import RawConnection, compressed_batch, record_batch
 
 TOPIC = "fuzz-topic"
 """A topic the fuzzed broker has (3 partitions, a few records), so handlers go deep."""
 GROUP = "fuzz-group"
+
+QUOTA_KEYS = ["max_topics", "max_partitions", "max_stored_bytes", "no_such_rate"]
+"""Quota keys AlterClientQuotas may be given: the caps only, whose excess is answered with
+an error code (a rate or connection quota could mute or refuse the fuzzer itself)."""
 
 _INT_RANGES = {"int8": 7, "int16": 15, "int32": 31, "int64": 63, "uint16": 16}
 
@@ -72,9 +82,14 @@ class Generator:
             pool = ["", "m-1", "x" * 200]
         elif "transactional" in lowered:
             pool = ["tid", "", "t" * 300]
+        elif lowered == "entity_type":
+            pool = ["user", "client-id", "tenant", "namespace", "ip", "group", ""]
+        elif lowered in {"entity_name", "match"}:
+            pool = ["fuzzco", "public", "fuzzco/default", "public/default", "127.0.0.1",
+                    "::1", "x", "", "a/b/c", "\u0000"]
         elif "config" in lowered or "key" in lowered or "value" in lowered:
             pool = ["retention.ms", "cleanup.policy", "segment.bytes", "", "nope", "-1",
-                    "compact,delete", "1" * 40]
+                    "compact,delete", "1" * 40, *QUOTA_KEYS]
         else:
             pool = ["", "x", "range", "consumer", "\u0000", "y" * 100]
         return self.rng.choice(pool)
@@ -147,11 +162,27 @@ class Generator:
                 if field.for_version_q(version)}
 
 
+class _Everyone:
+    """A quota scope for building the quota APIs' table here (never asked: the fuzzed
+    broker answers with its own)."""
+
+    def may_see(self, ctx: RequestContext, entity: QuotaEntity) -> bool:
+        return True
+
+    def may_alter(self, ctx: RequestContext, entity: QuotaEntity) -> bool:
+        return True
+
+
+def served_apis() -> list[ApiSpec]:
+    """The engine's APIs and the client-quota APIs the broker adds to them."""
+    return engine_apis() + QuotaApis(QuotaStore(MemoryKeyValues()), _Everyone()).specs()
+
+
 def cases(count: int, seed: int) -> Iterator[FuzzCase]:
     """``count`` requests spread evenly over every served API and version."""
     rng = random.Random(seed)
     generator = Generator(rng)
-    targets = [(spec, version) for spec in engine_apis()
+    targets = [(spec, version) for spec in served_apis()
                for version in range(spec.min_version, spec.max_version + 1)]
     for n in range(count):
         spec, version = targets[n % len(targets)]
@@ -181,7 +212,7 @@ def null_array_cases(seed: int = 0) -> Iterator[tuple[FuzzCase, str, bool]]:
     field null (whatever its schema allows) and the rest drawn as :func:`cases` draws them;
     each with the field's name and whether the schema lets it be null."""
     generator = Generator(random.Random(seed))
-    for spec in engine_apis():
+    for spec in served_apis():
         for version in range(spec.min_version, spec.max_version + 1):
             cls = spec.request[version]
             fields = cls.fields.values() if isinstance(cls.fields, dict) else cls.fields

@@ -14,8 +14,12 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 class RawConnection:
     """Sends requests built with ``kafka.protocol`` classes and decodes their responses."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0,
+                 source: str | None = None) -> None:
+        """``source``: the local address to connect from (any 127.x.y.z on loopback)."""
+        self.sock = socket.create_connection(
+            (host, port), timeout=timeout,
+            source_address=None if source is None else (source, 0))
         self.correlation_id = 0
 
     def close(self) -> None:

@@ -154,8 +154,9 @@ def plain_message(username: str, password: str, authzid: str = "") -> bytes:
 class SecureConnection(RawConnection):
     """A RawConnection, optionally over TLS, with SASL PLAIN login helpers."""
 
-    def __init__(self, port: int, ca: Path | None = None, timeout: float = 10.0) -> None:
-        super().__init__(port, timeout=timeout)
+    def __init__(self, port: int, ca: Path | None = None, timeout: float = 10.0,
+                 source: str | None = None) -> None:
+        super().__init__(port, timeout=timeout, source=source)
         if ca is not None:
             context = ssl.create_default_context(cafile=str(ca))
             self.sock = context.wrap_socket(self.sock, server_hostname="localhost")

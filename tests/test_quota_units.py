@@ -4,12 +4,20 @@ throttle time (with explicit clocks: no sleeping, no timing)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
+from broker_core.quotas.admission import Admission
 from broker_core.quotas.entities import (
     CLIENT_ID,
+    CONNECTION_CREATION_RATE,
+    IP,
+    MAX_CONNECTIONS,
+    MAX_PARTITIONS,
+    MAX_STORED_BYTES,
+    MAX_TOPICS,
     NAMESPACE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
@@ -19,11 +27,16 @@ from broker_core.quotas.entities import (
     EntityError,
     QuotaEntity,
     check_value,
+    ip_value,
     resolve,
+    tenant_values,
 )
+from broker_core.quotas.manager import QuotaManager
+from broker_core.quotas.notices import Notices
 from broker_core.quotas.rates import SlidingRate, Window
 from broker_core.quotas.store import Alteration, QuotaStore
 from broker_core.storage.file_kv import FileKeyValues
+from broker_core.storage.memory import MemoryKeyValues
 
 WHO = Caller(user="alice", client_id="app", tenant="acme", namespace="acme/prod")
 P = PRODUCER_BYTE_RATE
@@ -49,11 +62,39 @@ def test_the_most_specific_entity_wins_at_every_level() -> None:
               for level, (parts, _) in enumerate(LEVELS)}
     for level, (parts, shared_by) in enumerate(LEVELS):
         applied = resolve(quotas, WHO, {P: 1.0})[P]
-        assert (applied.value, applied.shared_by) == (1000 + level, shared_by), parts
+        assert (applied[0].value, applied[0].shared_by) == (1000 + level, shared_by), parts
+        # the tenant's own value (its quota, then the default tenant's) is a ceiling
+        tenant = 1010.0 if level <= 10 else 1011.0
+        assert [(a.value, a.shared_by) for a in applied[1:]] == (
+            [(tenant, (TENANT, "acme"))] if level < 10 else []), parts
         del quotas[QuotaEntity.of(parts)]
     applied = resolve(quotas, WHO, {P: 1.0})[P]
-    assert (applied.value, applied.shared_by) == (1.0, (TENANT, "acme"))
+    assert [(a.value, a.shared_by) for a in applied] == [(1.0, (TENANT, "acme"))]
     assert resolve(quotas, WHO, {}) == {}
+
+
+def test_a_namespace_quota_cannot_lift_the_tenants() -> None:
+    quotas = {QuotaEntity.of([(TENANT, "acme")]): {P: 1000.0},
+              QuotaEntity.of([(NAMESPACE, "acme/prod")]): {P: 10_000.0}}
+    applied = resolve(quotas, WHO, {P: 5.0})[P]
+    assert [(a.value, a.shared_by) for a in applied] == [
+        (10_000.0, (NAMESPACE, "acme/prod")), (1000.0, (TENANT, "acme"))]
+    # without a tenant quota, the configured default is the ceiling
+    del quotas[QuotaEntity.of([(TENANT, "acme")])]
+    assert [a.value for a in resolve(quotas, WHO, {P: 5.0})[P]] == [10_000.0, 5.0]
+
+
+def test_the_tenant_ceiling_binds_over_every_namespace_together() -> None:
+    store = QuotaStore(MemoryKeyValues())
+    store.alter([Alteration(QuotaEntity.of([(TENANT, "acme")]), {P: 1000.0}, frozenset()),
+                 Alteration(QuotaEntity.of([(NAMESPACE, None)]), {P: 10_000.0}, frozenset())])
+    manager = QuotaManager(store, {}, Window(samples=2, size_s=1.0))
+    prod = WHO
+    dev = Caller("bob", "app", "acme", "acme/dev")
+    # each namespace alone is within its own 10 000/s, the tenant together is not
+    assert manager.charge_caller(prod, P, 800, now=0.0) is None
+    throttle = manager.charge_caller(dev, P, 800, now=0.0)
+    assert throttle is not None and throttle.shared_by == (TENANT, "acme")
 
 
 def test_each_key_resolves_on_its_own_and_other_callers_are_not_matched() -> None:
@@ -61,13 +102,14 @@ def test_each_key_resolves_on_its_own_and_other_callers_are_not_matched() -> Non
               QuotaEntity.of([(TENANT, "acme")]): {P: 500.0},
               QuotaEntity.of([(TENANT, "other")]): {P: 1.0}}
     found = resolve(quotas, WHO, {})
-    assert found[REQUEST_PERCENTAGE].value == 20 and found[P].value == 500
+    assert found[REQUEST_PERCENTAGE][0].value == 20 and found[P][0].value == 500
     stranger = Caller("bob", "x", "other", "other/default")
     assert set(resolve(quotas, stranger, {})) == {P}
 
 
 @pytest.mark.parametrize("parts", [
-    [("ip", "1.2.3.4")], [("group", "g")], [(USER, "a"), (USER, "b")],
+    [("ip", "not-an-address")], [("ip", "1.2.3.4"), (USER, "a")],
+    [("group", "g")], [(USER, "a"), (USER, "b")],
     [(TENANT, "a"), (USER, "b")], [(NAMESPACE, "no-slash")], [(TENANT, "bad name")], [],
 ])
 def test_entities_kafka_would_refuse_are_refused(parts: list[tuple[str, str | None]]) -> None:
@@ -75,14 +117,49 @@ def test_entities_kafka_would_refuse_are_refused(parts: list[tuple[str, str | No
         QuotaEntity.of(parts)
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("unknown_rate", 1.0), (P, 0.0), (P, -5.0), (P, 1.5), (REQUEST_PERCENTAGE, -1.0),
-    ("connection_creation_rate", 10.0), (P, float("inf")), (P, float("nan")),
+USER_BOB = QuotaEntity.of([(USER, "bob")])
+AN_IP = QuotaEntity.of([(IP, "10.0.0.1")])
+A_TENANT = QuotaEntity.of([(TENANT, "acme")])
+
+
+@pytest.mark.parametrize(("entity", "key", "value"), [
+    (USER_BOB, "unknown_rate", 1.0), (USER_BOB, P, 0.0), (USER_BOB, P, -5.0),
+    (USER_BOB, P, 1.5), (USER_BOB, REQUEST_PERCENTAGE, -1.0),
+    (USER_BOB, "controller_mutation_rate", 10.0), (USER_BOB, P, float("inf")),
+    (USER_BOB, P, float("nan")), (AN_IP, P, 100.0), (USER_BOB, MAX_TOPICS, 5.0),
+    (QuotaEntity.of([(NAMESPACE, "acme/prod")]), MAX_STORED_BYTES, 5.0),
+    (A_TENANT, MAX_PARTITIONS, 2.5), (AN_IP, CONNECTION_CREATION_RATE, 0.0),
 ])
-def test_values_kafka_would_refuse_are_refused(key: str, value: float) -> None:
+def test_values_kafka_would_refuse_are_refused(entity: QuotaEntity, key: str,
+                                               value: float) -> None:
     with pytest.raises(EntityError):
-        check_value(key, value)
-    check_value(REQUEST_PERCENTAGE, 12.5)
+        check_value(entity, key, value)
+
+
+@pytest.mark.parametrize(("entity", "key", "value"), [
+    (USER_BOB, REQUEST_PERCENTAGE, 12.5), (AN_IP, CONNECTION_CREATION_RATE, 0.5),
+    (QuotaEntity.of([(IP, None)]), CONNECTION_CREATION_RATE, 10.0),
+    (A_TENANT, CONNECTION_CREATION_RATE, 3.0), (A_TENANT, MAX_CONNECTIONS, 10.0),
+    (QuotaEntity.of([(TENANT, None)]), MAX_STORED_BYTES, 1e9),
+    (QuotaEntity.of([(IP, "::1")]), CONNECTION_CREATION_RATE, 1.0),
+])
+def test_values_a_broker_keeps(entity: QuotaEntity, key: str, value: float) -> None:
+    check_value(entity, key, value)
+
+
+def test_an_ip_quota_falls_back_to_the_default_ip() -> None:
+    quotas = {AN_IP: {CONNECTION_CREATION_RATE: 1.0},
+              QuotaEntity.of([(IP, None)]): {CONNECTION_CREATION_RATE: 5.0}}
+    assert ip_value(quotas, "10.0.0.1") == 1.0 and ip_value(quotas, "10.0.0.2") == 5.0
+    assert ip_value({}, "10.0.0.1") is None
+
+
+def test_the_tenant_caps_resolve_over_the_tenant_levels() -> None:
+    quotas = {QuotaEntity.of([(TENANT, None)]): {MAX_TOPICS: 10.0},
+              A_TENANT: {MAX_TOPICS: 20.0}}
+    assert tenant_values(quotas, "acme", {MAX_TOPICS: 5.0, MAX_PARTITIONS: 50.0}) == {
+        MAX_TOPICS: 20.0, MAX_PARTITIONS: 50.0}
+    assert tenant_values(quotas, "other", {MAX_TOPICS: 5.0}) == {MAX_TOPICS: 10.0}
 
 
 def test_two_stores_on_one_area_see_each_others_changes(tmp_path: Path) -> None:
@@ -117,3 +194,51 @@ def test_a_throttle_is_at_most_the_whole_window() -> None:
     assert rate.throttle_ms(1.0, 0.0) == 3000
     rate.record(-1e9, now=0.1)  # taken back
     assert rate.throttle_ms(1.0, 0.1) == 0
+
+
+def test_peek_reads_the_rate_without_changing_it() -> None:
+    rate = SlidingRate(Window(samples=3, size_s=1.0))
+    rate.record(3000, now=10.0)
+    rate.record(1000, now=11.5)
+    assert rate.peek(11.5) == pytest.approx(rate.rate(11.5))
+    assert rate.peek(20.0) == 0 and rate.rate(11.6) > 0
+
+
+def _manager(*changes: Alteration) -> QuotaManager:
+    store = QuotaStore(MemoryKeyValues())
+    store.alter(list(changes))
+    return QuotaManager(store, {}, Window(samples=2, size_s=1.0))
+
+
+def test_max_connections_admits_until_the_cap_and_counts_closes() -> None:
+    admission = Admission(_manager(Alteration(A_TENANT, {MAX_CONNECTIONS: 2.0}, frozenset())))
+    assert admission.admit(WHO, now=0.0) is None and admission.admit(WHO, now=0.0) is None
+    refused = admission.admit(WHO, now=0.0)
+    assert refused is not None and str(refused) == "max_connections 2 of tenant/acme reached"
+    assert admission.admit(Caller("bob", "", "other", "other/default"), now=0.0) is None
+    admission.release(WHO)
+    assert admission.admit(WHO, now=0.0) is None and admission.open["acme"] == 2
+
+
+def test_a_refused_connection_counts_for_nothing() -> None:
+    manager = _manager(
+        Alteration(A_TENANT, {CONNECTION_CREATION_RATE: 2.0}, frozenset()),
+        Alteration(QuotaEntity.of([(IP, None)]), {CONNECTION_CREATION_RATE: 1.0}, frozenset()))
+    admission = Admission(manager)
+    assert [admission.admit(WHO, now=0.0) is None for _ in range(4)] == [
+        True, True, False, False]
+    assert admission.admit(WHO, now=1.5) is None  # the window moved on; refusals not kept
+    assert manager.connect_from("10.0.0.9", now=0.0) is None
+    assert manager.connect_from("10.0.0.9", now=0.0) == 1.0
+    assert manager.connect_from("10.0.0.8", now=0.0) is None  # one rate per address
+
+
+def test_notices_log_one_line_per_subject_per_interval(caplog: pytest.LogCaptureFixture
+                                                      ) -> None:
+    notices = Notices(logging.getLogger("test.notices"), interval_s=10.0)
+    with caplog.at_level(logging.WARNING, "test.notices"):
+        for at in (0.0, 1.0, 2.0, 11.0):
+            notices.warn("a", "refused a", now=at)
+        notices.warn("b", "refused b", now=2.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused a", "refused a (2 more like it since the last line)", "refused b"]

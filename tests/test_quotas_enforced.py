@@ -11,7 +11,6 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import confluent_kafka
 import pytest
@@ -20,7 +19,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from tests.broker_process import BrokerProcess
 from tests.ports import free_port
-from tests.quota_helpers import alter, describe, parts, produce_throttle
+from tests.quota_helpers import alter, describe, parts, produce_flat_out, produce_throttle
 from tests.raw import RawConnection
 from tests.security_helpers import audit_events
 
@@ -57,29 +56,9 @@ def test_a_producer_is_held_near_its_byte_rate(broker: BrokerProcess, topic_name
     _create(broker.bootstrap, topic_name)
     assert alter(_operator(broker), [({"client-id": "noisy"}, {"producer_byte_rate": MB})]) \
         == [(0, None)]
-    throttles: list[int] = []
-    delivered: list[tuple[float, int]] = []
-    producer = confluent_kafka.Producer({
-        "bootstrap.servers": broker.bootstrap, "client.id": "noisy", "linger.ms": 5,
-        "acks": 1, "queue.buffering.max.kbytes": 2048,
-        "throttle_cb": lambda event: throttles.append(int(event.throttle_time * 1000))})
-    value = b"x" * 10_000
-
-    def done(err: Any, msg: Any) -> None:
-        if err is None:
-            delivered.append((time.monotonic(), len(msg.value())))
-
-    started = time.monotonic()
-    measure_from, until = started + 5, started + 15  # after the first window's burst
-    while time.monotonic() < until:
-        try:
-            producer.produce(topic_name, value, on_delivery=done)
-        except BufferError:  # the client's queue is full: it is being held back
-            producer.poll(0.05)
-        producer.poll(0)
-    producer.flush(30)
-    measured = sum(size for at, size in delivered if measure_from <= at < until)
-    ratio = measured / (until - measure_from) / MB
+    rate, throttles = produce_flat_out({"bootstrap.servers": broker.bootstrap,
+                                        "client.id": "noisy"}, topic_name)
+    ratio = rate / MB
     print(f"producer at a 1 MiB/s quota: {ratio:.2f} x the quota over 10 s, "
           f"{len(throttles)} throttle callbacks")
     assert 0.5 <= ratio <= 1.5

@@ -96,6 +96,8 @@ def _create_one(engine: Engine, ctx: RequestContext, wanted: _Creatable, validat
     configs = validate_topic_configs({c.name: c.value for c in wanted.configs})
     if engine.logs.topic(internal) is not None:
         raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {wanted.name} already exists")
+    if engine.limits is not None:
+        engine.limits.check_create(internal, 1, count)
     if validate_only:
         return None, count, configs
     try:
@@ -277,6 +279,8 @@ async def handle_create_partitions(engine: Engine, ctx: RequestContext,
                 raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                     "one assignment is needed per new partition")
             _check_replicas(engine, 1, assignments)
+            if engine.limits is not None:
+                engine.limits.check_create(internal, 0, wanted.count - topic.num_partitions)
             if not request.validate_only:
                 try:
                     with engine.faults.guard(f"the new partitions of {internal}",

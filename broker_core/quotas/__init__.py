@@ -1,4 +1,6 @@
 """Client quotas as Kafka defines them, plus tenants and namespaces: the entities and which
-one applies to a caller (``entities``), their storage in the key-value area (``store``),
-the sliding-window rates and throttle times (``rates``, ``manager``) and the
-DescribeClientQuotas / AlterClientQuotas APIs (``apis``)."""
+ones apply to a caller, the tenant's own quota as a ceiling (``entities``), their storage
+in the key-value area (``store``), the sliding-window rates and throttle times (``rates``,
+``manager``), new connections against their quotas (``admission``), the tenant caps on
+topics, partitions and stored bytes (``limits``), rate-limited refusal lines
+(``notices``) and the DescribeClientQuotas / AlterClientQuotas APIs (``apis``)."""

@@ -48,7 +48,7 @@ def _filter(components: list[Any]) -> _Filter:
     found: _Filter = []
     for component in components:
         kind, match_type, match = component.entity_type, component.match_type, component.match
-        if kind not in (*ENTITY_TYPES, "ip"):
+        if kind not in ENTITY_TYPES:
             raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"unknown entity type {kind!r}")
         if any(kind == seen for seen, _, _ in found):
             raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"entity type {kind!r} repeated")
@@ -121,7 +121,7 @@ class QuotaApis:
             if len(set(keys)) != len(keys):
                 raise EntityError(f"a quota key is repeated in {keys}")
             for op in entry.ops:
-                check_value(op.key, 1.0 if op.remove else op.value)
+                check_value(entity, op.key, 1.0 if op.remove else op.value)
         except EntityError as error:
             raise KafkaApiError(ErrorCode.INVALID_REQUEST, str(error)) from error
         if not self.scope.may_alter(ctx, entity):

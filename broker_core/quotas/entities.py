@@ -16,10 +16,15 @@ then its tenant, then the broker's configured per-tenant default:
 The level that matched also says who shares the measured rate (Kafka's quota metric
 tags): a ``user`` quota is shared by all the user's clients, a ``default user`` quota is
 one per user, a tenant quota one per tenant, and so on.
+
+The tenant's own level (11-13, the operator's) is also a ceiling: a caller whose most
+specific quota is another level is measured against both, the tenant's over the whole
+tenant's traffic, so a tenant admin's namespace quota can never lift the tenant's cap.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -29,19 +34,28 @@ USER = "user"
 CLIENT_ID = "client-id"
 TENANT = "tenant"
 NAMESPACE = "namespace"
-ENTITY_TYPES = (USER, CLIENT_ID, TENANT, NAMESPACE)
+IP = "ip"
+ENTITY_TYPES = (USER, CLIENT_ID, TENANT, NAMESPACE, IP)
 
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
-QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE)
-WHOLE_KEYS = frozenset({PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE})
+CONNECTION_CREATION_RATE = "connection_creation_rate"
+MAX_CONNECTIONS = "max_connections"
+MAX_TOPICS = "max_topics"
+MAX_PARTITIONS = "max_partitions"
+MAX_STORED_BYTES = "max_stored_bytes"
+TENANT_CAPS = (MAX_CONNECTIONS, MAX_TOPICS, MAX_PARTITIONS, MAX_STORED_BYTES)
+"""Limits of a whole tenant (not rates): set on ``tenant`` entities (or their default) only."""
+QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE,
+              CONNECTION_CREATION_RATE, *TENANT_CAPS)
+WHOLE_KEYS = frozenset({PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, *TENANT_CAPS})
 """Keys whose values are whole numbers (Kafka declares the byte rates as longs)."""
-NOT_YET = frozenset({"connection_creation_rate", "controller_mutation_rate"})
+NOT_YET = frozenset({"controller_mutation_rate"})
 """Keys Kafka knows that this broker does not enforce yet (refused, never silently kept)."""
 
 _COMBINATIONS = (frozenset({USER}), frozenset({CLIENT_ID}), frozenset({USER, CLIENT_ID}),
-                 frozenset({TENANT}), frozenset({NAMESPACE}))
+                 frozenset({TENANT}), frozenset({NAMESPACE}), frozenset({IP}))
 
 Part = tuple[str, str | None]
 
@@ -65,8 +79,6 @@ class QuotaEntity:
         if len(set(types)) != len(types):
             raise EntityError(f"duplicate entity type in {types}")
         for kind, name in listed:
-            if kind == "ip":
-                raise EntityError("ip quotas (connection_creation_rate) are not supported")
             if kind not in ENTITY_TYPES:
                 raise EntityError(f"unknown entity type {kind!r}")
             _check_name(kind, name)
@@ -99,6 +111,11 @@ def _check_name(kind: str, name: str | None) -> None:
         return
     if kind == TENANT and not is_valid_name(name):
         raise EntityError(f"tenant {name!r} is not a valid name ({NAME_RULE})")
+    if kind == IP:
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            raise EntityError(f"{name!r} is not an IP address") from None
     if kind == NAMESPACE:
         pieces = name.split("/")
         if len(pieces) != 2 or not all(is_valid_name(p) for p in pieces):
@@ -106,12 +123,20 @@ def _check_name(kind: str, name: str | None) -> None:
                               f"{NAME_RULE}")
 
 
-def check_value(key: str, value: float) -> None:
-    """Refuse an unknown key or a value no quota can have (EntityError)."""
+def check_value(entity: QuotaEntity, key: str, value: float) -> None:
+    """Refuse an unknown key, a key the entity cannot hold (an ``ip`` entity holds only
+    ``connection_creation_rate``, as in Kafka; the tenant caps only ``tenant`` entities
+    hold) or a value no quota can have (EntityError)."""
     if key in NOT_YET:
         raise EntityError(f"quota {key} is not supported by this broker yet")
     if key not in QUOTA_KEYS:
         raise EntityError(f"unknown quota key {key!r}")
+    kinds = {kind for kind, _ in entity.parts}
+    if IP in kinds and key != CONNECTION_CREATION_RATE:
+        raise EntityError(f"only {CONNECTION_CREATION_RATE} can be set for an ip entity, "
+                          f"not {key}")
+    if key in TENANT_CAPS and kinds != {TENANT}:
+        raise EntityError(f"{key} can be set for a tenant entity only")
     if not value > 0 or value == float("inf"):
         raise EntityError(f"{key} must be a positive number, not {value}")
     if key in WHOLE_KEYS and value != int(value):
@@ -136,7 +161,19 @@ class Applied:
     shared_by: tuple[str, ...]
 
 
+def ip_value(quotas: Mapping[QuotaEntity, Mapping[str, float]], ip: str) -> float | None:
+    """The ``connection_creation_rate`` of connections from ``ip``: its own ip quota, else
+    the default ip quota's (Kafka's order)."""
+    for entity in (QuotaEntity(((IP, ip),)), QuotaEntity(((IP, None),))):
+        value = (quotas.get(entity) or {}).get(CONNECTION_CREATION_RATE)
+        if value is not None:
+            return value
+    return None
+
+
 def _candidates(who: Caller) -> list[tuple[QuotaEntity, tuple[str, ...]]]:
+    """Levels 1-10, most specific first, with who shares each (the tenant's own levels
+    are :func:`tenant_values`)."""
     u, c = who.user, who.client_id
     e = QuotaEntity
     return [
@@ -150,22 +187,34 @@ def _candidates(who: Caller) -> list[tuple[QuotaEntity, tuple[str, ...]]]:
         (e(((CLIENT_ID, None),)), (CLIENT_ID, c)),
         (e(((NAMESPACE, who.namespace),)), (NAMESPACE, who.namespace)),
         (e(((NAMESPACE, None),)), (NAMESPACE, who.namespace)),
-        (e(((TENANT, who.tenant),)), (TENANT, who.tenant)),
-        (e(((TENANT, None),)), (TENANT, who.tenant)),
     ]
 
 
+def tenant_values(quotas: Mapping[QuotaEntity, Mapping[str, float]], tenant: str,
+                  defaults: Mapping[str, float]) -> dict[str, float]:
+    """The tenant's own value of each key: its tenant quota, else the default tenant's,
+    else the configured ``defaults`` (levels 11-13, all the operator's)."""
+    found = dict(defaults)
+    for entity in (QuotaEntity(((TENANT, None),)), QuotaEntity(((TENANT, tenant),))):
+        found.update(quotas.get(entity) or {})
+    return found
+
+
 def resolve(quotas: Mapping[QuotaEntity, Mapping[str, float]], who: Caller,
-            defaults: Mapping[str, float]) -> dict[str, Applied]:
-    """The quota applying to ``who`` for each key that has one (``defaults``: the
-    configured per-tenant values, the last level)."""
-    found: dict[str, Applied] = {}
+            defaults: Mapping[str, float]) -> dict[str, tuple[Applied, ...]]:
+    """The quotas applying to ``who`` for each key that has one (``defaults``: the
+    configured per-tenant values, the last level): the most specific, then the tenant's
+    own value as a ceiling when that is not the one already."""
+    specific: dict[str, Applied] = {}
     if quotas:
         for entity, shared_by in _candidates(who):
             values = quotas.get(entity)
             if values:
                 for key, value in values.items():
-                    found.setdefault(key, Applied(value, shared_by))
-    for key, value in defaults.items():
-        found.setdefault(key, Applied(value, (TENANT, who.tenant)))
+                    specific.setdefault(key, Applied(value, shared_by))
+    tenant = (TENANT, who.tenant)
+    found: dict[str, tuple[Applied, ...]] = {
+        key: (applied,) for key, applied in specific.items()}
+    for key, value in tenant_values(quotas, who.tenant, defaults).items():
+        found[key] = (*found.get(key, ()), Applied(value, tenant))
     return found

@@ -1,5 +1,7 @@
 """Measuring callers against their quotas: bytes produced, bytes fetched and request
-handling time, each on the sliding window of whoever shares the matched quota.
+handling time, each on the sliding window of whoever shares the matched quota, and on
+the tenant's window against the tenant's own quota (a ceiling, see
+``broker_core.quotas.entities``); the longer throttle of the two is the caller's.
 
 A request is always answered; when its caller is over a quota the answer carries
 ``throttle_time_ms`` and the connection is not read for that long (KIP-219, see
@@ -15,7 +17,16 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker_core.context import RequestContext
-from broker_core.quotas.entities import Applied, Caller, resolve
+from broker_core.quotas.entities import (
+    CONNECTION_CREATION_RATE,
+    IP,
+    TENANT,
+    Applied,
+    Caller,
+    ip_value,
+    resolve,
+    tenant_values,
+)
 from broker_core.quotas.rates import SlidingRate, Window
 from broker_core.quotas.store import Quotas, QuotaStore
 
@@ -67,48 +78,94 @@ class QuotaManager:
         self.window = window
         self.observer: QuotaObserver | None = None
         self._rates: dict[tuple[str, tuple[str, ...]], SlidingRate] = {}
-        self._resolved: dict[Caller, dict[str, Applied]] = {}
+        self._resolved: dict[Caller, dict[str, tuple[Applied, ...]]] = {}
         self._resolved_for: Quotas | None = None
+        self._tenants: dict[str, dict[str, float]] = {}
 
     @property
     def active(self) -> bool:
         """Whether any quota may apply (else nothing is measured)."""
         return bool(self.defaults) or bool(self.store.quotas)
 
-    def applied(self, who: Caller) -> dict[str, Applied]:
-        """The quota of each key that applies to ``who``."""
+    def _quotas(self) -> Quotas:
+        """The stored quotas; what was resolved from older ones is forgotten."""
         quotas = self.store.quotas
-        if quotas is not self._resolved_for or len(self._resolved) > _MAX_CACHED:
-            self._resolved, self._resolved_for = {}, quotas
+        if quotas is not self._resolved_for or len(self._resolved) > _MAX_CACHED \
+                or len(self._tenants) > _MAX_CACHED:
+            self._resolved, self._tenants, self._resolved_for = {}, {}, quotas
+        return quotas
+
+    def applied(self, who: Caller) -> dict[str, tuple[Applied, ...]]:
+        """The quotas of each key that apply to ``who`` (the most specific first)."""
+        quotas = self._quotas()
         found = self._resolved.get(who)
         if found is None:
             found = self._resolved[who] = resolve(quotas, who, self.defaults)
         return found
 
+    def tenant_value(self, tenant: str, key: str) -> float | None:
+        """The tenant's own value of ``key`` (its quota, the default tenant's, the config)."""
+        quotas = self._quotas()
+        found = self._tenants.get(tenant)
+        if found is None:
+            found = self._tenants[tenant] = tenant_values(quotas, tenant, self.defaults)
+        return found.get(key)
+
+    def connect_from(self, ip: str, now: float | None = None) -> float | None:
+        """Count a new connection from ``ip`` against its ``connection_creation_rate``;
+        the quota it would exceed (the connection is refused and not counted), if any."""
+        quota = ip_value(self.store.quotas, ip) if self.store.quotas else None
+        if quota is None:
+            return None
+        now = time.monotonic() if now is None else now
+        rate = self._rate(CONNECTION_CREATION_RATE, (IP, ip), now)
+        rate.record(1, now)
+        if rate.throttle_ms(quota, now) <= 0:
+            return None
+        rate.record(-1, now)
+        return quota
+
     def charge(self, ctx: RequestContext, key: str, amount: float,
                now: float | None = None) -> Throttle | None:
         """Measure ``amount`` for the caller of ``ctx`` against its ``key`` quota; the
         throttle it earns, if it is over."""
-        who = caller_of(ctx)
+        return self.charge_caller(caller_of(ctx), key, amount, now)
+
+    def charge_caller(self, who: Caller, key: str, amount: float,
+                      now: float | None = None) -> Throttle | None:
+        """Measure ``amount`` for ``who`` against each of its ``key`` quotas; the longest
+        throttle it earns, if it is over any."""
         if self.observer is not None:
             self.observer.charged(who, key, amount)
         applied = self.applied(who).get(key)
-        if applied is None:
+        if not applied:
             return None
         now = time.monotonic() if now is None else now
-        rate = self._rate(key, applied.shared_by, now)
-        rate.record(amount, now)
-        delay = rate.throttle_ms(applied.value, now)
-        if delay <= 0:
-            return None
-        return Throttle(who, key, applied.value, applied.shared_by, delay)
+        longest: Throttle | None = None
+        for quota in applied:
+            rate = self._rate(key, quota.shared_by, now)
+            rate.record(amount, now)
+            delay = rate.throttle_ms(quota.value, now)
+            if delay > 0 and (longest is None or delay > longest.throttle_ms):
+                longest = Throttle(who, key, quota.value, quota.shared_by, delay)
+        return longest
 
-    def uncharge(self, throttle: Throttle, amount: float) -> None:
+    def uncharge(self, throttle: Throttle, amount: float, now: float | None = None) -> None:
         """Take back ``amount`` measured for a request answered without it (a throttled
-        Fetch is answered empty, as Kafka answers it)."""
-        rate = self._rates.get((throttle.key, throttle.shared_by))
-        if rate is not None:
-            rate.record(-amount, time.monotonic())
+        Fetch is answered empty, as Kafka answers it), from every rate it was charged to."""
+        now = time.monotonic() if now is None else now
+        for quota in self.applied(throttle.who).get(throttle.key, ()):
+            rate = self._rates.get((throttle.key, quota.shared_by))
+            if rate is not None:
+                rate.record(-amount, now)
+
+    def tenant_rates(self, now: float | None = None) -> list[tuple[str, str, float]]:
+        """(tenant, key, measured per second) of every rate a whole tenant shares; safe
+        to call from another thread (a metrics scrape)."""
+        now = time.monotonic() if now is None else now
+        return [(shared_by[1], key, rate.peek(now))
+                for (key, shared_by), rate in list(self._rates.items())
+                if shared_by[0] == TENANT]
 
     def _rate(self, key: str, shared_by: tuple[str, ...], now: float) -> SlidingRate:
         found = self._rates.get((key, shared_by))

@@ -55,6 +55,15 @@ class SlidingRate:
             return 0.0
         return sum(total for _, total in self._samples) / self._elapsed(now)
 
+    def peek(self, now: float) -> float:
+        """The measured amount per second, read without changing anything (from another
+        thread: a metrics scrape)."""
+        samples = list(self._samples)
+        span = self.window.span_s
+        total = sum(amount for start, amount in samples if now - start < span)
+        first = next((start for start, _ in samples if now - start < span), None)
+        return 0.0 if first is None else total / self._elapsed_since(first, now)
+
     def throttle_ms(self, quota: float, now: float) -> int:
         """How long a caller over ``quota`` must wait (0 when within it), at most the
         whole window."""
@@ -67,7 +76,11 @@ class SlidingRate:
 
     def _elapsed(self, now: float) -> float:
         """The time the samples span, at least ``samples - 1`` whole windows."""
-        elapsed = now - self._samples[0][0] if self._samples else 0.0
+        return self._elapsed_since(self._samples[0][0] if self._samples else now, now)
+
+    def _elapsed_since(self, first: float, now: float) -> float:
+        """The time from ``first`` to ``now``, at least ``samples - 1`` whole windows."""
+        elapsed = now - first
         full = int(elapsed / self.window.size_s)
         if full < self.window.samples - 1:
             elapsed += (self.window.samples - 1 - full) * self.window.size_s
