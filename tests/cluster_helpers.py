@@ -110,7 +110,11 @@ class Cluster:
         for broker in self.brokers:
             assert broker.proc is not None
             broker.proc.send_signal(signal.SIGTERM)
-        assert [broker.stop() for broker in self.brokers] == [0] * len(self.brokers)
+        codes = [broker.stop() for broker in self.brokers]
+        assert codes == [0] * len(self.brokers), "exit codes " + repr(codes) + "".join(
+            f"\n-- broker {broker_id}, last lines:\n" + "\n".join(broker.lines[-15:])
+            for broker_id, broker, code in zip(self.ids, self.brokers, codes, strict=True)
+            if code != 0)
 
 
 def leaders_at(port: int, topic: str) -> dict[int, int]:
