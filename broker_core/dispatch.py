@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
@@ -55,9 +55,8 @@ Answered = Response | Later[Response | None] | None
 Handler = Callable[[Engine, RequestContext, _Req], Awaitable[Answered]]
 """A request's dispatch stage."""
 ResponseBound = Callable[[Engine, _Req], int]
-Answer = Frame | None | Coroutine[Any, Any, Frame | None]
-"""A framed response, None, or the coroutine of a waiting stage giving either (a coroutine's
-send and throw types are Any by definition)."""
+Answer = Frame | None | Coroutine[object, None, Frame | None]
+"""A framed response, None, or the coroutine of a waiting stage giving either."""
 Mute = Callable[[int], None]
 """Told to stop reading a connection for so many milliseconds (a throttled request)."""
 API_VERSIONS_KEY = 18
@@ -66,6 +65,24 @@ SMALL_RESPONSE_BOUND = 16 * 1024
 requests (``maxQueuedRequests``, 500) fits in the default ``maxPendingResponseBytes``
 (8 MiB), so pipelined produces, commits or metadata requests never wait for one another.
 Their finished responses count at their real size."""
+
+
+def _taking_any(request: type[_Req], handler: Handler[_Req]) -> Handler[ApiMessage]:
+    """``handler`` as one of the table's: it takes any decoded message and checks it is
+    ``request``'s (no extra coroutine: the handler's own is returned)."""
+    def run(engine: Engine, ctx: RequestContext, body: ApiMessage) -> Awaitable[Answered]:
+        assert isinstance(body, request)
+        return handler(engine, ctx, body)
+    return run
+
+
+def _bound_taking_any(request: type[_Req],
+                      bound: ResponseBound[_Req]) -> ResponseBound[ApiMessage]:
+    """``bound`` as one of the table's, as :func:`_taking_any`."""
+    def run(engine: Engine, body: ApiMessage) -> int:
+        assert isinstance(body, request)
+        return bound(engine, body)
+    return run
 
 
 class ApiSpec:
@@ -87,10 +104,10 @@ class ApiSpec:
         self.response = response
         self.min_version = min_version
         self.max_version = max_version
-        # Any: the table holds every API's handler; each takes its own request class, which
-        # the checked arguments above tie to ``request``, and only that class is decoded.
-        self.handler: Handler[Any] | None = handler
-        self.bound: ResponseBound[Any] | None = bound
+        # the table holds every API alike: each handler is wrapped to take any message, and
+        # checks that it got its own request class (the only one decoded for this API)
+        self.handler = None if handler is None else _taking_any(request, handler)
+        self.bound = None if bound is None else _bound_taking_any(request, bound)
 
     @property
     def name(self) -> str:
@@ -177,7 +194,7 @@ class Dispatcher:
             answer = self.api_versions(header.api_version)
             return frame_response(response_header(header.correlation_id, False),
                                   answer.encode())
-        assert spec.handler is not None
+        assert spec.handler is not None and parsed.body is not None  # ApiVersions alone lacks them
         started = time.perf_counter()
         response = await spec.handler(self.engine, ctx, parsed.body)
         throttle = None

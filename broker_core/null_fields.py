@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
-
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.schemas.fields import BaseField
 
 _NULLABLE_KINDS = frozenset({"string", "bytes", "records"})
 """Simple types the decoder turns into None on length -1 (a zero UUID becomes None too,
@@ -33,13 +32,17 @@ class _Step:
     inner: tuple[_Step, ...]
 
 
-# Any: the field objects are kafka-python's schema machinery, which has no types (a list,
-# or a dict by name, of objects with for_version_q, is_struct, fields, ...).
-def _listed(fields: Any) -> list[Any]:
+Fields = dict[str, BaseField] | tuple[BaseField, ...] | None
+"""A schema's or a struct field's fields (by name, in order, or none)."""
+
+
+def _listed(fields: Fields) -> list[BaseField]:
+    if fields is None:
+        return []
     return list(fields.values()) if isinstance(fields, dict) else list(fields)
 
 
-def _plan(fields: Any, version: int) -> tuple[_Step, ...]:
+def _plan(fields: Fields, version: int) -> tuple[_Step, ...]:
     steps = []
     for field in _listed(fields):
         if not field.for_version_q(version):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from broker_core.batches import BatchHeader, read_header
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -28,14 +28,27 @@ from broker_core.storage import BatchInfo
 _KEPT_BATCHES = 5
 _INT32_MAX = 2**31 - 1
 
+BatchRange = tuple[int, int, int, int]
+"""A kept batch: first and last sequence, base and last offset."""
+ProducerSnapshot = tuple[int, list[BatchRange], int | None, int]
+"""A producer in a snapshot: epoch, kept batches, first offset of its open transaction,
+last timestamp (a JSON array; its batches read back as lists)."""
+
+
+class Snapshot(TypedDict):
+    """The producer state of a partition as stored: valid up to ``offset``."""
+
+    offset: int
+    producers: dict[str, ProducerSnapshot]
+    aborted: list[tuple[int, int, int]]
+
 
 @dataclass(slots=True)
 class ProducerEntry:
     """What a partition knows of one producer id."""
 
     epoch: int
-    batches: deque[tuple[int, int, int, int]] = field(
-        default_factory=lambda: deque(maxlen=_KEPT_BATCHES))  # first/last seq, base/last offset
+    batches: deque[BatchRange] = field(default_factory=lambda: deque(maxlen=_KEPT_BATCHES))
     txn_first_offset: int | None = None
     last_timestamp: int = -1
 
@@ -154,7 +167,7 @@ class PartitionProducers:
         else:
             self.record(header, info.base_offset, header.max_timestamp)
 
-    def to_json(self, offset: int) -> dict[str, Any]:
+    def to_json(self, offset: int) -> Snapshot:
         """A snapshot valid up to ``offset`` (copies: it may be encoded in another thread).
 
         Batches at or beyond ``offset`` are left out: an engine that commits appends in
@@ -162,13 +175,13 @@ class PartitionProducers:
         must not be taken for stored when the state is rebuilt from this snapshot (a retry
         of it would be acknowledged as a duplicate of nothing). Replaying the log from
         ``offset`` brings back the ones that were stored."""
-        producers = {}
+        producers: dict[str, ProducerSnapshot] = {}
         for pid, entry in self.producers.items():
             kept = [batch for batch in entry.batches if batch[3] < offset]
             first = entry.txn_first_offset
-            producers[str(pid)] = [entry.epoch, kept,
+            producers[str(pid)] = (entry.epoch, kept,
                                    first if first is not None and first < offset else None,
-                                   entry.last_timestamp]
+                                   entry.last_timestamp)
         return {"offset": offset, "producers": producers,
                 "aborted": [a for a in self.aborted if a[2] < offset]}
 
@@ -179,11 +192,12 @@ class PartitionProducers:
             self.aborted = [entry for entry in self.aborted if entry[2] >= offset]
 
     @classmethod
-    def from_json(cls, document: dict[str, Any]) -> PartitionProducers:
+    def from_json(cls, document: Snapshot) -> PartitionProducers:
         """Restore a snapshot."""
         state = cls()
         for pid, (epoch, batches, first, stamp) in document["producers"].items():
+            kept = ((b[0], b[1], b[2], b[3]) for b in batches)  # JSON gives lists
             state.producers[int(pid)] = ProducerEntry(
-                epoch, deque((tuple(b) for b in batches), maxlen=_KEPT_BATCHES), first, stamp)
+                epoch, deque(kept, maxlen=_KEPT_BATCHES), first, stamp)
         state.aborted = [(int(a[0]), int(a[1]), int(a[2])) for a in document["aborted"]]
         return state

@@ -29,9 +29,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
-from broker_core.partition_producers import PartitionProducers
+from broker_core.partition_producers import PartitionProducers, Snapshot
 from broker_core.storage import PartitionStore, StorageError
 from broker_core.storage_faults import WriteFaults, WriteKind
 
@@ -189,7 +188,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _write(partition: PartitionStore, document: dict[str, Any]) -> None:
+def _write(partition: PartitionStore, document: Snapshot) -> None:
     """Replace the partition's snapshot. No fsync: a snapshot the disk lost or cut short is
     unreadable or older, and either way only makes the next rebuild replay more."""
     data = json.dumps(document, separators=(",", ":")).encode()
@@ -211,7 +210,7 @@ def _read(partition: PartitionStore) -> tuple[PartitionProducers, int] | None:
                      partition.next_offset)
             return None
         return PartitionProducers.from_json(document), int(offset)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         log.warning("%s: ignoring unreadable producer snapshot: %s", path, exc)
         return None
 

@@ -17,6 +17,7 @@ from kafka.protocol.api_data import ApiData
 from kafka.protocol.api_message import ApiMessage, VersionSubscriptable
 from kafka.protocol.data_container import DataContainer
 from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.schemas.fields import BaseField
 
 from tools import protocol_stubs
 
@@ -59,20 +60,25 @@ def _declared(stub: str) -> dict[str, dict[str, ast.FunctionDef | None]]:
     return classes
 
 
-@pytest.mark.parametrize(("stub", "cls"), [
-    ("kafka/protocol/data_container.pyi", DataContainer),
-    ("kafka/protocol/api_data.pyi", ApiData),
-    ("kafka/protocol/api_message.pyi", ApiMessage),
-    ("kafka/protocol/api_message.pyi", VersionSubscriptable),
+@pytest.mark.parametrize(("stub", "cls", "sample"), [
+    ("kafka/protocol/data_container.pyi", DataContainer, None),
+    ("kafka/protocol/api_data.pyi", ApiData, None),
+    ("kafka/protocol/api_message.pyi", ApiMessage, None),
+    ("kafka/protocol/api_message.pyi", VersionSubscriptable, None),
+    ("kafka/protocol/schemas/fields/base.pyi", BaseField, ProduceRequest.fields["acks"]),
 ])
 def test_the_hand_written_base_stubs_declare_only_what_kafka_python_has(
-        stub: str, cls: type) -> None:
-    """Each declared member is on the class (a slot for instance fields), and each declared
-    parameter of a method is one of its parameters (the class properties of the bases raise
-    when read, so members are looked up without reading them)."""
+        stub: str, cls: type, sample: object) -> None:
+    """Each declared member is on the class (a slot for instance fields, or an attribute of
+    a ``sample`` instance), and each declared parameter of a method is one of its
+    parameters (the class properties of the bases raise when read, so members are looked
+    up without reading them)."""
     for name, function in _declared(stub)[cls.__name__].items():
         owner = next((k for k in cls.__mro__ if name in vars(k)
                       or name in getattr(k, "__slots__", ())), None)
+        if owner is None and function is None and sample is not None:
+            assert name in vars(sample), f"{cls.__name__}.{name} is not kafka-python's"
+            continue
         assert owner is not None, f"{cls.__name__}.{name} is not kafka-python's"
         if function is None:
             continue

@@ -41,6 +41,9 @@ HAND_WRITTEN = frozenset({
     "kafka/protocol/api_data.pyi",
     "kafka/protocol/api_message.pyi",
     "kafka/protocol/data_container.pyi",
+    "kafka/protocol/schemas/__init__.pyi",
+    "kafka/protocol/schemas/fields/__init__.pyi",
+    "kafka/protocol/schemas/fields/base.pyi",
 })
 """Stub files kept by hand (relative to :data:`STUBS`); the tool writes every other one."""
 

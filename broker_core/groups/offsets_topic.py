@@ -10,14 +10,40 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from broker_core.groups.model import CommittedOffset, Group, GroupState, Member
 from broker_core.system_topics import Record
 
 _VERSION = 1
+
+
+class MemberDocument(TypedDict):
+    """A member inside a group record's value."""
+
+    memberId: str
+    groupInstanceId: str | None
+    clientId: str
+    clientHost: str
+    rebalanceTimeoutMs: int
+    sessionTimeoutMs: int
+    protocols: list[list[str]]
+    """[name, base64 metadata] pairs, in the member's order of preference."""
+    assignment: str
+    """base64"""
+
+
+class GroupDocument(TypedDict):
+    """A group record's value: the group after its last rebalance."""
+
+    protocolType: str | None
+    generation: int
+    protocol: str | None
+    leader: str | None
+    members: list[MemberDocument]
+    stateTimestamp: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +81,10 @@ class GroupRecord:
     """A group's membership after a rebalance, or its deletion when ``value`` is None."""
 
     group_id: str
-    value: dict[str, Any] | None
+    value: GroupDocument | None
 
 
-def _dump(document: dict[str, Any]) -> bytes:
+def _dump(document: Mapping[str, object]) -> bytes:
     return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -100,7 +126,7 @@ def group_record(group: Group, deleted: bool = False) -> tuple[bytes, bytes | No
     key = _dump({"v": _VERSION, "type": "group", "group": group.group_id})
     if deleted:
         return key, None
-    members = [
+    members: list[MemberDocument] = [
         {
             "memberId": m.member_id, "groupInstanceId": m.group_instance_id,
             "clientId": m.client_id, "clientHost": m.client_host,
@@ -111,11 +137,12 @@ def group_record(group: Group, deleted: bool = False) -> tuple[bytes, bytes | No
         }
         for m in group.members.values()
     ]
-    return key, _dump({
+    document: GroupDocument = {
         "protocolType": group.protocol_type, "generation": group.generation,
         "protocol": group.protocol, "leader": group.leader, "members": members,
         "stateTimestamp": group.state_timestamp,
-    })
+    }
+    return key, _dump(document)
 
 
 Decoded = OffsetRecord | GroupRecord | TxnOffsetRecord | TxnEndRecord
@@ -144,7 +171,7 @@ def decode(key: bytes, value: bytes | None) -> Decoded | None:
     return None
 
 
-def restore_group(group: Group, value: dict[str, Any]) -> None:
+def restore_group(group: Group, value: GroupDocument) -> None:
     """Fill ``group`` from a group record's value (members come back with no timers)."""
     group.protocol_type = value["protocolType"]
     group.generation = value["generation"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TypedDict
 
 
 class TxnState(Enum):
@@ -21,6 +21,19 @@ class TxnState(Enum):
 
 
 ENDING = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+
+class TxnDocument(TypedDict):
+    """A transaction record's value (pairs are JSON arrays)."""
+
+    producerId: int
+    epoch: int
+    timeoutMs: int
+    state: str
+    partitions: list[tuple[str, int]]
+    groups: list[tuple[str, str]]
+    startMs: int
+    updateMs: int
 
 
 @dataclass(eq=False)
@@ -41,16 +54,18 @@ class Txn:
 
     def to_record(self) -> tuple[bytes, bytes]:
         """Key and value of the transaction's record."""
-        return _key(self.transactional_id), json.dumps({
+        document: TxnDocument = {
             "producerId": self.producer_id, "epoch": self.epoch, "timeoutMs": self.timeout_ms,
             "state": self.state.value, "partitions": sorted(self.partitions),
             "groups": sorted(self.groups), "startMs": self.start_ms,
             "updateMs": self.update_ms,
-        }, separators=(",", ":")).encode()
+        }
+        return _key(self.transactional_id), json.dumps(
+            document, separators=(",", ":")).encode()
 
     @classmethod
     def from_record(cls, transactional_id: str, topic: str, partition: int,
-                    value: dict[str, Any]) -> Txn:
+                    value: TxnDocument) -> Txn:
         """Rebuild a transaction from its record."""
         return cls(transactional_id, topic, partition, value["producerId"], value["epoch"],
                    value["timeoutMs"], TxnState(value["state"]),
