@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas.fields import BaseField
 

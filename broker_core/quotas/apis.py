@@ -12,7 +12,7 @@ name of its type; ``strict`` leaves out entities with types the filter does not 
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
 from kafka.protocol.admin import (
     AlterClientQuotasRequest,
@@ -43,7 +43,7 @@ class QuotaScope(Protocol):
 _Filter = list[tuple[str, int, str | None]]
 
 
-def _filter(components: list[Any]) -> _Filter:
+def _filter(components: list[DescribeClientQuotasRequest.ComponentData]) -> _Filter:
     """The request's filter components, checked (KafkaApiError INVALID_REQUEST)."""
     found: _Filter = []
     for component in components:
@@ -87,7 +87,8 @@ class QuotaApis:
                     self.alter),
         ]
 
-    async def describe(self, engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    async def describe(self, engine: Engine, ctx: RequestContext,
+                       request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse:
         """Handle DescribeClientQuotas."""
         R = DescribeClientQuotasResponse
         try:
@@ -110,7 +111,8 @@ class QuotaApis:
         return R(version=request.version, throttle_time_ms=0, error_code=0,
                  error_message=None, entries=entries)
 
-    def _alteration(self, engine: Engine, ctx: RequestContext, entry: Any) -> Alteration:
+    def _alteration(self, engine: Engine, ctx: RequestContext,
+                    entry: AlterClientQuotasRequest.EntryData) -> Alteration:
         """One entry checked (KafkaApiError with the entry's error otherwise)."""
         if not engine.cluster_allowed(ctx, Operation.ALTER_CONFIGS):
             raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
@@ -131,7 +133,8 @@ class QuotaApis:
         return Alteration(entity, {op.key: float(op.value) for op in entry.ops if not op.remove},
                           frozenset(op.key for op in entry.ops if op.remove))
 
-    async def alter(self, engine: Engine, ctx: RequestContext, request: Any) -> Any:
+    async def alter(self, engine: Engine, ctx: RequestContext,
+                    request: AlterClientQuotasRequest) -> AlterClientQuotasResponse:
         """Handle AlterClientQuotas: every valid entry is stored in one write."""
         R = AlterClientQuotasResponse
         results = []

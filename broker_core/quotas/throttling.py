@@ -11,7 +11,7 @@ goes into the response's ``throttle_time_ms``, and the connection is muted for t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker_core.apis.fetch import release_batches
 from broker_core.apis.fetch_wire import FetchAnswer
@@ -22,6 +22,9 @@ from broker_core.quotas.entities import (
     REQUEST_PERCENTAGE,
 )
 from broker_core.quotas.manager import QuotaManager, Throttle
+
+if TYPE_CHECKING:  # the dispatcher imports this module's class for its own types
+    from broker_core.dispatch import Response
 
 PRODUCE_KEY = 0
 FETCH_KEY = 1
@@ -48,8 +51,8 @@ class Throttling:
             return produced
         return _longest(produced, self.manager.charge(ctx, REQUEST_PERCENTAGE, seconds * 100))
 
-    def answered(self, ctx: RequestContext, response: Any,
-                 throttle: Throttle | None) -> tuple[Any, int]:
+    def answered(self, ctx: RequestContext, response: Response | None,
+                 throttle: Throttle | None) -> tuple[Response | None, int]:
         """The response to send and the milliseconds to mute the connection: a Fetch
         answer's record bytes are charged (over the quota, the answer is empty), the
         longest throttle goes into ``throttle_time_ms`` and is reported."""
@@ -70,7 +73,7 @@ class Throttling:
         return with_throttle(response, throttle.throttle_ms), throttle.throttle_ms
 
 
-def with_throttle(response: Any, throttle_ms: int) -> Any:
+def with_throttle(response: Response | None, throttle_ms: int) -> Response | None:
     """``response`` carrying ``throttle_time_ms`` (kept as is by versions without it)."""
     if throttle_ms > 0 and response is not None and hasattr(response, "throttle_time_ms"):
         response.throttle_time_ms = throttle_ms
