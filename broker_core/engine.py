@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from broker_core import batches, codecs, metrics, naming
+from broker_core import batches, codecs, metrics
 from broker_core.appends import AppendPath
 from broker_core.batch_rework import Rework, rework
 from broker_core.batches import BatchHeader
@@ -27,9 +27,6 @@ from broker_core.compaction.cleaner import LogCleaner
 from broker_core.context import (
     AllowAll,
     Authorizer,
-    Operation,
-    RequestContext,
-    ResourceType,
 )
 from broker_core.durability import FlushScheduler
 from broker_core.engine_config import EngineConfig, ProduceRules
@@ -54,6 +51,7 @@ from broker_core.storage.cluster import BrokerRecord
 from broker_core.storage.feed import CHANGES
 from broker_core.storage_faults import WriteFaults, WriteKind
 from broker_core.system_topics import SystemTopic
+from broker_core.tenancy import OFFSETS_TOPIC, TXN_TOPIC, Tenancy
 from broker_core.topic_configs import effective_config
 from broker_core.transactions.coordinator import TransactionCoordinator
 from broker_core.transactions.producer_ids import ProducerIdAllocator
@@ -62,10 +60,6 @@ from broker_core.waiters import AppendWaiters
 from broker_core.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
-OFFSETS_TOPIC = "__consumer_offsets"
-TXN_TOPIC = "__transaction_state"
-CLUSTER_NAME = "kafka-cluster"
-"""The name of the cluster resource in ACLs."""
 ZSTD_PRODUCE_VERSION = 7
 """The first Produce version that may carry zstd batches (KIP-110)."""
 CHECKPOINT_CHECK_S = 1.0
@@ -114,6 +108,8 @@ class Engine:
         self.config = config
         self.logs = logs
         self.authorizer: Authorizer = authorizer if authorizer is not None else AllowAll()
+        self.tenancy = Tenancy(config, self.authorizer, logs)
+        """Names and access: what a caller's names mean, what it sees and may do."""
         self.waiters = AppendWaiters()
         self.faults = WriteFaults()
         self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms,
@@ -304,7 +300,7 @@ class Engine:
         """A topic's effective configs for the log cleaner; None for the broker's own
         topics (they compact their snapshots themselves) and deleted ones."""
         topic = self.logs.topic(internal)
-        if topic is None or self.is_internal(internal):
+        if topic is None or self.tenancy.is_internal(internal):
             return None
         return self.topic_configs(topic.configs)
 
@@ -329,94 +325,6 @@ class Engine:
                 await self.producers.checkpoint(self.flusher.flush)
             except Exception:  # keep taking snapshots; the next round retries
                 log.exception("producer state snapshots failed")
-
-    def allowed(self, ctx: RequestContext, operation: Operation, internal_topic: str) -> bool:
-        """Whether the caller may apply ``operation`` to the topic."""
-        return self.authorizer.authorize(ctx, operation, ResourceType.TOPIC, internal_topic)
-
-    def system_namespace(self, ctx: RequestContext) -> naming.Namespace:
-        """Where the caller's groups and transactions are kept (KoP's metadata namespace)."""
-        tenant = ctx.home.tenant if self.config.multi_tenant_metadata \
-            else self.config.metadata_tenant
-        return naming.Namespace(tenant, self.config.metadata_namespace)
-
-    def offsets_topic(self, ctx: RequestContext) -> str:
-        """The ``__consumer_offsets`` topic holding the caller's groups."""
-        return self.system_namespace(ctx).prefix + OFFSETS_TOPIC
-
-    def txn_topic(self, ctx: RequestContext) -> str:
-        """The ``__transaction_state`` topic holding the caller's transactional ids."""
-        return self.system_namespace(ctx).prefix + TXN_TOPIC
-
-    def scoped_id(self, ctx: RequestContext, group_id: str) -> str:
-        """How the coordinators key a group or transactional id of the caller: the id itself
-        in the tenant's own system topics, ``tenant/id`` when the metadata is shared, so
-        that tenants never meet in one group either way."""
-        if self.config.multi_tenant_metadata:
-            return group_id
-        return f"{ctx.home.tenant}/{group_id}"
-
-    def client_id_of(self, ctx: RequestContext, key: str) -> str | None:
-        """The id a caller knows a coordinator key by, or None when it is another tenant's."""
-        if self.config.multi_tenant_metadata:
-            return key
-        prefix = f"{ctx.home.tenant}/"
-        return key[len(prefix):] if key.startswith(prefix) else None
-
-    def is_internal(self, internal: str) -> bool:
-        """Whether a topic belongs to the broker (system topics in a metadata namespace)."""
-        return naming.in_system_namespace(internal, self.config.metadata_namespace)
-
-    def listed(self, ctx: RequestContext, internal: str) -> bool:
-        """Whether "all topics" shows ``internal`` to the caller (``kopAllowedNamespaces``:
-        ``${tenant}/ns`` or ``${tenant}/*`` patterns; by default the caller's namespace)."""
-        tenant, namespace, _topic = internal.split("/", 2)
-        if not self.config.listed_namespaces:
-            return f"{tenant}/{namespace}/" == ctx.home.prefix
-        for pattern in self.config.listed_namespaces:
-            want_tenant, _, want_namespace = pattern.replace(
-                "${tenant}", ctx.home.tenant).partition("/")
-            if want_tenant == tenant and want_namespace in ("*", namespace):
-                return True
-        return False
-
-    def check_writable(self, internal: str) -> None:
-        """Refuse client writes, creation and deletion of system topics."""
-        if self.is_internal(internal):
-            raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                f"{internal} is an internal topic of the broker")
-
-    # -- names and topics ------------------------------------------------------------
-
-    def visible_topics(self, ctx: RequestContext) -> list[TopicInfo]:
-        """The topics "all topics" shows the caller: listed for it, ones it may describe,
-        not the broker's own; sorted by name."""
-        return sorted((topic for topic in self.logs.topics()
-                       if self.listed(ctx, topic.name) and not self.is_internal(topic.name)
-                       and self.allowed(ctx, Operation.DESCRIBE, topic.name)),
-                      key=lambda topic: topic.name)
-
-    def cluster_allowed(self, ctx: RequestContext, operation: Operation) -> bool:
-        """Whether the caller may apply ``operation`` to the cluster."""
-        return self.authorizer.authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
-
-    def named_topic(self, ctx: RequestContext, name: str, operation: Operation,
-                    action: str) -> tuple[str, TopicInfo]:
-        """The internal name and the topic a client names, once the caller may apply
-        ``operation`` to it (TOPIC_AUTHORIZATION_FAILED saying it may not ``action`` it,
-        then UNKNOWN_TOPIC_OR_PARTITION)."""
-        internal = self.internal_name(ctx, name)
-        if not self.allowed(ctx, operation, internal):
-            raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                f"not allowed to {action} {name}")
-        topic = self.logs.topic(internal)
-        if topic is None:
-            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
-        return internal, topic
-
-    def internal_name(self, ctx: RequestContext, name: str) -> str:
-        """The full internal name for a client's topic name (raises INVALID_TOPIC_EXCEPTION)."""
-        return naming.to_internal(name, ctx.home)
 
     def _produce_rules(self, internal: str, own: Mapping[str, str]) -> ProduceRules:
         """What produce checks per topic, computed once per set of topic configs."""

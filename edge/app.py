@@ -222,7 +222,7 @@ class BrokerApp:
         self.engine.kv_readers.append(self.quotas.store.read_again)
         self.quotas.observer = QuotaEvents(self.audit, self.quotas.window.span_s)
         self.gate = ConnectionGate(self.quotas, self.quotas.window.span_s)
-        self.limits = TenantLimits(self.quotas, self.logs, self.engine.is_internal,
+        self.limits = TenantLimits(self.quotas, self.logs, self.engine.tenancy.is_internal,
                                    config.tenant_usage_check_interval_ms / 1000)
         self.engine.limits = self.limits
         self.dispatcher = Dispatcher(

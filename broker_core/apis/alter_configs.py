@@ -112,9 +112,9 @@ def _operate(configs: dict[str, str], defaults: Mapping[str, str], entry: _Opera
 def _alter_topic(engine: Engine, ctx: RequestContext, resource: _Resource,
                  plan: Plan, validate_only: bool) -> None:
     # the broker keeps its own topics' settings
-    engine.check_writable(engine.internal_name(ctx, resource.resource_name))
+    engine.tenancy.check_writable(engine.tenancy.internal_name(ctx, resource.resource_name))
     for _ in range(_ATTEMPTS):
-        internal, topic = engine.named_topic(ctx, resource.resource_name,
+        internal, topic = engine.tenancy.named_topic(ctx, resource.resource_name,
                                              Operation.ALTER_CONFIGS, "alter configs of")
         configs = plan(topic.configs, engine.topic_configs({}))
         try:

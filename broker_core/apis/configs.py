@@ -59,7 +59,7 @@ def _entries(values: Mapping[str, str], source_of: Callable[[str], int],
 
 def _describe_topic(engine: Engine, ctx: RequestContext, resource: _Resource,
                     documented: bool) -> list[_Entry]:
-    _internal, topic = engine.named_topic(ctx, resource.resource_name,
+    _internal, topic = engine.tenancy.named_topic(ctx, resource.resource_name,
                                           Operation.DESCRIBE_CONFIGS, "describe configs of")
     configured = engine.config.configured_topic_defaults
     return _entries(engine.topic_configs(topic.configs),
@@ -121,7 +121,7 @@ async def handle_list_config_resources(
     found = []
     if every or TOPIC in wanted:
         found += [resource(resource_name=naming.to_client(topic.name, ctx.home),
-                           resource_type=TOPIC) for topic in engine.visible_topics(ctx)]
+                           resource_type=TOPIC) for topic in engine.tenancy.visible_topics(ctx)]
     if every or BROKER in wanted:
         found.append(resource(resource_name=str(engine.config.broker_id), resource_type=BROKER))
     return ListConfigResourcesResponse(version=request.version, throttle_time_ms=0,

@@ -23,9 +23,9 @@ HIGH_WATERMARK = -1
 
 def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: int,
                    offset: int) -> int:
-    internal = engine.internal_name(ctx, name)
-    engine.check_writable(internal)
-    if not engine.allowed(ctx, Operation.DELETE, internal):
+    internal = engine.tenancy.internal_name(ctx, name)
+    engine.tenancy.check_writable(internal)
+    if not engine.tenancy.allowed(ctx, Operation.DELETE, internal):
         raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             f"not allowed to delete records of {name}")
     partition = engine.partition(internal, index)

@@ -35,11 +35,12 @@ def _wanted(engine: Engine, ctx: RequestContext,
             ) -> list[tuple[str, TopicInfo | None, int]]:
     """(name shown, topic or None, error code), sorted by the name shown."""
     if not request.topics:
-        return [(naming.to_client(t.name, ctx.home), t, 0) for t in engine.visible_topics(ctx)]
+        return [(naming.to_client(t.name, ctx.home), t, 0)
+                for t in engine.tenancy.visible_topics(ctx)]
     found: list[tuple[str, TopicInfo | None, int]] = []
     for name in sorted({wanted.name for wanted in request.topics}):
         try:
-            _internal, topic = engine.named_topic(ctx, name, Operation.DESCRIBE, "describe")
+            _internal, topic = engine.tenancy.named_topic(ctx, name, Operation.DESCRIBE, "describe")
         except KafkaApiError as error:
             found.append((name, None, error.code))
             continue
@@ -78,7 +79,8 @@ async def handle_describe_topic_partitions(
                       for index in range(first, last)]
         budget -= len(partitions)
         topics.append(_Topic(error_code=0, name=name, topic_id=topic.topic_id,
-                             is_internal=engine.is_internal(topic.name), partitions=partitions,
+                             is_internal=engine.tenancy.is_internal(topic.name),
+                             partitions=partitions,
                              topic_authorized_operations=_operations(engine, ctx, topic)))
         if last < topic.num_partitions:
             next_cursor = DescribeTopicPartitionsResponse.Cursor(topic_name=name,

@@ -60,8 +60,8 @@ def _resolve(engine: Engine, ctx: RequestContext, request: FetchRequest) -> list
         internal: str | None = None
         error = ErrorCode.NONE
         try:
-            internal = engine.internal_name(ctx, topic.topic)
-            if not engine.allowed(ctx, Operation.READ, internal):
+            internal = engine.tenancy.internal_name(ctx, topic.topic)
+            if not engine.tenancy.allowed(ctx, Operation.READ, internal):
                 error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif request.version < ZSTD_FETCH_VERSION and engine.stores_zstd(internal):
                 error = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE

@@ -56,7 +56,8 @@ def group_error(engine: Engine, ctx: RequestContext, group_id: str,
         return ErrorCode.INVALID_GROUP_ID
     if not coordinated_here:
         return ErrorCode.NONE
-    return engine.groups.check(engine.offsets_topic(ctx), engine.scoped_id(ctx, group_id))
+    return engine.groups.check(engine.tenancy.offsets_topic(ctx),
+                               engine.tenancy.scoped_id(ctx, group_id))
 
 
 def coordinator_of(engine: Engine, ctx: RequestContext, key_type: int,
@@ -66,10 +67,10 @@ def coordinator_of(engine: Engine, ctx: RequestContext, key_type: int,
     COORDINATOR_NOT_AVAILABLE while no live broker can take it."""
     if key_type == TRANSACTION_KEY:
         coordinator: StateCoordinator = engine.transactions
-        topic = engine.txn_topic(ctx)
+        topic = engine.tenancy.txn_topic(ctx)
     else:
-        coordinator, topic = engine.groups, engine.offsets_topic(ctx)
-    partition = coordinator.place(topic, engine.scoped_id(ctx, key))
+        coordinator, topic = engine.groups, engine.tenancy.offsets_topic(ctx)
+    partition = coordinator.place(topic, engine.tenancy.scoped_id(ctx, key))
     info = engine.logs.topic(topic)
     leader = None if info is None else engine.cluster.leader(topic, partition,
                                                               info.num_partitions)
@@ -152,8 +153,8 @@ async def handle_join_group(engine: Engine, ctx: RequestContext,
         protocols=[(p.name, received_bytes(p.metadata)) for p in request.protocols],
         require_known_member=version >= 4,
     )
-    joined = await engine.groups.join(engine.offsets_topic(ctx),
-                                      engine.scoped_id(ctx, request.group_id), join)
+    joined = await engine.groups.join(engine.tenancy.offsets_topic(ctx),
+                                      engine.tenancy.scoped_id(ctx, request.group_id), join)
 
     def answer(result: JoinResult) -> JoinGroupResponse:
         if result.error != ErrorCode.NONE:
@@ -191,7 +192,7 @@ async def handle_sync_group(engine: Engine, ctx: RequestContext,
     if code != ErrorCode.NONE:
         return answer(SyncResult(code))
     synced = await engine.groups.sync(
-        engine.offsets_topic(ctx), engine.scoped_id(ctx, request.group_id),
+        engine.tenancy.offsets_topic(ctx), engine.tenancy.scoped_id(ctx, request.group_id),
         request.member_id, request.group_instance_id if version >= 3 else None,
         request.generation_id, request.protocol_type if version >= 5 else None,
         request.protocol_name if version >= 5 else None,
@@ -208,7 +209,7 @@ async def handle_heartbeat(engine: Engine, ctx: RequestContext,
     code = group_error(engine, ctx, request.group_id)
     if code == ErrorCode.NONE:
         code = engine.groups.heartbeat(
-            engine.offsets_topic(ctx), engine.scoped_id(ctx, request.group_id),
+            engine.tenancy.offsets_topic(ctx), engine.tenancy.scoped_id(ctx, request.group_id),
             request.member_id,
             request.group_instance_id if version >= 3 else None, request.generation_id)
     return HeartbeatResponse(version=version, throttle_time_ms=0, error_code=code)
@@ -224,8 +225,8 @@ async def handle_leave_group(engine: Engine, ctx: RequestContext,
     if code != ErrorCode.NONE:
         return LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=code,
                                   members=[])
-    results = engine.groups.leave(engine.offsets_topic(ctx),
-                                  engine.scoped_id(ctx, request.group_id), leaving)
+    results = engine.groups.leave(engine.tenancy.offsets_topic(ctx),
+                                  engine.tenancy.scoped_id(ctx, request.group_id), leaving)
     if version < 3:
         return LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=results[0])
     return LeaveGroupResponse(
@@ -242,8 +243,8 @@ async def handle_list_groups(engine: Engine, ctx: RequestContext,
     states = {s.lower() for s in request.states_filter} if version >= 4 else set()
     types = {t.lower() for t in request.types_filter} if version >= 5 else set()
     listed = []
-    for group in engine.groups.groups_of(engine.offsets_topic(ctx)):
-        group_id = engine.client_id_of(ctx, group.group_id)
+    for group in engine.groups.groups_of(engine.tenancy.offsets_topic(ctx)):
+        group_id = engine.tenancy.client_id_of(ctx, group.group_id)
         if group_id is None:
             continue
         if states and group.state.value.lower() not in states:
@@ -263,7 +264,8 @@ def _described(engine: Engine, ctx: RequestContext, group_id: str,
                with_ops: bool) -> DescribeGroupsResponse.DescribedGroup:
     D = DescribeGroupsResponse.DescribedGroup
     code = group_error(engine, ctx, group_id, Operation.DESCRIBE)
-    group = (engine.groups.find(engine.offsets_topic(ctx), engine.scoped_id(ctx, group_id))
+    group = (engine.groups.find(engine.tenancy.offsets_topic(ctx),
+                                engine.tenancy.scoped_id(ctx, group_id))
              if not code else None)
     # As Kafka: every group answered without an error carries its authorized operations,
     # a Dead (unknown) one included.
@@ -306,8 +308,8 @@ async def handle_delete_groups(engine: Engine, ctx: RequestContext,
     for group_id in request.groups_names:
         code = group_error(engine, ctx, group_id, Operation.DELETE)
         if code == ErrorCode.NONE:
-            code = await engine.groups.delete_group(engine.offsets_topic(ctx),
-                                                    engine.scoped_id(ctx, group_id))
+            code = await engine.groups.delete_group(engine.tenancy.offsets_topic(ctx),
+                                                    engine.tenancy.scoped_id(ctx, group_id))
         results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id,
                                                                  error_code=code))
     return DeleteGroupsResponse(version=request.version, throttle_time_ms=0, results=results)

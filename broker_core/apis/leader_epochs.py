@@ -25,8 +25,8 @@ _Wanted = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartit
 def _end_of_epoch(engine: Engine, ctx: RequestContext, topic: str, part: _Wanted
                   ) -> tuple[int, int]:
     """(leader epoch, end offset) of one requested partition, or KafkaApiError."""
-    internal = engine.internal_name(ctx, topic)
-    if not engine.allowed(ctx, Operation.DESCRIBE, internal):
+    internal = engine.tenancy.internal_name(ctx, topic)
+    if not engine.tenancy.allowed(ctx, Operation.DESCRIBE, internal):
         raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             f"not allowed to describe {topic}")
     partition = engine.partition(internal, part.partition)

@@ -103,8 +103,8 @@ async def handle_list_offsets(engine: Engine, ctx: RequestContext,
             offset, timestamp = _NOT_FOUND
             epoch = -1
             try:
-                internal = engine.internal_name(ctx, topic.name)
-                if not engine.allowed(ctx, Operation.DESCRIBE, internal):
+                internal = engine.tenancy.internal_name(ctx, topic.name)
+                if not engine.tenancy.allowed(ctx, Operation.DESCRIBE, internal):
                     raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                         f"not allowed to describe {topic.name}")
                 partition = engine.partition(internal, part.partition_index)

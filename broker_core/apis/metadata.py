@@ -12,9 +12,10 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from broker_core import naming
 from broker_core.apis.authorized_operations import authorized_operations
 from broker_core.context import Operation, RequestContext, ResourceType
-from broker_core.engine import CLUSTER_NAME, Engine
+from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import TopicInfo
+from broker_core.tenancy import CLUSTER_NAME
 
 _R = MetadataResponse
 _Topic = MetadataResponse.MetadataResponseTopic
@@ -55,7 +56,7 @@ def _topic_entry(engine: Engine, ctx: RequestContext, shown: str, topic: TopicIn
     )
     return _Topic(
         error_code=0, name=shown, topic_id=topic.topic_id,
-        is_internal=engine.is_internal(topic.name),
+        is_internal=engine.tenancy.is_internal(topic.name),
         partitions=partitions, authorized_operations=operations,
     )
 
@@ -77,19 +78,19 @@ def _requested_topic(engine: Engine, ctx: RequestContext,
         found = next((t for t in engine.logs.topics() if t.topic_id == topic_id), None)
         if found is None:
             return _error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id)
-        if not engine.allowed(ctx, Operation.DESCRIBE, found.name):
+        if not engine.tenancy.allowed(ctx, Operation.DESCRIBE, found.name):
             # As Kafka: an id is not secret, so an existing one the caller may not describe
             # answers the authorization error, with the name withheld.
             return _error_entry(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic_id)
         shown = naming.to_client(found.name, ctx.home)
         return _topic_entry(engine, ctx, shown, found, version, with_operations)
     try:
-        internal = engine.internal_name(ctx, name)
+        internal = engine.tenancy.internal_name(ctx, name)
     except KafkaApiError as error:
         return _error_entry(name, error.code)
-    if not engine.allowed(ctx, Operation.DESCRIBE, internal):
+    if not engine.tenancy.allowed(ctx, Operation.DESCRIBE, internal):
         return _error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-    creatable = auto_create and engine.allowed(ctx, Operation.CREATE, internal)
+    creatable = auto_create and engine.tenancy.allowed(ctx, Operation.CREATE, internal)
     topic = engine.lookup(internal, creatable)
     if topic is None:
         return _error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -106,7 +107,7 @@ async def handle_metadata(engine: Engine, ctx: RequestContext,
         topics = [
             _topic_entry(engine, ctx, naming.to_client(topic.name, ctx.home), topic, version,
                          with_operations)
-            for topic in engine.visible_topics(ctx)
+            for topic in engine.tenancy.visible_topics(ctx)
         ]
     else:
         topics = [

@@ -53,10 +53,10 @@ def _topic_error(engine: Engine, ctx: RequestContext, name: str, operation: Oper
                  ) -> tuple[str | None, ErrorCode]:
     """The internal name of a client's topic, or the error that rules it out."""
     try:
-        internal = engine.internal_name(ctx, name)
+        internal = engine.tenancy.internal_name(ctx, name)
     except KafkaApiError as error:
         return None, error.code
-    if not engine.allowed(ctx, operation, internal):
+    if not engine.tenancy.allowed(ctx, operation, internal):
         return internal, ErrorCode.TOPIC_AUTHORIZATION_FAILED
     return internal, ErrorCode.NONE
 
@@ -88,7 +88,7 @@ async def handle_offset_commit(engine: Engine, ctx: RequestContext,
     code = group_error(engine, ctx, request.group_id)
     if code == ErrorCode.NONE and wanted:
         code, results = await engine.groups.commit(
-            engine.offsets_topic(ctx), engine.scoped_id(ctx, request.group_id),
+            engine.tenancy.offsets_topic(ctx), engine.tenancy.scoped_id(ctx, request.group_id),
             request.member_id,
             request.group_instance_id if version >= 7 else None,
             request.generation_id_or_member_epoch, wanted)
@@ -113,14 +113,14 @@ def _fetch_group(engine: Engine, ctx: RequestContext, group_id: str,
     code = group_error(engine, ctx, group_id, Operation.DESCRIBE)
     if code != ErrorCode.NONE:
         return code, []
-    offsets_topic = engine.offsets_topic(ctx)
-    group_id = engine.scoped_id(ctx, group_id)
+    offsets_topic = engine.tenancy.offsets_topic(ctx)
+    group_id = engine.tenancy.scoped_id(ctx, group_id)
     unstable = engine.groups.unstable(offsets_topic, group_id) if require_stable else set()
     if topics is None:
         grouped: dict[str, Fetched] = {}
         for (internal, partition), committed in sorted(
                 engine.groups.committed(offsets_topic, group_id, None).items()):
-            if engine.allowed(ctx, Operation.DESCRIBE, internal):
+            if engine.tenancy.allowed(ctx, Operation.DESCRIBE, internal):
                 grouped.setdefault(naming.to_client(internal, ctx.home), []).append(
                     (partition, committed, ErrorCode.NONE))
         return ErrorCode.NONE, list(grouped.items())
@@ -195,8 +195,8 @@ async def handle_offset_delete(engine: Engine, ctx: RequestContext,
                 for p in t.partitions]) for t in request.topics])
 
     code = group_error(engine, ctx, request.group_id, Operation.DELETE)
-    group = (engine.groups.find(engine.offsets_topic(ctx),
-                                engine.scoped_id(ctx, request.group_id))
+    group = (engine.groups.find(engine.tenancy.offsets_topic(ctx),
+                                engine.tenancy.scoped_id(ctx, request.group_id))
              if code == ErrorCode.NONE else None)
     if code == ErrorCode.NONE and (group is None or group.state == GroupState.DEAD):
         code = ErrorCode.GROUP_ID_NOT_FOUND
@@ -208,7 +208,7 @@ async def handle_offset_delete(engine: Engine, ctx: RequestContext,
     subscribed_internal = set()
     for name in subscribed:
         try:
-            subscribed_internal.add(engine.internal_name(ctx, name))
+            subscribed_internal.add(engine.tenancy.internal_name(ctx, name))
         except KafkaApiError:
             continue
     per: dict[tuple[str, int], ErrorCode] = {}

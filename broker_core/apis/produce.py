@@ -33,9 +33,9 @@ def _failed(index: int, code: ErrorCode, message: str | None) -> _Partition:
 def _admit(engine: Engine, ctx: RequestContext, name: str, index: int,
            records: bytes | ApiData | None,
            acks: int, version: int) -> Admitted:
-    internal = engine.internal_name(ctx, name)
-    engine.check_writable(internal)
-    if not engine.allowed(ctx, Operation.WRITE, internal):
+    internal = engine.tenancy.internal_name(ctx, name)
+    engine.tenancy.check_writable(internal)
+    if not engine.tenancy.allowed(ctx, Operation.WRITE, internal):
         raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             f"not allowed to write to {name}")
     if engine.logs.topic(internal) is None:

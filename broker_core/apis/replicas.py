@@ -44,7 +44,7 @@ def _partition_check(engine: Engine, ctx: RequestContext,
     """For topic ``name``, looked up once: a partition index's error, NONE when the caller
     may see that partition and it exists."""
     try:
-        _internal, topic = engine.named_topic(ctx, name, Operation.DESCRIBE, "describe")
+        _internal, topic = engine.tenancy.named_topic(ctx, name, Operation.DESCRIBE, "describe")
     except KafkaApiError as error:
         code = error.code
         return lambda _index: code
@@ -56,7 +56,7 @@ def _partition_check(engine: Engine, ctx: RequestContext,
 # -- ElectLeaders ----------------------------------------------------------------------------
 
 def _all_partitions(engine: Engine, ctx: RequestContext) -> Iterator[tuple[str, list[int]]]:
-    for topic in engine.visible_topics(ctx):
+    for topic in engine.tenancy.visible_topics(ctx):
         yield naming.to_client(topic.name, ctx.home), list(range(topic.num_partitions))
 
 
@@ -65,7 +65,7 @@ async def handle_elect_leaders(engine: Engine, ctx: RequestContext,
     """Answer ElectLeaders: this broker leads every partition already."""
     response = ElectLeadersResponse
     result = response.ReplicaElectionResult
-    if not engine.cluster_allowed(ctx, Operation.ALTER):
+    if not engine.tenancy.cluster_allowed(ctx, Operation.ALTER):
         return response(version=request.version, throttle_time_ms=0,
                         error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                         replica_election_results=[])
@@ -99,11 +99,11 @@ def _described_topics(engine: Engine, ctx: RequestContext,
     """(client name, topic, partitions) of what the request asks for and the caller sees."""
     if request.topics is None:
         return [(naming.to_client(t.name, ctx.home), t, list(range(t.num_partitions)))
-                for t in engine.visible_topics(ctx)]
+                for t in engine.tenancy.visible_topics(ctx)]
     found = []
     for wanted in request.topics:
         try:
-            _internal, topic = engine.named_topic(ctx, wanted.topic, Operation.DESCRIBE,
+            _internal, topic = engine.tenancy.named_topic(ctx, wanted.topic, Operation.DESCRIBE,
                                                   "describe")
         except KafkaApiError:
             continue  # as Kafka: what cannot be described is left out
@@ -116,7 +116,7 @@ async def handle_describe_log_dirs(engine: Engine, ctx: RequestContext,
                                    request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     """Answer DescribeLogDirs: one log dir, the data directory, with partition sizes."""
     response = DescribeLogDirsResponse
-    if not engine.cluster_allowed(ctx, Operation.DESCRIBE):
+    if not engine.tenancy.cluster_allowed(ctx, Operation.DESCRIBE):
         return response(version=request.version, throttle_time_ms=0,
                         error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
     result = response.DescribeLogDirsResult
@@ -145,7 +145,7 @@ async def handle_alter_replica_log_dirs(
         request: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse:
     """Answer AlterReplicaLogDirs: every replica already is in the one log dir."""
     response = AlterReplicaLogDirsResponse
-    allowed = engine.cluster_allowed(ctx, Operation.ALTER)
+    allowed = engine.tenancy.cluster_allowed(ctx, Operation.ALTER)
     results = []
     for target in request.dirs:
         for wanted in target.topics:
@@ -198,7 +198,7 @@ async def handle_alter_partition_reassignments(
                         allow_replication_factor_change=True, error_code=code,
                         error_message=message, responses=results)
 
-    if not engine.cluster_allowed(ctx, Operation.ALTER):
+    if not engine.tenancy.cluster_allowed(ctx, Operation.ALTER):
         return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                       "not allowed to alter the cluster", [])
     results = []
@@ -219,7 +219,7 @@ async def handle_list_partition_reassignments(
         engine: Engine, ctx: RequestContext,
         request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
     """Answer ListPartitionReassignments: none is ever in progress."""
-    allowed = engine.cluster_allowed(ctx, Operation.DESCRIBE)
+    allowed = engine.tenancy.cluster_allowed(ctx, Operation.DESCRIBE)
     return ListPartitionReassignmentsResponse(
         version=request.version, throttle_time_ms=0,
         error_code=0 if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED,

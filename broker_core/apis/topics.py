@@ -79,9 +79,9 @@ def _partition_count(engine: Engine, wanted: _Creatable) -> int:
 
 def _may_create(engine: Engine, ctx: RequestContext, name: str) -> str:
     """The internal name, once the caller may create the topic."""
-    internal = engine.internal_name(ctx, name)
-    engine.check_writable(internal)
-    if not engine.allowed(ctx, Operation.CREATE, internal):
+    internal = engine.tenancy.internal_name(ctx, name)
+    engine.tenancy.check_writable(internal)
+    if not engine.tenancy.allowed(ctx, Operation.CREATE, internal):
         raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not allowed to create {name}")
     return internal
 
@@ -180,7 +180,7 @@ def _named_by_id(engine: Engine, ctx: RequestContext, topic_id: uuid.UUID) -> tu
     found = next((t for t in engine.logs.topics() if t.topic_id == topic_id), None)
     if found is None:
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
-    if not engine.allowed(ctx, Operation.DESCRIBE, found.name):
+    if not engine.tenancy.allowed(ctx, Operation.DESCRIBE, found.name):
         raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             f"not allowed to delete the topic with id {topic_id}")
     return found.name, naming.to_client(found.name, ctx.home)
@@ -211,10 +211,10 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext,
                 assert topic_id is not None
                 internal, result.name = _named_by_id(engine, ctx, topic_id)
             else:
-                internal = engine.internal_name(ctx, name)
+                internal = engine.tenancy.internal_name(ctx, name)
             shown = result.name
-            engine.check_writable(internal)
-            if not engine.allowed(ctx, Operation.DELETE, internal):
+            engine.tenancy.check_writable(internal)
+            if not engine.tenancy.allowed(ctx, Operation.DELETE, internal):
                 raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                     f"not allowed to delete {shown}")
             topic = engine.logs.topic(internal)
@@ -238,8 +238,8 @@ def _repeated(names: Iterable[str]) -> set[str]:
 
 def _may_grow(engine: Engine, ctx: RequestContext, name: str) -> tuple[str, TopicInfo]:
     """The internal name and topic, once the caller may add partitions to it."""
-    engine.check_writable(engine.internal_name(ctx, name))
-    return engine.named_topic(ctx, name, Operation.ALTER, "alter")
+    engine.tenancy.check_writable(engine.tenancy.internal_name(ctx, name))
+    return engine.tenancy.named_topic(ctx, name, Operation.ALTER, "alter")
 
 
 def _added(engine: Engine, ctx: RequestContext, wanted: _Growth) -> int:

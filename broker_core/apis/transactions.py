@@ -70,8 +70,8 @@ def _txn_error(engine: Engine, ctx: RequestContext, transactional_id: str,
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     if not coordinated_here:
         return ErrorCode.NONE
-    return engine.transactions.check(engine.txn_topic(ctx),
-                                     engine.scoped_id(ctx, transactional_id))
+    return engine.transactions.check(engine.tenancy.txn_topic(ctx),
+                                     engine.tenancy.scoped_id(ctx, transactional_id))
 
 
 async def _attempt(action: Awaitable[object]) -> ErrorCode:
@@ -93,7 +93,8 @@ async def handle_init_producer_id(engine: Engine, ctx: RequestContext,
     if code == ErrorCode.NONE:
         try:
             pid, epoch = await engine.transactions.init_producer_id(
-                engine.txn_topic(ctx), engine.scoped_id(ctx, tid) if tid is not None else None,
+                engine.tenancy.txn_topic(ctx),
+                engine.tenancy.scoped_id(ctx, tid) if tid is not None else None,
                 request.transaction_timeout_ms,
                 request.producer_id if version >= 3 else -1,
                 request.producer_epoch if version >= 3 else -1)
@@ -112,9 +113,9 @@ async def _add_partitions(engine: Engine, ctx: RequestContext, tid: str, pid: in
     for topic in topics:
         for index in topic.partitions:
             try:
-                internal = engine.internal_name(ctx, topic.name)
-                engine.check_writable(internal)
-                if not engine.allowed(ctx, Operation.WRITE, internal):
+                internal = engine.tenancy.internal_name(ctx, topic.name)
+                engine.tenancy.check_writable(internal)
+                if not engine.tenancy.allowed(ctx, Operation.WRITE, internal):
                     raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic.name)
                 engine.require_partition(internal, index)
                 wanted.append((internal, index))
@@ -124,7 +125,7 @@ async def _add_partitions(engine: Engine, ctx: RequestContext, tid: str, pid: in
         code = ErrorCode.OPERATION_NOT_ATTEMPTED
     if code == ErrorCode.NONE:
         code = await _attempt(engine.transactions.add_partitions(
-            engine.txn_topic(ctx), engine.scoped_id(ctx, tid), pid, epoch, wanted))
+            engine.tenancy.txn_topic(ctx), engine.tenancy.scoped_id(ctx, tid), pid, epoch, wanted))
     code = _fenced_code(code, version, 2)
     return [(topic.name, [(index, errors.get((topic.name, index), code))
                           for index in topic.partitions]) for topic in topics]
@@ -175,7 +176,7 @@ def _verify_only(engine: Engine, ctx: RequestContext,
         partitions = []
         for index in topic.partitions:
             try:
-                internal = engine.internal_name(ctx, topic.name)
+                internal = engine.tenancy.internal_name(ctx, topic.name)
                 engine.transactions.verify_produce(txn.producer_id, txn.producer_epoch,
                                                    internal, index)
                 code = ErrorCode.NONE
@@ -195,10 +196,10 @@ async def handle_add_offsets_to_txn(engine: Engine, ctx: RequestContext,
         code = group_error(engine, ctx, request.group_id, coordinated_here=False)
     if code == ErrorCode.NONE:
         code = await _attempt(engine.transactions.add_group(
-            engine.txn_topic(ctx), engine.scoped_id(ctx, request.transactional_id),
+            engine.tenancy.txn_topic(ctx), engine.tenancy.scoped_id(ctx, request.transactional_id),
             request.producer_id,
             request.producer_epoch,
-            (engine.offsets_topic(ctx), engine.scoped_id(ctx, request.group_id))))
+            (engine.tenancy.offsets_topic(ctx), engine.tenancy.scoped_id(ctx, request.group_id))))
     return AddOffsetsToTxnResponse(version=version, throttle_time_ms=0,
                                    error_code=_fenced_code(code, version, 2))
 
@@ -216,8 +217,8 @@ async def handle_txn_offset_commit(engine: Engine, ctx: RequestContext,
         for part in topic.partitions:
             key = (topic.name, part.partition_index)
             try:
-                internal = engine.internal_name(ctx, topic.name)
-                if not engine.allowed(ctx, Operation.READ, internal):
+                internal = engine.tenancy.internal_name(ctx, topic.name)
+                if not engine.tenancy.allowed(ctx, Operation.READ, internal):
                     raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic.name)
                 engine.require_partition(internal, part.partition_index)
             except KafkaApiError as error:
@@ -227,10 +228,10 @@ async def handle_txn_offset_commit(engine: Engine, ctx: RequestContext,
             wanted.append(OffsetToCommit(
                 internal, part.partition_index, part.committed_offset,
                 part.committed_leader_epoch if version >= 2 else -1, part.committed_metadata))
-    offsets_topic = engine.offsets_topic(ctx)
-    group_key = engine.scoped_id(ctx, request.group_id)
-    txn_topic = engine.txn_topic(ctx)
-    txn_key = engine.scoped_id(ctx, request.transactional_id)
+    offsets_topic = engine.tenancy.offsets_topic(ctx)
+    group_key = engine.tenancy.scoped_id(ctx, request.group_id)
+    txn_topic = engine.tenancy.txn_topic(ctx)
+    txn_key = engine.tenancy.scoped_id(ctx, request.transactional_id)
     # the transaction's coordinator may be another broker: then only it can tell whether
     # the transaction added the group (as Kafka before KIP-890, not checked here)
     txn_here = engine.transactions.coordinates(txn_topic, txn_key)
@@ -240,7 +241,8 @@ async def handle_txn_offset_commit(engine: Engine, ctx: RequestContext,
     if code == ErrorCode.NONE and txn_here:
         try:
             engine.transactions.check_offsets(
-                engine.txn_topic(ctx), engine.scoped_id(ctx, request.transactional_id),
+                engine.tenancy.txn_topic(ctx),
+                engine.tenancy.scoped_id(ctx, request.transactional_id),
                 request.producer_id,
                 request.producer_epoch, (offsets_topic, group_key))
         except KafkaApiError as error:
@@ -268,7 +270,7 @@ async def handle_end_txn(engine: Engine, ctx: RequestContext,
     code = _txn_error(engine, ctx, request.transactional_id)
     if code == ErrorCode.NONE:
         code = await _attempt(engine.transactions.end_txn(
-            engine.txn_topic(ctx), engine.scoped_id(ctx, request.transactional_id),
+            engine.tenancy.txn_topic(ctx), engine.tenancy.scoped_id(ctx, request.transactional_id),
             request.producer_id,
             request.producer_epoch, bool(request.committed)))
     return EndTxnResponse(version=version, throttle_time_ms=0,
@@ -287,8 +289,8 @@ async def handle_describe_producers(
         partitions = []
         for index in topic.partition_indexes:
             try:
-                internal = engine.internal_name(ctx, topic.name)
-                if not engine.allowed(ctx, Operation.READ, internal):
+                internal = engine.tenancy.internal_name(ctx, topic.name)
+                if not engine.tenancy.allowed(ctx, Operation.READ, internal):
                     raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                         f"not allowed to read {topic.name}")
                 state = engine.partition_producers(internal, index)
@@ -317,11 +319,13 @@ async def handle_describe_transactions(
     S = R.TransactionState
     states = []
     for tid in request.transactional_ids:
-        code = engine.transactions.check(engine.txn_topic(ctx), engine.scoped_id(ctx, tid))
+        code = engine.transactions.check(engine.tenancy.txn_topic(ctx),
+                                         engine.tenancy.scoped_id(ctx, tid))
         if code == ErrorCode.NONE and not engine.authorizer.authorize(
                 ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
             code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        txn = (engine.transactions.find(engine.txn_topic(ctx), engine.scoped_id(ctx, tid))
+        txn = (engine.transactions.find(engine.tenancy.txn_topic(ctx),
+                                        engine.tenancy.scoped_id(ctx, tid))
                if not code else None)
         if txn is None:
             states.append(S(error_code=code or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
@@ -353,8 +357,8 @@ async def handle_list_transactions(engine: Engine, ctx: RequestContext,
     pattern = request.transactional_id_pattern if version >= 2 else None
     now = int(time.time() * 1000)
     listed = []
-    for txn in engine.transactions.of_topic(engine.txn_topic(ctx)):
-        tid = engine.client_id_of(ctx, txn.transactional_id)
+    for txn in engine.transactions.of_topic(engine.tenancy.txn_topic(ctx)):
+        tid = engine.tenancy.client_id_of(ctx, txn.transactional_id)
         if tid is None:
             continue
         if wanted and txn.state.value not in wanted:

@@ -92,7 +92,7 @@ class QuotaApis:
         """Handle DescribeClientQuotas."""
         R = DescribeClientQuotasResponse
         try:
-            if not engine.cluster_allowed(ctx, Operation.DESCRIBE_CONFIGS):
+            if not engine.tenancy.cluster_allowed(ctx, Operation.DESCRIBE_CONFIGS):
                 raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                     f"{ctx.principal} may not describe client quotas")
             components = _filter(request.components)
@@ -114,7 +114,7 @@ class QuotaApis:
     def _alteration(self, engine: Engine, ctx: RequestContext,
                     entry: AlterClientQuotasRequest.EntryData) -> Alteration:
         """One entry checked (KafkaApiError with the entry's error otherwise)."""
-        if not engine.cluster_allowed(ctx, Operation.ALTER_CONFIGS):
+        if not engine.tenancy.cluster_allowed(ctx, Operation.ALTER_CONFIGS):
             raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                 f"{ctx.principal} may not alter client quotas")
         try:
