@@ -123,6 +123,7 @@ class Engine:
         self._cleaning: asyncio.Task[None] | None = None
         self._checkpoints: asyncio.Task[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
+        self._summing: asyncio.Task[None] | None = None
         self._wake_refresher: Callable[[], None] = lambda: None
         self.limits: TenantLimits | None = None
         """A tenant's caps on topics, partitions and stored bytes (None: no caps)."""
@@ -178,6 +179,8 @@ class Engine:
         self._checkpoints = loop.create_task(self._checkpoint_loop())
         self._refresher = loop.create_task(
             self._refresh_loop(Wakeup(self.logs.feed, CHANGES)))
+        if self.limits is not None:
+            self._summing = loop.create_task(self.limits.keep_summing(self._stopping))
 
     async def join(self, me: BrokerRecord) -> None:
         """Join the cluster as ``me`` and take this broker's share of the partitions; carry
@@ -216,6 +219,7 @@ class Engine:
             ("hand partitions over", self.cluster.leave),
             ("finish the producer snapshot under way", self._await_checkpoints),
             ("finish the storage refresh under way", self._await_refresher),
+            ("finish the tenant usage sum under way", self._await_summing),
             ("stop the transaction coordinator", self.transactions.stop),
             ("stop the group coordinator", self.groups.stop),
             ("fsync the partitions", self.flusher.stop),
@@ -236,6 +240,10 @@ class Engine:
         if self._checkpoints is not None:  # let a snapshot being written finish first
             await self._checkpoints
 
+    async def _await_summing(self) -> None:
+        if self._summing is not None:
+            await self._summing
+
     async def _await_refresher(self) -> None:
         if self._refresher is not None:
             await self._refresher
@@ -253,8 +261,6 @@ class Engine:
             if self._stopping.is_set():
                 return
             try:
-                if self.limits is not None:
-                    self.limits.refresh_due()
                 changes = await asyncio.to_thread(self.logs.refresh)
                 for internal, partitions in changes.gone.items():
                     log.info("topic %s was deleted through another broker", internal)
@@ -505,7 +511,8 @@ class Engine:
     # -- produce -----------------------------------------------------------------------
 
     def admit(self, internal: str, index: int, records: Buffer, acks: int,
-              version: int = ZSTD_PRODUCE_VERSION) -> Admitted:
+              version: int = ZSTD_PRODUCE_VERSION, ctx: RequestContext | None = None
+              ) -> Admitted:
         """Check one produced batch's header, size and the topic's produce rules; what is
         left to do off the event loop is the admission's ``rework`` (see
         :meth:`reworked`), then :meth:`append` it."""
@@ -514,7 +521,7 @@ class Engine:
         partition = self.partition(internal, index)
         assert topic is not None
         if self.limits is not None:
-            self.limits.check_produce(internal, len(records))
+            self.limits.check_produce(internal, len(records), ctx)
         header = batches.validate_produced(records)
         if header.compression == codecs.ZSTD and version < ZSTD_PRODUCE_VERSION:
             raise KafkaApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,

@@ -221,7 +221,10 @@ class BrokerApp:
         self.quotas = quota_manager(config, self.logs.kv)
         self.engine.kv_readers.append(self.quotas.store.read_again)
         self.quotas.observer = QuotaEvents(self.audit, self.quotas.window.span_s)
-        self.gate = ConnectionGate(self.quotas, self.quotas.window.span_s)
+        cluster = self.engine.cluster
+        self.gate = ConnectionGate(self.quotas, self.quotas.window.span_s,
+                                   lambda tenant: cluster.elsewhere.get(tenant, 0))
+        cluster.connections = lambda: self.gate.admission.open
         self.limits = TenantLimits(self.quotas, self.logs, self.engine.is_internal,
                                    config.tenant_usage_check_interval_ms / 1000)
         self.engine.limits = self.limits
@@ -325,7 +328,8 @@ class BrokerApp:
         host, port = self.config.metrics_host, self.config.metrics_port
         try:
             port = serve_metrics(self.engine, host, port, self.readiness, [
-                TenantUsageCollector(self.quotas, self.limits, self.gate)])
+                TenantUsageCollector(self.quotas, self.limits, self.gate,
+                                     lambda: self.engine.cluster.elsewhere)])
         except OSError as exc:
             raise StartupError(f"cannot serve metrics on {host}:{port}: "
                                f"{os_reason(exc)}") from exc

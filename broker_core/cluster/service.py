@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from broker_core.cluster.placement import preferred
@@ -121,6 +121,12 @@ class ClusterService:
         """The stamps the last reconcile after a heartbeat saw (None: reconcile next)."""
         self._skipped = 0
         """Heartbeats since that reconcile."""
+        self.connections: Callable[[], Mapping[str, int]] = dict
+        """This broker's live connections per tenant, published with each heartbeat (the
+        edge sets it)."""
+        self.elsewhere: Mapping[str, int] = {}
+        """The other live brokers' connections per tenant, as of their latest heartbeats
+        (read with this broker's last one)."""
 
     # -- what the rest of the broker asks ---------------------------------------------
 
@@ -344,7 +350,9 @@ class ClusterService:
         """One heartbeat, and a reconcile if something changed."""
         try:
             sent = time.monotonic()
-            renewal = await self._worker.run(self._heartbeat)
+            connections = dict(self.connections())  # read here, on the event loop
+            renewal = await self._worker.run(lambda: self._heartbeat(connections))
+            self.elsewhere = renewal.elsewhere
             async with self._busy:
                 if not renewal.renewed:
                     log.warning("broker %d's lease ran out (paused or cut off): giving up %d "
@@ -369,8 +377,8 @@ class ClusterService:
         except Exception:
             log.exception("cluster reconcile failed")
 
-    def _heartbeat(self) -> Renewal:
-        return self.store.heartbeat(self.config.session_timeout_ms)
+    def _heartbeat(self, connections: Mapping[str, int]) -> Renewal:
+        return self.store.heartbeat(self.config.session_timeout_ms, connections)
 
     async def _follow(self, wakeup: Wakeup) -> None:
         """Reconcile when the change feed tells of a change of the registry (the

@@ -2,13 +2,17 @@
 
 ``connection_creation_rate`` resolves like every rate (user and client id, namespace,
 then the tenant's own value as a ceiling), and ``max_connections`` is a cap on a tenant's
-open connections. A connection over either is refused (the caller closes it) and counts
-for nothing; an admitted one counts until :meth:`Admission.release`. The per-``ip`` rate,
+open connections, on every broker of a cluster: this broker's own count plus what the
+others published with their latest heartbeats (``elsewhere``; a burst of logins on several
+brokers within one heartbeat interval may pass the cap by what those brokers admitted
+meanwhile). A connection over either is refused (the caller closes it) and counts for
+nothing; an admitted one counts until :meth:`Admission.release`. The per-``ip`` rate,
 checked when a connection is accepted, is :meth:`QuotaManager.connect_from`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker_core.quotas.entities import (
@@ -35,15 +39,19 @@ class Refusal:
 class Admission:
     """The open connections of each tenant, and the checks of a new one."""
 
-    def __init__(self, manager: QuotaManager) -> None:
+    def __init__(self, manager: QuotaManager,
+                 elsewhere: Callable[[str], int] = lambda tenant: 0) -> None:
         self.manager = manager
+        self.elsewhere = elsewhere
+        """A tenant's connections on the other brokers of a cluster, as last published."""
         self.open: dict[str, int] = {}
-        """Admitted connections still open, by tenant."""
+        """Admitted connections still open on this broker, by tenant."""
 
     def admit(self, who: Caller, now: float | None = None) -> Refusal | None:
         """Admit a connection of ``who``, or say why not."""
         cap = self.manager.tenant_value(who.tenant, MAX_CONNECTIONS)
-        if cap is not None and self.open.get(who.tenant, 0) >= cap:
+        if cap is not None and \
+                self.open.get(who.tenant, 0) + self.elsewhere(who.tenant) >= cap:
             return Refusal(MAX_CONNECTIONS, cap, (TENANT, who.tenant))
         throttle = self.manager.charge_caller(who, CONNECTION_CREATION_RATE, 1, now)
         if throttle is not None:

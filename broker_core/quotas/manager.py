@@ -48,8 +48,35 @@ class Throttle:
     throttle_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Something refused over a quota: the quota key, its value and who shares it, what
+    was refused (a connection, a produce, a topic's creation), the tenant it counts for,
+    and who asked (what the broker knows of it), and why in words."""
+
+    key: str
+    quota: float
+    shared_by: tuple[str, ...]
+    what: str
+    tenant: str | None
+    reason: str
+    listener: str = ""
+    client: str = ""
+    principal: str | None = None
+    api: str | None = None
+
+    @staticmethod
+    def of(ctx: RequestContext | None, key: str, quota: float, shared_by: tuple[str, ...],
+           what: str, tenant: str, reason: str) -> Refused:
+        """A refusal of a request of ``ctx`` (None: asked by the broker itself)."""
+        if ctx is None:
+            return Refused(key, quota, shared_by, what, tenant, reason)
+        return Refused(key, quota, shared_by, what, tenant, reason, ctx.listener,
+                       ctx.client_host, ctx.principal, ctx.api)
+
+
 class QuotaObserver(Protocol):
-    """Who is told about measured traffic and throttles (metrics, audit)."""
+    """Who is told about measured traffic, throttles and refusals (metrics, audit)."""
 
     def charged(self, who: Caller, key: str, amount: float) -> None:
         """``amount`` of ``key``'s quantity was measured for ``who``."""
@@ -57,6 +84,10 @@ class QuotaObserver(Protocol):
 
     def throttled(self, ctx: RequestContext, throttle: Throttle) -> None:
         """A request of ``ctx`` is answered with a throttle time."""
+        ...
+
+    def refused(self, refused: Refused) -> None:
+        """A connection, produce or creation was refused over a quota."""
         ...
 
 
