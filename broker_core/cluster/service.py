@@ -13,7 +13,9 @@ broker's own side (what it owns, its topics' partition counts) is compared too; 
 every ``FULL_RECONCILE_EVERY`` heartbeats it runs anyway. The storage's change feed
 (``REGISTRY``: a broker registered or left, a partition changed owner) starts one at
 once, at most one per ``_FOLLOW_GAP_S``. The heartbeat itself keeps its pace: it is the
-failure detector.
+failure detector. It also publishes this broker's live connections per tenant
+(``connections``, set by the edge) and reads the other live brokers' (``elsewhere``), so
+that a tenant's ``max_connections`` holds over the cluster.
 
 :meth:`leader` is the one answer to "which broker serves this partition" that Metadata,
 FindCoordinator, the coordinators and the request checks all use. A partition that nobody
