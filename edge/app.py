@@ -223,7 +223,8 @@ class BrokerApp:
         self.quotas.observer = QuotaEvents(self.audit, self.quotas.window.span_s)
         cluster = self.engine.cluster
         self.gate = ConnectionGate(self.quotas, self.quotas.window.span_s,
-                                   lambda tenant: cluster.elsewhere.get(tenant, 0))
+                                   lambda tenant: cluster.elsewhere.get(tenant, 0),
+                                   cluster.reserve_connection)
         cluster.connections = lambda: self.gate.admission.open
         self.limits = TenantLimits(self.quotas, self.logs, self.engine.is_internal,
                                    config.tenant_usage_check_interval_ms / 1000)

@@ -26,7 +26,7 @@ quota at scrape time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
@@ -140,9 +140,10 @@ class ConnectionGate:
     """Admits connections against the quotas on new connections."""
 
     def __init__(self, manager: QuotaManager, window_s: float,
-                 elsewhere: Callable[[str], int] = lambda tenant: 0) -> None:
+                 elsewhere: Callable[[str], int] = lambda tenant: 0,
+                 reserve: Callable[[str, int, int], Awaitable[bool]] | None = None) -> None:
         self.manager = manager
-        self.admission = Admission(manager, elsewhere)
+        self.admission = Admission(manager, elsewhere, reserve)
         self.notices = Notices(log, window_s)
 
     def _refused(self, refused: Refused) -> None:
@@ -162,11 +163,11 @@ class ConnectionGate:
                                   None, reason, info.listener, info.peer))
             raise ConnectionRefused(ip)
 
-    def admit(self, who: Caller, info: ConnectionInfo) -> None:
+    async def admit(self, who: Caller, info: ConnectionInfo) -> None:
         """Admit a connection of ``who``; FrameError (the connection is closed) when it is
         over the caller's ``connection_creation_rate`` or its tenant's
-        ``max_connections``."""
-        refusal = self.admission.admit(who)
+        ``max_connections`` (over the whole cluster)."""
+        refusal = await self.admission.admit_in_cluster(who)
         if refusal is None:
             return
         self.notices.warn((refusal.key, refusal.shared_by), (

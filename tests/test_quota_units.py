@@ -4,6 +4,7 @@ throttle time (with explicit clocks: no sleeping, no timing)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -278,3 +279,28 @@ def test_stored_bytes_are_summed_per_tenant_without_the_brokers_own_topics() -> 
     assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     limits.check_produce("other/a/t", 10)  # no cap: counted
     assert limits.stored["other"] == 510
+
+
+def test_the_cluster_confirms_a_capped_tenants_connection() -> None:
+    asked: list[tuple[str, int, int]] = []
+    answer: list[bool | Exception] = [True]
+
+    async def reserve(tenant: str, count: int, cap: int) -> bool:
+        asked.append((tenant, count, cap))
+        if isinstance(answer[0], Exception):
+            raise answer[0]
+        return answer[0]
+
+    admission = Admission(_manager(Alteration(A_TENANT, {MAX_CONNECTIONS: 5.0}, frozenset())),
+                          reserve=reserve)
+    other = Caller("bob", "", "other", "other/default")
+    assert asyncio.run(admission.admit_in_cluster(WHO)) is None
+    assert asyncio.run(admission.admit_in_cluster(other)) is None  # no cap: nobody asked
+    assert asked == [("acme", 1, 5)]
+    answer[0] = False  # another broker took the last places meanwhile
+    refused = asyncio.run(admission.admit_in_cluster(WHO))
+    assert refused is not None and str(refused) == "max_connections 5 of tenant/acme reached"
+    assert asked[-1] == ("acme", 2, 5) and admission.open["acme"] == 1
+    answer[0] = OSError("the registry is away")  # this broker's own check decides
+    assert asyncio.run(admission.admit_in_cluster(WHO)) is None
+    assert admission.open["acme"] == 2

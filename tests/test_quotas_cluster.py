@@ -15,6 +15,7 @@ import re
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,6 +144,16 @@ def test_max_connections_counts_the_tenants_connections_on_every_broker(
     wait_for(lambda: tenants.usage(0, "spread", "max_connections") == 2,
              "broker 0 never saw broker 1's connection close")
     assert tenants.try_login(0, "spread") is not None
+
+
+def test_max_connections_holds_for_logins_on_every_broker_at_once(tenants: Tenants) -> None:
+    tenants.set_quota("rush", {"max_connections": 4})
+    with ThreadPoolExecutor(12) as pool:  # 6 logins on each broker, all at once
+        logins = list(pool.map(lambda i: tenants.try_login(i % 2, "rush"), range(12)))
+    admitted = [conn for conn in logins if conn is not None]
+    print(f"12 simultaneous logins of a tenant at max_connections 4 on 2 brokers: "
+          f"{len(admitted)} admitted")
+    assert 1 <= len(admitted) <= 4
 
 
 def _leaders(conn: OpsConnection, topic: str) -> dict[int, int]:

@@ -14,8 +14,10 @@ every ``FULL_RECONCILE_EVERY`` heartbeats it runs anyway. The storage's change f
 (``REGISTRY``: a broker registered or left, a partition changed owner) starts one at
 once, at most one per ``_FOLLOW_GAP_S``. The heartbeat itself keeps its pace: it is the
 failure detector. It also publishes this broker's live connections per tenant
-(``connections``, set by the edge) and reads the other live brokers' (``elsewhere``), so
-that a tenant's ``max_connections`` holds over the cluster.
+(``connections``, set by the edge) and reads the other live brokers' (``elsewhere``); a
+login of a tenant with a ``max_connections`` publishes its count at once, under a lock
+per tenant in the registry (:meth:`reserve_connection`), so that the cap holds over the
+cluster even for logins arriving on several brokers at the same moment.
 
 :meth:`leader` is the one answer to "which broker serves this partition" that Metadata,
 FindCoordinator, the coordinators and the request checks all use. A partition that nobody
@@ -139,6 +141,18 @@ class ClusterService:
     def on_lost(self, callback: Callable[[TopicPartition], None]) -> None:
         """Call ``callback(partition)`` for each partition this broker gives up."""
         self._listeners.lost.append(callback)
+
+    async def reserve_connection(self, tenant: str, count: int, cap: int) -> bool:
+        """Whether this broker may hold ``count`` connections of ``tenant`` (one more than
+        it admitted) under a ``max_connections`` of ``cap`` over the whole cluster; on a
+        shared registry published at once (``ClusterStore.reserve_connection``), in the
+        service's thread after the heartbeats submitted before it, so that no heartbeat
+        publishes a count older than the reservation after it. StorageError or OSError
+        when the registry cannot be reached."""
+        if not self.store.shared:
+            return count <= cap
+        return await self._worker.run(
+            lambda: self.store.reserve_connection(tenant, count, cap))
 
     def registered(self) -> bool:
         """Whether this broker is a member now: it joined, has not begun to leave, and its

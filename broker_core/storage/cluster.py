@@ -128,6 +128,13 @@ class ClusterStore(Protocol):
         brokers' published connections, read in the same round trip."""
         ...
 
+    def reserve_connection(self, tenant: str, count: int, cap: int) -> bool:
+        """Publish ``count`` as this broker's connections of ``tenant`` (with one it is
+        about to admit) if, with the other live brokers' published connections of the
+        tenant, that stays within ``cap``; atomic against every broker's reservation for
+        the tenant. Whether it was published (False: the connection is refused)."""
+        ...
+
     def deregister(self) -> None:
         """Leave the cluster now (a clean shutdown)."""
         ...
@@ -192,6 +199,9 @@ class SoloCluster:
     def heartbeat(self, session_timeout_ms: int,
                   connections: Mapping[str, int] | None = None) -> Renewal:
         return Renewal(True)
+
+    def reserve_connection(self, tenant: str, count: int, cap: int) -> bool:
+        return count <= cap  # the one broker: its own count is all there is
 
     def deregister(self) -> None:
         self._me = None

@@ -87,6 +87,18 @@ _HAND_OVER = (
     " RETURNING p.topic, p.partition")
 
 
+_CONNECTIONS_LOCK = 0x65646765  # pg_advisory_xact_lock(class, key) class: "edge"
+_RESERVE = (
+    "UPDATE edge_brokers SET tenant_connections = jsonb_set(tenant_connections,"
+    "  ARRAY[%(tenant)s], to_jsonb(%(count)s::bigint))"
+    " WHERE broker_id = %(id)s AND incarnation = %(inc)s AND %(count)s + (SELECT"
+    "  coalesce(sum((b.tenant_connections ->> %(tenant)s)::bigint), 0) FROM edge_brokers b"
+    "  WHERE b.broker_id <> %(id)s AND b." + _LIVE + ") <= %(cap)s"
+    " RETURNING 1")
+"""Publish this broker's connections of a tenant if the cluster's stay within the cap
+(run under the tenant's advisory lock, so two brokers' reservations never both pass)."""
+
+
 class Fenced(Protocol):
     """A partition of this process whose writes carry an ownership epoch."""
 
@@ -177,6 +189,17 @@ class PgCluster:
         assert isinstance(elsewhere, dict)
         return Renewal(bool(row[0]), str(row[1]),
                        {str(tenant): int(count) for tenant, count in elsewhere.items()})
+
+    def reserve_connection(self, tenant: str, count: int, cap: int) -> bool:
+        if self._me is None:
+            return count <= cap
+        with self._db.tx() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                         (_CONNECTIONS_LOCK, tenant))
+            row = conn.execute(_RESERVE, {"tenant": tenant, "count": count, "cap": cap,
+                                          "id": self._me, "inc": self._incarnation}
+                               ).fetchone()
+        return row is not None
 
     def deregister(self) -> None:
         if self._me is not None:
