@@ -29,7 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 from prometheus_client import Counter
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from broker_core.context import RequestContext
@@ -68,6 +68,7 @@ THROTTLED = Counter("kop_server_quota_throttled_requests",
                     "Requests answered with a throttle time, by tenant and quota.",
                     ["tenant", "quota"])
 _DIRECTIONS = {PRODUCER_BYTE_RATE: "in", CONSUMER_BYTE_RATE: "out"}
+_MAX_ENTITIES = 10_000
 
 
 class TenantScope:
@@ -97,6 +98,8 @@ class QuotaEvents:
     def __init__(self, audit: AuditLog, window_s: float) -> None:
         self.audit = audit
         self.intervals = Intervals(window_s)
+        self.throttle_s: dict[tuple[tuple[str, ...], str], float] = {}
+        """Throttle time given per sharer of a quota and key (a metrics scrape reads it)."""
 
     def charged(self, who: Caller, key: str, amount: float) -> None:
         """Count produced and fetched bytes per tenant."""
@@ -109,6 +112,10 @@ class QuotaEvents:
         tenant = throttle.who.tenant
         THROTTLE_SECONDS.labels(tenant, throttle.key).inc(throttle.throttle_ms / 1000)
         THROTTLED.labels(tenant, throttle.key).inc()
+        mark = (throttle.shared_by, throttle.key)
+        if mark not in self.throttle_s and len(self.throttle_s) >= _MAX_ENTITIES:
+            self.throttle_s = {}  # a counter reset, rather than unbounded memory
+        self.throttle_s[mark] = self.throttle_s.get(mark, 0.0) + throttle.throttle_ms / 1000
         since = self.intervals.due(("throttled", throttle.key, throttle.shared_by))
         if since is None:
             return
@@ -236,3 +243,39 @@ class TenantUsageCollector(Collector):
                 limit.add_metric([tenant, key], quota)
                 ratio.add_metric([tenant, key], used / quota)
         yield from (usage, limit, ratio)
+
+
+class EntityQuotaCollector(Collector):
+    """Per quota entity, as Kafka tags its quota metrics (who shares the measured rate:
+    ``user/alice``, ``client-id/app``, ``user/alice/client-id/app``, ``namespace/acme/prod``,
+    ``tenant/acme``, ``ip/10.0.0.9``): ``kop_server_quota_entity_usage`` (its measured rate),
+    ``kop_server_quota_entity_limit`` (the quota it is measured against) and
+    ``kop_server_quota_entity_throttle_seconds_total``. Only entities measured against a
+    quota lately appear (idle ones drop out after a window)."""
+
+    def __init__(self, manager: QuotaManager, events: QuotaEvents) -> None:
+        self.manager = manager
+        self.events = events
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        """One sample per entity and quota key."""
+        labels = ["entity", "quota"]
+        usage = GaugeMetricFamily(
+            "kop_server_quota_entity_usage",
+            "What a quota entity uses (bytes or connections per second, percent of request "
+            "time), by the entity sharing the rate and quota key.", labels=labels)
+        limit = GaugeMetricFamily("kop_server_quota_entity_limit",
+                                  "The quota a quota entity is measured against.",
+                                  labels=labels)
+        throttled = CounterMetricFamily(
+            "kop_server_quota_entity_throttle_seconds",
+            "Throttle time given to requests over a quota, by the entity sharing the rate "
+            "and quota key.", labels=labels)
+        for shared_by, key, used, quota in self.manager.entity_rates():
+            entity = "/".join(shared_by)
+            usage.add_metric([entity, key], used)
+            if quota is not None:
+                limit.add_metric([entity, key], quota)
+        for (shared_by, key), seconds in list(self.events.throttle_s.items()):
+            throttled.add_metric(["/".join(shared_by), key], seconds)
+        yield from (usage, limit, throttled)

@@ -123,6 +123,12 @@ def test_a_throttled_request_mutes_the_connection_and_is_counted_and_audited(
                      r'tenant="public"\} [1-9]', text)
     assert re.search(r'kop_server_tenant_bytes_total\{direction="in",tenant="public"\} '
                      r'[1-9]', text)
+    # per quota entity (who shares the rate), as Kafka tags its quota metrics
+    entity = 'entity="client-id/raw-test",quota="producer_byte_rate"'
+    assert re.search(r'kop_server_quota_entity_throttle_seconds_total\{' + entity + r'\} '
+                     r'[0-9.]*[1-9]', text), text
+    assert f"kop_server_quota_entity_limit{{{entity}}} 10000.0" in text
+    assert re.search(r'kop_server_quota_entity_usage\{' + entity + r'\} [1-9]', text)
     throttled = [e for e in audit_events(broker.bootstrap)
                  if e["kind"] == "quota" and e["resource"] == "client-id/raw-test"]
     assert len(throttled) == 1, throttled  # the first of the window only

@@ -99,6 +99,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantBroker]:
         "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
         "superUserRoles": "admin",
         "quotaWindowNum": str(WINDOW_S), "tenantUsageCheckIntervalMs": "200",
+        "logRetentionCheckIntervalMs": "300",
         **issuer.settings}).start()
     try:
         yield TenantBroker(broker, issuer, metrics_port)
@@ -236,6 +237,27 @@ def test_a_full_storage_quota_refuses_that_tenant_only(setup: TenantBroker) -> N
     while full.produce("data", 1, value=value) != 0:
         assert time.monotonic() < deadline, "the storage quota never recovered"
         time.sleep(0.1)
+
+
+def test_a_full_storage_quota_recovers_after_retention(setup: TenantBroker) -> None:
+    assert alter(setup.operator(), [({"tenant": "aging"}, {"max_stored_bytes": 100_000})]) \
+        == [(0, None)]
+    conn = setup.conn("aging", "alice")
+    client = AdminClient(setup.login("aging", "alice").confluent())
+    client.create_topics([NewTopic("logs", 1, 1, config={"segment.bytes": "20000"})])[
+        "logs"].result(15)
+    value = b"x" * 10_000
+    codes = [conn.produce("logs", 1, value=value) for _ in range(30)]
+    assert codes[-1] == KAFKA_STORAGE_ERROR, codes
+    assert conn.alter_config("logs", "retention.bytes", "20000") == 0
+    deadline = time.monotonic() + 30  # retention drops old segments; the next sum is lower
+    while conn.produce("logs", 1, value=value) != 0:
+        assert time.monotonic() < deadline, "the storage quota never recovered"
+        time.sleep(0.1)
+    _error, start = conn.list_offset("logs", timestamp=-2)
+    print(f"tenant aging: {codes.count(0)} batches stored, then {KAFKA_STORAGE_ERROR}; "
+          f"after retention.bytes 20000 the log starts at {start} and produce is back")
+    assert start > 0
 
 
 def test_request_percentage_binds_a_client_of_many_cheap_requests(setup: TenantBroker) -> None:
