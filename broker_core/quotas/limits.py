@@ -5,7 +5,9 @@ or the configured default).
 Topics and partitions are counted from the storage's topic list when a topic or
 partitions are created (rare): beyond a cap the request answers POLICY_VIOLATION, as a
 Kafka create-topic policy does. On a shared engine that list is every broker's (topics
-live in the shared metadata; another broker's creation arrives with its notification).
+live in the shared metadata; another broker's creation arrives with its notification, so
+two creations through two brokers at the same moment may both pass: no lock across
+brokers is taken for them).
 Stored bytes are the sizes the storage keeps per partition, summed per tenant every
 ``interval_s`` (:meth:`TenantLimits.keep_summing`, ``Storage.topic_sizes``: on a shared
 engine one aggregate in the database, so what every broker stored counts), with each
