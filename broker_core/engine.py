@@ -24,10 +24,7 @@ from broker_core.batch_rework import Rework, rework
 from broker_core.batches import BatchHeader
 from broker_core.cluster.service import ClusterService
 from broker_core.compaction.cleaner import LogCleaner
-from broker_core.context import (
-    AllowAll,
-    Authorizer,
-)
+from broker_core.context import AllowAll, Authorizer, RequestContext
 from broker_core.durability import FlushScheduler
 from broker_core.engine_config import EngineConfig, ProduceRules
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -119,6 +116,7 @@ class Engine:
         self._cleaning: asyncio.Task[None] | None = None
         self._checkpoints: asyncio.Task[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
+        self._summing: asyncio.Task[None] | None = None
         self._wake_refresher: Callable[[], None] = lambda: None
         self.limits: TenantLimits | None = None
         """A tenant's caps on topics, partitions and stored bytes (None: no caps)."""
@@ -174,6 +172,8 @@ class Engine:
         self._checkpoints = loop.create_task(self._checkpoint_loop())
         self._refresher = loop.create_task(
             self._refresh_loop(Wakeup(self.logs.feed, CHANGES)))
+        if self.limits is not None:
+            self._summing = loop.create_task(self.limits.keep_summing(self._stopping))
 
     async def join(self, me: BrokerRecord) -> None:
         """Join the cluster as ``me`` and take this broker's share of the partitions; carry
@@ -212,6 +212,7 @@ class Engine:
             ("hand partitions over", self.cluster.leave),
             ("finish the producer snapshot under way", self._await_checkpoints),
             ("finish the storage refresh under way", self._await_refresher),
+            ("finish the tenant usage sum under way", self._await_summing),
             ("stop the transaction coordinator", self.transactions.stop),
             ("stop the group coordinator", self.groups.stop),
             ("fsync the partitions", self.flusher.stop),
@@ -232,6 +233,10 @@ class Engine:
         if self._checkpoints is not None:  # let a snapshot being written finish first
             await self._checkpoints
 
+    async def _await_summing(self) -> None:
+        if self._summing is not None:
+            await self._summing
+
     async def _await_refresher(self) -> None:
         if self._refresher is not None:
             await self._refresher
@@ -249,8 +254,6 @@ class Engine:
             if self._stopping.is_set():
                 return
             try:
-                if self.limits is not None:
-                    self.limits.refresh_due()
                 changes = await asyncio.to_thread(self.logs.refresh)
                 for internal, partitions in changes.gone.items():
                     log.info("topic %s was deleted through another broker", internal)
@@ -413,7 +416,8 @@ class Engine:
     # -- produce -----------------------------------------------------------------------
 
     def admit(self, internal: str, index: int, records: Buffer, acks: int,
-              version: int = ZSTD_PRODUCE_VERSION) -> Admitted:
+              version: int = ZSTD_PRODUCE_VERSION, ctx: RequestContext | None = None
+              ) -> Admitted:
         """Check one produced batch's header, size and the topic's produce rules; what is
         left to do off the event loop is the admission's ``rework`` (see
         :meth:`reworked`), then :meth:`append` it."""
@@ -422,7 +426,7 @@ class Engine:
         partition = self.partition(internal, index)
         assert topic is not None
         if self.limits is not None:
-            self.limits.check_produce(internal, len(records))
+            self.limits.check_produce(internal, len(records), ctx)
         header = batches.validate_produced(records)
         if header.compression == codecs.ZSTD and version < ZSTD_PRODUCE_VERSION:
             raise KafkaApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,

@@ -47,7 +47,13 @@ from edge.authorization import Policy
 from edge.config import BrokerConfig
 from edge.health import Readiness
 from edge.metrics import CONNECTIONS, serve_metrics
-from edge.quotas import ConnectionGate, QuotaEvents, TenantScope, TenantUsageCollector
+from edge.quotas import (
+    ConnectionGate,
+    EntityQuotaCollector,
+    QuotaEvents,
+    TenantScope,
+    TenantUsageCollector,
+)
 from edge.ready_line import describe_listeners
 from edge.security import (
     ListenerSecurity,
@@ -220,8 +226,13 @@ class BrokerApp:
         self.policy.on_denied = self._denied
         self.quotas = quota_manager(config, self.logs.kv)
         self.engine.kv_readers.append(self.quotas.store.read_again)
-        self.quotas.observer = QuotaEvents(self.audit, self.quotas.window.span_s)
-        self.gate = ConnectionGate(self.quotas, self.quotas.window.span_s)
+        self.quota_events = QuotaEvents(self.audit, self.quotas.window.span_s)
+        self.quotas.observer = self.quota_events
+        cluster = self.engine.cluster
+        self.gate = ConnectionGate(self.quotas, self.quotas.window.span_s,
+                                   lambda tenant: cluster.elsewhere.get(tenant, 0),
+                                   cluster.reserve_connection)
+        cluster.connections = lambda: self.gate.admission.open
         self.limits = TenantLimits(self.quotas, self.logs, self.engine.tenancy.is_internal,
                                    config.tenant_usage_check_interval_ms / 1000)
         self.engine.limits = self.limits
@@ -325,7 +336,9 @@ class BrokerApp:
         host, port = self.config.metrics_host, self.config.metrics_port
         try:
             port = serve_metrics(self.engine, host, port, self.readiness, [
-                TenantUsageCollector(self.quotas, self.limits, self.gate)])
+                TenantUsageCollector(self.quotas, self.limits, self.gate,
+                                     lambda: self.engine.cluster.elsewhere),
+                EntityQuotaCollector(self.quotas, self.quota_events)])
         except OSError as exc:
             raise StartupError(f"cannot serve metrics on {host}:{port}: "
                                f"{os_reason(exc)}") from exc

@@ -282,7 +282,8 @@ class BrokerConfig(BaseModel):
     default_tenant_max_connections: Annotated[int, key(
         "defaultTenantMaxConnections",
         "`max_connections` of each tenant without a quota of its own (open connections of "
-        "the tenant on this broker; beyond, a new one is closed at login); 0 = none",
+        "the tenant, on every broker of a cluster; beyond, a new one is closed at login); "
+        "0 = none",
         ge=0)] = 0
     default_tenant_max_topics: Annotated[int, key(
         "defaultTenantMaxTopics",

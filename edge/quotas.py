@@ -8,29 +8,34 @@ tenants), are the operator's. Beyond that scope the answer is CLUSTER_AUTHORIZAT
 
 :class:`ConnectionGate` refuses connections over the quotas on new connections: per
 ``ip`` when accepted, per caller and tenant (``connection_creation_rate``,
-``max_connections``) once the broker knows who connects (its login; on a listener
-without SASL, its first request). One log line per quota and sharer per quota window.
+``max_connections``, counted over every broker of a cluster) once the broker knows who
+connects (its login; on a listener without SASL, its first request). One log line per
+quota and sharer per quota window.
 
-:class:`QuotaEvents` counts bytes and throttles per tenant for ``/metrics`` and writes an
-audit event for a throttled request: the first of each quota and sharer per quota window
-(``quotaWindowNum`` x ``quotaWindowSizeSeconds``), so a client hammering past its quota
-cannot flood the audit topic. :class:`TenantUsageCollector` shows, per tenant and quota,
-what the tenant uses of its own quota at scrape time.
+:class:`QuotaEvents` counts bytes and throttles per tenant for ``/metrics`` and writes
+audit events (kind ``quota``): a throttled request (outcome ``throttled``), and a
+connection, produce, topic or partitions refused over a quota (outcome ``refused``:
+``connection_creation_rate``, ``max_connections``, ``max_stored_bytes``, ``max_topics``,
+``max_partitions``). Only the first of each outcome, quota and sharer per quota window
+(``quotaWindowNum`` x ``quotaWindowSizeSeconds``) is written, its reason counting the
+ones left out since, so a client hammering past its quota cannot flood the audit topic.
+:class:`TenantUsageCollector` shows, per tenant and quota, what the tenant uses of its own
+quota at scrape time.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 from prometheus_client import Counter
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from broker_core.context import RequestContext
 from broker_core.quotas.admission import Admission
 from broker_core.quotas.entities import (
+    CONNECTION_CREATION_RATE,
     CONSUMER_BYTE_RATE,
     IP,
     MAX_CONNECTIONS,
@@ -43,8 +48,8 @@ from broker_core.quotas.entities import (
     QuotaEntity,
 )
 from broker_core.quotas.limits import TenantLimits
-from broker_core.quotas.manager import QuotaManager, Throttle
-from broker_core.quotas.notices import Notices
+from broker_core.quotas.manager import QuotaManager, Refused, Throttle
+from broker_core.quotas.notices import Intervals, Notices
 from edge.audit import AuditEvent, AuditLog
 from edge.authorization import Policy
 from listeners.server import ConnectionInfo, ConnectionRefused, FrameError
@@ -63,7 +68,7 @@ THROTTLED = Counter("kop_server_quota_throttled_requests",
                     "Requests answered with a throttle time, by tenant and quota.",
                     ["tenant", "quota"])
 _DIRECTIONS = {PRODUCER_BYTE_RATE: "in", CONSUMER_BYTE_RATE: "out"}
-_MAX_REMEMBERED = 10_000
+_MAX_ENTITIES = 10_000
 
 
 class TenantScope:
@@ -88,12 +93,13 @@ class TenantScope:
 
 
 class QuotaEvents:
-    """Implements ``QuotaObserver``: metrics per tenant and bounded throttle audits."""
+    """Implements ``QuotaObserver``: metrics per tenant and bounded quota audits."""
 
     def __init__(self, audit: AuditLog, window_s: float) -> None:
         self.audit = audit
-        self.window_s = window_s
-        self._audited: dict[tuple[str, tuple[str, ...]], float] = {}
+        self.intervals = Intervals(window_s)
+        self.throttle_s: dict[tuple[tuple[str, ...], str], float] = {}
+        """Throttle time given per sharer of a quota and key (a metrics scrape reads it)."""
 
     def charged(self, who: Caller, key: str, amount: float) -> None:
         """Count produced and fetched bytes per tenant."""
@@ -106,29 +112,50 @@ class QuotaEvents:
         tenant = throttle.who.tenant
         THROTTLE_SECONDS.labels(tenant, throttle.key).inc(throttle.throttle_ms / 1000)
         THROTTLED.labels(tenant, throttle.key).inc()
-        now = time.monotonic()
-        mark = (throttle.key, throttle.shared_by)
-        if now - self._audited.get(mark, -self.window_s) < self.window_s:
+        mark = (throttle.shared_by, throttle.key)
+        if mark not in self.throttle_s and len(self.throttle_s) >= _MAX_ENTITIES:
+            self.throttle_s = {}  # a counter reset, rather than unbounded memory
+        self.throttle_s[mark] = self.throttle_s.get(mark, 0.0) + throttle.throttle_ms / 1000
+        since = self.intervals.due(("throttled", throttle.key, throttle.shared_by))
+        if since is None:
             return
-        if len(self._audited) >= _MAX_REMEMBERED:
-            self._audited = {k: t for k, t in self._audited.items()
-                             if now - t < self.window_s}
-        self._audited[mark] = now
         self.audit.record(AuditEvent(
             kind="quota", outcome="throttled", listener=ctx.listener,
             client=ctx.client_host, principal=ctx.principal, tenant=tenant, api=ctx.api,
             resource="/".join(throttle.shared_by),
             reason=f"{throttle.key} {throttle.quota:g} exceeded: throttled "
-                   f"{throttle.throttle_ms} ms (first of this window)"))
+                   f"{throttle.throttle_ms} ms{_since(since)}"))
+
+    def refused(self, refused: Refused) -> None:
+        """Audit the first refusal per quota and sharer per window."""
+        since = self.intervals.due(("refused", refused.key, refused.shared_by))
+        if since is None:
+            return
+        self.audit.record(AuditEvent(
+            kind="quota", outcome="refused", listener=refused.listener,
+            client=refused.client, principal=refused.principal, tenant=refused.tenant,
+            api=refused.api, resource="/".join(refused.shared_by),
+            reason=f"{refused.what} refused: {refused.reason}{_since(since)}"))
+
+
+def _since(left_out: int) -> str:
+    return f" ({left_out} more like it since the last event)" if left_out else \
+        " (first of this window)"
 
 
 class ConnectionGate:
     """Admits connections against the quotas on new connections."""
 
-    def __init__(self, manager: QuotaManager, window_s: float) -> None:
+    def __init__(self, manager: QuotaManager, window_s: float,
+                 elsewhere: Callable[[str], int] = lambda tenant: 0,
+                 reserve: Callable[[str, int, int], Awaitable[bool]] | None = None) -> None:
         self.manager = manager
-        self.admission = Admission(manager)
+        self.admission = Admission(manager, elsewhere, reserve)
         self.notices = Notices(log, window_s)
+
+    def _refused(self, refused: Refused) -> None:
+        if self.manager.observer is not None:
+            self.manager.observer.refused(refused)
 
     def accepted(self, info: ConnectionInfo) -> None:
         """A connection accepted from ``info.peer``: ConnectionRefused when its address is
@@ -136,16 +163,18 @@ class ConnectionGate:
         ip = info.peer.rsplit(":", 1)[0]
         quota = self.manager.connect_from(ip)
         if quota is not None:
+            reason = f"connection_creation_rate {quota:g} of ip {ip} reached"
             self.notices.warn((IP, ip), f"refusing connection from {info.peer} on "
-                                        f"{info.listener}: connection_creation_rate "
-                                        f"{quota:g} of ip {ip} reached")
+                                        f"{info.listener}: {reason}")
+            self._refused(Refused(CONNECTION_CREATION_RATE, quota, (IP, ip), "connection",
+                                  None, reason, info.listener, info.peer))
             raise ConnectionRefused(ip)
 
-    def admit(self, who: Caller, info: ConnectionInfo) -> None:
+    async def admit(self, who: Caller, info: ConnectionInfo) -> None:
         """Admit a connection of ``who``; FrameError (the connection is closed) when it is
         over the caller's ``connection_creation_rate`` or its tenant's
-        ``max_connections``."""
-        refusal = self.admission.admit(who)
+        ``max_connections`` (over the whole cluster)."""
+        refusal = await self.admission.admit_in_cluster(who)
         if refusal is None:
             return
         self.notices.warn((refusal.key, refusal.shared_by), (
@@ -153,6 +182,10 @@ class ConnectionGate:
             f"{printable(who.user, _NAME_LIMIT)} (client id "
             f"{printable(who.client_id, _NAME_LIMIT)}, tenant {who.tenant}): "
             f"{printable(str(refusal), 2 * _NAME_LIMIT)}"))
+        self._refused(Refused(refusal.key, refusal.quota, refusal.shared_by, "connection",
+                              who.tenant, f"{refusal} (client id "
+                              f"{printable(who.client_id, _NAME_LIMIT)})", info.listener,
+                              info.peer, who.user))
         raise FrameError(str(refusal), logged=True)
 
     def release(self, who: Caller) -> None:
@@ -163,19 +196,22 @@ class ConnectionGate:
 class TenantUsageCollector(Collector):
     """``kop_server_tenant_quota_usage``, ``kop_server_tenant_quota_limit`` and
     ``kop_server_tenant_quota_usage_ratio`` per tenant and quota key: each tenant's
-    measured rates (over the tenant's whole traffic) and its open connections, topics,
+    measured rates (over the tenant's whole traffic) and its open connections (on every
+    broker of a cluster, as last published), topics,
     partitions and stored bytes, beside the tenant's own quota where it has one."""
 
-    def __init__(self, manager: QuotaManager, limits: TenantLimits, gate: ConnectionGate
-                 ) -> None:
+    def __init__(self, manager: QuotaManager, limits: TenantLimits, gate: ConnectionGate,
+                 elsewhere: Callable[[], Mapping[str, int]] = dict) -> None:
         self.manager = manager
         self.limits = limits
         self.gate = gate
+        self.elsewhere = elsewhere
 
     def _usage(self) -> Iterator[tuple[str, str, float]]:
         yield from self.manager.tenant_rates()
-        for tenant, count in list(self.gate.admission.open.items()):
-            yield tenant, MAX_CONNECTIONS, count
+        here, elsewhere = dict(self.gate.admission.open), dict(self.elsewhere())
+        for tenant in here.keys() | elsewhere.keys():
+            yield tenant, MAX_CONNECTIONS, here.get(tenant, 0) + elsewhere.get(tenant, 0)
         stored = dict(self.limits.stored)
         for tenant, used in stored.items():
             yield tenant, MAX_STORED_BYTES, used
@@ -207,3 +243,39 @@ class TenantUsageCollector(Collector):
                 limit.add_metric([tenant, key], quota)
                 ratio.add_metric([tenant, key], used / quota)
         yield from (usage, limit, ratio)
+
+
+class EntityQuotaCollector(Collector):
+    """Per quota entity, as Kafka tags its quota metrics (who shares the measured rate:
+    ``user/alice``, ``client-id/app``, ``user/alice/client-id/app``, ``namespace/acme/prod``,
+    ``tenant/acme``, ``ip/10.0.0.9``): ``kop_server_quota_entity_usage`` (its measured rate),
+    ``kop_server_quota_entity_limit`` (the quota it is measured against) and
+    ``kop_server_quota_entity_throttle_seconds_total``. Only entities measured against a
+    quota lately appear (idle ones drop out after a window)."""
+
+    def __init__(self, manager: QuotaManager, events: QuotaEvents) -> None:
+        self.manager = manager
+        self.events = events
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        """One sample per entity and quota key."""
+        labels = ["entity", "quota"]
+        usage = GaugeMetricFamily(
+            "kop_server_quota_entity_usage",
+            "What a quota entity uses (bytes or connections per second, percent of request "
+            "time), by the entity sharing the rate and quota key.", labels=labels)
+        limit = GaugeMetricFamily("kop_server_quota_entity_limit",
+                                  "The quota a quota entity is measured against.",
+                                  labels=labels)
+        throttled = CounterMetricFamily(
+            "kop_server_quota_entity_throttle_seconds",
+            "Throttle time given to requests over a quota, by the entity sharing the rate "
+            "and quota key.", labels=labels)
+        for shared_by, key, used, quota in self.manager.entity_rates():
+            entity = "/".join(shared_by)
+            usage.add_metric([entity, key], used)
+            if quota is not None:
+                limit.add_metric([entity, key], quota)
+        for (shared_by, key), seconds in list(self.events.throttle_s.items()):
+            throttled.add_metric(["/".join(shared_by), key], seconds)
+        yield from (usage, limit, throttled)

@@ -127,7 +127,7 @@ class Session:
         key = parsed.header.api_key
         self.client_id = parsed.header.client_id
         if self.admitted is None and not self.security.sasl:
-            self._admit(parsed.header.client_id)  # no login: who connects is known now
+            await self._admit(parsed.header.client_id)  # no login: who connects is known now
         if key == SASL_HANDSHAKE:
             return self._handshake(parsed)
         if key == SASL_AUTHENTICATE and self.sasl.takes_authenticate():
@@ -154,12 +154,12 @@ class Session:
         )
         return await self.dispatcher.dispatch(ctx, parsed, self._mute)
 
-    def _admit(self, client_id: str | None) -> None:
+    async def _admit(self, client_id: str | None) -> None:
         """Count the connection in the quotas on connections (FrameError: refused)."""
         who = Caller(self.principal, client_id or "", self.home.tenant,
                      f"{self.home.tenant}/{self.home.namespace}")
         if self.gate is not None:
-            self.gate.admit(who, self.info)
+            await self.gate.admit(who, self.info)
         self.admitted = who
 
     def _mute(self, throttle_ms: int) -> None:
@@ -254,7 +254,7 @@ class Session:
         self._audit("authentication", "success", mechanism=server.mechanism,
                     principal=result.principal, tenant=self.home.tenant)
         if self.admitted is None:
-            self._admit(client_id)
+            await self._admit(client_id)
         return challenge, result
 
     def _logged_in(self, result: Authenticated) -> None:

@@ -1,8 +1,9 @@
 """The Java client (kafka-clients 4.3) against a real broker: admin (create, list,
 describe through DescribeTopicPartitions, delete), idempotent produce, a consumer group
 that subscribes and commits, and transactions (commit, abort, offsets in a transaction,
-read_committed). Each flow is tests/java/KafkaFlows.java; the results are read back with
-the Python clients where they can be."""
+read_committed), and the client-quota admin calls (the kafka-configs flow). Each flow
+is tests/java/KafkaFlows.java; the results are read back with the Python clients where
+they can be."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from tests.broker_process import BrokerProcess
 from tests.clients import consume_confluent, create_topic
 from tests.java_client import JavaFlows
 from tests.ports import free_port
+from tests.quota_helpers import describe, parts
+from tests.raw import RawConnection
 from tests.test_metrics import scrape
 
 
@@ -118,3 +121,26 @@ def test_transactions_commit_abort_and_read_committed(
     assert ["group-offset", "7"] in lines
     committed = admin.list_group_offsets(group)
     assert {tp.partition: meta.offset for tp, meta in committed[group].items()} == {0: 7}
+
+
+def test_client_quotas_through_the_java_admin(java: JavaFlows, broker: BrokerProcess,
+                                              topic_name: str) -> None:
+    """The kafka-configs flow: the Java client sends our ``tenant`` entity type as given."""
+    user, tenant = f"{topic_name}-user", f"{topic_name[:20]}-tenant"
+    lines = java.run("quotas", broker.bootstrap, user, tenant)
+    print("\n".join(" ".join(line) for line in lines))
+    described = [line for line in lines if line[0] == "described"]
+    assert lines[0] == ["altered", "2"]
+    assert described[0] == ["described", "user", "1", f"user={user}",
+                            "producer_byte_rate", "1048576.0"]
+    assert described[1] == ["described", "tenant", "1", f"tenant={tenant}",
+                            "producer_byte_rate", "2097152.0"]
+    assert ["refused", "unknown-key", "InvalidRequestException"] in lines
+    assert ["refused", "negative", "InvalidRequestException"] in lines
+    assert described[2] == described[0]  # validate-only changed nothing
+    assert described[3] == ["described", "user", "0"]  # its one key removed
+    # the broker serves what Java stored to the Python clients too
+    conn = RawConnection(broker.port)
+    found = describe(conn, [])[1]
+    assert found[parts({"tenant": tenant})] == {"producer_byte_rate": 2097152.0}
+    assert parts({"user": user}) not in found

@@ -4,11 +4,13 @@ throttle time (with explicit clocks: no sleeping, no timing)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
 import pytest
 
+from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.quotas.admission import Admission
 from broker_core.quotas.entities import (
     CLIENT_ID,
@@ -31,12 +33,14 @@ from broker_core.quotas.entities import (
     resolve,
     tenant_values,
 )
+from broker_core.quotas.limits import TenantLimits
 from broker_core.quotas.manager import QuotaManager
-from broker_core.quotas.notices import Notices
+from broker_core.quotas.notices import Intervals, Notices
 from broker_core.quotas.rates import SlidingRate, Window
 from broker_core.quotas.store import Alteration, QuotaStore
+from broker_core.storage.config import LogConfig
 from broker_core.storage.file_kv import FileKeyValues
-from broker_core.storage.memory import MemoryKeyValues
+from broker_core.storage.memory import MemoryKeyValues, MemoryStorage
 
 WHO = Caller(user="alice", client_id="app", tenant="acme", namespace="acme/prod")
 P = PRODUCER_BYTE_RATE
@@ -242,3 +246,61 @@ def test_notices_log_one_line_per_subject_per_interval(caplog: pytest.LogCapture
         notices.warn("b", "refused b", now=2.0)
     assert [r.getMessage() for r in caplog.records] == [
         "refused a", "refused a (2 more like it since the last line)", "refused b"]
+
+
+def test_max_connections_counts_the_other_brokers_connections() -> None:
+    elsewhere = {"acme": 2}  # as the other brokers of a cluster last published
+    admission = Admission(_manager(Alteration(A_TENANT, {MAX_CONNECTIONS: 3.0}, frozenset())),
+                          lambda tenant: elsewhere.get(tenant, 0))
+    assert admission.admit(WHO, now=0.0) is None
+    refused = admission.admit(WHO, now=0.0)
+    assert refused is not None and str(refused) == "max_connections 3 of tenant/acme reached"
+    elsewhere["acme"] = 1  # one closed on another broker
+    assert admission.admit(WHO, now=0.0) is None and admission.open["acme"] == 2
+
+
+def test_intervals_let_the_first_event_per_subject_and_interval_through() -> None:
+    intervals = Intervals(interval_s=5.0)
+    assert [intervals.due("a", now=at) for at in (0.0, 1.0, 4.9, 5.0, 6.0, 10.5)] == [
+        0, None, None, 2, None, 1]
+    assert intervals.due(("b", 1), now=1.0) == 0  # subjects are apart
+
+
+def test_stored_bytes_are_summed_per_tenant_without_the_brokers_own_topics() -> None:
+    storage = MemoryStorage(LogConfig(), lambda: 0)
+    limits = TenantLimits(_manager(Alteration(A_TENANT, {MAX_STORED_BYTES: 100.0},
+                                              frozenset())),
+                          storage, lambda name: name.startswith("public/__kafka/"), 1.0)
+    limits.took_sizes({"acme/a/t": 60, "acme/b/u": 50, "other/a/t": 500,
+                       "public/__kafka/__audit": 10_000})
+    assert limits.stored == {"acme": 110, "other": 500}
+    with pytest.raises(KafkaApiError) as refused:
+        limits.check_produce("acme/a/t", 10)
+    assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    limits.check_produce("other/a/t", 10)  # no cap: counted
+    assert limits.stored["other"] == 510
+
+
+def test_the_cluster_confirms_a_capped_tenants_connection() -> None:
+    asked: list[tuple[str, int, int]] = []
+    answer: list[bool | Exception] = [True]
+
+    async def reserve(tenant: str, count: int, cap: int) -> bool:
+        asked.append((tenant, count, cap))
+        if isinstance(answer[0], Exception):
+            raise answer[0]
+        return answer[0]
+
+    admission = Admission(_manager(Alteration(A_TENANT, {MAX_CONNECTIONS: 5.0}, frozenset())),
+                          reserve=reserve)
+    other = Caller("bob", "", "other", "other/default")
+    assert asyncio.run(admission.admit_in_cluster(WHO)) is None
+    assert asyncio.run(admission.admit_in_cluster(other)) is None  # no cap: nobody asked
+    assert asked == [("acme", 1, 5)]
+    answer[0] = False  # another broker took the last places meanwhile
+    refused = asyncio.run(admission.admit_in_cluster(WHO))
+    assert refused is not None and str(refused) == "max_connections 5 of tenant/acme reached"
+    assert asked[-1] == ("acme", 2, 5) and admission.open["acme"] == 1
+    answer[0] = OSError("the registry is away")  # this broker's own check decides
+    assert asyncio.run(admission.admit_in_cluster(WHO)) is None
+    assert admission.open["acme"] == 2

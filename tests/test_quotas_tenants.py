@@ -3,8 +3,9 @@ admin's namespace quota cannot lift (a producer in the namespace is held near th
 tenant's rate); connection_creation_rate per ip (when accepted) and per tenant (at login)
 and max_connections refuse connections with a bounded number of log lines; max_topics
 and max_partitions answer POLICY_VIOLATION; max_stored_bytes answers
-KAFKA_STORAGE_ERROR to that tenant only, until DeleteRecords frees its storage. Rates are
-reported; only coarse bounds are asserted."""
+KAFKA_STORAGE_ERROR to that tenant only, until DeleteRecords frees its storage. Each kind
+of refusal is an audit event, one per quota and tenant (or address) per quota window.
+Rates are reported; only coarse bounds are asserted."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
@@ -32,6 +34,7 @@ from tests.security_helpers import (
     Login,
     OpsConnection,
     TokenIssuer,
+    audit_events,
     create_topic,
     plain_message,
 )
@@ -77,6 +80,13 @@ class TenantBroker:
     def operator(self) -> OpsConnection:
         return self.conn("ops", "admin")
 
+    def refusals(self, resource: str, key: str) -> list[dict[str, Any]]:
+        """The audit events of refusals of ``resource`` (``tenant/<name>``, ``ip/<addr>``)
+        over its ``key`` quota, read through the PLAINTEXT listener."""
+        return [event for event in audit_events(f"127.0.0.1:{self.broker.ports['PLAINTEXT']}")
+                if event["kind"] == "quota" and event["outcome"] == "refused"
+                and event["resource"] == resource and key in event["reason"]]
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantBroker]:
@@ -85,8 +95,11 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantBroker]:
     metrics_port = free_port()
     broker = BrokerProcess(base / "data", {
         "metricsPort": str(metrics_port),
-        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0", "superUserRoles": "admin",
+        # PLAINTEXT: where the tests read the audit topic
+        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+        "superUserRoles": "admin",
         "quotaWindowNum": str(WINDOW_S), "tenantUsageCheckIntervalMs": "200",
+        "logRetentionCheckIntervalMs": "300",
         **issuer.settings}).start()
     try:
         yield TenantBroker(broker, issuer, metrics_port)
@@ -134,6 +147,10 @@ def test_connection_creation_rate_per_ip_refuses_at_accept(setup: TenantBroker) 
             ApiVersionsRequest[0](), 0)
         lines = _refusal_lines(setup.broker, "refusing connection from 127.0.0.2")
         assert 1 <= lines <= 1 + elapsed / WINDOW_S  # one per window, not one per refusal
+        audited = setup.refusals("ip/127.0.0.2", "connection_creation_rate")
+        print("audited:", audited)
+        assert 1 <= len(audited) <= 1 + elapsed / WINDOW_S
+        assert audited[0]["client"].startswith("127.0.0.2:")
     finally:
         assert alter(setup.operator(), [({"ip": "127.0.0.2"},
                                          {"connection_creation_rate": None})]) == [(0, None)]
@@ -150,6 +167,8 @@ def test_connection_creation_rate_per_tenant_refuses_at_login(setup: TenantBroke
     assert admitted[0].create_topic("still-served") == 0  # admitted ones are served
     assert setup.try_login("acme") is not None  # another tenant logs in meanwhile
     assert _refusal_lines(setup.broker, "connection_creation_rate 1 of tenant/burst") >= 1
+    (audited, *more) = setup.refusals("tenant/burst", "connection_creation_rate")
+    assert len(more) <= 2 and audited["tenant"] == "burst"
 
 
 def test_max_connections_per_tenant(setup: TenantBroker) -> None:
@@ -166,6 +185,8 @@ def test_max_connections_per_tenant(setup: TenantBroker) -> None:
         time.sleep(0.1)
     assert third.create_topic("capped-ok") == 0
     assert _refusal_lines(setup.broker, "max_connections 2 of tenant/capped") >= 1
+    (audited, *_more) = setup.refusals("tenant/capped", "max_connections")
+    assert audited["principal"] == "alice" and audited["tenant"] == "capped"
 
 
 def test_topic_and_partition_caps_answer_policy_violation(setup: TenantBroker) -> None:
@@ -189,6 +210,9 @@ def test_topic_and_partition_caps_answer_policy_violation(setup: TenantBroker) -
     assert setup.conn("acme", "alice").create_topic("acme-three", 3) == 0
     assert conn.delete_topic("one") == 0
     assert conn.create_topic("three", 1) == 0
+    for key in ("max_topics", "max_partitions"):
+        (audited, *_more) = setup.refusals("tenant/small", key)
+        assert audited["api"] in ("CreateTopics", "CreatePartitions"), audited
 
 
 def test_a_full_storage_quota_refuses_that_tenant_only(setup: TenantBroker) -> None:
@@ -205,12 +229,35 @@ def test_a_full_storage_quota_refuses_that_tenant_only(setup: TenantBroker) -> N
     assert 15 <= stored <= 40
     for _ in range(30):  # another tenant goes on producing
         assert other.produce("data", 1, value=value) == 0
+    (audited, *more) = setup.refusals("tenant/full", "max_stored_bytes")
+    assert not more and audited["api"] == "Produce"  # one per window, not one per refusal
     _error, end = full.list_offset("data")
     assert full.delete_records("data", 0, end) == 0
     deadline = time.monotonic() + 30  # recovered at the next sum of the partitions' sizes
     while full.produce("data", 1, value=value) != 0:
         assert time.monotonic() < deadline, "the storage quota never recovered"
         time.sleep(0.1)
+
+
+def test_a_full_storage_quota_recovers_after_retention(setup: TenantBroker) -> None:
+    assert alter(setup.operator(), [({"tenant": "aging"}, {"max_stored_bytes": 100_000})]) \
+        == [(0, None)]
+    conn = setup.conn("aging", "alice")
+    client = AdminClient(setup.login("aging", "alice").confluent())
+    client.create_topics([NewTopic("logs", 1, 1, config={"segment.bytes": "20000"})])[
+        "logs"].result(15)
+    value = b"x" * 10_000
+    codes = [conn.produce("logs", 1, value=value) for _ in range(30)]
+    assert codes[-1] == KAFKA_STORAGE_ERROR, codes
+    assert conn.alter_config("logs", "retention.bytes", "20000") == 0
+    deadline = time.monotonic() + 30  # retention drops old segments; the next sum is lower
+    while conn.produce("logs", 1, value=value) != 0:
+        assert time.monotonic() < deadline, "the storage quota never recovered"
+        time.sleep(0.1)
+    _error, start = conn.list_offset("logs", timestamp=-2)
+    print(f"tenant aging: {codes.count(0)} batches stored, then {KAFKA_STORAGE_ERROR}; "
+          f"after retention.bytes 20000 the log starts at {start} and produce is back")
+    assert start > 0
 
 
 def test_request_percentage_binds_a_client_of_many_cheap_requests(setup: TenantBroker) -> None:

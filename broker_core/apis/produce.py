@@ -42,7 +42,7 @@ def _admit(engine: Engine, ctx: RequestContext, name: str, index: int,
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
     if records is None:
         raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
-    return engine.admit(internal, index, received_bytes(records), acks, version)
+    return engine.admit(internal, index, received_bytes(records), acks, version, ctx)
 
 
 def _refused(ctx: RequestContext, name: str, index: int,

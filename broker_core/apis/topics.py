@@ -97,7 +97,7 @@ def _create_one(engine: Engine, ctx: RequestContext, wanted: _Creatable, validat
     if engine.logs.topic(internal) is not None:
         raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {wanted.name} already exists")
     if engine.limits is not None:
-        engine.limits.check_create(internal, 1, count)
+        engine.limits.check_create(internal, 1, count, ctx)
     if validate_only:
         return None, count, configs
     try:
@@ -280,7 +280,8 @@ async def handle_create_partitions(engine: Engine, ctx: RequestContext,
                                     "one assignment is needed per new partition")
             _check_replicas(engine, 1, assignments)
             if engine.limits is not None:
-                engine.limits.check_create(internal, 0, wanted.count - topic.num_partitions)
+                engine.limits.check_create(internal, 0, wanted.count - topic.num_partitions,
+                                           ctx)
             if not request.validate_only:
                 try:
                     with engine.faults.guard(f"the new partitions of {internal}",

@@ -13,7 +13,11 @@ broker's own side (what it owns, its topics' partition counts) is compared too; 
 every ``FULL_RECONCILE_EVERY`` heartbeats it runs anyway. The storage's change feed
 (``REGISTRY``: a broker registered or left, a partition changed owner) starts one at
 once, at most one per ``_FOLLOW_GAP_S``. The heartbeat itself keeps its pace: it is the
-failure detector.
+failure detector. It also publishes this broker's live connections per tenant
+(``connections``, set by the edge) and reads the other live brokers' (``elsewhere``); a
+login of a tenant with a ``max_connections`` publishes its count at once, under a lock
+per tenant in the registry (:meth:`reserve_connection`), so that the cap holds over the
+cluster even for logins arriving on several brokers at the same moment.
 
 :meth:`leader` is the one answer to "which broker serves this partition" that Metadata,
 FindCoordinator, the coordinators and the request checks all use. A partition that nobody
@@ -34,7 +38,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from broker_core.cluster.placement import preferred
@@ -121,6 +125,12 @@ class ClusterService:
         """The stamps the last reconcile after a heartbeat saw (None: reconcile next)."""
         self._skipped = 0
         """Heartbeats since that reconcile."""
+        self.connections: Callable[[], Mapping[str, int]] = dict
+        """This broker's live connections per tenant, published with each heartbeat (the
+        edge sets it)."""
+        self.elsewhere: Mapping[str, int] = {}
+        """The other live brokers' connections per tenant, as of their latest heartbeats
+        (read with this broker's last one)."""
 
     # -- what the rest of the broker asks ---------------------------------------------
 
@@ -131,6 +141,18 @@ class ClusterService:
     def on_lost(self, callback: Callable[[TopicPartition], None]) -> None:
         """Call ``callback(partition)`` for each partition this broker gives up."""
         self._listeners.lost.append(callback)
+
+    async def reserve_connection(self, tenant: str, count: int, cap: int) -> bool:
+        """Whether this broker may hold ``count`` connections of ``tenant`` (one more than
+        it admitted) under a ``max_connections`` of ``cap`` over the whole cluster; on a
+        shared registry published at once (``ClusterStore.reserve_connection``), in the
+        service's thread after the heartbeats submitted before it, so that no heartbeat
+        publishes a count older than the reservation after it. StorageError or OSError
+        when the registry cannot be reached."""
+        if not self.store.shared:
+            return count <= cap
+        return await self._worker.run(
+            lambda: self.store.reserve_connection(tenant, count, cap))
 
     def registered(self) -> bool:
         """Whether this broker is a member now: it joined, has not begun to leave, and its
@@ -344,7 +366,9 @@ class ClusterService:
         """One heartbeat, and a reconcile if something changed."""
         try:
             sent = time.monotonic()
-            renewal = await self._worker.run(self._heartbeat)
+            connections = dict(self.connections())  # read here, on the event loop
+            renewal = await self._worker.run(lambda: self._heartbeat(connections))
+            self.elsewhere = renewal.elsewhere
             async with self._busy:
                 if not renewal.renewed:
                     log.warning("broker %d's lease ran out (paused or cut off): giving up %d "
@@ -369,8 +393,8 @@ class ClusterService:
         except Exception:
             log.exception("cluster reconcile failed")
 
-    def _heartbeat(self) -> Renewal:
-        return self.store.heartbeat(self.config.session_timeout_ms)
+    def _heartbeat(self, connections: Mapping[str, int]) -> Renewal:
+        return self.store.heartbeat(self.config.session_timeout_ms, connections)
 
     async def _follow(self, wakeup: Wakeup) -> None:
         """Reconcile when the change feed tells of a change of the registry (the

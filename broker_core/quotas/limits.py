@@ -4,23 +4,31 @@ or the configured default).
 
 Topics and partitions are counted from the storage's topic list when a topic or
 partitions are created (rare): beyond a cap the request answers POLICY_VIOLATION, as a
-Kafka create-topic policy does. Stored bytes are the sizes the storage already keeps
-per partition, summed per tenant every ``interval_s`` (:meth:`TenantLimits.refresh_due`),
-with each produced batch added in between; a produce while the tenant stores its
-``max_stored_bytes`` or more answers KAFKA_STORAGE_ERROR, as Kafka answers when its disk
-is full, for that tenant only. It recovers once DeleteRecords, retention or a deleted
-topic bring the next sum under the cap. The broker's own topics count for nobody.
+Kafka create-topic policy does. On a shared engine that list is every broker's (topics
+live in the shared metadata; another broker's creation arrives with its notification, so
+two creations through two brokers at the same moment may both pass: no lock across
+brokers is taken for them).
+Stored bytes are the sizes the storage keeps per partition, summed per tenant every
+``interval_s`` (:meth:`TenantLimits.keep_summing`, ``Storage.topic_sizes``: on a shared
+engine one aggregate in the database, so what every broker stored counts), with each
+batch produced through this broker added in between; a produce while the tenant stores
+its ``max_stored_bytes`` or more answers KAFKA_STORAGE_ERROR, as Kafka answers when its
+disk is full, for that tenant only. It recovers once DeleteRecords, retention or a
+deleted topic bring the next sum under the cap. The broker's own topics count for
+nobody. Each refusal is told to the quota observer (an audit event, rate-limited there).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from broker_core.context import RequestContext
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.quotas.entities import MAX_PARTITIONS, MAX_STORED_BYTES, MAX_TOPICS
-from broker_core.quotas.manager import QuotaManager
+from broker_core.quotas.entities import MAX_PARTITIONS, MAX_STORED_BYTES, MAX_TOPICS, TENANT
+from broker_core.quotas.manager import QuotaManager, Refused
 from broker_core.quotas.notices import Notices
 from broker_core.storage import Storage
 
@@ -43,7 +51,7 @@ class TenantLimits:
         self.interval_s = interval_s
         self.stored: dict[str, int] = {}
         """Bytes each tenant stores: the last sum, plus what was produced since."""
-        self._summed_at = float("-inf")
+        self._failing = False
         self.notices = Notices(log, manager.window.span_s)
 
     def _cap(self, tenant: str, key: str) -> int | None:
@@ -59,9 +67,20 @@ class TenantLimits:
                 partitions += topic.num_partitions
         return topics, partitions
 
-    def check_create(self, internal: str, topics: int, partitions: int) -> None:
+    def _refuse(self, ctx: RequestContext | None, key: str, cap: int, tenant: str,
+                what: str, code: ErrorCode, message: str) -> KafkaApiError:
+        """Tell the observer of a refusal; the error to raise."""
+        observer = self.manager.observer
+        if observer is not None:
+            observer.refused(Refused.of(ctx, key, cap, (TENANT, tenant), what, tenant,
+                                        message))
+        return KafkaApiError(code, message)
+
+    def check_create(self, internal: str, topics: int, partitions: int,
+                     ctx: RequestContext | None = None) -> None:
         """POLICY_VIOLATION when ``topics`` new topics with ``partitions`` partitions in
-        all would take the topic's tenant beyond its ``max_topics`` or ``max_partitions``."""
+        all would take the topic's tenant beyond its ``max_topics`` or ``max_partitions``
+        (``ctx``: who asked, for the audit; None when the broker creates it itself)."""
         tenant = tenant_of(internal)
         max_topics, max_partitions = self._cap(tenant, MAX_TOPICS), self._cap(
             tenant, MAX_PARTITIONS)
@@ -72,11 +91,14 @@ class TenantLimits:
                 (MAX_TOPICS, max_topics, have_topics, topics, "topics"),
                 (MAX_PARTITIONS, max_partitions, have_partitions, partitions, "partitions")):
             if cap is not None and more > 0 and have + more > cap:
-                raise KafkaApiError(ErrorCode.POLICY_VIOLATION,
-                                    f"tenant {tenant} has {have} {what}; {more} more would "
-                                    f"exceed its {key} of {cap}")
+                raise self._refuse(
+                    ctx, key, cap, tenant, "topic" if topics else "partitions",
+                    ErrorCode.POLICY_VIOLATION,
+                    f"tenant {tenant} has {have} {what}; {more} more would exceed its "
+                    f"{key} of {cap}")
 
-    def check_produce(self, internal: str, size: int) -> None:
+    def check_produce(self, internal: str, size: int,
+                      ctx: RequestContext | None = None) -> None:
         """KAFKA_STORAGE_ERROR when the topic's tenant stores its ``max_stored_bytes``;
         otherwise ``size`` bytes are counted for it."""
         tenant = tenant_of(internal)
@@ -86,20 +108,35 @@ class TenantLimits:
             self.notices.warn((MAX_STORED_BYTES, tenant), (
                 f"tenant {tenant} stores {used} bytes, its {MAX_STORED_BYTES} is {cap}: "
                 "its produces answer KAFKA_STORAGE_ERROR"))
-            raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
-                                f"tenant {tenant} has reached its storage quota "
-                                f"({MAX_STORED_BYTES} {cap})")
+            raise self._refuse(ctx, MAX_STORED_BYTES, cap, tenant, "produce",
+                               ErrorCode.KAFKA_STORAGE_ERROR,
+                               f"tenant {tenant} has reached its storage quota "
+                               f"({MAX_STORED_BYTES} {cap})")
         self.stored[tenant] = used + size
 
-    def refresh_due(self, now: float | None = None) -> None:
-        """Sum the partitions' sizes per tenant again, once ``interval_s`` has passed."""
-        now = time.monotonic() if now is None else now
-        if now - self._summed_at < self.interval_s:
-            return
-        self._summed_at = now
+    def took_sizes(self, sizes: Mapping[str, int]) -> None:
+        """The bytes stored per topic, as just read: the sums per tenant from now on."""
         stored: dict[str, int] = {}
-        for name, _index, partition in self.logs.all_partitions():
+        for name, size in sizes.items():
             if not self.is_internal(name):
                 tenant = tenant_of(name)
-                stored[tenant] = stored.get(tenant, 0) + partition.size_bytes
+                stored[tenant] = stored.get(tenant, 0) + size
         self.stored = stored
+
+    async def keep_summing(self, stopping: asyncio.Event) -> None:
+        """Read the bytes stored per topic every ``interval_s`` until ``stopping`` (in a
+        worker thread: on a shared engine a database read). A storage that cannot be read
+        is logged once, and once more when it can be read again; the sums stay meanwhile."""
+        while not stopping.is_set():
+            try:
+                self.took_sizes(await asyncio.to_thread(self.logs.topic_sizes))
+                if self._failing:
+                    log.info("tenant storage usage: the storage can be read again")
+                self._failing = False
+            except Exception as exc:  # the database is away: try again next interval
+                if not self._failing:
+                    log.warning("tenant storage usage: cannot sum the partitions' sizes: "
+                                "%s", exc)
+                self._failing = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), self.interval_s)

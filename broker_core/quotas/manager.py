@@ -48,8 +48,35 @@ class Throttle:
     throttle_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Something refused over a quota: the quota key, its value and who shares it, what
+    was refused (a connection, a produce, a topic's creation), the tenant it counts for,
+    and who asked (what the broker knows of it), and why in words."""
+
+    key: str
+    quota: float
+    shared_by: tuple[str, ...]
+    what: str
+    tenant: str | None
+    reason: str
+    listener: str = ""
+    client: str = ""
+    principal: str | None = None
+    api: str | None = None
+
+    @staticmethod
+    def of(ctx: RequestContext | None, key: str, quota: float, shared_by: tuple[str, ...],
+           what: str, tenant: str, reason: str) -> Refused:
+        """A refusal of a request of ``ctx`` (None: asked by the broker itself)."""
+        if ctx is None:
+            return Refused(key, quota, shared_by, what, tenant, reason)
+        return Refused(key, quota, shared_by, what, tenant, reason, ctx.listener,
+                       ctx.client_host, ctx.principal, ctx.api)
+
+
 class QuotaObserver(Protocol):
-    """Who is told about measured traffic and throttles (metrics, audit)."""
+    """Who is told about measured traffic, throttles and refusals (metrics, audit)."""
 
     def charged(self, who: Caller, key: str, amount: float) -> None:
         """``amount`` of ``key``'s quantity was measured for ``who``."""
@@ -57,6 +84,10 @@ class QuotaObserver(Protocol):
 
     def throttled(self, ctx: RequestContext, throttle: Throttle) -> None:
         """A request of ``ctx`` is answered with a throttle time."""
+        ...
+
+    def refused(self, refused: Refused) -> None:
+        """A connection, produce or creation was refused over a quota."""
         ...
 
 
@@ -81,6 +112,8 @@ class QuotaManager:
         self._resolved: dict[Caller, dict[str, tuple[Applied, ...]]] = {}
         self._resolved_for: Quotas | None = None
         self._tenants: dict[str, dict[str, float]] = {}
+        self._limits: dict[tuple[str, tuple[str, ...]], float] = {}
+        """The quota each rate was last measured against."""
 
     @property
     def active(self) -> bool:
@@ -119,6 +152,7 @@ class QuotaManager:
             return None
         now = time.monotonic() if now is None else now
         rate = self._rate(CONNECTION_CREATION_RATE, (IP, ip), now)
+        self._limits[(CONNECTION_CREATION_RATE, (IP, ip))] = quota
         rate.record(1, now)
         if rate.throttle_ms(quota, now) <= 0:
             return None
@@ -144,6 +178,7 @@ class QuotaManager:
         longest: Throttle | None = None
         for quota in applied:
             rate = self._rate(key, quota.shared_by, now)
+            self._limits[(key, quota.shared_by)] = quota.value
             rate.record(amount, now)
             delay = rate.throttle_ms(quota.value, now)
             if delay > 0 and (longest is None or delay > longest.throttle_ms):
@@ -167,6 +202,16 @@ class QuotaManager:
                 for (key, shared_by), rate in list(self._rates.items())
                 if shared_by[0] == TENANT]
 
+    def entity_rates(self, now: float | None = None
+                     ) -> list[tuple[tuple[str, ...], str, float, float | None]]:
+        """(who shares it, key, measured per second, its quota) of every rate measured
+        against a quota (a user's, a client id's, a namespace's, a tenant's: Kafka's quota
+        metric tags); safe to call from another thread (a metrics scrape)."""
+        now = time.monotonic() if now is None else now
+        limits = dict(self._limits)
+        return [(shared_by, key, rate.peek(now), limits.get((key, shared_by)))
+                for (key, shared_by), rate in list(self._rates.items())]
+
     def _rate(self, key: str, shared_by: tuple[str, ...], now: float) -> SlidingRate:
         found = self._rates.get((key, shared_by))
         if found is None:
@@ -179,3 +224,4 @@ class QuotaManager:
         """Drop rates unused for a whole window (they measure zero again anyway)."""
         span = self.window.span_s
         self._rates = {k: r for k, r in self._rates.items() if now - r.last_used < span}
+        self._limits = {k: v for k, v in self._limits.items() if k in self._rates}

@@ -14,7 +14,7 @@ Liveness is judged by the database's clock, never by the brokers' clocks.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from .errors import StorageError
@@ -83,10 +83,15 @@ class Renewal:
     """What a heartbeat tells: whether the lease was renewed, and a stamp of the registry
     read with it (the live brokers, every partition's owner and epoch, the topic and
     key-value change counters): an equal stamp means nothing a reconcile reads changed in
-    between. None when the engine has no such stamp (then compare nothing)."""
+    between. None when the engine has no such stamp (then compare nothing). With it, what
+    the other brokers publish of their connections (the tenant quota ``max_connections``
+    counts a tenant's connections on every broker)."""
 
     renewed: bool
     stamp: str | None = None
+    elsewhere: Mapping[str, int] = field(default_factory=dict)
+    """The live connections per tenant the other live brokers published with their
+    latest heartbeats, summed (empty on a single-process engine)."""
 
 
 class BrokerIdInUse(StorageError):
@@ -115,10 +120,19 @@ class ClusterStore(Protocol):
         process holds the id."""
         ...
 
-    def heartbeat(self, session_timeout_ms: int) -> Renewal:
+    def heartbeat(self, session_timeout_ms: int,
+                  connections: Mapping[str, int] | None = None) -> Renewal:
         """Renew the lease (not renewed when it had run out: this broker was declared dead
-        and must give up what it owned, then register again); the registry's stamp, read in
-        the same round trip."""
+        and must give up what it owned, then register again) and publish ``connections``,
+        this broker's live connections per tenant; the registry's stamp and the other
+        brokers' published connections, read in the same round trip."""
+        ...
+
+    def reserve_connection(self, tenant: str, count: int, cap: int) -> bool:
+        """Publish ``count`` as this broker's connections of ``tenant`` (with one it is
+        about to admit) if, with the other live brokers' published connections of the
+        tenant, that stays within ``cap``; atomic against every broker's reservation for
+        the tenant. Whether it was published (False: the connection is refused)."""
         ...
 
     def deregister(self) -> None:
@@ -182,8 +196,12 @@ class SoloCluster:
     def register(self, me: BrokerRecord, session_timeout_ms: int) -> None:
         self._me = me
 
-    def heartbeat(self, session_timeout_ms: int) -> Renewal:
+    def heartbeat(self, session_timeout_ms: int,
+                  connections: Mapping[str, int] | None = None) -> Renewal:
         return Renewal(True)
+
+    def reserve_connection(self, tenant: str, count: int, cap: int) -> bool:
+        return count <= cap  # the one broker: its own count is all there is
 
     def deregister(self) -> None:
         self._me = None

@@ -41,6 +41,11 @@ class FilelessPartition(ABC):
     def enforce_retention(self) -> int:
         """Drop the segments retention says; how many."""
 
+    @property
+    @abstractmethod
+    def size_bytes(self) -> int:
+        """Bytes the partition stores."""
+
     def batches_from(self, offset: int) -> Iterator[BatchInfo]:
         with self._lock:
             self._check_open()

@@ -39,7 +39,7 @@ _REGISTER = (
     "  now() + %(timeout)s * interval '1 millisecond')"
     " ON CONFLICT (broker_id) DO UPDATE SET incarnation = excluded.incarnation,"
     "  rack = excluded.rack, listeners = excluded.listeners, registered_at = now(),"
-    "  lease_expires = excluded.lease_expires"
+    "  lease_expires = excluded.lease_expires, tenant_connections = '{}'"
     " WHERE edge_brokers.lease_expires <= now()"
     " RETURNING broker_id")
 
@@ -48,7 +48,8 @@ _LIVE_BROKERS = ("SELECT broker_id, rack, listeners FROM edge_brokers WHERE " + 
 
 _HEARTBEAT = (
     "WITH renewed AS (UPDATE edge_brokers"
-    "  SET lease_expires = now() + %(t)s * interval '1 millisecond'"
+    "  SET lease_expires = now() + %(t)s * interval '1 millisecond',"
+    "   tenant_connections = %(conns)s::jsonb"
     "  WHERE broker_id = %(id)s AND incarnation = %(inc)s AND " + _LIVE + " RETURNING 1)"
     " SELECT EXISTS (SELECT 1 FROM renewed), concat_ws(' ',"
     "  (SELECT string_agg(broker_id || ':' || incarnation, ',' ORDER BY broker_id)"
@@ -56,11 +57,16 @@ _HEARTBEAT = (
     "  (SELECT count(*) || ':' || count(owner_broker) || ':' || coalesce(sum(owner_epoch), 0)"
     "   FROM edge_partitions),"
     "  (SELECT string_agg(key || '=' || convert_from(value, 'UTF8'), ',' ORDER BY key)"
-    "   FROM edge_kv WHERE key IN ('" + pg_changes.TOPICS + "', '" + pg_changes.KV + "')))")
-"""Renew the lease, and read the registry's stamp (``Renewal``) in the same round trip:
-the live brokers with their incarnations, the partitions (how many, how many owned, the
-sum of their epochs: every change of owner moves an epoch up) and the change counters
-(``pg_changes``). The stamp reads the registry as of before the renewal."""
+    "   FROM edge_kv WHERE key IN ('" + pg_changes.TOPICS + "', '" + pg_changes.KV + "'))),"
+    " (SELECT coalesce(jsonb_object_agg(tenant, n), '{}') FROM (SELECT c.key AS tenant,"
+    "   sum(c.value::bigint) AS n FROM edge_brokers b, jsonb_each_text(b.tenant_connections) c"
+    "   WHERE b.broker_id <> %(id)s AND b." + _LIVE + " GROUP BY c.key) o)")
+"""Renew the lease and publish this broker's connections per tenant, and read the
+registry's stamp (``Renewal``) in the same round trip: the live brokers with their
+incarnations, the partitions (how many, how many owned, the sum of their epochs: every
+change of owner moves an epoch up) and the change counters (``pg_changes``); and the other
+live brokers' published connections summed per tenant. Both read the registry as of
+before the renewal."""
 
 _CLAIM = (
     "UPDATE edge_partitions p SET owner_broker = %(me)s, owner_epoch = p.owner_epoch + 1"
@@ -79,6 +85,18 @@ _HAND_OVER = (
     "  AS m(id, epoch, target)"
     " WHERE p.id = m.id AND p.owner_broker = %(me)s AND p.owner_epoch = m.epoch"
     " RETURNING p.topic, p.partition")
+
+
+_CONNECTIONS_LOCK = 0x65646765  # pg_advisory_xact_lock(class, key) class: "edge"
+_RESERVE = (
+    "UPDATE edge_brokers SET tenant_connections = jsonb_set(tenant_connections,"
+    "  ARRAY[%(tenant)s], to_jsonb(%(count)s::bigint))"
+    " WHERE broker_id = %(id)s AND incarnation = %(inc)s AND %(count)s + (SELECT"
+    "  coalesce(sum((b.tenant_connections ->> %(tenant)s)::bigint), 0) FROM edge_brokers b"
+    "  WHERE b.broker_id <> %(id)s AND b." + _LIVE + ") <= %(cap)s"
+    " RETURNING 1")
+"""Publish this broker's connections of a tenant if the cluster's stay within the cap
+(run under the tenant's advisory lock, so two brokers' reservations never both pass)."""
 
 
 class Fenced(Protocol):
@@ -157,14 +175,31 @@ class PgCluster:
             return True
         return row is None or bool(row[0])
 
-    def heartbeat(self, session_timeout_ms: int) -> Renewal:
+    def heartbeat(self, session_timeout_ms: int,
+                  connections: Mapping[str, int] | None = None) -> Renewal:
         if self._me is None:
             return Renewal(False)
         with self._db.autocommit() as conn:
             row = conn.execute(_HEARTBEAT, {"t": session_timeout_ms, "id": self._me,
-                                            "inc": self._incarnation}).fetchone()
+                                            "inc": self._incarnation,
+                                            "conns": json.dumps(dict(connections or {}))}
+                               ).fetchone()
         assert row is not None
-        return Renewal(bool(row[0]), str(row[1]))
+        elsewhere = row[2]
+        assert isinstance(elsewhere, dict)
+        return Renewal(bool(row[0]), str(row[1]),
+                       {str(tenant): int(count) for tenant, count in elsewhere.items()})
+
+    def reserve_connection(self, tenant: str, count: int, cap: int) -> bool:
+        if self._me is None:
+            return count <= cap
+        with self._db.tx() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                         (_CONNECTIONS_LOCK, tenant))
+            row = conn.execute(_RESERVE, {"tenant": tenant, "count": count, "cap": cap,
+                                          "id": self._me, "inc": self._incarnation}
+                               ).fetchone()
+        return row is not None
 
     def deregister(self) -> None:
         if self._me is not None:

@@ -107,6 +107,11 @@ MIGRATIONS: Sequence[str] = (
         FOR EACH ROW WHEN (OLD.owner_broker IS DISTINCT FROM NEW.owner_broker)
         EXECUTE FUNCTION edge_notify('edge_registry');
     """,
+    # 4: each broker publishes its live connections per tenant with its heartbeat
+    # ({"tenant": count}), so that a tenant's ``max_connections`` counts every broker's
+    """
+    ALTER TABLE edge_brokers ADD COLUMN tenant_connections jsonb NOT NULL DEFAULT '{}';
+    """,
 )
 """The schema, one step per version (never edit a released step: add one)."""
 

@@ -677,6 +677,13 @@ class PgStorage(FilelessStorage[PgPartition]):
             return NOTHING_CHANGED
         return Refreshed(gone, kv_version != seen_kv)
 
+    def topic_sizes(self) -> dict[str, int]:
+        """One aggregate over every partition row: what all brokers stored, as committed."""
+        with self._db.autocommit() as conn:
+            rows = conn.execute("SELECT topic, sum(size_bytes) FROM edge_partitions"
+                                " GROUP BY topic").fetchall()
+        return {str(topic): int(str(size)) for topic, size in rows}
+
     def _look_up(self, name: str) -> None:
         """Take in the database's rows of topic ``name`` (a cache miss); a database that
         cannot answer leaves the cache as it is (the caller finds the topic unknown, a

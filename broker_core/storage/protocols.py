@@ -213,6 +213,12 @@ class Storage(Protocol):
 
     def all_partitions(self) -> Iterator[tuple[str, int, PartitionStore]]: ...
 
+    def topic_sizes(self) -> dict[str, int]:
+        """Bytes stored per topic, every partition's size summed, as one read: on a shared
+        engine what every broker stored, not this broker's view of it (the tenant storage
+        quota). May take a database round trip: call it from a worker thread."""
+        ...
+
     def enforce_retention(self) -> int: ...
 
     def refresh(self) -> Refreshed:

@@ -20,6 +20,9 @@ from .protocols import NOTHING_CHANGED, Refreshed
 class _Partition(Protocol):
     def enforce_retention(self) -> int: ...
 
+    @property
+    def size_bytes(self) -> int: ...
+
 
 P = TypeVar("P", bound=_Partition)
 
@@ -66,6 +69,14 @@ class TopicTable(Generic[P]):
                 for p, log in enumerate(topic.partitions)
             ]
         return iter(snapshot)
+
+    def topic_sizes(self) -> dict[str, int]:
+        """Bytes stored per topic: its partitions' sizes summed (this process holds them
+        all; the shared engine overrides it with one read of the database)."""
+        sizes: dict[str, int] = {}
+        for name, _index, log in self.all_partitions():
+            sizes[name] = sizes.get(name, 0) + log.size_bytes
+        return sizes
 
     def partition_keys(self) -> list[tuple[str, int]]:
         """(topic name, partition) of every partition."""

@@ -7,6 +7,7 @@
 //   java KafkaFlows group BOOTSTRAP TOPIC GROUP COUNT
 //   java KafkaFlows transactions BOOTSTRAP TOPIC TRANSACTIONAL_ID GROUP
 //   java KafkaFlows failover BOOTSTRAP TOPIC PARTITIONS COUNT
+//   java KafkaFlows quotas BOOTSTRAP USER TENANT
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -18,6 +19,7 @@ import java.util.Set;
 import java.util.concurrent.ExecutionException;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterClientQuotasOptions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -29,6 +31,10 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.quota.ClientQuotaAlteration;
+import org.apache.kafka.common.quota.ClientQuotaEntity;
+import org.apache.kafka.common.quota.ClientQuotaFilter;
+import org.apache.kafka.common.quota.ClientQuotaFilterComponent;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
@@ -47,6 +53,7 @@ public final class KafkaFlows {
             case "transactions" -> transactions(args[1], args[2], args[3], args[4]);
             case "failover" -> failover(args[1], args[2], Integer.parseInt(args[3]),
                 Integer.parseInt(args[4]));
+            case "quotas" -> quotas(args[1], args[2], args[3]);
             default -> throw new IllegalArgumentException("unknown flow " + args[0]);
         }
     }
@@ -56,6 +63,61 @@ public final class KafkaFlows {
         props.put("bootstrap.servers", bootstrap);
         props.put("client.id", "java-flows");
         return props;
+    }
+
+    /**
+     * The kafka-configs flow for client quotas: alterClientQuotas sets producer_byte_rate of
+     * a user and of a tenant (our own entity type, sent as the client is given it), then
+     * describeClientQuotas reads each back; an unknown key, a negative value and a
+     * validate-only change are answered and change nothing; removing a key removes it.
+     */
+    private static void quotas(String bootstrap, String user, String tenant) throws Exception {
+        ClientQuotaEntity userEntity = new ClientQuotaEntity(Map.of(ClientQuotaEntity.USER, user));
+        ClientQuotaEntity tenantEntity = new ClientQuotaEntity(Map.of("tenant", tenant));
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            admin.alterClientQuotas(List.of(
+                new ClientQuotaAlteration(userEntity, List.of(
+                    new ClientQuotaAlteration.Op("producer_byte_rate", 1048576.0))),
+                new ClientQuotaAlteration(tenantEntity, List.of(
+                    new ClientQuotaAlteration.Op("producer_byte_rate", 2097152.0))))).all().get();
+            System.out.println("altered 2");
+            describeQuotas(admin, "user", ClientQuotaEntity.USER, user);
+            describeQuotas(admin, "tenant", "tenant", tenant);
+            for (String[] bad : new String[][] {
+                    {"unknown-key", "no_such_quota", "5"}, {"negative", "producer_byte_rate", "-1"}}) {
+                try {
+                    admin.alterClientQuotas(List.of(new ClientQuotaAlteration(userEntity, List.of(
+                        new ClientQuotaAlteration.Op(bad[1], Double.parseDouble(bad[2])))))).all().get();
+                    System.out.println("accepted " + bad[0]);
+                } catch (ExecutionException e) {
+                    System.out.println("refused " + bad[0] + " " + e.getCause().getClass().getSimpleName());
+                }
+            }
+            admin.alterClientQuotas(List.of(new ClientQuotaAlteration(userEntity, List.of(
+                    new ClientQuotaAlteration.Op("consumer_byte_rate", 5000.0)))),
+                new AlterClientQuotasOptions().validateOnly(true)).all().get();
+            System.out.println("validated-only");
+            describeQuotas(admin, "user", ClientQuotaEntity.USER, user);
+            admin.alterClientQuotas(List.of(new ClientQuotaAlteration(userEntity, List.of(
+                new ClientQuotaAlteration.Op("producer_byte_rate", null))))).all().get();
+            System.out.println("removed");
+            describeQuotas(admin, "user", ClientQuotaEntity.USER, user);
+        }
+    }
+
+    /** Print "described LABEL KEY VALUE ..." of the quotas of one entity (exact match). */
+    private static void describeQuotas(Admin admin, String label, String type, String name)
+            throws Exception {
+        Map<ClientQuotaEntity, Map<String, Double>> found = admin.describeClientQuotas(
+            ClientQuotaFilter.containsOnly(List.of(ClientQuotaFilterComponent.ofEntity(type, name))))
+            .entities().get();
+        StringBuilder line = new StringBuilder("described " + label + " " + found.size());
+        for (Map.Entry<ClientQuotaEntity, Map<String, Double>> entity : found.entrySet()) {
+            line.append(" ").append(entity.getKey().entries());
+            new java.util.TreeMap<>(entity.getValue()).forEach(
+                (key, value) -> line.append(" ").append(key).append(" ").append(value));
+        }
+        System.out.println(line.toString().replace("{", "").replace("}", ""));
     }
 
     /** Create, list, describe (DescribeTopicPartitions) and delete a topic. */
