@@ -62,7 +62,9 @@ def test_a_producer_is_held_near_its_byte_rate(broker: BrokerProcess, topic_name
     ratio = rate / MB
     print(f"producer at a 1 MiB/s quota: {ratio:.3f} x the quota over 20 s, "
           f"{len(throttles)} throttle callbacks")
-    assert 0.5 <= ratio <= 1.5
+    # the issue's +15% is the quota holding; below it the client may simply be slowed by
+    # the machine (the suite's other worker), so the lower bound stays coarse
+    assert 0.5 <= ratio <= 1.15
     assert throttles and max(throttles) > 0
 
 
