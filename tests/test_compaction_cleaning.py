@@ -23,8 +23,9 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 
 from broker_core.batches import read_header
 from broker_core.compaction.cleaning import Checkpoint, CompactionSettings, clean, dirt
-from broker_core.markers import COMMIT, marker_batch, marker_type
+from broker_core.markers import ABORT, COMMIT, marker_batch, marker_type
 from broker_core.partition_producers import PartitionProducers
+from broker_core.producer_states import SNAPSHOT_KEY, ProducerStates
 from broker_core.storage import (
     ENGINES,
     BatchInfo,
@@ -170,13 +171,18 @@ def write_random(log: PartitionStore, clock: Clock, seed: int, rounds: int = 400
     return model
 
 
-def run_cleaner(log: PartitionStore, clock: Clock) -> bool:
+def run_cleaner(log: PartitionStore, clock: Clock, states: ProducerStates | None = None,
+                ) -> bool:
+    """One cleaning if due; ``states`` is told the checkpoint, as the broker's cleaner
+    tells it."""
     checkpoint = Checkpoint.load(log)
     found = dirt(log, SETTINGS, clock.now, checkpoint)
     if not found.due:
         return False
-    return clean(log, found.cleanable, SETTINGS, clock.now, lambda size: None,
-                 checkpoint) is not None
+    done = clean(log, found.cleanable, SETTINGS, clock.now, lambda size: None, checkpoint)
+    if done is not None and states is not None:
+        states.cleaned(TOPIC, 0, log, done.checkpoint)
+    return done is not None
 
 
 def read_committed(log: PartitionStore) -> tuple[dict[bytes, tuple[int, bytes | None]], int]:
@@ -252,6 +258,78 @@ def test_a_consumer_in_a_removed_range_continues_at_the_next_kept_offset(
                   if not read_header(info.batch).is_control
                   for record in DefaultRecordBatch(bytes(info.batch)) if record.offset >= offset)
         assert next(served) == next(o for o in kept if o >= offset)
+
+
+def fetch_committed(log: PartitionStore, state: PartitionProducers,
+                    ) -> dict[bytes, tuple[int, bytes | None]]:
+    """What a read_committed Java client makes of one fetch of the whole partition: the
+    aborted transactions the broker lists (from ``state``) make it skip a producer's
+    transactional batches from their first offset until that producer's next abort
+    marker; the latest record of each key it keeps."""
+    listed = sorted(state.aborted_between(log.log_start_offset, log.next_offset),
+                    key=lambda entry: entry[1])
+    skipping: set[int] = set()
+    seen: dict[bytes, tuple[int, bytes | None]] = {}
+    for info in log.batches_from(log.log_start_offset):
+        header = read_header(info.batch)
+        pid = header.producer_id
+        if pid >= 0:
+            while listed and listed[0][1] <= info.last_offset:
+                skipping.add(listed.pop(0)[0])
+        if header.is_control:
+            if marker_type(info.batch) == ABORT:
+                skipping.discard(pid)
+            continue
+        if header.is_transactional and pid in skipping:
+            continue
+        for record in DefaultRecordBatch(bytes(info.batch)):
+            assert record.key is not None
+            seen[record.key] = (record.offset, record.value)
+    return seen
+
+
+def markers(log: PartitionStore) -> list[tuple[int, int]]:
+    """(offset, type) of every transaction marker; each must follow a batch of its
+    transaction still in the log (a marker goes once its transaction has nothing left)."""
+    found: list[tuple[int, int]] = []
+    pending: set[int] = set()
+    for info in log.batches_from(log.log_start_offset):
+        header = read_header(info.batch)
+        if header.is_control:
+            assert header.producer_id in pending, f"a marker left alone at {info.base_offset}"
+            pending.discard(header.producer_id)
+            found.append((info.base_offset, marker_type(info.batch)))
+        elif header.is_transactional:
+            pending.add(header.producer_id)
+    return found
+
+
+def test_markers_go_once_their_transaction_is_empty_and_read_committed_stays_right(
+        storage: Storage, clock: Clock) -> None:
+    log = partition(storage)
+    model = write_random(log, clock, seed=98)
+    states = ProducerStates()
+    assert fetch_committed(log, states.get(TOPIC, 0, log)) == model.latest
+    assert states.save() is None  # the snapshot a restart finds: taken before cleaning
+    written_aborts = sum(1 for info in log.batches_from(log.log_start_offset)
+                         if read_header(info.batch).is_control
+                         and marker_type(info.batch) == ABORT)
+    for _ in range(3):  # removes aborted data and stamps markers, then removes them
+        clock.now += 1
+        run_cleaner(log, clock, states)
+    aborts_left = sum(1 for _, kind in markers(log) if kind == ABORT)
+    assert aborts_left < written_aborts
+    assert aborts_left <= 3  # one per producer at most: its last batch's, kept empty
+
+    # the broker's state, told by the cleaner
+    assert fetch_committed(log, states.get(TOPIC, 0, log)) == model.visible()
+    # after a restart: the snapshot taken before cleaning, with the cleaner's checkpoint
+    restarted = ProducerStates().get(TOPIC, 0, log)
+    assert restarted.aborted_between(log.log_start_offset, log.next_offset) == []
+    assert fetch_committed(log, restarted) == model.visible()
+    # rebuilt from the cleaned log alone
+    log.state.put(SNAPSHOT_KEY, b"{}")
+    assert fetch_committed(log, ProducerStates().get(TOPIC, 0, log)) == model.visible()
 
 
 @pytest.mark.parametrize("leftover", [".cleaned", ".swap"])

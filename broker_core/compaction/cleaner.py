@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 from broker_core import metrics
 from broker_core.codecs import MalformedBatch
-from broker_core.storage import Storage, StorageError, wall_clock_ms
+from broker_core.storage import PartitionStore, Storage, StorageError, wall_clock_ms
 from broker_core.topic_configs import list_items
 
 from .cleaning import Checkpoint, CompactionSettings, Stopped, clean, dirt
@@ -49,14 +49,19 @@ class LogCleaner:
 
     def __init__(self, storage: Storage, configs_of: Callable[[str], Mapping[str, str] | None],
                  writes: Callable[[str, int], bool], io_max_bytes_per_second: int,
-                 clock: Callable[[], int] = wall_clock_ms) -> None:
+                 clock: Callable[[], int] = wall_clock_ms,
+                 cleaned: Callable[[str, int, PartitionStore, int], None] | None = None,
+                 ) -> None:
         """``configs_of`` gives a topic's effective configs (None: not to be cleaned);
-        ``writes`` whether this broker writes a partition."""
+        ``writes`` whether this broker writes a partition; ``cleaned`` is told each
+        checkpoint saved (``ProducerStates.cleaned``: aborted transactions below it are no
+        longer listed)."""
         self._storage = storage
         self._configs_of = configs_of
         self._writes = writes
         self._rate = io_max_bytes_per_second
         self._clock = clock
+        self._cleaned = cleaned
         self.stopping = threading.Event()
         """Set when the broker stops: the cleaning under way is left, nothing swapped."""
 
@@ -89,6 +94,8 @@ class LogCleaner:
                 continue
             if done is None:
                 continue
+            if self._cleaned is not None:
+                self._cleaned(name, index, store, done.checkpoint)
             cleaned += 1
             reclaimed = max(done.bytes_before - done.bytes_after, 0)
             metrics.CLEANER_RUNS.inc()

@@ -21,9 +21,18 @@ rewrites each segment (``records``) by Kafka's rules:
   ``delete.retention.ms`` ahead by the first cleaning that keeps it, has passed;
 * a batch left without records goes, unless it is its producer's last in the range: it
   then stays empty, so the producer state rebuilt from the log keeps its sequence;
-* a commit marker goes once its transaction has nothing left and its own delete horizon
-  (stamped as a tombstone's) has passed. Abort markers stay (their transaction's records
-  go): the aborted transactions a read_committed fetch lists point at them.
+* a transaction marker (commit or abort) goes once its transaction has nothing left in
+  the log (not even its producer's last batch, kept empty) and its own delete horizon,
+  stamped as a tombstone's by the first cleaning that finds the transaction empty, has
+  passed (KIP-98's rule, as Kafka's cleaner applies it).
+
+Below the checkpoint no record of an aborted transaction is left, so the aborted
+transactions a read_committed fetch lists are only needed from there on: the producer
+state forgets those whose marker lies below it (``PartitionProducers.cleaned_below``,
+raised by the cleaner after each cleaning and read from the checkpoint when the state is
+loaded). A marker is stamped by one cleaning and removed by a later one, so the checkpoint
+that covers it is saved before it can go, and a producer snapshot taken before the
+cleaning cannot bring back an aborted transaction whose marker is gone.
 
 Kept records keep their offsets; removed ranges are covered by empty filler batches, so
 a consumer positioned there moves on to the next kept offset. A segment whose batches all
@@ -160,7 +169,9 @@ class Cleaned:
     bytes_before: int
     bytes_after: int
     end: int
-    """The offset the cleaning reached (the new checkpoint)."""
+    """The offset the cleaning reached."""
+    checkpoint: int
+    """The checkpoint saved: below it no record of an aborted transaction is left."""
 
 
 def _batches(store: PartitionStore, segments: list[SealedSegment],
@@ -256,7 +267,7 @@ class _Rewriter:
 
     def _marker(self, info: BatchInfo, header: BatchHeader) -> bytes | memoryview | None:
         txn = self.open.pop(header.producer_id, None)
-        if (txn is not None and txn.retained) or marker_type(info.batch) != COMMIT:
+        if txn is not None and txn.retained:
             return info.batch
         horizon = rec.delete_horizon(header)
         if horizon is None:
@@ -335,8 +346,9 @@ def clean(store: PartitionStore, cleanable: list[SealedSegment], settings: Compa
     horizon = rewriter.horizon
     if previous.offset > end and previous.horizon is not None:  # beyond: still pending
         horizon = previous.horizon if horizon is None else min(horizon, previous.horizon)
-    Checkpoint(max(end, previous.offset), horizon).save(store)
-    return Cleaned(rewritten, before, after, end)
+    saved = Checkpoint(max(end, previous.offset), horizon)
+    saved.save(store)
+    return Cleaned(rewritten, before, after, end, saved.offset)
 
 
 __all__ = ["CHECKPOINT_KEY", "Checkpoint", "Cleaned", "CompactionSettings", "Dirt",
