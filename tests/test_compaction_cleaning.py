@@ -22,7 +22,13 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from broker_core.batches import read_header
-from broker_core.compaction.cleaning import Checkpoint, CompactionSettings, clean, dirt
+from broker_core.compaction.cleaning import (
+    DEFAULT_MAP_BYTES,
+    Checkpoint,
+    CompactionSettings,
+    clean,
+    dirt,
+)
 from broker_core.markers import ABORT, COMMIT, marker_batch, marker_type
 from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import SNAPSHOT_KEY, ProducerStates
@@ -172,14 +178,15 @@ def write_random(log: PartitionStore, clock: Clock, seed: int, rounds: int = 400
 
 
 def run_cleaner(log: PartitionStore, clock: Clock, states: ProducerStates | None = None,
-                ) -> bool:
+                map_bytes: int = DEFAULT_MAP_BYTES) -> bool:
     """One cleaning if due; ``states`` is told the checkpoint, as the broker's cleaner
     tells it."""
     checkpoint = Checkpoint.load(log)
     found = dirt(log, SETTINGS, clock.now, checkpoint)
     if not found.due:
         return False
-    done = clean(log, found.cleanable, SETTINGS, clock.now, lambda size: None, checkpoint)
+    done = clean(log, found.cleanable, SETTINGS, clock.now, lambda size: None, checkpoint,
+                 map_bytes)
     if done is not None and states is not None:
         states.cleaned(TOPIC, 0, log, done.checkpoint)
     return done is not None
@@ -330,6 +337,47 @@ def test_markers_go_once_their_transaction_is_empty_and_read_committed_stays_rig
     # rebuilt from the cleaned log alone
     log.state.put(SNAPSHOT_KEY, b"{}")
     assert fetch_committed(log, ProducerStates().get(TOPIC, 0, log)) == model.visible()
+
+
+def contents(log: PartitionStore) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every record and marker left, in offset order: (offset, key, value) for a record,
+    (offset, None, b"commit" or b"abort") for a marker."""
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    for info in log.batches_from(log.log_start_offset):
+        if read_header(info.batch).is_control:
+            out.append((info.base_offset, None,
+                        b"commit" if marker_type(info.batch) == COMMIT else b"abort"))
+            continue
+        out += [(r.offset, r.key, r.value) for r in DefaultRecordBatch(bytes(info.batch))]
+    return out
+
+
+def clean_until_done(log: PartitionStore, clock: Clock, map_bytes: int) -> int:
+    """Clean while a cleaning is due; return how many cleanings ran."""
+    for rounds in range(1000):
+        clock.now += 1
+        if not run_cleaner(log, clock, map_bytes=map_bytes):
+            return rounds
+    raise AssertionError("the cleaner never ran out of work")
+
+
+def test_a_small_key_map_cleans_over_several_rounds_to_the_same_result(
+        storage: Storage, clock: Clock) -> None:
+    """``logCleanerDedupeBufferSize`` bounds one cleaning's map: with room for a few keys
+    a partition takes many cleanings, which end where one unbounded cleaning ends."""
+    storage.create_topic(f"{TOPIC}-small-map", 1, {"cleanup.policy": "compact"})
+    small = storage.partition(f"{TOPIC}-small-map", 0)
+    assert small is not None
+    log = partition(storage)
+    model = write_random(log, clock, seed=34, rounds=300)
+    assert write_random(small, clock, seed=34, rounds=300) == model
+
+    unbounded = clean_until_done(log, clock, DEFAULT_MAP_BYTES)
+    bounded = clean_until_done(small, clock, 2000)  # about 18 keys a cleaning
+    assert bounded > unbounded + 5
+    assert contents(small) == contents(log)
+    assert read_committed(small)[0] == model.visible()
+    assert Checkpoint.load(small).offset == Checkpoint.load(log).offset
 
 
 @pytest.mark.parametrize("leftover", [".cleaned", ".swap"])

@@ -18,7 +18,7 @@ from broker_core.codecs import MalformedBatch
 from broker_core.storage import PartitionStore, Storage, StorageError, wall_clock_ms
 from broker_core.topic_configs import list_items
 
-from .cleaning import Checkpoint, CompactionSettings, Stopped, clean, dirt
+from .cleaning import DEFAULT_MAP_BYTES, Checkpoint, CompactionSettings, Stopped, clean, dirt
 
 log = logging.getLogger(__name__)
 
@@ -51,17 +51,20 @@ class LogCleaner:
                  writes: Callable[[str, int], bool], io_max_bytes_per_second: int,
                  clock: Callable[[], int] = wall_clock_ms,
                  cleaned: Callable[[str, int, PartitionStore, int], None] | None = None,
-                 ) -> None:
+                 map_bytes: int = DEFAULT_MAP_BYTES) -> None:
         """``configs_of`` gives a topic's effective configs (None: not to be cleaned);
         ``writes`` whether this broker writes a partition; ``cleaned`` is told each
         checkpoint saved (``ProducerStates.cleaned``: aborted transactions below it are no
-        longer listed)."""
+        longer listed); ``map_bytes`` bounds the key map of one cleaning
+        (``logCleanerDedupeBufferSize``: a partition whose dirty keys outgrow it is cleaned
+        over several rounds)."""
         self._storage = storage
         self._configs_of = configs_of
         self._writes = writes
         self._rate = io_max_bytes_per_second
         self._clock = clock
         self._cleaned = cleaned
+        self._map_bytes = map_bytes
         self.stopping = threading.Event()
         """Set when the broker stops: the cleaning under way is left, nothing swapped."""
 
@@ -86,7 +89,8 @@ class LogCleaner:
                     continue
                 log.info("log cleaner: cleaning %s (dirty ratio %.2f, %d segment(s))",
                          store.location, found.ratio, len(found.cleanable))
-                done = clean(store, found.cleanable, settings, now, pace, checkpoint)
+                done = clean(store, found.cleanable, settings, now, pace, checkpoint,
+                             self._map_bytes)
             except Stopped:
                 break
             except (StorageError, OSError, MalformedBatch, ValueError) as exc:

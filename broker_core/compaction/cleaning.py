@@ -8,15 +8,19 @@ cleaned when its dirty share of the cleanable bytes reaches ``min.cleanable.dirt
 when its oldest dirty data waited ``max.compaction.lag.ms``, or when a delete horizon it
 stamped has passed.
 
-A cleaning reads the cleanable segments twice. The first pass maps each key to the offset
-of its latest record (records of a transaction count once its commit marker is read;
-aborted ones never), notes the aborted transactions and the last batch of each producer.
-A transaction without its marker in the range stops the cleaning before the segment it
-starts in: nothing at or beyond the last stable offset is cleaned. The second pass
-rewrites each segment (``records``) by Kafka's rules:
+A cleaning reads the cleanable segments three times. The first pass, on batch headers,
+learns how each transaction ended (its marker), each producer's last batch, and the first
+transaction without its marker in the range: the cleaning stops before the segment it
+starts in, so nothing at or beyond the last stable offset is cleaned. The second maps each
+key of the dirty part (from the checkpoint on; below it each key is there once already) to
+the offset of its latest record, records of aborted transactions left out; the map is
+bounded (``logCleanerDedupeBufferSize``, each key counted as its length plus
+``MAP_ENTRY_BYTES``): when the next batch would outgrow it, the pass stops there and what
+follows stays as it is, for the next cleaning (the checkpoint then lies inside a segment).
+The third rewrites each segment (``records``) by Kafka's rules:
 
-* a record stays if it is its key's latest (a record without a key always stays), unless
-  its transaction was aborted;
+* a record stays unless its key has a later record in the map (a record without a key
+  always stays), or its transaction was aborted;
 * a tombstone (null value) stays until the delete horizon of its batch, stamped
   ``delete.retention.ms`` ahead by the first cleaning that keeps it, has passed;
 * a batch left without records goes, unless it is its producer's last in the range: it
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import json
 import logging
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -145,19 +150,40 @@ def dirt(store: PartitionStore, settings: CompactionSettings, now: int,
 @dataclass(slots=True)
 class _Txn:
     start: int
-    keys: list[tuple[bytes, int]] = field(default_factory=list)
     retained: bool = False
 
 
 @dataclass(slots=True)
 class _Plan:
-    """What the first pass learnt."""
+    """What the first two passes learnt."""
 
     latest: dict[bytes, int] = field(default_factory=dict)
-    aborted: set[tuple[int, int]] = field(default_factory=set)
+    aborted: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    """By producer id: (first offset, marker offset) of its aborted transactions."""
     last_batch: dict[int, int] = field(default_factory=dict)
     open_from: int | None = None
     """First offset of the oldest transaction without its marker in the range."""
+    limit: int | None = None
+    """Where the key pass stopped, the map full: batches from there on stay as they are
+    (None: it read the whole range)."""
+
+    def aborted_at(self, producer_id: int, offset: int) -> bool:
+        """Whether the producer's transactional batch at ``offset`` was aborted."""
+        spans = self.aborted.get(producer_id, [])
+        at = bisect_right(spans, (offset, _MAX_OFFSET)) - 1
+        return at >= 0 and spans[at][0] <= offset < spans[at][1]
+
+
+_MAX_OFFSET = 2**63 - 1
+DEFAULT_MAP_BYTES = 128 << 20
+"""Kafka's ``log.cleaner.dedupe.buffer.size`` default: 128 MiB."""
+MAP_ENTRY_BYTES = 100
+"""What one key of the cleaner's map costs beside the key's own bytes (a Python dict
+entry, its key object and offset), as counted against ``logCleanerDedupeBufferSize``."""
+
+
+def _entry_bytes(key: bytes) -> int:
+    return MAP_ENTRY_BYTES + len(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,52 +200,69 @@ class Cleaned:
     """The checkpoint saved: below it no record of an aborted transaction is left."""
 
 
-def _batches(store: PartitionStore, segments: list[SealedSegment],
-             pace: Pace) -> Iterator[BatchInfo]:
+def _batches(store: PartitionStore, segments: list[SealedSegment], pace: Pace,
+             start: int = 0, headers: bool = False) -> Iterator[BatchInfo]:
+    """The batches of ``segments`` from ``start`` on (whole, or with ``headers`` perhaps
+    only the headers of data batches)."""
     if not segments:
         return
     end = segments[-1].next_offset
-    start = max(segments[0].first_offset, store.log_start_offset)
+    start = max(start, segments[0].first_offset, store.log_start_offset)
     if start >= end:
         return
-    for info in store.batches_from(start):
+    for info in (store.headers_from if headers else store.batches_from)(start):
         if info.base_offset >= end:
             return
         pace(len(info.batch))
         yield info
 
 
-def _plan(store: PartitionStore, segments: list[SealedSegment], pace: Pace) -> _Plan:
+def _outcomes(store: PartitionStore, segments: list[SealedSegment], pace: Pace) -> _Plan:
+    """The first pass, on batch headers: how each transaction ended, each producer's last
+    batch, the first open transaction."""
     plan = _Plan()
-    pending: dict[int, _Txn] = {}
-    for info in _batches(store, segments, pace):
+    pending: dict[int, int] = {}  # producer id -> first offset of its open transaction
+    for info in _batches(store, segments, pace, headers=True):
         header = read_header(info.batch)
         pid = header.producer_id
         if header.is_control:
-            txn = pending.pop(pid, None)
-            if txn is None:
-                continue
-            if marker_type(info.batch) == COMMIT:
-                for key, offset in txn.keys:
-                    if plan.latest.get(key, -1) < offset:
-                        plan.latest[key] = offset
-            else:
-                plan.aborted.add((pid, txn.start))
+            first = pending.pop(pid, None)
+            if first is not None and marker_type(info.batch) != COMMIT:
+                plan.aborted.setdefault(pid, []).append((first, info.base_offset))
             continue
-        _, records = rec.read_records(info.batch, header)
         if pid >= 0:
             plan.last_batch[pid] = info.base_offset
         if header.is_transactional:
-            txn = pending.setdefault(pid, _Txn(info.base_offset))
-            txn.keys += [(r.key, info.base_offset + r.offset_delta)
-                         for r in records if r.key is not None]
-        else:
-            for r in records:
-                if r.key is not None:
-                    plan.latest[r.key] = info.base_offset + r.offset_delta
+            pending.setdefault(pid, info.base_offset)
     if pending:
-        plan.open_from = min(txn.start for txn in pending.values())
+        plan.open_from = min(pending.values())
     return plan
+
+
+def _map_keys(store: PartitionStore, segments: list[SealedSegment], pace: Pace, plan: _Plan,
+              dirty_from: int, map_bytes: int) -> None:
+    """The second pass: each key's latest offset from ``dirty_from`` on (below it each key
+    is there once already), records of aborted transactions left out, until the map would
+    outgrow ``map_bytes`` (at least one batch is mapped): it then stops before that batch
+    (``_Plan.limit``)."""
+    used = 0  # estimated bytes of the map
+    mapped = False
+    for info in _batches(store, segments, pace, start=dirty_from):
+        header = read_header(info.batch)
+        if header.is_control or (header.is_transactional
+                                 and plan.aborted_at(header.producer_id, info.base_offset)):
+            continue
+        _, records = rec.read_records(info.batch, header)
+        keyed = [(r.key, info.base_offset + r.offset_delta)
+                 for r in records if r.key is not None]
+        cost = sum(_entry_bytes(key) for key, _ in keyed if key not in plan.latest)
+        if mapped and used + cost > map_bytes:
+            plan.limit = info.base_offset
+            return
+        mapped = True
+        used += cost
+        for key, offset in keyed:
+            plan.latest[key] = offset
 
 
 class _Rewriter:
@@ -237,6 +280,9 @@ class _Rewriter:
         self.horizon = horizon if self.horizon is None else min(self.horizon, horizon)
 
     def batch(self, info: BatchInfo) -> bytes | memoryview | None:
+        limit = self.plan.limit
+        if limit is not None and info.base_offset >= limit:  # beyond the map: next time
+            return info.batch
         header = read_header(info.batch)
         if header.is_control:
             return self._marker(info, header)
@@ -245,13 +291,13 @@ class _Rewriter:
         txn: _Txn | None = None
         if header.is_transactional:
             txn = self.open.setdefault(pid, _Txn(info.base_offset))
-            aborted = (pid, txn.start) in self.plan.aborted
+            aborted = self.plan.aborted_at(pid, info.base_offset)
         buf, records = rec.read_records(info.batch, header)
         horizon = rec.delete_horizon(header)
         passed = horizon is not None and self.now >= horizon
         latest = self.plan.latest
         kept = [r for r in records if not aborted and (
-            r.key is None or latest.get(r.key) == info.base_offset + r.offset_delta)
+            r.key is None or latest.get(r.key, -1) <= info.base_offset + r.offset_delta)
             and not (r.tombstone and passed)]
         if not kept and not (pid >= 0 and self.plan.last_batch.get(pid) == info.base_offset):
             return None
@@ -317,22 +363,29 @@ def _rewrite(store: PartitionStore, segment: SealedSegment, rewriter: _Rewriter,
 
 
 def clean(store: PartitionStore, cleanable: list[SealedSegment], settings: CompactionSettings,
-          now: int, pace: Pace, previous: Checkpoint) -> Cleaned | None:
-    """Clean the ``cleanable`` segments of ``store`` (see the module docstring); None when
-    an open transaction leaves nothing to clean. Raises MalformedBatch for a batch whose
-    records do not parse (the partition is then left as it is)."""
+          now: int, pace: Pace, previous: Checkpoint,
+          map_bytes: int = DEFAULT_MAP_BYTES) -> Cleaned | None:
+    """Clean the ``cleanable`` segments of ``store`` (see the module docstring), as far as
+    a map of ``map_bytes`` reaches; None when an open transaction leaves nothing to clean.
+    Raises MalformedBatch for a batch whose records do not parse (the partition is then
+    left as it is)."""
     for segment in cleanable:  # trusted at start-up: scanned before it is rewritten
         at = max(segment.first_offset, store.log_start_offset)
         if at < segment.next_offset and store.needs_verification(at):
             store.verify_at(at)
-    plan = _plan(store, cleanable, pace)
+    plan = _outcomes(store, cleanable, pace)
     if plan.open_from is not None:
         cleanable = [s for s in cleanable if s.next_offset <= plan.open_from]
+    _map_keys(store, cleanable, pace, plan, previous.offset, map_bytes)
+    if plan.limit is not None:
+        cleanable = [s for s in cleanable if s.first_offset < plan.limit]
     if not cleanable:
         return None
     rewriter = _Rewriter(plan, settings, now)
     before = after = rewritten = 0
     end = cleanable[-1].next_offset
+    if plan.limit is not None:
+        end = min(end, plan.limit)
     for segment in cleanable:
         batches = _rewrite(store, segment, rewriter, pace)
         if batches is None:
@@ -351,5 +404,6 @@ def clean(store: PartitionStore, cleanable: list[SealedSegment], settings: Compa
     return Cleaned(rewritten, before, after, end, saved.offset)
 
 
-__all__ = ["CHECKPOINT_KEY", "Checkpoint", "Cleaned", "CompactionSettings", "Dirt",
+__all__ = ["CHECKPOINT_KEY", "DEFAULT_MAP_BYTES", "Checkpoint", "Cleaned", "CompactionSettings",
+           "Dirt",
            "MalformedBatch", "Stopped", "clean", "dirt"]
