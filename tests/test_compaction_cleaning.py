@@ -43,13 +43,13 @@ from broker_core.storage import (
     open_storage,
 )
 from broker_core.storage.batch_header import last_offset_delta
-from broker_core.storage.ledger import SWAP_SUFFIX, Ledger
+from broker_core.storage.ledger import SWAP_SUFFIX, SWAPPED_SUFFIX, Ledger, ledger_file_name
 from tests.postgres_server import shared_server
 
 TOPIC = "public/default/compacted"
 SEGMENT_MS = 10_000
 SETTINGS = CompactionSettings(min_dirty_ratio=0.0, min_lag_ms=0, max_lag_ms=2**62,
-                              delete_retention_ms=0)
+                              delete_retention_ms=0, segment_bytes=2048)
 
 
 class Clock:
@@ -230,6 +230,7 @@ def test_cleaning_keeps_the_latest_value_of_each_key_at_its_offset(
     before, read_before = read_committed(log)
     assert before == model.latest
     size_before = log.size_bytes
+    segments_before = len(log.sealed_segments())
 
     clock.now += 1
     assert run_cleaner(log, clock)
@@ -241,6 +242,7 @@ def test_cleaning_keeps_the_latest_value_of_each_key_at_its_offset(
     assert after == model.visible()
     assert read_after == len(model.visible())  # exactly one record per live key
     assert read_after < read_before and log.size_bytes < size_before
+    assert len(log.sealed_segments()) < segments_before / 2  # small cleaned ones merged
 
     state = PartitionProducers()
     for info in log.batches_from(log.log_start_offset):
@@ -339,6 +341,24 @@ def test_markers_go_once_their_transaction_is_empty_and_read_committed_stays_rig
     assert fetch_committed(log, ProducerStates().get(TOPIC, 0, log)) == model.visible()
 
 
+def test_a_reader_follows_segments_merged_under_it(storage: Storage, clock: Clock) -> None:
+    """An iteration under way when the cleaner merges the segments it reads goes on at the
+    next offset in the merged segment, to the end of the log."""
+    log = partition(storage)
+    write_random(log, clock, seed=5, rounds=300)
+    clock.now += 1
+    assert run_cleaner(log, clock)  # small cleaned segments, for the next one to merge
+    reader = log.batches_from(log.sealed_segments()[1].first_offset)  # merged into the 1st
+    offsets = [next(reader).last_offset]
+    segments = len(log.sealed_segments())
+    clock.now += 1
+    assert run_cleaner(log, clock)
+    assert len(log.sealed_segments()) < segments
+    offsets += [info.last_offset for info in reader]
+    assert offsets == sorted(set(offsets))
+    assert offsets[-1] == log.next_offset - 1
+
+
 def contents(log: PartitionStore) -> list[tuple[int, bytes | None, bytes | None]]:
     """Every record and marker left, in offset order: (offset, key, value) for a record,
     (offset, None, b"commit" or b"abort") for a marker."""
@@ -380,48 +400,67 @@ def test_a_small_key_map_cleans_over_several_rounds_to_the_same_result(
     assert Checkpoint.load(small).offset == Checkpoint.load(log).offset
 
 
-@pytest.mark.parametrize("leftover", [".cleaned", ".swap"])
+@pytest.mark.parametrize("merged", [False, True], ids=["one", "merged"])
+@pytest.mark.parametrize("leftover", [".cleaned", ".swap", ".swapped"])
 def test_a_swap_cut_short_by_a_crash_loses_and_duplicates_nothing(
-        tmp_path: Path, clock: Clock, leftover: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, clock: Clock, leftover: str, merged: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The process dies after writing a cleaned ledger (``.cleaned``: not yet committed,
     removed at the next start) or after committing it (``.swap``: the next start swaps it
-    in, its facts taken from the file), before the metadata was written."""
+    in, its facts taken from the file), before the metadata was written; or the next
+    start itself dies while completing that swap (``.swapped``: the cleaned ledger is in
+    place, the metadata still the old one). ``merged``: the cleaning that dies merges
+    several small cleaned ledgers into one; the next start removes the ones it covers."""
     storage = open_engine("file", tmp_path, clock)
     storage.create_topic(TOPIC, 1, {"cleanup.policy": "compact"})
     log = partition(storage)
     assert isinstance(log, PartitionLog)
     model = write_random(log, clock, seed=3, rounds=200)
+    if merged:  # a first cleaning leaves small ledgers, which the next one merges
+        clock.now += 1
+        assert run_cleaner(log, clock)
     log.flush()
     directory = log.directory
     left: list[Path] = []
+    groups: list[int] = []
 
-    def dies_midway(segment: SealedSegment, batches: Sequence[BatchInfo]) -> bool:
-        facts = next(ledger.facts for ledger in log._ledgers if ledger.ledger_id == segment.ident)
-        temp, _ = Ledger.write_cleaned(directory, facts.copy(), batches, 4096)
+    def dies_midway(segments: Sequence[SealedSegment], batches: Sequence[BatchInfo]) -> bool:
+        facts = next(ledger.facts for ledger in log._ledgers
+                     if ledger.ledger_id == segments[0].ident).copy()
+        facts.next_offset = segments[-1].next_offset
+        temp, _ = Ledger.write_cleaned(directory, facts, batches, 4096)
         if leftover == ".swap":
             temp = temp.replace(temp.with_suffix(SWAP_SUFFIX))
+        elif leftover == ".swapped":  # as the next start leaves it if it dies midway
+            (directory / (ledger_file_name(facts.ledger_id) + SWAPPED_SUFFIX)).touch()
+            temp = temp.replace(directory / ledger_file_name(facts.ledger_id))
         left.append(temp)
+        groups.append(len(segments))
         raise Died
 
-    monkeypatch.setattr(log, "replace_segment", dies_midway)
+    monkeypatch.setattr(log, "replace_segments", dies_midway)
     clock.now += 1
     with pytest.raises(Died):
         run_cleaner(log, clock)
     assert left and left[0].exists()
+    assert (groups[0] > 1) == merged
     # nothing is closed: the next start opens what the disk holds
     again = PartitionLog(directory, LogConfig(segment_bytes=2048, segment_ms=SEGMENT_MS),
                          clock=clock)
     try:
-        assert not any(p.name.endswith((".cleaned", ".swap")) for p in directory.iterdir())
+        assert not any(p.name.endswith((".cleaned", ".swap", ".swapped", ".dropped"))
+                       for p in directory.iterdir())
         seen, _ = read_committed(again)
-        assert seen == model.latest
+        assert {k: v for k, v in seen.items() if v[1] is not None} == model.visible()
+        assert all(model.latest[key] == value for key, value in seen.items())
         for segment in again.sealed_segments():
             again.verify_at(max(segment.first_offset, again.log_start_offset))
         assert not again.damaged_ranges()
-        if leftover == ".swap":  # the cleaned ledger is in: smaller than the original
-            assert again.size_bytes < log.size_bytes
-        else:
+        if leftover == ".cleaned":
             assert again.size_bytes == log.size_bytes
+        else:  # the cleaned ledger is in
+            assert again.size_bytes < log.size_bytes
+            assert len(again.sealed_segments()) == len(log.sealed_segments()) - groups[0] + 1
     finally:
         again.close()
 

@@ -39,7 +39,9 @@ that covers it is saved before it can go, and a producer snapshot taken before t
 cleaning cannot bring back an aborted transaction whose marker is gone.
 
 Kept records keep their offsets; removed ranges are covered by empty filler batches, so
-a consumer positioned there moves on to the next kept offset. A segment whose batches all
+a consumer positioned there moves on to the next kept offset. Adjacent segments whose
+sizes add up to at most ``segment.bytes`` are written as one (Kafka's grouping, so a
+cleaned partition does not keep ever smaller segments); a lone segment whose batches all
 stay as they were is not written.
 """
 
@@ -81,13 +83,16 @@ class CompactionSettings:
     min_lag_ms: int
     max_lag_ms: int
     delete_retention_ms: int
+    segment_bytes: int
+    """Adjacent segments whose sizes add up to no more are merged into one."""
 
     @classmethod
     def of(cls, configs: Mapping[str, str]) -> CompactionSettings:
         return cls(float(configs["min.cleanable.dirty.ratio"]),
                    int(configs["min.compaction.lag.ms"]),
                    int(configs["max.compaction.lag.ms"]),
-                   int(configs["delete.retention.ms"]))
+                   int(configs["delete.retention.ms"]),
+                   int(configs["segment.bytes"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,12 +330,33 @@ class _Rewriter:
         return info.batch
 
 
-def _rewrite(store: PartitionStore, segment: SealedSegment, rewriter: _Rewriter,
+def _groups(segments: list[SealedSegment], max_bytes: int) -> list[list[SealedSegment]]:
+    """``segments`` in runs of adjacent ones to be written as one, as Kafka groups them:
+    their sizes add up to at most ``max_bytes`` (``segment.bytes``) and their offsets span
+    at most 2**31 - 1 (a batch's offset deltas must reach)."""
+    groups: list[list[SealedSegment]] = []
+    for segment in segments:
+        group = groups[-1] if groups else None
+        if group is not None and group[-1].next_offset == segment.first_offset \
+                and sum(s.size_bytes for s in group) + segment.size_bytes <= max_bytes \
+                and segment.next_offset - group[0].first_offset <= _MAX_SPAN:
+            group.append(segment)
+        else:
+            groups.append([segment])
+    return groups
+
+
+_MAX_SPAN = 2**31 - 1
+
+
+def _rewrite(store: PartitionStore, group: list[SealedSegment], rewriter: _Rewriter,
              pace: Pace) -> list[BatchInfo] | None:
-    """The segment's batches as they stay, fillers over what goes; None if unchanged."""
+    """The batches of a run of segments as they stay, fillers over what goes; None if
+    unchanged (one segment whose batches all stay as they are)."""
     out: list[BatchInfo] = []
-    changed = False
-    expected = segment.first_offset
+    changed = len(group) > 1
+    segment = group[-1]
+    expected = group[0].first_offset
     gap_stamp = -1  # the newest broker timestamp of the batches a filler replaces
 
     def fill(upto: int, stamp: int) -> None:
@@ -340,7 +366,7 @@ def _rewrite(store: PartitionStore, segment: SealedSegment, rewriter: _Rewriter,
             out.append(BatchInfo(expected, last, -1, stamp, batch))
             expected = last + 1
 
-    for info in _batches(store, [segment], pace):
+    for info in _batches(store, group, pace):
         kept = rewriter.batch(info)
         if kept is None:
             changed = True
@@ -386,15 +412,15 @@ def clean(store: PartitionStore, cleanable: list[SealedSegment], settings: Compa
     end = cleanable[-1].next_offset
     if plan.limit is not None:
         end = min(end, plan.limit)
-    for segment in cleanable:
-        batches = _rewrite(store, segment, rewriter, pace)
+    for group in _groups(cleanable, settings.segment_bytes):
+        batches = _rewrite(store, group, rewriter, pace)
         if batches is None:
             continue
-        if not store.replace_segment(segment, batches):  # changed meanwhile: next time
-            end = segment.first_offset
+        if not store.replace_segments(group, batches):  # changed meanwhile: next time
+            end = group[0].first_offset
             break
-        rewritten += 1
-        before += segment.size_bytes
+        rewritten += len(group)
+        before += sum(segment.size_bytes for segment in group)
         after += sum(len(info.batch) for info in batches)
     horizon = rewriter.horizon
     if previous.offset > end and previous.horizon is not None:  # beyond: still pending
@@ -405,5 +431,4 @@ def clean(store: PartitionStore, cleanable: list[SealedSegment], settings: Compa
 
 
 __all__ = ["CHECKPOINT_KEY", "DEFAULT_MAP_BYTES", "Checkpoint", "Cleaned", "CompactionSettings",
-           "Dirt",
-           "MalformedBatch", "Stopped", "clean", "dirt"]
+           "Dirt", "MalformedBatch", "Stopped", "clean", "dirt"]
