@@ -28,6 +28,7 @@ from broker_core.compaction.cleaning import (
     CompactionSettings,
     clean,
     dirt,
+    first_batch_timestamp,
 )
 from broker_core.markers import ABORT, COMMIT, marker_batch, marker_type
 from broker_core.partition_producers import PartitionProducers
@@ -357,6 +358,38 @@ def test_a_reader_follows_segments_merged_under_it(storage: Storage, clock: Cloc
     offsets += [info.last_offset for info in reader]
     assert offsets == sorted(set(offsets))
     assert offsets[-1] == log.next_offset - 1
+
+
+def written_at(storage: Storage, clock: Clock, name: str, skew_ms: int,
+               ) -> tuple[PartitionStore, int]:
+    """A compacted partition of a few sealed segments whose records carry the broker's
+    time plus ``skew_ms`` (a producer's clock, CreateTime), and its first timestamp."""
+    storage.create_topic(name, 1, {"cleanup.policy": "compact"})
+    log = storage.partition(name, 0)
+    assert log is not None
+    first = clock.now + skew_ms
+    while len(log.sealed_segments()) < 3:
+        append(log, batch([(b"k", b"v" * 200)], clock.now + skew_ms), clock)
+    return log, first
+
+
+@pytest.mark.parametrize("skew_ms", [-60_000, 0, 60_000])
+def test_compaction_lags_are_judged_by_the_records_timestamps(
+        storage: Storage, clock: Clock, skew_ms: int) -> None:
+    """As Kafka: a dirty segment is cleanable once its largest record timestamp is
+    ``min.compaction.lag.ms`` old; a partition is due once the first batch of its oldest
+    dirty segment is more than ``max.compaction.lag.ms`` old, and its compaction delay is
+    how far beyond."""
+    log, first = written_at(storage, clock, f"{TOPIC}-lag", skew_ms)
+    lag = CompactionSettings(min_dirty_ratio=1.0, min_lag_ms=30_000, max_lag_ms=30_000,
+                             delete_retention_ms=0, segment_bytes=2048)
+    found = dirt(log, lag, clock.now, Checkpoint())
+    assert first_batch_timestamp(log, log.sealed_segments()[0]) == first
+    if skew_ms < 0:  # old records: cleanable at once, and late by 30 s
+        assert found.cleanable == log.sealed_segments()
+        assert found.due and found.delay_ms == clock.now - 30_000 - first > 0
+    else:  # new ones, or from a clock ahead: not yet
+        assert found.cleanable == [] and not found.due and found.delay_ms == 0
 
 
 def contents(log: PartitionStore) -> list[tuple[int, bytes | None, bytes | None]]:

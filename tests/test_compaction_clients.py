@@ -19,6 +19,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.broker_process import BrokerProcess
 from tests.clients import CONSUMERS, Got
 from tests.conftest import check_engine_left, engine_settings
+from tests.ports import free_port
+from tests.test_metrics import sample, scrape
+from tests.txn_helpers import wait_until
 
 pytestmark = pytest.mark.storage_engines
 
@@ -31,10 +34,16 @@ COMPACTED = {"cleanup.policy": "compact", "segment.bytes": "4096",
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory,
-           storage_engine: str) -> Iterator[BrokerProcess]:
+def metrics_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory, storage_engine: str,
+           metrics_port: int) -> Iterator[BrokerProcess]:
     data = tmp_path_factory.mktemp("broker-data") / "data"
-    process = BrokerProcess(data, {**engine_settings(storage_engine), **CLEANER}).start()
+    process = BrokerProcess(data, {**engine_settings(storage_engine), **CLEANER,
+                                   "metricsPort": str(metrics_port)}).start()
     yield process
     process.stop()
     check_engine_left(data, storage_engine)
@@ -104,6 +113,25 @@ def test_clients_read_a_cleaned_topic_and_the_idempotent_producer_goes_on(
     producer.flush(30)
     wait_cleaned(broker, topic_name, mark)
     check_read(read_all(CONSUMERS["confluent"], broker, topic_name), written)
+
+
+def test_the_cleaner_metrics_move(broker: BrokerProcess, metrics_port: int,
+                                  topic_name: str) -> None:
+    """Issue 18's metrics: cleanings, bytes reclaimed, each partition's dirty ratio, the
+    largest compaction delay."""
+    create(broker.bootstrap, topic_name, COMPACTED)
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "linger.ms": 5})
+    produce(producer, topic_name, range(30), 8, {})
+    wait_cleaned(broker, topic_name)
+    ratio = rf'kop_log_cleaner_dirty_ratio\{{topic="[^"]*{topic_name}",partition="0"\}}'
+    wait_until(lambda: any(re.fullmatch(ratio, name) for name in scrape(metrics_port)), 30,
+               "the dirty ratio of the partition", 0.2)
+    samples = scrape(metrics_port)
+    assert sample(samples, "kop_log_cleaner_runs_total") >= 1
+    assert sample(samples, "kop_log_cleaner_bytes_reclaimed_total") > 0
+    assert 0 <= sample(samples, ratio) <= 1
+    assert sample(samples, "kop_log_cleaner_max_compaction_delay_seconds") == 0  # no lag set
 
 
 def test_a_broker_killed_while_cleaning_loses_and_duplicates_nothing(

@@ -15,10 +15,24 @@ from collections.abc import Callable, Mapping
 
 from broker_core import metrics
 from broker_core.codecs import MalformedBatch
-from broker_core.storage import PartitionStore, Storage, StorageError, wall_clock_ms
+from broker_core.storage import (
+    PartitionStore,
+    SealedSegment,
+    Storage,
+    StorageError,
+    wall_clock_ms,
+)
 from broker_core.topic_configs import list_items
 
-from .cleaning import DEFAULT_MAP_BYTES, Checkpoint, CompactionSettings, Stopped, clean, dirt
+from .cleaning import (
+    DEFAULT_MAP_BYTES,
+    Checkpoint,
+    CompactionSettings,
+    Stopped,
+    clean,
+    dirt,
+    first_batch_timestamp,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +79,9 @@ class LogCleaner:
         self._clock = clock
         self._cleaned = cleaned
         self._map_bytes = map_bytes
+        self._firsts: dict[tuple[str, int, int, int], int] = {}
+        """The first batch's timestamp of each dirty segment seen in the last round (read
+        once per segment, not every round)."""
         self.stopping = threading.Event()
         """Set when the broker stops: the cleaning under way is left, nothing swapped."""
 
@@ -73,6 +90,15 @@ class LogCleaner:
         pace = Pacer(self._rate, self.stopping)
         cleaned = 0
         delay = 0
+        firsts: dict[tuple[str, int, int, int], int] = {}
+
+        def first_timestamp(store: PartitionStore, segment: SealedSegment) -> int:
+            key = (store.location, segment.ident,
+                   max(segment.first_offset, store.log_start_offset), segment.size_bytes)
+            stamp = self._firsts.get(key)
+            firsts[key] = stamp if stamp is not None else first_batch_timestamp(store, segment)
+            return firsts[key]
+
         for name, index, store in list(self._storage.all_partitions()):
             configs = self._configs_of(name)
             if configs is None or "compact" not in list_items(configs["cleanup.policy"]) \
@@ -82,7 +108,7 @@ class LogCleaner:
             try:
                 now = self._clock()
                 checkpoint = Checkpoint.load(store)
-                found = dirt(store, settings, now, checkpoint)
+                found = dirt(store, settings, now, checkpoint, first_timestamp)
                 metrics.CLEANER_DIRTY_RATIO.labels(name, str(index)).set(found.ratio)
                 delay = max(delay, found.delay_ms)
                 if not found.due:
@@ -107,4 +133,5 @@ class LogCleaner:
             log.info("log cleaner: cleaned %s below offset %d: %d segment(s) rewritten, "
                      "%d bytes reclaimed", store.location, done.end, done.segments, reclaimed)
         metrics.CLEANER_MAX_DELAY.set(delay / 1000)
+        self._firsts = firsts
         return cleaned

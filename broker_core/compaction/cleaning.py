@@ -1,12 +1,13 @@
 """Cleaning one partition of a compacted topic: which of its sealed segments may be
 cleaned, how dirty it is, and the rewrite that keeps the latest record of each key.
 
-*Cleanable* are the sealed segments, from the log start on, whose newest batch is at least
-``min.compaction.lag.ms`` old; the *dirty* ones are those from the cleaner's checkpoint
-(the end of the last cleaning, kept in the partition's key-value area) on. A partition is
-cleaned when its dirty share of the cleanable bytes reaches ``min.cleanable.dirty.ratio``,
-when its oldest dirty data waited ``max.compaction.lag.ms``, or when a delete horizon it
-stamped has passed.
+The *dirty* segments are the sealed ones from the cleaner's checkpoint (the end of the
+last cleaning, kept in the partition's key-value area) on; *cleanable* are the sealed
+segments up to the first dirty one whose records are younger than
+``min.compaction.lag.ms``. A partition is cleaned when its dirty share of the cleanable
+bytes is above ``min.cleanable.dirty.ratio``, when its oldest dirty data is older than
+``max.compaction.lag.ms``, or when a delete horizon it stamped has passed (see
+:func:`dirt`: Kafka's rules, on the records' timestamps).
 
 A cleaning reads the cleanable segments three times. The first pass, on batch headers,
 learns how each transaction ended (its marker), each producer's last batch, and the first
@@ -127,28 +128,53 @@ class Dirt:
     ratio: float
     """Dirty bytes over cleanable bytes (0 when nothing is cleanable)."""
     delay_ms: int
-    """How long its oldest dirty data has waited (0 when none)."""
+    """How far its oldest dirty data is past ``max.compaction.lag.ms`` (0 when it is not:
+    Kafka's compaction delay)."""
     due: bool
 
 
+FirstTimestamp = Callable[[PartitionStore, SealedSegment], int]
+"""The max timestamp of a segment's first batch (-1 if it has none)."""
+
+
+def first_batch_timestamp(store: PartitionStore, segment: SealedSegment) -> int:
+    """The max timestamp of the first batch of ``segment`` still in the log (-1 if none)."""
+    for info in store.headers_from(max(segment.first_offset, store.log_start_offset)):
+        return info.max_timestamp if info.base_offset < segment.next_offset else -1
+    return -1
+
+
 def dirt(store: PartitionStore, settings: CompactionSettings, now: int,
-         checkpoint: Checkpoint) -> Dirt:
-    """How dirty ``store`` is, and whether it is due for a cleaning."""
+         checkpoint: Checkpoint, first_timestamp: FirstTimestamp = first_batch_timestamp,
+         ) -> Dirt:
+    """How dirty ``store`` is, and whether it is due for a cleaning, as Kafka judges it by
+    the records' timestamps (the batches' max timestamps: CreateTime or LogAppendTime):
+
+    * the dirty segments from the first whose largest timestamp is less than
+      ``min.compaction.lag.ms`` old are not cleanable (nor any after it);
+    * the partition is due when its dirty share of the cleanable bytes is above
+      ``min.cleanable.dirty.ratio``, or when the earliest first-batch timestamp of its dirty
+      segments is more than ``max.compaction.lag.ms`` old (and something is cleanable), or
+      when a delete horizon the last cleaning left has passed.
+    """
+    sealed = store.sealed_segments()
+    dirty_all = [s for s in sealed if s.next_offset > checkpoint.offset]
     cleanable: list[SealedSegment] = []
-    for segment in store.sealed_segments():
-        if now - segment.max_broker_timestamp < settings.min_lag_ms:
+    for segment in sealed:
+        if settings.min_lag_ms > 0 and segment.next_offset > checkpoint.offset \
+                and segment.max_timestamp > now - settings.min_lag_ms:
             break
         cleanable.append(segment)
     total = sum(segment.size_bytes for segment in cleanable)
     dirty = [s for s in cleanable if s.next_offset > checkpoint.offset]
     dirty_bytes = sum(segment.size_bytes for segment in dirty)
     ratio = dirty_bytes / total if total else 0.0
-    oldest = dirty[0].min_broker_timestamp if dirty else -1
-    delay = max(now - oldest, 0) if oldest >= 0 else 0
+    firsts = [stamp for stamp in (first_timestamp(store, s) for s in dirty_all) if stamp > 0]
+    clean_until = now - max(settings.max_lag_ms, 0)
+    delay = max(clean_until - min(firsts), 0) if firsts else 0
     horizon_passed = checkpoint.horizon is not None and now >= checkpoint.horizon
     due = bool(cleanable) and (
-        (bool(dirty) and (ratio >= settings.min_dirty_ratio or delay >= settings.max_lag_ms))
-        or horizon_passed)
+        (bool(dirty) and (ratio > settings.min_dirty_ratio or delay > 0)) or horizon_passed)
     return Dirt(cleanable, ratio, delay, due)
 
 
@@ -431,4 +457,5 @@ def clean(store: PartitionStore, cleanable: list[SealedSegment], settings: Compa
 
 
 __all__ = ["CHECKPOINT_KEY", "DEFAULT_MAP_BYTES", "Checkpoint", "Cleaned", "CompactionSettings",
-           "Dirt", "MalformedBatch", "Stopped", "clean", "dirt"]
+           "Dirt", "FirstTimestamp", "MalformedBatch", "Stopped", "clean", "dirt",
+           "first_batch_timestamp"]

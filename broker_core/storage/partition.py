@@ -467,7 +467,8 @@ class PartitionLog:
             return [SealedSegment(ledger.ledger_id, ledger.facts.first_offset,
                                   ledger.facts.next_offset, ledger.facts.size,
                                   ledger.facts.min_broker_timestamp,
-                                  ledger.facts.max_broker_timestamp)
+                                  ledger.facts.max_broker_timestamp,
+                                  ledger.facts.max_timestamp)
                     for ledger in self._ledgers[:-1]
                     if ledger.facts.next_offset > self._log_start]
 

@@ -505,7 +505,8 @@ class PgPartition(FilelessPartition):
         with self._db.autocommit() as conn:
             rows = conn.execute(
                 "SELECT segment_base, min(base_offset), max(last_offset) + 1, sum(size),"
-                " min(broker_ts), max(broker_ts) FROM edge_entries WHERE partition_id = %s"
+                " min(broker_ts), max(broker_ts), max(max_ts) FROM edge_entries"
+                " WHERE partition_id = %s"
                 " AND segment_base < %s AND last_offset >= %s GROUP BY segment_base"
                 " ORDER BY segment_base", (self._id, active, start)).fetchall()
         return [SealedSegment(*(int(str(value)) for value in row)) for row in rows]

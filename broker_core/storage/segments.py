@@ -32,6 +32,10 @@ class SealedSegment:
     """When the broker appended its oldest batch (ms; -1 if unknown)."""
     max_broker_timestamp: int
     """When the broker appended its newest batch (ms)."""
+    max_timestamp: int
+    """The largest batch max timestamp in it (the records' time: CreateTime or
+    LogAppendTime as the topic says; -1 if none), what ``min.compaction.lag.ms`` is
+    judged by, as Kafka judges it by a segment's largest timestamp."""
 
 
 def check_cover(segments: Sequence[SealedSegment], batches: Sequence[BatchInfo]) -> None:
