@@ -124,7 +124,7 @@ def test_the_cleaner_metrics_move(broker: BrokerProcess, metrics_port: int,
                                          "linger.ms": 5})
     produce(producer, topic_name, range(30), 8, {})
     wait_cleaned(broker, topic_name)
-    ratio = rf'kop_log_cleaner_dirty_ratio\{{topic="[^"]*{topic_name}",partition="0"\}}'
+    ratio = rf'kop_log_cleaner_dirty_ratio\{{partition="0",topic="[^"]*{topic_name}"\}}'
     wait_until(lambda: any(re.fullmatch(ratio, name) for name in scrape(metrics_port)), 30,
                "the dirty ratio of the partition", 0.2)
     samples = scrape(metrics_port)
