@@ -157,7 +157,9 @@ class Engine:
         self.groups.acquire = self.transactions.acquire = self.cluster.acquire
         self.leadership.coordinators = {OFFSETS_TOPIC: self.groups, TXN_TOPIC: self.transactions}
         self.cleaner = LogCleaner(logs, self._cleaned_configs, self._writes,
-                                  config.log_cleaner_io_max_bytes_per_second)
+                                  config.log_cleaner_io_max_bytes_per_second,
+                                  cleaned=self.producers.cleaned,
+                                  map_bytes=config.log_cleaner_dedupe_buffer_size)
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cleaner")
 
     def start(self) -> None:

@@ -33,6 +33,7 @@ class EngineConfig:
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000
     log_cleaner_io_max_bytes_per_second: int = 50 << 20
+    log_cleaner_dedupe_buffer_size: int = 128 << 20
     producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS
     producer_id_expiration_check_interval_ms: int = 600_000
     topic_defaults: Mapping[str, str] = field(default_factory=dict)

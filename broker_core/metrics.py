@@ -47,4 +47,5 @@ CLEANER_DIRTY_RATIO = Gauge(
     ["topic", "partition"])
 CLEANER_MAX_DELAY = Gauge(
     "kop_log_cleaner_max_compaction_delay_seconds",
-    "How long the oldest not yet cleaned data of any compacted partition has waited.")
+    "How far the oldest not yet cleaned data of any compacted partition is past its "
+    "max.compaction.lag.ms (Kafka's max-compaction-delay-secs; 0: none is).")

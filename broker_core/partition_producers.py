@@ -68,6 +68,10 @@ class PartitionProducers:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         self.aborted: list[tuple[int, int, int]] = []  # (producer id, first offset, marker)
+        self.cleaned_below = 0
+        """The log cleaner's checkpoint: no record of an aborted transaction is left below
+        it, so aborted transactions whose marker lies below are not listed (their marker
+        may be gone). The cleaner's thread raises it (one int, assigned whole)."""
 
     # -- produce -------------------------------------------------------------------------
 
@@ -149,7 +153,9 @@ class PartitionProducers:
         return min(firsts, default=high_watermark)
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
-        """(producer id, first offset) of aborted transactions overlapping [start, end)."""
+        """(producer id, first offset) of aborted transactions overlapping [start, end),
+        but not those the log cleaner emptied (marker below ``cleaned_below``)."""
+        start = max(start, self.cleaned_below)
         return [(pid, first) for pid, first, marker in self.aborted
                 if marker >= start and first < end]
 
@@ -186,8 +192,9 @@ class PartitionProducers:
                 "aborted": [a for a in self.aborted if a[2] < offset]}
 
     def forget_aborted_before(self, offset: int) -> None:
-        """Drop aborted transactions whose marker is below ``offset`` (the log start): no
-        fetch can reach them any more."""
+        """Drop aborted transactions whose marker is below ``offset`` (the log start) or
+        below ``cleaned_below``: no fetch lists them any more."""
+        offset = max(offset, self.cleaned_below)
         if self.aborted and self.aborted[0][2] < offset:
             self.aborted = [entry for entry in self.aborted if entry[2] >= offset]
 

@@ -19,6 +19,12 @@ Producers idle past the expiration are dropped from every loaded partition by
 :meth:`ProducerStates.expire` (run by the engine every
 ``producerIdExpirationCheckIntervalMs``), and from a partition's state as it is loaded;
 a partition that lost some gets a fresh snapshot at the next checkpoint.
+
+The log cleaner removes the records of aborted transactions and, later, their markers:
+each state's ``cleaned_below`` (below it no aborted record is left, and no aborted
+transaction is listed) is read from the cleaner's checkpoint when the state is loaded, and
+raised by :meth:`ProducerStates.cleaned` from the cleaner's thread after each cleaning,
+under a lock that a load also takes, so no interleaving leaves a loaded state behind.
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from broker_core.compaction.cleaning import Checkpoint
 from broker_core.partition_producers import PartitionProducers, Snapshot
 from broker_core.storage import PartitionStore, StorageError
 from broker_core.storage_faults import WriteFaults, WriteKind
@@ -84,6 +92,9 @@ class ProducerStates:
         self.expiration_ms = expiration_ms
         self.faults = faults if faults is not None else WriteFaults()
         self._states: dict[tuple[str, int], _Loaded] = {}
+        self._cleaned: dict[tuple[str, int], tuple[PartitionStore, int]] = {}
+        """The latest checkpoint the log cleaner reported for a partition (its store)."""
+        self._cleaned_lock = threading.Lock()
 
     def get(self, topic: str, index: int, partition: PartitionStore) -> PartitionProducers:
         """The state of a partition, loading it from snapshot and log when needed."""
@@ -92,8 +103,21 @@ class ProducerStates:
             return known.state
         loaded = _load(partition)
         loaded.expired = loaded.state.expire(_now_ms(), self.expiration_ms) > 0
-        self._states[(topic, index)] = loaded
+        with self._cleaned_lock:
+            reported = self._cleaned.get((topic, index))
+            if reported is not None and reported[0] is partition:
+                loaded.state.cleaned_below = max(loaded.state.cleaned_below, reported[1])
+            self._states[(topic, index)] = loaded
         return loaded.state
+
+    def cleaned(self, topic: str, index: int, partition: PartitionStore, offset: int) -> None:
+        """The log cleaner saved its checkpoint ``offset`` for a partition (called from the
+        cleaner's thread): aborted transactions below it are listed no more."""
+        with self._cleaned_lock:
+            self._cleaned[(topic, index)] = (partition, offset)
+            loaded = self._states.get((topic, index))
+            if loaded is not None and loaded.partition is partition:
+                loaded.state.cleaned_below = max(loaded.state.cleaned_below, offset)
 
     def expire(self) -> int:
         """Forget the producers of every loaded partition that have been idle for the
@@ -125,6 +149,9 @@ class ProducerStates:
         """Drop the states of a deleted topic."""
         for key in [k for k in self._states if k[0] == topic]:
             del self._states[key]
+        with self._cleaned_lock:
+            for key in [k for k in self._cleaned if k[0] == topic]:
+                del self._cleaned[key]
 
     async def checkpoint(self, flush: Flush) -> int:
         """Snapshot every loaded partition that is due (see the module docstring); return
@@ -218,6 +245,7 @@ def _read(partition: PartitionStore) -> tuple[PartitionProducers, int] | None:
 def _load(partition: PartitionStore) -> _Loaded:
     snapshot = _read(partition)
     state, saved = snapshot if snapshot is not None else (PartitionProducers(), None)
+    state.cleaned_below = Checkpoint.load(partition).offset
     offset = saved if saved is not None else partition.log_start_offset
     replayed = earlier = 0  # batches replayed; of them, written before this start
     if offset < partition.next_offset:

@@ -120,6 +120,7 @@ def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineCon
         log_cleaner_enable=config.log_cleaner_enable,
         log_cleaner_backoff_ms=config.log_cleaner_backoff_ms,
         log_cleaner_io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+        log_cleaner_dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
         producer_id_expiration_ms=config.producer_id_expiration_ms,
         producer_id_expiration_check_interval_ms=(
             config.producer_id_expiration_check_interval_ms),

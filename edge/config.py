@@ -170,6 +170,12 @@ class BrokerConfig(BaseModel):
         "logCleanerIoMaxBytesPerSecond",
         "most bytes the log cleaner reads and writes per second, together (Kafka's "
         "`log.cleaner.io.max.bytes.per.second`); 0 = no limit", ge=0)] = 52428800
+    log_cleaner_dedupe_buffer_size: Annotated[int, key(
+        "logCleanerDedupeBufferSize",
+        "most memory the log cleaner's map of keys takes in one cleaning, in bytes (Kafka's "
+        "`log.cleaner.dedupe.buffer.size`; each key counts its length plus 100 bytes); a "
+        "partition whose dirty part has more keys is cleaned over several rounds (at least "
+        "one batch per round)", ge=1)] = 134217728
     max_queued_requests: Annotated[int, key(
         "maxQueuedRequests",
         "requests read ahead per connection", ge=1)] = 500

@@ -22,9 +22,17 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from broker_core.batches import read_header
-from broker_core.compaction.cleaning import Checkpoint, CompactionSettings, clean, dirt
-from broker_core.markers import COMMIT, marker_batch, marker_type
+from broker_core.compaction.cleaning import (
+    DEFAULT_MAP_BYTES,
+    Checkpoint,
+    CompactionSettings,
+    clean,
+    dirt,
+    first_batch_timestamp,
+)
+from broker_core.markers import ABORT, COMMIT, marker_batch, marker_type
 from broker_core.partition_producers import PartitionProducers
+from broker_core.producer_states import SNAPSHOT_KEY, ProducerStates
 from broker_core.storage import (
     ENGINES,
     BatchInfo,
@@ -36,13 +44,13 @@ from broker_core.storage import (
     open_storage,
 )
 from broker_core.storage.batch_header import last_offset_delta
-from broker_core.storage.ledger import SWAP_SUFFIX, Ledger
+from broker_core.storage.ledger import SWAP_SUFFIX, SWAPPED_SUFFIX, Ledger, ledger_file_name
 from tests.postgres_server import shared_server
 
 TOPIC = "public/default/compacted"
 SEGMENT_MS = 10_000
 SETTINGS = CompactionSettings(min_dirty_ratio=0.0, min_lag_ms=0, max_lag_ms=2**62,
-                              delete_retention_ms=0)
+                              delete_retention_ms=0, segment_bytes=2048)
 
 
 class Clock:
@@ -170,13 +178,19 @@ def write_random(log: PartitionStore, clock: Clock, seed: int, rounds: int = 400
     return model
 
 
-def run_cleaner(log: PartitionStore, clock: Clock) -> bool:
+def run_cleaner(log: PartitionStore, clock: Clock, states: ProducerStates | None = None,
+                map_bytes: int = DEFAULT_MAP_BYTES) -> bool:
+    """One cleaning if due; ``states`` is told the checkpoint, as the broker's cleaner
+    tells it."""
     checkpoint = Checkpoint.load(log)
     found = dirt(log, SETTINGS, clock.now, checkpoint)
     if not found.due:
         return False
-    return clean(log, found.cleanable, SETTINGS, clock.now, lambda size: None,
-                 checkpoint) is not None
+    done = clean(log, found.cleanable, SETTINGS, clock.now, lambda size: None, checkpoint,
+                 map_bytes)
+    if done is not None and states is not None:
+        states.cleaned(TOPIC, 0, log, done.checkpoint)
+    return done is not None
 
 
 def read_committed(log: PartitionStore) -> tuple[dict[bytes, tuple[int, bytes | None]], int]:
@@ -217,6 +231,7 @@ def test_cleaning_keeps_the_latest_value_of_each_key_at_its_offset(
     before, read_before = read_committed(log)
     assert before == model.latest
     size_before = log.size_bytes
+    segments_before = len(log.sealed_segments())
 
     clock.now += 1
     assert run_cleaner(log, clock)
@@ -228,6 +243,7 @@ def test_cleaning_keeps_the_latest_value_of_each_key_at_its_offset(
     assert after == model.visible()
     assert read_after == len(model.visible())  # exactly one record per live key
     assert read_after < read_before and log.size_bytes < size_before
+    assert len(log.sealed_segments()) < segments_before / 2  # small cleaned ones merged
 
     state = PartitionProducers()
     for info in log.batches_from(log.log_start_offset):
@@ -254,48 +270,230 @@ def test_a_consumer_in_a_removed_range_continues_at_the_next_kept_offset(
         assert next(served) == next(o for o in kept if o >= offset)
 
 
-@pytest.mark.parametrize("leftover", [".cleaned", ".swap"])
+def fetch_committed(log: PartitionStore, state: PartitionProducers,
+                    ) -> dict[bytes, tuple[int, bytes | None]]:
+    """What a read_committed Java client makes of one fetch of the whole partition: the
+    aborted transactions the broker lists (from ``state``) make it skip a producer's
+    transactional batches from their first offset until that producer's next abort
+    marker; the latest record of each key it keeps."""
+    listed = sorted(state.aborted_between(log.log_start_offset, log.next_offset),
+                    key=lambda entry: entry[1])
+    skipping: set[int] = set()
+    seen: dict[bytes, tuple[int, bytes | None]] = {}
+    for info in log.batches_from(log.log_start_offset):
+        header = read_header(info.batch)
+        pid = header.producer_id
+        if pid >= 0:
+            while listed and listed[0][1] <= info.last_offset:
+                skipping.add(listed.pop(0)[0])
+        if header.is_control:
+            if marker_type(info.batch) == ABORT:
+                skipping.discard(pid)
+            continue
+        if header.is_transactional and pid in skipping:
+            continue
+        for record in DefaultRecordBatch(bytes(info.batch)):
+            assert record.key is not None
+            seen[record.key] = (record.offset, record.value)
+    return seen
+
+
+def markers(log: PartitionStore) -> list[tuple[int, int]]:
+    """(offset, type) of every transaction marker; each must follow a batch of its
+    transaction still in the log (a marker goes once its transaction has nothing left)."""
+    found: list[tuple[int, int]] = []
+    pending: set[int] = set()
+    for info in log.batches_from(log.log_start_offset):
+        header = read_header(info.batch)
+        if header.is_control:
+            assert header.producer_id in pending, f"a marker left alone at {info.base_offset}"
+            pending.discard(header.producer_id)
+            found.append((info.base_offset, marker_type(info.batch)))
+        elif header.is_transactional:
+            pending.add(header.producer_id)
+    return found
+
+
+def test_markers_go_once_their_transaction_is_empty_and_read_committed_stays_right(
+        storage: Storage, clock: Clock) -> None:
+    log = partition(storage)
+    model = write_random(log, clock, seed=98)
+    states = ProducerStates()
+    assert fetch_committed(log, states.get(TOPIC, 0, log)) == model.latest
+    assert states.save() is None  # the snapshot a restart finds: taken before cleaning
+    written_aborts = sum(1 for info in log.batches_from(log.log_start_offset)
+                         if read_header(info.batch).is_control
+                         and marker_type(info.batch) == ABORT)
+    for _ in range(3):  # removes aborted data and stamps markers, then removes them
+        clock.now += 1
+        run_cleaner(log, clock, states)
+    aborts_left = sum(1 for _, kind in markers(log) if kind == ABORT)
+    assert aborts_left < written_aborts
+    assert aborts_left <= 3  # one per producer at most: its last batch's, kept empty
+
+    # the broker's state, told by the cleaner
+    assert fetch_committed(log, states.get(TOPIC, 0, log)) == model.visible()
+    # after a restart: the snapshot taken before cleaning, with the cleaner's checkpoint
+    restarted = ProducerStates().get(TOPIC, 0, log)
+    assert restarted.aborted_between(log.log_start_offset, log.next_offset) == []
+    assert fetch_committed(log, restarted) == model.visible()
+    # rebuilt from the cleaned log alone
+    log.state.put(SNAPSHOT_KEY, b"{}")
+    assert fetch_committed(log, ProducerStates().get(TOPIC, 0, log)) == model.visible()
+
+
+def test_a_reader_follows_segments_merged_under_it(storage: Storage, clock: Clock) -> None:
+    """An iteration under way when the cleaner merges the segments it reads goes on at the
+    next offset in the merged segment, to the end of the log."""
+    log = partition(storage)
+    write_random(log, clock, seed=5, rounds=300)
+    clock.now += 1
+    assert run_cleaner(log, clock)  # small cleaned segments, for the next one to merge
+    reader = log.batches_from(log.sealed_segments()[1].first_offset)  # merged into the 1st
+    offsets = [next(reader).last_offset]
+    segments = len(log.sealed_segments())
+    clock.now += 1
+    assert run_cleaner(log, clock)
+    assert len(log.sealed_segments()) < segments
+    offsets += [info.last_offset for info in reader]
+    assert offsets == sorted(set(offsets))
+    assert offsets[-1] == log.next_offset - 1
+
+
+def written_at(storage: Storage, clock: Clock, name: str, skew_ms: int,
+               ) -> tuple[PartitionStore, int]:
+    """A compacted partition of a few sealed segments whose records carry the broker's
+    time plus ``skew_ms`` (a producer's clock, CreateTime), and its first timestamp."""
+    storage.create_topic(name, 1, {"cleanup.policy": "compact"})
+    log = storage.partition(name, 0)
+    assert log is not None
+    first = clock.now + skew_ms
+    while len(log.sealed_segments()) < 3:
+        append(log, batch([(b"k", b"v" * 200)], clock.now + skew_ms), clock)
+    return log, first
+
+
+@pytest.mark.parametrize("skew_ms", [-60_000, 0, 60_000])
+def test_compaction_lags_are_judged_by_the_records_timestamps(
+        storage: Storage, clock: Clock, skew_ms: int) -> None:
+    """As Kafka: a dirty segment is cleanable once its largest record timestamp is
+    ``min.compaction.lag.ms`` old; a partition is due once the first batch of its oldest
+    dirty segment is more than ``max.compaction.lag.ms`` old, and its compaction delay is
+    how far beyond."""
+    log, first = written_at(storage, clock, f"{TOPIC}-lag", skew_ms)
+    lag = CompactionSettings(min_dirty_ratio=1.0, min_lag_ms=30_000, max_lag_ms=30_000,
+                             delete_retention_ms=0, segment_bytes=2048)
+    found = dirt(log, lag, clock.now, Checkpoint())
+    assert first_batch_timestamp(log, log.sealed_segments()[0]) == first
+    if skew_ms < 0:  # old records: cleanable at once, and late by 30 s
+        assert found.cleanable == log.sealed_segments()
+        assert found.due and found.delay_ms == clock.now - 30_000 - first > 0
+    else:  # new ones, or from a clock ahead: not yet
+        assert found.cleanable == [] and not found.due and found.delay_ms == 0
+
+
+def contents(log: PartitionStore) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every record and marker left, in offset order: (offset, key, value) for a record,
+    (offset, None, b"commit" or b"abort") for a marker."""
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    for info in log.batches_from(log.log_start_offset):
+        if read_header(info.batch).is_control:
+            out.append((info.base_offset, None,
+                        b"commit" if marker_type(info.batch) == COMMIT else b"abort"))
+            continue
+        out += [(r.offset, r.key, r.value) for r in DefaultRecordBatch(bytes(info.batch))]
+    return out
+
+
+def clean_until_done(log: PartitionStore, clock: Clock, map_bytes: int) -> int:
+    """Clean while a cleaning is due; return how many cleanings ran."""
+    for rounds in range(1000):
+        clock.now += 1
+        if not run_cleaner(log, clock, map_bytes=map_bytes):
+            return rounds
+    raise AssertionError("the cleaner never ran out of work")
+
+
+def test_a_small_key_map_cleans_over_several_rounds_to_the_same_result(
+        storage: Storage, clock: Clock) -> None:
+    """``logCleanerDedupeBufferSize`` bounds one cleaning's map: with room for a few keys
+    a partition takes many cleanings, which end where one unbounded cleaning ends."""
+    storage.create_topic(f"{TOPIC}-small-map", 1, {"cleanup.policy": "compact"})
+    small = storage.partition(f"{TOPIC}-small-map", 0)
+    assert small is not None
+    log = partition(storage)
+    model = write_random(log, clock, seed=34, rounds=300)
+    assert write_random(small, clock, seed=34, rounds=300) == model
+
+    unbounded = clean_until_done(log, clock, DEFAULT_MAP_BYTES)
+    bounded = clean_until_done(small, clock, 2000)  # about 18 keys a cleaning
+    assert bounded > unbounded + 5
+    assert contents(small) == contents(log)
+    assert read_committed(small)[0] == model.visible()
+    assert Checkpoint.load(small).offset == Checkpoint.load(log).offset
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["one", "merged"])
+@pytest.mark.parametrize("leftover", [".cleaned", ".swap", ".swapped"])
 def test_a_swap_cut_short_by_a_crash_loses_and_duplicates_nothing(
-        tmp_path: Path, clock: Clock, leftover: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, clock: Clock, leftover: str, merged: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The process dies after writing a cleaned ledger (``.cleaned``: not yet committed,
     removed at the next start) or after committing it (``.swap``: the next start swaps it
-    in, its facts taken from the file), before the metadata was written."""
+    in, its facts taken from the file), before the metadata was written; or the next
+    start itself dies while completing that swap (``.swapped``: the cleaned ledger is in
+    place, the metadata still the old one). ``merged``: the cleaning that dies merges
+    several small cleaned ledgers into one; the next start removes the ones it covers."""
     storage = open_engine("file", tmp_path, clock)
     storage.create_topic(TOPIC, 1, {"cleanup.policy": "compact"})
     log = partition(storage)
     assert isinstance(log, PartitionLog)
     model = write_random(log, clock, seed=3, rounds=200)
+    if merged:  # a first cleaning leaves small ledgers, which the next one merges
+        clock.now += 1
+        assert run_cleaner(log, clock)
     log.flush()
     directory = log.directory
     left: list[Path] = []
+    groups: list[int] = []
 
-    def dies_midway(segment: SealedSegment, batches: Sequence[BatchInfo]) -> bool:
-        facts = next(ledger.facts for ledger in log._ledgers if ledger.ledger_id == segment.ident)
-        temp, _ = Ledger.write_cleaned(directory, facts.copy(), batches, 4096)
+    def dies_midway(segments: Sequence[SealedSegment], batches: Sequence[BatchInfo]) -> bool:
+        facts = next(ledger.facts for ledger in log._ledgers
+                     if ledger.ledger_id == segments[0].ident).copy()
+        facts.next_offset = segments[-1].next_offset
+        temp, _ = Ledger.write_cleaned(directory, facts, batches, 4096)
         if leftover == ".swap":
             temp = temp.replace(temp.with_suffix(SWAP_SUFFIX))
+        elif leftover == ".swapped":  # as the next start leaves it if it dies midway
+            (directory / (ledger_file_name(facts.ledger_id) + SWAPPED_SUFFIX)).touch()
+            temp = temp.replace(directory / ledger_file_name(facts.ledger_id))
         left.append(temp)
+        groups.append(len(segments))
         raise Died
 
-    monkeypatch.setattr(log, "replace_segment", dies_midway)
+    monkeypatch.setattr(log, "replace_segments", dies_midway)
     clock.now += 1
     with pytest.raises(Died):
         run_cleaner(log, clock)
     assert left and left[0].exists()
+    assert (groups[0] > 1) == merged
     # nothing is closed: the next start opens what the disk holds
     again = PartitionLog(directory, LogConfig(segment_bytes=2048, segment_ms=SEGMENT_MS),
                          clock=clock)
     try:
-        assert not any(p.name.endswith((".cleaned", ".swap")) for p in directory.iterdir())
+        assert not any(p.name.endswith((".cleaned", ".swap", ".swapped", ".dropped"))
+                       for p in directory.iterdir())
         seen, _ = read_committed(again)
-        assert seen == model.latest
+        assert {k: v for k, v in seen.items() if v[1] is not None} == model.visible()
+        assert all(model.latest[key] == value for key, value in seen.items())
         for segment in again.sealed_segments():
             again.verify_at(max(segment.first_offset, again.log_start_offset))
         assert not again.damaged_ranges()
-        if leftover == ".swap":  # the cleaned ledger is in: smaller than the original
-            assert again.size_bytes < log.size_bytes
-        else:
+        if leftover == ".cleaned":
             assert again.size_bytes == log.size_bytes
+        else:  # the cleaned ledger is in
+            assert again.size_bytes < log.size_bytes
+            assert len(again.sealed_segments()) == len(log.sealed_segments()) - groups[0] + 1
     finally:
         again.close()
 

@@ -264,3 +264,16 @@ def test_a_compact_only_topic_is_never_deleted_by_retention() -> None:
         LogConfig(retention_ms=-1, retention_bytes=-1)
     assert log_config_for_topic(base, {"cleanup.policy": "compact, delete"}) == base
     assert log_config_for_topic(base, {"cleanup.policy": "delete"}) == base
+
+
+def test_a_compacted_topics_open_ledger_rolls_within_the_max_compaction_lag() -> None:
+    """Kafka's maxSegmentMs (KIP-354): the open ledger is never cleaned, so a compacted
+    topic rolls it after max.compaction.lag.ms when that is shorter than segment.ms."""
+    base = LogConfig(segment_ms=60_000)
+    lagged = {"cleanup.policy": "compact", "max.compaction.lag.ms": "5000"}
+    assert log_config_for_topic(base, lagged).segment_ms == 5000
+    assert log_config_for_topic(base, {**lagged, "segment.ms": "1000"}).segment_ms == 1000
+    assert log_config_for_topic(base, {**lagged, "cleanup.policy": "delete"}).segment_ms \
+        == 60_000
+    assert log_config_for_topic(
+        base, {**lagged, "max.compaction.lag.ms": "9223372036854775807"}).segment_ms == 60_000

@@ -15,10 +15,24 @@ from collections.abc import Callable, Mapping
 
 from broker_core import metrics
 from broker_core.codecs import MalformedBatch
-from broker_core.storage import Storage, StorageError, wall_clock_ms
+from broker_core.storage import (
+    PartitionStore,
+    SealedSegment,
+    Storage,
+    StorageError,
+    wall_clock_ms,
+)
 from broker_core.topic_configs import list_items
 
-from .cleaning import Checkpoint, CompactionSettings, Stopped, clean, dirt
+from .cleaning import (
+    DEFAULT_MAP_BYTES,
+    Checkpoint,
+    CompactionSettings,
+    Stopped,
+    clean,
+    dirt,
+    first_batch_timestamp,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +63,25 @@ class LogCleaner:
 
     def __init__(self, storage: Storage, configs_of: Callable[[str], Mapping[str, str] | None],
                  writes: Callable[[str, int], bool], io_max_bytes_per_second: int,
-                 clock: Callable[[], int] = wall_clock_ms) -> None:
+                 clock: Callable[[], int] = wall_clock_ms,
+                 cleaned: Callable[[str, int, PartitionStore, int], None] | None = None,
+                 map_bytes: int = DEFAULT_MAP_BYTES) -> None:
         """``configs_of`` gives a topic's effective configs (None: not to be cleaned);
-        ``writes`` whether this broker writes a partition."""
+        ``writes`` whether this broker writes a partition; ``cleaned`` is told each
+        checkpoint saved (``ProducerStates.cleaned``: aborted transactions below it are no
+        longer listed); ``map_bytes`` bounds the key map of one cleaning
+        (``logCleanerDedupeBufferSize``: a partition whose dirty keys outgrow it is cleaned
+        over several rounds)."""
         self._storage = storage
         self._configs_of = configs_of
         self._writes = writes
         self._rate = io_max_bytes_per_second
         self._clock = clock
+        self._cleaned = cleaned
+        self._map_bytes = map_bytes
+        self._firsts: dict[tuple[str, int, int, int], int] = {}
+        """The first batch's timestamp of each dirty segment seen in the last round (read
+        once per segment, not every round)."""
         self.stopping = threading.Event()
         """Set when the broker stops: the cleaning under way is left, nothing swapped."""
 
@@ -65,6 +90,15 @@ class LogCleaner:
         pace = Pacer(self._rate, self.stopping)
         cleaned = 0
         delay = 0
+        firsts: dict[tuple[str, int, int, int], int] = {}
+
+        def first_timestamp(store: PartitionStore, segment: SealedSegment) -> int:
+            key = (store.location, segment.ident,
+                   max(segment.first_offset, store.log_start_offset), segment.size_bytes)
+            stamp = self._firsts.get(key)
+            firsts[key] = stamp if stamp is not None else first_batch_timestamp(store, segment)
+            return firsts[key]
+
         for name, index, store in list(self._storage.all_partitions()):
             configs = self._configs_of(name)
             if configs is None or "compact" not in list_items(configs["cleanup.policy"]) \
@@ -74,14 +108,15 @@ class LogCleaner:
             try:
                 now = self._clock()
                 checkpoint = Checkpoint.load(store)
-                found = dirt(store, settings, now, checkpoint)
+                found = dirt(store, settings, now, checkpoint, first_timestamp)
                 metrics.CLEANER_DIRTY_RATIO.labels(name, str(index)).set(found.ratio)
                 delay = max(delay, found.delay_ms)
                 if not found.due:
                     continue
                 log.info("log cleaner: cleaning %s (dirty ratio %.2f, %d segment(s))",
                          store.location, found.ratio, len(found.cleanable))
-                done = clean(store, found.cleanable, settings, now, pace, checkpoint)
+                done = clean(store, found.cleanable, settings, now, pace, checkpoint,
+                             self._map_bytes)
             except Stopped:
                 break
             except (StorageError, OSError, MalformedBatch, ValueError) as exc:
@@ -89,6 +124,8 @@ class LogCleaner:
                 continue
             if done is None:
                 continue
+            if self._cleaned is not None:
+                self._cleaned(name, index, store, done.checkpoint)
             cleaned += 1
             reclaimed = max(done.bytes_before - done.bytes_after, 0)
             metrics.CLEANER_RUNS.inc()
@@ -96,4 +133,5 @@ class LogCleaner:
             log.info("log cleaner: cleaned %s below offset %d: %d segment(s) rewritten, "
                      "%d bytes reclaimed", store.location, done.end, done.segments, reclaimed)
         metrics.CLEANER_MAX_DELAY.set(delay / 1000)
+        self._firsts = firsts
         return cleaned

@@ -1,32 +1,48 @@
 """Cleaning one partition of a compacted topic: which of its sealed segments may be
 cleaned, how dirty it is, and the rewrite that keeps the latest record of each key.
 
-*Cleanable* are the sealed segments, from the log start on, whose newest batch is at least
-``min.compaction.lag.ms`` old; the *dirty* ones are those from the cleaner's checkpoint
-(the end of the last cleaning, kept in the partition's key-value area) on. A partition is
-cleaned when its dirty share of the cleanable bytes reaches ``min.cleanable.dirty.ratio``,
-when its oldest dirty data waited ``max.compaction.lag.ms``, or when a delete horizon it
-stamped has passed.
+The *dirty* segments are the sealed ones from the cleaner's checkpoint (the end of the
+last cleaning, kept in the partition's key-value area) on; *cleanable* are the sealed
+segments up to the first dirty one whose records are younger than
+``min.compaction.lag.ms``. A partition is cleaned when its dirty share of the cleanable
+bytes is above ``min.cleanable.dirty.ratio``, when its oldest dirty data is older than
+``max.compaction.lag.ms``, or when a delete horizon it stamped has passed (see
+:func:`dirt`: Kafka's rules, on the records' timestamps).
 
-A cleaning reads the cleanable segments twice. The first pass maps each key to the offset
-of its latest record (records of a transaction count once its commit marker is read;
-aborted ones never), notes the aborted transactions and the last batch of each producer.
-A transaction without its marker in the range stops the cleaning before the segment it
-starts in: nothing at or beyond the last stable offset is cleaned. The second pass
-rewrites each segment (``records``) by Kafka's rules:
+A cleaning reads the cleanable segments three times. The first pass, on batch headers,
+learns how each transaction ended (its marker), each producer's last batch, and the first
+transaction without its marker in the range: the cleaning stops before the segment it
+starts in, so nothing at or beyond the last stable offset is cleaned. The second maps each
+key of the dirty part (from the checkpoint on; below it each key is there once already) to
+the offset of its latest record, records of aborted transactions left out; the map is
+bounded (``logCleanerDedupeBufferSize``, each key counted as its length plus
+``MAP_ENTRY_BYTES``): when the next batch would outgrow it, the pass stops there and what
+follows stays as it is, for the next cleaning (the checkpoint then lies inside a segment).
+The third rewrites each segment (``records``) by Kafka's rules:
 
-* a record stays if it is its key's latest (a record without a key always stays), unless
-  its transaction was aborted;
+* a record stays unless its key has a later record in the map (a record without a key
+  always stays), or its transaction was aborted;
 * a tombstone (null value) stays until the delete horizon of its batch, stamped
   ``delete.retention.ms`` ahead by the first cleaning that keeps it, has passed;
 * a batch left without records goes, unless it is its producer's last in the range: it
   then stays empty, so the producer state rebuilt from the log keeps its sequence;
-* a commit marker goes once its transaction has nothing left and its own delete horizon
-  (stamped as a tombstone's) has passed. Abort markers stay (their transaction's records
-  go): the aborted transactions a read_committed fetch lists point at them.
+* a transaction marker (commit or abort) goes once its transaction has nothing left in
+  the log (not even its producer's last batch, kept empty) and its own delete horizon,
+  stamped as a tombstone's by the first cleaning that finds the transaction empty, has
+  passed (KIP-98's rule, as Kafka's cleaner applies it).
+
+Below the checkpoint no record of an aborted transaction is left, so the aborted
+transactions a read_committed fetch lists are only needed from there on: the producer
+state forgets those whose marker lies below it (``PartitionProducers.cleaned_below``,
+raised by the cleaner after each cleaning and read from the checkpoint when the state is
+loaded). A marker is stamped by one cleaning and removed by a later one, so the checkpoint
+that covers it is saved before it can go, and a producer snapshot taken before the
+cleaning cannot bring back an aborted transaction whose marker is gone.
 
 Kept records keep their offsets; removed ranges are covered by empty filler batches, so
-a consumer positioned there moves on to the next kept offset. A segment whose batches all
+a consumer positioned there moves on to the next kept offset. Adjacent segments whose
+sizes add up to at most ``segment.bytes`` are written as one (Kafka's grouping, so a
+cleaned partition does not keep ever smaller segments); a lone segment whose batches all
 stay as they were is not written.
 """
 
@@ -34,6 +50,7 @@ from __future__ import annotations
 
 import json
 import logging
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -67,13 +84,16 @@ class CompactionSettings:
     min_lag_ms: int
     max_lag_ms: int
     delete_retention_ms: int
+    segment_bytes: int
+    """Adjacent segments whose sizes add up to no more are merged into one."""
 
     @classmethod
     def of(cls, configs: Mapping[str, str]) -> CompactionSettings:
         return cls(float(configs["min.cleanable.dirty.ratio"]),
                    int(configs["min.compaction.lag.ms"]),
                    int(configs["max.compaction.lag.ms"]),
-                   int(configs["delete.retention.ms"]))
+                   int(configs["delete.retention.ms"]),
+                   int(configs["segment.bytes"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,47 +128,93 @@ class Dirt:
     ratio: float
     """Dirty bytes over cleanable bytes (0 when nothing is cleanable)."""
     delay_ms: int
-    """How long its oldest dirty data has waited (0 when none)."""
+    """How far its oldest dirty data is past ``max.compaction.lag.ms`` (0 when it is not:
+    Kafka's compaction delay)."""
     due: bool
 
 
+FirstTimestamp = Callable[[PartitionStore, SealedSegment], int]
+"""The max timestamp of a segment's first batch (-1 if it has none)."""
+
+
+def first_batch_timestamp(store: PartitionStore, segment: SealedSegment) -> int:
+    """The max timestamp of the first batch of ``segment`` still in the log (-1 if none)."""
+    for info in store.headers_from(max(segment.first_offset, store.log_start_offset)):
+        return info.max_timestamp if info.base_offset < segment.next_offset else -1
+    return -1
+
+
 def dirt(store: PartitionStore, settings: CompactionSettings, now: int,
-         checkpoint: Checkpoint) -> Dirt:
-    """How dirty ``store`` is, and whether it is due for a cleaning."""
+         checkpoint: Checkpoint, first_timestamp: FirstTimestamp = first_batch_timestamp,
+         ) -> Dirt:
+    """How dirty ``store`` is, and whether it is due for a cleaning, as Kafka judges it by
+    the records' timestamps (the batches' max timestamps: CreateTime or LogAppendTime):
+
+    * the dirty segments from the first whose largest timestamp is less than
+      ``min.compaction.lag.ms`` old are not cleanable (nor any after it);
+    * the partition is due when its dirty share of the cleanable bytes is above
+      ``min.cleanable.dirty.ratio``, or when the earliest first-batch timestamp of its dirty
+      segments is more than ``max.compaction.lag.ms`` old (and something is cleanable), or
+      when a delete horizon the last cleaning left has passed.
+    """
+    sealed = store.sealed_segments()
+    dirty_all = [s for s in sealed if s.next_offset > checkpoint.offset]
     cleanable: list[SealedSegment] = []
-    for segment in store.sealed_segments():
-        if now - segment.max_broker_timestamp < settings.min_lag_ms:
+    for segment in sealed:
+        if settings.min_lag_ms > 0 and segment.next_offset > checkpoint.offset \
+                and segment.max_timestamp > now - settings.min_lag_ms:
             break
         cleanable.append(segment)
     total = sum(segment.size_bytes for segment in cleanable)
     dirty = [s for s in cleanable if s.next_offset > checkpoint.offset]
     dirty_bytes = sum(segment.size_bytes for segment in dirty)
     ratio = dirty_bytes / total if total else 0.0
-    oldest = dirty[0].min_broker_timestamp if dirty else -1
-    delay = max(now - oldest, 0) if oldest >= 0 else 0
+    firsts = [stamp for stamp in (first_timestamp(store, s) for s in dirty_all) if stamp > 0]
+    clean_until = now - max(settings.max_lag_ms, 0)
+    delay = max(clean_until - min(firsts), 0) if firsts else 0
     horizon_passed = checkpoint.horizon is not None and now >= checkpoint.horizon
     due = bool(cleanable) and (
-        (bool(dirty) and (ratio >= settings.min_dirty_ratio or delay >= settings.max_lag_ms))
-        or horizon_passed)
+        (bool(dirty) and (ratio > settings.min_dirty_ratio or delay > 0)) or horizon_passed)
     return Dirt(cleanable, ratio, delay, due)
 
 
 @dataclass(slots=True)
 class _Txn:
     start: int
-    keys: list[tuple[bytes, int]] = field(default_factory=list)
     retained: bool = False
 
 
 @dataclass(slots=True)
 class _Plan:
-    """What the first pass learnt."""
+    """What the first two passes learnt."""
 
     latest: dict[bytes, int] = field(default_factory=dict)
-    aborted: set[tuple[int, int]] = field(default_factory=set)
+    aborted: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    """By producer id: (first offset, marker offset) of its aborted transactions."""
     last_batch: dict[int, int] = field(default_factory=dict)
     open_from: int | None = None
     """First offset of the oldest transaction without its marker in the range."""
+    limit: int | None = None
+    """Where the key pass stopped, the map full: batches from there on stay as they are
+    (None: it read the whole range)."""
+
+    def aborted_at(self, producer_id: int, offset: int) -> bool:
+        """Whether the producer's transactional batch at ``offset`` was aborted."""
+        spans = self.aborted.get(producer_id, [])
+        at = bisect_right(spans, (offset, _MAX_OFFSET)) - 1
+        return at >= 0 and spans[at][0] <= offset < spans[at][1]
+
+
+_MAX_OFFSET = 2**63 - 1
+DEFAULT_MAP_BYTES = 128 << 20
+"""Kafka's ``log.cleaner.dedupe.buffer.size`` default: 128 MiB."""
+MAP_ENTRY_BYTES = 100
+"""What one key of the cleaner's map costs beside the key's own bytes (a Python dict
+entry, its key object and offset), as counted against ``logCleanerDedupeBufferSize``."""
+
+
+def _entry_bytes(key: bytes) -> int:
+    return MAP_ENTRY_BYTES + len(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,55 +226,74 @@ class Cleaned:
     bytes_before: int
     bytes_after: int
     end: int
-    """The offset the cleaning reached (the new checkpoint)."""
+    """The offset the cleaning reached."""
+    checkpoint: int
+    """The checkpoint saved: below it no record of an aborted transaction is left."""
 
 
-def _batches(store: PartitionStore, segments: list[SealedSegment],
-             pace: Pace) -> Iterator[BatchInfo]:
+def _batches(store: PartitionStore, segments: list[SealedSegment], pace: Pace,
+             start: int = 0, headers: bool = False) -> Iterator[BatchInfo]:
+    """The batches of ``segments`` from ``start`` on (whole, or with ``headers`` perhaps
+    only the headers of data batches)."""
     if not segments:
         return
     end = segments[-1].next_offset
-    start = max(segments[0].first_offset, store.log_start_offset)
+    start = max(start, segments[0].first_offset, store.log_start_offset)
     if start >= end:
         return
-    for info in store.batches_from(start):
+    for info in (store.headers_from if headers else store.batches_from)(start):
         if info.base_offset >= end:
             return
         pace(len(info.batch))
         yield info
 
 
-def _plan(store: PartitionStore, segments: list[SealedSegment], pace: Pace) -> _Plan:
+def _outcomes(store: PartitionStore, segments: list[SealedSegment], pace: Pace) -> _Plan:
+    """The first pass, on batch headers: how each transaction ended, each producer's last
+    batch, the first open transaction."""
     plan = _Plan()
-    pending: dict[int, _Txn] = {}
-    for info in _batches(store, segments, pace):
+    pending: dict[int, int] = {}  # producer id -> first offset of its open transaction
+    for info in _batches(store, segments, pace, headers=True):
         header = read_header(info.batch)
         pid = header.producer_id
         if header.is_control:
-            txn = pending.pop(pid, None)
-            if txn is None:
-                continue
-            if marker_type(info.batch) == COMMIT:
-                for key, offset in txn.keys:
-                    if plan.latest.get(key, -1) < offset:
-                        plan.latest[key] = offset
-            else:
-                plan.aborted.add((pid, txn.start))
+            first = pending.pop(pid, None)
+            if first is not None and marker_type(info.batch) != COMMIT:
+                plan.aborted.setdefault(pid, []).append((first, info.base_offset))
             continue
-        _, records = rec.read_records(info.batch, header)
         if pid >= 0:
             plan.last_batch[pid] = info.base_offset
         if header.is_transactional:
-            txn = pending.setdefault(pid, _Txn(info.base_offset))
-            txn.keys += [(r.key, info.base_offset + r.offset_delta)
-                         for r in records if r.key is not None]
-        else:
-            for r in records:
-                if r.key is not None:
-                    plan.latest[r.key] = info.base_offset + r.offset_delta
+            pending.setdefault(pid, info.base_offset)
     if pending:
-        plan.open_from = min(txn.start for txn in pending.values())
+        plan.open_from = min(pending.values())
     return plan
+
+
+def _map_keys(store: PartitionStore, segments: list[SealedSegment], pace: Pace, plan: _Plan,
+              dirty_from: int, map_bytes: int) -> None:
+    """The second pass: each key's latest offset from ``dirty_from`` on (below it each key
+    is there once already), records of aborted transactions left out, until the map would
+    outgrow ``map_bytes`` (at least one batch is mapped): it then stops before that batch
+    (``_Plan.limit``)."""
+    used = 0  # estimated bytes of the map
+    mapped = False
+    for info in _batches(store, segments, pace, start=dirty_from):
+        header = read_header(info.batch)
+        if header.is_control or (header.is_transactional
+                                 and plan.aborted_at(header.producer_id, info.base_offset)):
+            continue
+        _, records = rec.read_records(info.batch, header)
+        keyed = [(r.key, info.base_offset + r.offset_delta)
+                 for r in records if r.key is not None]
+        cost = sum(_entry_bytes(key) for key, _ in keyed if key not in plan.latest)
+        if mapped and used + cost > map_bytes:
+            plan.limit = info.base_offset
+            return
+        mapped = True
+        used += cost
+        for key, offset in keyed:
+            plan.latest[key] = offset
 
 
 class _Rewriter:
@@ -226,6 +311,9 @@ class _Rewriter:
         self.horizon = horizon if self.horizon is None else min(self.horizon, horizon)
 
     def batch(self, info: BatchInfo) -> bytes | memoryview | None:
+        limit = self.plan.limit
+        if limit is not None and info.base_offset >= limit:  # beyond the map: next time
+            return info.batch
         header = read_header(info.batch)
         if header.is_control:
             return self._marker(info, header)
@@ -234,13 +322,13 @@ class _Rewriter:
         txn: _Txn | None = None
         if header.is_transactional:
             txn = self.open.setdefault(pid, _Txn(info.base_offset))
-            aborted = (pid, txn.start) in self.plan.aborted
+            aborted = self.plan.aborted_at(pid, info.base_offset)
         buf, records = rec.read_records(info.batch, header)
         horizon = rec.delete_horizon(header)
         passed = horizon is not None and self.now >= horizon
         latest = self.plan.latest
         kept = [r for r in records if not aborted and (
-            r.key is None or latest.get(r.key) == info.base_offset + r.offset_delta)
+            r.key is None or latest.get(r.key, -1) <= info.base_offset + r.offset_delta)
             and not (r.tombstone and passed)]
         if not kept and not (pid >= 0 and self.plan.last_batch.get(pid) == info.base_offset):
             return None
@@ -256,7 +344,7 @@ class _Rewriter:
 
     def _marker(self, info: BatchInfo, header: BatchHeader) -> bytes | memoryview | None:
         txn = self.open.pop(header.producer_id, None)
-        if (txn is not None and txn.retained) or marker_type(info.batch) != COMMIT:
+        if txn is not None and txn.retained:
             return info.batch
         horizon = rec.delete_horizon(header)
         if horizon is None:
@@ -268,12 +356,33 @@ class _Rewriter:
         return info.batch
 
 
-def _rewrite(store: PartitionStore, segment: SealedSegment, rewriter: _Rewriter,
+def _groups(segments: list[SealedSegment], max_bytes: int) -> list[list[SealedSegment]]:
+    """``segments`` in runs of adjacent ones to be written as one, as Kafka groups them:
+    their sizes add up to at most ``max_bytes`` (``segment.bytes``) and their offsets span
+    at most 2**31 - 1 (a batch's offset deltas must reach)."""
+    groups: list[list[SealedSegment]] = []
+    for segment in segments:
+        group = groups[-1] if groups else None
+        if group is not None and group[-1].next_offset == segment.first_offset \
+                and sum(s.size_bytes for s in group) + segment.size_bytes <= max_bytes \
+                and segment.next_offset - group[0].first_offset <= _MAX_SPAN:
+            group.append(segment)
+        else:
+            groups.append([segment])
+    return groups
+
+
+_MAX_SPAN = 2**31 - 1
+
+
+def _rewrite(store: PartitionStore, group: list[SealedSegment], rewriter: _Rewriter,
              pace: Pace) -> list[BatchInfo] | None:
-    """The segment's batches as they stay, fillers over what goes; None if unchanged."""
+    """The batches of a run of segments as they stay, fillers over what goes; None if
+    unchanged (one segment whose batches all stay as they are)."""
     out: list[BatchInfo] = []
-    changed = False
-    expected = segment.first_offset
+    changed = len(group) > 1
+    segment = group[-1]
+    expected = group[0].first_offset
     gap_stamp = -1  # the newest broker timestamp of the batches a filler replaces
 
     def fill(upto: int, stamp: int) -> None:
@@ -283,7 +392,7 @@ def _rewrite(store: PartitionStore, segment: SealedSegment, rewriter: _Rewriter,
             out.append(BatchInfo(expected, last, -1, stamp, batch))
             expected = last + 1
 
-    for info in _batches(store, [segment], pace):
+    for info in _batches(store, group, pace):
         kept = rewriter.batch(info)
         if kept is None:
             changed = True
@@ -306,38 +415,47 @@ def _rewrite(store: PartitionStore, segment: SealedSegment, rewriter: _Rewriter,
 
 
 def clean(store: PartitionStore, cleanable: list[SealedSegment], settings: CompactionSettings,
-          now: int, pace: Pace, previous: Checkpoint) -> Cleaned | None:
-    """Clean the ``cleanable`` segments of ``store`` (see the module docstring); None when
-    an open transaction leaves nothing to clean. Raises MalformedBatch for a batch whose
-    records do not parse (the partition is then left as it is)."""
+          now: int, pace: Pace, previous: Checkpoint,
+          map_bytes: int = DEFAULT_MAP_BYTES) -> Cleaned | None:
+    """Clean the ``cleanable`` segments of ``store`` (see the module docstring), as far as
+    a map of ``map_bytes`` reaches; None when an open transaction leaves nothing to clean.
+    Raises MalformedBatch for a batch whose records do not parse (the partition is then
+    left as it is)."""
     for segment in cleanable:  # trusted at start-up: scanned before it is rewritten
         at = max(segment.first_offset, store.log_start_offset)
         if at < segment.next_offset and store.needs_verification(at):
             store.verify_at(at)
-    plan = _plan(store, cleanable, pace)
+    plan = _outcomes(store, cleanable, pace)
     if plan.open_from is not None:
         cleanable = [s for s in cleanable if s.next_offset <= plan.open_from]
+    _map_keys(store, cleanable, pace, plan, previous.offset, map_bytes)
+    if plan.limit is not None:
+        cleanable = [s for s in cleanable if s.first_offset < plan.limit]
     if not cleanable:
         return None
     rewriter = _Rewriter(plan, settings, now)
     before = after = rewritten = 0
     end = cleanable[-1].next_offset
-    for segment in cleanable:
-        batches = _rewrite(store, segment, rewriter, pace)
+    if plan.limit is not None:
+        end = min(end, plan.limit)
+    for group in _groups(cleanable, settings.segment_bytes):
+        batches = _rewrite(store, group, rewriter, pace)
         if batches is None:
             continue
-        if not store.replace_segment(segment, batches):  # changed meanwhile: next time
-            end = segment.first_offset
+        if not store.replace_segments(group, batches):  # changed meanwhile: next time
+            end = group[0].first_offset
             break
-        rewritten += 1
-        before += segment.size_bytes
+        rewritten += len(group)
+        before += sum(segment.size_bytes for segment in group)
         after += sum(len(info.batch) for info in batches)
     horizon = rewriter.horizon
     if previous.offset > end and previous.horizon is not None:  # beyond: still pending
         horizon = previous.horizon if horizon is None else min(horizon, previous.horizon)
-    Checkpoint(max(end, previous.offset), horizon).save(store)
-    return Cleaned(rewritten, before, after, end)
+    saved = Checkpoint(max(end, previous.offset), horizon)
+    saved.save(store)
+    return Cleaned(rewritten, before, after, end, saved.offset)
 
 
-__all__ = ["CHECKPOINT_KEY", "Checkpoint", "Cleaned", "CompactionSettings", "Dirt",
-           "MalformedBatch", "Stopped", "clean", "dirt"]
+__all__ = ["CHECKPOINT_KEY", "DEFAULT_MAP_BYTES", "Checkpoint", "Cleaned", "CompactionSettings",
+           "Dirt", "FirstTimestamp", "MalformedBatch", "Stopped", "clean", "dirt",
+           "first_batch_timestamp"]

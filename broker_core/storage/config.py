@@ -64,11 +64,14 @@ def log_config_for_topic(default: LogConfig, configs: Mapping[str, str]) -> LogC
     Keys the storage layer does not use are ignored. An invalid value raises
     ``ValueError`` naming the key. A ``cleanup.policy`` without ``delete`` (a compacted
     topic) turns retention off, as in Kafka: its ledgers are never deleted for their age
-    or size.
+    or size. A compacted topic's open ledger rolls after ``max.compaction.lag.ms`` when
+    that is shorter than ``segment.ms`` (Kafka's ``maxSegmentMs``, KIP-354): the open
+    ledger is never cleaned, so the lag could not be kept otherwise.
     """
     changes: dict[str, int] = {}
     policy = configs.get("cleanup.policy")
-    if policy is not None and "delete" not in {item.strip() for item in policy.split(",")}:
+    items = {item.strip() for item in policy.split(",")} if policy is not None else set()
+    if policy is not None and "delete" not in items:
         changes.update(retention_ms=-1, retention_bytes=-1)
     for key, field in TOPIC_CONFIG_FIELDS.items():
         raw = configs.get(key)
@@ -82,6 +85,15 @@ def log_config_for_topic(default: LogConfig, configs: Mapping[str, str]) -> LogC
         if problem is not None:
             raise ValueError(f"invalid value {raw!r} for topic config {key!r}: {problem}")
         changes[field] = value
+    max_lag = configs.get("max.compaction.lag.ms")
+    if "compact" in items and max_lag is not None:
+        try:
+            lag = int(str(max_lag).strip())
+        except ValueError:
+            raise ValueError(f"invalid value {max_lag!r} for topic config "
+                             "'max.compaction.lag.ms'") from None
+        if lag > 0:
+            changes["segment_ms"] = min(changes.get("segment_ms", default.segment_ms), lag)
     return dataclasses.replace(default, **changes)
 
 

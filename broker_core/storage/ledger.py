@@ -37,6 +37,10 @@ logger = logging.getLogger(__name__)
 LEDGER_SUFFIX = ".ledger"
 CLEANED_SUFFIX = ".cleaned"
 """A cleaned ledger being written (``<ledger file>.cleaned``): removed at recovery."""
+SWAPPED_SUFFIX = ".swapped"
+"""An empty marker (``<ledger file>.swapped``) that recovery leaves while it completes a
+swap, until the partition's metadata describes the cleaned ledger: a crash in between
+finds it and takes the ledger's facts from its file again."""
 SWAP_SUFFIX = ".swap"
 """A cleaned ledger complete and fsynced (``<ledger file>.swap``), about to replace its
 ledger: recovery completes the swap."""

@@ -63,6 +63,7 @@ class _Segment:
     size: int = 0
     max_broker_timestamp: int = -1
     batches: list[BatchInfo] = field(default_factory=list)
+    max_timestamp: int = -1
 
     def __post_init__(self) -> None:
         if self.next_offset < 0:
@@ -121,6 +122,7 @@ class MemoryPartition(FilelessPartition):
             segment.next_offset = last + 1
             segment.size += len(batch)
             segment.max_broker_timestamp = now
+            segment.max_timestamp = max(segment.max_timestamp, max_timestamp)
             return base
 
     def _roll(self, now: int) -> _Segment:
@@ -226,23 +228,32 @@ class MemoryPartition(FilelessPartition):
         with self._lock:
             self._check_open()
             return [SealedSegment(s.first_offset, s.first_offset, s.next_offset, s.size,
-                                  s.created_ms, s.max_broker_timestamp)
+                                  s.created_ms, s.max_broker_timestamp, s.max_timestamp)
                     for s in self._segments[:-1] if s.next_offset > self._log_start]
 
-    def replace_segment(self, segment: SealedSegment, batches: Sequence[BatchInfo]) -> bool:
-        check_cover(segment, batches)
+    def replace_segments(self, segments: Sequence[SealedSegment],
+                         batches: Sequence[BatchInfo]) -> bool:
+        check_cover(segments, batches)
         stored = [BatchInfo(info.base_offset, info.last_offset, info.max_timestamp,
                             info.broker_timestamp, bytes(info.batch)) for info in batches]
         with self._lock:
             self._check_open()
-            for s in self._segments[:-1]:
-                if s.first_offset == segment.ident:
-                    if (s.next_offset, s.size) != (segment.next_offset, segment.size_bytes):
-                        return False
-                    s.batches = stored
-                    s.size = sum(len(info.batch) for info in stored)
-                    return True
-            return False
+            sealed = self._segments[:-1]
+            at = next((i for i, s in enumerate(sealed) if s.first_offset == segments[0].ident),
+                      None)
+            if at is None or at + len(segments) > len(sealed):
+                return False
+            old = sealed[at:at + len(segments)]
+            if any((s.first_offset, s.next_offset, s.size)
+                   != (given.ident, given.next_offset, given.size_bytes)
+                   for s, given in zip(old, segments, strict=True)):
+                return False
+            merged = _Segment(old[0].first_offset, old[0].created_ms, old[-1].next_offset,
+                              sum(len(info.batch) for info in stored),
+                              max(s.max_broker_timestamp for s in old), stored,
+                              max(s.max_timestamp for s in old))
+            self._segments[at:at + len(segments)] = [merged]
+            return True
 
     def _drop(self, count: int) -> None:
         del self._segments[:count]

@@ -341,8 +341,10 @@ class PartitionLog:
                 if self._closed:
                     return
                 if not any(item is ledger for item in self._ledgers):
-                    successor = next((item for item in self._ledgers
-                                      if item.ledger_id == ledger.ledger_id), None)
+                    successor = next((item for item in self._ledgers  # cleaned (merged)
+                                      if item.ledger_id <= ledger.ledger_id
+                                      and item.facts.first_offset <= ledger.facts.first_offset
+                                      < item.facts.next_offset), None)
                     if successor is None:
                         return
                     ledger, reader = successor, LedgerReader(successor, _ITER_WINDOW)
@@ -465,60 +467,75 @@ class PartitionLog:
             return [SealedSegment(ledger.ledger_id, ledger.facts.first_offset,
                                   ledger.facts.next_offset, ledger.facts.size,
                                   ledger.facts.min_broker_timestamp,
-                                  ledger.facts.max_broker_timestamp)
+                                  ledger.facts.max_broker_timestamp,
+                                  ledger.facts.max_timestamp)
                     for ledger in self._ledgers[:-1]
                     if ledger.facts.next_offset > self._log_start]
 
-    def _replaceable(self, segment: SealedSegment) -> int | None:
-        """Where in the ledger list the ledger ``segment`` names is, if it is still as
-        given: sealed, scanned and undamaged (lock held). Its successor is fsynced before
-        the swap, so whether the ledger itself was does not matter."""
-        for i, ledger in enumerate(self._ledgers[:-1]):
+    def _replaceable(self, segments: Sequence[SealedSegment]) -> int | None:
+        """Where in the ledger list the ledgers ``segments`` name start, if they are still
+        as given, one after another: sealed, scanned and undamaged (lock held). The ledger
+        after them is fsynced before the swap, so whether they were does not matter."""
+        sealed = self._ledgers[:-1]
+        at = next((i for i, ledger in enumerate(sealed)
+                   if ledger.ledger_id == segments[0].ident), None)
+        if at is None or at + len(segments) > len(sealed):
+            return None
+        for ledger, segment in zip(sealed[at:], segments, strict=False):
             facts = ledger.facts
-            if ledger.ledger_id == segment.ident:
-                same = (facts.first_offset, facts.next_offset, facts.size) == \
-                    (segment.first_offset, segment.next_offset, segment.size_bytes)
-                sound = facts.sealed and ledger.verified and not ledger.damage
-                return i if same and sound else None
-        return None
+            same = (ledger.ledger_id, facts.first_offset, facts.next_offset, facts.size) == \
+                (segment.ident, segment.first_offset, segment.next_offset, segment.size_bytes)
+            if not (same and facts.sealed and ledger.verified and not ledger.damage):
+                return None
+        return at
 
-    def replace_segment(self, segment: SealedSegment, batches: Sequence[BatchInfo]) -> bool:
-        """Swap a sealed ledger for its cleaned successor (see the Protocol).
+    def replace_segments(self, segments: Sequence[SealedSegment],
+                         batches: Sequence[BatchInfo]) -> bool:
+        """Swap sealed ledgers (one, or several adjacent ones merged into the first) for
+        their cleaned successor (see the Protocol).
 
-        The successor is written to ``<ledger>.cleaned`` and fsynced outside the lock;
-        then, under it, renamed to ``<ledger>.swap`` (the commit point: recovery finishes a
-        swap it finds), the metadata written with the successor's facts, and the swap file
-        renamed over the ledger. Readers holding the old ledger's file keep reading it.
+        The successor is written to ``<first ledger>.cleaned`` and fsynced outside the
+        lock; then, under it, renamed to ``<first ledger>.swap`` (the commit point:
+        recovery finishes a swap it finds, and removes the ledgers after it that the
+        successor covers), the metadata written with the successor's facts in place of the
+        ledgers', the swap file renamed over the first ledger and the others deleted.
+        Readers holding an old ledger's file keep reading it.
         """
-        check_cover(segment, batches)
+        check_cover(segments, batches)
         with self._lock:
             self._check_open()
-            i = self._replaceable(segment)
-            if i is None:
+            at = self._replaceable(segments)
+            if at is None:
                 return False
-            old_facts = self._ledgers[i].facts.copy()
+            old_facts = self._ledgers[at].facts.copy()
+        old_facts.next_offset = segments[-1].next_offset
         temp, facts = Ledger.write_cleaned(self.directory, old_facts, batches,
                                            self._config.index_interval_bytes)
         with self._lock:
-            i = self._replaceable(segment) if not self._closed else None
-            if i is None:
+            at = self._replaceable(segments) if not self._closed else None
+            if at is None:
                 temp.unlink(missing_ok=True)
                 return False
-            old = self._ledgers[i]
-            swap = old.path.with_name(old.path.name + SWAP_SUFFIX)
+            old = self._ledgers[at:at + len(segments)]
+            swap = old[0].path.with_name(old[0].path.name + SWAP_SUFFIX)
             os.replace(temp, swap)
             fsync_dir(self.directory)
-            self._ledgers[i] = Ledger(self.directory, facts, self._config.index_interval_bytes)
+            self._ledgers[at:at + len(old)] = [
+                Ledger(self.directory, facts, self._config.index_interval_bytes)]
             try:
                 self._store_metadata_locked()
             except BaseException:
-                self._ledgers[i] = old
+                self._ledgers[at:at + 1] = old
                 swap.unlink(missing_ok=True)
                 raise
-            os.replace(swap, old.path)
+            os.replace(swap, old[0].path)
+            for ledger in old:
+                self._open_sealed.pop(ledger.ledger_id, None)
+                if ledger is old[0]:
+                    ledger.close()
+                else:
+                    ledger.delete()
             fsync_dir(self.directory)
-            self._open_sealed.pop(old.ledger_id, None)
-            old.close()
         return True
 
     # -- durability --------------------------------------------------------------------
@@ -680,3 +697,7 @@ class PartitionLog:
         for damage in self.damaged_ranges():
             report(self.directory, damage)
         self._store_metadata_locked()
+        for marker in found.swap_markers:  # the metadata describes the cleaned ledgers now
+            marker.unlink(missing_ok=True)
+        if found.swap_markers:
+            fsync_dir(self.directory)

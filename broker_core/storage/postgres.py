@@ -505,22 +505,26 @@ class PgPartition(FilelessPartition):
         with self._db.autocommit() as conn:
             rows = conn.execute(
                 "SELECT segment_base, min(base_offset), max(last_offset) + 1, sum(size),"
-                " min(broker_ts), max(broker_ts) FROM edge_entries WHERE partition_id = %s"
+                " min(broker_ts), max(broker_ts), max(max_ts) FROM edge_entries"
+                " WHERE partition_id = %s"
                 " AND segment_base < %s AND last_offset >= %s GROUP BY segment_base"
                 " ORDER BY segment_base", (self._id, active, start)).fetchall()
         return [SealedSegment(*(int(str(value)) for value in row)) for row in rows]
 
-    def replace_segment(self, segment: SealedSegment, batches: Sequence[BatchInfo]) -> bool:
-        """Delete the segment's rows and insert ``batches`` in one transaction, only while
-        this broker owns the partition at its epoch and the rows are still as given."""
-        check_cover(segment, batches)
+    def replace_segments(self, segments: Sequence[SealedSegment],
+                         batches: Sequence[BatchInfo]) -> bool:
+        """Delete the segments' rows and insert ``batches`` (as rows of the first segment)
+        in one transaction, only while this broker owns the partition at its epoch and the
+        rows are still as given."""
+        check_cover(segments, batches)
         with self._lock:
             self._check_open()
             epoch = self._owned_epoch()
-        where = ("partition_id = %(p)s AND segment_base = %(s)s AND base_offset >= %(f)s"
+        first = segments[0]
+        where = ("partition_id = %(p)s AND segment_base = ANY(%(s)s) AND base_offset >= %(f)s"
                  " AND base_offset < %(n)s")
-        keys = {"p": self._id, "s": segment.ident, "f": segment.first_offset,
-                "n": segment.next_offset}
+        keys = {"p": self._id, "s": [segment.ident for segment in segments],
+                "f": first.first_offset, "n": segments[-1].next_offset}
         with self._db.tx() as conn:
             owned = conn.execute(
                 "SELECT log_start FROM edge_partitions WHERE id = %s AND owner_epoch"
@@ -528,20 +532,22 @@ class PgPartition(FilelessPartition):
             if owned is None:
                 return False
             found = conn.execute(
-                f"SELECT min(base_offset), max(last_offset) + 1, sum(size) FROM edge_entries"
-                f" WHERE {where}", keys).fetchone()
-            as_given = (segment.first_offset, segment.next_offset, segment.size_bytes)
-            if found is None or tuple(int(str(v)) for v in found if v is not None) != as_given:
+                f"SELECT segment_base, min(base_offset), max(last_offset) + 1, sum(size)"
+                f" FROM edge_entries WHERE {where} GROUP BY segment_base"
+                f" ORDER BY segment_base", keys).fetchall()
+            as_given = [(s.ident, s.first_offset, s.next_offset, s.size_bytes)
+                        for s in segments]
+            if [tuple(int(str(v)) for v in row) for row in found] != as_given:
                 return False
             log_start = int(str(owned[0]))
-            rows = [(self._id, info.base_offset, info.last_offset, segment.ident,
+            rows = [(self._id, info.base_offset, info.last_offset, first.ident,
                      info.broker_timestamp, info.max_timestamp, len(info.batch),
                      bytes(info.batch)) for info in batches if info.last_offset >= log_start]
             conn.execute(f"DELETE FROM edge_entries WHERE {where}", keys)
             if rows:
                 with conn.cursor() as cursor:
                     cursor.executemany(INSERT_ENTRY, rows)
-            reclaimed = segment.size_bytes - sum(row[6] for row in rows)
+            reclaimed = sum(s.size_bytes for s in segments) - sum(row[6] for row in rows)
             conn.execute("UPDATE edge_partitions SET size_bytes = size_bytes - %s WHERE id = %s",
                          (reclaimed, self._id))
         with self._lock:

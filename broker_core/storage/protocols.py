@@ -125,12 +125,14 @@ class PartitionStore(Protocol):
         (never the one appends go to): what the log cleaner may rewrite."""
         ...
 
-    def replace_segment(self, segment: SealedSegment, batches: Sequence[BatchInfo]) -> bool:
-        """Swap every batch of ``segment`` for ``batches``, which cover exactly its
-        offsets (``segments.check_cover``; ValueError otherwise), atomically: a reader sees
-        all old batches or all new ones, and a crash at any point leaves one of the two.
-        False, and nothing changed, when the segment is no longer as given (dropped by
-        retention, damaged, or the partition is no longer this broker's to write)."""
+    def replace_segments(self, segments: Sequence[SealedSegment],
+                         batches: Sequence[BatchInfo]) -> bool:
+        """Swap every batch of ``segments`` (one, or several adjacent ones, merged into
+        one segment: the first's) for ``batches``, which cover exactly their offsets
+        (``segments.check_cover``; ValueError otherwise), atomically: a reader sees all old
+        batches or all new ones, and a crash at any point leaves one of the two. False, and
+        nothing changed, when a segment is no longer as given (dropped by retention,
+        damaged, or the partition is no longer this broker's to write)."""
         ...
 
     def flush(self) -> bool:

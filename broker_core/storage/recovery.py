@@ -13,6 +13,10 @@ one and removed before it. With no readable metadata the log is rebuilt from its
 A cleaned ledger left half-written by the log cleaner (``*.ledger.cleaned``) is removed; a
 complete one (``*.ledger.swap``, renamed so once fsynced) replaces its ledger, whose facts
 are then taken from a scan of the new file (the metadata may still describe the old one).
+A cleaned ledger may have merged the ledgers after its own: the listed ledgers whose
+offsets it covers are then removed. While it completes a swap, recovery leaves a marker
+(``*.ledger.swapped``) that the partition removes once its metadata describes the cleaned
+ledger, so a crash during recovery itself finds the swap again.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from .fsutil import TEMP_SUFFIX, fsync_dir
 from .ledger import (
     CLEANED_SUFFIX,
     SWAP_SUFFIX,
+    SWAPPED_SUFFIX,
     Ledger,
     ledger_file_name,
     parse_ledger_file_name,
@@ -49,6 +54,8 @@ class Recovered:
     gaps: list[Damage]
     log_start: int
     next_ledger_id: int
+    swap_markers: list[Path]
+    """The ``*.swapped`` markers to remove once the metadata is stored."""
 
 
 def recover(directory: Path, config: LogConfig, clock: Callable[[], int]) -> Recovered:
@@ -67,12 +74,13 @@ class _Recovery:
         self._gaps: list[Damage] = []
         self._next_ledger_id = 1
         self._swapped: set[int] = set()
+        self._markers: list[Path] = []
 
     def _finish_swaps(self) -> None:
         """Remove half-written cleaned ledgers; complete the swaps that were committed."""
         changed = False
         for name in sorted(os.listdir(self.directory)):
-            for suffix in (CLEANED_SUFFIX, SWAP_SUFFIX):
+            for suffix in (CLEANED_SUFFIX, SWAP_SUFFIX, SWAPPED_SUFFIX):
                 ledger_id = parse_ledger_file_name(name.removesuffix(suffix))
                 if not name.endswith(suffix) or ledger_id is None:
                     continue
@@ -80,11 +88,17 @@ class _Recovery:
                 if suffix == CLEANED_SUFFIX:
                     logger.info("%s: removing %s (a cleaning cut short)", self.directory, name)
                     path.unlink(missing_ok=True)
-                else:
+                    continue
+                marker = self._ledger_path(ledger_id).with_name(
+                    ledger_file_name(ledger_id) + SWAPPED_SUFFIX)
+                if suffix == SWAP_SUFFIX:
                     logger.info("%s: completing the swap of cleaned ledger %d", self.directory,
                                 ledger_id)
+                    marker.touch()
+                    fsync_dir(self.directory)
                     path.replace(self._ledger_path(ledger_id))
-                    self._swapped.add(ledger_id)
+                self._swapped.add(ledger_id)
+                self._markers.append(marker)
         if changed:
             fsync_dir(self.directory)
 
@@ -180,7 +194,7 @@ class _Recovery:
         for ledger in self._ledgers[:-1]:
             ledger.close()
         return Recovered(self._ledgers, self._gaps, min(start, next_offset),
-                         self._next_ledger_id)
+                         self._next_ledger_id, sorted(set(self._markers)))
 
     def _recover_ledger(
         self,
@@ -252,6 +266,12 @@ class _Recovery:
         if self._ledgers:
             expected = self._ledgers[-1].facts.next_offset
             first = ledger.facts.first_offset
+            if self._ledgers[-1].ledger_id in self._swapped \
+                    and ledger.facts.next_offset <= expected and ledger.facts.sealed:
+                logger.info("%s: removing ledger %d, merged into cleaned ledger %d",
+                            self.directory, ledger.ledger_id, self._ledgers[-1].ledger_id)
+                ledger.delete()
+                return
             if first < expected:
                 logger.warning("%s: ledger %d starts at offset %d, below %d where the previous "
                                "one ends", self.directory, ledger.ledger_id, first, expected)

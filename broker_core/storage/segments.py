@@ -1,17 +1,19 @@
 """Sealed segments as the log cleaner sees them, and the rule every engine checks before
-it swaps a segment's batches for cleaned ones.
+it swaps a run of segments' batches for cleaned ones.
 
 A *segment* is a sealed ledger (file engine) or a sealed run of rows or batches (the
-other engines): never the one appends go to. The cleaner reads a segment's batches,
-rewrites them and hands back a list that covers exactly the segment's offsets, one batch
-after another (what it removed is covered by empty filler batches), so every engine keeps
-its offsets continuous and every kept record keeps its offset.
+other engines): never the one appends go to. The cleaner reads the batches of one segment,
+or of several adjacent ones that it merges into one (as Kafka groups small cleaned
+segments), rewrites them and hands back a list that covers exactly their offsets, one
+batch after another (what it removed is covered by empty filler batches), so every engine
+keeps its offsets continuous and every kept record keeps its offset.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from .batch_header import base_offset, check_append, last_offset_delta
 from .model import BatchInfo
@@ -30,12 +32,24 @@ class SealedSegment:
     """When the broker appended its oldest batch (ms; -1 if unknown)."""
     max_broker_timestamp: int
     """When the broker appended its newest batch (ms)."""
+    max_timestamp: int
+    """The largest batch max timestamp in it (the records' time: CreateTime or
+    LogAppendTime as the topic says; -1 if none), what ``min.compaction.lag.ms`` is
+    judged by, as Kafka judges it by a segment's largest timestamp."""
 
 
-def check_cover(segment: SealedSegment, batches: Sequence[BatchInfo]) -> None:
-    """ValueError unless ``batches`` are well formed and cover exactly the offsets of
-    ``segment``, each starting where the one before ends."""
-    expected = segment.first_offset
+def check_cover(segments: Sequence[SealedSegment], batches: Sequence[BatchInfo]) -> None:
+    """ValueError unless ``segments`` are adjacent (each starting where the one before
+    ends) and ``batches`` are well formed and cover exactly their offsets, each starting
+    where the one before ends."""
+    if not segments:
+        raise ValueError("no segment to replace")
+    for before, after in pairwise(segments):
+        if after.first_offset != before.next_offset:
+            raise ValueError(f"segments at {before.first_offset} and {after.first_offset} "
+                             "are not adjacent")
+    segment = segments[-1]
+    expected = segments[0].first_offset
     for info in batches:
         check_append(info.batch, last_offset_delta(info.batch))
         if info.base_offset != expected or base_offset(info.batch) != expected:
