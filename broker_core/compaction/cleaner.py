@@ -17,6 +17,7 @@ from broker_core import metrics
 from broker_core.codecs import MalformedBatch
 from broker_core.storage import Storage, StorageError, wall_clock_ms
 from broker_core.topic_configs import list_items
+from common.log_fields import topic_fields
 
 from .cleaning import Checkpoint, CompactionSettings, Stopped, clean, dirt
 
@@ -80,12 +81,14 @@ class LogCleaner:
                 if not found.due:
                     continue
                 log.info("log cleaner: cleaning %s (dirty ratio %.2f, %d segment(s))",
-                         store.location, found.ratio, len(found.cleanable))
+                         store.location, found.ratio, len(found.cleanable),
+                         extra=topic_fields(name))
                 done = clean(store, found.cleanable, settings, now, pace, checkpoint)
             except Stopped:
                 break
             except (StorageError, OSError, MalformedBatch, ValueError) as exc:
-                log.warning("log cleaner: %s not cleaned: %s", store.location, exc)
+                log.warning("log cleaner: %s not cleaned: %s", store.location, exc,
+                            extra=topic_fields(name))
                 continue
             if done is None:
                 continue
@@ -94,6 +97,7 @@ class LogCleaner:
             metrics.CLEANER_RUNS.inc()
             metrics.CLEANER_BYTES_RECLAIMED.inc(reclaimed)
             log.info("log cleaner: cleaned %s below offset %d: %d segment(s) rewritten, "
-                     "%d bytes reclaimed", store.location, done.end, done.segments, reclaimed)
+                     "%d bytes reclaimed", store.location, done.end, done.segments, reclaimed,
+                     extra=topic_fields(name))
         metrics.CLEANER_MAX_DELAY.set(delay / 1000)
         return cleaned
