@@ -7,19 +7,22 @@ and 0 = no limit). Each run fills a topic of ``--partitions`` partitions with
 segments) while its ``cleanup.policy`` is still ``delete`` (then ``--settle`` seconds
 pass, for the fill's writeback); then a fixed-rate producer
 (the main benchmark's ``latency`` load generator: ``--rate`` records/s of 1 KiB on
-another topic, acks=all, linger.ms=5) runs twice: once with nothing to clean, and once
-right after the filled topic is switched to ``compact`` (IncrementalAlterConfigs), while
-the cleaner works through it.
+another topic, acks=all, linger.ms=5) runs three times: with nothing to clean, right
+after the filled topic is switched to ``compact`` (IncrementalAlterConfigs) while the
+cleaner works through it, and once more when the cleaner is done (the two idle runs
+bracket the busy one, so that load from elsewhere on the machine shows as a difference
+between them).
 
 Printed per run: the cleaner's throughput (bytes of log on disk before cleaning, divided
 by the time from its first ``cleaning`` line to its last ``cleaned`` line for the topic),
-the log's size before and after, the producer's p50 / p99 / p99.9 with and without the
-cleaner running, and how much of the producer's measured window the cleaning covered.
+the log's size before and after, the producer's p50 / p99 / p99.9 in each of its three
+runs, and how much of the busy run's measured window the cleaning covered.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import threading
@@ -116,6 +119,7 @@ def one_run(args: argparse.Namespace, bench: Bench, io_max: int) -> dict[str, An
         busy = _latency(bench, broker, args, "cleaning")
         _wait_cleaned(broker, topic, args.partitions, args.timeout)
         after = broker.topic_bytes(topic)
+        idle_after = _latency(bench, broker, args, "idle-after")
         started = min(broker.cleaner_times(topic, CLEANING))
         ended = max(broker.cleaner_times(topic, CLEANED))
     finally:
@@ -126,7 +130,7 @@ def one_run(args: argparse.Namespace, bench: Bench, io_max: int) -> dict[str, An
     return {"io_max": io_max, "log_bytes_before": before, "log_bytes_after": after,
             "cleaning_seconds": seconds, "cleaner_mb_per_s": before / MB / seconds,
             "window_covered": overlap / max(window_end - window_start, 1e-6),
-            "idle": idle, "cleaning": busy}
+            "idle": idle, "cleaning": busy, "idle_after": idle_after}
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -147,17 +151,16 @@ def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> str:
              f"1 KiB for {args.seconds:g} s (acks=all, linger.ms=5)",
              "",
              "| logCleanerIoMaxBytesPerSecond | log before → after (MB) | cleaner MB/s "
-             "| produce p50 / p99 / p99.9 ms, idle | same, cleaner running "
+             "| produce p50 / p99 / p99.9 ms: idle before | cleaner running | idle after "
              "| window covered |",
-             "|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|"]
     for row in results:
-        idle, busy = row["idle"], row["cleaning"]
+        shown = [" / ".join(f"{row[run][p]:.1f}" for p in ("p50_ms", "p99_ms", "p999_ms"))
+                 for run in ("idle", "cleaning", "idle_after")]
         lines.append(
             f"| {_cap(row['io_max'])} | {row['log_bytes_before'] / MB:,.0f} → "
             f"{row['log_bytes_after'] / MB:,.1f} | {row['cleaner_mb_per_s']:,.1f} | "
-            f"{idle['p50_ms']:.1f} / {idle['p99_ms']:.1f} / {idle['p999_ms']:.1f} | "
-            f"{busy['p50_ms']:.1f} / {busy['p99_ms']:.1f} / {busy['p999_ms']:.1f} | "
-            f"{row['window_covered']:.0%} |")
+            f"{' | '.join(shown)} | {row['window_covered']:.0%} |")
     return "\n".join(lines)
 
 
@@ -177,6 +180,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="seconds between the fill and the first producer run")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--no-pin", action="store_true")
+    parser.add_argument("--out", type=Path,
+                        help="also write cleaner.md and cleaner.json there (bench/results)")
     parser.add_argument("--quick", action="store_true",
                         help="20,000 records, 2 s of producer, one run (a smoke run)")
     return parser
@@ -188,7 +193,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.records, args.seconds, args.io_max = 20_000, 2.0, args.io_max[:1]
         args.settle = 0.0
-    print(table(args, run(args)), flush=True)
+    results = run(args)
+    text = table(args, results)
+    print(text, flush=True)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "cleaner.md").write_text(text + "\n")
+        options = {key: str(value) if isinstance(value, Path) else value
+                   for key, value in vars(args).items()}
+        (args.out / "cleaner.json").write_text(json.dumps(
+            {"options": options, "runs": results}, indent=1) + "\n")
     return 0
 
 
