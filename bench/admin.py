@@ -1,10 +1,17 @@
-"""Topic creation through the Kafka admin API (the same call for both brokers)."""
+"""Topic creation, deletion and config changes through the Kafka admin API (the same calls
+for both brokers)."""
 
 from __future__ import annotations
 
 import sys
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from confluent_kafka.cimpl import NewTopic
 
 
@@ -32,3 +39,15 @@ def delete_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> None:
             future.result(timeout)
         except Exception as exc:  # a leftover topic only costs memory
             print(f"[bench] could not delete {topic}: {exc}", file=sys.stderr, flush=True)
+
+
+def set_topic_configs(bootstrap: str, topic: str, configs: dict[str, str],
+                      timeout: float = 60.0) -> None:
+    """Set topic configs with IncrementalAlterConfigs."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "bench-admin"})
+    entries = [ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+               for name, value in configs.items()]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource],
+                                                  request_timeout=timeout).values():
+        future.result(timeout)

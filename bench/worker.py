@@ -5,13 +5,13 @@
 --topic T ...``
 
 - ``produce``: send ``--count`` records (or for ``--seconds``) as fast as the producer
-  takes them, spread round-robin over ``--partitions``; time = first produce() to the
-  last delivery report.
+  takes them, spread round-robin over ``--partitions`` (keyed ``key-0`` ... with
+  ``--keys N``); time = first produce() to the last delivery report.
 - ``consume``: read ``--count`` records from the beginning of every partition (assigned,
   no group); time = first poll to the last record.
 - ``latency``: send at a fixed ``--rate`` for ``--seconds`` (paced in 1 ms ticks); each
   record's latency is from its produce() call to its delivery report; the first
-  ``--warmup`` seconds are left out.
+  ``--warmup`` seconds are left out (``window_unix``: the measured seconds, epoch time).
 - ``cproduce`` / ``cconsume``: the same as produce and consume, by librdkafka's C tool
   ``rdkafka_performance`` (``--binary``; see ``bench/cclient.py``): cproduce on partition 0,
   cconsume on partitions 0 to ``--partitions`` - 1 (one client reading them all).
@@ -92,10 +92,11 @@ def _warm_up(producer: Producer, topic: str) -> None:
     producer.list_topics(topic, timeout=20)
 
 
-def _send(producer: Producer, topic: str, value: bytes, partition: int, callback: Any) -> None:
+def _send(producer: Producer, topic: str, value: bytes, partition: int, callback: Any,
+          key: bytes | None = None) -> None:
     while True:
         try:
-            producer.produce(topic, value, partition=partition, on_delivery=callback)
+            producer.produce(topic, value, key=key, partition=partition, on_delivery=callback)
             return
         except BufferError:
             producer.poll(0.001)
@@ -110,8 +111,10 @@ def run_produce(args: argparse.Namespace) -> dict[str, Any]:
     cpu0, start = time.process_time(), time.perf_counter()
     stop_at = start + args.seconds if args.seconds else float("inf")
     sent = 0
+    keys = [f"key-{i}".encode() for i in range(args.keys)]
     while (sent < args.count or args.seconds) and time.perf_counter() < stop_at:
-        _send(producer, args.topic, value, sent % args.partitions, deliveries)
+        _send(producer, args.topic, value, sent % args.partitions, deliveries,
+              keys[sent % len(keys)] if keys else None)
         sent += 1
         if sent & 255 == 0:
             producer.poll(0)
@@ -227,7 +230,9 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
         producer.poll(_TICK_S)
     left = producer.flush(args.timeout)
     measured_seconds = stop_at - measure_from
+    unix_offset = time.time() - clock()
     return {
+        "window_unix": [measure_from + unix_offset, stop_at + unix_offset],
         "sent": sent, "measured": len(samples), "errors": errors[0] + left,
         "target_rate": args.rate, "achieved_rate": len(samples) / measured_seconds,
         "seconds": measured_seconds, "client_cpu_s": time.process_time() - cpu0,
@@ -318,6 +323,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="produce: the producer's compression.type")
     parser.add_argument("--values", choices=("random", "text"), default="random",
                         help="produce: random bytes, or text that codecs can shrink")
+    parser.add_argument("--keys", type=int, default=0,
+                        help="produce: cycle through this many keys (0: no key)")
     return parser
 
 

@@ -68,6 +68,13 @@ class RequestContext:
     login_tenant: str | None = None
     api: str = ""
 
+    def who(self) -> dict[str, str | None]:
+        """The caller as the fields of a log line (``common.log_fields``): its tenant,
+        principal, client address, client id and listener."""
+        return {"tenant": self.home.tenant, "principal": self.principal,
+                "client": self.client_host or None, "client_id": self.client_id,
+                "listener": self.listener}
+
 
 class Authorizer(Protocol):
     """Decides whether a principal may apply an operation to a resource."""

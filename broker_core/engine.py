@@ -55,6 +55,7 @@ from broker_core.transactions.producer_ids import ProducerIdAllocator
 from broker_core.txn_markers import TxnMarkers
 from broker_core.waiters import AppendWaiters
 from broker_core.wakeup import Wakeup
+from common.log_fields import topic_fields
 
 log = logging.getLogger(__name__)
 ZSTD_PRODUCE_VERSION = 7
@@ -258,7 +259,8 @@ class Engine:
             try:
                 changes = await asyncio.to_thread(self.logs.refresh)
                 for internal, partitions in changes.gone.items():
-                    log.info("topic %s was deleted through another broker", internal)
+                    log.info("topic %s was deleted through another broker", internal,
+                             extra=topic_fields(internal))
                     self._forget_topic(internal, partitions)
                 kv_pending = kv_pending or changes.kv_changed
                 if kv_pending:
@@ -358,11 +360,12 @@ class Engine:
                     self.limits.check_create(internal, 1, self.config.default_num_partitions)
                 topic = self.logs.create_topic(internal, self.config.default_num_partitions, {})
                 log.info("auto-created topic %s with %d partitions", internal,
-                         topic.num_partitions)
+                         topic.num_partitions, extra=topic_fields(internal))
             except TopicExists:
                 topic = self.logs.topic(internal)
             except KafkaApiError as exc:  # a tenant's cap: the topic stays unknown
-                log.info("not auto-creating %s: %s", internal, exc.message)
+                log.info("not auto-creating %s: %s", internal, exc.message,
+                         extra=topic_fields(internal))
             except OSError as exc:  # a full disk: the topic stays unknown, clients retry
                 self.faults.failed(exc, f"the new topic {internal}", WriteKind.TOPICS)
         return topic
@@ -481,7 +484,8 @@ class Engine:
             duplicate = producers.check(header)
             if duplicate is not None:
                 log.info("duplicate batch of producer %d on %s-%d acknowledged at %d",
-                         header.producer_id, internal, index, duplicate)
+                         header.producer_id, internal, index, duplicate,
+                         extra=topic_fields(internal))
                 return Appended(duplicate, -1, partition.log_start_offset,
                                 self.appends.settled((internal, index)))
             if header.is_transactional and self.transaction_check is not None and (

@@ -24,6 +24,7 @@ from broker_core.ownership import coordinator_partition
 from broker_core.storage import PartitionStore, Storage, TopicExists
 from broker_core.storage.cluster import NotOwner
 from broker_core.storage_faults import WriteKind
+from common.log_fields import topic_fields
 
 log = logging.getLogger(__name__)
 Record = tuple[bytes, bytes | None]
@@ -69,7 +70,7 @@ class SystemTopic:
                         "segment.bytes": str(self.segment_bytes),
                     })
                     log.info("created system topic %s with %d partitions", topic,
-                             info.num_partitions)
+                             info.num_partitions, extra=topic_fields(topic))
                 except TopicExists:  # created through another broker meanwhile
                     info = self.logs.topic(topic)
             if info is None:  # and deleted again
@@ -77,7 +78,7 @@ class SystemTopic:
                                     f"system topic {topic} is being created")
         elif info.num_partitions != self.num_partitions:
             log.warning("%s keeps its %d partitions (configured: %d)", topic,
-                        info.num_partitions, self.num_partitions)
+                        info.num_partitions, self.num_partitions, extra=topic_fields(topic))
         return info.num_partitions
 
     def _partition(self, topic: str, partition: int) -> PartitionStore:
@@ -164,7 +165,7 @@ class SystemTopic:
             self._written[(topic, partition)] = self.compaction_bytes
             return
         log.info("compacted %s-%d: %d live records kept from offset %d", topic, partition,
-                 len(live), snapshot_start)
+                 len(live), snapshot_start, extra=topic_fields(topic))
 
 
 class StateCoordinator(ABC):
@@ -273,7 +274,7 @@ class StateCoordinator(ABC):
         self._loaded.add((topic, partition))
         self.partition_loaded(topic, partition)
         log.info("replayed %s-%d (%d records) in %.3f s", topic, partition, count,
-                 time.monotonic() - started)
+                 time.monotonic() - started, extra=topic_fields(topic))
 
     async def _periodic(self) -> None:
         while True:

@@ -40,6 +40,7 @@ from broker_core.quotas.throttling import Throttling
 from broker_core.storage import KeyValueStore, LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress
 from broker_core.transactions.coordinator import TxnConfig
+from common.log_fields import log_fields
 from edge.acl_apis import AclApis
 from edge.acls import AclStore
 from edge.audit import AuditEvent, AuditLog
@@ -273,6 +274,10 @@ class BrokerApp:
 
     def _denied(self, ctx: RequestContext, operation: Operation, resource: ResourceType,
                 name: str, reason: str) -> None:
+        what = {ResourceType.TOPIC: "topic", ResourceType.GROUP: "group"}.get(resource)
+        log.warning("authorization denied: %s from %s may not %s %s %s (%s)", ctx.principal,
+                    ctx.client_host or "?", operation.value, resource.value, name, reason,
+                    extra=log_fields(**{**ctx.who(), **({what: name} if what else {})}))
         self.audit.record(AuditEvent(
             kind="authorization", outcome="denied", listener=ctx.listener,
             client=ctx.client_host, principal=ctx.principal, tenant=ctx.home.tenant,

@@ -12,7 +12,8 @@ messages inside it are escaped.
 With ``logFormat=json`` the :class:`JsonFormatter` writes each record as one JSON object
 on one line instead: ``time``, ``level``, ``logger``, ``message`` (the same escaped and
 bounded text), the fields of :data:`LOG_FIELDS` that the log call passed as ``extra``
-(bounded and escaped likewise), and ``traceback``. Every non-ASCII character is written as
+(bounded and escaped likewise; names and helpers in ``common.log_fields``), and
+``traceback``. Every non-ASCII character is written as
 a JSON escape, so a line is one line whatever a client sent.
 """
 
@@ -26,6 +27,7 @@ from datetime import UTC, datetime
 from numbers import Number
 from typing import Literal, TextIO
 
+from common.log_fields import LOG_FIELDS
 from sasl.printable import escape_controls, printable
 
 BROKER_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -34,9 +36,6 @@ BROKER_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_ARG_LIMIT = 1024
 """The most characters one argument of a log record contributes to its line."""
 
-LOG_FIELDS = ("tenant", "principal", "client", "client_id", "listener", "topic", "group")
-"""The ``extra`` fields of a log call that a JSON line carries: who (tenant, principal,
-client address, client id), where (listener) and what (topic, group)."""
 
 
 class _BoundedText:

@@ -6,9 +6,11 @@ discovery), posts a form-encoded ``grant_type=client_credentials`` request with 
 client's id and secret (HTTP Basic, or in the form when the issuer supports only
 ``client_secret_post``), and caches the token until ``refresh_fraction`` of its lifetime
 has passed (80 % by default). An issuer's refusal raises :class:`OAuthError` carrying its
-``error`` and ``error_description`` (``invalid_client: bad secret``). When a refresh fails
-while the cached token is still valid, the cached token is returned and the failure
-logged. Thread-safe: concurrent callers share one request.
+``error`` and ``error_description`` (``invalid_client: bad secret``). Given only a token
+endpoint (KIP-768's ``sasl.oauthbearer.token.endpoint.url``), it asks that endpoint
+without discovery, the client authenticating with HTTP Basic unless told otherwise.
+When a refresh fails while the cached token is still valid, the cached token is returned
+and the failure logged. Thread-safe: concurrent callers share one request.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def _error_from(status: int, body: JsonValue) -> OAuthError:
 class ClientCredentialsLogin:
     """Gets, caches and refreshes an access token for one OAuth client."""
 
-    def __init__(self, issuer_url: str, credentials_url: str | None = None, *,
+    def __init__(self, issuer_url: str | None, credentials_url: str | None = None, *,
                  credentials: ClientCredentials | None = None, audience: str | None = None,
                  scope: str | None = None, token_endpoint: str | None = None,
                  auth_method: str = "auto", refresh_fraction: float = 0.8,
@@ -92,7 +94,10 @@ class ClientCredentialsLogin:
             raise ValueError(f"auth_method must be one of {', '.join(AUTH_METHODS)}")
         if not 0.1 <= refresh_fraction <= 1.0:
             raise ValueError("refresh_fraction must be between 0.1 and 1")
-        self.issuer_url = check_http_url(issuer_url, "the issuer URL")
+        if issuer_url is None and token_endpoint is None:
+            raise ValueError("give the issuer URL or the token endpoint")
+        self.issuer_url = (None if issuer_url is None
+                           else check_http_url(issuer_url, "the issuer URL"))
         if token_endpoint is not None:
             check_http_url(token_endpoint, "the token endpoint")
         self._credentials_url = credentials_url
@@ -144,6 +149,7 @@ class ClientCredentialsLogin:
 
     def _provider(self) -> ProviderMetadata:
         if self._metadata is None:
+            assert self.issuer_url is not None
             try:
                 self._metadata = discover(self.issuer_url, timeout=self._timeout)
             except FetchError as exc:
@@ -152,6 +158,9 @@ class ClientCredentialsLogin:
 
     def _endpoint_and_method(self) -> tuple[str, str]:
         method = self._auth_method
+        if self._token_endpoint is not None and self.issuer_url is None:
+            # no issuer to ask (KIP-768's token endpoint URL alone): HTTP Basic by default
+            return self._token_endpoint, "client_secret_basic" if method == "auto" else method
         if self._token_endpoint is not None and method != "auto":
             return self._token_endpoint, method
         metadata = self._provider()

@@ -14,7 +14,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -26,9 +27,14 @@ from pipeline.audit.events import AUDIT_TOPIC
 from pipeline.audit.report import ReportSettings, run_report
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+SPARK_CONFIG = {"spark.python.daemon.module": "pipeline.spark_daemon"}
+"""The command line's Spark settings: Python workers out of the terminal's process group
+(``pipeline.spark_daemon``), so that a Ctrl-C reaches the driver alone."""
+CANCEL_EVERY_S = 0.5
 
 
 def parse_since(text: str, now: float | None = None) -> int:
@@ -141,7 +147,7 @@ def _stream(args: argparse.Namespace, rule: BurstRule, options: dict[str, str]) 
         topic=args.topic, alerts_topic=args.alerts_topic, rule=rule,
         starting_offsets=args.starting_offsets, trigger_seconds=args.trigger_seconds,
         options=options)
-    spark = spark_session(args.master)
+    spark = spark_session(args.master, config=SPARK_CONFIG)
     spark.sparkContext.setLogLevel("WARN")
 
     def show(values: list[str]) -> None:
@@ -177,16 +183,21 @@ def _await(query: StreamingQuery, run_seconds: float | None, stop: StopSignals) 
 class StopSignals:
     """While entered (in the main thread), SIGINT and SIGTERM only note the signal: a
     Ctrl-C then stops the stream between calls to Spark, instead of PySpark's handler
-    raising KeyboardInterrupt inside one (which dumps py4j and Java tracebacks)."""
+    raising KeyboardInterrupt inside one (which dumps py4j and Java tracebacks).
+    ``on_stop`` runs in a thread of its own at the first signal."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self) -> None:
+    def __init__(self, on_stop: Callable[[], None] | None = None) -> None:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
+        self._on_stop = on_stop
 
     def _note(self, signum: int, _frame: FrameType | None) -> None:
+        first = self.signum is None
         self.signum = signum
+        if first and self._on_stop is not None:
+            threading.Thread(target=self._on_stop, name="stop-spark", daemon=True).start()
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -194,9 +205,67 @@ class StopSignals:
                 self._previous[signum] = signal.signal(signum, self._note)
         return self
 
+    def reinstall(self) -> None:
+        """Take the signals back (a new SparkContext sets its own SIGINT handler, which
+        raises KeyboardInterrupt inside a call to Spark)."""
+        for signum in self._previous:
+            signal.signal(signum, self._note)
+
     def __exit__(self, *exc: object) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
+
+
+def _cancel_jobs_until(done: threading.Event) -> Callable[[], None]:
+    """A stop action: silence Spark's log (its tasks and writers report their cancellation
+    as warnings and errors with Java stack traces), then cancel every Spark job, again
+    every :data:`CANCEL_EVERY_S` (a job the driver starts meanwhile too), until ``done``
+    is set."""
+    def cancel() -> None:
+        from pyspark import SparkContext
+
+        silenced = False
+        while not done.is_set():
+            context = SparkContext._active_spark_context
+            if context is not None:
+                with suppress(Exception):  # the context is starting or going away
+                    if not silenced:
+                        context.setLogLevel("OFF")
+                        silenced = True
+                    context.cancelAllJobs()
+            done.wait(CANCEL_EVERY_S)
+    return cancel
+
+
+def _report(args: argparse.Namespace, rule: BurstRule, options: dict[str, str]) -> int:
+    """The one-off report; a Ctrl-C (or SIGTERM) cancels its Spark jobs and ends it with
+    one line and exit 128 + the signal's number, no report printed."""
+    from pipeline.spark_session import spark_session
+
+    done = threading.Event()
+    with StopSignals(on_stop=_cancel_jobs_until(done)) as stop:
+        try:
+            spark: SparkSession = spark_session(args.master, config=SPARK_CONFIG)
+            stop.reinstall()
+            if stop.signum is None:
+                spark.sparkContext.setLogLevel("WARN")
+                report = run_report(spark, ReportSettings(
+                    bootstrap=args.bootstrap, topic=args.topic, since_ms=args.since,
+                    output=args.output.resolve(), rule=rule, top=args.top, options=options))
+        except KeyboardInterrupt:  # from SparkContext's handler, before reinstall()
+            stop.signum = stop.signum or signal.SIGINT
+        except Exception:
+            if stop.signum is None:
+                raise
+        finally:
+            done.set()
+    if stop.signum is not None:
+        print(f"audit-report: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr,
+              flush=True)
+        return 128 + stop.signum
+    print(report.text())
+    print(f"\nParquet tables and {report.chart.name} written to {report.output}")
+    return 0
 
 
 def audit_report(args: argparse.Namespace) -> int:
@@ -205,17 +274,7 @@ def audit_report(args: argparse.Namespace) -> int:
     options = source_options(args)
     if args.stream:
         return _stream(args, rule, options)
-    from pipeline.spark_session import spark_session
-
-    spark = spark_session(args.master)
-    spark.sparkContext.setLogLevel("WARN")
-    report = run_report(spark, ReportSettings(
-        bootstrap=args.bootstrap, topic=args.topic, since_ms=args.since,
-        output=args.output.resolve(),
-        rule=rule, top=args.top, options=options))
-    print(report.text())
-    print(f"\nParquet tables and {report.chart.name} written to {report.output}")
-    return 0
+    return _report(args, rule, options)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """``edge-broker admin`` against a real broker, driven as a subprocess: every verb, in
 table and JSON form, with the exit codes scripts rely on (0 done, 1 refused or failed,
 2 usage) and one-line errors; on a SASL broker with ACLs, tokens made by ``tokens create``
-log in, and what the ACLs refuse exits 1."""
+log in, and what the ACLs refuse exits 1; on an OAUTHBEARER broker, a properties file with
+OIDC client credentials (KIP-768 keys) logs in, and a wrong secret is one line, exit 1."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer
 
+from oauth.dev_issuer import DevIssuer
 from tests.admin_cli_helpers import Ran, admin, write_properties
 from tests.broker_process import BrokerProcess
+from tests.oauth_helpers import make_issuer, oauth_file, start_broker
 from tests.security_helpers import TokenIssuer
 
 
@@ -285,3 +288,69 @@ def test_quotas_alter_and_describe(secure: SecureBroker) -> None:
     refused = admin(boot, "quotas", "describe", config=bob)
     assert refused.code == 1
     assert "CLUSTER_AUTHORIZATION_FAILED" in refused.one_error_line()
+
+
+# -- OAUTHBEARER logins (OIDC client credentials) -------------------------------------------
+
+
+@dataclass
+class BearerBroker:
+    broker: BrokerProcess
+    issuer: DevIssuer
+    directory: Path
+
+    def login_file(self, client_id: str, secret: str, **extra: str) -> Path:
+        """A properties file logging in with OIDC client credentials (KIP-768 keys)."""
+        values = {"bootstrap_servers": self.broker.bootstrap,
+                  "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER",
+                  "sasl_oauthbearer_method": "oidc",
+                  "sasl_oauthbearer_token_endpoint_url": f"{self.issuer.url}/token",
+                  "sasl_oauthbearer_client_id": client_id,
+                  "sasl_oauthbearer_client_secret": secret, **extra}
+        return write_properties(self.directory / f"{client_id}-{secret}-{len(extra)}"
+                                ".properties", **values)
+
+
+@pytest.fixture(scope="module")
+def bearer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BearerBroker]:
+    base = tmp_path_factory.mktemp("admin-cli-oauth")
+    issuer = make_issuer()
+    broker = start_broker(base, oauth_file(base, issuer.url))
+    yield BearerBroker(broker, issuer, base)
+    broker.stop()
+    issuer.stop()
+
+
+def test_an_oidc_login_runs_commands(bearer: BearerBroker, topic_name: str) -> None:
+    login = bearer.login_file("acme-app", "acme-secret", sasl_oauthbearer_scope="kafka")
+    created = ok(admin(None, "topics", "create", topic_name, "--partitions", "1",
+                       config=login, output="json")).json()
+    assert created == {"results": [{"name": topic_name, "result": "NONE"}]}
+    ok(admin(None, "produce", topic_name, "a", "b", config=login))
+    consumed = ok(admin(None, "consume", topic_name, config=login, output="json")).json()
+    assert [r["value"] for r in consumed["records"]] == ["a", "b"]
+    assert (bearer.broker.data_dir / "topics" / "acme" / "default" / topic_name).is_dir()
+    bearer.broker.wait_for_log("principal acme-app, tenant acme")
+
+
+def test_a_wrong_client_secret_is_one_line_and_exit_1(bearer: BearerBroker) -> None:
+    wrong = admin(None, "cluster", "describe", config=bearer.login_file("app", "wrong"))
+    assert wrong.code == 1 and wrong.out == ""
+    assert wrong.one_error_line() == ("edge-broker admin cluster describe: OAuth login "
+                                      "failed: invalid_client: bad secret")
+
+
+def test_oauthbearer_properties_are_checked(bearer: BearerBroker) -> None:
+    no_secret = write_properties(
+        bearer.directory / "no-secret.properties", sasl_mechanism="OAUTHBEARER",
+        sasl_oauthbearer_token_endpoint_url=f"{bearer.issuer.url}/token",
+        sasl_oauthbearer_client_id="app")
+    missing = admin(bearer.broker.bootstrap, "cluster", "describe", config=no_secret)
+    assert missing.code == 2
+    assert "OAUTHBEARER needs sasl.oauthbearer.client.secret" in missing.one_error_line()
+    unsecured = bearer.login_file("app", "app-secret", sasl_oauthbearer_method="default")
+    assert admin(None, "cluster", "describe", config=unsecured).code == 2
+    plain = write_properties(bearer.directory / "plain.properties", sasl_mechanism="PLAIN",
+                             sasl_oauthbearer_client_id="app")
+    stray = admin(bearer.broker.bootstrap, "cluster", "describe", config=plain)
+    assert stray.code == 2 and "need sasl.mechanism=OAUTHBEARER" in stray.one_error_line()

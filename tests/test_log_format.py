@@ -1,20 +1,30 @@
 """Client text in logs and audit fields: ``sasl.printable`` escapes and bounds it, and the
 broker's log formatter (``edge.log_format``) applies that to every argument of every
-record while tracebacks keep their lines."""
+record while tracebacks keep their lines; with ``logFormat=json`` the lines about a topic
+or a group carry ``topic`` / ``group`` as fields."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import json
 import logging
+import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError
 
 from edge.audit import AuditEvent
 from edge.log_format import LOG_ARG_LIMIT, broker_log_handler
 from sasl.printable import FIELD_LIMIT, printable
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
+from tests.security_helpers import TokenIssuer
 
 FORGED = "2026-01-01 00:00:00,000 INFO edge.session: peer logged in as admin"
 
@@ -128,3 +138,101 @@ def test_a_topic_created_with_huge_configs_logs_a_bounded_line(broker: BrokerPro
     line = broker.wait_for_log(f"created topic \\S*{topic_name} ")
     assert "configs {'retention.ms': '0000" in line and line.endswith("more characters]")
     assert len(line) < LOG_ARG_LIMIT + 300, len(line)
+
+
+# -- JSON lines about topics and groups carry them as fields --------------------------------
+
+HOSTILE_GROUP = 'g\n{"level": "ERROR", "message": "forged"}\u2028' + "x" * 3000
+
+
+def _entries(broker: BrokerProcess, needle: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in broker.lines if needle in line]
+
+
+def _wait_entry(broker: BrokerProcess, needle: str, **fields: str) -> dict[str, Any]:
+    """The first JSON line whose message has ``needle`` and which carries ``fields``."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for entry in _entries(broker, needle):
+            if all(entry.get(key) == value for key, value in fields.items()):
+                return entry
+        time.sleep(0.1)
+    raise AssertionError(f"no line {needle!r} with {fields}:\n{broker.log_text()[-3000:]}")
+
+
+def test_json_lines_about_topics_and_groups_carry_them(tmp_path: Path,
+                                                       topic_name: str) -> None:
+    """A real broker with ``logFormat=json`` and ACLs: topic creation, an authorization
+    refusal, a refused produce (no key for a compacted topic), a group's rebalance, a
+    denial on a group a client named with hostile text, and the log cleaner's lines each
+    carry ``topic`` or ``group`` (and who) as fields, client text escaped and bounded."""
+    issuer = TokenIssuer("hmac", tmp_path / "keys")
+    broker = BrokerProcess(tmp_path / "data", {
+        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0", "logFormat": "json",
+        "authorizationEnabled": "true", "superUserRoles": "admin",
+        "groupInitialRebalanceDelayMs": "0", "logCleanerBackoffMs": "200",
+        **issuer.settings}).start()
+
+    def login(role: str) -> dict[str, Any]:
+        return {"bootstrap_servers": broker.bootstrap, "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "PLAIN", "sasl_plain_username": "acme",
+                "sasl_plain_password": "token:" + issuer.token(role)}
+
+    internal = f"acme/default/{topic_name}"
+    compacted = f"{topic_name}-compacted"
+    try:
+        admin = KafkaAdminClient(**login("admin"), client_id="ops-admin")
+        admin.create_topics([NewTopic(topic_name, 1, 1), NewTopic(
+            compacted, 1, 1, topic_configs={
+                "cleanup.policy": "compact", "segment.bytes": "1024",
+                "min.cleanable.dirty.ratio": "0.01"})])
+        producer = KafkaProducer(**login("admin"), acks="all")
+        for i in range(60):  # one batch each: the 1 KiB segments fill and are sealed
+            producer.send(compacted, key=f"k{i % 3}".encode(), value=b"v" * 100).get(30)
+        producer.send(topic_name, b"for the group").get(30)
+        with pytest.raises(KafkaError):  # a compacted topic refuses records without a key
+            producer.send(compacted, b"no key").get(30)
+        producer.flush(30)
+        producer.close()
+
+        denied = KafkaProducer(**login("bob"), client_id="bob-client", acks="all",
+                               retries=0, max_block_ms=5000)
+        with pytest.raises(KafkaError):
+            denied.send(topic_name, b"refused").get(30)
+        denied.close()
+        bob = KafkaAdminClient(**login("bob"))
+        with contextlib.suppress(KafkaError):
+            bob.describe_groups([HOSTILE_GROUP])
+        bob.close()
+
+        consumer = KafkaConsumer(topic_name, **login("admin"), group_id="ops-group",
+                                 auto_offset_reset="earliest")
+        deadline = time.monotonic() + 60
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(500)
+        consumer.close()
+        admin.close()
+
+        created = _wait_entry(broker, "created topic", topic=internal)
+        assert (created["tenant"], created["principal"], created["client_id"]) == (
+            "acme", "admin", "ops-admin")
+        refusal = _wait_entry(broker, "authorization denied", topic=internal)
+        assert refusal["level"] == "WARNING" and refusal["principal"] == "bob"
+        assert refusal["client"] == "127.0.0.1" and refusal["listener"] == "SASL_PLAINTEXT"
+        assert refusal["client_id"] == "bob-client"
+        produce = _wait_entry(broker, "refused: ", topic=f"acme/default/{compacted}")
+        assert produce["principal"] == "admin" and produce["tenant"] == "acme"
+        rebalance = _wait_entry(broker, "generation 1 with 1 members", group="ops-group")
+        assert rebalance["tenant"] == "acme" and "topic" not in rebalance
+        cleaned = _wait_entry(broker, "log cleaner: cleaned",
+                              topic=f"acme/default/{compacted}")
+        assert cleaned["tenant"] == "acme"
+        hostile = next(e for e in _entries(broker, "authorization denied")
+                       if e.get("group", "").startswith("g\\n{"))
+        assert '"level": "ERROR"' in hostile["group"] and "\\u2028" in hostile["group"]
+        assert len(hostile["group"]) < LOG_ARG_LIMIT + 100
+        assert "more characters]" in hostile["group"]
+    finally:
+        broker.stop()
+    entries = [json.loads(line) for line in broker.lines]  # every line is one object
+    assert not any(entry["message"] == "forged" for entry in entries)

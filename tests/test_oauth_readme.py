@@ -4,6 +4,7 @@ addresses swapped for the test's own), its properties snippet is valid, and its 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -86,3 +87,19 @@ def test_oauth_keys_table_matches_the_code() -> None:
     match = re.search(r"<!-- oauth-keys -->\n(.*?)<!-- /oauth-keys -->", SECTION, re.S)
     assert match is not None
     assert match[1].strip() == settings_reference_markdown().strip()
+
+
+def test_admin_cli_example(broker: BrokerProcess, issuer: DevIssuer, tmp_path: Path) -> None:
+    """The admin CLI's OAUTHBEARER properties file, as printed, logs in and works."""
+    match = re.search(r"<!-- example:oauth-admin -->\n```sh\n(.*?)```", SECTION, re.S)
+    assert match, "README has no example 'oauth-admin' in the OAuth section"
+    script = match[1]
+    assert DOC_ISSUER in script and DOC_BOOTSTRAP in script
+    script = (script.replace(DOC_ISSUER, issuer.url).replace(DOC_BOOTSTRAP, broker.bootstrap)
+              .replace(".venv/bin/edge-broker", f"{sys.executable} -m edge.cli"))
+    result = subprocess.run(["bash", "-ec", script], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=180, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr
+    lines = [line.split() for line in result.stdout.splitlines()]
+    assert lines[:2] == [["NAME", "RESULT"], ["oauth-admin", "NONE"]]
+    assert ["oauth-admin", "1", "false"] in lines[2:]

@@ -269,6 +269,40 @@ def test_ctrl_c_stops_the_stream_in_a_few_lines(audit_broker: BrokerProcess,
     assert "stopped by SIGINT" in after
 
 
+@pytest.mark.parametrize("moment", ["spark: starting Spark", "spark: stage "])
+def test_ctrl_c_stops_the_one_off_report_in_one_line(audit_broker: BrokerProcess,
+                                                     tmp_path: Path, moment: str) -> None:
+    """Ctrl-C to the whole process group of the one-off report, while Spark starts or
+    while a job runs: the driver cancels its jobs (the Python workers, in their own
+    process group, are not interrupted mid-task) and exits 130 with one line."""
+    job = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "audit-report", "--bootstrap",
+         plain(audit_broker), "--output", str(tmp_path / "out")],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert job.stdout is not None
+    try:
+        before = []
+        for line in job.stdout:
+            before.append(line)
+            if line.startswith(moment):
+                break
+        assert before and before[-1].startswith(moment), "".join(before)
+        os.killpg(job.pid, signal.SIGINT)
+        after = job.stdout.read()
+        assert job.wait(120) == 130, "".join(before) + after
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
+    assert "Traceback" not in after and "Exception" not in after, after
+    assert " ERROR " not in after and "written to" not in after, after
+    # the one line, last; before it at most Spark's start-up notes (a signal while the
+    # JVM starts) and stage lines
+    assert after.splitlines()[-1] == "audit-report: stopped by SIGINT", after
+    assert len(after.splitlines()) <= 15, after
+
+
 def test_a_report_without_events_says_where_they_come_from(
         spark: SparkSession, tmp_path: Path) -> None:
     """A broker with only a PLAINTEXT listener, as in the quick start, writes no audit

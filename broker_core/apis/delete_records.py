@@ -14,6 +14,7 @@ from broker_core.storage import OffsetOutOfRange
 from broker_core.storage.cluster import NotOwner
 from broker_core.storage_faults import WriteKind
 from broker_core.topic_configs import list_items
+from common.log_fields import topic_fields
 
 log = logging.getLogger(__name__)
 _Topic = DeleteRecordsResponse.DeleteRecordsTopicResult
@@ -48,7 +49,8 @@ def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: int,
         raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc)) from exc
     except NotOwner as exc:  # another broker took the partition meanwhile
         raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, str(exc)) from exc
-    log.info("log start offset of %s-%d is now %d", internal, index, low)
+    log.info("log start offset of %s-%d is now %d", internal, index, low,
+             extra=topic_fields(internal, **ctx.who()))
     return low
 
 

@@ -9,7 +9,7 @@ import time
 from kafka.protocol.api_data import ApiData
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from broker_core import metrics
+from broker_core import metrics, naming
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Admitted, Appended, Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -17,6 +17,7 @@ from broker_core.protocol import received_bytes
 from broker_core.stages import Later
 from broker_core.storage.errors import AppendFenced
 from broker_core.storage_faults import WriteKind
+from common.log_fields import topic_fields
 
 log = logging.getLogger(__name__)
 _Topic = ProduceResponse.TopicProduceResponse
@@ -48,8 +49,12 @@ def _admit(engine: Engine, ctx: RequestContext, name: str, index: int,
 def _refused(ctx: RequestContext, name: str, index: int,
              error: KafkaApiError) -> _Partition:
     if error.code != ErrorCode.KAFKA_STORAGE_ERROR:  # that one is logged once per cause
+        try:
+            internal = naming.to_internal(name, ctx.home)
+        except KafkaApiError:  # an invalid name: the field is the name as sent
+            internal = name
         log.info("produce to %s-%d from %s refused: %s", name, index, ctx.client_id,
-                 error.message)
+                 error.message, extra=topic_fields(internal, **ctx.who()))
     return _failed(index, error.code, error.message)
 
 

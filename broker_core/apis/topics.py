@@ -24,6 +24,7 @@ from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import TopicExists, TopicInfo
 from broker_core.storage_faults import WriteKind
 from broker_core.topic_configs import config_source, validate_topic_configs
+from common.log_fields import topic_fields
 
 log = logging.getLogger(__name__)
 MAX_PARTITIONS_PER_REQUEST = 10_000
@@ -106,7 +107,8 @@ def _create_one(engine: Engine, ctx: RequestContext, wanted: _Creatable, validat
     except TopicExists as exc:
         raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS,
                             f"topic {wanted.name} already exists") from exc
-    log.info("created topic %s with %d partitions, configs %s", internal, count, configs)
+    log.info("created topic %s with %d partitions, configs %s", internal, count, configs,
+             extra=topic_fields(internal, **ctx.who()))
     return topic, count, configs
 
 
@@ -223,7 +225,7 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext,
                                     f"unknown topic {shown}")
             result.topic_id = topic.topic_id
             engine.delete_topic(internal)
-            log.info("deleted topic %s", internal)
+            log.info("deleted topic %s", internal, extra=topic_fields(internal, **ctx.who()))
         except KafkaApiError as error:
             result.error_code = error.code
             result.error_message = error.message
@@ -290,7 +292,8 @@ async def handle_create_partitions(engine: Engine, ctx: RequestContext,
                 except ValueError:  # grown through another broker at the same moment
                     raise KafkaApiError(ErrorCode.INVALID_PARTITIONS,
                                         f"topic {wanted.name} was grown meanwhile") from None
-                log.info("topic %s now has %d partitions", internal, wanted.count)
+                log.info("topic %s now has %d partitions", internal, wanted.count,
+                         extra=topic_fields(internal, **ctx.who()))
         except KafkaApiError as error:
             code, message = error.code, error.message
         results.append(CreatePartitionsResponse.CreatePartitionsTopicResult(

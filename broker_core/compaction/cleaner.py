@@ -23,6 +23,7 @@ from broker_core.storage import (
     wall_clock_ms,
 )
 from broker_core.topic_configs import list_items
+from common.log_fields import topic_fields
 
 from .cleaning import (
     DEFAULT_MAP_BYTES,
@@ -114,13 +115,15 @@ class LogCleaner:
                 if not found.due:
                     continue
                 log.info("log cleaner: cleaning %s (dirty ratio %.2f, %d segment(s))",
-                         store.location, found.ratio, len(found.cleanable))
+                         store.location, found.ratio, len(found.cleanable),
+                         extra=topic_fields(name))
                 done = clean(store, found.cleanable, settings, now, pace, checkpoint,
                              self._map_bytes)
             except Stopped:
                 break
             except (StorageError, OSError, MalformedBatch, ValueError) as exc:
-                log.warning("log cleaner: %s not cleaned: %s", store.location, exc)
+                log.warning("log cleaner: %s not cleaned: %s", store.location, exc,
+                            extra=topic_fields(name))
                 continue
             if done is None:
                 continue
@@ -131,7 +134,8 @@ class LogCleaner:
             metrics.CLEANER_RUNS.inc()
             metrics.CLEANER_BYTES_RECLAIMED.inc(reclaimed)
             log.info("log cleaner: cleaned %s below offset %d: %d segment(s) rewritten, "
-                     "%d bytes reclaimed", store.location, done.end, done.segments, reclaimed)
+                     "%d bytes reclaimed", store.location, done.end, done.segments, reclaimed,
+                     extra=topic_fields(name))
         metrics.CLEANER_MAX_DELAY.set(delay / 1000)
         self._firsts = firsts
         return cleaned

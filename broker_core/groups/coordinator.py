@@ -47,6 +47,7 @@ from broker_core.groups.model import (
 )
 from broker_core.groups.offsets import GroupOffsets, OffsetToCommit, TopicPartition
 from broker_core.system_topics import StateCoordinator, SystemTopic
+from common.log_fields import group_fields, topic_fields
 
 log = logging.getLogger(__name__)
 _R = TypeVar("_R")
@@ -121,7 +122,8 @@ class GroupCoordinator(StateCoordinator):
             self._forget(group)
         self.offsets.partition_unloaded(topic, partition)
         if gone:
-            log.info("no longer coordinating %d groups of %s-%d", len(gone), topic, partition)
+            log.info("no longer coordinating %d groups of %s-%d", len(gone), topic, partition,
+                     extra=topic_fields(topic))
 
     def partition_loaded(self, topic: str, partition: int) -> None:
         """Members restored from the log get their session timers."""
@@ -227,7 +229,8 @@ class GroupCoordinator(StateCoordinator):
         try:
             durable = self._persist(group)
         except Exception:
-            log.exception("could not persist group %s", group.group_id)
+            log.exception("could not persist group %s", group.group_id,
+                          extra=group_fields(group.group_id, group.topic))
             return
         if isinstance(durable, asyncio.Future):
             task = asyncio.get_running_loop().create_task(self._settle_quietly(group, durable))
@@ -240,7 +243,8 @@ class GroupCoordinator(StateCoordinator):
         except KafkaApiError:  # a full disk, logged once by the store
             return
         except Exception:
-            log.exception("could not persist group %s", group.group_id)
+            log.exception("could not persist group %s", group.group_id,
+                          extra=group_fields(group.group_id, group.topic))
 
     async def _settle(self, group: Group, io: _GroupIO, written: list[Written]) -> None:
         """Wait for each write the machine waits for and report its outcome back."""
@@ -398,7 +402,7 @@ class GroupCoordinator(StateCoordinator):
             await self._drop(group)
         except KafkaApiError as error:
             return error.code
-        log.info("deleted group %s", group_id)
+        log.info("deleted group %s", group_id, extra=group_fields(group_id, topic))
         return ErrorCode.NONE
 
     async def _drop(self, group: Group) -> None:
@@ -414,7 +418,8 @@ class GroupCoordinator(StateCoordinator):
                 continue
             expired = self.offsets.expired(group, now)
             if expired:
-                log.info("expiring %d offsets of group %s", len(expired), group.group_id)
+                log.info("expiring %d offsets of group %s", len(expired), group.group_id,
+                         extra=group_fields(group.group_id, group.topic))
                 await self.delete_offsets(group, expired)
             if group.state == GroupState.EMPTY and not group.offsets and \
                     not group.pending_txn and self._held(group):

@@ -39,6 +39,7 @@ from broker_core.groups.effects import (
     Waiting,
 )
 from broker_core.groups.model import Group, GroupState, JoinResult, Member, MemberList, SyncResult
+from common.log_fields import LogFields, group_fields
 
 log = logging.getLogger(__name__)
 _R = TypeVar("_R")
@@ -51,6 +52,10 @@ class GroupMembership:
         self.group = group
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self._out: list[Effect] = []
+
+    def _fields(self) -> LogFields:
+        """The fields of a log line about this group (``logFormat=json``)."""
+        return group_fields(self.group.group_id, self.group.topic)
 
     def _step(self, reply: _R) -> Step[_R]:
         out, self._out = self._out, []
@@ -138,7 +143,8 @@ class GroupMembership:
             if member is None:
                 results.append(ErrorCode.UNKNOWN_MEMBER_ID)
                 continue
-            log.info("member %s left group %s", member_id, group.group_id)
+            log.info("member %s left group %s", member_id, group.group_id,
+                     extra=self._fields())
             self._member_left(member, now)
             results.append(ErrorCode.NONE)
         return self._step(results)
@@ -238,7 +244,7 @@ class GroupMembership:
         if group.leader == old.member_id:
             group.leader = member_id
         log.info("static member %s of group %s is now %s", request.group_instance_id,
-                 group.group_id, member_id)
+                 group.group_id, member_id, extra=self._fields())
         if group.state == GroupState.STABLE and group.choose_protocol() == group.protocol:
             # As Kafka: no rebalance when the group's protocol would not change; once the
             # new id is written, a leader gets the members back but skips the assignment.
@@ -391,13 +397,13 @@ class GroupMembership:
             return
         member.session_deadline = None
         log.info("member %s of group %s missed its session timeout", member_id,
-                 self.group.group_id)
+                 self.group.group_id, extra=self._fields())
         self._member_left(member, now)
 
     def _pending_expired(self, member_id: str, now: int) -> None:
         if self.group.pending.pop(member_id, None) is not None:
             log.info("pending member %s of group %s never rejoined", member_id,
-                     self.group.group_id)
+                     self.group.group_id, extra=self._fields())
             if self.group.state == GroupState.PREPARING_REBALANCE:
                 self._maybe_complete_join(now)
 
@@ -465,7 +471,7 @@ class GroupMembership:
             return
         for member in [m for m in group.members.values() if not m.joining]:
             log.info("member %s of group %s did not rejoin in time", member.member_id,
-                     group.group_id)
+                     group.group_id, extra=self._fields())
             self._remove_member(member, ErrorCode.UNKNOWN_MEMBER_ID)
         group.generation += 1
         group.state_timestamp = now
@@ -474,14 +480,16 @@ class GroupMembership:
             group.protocol = None
             group.leader = None
             self._out.append(Persist())
-            log.info("group %s is empty at generation %d", group.group_id, group.generation)
+            log.info("group %s is empty at generation %d", group.group_id, group.generation,
+                     extra=self._fields())
             return
         group.protocol = group.choose_protocol()
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
         group.state = GroupState.COMPLETING_REBALANCE
         log.info("group %s: generation %d with %d members, protocol %s", group.group_id,
-                 group.generation, len(group.members), group.protocol)
+                 group.generation, len(group.members), group.protocol,
+                 extra=self._fields())
         everyone = self.group.everyone()
         for member in group.members.values():
             member.joining = False

@@ -34,7 +34,8 @@ def add_admin_arguments(parser: argparse.ArgumentParser) -> None:
                              "--command-config, else 127.0.0.1:9092)")
     parser.add_argument("--command-config", metavar="FILE",
                         help="Kafka client properties: bootstrap.servers, security.protocol, "
-                             "sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, "
+                             "sasl.mechanism (PLAIN, OAUTHBEARER), sasl.username, "
+                             "sasl.password, sasl.oauthbearer.*, ssl.ca.location, "
                              "...")
     parser.add_argument("--output", choices=("table", "json"), default="table",
                         help="aligned tables (default) or JSON for scripts")

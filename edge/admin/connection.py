@@ -5,7 +5,9 @@ The file holds librdkafka / Java client keys: ``bootstrap.servers``, ``security.
 ``sasl.mechanism``, ``sasl.username``, ``sasl.password``, ``ssl.ca.location``,
 ``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``,
 ``ssl.endpoint.identification.algorithm`` and ``client.id``; they become kafka-python's
-settings. An unknown key is a usage error naming it (the Java keystores are not read).
+settings. ``sasl.mechanism=OAUTHBEARER`` logs in with OIDC client credentials, from the
+``sasl.oauthbearer.*`` keys (``edge.admin.bearer``). An unknown key is a usage error
+naming it (the Java keystores are not read).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from pathlib import Path
 
 from kafka import KafkaAdminClient
 
+from edge.admin.bearer import BEARER_KEYS, first_token, token_provider
 from edge.admin.errors import UsageError
 from edge.config import ConfigError, parse_properties
+from oauth.kafka_python_provider import KafkaPythonTokenProvider
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -37,7 +41,7 @@ _KEYWORDS: Mapping[str, str] = {
 """Client property -> kafka-python keyword, for the keys taken as they are."""
 
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_MECHANISMS = ("PLAIN",)
+_MECHANISMS = ("PLAIN", "OAUTHBEARER")
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,17 @@ class ClientSettings:
     bootstrap: str
     options: dict[str, str | bool] = field(default_factory=dict)
     timeout_ms: int = 30000
+    token_provider: KafkaPythonTokenProvider | None = None
+    """The OAUTHBEARER login, when ``sasl.mechanism`` is OAUTHBEARER."""
 
     def keywords(self) -> dict[str, object]:
-        """The keyword arguments of a kafka-python client."""
-        return {"bootstrap_servers": self.bootstrap.split(","), **self.options,
+        """The keyword arguments of a kafka-python client (with OAUTHBEARER, once a first
+        token was had: CallFailed with the issuer's refusal)."""
+        login: dict[str, object] = {}
+        if self.token_provider is not None:
+            first_token(self.token_provider)
+            login["sasl_oauth_token_provider"] = self.token_provider
+        return {"bootstrap_servers": self.bootstrap.split(","), **self.options, **login,
                 "request_timeout_ms": self.timeout_ms,
                 "client_id": self.options.get("client_id", "edge-broker-admin")}
 
@@ -86,8 +97,9 @@ def _option(key: str, value: str, where: str) -> tuple[str, str | bool]:
         return "ssl_check_hostname", value.lower() not in ("", "none")
     keyword = _KEYWORDS.get(key)
     if keyword is None:
+        supported = [*_KEYWORDS, "ssl.endpoint.identification.algorithm", *BEARER_KEYS]
         raise UsageError(f"{where}: unsupported client property {key!r} (supported: "
-                         f"{', '.join([*_KEYWORDS, 'ssl.endpoint.identification.algorithm'])})")
+                         f"{', '.join(supported)})")
     return keyword, value
 
 
@@ -95,15 +107,23 @@ def client_settings(bootstrap: str | None, command_config: str | None,
                     timeout_s: float) -> ClientSettings:
     """The settings from the flags and the properties file (the flag wins)."""
     properties = _read_file(command_config) if command_config else {}
+    where = command_config or ""
+    bearer = {key: value for key, value in properties.items() if key in BEARER_KEYS}
     options: dict[str, str | bool] = {}
     for key, value in properties.items():
-        name, typed = _option(key, value, command_config or "")
-        options[name] = typed
-    address = bootstrap or str(options.pop("bootstrap_servers", "")) or DEFAULT_BOOTSTRAP
-    options.pop("bootstrap_servers", None)
+        if key not in BEARER_KEYS:
+            name, typed = _option(key, value, where)
+            options[name] = typed
     if timeout_s <= 0:
         raise UsageError("--timeout must be positive")
-    return ClientSettings(address, options, int(timeout_s * 1000))
+    provider = None
+    if options.get("sasl_mechanism") == "OAUTHBEARER":
+        provider = token_provider(bearer, where, timeout_s)
+    elif bearer:
+        raise UsageError(f"{where}: {', '.join(bearer)} need sasl.mechanism=OAUTHBEARER")
+    address = bootstrap or str(options.pop("bootstrap_servers", "")) or DEFAULT_BOOTSTRAP
+    options.pop("bootstrap_servers", None)
+    return ClientSettings(address, options, int(timeout_s * 1000), provider)
 
 
 class Clients:
