@@ -217,7 +217,7 @@ def test_kill_9_replays_only_the_tail_and_keeps_idempotence(tmp_path: Path) -> N
             except ValueError:  # caught between write and rename: look again
                 return -1
 
-        wait_until(lambda: snapshot_offset() >= producer_states.SNAPSHOT_EVERY_RECORDS, 20,
+        wait_until(lambda: snapshot_offset() >= producer_states.SNAPSHOT_EVERY_RECORDS, 90,
                    "a producer snapshot")
         # the snapshot may have come before the last big batches: they are replayed too
         snapshot_at = snapshot_offset()
