@@ -5,8 +5,8 @@ so that the test can kill its driver and JVM: copies topic IN to topic OUT throu
     python -m tests.pipeline_copy_job BOOTSTRAP IN OUT CHECKPOINT [SLOW_SECONDS]
 
 With SLOW_SECONDS, every row of input partition 1 waits that long on its way to the sink
-(and the sink gets rows in small Arrow batches through small buffers), so partition 0's task commits its
-transaction while partition 1's is still open."""
+(and the sink gets rows in small Arrow batches through small buffers), so partition 0's
+task commits its transaction while partition 1's is still open."""
 
 from __future__ import annotations
 
