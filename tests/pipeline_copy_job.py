@@ -46,5 +46,5 @@ def main(bootstrap: str, source: str, target: str, checkpoint: str, slow: float)
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    sys.exit(main(*args[:4], float(args[4]) if len(args) > 4 else 0.0))
+    bootstrap, source, target, checkpoint, *slow = sys.argv[1:]
+    sys.exit(main(bootstrap, source, target, checkpoint, float(slow[0]) if slow else 0.0))
