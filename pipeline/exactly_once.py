@@ -82,29 +82,36 @@ class TaskScope:
         return cls(f"{prefix}-{context.partitionId()}", int(batch))
 
 
-def committed_batches(options: KafkaOptions, scope: TaskScope, topic: str) -> int:
-    """The marker of ``scope``'s group: one past the last batch whose transaction committed
-    (0 when none did)."""
-    consumer = clients.consumer(options, isolation_level="read_committed", group=scope.name)
-    try:
-        found = consumer.committed([confluent_kafka.TopicPartition(topic, 0)],
-                                   timeout=TIMEOUT_SECONDS)
-    finally:
-        consumer.close()
-    offset = found[0].offset
-    if found[0].error is not None:
-        raise RuntimeError(f"edgekafka sink: reading the batch marker of {scope.name}: "
-                           f"{found[0].error}")
-    return max(int(offset), 0)
+class Marker:
+    """The batch marker of a task scope: its group's committed offset, one past the last
+    batch whose transaction committed."""
 
+    def __init__(self, options: KafkaOptions, scope: TaskScope, topic: str) -> None:
+        self.scope = scope
+        self.where = confluent_kafka.TopicPartition(topic, 0)
+        self.consumer = clients.consumer(options, isolation_level="read_committed",
+                                         group=scope.name)
 
-def _group_metadata(options: KafkaOptions, group: str) -> object:
-    """Group metadata for a standalone (not subscribed) member of ``group``."""
-    consumer = clients.consumer(options, group=group)
-    try:
-        return consumer.consumer_group_metadata()
-    finally:
-        consumer.close()
+    def committed(self) -> bool:
+        """Whether the scope's batch is committed already (read with require_stable)."""
+        found = self.consumer.committed([self.where], timeout=TIMEOUT_SECONDS)[0]
+        if found.error is not None:
+            raise RuntimeError(f"edgekafka sink: reading the batch marker of "
+                               f"{self.scope.name}: {found.error}")
+        return int(found.offset) > self.scope.batch_id
+
+    def offset(self, records: int) -> confluent_kafka.TopicPartition:
+        """The marker of the scope's batch, to commit with its records."""
+        return confluent_kafka.TopicPartition(
+            self.where.topic, 0, self.scope.batch_id + 1,
+            metadata=json.dumps({"batch": self.scope.batch_id, "records": records}))
+
+    def group_metadata(self) -> object:
+        """The marker group's metadata (a standalone member) for the transaction."""
+        return self.consumer.consumer_group_metadata()
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def write_once(options: KafkaOptions, scope: TaskScope, rows: Iterator[Row]) -> tuple[int, bool]:
@@ -113,28 +120,29 @@ def write_once(options: KafkaOptions, scope: TaskScope, rows: Iterator[Row]) -> 
     first = next(rows, None)
     if first is None:
         return 0, False
-    topic = topic_of(first, options)
-    producer = clients.producer(options, transactional_id=scope.name)
-    producer.init_transactions(TIMEOUT_SECONDS)
-    done = committed_batches(options, scope, topic)
-    if done > scope.batch_id:
-        log.info("edgekafka sink: batch %d of %s was committed by an earlier run: skipped",
-                 scope.batch_id, scope.name)
-        producer.flush(0)
-        return 0, True
-    producer.begin_transaction()
+    marker = Marker(options, scope, topic_of(first, options))
     try:
-        count = produce_all(producer, options, chain([first], rows))
-        marker = confluent_kafka.TopicPartition(
-            topic, 0, scope.batch_id + 1,
-            metadata=json.dumps({"batch": scope.batch_id, "records": count}))
-        producer.send_offsets_to_transaction([marker], _group_metadata(options, scope.name),
-                                             TIMEOUT_SECONDS)
-        producer.commit_transaction(TIMEOUT_SECONDS)
-    except BaseException:
+        producer = clients.producer(options, transactional_id=scope.name)
+        producer.init_transactions(TIMEOUT_SECONDS)
+        if marker.committed():
+            log.info("edgekafka sink: batch %d of %s was committed by an earlier run: "
+                     "skipped", scope.batch_id, scope.name)
+            for _row in rows:  # Spark streams the rest to this worker: take it in
+                pass
+            return 0, True
+        producer.begin_transaction()
         try:
-            producer.abort_transaction(TIMEOUT_SECONDS)
-        except confluent_kafka.KafkaException as exc:  # fenced or fatal: nothing to abort
-            log.warning("edgekafka sink: aborting the transaction of %s: %s", scope.name, exc)
-        raise
-    return count, False
+            count = produce_all(producer, options, chain([first], rows))
+            producer.send_offsets_to_transaction([marker.offset(count)],
+                                                 marker.group_metadata(), TIMEOUT_SECONDS)
+            producer.commit_transaction(TIMEOUT_SECONDS)
+        except BaseException:
+            try:
+                producer.abort_transaction(TIMEOUT_SECONDS)
+            except confluent_kafka.KafkaException as exc:  # fenced or fatal: nothing to do
+                log.warning("edgekafka sink: aborting the transaction of %s: %s",
+                            scope.name, exc)
+            raise
+        return count, False
+    finally:
+        marker.close()
