@@ -45,6 +45,7 @@ class BatchReader(DataSourceReader):
             else:
                 start = view.resolve(starting, tps, EARLIEST)
             end = view.resolve(ending, tps, LATEST)
+            compacted = view.compacted({t for t, p in tps if start[t, p] < end[t, p]})
         finally:
             view.close()
         ranges: list[InputPartition] = []
@@ -54,7 +55,8 @@ class BatchReader(DataSourceReader):
                 raise OptionError(f"edgekafka: {topic}-{partition} starts at offset {begin}, "
                                   f"after its ending offset {stop}")
             if begin < stop:
-                ranges.append(RangePartition(options, OffsetRange(topic, partition, begin, stop)))
+                ranges.append(RangePartition(options, OffsetRange(
+                    topic, partition, begin, stop, topic in compacted)))
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -74,11 +74,13 @@ def base_config(options: KafkaOptions) -> dict[str, Any]:
     return config
 
 
-def consumer(options: KafkaOptions, isolation_level: str | None = None) -> confluent_kafka.Consumer:
-    """An assign-only consumer: no group membership, no commits, errors on bad offsets."""
+def consumer(options: KafkaOptions, isolation_level: str | None = None,
+             group: str | None = None) -> confluent_kafka.Consumer:
+    """An assign-only consumer: no group membership, no commits, errors on bad offsets
+    (``group`` names the group whose committed offsets it reads, else a random one)."""
     return confluent_kafka.Consumer({
         **base_config(options),
-        "group.id": f"edgekafka-{uuid.uuid4().hex[:12]}",
+        "group.id": group or f"edgekafka-{uuid.uuid4().hex[:12]}",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
@@ -92,11 +94,15 @@ def admin(options: KafkaOptions) -> AdminClient:
     return AdminClient(base_config(options))
 
 
-def producer(options: KafkaOptions) -> confluent_kafka.Producer:
-    """An idempotent producer (acks=all, ordered, no duplicates on retry)."""
+def producer(options: KafkaOptions,
+             transactional_id: str | None = None) -> confluent_kafka.Producer:
+    """An idempotent producer (acks=all, ordered, no duplicates on retry), transactional
+    with ``transactional_id``."""
+    extra = {} if transactional_id is None else {"transactional.id": transactional_id}
     return confluent_kafka.Producer({
         "linger.ms": 5,
         **base_config(options),
         "enable.idempotence": True,
         "acks": "all",
+        **extra,
     })

@@ -1,15 +1,24 @@
 """Read one offset range of one topic-partition, checking that no offset went missing.
 
 The broker keeps offsets continuous: every offset in ``[logStart, highWatermark)`` is one
-record or one control record. A read of ``[start, end)`` therefore accounts for every
-offset in it: delivered records, and jumps between them. A jump is *invisible data*
-(transaction markers, and aborted records under read_committed, which librdkafka drops)
-when the gap lies at or above the partition's log start: those offsets exist but are not
-for the reader. A jump, or a range start, below the log start is *data loss* (the
-records were deleted by retention or DeleteRecords): the read fails with
+record or one control record, or, in a compacted topic, was one before the log cleaner
+removed it. A read of ``[start, end)`` therefore accounts for every offset in it:
+delivered records, and jumps between them. A jump is *invisible data* (transaction
+markers, aborted records under read_committed, which librdkafka drops, and in a compacted
+topic records the cleaner removed) when the gap lies at or above the partition's log
+start: those offsets exist, or existed in a version of a key that a later one replaced,
+but are not for the reader. A jump, or a range start, below the log start is *data loss*
+(the records were deleted by retention or DeleteRecords): the read fails with
 :class:`DataLossError`, or with ``failOnDataLoss=false`` logs a warning and skips to the
 log start. The end of a range may itself be invisible data: the consumer's end-of-partition
 event, whose offset is at or past ``end``, proves that nothing visible is left.
+
+In a topic that is not compacted a jump is rare (one per transaction), and each is checked
+against the log start asked of the broker then. In a compacted topic (the driver looks up
+``cleanup.policy`` and marks the range) jumps are everywhere after a cleaning, so they are
+taken as expected without a question each: the log start is checked when the read begins,
+and the broker answers a fetch below its log start with OFFSET_OUT_OF_RANGE, which ends in
+the same data-loss check, so records deleted while the range is read are still caught.
 """
 
 from __future__ import annotations
@@ -52,6 +61,8 @@ class OffsetRange:
     partition: int
     start: int
     end: int
+    compacted: bool = False
+    """The topic's ``cleanup.policy`` includes ``compact``: gaps are expected in it."""
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition} [{self.start}, {self.end})"
@@ -102,6 +113,9 @@ class RangeReader:
         """Nothing visible before ``offset``: the skipped offsets are invisible data
         (markers, aborted records) unless the log start moved past them."""
         if offset <= self.position:
+            return
+        if self.where.compacted:
+            self.position = offset  # removed by the cleaner (see the module docstring)
             return
         log_start = self.log_start()
         if log_start > self.position:

@@ -7,17 +7,19 @@ offsets through the admin client's batched ListOffsets with the read's isolation
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
 import confluent_kafka
 from confluent_kafka import IsolationLevel
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
 from pipeline import clients
 from pipeline.offsets import EARLIEST, LATEST, Offsets, Spec, TopicPartition
 from pipeline.options import KafkaOptions
 
+log = logging.getLogger(__name__)
 TIMEOUT_SECONDS = 30.0
 
 
@@ -69,6 +71,27 @@ class ClusterView:
                           if regex.fullmatch(name) and topic.error is None
                           for p in topic.partitions)
         return sorted((t, p) for t in options.topics for p in self._topic_partitions(t))
+
+    def compacted(self, topics: set[str]) -> set[str]:
+        """Those of ``topics`` whose ``cleanup.policy`` includes ``compact``. A topic whose
+        configs cannot be read (no DESCRIBE_CONFIGS permission) counts as not compacted:
+        its reads then check every gap against the log start, which is slower, not wrong."""
+        if not topics:
+            return set()
+        futures = self.admin.describe_configs(
+            [ConfigResource(ResourceType.TOPIC, topic) for topic in sorted(topics)],
+            request_timeout=TIMEOUT_SECONDS)
+        found: set[str] = set()
+        for resource, future in futures.items():
+            try:
+                entry = future.result().get("cleanup.policy")
+            except confluent_kafka.KafkaException as exc:
+                log.warning("edgekafka: cannot read the cleanup.policy of %s (%s); reading it "
+                            "as a topic that is not compacted", resource.name, exc)
+                continue
+            if entry is not None and "compact" in str(entry.value).split(","):
+                found.add(resource.name)
+        return found
 
     def _list_offsets(self, wanted: dict[TopicPartition, Any]) -> Offsets:
         if not wanted:

@@ -12,6 +12,8 @@ Option names follow Spark's own Kafka connector (they are case-insensitive):
   partition ``{"topic": {"0": 23, "1": -2}}`` (-2 = earliest, -1 = latest);
   ``startingTimestamp`` (epoch ms, taking precedence over ``startingOffsets``) starts
   every partition at its first record at or after that time.
+- ``transactionalIdPrefix`` (streaming sink): the prefix of the transactional ids and
+  batch-marker groups of the exactly-once sink, default ``edgekafka-<query id>``.
 - ``maxOffsetsPerTrigger``, ``failOnDataLoss`` (default true), ``isolationLevel``
   (``read_committed``, the default, or ``read_uncommitted``), ``pollTimeoutMs``.
 - OAUTHBEARER: ``oauth.issuerUrl`` + ``oauth.credentialsUrl`` (+ ``oauth.audience``,
@@ -50,7 +52,8 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000
 
 # librdkafka settings the source and sink own; a ``kafka.`` option may not override them.
 _RESERVED = {"group.id", "enable.auto.commit", "auto.offset.reset", "enable.partition.eof",
-             "isolation.level", "enable.idempotence", "key.deserializer", "value.deserializer"}
+             "isolation.level", "enable.idempotence", "key.deserializer", "value.deserializer",
+             "transactional.id"}
 
 
 class OptionError(ValueError):
@@ -142,6 +145,7 @@ class KafkaOptions(BaseModel):
     assign: Annotated[dict[str, list[int]] | None, BeforeValidator(_assignment),
                       _option("assign")] = None
     write_topic: Annotated[str | None, _option("topic")] = None
+    transactional_id_prefix: Annotated[str | None, _option("transactionalIdPrefix")] = None
     starting: Annotated[str | None, _option("startingOffsets")] = None
     ending: Annotated[str | None, _option("endingOffsets")] = None
     starting_timestamp: Annotated[int | None, BeforeValidator(_epoch_ms),

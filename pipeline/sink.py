@@ -2,16 +2,18 @@
 
 Columns are those of Spark's Kafka sink: ``value`` (required), ``key``, ``topic`` (else the
 ``topic`` option), ``partition`` and ``headers`` (array of (string key, binary value)),
-binary or string. Each task produces its rows in order through an idempotent producer
-(acks=all, so retries neither duplicate nor reorder) and waits for every delivery before
-it reports success; one failed delivery fails the task.
+binary or string (:mod:`pipeline.produce`). Each task produces its rows in order
+(acks=all, idempotent, so retries neither duplicate nor reorder) and waits for every
+delivery before it reports success; one failed delivery fails the task. A batch write
+is at least once per task; a streaming write is exactly once: each task of a micro-batch
+writes in one transaction that records the batch id (:mod:`pipeline.exactly_once`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
@@ -27,17 +29,20 @@ from pyspark.sql.types import (
 )
 
 from pipeline import clients
+from pipeline.exactly_once import TaskScope, write_once
 from pipeline.options import KafkaOptions, OptionError
+from pipeline.produce import produce_all
 
-FLUSH_TIMEOUT_SECONDS = 120.0
+log = logging.getLogger(__name__)
 _BYTES = (BinaryType, StringType)
 
 
 @dataclass
 class WrittenCount(WriterCommitMessage):
-    """What one task wrote."""
+    """What one task wrote; ``skipped`` when an earlier run of its micro-batch had."""
 
     records: int
+    skipped: bool = False
 
 
 def _check_column(schema: StructType, name: str, allowed: tuple[type[DataType], ...],
@@ -70,53 +75,9 @@ def check_schema(schema: StructType, options: KafkaOptions) -> None:
                               "array<struct<key:string,value:binary>>")
 
 
-def _bytes(value: Any) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    return bytes(value)
-
-
 def produce_rows(options: KafkaOptions, rows: Iterator[Row]) -> WrittenCount:
-    """Produce every row in order and wait until all are acknowledged."""
-    producer = clients.producer(options)
-    errors: list[str] = []
-
-    def delivered(error: Any, _message: Any) -> None:
-        if error is not None:
-            errors.append(str(error))
-
-    count = 0
-    for row in rows:
-        fields = row.asDict()
-        topic = fields.get("topic") or options.write_topic
-        if topic is None:
-            raise ValueError("edgekafka sink: a row has no topic and the option 'topic' is unset")
-        extra: dict[str, Any] = {}
-        if fields.get("partition") is not None:
-            extra["partition"] = int(fields["partition"])
-        if fields.get("headers"):
-            extra["headers"] = [(h["key"], _bytes(h["value"])) for h in fields["headers"]]
-        while True:
-            try:
-                producer.produce(topic, value=_bytes(fields.get("value")),
-                                 key=_bytes(fields.get("key")), on_delivery=delivered, **extra)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
-        count += 1
-        if errors:
-            break
-    left = producer.flush(FLUSH_TIMEOUT_SECONDS)
-    if errors:
-        raise RuntimeError(f"edgekafka sink: {len(errors)} records were not delivered: "
-                           f"{errors[0]}")
-    if left:
-        raise RuntimeError(f"edgekafka sink: {left} records still undelivered after "
-                           f"{FLUSH_TIMEOUT_SECONDS:.0f} s")
-    return WrittenCount(count)
+    """Produce one batch-write task's rows through an idempotent producer."""
+    return WrittenCount(produce_all(clients.producer(options), options, rows))
 
 
 class BatchWriter(DataSourceWriter):
@@ -132,19 +93,28 @@ class BatchWriter(DataSourceWriter):
 
 
 class StreamWriter(DataSourceStreamWriter):
-    """``df.writeStream``: each micro-batch's tasks produce their rows (at least once:
-    a micro-batch replayed after a failure is produced again)."""
+    """``df.writeStream``: each micro-batch's tasks write their rows exactly once, in one
+    transaction per task that records the batch id (:mod:`pipeline.exactly_once`)."""
 
     def __init__(self, options: KafkaOptions, schema: StructType) -> None:
         check_schema(schema, options)
         self.options = options
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
-        """Produce one task's rows."""
-        return produce_rows(self.options, iterator)
+        """Write one task's rows in its transaction (runs in an executor)."""
+        records, skipped = write_once(self.options, TaskScope.of_task(self.options), iterator)
+        return WrittenCount(records, skipped)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Every task already waited for its acknowledgements."""
+        """Every task's transaction is committed already: say what the batch wrote."""
+        counts = [m for m in messages if isinstance(m, WrittenCount)]
+        skipped = sum(1 for m in counts if m.skipped)
+        log.info("edgekafka sink: batch %d wrote %d records%s", batchId,
+                 sum(m.records for m in counts),
+                 f" ({skipped} tasks already written by an earlier run)" if skipped else "")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Records already acknowledged cannot be taken back."""
+        """A failed task aborted its transaction, or the next run's ``init_transactions``
+        (or the transaction timeout) will; committed tasks are skipped on replay."""
+        log.warning("edgekafka sink: batch %d failed; it is written again, once, when the "
+                    "query restarts", batchId)

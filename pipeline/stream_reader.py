@@ -110,9 +110,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new = [tp for tp in stop if tp not in begin]
         begin |= self.view.earliest(new)
         ranges: list[InputPartition] = []
+        compacted = self.view.compacted({t for (t, p), last in stop.items()
+                                         if begin[t, p] < last})
         for (topic, partition), last in sorted(stop.items()):
             first = begin[topic, partition]
-            where = OffsetRange(topic, partition, first, last)
+            where = OffsetRange(topic, partition, first, last, topic in compacted)
             if last < first:
                 message = (f"edgekafka data loss in {topic}-{partition}: its latest offset "
                            f"went back from {first} to {last} (was the topic deleted and "

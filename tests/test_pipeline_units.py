@@ -26,6 +26,8 @@ def test_options_are_parsed_and_checked() -> None:
     assert options.client == {"security.protocol": "SASL_SSL"} and options.poll_timeout_ms == 500
     assert parse_options({**BOOT, "assign": '{"t": [1, 0]}'}).assign == {"t": [0, 1]}
     assert parse_options({**BOOT, "topic": "out"}, reading=False).write_topic == "out"
+    assert parse_options({**BOOT, "TransactionalIdPrefix": "copy"},
+                         reading=False).transactional_id_prefix == "copy"
     bad = [({"subscribe": "t"}, "kafka.bootstrap.servers is required"),
            ({**BOOT}, "exactly one of"),
            ({**BOOT, "subscribe": "t", "assign": '{"t":[0]}'}, "got subscribe, assign"),
@@ -34,6 +36,7 @@ def test_options_are_parsed_and_checked() -> None:
            ({**BOOT, "subscribe": "t", "maxOffsetsPerTrigger": "0"}, "must be positive"),
            ({**BOOT, "subscribe": "t", "isolationLevel": "dirty"}, "isolationLevel must be"),
            ({**BOOT, "subscribe": "t", "kafka.group.id": "g"}, "managed by the edgekafka"),
+           ({**BOOT, "subscribe": "t", "kafka.transactional.id": "x"}, "managed by the edge"),
            ({**BOOT, "subscribe": "t", "oauth.issuerUrl": "http://x"}, "needs oauth.credent"),
            ({**BOOT, "subscribe": "t", "startingTimestamp": "noon"}, "epoch milliseconds")]
     for given, message in bad:
