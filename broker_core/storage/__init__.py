@@ -24,7 +24,7 @@ from .errors import (
     UnknownTopic,
 )
 from .log_manager import LogManager
-from .model import BatchInfo, TopicInfo, wall_clock_ms
+from .model import BatchInfo, NewTopic, TopicInfo, wall_clock_ms
 from .partition import PartitionLog
 from .pg_schema import SchemaTooNew
 from .protocols import (
@@ -54,6 +54,7 @@ __all__ = [
     "LogConfig",
     "LogManager",
     "LogOffline",
+    "NewTopic",
     "OffsetOutOfRange",
     "PartitionLog",
     "PartitionStore",

@@ -82,8 +82,11 @@ class PartitionLog:
         config: LogConfig,
         *,
         clock: Callable[[], int] = wall_clock_ms,
+        fresh: bool = False,
     ) -> None:
-        """Open the partition stored in ``directory``, creating or recovering it."""
+        """Open the partition stored in ``directory``, creating or recovering it. With
+        ``fresh`` the directory must not exist: the partition is created empty and nothing
+        is fsynced (the caller makes it durable: ``fsutil.sync_filesystem``)."""
         self.directory = Path(directory)
         self._config = config
         self._clock = clock
@@ -99,9 +102,12 @@ class PartitionLog:
         self._damage = DamageBook(self.directory)
         self._closed = False
         self._offline: str | None = None  # why the log went offline
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(parents=True, exist_ok=not fresh)
         with self._lock:
-            self._recover()
+            if fresh:
+                self._start_empty()
+            else:
+                self._recover()
         self.opened_next_offset = self.next_offset
         """The next offset when the log was opened: offsets below it were written before."""
 
@@ -586,12 +592,17 @@ class PartitionLog:
                 return
             try:
                 self._check_online()  # an offline log stays unsealed: the next start recovers it
+                pending = bool(self._pending_sync)
                 self._sync_pending_locked()
                 ledger = self._ledgers[-1]
-                self._fsync(ledger.fd())
                 ledger.facts.sealed = True
                 self._checkpoints.recovery_point = ledger.facts.copy()
-                self._store_metadata_locked()
+                seq, metadata = self._checkpoints.snapshot(self._ledgers, self._log_start)
+                # unchanged since the metadata was written (which records only what was
+                # fsynced): nothing to fsync or write (10,000 idle partitions stop at once)
+                if pending or not self._checkpoints.stored_already(metadata):
+                    self._fsync(ledger.fd())
+                    self._checkpoints.write(seq, metadata)
             finally:  # even unsealed (say, on a full disk): the next start recovers it
                 for item in self._ledgers:
                     item.close()
@@ -671,12 +682,28 @@ class PartitionLog:
     # -- recovery ----------------------------------------------------------------------
 
     def _recover(self) -> None:
-        """Open the ledgers (``recovery``), report damage, and record what was found."""
+        """Open the ledgers (``recovery``), report damage, and record what was found (the
+        metadata is not written again when it says so already: a clean stop's)."""
         found = recover(self.directory, self._config, self._clock)
         self._ledgers = found.ledgers
         self._log_start, self._next_ledger_id = found.log_start, found.next_ledger_id
         self._checkpoints.recovery_point = self._ledgers[-1].facts.copy()
+        self._checkpoints.stored = found.metadata
         self._damage.recovered(self._ledgers, found.gaps)
         for damage in self.damaged_ranges():
             report(self.directory, damage)
-        self._store_metadata_locked()
+        seq, metadata = self._checkpoints.snapshot(self._ledgers, self._log_start)
+        if not self._checkpoints.stored_already(metadata):
+            self._checkpoints.write(seq, metadata)
+
+    def _start_empty(self) -> None:
+        """A new partition: one empty ledger and its metadata, nothing fsynced."""
+        ledger = Ledger.create(self.directory, 1, 0, self._clock(),
+                               self._config.index_interval_bytes)
+        ledger.facts.synced = True  # as far as the caller's sync goes: it is empty
+        self._ledgers = [ledger]
+        self._next_ledger_id = 2
+        self._checkpoints.recovery_point = ledger.facts.copy()
+        self._damage.recovered(self._ledgers, [])
+        seq, metadata = self._checkpoints.snapshot(self._ledgers, self._log_start)
+        self._checkpoints.write(seq, metadata, durable=False)

@@ -34,7 +34,7 @@ from .ledger import (
     ledger_file_name,
     parse_ledger_file_name,
 )
-from .metadata import METADATA_FILE, LedgerFacts, load_metadata
+from .metadata import METADATA_FILE, LedgerFacts, PartitionMetadata, load_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,8 @@ class Recovered:
     gaps: list[Damage]
     log_start: int
     next_ledger_id: int
+    metadata: PartitionMetadata | None
+    """What the metadata file held (None: absent or unreadable)."""
 
 
 def recover(directory: Path, config: LogConfig, clock: Callable[[], int]) -> Recovered:
@@ -67,6 +69,9 @@ class _Recovery:
         self._gaps: list[Damage] = []
         self._next_ledger_id = 1
         self._swapped: set[int] = set()
+        self._synced_open: tuple[int, int] | None = None
+        """(ledger id, size) of the last listed ledger when it was recorded fsynced and the
+        file held nothing beyond: it needs no fsync now."""
 
     def _finish_swaps(self) -> None:
         """Remove half-written cleaned ledgers; complete the swaps that were committed."""
@@ -103,6 +108,10 @@ class _Recovery:
         except (ValueError, KeyError, TypeError) as exc:
             logger.warning("%s: unreadable %s (%s); rebuilding", directory, METADATA_FILE, exc)
             metadata = None
+        # as read: the ledgers recovered below change their facts in place
+        loaded = None if metadata is None else PartitionMetadata(
+            metadata.next_offset, metadata.log_start_offset,
+            [facts.copy() for facts in metadata.ledgers])
         plan: list[tuple[int, LedgerFacts | None]]
         if metadata is None:
             if on_disk:
@@ -175,12 +184,14 @@ class _Recovery:
         open_ledger.facts.sealed = False
         for ledger in (*rescanned, open_ledger):
             if any(ledger is item for item in self._ledgers):
-                os.fsync(ledger.fd())
+                if (ledger.ledger_id, ledger.facts.size) != self._synced_open \
+                        or ledger in rescanned:
+                    os.fsync(ledger.fd())  # a clean stop left nothing to fsync: skipped
                 ledger.facts.synced = True
         for ledger in self._ledgers[:-1]:
             ledger.close()
         return Recovered(self._ledgers, self._gaps, min(start, next_offset),
-                         self._next_ledger_id)
+                         self._next_ledger_id, loaded)
 
     def _recover_ledger(
         self,
@@ -237,6 +248,8 @@ class _Recovery:
             ledger.unverified = facts.copy() if facts.size else None
             if is_last_listed:
                 ledger.recover(facts.size)
+                if file_size == facts.size:
+                    self._synced_open = (ledger_id, facts.size)
             return ledger
         if file_size < facts.size:
             logger.warning("%s: ledger %d is %d bytes but %d were recorded; scanning it",
