@@ -161,8 +161,9 @@ class LogManager(TopicTable[PartitionLog]):
             logger.warning("%s: %s; using the default log config", directory, exc)
             config = self.default_config
         partitions: list[PartitionLog] = []
+        present = set(os.listdir(directory))
         for p in range(info.num_partitions):
-            if not (directory / str(p)).is_dir():
+            if str(p) not in present:
                 logger.warning("%s: partition %d has no directory; starting it empty", name, p)
             partitions.append(PartitionLog(directory / str(p), config, clock=self._clock))
         self._topics[name] = TopicEntry(info, config, partitions)

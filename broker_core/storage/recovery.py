@@ -73,10 +73,11 @@ class _Recovery:
         """(ledger id, size) of the last listed ledger when it was recorded fsynced and the
         file held nothing beyond: it needs no fsync now."""
 
-    def _finish_swaps(self) -> None:
-        """Remove half-written cleaned ledgers; complete the swaps that were committed."""
+    def _finish_swaps(self, names: list[str]) -> bool:
+        """Remove half-written cleaned ledgers; complete the swaps that were committed
+        (``names``: the directory's files); whether it changed any file."""
         changed = False
-        for name in sorted(os.listdir(self.directory)):
+        for name in sorted(names):
             for suffix in (CLEANED_SUFFIX, SWAP_SUFFIX):
                 ledger_id = parse_ledger_file_name(name.removesuffix(suffix))
                 if not name.endswith(suffix) or ledger_id is None:
@@ -92,14 +93,18 @@ class _Recovery:
                     self._swapped.add(ledger_id)
         if changed:
             fsync_dir(self.directory)
+        return changed
 
     def run(self) -> Recovered:
         """Recover the ledgers; see the module docstring."""
         directory = self.directory
-        (directory / (METADATA_FILE + TEMP_SUFFIX)).unlink(missing_ok=True)
-        self._finish_swaps()
+        names = os.listdir(directory)  # once: 10,000 partitions open one after another
+        if METADATA_FILE + TEMP_SUFFIX in names:
+            (directory / (METADATA_FILE + TEMP_SUFFIX)).unlink(missing_ok=True)
+        if self._finish_swaps(names):
+            names = os.listdir(directory)
         on_disk: set[int] = set()
-        for name in os.listdir(directory):
+        for name in names:
             ledger_id = parse_ledger_file_name(name)
             if ledger_id is not None:
                 on_disk.add(ledger_id)
