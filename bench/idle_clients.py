@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -30,10 +31,10 @@ CONCURRENT_LOGINS = 200
 """Logins under way at once (the broker validates tokens in worker threads)."""
 
 
-def frame(request: object, version: int, correlation: int) -> bytes:
+def frame(request: ApiMessage, version: int, correlation: int) -> bytes:
     """A request with its v1 header (none of these three is flexible at these versions)."""
-    api_key = getattr(request, "API_KEY")
-    body = bytes(getattr(request, "encode")(version=version))
+    api_key = request.API_KEY
+    body = bytes(request.encode(version=version))
     client = b"bench-idle"
     header = struct.pack(">hhih", api_key, version, correlation, len(client)) + client
     payload = header + body

@@ -25,7 +25,7 @@ from .errors import (
 )
 from .log_manager import LogManager
 from .model import BatchInfo, NewTopic, TopicInfo, wall_clock_ms
-from .partition import PartitionLog
+from .partition import PartitionLog, flush_together
 from .pg_schema import SchemaTooNew
 from .protocols import (
     DiskUsage,
@@ -67,6 +67,7 @@ __all__ = [
     "TopicInfo",
     "UnknownTopic",
     "check_cover",
+    "flush_together",
     "log_config_for_topic",
     "open_storage",
     "storage_path_from_url",

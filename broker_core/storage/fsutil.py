@@ -90,16 +90,21 @@ def sync_filesystem(directory: Path) -> None:
     which reports write-back errors since 5.8; ``sync`` elsewhere). One call costs about
     one fsync, against one per file and directory: it is how many files created at once
     (a topic's partitions) become durable together."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        sync_file_system_of(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_file_system_of(fd: int) -> None:
+    """:func:`sync_filesystem` for the file system holding the open file ``fd``."""
     if _SYNCFS is None:
         os.sync()
         return
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        if _SYNCFS(fd) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, f"syncfs: {os.strerror(code)}")
-    finally:
-        os.close(fd)
+    if _SYNCFS(fd) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"syncfs: {os.strerror(code)}")
 
 
 def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
