@@ -30,7 +30,6 @@ WRITEBACK_INTERVAL_MS = 50
 @dataclass(slots=True)
 class _PartitionState:
     unflushed: int = 0
-    unwritten: bool = False  # appended since the last writeback round
     running: asyncio.Future[None] | None = None
     next_round: asyncio.Future[None] | None = None
 
@@ -45,6 +44,9 @@ class FlushScheduler:
         self.faults = faults if faults is not None else WriteFaults()
         self._state: dict[int, _PartitionState] = {}
         self._logs: dict[int, PartitionStore] = {}
+        self._unwritten: set[int] = set()
+        """Partitions appended to since the last writeback round (a set, not a flag per
+        partition: a round with 10,000 partitions must not walk them all)."""
         self._timer: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -65,6 +67,7 @@ class FlushScheduler:
         """Drop a partition that is being deleted."""
         self._state.pop(id(partition), None)
         self._logs.pop(id(partition), None)
+        self._unwritten.discard(id(partition))
 
     def appended(self, partition: PartitionStore, records: int) -> asyncio.Future[None] | None:
         """Record an append; return a future to await before acknowledging, if one is due."""
@@ -74,7 +77,7 @@ class FlushScheduler:
             state = self._state[key] = _PartitionState()
             self._logs[key] = partition
         state.unflushed += records
-        state.unwritten = True
+        self._unwritten.add(key)
         if state.unflushed >= self.flush_interval_messages:
             return self._request_flush(partition, state)
         return None
@@ -181,9 +184,8 @@ class FlushScheduler:
 
     async def _writeback(self) -> None:
         """Start the kernel writing out every partition appended to since the last round."""
-        due = [self._logs[key] for key, state in self._state.items() if state.unwritten]
-        for state in self._state.values():
-            state.unwritten = False
+        keys, self._unwritten = self._unwritten, set()
+        due = [self._logs[key] for key in keys if key in self._logs]
         if due:
             await asyncio.get_running_loop().run_in_executor(None, _start_writeback, due)
 

@@ -256,8 +256,8 @@ class Engine:
             if self._stopping.is_set():
                 return
             try:
-                if self.limits is not None:
-                    self.limits.refresh_due()
+                if self.limits is not None:  # sums every partition's size: off the loop
+                    await asyncio.to_thread(self.limits.refresh_due)
                 changes = await asyncio.to_thread(self.logs.refresh)
                 for internal, partitions in changes.gone.items():
                     log.info("topic %s was deleted through another broker", internal)
