@@ -126,6 +126,9 @@ class Engine:
         reads again what it keeps of it (the ACLs); one that raises is called again."""
         self._stopping = asyncio.Event()
         self.closing = False
+        self.topic_changes = asyncio.Lock()
+        """Held by CreateTopics and CreatePartitions from their checks to the end of their
+        writes (which run in a worker thread): the caps they check hold when they write."""
         offsets = SystemTopic(logs, self.appends, OFFSETS_TOPIC, config.offsets_topic_partitions,
                               config.offsets_topic_segment_bytes,
                               config.offsets_topic_compaction_bytes)

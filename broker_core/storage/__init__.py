@@ -24,8 +24,8 @@ from .errors import (
     UnknownTopic,
 )
 from .log_manager import LogManager
-from .model import BatchInfo, TopicInfo, wall_clock_ms
-from .partition import PartitionLog
+from .model import BatchInfo, NewTopic, TopicInfo, wall_clock_ms
+from .partition import PartitionLog, flush_together
 from .pg_schema import SchemaTooNew
 from .protocols import (
     DiskUsage,
@@ -54,6 +54,7 @@ __all__ = [
     "LogConfig",
     "LogManager",
     "LogOffline",
+    "NewTopic",
     "OffsetOutOfRange",
     "PartitionLog",
     "PartitionStore",
@@ -66,6 +67,7 @@ __all__ = [
     "TopicInfo",
     "UnknownTopic",
     "check_cover",
+    "flush_together",
     "log_config_for_topic",
     "open_storage",
     "storage_path_from_url",

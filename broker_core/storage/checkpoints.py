@@ -26,6 +26,8 @@ class Checkpoints:
         self._recorded_size = 0
         self.recovery_point = LedgerFacts(0, 0, 0)
         """The open ledger's facts as of its last fsync."""
+        self.stored: PartitionMetadata | None = None
+        """What the metadata file holds (as last written or read), None if unknown."""
 
     @property
     def unrecorded(self) -> int:
@@ -50,10 +52,26 @@ class Checkpoints:
         self._recorded_size = point.size
         return self._seq, PartitionMetadata(open_ledger.facts.next_offset, log_start, facts)
 
-    def write(self, seq: int, metadata: PartitionMetadata) -> None:
-        """Write snapshot ``seq`` unless a later one is written already."""
+    def write(self, seq: int, metadata: PartitionMetadata, *, durable: bool = True) -> None:
+        """Write snapshot ``seq`` unless a later one is written already (``durable``: see
+        ``write_atomically``)."""
         with self._lock:
             if seq <= self._written_seq:
                 return
-            store_metadata(self._directory, metadata)
+            store_metadata(self._directory, metadata, durable=durable)
+            self.stored = metadata
             self._written_seq = seq
+
+    def stored_already(self, metadata: PartitionMetadata) -> bool:
+        """Whether the metadata file holds ``metadata`` already, but for whether its open
+        ledger is marked sealed (a clean stop marks it; recovery reads no more into it)."""
+        stored = self.stored
+        if stored is None or len(stored.ledgers) != len(metadata.ledgers) or \
+                (stored.next_offset, stored.log_start_offset) != \
+                (metadata.next_offset, metadata.log_start_offset):
+            return False
+        if stored.ledgers[:-1] != metadata.ledgers[:-1]:
+            return False
+        last = stored.ledgers[-1].copy()
+        last.sealed = metadata.ledgers[-1].sealed
+        return last == metadata.ledgers[-1]

@@ -27,16 +27,23 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from .cluster import SoloCluster
 from .config import LogConfig, log_config_for_topic
 from .dir_lock import DataDirLock
-from .errors import ConfigsChanged, UnknownTopic
+from .errors import ConfigsChanged, LogClosed, TopicExists, UnknownTopic
 from .file_kv import FileKeyValues
-from .fsutil import TEMP_SUFFIX, fsync_dir, read_json, write_json_atomically
-from .model import TopicInfo, topic_name_parts, wall_clock_ms
+from .fsutil import (
+    TEMP_SUFFIX,
+    fsync_dir,
+    json_bytes,
+    read_json,
+    sync_filesystem,
+    write_json_atomically,
+)
+from .model import NewTopic, TopicInfo, topic_name_parts, wall_clock_ms
 from .partition import PartitionLog
 from .protocols import DiskUsage
 from .topic_table import TopicEntry, TopicTable
@@ -154,8 +161,9 @@ class LogManager(TopicTable[PartitionLog]):
             logger.warning("%s: %s; using the default log config", directory, exc)
             config = self.default_config
         partitions: list[PartitionLog] = []
+        present = set(os.listdir(directory))
         for p in range(info.num_partitions):
-            if not (directory / str(p)).is_dir():
+            if str(p) not in present:
                 logger.warning("%s: partition %d has no directory; starting it empty", name, p)
             partitions.append(PartitionLog(directory / str(p), config, clock=self._clock))
         self._topics[name] = TopicEntry(info, config, partitions)
@@ -164,30 +172,100 @@ class LogManager(TopicTable[PartitionLog]):
 
     def create_topic(self, name: str, num_partitions: int, configs: Mapping[str, str]) -> TopicInfo:
         """Create a topic with a fresh random id; TopicExists if the name is taken."""
-        configs, config = self._new_topic_config(name, num_partitions, configs,
-                                                 self.default_config)
+        result = self.create_topics([NewTopic(name, num_partitions, configs)])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def create_topics(self, wanted: Sequence[NewTopic]) -> list[TopicInfo | Exception]:
+        """Create topics with fresh random ids, durable together (see ``_build``); for
+        each, its info or why it was not created. The names are taken under the lock, the
+        files are made outside it: lookups and appends of other topics go on meanwhile (a
+        request creating 10,000 partitions runs in a worker thread)."""
+        results: list[TopicInfo | Exception] = []
+        taken: list[tuple[int, TopicInfo, LogConfig]] = []
         with self._lock:
-            self._check_free(name)
-            directory = self._directory(name)
-            if directory.exists():
-                logger.warning("%s: removing an unfinished topic creation", directory)
-                self._discard_dir(directory)
-            directory.mkdir(parents=True)
-            info = TopicInfo(name, uuid.uuid4(), num_partitions, configs)
+            for new in wanted:
+                try:
+                    configs, config = self._new_topic_config(new.name, new.num_partitions,
+                                                             new.configs, self.default_config)
+                    self._check_free(new.name)
+                except (TopicExists, ValueError, LogClosed) as exc:
+                    results.append(exc)
+                    continue
+                self._creating.add(new.name)
+                info = TopicInfo(new.name, uuid.uuid4(), new.num_partitions, configs)
+                results.append(info)
+                taken.append((len(results) - 1, info, config))
+        built: dict[str, list[PartitionLog]] = {}
+        try:
+            built = self._build(taken, results)
+        finally:
+            with self._lock:
+                for _, info, config in taken:
+                    self._creating.discard(info.name)
+                    partitions = built.get(info.name)
+                    if partitions is None:
+                        continue
+                    if self._closed:  # closed meanwhile: the topic stays on disk
+                        for log in partitions:
+                            with contextlib.suppress(Exception):
+                                log.close()
+                        continue
+                    self._topics[info.name] = TopicEntry(info, config, partitions)
+        return [result.copy() if isinstance(result, TopicInfo) else result
+                for result in results]
+
+    def _build(self, taken: Sequence[tuple[int, TopicInfo, LogConfig]],
+               results: list[TopicInfo | Exception]) -> dict[str, list[PartitionLog]]:
+        """Make the files of the topics ``taken`` (their index in ``results``, their info
+        and log config): each topic's partitions, fresh and not fsynced, and its
+        ``topic.json`` as a temp file; one ``sync_filesystem`` makes all of that durable,
+        then every ``topic.json`` is renamed into place and a second one makes the renames
+        durable (a topic exists once its ``topic.json`` does, as with ``write_atomically``,
+        for 2 syncs per request instead of 3 fsyncs per partition). A topic whose files
+        could not be made gets its OSError in ``results``; the partitions of the others."""
+        built: dict[str, list[PartitionLog]] = {}
+        for position, info, config in taken:
+            directory = self._directory(info.name)
             partitions: list[PartitionLog] = []
             try:
-                for p in range(num_partitions):
-                    partitions.append(PartitionLog(directory / str(p), config, clock=self._clock))
-                write_json_atomically(directory / TOPIC_FILE, info.to_json())
-                self._fsync_parents(directory)
-            except BaseException:
-                for log in partitions:
-                    with contextlib.suppress(Exception):
-                        log.close()
+                if directory.exists():
+                    logger.warning("%s: removing an unfinished topic creation", directory)
+                    self._discard_dir(directory)
+                directory.mkdir(parents=True)
+                for p in range(info.num_partitions):
+                    partitions.append(PartitionLog(directory / str(p), config,
+                                                   clock=self._clock, fresh=True))
+                (directory / (TOPIC_FILE + TEMP_SUFFIX)).write_bytes(json_bytes(info.to_json()))
+            except OSError as exc:
+                self._abandon(directory, partitions)
+                results[position] = exc
+                continue
+            built[info.name] = partitions
+        try:
+            if built:
+                sync_filesystem(self._topics_dir)
+                for name in built:
+                    directory = self._directory(name)
+                    os.replace(directory / (TOPIC_FILE + TEMP_SUFFIX), directory / TOPIC_FILE)
+                sync_filesystem(self._topics_dir)
+        except OSError as exc:
+            for position, info, _ in taken:
+                if info.name in built:
+                    self._abandon(self._directory(info.name), built[info.name])
+                    results[position] = exc
+            return {}
+        return built
+
+    def _abandon(self, directory: Path, partitions: Sequence[PartitionLog]) -> None:
+        """Close the partitions of a creation that failed and remove its directory."""
+        for log in partitions:
+            with contextlib.suppress(Exception):
+                log.close()
+        with contextlib.suppress(OSError):
+            if directory.exists():
                 self._discard_dir(directory)
-                raise
-            self._topics[name] = TopicEntry(info, config, partitions)
-            return info.copy()
 
     def delete_topic(self, name: str) -> None:
         """Close the topic's logs and remove its files; UnknownTopic if absent."""
@@ -202,29 +280,44 @@ class LogManager(TopicTable[PartitionLog]):
             self._discard_dir(self._directory(name))
 
     def add_partitions(self, name: str, new_total: int) -> TopicInfo:
-        """Grow the topic to ``new_total`` partitions (ValueError unless it grows)."""
+        """Grow the topic to ``new_total`` partitions (ValueError unless it grows, or while
+        it is being grown). The new partitions are made outside the lock and made durable
+        together (``sync_filesystem``) before ``topic.json`` counts them."""
         with self._lock:
             topic = self._growing(name, new_total)
-            current = topic.info.num_partitions
-            added: list[PartitionLog] = []
+            if name in self._creating:
+                raise ValueError(f"topic {name!r} is being grown")
+            self._creating.add(name)  # no other growth meanwhile (the name stays taken)
+            current, config = topic.info.num_partitions, topic.config
+        added: list[PartitionLog] = []
+        try:
             try:
                 for p in range(current, new_total):
                     directory = self._directory(name) / str(p)
                     if directory.exists():
                         logger.warning("%s: removing an unfinished partition", directory)
                         shutil.rmtree(directory)
-                    added.append(PartitionLog(directory, topic.config, clock=self._clock))
+                    added.append(PartitionLog(directory, config, clock=self._clock,
+                                              fresh=True))
+                sync_filesystem(self._topics_dir)
                 info = topic.info.copy()
                 info.num_partitions = new_total
-                write_json_atomically(self._directory(name) / TOPIC_FILE, info.to_json())
+                with self._lock:
+                    self._check_open()
+                    if self._topics.get(name) is not topic:
+                        raise UnknownTopic(name)
+                    write_json_atomically(self._directory(name) / TOPIC_FILE, info.to_json())
+                    topic.info = info
+                    topic.partitions.extend(added)
+                    return info.copy()
             except BaseException:
                 for log in added:
                     with contextlib.suppress(Exception):
                         log.close()
                 raise
-            topic.info = info
-            topic.partitions.extend(added)
-            return info.copy()
+        finally:
+            with self._lock:
+                self._creating.discard(name)
 
     def alter_topic_configs(self, name: str, configs: Mapping[str, str],
                             expected: Mapping[str, str] | None = None) -> TopicInfo:
@@ -302,15 +395,6 @@ class LogManager(TopicTable[PartitionLog]):
     def _directory(self, name: str) -> Path:
         """The directory of topic ``name``."""
         return self._topics_dir.joinpath(*topic_name_parts(name))
-
-    def _fsync_parents(self, directory: Path) -> None:
-        """fsync the directories from ``directory``'s parent up to the topics root."""
-        current = directory.parent
-        while True:
-            fsync_dir(current)
-            if current == self._topics_dir:
-                return
-            current = current.parent
 
     def _discard_dir(self, directory: Path) -> None:
         """Move a directory into the trash atomically, then remove it and empty parents."""

@@ -162,6 +162,7 @@ def load_metadata(directory: Path) -> PartitionMetadata | None:
     return PartitionMetadata.from_json(doc)
 
 
-def store_metadata(directory: Path, metadata: PartitionMetadata) -> None:
-    """Atomically replace ``partition.json``."""
-    write_json_atomically(directory / METADATA_FILE, metadata.to_json())
+def store_metadata(directory: Path, metadata: PartitionMetadata, *,
+                   durable: bool = True) -> None:
+    """Atomically replace ``partition.json`` (``durable``: see ``write_atomically``)."""
+    write_json_atomically(directory / METADATA_FILE, metadata.to_json(), durable=durable)

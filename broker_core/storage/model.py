@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypedDict
 
@@ -42,6 +42,15 @@ class TopicJson(TypedDict):
     topicId: str
     numPartitions: int
     configs: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create: its full internal name, partition count and own configs."""
+
+    name: str
+    num_partitions: int
+    configs: Mapping[str, str]
 
 
 @dataclass

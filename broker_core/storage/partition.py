@@ -36,6 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from .batch_header import check_append, set_base_offset
 from .checkpoints import Checkpoints
@@ -45,8 +46,9 @@ from .damage_book import DamageBook
 from .entry import ENTRY_HEADER_SIZE, encode_entry_header
 from .errors import DamagedRecords, LogClosed, LogOffline, OffsetOutOfRange
 from .file_kv import FileKeyValues
-from .fsutil import fsync_dir, start_writeback
+from .fsutil import fsync_dir, start_writeback, sync_file_system_of
 from .ledger import SWAP_SUFFIX, Ledger, LedgerReader
+from .metadata import LedgerFacts
 from .model import BatchInfo, wall_clock_ms
 from .recovery import recover
 from .region import FileRegion
@@ -73,6 +75,99 @@ class _PendingSync:
     size: int
 
 
+@dataclass
+class FlushPoint:
+    """What one flush of a partition makes durable (see ``PartitionLog.flush_begin``)."""
+
+    pending: list[_PendingSync]
+    """Sealed ledgers rolled since the last flush."""
+    current: _PendingSync
+    """The open ledger, up to ``facts.size``."""
+    facts: LedgerFacts
+    """The open ledger's facts when the flush began: its recovery point once synced."""
+
+    @property
+    def files(self) -> list[_PendingSync]:
+        return [*self.pending, self.current]
+
+    def release(self) -> None:
+        """Close the duplicated descriptors."""
+        for item in self.files:
+            os.close(item.fd)
+
+
+FLUSH_TOGETHER_MIN = 16
+"""From this many partitions on, a flush of them all syncs their file system once
+(``syncfs``: about the cost of one fsync) instead of fsyncing each file."""
+
+
+def flush_together(stores: Sequence[_Flushable]) -> list[bool | OSError]:
+    """Flush several partitions at once (from a worker thread): the flush points of all,
+    one ``syncfs`` per file system they are on, then each records its flush. A failed
+    syncfs falls back to fsyncing each file, so that a failure takes only its own
+    partition offline. Other engines' partitions (and fewer than ``FLUSH_TOGETHER_MIN``)
+    are flushed one by one. For each, whether it wrote a checkpoint, or its error."""
+    logs = [store for store in stores if isinstance(store, PartitionLog)]
+    if len(logs) < FLUSH_TOGETHER_MIN:
+        return [_flush_one(store) for store in stores]
+    if len(logs) < len(stores):
+        together = iter(flush_together(logs))
+        return [next(together) if isinstance(store, PartitionLog) else _flush_one(store)
+                for store in stores]
+    points: list[FlushPoint | OSError | None] = []
+    for log in logs:
+        try:
+            points.append(log.flush_begin())
+        except OSError as exc:
+            points.append(exc)
+    started = [point for point in points if isinstance(point, FlushPoint)]
+    try:
+        synced = _sync_devices(started)
+        outcomes: list[bool | OSError] = []
+        for log, point in zip(logs, points, strict=True):
+            if point is None or isinstance(point, OSError):
+                outcomes.append(point or False)
+                continue
+            try:
+                if not synced:
+                    for item in point.files:
+                        log._fsync(item.fd)
+                outcomes.append(log.flush_end(point))
+            except OSError as exc:
+                outcomes.append(exc)
+        return outcomes
+    finally:
+        for point in started:
+            point.release()
+
+
+def _sync_devices(points: Sequence[FlushPoint]) -> bool:
+    """syncfs once per file system the points' files are on; False if one failed (the
+    caller then fsyncs each file to find whose write failed)."""
+    devices: dict[int, int] = {}
+    for point in points:
+        for item in point.files:
+            devices.setdefault(os.fstat(item.fd).st_dev, item.fd)
+    try:
+        for fd in devices.values():
+            sync_file_system_of(fd)
+    except OSError as exc:
+        logger.warning("storage: syncfs failed (%s); fsyncing each partition instead", exc)
+        return False
+    return True
+
+
+class _Flushable(Protocol):
+    def flush(self) -> bool: ...
+
+
+def _flush_one(store: _Flushable) -> bool | OSError:
+    try:
+        return store.flush()
+    except OSError as exc:
+        return exc
+
+
 class PartitionLog:
     """The managed ledger of one partition; see the module docstring."""
 
@@ -82,8 +177,11 @@ class PartitionLog:
         config: LogConfig,
         *,
         clock: Callable[[], int] = wall_clock_ms,
+        fresh: bool = False,
     ) -> None:
-        """Open the partition stored in ``directory``, creating or recovering it."""
+        """Open the partition stored in ``directory``, creating or recovering it. With
+        ``fresh`` the directory must not exist: the partition is created empty and nothing
+        is fsynced (the caller makes it durable: ``fsutil.sync_filesystem``)."""
         self.directory = Path(directory)
         self._config = config
         self._clock = clock
@@ -99,9 +197,12 @@ class PartitionLog:
         self._damage = DamageBook(self.directory)
         self._closed = False
         self._offline: str | None = None  # why the log went offline
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(parents=True, exist_ok=not fresh)
         with self._lock:
-            self._recover()
+            if fresh:
+                self._start_empty()
+            else:
+                self._recover()
         self.opened_next_offset = self.next_offset
         """The next offset when the log was opened: offsets below it were written before."""
 
@@ -565,20 +666,34 @@ class PartitionLog:
     def flush(self) -> bool:
         """fsync what was appended so far (safe to call from another thread); return
         whether the metadata was rewritten too (a checkpoint)."""
+        point = self.flush_begin()
+        if point is None:
+            return False
+        try:
+            for item in point.files:
+                self._fsync(item.fd)
+        finally:
+            point.release()
+        return self.flush_end(point)
+
+    def flush_begin(self) -> FlushPoint | None:
+        """The first half of :meth:`flush`: what is to be made durable now (duplicated
+        descriptors of the files with unsynced appends, and the open ledger's facts).
+        Once those files are synced (each fsynced, or their whole file system at once:
+        :func:`flush_together`), :meth:`flush_end` records it. None if closed."""
         with self._lock:
             if self._closed:
-                return False
+                return None
             self._check_online()
             pending, self._pending_sync = self._pending_sync, []
             ledger = self._ledgers[-1]
             current = _PendingSync(os.dup(ledger.fd()), ledger, ledger.facts.size)
-            point = ledger.facts.copy()
-        try:
-            for item in (*pending, current):
-                self._fsync(item.fd)
-        finally:
-            for item in (*pending, current):
-                os.close(item.fd)
+            return FlushPoint(pending, current, ledger.facts.copy())
+
+    def flush_end(self, point: FlushPoint) -> bool:
+        """Record that the files of ``point`` are synced; whether the metadata was
+        rewritten (a checkpoint)."""
+        ledger, pending, current = point.current.ledger, point.pending, point.current
         with self._lock:
             if self._closed:
                 return False
@@ -586,8 +701,8 @@ class PartitionLog:
                 if item.ledger.facts.size == item.size:
                     item.ledger.facts.synced = True
             if ledger is self._ledgers[-1] \
-                    and point.size > self._checkpoints.recovery_point.size:
-                self._checkpoints.recovery_point = point
+                    and point.facts.size > self._checkpoints.recovery_point.size:
+                self._checkpoints.recovery_point = point.facts
             elif ledger.facts.sealed and ledger.facts.size == current.size:
                 ledger.facts.synced = True
             if not pending and self._checkpoints.unrecorded < _CHECKPOINT_BYTES:
@@ -603,12 +718,17 @@ class PartitionLog:
                 return
             try:
                 self._check_online()  # an offline log stays unsealed: the next start recovers it
+                pending = bool(self._pending_sync)
                 self._sync_pending_locked()
                 ledger = self._ledgers[-1]
-                self._fsync(ledger.fd())
                 ledger.facts.sealed = True
                 self._checkpoints.recovery_point = ledger.facts.copy()
-                self._store_metadata_locked()
+                seq, metadata = self._checkpoints.snapshot(self._ledgers, self._log_start)
+                # unchanged since the metadata was written (which records only what was
+                # fsynced): nothing to fsync or write (10,000 idle partitions stop at once)
+                if pending or not self._checkpoints.stored_already(metadata):
+                    self._fsync(ledger.fd())
+                    self._checkpoints.write(seq, metadata)
             finally:  # even unsealed (say, on a full disk): the next start recovers it
                 for item in self._ledgers:
                     item.close()
@@ -688,16 +808,32 @@ class PartitionLog:
     # -- recovery ----------------------------------------------------------------------
 
     def _recover(self) -> None:
-        """Open the ledgers (``recovery``), report damage, and record what was found."""
+        """Open the ledgers (``recovery``), report damage, and record what was found (the
+        metadata is not written again when it says so already: a clean stop's)."""
         found = recover(self.directory, self._config, self._clock)
         self._ledgers = found.ledgers
         self._log_start, self._next_ledger_id = found.log_start, found.next_ledger_id
         self._checkpoints.recovery_point = self._ledgers[-1].facts.copy()
+        self._checkpoints.stored = found.metadata
         self._damage.recovered(self._ledgers, found.gaps)
         for damage in self.damaged_ranges():
             report(self.directory, damage)
-        self._store_metadata_locked()
+        seq, metadata = self._checkpoints.snapshot(self._ledgers, self._log_start)
+        if found.swap_markers or not self._checkpoints.stored_already(metadata):
+            self._checkpoints.write(seq, metadata)
         for marker in found.swap_markers:  # the metadata describes the cleaned ledgers now
             marker.unlink(missing_ok=True)
         if found.swap_markers:
             fsync_dir(self.directory)
+
+    def _start_empty(self) -> None:
+        """A new partition: one empty ledger and its metadata, nothing fsynced."""
+        ledger = Ledger.create(self.directory, 1, 0, self._clock(),
+                               self._config.index_interval_bytes)
+        ledger.facts.synced = True  # as far as the caller's sync goes: it is empty
+        self._ledgers = [ledger]
+        self._next_ledger_id = 2
+        self._checkpoints.recovery_point = ledger.facts.copy()
+        self._damage.recovered(self._ledgers, [])
+        seq, metadata = self._checkpoints.snapshot(self._ledgers, self._log_start)
+        self._checkpoints.write(seq, metadata, durable=False)

@@ -17,7 +17,7 @@ from .cluster import ClusterStore
 from .config import LogConfig
 from .damage import Damage
 from .feed import ChangeFeed
-from .model import BatchInfo, TopicInfo
+from .model import BatchInfo, NewTopic, TopicInfo
 from .region import FileRegion
 from .segments import SealedSegment
 
@@ -195,6 +195,12 @@ class Storage(Protocol):
 
     def create_topic(self, name: str, num_partitions: int,
                      configs: Mapping[str, str]) -> TopicInfo: ...
+
+    def create_topics(self, wanted: Sequence[NewTopic]) -> list[TopicInfo | Exception]:
+        """Create several topics at once (the file engine makes them durable together);
+        for each, its info or why it was not created (TopicExists, ValueError, OSError, a
+        StorageError). Safe to call from a worker thread: lookups go on meanwhile."""
+        ...
 
     def delete_topic(self, name: str) -> None: ...
 

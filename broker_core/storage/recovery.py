@@ -39,7 +39,7 @@ from .ledger import (
     ledger_file_name,
     parse_ledger_file_name,
 )
-from .metadata import METADATA_FILE, LedgerFacts, load_metadata
+from .metadata import METADATA_FILE, LedgerFacts, PartitionMetadata, load_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ class Recovered:
     next_ledger_id: int
     swap_markers: list[Path]
     """The ``*.swapped`` markers to remove once the metadata is stored."""
+    metadata: PartitionMetadata | None
+    """What the metadata file held (None: absent or unreadable)."""
 
 
 def recover(directory: Path, config: LogConfig, clock: Callable[[], int]) -> Recovered:
@@ -75,11 +77,15 @@ class _Recovery:
         self._next_ledger_id = 1
         self._swapped: set[int] = set()
         self._markers: list[Path] = []
+        self._synced_open: tuple[int, int] | None = None
+        """(ledger id, size) of the last listed ledger when it was recorded fsynced and the
+        file held nothing beyond: it needs no fsync now."""
 
-    def _finish_swaps(self) -> None:
-        """Remove half-written cleaned ledgers; complete the swaps that were committed."""
+    def _finish_swaps(self, names: list[str]) -> bool:
+        """Remove half-written cleaned ledgers; complete the swaps that were committed
+        (``names``: the directory's files); whether it changed any file."""
         changed = False
-        for name in sorted(os.listdir(self.directory)):
+        for name in sorted(names):
             for suffix in (CLEANED_SUFFIX, SWAP_SUFFIX, SWAPPED_SUFFIX):
                 ledger_id = parse_ledger_file_name(name.removesuffix(suffix))
                 if not name.endswith(suffix) or ledger_id is None:
@@ -101,14 +107,18 @@ class _Recovery:
                 self._markers.append(marker)
         if changed:
             fsync_dir(self.directory)
+        return changed
 
     def run(self) -> Recovered:
         """Recover the ledgers; see the module docstring."""
         directory = self.directory
-        (directory / (METADATA_FILE + TEMP_SUFFIX)).unlink(missing_ok=True)
-        self._finish_swaps()
+        names = os.listdir(directory)  # once: 10,000 partitions open one after another
+        if METADATA_FILE + TEMP_SUFFIX in names:
+            (directory / (METADATA_FILE + TEMP_SUFFIX)).unlink(missing_ok=True)
+        if self._finish_swaps(names):
+            names = os.listdir(directory)
         on_disk: set[int] = set()
-        for name in os.listdir(directory):
+        for name in names:
             ledger_id = parse_ledger_file_name(name)
             if ledger_id is not None:
                 on_disk.add(ledger_id)
@@ -117,6 +127,10 @@ class _Recovery:
         except (ValueError, KeyError, TypeError) as exc:
             logger.warning("%s: unreadable %s (%s); rebuilding", directory, METADATA_FILE, exc)
             metadata = None
+        # as read: the ledgers recovered below change their facts in place
+        loaded = None if metadata is None else PartitionMetadata(
+            metadata.next_offset, metadata.log_start_offset,
+            [facts.copy() for facts in metadata.ledgers])
         plan: list[tuple[int, LedgerFacts | None]]
         if metadata is None:
             if on_disk:
@@ -189,12 +203,14 @@ class _Recovery:
         open_ledger.facts.sealed = False
         for ledger in (*rescanned, open_ledger):
             if any(ledger is item for item in self._ledgers):
-                os.fsync(ledger.fd())
+                if (ledger.ledger_id, ledger.facts.size) != self._synced_open \
+                        or ledger in rescanned:
+                    os.fsync(ledger.fd())  # a clean stop left nothing to fsync: skipped
                 ledger.facts.synced = True
         for ledger in self._ledgers[:-1]:
             ledger.close()
         return Recovered(self._ledgers, self._gaps, min(start, next_offset),
-                         self._next_ledger_id, sorted(set(self._markers)))
+                         self._next_ledger_id, sorted(set(self._markers)), loaded)
 
     def _recover_ledger(
         self,
@@ -251,6 +267,8 @@ class _Recovery:
             ledger.unverified = facts.copy() if facts.size else None
             if is_last_listed:
                 ledger.recover(facts.size)
+                if file_size == facts.size:
+                    self._synced_open = (ledger_id, facts.size)
             return ledger
         if file_size < facts.size:
             logger.warning("%s: ledger %d is %d bytes but %d were recorded; scanning it",

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from .cluster import NotOwner
 from .config import LogConfig, log_config_for_topic
-from .errors import LogClosed, TopicExists, UnknownTopic
+from .errors import LogClosed, StorageError, TopicExists, UnknownTopic
 from .feed import NO_FEED, ChangeFeed
-from .model import TopicInfo, check_no_nesting, topic_name_parts
+from .model import NewTopic, TopicInfo, check_no_nesting, topic_name_parts
 from .protocols import NOTHING_CHANGED, Refreshed
 
 
@@ -42,6 +42,8 @@ class TopicTable(Generic[P]):
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._topics: dict[str, TopicEntry[P]] = {}
+        self._creating: set[str] = set()
+        """Names being created outside the lock (taken: see ``_check_free``)."""
         self._closed = False
 
     def topic(self, name: str) -> TopicInfo | None:
@@ -99,6 +101,22 @@ class TopicTable(Generic[P]):
                 dropped += log.enforce_retention()
         return dropped
 
+    def create_topics(self, wanted: Sequence[NewTopic]) -> list[TopicInfo | Exception]:
+        """Create several topics (``create_topic`` each; an engine may make them durable
+        together); for each, its info or why it was not created (TopicExists, ValueError,
+        OSError, a StorageError)."""
+        results: list[TopicInfo | Exception] = []
+        for new in wanted:
+            try:
+                results.append(self.create_topic(new.name, new.num_partitions, new.configs))
+            except (TopicExists, ValueError, OSError, StorageError) as exc:
+                results.append(exc)
+        return results
+
+    def create_topic(self, name: str, num_partitions: int,
+                     configs: Mapping[str, str]) -> TopicInfo:
+        raise NotImplementedError
+
     @staticmethod
     def _new_topic_config(name: str, num_partitions: int, configs: Mapping[str, str],
                           default: LogConfig) -> tuple[dict[str, str], LogConfig]:
@@ -113,9 +131,10 @@ class TopicTable(Generic[P]):
     def _check_free(self, name: str) -> None:
         """TopicExists or ValueError unless ``name`` can be created (lock held)."""
         self._check_open()
-        if name in self._topics:
+        if name in self._topics or name in self._creating:
             raise TopicExists(name)
         check_no_nesting(name, self._topics)
+        check_no_nesting(name, self._creating)
 
     def _growing(self, name: str, new_total: int) -> TopicEntry[P]:
         """The topic ``name`` if ``new_total`` grows it; UnknownTopic or ValueError."""

@@ -1,0 +1,281 @@
+"""``python -m bench.partitions``: 10,000 partitions (issue 21's row).
+
+One broker (file storage, default settings). A topic of one partition and, in one
+CreateTopics request, ``--topics`` topics of ``--per-topic`` partitions; while that
+request runs, another connection sends ApiVersions one after another, and the longest
+wait for an answer is the creation's stall of the event loop. Then trials alternate: 8
+producers (``--producers``, confluent-kafka, one process each, acks=all, linger.ms=5)
+send ``--records`` records of ``--size`` bytes in all, either to the single partition or
+round-robin over every partition of the many topics; throughput (records over the span
+from the first producer's start to the last one's end) and the broker's CPU seconds per
+million records. Then the broker's peak RSS, its start-up time on those partitions after
+a clean stop and after ``kill -9`` (recovery), and its RSS after each start. Targets
+(issue 21): throughput at least 50% of the single partition's, peak RSS under 500 MB,
+start-up under 10 s. Saved to ``partitions.json`` and ``partitions.md`` in ``--out``.
+
+``python -m bench.partitions produce ...`` is one producer (run by the row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from kafka.protocol.metadata import ApiVersionsRequest
+
+from bench import procstats
+from bench.admin import create_topic
+from bench.brokers import Broker, EdgeBroker
+from bench.idle_clients import frame
+from bench.options import RESULTS
+from bench.worker import Deliveries
+
+MB = 1_000_000
+SINGLE = "single"
+PREFIX = "many-"
+TARGET_RATIO = 0.5
+TARGET_RSS_BYTES = 500 * MB
+TARGET_START_S = 10.0
+
+
+class RestartableBroker(EdgeBroker):
+    """This broker, which can be started again on the same data directory."""
+
+    def restart(self, kill: bool, timeout: float = 300.0) -> float:
+        """Stop it (SIGTERM and wait, or SIGKILL) and start it again; the seconds from the
+        new process's launch to its ready line."""
+        proc = self.proc
+        assert proc is not None
+        if kill:
+            proc.kill()
+            proc.wait(30)
+        else:
+            Broker.stop(self, timeout)  # keeps the data directory
+        ready = threading.Event()
+        started = time.perf_counter()
+        proc = self._spawn(self.command(), None)
+        threading.Thread(target=self._drain, args=(proc, ready), daemon=True).start()
+        self._wait_ready(ready, timeout)
+        return time.perf_counter() - started
+
+
+# -- one producer -----------------------------------------------------------------------
+
+def produce(args: argparse.Namespace) -> dict[str, Any]:
+    """Send ``count`` records round-robin over ``topics`` x ``per_topic`` partitions,
+    starting at partition ``first`` (producers start at different ones)."""
+    producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all",
+                         "linger.ms": args.linger_ms, "client.id": "bench-partitions"})
+    names = [args.topic] if args.topics == 0 else \
+        [f"{args.topic}{i:04d}" for i in range(args.topics)]
+    producer.list_topics(timeout=60)
+    per_topic = max(args.per_topic, 1)
+    total = len(names) * per_topic
+    value = os.urandom(args.size)
+    deliveries = Deliveries()
+    started = time.time()
+    for i in range(args.count):
+        slot = (args.first + i) % total
+        while True:
+            try:
+                producer.produce(names[slot // per_topic], value, partition=slot % per_topic,
+                                 on_delivery=deliveries)
+                break
+            except BufferError:
+                producer.poll(0.001)
+        if i & 255 == 0:
+            producer.poll(0)
+    left = producer.flush(args.timeout)
+    return {"records": deliveries.ok, "errors": deliveries.errors + left,
+            "first_error": deliveries.first_error, "started": started, "ended": time.time()}
+
+
+# -- the row ----------------------------------------------------------------------------
+
+def _create_many(broker: EdgeBroker, args: argparse.Namespace) -> dict[str, float]:
+    """Create the many topics in one request while another connection asks ApiVersions
+    again and again; the creation's seconds and the longest wait for an answer."""
+    ask = frame(ApiVersionsRequest[0](), 0, 1)
+    stop = threading.Event()
+    waits: list[float] = []
+
+    def asker() -> None:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=120) as sock:
+            while not stop.is_set():
+                sent = time.perf_counter()
+                sock.sendall(ask)
+                size = int.from_bytes(sock.recv(4, socket.MSG_WAITALL), "big")
+                sock.recv(size, socket.MSG_WAITALL)
+                waits.append(time.perf_counter() - sent)
+
+    thread = threading.Thread(target=asker, daemon=True)
+    thread.start()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "client.id": "bench-admin"})
+    started = time.perf_counter()
+    futures = admin.create_topics(
+        [NewTopic(f"{PREFIX}{i:04d}", args.per_topic, 1) for i in range(args.topics)],
+        operation_timeout=600, request_timeout=600)
+    for future in futures.values():
+        future.result(600)
+    seconds = time.perf_counter() - started
+    stop.set()
+    thread.join(120)
+    return {"create_seconds": seconds, "longest_wait_s": max(waits, default=0.0),
+            "answered_meanwhile": float(len(waits))}
+
+
+def _trial(broker: EdgeBroker, args: argparse.Namespace, many: bool) -> dict[str, float]:
+    """One trial: the producers at once; records/s and broker CPU per million records."""
+    each = args.records // args.producers
+    total = args.topics * args.per_topic if many else 1
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "bench.partitions", "produce", "--bootstrap", broker.bootstrap,
+         "--topic", PREFIX if many else SINGLE, "--topics", str(args.topics if many else 0),
+         "--per-topic", str(args.per_topic if many else 1), "--count", str(each),
+         "--first", str(n * total // args.producers), "--size", str(args.size),
+         "--linger-ms", str(args.linger_ms)],
+        stdout=subprocess.PIPE, text=True) for n in range(args.producers)]
+    cpu0 = broker.cpu_seconds()
+    results = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=args.timeout)
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    cpu = broker.cpu_seconds() - cpu0
+    records = sum(r["records"] for r in results)
+    errors = sum(r["errors"] for r in results)
+    span = max(r["ended"] for r in results) - min(r["started"] for r in results)
+    return {"records": records, "errors": errors, "seconds": span,
+            "records_per_s": records / span, "broker_cpu_s": cpu,
+            "cpu_s_per_million": cpu / max(records, 1) * 1e6}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The row (see the module docstring)."""
+    broker = RestartableBroker()
+    broker.start(None, timeout=60)
+    try:
+        create_topic(broker.bootstrap, SINGLE, 1)
+        creation = _create_many(broker, args)
+        rss_created = procstats.rss_bytes(broker.pid)
+        single, many = [], []
+        for _ in range(args.repeat):
+            single.append(_trial(broker, args, many=False))
+            many.append(_trial(broker, args, many=True))
+        broker.check_alive()
+        peak = broker.peak_rss_bytes()
+        clean_start = broker.restart(kill=False)
+        rss_clean = procstats.rss_bytes(broker.pid)
+        crash_start = broker.restart(kill=True)
+        rss_crash = procstats.rss_bytes(broker.pid)
+        peak = max(peak, broker.peak_rss_bytes())
+    finally:
+        broker.stop(120)
+    ratios = [m["records_per_s"] / s["records_per_s"] for s, m in zip(single, many, strict=True)]
+    cpu_ratios = [m["cpu_s_per_million"] / s["cpu_s_per_million"]
+                  for s, m in zip(single, many, strict=True)]
+    ratio = statistics.median(ratios)
+    start_s = max(clean_start, crash_start)
+    return {
+        "partitions": args.topics * args.per_topic, "creation": creation,
+        "rss_after_creation_bytes": rss_created,
+        "single": single, "many": many, "ratio": ratio, "ratios": ratios,
+        "cpu_ratio": statistics.median(cpu_ratios),
+        "peak_rss_bytes": peak, "clean_start_s": clean_start, "crash_start_s": crash_start,
+        "rss_after_clean_start_bytes": rss_clean, "rss_after_crash_start_bytes": rss_crash,
+        "targets": {"ratio": ratio >= TARGET_RATIO, "rss": peak < TARGET_RSS_BYTES,
+                    "start": start_s < TARGET_START_S},
+        "options": {k: str(v) for k, v in vars(args).items()},
+    }
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def render(result: dict[str, Any]) -> str:
+    """The row as a Markdown table."""
+    single = statistics.median(t["records_per_s"] for t in result["single"])
+    many = statistics.median(t["records_per_s"] for t in result["many"])
+    cpu_single = statistics.median(t["cpu_s_per_million"] for t in result["single"])
+    cpu_many = statistics.median(t["cpu_s_per_million"] for t in result["many"])
+    creation, targets = result["creation"], result["targets"]
+    count = result["partitions"]
+    return "\n".join([
+        f"### {count:,} partitions",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| CreateTopics of {count:,} partitions | {creation['create_seconds']:.1f} s; another "
+        f"connection's longest wait {creation['longest_wait_s'] * 1e3:.0f} ms "
+        f"({creation['answered_meanwhile']:.0f} answered meanwhile) |",
+        f"| produce, 1 partition | {single:,.0f} records/s, broker {cpu_single:.1f} "
+        f"CPU s per million |",
+        f"| produce, round-robin over {count:,} | {many:,.0f} records/s, broker "
+        f"{cpu_many:.1f} CPU s per million |",
+        f"| **throughput ratio** (median of trial pairs) | **{result['ratio']:.2f}** "
+        f"(range {min(result['ratios']):.2f}-{max(result['ratios']):.2f}; target >= "
+        f"{TARGET_RATIO}: {_met(targets['ratio'])}); CPU per record "
+        f"{result['cpu_ratio']:.1f}x |",
+        f"| **peak RSS** | **{result['peak_rss_bytes'] / MB:.0f} MB** (target < "
+        f"{TARGET_RSS_BYTES / MB:.0f} MB: {_met(targets['rss'])}) |",
+        f"| **start-up** after a clean stop / after kill -9 | **{result['clean_start_s']:.1f} "
+        f"s / {result['crash_start_s']:.1f} s** (target < {TARGET_START_S:.0f} s: "
+        f"{_met(targets['start'])}); RSS then {result['rss_after_clean_start_bytes'] / MB:.0f}"
+        f" / {result['rss_after_crash_start_bytes'] / MB:.0f} MB |",
+        "",
+    ])
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.partitions")
+    parser.add_argument("mode", nargs="?", choices=("row", "produce"), default="row")
+    parser.add_argument("--topics", type=int, default=1_000)
+    parser.add_argument("--per-topic", type=int, default=10)
+    parser.add_argument("--producers", type=int, default=8)
+    parser.add_argument("--records", type=int, default=400_000, help="records per trial")
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--linger-ms", type=float, default=5.0)
+    parser.add_argument("--repeat", type=int, default=2, help="trials of each kind")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--quick", action="store_true",
+                        help="20 topics x 5, 2 producers, 4,000 records (the smoke test)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    # one producer's options
+    parser.add_argument("--bootstrap", default="")
+    parser.add_argument("--topic", default=SINGLE)
+    parser.add_argument("--count", type=int, default=0)
+    parser.add_argument("--first", type=int, default=0)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.mode == "produce":
+        print(json.dumps(produce(args)), flush=True)
+        return 0
+    if args.quick:
+        args.topics, args.per_topic, args.producers, args.records, args.repeat = 20, 5, 2, 4000, 1
+    result = run(args)
+    text = render(result)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "partitions.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / "partitions.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
