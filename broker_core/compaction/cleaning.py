@@ -11,8 +11,11 @@ stamped has passed.
 A cleaning reads the cleanable segments twice. The first pass maps each key to the offset
 of its latest record (records of a transaction count once its commit marker is read;
 aborted ones never), notes the aborted transactions and the last batch of each producer.
-A transaction without its marker in the range stops the cleaning before the segment it
-starts in: nothing at or beyond the last stable offset is cleaned. The second pass
+A transaction still open at the end of the range is looked up in the log beyond it (control
+batches only): one whose marker came later is decided like the others (Kafka cleans below
+the last stable offset, and a long transaction's marker is often in the open segment); one
+without a marker yet stops the cleaning before the segment it starts in: nothing at or
+beyond the last stable offset is cleaned. The second pass
 rewrites each segment (``records``) by Kafka's rules:
 
 * a record stays if it is its key's latest (a record without a key always stays), unless
@@ -20,7 +23,9 @@ rewrites each segment (``records``) by Kafka's rules:
 * a tombstone (null value) stays until the delete horizon of its batch, stamped
   ``delete.retention.ms`` ahead by the first cleaning that keeps it, has passed;
 * a batch left without records goes, unless it is its producer's last in the range: it
-  then stays empty, so the producer state rebuilt from the log keeps its sequence;
+  then stays empty, so the producer state rebuilt from the log keeps its sequence; a filler
+  of an earlier cleaning stays as it is (so a segment cleaned before is not rewritten
+  again for nothing);
 * a commit marker goes once its transaction has nothing left and its own delete horizon
   (stamped as a tombstone's) has passed. Abort markers stay (their transaction's records
   go): the aborted transactions a read_committed fetch lists point at them.
@@ -148,7 +153,16 @@ class _Plan:
     aborted: set[tuple[int, int]] = field(default_factory=set)
     last_batch: dict[int, int] = field(default_factory=dict)
     open_from: int | None = None
-    """First offset of the oldest transaction without its marker in the range."""
+    """First offset of the oldest transaction without its marker in the log."""
+
+    def decide(self, pid: int, txn: _Txn, commit: bool) -> None:
+        """``txn`` of producer ``pid`` ended: its records count if it committed."""
+        if not commit:
+            self.aborted.add((pid, txn.start))
+            return
+        for key, offset in txn.keys:
+            if self.latest.get(key, -1) < offset:
+                self.latest[key] = offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,14 +200,8 @@ def _plan(store: PartitionStore, segments: list[SealedSegment], pace: Pace) -> _
         pid = header.producer_id
         if header.is_control:
             txn = pending.pop(pid, None)
-            if txn is None:
-                continue
-            if marker_type(info.batch) == COMMIT:
-                for key, offset in txn.keys:
-                    if plan.latest.get(key, -1) < offset:
-                        plan.latest[key] = offset
-            else:
-                plan.aborted.add((pid, txn.start))
+            if txn is not None:
+                plan.decide(pid, txn, marker_type(info.batch) == COMMIT)
             continue
         _, records = rec.read_records(info.batch, header)
         if pid >= 0:
@@ -207,8 +215,26 @@ def _plan(store: PartitionStore, segments: list[SealedSegment], pace: Pace) -> _
                 if r.key is not None:
                     plan.latest[r.key] = info.base_offset + r.offset_delta
     if pending:
+        _decide_later(store, segments[-1].next_offset, pending, plan, pace)
+    if pending:
         plan.open_from = min(txn.start for txn in pending.values())
     return plan
+
+
+def _decide_later(store: PartitionStore, end: int, pending: dict[int, _Txn], plan: _Plan,
+                  pace: Pace) -> None:
+    """Decide the ``pending`` transactions whose markers are at or after ``end``; those
+    still open stay in ``pending``."""
+    if end >= store.next_offset:
+        return
+    for info in store.headers_from(end):
+        pace(len(info.batch))
+        header = read_header(info.batch)
+        txn = pending.pop(header.producer_id, None) if header.is_control else None
+        if txn is not None:
+            plan.decide(header.producer_id, txn, marker_type(info.batch) == COMMIT)
+            if not pending:
+                return
 
 
 class _Rewriter:
@@ -235,6 +261,8 @@ class _Rewriter:
         if header.is_transactional:
             txn = self.open.setdefault(pid, _Txn(info.base_offset))
             aborted = (pid, txn.start) in self.plan.aborted
+        if header.record_count == 0 and pid < 0:  # a filler of an earlier cleaning
+            return info.batch
         buf, records = rec.read_records(info.batch, header)
         horizon = rec.delete_horizon(header)
         passed = horizon is not None and self.now >= horizon
