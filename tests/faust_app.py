@@ -35,6 +35,7 @@ app = faust.App(
     web_enabled=False,
     consumer_auto_offset_reset="earliest",
     broker_commit_interval=0.5,
+    producer_max_batch_size=4096,  # no batch larger than a changelog segment
 )
 
 source = app.topic(os.environ.get("FAUST_APP_SOURCE", "updates"),
