@@ -22,6 +22,7 @@ from pathlib import Path
 import confluent_kafka
 import kafka
 import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from tests.broker_process import BrokerProcess, ChildProcess
 from tests.clients import create_topic
@@ -78,8 +79,8 @@ def workers() -> Iterator[list[FaustWorker]]:
 
 
 def read_changelog(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes]]:
-    """(offset, key, value) of every record in partition 0 of ``topic``, from offset 0 to
-    the end."""
+    """(offset, key, value) of every record in partition 0 of ``topic`` that a
+    read_committed consumer (confluent-kafka's default) reads from offset 0 to the end."""
     consumer = confluent_kafka.Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
         "enable.auto.commit": False, "enable.partition.eof": True,
@@ -113,7 +114,7 @@ def latest_in(records: list[tuple[int, bytes, bytes]]) -> dict[str, str]:
 
 
 def high_watermark(bootstrap: str, topic: str) -> int:
-    """The end offset of partition 0 of ``topic``: how many records faust wrote there."""
+    """The end offset (high watermark) of partition 0 of ``topic``."""
     consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
                                          "group.id": f"watermarks-{topic}"})
     try:
@@ -143,6 +144,14 @@ def partition_sizes(bootstrap: str) -> dict[str, int]:
             for p in t["partitions"] if p["partition_index"] == 0}
 
 
+def topic_configs(bootstrap: str, topic: str) -> dict[str, str]:
+    """``topic``'s configs, by DescribeConfigs."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entries = admin.describe_configs([resource])[resource].result(30)
+    return {name: str(entry.value) for name, entry in entries.items()}
+
+
 def produce_updates(bootstrap: str, source: str) -> dict[str, str]:
     """ROUNDS updates of each of KEYS keys to ``source``; return each key's last value."""
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -157,6 +166,7 @@ def produce_updates(bootstrap: str, source: str) -> dict[str, str]:
 
 
 def without_tick(table: dict[str, str]) -> dict[str, str]:
+    """``table`` but the test's own ``TICK`` key."""
     return {key: value for key, value in table.items() if key != TICK}
 
 
@@ -175,8 +185,8 @@ def test_faust_restores_its_table_from_a_compacted_changelog(
     workers.append(first)
     first.start()
     assert first.recovered == {}
-    created = broker.wait_for_log(rf"created topic \S*{re.escape(changelog)} ", 10)
-    assert "'cleanup.policy': 'compact'" in created
+    configs = topic_configs(broker.bootstrap, changelog)  # faust's and the app's
+    assert (configs["cleanup.policy"], configs["segment.bytes"]) == ("compact", "4096")
 
     expected = produce_updates(broker.bootstrap, source)
     written = KEYS * ROUNDS
@@ -207,7 +217,7 @@ def test_faust_restores_its_table_from_a_compacted_changelog(
                 + "\n".join(line for line in broker.lines if "cleaner" in line)
                 + "\nfaust:\n" + "\n".join(first.lines[-30:]))
 
-    wait_until(state, compacted, 60)
+    wait_until(state, compacted, 90)
     offsets = [offset for offset, _, _ in records]
     assert offsets == sorted(set(offsets))  # in order, no duplicates
     assert offsets[0] > 0  # the oldest versions are gone; offsets start sparse
