@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from edge.ready_line import READY_LINE, parse_ready
@@ -27,14 +28,16 @@ class ChildProcess:
         self.lines: list[str] = []
         self._ready = threading.Event()
 
-    def spawn(self, args: list[str], timeout: float, stdout: int = subprocess.DEVNULL) -> None:
+    def spawn(self, args: list[str], timeout: float, stdout: int = subprocess.DEVNULL,
+              env: Mapping[str, str] | None = None) -> None:
         """Start ``args`` in the repository and wait for the ready line (``stdout``:
-        ``subprocess.PIPE`` to read it from ``proc.stdout``)."""
+        ``subprocess.PIPE`` to read it from ``proc.stdout``; ``env``: variables to add to
+        this process's environment)."""
         self.lines = []
         self._ready.clear()
         self.proc = subprocess.Popen(
             args, cwd=REPO, stderr=subprocess.PIPE, stdout=stdout, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
         )
         threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
         if not self._ready.wait(timeout):

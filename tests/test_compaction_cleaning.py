@@ -500,3 +500,56 @@ def test_a_swap_cut_short_by_a_crash_loses_and_duplicates_nothing(
 
 class Died(Exception):
     """The process dies here."""
+
+
+@pytest.mark.parametrize("end", ["commit", "abort", "open"])
+def test_a_transaction_whose_marker_is_in_the_open_segment(
+        storage: Storage, clock: Clock, end: str) -> None:
+    """A long transaction (faust's exactly_once changelog writes) fills sealed segments
+    while its marker lands in the open one: once the marker is written the transaction
+    is decided and cleaned as Kafka does below the last stable offset; without a marker
+    nothing from its start is cleaned."""
+    log = partition(storage)
+    pid = 5
+    for i in range(60):
+        append(log, batch([(f"k{i % 3}".encode(), f"v{i}".encode() * 20)], clock.now, pid,
+                          i, transactional=True), clock)
+    clock.now += SEGMENT_MS  # the marker opens a new segment
+    if end != "open":
+        append(log, marker_batch(pid, 0, end == "commit", clock.now), clock)
+    else:
+        append(log, batch([(b"other", b"other")], clock.now), clock)
+    assert len(log.sealed_segments()) > 2
+    before, _ = read_committed(log)
+    size_before = log.size_bytes
+
+    clock.now += 1
+    cleaned = run_cleaner(log, clock)
+    seen, read = read_committed(log)
+    if end == "open":
+        assert not cleaned and log.size_bytes == size_before and seen == before
+        return
+    assert cleaned and log.size_bytes < size_before
+    if end == "commit":
+        assert seen == {f"k{i % 3}".encode(): (i, f"v{i}".encode() * 20)
+                        for i in range(57, 60)} and read == 3
+    else:
+        assert seen == {} and read == 0
+    state = PartitionProducers()
+    for info in log.batches_from(log.log_start_offset):
+        state.apply(info)
+    assert state.producers[pid].last_sequence == 59
+
+
+def test_a_cleaned_segment_is_not_rewritten_again(storage: Storage, clock: Clock) -> None:
+    """A second cleaning of segments that nothing new made dirty rewrites none of them
+    (the fillers of the first one stay as they are)."""
+    log = partition(storage)
+    write_random(log, clock, seed=11, rounds=150)
+    for _ in range(2):  # the second removes what the first stamped
+        clock.now += 1
+        assert run_cleaner(log, clock)
+    clock.now += 1
+    found = dirt(log, SETTINGS, clock.now, Checkpoint())  # as if everything were dirty
+    again = clean(log, found.cleanable, SETTINGS, clock.now, lambda size: None, Checkpoint())
+    assert again is not None and again.segments == 0

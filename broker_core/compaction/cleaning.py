@@ -11,8 +11,12 @@ bytes is above ``min.cleanable.dirty.ratio``, when its oldest dirty data is olde
 
 A cleaning reads the cleanable segments three times. The first pass, on batch headers,
 learns how each transaction ended (its marker), each producer's last batch, and the first
-transaction without its marker in the range: the cleaning stops before the segment it
-starts in, so nothing at or beyond the last stable offset is cleaned. The second maps each
+transaction without its marker: a transaction still open at the end of the range is
+looked up in the log beyond it (control batches only), and one whose marker came later is
+decided like the others (Kafka cleans below the last stable offset, and a long
+transaction's marker is often in the open segment); one without a marker yet stops the
+cleaning before the segment it starts in, so nothing at or beyond the last stable offset
+is cleaned. The second maps each
 key of the dirty part (from the checkpoint on; below it each key is there once already) to
 the offset of its latest record, records of aborted transactions left out; the map is
 bounded (``logCleanerDedupeBufferSize``, each key counted as its length plus
@@ -25,7 +29,9 @@ The third rewrites each segment (``records``) by Kafka's rules:
 * a tombstone (null value) stays until the delete horizon of its batch, stamped
   ``delete.retention.ms`` ahead by the first cleaning that keeps it, has passed;
 * a batch left without records goes, unless it is its producer's last in the range: it
-  then stays empty, so the producer state rebuilt from the log keeps its sequence;
+  then stays empty, so the producer state rebuilt from the log keeps its sequence; a filler
+  of an earlier cleaning stays as it is (so a segment cleaned before is not rewritten
+  again for nothing);
 * a transaction marker (commit or abort) goes once its transaction has nothing left in
   the log (not even its producer's last batch, kept empty) and its own delete horizon,
   stamped as a tombstone's by the first cleaning that finds the transaction empty, has
@@ -193,7 +199,7 @@ class _Plan:
     """By producer id: (first offset, marker offset) of its aborted transactions."""
     last_batch: dict[int, int] = field(default_factory=dict)
     open_from: int | None = None
-    """First offset of the oldest transaction without its marker in the range."""
+    """First offset of the oldest transaction without its marker in the log."""
     limit: int | None = None
     """Where the key pass stopped, the map full: batches from there on stay as they are
     (None: it read the whole range)."""
@@ -266,8 +272,29 @@ def _outcomes(store: PartitionStore, segments: list[SealedSegment], pace: Pace) 
         if header.is_transactional:
             pending.setdefault(pid, info.base_offset)
     if pending:
+        _decide_later(store, segments[-1].next_offset, pending, plan, pace)
+    if pending:
         plan.open_from = min(pending.values())
     return plan
+
+
+def _decide_later(store: PartitionStore, end: int, pending: dict[int, int], plan: _Plan,
+                  pace: Pace) -> None:
+    """Decide the ``pending`` transactions (producer id -> first offset) whose markers are
+    at or after ``end``: an abort is noted in ``plan``, a commit needs nothing (its records
+    are mapped as any others); those still open stay in ``pending``."""
+    if end >= store.next_offset:
+        return
+    for info in store.headers_from(end):
+        pace(len(info.batch))
+        header = read_header(info.batch)
+        first = pending.pop(header.producer_id, None) if header.is_control else None
+        if first is None:
+            continue
+        if marker_type(info.batch) != COMMIT:
+            plan.aborted.setdefault(header.producer_id, []).append((first, info.base_offset))
+        if not pending:
+            return
 
 
 def _map_keys(store: PartitionStore, segments: list[SealedSegment], pace: Pace, plan: _Plan,
@@ -323,6 +350,8 @@ class _Rewriter:
         if header.is_transactional:
             txn = self.open.setdefault(pid, _Txn(info.base_offset))
             aborted = self.plan.aborted_at(pid, info.base_offset)
+        if header.record_count == 0 and pid < 0:  # a filler of an earlier cleaning
+            return info.batch
         buf, records = rec.read_records(info.batch, header)
         horizon = rec.delete_horizon(header)
         passed = horizon is not None and self.now >= horizon
