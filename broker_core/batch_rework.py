@@ -20,9 +20,11 @@ from dataclasses import dataclass
 import crc32c
 
 from broker_core.batches import MIN_RECORD_SIZE, BatchHeader
-from broker_core.codecs import MalformedBatch, deflate
+from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.varints import Buffer
+from broker_core.codecs import deflate
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.record_check import Buffer, check_walk, records_buffer
+from broker_core.record_check import check_walk, records_buffer
 from broker_core.storage.batch_header import (
     ATTRIBUTES_AT,
     BATCH_HEADER_SIZE,

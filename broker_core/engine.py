@@ -23,6 +23,7 @@ from broker_core.appends import AppendPath
 from broker_core.batch_rework import Rework, rework
 from broker_core.batches import BatchHeader
 from broker_core.cluster.service import ClusterService
+from broker_core.codec.varints import Buffer
 from broker_core.compaction.cleaner import LogCleaner
 from broker_core.context import (
     AllowAll,
@@ -39,7 +40,7 @@ from broker_core.leadership import Leadership
 from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import ProducerStates
 from broker_core.quotas.limits import TenantLimits
-from broker_core.record_check import Buffer, check_records
+from broker_core.record_check import check_records
 from broker_core.storage import (
     DatabaseUnavailable,
     LogOffline,

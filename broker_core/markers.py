@@ -13,7 +13,7 @@ import struct
 import crc32c
 from kafka.record.default_records import DefaultRecordBatch
 
-from broker_core.protocol import zigzag_varint as _varint
+from broker_core.codec.varints import zigzag_varint as _varint
 from broker_core.storage.batch_header import ATTRIBUTES_AT, CRC_AT
 
 ABORT = 0

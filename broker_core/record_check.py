@@ -22,29 +22,12 @@ both answer with the same message.
 from __future__ import annotations
 
 from broker_core.batches import BatchHeader
-from broker_core.codecs import MalformedBatch, inflate
+from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.varints import Buffer, read_varint
+from broker_core.codecs import inflate
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.record_walk import NATIVE, NativeWalker
 from broker_core.storage.batch_header import BATCH_HEADER_SIZE
-
-__all__ = ["MalformedBatch", "check_records", "check_walk", "read_varint", "record_times",
-           "records_buffer", "walk_records"]
-
-Buffer = bytes | bytearray | memoryview
-
-
-def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
-    """The zigzag varint at ``pos`` and the position after it."""
-    result = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise MalformedBatch("a varint runs over 10 bytes")
 
 
 def _skip_sized(buf: Buffer, pos: int, what: str, nullable: bool = True) -> int:

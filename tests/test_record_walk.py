@@ -17,7 +17,9 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker_core.batches import read_header
-from broker_core.record_check import Buffer, MalformedBatch, records_buffer, walk_records
+from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.varints import Buffer
+from broker_core.record_check import records_buffer, walk_records
 from broker_core.record_walk import LIBRARY_ENV, NATIVE, NOTE, NativeWalker, load
 from tests.broker_process import BrokerProcess
 from tests.raw import RawConnection, record_batch, resealed

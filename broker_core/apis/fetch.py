@@ -20,10 +20,10 @@ from kafka.protocol.consumer import FetchRequest
 
 from broker_core import metrics
 from broker_core.apis.fetch_wire import FetchAnswer, PartitionAnswer, TopicAnswer
+from broker_core.codec.framing import Chunk
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.protocol import Chunk
 from broker_core.stages import Later
 from broker_core.storage import DatabaseUnavailable, FileRegion, LogOffline, PartitionStore
 from broker_core.storage.errors import DamagedRecords

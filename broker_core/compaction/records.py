@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import crc32c
 
 from broker_core.batches import BatchHeader
-from broker_core.codecs import MalformedBatch, deflate
-from broker_core.protocol import zigzag_varint
-from broker_core.record_check import Buffer, read_varint, records_buffer
+from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.varints import Buffer, read_varint, zigzag_varint
+from broker_core.codecs import deflate
+from broker_core.record_check import records_buffer
 from broker_core.storage.batch_header import (
     ATTRIBUTES_AT,
     BATCH_HEADER_SIZE,
