@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from broker_core.codec.batch_header import BATCH_HEADER_SIZE
 from broker_core.record_check import walk_records
 from broker_core.record_walk import NATIVE, NOTE, NativeWalker
-from broker_core.storage.batch_header import BATCH_HEADER_SIZE
 
 
 def _batch(records: int, size: int) -> memoryview:

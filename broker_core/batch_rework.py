@@ -17,26 +17,24 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-import crc32c
-
-from broker_core.batches import MIN_RECORD_SIZE, BatchHeader
+from broker_core.codec.batch_header import (
+    ATTRIBUTES_AT,
+    BATCH_HEADER_SIZE,
+    BATCH_LENGTH_AT,
+    BATCH_LENGTH_OVERHEAD,
+    CODEC_BITS,
+    MIN_RECORD_SIZE,
+    BatchHeader,
+    seal,
+)
 from broker_core.codec.errors import MalformedBatch
 from broker_core.codec.varints import Buffer
 from broker_core.codecs import deflate
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.record_check import check_walk, records_buffer
-from broker_core.storage.batch_header import (
-    ATTRIBUTES_AT,
-    BATCH_HEADER_SIZE,
-    BATCH_LENGTH_AT,
-    BATCH_LENGTH_OVERHEAD,
-    CRC_AT,
-)
 
-_CODEC_BITS = 0x07
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
-_UINT32 = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +85,6 @@ def rework(batch: Buffer, header: BatchHeader, plan: Rework) -> bytearray | None
     out[BATCH_HEADER_SIZE:] = payload
     _INT32.pack_into(out, BATCH_LENGTH_AT, len(out) - BATCH_LENGTH_OVERHEAD)
     (attributes,) = _INT16.unpack_from(out, ATTRIBUTES_AT)
-    _INT16.pack_into(out, ATTRIBUTES_AT, (attributes & ~_CODEC_BITS) | plan.codec)
-    _UINT32.pack_into(out, CRC_AT, crc32c.crc32c(memoryview(out)[ATTRIBUTES_AT:]))
+    _INT16.pack_into(out, ATTRIBUTES_AT, (attributes & ~CODEC_BITS) | plan.codec)
+    seal(out)
     return out

@@ -18,11 +18,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from broker_core import batches, codecs, metrics, naming
+from broker_core import codecs, metrics, naming
 from broker_core.appends import AppendPath
 from broker_core.batch_rework import Rework, rework
-from broker_core.batches import BatchHeader
 from broker_core.cluster.service import ClusterService
+from broker_core.codec.batch_header import (
+    BatchHeader,
+    read_header,
+    stamp_log_append_time,
+    validate_produced,
+)
 from broker_core.codec.varints import Buffer
 from broker_core.compaction.cleaner import LogCleaner
 from broker_core.context import (
@@ -516,7 +521,7 @@ class Engine:
         assert topic is not None
         if self.limits is not None:
             self.limits.check_produce(internal, len(records))
-        header = batches.validate_produced(records)
+        header = validate_produced(records)
         if header.compression == codecs.ZSTD and version < ZSTD_PRODUCE_VERSION:
             raise KafkaApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                                 f"produce requests of version {version} may not use zstd")
@@ -554,7 +559,7 @@ class Engine:
             return replace(admitted, partition=partition, rework=None)
         self._check_size(admitted.internal, len(batch), admitted.rules)
         return replace(admitted, partition=partition, records=batch,
-                       header=batches.read_header(batch), rework=None, owned=True)
+                       header=read_header(batch), rework=None, owned=True)
 
     def append(self, admitted: Admitted) -> Appended:
         """Append an admitted batch (its rework done) after the idempotence and transaction
@@ -584,7 +589,7 @@ class Engine:
         max_timestamp = header.max_timestamp
         if rules.log_append_time:
             log_append_time = max_timestamp = int(time.time() * 1000)
-            batches.stamp_log_append_time(batch, log_append_time)
+            header = stamp_log_append_time(batch, header, log_append_time)
         validated = time.perf_counter()
         try:
             base, durable = self.appends.append((internal, index), partition, batch,

@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_core.batches import BatchHeader, read_header
+from broker_core.codec.batch_header import BatchHeader, read_header
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.markers import COMMIT, marker_type
 from broker_core.storage import BatchInfo

@@ -21,13 +21,12 @@ both answer with the same message.
 
 from __future__ import annotations
 
-from broker_core.batches import BatchHeader
+from broker_core.codec.batch_header import BATCH_HEADER_SIZE, BatchHeader
 from broker_core.codec.errors import MalformedBatch
 from broker_core.codec.varints import Buffer, read_varint
 from broker_core.codecs import inflate
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.record_walk import NATIVE, NativeWalker
-from broker_core.storage.batch_header import BATCH_HEADER_SIZE
 
 
 def _skip_sized(buf: Buffer, pos: int, what: str, nullable: bool = True) -> int:

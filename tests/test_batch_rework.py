@@ -13,7 +13,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from broker_core.batch_rework import Rework, rework
-from broker_core.batches import read_header, validate_produced
+from broker_core.codec.batch_header import read_header, validate_produced
 from broker_core.codecs import CODEC_BY_NAME, codec_of
 from broker_core.errors import ErrorCode, KafkaApiError
 from tests.raw import compressed_batch

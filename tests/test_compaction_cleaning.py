@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from broker_core.batches import read_header
+from broker_core.codec.batch_header import last_offset_delta, read_header
 from broker_core.compaction.cleaning import Checkpoint, CompactionSettings, clean, dirt
 from broker_core.markers import COMMIT, marker_batch, marker_type
 from broker_core.partition_producers import PartitionProducers
@@ -35,7 +35,6 @@ from broker_core.storage import (
     Storage,
     open_storage,
 )
-from broker_core.storage.batch_header import last_offset_delta
 from broker_core.storage.ledger import SWAP_SUFFIX, Ledger
 from tests.postgres_server import shared_server
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
-from broker_core.batches import read_header
+from broker_core.codec.batch_header import read_header
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import SNAPSHOT_FILE, ProducerStates

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from broker_core import producer_states
-from broker_core.batches import read_header
+from broker_core.codec.batch_header import read_header
 from broker_core.producer_states import SNAPSHOT_FILE, ProducerStates
 from broker_core.storage import LogConfig, PartitionLog
 from tests.txn_helpers import NONE, TxnConnection, batch, start_broker, wait_until

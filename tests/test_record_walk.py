@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from broker_core.batches import read_header
+from broker_core.codec.batch_header import read_header
 from broker_core.codec.errors import MalformedBatch
 from broker_core.codec.varints import Buffer
 from broker_core.record_check import records_buffer, walk_records

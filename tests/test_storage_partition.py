@@ -11,8 +11,8 @@ import pytest
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from broker_core.codec.batch_header import crc_matches, shape_problem
 from broker_core.storage import FileRegion, LogConfig, OffsetOutOfRange, PartitionLog
-from broker_core.storage.batch_header import crc_matches, shape_problem
 from broker_core.storage.entry import (
     ENTRY_HEADER_SIZE,
     decode_entry_header,

@@ -10,7 +10,7 @@ import logging
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
-from broker_core.batches import read_header
+from broker_core.codec.batch_header import read_header
 from broker_core.codec.errors import MalformedBatch
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine

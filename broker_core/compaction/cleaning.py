@@ -37,7 +37,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from broker_core.batches import BatchHeader, read_header
+from broker_core.codec.batch_header import BatchHeader, read_header
 from broker_core.codec.errors import MalformedBatch
 from broker_core.markers import COMMIT, marker_type
 from broker_core.storage import BatchInfo, PartitionStore, SealedSegment

@@ -18,18 +18,18 @@ from dataclasses import dataclass
 
 import crc32c
 
-from broker_core.batches import BatchHeader
-from broker_core.codec.errors import MalformedBatch
-from broker_core.codec.varints import Buffer, read_varint, zigzag_varint
-from broker_core.codecs import deflate
-from broker_core.record_check import records_buffer
-from broker_core.storage.batch_header import (
+from broker_core.codec.batch_header import (
     ATTRIBUTES_AT,
     BATCH_HEADER_SIZE,
     BATCH_LENGTH_AT,
     BATCH_LENGTH_OVERHEAD,
     CRC_AT,
+    BatchHeader,
 )
+from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.varints import Buffer, read_varint, zigzag_varint
+from broker_core.codecs import deflate
+from broker_core.record_check import records_buffer
 
 DELETE_HORIZON = 0x40
 """The attributes bit saying the base timestamp is the batch's delete horizon (KIP-534)."""

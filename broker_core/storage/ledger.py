@@ -18,7 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .batch_header import BATCH_HEADER_SIZE, last_offset_delta, max_timestamp
+from broker_core.codec.batch_header import BATCH_HEADER_SIZE, last_offset_delta, max_timestamp
+
 from .damage import Damage, batch_problem
 from .entry import (
     ENTRY_HEADER_SIZE,

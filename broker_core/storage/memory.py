@@ -13,7 +13,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from .batch_header import check_append, set_base_offset
+from broker_core.codec.batch_header import check_append, set_base_offset
+
 from .cluster import SoloCluster
 from .config import LogConfig, retention_drops
 from .errors import OffsetOutOfRange

@@ -37,7 +37,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .batch_header import check_append, set_base_offset
+from broker_core.codec.batch_header import check_append, set_base_offset
+
 from .checkpoints import Checkpoints
 from .config import LogConfig, retention_drops
 from .damage import Damage, batch_problem, report, scan_ledger

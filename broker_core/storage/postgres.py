@@ -44,8 +44,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from broker_core.codec.batch_header import check_append, set_base_offset
+
 from . import pg_changes
-from .batch_header import check_append, set_base_offset
 from .cluster import NotOwner
 from .config import LogConfig, log_config_for_topic, retention_drops
 from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange, TopicExists, UnknownTopic

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .batch_header import base_offset, check_append, last_offset_delta
+from broker_core.codec.batch_header import base_offset, check_append, last_offset_delta
+
 from .model import BatchInfo
 
 
