@@ -18,16 +18,18 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from broker_core import codecs, metrics, naming
+from broker_core import metrics, naming
 from broker_core.appends import AppendPath
-from broker_core.batch_rework import Rework, rework
 from broker_core.cluster.service import ClusterService
+from broker_core.codec import compression
 from broker_core.codec.batch_header import (
     BatchHeader,
     read_header,
     stamp_log_append_time,
     validate_produced,
 )
+from broker_core.codec.records import check_records
+from broker_core.codec.rework import Rework, rework
 from broker_core.codec.varints import Buffer
 from broker_core.compaction.cleaner import LogCleaner
 from broker_core.context import (
@@ -45,7 +47,6 @@ from broker_core.leadership import Leadership
 from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import ProducerStates
 from broker_core.quotas.limits import TenantLimits
-from broker_core.record_check import check_records
 from broker_core.storage import (
     DatabaseUnavailable,
     LogOffline,
@@ -436,7 +437,7 @@ class Engine:
         """Whether the topic's ``compression.type`` is zstd (False for a missing topic)."""
         topic = self.logs.topic(internal)
         return topic is not None and \
-            self._produce_rules(internal, topic.configs).codec == codecs.ZSTD
+            self._produce_rules(internal, topic.configs).codec == compression.ZSTD
 
     def topic_configs(self, own: Mapping[str, str]) -> dict[str, str]:
         """Every topic config key with its effective value, given a topic's own configs."""
@@ -522,7 +523,7 @@ class Engine:
         if self.limits is not None:
             self.limits.check_produce(internal, len(records))
         header = validate_produced(records)
-        if header.compression == codecs.ZSTD and version < ZSTD_PRODUCE_VERSION:
+        if header.compression == compression.ZSTD and version < ZSTD_PRODUCE_VERSION:
             raise KafkaApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                                 f"produce requests of version {version} may not use zstd")
         rules = self._produce_rules(internal, topic.configs)

@@ -22,11 +22,11 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 
+from broker_core.codec.records import encode_batch
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import PartitionStore, StorageError, TopicExists
 from broker_core.storage_faults import WriteKind
-from broker_core.system_topics import encode_batch
 from sasl.printable import printable
 
 log = logging.getLogger(__name__)

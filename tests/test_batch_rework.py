@@ -1,4 +1,4 @@
-"""The produce-time rework of a batch's records (``broker_core.batch_rework``), without a
+"""The produce-time rework of a batch's records (``broker_core.codec.rework``), without a
 broker: every codec into every other one keeps every header field but the codec, length
 and CRC, and the records byte for byte; a batch that needs nothing is left alone; a
 payload that does not inflate, or a missing key where keys are required, is
@@ -12,9 +12,9 @@ import zlib
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from broker_core.batch_rework import Rework, rework
 from broker_core.codec.batch_header import read_header, validate_produced
-from broker_core.codecs import CODEC_BY_NAME, codec_of
+from broker_core.codec.compression import CODEC_BY_NAME, codec_of
+from broker_core.codec.rework import Rework, rework
 from broker_core.errors import ErrorCode, KafkaApiError
 from tests.raw import compressed_batch
 

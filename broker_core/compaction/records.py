@@ -26,10 +26,10 @@ from broker_core.codec.batch_header import (
     CRC_AT,
     BatchHeader,
 )
+from broker_core.codec.compression import deflate
 from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.records import records_buffer
 from broker_core.codec.varints import Buffer, read_varint, zigzag_varint
-from broker_core.codecs import deflate
-from broker_core.record_check import records_buffer
 
 DELETE_HORIZON = 0x40
 """The attributes bit saying the base timestamp is the batch's delete horizon (KIP-534)."""

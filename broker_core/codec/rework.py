@@ -27,11 +27,11 @@ from broker_core.codec.batch_header import (
     BatchHeader,
     seal,
 )
+from broker_core.codec.compression import deflate
 from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.records import check_walk, records_buffer
 from broker_core.codec.varints import Buffer
-from broker_core.codecs import deflate
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.record_check import check_walk, records_buffer
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
