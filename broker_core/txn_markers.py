@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 from broker_core.appends import AppendPath
 from broker_core.cluster.markers import MarkerRelay
+from broker_core.codec.markers import marker_batch
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import GroupCoordinator
-from broker_core.markers import marker_batch
 from broker_core.producer_states import ProducerStates
 from broker_core.storage import Storage, StorageError
 from broker_core.storage.cluster import MarkerRequest

@@ -22,8 +22,8 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from broker_core.codec.batch_header import last_offset_delta, read_header
+from broker_core.codec.markers import COMMIT, marker_batch, marker_type
 from broker_core.compaction.cleaning import Checkpoint, CompactionSettings, clean, dirt
-from broker_core.markers import COMMIT, marker_batch, marker_type
 from broker_core.partition_producers import PartitionProducers
 from broker_core.storage import (
     ENGINES,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from broker_core.markers import marker_batch
+from broker_core.codec.markers import marker_batch
 from broker_core.partition_producers import PartitionProducers
 from broker_core.storage import (
     ENGINES,

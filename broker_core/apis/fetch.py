@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from kafka.protocol.consumer import FetchRequest
 
 from broker_core import metrics
-from broker_core.apis.fetch_wire import FetchAnswer, PartitionAnswer, TopicAnswer
+from broker_core.codec.fetch_writer import FetchAnswer, PartitionAnswer, TopicAnswer
 from broker_core.codec.framing import Chunk
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine

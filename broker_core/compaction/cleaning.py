@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from broker_core.codec.batch_header import BatchHeader, read_header
 from broker_core.codec.errors import MalformedBatch
-from broker_core.markers import COMMIT, marker_type
+from broker_core.codec.markers import COMMIT, marker_type
 from broker_core.storage import BatchInfo, PartitionStore, SealedSegment
 
 from . import records as rec
