@@ -24,7 +24,6 @@ from broker_core.cluster.service import ClusterService
 from broker_core.codec import compression
 from broker_core.codec.batch_header import (
     BatchHeader,
-    read_header,
     stamp_log_append_time,
     validate_produced,
 )
@@ -553,14 +552,15 @@ class Engine:
         again as the topic stores batches, its keys or records checked). The partition is
         looked up again: it may have moved meanwhile."""
         assert admitted.rework is not None
-        batch = await asyncio.get_running_loop().run_in_executor(
+        done = await asyncio.get_running_loop().run_in_executor(
             self._reworkers, rework, admitted.records, admitted.header, admitted.rework)
         partition = self.partition(admitted.internal, admitted.index)
-        if batch is None:
+        if done is None:
             return replace(admitted, partition=partition, rework=None)
+        batch, header = done
         self._check_size(admitted.internal, len(batch), admitted.rules)
-        return replace(admitted, partition=partition, records=batch,
-                       header=read_header(batch), rework=None, owned=True)
+        return replace(admitted, partition=partition, records=batch, header=header,
+                       rework=None, owned=True)
 
     def append(self, admitted: Admitted) -> Appended:
         """Append an admitted batch (its rework done) after the idempotence and transaction
@@ -587,15 +587,13 @@ class Engine:
         batch = records if admitted.owned and isinstance(records, bytearray) \
             else bytearray(records)
         log_append_time = -1
-        max_timestamp = header.max_timestamp
         if rules.log_append_time:
-            log_append_time = max_timestamp = int(time.time() * 1000)
+            log_append_time = int(time.time() * 1000)
             header = stamp_log_append_time(batch, header, log_append_time)
         validated = time.perf_counter()
         try:
-            base, durable = self.appends.append((internal, index), partition, batch,
-                                                header.last_offset_delta, max_timestamp,
-                                                header.record_count, WriteKind.RECORDS)
+            base, durable = self.appends.append((internal, index), partition, batch, header,
+                                                WriteKind.RECORDS)
         except KafkaApiError:
             # a database commit's reply may be what was lost, or the partition moved: judge
             # the producer's retry by what is stored
@@ -607,7 +605,7 @@ class Engine:
         rules.messages_in.inc(header.record_count)
         rules.bytes_in.inc(len(batch))
         if producers is not None:
-            producers.record(header, base, max_timestamp)
+            producers.record(header, base, header.max_timestamp)
         return Appended(base, log_append_time, partition.log_start_offset, durable)
 
     # -- transactions --------------------------------------------------------------------

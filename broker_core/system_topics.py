@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 
 from broker_core.appends import AppendPath
+from broker_core.codec.batch_header import read_header
 from broker_core.codec.records import encode_batch, key_values
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.ownership import coordinator_partition
@@ -98,9 +99,8 @@ class SystemTopic:
             chunk = records[start:start + _MAX_RECORDS_PER_BATCH]
             batch = encode_batch(chunk, now)
             key = (topic, partition)
-            _, appended = self.appends.append(key, target, batch, len(chunk) - 1, now,
-                                              len(chunk), WriteKind.COORDINATOR,
-                                              ErrorCode.NOT_COORDINATOR)
+            _, appended = self.appends.append(key, target, batch, read_header(batch),
+                                              WriteKind.COORDINATOR, ErrorCode.NOT_COORDINATOR)
             self._written[key] = self._written.get(key, 0) + len(batch)
             durable = appended or durable
         return durable

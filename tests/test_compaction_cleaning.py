@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from broker_core.codec.batch_header import last_offset_delta, read_header
+from broker_core.codec.batch_header import read_header
 from broker_core.codec.markers import COMMIT, marker_batch, marker_type
 from broker_core.compaction.cleaning import Checkpoint, CompactionSettings, clean, dirt
 from broker_core.partition_producers import PartitionProducers
@@ -119,7 +119,7 @@ def batch(records: list[tuple[bytes, bytes | None]], timestamp: int, producer_id
 
 def append(log: PartitionStore, data: bytearray, clock: Clock) -> int:
     clock.now += 7
-    return log.append(data, last_offset_delta(data), read_header(data).max_timestamp)
+    return log.append(data, read_header(data))
 
 
 def write_random(log: PartitionStore, clock: Clock, seed: int, rounds: int = 400) -> Model:

@@ -72,7 +72,7 @@ def test_a_partition_loaded_after_the_expiration_forgets_and_snapshots(tmp_path:
         state = states.get("t", 0, log)
         data = bytearray(batch(5, 0, 0, 2))
         header = read_header(data)
-        base = log.append(data, header.last_offset_delta, header.max_timestamp)
+        base = log.append(data, header)
         state.record(header, base, header.max_timestamp)
         states.save()
         assert json.loads((log.directory / SNAPSHOT_FILE).read_text())["producers"]

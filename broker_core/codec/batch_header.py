@@ -92,19 +92,6 @@ def shape_problem(batch: bytes | bytearray | memoryview) -> str | None:
     return None
 
 
-def check_append(batch: bytes | bytearray | memoryview, delta: int) -> None:
-    """ValueError unless ``batch`` is well formed and ``delta`` is its lastOffsetDelta
-    (what every engine checks before it stores a batch)."""
-    problem = shape_problem(batch)
-    if problem is not None:
-        raise ValueError(problem)
-    if delta < 0 or delta != last_offset_delta(batch):
-        raise ValueError(
-            f"last_offset_delta {delta} does not match the batch header "
-            f"({last_offset_delta(batch)})"
-        )
-
-
 def crc_matches(batch: bytes | bytearray | memoryview) -> bool:
     """Whether the stored CRC32C equals the CRC32C of bytes 21..end."""
     stored: int = _UINT32.unpack_from(batch, CRC_AT)[0]
@@ -202,9 +189,12 @@ def validate_produced(records: bytes | bytearray | memoryview) -> BatchHeader:
     return header
 
 
-def seal(batch: bytearray) -> None:
-    """Write the CRC32C of bytes 21..end into the header (after any change to them)."""
-    _UINT32.pack_into(batch, CRC_AT, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:]))
+def seal(batch: bytearray) -> int:
+    """Write the CRC32C of bytes 21..end into the header (after any change to them);
+    return it."""
+    crc: int = crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:])
+    _UINT32.pack_into(batch, CRC_AT, crc)
+    return crc
 
 
 def stamp_log_append_time(batch: bytearray, header: BatchHeader, now_ms: int) -> BatchHeader:
@@ -213,5 +203,20 @@ def stamp_log_append_time(batch: bytearray, header: BatchHeader, now_ms: int) ->
     attributes = header.attributes | TIMESTAMP_TYPE_BIT
     _INT16.pack_into(batch, ATTRIBUTES_AT, attributes)
     _INT64.pack_into(batch, MAX_TIMESTAMP_AT, now_ms)
-    seal(batch)
-    return replace(header, attributes=attributes, max_timestamp=now_ms)
+    return replace(header, attributes=attributes, max_timestamp=now_ms, crc=seal(batch))
+
+
+def check_append(batch: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    """ValueError unless ``header`` says ``batch`` is a well-formed v2 batch of its length
+    with a lastOffsetDelta of 0 or more: what every engine checks before it stores a batch,
+    from the header read once where the batch came in (its bytes are not read again)."""
+    if len(batch) < BATCH_HEADER_SIZE:
+        raise ValueError(f"batch of {len(batch)} bytes is shorter than the "
+                         f"{BATCH_HEADER_SIZE}-byte header")
+    if header.batch_length + BATCH_LENGTH_OVERHEAD != len(batch):
+        raise ValueError(f"batchLength {header.batch_length} does not match the "
+                         f"{len(batch)} bytes given")
+    if header.magic != RECORD_BATCH_MAGIC:
+        raise ValueError(f"record batch magic {header.magic} is not {RECORD_BATCH_MAGIC}")
+    if header.last_offset_delta < 0:
+        raise ValueError(f"last_offset_delta {header.last_offset_delta} is negative")

@@ -13,7 +13,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from broker_core.codec.batch_header import check_append, set_base_offset
+from broker_core.codec.batch_header import BatchHeader, check_append, set_base_offset
 
 from .cluster import SoloCluster
 from .config import LogConfig, retention_drops
@@ -104,8 +104,8 @@ class MemoryPartition(FilelessPartition):
     def state(self) -> MemoryKeyValues:
         return self._state
 
-    def append(self, batch: bytearray, last_offset_delta: int, max_timestamp: int) -> int:
-        check_append(batch, last_offset_delta)
+    def append(self, batch: bytearray, header: BatchHeader) -> int:
+        check_append(batch, header)
         with self._lock:
             self._check_open()
             now = self._clock()
@@ -117,8 +117,9 @@ class MemoryPartition(FilelessPartition):
                 segment = self._roll(now)
             base = segment.next_offset
             set_base_offset(batch, base)
-            last = base + last_offset_delta
-            segment.batches.append(BatchInfo(base, last, max_timestamp, now, bytes(batch)))
+            last = base + header.last_offset_delta
+            segment.batches.append(BatchInfo(base, last, header.max_timestamp, now,
+                                             bytes(batch)))
             segment.next_offset = last + 1
             segment.size += len(batch)
             segment.max_broker_timestamp = now

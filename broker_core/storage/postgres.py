@@ -44,7 +44,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from broker_core.codec.batch_header import check_append, set_base_offset
+from broker_core.codec.batch_header import BatchHeader, check_append, set_base_offset
 
 from . import pg_changes
 from .cluster import NotOwner
@@ -305,10 +305,9 @@ class PgPartition(FilelessPartition):
             self._spoil()
             raise
 
-    def _queue(self, batch: bytearray, last_offset_delta: int, max_timestamp: int,
-               ticket: Ticket) -> int:
+    def _queue(self, batch: bytearray, header: BatchHeader, ticket: Ticket) -> int:
         """Give ``batch`` the next offsets and queue it for the group commit."""
-        check_append(batch, last_offset_delta)
+        check_append(batch, header)
         with self._lock:
             self._check_open()
             epoch = self._owned_epoch()
@@ -320,19 +319,19 @@ class PgPartition(FilelessPartition):
                 seg_base, seg_size, seg_created = self._assigned, 0, now
             base = self._assigned
             set_base_offset(batch, base)
-            last = base + last_offset_delta
+            last = base + header.last_offset_delta
             segment = (seg_base, seg_size + len(batch), seg_created)
             self._committer.submit(Pending(self, self._generation, epoch, base, last, segment,
-                                           now, max_timestamp, batch, ticket))
+                                           now, header.max_timestamp, batch, ticket))
             self._assigned = last + 1
             self._segment = segment
             self._inflight += 1
             return base
 
-    def append(self, batch: bytearray, last_offset_delta: int, max_timestamp: int) -> int:
+    def append(self, batch: bytearray, header: BatchHeader) -> int:
         """Append and wait for the commit (the group commit of whatever else waits too)."""
         ticket = Ticket(None)
-        base = self._queue(batch, last_offset_delta, max_timestamp, ticket)
+        base = self._queue(batch, header, ticket)
         try:
             ticket.wait()
         except DatabaseUnavailable as exc:
@@ -342,12 +341,12 @@ class PgPartition(FilelessPartition):
             raise
         return base
 
-    def append_deferred(self, batch: bytearray, last_offset_delta: int, max_timestamp: int,
+    def append_deferred(self, batch: bytearray, header: BatchHeader,
                         ) -> tuple[int, asyncio.Future[None]]:
         """From the event loop: the base offset at once, and a future done once the batch
         is committed (failed with DatabaseUnavailable when it was not)."""
         ticket = Ticket(asyncio.get_running_loop())
-        base = self._queue(batch, last_offset_delta, max_timestamp, ticket)
+        base = self._queue(batch, header, ticket)
         assert ticket.future is not None
         return base, ticket.future
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from broker_core.codec.batch_header import base_offset, check_append, last_offset_delta
+from broker_core.codec.batch_header import base_offset, last_offset_delta, shape_problem
 
 from .model import BatchInfo
 
@@ -38,7 +38,9 @@ def check_cover(segment: SealedSegment, batches: Sequence[BatchInfo]) -> None:
     ``segment``, each starting where the one before ends."""
     expected = segment.first_offset
     for info in batches:
-        check_append(info.batch, last_offset_delta(info.batch))
+        problem = shape_problem(info.batch)
+        if problem is not None:
+            raise ValueError(problem)
         if info.base_offset != expected or base_offset(info.batch) != expected:
             raise ValueError(f"a batch at {info.base_offset} where {expected} was expected")
         if info.last_offset != expected + last_offset_delta(info.batch):
