@@ -80,6 +80,12 @@ def max_timestamp(buf: bytes | bytearray | memoryview, at: int = 0) -> int:
     return value
 
 
+def record_count(buf: bytes | bytearray | memoryview, at: int = 0) -> int:
+    """The recordCount field of the batch starting at ``at``."""
+    value: int = _INT32.unpack_from(buf, at + RECORD_COUNT_AT)[0]
+    return value
+
+
 def shape_problem(batch: bytes | bytearray | memoryview) -> str | None:
     """Why ``batch`` is not a well-formed v2 batch (length field and magic), else None."""
     if len(batch) < BATCH_HEADER_SIZE:

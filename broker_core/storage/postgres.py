@@ -44,7 +44,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from broker_core.codec.batch_header import BatchHeader, check_append, set_base_offset
+from broker_core.codec.batch_header import (
+    ATTRIBUTES_AT,
+    BATCH_HEADER_SIZE,
+    CONTROL_BIT,
+    BatchHeader,
+    check_append,
+    set_base_offset,
+)
 
 from . import pg_changes
 from .cluster import NotOwner
@@ -77,11 +84,13 @@ _DRAIN_TIMEOUT_S = 30.0
 """Longest a reload of a partition's row waits for its queued appends to be answered."""
 
 _ENTRY_COLUMNS = "base_offset, last_offset, max_ts, broker_ts, batch"
-_HEADER_COLUMNS = ("base_offset, last_offset, max_ts, broker_ts, CASE WHEN (get_byte(substring("
-                   "batch FROM 1 FOR 61), 22) & 32) <> 0 THEN batch ELSE substring(batch FROM 1"
-                   " FOR 61) END")
+_HEADER_COLUMNS = (
+    "base_offset, last_offset, max_ts, broker_ts, CASE WHEN (get_byte(substring(batch FROM 1 "
+    f"FOR {BATCH_HEADER_SIZE}), {ATTRIBUTES_AT + 1}) & {CONTROL_BIT}) <> 0 THEN batch ELSE "
+    f"substring(batch FROM 1 FOR {BATCH_HEADER_SIZE}) END")
 """The entry columns with only the 61-byte header of a batch that is not a control batch
-(attributes bit 5 clear): what replaying producer state reads, without the records."""
+(attributes bit 5 clear; ``get_byte`` counts from 0, and the bit is in the attributes' low
+byte): what replaying producer state reads, without the records."""
 
 _CAS_INSERT = (
     "INSERT INTO edge_kv (key, value) VALUES (%(k)s, %(v)s) ON CONFLICT DO NOTHING",
