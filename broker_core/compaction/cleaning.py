@@ -37,7 +37,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from broker_core.codec.batch_header import BatchHeader, read_header
+from broker_core.codec.batch_header import BatchHeader, last_offset_delta, read_header
 from broker_core.codec.errors import MalformedBatch
 from broker_core.codec.markers import COMMIT, marker_type
 from broker_core.storage import BatchInfo, PartitionStore, SealedSegment
@@ -279,7 +279,7 @@ def _rewrite(store: PartitionStore, segment: SealedSegment, rewriter: _Rewriter,
     def fill(upto: int, stamp: int) -> None:
         nonlocal expected
         for batch in rec.fillers(expected, upto):
-            last = expected + int.from_bytes(batch[23:27], "big", signed=True)
+            last = expected + last_offset_delta(batch)
             out.append(BatchInfo(expected, last, -1, stamp, batch))
             expected = last + 1
 
