@@ -29,10 +29,10 @@ DEBIAN_PACKAGES ?= openjdk-17-jdk-headless gcc make libc6-dev zlib1g-dev postgre
 CLUSTER_PACKAGES ?= postgresql
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-# The record walker in C (broker_core/record_walk.py loads it; without it the broker walks
+# The record walker in C (broker_core/codec/record_walk.py loads it; without it the broker walks
 # records in Python). A compiler error does not stop the build: the broker then says at
 # start that it walks in Python, and the test that wants the library loaded fails.
-NATIVE_SRC := broker_core/native/record_walk.c
+NATIVE_SRC := broker_core/codec/native/record_walk.c
 NATIVE := $(VENV)/lib/edge_broker_record_walk.so
 NATIVE_CFLAGS ?= -O2 -std=c11 -Wall -Wextra
 

@@ -2,9 +2,10 @@
 
 Batches as kafka-python's encoder writes them (uncompressed; a key and a value of the
 given size per record, no headers), walked by the Python walker and by the C walker
-(:mod:`broker_core.record_walk`, as loaded: ``make`` builds it, ``$EDGE_RECORD_WALK_LIB``
-names another) through :func:`broker_core.record_check.walk_records`, the broker's entry,
-with the batch as a read-only memoryview as the broker hands it over. Each figure is the
+(:mod:`broker_core.codec.record_walk`, as loaded: ``make`` builds it,
+``$EDGE_RECORD_WALK_LIB`` names another) through
+:func:`broker_core.codec.records.walk_records`, the broker's entry, with the batch as a
+read-only memoryview as the broker hands it over. Each figure is the
 best of ``--repeat`` timings of ``--rounds`` walks, in µs per record (the per-batch call
 cost included: see the 1-record rows).
 """
@@ -18,9 +19,9 @@ from collections.abc import Sequence
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from broker_core.record_check import walk_records
-from broker_core.record_walk import NATIVE, NOTE, NativeWalker
-from broker_core.storage.batch_header import BATCH_HEADER_SIZE
+from broker_core.codec.batch_header import BATCH_HEADER_SIZE
+from broker_core.codec.record_walk import NATIVE, NOTE, NativeWalker
+from broker_core.codec.records import walk_records
 
 
 def _batch(records: int, size: int) -> memoryview:

@@ -23,6 +23,7 @@ import asyncio
 import errno
 from collections.abc import Callable
 
+from broker_core.codec.batch_header import BatchHeader
 from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import GroupCommitted, PartitionStore
@@ -50,19 +51,19 @@ class AppendPath:
         with an offset (the engine rebuilds the partition's producer state)."""
 
     def append(self, key: TopicPartition, partition: PartitionStore, batch: bytearray,
-               last_offset_delta: int, max_timestamp: int, records: int, kind: WriteKind,
+               header: BatchHeader, kind: WriteKind,
                code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR, what: str | None = None,
                ) -> tuple[int, asyncio.Future[None] | None]:
-        """Append ``batch`` (``records`` records) to ``partition`` of topic-partition
-        ``key``; return its base offset and what to await before acknowledging it (None:
-        nothing yet). A failed write raises KafkaApiError ``code`` and is logged as a fault
-        of ``kind`` writing ``what`` (default: the topic-partition)."""
+        """Append ``batch`` (whose header was read once, as ``header``) to ``partition`` of
+        topic-partition ``key``; return its base offset and what to await before
+        acknowledging it (None: nothing yet). A failed write raises KafkaApiError ``code``
+        and is logged as a fault of ``kind`` writing ``what`` (default: the
+        topic-partition)."""
         try:  # not faults.guard: this is the produce hot path
             if isinstance(partition, GroupCommitted):
-                base, commit = partition.append_deferred(batch, last_offset_delta,
-                                                         max_timestamp)
+                base, commit = partition.append_deferred(batch, header)
                 return base, self._committed(key, commit, kind, code, what)
-            base = partition.append(batch, last_offset_delta, max_timestamp)
+            base = partition.append(batch, header)
         except OSError as exc:
             raise self.faults.failed(exc, what or f"{key[0]}-{key[1]}", kind, code) from None
         except NotOwner as exc:  # another broker took the partition: the write is fenced
@@ -71,7 +72,7 @@ class AppendPath:
                                 str(exc)) from None
         self.faults.succeeded(kind)
         self.waiters.notify(key)
-        return base, self.flusher.appended(partition, records)
+        return base, self.flusher.appended(partition, header.record_count)
 
     def _committed(self, key: TopicPartition, commit: asyncio.Future[None], kind: WriteKind,
                    code: ErrorCode, what: str | None) -> asyncio.Future[None]:

@@ -8,7 +8,7 @@ Every API served is listed once, with the versions implemented; ApiVersions adve
 exactly that table. A frame that cannot be decoded, an unknown API key or an unsupported
 version (other than of ApiVersions, which gets the v0 answer Kafka gives), or a null in a
 field its schema does not let be null, is a
-:class:`~broker_core.protocol.ProtocolError`: the caller closes the connection.
+:class:`~broker_core.codec.errors.ProtocolError`: the caller closes the connection.
 """
 
 from __future__ import annotations
@@ -23,14 +23,10 @@ from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from broker_core import metrics
-from broker_core.context import RequestContext
-from broker_core.engine import Engine
-from broker_core.errors import ErrorCode
-from broker_core.null_fields import first_forbidden_null
-from broker_core.protocol import (
+from broker_core.codec.errors import ProtocolError
+from broker_core.codec.framing import (
     Frame,
     Prewritten,
-    ProtocolError,
     RequestHeader,
     frame_parts,
     frame_response,
@@ -38,6 +34,10 @@ from broker_core.protocol import (
     peek_header,
     response_header,
 )
+from broker_core.context import RequestContext
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode
+from broker_core.null_fields import first_forbidden_null
 from broker_core.stages import Later
 
 if TYPE_CHECKING:  # the quotas' modules import the APIs, which import this one

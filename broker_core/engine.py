@@ -18,11 +18,18 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from broker_core import batches, codecs, metrics
+from broker_core import metrics
 from broker_core.appends import AppendPath
-from broker_core.batch_rework import Rework, rework
-from broker_core.batches import BatchHeader
 from broker_core.cluster.service import ClusterService
+from broker_core.codec import compression
+from broker_core.codec.batch_header import (
+    BatchHeader,
+    stamp_log_append_time,
+    validate_produced,
+)
+from broker_core.codec.records import check_records
+from broker_core.codec.rework import Rework, rework
+from broker_core.codec.varints import Buffer
 from broker_core.compaction.cleaner import LogCleaner
 from broker_core.context import AllowAll, Authorizer, RequestContext
 from broker_core.durability import FlushScheduler
@@ -33,7 +40,6 @@ from broker_core.leadership import Leadership
 from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import ProducerStates
 from broker_core.quotas.limits import TenantLimits
-from broker_core.record_check import Buffer, check_records
 from broker_core.storage import (
     DatabaseUnavailable,
     LogOffline,
@@ -348,7 +354,7 @@ class Engine:
         """Whether the topic's ``compression.type`` is zstd (False for a missing topic)."""
         topic = self.logs.topic(internal)
         return topic is not None and \
-            self._produce_rules(internal, topic.configs).codec == codecs.ZSTD
+            self._produce_rules(internal, topic.configs).codec == compression.ZSTD
 
     def topic_configs(self, own: Mapping[str, str]) -> dict[str, str]:
         """Every topic config key with its effective value, given a topic's own configs."""
@@ -435,8 +441,8 @@ class Engine:
         assert topic is not None
         if self.limits is not None:
             self.limits.check_produce(internal, len(records), ctx)
-        header = batches.validate_produced(records)
-        if header.compression == codecs.ZSTD and version < ZSTD_PRODUCE_VERSION:
+        header = validate_produced(records)
+        if header.compression == compression.ZSTD and version < ZSTD_PRODUCE_VERSION:
             raise KafkaApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                                 f"produce requests of version {version} may not use zstd")
         rules = self._produce_rules(internal, topic.configs)
@@ -466,14 +472,15 @@ class Engine:
         again as the topic stores batches, its keys or records checked). The partition is
         looked up again: it may have moved meanwhile."""
         assert admitted.rework is not None
-        batch = await asyncio.get_running_loop().run_in_executor(
+        done = await asyncio.get_running_loop().run_in_executor(
             self._reworkers, rework, admitted.records, admitted.header, admitted.rework)
         partition = self.partition(admitted.internal, admitted.index)
-        if batch is None:
+        if done is None:
             return replace(admitted, partition=partition, rework=None)
+        batch, header = done
         self._check_size(admitted.internal, len(batch), admitted.rules)
-        return replace(admitted, partition=partition, records=batch,
-                       header=batches.read_header(batch), rework=None, owned=True)
+        return replace(admitted, partition=partition, records=batch, header=header,
+                       rework=None, owned=True)
 
     def append(self, admitted: Admitted) -> Appended:
         """Append an admitted batch (its rework done) after the idempotence and transaction
@@ -501,15 +508,13 @@ class Engine:
         batch = records if admitted.owned and isinstance(records, bytearray) \
             else bytearray(records)
         log_append_time = -1
-        max_timestamp = header.max_timestamp
         if rules.log_append_time:
-            log_append_time = max_timestamp = int(time.time() * 1000)
-            batches.stamp_log_append_time(batch, log_append_time)
+            log_append_time = int(time.time() * 1000)
+            header = stamp_log_append_time(batch, header, log_append_time)
         validated = time.perf_counter()
         try:
-            base, durable = self.appends.append((internal, index), partition, batch,
-                                                header.last_offset_delta, max_timestamp,
-                                                header.record_count, WriteKind.RECORDS)
+            base, durable = self.appends.append((internal, index), partition, batch, header,
+                                                WriteKind.RECORDS)
         except KafkaApiError:
             # a database commit's reply may be what was lost, or the partition moved: judge
             # the producer's retry by what is stored
@@ -521,7 +526,7 @@ class Engine:
         rules.messages_in.inc(header.record_count)
         rules.bytes_in.inc(len(batch))
         if producers is not None:
-            producers.record(header, base, max_timestamp)
+            producers.record(header, base, header.max_timestamp)
         return Appended(base, log_append_time, partition.log_start_offset, durable)
 
     # -- transactions --------------------------------------------------------------------

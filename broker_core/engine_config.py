@@ -11,7 +11,7 @@ from prometheus_client import Counter
 
 from broker_core import metrics
 from broker_core.cluster.service import ClusterConfig
-from broker_core.codecs import codec_of
+from broker_core.codec.compression import codec_of
 from broker_core.groups.config import GroupConfig
 from broker_core.producer_states import DEFAULT_EXPIRATION_MS
 from broker_core.topic_configs import list_items

@@ -20,9 +20,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from broker_core.batches import BatchHeader, read_header
+from broker_core.codec.batch_header import BatchHeader, read_header
+from broker_core.codec.markers import COMMIT, marker_type
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.markers import COMMIT, marker_type
 from broker_core.storage import BatchInfo
 
 _KEPT_BATCHES = 5

@@ -16,9 +16,9 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
-
 from broker_core.appends import AppendPath
+from broker_core.codec.batch_header import read_header
+from broker_core.codec.records import encode_batch, key_values
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.ownership import coordinator_partition
 from broker_core.storage import PartitionStore, Storage, TopicExists
@@ -29,16 +29,6 @@ from common.log_fields import topic_fields
 log = logging.getLogger(__name__)
 Record = tuple[bytes, bytes | None]
 _MAX_RECORDS_PER_BATCH = 500
-
-
-def encode_batch(records: Sequence[Record], timestamp: int) -> bytearray:
-    """One uncompressed v2 batch of ``records``."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 30)
-    for delta, (key, value) in enumerate(records):
-        builder.append(delta, timestamp=timestamp, key=key, value=value, headers=[])
-    return bytearray(builder.build())
 
 
 class SystemTopic:
@@ -110,9 +100,8 @@ class SystemTopic:
             chunk = records[start:start + _MAX_RECORDS_PER_BATCH]
             batch = encode_batch(chunk, now)
             key = (topic, partition)
-            _, appended = self.appends.append(key, target, batch, len(chunk) - 1, now,
-                                              len(chunk), WriteKind.COORDINATOR,
-                                              ErrorCode.NOT_COORDINATOR)
+            _, appended = self.appends.append(key, target, batch, read_header(batch),
+                                              WriteKind.COORDINATOR, ErrorCode.NOT_COORDINATOR)
             self._written[key] = self._written.get(key, 0) + len(batch)
             durable = appended or durable
         return durable
@@ -135,10 +124,7 @@ class SystemTopic:
         if start >= target.next_offset:
             return
         for info in target.batches_from(start):
-            for record in DefaultRecordBatch(bytes(info.batch)):
-                if record.offset >= start and record.key is not None:
-                    yield bytes(record.key), (None if record.value is None
-                                              else bytes(record.value))
+            yield from key_values(info.batch, start)
 
     def needs_compaction(self, topic: str, partition: int) -> bool:
         """Whether the partition took ``compaction_bytes`` since it was last compacted."""

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from broker_core.codecs import CODEC_BY_NAME, PRODUCER
+from broker_core.codec.compression import CODEC_BY_NAME, PRODUCER
 from broker_core.errors import ErrorCode, KafkaApiError
 
 COMPRESSION_TYPES = (*CODEC_BY_NAME, PRODUCER)

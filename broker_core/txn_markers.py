@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 from broker_core.appends import AppendPath
 from broker_core.cluster.markers import MarkerRelay
+from broker_core.codec.batch_header import read_header
+from broker_core.codec.markers import marker_batch
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import GroupCoordinator
-from broker_core.markers import marker_batch
 from broker_core.producer_states import ProducerStates
 from broker_core.storage import Storage, StorageError
 from broker_core.storage.cluster import MarkerRequest
@@ -85,9 +86,10 @@ class TxnMarkers:
             return None
         state = self._producers.get(internal, index, partition)
         now = int(time.time() * 1000)
+        marker = marker_batch(producer_id, epoch, commit, now)
         offset, durable = self._appends.append(
-            (internal, index), partition, marker_batch(producer_id, epoch, commit, now), 0,
-            now, 1, WriteKind.RECORDS, ErrorCode.NOT_COORDINATOR,
+            (internal, index), partition, marker, read_header(marker), WriteKind.RECORDS,
+            ErrorCode.NOT_COORDINATOR,
             f"a transaction marker to {internal}-{index}")
         state.end_transaction(producer_id, epoch, commit, offset, now)
         return durable

@@ -12,9 +12,9 @@ import ssl
 import uuid
 from collections.abc import Callable
 
-from broker_core import record_walk
 from broker_core.apis import engine_apis
 from broker_core.cluster.service import ClusterConfig
+from broker_core.codec import record_walk
 from broker_core.context import Endpoint, Operation, RequestContext, ResourceType
 from broker_core.dispatch import Dispatcher
 from broker_core.engine import Engine

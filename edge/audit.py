@@ -22,11 +22,12 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 
+from broker_core.codec.batch_header import read_header
+from broker_core.codec.records import encode_batch
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import PartitionStore, StorageError, TopicExists
 from broker_core.storage_faults import WriteKind
-from broker_core.system_topics import encode_batch
 from sasl.printable import printable
 
 log = logging.getLogger(__name__)
@@ -153,9 +154,10 @@ class AuditLog:
         """Append one event; False when it was deferred (the partition is not claimed)."""
         try:
             partition = self._log()
+            batch = encode_batch([(tenant, value)], now)
             _, durable = self.engine.appends.append(
-                (self.topic, self.index), partition, encode_batch([(tenant, value)], now), 0,
-                now, 1, WriteKind.AUDIT, what=f"an audit event to {self.topic}")
+                (self.topic, self.index), partition, batch, read_header(batch), WriteKind.AUDIT,
+                what=f"an audit event to {self.topic}")
             if durable is not None:  # nobody awaits it: note a failed fsync here
                 durable.add_done_callback(self._flushed)
         except _NotClaimed:

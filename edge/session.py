@@ -23,6 +23,8 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from broker_core.codec.errors import ProtocolError
+from broker_core.codec.framing import frame_response, response_header
 from broker_core.context import Endpoint, RequestContext
 from broker_core.dispatch import (
     API_VERSIONS_KEY,
@@ -34,7 +36,6 @@ from broker_core.dispatch import (
 )
 from broker_core.errors import ErrorCode
 from broker_core.naming import Namespace
-from broker_core.protocol import ProtocolError, frame_response, response_header
 from broker_core.quotas.entities import Caller
 from edge.audit import AuditEvent, AuditLog
 from edge.metrics import AUTHENTICATIONS, CONNECTIONS

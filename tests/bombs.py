@@ -13,7 +13,7 @@ import lz4.frame
 import snappy
 import zstandard
 
-from broker_core.protocol import uvarint
+from broker_core.codec.varints import uvarint
 
 INFLATED = 80 * 1024 * 1024
 

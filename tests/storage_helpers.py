@@ -11,8 +11,14 @@ from pathlib import Path
 
 import confluent_kafka
 
+from broker_core.codec.batch_header import BatchHeader, read_header
 from broker_core.storage import FileRegion
 from broker_core.storage.entry import ENTRY_HEADER_SIZE, decode_entry_header
+
+
+def headed(batch: bytearray) -> tuple[bytearray, BatchHeader]:
+    """``batch`` and its header, as a partition store's ``append`` takes them."""
+    return batch, read_header(batch)
 
 
 def region_bytes(region: FileRegion) -> bytes:

@@ -1,8 +1,9 @@
-"""The produce-time rework of a batch's records (``broker_core.batch_rework``), without a
+"""The produce-time rework of a batch's records (``broker_core.codec.rework``), without a
 broker: every codec into every other one keeps every header field but the codec, length
 and CRC, and the records byte for byte; a batch that needs nothing is left alone; a
 payload that does not inflate, or a missing key where keys are required, is
-INVALID_RECORD. The codecs' output is read back by kafka-python's own decoders."""
+INVALID_RECORD. The codecs' output is read back by kafka-python's own decoders. The headers
+the rework and the LogAppendTime stamp give are those their bytes hold."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import zlib
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from broker_core.batch_rework import Rework, rework
-from broker_core.batches import read_header, validate_produced
-from broker_core.codecs import CODEC_BY_NAME, codec_of
+from broker_core.codec.batch_header import read_header, stamp_log_append_time, validate_produced
+from broker_core.codec.compression import CODEC_BY_NAME, codec_of
+from broker_core.codec.rework import Rework, rework
 from broker_core.errors import ErrorCode, KafkaApiError
 from tests.raw import compressed_batch
 
@@ -47,9 +48,11 @@ def test_every_codec_into_every_other_keeps_all_but_the_codec(source: int,
     header = validate_produced(sent)
     plan = Rework.needed(header, target, keyed=False, walk=True)
     assert plan == Rework(target, True, False)
-    out = rework(sent, header, plan)
-    assert out is not None
+    done = rework(sent, header, plan)
+    assert done is not None
+    out, reworked = done
     stored = validate_produced(out)  # length, CRC and codec are right
+    assert reworked == stored  # the header it gives is the batch's
     assert stored.compression == target
     for name in ("magic", "last_offset_delta", "base_timestamp", "max_timestamp",
                  "producer_id", "producer_epoch", "base_sequence", "record_count",
@@ -101,3 +104,15 @@ def test_a_record_without_a_key_is_refused_where_keys_are_required(codec: int) -
     assert "no key" in failure.value.message
     assert rework(built(codec, 10), read_header(built(codec, 10)),
                   Rework(None, False, True)) is None
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_stamping_log_append_time_gives_the_batch_header_as_stamped(codec: int) -> None:
+    """The engine reads a produced batch's header once and hands the stamped one down to
+    storage: it must be the header the stamped bytes hold."""
+    batch = bytearray(built(codec, 5))
+    header = validate_produced(batch)
+    stamped = stamp_log_append_time(batch, header, 1_800_000_000_000)
+    assert stamped == validate_produced(batch)  # CRC sealed again, fields as read back
+    assert stamped.log_append_time and stamped.max_timestamp == 1_800_000_000_000
+    assert DefaultRecordBatch(bytes(batch)).validate_crc()

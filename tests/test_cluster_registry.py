@@ -23,6 +23,7 @@ from broker_core.storage.errors import AppendFenced
 from broker_core.storage.postgres import PgStorage
 from tests.broker_process import REPO, BrokerProcess
 from tests.postgres_server import shared_server
+from tests.storage_helpers import headed
 from tests.test_storage_engines import make_batch
 
 TOPIC = "public/default/t"
@@ -50,7 +51,7 @@ def pair() -> Iterator[tuple[PgStorage, PgStorage]]:
 def append(storage: PgStorage, index: int = 0) -> int:
     found = storage.partition(TOPIC, index)
     assert found is not None
-    return found.append(make_batch(1), 0, 1_000)
+    return found.append(*headed(make_batch(1)))
 
 
 def test_a_broker_id_is_registered_once_while_its_lease_runs(
@@ -104,7 +105,7 @@ def test_a_late_owners_queued_append_is_fenced_at_commit(
     assert late is not None
 
     async def commit_late() -> None:
-        _, commit = late.append_deferred(make_batch(1), 0, 1_000)
+        _, commit = late.append_deferred(*headed(make_batch(1)))
         await commit
 
     with pytest.raises(AppendFenced):

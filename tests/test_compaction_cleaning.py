@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from broker_core.batches import read_header
+from broker_core.codec.batch_header import read_header
+from broker_core.codec.markers import ABORT, COMMIT, marker_batch, marker_type
 from broker_core.compaction.cleaning import (
     DEFAULT_MAP_BYTES,
     Checkpoint,
@@ -30,7 +31,6 @@ from broker_core.compaction.cleaning import (
     dirt,
     first_batch_timestamp,
 )
-from broker_core.markers import ABORT, COMMIT, marker_batch, marker_type
 from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import SNAPSHOT_KEY, ProducerStates
 from broker_core.storage import (
@@ -43,7 +43,6 @@ from broker_core.storage import (
     Storage,
     open_storage,
 )
-from broker_core.storage.batch_header import last_offset_delta
 from broker_core.storage.ledger import SWAP_SUFFIX, SWAPPED_SUFFIX, Ledger, ledger_file_name
 from tests.postgres_server import shared_server
 
@@ -128,7 +127,7 @@ def batch(records: list[tuple[bytes, bytes | None]], timestamp: int, producer_id
 
 def append(log: PartitionStore, data: bytearray, clock: Clock) -> int:
     clock.now += 7
-    return log.append(data, last_offset_delta(data), read_header(data).max_timestamp)
+    return log.append(data, read_header(data))
 
 
 def write_random(log: PartitionStore, clock: Clock, seed: int, rounds: int = 400) -> Model:

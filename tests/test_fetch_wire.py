@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kafka.protocol.consumer import FetchResponse
 
-from broker_core.apis.fetch_wire import (
+from broker_core.codec.fetch_writer import (
     MAX_VERSION,
     MIN_VERSION,
     PartitionAnswer,

@@ -14,6 +14,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from broker_core.durability import WRITEBACK_INTERVAL_MS, FlushScheduler
 from broker_core.storage import LogConfig, PartitionLog
 from broker_core.storage.fsutil import start_writeback
+from tests.storage_helpers import headed
 
 
 class CountingLog(PartitionLog):
@@ -54,7 +55,7 @@ def test_writeback_follows_appends_across_rolls(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path / "p", LogConfig())
     for round_ in range(3):
         for _ in range(5):
-            log.append(_batch(), 0, 1)
+            log.append(*headed(_batch()))
         log.start_writeback()
         log.start_writeback()  # nothing new: a no-op
         if round_ == 1:
@@ -72,7 +73,7 @@ def test_writeback_runs_between_periodic_fsyncs(tmp_path: Path) -> None:
         scheduler = FlushScheduler(flush_interval_messages=1 << 60, flush_interval_ms=1000)
         scheduler.start()
         for _ in range(6):
-            log.append(_batch(), 0, 1)
+            log.append(*headed(_batch()))
             assert scheduler.appended(log, 1) is None  # no fsync is due by count
             await asyncio.sleep(WRITEBACK_INTERVAL_MS / 1000 * 1.5)
         assert log.writebacks >= 3 and log.flushes == 0

@@ -37,6 +37,7 @@ from tests.group_helpers import GroupConnection
 from tests.ports import free_port
 from tests.raw import record_batch
 from tests.security_helpers import OpsConnection, SecureConnection, plain_message
+from tests.storage_helpers import headed
 from tests.txn_helpers import NONE, TxnConnection, batch, decode_records
 
 KAFKA_STORAGE_ERROR = 56
@@ -356,7 +357,7 @@ def test_a_partition_that_cannot_be_sealed_does_not_stop_the_others(tmp_path: Pa
         partition = logs.partition(name, 0)
         assert partition is not None
         for _ in range(3):
-            partition.append(bytearray(record_batch(2)), 1, 0)
+            partition.append(*headed(bytearray(record_batch(2))))
     moved = tmp_path / "b-elsewhere"
     (tmp_path / "data" / "topics" / "b").rename(moved)  # its metadata cannot be written
 

@@ -30,15 +30,26 @@ _FORBIDDEN: dict[str, frozenset[str]] = {
 }
 
 
-def imported_packages(source: str) -> set[str]:
-    """The top-level packages named by the absolute imports of one module's source."""
+_CODEC = "broker_core/codec"
+_CODEC_MAY_IMPORT = ("broker_core.codec", "broker_core.errors")
+"""The codec sits below everything else in the engine (storage may use it): of the
+broker it knows only itself and the Kafka error codes."""
+
+
+def imported_modules(source: str) -> set[str]:
+    """The modules named by the absolute imports of one module's source."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
+            found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
+            found.add(node.module)
     return found
+
+
+def imported_packages(source: str) -> set[str]:
+    """The top-level packages named by the absolute imports of one module's source."""
+    return {module.split(".")[0] for module in imported_modules(source)}
 
 
 def layer_violations(package: str) -> list[str]:
@@ -64,3 +75,15 @@ def test_the_import_reader_sees_every_form_of_import() -> None:
 def test_package_imports_no_layer_it_must_not_know(package: str) -> None:
     assert (_ROOT / package / "__init__.py").is_file()
     assert layer_violations(package) == []
+
+
+def test_the_codec_imports_nothing_of_the_engine_above_it() -> None:
+    violations = [
+        f"{path.relative_to(_ROOT)} imports {module}"
+        for path in sorted((_ROOT / _CODEC).rglob("*.py"))
+        for module in sorted(imported_modules(path.read_text()))
+        if module.split(".")[0] in _PROJECT
+        and not any(module == allowed or module.startswith(allowed + ".")
+                    for allowed in _CODEC_MAY_IMPORT)
+    ]
+    assert violations == []

@@ -20,6 +20,7 @@ from broker_core.storage.feed import CHANGES, CHANNELS, MARKERS, REGISTRY
 from broker_core.storage.pg_database import LISTENER_NAME
 from broker_core.storage.postgres import PgStorage
 from tests.postgres_server import shared_server
+from tests.storage_helpers import headed
 from tests.test_storage_engines import make_batch
 
 TOPIC = "public/default/t"
@@ -92,7 +93,7 @@ def test_each_change_wakes_its_channel_and_nothing_else(
     assert second.cluster.heartbeat(60_000).renewed
     assert second.cluster.claim([(TOPIC, 0)]) == {(TOPIC, 0): 2}
     found = second.partition(TOPIC, 0)
-    assert found is not None and found.append(make_batch(1), 0, 1_000) == 0
+    assert found is not None and found.append(*headed(make_batch(1))) == 0
     (marker,) = second.cluster.request_markers([MarkerRequest(TOPIC, 1, 7, 0, True)])
     assert heard.until(MARKERS) == [MARKERS]
     second.cluster.markers_done([marker])

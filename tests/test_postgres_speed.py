@@ -30,7 +30,7 @@ from tests.broker_process import BrokerProcess
 from tests.clients import consume_confluent, create_topic
 from tests.postgres_server import PostgresServer, shared_server
 from tests.raw import RawConnection
-from tests.storage_helpers import batch_bytes
+from tests.storage_helpers import batch_bytes, headed
 from tests.test_storage_engines import TOPIC, append, make_batch, partition
 
 PARTITIONS = 4
@@ -255,7 +255,7 @@ def test_a_partition_claimed_away_fails_its_queued_appends_and_keeps_what_commit
         def write(writer: int) -> None:
             for _ in range(200):
                 try:
-                    base = log.append(make_batch(2, size=writer + 1), 1, 1_001)
+                    base = log.append(*headed(make_batch(2, size=writer + 1)))
                 except (DatabaseUnavailable, NotOwner) as exc:
                     with lock:
                         refused.append(exc)

@@ -12,7 +12,7 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
-from broker_core.batches import read_header
+from broker_core.codec.batch_header import read_header
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import SNAPSHOT_FILE, ProducerStates
@@ -72,7 +72,7 @@ def test_a_partition_loaded_after_the_expiration_forgets_and_snapshots(tmp_path:
         state = states.get("t", 0, log)
         data = bytearray(batch(5, 0, 0, 2))
         header = read_header(data)
-        base = log.append(data, header.last_offset_delta, header.max_timestamp)
+        base = log.append(data, header)
         state.record(header, base, header.max_timestamp)
         states.save()
         assert json.loads((log.directory / SNAPSHOT_FILE).read_text())["producers"]

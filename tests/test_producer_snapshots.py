@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from broker_core import producer_states
-from broker_core.batches import read_header
+from broker_core.codec.batch_header import read_header
 from broker_core.producer_states import SNAPSHOT_FILE, ProducerStates
 from broker_core.storage import LogConfig, PartitionLog
 from tests.txn_helpers import NONE, TxnConnection, batch, start_broker, wait_until
@@ -32,7 +32,7 @@ def _produce(log: PartitionLog, states: ProducerStates, first_seq: int, batches:
         data = bytearray(batch(PID, EPOCH, first_seq + n * per_batch, per_batch))
         header = read_header(data)
         assert state.check(header) is None
-        base = log.append(data, header.last_offset_delta, header.max_timestamp)
+        base = log.append(data, header)
         state.record(header, base, header.max_timestamp)
 
 
@@ -169,7 +169,7 @@ def test_a_partition_new_in_this_run_is_not_said_to_be_rebuilt(
     log = PartitionLog(tmp_path / "p", LogConfig())
     for _ in range(3):  # a plain producer: its batches never load the producer state
         data = bytearray(batch(-1, -1, -1, 2))
-        log.append(data, 1, read_header(data).max_timestamp)
+        log.append(data, read_header(data))
     caplog.set_level(logging.INFO, logger=producer_states.__name__)
     states = ProducerStates()
     states.get("t", 0, log)
@@ -296,7 +296,7 @@ def test_an_invalidated_partition_recognises_a_batch_stored_behind_its_back(
     data = bytearray(batch(PID, EPOCH, 4, 2))
     header = read_header(data)
     assert states.get("t", 0, log).check(header) is None
-    stored = log.append(data, header.last_offset_delta, header.max_timestamp)  # not recorded
+    stored = log.append(data, header)  # not recorded
     assert states.get("t", 0, log).check(header) is None  # memory would accept it again
     states.invalidate("t", 0)
     assert states.get("t", 0, log).check(header) == stored

@@ -16,14 +16,16 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from broker_core.batches import read_header
-from broker_core.record_check import Buffer, MalformedBatch, records_buffer, walk_records
-from broker_core.record_walk import LIBRARY_ENV, NATIVE, NOTE, NativeWalker, load
+from broker_core.codec.batch_header import read_header
+from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.record_walk import LIBRARY_ENV, NATIVE, NOTE, NativeWalker, load
+from broker_core.codec.records import records_buffer, walk_records
+from broker_core.codec.varints import Buffer
 from tests.broker_process import BrokerProcess
 from tests.raw import RawConnection, record_batch, resealed
 from tests.test_bad_input import INVALID_RECORD, create, latest_offset, produce
 
-SOURCE = Path(__file__).parent.parent / "broker_core" / "native" / "record_walk.c"
+SOURCE = Path(__file__).parent.parent / "broker_core" / "codec" / "native" / "record_walk.c"
 
 
 def test_the_native_walker_is_loaded_when_make_built_it() -> None:

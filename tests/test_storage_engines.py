@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from broker_core.markers import marker_batch
+from broker_core.codec.markers import marker_batch
 from broker_core.partition_producers import PartitionProducers
 from broker_core.storage import (
     ENGINES,
@@ -25,7 +25,7 @@ from broker_core.storage import (
     open_storage,
 )
 from tests.postgres_server import shared_server
-from tests.storage_helpers import batch_bytes
+from tests.storage_helpers import batch_bytes, headed
 
 TOPIC = "public/default/t"
 
@@ -78,8 +78,7 @@ def make_batch(count: int, first_timestamp: int = 1_000, size: int = 50,
 
 def append(log: PartitionStore, count: int, first_timestamp: int = 1_000,
            size: int = 50) -> int:
-    return log.append(make_batch(count, first_timestamp, size), count - 1,
-                      first_timestamp + count - 1)
+    return log.append(*headed(make_batch(count, first_timestamp, size)))
 
 
 def partition(storage: Storage, name: str = TOPIC, index: int = 0) -> PartitionStore:
@@ -128,8 +127,8 @@ def test_headers_from_gives_each_header_and_control_batches_whole(engine: str,
     storage.create_topic(TOPIC, 1, {})
     log = partition(storage)
     append(log, 3, size=2000)
-    log.append(make_batch(2, size=2000, producer_id=7), 1, 1_001)  # a transaction...
-    log.append(marker_batch(7, 0, False, 1_002), 0, 1_002)  # ...aborted
+    log.append(*headed(make_batch(2, size=2000, producer_id=7)))  # a transaction...
+    log.append(*headed(marker_batch(7, 0, False, 1_002)))  # ...aborted
     append(log, 1, size=2000)
     whole = list(log.batches_from(1))
     headers = list(log.headers_from(1))

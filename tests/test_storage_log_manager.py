@@ -17,6 +17,7 @@ from broker_core.storage import (
     log_config_for_topic,
     open_storage,
 )
+from tests.storage_helpers import headed
 
 DEFAULT = LogConfig(segment_bytes=4096)
 
@@ -40,7 +41,7 @@ def make_batch(count: int) -> bytearray:
 def append(manager: LogManager, name: str, partition: int, count: int) -> int:
     log = manager.partition(name, partition)
     assert log is not None
-    return log.append(make_batch(count), count - 1, 1_000 + count - 1)
+    return log.append(*headed(make_batch(count)))
 
 
 def test_create_and_reload_topics(tmp_path: Path) -> None:

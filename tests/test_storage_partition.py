@@ -5,20 +5,21 @@ from __future__ import annotations
 import itertools
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from broker_core.codec.batch_header import crc_matches, read_header, shape_problem
 from broker_core.storage import FileRegion, LogConfig, OffsetOutOfRange, PartitionLog
-from broker_core.storage.batch_header import crc_matches, shape_problem
 from broker_core.storage.entry import (
     ENTRY_HEADER_SIZE,
     decode_entry_header,
     encode_entry_header,
 )
-from tests.storage_helpers import batch_bytes, region_bytes
+from tests.storage_helpers import batch_bytes, headed, region_bytes
 
 
 def make_batch(first: int, count: int, *, ts: int = 1_000, pad: int = 0) -> bytearray:
@@ -40,7 +41,7 @@ def make_batch(first: int, count: int, *, ts: int = 1_000, pad: int = 0) -> byte
 
 def add(log: PartitionLog, first: int, count: int, *, ts: int = 1_000, pad: int = 0) -> int:
     batch = make_batch(first, count, ts=ts, pad=pad)
-    return log.append(batch, count - 1, ts + count - 1)
+    return log.append(*headed(batch))
 
 
 def decode(views: list[memoryview | FileRegion]) -> list[tuple[int, int]]:
@@ -185,16 +186,19 @@ def test_sparse_index_granularity(tmp_path: Path) -> None:
 def test_append_validates_batch(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path / "p", LogConfig())
     batch = make_batch(0, 3)
+    header = read_header(batch)
     with pytest.raises(ValueError, match="last_offset_delta"):
-        log.append(bytearray(batch), 1, 0)
+        log.append(bytearray(batch), replace(header, last_offset_delta=-1))
     with pytest.raises(ValueError, match="batchLength"):
-        log.append(batch[:-1], 2, 0)
+        log.append(batch[:-1], header)
+    with pytest.raises(ValueError, match="shorter"):
+        log.append(batch[:60], header)
     bad_magic = bytearray(batch)
     bad_magic[16] = 1
     with pytest.raises(ValueError, match="magic"):
-        log.append(bad_magic, 2, 0)
+        log.append(bad_magic, read_header(bad_magic))
     assert log.next_offset == 0
-    assert log.append(batch, 2, 0) == 0
+    assert log.append(batch, header) == 0
     assert log.next_offset == 3
     log.close()
 

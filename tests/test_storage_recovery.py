@@ -20,7 +20,7 @@ from broker_core.storage.entry import ENTRY_HEADER_SIZE
 from broker_core.storage.errors import DamagedRecords
 from broker_core.storage.ledger import ledger_file_name
 from broker_core.storage.metadata import METADATA_FILE
-from tests.storage_helpers import batch_bytes, stored_entries
+from tests.storage_helpers import batch_bytes, headed, stored_entries
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = LogConfig(segment_bytes=600)
@@ -46,7 +46,7 @@ def fill(log: PartitionLog, batches: int, size: int = 3) -> int:
     """Append batches of ``size`` records whose values are their offsets; returns next."""
     for _ in range(batches):
         first = log.next_offset
-        assert log.append(make_batch(first, size), size - 1, 1_000 + size - 1) == first
+        assert log.append(*headed(make_batch(first, size))) == first
     return log.next_offset
 
 
@@ -101,6 +101,7 @@ def test_kill_9_right_after_append(tmp_path: Path) -> None:
         sys.path.insert(0, {str(REPO)!r})
         from pathlib import Path
         from kafka.record.default_records import DefaultRecordBatchBuilder
+        from broker_core.codec.batch_header import read_header
         from broker_core.storage import LogConfig, PartitionLog
 
         log = PartitionLog(Path({str(tmp_path)!r}), LogConfig(segment_bytes=600))
@@ -108,7 +109,8 @@ def test_kill_9_right_after_append(tmp_path: Path) -> None:
             b = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
             for i in range(2):
                 b.append(i, 1000 + i, None, str(2 * n + i).encode(), [])
-            log.append(b.build(), 1, 1001)
+            batch = b.build()
+            log.append(batch, read_header(batch))
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
@@ -477,7 +479,7 @@ def test_damage_in_the_open_ledger_leaves_appends_readable(tmp_path: Path) -> No
 def test_timestamp_lookups_pass_over_a_damaged_batch(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path, LogConfig(segment_bytes=1 << 20))
     fill(log, 3)
-    assert log.append(make_batch(9, 3, ts=9_000), 2, 9_002) == 9  # the newest timestamps
+    assert log.append(*headed(make_batch(9, 3, ts=9_000))) == 9  # the newest timestamps
     log.roll()
     fill(log, 3)
     path = log._ledgers[0].path

@@ -89,7 +89,6 @@ from kafka.protocol.producer import (
     TxnOffsetCommitResponse,
 )
 
-from broker_core.apis import fetch_wire
 from broker_core.apis.alter_configs import handle_alter_configs, handle_incremental_alter_configs
 from broker_core.apis.configs import handle_describe_configs, handle_list_config_resources
 from broker_core.apis.delete_records import handle_delete_records
@@ -136,6 +135,7 @@ from broker_core.apis.transactions import (
     handle_list_transactions,
     handle_txn_offset_commit,
 )
+from broker_core.codec import fetch_writer
 from broker_core.dispatch import ApiSpec
 
 
@@ -143,7 +143,7 @@ def engine_apis() -> list[ApiSpec]:
     """Every API the engine serves, with the versions it implements."""
     return [
         ApiSpec(0, ProduceRequest, ProduceResponse, 3, 11, handle_produce),
-        ApiSpec(1, FetchRequest, FetchResponse, fetch_wire.MIN_VERSION, fetch_wire.MAX_VERSION,
+        ApiSpec(1, FetchRequest, FetchResponse, fetch_writer.MIN_VERSION, fetch_writer.MAX_VERSION,
                 handle_fetch, fetch_response_bound),
         ApiSpec(2, ListOffsetsRequest, ListOffsetsResponse, 1, 8, handle_list_offsets),
         ApiSpec(3, MetadataRequest, MetadataResponse, 0, 12, handle_metadata),

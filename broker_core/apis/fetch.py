@@ -11,7 +11,6 @@ older than v10 of a topic that stores zstd answers UNSUPPORTED_COMPRESSION_TYPE 
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,11 +18,12 @@ from dataclasses import dataclass
 from kafka.protocol.consumer import FetchRequest
 
 from broker_core import metrics
-from broker_core.apis.fetch_wire import FetchAnswer, PartitionAnswer, TopicAnswer
+from broker_core.codec.batch_header import base_offset, last_offset_delta, record_count
+from broker_core.codec.fetch_writer import FetchAnswer, PartitionAnswer, TopicAnswer
+from broker_core.codec.framing import Chunk
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.protocol import Chunk
 from broker_core.stages import Later
 from broker_core.storage import DatabaseUnavailable, FileRegion, LogOffline, PartitionStore
 from broker_core.storage.errors import DamagedRecords
@@ -36,9 +36,6 @@ Kafka."""
 _ANSWER_OVERHEAD = 64
 """Bytes, with room to spare, that the answer adds around the records per partition and
 per topic (offsets, error code, lengths) and once (header, session id)."""
-_BASE_OFFSET = struct.Struct(">q")
-_LAST_DELTA = struct.Struct(">i")
-_RECORD_COUNT = struct.Struct(">i")
 
 
 @dataclass(slots=True)
@@ -109,7 +106,7 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
     except (LogOffline, DatabaseUnavailable):  # offline just now, or the database is away
         return _empty(want.index, ErrorCode.KAFKA_STORAGE_ERROR), 0
     if committed:
-        visible = [_BASE_OFFSET.unpack_from(_head(c))[0] < upper for c in chunks]
+        visible = [base_offset(_head(c)) < upper for c in chunks]
         release_batches(c for c, keep in zip(chunks, visible, strict=True) if not keep)
         chunks = [c for c, keep in zip(chunks, visible, strict=True) if keep]
     size = sum(len(chunk) for chunk in chunks)
@@ -120,7 +117,7 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
     aborted: list[tuple[int, int]] | None = [] if committed else None
     if committed and chunks:
         tail = _head(chunks[-1])
-        last = _BASE_OFFSET.unpack_from(tail)[0] + _LAST_DELTA.unpack_from(tail, 23)[0]
+        last = base_offset(tail) + last_offset_delta(tail)
         aborted = producers.aborted_between(want.offset, last + 1)
     return PartitionAnswer(want.index, 0, end, stable, start, aborted, chunks), size
 
@@ -143,7 +140,7 @@ def release_batches(batches: Iterable[Chunk]) -> None:
 
 def _count_out(topic: str, batches: Sequence[Chunk], size: int) -> None:
     """Count the records and bytes of fetched batches (from their headers only)."""
-    count = sum(_RECORD_COUNT.unpack_from(_head(batch), 57)[0] for batch in batches)
+    count = sum(record_count(_head(batch)) for batch in batches)
     metrics.BYTES_OUT.labels(topic).inc(size)
     metrics.MESSAGES_OUT.labels(topic).inc(count)
 

@@ -26,12 +26,12 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from broker_core.apis.authorized_operations import authorized_operations
+from broker_core.codec.framing import received_bytes
 from broker_core.context import Endpoint, Operation, RequestContext, ResourceType
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.effects import JoinRequest
 from broker_core.groups.model import GroupState, JoinResult, SyncResult
-from broker_core.protocol import received_bytes
 from broker_core.stages import Later, answer_later
 from broker_core.system_topics import StateCoordinator
 

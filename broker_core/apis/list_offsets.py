@@ -10,11 +10,12 @@ import logging
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
-from broker_core.batches import read_header
+from broker_core.codec.batch_header import read_header
+from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.records import record_times
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.record_check import MalformedBatch, record_times
 from broker_core.storage import BatchInfo, DatabaseUnavailable, PartitionStore
 
 log = logging.getLogger(__name__)

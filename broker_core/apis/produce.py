@@ -10,10 +10,10 @@ from kafka.protocol.api_data import ApiData
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from broker_core import metrics, naming
+from broker_core.codec.framing import received_bytes
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Admitted, Appended, Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.protocol import received_bytes
 from broker_core.stages import Later
 from broker_core.storage.errors import AppendFenced
 from broker_core.storage_faults import WriteKind

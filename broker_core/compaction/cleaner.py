@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from broker_core import metrics
-from broker_core.codecs import MalformedBatch
+from broker_core.codec.errors import MalformedBatch
 from broker_core.storage import (
     PartitionStore,
     SealedSegment,

@@ -60,9 +60,9 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from broker_core.batches import BatchHeader, read_header
-from broker_core.codecs import MalformedBatch
-from broker_core.markers import COMMIT, marker_type
+from broker_core.codec.batch_header import BatchHeader, last_offset_delta, read_header
+from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.markers import COMMIT, marker_type
 from broker_core.storage import BatchInfo, PartitionStore, SealedSegment
 
 from . import records as rec
@@ -417,7 +417,7 @@ def _rewrite(store: PartitionStore, group: list[SealedSegment], rewriter: _Rewri
     def fill(upto: int, stamp: int) -> None:
         nonlocal expected
         for batch in rec.fillers(expected, upto):
-            last = expected + int.from_bytes(batch[23:27], "big", signed=True)
+            last = expected + last_offset_delta(batch)
             out.append(BatchInfo(expected, last, -1, stamp, batch))
             expected = last + 1
 

@@ -16,29 +16,28 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-import crc32c
-
-from broker_core.batches import BatchHeader
-from broker_core.codecs import MalformedBatch, deflate
-from broker_core.protocol import zigzag_varint
-from broker_core.record_check import Buffer, read_varint, records_buffer
-from broker_core.storage.batch_header import (
+from broker_core.codec.batch_header import (
     ATTRIBUTES_AT,
+    BASE_TIMESTAMP_AT,
     BATCH_HEADER_SIZE,
     BATCH_LENGTH_AT,
     BATCH_LENGTH_OVERHEAD,
-    CRC_AT,
+    HEADER,
+    RECORD_BATCH_MAGIC,
+    RECORD_COUNT_AT,
+    BatchHeader,
+    seal,
 )
+from broker_core.codec.compression import deflate
+from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.records import records_buffer
+from broker_core.codec.varints import Buffer, read_varint, zigzag_varint
 
 DELETE_HORIZON = 0x40
 """The attributes bit saying the base timestamp is the batch's delete horizon (KIP-534)."""
-_BASE_TIMESTAMP_AT = 27
-_RECORD_COUNT_AT = 57
-_HEADER = struct.Struct(">qiiBIhiqqqhii")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
-_UINT32 = struct.Struct(">I")
 _MAX_DELTA = 2**31 - 1
 
 
@@ -112,11 +111,11 @@ def rebuilt(batch: Buffer, header: BatchHeader, buf: Buffer, kept: list[Record],
     out[:BATCH_HEADER_SIZE] = memoryview(batch)[:BATCH_HEADER_SIZE]
     out[BATCH_HEADER_SIZE:] = payload
     _INT32.pack_into(out, BATCH_LENGTH_AT, len(out) - BATCH_LENGTH_OVERHEAD)
-    _INT32.pack_into(out, _RECORD_COUNT_AT, len(kept))
+    _INT32.pack_into(out, RECORD_COUNT_AT, len(kept))
     if horizon is not None:
         _INT16.pack_into(out, ATTRIBUTES_AT, header.attributes | DELETE_HORIZON)
-        _INT64.pack_into(out, _BASE_TIMESTAMP_AT, horizon)
-    _seal(out)
+        _INT64.pack_into(out, BASE_TIMESTAMP_AT, horizon)
+    seal(out)
     return bytes(out)
 
 
@@ -131,13 +130,9 @@ def fillers(first: int, end: int) -> list[bytes]:
     out = []
     while first < end:
         delta = min(end - first, _MAX_DELTA + 1) - 1
-        batch = bytearray(_HEADER.pack(first, BATCH_HEADER_SIZE - BATCH_LENGTH_OVERHEAD, -1, 2,
-                                       0, 0, delta, -1, -1, -1, -1, -1, 0))
-        _seal(batch)
+        batch = bytearray(HEADER.pack(first, BATCH_HEADER_SIZE - BATCH_LENGTH_OVERHEAD, -1,
+                                      RECORD_BATCH_MAGIC, 0, 0, delta, -1, -1, -1, -1, -1, 0))
+        seal(batch)
         out.append(bytes(batch))
         first += delta + 1
     return out
-
-
-def _seal(batch: bytearray) -> None:
-    _UINT32.pack_into(batch, CRC_AT, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:]))

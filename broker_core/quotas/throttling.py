@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker_core.apis.fetch import release_batches
-from broker_core.apis.fetch_wire import FetchAnswer
+from broker_core.codec.fetch_writer import FetchAnswer
 from broker_core.context import RequestContext
 from broker_core.quotas.entities import (
     CONSUMER_BYTE_RATE,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import crc32c
 
-from .batch_header import (
+from broker_core.codec.batch_header import (
     ATTRIBUTES_AT,
     BATCH_HEADER_SIZE,
     BATCH_LENGTH_OVERHEAD,
@@ -29,6 +29,7 @@ from .batch_header import (
     last_offset_delta,
     shape_problem,
 )
+
 from .entry import ENTRY_HEADER_SIZE, ENTRY_HEADER_STRUCT, ENTRY_MAGIC, decode_entry_header
 from .metadata import LedgerFacts
 

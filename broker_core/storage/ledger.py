@@ -18,7 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .batch_header import BATCH_HEADER_SIZE, last_offset_delta, max_timestamp
+from broker_core.codec.batch_header import BATCH_HEADER_SIZE, last_offset_delta, max_timestamp
+
 from .damage import Damage, batch_problem
 from .entry import (
     ENTRY_HEADER_SIZE,
@@ -51,7 +52,7 @@ _RECOVERY_WINDOW = 1 << 20
 _READ_SLACK = 4096
 # batches at least this large are sent from the file (sendfile) instead of read
 REGION_MIN_BYTES = 64 * 1024
-_HEAD_READ = ENTRY_HEADER_SIZE + 61  # an entry header and a v2 batch header
+_HEAD_READ = ENTRY_HEADER_SIZE + BATCH_HEADER_SIZE  # an entry header and a v2 batch header
 
 
 def ledger_file_name(ledger_id: int) -> str:
@@ -395,7 +396,7 @@ class Ledger:
             if len(head) < _HEAD_READ:
                 raise CorruptLedger(f"{self.path}: short entry at position {start}")
             magic, _index, _stamp, length, _crc = ENTRY_HEADER_STRUCT.unpack_from(head)
-            if magic != ENTRY_MAGIC or length < 61:
+            if magic != ENTRY_MAGIC or length < BATCH_HEADER_SIZE:
                 raise CorruptLedger(f"{self.path}: no valid entry at position {start}")
             if length < REGION_MIN_BYTES:
                 break

@@ -13,7 +13,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from .batch_header import check_append, set_base_offset
+from broker_core.codec.batch_header import BatchHeader, check_append, set_base_offset
+
 from .cluster import SoloCluster
 from .config import LogConfig, retention_drops
 from .errors import OffsetOutOfRange
@@ -104,8 +105,8 @@ class MemoryPartition(FilelessPartition):
     def state(self) -> MemoryKeyValues:
         return self._state
 
-    def append(self, batch: bytearray, last_offset_delta: int, max_timestamp: int) -> int:
-        check_append(batch, last_offset_delta)
+    def append(self, batch: bytearray, header: BatchHeader) -> int:
+        check_append(batch, header)
         with self._lock:
             self._check_open()
             now = self._clock()
@@ -117,12 +118,13 @@ class MemoryPartition(FilelessPartition):
                 segment = self._roll(now)
             base = segment.next_offset
             set_base_offset(batch, base)
-            last = base + last_offset_delta
-            segment.batches.append(BatchInfo(base, last, max_timestamp, now, bytes(batch)))
+            last = base + header.last_offset_delta
+            segment.batches.append(BatchInfo(base, last, header.max_timestamp, now,
+                                             bytes(batch)))
             segment.next_offset = last + 1
             segment.size += len(batch)
             segment.max_broker_timestamp = now
-            segment.max_timestamp = max(segment.max_timestamp, max_timestamp)
+            segment.max_timestamp = max(segment.max_timestamp, header.max_timestamp)
             return base
 
     def _roll(self, now: int) -> _Segment:

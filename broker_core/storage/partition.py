@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .batch_header import check_append, set_base_offset
+from broker_core.codec.batch_header import BatchHeader, check_append, set_base_offset
+
 from .checkpoints import Checkpoints
 from .config import LogConfig, retention_drops
 from .damage import Damage, batch_problem, report, scan_ledger
@@ -261,16 +262,16 @@ class PartitionLog:
 
     # -- appending ---------------------------------------------------------------------
 
-    def append(self, batch: bytearray, last_offset_delta: int, max_timestamp: int) -> int:
+    def append(self, batch: bytearray, header: BatchHeader) -> int:
         """Store one record batch and return the base offset assigned to it.
 
         Patches the batch's baseOffset (bytes 0..8) with the next offset, writes the
         entry (rolling to a new ledger first if the open one is too big or too old) and
-        advances the next offset by ``last_offset_delta + 1``. The caller has validated
-        the batch (CRC, record count); this checks only its shape and that
-        ``last_offset_delta`` matches the header, raising ValueError otherwise.
+        advances the next offset by the header's ``last_offset_delta + 1``. The caller
+        has validated the batch (CRC, record count) and read its ``header``; this checks
+        only that the header fits the bytes given (ValueError otherwise).
         """
-        check_append(batch, last_offset_delta)
+        check_append(batch, header)
         entry_size = ENTRY_HEADER_SIZE + len(batch)
         with self._lock:
             self._check_open()
@@ -285,9 +286,10 @@ class PartitionLog:
             ledger = self._ledgers[-1]
             base = ledger.facts.next_offset
             set_base_offset(batch, base)
-            header = encode_entry_header(base, now, len(batch))
+            entry = encode_entry_header(base, now, len(batch))
             try:
-                ledger.append(header, batch, base, base + last_offset_delta, max_timestamp, now)
+                ledger.append(entry, batch, base, base + header.last_offset_delta,
+                              header.max_timestamp, now)
             except OSError as exc:
                 if exc.errno in _SPACE_ERRORS:
                     raise

@@ -44,8 +44,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from broker_core.codec.batch_header import (
+    ATTRIBUTES_AT,
+    BATCH_HEADER_SIZE,
+    CONTROL_BIT,
+    BatchHeader,
+    check_append,
+    set_base_offset,
+)
+
 from . import pg_changes
-from .batch_header import check_append, set_base_offset
 from .cluster import NotOwner
 from .config import LogConfig, log_config_for_topic, retention_drops
 from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange, TopicExists, UnknownTopic
@@ -76,11 +84,13 @@ _DRAIN_TIMEOUT_S = 30.0
 """Longest a reload of a partition's row waits for its queued appends to be answered."""
 
 _ENTRY_COLUMNS = "base_offset, last_offset, max_ts, broker_ts, batch"
-_HEADER_COLUMNS = ("base_offset, last_offset, max_ts, broker_ts, CASE WHEN (get_byte(substring("
-                   "batch FROM 1 FOR 61), 22) & 32) <> 0 THEN batch ELSE substring(batch FROM 1"
-                   " FOR 61) END")
+_HEADER_COLUMNS = (
+    "base_offset, last_offset, max_ts, broker_ts, CASE WHEN (get_byte(substring(batch FROM 1 "
+    f"FOR {BATCH_HEADER_SIZE}), {ATTRIBUTES_AT + 1}) & {CONTROL_BIT}) <> 0 THEN batch ELSE "
+    f"substring(batch FROM 1 FOR {BATCH_HEADER_SIZE}) END")
 """The entry columns with only the 61-byte header of a batch that is not a control batch
-(attributes bit 5 clear): what replaying producer state reads, without the records."""
+(attributes bit 5 clear; ``get_byte`` counts from 0, and the bit is in the attributes' low
+byte): what replaying producer state reads, without the records."""
 
 _CAS_INSERT = (
     "INSERT INTO edge_kv (key, value) VALUES (%(k)s, %(v)s) ON CONFLICT DO NOTHING",
@@ -304,10 +314,9 @@ class PgPartition(FilelessPartition):
             self._spoil()
             raise
 
-    def _queue(self, batch: bytearray, last_offset_delta: int, max_timestamp: int,
-               ticket: Ticket) -> int:
+    def _queue(self, batch: bytearray, header: BatchHeader, ticket: Ticket) -> int:
         """Give ``batch`` the next offsets and queue it for the group commit."""
-        check_append(batch, last_offset_delta)
+        check_append(batch, header)
         with self._lock:
             self._check_open()
             epoch = self._owned_epoch()
@@ -319,19 +328,19 @@ class PgPartition(FilelessPartition):
                 seg_base, seg_size, seg_created = self._assigned, 0, now
             base = self._assigned
             set_base_offset(batch, base)
-            last = base + last_offset_delta
+            last = base + header.last_offset_delta
             segment = (seg_base, seg_size + len(batch), seg_created)
             self._committer.submit(Pending(self, self._generation, epoch, base, last, segment,
-                                           now, max_timestamp, batch, ticket))
+                                           now, header.max_timestamp, batch, ticket))
             self._assigned = last + 1
             self._segment = segment
             self._inflight += 1
             return base
 
-    def append(self, batch: bytearray, last_offset_delta: int, max_timestamp: int) -> int:
+    def append(self, batch: bytearray, header: BatchHeader) -> int:
         """Append and wait for the commit (the group commit of whatever else waits too)."""
         ticket = Ticket(None)
-        base = self._queue(batch, last_offset_delta, max_timestamp, ticket)
+        base = self._queue(batch, header, ticket)
         try:
             ticket.wait()
         except DatabaseUnavailable as exc:
@@ -341,12 +350,12 @@ class PgPartition(FilelessPartition):
             raise
         return base
 
-    def append_deferred(self, batch: bytearray, last_offset_delta: int, max_timestamp: int,
+    def append_deferred(self, batch: bytearray, header: BatchHeader,
                         ) -> tuple[int, asyncio.Future[None]]:
         """From the event loop: the base offset at once, and a future done once the batch
         is committed (failed with DatabaseUnavailable when it was not)."""
         ticket = Ticket(asyncio.get_running_loop())
-        base = self._queue(batch, last_offset_delta, max_timestamp, ticket)
+        base = self._queue(batch, header, ticket)
         assert ticket.future is not None
         return base, ticket.future
 

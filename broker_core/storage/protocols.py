@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from broker_core.codec.batch_header import BatchHeader
+
 from .cluster import ClusterStore
 from .config import LogConfig
 from .damage import Damage
@@ -86,8 +88,10 @@ class PartitionStore(Protocol):
         """The partition's own key-value area, deleted with it (producer snapshots)."""
         ...
 
-    def append(self, batch: bytearray, last_offset_delta: int, max_timestamp: int) -> int:
-        """Store one record batch, patching its base offset; return that offset."""
+    def append(self, batch: bytearray, header: BatchHeader) -> int:
+        """Store one record batch whose header was read as ``header`` (its last offset
+        delta and max timestamp are taken from there), patching its base offset; return
+        that offset."""
         ...
 
     def read(self, offset: int, max_bytes: int) -> list[memoryview | FileRegion]:
@@ -146,7 +150,7 @@ class GroupCommitted(Protocol):
     """A partition store whose appends are committed in groups (``postgres``): on the
     event loop an append need not wait for its commit there."""
 
-    def append_deferred(self, batch: bytearray, last_offset_delta: int, max_timestamp: int,
+    def append_deferred(self, batch: bytearray, header: BatchHeader,
                         ) -> tuple[int, asyncio.Future[None]]:
         """Like ``append``, from the event loop: the base offset at once, and a future done
         once the batch is committed (failed with an OSError when it was not: it is then

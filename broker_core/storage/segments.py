@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from .batch_header import base_offset, check_append, last_offset_delta
+from broker_core.codec.batch_header import base_offset, last_offset_delta, shape_problem
+
 from .model import BatchInfo
 
 
@@ -51,7 +52,9 @@ def check_cover(segments: Sequence[SealedSegment], batches: Sequence[BatchInfo])
     segment = segments[-1]
     expected = segments[0].first_offset
     for info in batches:
-        check_append(info.batch, last_offset_delta(info.batch))
+        problem = shape_problem(info.batch)
+        if problem is not None:
+            raise ValueError(problem)
         if info.base_offset != expected or base_offset(info.batch) != expected:
             raise ValueError(f"a batch at {info.base_offset} where {expected} was expected")
         if info.last_offset != expected + last_offset_delta(info.batch):

@@ -1,4 +1,4 @@
-/* Walk the records of a v2 batch, as broker_core/record_check.py's _walk does, in C.
+/* Walk the records of a v2 batch, as broker_core/codec/records.py's _walk does, in C.
  *
  * record_walk_object(obj, pos, count, keyed) walks the records in obj[pos:] (obj: any
  * contiguous buffer: bytes, bytearray, memoryview) and returns 0 when each one parses (its

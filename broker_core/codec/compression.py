@@ -21,7 +21,8 @@ import lz4.frame
 import snappy
 import zstandard
 
-from broker_core.protocol import read_uvarint
+from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.varints import read_uvarint
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_BY_NAME = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4,
@@ -35,10 +36,6 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)  # version 1, compatible with 1
 _XERIAL_BLOCK = 32 * 1024
 _ZSTD_LEVEL = 3
-
-
-class MalformedBatch(Exception):
-    """Records that do not parse, or a payload that does not inflate; says how."""
 
 
 def codec_of(compression_type: str) -> int | None:

@@ -1,5 +1,6 @@
-"""Reading the records inside a v2 batch: validation on produce (``validateRecords``, on
-by default) and the record timestamps a ListOffsets lookup needs.
+"""The records inside a v2 batch: validation on produce (``validateRecords``, on by
+default), the record timestamps a ListOffsets lookup needs, and the plain batches of keys
+and values the broker writes and reads back in its own topics.
 
 The hot path treats a batch as opaque: header, CRC and counts are checked, the records
 are not (DESIGN: no per-record work). A client can therefore write a batch whose CRC is
@@ -9,42 +10,28 @@ does before it appends: its length must frame it exactly, its fields must fit in
 offset deltas must run 0..n-1 and the count must match the header. A batch that fails
 answers INVALID_RECORD and nothing of it is written.
 
-Compressed payloads are inflated with a cap (:mod:`broker_core.codecs`), so that a small
-batch cannot expand into gigabytes of memory, then walked like uncompressed ones. A topic
-whose ``cleanup.policy`` includes ``compact`` also needs every record to carry a key.
+Compressed payloads are inflated with a cap (:mod:`broker_core.codec.compression`), so
+that a small batch cannot expand into gigabytes of memory, then walked like uncompressed
+ones. A topic whose ``cleanup.policy`` includes ``compact`` also needs every record to
+carry a key.
 
-Validation walks in C when :mod:`broker_core.record_walk` has loaded the native walker
-(see ``python -m bench.record_walk`` for the cost per record), else in Python (about 3 µs
-a record). The C walker only finds the failing record; :func:`_walk` words the error, so
-both answer with the same message.
+Validation walks in C when :mod:`broker_core.codec.record_walk` has loaded the native
+walker (see ``python -m bench.record_walk`` for the cost per record), else in Python
+(about 3 µs a record). The C walker only finds the failing record; :func:`_walk` words
+the error, so both answer with the same message.
 """
-
 from __future__ import annotations
 
-from broker_core.batches import BatchHeader
-from broker_core.codecs import MalformedBatch, inflate
+from collections.abc import Iterator, Sequence
+
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from broker_core.codec.batch_header import BATCH_HEADER_SIZE, BatchHeader
+from broker_core.codec.compression import inflate
+from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.record_walk import NATIVE, NativeWalker
+from broker_core.codec.varints import Buffer, read_varint
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.record_walk import NATIVE, NativeWalker
-from broker_core.storage.batch_header import BATCH_HEADER_SIZE
-
-__all__ = ["MalformedBatch", "check_records", "check_walk", "read_varint", "record_times",
-           "records_buffer", "walk_records"]
-
-Buffer = bytes | bytearray | memoryview
-
-
-def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
-    """The zigzag varint at ``pos`` and the position after it."""
-    result = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise MalformedBatch("a varint runs over 10 bytes")
 
 
 def _skip_sized(buf: Buffer, pos: int, what: str, nullable: bool = True) -> int:
@@ -147,3 +134,21 @@ def record_times(batch: Buffer, header: BatchHeader) -> list[tuple[int, int]]:
     times: list[tuple[int, int]] = []
     _walk(records, start, header.record_count, times)
     return [(delta, header.base_timestamp + timestamp_delta) for delta, timestamp_delta in times]
+
+
+def encode_batch(records: Sequence[tuple[bytes, bytes | None]], timestamp: int) -> bytearray:
+    """One uncompressed v2 batch of ``records``."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 30)
+    for delta, (key, value) in enumerate(records):
+        builder.append(delta, timestamp=timestamp, key=key, value=value, headers=[])
+    return bytearray(builder.build())
+
+
+def key_values(batch: Buffer, start: int = -1) -> Iterator[tuple[bytes, bytes | None]]:
+    """Key and value of each keyed record of ``batch`` at offset ``start`` or later (the
+    broker's own topics: every record has a key)."""
+    for record in DefaultRecordBatch(bytes(batch)):
+        if record.offset >= start and record.key is not None:
+            yield bytes(record.key), None if record.value is None else bytes(record.value)

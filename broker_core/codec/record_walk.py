@@ -1,17 +1,17 @@
-"""The record walker in C (``broker_core/native/record_walk.c``), loaded with ctypes.
+"""The record walker in C (``broker_core/codec/native/record_walk.c``), loaded with ctypes.
 
 ``make`` compiles the C file into a shared library in the venv (``$(NATIVE)`` in the
 Makefile; nothing compiled is committed, and pip's build does not involve it). This
 module loads it from ``$EDGE_RECORD_WALK_LIB`` when set, else from ``<venv>/lib``; when
 the library is missing, fails to load or implements another ABI, :data:`NATIVE` is None
-and :mod:`broker_core.record_check` walks records in Python, as :data:`NOTE` says (the
+and :mod:`broker_core.codec.records` walks records in Python, as :data:`NOTE` says (the
 broker logs it once at start).
 
 It is loaded with :class:`ctypes.PyDLL`: the GIL stays held while it walks (a 64 MiB
 batch takes milliseconds), and the C side takes the buffer with CPython's buffer API, so
 bytes, bytearrays and memoryviews are walked in place. The C walker only judges: it
 answers 0, or an error code with the failing record's index and start;
-:mod:`broker_core.record_check` then walks that one record in Python to word the error,
+:mod:`broker_core.codec.records` then walks that one record in Python to word the error,
 so the messages have one home and both walkers answer alike.
 """
 

@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import struct
 
-import crc32c
 from kafka.record.default_records import DefaultRecordBatch
 
-from broker_core.protocol import zigzag_varint as _varint
-from broker_core.storage.batch_header import ATTRIBUTES_AT, CRC_AT
+from broker_core.codec.batch_header import (
+    BATCH_LENGTH_OVERHEAD,
+    CONTROL_BIT,
+    HEADER,
+    RECORD_BATCH_MAGIC,
+    TRANSACTIONAL_BIT,
+    seal,
+)
+from broker_core.codec.varints import zigzag_varint as _varint
 
 ABORT = 0
 COMMIT = 1
-_CONTROL_TRANSACTIONAL = 0x20 | 0x10
-_BATCH_HEADER = struct.Struct(">qiiBIhiqqqhii")
+_CONTROL_TRANSACTIONAL = CONTROL_BIT | TRANSACTIONAL_BIT
 
 
 def marker_batch(producer_id: int, producer_epoch: int, commit: bool, timestamp: int,
@@ -30,12 +35,12 @@ def marker_batch(producer_id: int, producer_epoch: int, commit: bool, timestamp:
     body = (b"\x00" + _varint(0) + _varint(0) + _varint(len(key)) + key
             + _varint(len(value)) + value + _varint(0))
     record = _varint(len(body)) + body
-    size = _BATCH_HEADER.size + len(record)
-    batch = bytearray(_BATCH_HEADER.pack(
-        0, size - 12, 0, 2, 0, _CONTROL_TRANSACTIONAL, 0, timestamp, timestamp,
-        producer_id, producer_epoch, -1, 1))
+    size = HEADER.size + len(record)
+    batch = bytearray(HEADER.pack(
+        0, size - BATCH_LENGTH_OVERHEAD, 0, RECORD_BATCH_MAGIC, 0, _CONTROL_TRANSACTIONAL, 0,
+        timestamp, timestamp, producer_id, producer_epoch, -1, 1))
     batch += record
-    struct.pack_into(">I", batch, CRC_AT, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:]))
+    seal(batch)
     return batch
 
 

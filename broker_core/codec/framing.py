@@ -1,7 +1,8 @@
-"""Request framing facts: parsing request headers and encoding framed responses.
+"""Request framing: parsing request headers and encoding framed responses.
 
 Schemas come from ``kafka.protocol`` (one class per API); this module only deals with the
-header that precedes every request body and the size prefix and header of every response.
+header that precedes every request body and the size prefix and header of every response,
+and the chunks a response written by hand (:class:`Prewritten`) is made of.
 """
 
 from __future__ import annotations
@@ -10,18 +11,16 @@ import struct
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from kafka.protocol.api_data import ApiData
 
-from broker_core.storage.region import FileRegion
+from broker_core.codec.errors import ProtocolError
+from broker_core.codec.varints import read_uvarint
 
 _HEADER_FIXED = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
-
-
-class ProtocolError(Exception):
-    """The bytes on the wire are not a valid Kafka request: the connection must be closed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,38 +47,6 @@ def peek_header(frame: memoryview) -> tuple[int, int, int]:
         raise ProtocolError(f"request of {len(frame)} bytes is shorter than a request header")
     key, version, correlation_id = _HEADER_FIXED.unpack_from(frame, 0)
     return key, version, correlation_id
-
-
-def read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
-    """Decode an unsigned varint at ``pos``; return ``(value, new_pos)``."""
-    value = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ProtocolError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise ProtocolError("varint too long")
-
-
-def uvarint(value: int) -> bytes:
-    """Encode an unsigned varint (the protocol's compact lengths, and records' zigzag)."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def zigzag_varint(value: int) -> bytes:
-    """Encode a signed varint the way record fields are (zigzag, then unsigned)."""
-    return uvarint((value << 1) ^ (value >> 63))
 
 
 def parse_header(frame: memoryview, flexible: bool) -> tuple[RequestHeader, int]:
@@ -126,7 +93,23 @@ def frame_response(header: bytes, body: bytes | bytearray | memoryview) -> bytes
     return b"".join((_INT32.pack(len(header) + len(body)), header, body))
 
 
-Chunk = bytes | memoryview | FileRegion
+class FileSpan(Protocol):
+    """A stretch of an open file a response carries as it is (storage's ``FileRegion``,
+    sent by the listener with ``sendfile``); framing only counts its length."""
+
+    fd: int
+    offset: int
+
+    def __len__(self) -> int:
+        """How many bytes the span covers."""
+        ...
+
+    def release(self) -> None:
+        """Called once the span is sent or dropped."""
+        ...
+
+
+Chunk = bytes | memoryview | FileSpan
 """A piece of a response: bytes in memory, or a stretch of a ledger file (sent with
 ``sendfile`` on plain TCP, read from its descriptor in chunks on TLS)."""
 Frame = bytes | list[Chunk]

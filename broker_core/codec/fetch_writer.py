@@ -14,7 +14,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from broker_core.protocol import Chunk, Prewritten, uvarint
+from broker_core.codec.framing import Chunk, Prewritten
+from broker_core.codec.varints import uvarint
 
 _HEAD_V4 = struct.Struct(">i")  # throttle_time_ms
 _HEAD_V7 = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id

@@ -15,26 +15,26 @@ key is looked at (with ``validateRecords`` the whole record is walked in the sam
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-import crc32c
-
-from broker_core.batches import MIN_RECORD_SIZE, BatchHeader
-from broker_core.codecs import MalformedBatch, deflate
-from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.record_check import Buffer, check_walk, records_buffer
-from broker_core.storage.batch_header import (
+from broker_core.codec.batch_header import (
     ATTRIBUTES_AT,
     BATCH_HEADER_SIZE,
     BATCH_LENGTH_AT,
     BATCH_LENGTH_OVERHEAD,
-    CRC_AT,
+    CODEC_BITS,
+    MIN_RECORD_SIZE,
+    BatchHeader,
+    seal,
 )
+from broker_core.codec.compression import deflate
+from broker_core.codec.errors import MalformedBatch
+from broker_core.codec.records import check_walk, records_buffer
+from broker_core.codec.varints import Buffer
+from broker_core.errors import ErrorCode, KafkaApiError
 
-_CODEC_BITS = 0x07
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
-_UINT32 = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +63,12 @@ def _invalid(exc: MalformedBatch) -> KafkaApiError:
     return KafkaApiError(ErrorCode.INVALID_RECORD, f"malformed record: {exc}")
 
 
-def rework(batch: Buffer, header: BatchHeader, plan: Rework) -> bytearray | None:
-    """Do ``plan`` to ``batch``: the batch compressed again, or None when its bytes stay as
-    they came. INVALID_RECORD for records that do not parse (as far as the plan looks) or
-    lack a key the plan requires; nothing is changed then."""
+def rework(batch: Buffer, header: BatchHeader,
+           plan: Rework) -> tuple[bytearray, BatchHeader] | None:
+    """Do ``plan`` to ``batch`` (whose header is ``header``): the batch compressed again and
+    its header as it now is, or None when its bytes stay as they came. INVALID_RECORD for
+    records that do not parse (as far as the plan looks) or lack a key the plan requires;
+    nothing is changed then."""
     try:
         records, start = records_buffer(batch, header.compression)
     except MalformedBatch as exc:
@@ -84,7 +86,8 @@ def rework(batch: Buffer, header: BatchHeader, plan: Rework) -> bytearray | None
     out[:BATCH_HEADER_SIZE] = memoryview(batch)[:BATCH_HEADER_SIZE]
     out[BATCH_HEADER_SIZE:] = payload
     _INT32.pack_into(out, BATCH_LENGTH_AT, len(out) - BATCH_LENGTH_OVERHEAD)
-    (attributes,) = _INT16.unpack_from(out, ATTRIBUTES_AT)
-    _INT16.pack_into(out, ATTRIBUTES_AT, (attributes & ~_CODEC_BITS) | plan.codec)
-    _UINT32.pack_into(out, CRC_AT, crc32c.crc32c(memoryview(out)[ATTRIBUTES_AT:]))
-    return out
+    attributes = (header.attributes & ~CODEC_BITS) | plan.codec
+    _INT16.pack_into(out, ATTRIBUTES_AT, attributes)
+    crc = seal(out)
+    return out, replace(header, batch_length=len(out) - BATCH_LENGTH_OVERHEAD,
+                        attributes=attributes, crc=crc)
