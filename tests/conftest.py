@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from oauth.dev_issuer import DevIssuer
 from tests.broker_process import BrokerProcess
+from tests.oauth_helpers import make_issuer
 from tests.postgres_server import PostgresServer, shared_server, stop_shared_server
 
 _names = itertools.count()
@@ -66,6 +68,21 @@ def broker(tmp_path_factory: pytest.TempPathFactory,
     yield process
     process.stop()
     check_engine_left(data, storage_engine)
+
+
+@pytest.fixture(scope="module")
+def issuer_options() -> dict[str, object]:
+    """Options of the module's dev issuer (``make_issuer``); a module overrides this fixture
+    to change them."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def issuer(issuer_options: dict[str, object]) -> Iterator[DevIssuer]:
+    """A dev OAuth issuer on 127.0.0.1, shared by the tests of one module."""
+    dev = make_issuer(**issuer_options)
+    yield dev
+    dev.stop()
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from bench import cluster_report
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.broker_process import REPO
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.broker_process import REPO
+
 RECORDS = 2_000
 PARTITIONS = 3
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.broker_process import REPO
+
 SIZES = [100, 1024, 16384]
 
 

@@ -21,9 +21,9 @@ from broker_core.storage import LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress, NotOwner
 from broker_core.storage.errors import AppendFenced
 from broker_core.storage.postgres import PgStorage
+from tests.batches import make_batch
 from tests.broker_process import REPO, BrokerProcess
 from tests.postgres_server import shared_server
-from tests.storage.test_storage_engines import make_batch
 
 TOPIC = "public/default/t"
 SHORT_LEASE_MS = 600

@@ -19,8 +19,8 @@ from broker_core.storage.cluster import BrokerRecord, MarkerRequest
 from broker_core.storage.feed import CHANGES, CHANNELS, MARKERS, REGISTRY
 from broker_core.storage.pg_database import LISTENER_NAME
 from broker_core.storage.postgres import PgStorage
+from tests.batches import make_batch
 from tests.postgres_server import shared_server
-from tests.storage.test_storage_engines import make_batch
 
 TOPIC = "public/default/t"
 WAIT_S = 30.0

@@ -10,8 +10,6 @@ whose tokens come from the dev issuer over HTTP on 127.0.0.1.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import confluent_kafka
 import pytest
 
@@ -25,27 +23,13 @@ from tests.oauth_helpers import (
     BearerConnection,
     issuer_token,
     login_for,
-    make_issuer,
-    oauth_file,
-    start_broker,
 )
 
 
 @pytest.fixture(scope="module")
-def issuer() -> Iterator[DevIssuer]:
-    dev = make_issuer()
-    yield dev
-    dev.stop()
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, issuer: DevIssuer) -> Iterator[
-        BrokerProcess]:
-    directory = tmp_path_factory.mktemp("oauth-clients")
-    process = start_broker(directory, oauth_file(directory, issuer.url),
-                           superUserRoles="admin")
-    yield process
-    process.stop()
+def oauth_broker_settings() -> dict[str, str]:
+    """The broker's own settings for this module."""
+    return {"superUserRoles": "admin"}
 
 
 def values(count: int, tag: str) -> list[bytes]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -21,28 +19,15 @@ from tests.oauth_helpers import (
     BearerConnection,
     issuer_token,
     login_for,
-    make_issuer,
-    oauth_file,
-    start_broker,
 )
 
 LIFETIME = 6
 
 
 @pytest.fixture(scope="module")
-def issuer() -> Iterator[DevIssuer]:
-    dev = make_issuer(token_lifetime_seconds=LIFETIME)
-    yield dev
-    dev.stop()
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, issuer: DevIssuer) -> Iterator[
-        BrokerProcess]:
-    directory = Path(tmp_path_factory.mktemp("oauth-expiry"))
-    process = start_broker(directory, oauth_file(directory, issuer.url))
-    yield process
-    process.stop()
+def issuer_options() -> dict[str, object]:
+    """The dev issuer's options for this module."""
+    return {"token_lifetime_seconds": LIFETIME}
 
 
 def short_token(issuer: DevIssuer, seconds: int) -> str:

@@ -8,7 +8,6 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import jwt
@@ -22,14 +21,13 @@ from oauth.dev_issuer import DevIssuer
 from oauth.errors import OAuthError
 from oauth.kafka_python_provider import KafkaPythonTokenProvider
 from oauth.login import ClientCredentialsLogin
-from tests.oauth_helpers import AUDIENCE, credentials_url, make_issuer
+from tests.oauth_helpers import AUDIENCE, credentials_url
 
 
 @pytest.fixture(scope="module")
-def issuer() -> Iterator[DevIssuer]:
-    dev = make_issuer(token_lifetime_seconds=100)
-    yield dev
-    dev.stop()
+def issuer_options() -> dict[str, object]:
+    """The dev issuer's options for this module."""
+    return {"token_lifetime_seconds": 100}
 
 
 class Clock:

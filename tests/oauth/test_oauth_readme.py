@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from edge.config import parse_properties
 from oauth.dev_issuer import DevIssuer
 from oauth.settings import parse_validator_settings, settings_reference_markdown
 from tests.broker_process import REPO, BrokerProcess
-from tests.oauth_helpers import make_issuer, oauth_file, start_broker
 
 README = (REPO / "README.md").read_text()
 SECTION = README[README.index("## OAuth 2.0 (SASL/OAUTHBEARER)"):
@@ -29,22 +27,6 @@ def example(name: str) -> str:
     match = re.search(rf"<!-- example:{name} -->\n```python\n(.*?)```", SECTION, re.S)
     assert match, f"README has no example {name!r} in the OAuth section"
     return match[1]
-
-
-@pytest.fixture(scope="module")
-def issuer() -> Iterator[DevIssuer]:
-    dev = make_issuer()
-    yield dev
-    dev.stop()
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, issuer: DevIssuer) -> Iterator[
-        BrokerProcess]:
-    directory = Path(tmp_path_factory.mktemp("oauth-readme"))
-    process = start_broker(directory, oauth_file(directory, issuer.url))
-    yield process
-    process.stop()
 
 
 def run(name: str, broker: BrokerProcess, issuer: DevIssuer, cwd: Path) -> list[str]:

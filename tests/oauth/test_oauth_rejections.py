@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import jwt
 import pytest
@@ -20,31 +19,22 @@ from tests.oauth_helpers import (
     bearer_message,
     good_login,
     issuer_token,
-    make_issuer,
-    oauth_file,
     rejected,
-    start_broker,
 )
 
 SCOPE = "kafka"
 
 
 @pytest.fixture(scope="module")
-def issuer() -> Iterator[DevIssuer]:
-    dev = make_issuer()
-    yield dev
-    dev.stop()
+def oauth_options() -> dict[str, str]:
+    """The broker's ``oauth.*`` keys for this module."""
+    return {"required_scopes": SCOPE}
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, issuer: DevIssuer) -> Iterator[
-        BrokerProcess]:
-    directory = Path(tmp_path_factory.mktemp("oauth-rejections"))
-    process = start_broker(directory, oauth_file(directory, issuer.url,
-                                                 required_scopes=SCOPE),
-                           failedAuthenticationDelayMs="0")
-    yield process
-    process.stop()
+def oauth_broker_settings() -> dict[str, str]:
+    """The broker's own settings for this module."""
+    return {"failedAuthenticationDelayMs": "0"}
 
 
 def good(issuer: DevIssuer) -> str:

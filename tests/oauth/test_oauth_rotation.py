@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,21 +30,15 @@ REFRESH_MIN_SECONDS = 2.0
 
 
 @pytest.fixture(scope="module")
-def issuer() -> Iterator[DevIssuer]:
-    dev = make_issuer()
-    yield dev
-    dev.stop()
+def oauth_options() -> dict[str, str]:
+    """The broker's ``oauth.*`` keys for this module."""
+    return {"jwks_refresh_min_seconds": str(REFRESH_MIN_SECONDS)}
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, issuer: DevIssuer) -> Iterator[
-        BrokerProcess]:
-    directory = Path(tmp_path_factory.mktemp("oauth-rotation"))
-    properties = oauth_file(directory, issuer.url,
-                            jwks_refresh_min_seconds=str(REFRESH_MIN_SECONDS))
-    process = start_broker(directory, properties, failedAuthenticationDelayMs="0")
-    yield process
-    process.stop()
+def oauth_broker_settings() -> dict[str, str]:
+    """The broker's own settings for this module."""
+    return {"failedAuthenticationDelayMs": "0"}
 
 
 def jwks_requests(issuer: DevIssuer) -> int:

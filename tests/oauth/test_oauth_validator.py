@@ -5,7 +5,6 @@ and the OAUTHBEARER server built on it (tenant, extensions, authorization id).""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -16,13 +15,6 @@ from oauth.settings import ValidatorSettings
 from sasl.errors import SaslFailure
 from sasl.oauthbearer import OAuthBearerServer
 from tests.oauth_helpers import AUDIENCE, bearer_message, issuer_token, make_issuer
-
-
-@pytest.fixture(scope="module")
-def issuer() -> Iterator[DevIssuer]:
-    dev = make_issuer()
-    yield dev
-    dev.stop()
 
 
 def validator(issuer: DevIssuer, **options: object) -> JwksTokenValidator:

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from oauth.dev_issuer import DevIssuer
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
-from tests.oauth_helpers import credentials_url, make_issuer, oauth_file, start_broker
+from tests.oauth_helpers import credentials_url, oauth_file, start_broker
 from tests.pipeline_helpers import consume, make_spark, produce, reader
 
 
@@ -167,13 +167,6 @@ def test_bad_options_are_named(spark: SparkSession, broker: BrokerProcess) -> No
         reader(spark, broker.bootstrap).load().collect()
     with pytest.raises(Exception, match="startingOffsets must be earliest, latest or JSON"):
         reader(spark, broker.bootstrap, subscribe="x", startingOffsets="soon").load().collect()
-
-
-@pytest.fixture(scope="module")
-def issuer() -> Iterator[DevIssuer]:
-    dev = make_issuer()
-    yield dev
-    dev.stop()
 
 
 def test_oauthbearer_login_callback(spark: SparkSession, issuer: DevIssuer,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import confluent_kafka
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from tests.batches import values_batch
 from tests.bombs import BOMBS
 from tests.broker_process import BrokerProcess
 from tests.clients import CONSUMERS, PRODUCERS, create_topic, make_records
@@ -29,15 +29,6 @@ def validating(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
                            {"validateRecords": "true"}).start()
     yield broker
     broker.stop()
-
-
-def _batch(values: list[bytes], compression: int = 0) -> bytearray:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=compression,
-                                        is_transactional=False, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
-    for i, value in enumerate(values):
-        builder.append(i, timestamp=int(time.time() * 1000), key=None, value=value, headers=[])
-    return bytearray(builder.build())
 
 
 def _garbage_records(batch: bytearray) -> bytes:
@@ -72,12 +63,12 @@ def test_unparsable_records_are_refused_and_not_written(
     conn = RawConnection(validating.port)
     try:
         assert create(conn, topic_name) == 0
-        assert produce(conn, topic_name, bytes(_batch([b"before"]))).error_code == 0
+        assert produce(conn, topic_name, bytes(values_batch([b"before"]))).error_code == 0
         values = [b"x" * 20] * (2 if spoil is _count_too_high else 3)
-        answer = produce(conn, topic_name, spoil(_batch(values, compression)))
+        answer = produce(conn, topic_name, spoil(values_batch(values, compression=compression)))
         assert answer.error_code == INVALID_RECORD, answer
         assert latest_offset(conn, topic_name) == 1
-        assert produce(conn, topic_name, bytes(_batch([b"after"]))).error_code == 0
+        assert produce(conn, topic_name, bytes(values_batch([b"after"]))).error_code == 0
     finally:
         conn.close()
     validating.wait_for_log(rf"produce to {topic_name}-0 .*refused: malformed record")

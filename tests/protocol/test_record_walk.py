@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker_core.batches import read_header
 from broker_core.record_check import Buffer, MalformedBatch, records_buffer, walk_records
 from broker_core.record_walk import LIBRARY_ENV, NATIVE, NOTE, NativeWalker, load
+from tests.batches import build_batch
 from tests.broker_process import BrokerProcess
 from tests.protocol.test_bad_input import INVALID_RECORD, create, latest_offset, produce
 from tests.raw import RawConnection, record_batch, resealed
@@ -64,14 +64,8 @@ Shape = list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]]
 
 def _batch(records: Shape, compression: int = 0) -> tuple[bytes, int, int]:
     """A batch from kafka-python's encoder: its records' buffer, their start and count."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=compression,
-                                        is_transactional=False, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 24)
-    for i, (key, value, headers) in enumerate(records):
-        builder.append(i, timestamp=1_700_000_000_000 + i * 7, key=key, value=value,
-                       headers=headers)
-    batch = bytes(builder.build())
+    batch = bytes(build_batch(records, timestamp=1_700_000_000_000, timestamp_step=7,
+                              compression=compression, batch_size=1 << 24))
     header = read_header(batch)
     buf, start = records_buffer(batch, header.compression)
     return bytes(buf), start, header.record_count

@@ -9,11 +9,10 @@ import asyncio
 import os
 from pathlib import Path
 
-from kafka.record.default_records import DefaultRecordBatchBuilder
-
 from broker_core.durability import WRITEBACK_INTERVAL_MS, FlushScheduler
 from broker_core.storage import LogConfig, PartitionLog
 from broker_core.storage.fsutil import start_writeback
+from tests.batches import build_batch
 
 
 class CountingLog(PartitionLog):
@@ -31,14 +30,6 @@ class CountingLog(PartitionLog):
         super().start_writeback()
 
 
-def _batch(value: bytes = b"v" * 1000) -> bytearray:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 20)
-    builder.append(0, timestamp=1, key=None, value=value, headers=[])
-    return bytearray(builder.build())
-
-
 def test_start_writeback_is_available_for_ledger_files(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"x" * 100_000)
@@ -54,7 +45,7 @@ def test_writeback_follows_appends_across_rolls(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path / "p", LogConfig())
     for round_ in range(3):
         for _ in range(5):
-            log.append(_batch(), 0, 1)
+            log.append(build_batch([(None, b"v" * 1000)], timestamp=1), 0, 1)
         log.start_writeback()
         log.start_writeback()  # nothing new: a no-op
         if round_ == 1:
@@ -72,7 +63,7 @@ def test_writeback_runs_between_periodic_fsyncs(tmp_path: Path) -> None:
         scheduler = FlushScheduler(flush_interval_messages=1 << 60, flush_interval_ms=1000)
         scheduler.start()
         for _ in range(6):
-            log.append(_batch(), 0, 1)
+            log.append(build_batch([(None, b"v" * 1000)], timestamp=1), 0, 1)
             assert scheduler.appended(log, 1) is None  # no fsync is due by count
             await asyncio.sleep(WRITEBACK_INTERVAL_MS / 1000 * 1.5)
         assert log.writebacks >= 3 and log.flushes == 0

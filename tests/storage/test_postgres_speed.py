@@ -26,11 +26,12 @@ from broker_core.storage.cluster import NotOwner
 from broker_core.storage.pg_commits import LANES
 from broker_core.storage.pg_readahead import WINDOW_PAGES
 from broker_core.storage.postgres import PgPartition
+from tests.batches import make_batch
 from tests.broker_process import BrokerProcess
 from tests.clients import consume_confluent, create_topic
 from tests.postgres_server import PostgresServer, shared_server
 from tests.raw import RawConnection
-from tests.storage.test_storage_engines import TOPIC, append, make_batch, partition
+from tests.storage.test_storage_engines import TOPIC, append, partition
 from tests.storage_helpers import batch_bytes
 
 PARTITIONS = 4

@@ -8,7 +8,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker_core.markers import marker_batch
 from broker_core.partition_producers import PartitionProducers
@@ -24,6 +23,7 @@ from broker_core.storage import (
     UnknownTopic,
     open_storage,
 )
+from tests.batches import make_batch
 from tests.postgres_server import shared_server
 from tests.storage_helpers import batch_bytes
 
@@ -59,21 +59,6 @@ def storage(engine: str, tmp_path: Path, clock: Clock) -> Iterator[Storage]:
     opened = open_storage(url, LogConfig(segment_bytes=4096), clock=clock)
     yield opened
     opened.close()
-
-
-def make_batch(count: int, first_timestamp: int = 1_000, size: int = 50,
-               producer_id: int = -1) -> bytearray:
-    transactional = producer_id >= 0
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0,
-                                        is_transactional=transactional,
-                                        producer_id=producer_id,
-                                        producer_epoch=0 if transactional else -1,
-                                        base_sequence=0 if transactional else -1,
-                                        batch_size=1 << 20)
-    for i in range(count):
-        builder.append(i, first_timestamp + i, b"k", b"v" * size, [])
-    batch: bytearray = builder.build()
-    return batch
 
 
 def append(log: PartitionStore, count: int, first_timestamp: int = 1_000,

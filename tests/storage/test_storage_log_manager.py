@@ -6,7 +6,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker_core.storage import (
     LogConfig,
@@ -17,24 +16,9 @@ from broker_core.storage import (
     log_config_for_topic,
     open_storage,
 )
+from tests.batches import make_batch
 
 DEFAULT = LogConfig(segment_bytes=4096)
-
-
-def make_batch(count: int) -> bytearray:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
-    for i in range(count):
-        builder.append(i, 1_000 + i, b"k", b"v" * 50, [])
-    batch: bytearray = builder.build()
-    return batch
 
 
 def append(manager: LogManager, name: str, partition: int, count: int) -> int:

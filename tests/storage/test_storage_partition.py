@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from kafka.record import MemoryRecords
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker_core.storage import FileRegion, LogConfig, OffsetOutOfRange, PartitionLog
 from broker_core.storage.batch_header import crc_matches, shape_problem
@@ -18,28 +17,12 @@ from broker_core.storage.entry import (
     decode_entry_header,
     encode_entry_header,
 )
+from tests.batches import numbered_batch
 from tests.storage_helpers import batch_bytes, region_bytes
 
 
-def make_batch(first: int, count: int, *, ts: int = 1_000, pad: int = 0) -> bytearray:
-    """A v2 batch of ``count`` records whose values are ``b"<first+i>"`` (+ padding)."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
-    for i in range(count):
-        builder.append(i, ts + i, None, str(first + i).encode() + b"." * pad, [])
-    batch: bytearray = builder.build()
-    return batch
-
-
 def add(log: PartitionLog, first: int, count: int, *, ts: int = 1_000, pad: int = 0) -> int:
-    batch = make_batch(first, count, ts=ts, pad=pad)
+    batch = numbered_batch(first, count, ts=ts, pad=pad)
     return log.append(batch, count - 1, ts + count - 1)
 
 
@@ -82,7 +65,7 @@ def test_entry_header_round_trip_and_corruption() -> None:
 
 
 def test_batch_checks_on_real_batches() -> None:
-    batch = make_batch(0, 4)
+    batch = numbered_batch(0, 4)
     assert shape_problem(batch) is None
     assert crc_matches(batch)
     batch[-1] ^= 1
@@ -184,7 +167,7 @@ def test_sparse_index_granularity(tmp_path: Path) -> None:
 
 def test_append_validates_batch(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path / "p", LogConfig())
-    batch = make_batch(0, 3)
+    batch = numbered_batch(0, 3)
     with pytest.raises(ValueError, match="last_offset_delta"):
         log.append(bytearray(batch), 1, 0)
     with pytest.raises(ValueError, match="batchLength"):

@@ -13,40 +13,24 @@ from pathlib import Path
 
 import pytest
 from kafka.record import MemoryRecords
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker_core.storage import LogConfig, PartitionLog
 from broker_core.storage.entry import ENTRY_HEADER_SIZE
 from broker_core.storage.errors import DamagedRecords
 from broker_core.storage.ledger import ledger_file_name
 from broker_core.storage.metadata import METADATA_FILE
+from tests.batches import numbered_batch
+from tests.broker_process import REPO
 from tests.storage_helpers import batch_bytes, stored_entries
 
-REPO = Path(__file__).resolve().parents[2]
 CONFIG = LogConfig(segment_bytes=600)
-
-
-def make_batch(first: int, count: int, *, ts: int = 1_000) -> bytearray:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
-    for i in range(count):
-        builder.append(i, ts + i, None, str(first + i).encode(), [])
-    batch: bytearray = builder.build()
-    return batch
 
 
 def fill(log: PartitionLog, batches: int, size: int = 3) -> int:
     """Append batches of ``size`` records whose values are their offsets; returns next."""
     for _ in range(batches):
         first = log.next_offset
-        assert log.append(make_batch(first, size), size - 1, 1_000 + size - 1) == first
+        assert log.append(numbered_batch(first, size), size - 1, 1_000 + size - 1) == first
     return log.next_offset
 
 
@@ -129,7 +113,7 @@ def test_torn_last_entry_is_truncated(
     before = log.next_offset - 3
     path = log._ledgers[-1].path
     full = log._ledgers[-1].facts.size
-    size_before = full - ENTRY_HEADER_SIZE - len(make_batch(before, 3))
+    size_before = full - ENTRY_HEADER_SIZE - len(numbered_batch(before, 3))
     assert size_before > 0  # the torn entry is not the ledger's only one
     del log
     new_size = {
@@ -340,7 +324,7 @@ def test_flipped_byte_in_sealed_ledger_is_found_on_first_read(
     total = fill(log, 40)
     path = log._ledgers[0].path
     log.close()
-    entry = ENTRY_HEADER_SIZE + len(make_batch(0, 3))
+    entry = ENTRY_HEADER_SIZE + len(numbered_batch(0, 3))
     with open(path, "r+b") as f:  # the last byte of the second batch (offsets 3..5)
         f.seek(2 * entry - 1)
         byte = f.read(1)
@@ -477,7 +461,7 @@ def test_damage_in_the_open_ledger_leaves_appends_readable(tmp_path: Path) -> No
 def test_timestamp_lookups_pass_over_a_damaged_batch(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path, LogConfig(segment_bytes=1 << 20))
     fill(log, 3)
-    assert log.append(make_batch(9, 3, ts=9_000), 2, 9_002) == 9  # the newest timestamps
+    assert log.append(numbered_batch(9, 3, ts=9_000), 2, 9_002) == 9  # the newest timestamps
     log.roll()
     fill(log, 3)
     path = log._ledgers[0].path
