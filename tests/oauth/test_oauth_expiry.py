@@ -20,6 +20,7 @@ from tests.oauth_helpers import (
     issuer_token,
     login_for,
 )
+from tests.sessions import wait_past_session, wait_until
 
 LIFETIME = 6
 
@@ -39,9 +40,10 @@ def test_connection_outliving_its_token_is_closed(broker: BrokerProcess,
     conn = BearerConnection(broker.port)
     try:
         answer = conn.login(short_token(issuer, 2))
+        answered = time.time()
         assert 0 < answer.session_lifetime_ms <= 2000
         assert conn.metadata(None).brokers
-        time.sleep(answer.session_lifetime_ms / 1000 + 0.3)
+        wait_past_session(answered, answer.session_lifetime_ms)
         conn.send_frame(conn.request_bytes(MetadataRequest[1](topics=None), 1))
         with pytest.raises((ConnectionError, OSError)):
             conn.read_frame()
@@ -54,11 +56,13 @@ def test_reauthenticated_connection_lives_on(broker: BrokerProcess,
                                              issuer: DevIssuer) -> None:
     conn = BearerConnection(broker.port)
     try:
+        sent = time.time()
         first = conn.login(short_token(issuer, 2))
-        time.sleep(first.session_lifetime_ms / 2000)
+        answered = time.time()
+        wait_until(sent + first.session_lifetime_ms / 2000)  # re-authenticate half-way
         again = conn.login(short_token(issuer, 60))
         assert again.session_lifetime_ms > 50_000
-        time.sleep(first.session_lifetime_ms / 1000)
+        wait_past_session(answered, first.session_lifetime_ms)  # the first session is over
         assert conn.metadata(None).brokers
     finally:
         conn.close()

@@ -30,6 +30,7 @@ from tests.security_helpers import (
     closed_by_peer,
     plain_message,
 )
+from tests.sessions import wait_past_session, wait_until
 
 CAP_MS = 1500
 
@@ -136,11 +137,12 @@ def test_connections_max_reauth_caps_the_lifetime(capped: Env) -> None:
 def test_expired_session_is_closed_on_its_next_request(plain: Env) -> None:
     conn = plain.connect()
     try:
-        exp, exp_epoch = exp_in(1)
+        exp, _ = exp_in(1)
         lifetime = login(conn, plain.issuer, 2, exp=exp)
+        answered = time.time()
         assert 0 < lifetime <= 2000
         assert metadata_ok(conn)
-        time.sleep(max(exp_epoch - time.time(), 0) + 0.3)
+        wait_past_session(answered, lifetime)
         assert conn.closed_after_request(MetadataRequest[1](topics=None), 1)
     finally:
         conn.close()
@@ -157,8 +159,9 @@ def test_expired_session_by_the_cap_is_closed(capped: Env) -> None:
     conn = capped.connect()
     try:
         lifetime = login(conn, capped.issuer, 2)
+        answered = time.time()
         assert metadata_ok(conn)
-        time.sleep(lifetime / 1000 + 0.3)
+        wait_past_session(answered, lifetime)
         assert conn.closed_after_request(MetadataRequest[1](topics=None), 1)
     finally:
         conn.close()
@@ -170,7 +173,7 @@ def test_apiversions_after_expiry_is_still_answered_then_reauth_works(capped: En
     conn = capped.connect()
     try:
         lifetime = login(conn, capped.issuer, 2)
-        time.sleep(lifetime / 1000 + 0.2)
+        wait_past_session(time.time(), lifetime)
         assert conn.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse).error_code == NONE
         answer = conn.login("acme", capped.issuer.token("alice", expires_in=3600))
         assert 0 < answer.session_lifetime_ms <= CAP_MS
@@ -182,14 +185,15 @@ def test_apiversions_after_expiry_is_still_answered_then_reauth_works(capped: En
 def test_reauthentication_keeps_the_connection(plain: Env) -> None:
     conn = plain.connect()
     try:
-        exp, exp_epoch = exp_in(1.5)
+        exp, _ = exp_in(1.5)
         first = login(conn, plain.issuer, 2, exp=exp)
+        first_answered = time.time()
         assert 0 < first <= 2500
         assert metadata_ok(conn)
         # Re-authenticate on the same connection with a fresh token before expiry.
         again = conn.login("acme", plain.issuer.token("alice", expires_in=60))
         assert 50_000 < again.session_lifetime_ms <= 60_000
-        time.sleep(max(exp_epoch - time.time(), 0) + 0.5)
+        wait_past_session(first_answered, first)  # the first token's session is over
         for _ in range(3):
             assert metadata_ok(conn)
     finally:
@@ -203,11 +207,16 @@ def test_repeated_reauthentication_under_the_cap(capped: Env) -> None:
         login(conn, capped.issuer, 2)
         started = time.monotonic()
         while time.monotonic() - started < 3 * CAP_MS / 1000:
+            sent = time.time()
             answer = conn.login("acme", capped.issuer.token("alice", expires_in=3600))
             assert 0 < answer.session_lifetime_ms <= CAP_MS
+            # Requests only in the first half of the session (which the broker started
+            # after ``sent``), then re-authenticate at its middle: never near its end.
+            middle = sent + answer.session_lifetime_ms / 2000
             for _ in range(3):
-                assert metadata_ok(conn)
-                time.sleep(0.2)
+                if time.time() < middle:
+                    assert metadata_ok(conn)
+            wait_until(middle)
     finally:
         conn.close()
 
