@@ -186,7 +186,9 @@ def consume_confluent(conf: dict[str, Any], topic: str, count: int,
         while len(got) < count and time.monotonic() < deadline:
             for msg in consumer.consume(100, 0.5):
                 assert msg.error() is None, msg.error()
-                got.append(msg.value())
+                value = msg.value()
+                assert value is not None, msg
+                got.append(value)
     finally:
         consumer.close()
     return got

@@ -170,8 +170,8 @@ class TxnConnection(RawConnection):
             request = R[version](transactions=[R.AddPartitionsToTxnTransaction(
                 transactional_id=transactional_id, producer_id=producer_id,
                 producer_epoch=epoch, verify_only=False,
-                topics=[R.AddPartitionsToTxnTopic(name=t, partitions=ps)
-                        for t, ps in topics.items()])])
+                topics=[R.AddPartitionsToTxnTransaction.AddPartitionsToTxnTopic(
+                    name=t, partitions=ps) for t, ps in topics.items()])])
             answer = self.call(request, version, AddPartitionsToTxnResponse)
             assert answer.error_code == NONE, answer
             results = answer.results_by_transaction[0].topic_results

@@ -151,7 +151,7 @@ class AioKafkaMember:
     async def _run(self) -> None:
         member = self
 
-        class Listener(aiokafka.ConsumerRebalanceListener):  # type: ignore[misc]
+        class Listener(aiokafka.ConsumerRebalanceListener):
             async def on_partitions_revoked(self, revoked: list[aiokafka.TopicPartition]
                                             ) -> None:
                 for tp in revoked:

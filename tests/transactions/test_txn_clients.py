@@ -10,7 +10,7 @@ from pathlib import Path
 
 import kafka
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-untyped]
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as AioTopicPartition
 
 from tests.broker_process import BrokerProcess
