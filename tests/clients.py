@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import confluent_kafka
 import kafka
@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 PARTITIONS = 3
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,12 @@ class Got:
     partition: int
     offset: int
     rec: Rec
+
+
+def present(value: T | None) -> T:
+    """``value``, which the test knows is there (a consumed message's offset, value...)."""
+    assert value is not None
+    return value
 
 
 def known_bytes(value: object) -> bytes:

@@ -196,7 +196,7 @@ def test_a_paused_owner_cannot_write_after_takeover(tmp_path: Path, topic_name: 
         consumer = Consumer({"bootstrap.servers": others[0].bootstrap,
                              "group.id": f"check-{topic_name}", "auto.offset.reset": "earliest"})
         consumer.assign([TopicPartition(topic_name, partition, 0)])
-        values = []
+        values: list[bytes | None] = []
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and len(values) < 1:
             message = consumer.poll(0.5)

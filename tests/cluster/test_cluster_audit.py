@@ -21,6 +21,7 @@ from pathlib import Path
 import confluent_kafka
 
 from tests.broker_process import BrokerProcess
+from tests.clients import present
 from tests.cluster_helpers import Cluster, running_cluster
 
 AUDIT = "public/__kafka/__audit"
@@ -66,7 +67,8 @@ def audit_partitions(cluster: Cluster, clients: set[str],
                 found.clear()
             for message in consumer.consume(100, 0.5):
                 if message.error() is None:
-                    found[str(json.loads(message.value())["client"])] = message.partition()
+                    event = json.loads(present(message.value()))
+                    found[str(event["client"])] = present(message.partition())
     finally:
         consumer.close()
     return count, {client: found[client] for client in clients if client in found}

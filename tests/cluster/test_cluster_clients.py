@@ -201,7 +201,7 @@ def test_the_java_client_carries_on_across_a_failover(tmp_path: Path, topic_name
                           str(COUNT))
         try:
             assert flow.stdout is not None and flow.stdin is not None
-            lines = []
+            lines: list[list[str]] = []
             while not lines or lines[-1][0] != "ready":
                 line = flow.stdout.readline()
                 assert line, "the Java flow ended early"

@@ -23,6 +23,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
+from tests.clients import present
 from tests.envoy_helpers import (
     EnvoyProcess,
     brokers_of,
@@ -147,7 +148,7 @@ def consume_group(conf: dict[str, Any], topic: str, group: str, count: int,
         while len(got) < count and time.monotonic() < deadline:
             for msg in consumer.consume(100, 0.5):
                 assert msg.error() is None, msg.error()
-                got.append(msg.value())
+                got.append(present(msg.value()))
         consumer.commit(asynchronous=False)
         committed = consumer.committed(consumer.assignment(), timeout=10)
         assert sum(tp.offset for tp in committed if tp.offset > 0) >= count

@@ -17,6 +17,7 @@ from oauth.adapters import confluent_oauth_cb
 from oauth.dev_issuer import DevIssuer
 from oauth.errors import OAuthError
 from tests.broker_process import BrokerProcess
+from tests.clients import present
 from tests.oauth_helpers import (
     CLIENT_KINDS,
     NONE,
@@ -60,7 +61,7 @@ def test_confluent_builtin_oidc(broker: BrokerProcess, issuer: DevIssuer,
             assert batch, "no records within 10 s"
             for msg in batch:
                 assert msg.error() is None, msg.error()
-                got.append(msg.value())
+                got.append(present(msg.value()))
     finally:
         consumer.close()
     assert got == sent

@@ -518,7 +518,7 @@ def test_listener_specs_from_config() -> None:
 )
 def test_direct_construction_is_validated(changes: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError, match=f"for {key!r}"):
-        BrokerConfig(**changes)  # type: ignore[arg-type]
+        BrokerConfig(**changes)
 
 
 def test_replace_revalidates_and_reparses_listeners() -> None:

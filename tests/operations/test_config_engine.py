@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from broker_core.engine import EngineConfig
+from broker_core.engine_config import EngineConfig
 from broker_core.storage.config import LogConfig
 from edge.app import engine_config, log_config
 from edge.config import BrokerConfig

@@ -61,7 +61,7 @@ def test_make_run_then_quickstart(tmp_path: Path) -> None:
     assert make.stdout is not None
     try:
         deadline = time.monotonic() + 300
-        seen = []
+        seen: list[str] = []
         while time.monotonic() < deadline:
             line = make.stdout.readline()
             assert line, "make run exited:\n" + "".join(seen)
@@ -116,7 +116,7 @@ def test_secure_broker_examples(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
     assert broker.stdout is not None
     try:
-        seen = []
+        seen: list[str] = []
         while True:
             line = broker.stdout.readline()
             assert line, "the secured broker exited:\n" + "".join(seen)
@@ -145,7 +145,7 @@ def _start_command(command: str, name: str, cwd: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
     assert broker.stdout is not None
-    seen = []
+    seen: list[str] = []
     while True:
         line = broker.stdout.readline()
         if not line:

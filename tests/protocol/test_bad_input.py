@@ -7,6 +7,7 @@ import socket
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
@@ -77,7 +78,7 @@ def create(conn: RawConnection, name: str, partitions: int = 1) -> int:
 
 
 def produce(conn: RawConnection, topic: str, records: bytes, acks: int = -1,
-            partition: int = 0) -> object:
+            partition: int = 0) -> Any:
     data = ProduceRequest.TopicProduceData(name=topic, partition_data=[
         ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=records)])
     answer = conn.call(ProduceRequest[9](transactional_id=None, acks=acks, timeout_ms=5000,
@@ -279,7 +280,7 @@ def test_fetch_past_the_end_is_offset_out_of_range(broker: BrokerProcess,
     assert create(conn, topic_name) == 0
     assert produce(conn, topic_name, record_batch(5)).error_code == 0
 
-    def fetch(offset: int) -> object:
+    def fetch(offset: int) -> Any:
         return conn.call(fetch_request(topic_name, offset), 11,
                          FetchResponse).responses[0].partitions[0]
 

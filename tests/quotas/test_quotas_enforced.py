@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from tests.broker_process import BrokerProcess
+from tests.clients import present
 from tests.ports import free_port
 from tests.quota_helpers import alter, describe, parts, produce_flat_out, produce_throttle
 from tests.raw import RawConnection
@@ -92,7 +93,7 @@ def test_a_consumer_is_held_near_its_byte_rate(broker: BrokerProcess, topic_name
         while time.monotonic() < until:
             for msg in consumer.consume(100, 0.2):
                 if msg.error() is None:
-                    got.append((time.monotonic(), len(msg.value())))
+                    got.append((time.monotonic(), len(present(msg.value()))))
     finally:
         consumer.close()
     total = sum(size for _, size in got)

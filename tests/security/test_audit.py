@@ -17,7 +17,7 @@ import jwt
 from confluent_kafka.admin import AdminClient
 
 from tests.broker_process import BrokerProcess
-from tests.clients import create_topic
+from tests.clients import create_topic, present
 from tests.operations.test_metrics import sample, scrape
 from tests.ports import free_port
 from tests.security_helpers import make_tls
@@ -37,7 +37,7 @@ def read_audit(bootstrap: str, until: set[tuple[str, str]]) -> list[dict[str, ob
             and time.monotonic() < deadline:
         for msg in consumer.consume(100, 1.0):
             if msg.error() is None:
-                events.append(json.loads(msg.value()))
+                events.append(json.loads(present(msg.value())))
     consumer.close()
     return events
 

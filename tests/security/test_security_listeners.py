@@ -97,7 +97,7 @@ def test_each_listener_advertises_its_own_address(
         for version in range(5):
             assert find_coordinator(conn, "some-group", version) == (BROKER_ID, *expected)
         for version in (0, 1):
-            fields = {"include_cluster_authorized_operations": False}
+            fields: dict[str, bool | int] = {"include_cluster_authorized_operations": False}
             if version >= 1:
                 fields["endpoint_type"] = 1
             cluster = conn.call(DescribeClusterRequest[version](**fields), version,

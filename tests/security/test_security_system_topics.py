@@ -30,6 +30,7 @@ from edge.acls import AclBinding as StoredBinding
 from edge.acls import AclOperation as StoredOperation
 from edge.acls import AclPattern, AclPermission, AclResource, AclStore
 from tests.broker_process import BrokerProcess
+from tests.clients import present
 from tests.security_helpers import (
     NONE,
     TOPIC_AUTHORIZATION_FAILED,
@@ -76,9 +77,9 @@ def read_topic(login: Login, topic: str, timeout: float = 15.0
             batch = consumer.consume(100, 0.5)
             for msg in batch:
                 if msg.error() is not None:
-                    errors.add(int(msg.error().code()))
+                    errors.add(int(present(msg.error()).code()))
                 else:
-                    values.append(json.loads(msg.value()))
+                    values.append(json.loads(present(msg.value())))
             if values and not batch:
                 break
     finally:

@@ -24,6 +24,7 @@ import kafka.errors
 import pytest
 
 from tests.broker_process import BrokerProcess
+from tests.clients import present
 from tests.group_helpers import FAST_GROUPS
 from tests.security_helpers import (
     GROUP_ID_NOT_FOUND,
@@ -242,7 +243,7 @@ def test_b_cannot_consume_a_topic(tenants: Tenants, unchanged: None) -> None:
         while time.monotonic() < deadline:
             for msg in consumer.consume(100, 0.5):
                 if msg.error() is not None:
-                    errors.append(msg.error().code())
+                    errors.append(present(msg.error()).code())
                 else:
                     records += 1
     finally:
@@ -436,7 +437,7 @@ def test_b_consumer_group_g_with_a_stock_client(tenants: Tenants, unchanged: Non
         while time.monotonic() < deadline:
             for msg in consumer.consume(100, 0.5):
                 if msg.error() is not None:
-                    errors.append(msg.error().code())
+                    errors.append(present(msg.error()).code())
                 else:
                     records += 1
     finally:

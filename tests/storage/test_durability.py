@@ -11,7 +11,7 @@ import confluent_kafka
 import pytest
 
 from tests.broker_process import BrokerProcess
-from tests.clients import consume_confluent, create_topic, make_records, produce_confluent
+from tests.clients import consume_confluent, create_topic, make_records, present, produce_confluent
 from tests.storage_helpers import partition_dir, read_partition
 
 CORRUPT_MESSAGE = 2
@@ -22,7 +22,7 @@ def produce_more_and_check_offsets(broker: BrokerProcess, topic: str, first_new:
     offsets: list[int] = []
     for i in range(5):
         producer.produce(topic, value=f"after-{i}".encode(), partition=0,
-                         on_delivery=lambda err, msg: offsets.append(msg.offset()))
+                         on_delivery=lambda err, msg: offsets.append(present(msg.offset())))
     assert producer.flush(30) == 0
     assert sorted(offsets) == list(range(first_new, first_new + 5))
 

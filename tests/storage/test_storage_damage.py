@@ -18,7 +18,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.broker_process import BrokerProcess
-from tests.clients import create_topic
+from tests.clients import create_topic, present
 from tests.ports import free_port
 from tests.storage_helpers import flip_byte, partition_dir, read_partition, stored_entries
 
@@ -34,7 +34,7 @@ def produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> 
 
     def report(err: object, msg: confluent_kafka.Message) -> None:
         assert err is None, err
-        offsets.append(msg.offset())
+        offsets.append(present(msg.offset()))
 
     for value in values:
         producer.produce(topic, value=value, partition=partition, on_delivery=report)

@@ -15,7 +15,7 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 from confluent_kafka import IsolationLevel, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
@@ -137,7 +137,7 @@ def test_open_transaction_invisible_until_commit_and_lso(txn_broker: BrokerProce
     admin = AdminClient({"bootstrap.servers": txn_broker.bootstrap})
 
     def latest(isolation: IsolationLevel) -> dict[int, int]:
-        futures = admin.list_offsets({TopicPartition(topic_name, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        futures = admin.list_offsets({TopicPartition(topic_name, p): OffsetSpec.latest()
                                       for p in range(2)}, isolation_level=isolation,
                                      request_timeout=10)
         return {tp.partition: f.result(10).offset for tp, f in futures.items()}
