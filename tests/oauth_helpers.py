@@ -274,3 +274,10 @@ CLIENT_KINDS = {
     "kafka-python": (kafka_python_settings, produce_kafka_python, consume_kafka_python),
     "aiokafka": (aiokafka_settings, produce_aiokafka, consume_aiokafka),
 }
+
+
+def issuer_count(issuer: DevIssuer, name: str) -> int:
+    """One of the dev issuer's request counters (``DevIssuer.stats``)."""
+    value = issuer.stats()[name]
+    assert isinstance(value, int), (name, value)
+    return value

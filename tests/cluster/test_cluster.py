@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from tests.clients import present
 from tests.cluster_helpers import Cluster, running_cluster
 from tests.raw import RawConnection, record_batch
 
@@ -48,8 +49,8 @@ def consume_all(bootstrap: str, topic: str, count: int, group: str | None = None
             message = consumer.poll(0.5)
             if message is None or message.error():
                 continue
-            got.setdefault(message.partition(), []).append(
-                (message.offset(), message.value()))
+            got.setdefault(present(message.partition()), []).append(
+                (present(message.offset()), present(message.value())))
         consumer.commit(asynchronous=False)
     finally:
         consumer.close()

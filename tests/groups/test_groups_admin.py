@@ -17,7 +17,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, NoError
 
 from tests.broker_process import BrokerProcess
-from tests.clients import create_topic
+from tests.clients import create_topic, present
 from tests.group_helpers import (
     ConfluentMember,
     GroupLedger,
@@ -242,7 +242,7 @@ def test_consumer_lag_from_committed_and_latest_offsets(abroker: BrokerProcess,
         while any(reached.get(p, 0) < c for p, c in commits.items()):
             for msg in consumer.consume(500, 0.2):
                 assert msg.error() is None
-                reached[msg.partition()] = msg.offset() + 1
+                reached[present(msg.partition())] = present(msg.offset()) + 1
         consumer.commit(offsets=[confluent_kafka.TopicPartition(topic_name, p, c)
                                  for p, c in commits.items()], asynchronous=False)
 

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient
 
 from tests.broker_process import BrokerProcess
-from tests.clients import create_topic
+from tests.clients import create_topic, present
 from tests.group_helpers import (
     NONE,
     GroupConnection,
@@ -47,8 +47,8 @@ def consume_and_commit(bootstrap: str, group: str, topic: str,
         def step() -> None:
             for msg in consumer.consume(500, 0.1):
                 assert msg.error() is None, msg.error()
-                reached[msg.partition()] = max(reached.get(msg.partition(), 0),
-                                               msg.offset() + 1)
+                partition = present(msg.partition())
+                reached[partition] = max(reached.get(partition, 0), present(msg.offset()) + 1)
 
         wait_until(lambda: all(reached.get(p, 0) >= t for p, t in targets.items()), 30,
                    "the member to read up to the targets", step)
@@ -106,7 +106,7 @@ def resume_gets_exactly(bootstrap: str, group: str, topic: str,
     def step() -> None:
         for msg in consumer.consume(500, 0.1):
             assert msg.error() is None, msg.error()
-            got.append((msg.partition(), msg.offset()))
+            got.append((present(msg.partition()), present(msg.offset())))
 
     try:
         wait_until(lambda: len(got) >= len(expected), 30, "the remainder", step)

@@ -21,7 +21,7 @@ from oauth.dev_issuer import DevIssuer
 from oauth.errors import OAuthError
 from oauth.kafka_python_provider import KafkaPythonTokenProvider
 from oauth.login import ClientCredentialsLogin
-from tests.oauth_helpers import AUDIENCE, credentials_url
+from tests.oauth_helpers import AUDIENCE, credentials_url, issuer_count
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ class Clock:
 
 
 def token_requests(issuer: DevIssuer) -> int:
-    return int(issuer.stats()["token_requests"])
+    return issuer_count(issuer, "token_requests")
 
 
 def test_token_is_discovered_fetched_and_cached(issuer: DevIssuer) -> None:
@@ -96,12 +96,12 @@ def test_client_authentication_methods(issuer: DevIssuer, method: str) -> None:
 
 
 def test_token_endpoint_given_directly(issuer: DevIssuer) -> None:
-    before = int(issuer.stats()["discovery_requests"])
+    before = issuer_count(issuer, "discovery_requests")
     login = ClientCredentialsLogin(issuer.url, credentials_url("app", "app-secret"),
                                    token_endpoint=f"{issuer.url}/token",
                                    auth_method="client_secret_post")
     assert login.token().principal == "app"
-    assert int(issuer.stats()["discovery_requests"]) == before
+    assert issuer_count(issuer, "discovery_requests") == before
 
 
 @pytest.mark.parametrize(("client_id", "secret", "audience", "expected"), [

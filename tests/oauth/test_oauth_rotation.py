@@ -17,6 +17,7 @@ from tests.broker_process import BrokerProcess
 from tests.oauth_helpers import (
     bearer_message,
     good_login,
+    issuer_count,
     issuer_token,
     login_for,
     make_issuer,
@@ -42,7 +43,7 @@ def oauth_broker_settings() -> dict[str, str]:
 
 
 def jwks_requests(issuer: DevIssuer) -> int:
-    return int(issuer.stats()["jwks_requests"])
+    return issuer_count(issuer, "jwks_requests")
 
 
 def test_rotation_then_unknown_kid_flood(broker: BrokerProcess, issuer: DevIssuer) -> None:

@@ -28,7 +28,7 @@ from pipeline import cli
 from pipeline.audit.analysis import BurstRule, bursts
 from pipeline.audit.report import NO_EVENTS, ReportSettings, read_events, run_report
 from tests.broker_process import REPO, BrokerProcess
-from tests.clients import create_topic
+from tests.clients import create_topic, present
 from tests.pipeline_helpers import LoginFrom, consume, make_spark
 
 SECRET = b"pipeline-audit-secret-of-32bytes"
@@ -232,9 +232,9 @@ def test_readme_audit_alerts_stream(spark: SparkSession, audit_broker: BrokerPro
     assert not [a for a in alerts if a["source"] == QUIET_HOST]
     assert (tmp_path / "audit-alerts-checkpoint" / "offsets").is_dir()
     published = consume(plain(audit_broker), "__audit_alerts", 1, len(alerts), timeout=20)
-    assert sorted(json.loads(m.value())["source"] for m in published) == \
+    assert sorted(json.loads(present(m.value()))["source"] for m in published) == \
         sorted(a["source"] for a in alerts)
-    assert all(m.key().decode().startswith(json.loads(m.value())["source"] + "@")
+    assert all(present(m.key()).decode().startswith(json.loads(present(m.value()))["source"] + "@")
                for m in published)
 
 

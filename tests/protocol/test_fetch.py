@@ -44,7 +44,7 @@ def fetch(conn: RawConnection, topic: str, partitions: dict[int, int], *, max_wa
 
 
 def offsets_in(records: bytes) -> list[int]:
-    found = []
+    found: list[int] = []
     memory = MemoryRecords(records)
     while memory.has_next():
         batch = memory.next_batch()

@@ -75,7 +75,7 @@ def test_unparsable_records_are_refused_and_not_written(
     consumer = confluent_kafka.Consumer({"bootstrap.servers": validating.bootstrap,
                                          "group.id": "unused"})
     consumer.assign([confluent_kafka.TopicPartition(topic_name, 0, 0)])
-    seen = []
+    seen: list[bytes | None] = []
     deadline = time.monotonic() + 20
     while len(seen) < 2 and time.monotonic() < deadline:
         message = consumer.poll(0.5)

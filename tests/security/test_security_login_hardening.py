@@ -19,6 +19,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateRespons
 from edge.config import load_config
 from edge.security import token_expiration_notice, token_validator
 from tests.broker_process import BrokerProcess
+from tests.clients import present
 from tests.oauth_helpers import (
     bearer_message,
     good_login,
@@ -73,7 +74,7 @@ class Env:
             while len(found) < count and time.monotonic() < deadline:
                 for msg in consumer.consume(100, 0.5):
                     if msg.error() is None:
-                        value = msg.value()
+                        value = present(msg.value())
                         assert len(value) < 2048, value[:200]
                         event = json.loads(value)
                         if wanted(event):
