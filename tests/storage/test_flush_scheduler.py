@@ -21,9 +21,9 @@ class CountingLog(PartitionLog):
     flushes = 0
     writebacks = 0
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
         self.flushes += 1
-        super().flush()
+        return super().flush()
 
     def start_writeback(self) -> None:
         self.writebacks += 1
