@@ -3,6 +3,8 @@
 #   make run ARGS="--set brokerId=1"   serve (default PLAINTEXT on 127.0.0.1:9092, data in ./data)
 #   make cluster ARGS="--brokers 3"    a throwaway PostgreSQL and brokers on 9092, 9093, ...
 #   make test                          ruff + mypy + pytest (xdist, $(PYTEST_WORKERS) workers)
+#   make test-fast                     the unit tests only (no broker, PostgreSQL or other
+#                                      process; tests/unit_rule.py), in one process
 #   make lint | bench | clean | distclean | deps-debian | deps-cluster
 #   make stubs                         rewrite typings/kafka (after upgrading kafka-python)
 #
@@ -40,7 +42,7 @@ PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
 BASE_STAMP := $(VENV)/.installed-$(PYPROJECT_HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(PYPROJECT_HASH)
 
-.PHONY: run cluster test lint stubs pytest bench clean distclean deps-debian deps-cluster venv
+.PHONY: run cluster test test-fast lint stubs pytest bench clean distclean deps-debian deps-cluster venv
 
 # $(call install-missing,PACKAGES): apt-get install those of PACKAGES that are not
 # installed. With an empty list the recipe is empty: no dpkg, no apt-get.
@@ -99,6 +101,10 @@ pytest: $(TEST_STAMP) $(NATIVE)
 	EDGE_RECORD_WALK_LIB=$(abspath $(NATIVE)) $(BIN)/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 test: lint pytest
+
+# One process: the unit tests take seconds, and xdist's workers would each collect again.
+test-fast: $(TEST_STAMP) $(NATIVE)
+	EDGE_RECORD_WALK_LIB=$(abspath $(NATIVE)) $(BIN)/pytest -n 0 -m unit $(PYTEST_ARGS)
 
 bench: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/python -m bench $(ARGS)

@@ -184,7 +184,8 @@ def _broker(bench: Bench, url: str) -> dict[str, Any]:
     try:
         create_topic(broker.bootstrap, _TOPIC, opts.postgres_partitions)
         out: dict[str, Any] = {}
-        phases = [("produce", "produce", {}), ("consume", "consume", {})]
+        phases: list[tuple[str, str, dict[str, Any]]] = [("produce", "produce", {}),
+                                                         ("consume", "consume", {})]
         if bench.c_client is not None:
             phases.append(("consume_c", "cconsume", {"binary": bench.c_client}))
         for phase, mode, extra in phases:

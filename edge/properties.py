@@ -3,7 +3,7 @@ file are written in (``java.util.Properties.load`` semantics, text not bytes).
 
 A library (jproperties, one release since 2024) was weighed against these ninety lines:
 it would add a dependency and lose the error that names the line of a malformed
-``\\uXXXX`` escape; the format's corner cases are tested in tests/test_config.py.
+``\\uXXXX`` escape; the format's corner cases are tested in tests/operations/test_config.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from aiokafka.abc import AbstractTokenProvider  # type: ignore[import-untyped]
+from aiokafka.abc import AbstractTokenProvider
 
 from oauth.login import ClientCredentialsLogin
 

@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import confluent_kafka
 import kafka
@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 PARTITIONS = 3
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,30 @@ class Got:
     partition: int
     offset: int
     rec: Rec
+
+
+def present(value: T | None) -> T:
+    """``value``, which the test knows is there (a consumed message's offset, value...)."""
+    assert value is not None
+    return value
+
+
+def known_bytes(value: object) -> bytes:
+    """A key, value or header value of a test record: always bytes, never None."""
+    assert isinstance(value, bytes), value
+    return value
+
+
+def got_from_confluent(msg: confluent_kafka.Message) -> Got:
+    """A record librdkafka consumed (without error), as a ``Got``."""
+    partition, offset = msg.partition(), msg.offset()
+    assert partition is not None and offset is not None, msg
+    _kind, ts = msg.timestamp()
+    raw_headers = msg.headers() or []
+    assert isinstance(raw_headers, list), raw_headers  # a consumed message's are a list
+    headers = tuple((key, known_bytes(value)) for key, value in raw_headers)
+    return Got(partition, offset, Rec(partition, known_bytes(msg.key()),
+                                      known_bytes(msg.value()), headers, ts))
 
 
 def make_records(count: int, base_ts: int) -> list[Rec]:
@@ -143,10 +168,7 @@ def consume_confluent(bootstrap: str, topic: str, count: int,
         while len(got) < count and time.monotonic() < deadline:
             for msg in consumer.consume(1000, 1.0):
                 assert msg.error() is None, msg.error()
-                _kind, ts = msg.timestamp()
-                got.append(Got(msg.partition(), msg.offset(), Rec(
-                    msg.partition(), msg.key(), msg.value(),
-                    tuple((k, v) for k, v in (msg.headers() or [])), ts)))
+                got.append(got_from_confluent(msg))
     finally:
         consumer.close()
     return got

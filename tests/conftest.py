@@ -8,14 +8,18 @@ on first use, stopped when the session ends), a new database per broker.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from oauth.dev_issuer import DevIssuer
 from tests.broker_process import BrokerProcess
+from tests.oauth_helpers import make_issuer
 from tests.postgres_server import PostgresServer, shared_server, stop_shared_server
+from tests.unit_rule import Reach, SpawnWatch, is_integration
 
 _names = itertools.count()
 
@@ -26,6 +30,55 @@ STORAGE_ENGINES = ("file", "memory", "postgres")
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "storage_engines: run the module's tests once per storage engine")
+    config.addinivalue_line(
+        "markers", "unit: runs in the test process alone (set by tests/unit_rule.py)")
+    config.addinivalue_line(
+        "markers", "integration: starts a broker, PostgreSQL, Envoy, a JVM or another "
+        "process (set by tests/unit_rule.py)")
+
+
+_reach = Reach()
+_watch = SpawnWatch()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks every test ``unit`` or ``integration`` by the rule of ``tests/unit_rule.py``."""
+    for item in items:
+        if not isinstance(item, pytest.Function):
+            continue
+        definitions = item._fixtureinfo.name2fixturedefs
+        fixtures = [d.func for name in item.fixturenames for d in definitions.get(name, ())]
+        unit = not is_integration(_reach, item.function, fixtures)
+        item.add_marker("unit" if unit else "integration")
+
+
+@contextlib.contextmanager
+def _no_process_of(item: pytest.Item) -> Iterator[None]:
+    """Fails a ``unit`` test that starts a process: the rule missed what it does."""
+    if item.get_closest_marker("unit") is None:
+        yield
+        return
+    _watch.spawned.clear()
+    _watch.active = True
+    try:
+        yield
+    finally:
+        _watch.active = False
+    if _watch.spawned:
+        pytest.fail(f"marked unit but started a process ({_watch.spawned[0]}): teach "
+                    "tests/unit_rule.py what it uses", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _no_process_of(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with _no_process_of(item):
+        return (yield)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -66,6 +119,21 @@ def broker(tmp_path_factory: pytest.TempPathFactory,
     yield process
     process.stop()
     check_engine_left(data, storage_engine)
+
+
+@pytest.fixture(scope="module")
+def issuer_options() -> dict[str, object]:
+    """Options of the module's dev issuer (``make_issuer``); a module overrides this fixture
+    to change them."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def issuer(issuer_options: dict[str, object]) -> Iterator[DevIssuer]:
+    """A dev OAuth issuer on 127.0.0.1, shared by the tests of one module."""
+    dev = make_issuer(**issuer_options)
+    yield dev
+    dev.stop()
 
 
 @pytest.fixture

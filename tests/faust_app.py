@@ -1,4 +1,4 @@
-"""A faust-streaming app for tests (``tests/test_compaction_faust.py``), run as its own
+"""A faust-streaming app for tests (``tests/compaction/test_compaction_faust.py``), run as its own
 worker process: ``python -m faust -A tests.faust_app worker``.
 
 One agent reads the source topic and sets ``latest[key] = value`` in a table kept in

@@ -499,7 +499,9 @@ class ConfluentMember:
         for msg in self.consumer.consume(max_records, timeout):
             error = msg.error()
             assert error is None, f"{self.name}: {error}"
-            records.append((msg.partition(), msg.offset()))
+            partition, offset = msg.partition(), msg.offset()
+            assert partition is not None and offset is not None, msg
+            records.append((partition, offset))
         if not records:
             if self.retry and self._commit(self.retry) == "":
                 self.ledger.recommitted(self.name, self.retry)

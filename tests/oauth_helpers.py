@@ -186,7 +186,9 @@ def consume_confluent(conf: dict[str, Any], topic: str, count: int,
         while len(got) < count and time.monotonic() < deadline:
             for msg in consumer.consume(100, 0.5):
                 assert msg.error() is None, msg.error()
-                got.append(msg.value())
+                value = msg.value()
+                assert value is not None, msg
+                got.append(value)
     finally:
         consumer.close()
     return got
@@ -272,3 +274,10 @@ CLIENT_KINDS = {
     "kafka-python": (kafka_python_settings, produce_kafka_python, consume_kafka_python),
     "aiokafka": (aiokafka_settings, produce_aiokafka, consume_aiokafka),
 }
+
+
+def issuer_count(issuer: DevIssuer, name: str) -> int:
+    """One of the dev issuer's request counters (``DevIssuer.stats``)."""
+    value = issuer.stats()[name]
+    assert isinstance(value, int), (name, value)
+    return value

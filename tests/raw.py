@@ -8,7 +8,8 @@ from typing import Any
 
 import crc32c
 from kafka.protocol.consumer import FetchRequest
-from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from tests.batches import build_batch
 
 
 class RawConnection:
@@ -93,13 +94,8 @@ def fetch_request(topic: str, offset: int, max_wait_ms: int = 0, min_bytes: int 
 
 def record_batch(count: int, timestamp: int = 1_700_000_000_000, value: bytes = b"v") -> bytes:
     """An uncompressed v2 batch of ``count`` records."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 20)
-    for i in range(count):
-        builder.append(i, timestamp=timestamp + i, key=f"k{i}".encode(), value=value,
-                       headers=[])
-    return bytes(builder.build())
+    return bytes(build_batch([(f"k{i}".encode(), value) for i in range(count)],
+                             timestamp=timestamp))
 
 
 def resealed(batch: bytearray) -> bytes:

@@ -179,6 +179,7 @@ class SecureConnection(RawConnection):
 
     def metadata(self, topics: list[str] | None = None, version: int = 12,
                  auto_create: bool = False) -> Any:
+        wanted: list[MetadataRequest.MetadataRequestTopic] | None
         if version >= 1 and topics is not None:
             wanted = [MetadataRequest.MetadataRequestTopic(name=t, **(
                 {"topic_id": None} if version >= 10 else {})) for t in topics]
@@ -353,8 +354,8 @@ def audit_events(bootstrap: str, timeout: float = 20.0) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout
         while len(events) < high and time.monotonic() < deadline:
-            events += [json.loads(m.value()) for m in consumer.consume(100, 0.5)
-                       if m.error() is None]
+            events += [json.loads(clients.known_bytes(m.value()))
+                       for m in consumer.consume(100, 0.5) if m.error() is None]
         assert len(events) >= high, f"read {len(events)} of {high} audit events"
         return events
     finally:
@@ -391,7 +392,7 @@ class OpsConnection(SecureConnection, GroupConnection):
                                    forgotten_topics_data=[], rack_id="")
         answer = self.call(request, 12, FetchResponse)
         part = answer.responses[0].partitions[0]
-        found = []
+        found: list[tuple[int, bytes | None, bytes | None]] = []
         if part.records:
             memory = MemoryRecords(bytes(part.records))
             while memory.has_next():

@@ -94,7 +94,9 @@ def read_partition(bootstrap: str, topic: str, partition: int, start: int, end: 
                 if error is not None:
                     errors.add(error.code())
                 else:
-                    records[message.offset()] = message.value()
+                    offset, value = message.offset(), message.value()
+                    assert offset is not None and value is not None, message
+                    records[offset] = value
     finally:
         consumer.close()
     return records, errors

@@ -44,9 +44,9 @@ from kafka.protocol.producer import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
-from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from tests.batches import build_batch
 from tests.broker_process import BrokerProcess
 from tests.raw import RawConnection
 
@@ -98,15 +98,11 @@ def batch(producer_id: int, epoch: int, sequence: int, count: int = 1,
           transactional: bool = False, prefix: str = "v") -> bytes:
     """A v2 batch of ``count`` records of an idempotent/transactional producer; record i
     has value ``{prefix}-{sequence + i}``."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0,
-                                        is_transactional=transactional,
-                                        producer_id=producer_id, producer_epoch=epoch,
-                                        base_sequence=sequence, batch_size=1 << 20)
-    now = int(time.time() * 1000)
-    for i in range(count):
-        builder.append(i, timestamp=now, key=f"k{sequence + i}".encode(),
-                       value=f"{prefix}-{sequence + i}".encode(), headers=[])
-    return bytes(builder.build())
+    records = [(f"k{sequence + i}".encode(), f"{prefix}-{sequence + i}".encode())
+               for i in range(count)]
+    return bytes(build_batch(records, timestamp=int(time.time() * 1000), timestamp_step=0,
+                             producer_id=producer_id, producer_epoch=epoch,
+                             base_sequence=sequence, transactional=transactional))
 
 
 def decode_records(raw: bytes) -> list[tuple[int, bytes | None, bool]]:
@@ -174,8 +170,8 @@ class TxnConnection(RawConnection):
             request = R[version](transactions=[R.AddPartitionsToTxnTransaction(
                 transactional_id=transactional_id, producer_id=producer_id,
                 producer_epoch=epoch, verify_only=False,
-                topics=[R.AddPartitionsToTxnTopic(name=t, partitions=ps)
-                        for t, ps in topics.items()])])
+                topics=[R.AddPartitionsToTxnTransaction.AddPartitionsToTxnTopic(
+                    name=t, partitions=ps) for t, ps in topics.items()])])
             answer = self.call(request, version, AddPartitionsToTxnResponse)
             assert answer.error_code == NONE, answer
             results = answer.results_by_transaction[0].topic_results

@@ -5,7 +5,7 @@ it ships, and it ships no ``py.typed``, so mypy would see every message as ``Any
 tool renders typed stubs for them with kafka-python's own generator
 (``kafka.protocol.generate_stubs``: one ``.pyi`` per message module, every field typed from
 its schema) into ``typings/`` (mypy's ``mypy_path``), plus the package ``__init__.pyi``
-files that re-export them. ``tests/test_protocol_stubs.py`` fails when the committed stubs
+files that re-export them. ``tests/codebase/test_protocol_stubs.py`` fails when the committed stubs
 differ from what this renders, so upgrading kafka-python means running::
 
     python -m tools.protocol_stubs

@@ -3,7 +3,7 @@
 Schemas of requests and responses come from ``kafka.protocol``; this package owns the rest,
 and nothing else in the broker decodes or encodes these bytes. It imports nothing of the
 broker but :mod:`broker_core.errors` (the error codes), so storage may use it
-(``tests/test_layers.py`` holds it to that).
+(``tests/codebase/test_layers.py`` holds it to that).
 
 - ``framing``: request headers, response framing, responses written by hand as chunks
 - ``varints``: unsigned and zigzag varints

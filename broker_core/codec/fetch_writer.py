@@ -4,7 +4,7 @@ Fetch is the one response whose size is mostly record bytes. The schema library 
 copy every batch into its encode buffer, and framing would copy the whole body again;
 here the fixed fields are packed into small ``bytes`` and each batch stays the buffer the
 log returned (a memoryview of the read window, or a file region sent with ``sendfile``),
-so the record bytes are not copied again in Python. ``tests/test_fetch_wire.py`` checks
+so the record bytes are not copied again in Python. ``tests/protocol/test_fetch_wire.py`` checks
 every version byte for byte against ``kafka.protocol``'s ``FetchResponse``.
 """
 

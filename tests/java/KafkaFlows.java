@@ -1,4 +1,4 @@
-// The Java client's flows against a broker, for tests/test_java_client.py: each flow
+// The Java client's flows against a broker, for tests/interop/test_java_client.py: each flow
 // prints one fact per line ("word value ...") for the test to check, and exits non-zero
 // with the exception on stderr when the client fails.
 //

@@ -1,0 +1,1 @@
+"""Topic administration APIs: create/delete/describe topics, configs."""

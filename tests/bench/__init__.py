@@ -1,0 +1,1 @@
+"""The benchmark harness (bench/), run small."""

@@ -1,0 +1,1 @@
+"""Several brokers on one PostgreSQL: registry, failover, propagation, the change feed."""

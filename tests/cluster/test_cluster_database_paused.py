@@ -1,0 +1,125 @@
+"""Two brokers on a PostgreSQL that stops answering (its processes SIGSTOPped, so its
+connections hang instead of failing): the brokers keep answering what needs no database
+(ApiVersions, Metadata of a known topic, from what they hold), because no statement of
+the cluster machinery runs on their event loops; when the database answers again, the
+cluster recovers and nothing acknowledged is lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from confluent_kafka import KafkaError, Producer
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+
+from tests.cluster.test_cluster import consume_all, create
+from tests.cluster_helpers import Cluster, running_cluster
+from tests.postgres_server import PostgresServer
+from tests.raw import RawConnection
+
+PAUSE_S = 15.0
+"""How long the database stays stopped: well past the brokers' leases (2 s) and the answer
+bound below."""
+ANSWER_BOUND_S = 10.0
+"""A generous bound for an answer that needs no database (a liveness check, not a latency
+one)."""
+PARTITIONS = 4
+
+
+def server_pids(server: PostgresServer) -> list[int]:
+    """The postmaster of ``server`` first, then its children (the backends)."""
+    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == postmaster:
+            children.append(int(entry.name))
+    return [postmaster, *children]
+
+
+@contextmanager
+def database_stopped(server: PostgresServer) -> Iterator[None]:
+    """Every process of the server SIGSTOPped (the postmaster first: no new backend), and
+    SIGCONTed at the end: the server's sockets accept, nothing answers."""
+    pids = server_pids(server)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in reversed(pids):
+            os.kill(pid, signal.SIGCONT)
+
+
+def answers_without_database(port: int, topic: str) -> None:
+    """ApiVersions and Metadata of ``topic`` (no auto-creation) answered by the broker on
+    ``port`` within the bound, each on a new connection."""
+    conn = RawConnection(port, timeout=ANSWER_BOUND_S)
+    try:
+        versions = conn.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
+        assert versions.error_code == 0
+        metadata = conn.call(MetadataRequest[12](
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic, topic_id=None)],
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False),
+            12, MetadataResponse)
+        (found,) = metadata.topics
+        assert found.error_code == 0 and len(found.partitions) == PARTITIONS, found
+    finally:
+        conn.close()
+
+
+def produce(cluster: Cluster, topic: str, values: list[bytes]) -> list[bytes]:
+    """Produce ``values`` with acks=all and retries; return the acknowledged ones."""
+    acked: list[bytes] = []
+    failed: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, message: object) -> None:
+        if err is not None:
+            failed.append(err)
+        else:
+            acked.append(message.value())  # type: ignore[attr-defined]
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                         "enable.idempotence": True, "delivery.timeout.ms": 90_000})
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value, partition=i % PARTITIONS, on_delivery=delivered)
+    assert producer.flush(120) == 0
+    assert not failed, failed[:3]
+    return acked
+
+
+def test_brokers_answer_while_the_database_is_stopped_and_recover_after(
+        own_server: PostgresServer, tmp_path: Path, topic_name: str) -> None:
+    with running_cluster(tmp_path, size=2, url=own_server.new_database_url()) as cluster:
+        create(cluster.bootstrap, topic_name, PARTITIONS)
+        before = produce(cluster, topic_name, [f"before-{i}".encode() for i in range(200)])
+        for broker in cluster.brokers:  # both know the topic
+            answers_without_database(broker.port, topic_name)
+        with database_stopped(own_server):
+            until = time.monotonic() + PAUSE_S
+            rounds = 0
+            while time.monotonic() < until:
+                for broker in cluster.brokers:
+                    answers_without_database(broker.port, topic_name)
+                rounds += 1
+                time.sleep(0.5)
+            assert all(broker.alive() for broker in cluster.brokers)
+        after = produce(cluster, topic_name, [f"after-{i}".encode() for i in range(200)])
+        got = consume_all(cluster.bootstrap, topic_name, len(before) + len(after))
+        values = sorted(value for records in got.values() for _, value in records)
+        assert values == sorted(before + after)
+        assert rounds > 1

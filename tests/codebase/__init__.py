@@ -1,0 +1,1 @@
+"""The code's own shape: layers, generated protocol stubs."""

@@ -1,0 +1,1 @@
+"""Log compaction: cleaning, topic configs, clients on compacted topics."""

@@ -1,0 +1,1 @@
+"""Envoy in front of the broker: generated configs, xDS, policies, clients through it."""

@@ -1,0 +1,1 @@
+"""Consumer groups: membership state machine, coordinator, offsets, restarts."""

@@ -1,0 +1,1 @@
+"""OAuth: token validation, JWKS, the dev issuer, clients logging in with tokens."""

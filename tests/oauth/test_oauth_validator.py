@@ -1,0 +1,90 @@
+"""JwksTokenValidator against the dev issuer over HTTP: discovery or a configured JWKS URL,
+claims checks (issuer, audiences, scopes in ``scope`` or ``scp``, principal claim, skew),
+and the OAUTHBEARER server built on it (tenant, extensions, authorization id)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from oauth.dev_issuer import DevIssuer
+from oauth.errors import KeysUnavailable, TokenInvalid
+from oauth.jwks_validator import JwksTokenValidator, granted_scopes
+from oauth.settings import ValidatorSettings
+from sasl.errors import SaslFailure
+from sasl.oauthbearer import OAuthBearerServer
+from tests.oauth_helpers import AUDIENCE, bearer_message, issuer_token, make_issuer
+
+
+def validator(issuer: DevIssuer, **options: object) -> JwksTokenValidator:
+    fields: dict[str, object] = {"issuer_url": issuer.url, "audiences": (AUDIENCE,),
+                                 **options}
+    return JwksTokenValidator(ValidatorSettings(**fields))  # type: ignore[arg-type]
+
+
+def test_accepts_an_issued_token(issuer: DevIssuer) -> None:
+    exp = int(time.time()) + 60
+    result = validator(issuer).validate(issuer_token(issuer, "acme-app", exp=exp))
+    assert result.principal == "acme-app"
+    assert result.expires_at_ms == exp * 1000
+    assert result.claims["tenant"] == "acme"
+
+
+def test_configured_jwks_url_without_issuer_check(issuer: DevIssuer) -> None:
+    check = JwksTokenValidator(ValidatorSettings(jwks_url=f"{issuer.url}/jwks"))
+    assert check.validate(issuer_token(issuer, iss="anyone")).principal == "app"
+
+
+def test_audiences_scopes_and_principal_claim(issuer: DevIssuer) -> None:
+    check = validator(issuer, audiences=("other", AUDIENCE),
+                      required_scopes=("kafka.read", "kafka.write"), principal_claim="client_id")
+    assert check.validate(issuer_token(
+        issuer, scope="kafka.write kafka.read", aud=["x", AUDIENCE])).principal == "app"
+    assert check.validate(issuer_token(
+        issuer, scp=["kafka.read", "kafka.write"])).principal == "app"
+    with pytest.raises(TokenInvalid, match=r"required scope 'kafka\.write'"):
+        check.validate(issuer_token(issuer, scp=["kafka.read"]))
+    with pytest.raises(TokenInvalid, match="audience mismatch"):
+        check.validate(issuer_token(issuer, scope="kafka.read kafka.write", aud=["x", 3]))
+    with pytest.raises(TokenInvalid, match="no 'client_id' claim"):
+        check.validate(issuer_token(issuer, scope="kafka.read kafka.write", client_id=""))
+    assert granted_scopes({"scope": "a b", "scp": ["c", 1], "other": "d"}) == {"a", "b", "c"}
+
+
+def test_clock_skew(issuer: DevIssuer) -> None:
+    recent = issuer_token(issuer, exp=int(time.time()) - 5)
+    assert validator(issuer, clock_skew_seconds=30).validate(recent).principal == "app"
+    with pytest.raises(TokenInvalid, match="expired"):
+        validator(issuer, clock_skew_seconds=0).validate(recent)
+
+
+def test_algorithm_allow_list(issuer: DevIssuer) -> None:
+    with pytest.raises(TokenInvalid, match="'RS256' not allowed"):
+        validator(issuer, algorithms=("ES256",)).validate(issuer_token(issuer))
+
+
+def test_unreachable_issuer_is_a_clear_rejection() -> None:
+    check = JwksTokenValidator(ValidatorSettings(issuer_url="http://127.0.0.1:9",
+                                                 http_timeout_seconds=2))
+    dev = make_issuer()
+    dev.stop()
+    with pytest.raises(KeysUnavailable, match="signing keys are unavailable"):
+        check.validate(issuer_token(dev))
+
+
+def test_bearer_server_with_the_validator(issuer: DevIssuer) -> None:
+    check = validator(issuer)
+    server = OAuthBearerServer(check, tenant_claim="tenant")
+    assert server.step(bearer_message(issuer_token(issuer, "acme-app"), header="n,a=acme-app,",
+                                      groupId="billing", tenant="ignored")) == b""
+    assert server.result is not None
+    assert (server.result.principal, server.result.tenant) == ("acme-app", "acme")
+    assert dict(server.result.extensions) == {"groupId": "billing", "tenant": "ignored"}
+    server = OAuthBearerServer(check, tenant_claim="tenant")
+    server.step(bearer_message(issuer_token(issuer, "app"), tenant="globex"))
+    assert server.result is not None and server.result.tenant == "globex"
+    server = OAuthBearerServer(check, tenant_claim="tenant")
+    assert server.step(bearer_message(issuer_token(issuer), header="n,a=bob,")) != b""
+    with pytest.raises(SaslFailure, match="authorization id"):
+        server.step(b"\x01")

@@ -1,0 +1,1 @@
+"""Running the broker: CLI, config, process, logs, metrics, deploy files, README."""

@@ -1,0 +1,114 @@
+"""The pipeline's pure parts, without Spark: option parsing, offset specs and the
+checkpoint form, read limits, client settings, ``--since`` and the printed tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from pipeline.audit.table import format_table
+from pipeline.cli import build_parser, parse_since, source_options
+from pipeline.clients import base_config
+from pipeline.offsets import from_json, parse_spec, rate_limit, to_json
+from pipeline.options import OptionError, parse_options
+
+BOOT = {"kafka.bootstrap.servers": "h:1"}
+
+
+def test_options_are_parsed_and_checked() -> None:
+    options = parse_options({**BOOT, "subscribe": "a, b", "maxOffsetsPerTrigger": "10",
+                             "FailOnDataLoss": "false", "kafka.security.protocol": "SASL_SSL",
+                             "isolationLevel": "read_uncommitted", "pollTimeoutMs": "500"})
+    assert options.topics == ("a", "b") and options.max_offsets_per_trigger == 10
+    assert not options.fail_on_data_loss and options.isolation_level == "read_uncommitted"
+    assert options.client == {"security.protocol": "SASL_SSL"} and options.poll_timeout_ms == 500
+    assert parse_options({**BOOT, "assign": '{"t": [1, 0]}'}).assign == {"t": [0, 1]}
+    assert parse_options({**BOOT, "topic": "out"}, reading=False).write_topic == "out"
+    assert parse_options({**BOOT, "TransactionalIdPrefix": "copy"},
+                         reading=False).transactional_id_prefix == "copy"
+    bad = [({"subscribe": "t"}, "kafka.bootstrap.servers is required"),
+           ({**BOOT}, "exactly one of"),
+           ({**BOOT, "subscribe": "t", "assign": '{"t":[0]}'}, "got subscribe, assign"),
+           ({**BOOT, "assign": "[0]"}, "option assign must be JSON"),
+           ({**BOOT, "subscribe": "t", "failOnDataLoss": "maybe"}, "true or false"),
+           ({**BOOT, "subscribe": "t", "maxOffsetsPerTrigger": "0"}, "must be positive"),
+           ({**BOOT, "subscribe": "t", "isolationLevel": "dirty"}, "isolationLevel must be"),
+           ({**BOOT, "subscribe": "t", "kafka.group.id": "g"}, "managed by the edgekafka"),
+           ({**BOOT, "subscribe": "t", "kafka.transactional.id": "x"}, "managed by the edge"),
+           ({**BOOT, "subscribe": "t", "oauth.issuerUrl": "http://x"}, "needs oauth.credent"),
+           ({**BOOT, "subscribe": "t", "startingTimestamp": "noon"}, "epoch milliseconds")]
+    for given, message in bad:
+        with pytest.raises(OptionError, match=message):
+            parse_options(given)
+
+
+def test_offset_specs_and_checkpoint_form() -> None:
+    assert parse_spec(None, "latest", "startingOffsets") == "latest"
+    assert parse_spec(" Earliest ", "latest", "startingOffsets") == "earliest"
+    spec = parse_spec('{"t": {"0": 23, "1": -2}, "u": {"3": -1}}', "latest", "x")
+    assert spec == {("t", 0): 23, ("t", 1): -2, ("u", 3): -1}
+    with pytest.raises(OptionError, match="must be earliest, latest or JSON"):
+        parse_spec("soon", "latest", "startingOffsets")
+    with pytest.raises(OptionError, match="neither an offset"):
+        parse_spec('{"t": {"0": -3}}', "latest", "startingOffsets")
+    offsets = {("b", 10): 5, ("a", 2): 7, ("a", 0): 1}
+    document = to_json(offsets)
+    assert json.dumps(document) == '{"a": {"0": 1, "2": 7}, "b": {"10": 5}}'
+    assert from_json(json.loads(json.dumps(document))) == offsets
+
+
+def test_rate_limit_shares_by_backlog() -> None:
+    start = {("t", 0): 0, ("t", 1): 100, ("t", 2): 50}
+    latest = {("t", 0): 300, ("t", 1): 200, ("t", 2): 50, ("t", 3): 1}
+    assert rate_limit(start, latest, 1000) == latest
+    limited = rate_limit(start, latest, 100)
+    assert limited[("t", 0)] == 75 and limited[("t", 1)] == 125  # 300:100 backlog
+    assert limited[("t", 2)] == 50
+    assert limited[("t", 3)] == 1  # a new partition (no start) stays at its latest
+    tiny = rate_limit({("t", 0): 0, ("t", 1): 0}, {("t", 0): 1000, ("t", 1): 1}, 10)
+    assert tiny == {("t", 0): 9, ("t", 1): 1}  # every partition with data moves
+
+
+def test_client_settings_for_security() -> None:
+    plain = base_config(parse_options({**BOOT, "subscribe": "t", "kafka.sasl.username": "u",
+                                       "kafka.sasl.password": "p",
+                                       "kafka.security.protocol": "SASL_PLAINTEXT"}))
+    assert plain["sasl.mechanisms"] == "PLAIN" and plain["bootstrap.servers"] == "h:1"
+    callback = "tests.pipeline.test_pipeline_units:fake_cb"
+    oauth = base_config(parse_options({**BOOT, "subscribe": "t", "oauth.callback": callback}))
+    assert oauth["sasl.mechanisms"] == "OAUTHBEARER"
+    assert oauth["security.protocol"] == "SASL_PLAINTEXT" and oauth["oauth_cb"] is fake_cb
+    with pytest.raises(OptionError, match=r"package\.module:function"):
+        base_config(parse_options({**BOOT, "subscribe": "t", "oauth.callback": "nothing"}))
+
+
+def fake_cb(_config: str) -> tuple[str, float, str, dict[str, str]]:
+    return "token", 0.0, "me", {}
+
+
+def test_since_and_cli_options() -> None:
+    now = 1_800_000_000.0
+    assert parse_since("15m", now) == (now - 900) * 1000
+    assert parse_since("2h", now) == (now - 7200) * 1000
+    assert parse_since("1700000000000") == 1_700_000_000_000
+    assert parse_since("2023-11-14T22:13:20Z") == 1_700_000_000_000
+    assert parse_since("2023-11-14T23:13:20+01:00") == 1_700_000_000_000
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_since("yesterday")
+    args = build_parser().parse_args([
+        "audit-report", "--bootstrap", "h:1", "--sasl-username", "acme",
+        "--sasl-password", "token:x", "--security-protocol", "SASL_SSL",
+        "--option", "kafka.ssl.ca.location=/ca.pem", "--oauth-scope", "kafka"])
+    assert source_options(args) == {
+        "kafka.security.protocol": "SASL_SSL", "kafka.sasl.username": "acme",
+        "kafka.sasl.password": "token:x", "oauth.scope": "kafka",
+        "kafka.ssl.ca.location": "/ca.pem"}
+
+
+def test_format_table() -> None:
+    text = format_table("== t ==", ["name", "count"], [["a", 1], ["long-name", 12]])
+    assert text.splitlines() == ["== t ==", "name       count", "---------  -----",
+                                 "a              1", "long-name     12"]
+    assert format_table("== e ==", ["x"], []).splitlines()[-1] == "(none)"

@@ -1,0 +1,1 @@
+"""The wire: produce/fetch encoding, record validation and walk, bad input, fuzzing."""

@@ -1,0 +1,1 @@
+"""Quotas and per-connection limits."""

@@ -1,0 +1,1 @@
+"""SASL mechanisms and the per-connection SASL state."""

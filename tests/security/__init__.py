@@ -1,0 +1,1 @@
+"""Authentication, authorization, TLS, tenants, audit."""

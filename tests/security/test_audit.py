@@ -1,0 +1,161 @@
+"""Audit events: failed and successful logins, authorization denials and rejected connections
+land in ``public/__kafka/__audit`` as JSON, readable by a Kafka client."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import socket
+import ssl
+import struct
+import time
+from pathlib import Path
+
+import confluent_kafka
+import jwt
+from confluent_kafka.admin import AdminClient
+
+from tests.broker_process import BrokerProcess
+from tests.clients import create_topic, present
+from tests.operations.test_metrics import sample, scrape
+from tests.ports import free_port
+from tests.security_helpers import make_tls
+from tests.txn_helpers import wait_until
+
+SECRET = b"audit-test-secret-of-32-bytes!!!"
+
+
+def read_audit(bootstrap: str, until: set[tuple[str, str]]) -> list[dict[str, object]]:
+    """Audit events from the start until every (kind, outcome) in ``until`` was seen."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "audit",
+                                         "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition("public/__kafka/__audit", 0, 0)])
+    events: list[dict[str, object]] = []
+    deadline = time.monotonic() + 20
+    while not until <= {(str(e["kind"]), str(e["outcome"])) for e in events} \
+            and time.monotonic() < deadline:
+        for msg in consumer.consume(100, 1.0):
+            if msg.error() is None:
+                events.append(json.loads(present(msg.value())))
+    consumer.close()
+    return events
+
+
+def test_audit_events(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path, {
+        "kafkaListeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+        "failedAuthenticationDelayMs": "0",
+    }).start()
+    try:
+        plain = f"127.0.0.1:{broker.ports['PLAINTEXT']}"
+        sasl = f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}"
+        create_topic(plain, "secret-data", 1)  # public/default/secret-data
+        good = jwt.encode({"sub": "mallory", "exp": int(time.time()) + 600}, SECRET,
+                          algorithm="HS256")
+        for password in ("token:forged", "token:" + good):
+            admin = AdminClient({"bootstrap.servers": sasl, "security.protocol": "SASL_PLAINTEXT",
+                                 "sasl.mechanisms": "PLAIN", "sasl.username": "evil",
+                                 "sasl.password": password})
+            with contextlib.suppress(confluent_kafka.KafkaException, TimeoutError):
+                admin.describe_configs([confluent_kafka.admin.ConfigResource(
+                    "topic", "public/default/secret-data")])[
+                    confluent_kafka.admin.ConfigResource(
+                        "topic", "public/default/secret-data")].result(5)
+        with socket.create_connection(("127.0.0.1", broker.ports["SASL_PLAINTEXT"])) as sock:
+            sock.sendall(struct.pack(">ihhihi", 14, 3, 1, 7, -1, -1))  # Metadata before login
+            sock.settimeout(5)
+            assert sock.recv(10) == b""
+        events = read_audit(plain, {("authentication", "failure"), ("authorization", "denied"),
+                                    ("authentication", "success"), ("connection", "rejected")})
+        kinds = [(e["kind"], e["outcome"]) for e in events]
+        assert ("authentication", "failure") in kinds
+        assert ("authentication", "success") in kinds
+        assert ("connection", "rejected") in kinds
+        denied = [e for e in events if e["outcome"] == "denied"]
+        assert denied and denied[0]["principal"] == "mallory"
+        assert denied[0]["tenant"] == "evil"
+        assert "public/default/secret-data" in str(denied[0]["resource"])
+        failure = next(e for e in events if e["outcome"] == "failure")
+        assert failure["mechanism"] == "PLAIN" and failure["reason"]
+        assert all(e["listener"] == "SASL_PLAINTEXT" and e["time"] for e in events)
+    finally:
+        broker.stop()
+
+
+def test_audit_can_be_disabled(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path, {"auditEnabled": "false",
+                                      "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0",
+                                      "tokenSecretKey": "data:;base64,"
+                                      + base64.b64encode(SECRET).decode()}).start()
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port)) as sock:
+            sock.sendall(struct.pack(">ihhih", 10, 3, 1, 7, -1))
+            sock.settimeout(5)
+            assert sock.recv(10) == b""
+        broker.stop()
+        assert not list(tmp_path.rglob("__audit"))
+    finally:
+        broker.kill()
+
+
+def test_a_failed_tls_handshake_is_a_rejected_connection(tmp_path: Path) -> None:
+    """A client without the required certificate and a client speaking plain Kafka to a
+    TLS port: each is one warning and one audit event with the reason."""
+    tls = make_tls(tmp_path / "certs")
+    broker = BrokerProcess(tmp_path / "data", {
+        "kafkaListeners": "SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0", **tls.broker_settings(),
+        "tlsTrustCertsFilePath": str(tls.ca), "tlsRequireTrustedClientCertOnConnect": "true",
+    }).start()
+    try:
+        port = broker.ports["SSL"]
+        context = ssl.create_default_context(cafile=str(tls.ca))  # no client certificate
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+                contextlib.suppress(ssl.SSLError, OSError), \
+                context.wrap_socket(raw, server_hostname="localhost") as without:
+            without.recv(10)  # TLS 1.3: the refusal comes after the client's Finished
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
+            plain.sendall(struct.pack(">ihhih", 10, 18, 3, 1, -1))  # ApiVersions in clear
+            with contextlib.suppress(OSError):
+                assert plain.recv(10) == b""
+        events: list[dict[str, object]] = []
+        deadline = time.monotonic() + 20
+        while len(events) < 2 and time.monotonic() < deadline:
+            events = [e for e in read_audit(f"127.0.0.1:{broker.ports['PLAINTEXT']}",
+                                            {("connection", "rejected")})
+                      if e["listener"] == "SSL" and e["outcome"] == "rejected"]
+        reasons = sorted(str(e["reason"]) for e in events)
+        assert len(reasons) == 2, events
+        assert all(r.startswith("TLS handshake failed: TLS error ") for r in reasons), reasons
+        assert any("CERTIFICATE" in r for r in reasons), reasons
+        assert all(e["kind"] == "connection" and e["client"] for e in events)
+        warned = [line for line in broker.lines if "TLS handshake failed" in line]
+        assert len(warned) == 2 and all(" WARNING " in line for line in warned), warned
+        assert "Traceback" not in broker.log_text()
+    finally:
+        broker.stop()
+
+
+def test_audit_events_follow_the_fsync_policy(tmp_path: Path) -> None:
+    """The audit topic is appended through the same path as produce: with
+    flushIntervalMessages=1 each event is fsynced, though nothing else is written."""
+    metrics_port = free_port()
+    broker = BrokerProcess(tmp_path / "data", {
+        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+        "failedAuthenticationDelayMs": "0", "metricsPort": str(metrics_port),
+        "flushIntervalMessages": "1", "flushIntervalMs": "3600000",
+    }).start()
+    try:
+        broker.wait_for_log(rf"metrics on http://127.0.0.1:{metrics_port}/metrics")
+        fsyncs = sample(scrape(metrics_port), "kop_server_fsync_seconds_count")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap,
+                             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+                             "sasl.username": "evil", "sasl.password": "token:forged"})
+        with contextlib.suppress(confluent_kafka.KafkaException):
+            admin.list_topics(timeout=5)
+        wait_until(lambda: sample(scrape(metrics_port), "kop_server_fsync_seconds_count")
+                   > fsyncs, 20, "an fsync of the audit topic")
+    finally:
+        broker.stop()

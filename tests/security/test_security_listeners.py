@@ -1,0 +1,316 @@
+"""Security acceptance 2: several listeners with their own advertised addresses, start-up
+refusing listener and security mistakes, and the per-listener connection limits."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
+
+from tests.broker_process import REPO, BrokerProcess
+from tests.raw import RawConnection
+from tests.security_helpers import (
+    NONE,
+    SecureConnection,
+    TlsFiles,
+    TokenIssuer,
+    closed_by_peer,
+    make_tls,
+)
+
+BROKER_ID = 7
+ADVERTISED = {"INTERNAL": ("internal.example", 19092),
+              "EXTERNAL": ("external.example", 19093),
+              "SECURE": ("secure.example", 19094)}
+
+
+@pytest.fixture(scope="module")
+def material(tmp_path_factory: pytest.TempPathFactory) -> tuple[TlsFiles, TokenIssuer]:
+    base = Path(tmp_path_factory.mktemp("listener-material"))
+    return make_tls(base / "tls"), TokenIssuer("hmac", base / "keys")
+
+
+@pytest.fixture(scope="module")
+def multi(tmp_path_factory: pytest.TempPathFactory,
+          material: tuple[TlsFiles, TokenIssuer]) -> Iterator[BrokerProcess]:
+    """Three listeners (PLAINTEXT, SASL_PLAINTEXT, SASL_SSL), each advertising elsewhere."""
+    tls, issuer = material
+    broker = BrokerProcess(Path(tmp_path_factory.mktemp("multi")), {
+        "brokerId": str(BROKER_ID),
+        "kafkaListeners": "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0,SECURE://127.0.0.1:0",
+        "kafkaProtocolMap": "INTERNAL:PLAINTEXT,EXTERNAL:SASL_PLAINTEXT,SECURE:SASL_SSL",
+        "kafkaAdvertisedListeners": ",".join(
+            f"{name}://{host}:{port}" for name, (host, port) in ADVERTISED.items()),
+        **issuer.settings, **tls.broker_settings(),
+    }).start()
+    yield broker
+    broker.stop()
+
+
+def connect(broker: BrokerProcess, listener: str,
+            material: tuple[TlsFiles, TokenIssuer]) -> SecureConnection:
+    tls, issuer = material
+    conn = SecureConnection(broker.ports[listener], ca=tls.ca if listener == "SECURE" else None)
+    if listener != "INTERNAL":
+        conn.login("acme", issuer.token("app"))
+    return conn
+
+
+def find_coordinator(conn: RawConnection, group: str, version: int) -> tuple[int, str, int]:
+    if version >= 4:
+        answer = conn.call(FindCoordinatorRequest[version](key_type=0, coordinator_keys=[group]),
+                           version, FindCoordinatorResponse)
+        (found,) = answer.coordinators
+        assert found.error_code == NONE and found.key == group
+        return found.node_id, found.host, found.port
+    if version >= 1:
+        request = FindCoordinatorRequest[version](key=group, key_type=0)
+    else:
+        request = FindCoordinatorRequest[version](key=group)
+    answer = conn.call(request, version, FindCoordinatorResponse)
+    assert answer.error_code == NONE
+    return answer.node_id, answer.host, answer.port
+
+
+@pytest.mark.parametrize("listener", ["INTERNAL", "EXTERNAL", "SECURE"])
+def test_each_listener_advertises_its_own_address(
+        multi: BrokerProcess, material: tuple[TlsFiles, TokenIssuer], listener: str) -> None:
+    expected = ADVERTISED[listener]
+    conn = connect(multi, listener, material)
+    try:
+        for version in (1, 4, 9, 12):
+            meta = conn.metadata([], version=version)
+            assert [(b.node_id, b.host, b.port) for b in meta.brokers] == \
+                [(BROKER_ID, *expected)], (version, meta.brokers)
+            assert meta.controller_id == BROKER_ID
+        for version in range(5):
+            assert find_coordinator(conn, "some-group", version) == (BROKER_ID, *expected)
+        for version in (0, 1):
+            fields: dict[str, bool | int] = {"include_cluster_authorized_operations": False}
+            if version >= 1:
+                fields["endpoint_type"] = 1
+            cluster = conn.call(DescribeClusterRequest[version](**fields), version,
+                                DescribeClusterResponse)
+            assert cluster.error_code == NONE
+            assert cluster.controller_id == BROKER_ID
+            assert [(b.broker_id, b.host, b.port) for b in cluster.brokers] == \
+                [(BROKER_ID, *expected)]
+    finally:
+        conn.close()
+
+
+def test_same_cluster_id_and_broker_id_on_every_listener(
+        multi: BrokerProcess, material: tuple[TlsFiles, TokenIssuer]) -> None:
+    ids = set()
+    for listener in ADVERTISED:
+        conn = connect(multi, listener, material)
+        try:
+            meta = conn.metadata([])
+            ids.add((meta.cluster_id, meta.controller_id, meta.brokers[0].node_id))
+        finally:
+            conn.close()
+    assert len(ids) == 1
+    assert next(iter(ids))[1:] == (BROKER_ID, BROKER_ID)
+    assert f"broker {BROKER_ID}, listeners" in multi.log_text()
+
+
+def test_ready_line_names_each_listener_with_its_advertised_address(
+        multi: BrokerProcess) -> None:
+    line = multi.wait_for_log("edge-broker ready")
+    for name, (host, port) in ADVERTISED.items():
+        assert f"{name}://127.0.0.1:{multi.ports[name]}" in line
+        assert f"advertised {host}:{port}" in line
+    assert "(PLAINTEXT," in line and "(SASL_PLAINTEXT," in line and "(SASL_SSL," in line
+
+
+def test_unadvertised_listener_advertises_its_bind_address(
+        tmp_path: Path, material: tuple[TlsFiles, TokenIssuer]) -> None:
+    broker = BrokerProcess(tmp_path / "data", {
+        "brokerId": str(BROKER_ID),
+        "kafkaListeners": "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+        "kafkaProtocolMap": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+        "kafkaAdvertisedListeners": "EXTERNAL://external.example:19093",
+    }).start()
+    try:
+        for listener, expected in (("INTERNAL", ("127.0.0.1", broker.ports["INTERNAL"])),
+                                   ("EXTERNAL", ("external.example", 19093))):
+            conn = SecureConnection(broker.ports[listener])
+            try:
+                meta = conn.metadata([])
+                assert [(b.node_id, b.host, b.port) for b in meta.brokers] == \
+                    [(BROKER_ID, *expected)]
+                assert find_coordinator(conn, "g", 3) == (BROKER_ID, *expected)
+            finally:
+                conn.close()
+    finally:
+        broker.stop()
+
+
+# -- configuration mistakes -------------------------------------------------------------
+
+def run_cli(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[str]:
+    args = [sys.executable, "-m", "edge.cli", "--set", f"dataDir={tmp_path / 'data'}"]
+    for key, value in settings.items():
+        args += ["--set", f"{key}={value}"]
+    return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=30)
+
+
+def refused(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "configuration error" in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, (fragment, result.stderr)
+    assert "edge-broker ready" not in result.stderr
+
+
+def test_sasl_listener_without_token_keys_is_refused(tmp_path: Path) -> None:
+    refused(run_cli(tmp_path, kafkaListeners="SASL_PLAINTEXT://127.0.0.1:0"),
+            "tokenSecretKey", "tokenPublicKey")
+
+
+def test_sasl_ssl_listener_without_token_keys_is_refused(
+        tmp_path: Path, material: tuple[TlsFiles, TokenIssuer]) -> None:
+    tls, _issuer = material
+    refused(run_cli(tmp_path, kafkaListeners="EXT://127.0.0.1:0",
+                    kafkaProtocolMap="EXT:SASL_SSL", **tls.broker_settings()),
+            "tokenSecretKey")
+
+
+@pytest.mark.parametrize("protocol", ["SSL", "SASL_SSL"])
+def test_tls_listener_without_certificate_files_is_refused(
+        tmp_path: Path, material: tuple[TlsFiles, TokenIssuer], protocol: str) -> None:
+    _tls, issuer = material
+    refused(run_cli(tmp_path, kafkaListeners=f"{protocol}://127.0.0.1:0", **issuer.settings),
+            "tlsCertificateFilePath", "tlsKeyFilePath")
+
+
+def test_tls_listener_with_missing_certificate_file_names_the_file(
+        tmp_path: Path, material: tuple[TlsFiles, TokenIssuer]) -> None:
+    tls, _issuer = material
+    missing = tmp_path / "nowhere.pem"
+    result = run_cli(tmp_path, kafkaListeners="SSL://127.0.0.1:0",
+                     tlsCertificateFilePath=str(missing), tlsKeyFilePath=str(tls.key))
+    refused(result, str(missing))
+
+
+def test_listener_name_without_protocol_is_refused(tmp_path: Path) -> None:
+    refused(run_cli(tmp_path, kafkaListeners="INTERNAL://127.0.0.1:0,OTHER://127.0.0.1:0",
+                    kafkaProtocolMap="INTERNAL:PLAINTEXT"),
+            "kafkaListeners", "OTHER", "not in the protocol map")
+
+
+def test_listener_name_that_is_no_protocol_without_a_map_is_refused(tmp_path: Path) -> None:
+    refused(run_cli(tmp_path, kafkaListeners="INTERNAL://127.0.0.1:0"),
+            "kafkaListeners", "INTERNAL", "is not a security protocol")
+
+
+def test_duplicate_listener_names_are_refused(tmp_path: Path) -> None:
+    refused(run_cli(tmp_path, kafkaListeners="INTERNAL://127.0.0.1:0,internal://127.0.0.1:0",
+                    kafkaProtocolMap="INTERNAL:PLAINTEXT"),
+            "kafkaListeners", "duplicate listener name 'INTERNAL'")
+
+
+def test_advertised_name_without_listener_is_refused(tmp_path: Path) -> None:
+    refused(run_cli(tmp_path, kafkaListeners="INTERNAL://127.0.0.1:0",
+                    kafkaProtocolMap="INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+                    kafkaAdvertisedListeners="INTERNAL://a.example:1,EXTERNAL://b.example:2"),
+            "kafkaAdvertisedListeners", "EXTERNAL")
+
+
+def test_unknown_sasl_mechanism_is_refused(
+        tmp_path: Path, material: tuple[TlsFiles, TokenIssuer]) -> None:
+    _tls, issuer = material
+    refused(run_cli(tmp_path, kafkaListeners="SASL_PLAINTEXT://127.0.0.1:0",
+                    saslAllowedMechanisms="PLAIN,SCRAM-SHA-256", **issuer.settings),
+            "saslAllowedMechanisms", "SCRAM-SHA-256")
+
+
+def test_listener_mechanisms_for_unknown_listener_are_refused(
+        tmp_path: Path, material: tuple[TlsFiles, TokenIssuer]) -> None:
+    _tls, issuer = material
+    refused(run_cli(tmp_path, kafkaListeners="SASL_PLAINTEXT://127.0.0.1:0",
+                    saslListenerMechanisms="NOPE:PLAIN", **issuer.settings),
+            "saslListenerMechanisms", "NOPE")
+
+
+# -- connection limits ------------------------------------------------------------------
+
+def api_versions_ok(conn: RawConnection) -> bool:
+    answer = conn.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
+    return answer.error_code == NONE
+
+
+def test_max_connections_per_listener(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", {
+        "kafkaListeners": "A://127.0.0.1:0,B://127.0.0.1:0",
+        "kafkaProtocolMap": "A:PLAINTEXT,B:PLAINTEXT",
+        "maxConnectionsPerListener": "2",
+    }).start()
+    try:
+        first, second = RawConnection(broker.ports["A"]), RawConnection(broker.ports["A"])
+        assert api_versions_ok(first) and api_versions_ok(second)
+        extra = RawConnection(broker.ports["A"])
+        assert closed_by_peer(extra, 5.0)
+        extra.close()
+        broker.wait_for_log(r"refusing connection from .* on A: 2 connections is the limit")
+        # The limit is per listener: B still takes connections.
+        on_b = RawConnection(broker.ports["B"])
+        assert api_versions_ok(on_b)
+        on_b.close()
+        # The held connections keep working.
+        assert api_versions_ok(first) and api_versions_ok(second)
+        first.close()
+        second.close()
+        # Once they are gone, the listener serves new connections again.
+        deadline = time.monotonic() + 10
+        while True:
+            fresh = RawConnection(broker.ports["A"])
+            try:
+                if api_versions_ok(fresh):
+                    break
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                fresh.close()
+            assert time.monotonic() < deadline, "listener A never served again"
+            time.sleep(0.1)
+        assert broker.alive()
+    finally:
+        broker.stop()
+
+
+def test_idle_connections_are_closed(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", {"connectionMaxIdleMs": "1000"}).start()
+    try:
+        idle = RawConnection(broker.port)
+        busy = RawConnection(broker.port)
+        assert api_versions_ok(idle) and api_versions_ok(busy)
+        started = time.monotonic()
+        # The busy connection keeps talking for 2.5 s and stays open.
+        while time.monotonic() - started < 2.5:
+            assert api_versions_ok(busy)
+            time.sleep(0.3)
+        assert closed_by_peer(idle, 1.0)
+        assert api_versions_ok(busy)
+        busy.close()
+        idle.close()
+        broker.wait_for_log(r"closing idle connection from")
+        # Never-used connections are closed too.
+        silent = RawConnection(broker.port)
+        t0 = time.monotonic()
+        assert closed_by_peer(silent, 5.0)
+        assert 0.8 <= time.monotonic() - t0 < 4.0
+        silent.close()
+    finally:
+        broker.stop()

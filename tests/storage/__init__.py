@@ -1,0 +1,1 @@
+"""Storage engines (file, memory, postgres): logs, recovery, fsync, faults, durability."""

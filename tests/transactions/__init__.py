@@ -1,0 +1,1 @@
+"""Transactions, idempotent producers and producer state."""
