@@ -19,12 +19,16 @@ from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from pipeline.audit.alerts import ALERTS_TOPIC, AlertSettings, start_alerts
 from pipeline.audit.analysis import BurstRule
 from pipeline.audit.events import AUDIT_TOPIC
 from pipeline.audit.report import ReportSettings, run_report
+
+SignalHandler: TypeAlias = \
+    "Callable[[int, FrameType | None], object] | int | signal.Handlers | None"
+"""What ``signal.getsignal`` gives back (and ``signal.signal`` takes)."""
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -190,7 +194,7 @@ class StopSignals:
 
     def __init__(self, on_stop: Callable[[], None] | None = None) -> None:
         self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, SignalHandler] = {}
         self._on_stop = on_stop
 
     def _note(self, signum: int, _frame: FrameType | None) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
 
 import confluent_kafka
 from confluent_kafka import IsolationLevel
@@ -93,7 +92,7 @@ class ClusterView:
                 found.add(resource.name)
         return found
 
-    def _list_offsets(self, wanted: dict[TopicPartition, Any]) -> Offsets:
+    def _list_offsets(self, wanted: dict[TopicPartition, OffsetSpec]) -> Offsets:
         if not wanted:
             return {}
         level = (IsolationLevel.READ_COMMITTED if self.options.isolation_level == "read_committed"

@@ -4,7 +4,6 @@ that produces rows in order and waits until every one is acknowledged."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import confluent_kafka
 from pyspark.sql import Row
@@ -14,12 +13,15 @@ from pipeline.options import KafkaOptions
 FLUSH_TIMEOUT_SECONDS = 120.0
 
 
-def _bytes(value: Any) -> bytes | None:
+def _bytes(value: object) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
     if isinstance(value, str):
         return value.encode()
-    return bytes(value)
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"edgekafka sink: a key, value or header must be bytes or a string, "
+                    f"not {type(value).__name__}")
 
 
 def topic_of(row: Row, options: KafkaOptions) -> str:
@@ -35,22 +37,23 @@ def produce_all(producer: confluent_kafka.Producer, options: KafkaOptions,
     """Produce every row in order and wait until all are acknowledged; the count."""
     errors: list[str] = []
 
-    def delivered(error: Any, _message: Any) -> None:
+    def delivered(error: confluent_kafka.KafkaError | None,
+                  _message: confluent_kafka.Message) -> None:
         if error is not None:
             errors.append(str(error))
 
     count = 0
     for row in rows:
         fields = row.asDict()
-        extra: dict[str, Any] = {}
-        if fields.get("partition") is not None:
-            extra["partition"] = int(fields["partition"])
-        if fields.get("headers"):
-            extra["headers"] = [(h["key"], _bytes(h["value"])) for h in fields["headers"]]
+        partition = int(fields["partition"]) if fields.get("partition") is not None else -1
+        headers: list[tuple[str, str | bytes | None]] | None = (
+            [(str(h["key"]), _bytes(h["value"])) for h in fields["headers"]]
+            if fields.get("headers") else None)
         while True:
             try:
                 producer.produce(topic_of(row, options), value=_bytes(fields.get("value")),
-                                 key=_bytes(fields.get("key")), on_delivery=delivered, **extra)
+                                 key=_bytes(fields.get("key")), partition=partition,
+                                 headers=headers, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.1)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
+import confluent_kafka
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -56,25 +56,29 @@ class RowBuffer:
     offsets: list[int] = field(default_factory=list)
     timestamps: list[datetime | None] = field(default_factory=list)
     timestamp_types: list[int] = field(default_factory=list)
-    headers: list[list[dict[str, Any]] | None] = field(default_factory=list)
+    headers: list[list[dict[str, str | bytes | None]] | None] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, message: Any) -> None:
+    def add(self, message: confluent_kafka.Message) -> None:
         """Append one confluent-kafka message."""
         kind, millis = message.timestamp()
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        if topic is None or partition is None or offset is None:
+            raise ValueError(f"not a record: {message.error()}")
         self.keys.append(message.key())
         self.values.append(message.value())
-        self.topics.append(message.topic())
-        self.partitions.append(message.partition())
-        self.offsets.append(message.offset())
+        self.topics.append(topic)
+        self.partitions.append(partition)
+        self.offsets.append(offset)
         self.timestamps.append(None if millis is None or millis < 0 else
                                datetime.fromtimestamp(millis / 1000, UTC))
         self.timestamp_types.append(_timestamp_type(kind))
         pairs = message.headers()
-        self.headers.append(None if pairs is None else
-                            [{"key": k, "value": v} for k, v in pairs])
+        listed = pairs.items() if isinstance(pairs, dict) else pairs
+        self.headers.append(None if listed is None else
+                            [{"key": k, "value": v} for k, v in listed])
 
     def to_arrow(self) -> pa.RecordBatch:
         """The buffered rows as one batch of :data:`ARROW_SCHEMA`."""

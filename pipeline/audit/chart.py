@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -16,9 +15,12 @@ matplotlib.use("Agg")
 import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
+
+from pipeline.audit.table import ReportRow
 
 MINUTE_MS = 60_000
 BAR_DAYS = 1 / 1440  # one minute
@@ -40,7 +42,7 @@ def _utc(epoch_ms: int) -> datetime:
     return datetime.fromtimestamp(epoch_ms / 1000, UTC)
 
 
-def _burst_minutes(burst: Any) -> tuple[float, float]:
+def _burst_minutes(burst: ReportRow) -> tuple[float, float]:
     """The band of a burst: from the start of its first failure's minute to the end of its
     last failure's minute, so it covers the bars that count it."""
     first = burst["first_failure"] // MINUTE_MS * MINUTE_MS
@@ -67,7 +69,7 @@ def _time_axis(axes: Axes, first_ms: int, last_ms: int) -> None:
         axes.set_xlabel("time (UTC)")
 
 
-def draw_chart(per_minute: list[Any], bursts: list[Any], path: Path,
+def draw_chart(per_minute: list[ReportRow], bursts: list[ReportRow], path: Path,
                events: int | None = None) -> Path:
     """Write the chart of ``failures_per_minute`` rows (summed over tenants) to ``path``;
     times (``minute``, ``first_failure``, ``last_failure``) are epoch milliseconds.
@@ -81,7 +83,8 @@ def draw_chart(per_minute: list[Any], bursts: list[Any], path: Path,
     return path
 
 
-def chart_figure(per_minute: list[Any], bursts: list[Any], events: int | None = None) -> Figure:
+def chart_figure(per_minute: list[ReportRow], bursts: list[ReportRow],
+                 events: int | None = None) -> Figure:
     """The chart as a matplotlib figure (the caller closes it)."""
     totals: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for row in per_minute:
@@ -104,7 +107,7 @@ def chart_figure(per_minute: list[Any], bursts: list[Any], events: int | None = 
     return figure
 
 
-def _plot(axes: Axes, totals: dict[int, dict[str, int]], bursts: list[Any]) -> None:
+def _plot(axes: Axes, totals: dict[int, dict[str, int]], bursts: list[ReportRow]) -> None:
     """Stacked bars per minute, a red band per burst, the legend and the time axis."""
     minutes = sorted(totals)
     x = [day_number(m) for m in minutes]
@@ -116,7 +119,7 @@ def _plot(axes: Axes, totals: dict[int, dict[str, int]], bursts: list[Any]) -> N
     right = max(last_x + width, left + MIN_SPAN_DAYS)
     axes.set_xlim(left, right)
     bottom = [0] * len(minutes)
-    handles: list[Any] = []
+    handles: list[BarContainer | Patch] = []
     for column, label, color in SERIES:
         heights = [totals[m][column] for m in minutes]
         handles.append(axes.bar(x, heights, width=width, bottom=bottom, label=label,

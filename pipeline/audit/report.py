@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -28,7 +27,7 @@ from pipeline.audit.analysis import (
 )
 from pipeline.audit.chart import draw_chart
 from pipeline.audit.events import AUDIT_TOPIC, parse_events
-from pipeline.audit.table import format_table
+from pipeline.audit.table import ReportRow, format_table
 from pipeline.source import SHORT_NAME
 
 CHART = "failures_per_minute.png"
@@ -59,7 +58,7 @@ class ReportSettings:
 class Report:
     """The report's tables as collected rows (dicts), plus where the files went."""
 
-    tables: dict[str, list[dict[str, Any]]]
+    tables: dict[str, list[ReportRow]]
     """Each table's rows, in order, timestamps as epoch milliseconds."""
     columns: dict[str, list[str]]
     output: Path
@@ -99,7 +98,7 @@ def read_events(spark: SparkSession, settings: ReportSettings) -> DataFrame:
     return events
 
 
-def collect_rows(frame: DataFrame) -> list[dict[str, Any]]:
+def collect_rows(frame: DataFrame) -> list[ReportRow]:
     """Rows as dicts, timestamps as epoch milliseconds (``collect()`` would give naive
     datetimes in the driver's local time zone)."""
     columns = [F.unix_millis(f.name).alias(f.name) if isinstance(f.dataType, TimestampType)
@@ -116,7 +115,7 @@ def _utc_text(epoch_ms: int | None) -> str | None:
 def run_report(spark: SparkSession, settings: ReportSettings) -> Report:
     """Compute, write and return the report (printing is the caller's choice)."""
     events = read_events(spark, settings).cache()
-    tables: dict[str, list[dict[str, Any]]] = {}
+    tables: dict[str, list[ReportRow]] = {}
     try:
         frames = {
             "tenants": tenant_summary(events),

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
+
+# Any: a Spark row's columns hold values of whatever SQL type the column has (numbers,
+# strings, lists); readers index rows by the column they know.
+ReportRow: TypeAlias = "dict[str, Any]"
+"""One row of a report table, by column name."""
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, datetime):
@@ -17,7 +22,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def format_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def format_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """``title`` above an aligned table (numbers right-aligned), or ``(none)``."""
     cells = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
