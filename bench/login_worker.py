@@ -9,9 +9,9 @@ turn; asyncio on uvloop.
 
 - ``rate``: ``--count`` logins by ``--concurrency`` loops; time = first connect to the last
   answer.
-- ``storm``: for ``--seconds``, storms of ``--clients`` logins at once (all connect, log
-  in and stay connected until the storm's last one is in, then all close), one after
-  another.
+- ``storm``: after ``--delay``, ``--storms`` storms of ``--clients`` logins at once (all
+  connect, log in and stay connected until the storm's last one is in, then all close),
+  ``--every`` seconds apart (or back to back if one takes longer).
 """
 
 from __future__ import annotations
@@ -120,12 +120,12 @@ async def run_rate(args: argparse.Namespace, tokens: Tokens) -> dict[str, Any]:
 
 
 async def run_storm(args: argparse.Namespace, tokens: Tokens) -> dict[str, Any]:
-    """Storms of ``clients`` logins at once for ``seconds``."""
+    """``storms`` storms of ``clients`` logins at once, ``every`` seconds apart."""
     errors: list[str] = []
     done = storms = 0
     longest = 0.0
     cpu0, start = time.process_time(), time.perf_counter()
-    while time.perf_counter() - start < args.seconds:
+    while storms < args.storms:
         began = time.perf_counter()
         results = await asyncio.gather(*(login(args.port, tokens.next())
                                          for _ in range(args.clients)),
@@ -138,7 +138,7 @@ async def run_storm(args: argparse.Namespace, tokens: Tokens) -> dict[str, Any]:
             else:
                 errors.append(str(result))
         storms += 1
-        await asyncio.sleep(0.05)  # let the closes go out
+        await asyncio.sleep(max(0.05, began + args.every - time.perf_counter()))
     seconds = time.perf_counter() - start
     return {"logins": done, "storms": storms, "seconds": seconds, "errors": len(errors),
             "first_error": errors[0] if errors else "", "longest_storm_s": longest,
@@ -155,7 +155,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--count", type=int, default=1000, help="rate: logins")
     parser.add_argument("--concurrency", type=int, default=32, help="rate: login loops")
     parser.add_argument("--clients", type=int, default=1000, help="storm: logins at once")
-    parser.add_argument("--seconds", type=float, default=10.0, help="storm: how long")
+    parser.add_argument("--storms", type=int, default=1, help="storm: how many")
+    parser.add_argument("--every", type=float, default=2.0, help="storm: seconds apart")
     parser.add_argument("--delay", type=float, default=0.0, help="storm: wait first")
     return parser
 

@@ -121,6 +121,14 @@ class MultiListenerBroker(EdgeBroker):
         listeners = ",".join(f"{protocol}://127.0.0.1:0" for protocol in protocols)
         super().__init__({"kafkaListeners": listeners, **settings})
         self.ports: dict[str, int] = {}
+        self.cprofile_to: Path | None = None
+        """Run the broker under ``cProfile`` writing here (``bench.secure_profile``)."""
+
+    def command(self) -> list[str]:
+        args = super().command()
+        if self.cprofile_to is None:
+            return args
+        return [args[0], "-m", "cProfile", "-o", str(self.cprofile_to), *args[1:]]
 
     def _on_line(self, line: str, ready: threading.Event) -> None:
         parsed = parse_ready(line)
