@@ -11,6 +11,7 @@ tenant, so every listener sees the same topics) with the password ``token:<jwt>`
 from __future__ import annotations
 
 import base64
+import functools
 import secrets
 import tempfile
 import threading
@@ -65,8 +66,15 @@ def sign(material: Material, algorithm: str, body: dict[str, object]) -> str:
     """``body`` as a JWT signed with ``material``'s key for ``algorithm``."""
     if algorithm == "HS256":
         return jwt.encode(body, material.hmac_secret, algorithm="HS256")
-    private = serialization.load_pem_private_key(material.rsa_private.read_bytes(), None)
-    return jwt.encode(body, private, algorithm="RS256")  # type: ignore[arg-type]
+    return jwt.encode(body, _private_key(material.rsa_private), algorithm="RS256")
+
+
+@functools.cache
+def _private_key(path: Path) -> rsa.RSAPrivateKey:
+    """The RS256 signing key, loaded once (loading checks the key: tens of ms)."""
+    key = serialization.load_pem_private_key(path.read_bytes(), None)
+    assert isinstance(key, rsa.RSAPrivateKey)
+    return key
 
 
 def make_material(directory: Path) -> Material:
