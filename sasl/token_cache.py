@@ -1,10 +1,12 @@
 """A cache of accepted tokens in front of a validator, so a client that logs in again with
 the token it holds (reconnects, a fleet restarting) costs no second signature check.
 
-Only accepted tokens are kept, by their exact text, for at most ``ttl_seconds`` (so a key
-the issuer withdrew stops admitting its tokens within that time) and never past their
-``exp``; at most ``max_entries`` (least recently used dropped first). A rejected token is
-checked in full every time.
+Only accepted tokens are kept, by their exact text, for at most ``ttl_seconds`` and never
+past their ``exp``; at most ``max_entries`` (least recently used dropped first). A
+validator whose keys change (JWKS) says so with a ``keys_generation`` attribute: a token
+accepted under other keys is checked again, so a key the issuer withdrew stops admitting
+its tokens as soon as the broker has the new key set. A rejected token is checked in full
+every time.
 """
 
 from __future__ import annotations
@@ -29,28 +31,32 @@ class CachedTokenValidator:
         self._ttl = ttl_seconds
         self._max = max_entries
         self._clock = clock
-        self._entries: OrderedDict[str, tuple[float, ValidatedToken]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[float, object, ValidatedToken]] = OrderedDict()
 
     @property
     def blocking(self) -> bool:
         """Whether a check may wait on the network (the inner validator's say)."""
         return bool(getattr(self.inner, "blocking", True))
 
+    def _generation(self) -> object:
+        return getattr(self.inner, "keys_generation", None)
+
     def validate(self, token: str) -> ValidatedToken:
         now = self._clock()
         held = self._entries.get(token)
         if held is not None:
-            until, validated = held
-            if now < until:
+            until, generation, validated = held
+            if now < until and generation == self._generation():
                 self._entries.move_to_end(token)
                 return validated
             self._entries.pop(token, None)
+        generation = self._generation()
         validated = self.inner.validate(token)
         until = now + self._ttl
         if validated.expires_at_ms is not None:
             until = min(until, validated.expires_at_ms / 1000)
         if until > now:
-            self._entries[token] = (until, validated)
+            self._entries[token] = (until, generation, validated)
             while len(self._entries) > self._max:
                 self._entries.popitem(last=False)
         return validated

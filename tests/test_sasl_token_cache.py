@@ -94,3 +94,16 @@ def test_the_least_recently_used_token_goes_first() -> None:
 
 def test_blocking_follows_the_inner_validator() -> None:
     assert CachedTokenValidator(Counting()).blocking is False
+
+
+def test_a_new_key_set_makes_cached_tokens_checked_again() -> None:
+    inner = Counting()
+    inner.keys_generation = 1  # type: ignore[attr-defined]
+    cached = CachedTokenValidator(inner)
+    good = token()
+    cached.validate(good)
+    cached.validate(good)
+    assert inner.checks == 1
+    inner.keys_generation = 2  # type: ignore[attr-defined]  # the issuer's keys changed
+    cached.validate(good)
+    assert inner.checks == 2
