@@ -162,10 +162,6 @@ class LoggedBearerServer:
     def claimed_tenant(self) -> str | None:
         return self._inner.claimed_tenant
 
-    @property
-    def blocking(self) -> bool:
-        return self._inner.blocking
-
     def step(self, message: bytes) -> bytes:
         challenge = self._inner.step(message)
         result = self._inner.result

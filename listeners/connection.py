@@ -60,10 +60,6 @@ def tls_usable(tls: ssl.SSLObject) -> bool:
     return True
 
 
-def _give_turn(give: Callable[[], None], _done: asyncio.Task[Response | None]) -> None:
-    give()
-
-
 def log_lost(peer: str, listener: str, exc: OSError | None) -> None:
     """One INFO line for a connection the peer reset, closed or garbled."""
     log.info("connection from %s on %s lost: %s", peer, listener,
@@ -224,8 +220,6 @@ class Connection:
                 return
             frame, held = read
             await self._while_muted()  # a throttle known only once the frame was read
-            # not logged in: the request waits for one of the few turns such requests share
-            give_turn = None if self.handler.frame_limit is None else await self.budget.turn()
             started: tuple[asyncio.Task[Response | None], asyncio.Future[None]] | None = None
             try:
                 request = self._prepare(frame)
@@ -235,13 +229,9 @@ class Connection:
             finally:
                 if started is None:
                     self.budget.give_back(held)
-                    if give_turn is not None:
-                        give_turn()
             if started is None:
                 return
             last, dispatched = started
-            if give_turn is not None:
-                last.add_done_callback(partial(_give_turn, give_turn))
             await self.pending.put(last)
             # the order rule: nothing more is read until this request's dispatch stage
             # has returned; its waiting stage may go on. The request runs first in the next

@@ -4,7 +4,6 @@ behaviour is described in :mod:`listeners.server`)."""
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -108,43 +107,14 @@ class Limits:
     max_pending_response_bytes: int = 8 * 1024 * 1024
 
 
-PRE_LOGIN_TURNS = 8
-"""Requests of connections not logged in that run at once (see :class:`ReadBudget`)."""
-PRE_LOGIN_TURN_SECONDS = 0.02
-"""The longest one such request keeps its turn (a failed login's delay, a JWKS fetch)."""
-
-
 class ReadBudget:
     """Bytes that large frames of limited connections (see
     ``ConnectionHandler.frame_limit``) may hold at once, across every listener sharing the
-    budget; taken as the bytes arrive. And the turns of their requests: at most ``turns``
-    run at once, each keeping its turn until it is answered or ``turn_seconds`` have
-    passed, the others waiting (without CPU) in arrival order. A login storm then takes the
-    event loop in small pieces: with a thousand logins under way at once, every turn of
-    the loop ran a step of each, and an already-connected producer's requests waited
-    behind all of them (its p99 went from 10 ms to over 200 ms)."""
+    budget; taken as the bytes arrive."""
 
-    def __init__(self, total: int, turns: int = PRE_LOGIN_TURNS,
-                 turn_seconds: float = PRE_LOGIN_TURN_SECONDS) -> None:
+    def __init__(self, total: int) -> None:
         self.total = total
         self.used = 0
-        self.turns = asyncio.Semaphore(turns)
-        self.turn_seconds = turn_seconds
-
-    async def turn(self) -> Callable[[], None]:
-        """Wait for a turn; returns the function that gives it back (once, however often
-        it is called; by itself after ``turn_seconds``)."""
-        await self.turns.acquire()
-        given: list[bool] = []
-
-        def give_back() -> None:
-            if not given:
-                given.append(True)
-                timer.cancel()
-                self.turns.release()
-
-        timer = asyncio.get_running_loop().call_later(self.turn_seconds, give_back)
-        return give_back
 
     def take(self, size: int) -> bool:
         """Reserve ``size`` bytes; False (nothing reserved) when the budget cannot hold them."""

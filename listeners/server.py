@@ -77,7 +77,7 @@ LISTEN_BACKLOG = 4096
 """Connections the kernel holds for accepting (capped by ``net.core.somaxconn``). With
 asyncio's default of 100, a thousand clients connecting at once lost most of their SYNs
 and came back 1, 3, 7, 15 s later: a storm of 1,000 logins took 28 s instead of about
-one. Accepting is cheap; what follows is paced by the pre-login turns (ReadBudget)."""
+one (``bench.logins``)."""
 
 
 class ListenerServer:

@@ -103,9 +103,6 @@ def _expiry_ms(claims: Mapping[str, JsonValue]) -> int | None:
 class JwtTokenValidator:
     """Validates JWTs with an HMAC secret or a public key; implements TokenValidator."""
 
-    blocking = False
-    """Its keys are loaded once, at construction: a check never waits on the network."""
-
     def __init__(self, settings: TokenSettings) -> None:
         self.settings = settings
         self._key: bytes | PublicKey

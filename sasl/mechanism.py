@@ -18,12 +18,6 @@ class TokenMechanism:
         self._claimed_tenant: str | None = None
 
     @property
-    def blocking(self) -> bool:
-        """Whether a step may wait on the network (a validator fetching keys); the
-        session runs such steps in a worker thread, the others on the event loop."""
-        return bool(getattr(self._validator, "blocking", True))
-
-    @property
     def complete(self) -> bool:
         """Whether the exchange ended with a login."""
         return self._result is not None

@@ -33,11 +33,6 @@ class CachedTokenValidator:
         self._clock = clock
         self._entries: OrderedDict[str, tuple[float, object, ValidatedToken]] = OrderedDict()
 
-    @property
-    def blocking(self) -> bool:
-        """Whether a check may wait on the network (the inner validator's say)."""
-        return bool(getattr(self.inner, "blocking", True))
-
     def _generation(self) -> object:
         return getattr(self.inner, "keys_generation", None)
 

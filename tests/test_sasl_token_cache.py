@@ -24,7 +24,6 @@ class Counting:
         self.inner = JwtTokenValidator(TokenSettings(
             secret_key="data:;base64," + base64.b64encode(SECRET).decode()))
         self.checks = 0
-        self.blocking = self.inner.blocking
 
     def validate(self, token: str) -> ValidatedToken:
         self.checks += 1
@@ -90,10 +89,6 @@ def test_the_least_recently_used_token_goes_first() -> None:
     assert inner.checks == 3
     cached.validate(second)
     assert inner.checks == 4
-
-
-def test_blocking_follows_the_inner_validator() -> None:
-    assert CachedTokenValidator(Counting()).blocking is False
 
 
 def test_a_new_key_set_makes_cached_tokens_checked_again() -> None:
