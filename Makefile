@@ -102,6 +102,9 @@ test: lint pytest
 
 bench: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/python -m bench $(ARGS)
+	$(BIN)/python -m bench.tls
+	$(BIN)/python -m bench.logins
+	$(BIN)/python -m bench.secure_chart
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache
