@@ -108,6 +108,9 @@ test-fast: $(TEST_STAMP) $(NATIVE)
 
 bench: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/python -m bench $(ARGS)
+	$(BIN)/python -m bench.tls
+	$(BIN)/python -m bench.logins
+	$(BIN)/python -m bench.secure_chart
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache

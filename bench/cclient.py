@@ -29,9 +29,13 @@ INTEGRITY = ("sha512-sfpTbrT35429cs0RE8Yb9avGX9BiRRvpV7aweQsghKTjtrVZP3jBrKOPItW
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache" / f"node-rdkafka-{NODE_RDKAFKA}"
 BINARY = CACHE / "rdkafka_performance"
+TLS_BINARY = CACHE / "rdkafka_performance-ssl"
 # Only what the benchmark uses: no TLS, SASL, zstd or curl; lz4 and snappy are built in.
 CONFIGURE = ["./configure", "--disable-ssl", "--disable-gssapi", "--disable-zstd",
              "--disable-curl", "--disable-lz4-ext"]
+TLS_CONFIGURE = [flag for flag in CONFIGURE if flag != "--disable-ssl"]
+"""The TLS rows' build (``bench/tls.py``): the same with OpenSSL (the system's
+``libssl-dev``); SASL PLAIN is built in either way."""
 
 
 class BuildError(RuntimeError):
@@ -72,7 +76,7 @@ def _run(command: list[str], cwd: Path) -> None:
         raise BuildError(f"{' '.join(command)} failed ({done.returncode}):\n{tail}")
 
 
-def build(target: Path = BINARY) -> Path:
+def build(target: Path = BINARY, configure: list[str] = CONFIGURE) -> Path:
     """Fetch node-rdkafka's librdkafka sources and build ``rdkafka_performance``."""
     for tool in ("cc", "make"):
         if shutil.which(tool) is None:
@@ -82,7 +86,7 @@ def build(target: Path = BINARY) -> Path:
         _say(f"building rdkafka_performance from node-rdkafka {NODE_RDKAFKA} (once)")
         source = _fetch(Path(temp))
         os.chmod(source / "configure", 0o755)
-        _run(CONFIGURE, source)
+        _run(configure, source)
         _run(["make", "-j", jobs, "-C", "src", "librdkafka.a"], source)
         _run(["make", "-C", "examples", "rdkafka_performance"], source)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -102,10 +106,20 @@ def rdkafka_performance() -> Path:
     return build()
 
 
-def find_or_build() -> str | None:
+def rdkafka_performance_tls() -> Path:
+    """The TLS-capable binary: ``$RDKAFKA_PERFORMANCE_SSL``, the cached build, or a new one."""
+    configured = os.environ.get("RDKAFKA_PERFORMANCE_SSL")
+    if configured:
+        return Path(configured)
+    if TLS_BINARY.exists():
+        return TLS_BINARY
+    return build(TLS_BINARY, TLS_CONFIGURE)
+
+
+def find_or_build(tls: bool = False) -> str | None:
     """The binary's path, or None (with the reason printed) when it cannot be had."""
     try:
-        return str(rdkafka_performance())
+        return str(rdkafka_performance_tls() if tls else rdkafka_performance())
     except (BuildError, OSError, subprocess.SubprocessError) as exc:
         _say(f"no C client, its rows are left out: {exc}")
         return None

@@ -88,8 +88,9 @@ def run_worker(bench: Bench, broker: Broker, mode: str, topic: str, **extra: Any
     extra.setdefault("linger_ms", opts.linger_ms)
     args = [sys.executable, "-m", "bench.worker", mode, "--bootstrap", broker.bootstrap,
             "--topic", topic, "--acks", opts.acks, "--timeout", str(opts.timeout)]
-    for key, value in extra.items():
-        args += ["--" + key.replace("_", "-"), str(value)]
+    for key, value in extra.items():  # a list: the option once per item
+        for item in value if isinstance(value, list) else [value]:
+            args += ["--" + key.replace("_", "-"), str(item)]
     cpus, load_cpus = bench.cpus.broker, bench.cpus.load
     cpu0, busy0, wall0 = broker.cpu_seconds(), procstats.busy_seconds(cpus), time.monotonic()
     load_busy0 = procstats.busy_seconds(load_cpus)

@@ -58,7 +58,13 @@ def producer_config(args: argparse.Namespace) -> dict[str, Any]:
         "linger.ms": args.linger_ms,
         "client.id": "bench-producer",
         "compression.type": args.compression,
+        **extra_config(args),
     }
+
+
+def extra_config(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--config KEY=VALUE`` settings (security ones: the TLS and login rows)."""
+    return dict(item.split("=", 1) for item in args.config)
 
 
 def record_value(args: argparse.Namespace) -> bytes:
@@ -133,7 +139,7 @@ def run_consume(args: argparse.Namespace) -> dict[str, Any]:
         "bootstrap.servers": args.bootstrap, "group.id": "bench-consumer",
         "enable.auto.commit": False, "auto.offset.reset": "earliest",
         "client.id": "bench-consumer",
-        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS, **extra_config(args),
     }
     if args.partition_fetch_bytes > 0:
         config["max.partition.fetch.bytes"] = args.partition_fetch_bytes
@@ -270,6 +276,8 @@ def run_c(args: argparse.Namespace) -> dict[str, Any]:
                     "-X", f"linger.ms={args.linger_ms:g}"]
     else:
         command += ["-o", "beginning", "-X", f"fetch.queue.backoff.ms={FETCH_QUEUE_BACKOFF_MS}"]
+    for item in args.config:
+        command += ["-X", item]
     own0 = time.process_time()
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True) as child:
@@ -325,6 +333,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="produce: random bytes, or text that codecs can shrink")
     parser.add_argument("--keys", type=int, default=0,
                         help="produce: cycle through this many keys (0: no key)")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a further client setting (repeatable), e.g. security.protocol")
     return parser
 
 

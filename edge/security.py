@@ -23,6 +23,7 @@ from oauth.key_validator import JwtTokenValidator, TokenSettings
 from oauth.settings import METHOD_TOKEN, ValidatorSettings, parse_validator_settings
 from sasl.oauthbearer import OAuthBearerServer
 from sasl.plain import PlainServer
+from sasl.token_cache import CachedTokenValidator
 from sasl.types import Authenticated, SaslServer, TokenValidator
 
 MECHANISMS = ("PLAIN", "OAUTHBEARER")
@@ -203,15 +204,16 @@ def sasl_factories(config: BrokerConfig, validator: TokenValidator | None,
     bearer = _checked_bearer(config, validator, needed)
     factories: dict[str, SaslFactory] = {}
     if "PLAIN" in needed and validator is not None:
-        plain_validator = validator
+        plain_validator = CachedTokenValidator(validator)
         reserved = config.kafka_metadata_namespace
         factories["PLAIN"] = lambda: PlainServer(plain_validator, reserved_namespace=reserved)
     if "OAUTHBEARER" in needed and bearer is not None:
         setup = bearer
         if isinstance(setup.validator, JwksTokenValidator):
             setup.validator.warm_up()
+        bearer_validator = CachedTokenValidator(setup.validator)
         factories["OAUTHBEARER"] = lambda: LoggedBearerServer(
-            OAuthBearerServer(setup.validator, tenant_claim=setup.tenant_claim))
+            OAuthBearerServer(bearer_validator, tenant_claim=setup.tenant_claim))
     return factories
 
 

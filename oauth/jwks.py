@@ -89,6 +89,9 @@ class JwksCache:
         self._last_error: str | None = None
         self.fetches = 0
         """How many fetches were attempted (for tests and metrics)."""
+        self.generation = 0
+        """Counts the key sets taken: a token accepted under an earlier one is checked
+        again (``sasl.token_cache``), so a withdrawn key stops admitting its tokens."""
 
     def key(self, kid: str | None, alg: str) -> PublicKey:
         """The verification key for a token header; raise TokenInvalid or KeysUnavailable."""
@@ -150,6 +153,7 @@ class JwksCache:
         if held is None or held.kids != fresh.kids:
             log.info("OAuth signing keys fetched: kid %s", ", ".join(fresh.kids) or "(none)")
         self._keys = fresh
+        self.generation += 1
 
     def _lookup(self, keys: KeySet, kid: str | None, alg: str) -> PublicKey | None:
         cached = keys.verifiers.get((kid, alg))

@@ -92,6 +92,11 @@ class JwksTokenValidator:
         thread.start()
         return thread
 
+    @property
+    def keys_generation(self) -> int:
+        """Changes whenever a new key set is taken (see ``sasl.token_cache``)."""
+        return self.keys.generation
+
     def validate(self, token: str) -> ValidatedToken:
         alg, kid = _header(token)
         if alg not in self.settings.algorithms:
