@@ -129,8 +129,8 @@ class Engine:
                                      self.cluster, self.producers, self.waiters)
         self.txn_markers = TxnMarkers(logs, self.appends, self.producers, self.groups,
                                       self.leadership.serves,
-                                      lambda key: key in self.cluster.owned)
-        self.cluster.on_gained(lambda _key, _epoch: self.txn_markers.relay.wake())
+                                      lambda key: key in self.cluster.ownership.owned)
+        self.cluster.ownership.on_gained(lambda _key, _epoch: self.txn_markers.relay.wake())
         self.transactions = TransactionCoordinator(
             config.transactions, txn_log, ProducerIdAllocator(logs.kv),
             self.txn_markers.write_marker, self.groups)
@@ -208,7 +208,7 @@ class Engine:
 
     def _writes(self, internal: str, index: int) -> bool:
         """Whether this broker writes the partition (on a cluster: owns it now)."""
-        return not self.logs.cluster.shared or (internal, index) in self.cluster.owned
+        return not self.logs.cluster.shared or (internal, index) in self.cluster.ownership.owned
 
     def _produce_rules(self, internal: str, own: Mapping[str, str]) -> ProduceRules:
         """What produce checks per topic, computed once per set of topic configs."""
@@ -289,7 +289,7 @@ class Engine:
         for partition in partitions:
             self.flusher.forget(partition)
         self._rules.pop(internal, None)
-        self.cluster.forget_topic(internal)
+        self.cluster.ownership.forget_topic(internal)
         self.producers.forget(internal)
         for index in range(len(partitions)):
             self.waiters.notify((internal, index))
