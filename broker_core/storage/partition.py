@@ -46,7 +46,8 @@ from .entry import ENTRY_HEADER_SIZE, encode_entry_header
 from .errors import DamagedRecords, LogClosed, LogOffline, OffsetOutOfRange
 from .file_kv import FileKeyValues
 from .fsutil import fsync_dir, start_writeback
-from .ledger import SWAP_SUFFIX, Ledger, LedgerReader
+from .ledger import SWAP_SUFFIX, Ledger
+from .ledger_reader import LedgerReader
 from .model import BatchInfo, wall_clock_ms
 from .recovery import recover
 from .region import FileRegion
