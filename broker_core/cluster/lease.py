@@ -30,10 +30,9 @@ class Lease:
     """This broker's registration, slot and lease, and the connection counts published
     with it."""
 
-    def __init__(self, store: ClusterStore, me: BrokerRecord, config: ClusterConfig,
-                 kv: KeyValueStore, worker: Worker) -> None:
+    def __init__(self, store: ClusterStore, config: ClusterConfig, kv: KeyValueStore,
+                 worker: Worker) -> None:
         self.store = store
-        self.me = me
         self.config = config
         self._worker = worker
         self.slots = BrokerSlots(kv)
@@ -68,28 +67,29 @@ class Lease:
             return True
         return (time.monotonic() - self.renewed_at) * 1000 <= self.config.session_timeout_ms
 
-    async def register(self) -> None:
-        """Register (waiting out the lease of this id's previous process, if it was killed)
-        and take a slot. BrokerIdInUse if the id stays taken for longer than a session."""
+    async def register(self, me: BrokerRecord) -> None:
+        """Register as ``me`` (waiting out the lease of this id's previous process, if it
+        was killed) and take a slot. BrokerIdInUse if the id stays taken for longer than a
+        session."""
         deadline = time.monotonic() + self.config.session_timeout_ms / 1000 + 1
         announced = False
         while True:
             try:
-                self.slot = await self._worker.run(self._register)
+                self.slot = await self._worker.run(lambda: self._register(me))
                 break
             except BrokerIdInUse as exc:
                 if time.monotonic() >= deadline:
                     raise
                 if not announced:
                     log.info("waiting for the previous registration of broker %d to expire: %s",
-                             self.me.broker_id, exc)
+                             me.broker_id, exc)
                     announced = True
                 await asyncio.sleep(self.config.heartbeat_ms / 1000)
         self.renewed_at = time.monotonic()
 
-    async def register_again(self) -> None:
-        """Register again after the lease ran out (the slot may change)."""
-        self.slot = await self._worker.run(self._register)
+    async def register_again(self, me: BrokerRecord) -> None:
+        """Register as ``me`` again after the lease ran out (the slot may change)."""
+        self.slot = await self._worker.run(lambda: self._register(me))
 
     async def renew(self) -> Renewal:
         """Renew the lease, publishing ``connections`` (read here, on the event loop) and
@@ -102,9 +102,9 @@ class Lease:
     def _heartbeat(self, connections: Mapping[str, int]) -> Renewal:
         return self.store.heartbeat(self.config.session_timeout_ms, connections)
 
-    def _register(self) -> int:
+    def _register(self, me: BrokerRecord) -> int:
         """Register with a fresh lease and take this broker's slot among the brokers live
         now (after a lease that ran out, its old slot may have gone to another broker);
         return the slot (in the worker: the caller keeps it, on the event loop)."""
-        self.store.register(self.me, self.config.session_timeout_ms)
-        return self.slots.take(self.me.broker_id, list(self.store.view().live))
+        self.store.register(me, self.config.session_timeout_ms)
+        return self.slots.take(me.broker_id, list(self.store.view().live))

@@ -93,7 +93,7 @@ class ClusterService:
         self._claims_failing = False
         self._joined = False
         self._worker = Worker(f"edge-cluster-{me.broker_id}")
-        self.lease = Lease(store, me, config, kv, self._worker)
+        self.lease = Lease(store, config, kv, self._worker)
         self._busy = asyncio.Lock()
         """Held by whatever reads the registry and acts on it (a reconcile, an on-demand
         claim): their statements and the updates they make never interleave."""
@@ -229,7 +229,7 @@ class ClusterService:
         """Register (waiting out the lease of this id's previous process, if it was killed)
         and take this broker's share of the partitions. BrokerIdInUse if the id stays
         taken for longer than a session."""
-        await self.lease.register()
+        await self.lease.register(self.me)
         self._joined = True
         async with self._busy:
             await self._read_view()
@@ -312,7 +312,7 @@ class ClusterService:
                                 "partitions and registering again", self.me.broker_id,
                                 len(self.ownership.owned))
                     self.ownership.lose(list(self.ownership.owned))
-                    await self.lease.register_again()
+                    await self.lease.register_again(self.me)
                 self.lease.renewed_at = sent
                 stamps = None if renewal.stamp is None or not renewal.renewed else (
                     renewal.stamp, self.ownership.moves,
