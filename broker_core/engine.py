@@ -1,8 +1,9 @@
 """The engine's state and the services the request handlers share.
 
-It owns the log manager, the fsync policy, long-poll waiters and retention, and answers
-the questions every handler asks: which internal topic a client's name means, whether
-it exists (creating it when auto-creation allows), and how to append a batch. What this
+It owns the log manager, the fsync policy and long-poll waiters (its background loops are
+:mod:`broker_core.background`'s), and answers the questions every handler asks: which
+internal topic a client's name means, whether it exists (creating it when auto-creation
+allows), and how to append a batch. What this
 broker serves in the cluster is asked of :attr:`Engine.leadership` (``leadership``), and
 transaction markers are written through :attr:`Engine.txn_markers` (``txn_markers``).
 """
@@ -10,7 +11,6 @@ transaction markers are written through :attr:`Engine.txn_markers` (``txn_marker
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from broker_core import metrics
 from broker_core.appends import AppendPath
+from broker_core.background import BackgroundWork
 from broker_core.cluster.service import ClusterService
 from broker_core.codec import compression
 from broker_core.codec.batch_header import (
@@ -45,13 +46,11 @@ from broker_core.storage import (
     LogOffline,
     PartitionStore,
     Storage,
-    StorageError,
     TopicExists,
     TopicInfo,
     UnknownTopic,
 )
 from broker_core.storage.cluster import BrokerRecord
-from broker_core.storage.feed import CHANGES
 from broker_core.storage_faults import WriteFaults, WriteKind
 from broker_core.system_topics import SystemTopic
 from broker_core.tenancy import OFFSETS_TOPIC, TXN_TOPIC, Tenancy
@@ -60,20 +59,11 @@ from broker_core.transactions.coordinator import TransactionCoordinator
 from broker_core.transactions.producer_ids import ProducerIdAllocator
 from broker_core.txn_markers import TxnMarkers
 from broker_core.waiters import AppendWaiters
-from broker_core.wakeup import Wakeup
 from common.log_fields import topic_fields
 
 log = logging.getLogger(__name__)
 ZSTD_PRODUCE_VERSION = 7
 """The first Produce version that may carry zstd batches (KIP-110)."""
-CHECKPOINT_CHECK_S = 1.0
-"""How often partitions are checked for a due producer-state snapshot."""
-REFRESH_INTERVAL_S = 0.25
-"""How often the storage is asked what other brokers sharing it changed while its change
-feed is not live (``storage.feed``): their topic, ACL and config changes take effect here
-within a second. While it is live, it is asked when the feed says so."""
-REFRESH_SAFETY_S = 5.0
-"""How often the storage is asked anyway while its change feed is live."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,18 +109,11 @@ class Engine:
         self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms,
                                       self.faults)
         self.appends = AppendPath(self.waiters, self.flusher)
-        self._retention: asyncio.Task[None] | None = None
-        self._cleaning: asyncio.Task[None] | None = None
-        self._checkpoints: asyncio.Task[None] | None = None
-        self._refresher: asyncio.Task[None] | None = None
-        self._summing: asyncio.Task[None] | None = None
-        self._wake_refresher: Callable[[], None] = lambda: None
         self.limits: TenantLimits | None = None
         """A tenant's caps on topics, partitions and stored bytes (None: no caps)."""
         self.kv_readers: list[Callable[[], None]] = []
         """Called when another broker may have changed the storage's key-value area: each
         reads again what it keeps of it (the ACLs); one that raises is called again."""
-        self._stopping = asyncio.Event()
         self.closing = False
         self.topic_changes = asyncio.Lock()
         """Held by CreateTopics and CreatePartitions from their checks to the end of their
@@ -156,8 +139,8 @@ class Engine:
                                      self.cluster, self.producers, self.waiters)
         self.txn_markers = TxnMarkers(logs, self.appends, self.producers, self.groups,
                                       self.leadership.serves,
-                                      lambda key: key in self.cluster.owned)
-        self.cluster.on_gained(lambda _key, _epoch: self.txn_markers.relay.wake())
+                                      lambda key: key in self.cluster.ownership.owned)
+        self.cluster.ownership.on_gained(lambda _key, _epoch: self.txn_markers.relay.wake())
         self.transactions = TransactionCoordinator(
             config.transactions, txn_log, ProducerIdAllocator(logs.kv),
             self.txn_markers.write_marker, self.groups)
@@ -170,22 +153,16 @@ class Engine:
                                   config.log_cleaner_io_max_bytes_per_second,
                                   cleaned=self.producers.cleaned,
                                   map_bytes=config.log_cleaner_dedupe_buffer_size)
-        self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cleaner")
+        self.background = BackgroundWork(config, logs, self.producers, self.flusher,
+                                         self.cleaner, self._forget_topic, self.kv_readers)
 
     def start(self) -> None:
-        """Start background work: periodic fsync and retention."""
+        """Start background work: periodic fsync, the coordinators' timers and the loops of
+        :class:`BackgroundWork`."""
         self.flusher.start()
         self.groups.start()
         self.transactions.start()
-        loop = asyncio.get_running_loop()
-        self._retention = loop.create_task(self._retention_loop())
-        if self.config.log_cleaner_enable:
-            self._cleaning = loop.create_task(self._cleaner_loop())
-        self._checkpoints = loop.create_task(self._checkpoint_loop())
-        self._refresher = loop.create_task(
-            self._refresh_loop(Wakeup(self.logs.feed, CHANGES)))
-        if self.limits is not None:
-            self._summing = loop.create_task(self.limits.keep_summing(self._stopping))
+        self.background.start(self.limits)
 
     async def join(self, me: BrokerRecord) -> None:
         """Join the cluster as ``me`` and take this broker's share of the partitions; carry
@@ -208,23 +185,13 @@ class Engine:
         line per step that could not be done.
         """
         problems: list[str] = []
-        if self._retention is not None:
-            self._retention.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._retention
-        self._stopping.set()
-        self._wake_refresher()
-        self.cleaner.stopping.set()
-        if self._cleaning is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._cleaning
-        self._cleaner_thread.shutdown(wait=False, cancel_futures=True)
+        await self.background.stop()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("stop relaying transaction markers", self.txn_markers.relay.stop),
             ("hand partitions over", self.cluster.leave),
-            ("finish the producer snapshot under way", self._await_checkpoints),
-            ("finish the storage refresh under way", self._await_refresher),
-            ("finish the tenant usage sum under way", self._await_summing),
+            ("finish the producer snapshot under way", self.background.await_checkpoints),
+            ("finish the storage refresh under way", self.background.await_refresher),
+            ("finish the tenant usage sum under way", self.background.await_summing),
             ("stop the transaction coordinator", self.transactions.stop),
             ("stop the group coordinator", self.groups.stop),
             ("fsync the partitions", self.flusher.stop),
@@ -241,77 +208,6 @@ class Engine:
         problems += self.logs.close()
         return problems
 
-    async def _await_checkpoints(self) -> None:
-        if self._checkpoints is not None:  # let a snapshot being written finish first
-            await self._checkpoints
-
-    async def _await_summing(self) -> None:
-        if self._summing is not None:
-            await self._summing
-
-    async def _await_refresher(self) -> None:
-        if self._refresher is not None:
-            await self._refresher
-
-    async def _refresh_loop(self, wakeup: Wakeup) -> None:
-        """Take in what other brokers sharing the storage changed, when its feed says so
-        (``REFRESH_SAFETY_S`` at the latest) or every ``REFRESH_INTERVAL_S`` while the
-        feed is not live: forget deleted topics, let ``kv_readers`` read again. A storage
-        that cannot be read (a database away) is logged once, and once more when it can
-        be read again."""
-        self._wake_refresher = wakeup.set
-        failing = kv_pending = False
-        while not self._stopping.is_set():
-            await wakeup.wait(REFRESH_INTERVAL_S, REFRESH_SAFETY_S)
-            if self._stopping.is_set():
-                return
-            try:
-                changes = await asyncio.to_thread(self.logs.refresh)
-                for internal, partitions in changes.gone.items():
-                    log.info("topic %s was deleted through another broker", internal,
-                             extra=topic_fields(internal))
-                    self._forget_topic(internal, partitions)
-                kv_pending = kv_pending or changes.kv_changed
-                if kv_pending:
-                    for read_again in self.kv_readers:
-                        read_again()
-                    kv_pending = False
-            except Exception as exc:  # keep refreshing: the next round retries
-                if not failing:
-                    reason = exc.strerror if isinstance(exc, OSError) else None
-                    log.warning("storage: cannot take in what other brokers changed: %s; "
-                                "retrying", reason or exc, exc_info=not isinstance(exc, OSError))
-                failing = True
-                continue
-            if failing:
-                log.info("storage: reading what other brokers changed works again")
-                failing = False
-
-    async def _retention_loop(self) -> None:
-        interval = self.config.retention_check_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                removed = self.logs.enforce_retention()
-            except (StorageError, OSError) as exc:  # the database is away: next round
-                log.warning("retention could not run: %s", exc)
-                continue
-            if removed:
-                log.info("retention removed %d ledgers", removed)
-
-    async def _cleaner_loop(self) -> None:
-        """Run the log cleaner in its thread every ``log_cleaner_backoff_ms``."""
-        loop = asyncio.get_running_loop()
-        interval = self.config.log_cleaner_backoff_ms / 1000
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), interval)
-                return
-            try:
-                await loop.run_in_executor(self._cleaner_thread, self.cleaner.run_once)
-            except Exception:  # the next round tries again
-                log.exception("the log cleaner failed")
-
     def _cleaned_configs(self, internal: str) -> Mapping[str, str] | None:
         """A topic's effective configs for the log cleaner; None for the broker's own
         topics (they compact their snapshots themselves) and deleted ones."""
@@ -322,25 +218,7 @@ class Engine:
 
     def _writes(self, internal: str, index: int) -> bool:
         """Whether this broker writes the partition (on a cluster: owns it now)."""
-        return not self.logs.cluster.shared or (internal, index) in self.cluster.owned
-
-    async def _checkpoint_loop(self) -> None:
-        """Snapshot producer state as partitions move on, so a crash replays little; forget
-        idle producer ids every ``producer_id_expiration_check_interval_ms``."""
-        expire_every = self.config.producer_id_expiration_check_interval_ms / 1000
-        expired_at = time.monotonic()
-        while not self._stopping.is_set():
-            wait = min(CHECKPOINT_CHECK_S, max(expired_at + expire_every - time.monotonic(), 0))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), wait)
-                return  # stopping: the shutdown snapshot follows
-            try:
-                if time.monotonic() - expired_at >= expire_every:
-                    expired_at = time.monotonic()
-                    self.producers.expire()
-                await self.producers.checkpoint(self.flusher.flush)
-            except Exception:  # keep taking snapshots; the next round retries
-                log.exception("producer state snapshots failed")
+        return not self.logs.cluster.shared or (internal, index) in self.cluster.ownership.owned
 
     def _produce_rules(self, internal: str, own: Mapping[str, str]) -> ProduceRules:
         """What produce checks per topic, computed once per set of topic configs."""
@@ -422,7 +300,7 @@ class Engine:
         for partition in partitions:
             self.flusher.forget(partition)
         self._rules.pop(internal, None)
-        self.cluster.forget_topic(internal)
+        self.cluster.ownership.forget_topic(internal)
         self.producers.forget(internal)
         for index in range(len(partitions)):
             self.waiters.notify((internal, index))

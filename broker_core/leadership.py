@@ -41,8 +41,8 @@ class Leadership:
         self._waiters = waiters
         self.coordinators: Mapping[str, StateCoordinator] = {}
         """The coordinators by the name of the system topic holding their state."""
-        cluster.on_gained(self._gained)
-        cluster.on_lost(self._lost)
+        cluster.ownership.on_gained(self._gained)
+        cluster.ownership.on_lost(self._lost)
 
     async def join(self, me: BrokerRecord) -> None:
         """Join the cluster as ``me`` (this broker with its listeners) and take this
@@ -77,7 +77,7 @@ class Leadership:
     def serves(self, internal: str, index: int) -> int | None:
         """The leader epoch this broker serves a partition at, or None (another broker, or
         this one once its claim is done)."""
-        epoch = self.cluster.owned.get((internal, index))
+        epoch = self.cluster.ownership.owned.get((internal, index))
         if epoch is not None:
             return epoch
         topic = self._logs.topic(internal)
@@ -88,7 +88,7 @@ class Leadership:
         """Before a request that reads or writes ``wanted``: claim the ones that belong here
         and are not claimed yet, waiting (a bounded time) without holding the event loop."""
         missing = [(internal, index) for internal, index in wanted
-                   if (internal, index) not in self.cluster.owned]
+                   if (internal, index) not in self.cluster.ownership.owned]
         if not missing:
             return
         counts = {internal: topic.num_partitions for internal in {k[0] for k in missing}

@@ -232,9 +232,9 @@ class BrokerApp:
         self.quotas.observer = self.quota_events
         cluster = self.engine.cluster
         self.gate = ConnectionGate(self.quotas, self.quotas.window.span_s,
-                                   lambda tenant: cluster.elsewhere.get(tenant, 0),
-                                   cluster.reserve_connection)
-        cluster.connections = lambda: self.gate.admission.open
+                                   lambda tenant: cluster.lease.elsewhere.get(tenant, 0),
+                                   cluster.lease.reserve_connection)
+        cluster.lease.connections = lambda: self.gate.admission.open
         self.limits = TenantLimits(self.quotas, self.logs, self.engine.tenancy.is_internal,
                                    config.tenant_usage_check_interval_ms / 1000)
         self.engine.limits = self.limits
@@ -343,7 +343,7 @@ class BrokerApp:
         try:
             port = serve_metrics(self.engine, host, port, self.readiness, [
                 TenantUsageCollector(self.quotas, self.limits, self.gate,
-                                     lambda: self.engine.cluster.elsewhere),
+                                     lambda: self.engine.cluster.lease.elsewhere),
                 EntityQuotaCollector(self.quotas, self.quota_events)])
         except OSError as exc:
             raise StartupError(f"cannot serve metrics on {host}:{port}: "

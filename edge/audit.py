@@ -95,7 +95,7 @@ class AuditLog:
         """This broker's own partition: its slot (``broker_core.cluster.slots``, a small
         number whatever the broker id). In a cluster each broker writes its own (pinned to
         it while it is live), so no event waits for another broker."""
-        return self.engine.cluster.slot
+        return self.engine.cluster.lease.slot
 
     def _log(self) -> PartitionStore:
         """This broker's partition of the audit topic, created on the first event;

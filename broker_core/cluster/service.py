@@ -4,8 +4,9 @@
 ``heartbeat_ms`` and *reconciles*: it reads the live brokers and every partition's owner,
 hands the partitions that now belong elsewhere (``placement``) to their broker at once,
 claims the ones that belong here and have no live owner, and drops the ones another
-broker took. What it owns it tells the engine (``on_gained`` / ``on_lost``), which loads
-or forgets producer and coordinator state.
+broker took. What it owns is kept in ``ownership`` (:mod:`broker_core.cluster.ownership`),
+which tells the rest of the broker; the registration and the lease are ``lease``'s
+(:mod:`broker_core.cluster.lease`).
 
 A reconcile follows a heartbeat when something it reads changed since the last one: the
 heartbeat reads the registry's stamp in the same round trip (``Renewal``), and this
@@ -13,11 +14,7 @@ broker's own side (what it owns, its topics' partition counts) is compared too; 
 every ``FULL_RECONCILE_EVERY`` heartbeats it runs anyway. The storage's change feed
 (``REGISTRY``: a broker registered or left, a partition changed owner) starts one at
 once, at most one per ``_FOLLOW_GAP_S``. The heartbeat itself keeps its pace: it is the
-failure detector. It also publishes this broker's live connections per tenant
-(``connections``, set by the edge) and reads the other live brokers' (``elsewhere``); a
-login of a tenant with a ``max_connections`` publishes its count at once, under a lock
-per tenant in the registry (:meth:`reserve_connection`), so that the cap holds over the
-cluster even for logins arriving on several brokers at the same moment.
+failure detector.
 
 :meth:`leader` is the one answer to "which broker serves this partition" that Metadata,
 FindCoordinator, the coordinators and the request checks all use. A partition that nobody
@@ -38,20 +35,18 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 
+from broker_core.cluster.lease import Lease
+from broker_core.cluster.ownership import OwnedPartitions
 from broker_core.cluster.placement import preferred
 from broker_core.cluster.reconcile import ClusterConfig, Leader, plan_reconcile
-from broker_core.cluster.slots import BrokerSlots
 from broker_core.cluster.worker import Worker
 from broker_core.storage import KeyValueStore, StorageError, TopicInfo
 from broker_core.storage.cluster import (
-    BrokerIdInUse,
     BrokerRecord,
     ClusterStore,
     ClusterView,
-    Renewal,
     TopicPartition,
 )
 from broker_core.storage.feed import NO_FEED, REGISTRY, ChangeFeed
@@ -74,12 +69,6 @@ it (the registry slow or away) it gets the retriable answer of a broker that doe
 serve the partition."""
 
 
-@dataclass
-class _Listeners:
-    gained: list[Callable[[TopicPartition, int], None]] = field(default_factory=list)
-    lost: list[Callable[[TopicPartition], None]] = field(default_factory=list)
-
-
 class ClusterService:
     """Membership, ownership and the one ownership function of this broker."""
 
@@ -91,26 +80,20 @@ class ClusterService:
         self.pinned_topics: set[str] = set()
         """Topics with a partition per broker: partition ``i`` on the broker holding slot
         ``i`` while it is live (``placement``): the audit topic, which every broker writes."""
-        self._slots = BrokerSlots(kv)
-        self.slot = 0
-        """This broker's slot (``slots``), taken when it registers: its partition of a
-        pinned topic."""
         self._holders: dict[int, int] = {}
         """slot -> broker id, as last read."""
         self.me = me
         self.config = config
         self._topics = topics
-        self.owned: dict[TopicPartition, int] = {}
-        """Partitions this broker writes, with the epoch of its claim."""
+        self.ownership = OwnedPartitions(store)
         self.view = ClusterView({me.broker_id: me}, {})
         self._viewed_at = 0.0
-        self._renewed_at = 0.0
-        self._listeners = _Listeners()
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._claims_failing = False
         self._joined = False
         self._worker = Worker(f"edge-cluster-{me.broker_id}")
+        self.lease = Lease(store, config, kv, self._worker)
         self._busy = asyncio.Lock()
         """Held by whatever reads the registry and acts on it (a reconcile, an on-demand
         claim): their statements and the updates they make never interleave."""
@@ -119,40 +102,12 @@ class ClusterService:
         yet."""
         self._asking: asyncio.Task[None] | None = None
         self._following: asyncio.Task[None] | None = None
-        self._owned_moves = 0
-        """Counts every change of ``owned`` (part of the stamp a reconcile is skipped on)."""
         self._reconciled: tuple[str, int, tuple[tuple[str, int], ...]] | None = None
         """The stamps the last reconcile after a heartbeat saw (None: reconcile next)."""
         self._skipped = 0
         """Heartbeats since that reconcile."""
-        self.connections: Callable[[], Mapping[str, int]] = dict
-        """This broker's live connections per tenant, published with each heartbeat (the
-        edge sets it)."""
-        self.elsewhere: Mapping[str, int] = {}
-        """The other live brokers' connections per tenant, as of their latest heartbeats
-        (read with this broker's last one)."""
 
     # -- what the rest of the broker asks ---------------------------------------------
-
-    def on_gained(self, callback: Callable[[TopicPartition, int], None]) -> None:
-        """Call ``callback(partition, epoch)`` for each partition this broker takes."""
-        self._listeners.gained.append(callback)
-
-    def on_lost(self, callback: Callable[[TopicPartition], None]) -> None:
-        """Call ``callback(partition)`` for each partition this broker gives up."""
-        self._listeners.lost.append(callback)
-
-    async def reserve_connection(self, tenant: str, count: int, cap: int) -> bool:
-        """Whether this broker may hold ``count`` connections of ``tenant`` (one more than
-        it admitted) under a ``max_connections`` of ``cap`` over the whole cluster; on a
-        shared registry published at once (``ClusterStore.reserve_connection``), in the
-        service's thread after the heartbeats submitted before it, so that no heartbeat
-        publishes a count older than the reservation after it. StorageError or OSError
-        when the registry cannot be reached."""
-        if not self.store.shared:
-            return count <= cap
-        return await self._worker.run(
-            lambda: self.store.reserve_connection(tenant, count, cap))
 
     def registered(self) -> bool:
         """Whether this broker is a member now: it joined, has not begun to leave, and its
@@ -160,9 +115,7 @@ class ClusterService:
         registry of one broker, which no other broker shares)."""
         if not self._joined or self._stopping.is_set():
             return False
-        if not self.store.shared:
-            return True
-        return (time.monotonic() - self._renewed_at) * 1000 <= self.config.session_timeout_ms
+        return self.lease.fresh()
 
     def live_brokers(self) -> list[BrokerRecord]:
         """The live brokers, by id (this one always among them while it runs)."""
@@ -174,7 +127,7 @@ class ClusterService:
         """slot -> broker id for a pinned topic (this broker at its own slot), else None."""
         if topic not in self.pinned_topics:
             return None
-        return {**self._holders, self.slot: self.me.broker_id}
+        return {**self._holders, self.lease.slot: self.me.broker_id}
 
     def controller_id(self) -> int:
         """The broker named as controller: the live broker with the lowest id."""
@@ -184,7 +137,7 @@ class ClusterService:
         """Which broker serves ``partition`` of ``topic`` now: this one if it owns it, its
         owner if that owner is live, otherwise the broker it belongs to."""
         key = (topic, partition)
-        epoch = self.owned.get(key)
+        epoch = self.ownership.owned.get(key)
         if epoch is not None:
             return Leader(self.me.broker_id, epoch)
         owner = self.view.owners.get(key)
@@ -201,12 +154,12 @@ class ClusterService:
         ``_ON_DEMAND_REFRESH_S``) and has no live owner is claimed in the background, and
         None is answered meanwhile (a retriable error for the request that asked)."""
         key = (topic, partition)
-        epoch = self.owned.get(key)
+        epoch = self.ownership.owned.get(key)
         if epoch is not None:
             return epoch
         if not self.store.shared:  # one process: nothing to ask a database
             self._claimed(self.store.claim([key]))
-            return self.owned.get(key)
+            return self.ownership.owned.get(key)
         self._ask(key, num_partitions)
         return None
 
@@ -218,7 +171,7 @@ class ClusterService:
         task = None
         for topic, partition, count in wanted:
             key = (topic, partition)
-            if key in self.owned or not self.store.shared:
+            if key in self.ownership.owned or not self.store.shared:
                 continue
             asked = self._ask(key, count)
             if asked is not None and self._claimable(key, count):  # others: not waited for
@@ -260,7 +213,7 @@ class ClusterService:
                     if time.monotonic() - self._viewed_at >= _ON_DEMAND_REFRESH_S:
                         await self._read_view()
                     wanted = [key for key, count in asked.items()
-                              if key not in self.owned and self._claimable(key, count)]
+                              if key not in self.ownership.owned and self._claimable(key, count)]
                     if wanted:
                         await self._claim(wanted)
                 except (StorageError, OSError):
@@ -276,28 +229,14 @@ class ClusterService:
         """Register (waiting out the lease of this id's previous process, if it was killed)
         and take this broker's share of the partitions. BrokerIdInUse if the id stays
         taken for longer than a session."""
-        deadline = time.monotonic() + self.config.session_timeout_ms / 1000 + 1
-        announced = False
-        while True:
-            try:
-                self.slot = await self._worker.run(self._register)
-                break
-            except BrokerIdInUse as exc:
-                if time.monotonic() >= deadline:
-                    raise
-                if not announced:
-                    log.info("waiting for the previous registration of broker %d to expire: %s",
-                             self.me.broker_id, exc)
-                    announced = True
-                await asyncio.sleep(self.config.heartbeat_ms / 1000)
-        self._renewed_at = time.monotonic()
+        await self.lease.register(self.me)
         self._joined = True
         async with self._busy:
             await self._read_view()
             await self._reconcile_with_view()
         if self.store.shared:
             log.info("joined the cluster as broker %d: %d live brokers, %d partitions owned here",
-                     self.me.broker_id, len(self.view.live), len(self.owned))
+                     self.me.broker_id, len(self.view.live), len(self.ownership.owned))
 
     def start(self) -> None:
         """Heartbeat and reconcile in the background (a shared registry only), and
@@ -332,13 +271,13 @@ class ClusterService:
         others = [b for b in self.view.live if b != self.me.broker_id]
         counts = self._partition_counts()
         moves = {}
-        for key in self.owned:
+        for key in self.ownership.owned:
             target = preferred(key[0], key[1], counts.get(key[0], key[1] + 1), others,
                                self._pinned(key[0]))
             if target is not None:
                 moves[key] = target
         given = await self._hand_over(moves)
-        self._lose(list(self.owned))
+        self.ownership.lose(list(self.ownership.owned))
         await self._worker.run(self.store.deregister)
         log.info("left the cluster: %d partitions handed over", given)
 
@@ -366,19 +305,17 @@ class ClusterService:
         """One heartbeat, and a reconcile if something changed."""
         try:
             sent = time.monotonic()
-            connections = dict(self.connections())  # read here, on the event loop
-            renewal = await self._worker.run(lambda: self._heartbeat(connections))
-            self.elsewhere = renewal.elsewhere
+            renewal = await self.lease.renew()
             async with self._busy:
                 if not renewal.renewed:
                     log.warning("broker %d's lease ran out (paused or cut off): giving up %d "
                                 "partitions and registering again", self.me.broker_id,
-                                len(self.owned))
-                    self._lose(list(self.owned))
-                    self.slot = await self._worker.run(self._register)
-                self._renewed_at = sent
+                                len(self.ownership.owned))
+                    self.ownership.lose(list(self.ownership.owned))
+                    await self.lease.register_again(self.me)
+                self.lease.renewed_at = sent
                 stamps = None if renewal.stamp is None or not renewal.renewed else (
-                    renewal.stamp, self._owned_moves,
+                    renewal.stamp, self.ownership.moves,
                     tuple(sorted(self._partition_counts().items())))
                 if stamps is not None and stamps == self._reconciled \
                         and self._skipped < FULL_RECONCILE_EVERY:
@@ -392,9 +329,6 @@ class ClusterService:
             self._unreachable(exc)
         except Exception:
             log.exception("cluster reconcile failed")
-
-    def _heartbeat(self, connections: Mapping[str, int]) -> Renewal:
-        return self.store.heartbeat(self.config.session_timeout_ms, connections)
 
     async def _follow(self, wakeup: Wakeup) -> None:
         """Reconcile when the change feed tells of a change of the registry (the
@@ -414,11 +348,11 @@ class ClusterService:
     def _unreachable(self, exc: BaseException | str) -> None:
         """The registry cannot be reached: once the lease must have run out, stop serving
         what others may have taken meanwhile."""
-        silent_s = time.monotonic() - self._renewed_at
-        if self.owned and silent_s * 1000 > self.config.session_timeout_ms:
+        silent_s = time.monotonic() - self.lease.renewed_at
+        if self.ownership.owned and silent_s * 1000 > self.config.session_timeout_ms:
             log.warning("registry unreachable for %.1f s (%s): giving up %d partitions",
-                        silent_s, exc, len(self.owned))
-            self._lose(list(self.owned))
+                        silent_s, exc, len(self.ownership.owned))
+            self.ownership.lose(list(self.ownership.owned))
 
     # -- reconciling ---------------------------------------------------------------------
 
@@ -428,14 +362,7 @@ class ClusterService:
 
     def _registry(self) -> tuple[ClusterView, dict[int, int]]:
         """The registry as stored now, and the slot map read with it (in the worker)."""
-        return self.store.view(), self._slots.read()
-
-    def _register(self) -> int:
-        """Register with a fresh lease and take this broker's slot among the brokers live
-        now (after a lease that ran out, its old slot may have gone to another broker);
-        return the slot (in the worker: the caller keeps it, on the event loop)."""
-        self.store.register(self.me, self.config.session_timeout_ms)
-        return self._slots.take(self.me.broker_id, list(self.store.view().live))
+        return self.store.view(), self.lease.slots.read()
 
     def _partition_counts(self) -> dict[str, int]:
         return {t.name: t.num_partitions for t in self._topics()}
@@ -443,10 +370,10 @@ class ClusterService:
     async def _reconcile_with_view(self) -> None:
         """On the registry as last read: drop what others took, hand over what belongs
         elsewhere, claim what belongs here."""
-        plan = plan_reconcile(self.me.broker_id, self.owned, self.view,
+        plan = plan_reconcile(self.me.broker_id, self.ownership.owned, self.view,
                               [b.broker_id for b in self.live_brokers()],
                               self._partition_counts(), self._pinned)
-        self._lose(plan.taken)
+        self.ownership.lose(plan.taken)
         if plan.moves:
             await self._hand_over(plan.moves)
         if plan.wanted:
@@ -454,9 +381,9 @@ class ClusterService:
 
     async def _hand_over(self, moves: dict[TopicPartition, int]) -> int:
         """Give owned partitions to their brokers; return how many were given."""
-        held = {key: (self.owned[key], target) for key, target in moves.items()
-                if key in self.owned}
-        self._lose(list(held))  # stop serving first: nothing is written after this
+        held = {key: (self.ownership.owned[key], target) for key, target in moves.items()
+                if key in self.ownership.owned}
+        self.ownership.lose(list(held))  # stop serving first: nothing is written after this
         given = await self._worker.run(lambda: self.store.hand_over(held))
         if given:
             log.info("handed %d partitions to other brokers", len(given))
@@ -479,26 +406,4 @@ class ClusterService:
         if self._claims_failing:
             self._claims_failing = False
             log.info("the registry answers again: claiming partitions")
-        if taken:
-            self._owned_moves += 1
-        for key, epoch in sorted(taken.items()):
-            self.owned[key] = epoch
-            for gained in self._listeners.gained:
-                gained(key, epoch)
-        if taken and self.store.shared:
-            log.info("took %d partitions (e.g. %s-%d at epoch %d)", len(taken),
-                     *min(taken), taken[min(taken)])
-
-    def forget_topic(self, topic: str) -> None:
-        """A topic was deleted: its partitions are owned by nobody any more."""
-        self._lose([key for key in self.owned if key[0] == topic])
-
-    def _lose(self, keys: list[TopicPartition]) -> None:
-        if not keys:
-            return
-        self._owned_moves += 1
-        self.store.drop(keys)
-        for key in keys:
-            if self.owned.pop(key, None) is not None:
-                for lost in self._listeners.lost:
-                    lost(key)
+        self.ownership.claimed(taken)

@@ -24,8 +24,8 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from broker_core.storage import DatabaseUnavailable, LogConfig, Storage, open_storage
 from broker_core.storage.cluster import NotOwner
 from broker_core.storage.pg_commits import LANES
+from broker_core.storage.pg_partition import PgPartition
 from broker_core.storage.pg_readahead import WINDOW_PAGES
-from broker_core.storage.postgres import PgPartition
 from tests.batches import make_batch
 from tests.broker_process import BrokerProcess
 from tests.clients import consume_confluent, create_topic

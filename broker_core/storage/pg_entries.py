@@ -1,0 +1,100 @@
+"""The statements on a PostgreSQL partition's rows in ``edge_entries`` that read them by
+offset, list its sealed segments and swap segments for their cleaned batches; the
+partition (``pg_partition``) holds the locks, the cached row and the epoch around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from broker_core.codec.batch_header import ATTRIBUTES_AT, BATCH_HEADER_SIZE, CONTROL_BIT
+
+from .model import BatchInfo
+from .pg_commits import INSERT_ENTRY
+from .pg_database import Conn
+from .segments import SealedSegment
+
+
+def batch_info(row: tuple[object, ...]) -> BatchInfo:
+    """The batch of a row of ``ENTRY_COLUMNS`` (or ``HEADER_COLUMNS``)."""
+    base, last, max_ts, broker_ts, batch = row
+    assert isinstance(batch, bytes)
+    return BatchInfo(int(str(base)), int(str(last)), int(str(max_ts)), int(str(broker_ts)),
+                     batch)
+
+
+ENTRY_COLUMNS = "base_offset, last_offset, max_ts, broker_ts, batch"
+HEADER_COLUMNS = (
+    "base_offset, last_offset, max_ts, broker_ts, CASE WHEN (get_byte(substring(batch FROM 1 "
+    f"FOR {BATCH_HEADER_SIZE}), {ATTRIBUTES_AT + 1}) & {CONTROL_BIT}) <> 0 THEN batch ELSE "
+    f"substring(batch FROM 1 FOR {BATCH_HEADER_SIZE}) END")
+"""The entry columns with only the 61-byte header of a batch that is not a control batch
+(attributes bit 5 clear; ``get_byte`` counts from 0, and the bit is in the attributes' low
+byte): what replaying producer state reads, without the records."""
+
+
+def rows_from(conn: Conn, pid: int, offset: int, limit: int,
+              max_bytes: int | None = None,
+              columns: str = ENTRY_COLUMNS) -> list[BatchInfo]:
+    """Up to ``limit`` batches from the one holding ``offset`` (by the primary key);
+    with ``max_bytes``, only the first and those that fit with it (the others' bytes
+    never leave the server: a row's batch is read only when it is returned)."""
+    rows = conn.execute(
+        f"SELECT {columns} FROM (SELECT *, sum(size) OVER (ORDER BY base_offset)"
+        "  AS upto, row_number() OVER (ORDER BY base_offset) AS nth FROM edge_entries"
+        "  WHERE partition_id = %(p)s AND base_offset >= coalesce((SELECT base_offset"
+        "   FROM edge_entries WHERE partition_id = %(p)s AND base_offset <= %(o)s"
+        "   ORDER BY base_offset DESC LIMIT 1), %(o)s)"
+        "  AND last_offset >= %(o)s ORDER BY base_offset LIMIT %(n)s) AS page"
+        " WHERE nth = 1 OR upto <= %(b)s ORDER BY base_offset",
+        {"p": pid, "o": offset, "n": limit,
+         "b": max_bytes if max_bytes is not None else 1 << 62}, binary=True).fetchall()
+    return [batch_info(row) for row in rows]
+
+
+def sealed_segments(conn: Conn, pid: int, active: int, start: int) -> list[SealedSegment]:
+    """The rows of every segment before ``active`` (from ``start`` on), by segment."""
+    rows = conn.execute(
+        "SELECT segment_base, min(base_offset), max(last_offset) + 1, sum(size),"
+        " min(broker_ts), max(broker_ts), max(max_ts) FROM edge_entries"
+        " WHERE partition_id = %s"
+        " AND segment_base < %s AND last_offset >= %s GROUP BY segment_base"
+        " ORDER BY segment_base", (pid, active, start)).fetchall()
+    return [SealedSegment(*(int(str(value)) for value in row)) for row in rows]
+
+
+def swap_segments(conn: Conn, pid: int, epoch: int | None, segments: Sequence[SealedSegment],
+                  batches: Sequence[BatchInfo]) -> int | None:
+    """In ``conn``'s transaction: delete the segments' rows and insert ``batches`` (as rows
+    of the first segment), only while the partition is owned at ``epoch`` and the rows are
+    still as given; the bytes reclaimed, or None (nothing done)."""
+    first = segments[0]
+    where = ("partition_id = %(p)s AND segment_base = ANY(%(s)s) AND base_offset >= %(f)s"
+             " AND base_offset < %(n)s")
+    keys = {"p": pid, "s": [segment.ident for segment in segments],
+            "f": first.first_offset, "n": segments[-1].next_offset}
+    owned = conn.execute(
+        "SELECT log_start FROM edge_partitions WHERE id = %s AND owner_epoch"
+        " = coalesce(%s, owner_epoch) FOR UPDATE", (pid, epoch)).fetchone()
+    if owned is None:
+        return None
+    found = conn.execute(
+        f"SELECT segment_base, min(base_offset), max(last_offset) + 1, sum(size)"
+        f" FROM edge_entries WHERE {where} GROUP BY segment_base"
+        f" ORDER BY segment_base", keys).fetchall()
+    as_given = [(s.ident, s.first_offset, s.next_offset, s.size_bytes)
+                for s in segments]
+    if [tuple(int(str(v)) for v in row) for row in found] != as_given:
+        return None
+    log_start = int(str(owned[0]))
+    rows = [(pid, info.base_offset, info.last_offset, first.ident,
+             info.broker_timestamp, info.max_timestamp, len(info.batch),
+             bytes(info.batch)) for info in batches if info.last_offset >= log_start]
+    conn.execute(f"DELETE FROM edge_entries WHERE {where}", keys)
+    if rows:
+        with conn.cursor() as cursor:
+            cursor.executemany(INSERT_ENTRY, rows)
+    reclaimed = sum(s.size_bytes for s in segments) - sum(row[6] for row in rows)
+    conn.execute("UPDATE edge_partitions SET size_bytes = size_bytes - %s WHERE id = %s",
+                 (reclaimed, pid))
+    return reclaimed

@@ -1,0 +1,422 @@
+"""One partition's log in PostgreSQL (:class:`PgPartition`), its row's state cached.
+
+Each record batch is one row of ``edge_entries`` keyed by (partition, base offset), with
+its last offset, broker timestamp and max timestamp, so a fetch reads only the rows from
+the offset asked for (and only as many as fit in its byte limit). Rows carry the segment
+they belong to (rolled by ``segment.bytes`` / ``segment.ms`` as on files), so retention
+drops whole segments by the same rule as the other engines.
+
+Appends are group-committed (``pg_commits``): an append takes the next offsets of the
+partition's *assigned* end at once and queues; a worker thread commits everything
+queued from the partitions of its lane (two lanes side by side) in one transaction that
+inserts the rows and moves each partition row's ``next_offset``, conditioned on the
+offset expected and on the owner's epoch. Only then do the partition's *committed* end
+(``next_offset``, the high watermark) move and its producers get their answer:
+acknowledged means committed, and a fetch never sees an offset before its commit. On the
+event loop ``append_deferred`` returns the offset and a future (the produce path awaits it
+as it awaits the file engine's fsync); ``append`` waits for the commit itself.
+
+Rebuilding a partition's producer state reads only the headers of its data batches
+(:meth:`PgPartition.headers_from`): the records stay in the database.
+
+A database error raises :class:`DatabaseUnavailable` (an OSError: clients get retriable
+errors); the partition then fails the appends queued behind the failed one and reloads its
+row before its next write (and before its producer state is rebuilt), so a commit whose
+outcome was lost neither duplicates nor skips offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from broker_core.codec.batch_header import BatchHeader, check_append, set_base_offset
+
+from . import pg_entries
+from .cluster import NotOwner
+from .config import LogConfig, retention_drops
+from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange
+from .fileless import FilelessPartition
+from .model import BatchInfo
+from .pg_commits import GroupCommitter, Pending, Ticket
+from .pg_database import Conn, Database
+from .pg_entries import ENTRY_COLUMNS, HEADER_COLUMNS, batch_info
+from .pg_kv import PgKeyValues
+from .pg_readahead import Buffer, ReadAhead
+from .region import FileRegion
+from .segments import SealedSegment, check_cover
+
+_CHUNK = 64
+"""Rows per query when reading forward."""
+
+_DRAIN_TIMEOUT_S = 30.0
+"""Longest a reload of a partition's row waits for its queued appends to be answered."""
+
+
+class PgPartition(FilelessPartition):
+    """One partition's log in PostgreSQL, its row's state cached; thread-safe."""
+
+    def __init__(self, db: Database, workers: tuple[GroupCommitter, ReadAhead], pid: int,
+                 location: str, config: LogConfig, clock: Callable[[], int],
+                 row: tuple[object, ...] | None = None,
+                 fenced: Callable[[], bool] = lambda: True) -> None:
+        self._db = db
+        self._committer, readahead = workers
+        self._ahead = Buffer(readahead, lambda offset, size: self._page(offset, size, None))
+        self._fenced = fenced
+        self._id = pid
+        self._location = location
+        self._config = config
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._drained = threading.Condition(self._lock)
+        self._closed = False
+        self._stale = row is None
+        self._generation = 0
+        """Moves on whenever the cached row goes stale: appends queued at an older one fail."""
+        self._inflight = 0
+        """Appends queued for a group commit and not yet answered."""
+        self._log_start = self._next = self._assigned = self._size = self._owner_epoch = 0
+        self._segment = (0, 0, clock())  # base offset, size, created ms (of the assigned end)
+        if row is not None:
+            self._load(row)
+        self._opened_next = self._next
+        self._epoch: int | None = None
+        """The ownership epoch this broker writes at; None: not owned here."""
+        self._state = PgKeyValues(db, pid, self._check_open, self._owned_epoch,
+                                  self._check_current)
+
+    _ROW = ("log_start, next_offset, size_bytes, segment_base, segment_size,"
+            " segment_created_ms, owner_epoch")
+
+    def _load(self, row: tuple[object, ...]) -> None:
+        """Take the stored row as the cached one (lock held, nothing in flight)."""
+        values = [int(str(v)) for v in row]
+        self._log_start, self._next, self._size = values[0], values[1], values[2]
+        self._assigned = self._next
+        self._segment = (values[3], values[4], values[5])
+        self._owner_epoch = values[6]
+        self._stale = False
+
+    def _check_current(self) -> None:
+        """Open, and the cached row reloaded if stale (before a read of the key-value
+        area): the producer state is rebuilt (its snapshot read first) against what is
+        stored, so a commit whose reply was lost counts (a retry of its batch is a
+        duplicate)."""
+        with self._lock:
+            self._check_open()
+            with contextlib.suppress(NotOwner):  # reloaded all the same
+                self._refresh()
+
+    def _spoil(self) -> None:
+        """The cached row may be wrong: reload it before the next write, and fail the
+        appends still queued (lock held)."""
+        self._stale = True
+        self._generation += 1
+        self._assigned = self._next
+
+    def _drain(self) -> None:
+        """Wait until every queued append of this partition is answered (lock held)."""
+        if self._inflight and not self._drained.wait_for(lambda: not self._inflight,
+                                                         _DRAIN_TIMEOUT_S):
+            raise DatabaseUnavailable(errno.ETIMEDOUT,
+                                      f"appends to {self._location} wait for a commit")
+
+    def _refresh(self) -> None:
+        """Reload the partition row after a failed statement (lock held)."""
+        if self._stale:
+            self._drain()
+            with self._db.autocommit() as conn:
+                row = conn.execute(f"SELECT {self._ROW} FROM edge_partitions WHERE id = %s",
+                                   (self._id,)).fetchone()
+            if row is None:
+                self._closed = True
+                raise LogClosed(f"partition {self._location} is gone")
+            self._load(row)
+            if self._epoch is not None and self._owner_epoch != self._epoch:
+                self._epoch = None  # taken over while this broker was away
+                raise NotOwner(f"partition {self._location} was taken over")
+
+    @property
+    def partition_id(self) -> int:
+        """The partition row's key."""
+        return self._id
+
+    def fence(self, epoch: int | None) -> int | None:
+        """Write at ``epoch`` from now on (None: write nothing more); return the epoch held
+        before. Taking a partition reloads its row now (the previous owner moved it on:
+        reads and the state rebuilt from it must see that), or raises; giving it up marks
+        the row for a reload."""
+        with self._lock:
+            before, self._epoch = self._epoch, epoch
+            self._spoil()
+            if epoch is not None:
+                self._refresh()
+            return before
+
+    def _owned_epoch(self) -> int | None:
+        """The epoch held, or NotOwner; None when the storage is used outside a cluster
+        (no broker registered through it: a tool or a test), where writes are unfenced."""
+        epoch = self._epoch
+        if epoch is None and self._fenced():
+            raise NotOwner(f"partition {self._location} is not owned by this broker")
+        return epoch
+
+    @property
+    def next_offset(self) -> int:
+        return self._next
+
+    @property
+    def opened_next_offset(self) -> int:
+        return self._opened_next
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    @property
+    def state(self) -> PgKeyValues:
+        return self._state
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @property
+    def epoch(self) -> int | None:
+        return self._epoch
+
+    @contextmanager
+    def _writing(self) -> Iterator[Conn]:
+        """A transaction of a write; on failure the cached row is reloaded before the next."""
+        try:
+            with self._db.tx() as conn:
+                yield conn
+        except BaseException:
+            self._spoil()
+            raise
+
+    def _queue(self, batch: bytearray, header: BatchHeader, ticket: Ticket) -> int:
+        """Give ``batch`` the next offsets and queue it for the group commit."""
+        check_append(batch, header)
+        with self._lock:
+            self._check_open()
+            epoch = self._owned_epoch()
+            self._refresh()
+            now = self._clock()
+            seg_base, seg_size, seg_created = self._segment
+            if seg_size > 0 and (seg_size + len(batch) > self._config.segment_bytes
+                                 or now - seg_created >= self._config.segment_ms):
+                seg_base, seg_size, seg_created = self._assigned, 0, now
+            base = self._assigned
+            set_base_offset(batch, base)
+            last = base + header.last_offset_delta
+            segment = (seg_base, seg_size + len(batch), seg_created)
+            self._committer.submit(Pending(self, self._generation, epoch, base, last, segment,
+                                           now, header.max_timestamp, batch, ticket))
+            self._assigned = last + 1
+            self._segment = segment
+            self._inflight += 1
+            return base
+
+    def append(self, batch: bytearray, header: BatchHeader) -> int:
+        """Append and wait for the commit (the group commit of whatever else waits too)."""
+        ticket = Ticket(None)
+        base = self._queue(batch, header, ticket)
+        try:
+            ticket.wait()
+        except DatabaseUnavailable as exc:
+            if exc.errno == errno.ESTALE:
+                with self._lock:
+                    self._refresh()  # NotOwner when another broker took the partition
+            raise
+        return base
+
+    def append_deferred(self, batch: bytearray, header: BatchHeader,
+                        ) -> tuple[int, asyncio.Future[None]]:
+        """From the event loop: the base offset at once, and a future done once the batch
+        is committed (failed with DatabaseUnavailable when it was not)."""
+        ticket = Ticket(asyncio.get_running_loop())
+        base = self._queue(batch, header, ticket)
+        assert ticket.future is not None
+        return base, ticket.future
+
+    def committed(self, appends: list[Pending]) -> None:
+        with self._lock:
+            self._next = appends[-1].last + 1
+            self._size += sum(len(p.batch) for p in appends)
+            self._settled(len(appends))
+
+    def failed(self, appends: list[Pending], error: OSError) -> None:
+        with self._lock:
+            if appends[0].generation == self._generation:
+                self._spoil()
+            self._settled(len(appends))
+
+    def _settled(self, count: int) -> None:
+        self._inflight -= count
+        if not self._inflight:
+            self._drained.notify_all()
+
+    def read(self, offset: int, max_bytes: int) -> list[memoryview | FileRegion]:
+        with self._lock:
+            self._check_open()
+            self._check_offset(offset)
+            end = self._next
+        page = self._ahead.take(offset, max_bytes)
+        if page is None:
+            page = self._page(offset, max_bytes, end)
+        if page:  # a consumer behind the end: read on (``pg_readahead``)
+            self._ahead.follow(page[-1].last_offset + 1, end, max_bytes)
+        return [memoryview(info.batch) for info in page]
+
+    def _page(self, offset: int, max_bytes: int, end: int | None) -> list[BatchInfo]:
+        """The batches from the one holding ``offset`` up to ``max_bytes`` (the first
+        whole), below ``end`` (default: the committed end)."""
+        if end is None:
+            with self._lock:
+                self._check_open()
+                end = self._next
+        out: list[BatchInfo] = []
+        taken = 0
+        with self._db.autocommit() as conn:
+            while offset < end:
+                rows = pg_entries.rows_from(conn, self._id, offset, _CHUNK, max_bytes - taken)
+                for info in rows:
+                    if info.base_offset >= end or (out and taken + len(info.batch) > max_bytes):
+                        return out
+                    out.append(info)
+                    taken += len(info.batch)
+                    offset = info.last_offset + 1
+                if len(rows) < _CHUNK:
+                    break
+        return out
+
+    def close(self) -> None:
+        super().close()
+        self._ahead.drop()
+
+    def headers_from(self, offset: int) -> Iterator[BatchInfo]:
+        """Only the headers of batches other than control batches leave the server."""
+        with self._lock:
+            self._check_open()
+            self._check_offset(offset)
+        return self._follow(offset, HEADER_COLUMNS)
+
+    def _follow(self, offset: int, columns: str = ENTRY_COLUMNS) -> Iterator[BatchInfo]:
+        """Batches from ``offset`` on, following appends made while iterating."""
+        while not self._closed and self._log_start <= offset < self._next:
+            with self._db.autocommit() as conn:
+                rows = pg_entries.rows_from(conn, self._id, offset, _CHUNK, columns=columns)
+            if not rows:
+                return
+            for info in rows:
+                yield info
+                offset = info.last_offset + 1
+
+    def _one(self, where: str, order: str, *args: object) -> BatchInfo | None:
+        with self._lock:
+            self._check_open()
+            start = self._log_start
+        with self._db.autocommit() as conn:
+            row = conn.execute(
+                f"SELECT {ENTRY_COLUMNS} FROM edge_entries WHERE partition_id = %s"
+                f" AND last_offset >= %s{where} ORDER BY {order} LIMIT 1",
+                (self._id, start, *args), binary=True).fetchone()
+        return None if row is None else batch_info(row)
+
+    def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None:
+        return self._one(" AND max_ts >= %s", "base_offset", timestamp)
+
+    def batch_with_max_timestamp(self) -> BatchInfo | None:
+        return self._one("", "max_ts DESC, base_offset")
+
+    def delete_records_before(self, offset: int) -> int:
+        with self._lock:
+            self._check_open()
+            self._refresh()
+            self._drain()
+            if offset < 0 or offset > self._next:
+                raise OffsetOutOfRange(
+                    f"offset {offset} is outside [0, {self._next}] of {self._location}")
+            if offset <= self._log_start:
+                return self._log_start
+            segment = self._segment
+            if segment[1] > 0 and self._next <= offset:
+                segment = (self._next, 0, self._clock())
+            self._cut(offset, "last_offset < %s", offset, segment)
+            return self._log_start
+
+    def _cut(self, log_start: int, where: str, bound: int,
+             segment: tuple[int, int, int]) -> None:
+        """Delete the entries ``where`` says (below ``bound``) and move the log start to
+        ``log_start``, in one transaction (lock held)."""
+        epoch = self._owned_epoch()
+        with self._writing() as conn:
+            owned = conn.execute(
+                "SELECT 1 FROM edge_partitions WHERE id = %s AND owner_epoch"
+                " = coalesce(%s, owner_epoch) FOR UPDATE", (self._id, epoch)).fetchone()
+            if owned is None:
+                raise NotOwner(f"partition {self._location} was taken over")
+            conn.execute(f"DELETE FROM edge_entries WHERE partition_id = %s AND {where}",
+                         (self._id, bound))
+            row = conn.execute(
+                "UPDATE edge_partitions SET log_start = %(s)s, size_bytes = (SELECT"
+                " coalesce(sum(size), 0) FROM edge_entries WHERE partition_id = %(p)s),"
+                " segment_base = %(b)s, segment_size = %(z)s, segment_created_ms = %(c)s"
+                f" WHERE id = %(p)s RETURNING {self._ROW}",
+                {"s": log_start, "p": self._id, "b": segment[0], "z": segment[1],
+                 "c": segment[2]}).fetchone()
+        assert row is not None
+        self._load(row)
+
+    def sealed_segments(self) -> list[SealedSegment]:
+        """The committed rows of every segment before the one appends go to, by segment."""
+        with self._lock:
+            self._check_open()
+            active, start = self._segment[0], self._log_start
+        with self._db.autocommit() as conn:
+            return pg_entries.sealed_segments(conn, self._id, active, start)
+
+    def replace_segments(self, segments: Sequence[SealedSegment],
+                         batches: Sequence[BatchInfo]) -> bool:
+        """Delete the segments' rows and insert ``batches`` (as rows of the first segment)
+        in one transaction, only while this broker owns the partition at its epoch and the
+        rows are still as given."""
+        check_cover(segments, batches)
+        with self._lock:
+            self._check_open()
+            epoch = self._owned_epoch()
+        with self._db.tx() as conn:
+            reclaimed = pg_entries.swap_segments(conn, self._id, epoch, segments, batches)
+        if reclaimed is None:
+            return False
+        with self._lock:
+            self._size -= reclaimed
+        self._ahead.drop()
+        return True
+
+    def enforce_retention(self) -> int:
+        with self._lock:
+            self._check_open()
+            if self._epoch is None and self._fenced():
+                return 0  # its owner enforces it
+            self._refresh()
+            self._drain()
+            with self._db.autocommit() as conn:
+                sealed = [(int(str(base)), int(str(size)), int(str(newest))) for
+                          base, size, newest in conn.execute(
+                    "SELECT segment_base, sum(size), max(broker_ts) FROM edge_entries"
+                    " WHERE partition_id = %s AND segment_base < %s"
+                    " GROUP BY segment_base ORDER BY segment_base",
+                    (self._id, self._segment[0])).fetchall()]
+            count = retention_drops([(size, newest) for _, size, newest in sealed],
+                                    self._segment[1], self._clock(), self._config)
+            if count:
+                cut = sealed[count][0] if count < len(sealed) else self._segment[0]
+                self._cut(max(self._log_start, cut), "segment_base < %s", cut, self._segment)
+            return count

@@ -1,0 +1,49 @@
+"""Configuration keys of what the broker tells its operator: audit events, metrics
+and log lines.
+
+These groups of keys are bases of :class:`edge.config.BrokerConfig` (see
+:mod:`edge.config` for how a key is declared).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel
+
+from common.settings import key
+from edge.log_format import LogFormat
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+class AuditKeys(BaseModel):
+    """The audit events."""
+
+    audit_enabled: Annotated[bool, key(
+        "auditEnabled",
+        "write a JSON event per login outcome, authorization denial and rejected connection "
+        "to `<kafkaMetadataTenant>/<kafkaMetadataNamespace>/__audit`")] = True
+
+
+class MetricsKeys(BaseModel):
+    """The Prometheus endpoint."""
+
+    metrics_port: Annotated[int, key(
+        "metricsPort",
+        "port of the Prometheus endpoint `/metrics`; 0 = off", ge=0, le=65535)] = 0
+    metrics_host: Annotated[str, key(
+        "metricsHost",
+        "address the Prometheus endpoint binds", min_length=1)] = "127.0.0.1"
+
+
+class LoggingKeys(BaseModel):
+    """The broker's own log lines."""
+
+    log_level: Annotated[LogLevel, key("logLevel", "logging level")] = "INFO"
+    log_format: Annotated[LogFormat, key(
+        "logFormat",
+        "`text`: one line per record, `time LEVEL logger: message`; `json`: one JSON object "
+        "per line with `time`, `level`, `logger`, `message` and, where the record has them, "
+        "`tenant`, `principal`, `client`, `client_id`, `listener`, `topic`, `group` (client "
+        "text escaped and bounded in both)")] = "TEXT"
