@@ -22,9 +22,9 @@ class Rec:
     """One record as produced and as it must come back."""
 
     partition: int
-    key: bytes
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...]
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
     timestamp: int
 
 
@@ -49,6 +49,13 @@ def known_bytes(value: object) -> bytes:
     return value
 
 
+def _optional_bytes(value: object) -> bytes | None:
+    """A consumed key, value or header value: bytes, or None (a record without a key, a
+    tombstone)."""
+    assert value is None or isinstance(value, bytes), value
+    return value
+
+
 def got_from_confluent(msg: confluent_kafka.Message) -> Got:
     """A record librdkafka consumed (without error), as a ``Got``."""
     partition, offset = msg.partition(), msg.offset()
@@ -56,9 +63,9 @@ def got_from_confluent(msg: confluent_kafka.Message) -> Got:
     _kind, ts = msg.timestamp()
     raw_headers = msg.headers() or []
     assert isinstance(raw_headers, list), raw_headers  # a consumed message's are a list
-    headers = tuple((key, known_bytes(value)) for key, value in raw_headers)
-    return Got(partition, offset, Rec(partition, known_bytes(msg.key()),
-                                      known_bytes(msg.value()), headers, ts))
+    headers = tuple((key, _optional_bytes(value)) for key, value in raw_headers)
+    return Got(partition, offset, Rec(partition, _optional_bytes(msg.key()),
+                                      _optional_bytes(msg.value()), headers, ts))
 
 
 def make_records(count: int, base_ts: int) -> list[Rec]:
