@@ -28,7 +28,8 @@ from .damage import batch_problem, scan_ledger
 from .entry import ENTRY_HEADER_SIZE, encode_entry_header
 from .errors import DamagedRecords, OffsetOutOfRange
 from .fsutil import fsync_dir
-from .ledger import SWAP_SUFFIX, Ledger, LedgerReader
+from .ledger import SWAP_SUFFIX, Ledger
+from .ledger_reader import LedgerReader
 from .model import BatchInfo
 from .partition_files import PartitionFiles
 from .region import FileRegion
