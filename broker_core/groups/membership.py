@@ -11,6 +11,10 @@ when every member has rejoined (or the rebalance timeout drops the stragglers; a
 group's first rebalance waits ``initial_rebalance_delay_ms`` for more members), the leader
 gets the member list and sends the assignment in SyncGroup, and once that is written the
 group is Stable. Members that stop heartbeating are removed after their session timeout.
+
+The inputs and the JoinGroup and SyncGroup handling are here; the transitions they set in
+motion (member timers and removal, preparing and completing a rebalance) are in
+:mod:`broker_core.groups.rebalance`, the base class.
 """
 
 from __future__ import annotations
@@ -22,13 +26,11 @@ from typing import TypeVar
 
 from broker_core.errors import ErrorCode
 from broker_core.groups.effects import (
-    REBALANCE_TIMER,
     AnswerJoin,
     AnswerSync,
     Arm,
     AssignmentWritten,
     Cancel,
-    Effect,
     Followup,
     JoinRequest,
     Persist,
@@ -38,24 +40,15 @@ from broker_core.groups.effects import (
     TimerKind,
     Waiting,
 )
-from broker_core.groups.model import Group, GroupState, JoinResult, Member, MemberList, SyncResult
-from common.log_fields import LogFields, group_fields
+from broker_core.groups.model import GroupState, JoinResult, Member, SyncResult
+from broker_core.groups.rebalance import RebalanceRules
 
 log = logging.getLogger(__name__)
 _R = TypeVar("_R")
 
 
-class GroupMembership:
+class GroupMembership(RebalanceRules):
     """The membership rules applied to ``group``, the state they change."""
-
-    def __init__(self, group: Group, initial_rebalance_delay_ms: int) -> None:
-        self.group = group
-        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
-        self._out: list[Effect] = []
-
-    def _fields(self) -> LogFields:
-        """The fields of a log line about this group (``logFormat=json``)."""
-        return group_fields(self.group.group_id, self.group.topic)
 
     def _step(self, reply: _R) -> Step[_R]:
         out, self._out = self._out, []
@@ -330,176 +323,3 @@ class GroupMembership:
                 self._out.append(AnswerSync(member.member_id, SyncResult(
                     error, group.protocol_type, group.protocol,
                     member.assignment if not error else b"")))
-
-    # -- members -------------------------------------------------------------------------
-
-    def _check_member(self, member_id: str, instance: str | None,
-                      generation: int) -> tuple[ErrorCode, Member | None]:
-        group = self.group
-        if group.state == GroupState.DEAD:
-            return ErrorCode.UNKNOWN_MEMBER_ID, None
-        if instance is not None and group.static_members.get(instance, member_id) != member_id:
-            return ErrorCode.FENCED_INSTANCE_ID, None
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID, None
-        if generation != group.generation:
-            return ErrorCode.ILLEGAL_GENERATION, member
-        return ErrorCode.NONE, member
-
-    def _arm_session(self, member: Member, now: int) -> None:
-        member.session_deadline = now + member.session_timeout_ms
-        self._out.append(Arm(Timer(TimerKind.SESSION, member.member_id),
-                             member.session_deadline))
-
-    def _disarm_session(self, member: Member) -> None:
-        if member.session_deadline is not None:
-            member.session_deadline = None
-            self._out.append(Cancel(Timer(TimerKind.SESSION, member.member_id)))
-
-    def _cancel_timers(self) -> None:
-        group = self.group
-        for member in group.members.values():
-            self._disarm_session(member)
-        for member_id in group.pending:
-            self._out.append(Cancel(Timer(TimerKind.PENDING, member_id)))
-        group.pending.clear()
-        self._disarm_rebalance()
-
-    def _remove_member(self, member: Member, error: ErrorCode) -> None:
-        group = self.group
-        self._disarm_session(member)
-        group.members.pop(member.member_id, None)
-        if member.group_instance_id is not None and \
-                group.static_members.get(member.group_instance_id) == member.member_id:
-            del group.static_members[member.group_instance_id]
-        self._answer_waiting(member, error)
-
-    def _answer_waiting(self, member: Member, error: ErrorCode) -> None:
-        """Answer the member's waiting join and sync with ``error``."""
-        if member.joining:
-            member.joining = False
-            self._out.append(AnswerJoin(member.member_id, JoinResult(error, member.member_id)))
-        if member.syncing:
-            member.syncing = False
-            self._out.append(AnswerSync(member.member_id, SyncResult(error)))
-
-    def _member_left(self, member: Member, now: int) -> None:
-        self._remove_member(member, ErrorCode.UNKNOWN_MEMBER_ID)
-        if self.group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self._prepare_rebalance(now)
-        elif self.group.state == GroupState.PREPARING_REBALANCE:
-            self._maybe_complete_join(now)
-
-    def _session_expired(self, member_id: str, now: int) -> None:
-        member = self.group.members.get(member_id)
-        if member is None or member.joining:
-            return
-        member.session_deadline = None
-        log.info("member %s of group %s missed its session timeout", member_id,
-                 self.group.group_id, extra=self._fields())
-        self._member_left(member, now)
-
-    def _pending_expired(self, member_id: str, now: int) -> None:
-        if self.group.pending.pop(member_id, None) is not None:
-            log.info("pending member %s of group %s never rejoined", member_id,
-                     self.group.group_id, extra=self._fields())
-            if self.group.state == GroupState.PREPARING_REBALANCE:
-                self._maybe_complete_join(now)
-
-    # -- rebalance -----------------------------------------------------------------------
-
-    def _arm_rebalance(self, at: int) -> None:
-        self.group.rebalance_deadline = at
-        self._out.append(Arm(REBALANCE_TIMER, at))
-
-    def _disarm_rebalance(self) -> None:
-        if self.group.rebalance_deadline is not None:
-            self.group.rebalance_deadline = None
-            self._out.append(Cancel(REBALANCE_TIMER))
-
-    def _prepare_rebalance(self, now: int) -> None:
-        group = self.group
-        if group.state == GroupState.COMPLETING_REBALANCE:
-            for member in group.members.values():
-                member.assignment = b""
-                if member.syncing:
-                    member.syncing = False
-                    self._out.append(AnswerSync(
-                        member.member_id, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)))
-        initial = group.state == GroupState.EMPTY
-        group.state = GroupState.PREPARING_REBALANCE
-        group.state_timestamp = now
-        delay = self.initial_rebalance_delay_ms
-        if initial and delay > 0:
-            group.delaying = True
-            group.initial_delay_ms = max(group.max_rebalance_timeout_ms() - delay, 0)
-            group.delay_members_before = len(group.members)
-            self._arm_rebalance(now + delay)
-            return
-        self._arm_rebalance(now + group.max_rebalance_timeout_ms())
-        self._maybe_complete_join(now)
-
-    def _initial_delay_over(self, now: int) -> None:
-        """The initial delay ended: wait once more if members kept arriving, else finish."""
-        group = self.group
-        if len(group.members) > group.delay_members_before and group.initial_delay_ms > 0:
-            wait = min(self.initial_rebalance_delay_ms, group.initial_delay_ms)
-            group.initial_delay_ms -= wait
-            group.delay_members_before = len(group.members)
-            self._arm_rebalance(now + wait)
-            return
-        group.initial_delay_ms = 0
-        group.delaying = False
-        if group.all_joined():
-            self._complete_join(now)
-        else:
-            self._arm_rebalance(now + group.max_rebalance_timeout_ms())
-
-    def _maybe_complete_join(self, now: int) -> None:
-        group = self.group
-        if group.state == GroupState.PREPARING_REBALANCE and group.all_joined() \
-                and not group.delaying:
-            self._complete_join(now)
-
-    def _complete_join(self, now: int) -> None:
-        group = self.group
-        self._disarm_rebalance()
-        group.initial_delay_ms = 0
-        group.delaying = False
-        if group.state != GroupState.PREPARING_REBALANCE:
-            return
-        for member in [m for m in group.members.values() if not m.joining]:
-            log.info("member %s of group %s did not rejoin in time", member.member_id,
-                     group.group_id, extra=self._fields())
-            self._remove_member(member, ErrorCode.UNKNOWN_MEMBER_ID)
-        group.generation += 1
-        group.state_timestamp = now
-        if not group.members:
-            group.state = GroupState.EMPTY
-            group.protocol = None
-            group.leader = None
-            self._out.append(Persist())
-            log.info("group %s is empty at generation %d", group.group_id, group.generation,
-                     extra=self._fields())
-            return
-        group.protocol = group.choose_protocol()
-        if group.leader not in group.members:
-            group.leader = next(iter(group.members))
-        group.state = GroupState.COMPLETING_REBALANCE
-        log.info("group %s: generation %d with %d members, protocol %s", group.group_id,
-                 group.generation, len(group.members), group.protocol,
-                 extra=self._fields())
-        everyone = self.group.everyone()
-        for member in group.members.values():
-            member.joining = False
-            self._out.append(AnswerJoin(member.member_id,
-                                        self._join_result(member.member_id, everyone)))
-            self._arm_session(member, now)
-
-    def _join_result(self, member_id: str, everyone: MemberList = ()) -> JoinResult:
-        group = self.group
-        return JoinResult(
-            ErrorCode.NONE, member_id, group.generation, group.protocol_type, group.protocol,
-            group.leader or "", everyone if member_id == group.leader else (),
-        )

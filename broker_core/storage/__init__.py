@@ -25,7 +25,8 @@ from .errors import (
 )
 from .log_manager import LogManager
 from .model import BatchInfo, NewTopic, TopicInfo, wall_clock_ms
-from .partition import PartitionLog, flush_together
+from .partition import PartitionLog
+from .partition_flush import flush_together
 from .pg_schema import SchemaTooNew
 from .protocols import (
     DiskUsage,

@@ -6,6 +6,9 @@ index maps the base offset of every entry that starts at least
 ``index_interval_bytes`` after the previously indexed one to its file position; it is
 built lazily, by walking entry headers (never whole batches), as far as a lookup needs,
 and kept current by appends once it covers the whole ledger.
+
+Reading entries through a cached window is ``ledger_reader``'s; verifying a ledger's
+unsynced tail at open (``recover_tail``) is ``recovery``'s.
 """
 
 from __future__ import annotations
@@ -15,20 +18,19 @@ import os
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from broker_core.codec.batch_header import BATCH_HEADER_SIZE, last_offset_delta, max_timestamp
+from broker_core.codec.batch_header import BATCH_HEADER_SIZE
 
-from .damage import Damage, batch_problem
+from .damage import Damage
 from .entry import (
     ENTRY_HEADER_SIZE,
     ENTRY_HEADER_STRUCT,
     ENTRY_MAGIC,
-    decode_entry_header,
     encode_entry_header,
 )
 from .errors import CorruptLedger
+from .ledger_reader import EntryMeta, LedgerReader
 from .metadata import LedgerFacts
 from .model import BatchInfo
 from .region import FileRegion
@@ -48,7 +50,6 @@ ledger: recovery completes the swap."""
 _WRITE_CHUNK = 1 << 20
 _HEADER_WINDOW = 16 * 1024
 _INDEX_WINDOW = 32 * 1024
-_RECOVERY_WINDOW = 1 << 20
 _READ_SLACK = 4096
 # batches at least this large are sent from the file (sendfile) instead of read
 REGION_MIN_BYTES = 64 * 1024
@@ -68,27 +69,6 @@ def parse_ledger_file_name(name: str) -> int | None:
     return int(stem)
 
 
-@dataclass(frozen=True, slots=True)
-class EntryMeta:
-    """An entry's header fields plus the batch header fields storage looks at."""
-
-    position: int
-    index: int
-    broker_timestamp: int
-    batch_length: int
-    last_offset_delta: int
-    max_timestamp: int
-
-    @property
-    def last_offset(self) -> int:
-        return self.index + self.last_offset_delta
-
-    @property
-    def end(self) -> int:
-        """File position just after this entry."""
-        return self.position + ENTRY_HEADER_SIZE + self.batch_length
-
-
 def _pwrite_all(fd: int, parts: Sequence[bytes | bytearray | memoryview],
                 position: int) -> None:
     views = [memoryview(part) for part in parts if len(part)]
@@ -102,54 +82,6 @@ def _pwrite_all(fd: int, parts: Sequence[bytes | bytearray | memoryview],
             views.pop(0)
         if views and written:
             views[0] = views[0][written:]
-
-
-class LedgerReader:
-    """Reads one ledger through a cached window of its file."""
-
-    def __init__(self, ledger: Ledger, window: int, limit: int | None = None) -> None:
-        self._ledger = ledger
-        self._window = window
-        self._limit = limit
-        self._buf = memoryview(b"")
-        self._start = 0
-
-    def view(self, start: int, length: int, hint: int = 0) -> memoryview:
-        """Bytes ``[start, start+length)``; shorter only if the ledger ends first.
-
-        On a cache miss, reads ``max(length, hint or window)`` bytes from ``start``.
-        """
-        buf_start = self._start
-        if buf_start <= start and start + length <= buf_start + len(self._buf):
-            return self._buf[start - buf_start : start + length - buf_start]
-        limit = self._ledger.facts.size if self._limit is None else self._limit
-        size = min(max(length, hint or self._window), limit - start)
-        data = os.pread(self._ledger.fd(), size, start) if size > 0 else b""
-        self._buf = memoryview(data)
-        self._start = start
-        return self._buf[:length]
-
-    def entry_at(self, position: int) -> EntryMeta:
-        """The entry starting at ``position``; CorruptLedger if there is none."""
-        view = self.view(position, ENTRY_HEADER_SIZE + BATCH_HEADER_SIZE)
-        header = decode_entry_header(view)
-        if header is None or len(view) < ENTRY_HEADER_SIZE + BATCH_HEADER_SIZE:
-            raise CorruptLedger(f"{self._ledger.path}: no valid entry at position {position}")
-        return EntryMeta(
-            position,
-            header.index,
-            header.broker_timestamp,
-            header.batch_length,
-            last_offset_delta(view, ENTRY_HEADER_SIZE),
-            max_timestamp(view, ENTRY_HEADER_SIZE),
-        )
-
-    def batch(self, meta: EntryMeta, hint: int = 0) -> memoryview:
-        """The record batch bytes of an entry."""
-        view = self.view(meta.position + ENTRY_HEADER_SIZE, meta.batch_length, hint)
-        if len(view) != meta.batch_length:
-            raise CorruptLedger(f"{self._ledger.path}: short batch at position {meta.position}")
-        return view
 
 
 class Ledger:
@@ -455,60 +387,3 @@ class Ledger:
             taken += length
             at = body + length
         return out, taken, True
-
-    # -- recovery --------------------------------------------------------------------
-
-    def recover(self, start: int, *, any_first_index: bool = False) -> None:
-        """Verify the entries from ``start`` (where the facts end) to the end of the file.
-
-        Each entry must have a valid header, the expected index (the facts' next
-        offset; with ``any_first_index`` the first entry of an empty ledger may have any
-        index), a complete, well-formed batch whose base offset equals the index and
-        whose CRC32C matches. The first entry that fails, and everything after it, is
-        truncated away with a warning; the facts are updated for the good entries.
-        """
-        facts = self.facts
-        if facts.size != start:
-            raise ValueError(f"facts end at {facts.size}, recovery asked to start at {start}")
-        fd = self.fd()
-        file_size = os.fstat(fd).st_size
-        reader = LedgerReader(self, _RECOVERY_WINDOW, limit=file_size)
-        position = start
-        problem = ""
-        while position < file_size:
-            if file_size - position < ENTRY_HEADER_SIZE:
-                problem = "incomplete entry header"
-                break
-            header = decode_entry_header(reader.view(position, ENTRY_HEADER_SIZE))
-            if header is None:
-                problem = "invalid entry header"
-                break
-            if position + ENTRY_HEADER_SIZE + header.batch_length > file_size:
-                problem = "incomplete batch"
-                break
-            if facts.empty and facts.size == 0 and any_first_index:
-                facts.first_offset = facts.next_offset = header.index
-            if header.index != facts.next_offset:
-                problem = f"entry index {header.index} where {facts.next_offset} was expected"
-                break
-            batch = reader.view(position + ENTRY_HEADER_SIZE, header.batch_length)
-            problem = batch_problem(batch, header.index)
-            if problem:
-                break
-            last = header.index + last_offset_delta(batch)
-            entry_size = ENTRY_HEADER_SIZE + header.batch_length
-            facts.note_entry(
-                header.index, last, max_timestamp(batch), header.broker_timestamp, entry_size
-            )
-            position += entry_size
-        if position < file_size:
-            logger.warning(
-                "%s: %s at position %d; truncating %d bytes (entries from offset %d on)",
-                self.path,
-                problem,
-                position,
-                file_size - position,
-                facts.next_offset,
-            )
-            os.ftruncate(fd, position)
-            os.fsync(fd)

@@ -17,6 +17,9 @@ A cleaned ledger may have merged the ledgers after its own: the listed ledgers w
 offsets it covers are then removed. While it completes a swap, recovery leaves a marker
 (``*.ledger.swapped``) that the partition removes once its metadata describes the cleaned
 ledger, so a crash during recovery itself finds the swap again.
+
+``recover_tail`` verifies one ledger's entries past what is trusted and truncates its
+torn tail.
 """
 
 from __future__ import annotations
@@ -28,8 +31,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker_core.codec.batch_header import last_offset_delta, max_timestamp
+
 from .config import LogConfig
-from .damage import Damage, hole, scan_ledger
+from .damage import Damage, batch_problem, hole, scan_ledger
+from .entry import ENTRY_HEADER_SIZE, decode_entry_header
 from .fsutil import TEMP_SUFFIX, fsync_dir
 from .ledger import (
     CLEANED_SUFFIX,
@@ -39,9 +45,12 @@ from .ledger import (
     ledger_file_name,
     parse_ledger_file_name,
 )
+from .ledger_reader import LedgerReader
 from .metadata import METADATA_FILE, LedgerFacts, PartitionMetadata, load_metadata
 
 logger = logging.getLogger(__name__)
+
+_RECOVERY_WINDOW = 1 << 20
 
 
 @dataclass
@@ -238,7 +247,7 @@ class _Recovery:
         if facts is None:
             first = self._ledgers[-1].facts.next_offset if self._ledgers else 0
             ledger = Ledger(directory, LedgerFacts(ledger_id, first, first), interval)
-            ledger.recover(0, any_first_index=True)
+            recover_tail(ledger, 0, any_first_index=True)
             ledger.facts.created_ms = (
                 ledger.facts.min_broker_timestamp if not ledger.facts.empty else self._clock()
             )
@@ -248,7 +257,7 @@ class _Recovery:
             ledger = Ledger(directory, LedgerFacts(ledger_id, facts.first_offset,
                                                    facts.first_offset,
                                                    created_ms=facts.created_ms), interval)
-            ledger.recover(0)
+            recover_tail(ledger, 0)
             ledger.facts.sealed = True
             rescanned.append(ledger)
             return ledger
@@ -263,10 +272,10 @@ class _Recovery:
             )
             os.ftruncate(ledger.fd(), facts.size)
         if facts.synced and file_size >= facts.size:
-            # trusted now, scanned on first read (up to here: recover() checks the rest)
+            # trusted now, scanned on first read (up to here: recover_tail checks the rest)
             ledger.unverified = facts.copy() if facts.size else None
             if is_last_listed:
-                ledger.recover(facts.size)
+                recover_tail(ledger, facts.size)
                 if file_size == facts.size:
                     self._synced_open = (ledger_id, facts.size)
             return ledger
@@ -310,3 +319,59 @@ class _Recovery:
         with contextlib.suppress(FileNotFoundError):
             path.replace(path.with_name(path.name + ".dropped"))
             logger.warning("%s: set aside %s", self.directory, path.name)
+
+
+def recover_tail(ledger: Ledger, start: int, *, any_first_index: bool = False) -> None:
+    """Verify ``ledger``'s entries from ``start`` (where the facts end) to the end of the file.
+
+    Each entry must have a valid header, the expected index (the facts' next
+    offset; with ``any_first_index`` the first entry of an empty ledger may have any
+    index), a complete, well-formed batch whose base offset equals the index and
+    whose CRC32C matches. The first entry that fails, and everything after it, is
+    truncated away with a warning; the facts are updated for the good entries.
+    """
+    facts = ledger.facts
+    if facts.size != start:
+        raise ValueError(f"facts end at {facts.size}, recovery asked to start at {start}")
+    fd = ledger.fd()
+    file_size = os.fstat(fd).st_size
+    reader = LedgerReader(ledger, _RECOVERY_WINDOW, limit=file_size)
+    position = start
+    problem = ""
+    while position < file_size:
+        if file_size - position < ENTRY_HEADER_SIZE:
+            problem = "incomplete entry header"
+            break
+        header = decode_entry_header(reader.view(position, ENTRY_HEADER_SIZE))
+        if header is None:
+            problem = "invalid entry header"
+            break
+        if position + ENTRY_HEADER_SIZE + header.batch_length > file_size:
+            problem = "incomplete batch"
+            break
+        if facts.empty and facts.size == 0 and any_first_index:
+            facts.first_offset = facts.next_offset = header.index
+        if header.index != facts.next_offset:
+            problem = f"entry index {header.index} where {facts.next_offset} was expected"
+            break
+        batch = reader.view(position + ENTRY_HEADER_SIZE, header.batch_length)
+        problem = batch_problem(batch, header.index)
+        if problem:
+            break
+        last = header.index + last_offset_delta(batch)
+        entry_size = ENTRY_HEADER_SIZE + header.batch_length
+        facts.note_entry(
+            header.index, last, max_timestamp(batch), header.broker_timestamp, entry_size
+        )
+        position += entry_size
+    if position < file_size:
+        logger.warning(
+            "%s: %s at position %d; truncating %d bytes (entries from offset %d on)",
+            ledger.path,
+            problem,
+            position,
+            file_size - position,
+            facts.next_offset,
+        )
+        os.ftruncate(fd, position)
+        os.fsync(fd)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker_core.storage import LogConfig, PartitionLog, flush_together
-from broker_core.storage.partition import FLUSH_TOGETHER_MIN
+from broker_core.storage.partition_flush import FLUSH_TOGETHER_MIN
 from tests.storage.test_storage_partition import add
 
 COUNT = FLUSH_TOGETHER_MIN + 4
