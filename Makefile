@@ -110,6 +110,7 @@ bench: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/python -m bench $(ARGS)
 	$(BIN)/python -m bench.tls
 	$(BIN)/python -m bench.logins
+	$(BIN)/python -m bench.mixed_tenants
 	$(BIN)/python -m bench.secure_chart
 
 clean:

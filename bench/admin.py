@@ -16,10 +16,12 @@ from confluent_kafka.cimpl import NewTopic
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0,
-                 config: dict[str, str] | None = None) -> None:
+                 config: dict[str, str] | None = None,
+                 client: dict[str, str] | None = None) -> None:
     """Create ``topic`` with ``partitions`` partitions (and topic ``config``) and wait
-    until it is in metadata."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "bench-admin"})
+    until it is in metadata; ``client``: further admin client settings (security)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "bench-admin",
+                         **(client or {})})
     futures = admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})],
                                   operation_timeout=timeout, request_timeout=timeout)
     for future in futures.values():

@@ -104,14 +104,15 @@ class TempMaterial:
 
 
 def client_config(protocol: str, material: Material, token: str | None = None,
-                  mechanism: str = "PLAIN") -> dict[str, str]:
-    """librdkafka settings for ``protocol`` (PLAINTEXT, SSL, SASL_SSL, SASL_PLAINTEXT)."""
+                  mechanism: str = "PLAIN", username: str = TENANT) -> dict[str, str]:
+    """librdkafka settings for ``protocol`` (PLAINTEXT, SSL, SASL_SSL, SASL_PLAINTEXT);
+    SASL logs in as ``username`` (``tenant`` or ``tenant/namespace``)."""
     config = {"security.protocol": protocol}
     if "SSL" in protocol:
         config["ssl.ca.location"] = str(material.ca)
     if protocol.startswith("SASL"):
         assert token is not None, "SASL needs a token"
-        config.update({"sasl.mechanism": mechanism, "sasl.username": TENANT,
+        config.update({"sasl.mechanism": mechanism, "sasl.username": username,
                        "sasl.password": f"token:{token}"})
     return config
 
