@@ -5,9 +5,12 @@ The file holds librdkafka / Java client keys: ``bootstrap.servers``, ``security.
 ``sasl.mechanism``, ``sasl.username``, ``sasl.password``, ``ssl.ca.location``,
 ``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``,
 ``ssl.endpoint.identification.algorithm`` and ``client.id``; they become kafka-python's
-settings. ``sasl.mechanism=OAUTHBEARER`` logs in with OIDC client credentials, from the
+settings. The Java client's store keys are taken for PEM stores (``ssl.truststore.type=PEM``
+with ``ssl.truststore.location``; ``ssl.keystore.type=PEM`` with ``ssl.keystore.location``,
+a file holding the certificate and its key); a JKS or PKCS12 store is a usage error saying
+so. ``sasl.mechanism=OAUTHBEARER`` logs in with OIDC client credentials, from the
 ``sasl.oauthbearer.*`` keys (``edge.admin.bearer``). An unknown key is a usage error
-naming it (the Java keystores are not read).
+naming it.
 """
 
 from __future__ import annotations
@@ -36,10 +39,15 @@ _KEYWORDS: Mapping[str, str] = {
     "ssl.certificate.location": "ssl_certfile",
     "ssl.key.location": "ssl_keyfile",
     "ssl.key.password": "ssl_password",
+    "ssl.truststore.location": "ssl_cafile",
+    "ssl.keystore.location": "ssl_certfile",
     "client.id": "client_id",
 }
 """Client property -> kafka-python keyword, for the keys taken as they are."""
 
+_STORE_TYPES = {"ssl.truststore.location": "ssl.truststore.type",
+                "ssl.keystore.location": "ssl.keystore.type"}
+"""A Java store's location key -> the key of its type (Java's default type is JKS)."""
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _MECHANISMS = ("PLAIN", "OAUTHBEARER")
 
@@ -103,11 +111,24 @@ def _option(key: str, value: str, where: str) -> tuple[str, str | bool]:
     return keyword, value
 
 
+def _check_stores(properties: dict[str, str], where: str) -> None:
+    """Java store keys name PEM stores (their type keys are then dropped); else UsageError."""
+    for location, type_key in _STORE_TYPES.items():
+        kind = properties.pop(type_key, None)
+        if location not in properties:
+            continue
+        if (kind or "JKS").upper() != "PEM":
+            raise UsageError(f"{where}: {location} is read as a PEM file only: set {type_key}"
+                             f"=PEM (a {kind or 'JKS'} store is not read; convert it with "
+                             "openssl or keytool)")
+
+
 def client_settings(bootstrap: str | None, command_config: str | None,
                     timeout_s: float) -> ClientSettings:
     """The settings from the flags and the properties file (the flag wins)."""
     properties = _read_file(command_config) if command_config else {}
     where = command_config or ""
+    _check_stores(properties, where)
     bearer = {key: value for key, value in properties.items() if key in BEARER_KEYS}
     options: dict[str, str | bool] = {}
     for key, value in properties.items():

@@ -19,7 +19,7 @@ from oauth.dev_issuer import DevIssuer
 from tests.admin_cli_helpers import Ran, admin, write_properties
 from tests.broker_process import BrokerProcess
 from tests.oauth_helpers import make_issuer, oauth_file, start_broker
-from tests.security_helpers import TokenIssuer
+from tests.security_helpers import TokenIssuer, make_tls
 
 
 @pytest.fixture(scope="module")
@@ -158,9 +158,31 @@ def test_usage_errors_exit_2_with_one_line(broker: BrokerProcess, tmp_path: Path
                                 ssl_truststore_location="/etc/truststore.jks")
     unknown = admin(broker.bootstrap, "topics", "list", config=keystore)
     assert unknown.code == 2
-    assert "unsupported client property 'ssl.truststore.location'" in unknown.one_error_line()
+    assert "ssl.truststore.location is read as a PEM file only: set ssl.truststore.type=PEM" \
+        in unknown.one_error_line()
+    other = write_properties(tmp_path / "other.properties", ssl_cipher_suites="x")
+    unknown = admin(broker.bootstrap, "topics", "list", config=other)
+    assert unknown.code == 2
+    assert "unsupported client property 'ssl.cipher.suites'" in unknown.one_error_line()
     bad_config = admin(broker.bootstrap, "topics", "create", "x", "--config", "novalue")
     assert bad_config.code == 2 and "expected KEY=VALUE" in bad_config.one_error_line()
+
+
+def test_java_style_pem_stores_connect_over_tls(tmp_path: Path) -> None:
+    """A Java client's properties with PEM stores (``ssl.truststore.type=PEM``), as an
+    operator's ``--command-config`` for Kafka's own tools holds them."""
+    tls = make_tls(tmp_path / "tls")
+    broker = BrokerProcess(tmp_path / "data", {
+        "kafkaListeners": "SSL://127.0.0.1:0", **tls.broker_settings()}).start()
+    try:
+        config = write_properties(
+            tmp_path / "ssl.properties", bootstrap_servers=broker.bootstrap,
+            security_protocol="SSL", ssl_truststore_type="PEM",
+            ssl_truststore_location=str(tls.ca))
+        described = ok(admin(None, "cluster", "describe", config=config, output="json"))
+        assert described.json()["brokers"]
+    finally:
+        broker.stop()
 
 
 # -- a SASL broker with ACLs --------------------------------------------------------------
