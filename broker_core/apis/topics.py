@@ -24,7 +24,7 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.quotas.limits import tenant_of
-from broker_core.storage import NewTopic, TopicExists, TopicInfo
+from broker_core.storage import CapExceeded, NewTopic, TopicExists, TopicInfo
 from broker_core.storage_faults import WriteKind
 from broker_core.topic_configs import config_source, validate_topic_configs
 from common.log_fields import topic_fields
@@ -140,6 +140,8 @@ async def _create(engine: Engine, ctx: RequestContext,
             if isinstance(outcome, TopicExists):
                 raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS,
                                     f"topic {name} already exists")
+            if isinstance(outcome, CapExceeded) and engine.limits is not None:
+                raise engine.limits.refused_by_storage(ctx, new.name, outcome)
             if isinstance(outcome, Exception):
                 raise outcome
         except KafkaApiError as error:
@@ -206,7 +208,10 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext,
                     for key, value in sorted(engine.topic_configs(configs).items())
                 ]
                 if not validate_only:
-                    to_create.append((result, NewTopic(internal, count, configs), wanted.name))
+                    cap = None if engine.limits is None else engine.limits.storage_cap(
+                        internal, engine.config.metadata_namespace)
+                    to_create.append((result, NewTopic(internal, count, configs, cap),
+                                      wanted.name))
             except KafkaApiError as error:
                 result.error_code = error.code
                 result.error_message = error.message
@@ -331,16 +336,21 @@ async def _grow(engine: Engine, ctx: RequestContext,
                 raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                     "one assignment is needed per new partition")
             _check_replicas(engine, 1, assignments)
+            cap = None
             if engine.limits is not None:
                 engine.limits.check_create(internal, 0, wanted.count - topic.num_partitions,
                                            ctx)
+                cap = engine.limits.storage_cap(internal, engine.config.metadata_namespace)
             if not request.validate_only:
                 try:
                     with engine.faults.guard(f"the new partitions of {internal}",
                                               WriteKind.TOPICS):
                         # in a worker thread: thousands of partitions take seconds
                         await asyncio.to_thread(engine.logs.add_partitions, internal,
-                                                wanted.count)
+                                                wanted.count, cap)
+                except CapExceeded as exceeded:  # another broker's creation came first
+                    assert engine.limits is not None
+                    raise engine.limits.refused_by_storage(ctx, internal, exceeded) from None
                 except ValueError:  # grown through another broker at the same moment
                     raise KafkaApiError(ErrorCode.INVALID_PARTITIONS,
                                         f"topic {wanted.name} was grown meanwhile") from None

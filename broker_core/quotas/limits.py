@@ -5,9 +5,9 @@ or the configured default).
 Topics and partitions are counted from the storage's topic list when a topic or
 partitions are created (rare): beyond a cap the request answers POLICY_VIOLATION, as a
 Kafka create-topic policy does. On a shared engine that list is every broker's (topics
-live in the shared metadata; another broker's creation arrives with its notification, so
-two creations through two brokers at the same moment may both pass: no lock across
-brokers is taken for them).
+live in the shared metadata), and the storage counts again where it stores a creation
+(:meth:`TenantLimits.storage_cap`: in the database, under a lock of the tenant's), so
+creations through several brokers at the same moment cannot pass a cap together.
 Stored bytes are the sizes the storage keeps per partition, summed per tenant every
 ``interval_s`` (:meth:`TenantLimits.keep_summing`, ``Storage.topic_sizes``: on a shared
 engine one aggregate in the database, so what every broker stored counts), with each
@@ -30,7 +30,7 @@ from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.quotas.entities import MAX_PARTITIONS, MAX_STORED_BYTES, MAX_TOPICS, TENANT
 from broker_core.quotas.manager import QuotaManager, Refused
 from broker_core.quotas.notices import Notices
-from broker_core.storage import Storage
+from broker_core.storage import CapExceeded, Storage, TenantCap
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,28 @@ class TenantLimits:
             observer.refused(Refused.of(ctx, key, cap, (TENANT, tenant), what, tenant,
                                         message))
         return KafkaApiError(code, message)
+
+    def storage_cap(self, internal: str, metadata_namespace: str) -> TenantCap | None:
+        """The caps of the topic's tenant for the storage to keep where it stores the
+        topic (on a shared database, counted there under the tenant's lock: creations
+        through several brokers at once take turns); None when the tenant has none."""
+        tenant = tenant_of(internal)
+        max_topics, max_partitions = self._cap(tenant, MAX_TOPICS), self._cap(
+            tenant, MAX_PARTITIONS)
+        if max_topics is None and max_partitions is None:
+            return None
+        return TenantCap(f"{tenant}/", f"{tenant}/{metadata_namespace}/", max_topics,
+                         max_partitions)
+
+    def refused_by_storage(self, ctx: RequestContext | None, internal: str,
+                           exceeded: CapExceeded) -> KafkaApiError:
+        """The POLICY_VIOLATION (told to the observer) of a creation the storage refused
+        at its tenant's cap."""
+        tenant = tenant_of(internal)
+        return self._refuse(ctx, exceeded.key, exceeded.cap, tenant, "topic",
+                            ErrorCode.POLICY_VIOLATION,
+                            f"tenant {tenant} has {exceeded.have}; {exceeded.more} more "
+                            f"would exceed its {exceeded.key} of {exceeded.cap}")
 
     def check_create(self, internal: str, topics: int, partitions: int,
                      ctx: RequestContext | None = None) -> None:

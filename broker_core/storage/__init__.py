@@ -13,6 +13,7 @@ from .config import TOPIC_CONFIG_FIELDS, LogConfig, log_config_for_topic
 from .dir_lock import DataDirLocked
 from .engines import ENGINES, open_storage, storage_path_from_url, storage_scheme
 from .errors import (
+    CapExceeded,
     ConfigsChanged,
     CorruptLedger,
     DatabaseUnavailable,
@@ -24,7 +25,7 @@ from .errors import (
     UnknownTopic,
 )
 from .log_manager import LogManager
-from .model import BatchInfo, NewTopic, TopicInfo, wall_clock_ms
+from .model import BatchInfo, NewTopic, TenantCap, TopicInfo, wall_clock_ms
 from .partition import PartitionLog
 from .partition_flush import flush_together
 from .pg_schema import SchemaTooNew
@@ -43,6 +44,7 @@ __all__ = [
     "ENGINES",
     "TOPIC_CONFIG_FIELDS",
     "BatchInfo",
+    "CapExceeded",
     "ConfigsChanged",
     "CorruptLedger",
     "DataDirLocked",
@@ -64,6 +66,7 @@ __all__ = [
     "SealedSegment",
     "Storage",
     "StorageError",
+    "TenantCap",
     "TopicExists",
     "TopicInfo",
     "UnknownTopic",

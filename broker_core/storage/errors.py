@@ -15,6 +15,15 @@ class TopicExists(StorageError):
     """A topic with that name already exists."""
 
 
+class CapExceeded(StorageError):
+    """A creation would take a tenant beyond its ``key`` (``max_topics`` or
+    ``max_partitions``) of ``cap``: it holds ``have``, the creation adds ``more``."""
+
+    def __init__(self, key: str, cap: int, have: int, more: int) -> None:
+        super().__init__(f"{have} held, {more} more would exceed {key} {cap}")
+        self.key, self.cap, self.have, self.more = key, cap, have, more
+
+
 class UnknownTopic(StorageError):
     """No topic with that name exists."""
 

@@ -14,7 +14,7 @@ from typing import TypeVar
 from .config import LogConfig, log_config_for_topic
 from .damage import Damage
 from .errors import ConfigsChanged, LogClosed, OffsetOutOfRange, UnknownTopic
-from .model import BatchInfo, TopicInfo
+from .model import BatchInfo, NewTopic, TenantCap, TopicInfo
 from .topic_table import TopicEntry, TopicTable
 
 
@@ -110,12 +110,14 @@ class FilelessStorage(TopicTable[FP], ABC):
     _default_config: LogConfig
 
     @abstractmethod
-    def _store_topic(self, info: TopicInfo, config: LogConfig) -> list[FP]:
-        """Store the new topic ``info``; its partition stores (lock held)."""
+    def _store_topic(self, info: TopicInfo, config: LogConfig,
+                     cap: TenantCap | None) -> list[FP]:
+        """Store the new topic ``info`` (CapExceeded when it would take its tenant beyond
+        ``cap``); its partition stores (lock held)."""
 
     @abstractmethod
     def _store_growth(self, name: str, current: int, new_total: int,
-                      config: LogConfig) -> list[FP]:
+                      config: LogConfig, cap: TenantCap | None) -> list[FP]:
         """Store partitions ``current`` to ``new_total - 1`` of ``name``; their stores."""
 
     def _store_deletion(self, name: str) -> bool:
@@ -136,21 +138,23 @@ class FilelessStorage(TopicTable[FP], ABC):
         """Release the engine's store after every partition closed; the problems."""
         return []
 
-    def create_topic(self, name: str, num_partitions: int,
-                     configs: Mapping[str, str]) -> TopicInfo:
-        own, config = self._new_topic_config(name, num_partitions, configs,
+    def _create_new(self, new: NewTopic) -> TopicInfo:
+        own, config = self._new_topic_config(new.name, new.num_partitions, new.configs,
                                              self._default_config)
         with self._lock:
-            self._check_free(name)
-            info = TopicInfo(name, uuid.uuid4(), num_partitions, own)
-            self._topics[name] = TopicEntry(info, config, self._store_topic(info, config))
+            self._check_free(new.name)
+            info = TopicInfo(new.name, uuid.uuid4(), new.num_partitions, own)
+            stores = self._store_topic(info, config, new.cap)
+            self._topics[new.name] = TopicEntry(info, config, stores)
             return info.copy()
 
-    def add_partitions(self, name: str, new_total: int) -> TopicInfo:
+    def add_partitions(self, name: str, new_total: int,
+                       cap: TenantCap | None = None) -> TopicInfo:
         with self._lock:
             topic = self._growing(name, new_total)
             current = topic.info.num_partitions
-            topic.partitions.extend(self._store_growth(name, current, new_total, topic.config))
+            topic.partitions.extend(self._store_growth(name, current, new_total, topic.config,
+                                                       cap))
             topic.info.num_partitions = new_total
             return topic.info.copy()
 

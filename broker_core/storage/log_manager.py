@@ -43,7 +43,7 @@ from .fsutil import (
     sync_filesystem,
     write_json_atomically,
 )
-from .model import NewTopic, TopicInfo, topic_name_parts, wall_clock_ms
+from .model import NewTopic, TenantCap, TopicInfo, topic_name_parts, wall_clock_ms
 from .partition import PartitionLog
 from .protocols import DiskUsage
 from .topic_table import TopicEntry, TopicTable
@@ -279,10 +279,13 @@ class LogManager(TopicTable[PartitionLog]):
                     log.close()
             self._discard_dir(self._directory(name))
 
-    def add_partitions(self, name: str, new_total: int) -> TopicInfo:
+    def add_partitions(self, name: str, new_total: int,
+                       cap: TenantCap | None = None) -> TopicInfo:
         """Grow the topic to ``new_total`` partitions (ValueError unless it grows, or while
-        it is being grown). The new partitions are made outside the lock and made durable
-        together (``sync_filesystem``) before ``topic.json`` counts them."""
+        it is being grown; ``cap``: one broker's own count is exact, nothing to check). The
+        new partitions are made outside the lock and made durable together
+        (``sync_filesystem``) before ``topic.json`` counts them."""
+        del cap
         with self._lock:
             topic = self._growing(name, new_total)
             if name in self._creating:

@@ -19,7 +19,7 @@ from .cluster import SoloCluster
 from .config import LogConfig, retention_drops
 from .errors import OffsetOutOfRange
 from .fileless import FilelessPartition, FilelessStorage
-from .model import BatchInfo, TopicInfo
+from .model import BatchInfo, TenantCap, TopicInfo
 from .protocols import DiskUsage
 from .region import FileRegion
 from .segments import SealedSegment, check_cover
@@ -299,11 +299,14 @@ class MemoryStorage(FilelessStorage[MemoryPartition]):
         return [MemoryPartition(f"{URL}{name}/{p}", config, self._clock)
                 for p in range(first, last)]
 
-    def _store_topic(self, info: TopicInfo, config: LogConfig) -> list[MemoryPartition]:
+    def _store_topic(self, info: TopicInfo, config: LogConfig,
+                     cap: TenantCap | None) -> list[MemoryPartition]:
+        del cap  # one broker: its own count, under the engine's lock, is exact
         return self._partitions(info.name, 0, info.num_partitions, config)
 
     def _store_growth(self, name: str, current: int, new_total: int,
-                      config: LogConfig) -> list[MemoryPartition]:
+                      config: LogConfig, cap: TenantCap | None) -> list[MemoryPartition]:
+        del cap  # one broker: its own count, under the engine's lock, is exact
         return self._partitions(name, current, new_total, config)
 
     def discard_created(self, *, at_close: bool = False) -> None:

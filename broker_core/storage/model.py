@@ -46,11 +46,27 @@ class TopicJson(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class NewTopic:
-    """A topic to create: its full internal name, partition count and own configs."""
+    """A topic to create: its full internal name, partition count and own configs, and the
+    caps of its tenant that its creation must keep (None: none)."""
 
     name: str
     num_partitions: int
     configs: Mapping[str, str]
+    cap: TenantCap | None = None
+
+
+@dataclass(frozen=True)
+class TenantCap:
+    """The most topics and partitions a tenant may hold, checked where a creation is
+    stored: an engine shared by several brokers counts under a lock of the tenant's, so
+    that creations through several brokers at once cannot pass the cap together."""
+
+    prefix: str
+    """The start of the tenant's topic names (``tenant/``)."""
+    excluded: str
+    """The start of the broker's own topics of the tenant, which count for nobody."""
+    max_topics: int | None
+    max_partitions: int | None
 
 
 @dataclass

@@ -23,9 +23,9 @@ import psycopg
 
 from . import pg_changes
 from .config import LogConfig, log_config_for_topic
-from .errors import DatabaseUnavailable, LogClosed, TopicExists, UnknownTopic
+from .errors import CapExceeded, DatabaseUnavailable, LogClosed, TopicExists, UnknownTopic
 from .fileless import FilelessStorage
-from .model import TopicInfo
+from .model import TenantCap, TopicInfo
 from .pg_cluster import PgCluster
 from .pg_commits import GroupCommitter
 from .pg_database import Conn, Database, unavailable
@@ -177,9 +177,10 @@ class PgStorage(FilelessStorage[PgPartition]):
             found = super().partition(name, partition)
         return found
 
-    def add_partitions(self, name: str, new_total: int) -> TopicInfo:
+    def add_partitions(self, name: str, new_total: int,
+                       cap: TenantCap | None = None) -> TopicInfo:
         self._look_up(name)  # grow from the count another broker may have set meanwhile
-        return super().add_partitions(name, new_total)
+        return super().add_partitions(name, new_total, cap)
 
     def _where(self, name: str, partition: int) -> str:
         return f"{self._url}#{name}/{partition}"
@@ -221,8 +222,11 @@ class PgStorage(FilelessStorage[PgPartition]):
                                       self._cluster.joined))
         return stores
 
-    def _store_topic(self, info: TopicInfo, config: LogConfig) -> list[PgPartition]:
+    def _store_topic(self, info: TopicInfo, config: LogConfig,
+                     cap: TenantCap | None) -> list[PgPartition]:
         with self._db.tx() as conn:
+            if cap is not None:
+                _check_cap(conn, cap, 1, info.num_partitions)
             if conn.execute("INSERT INTO edge_topics VALUES (%s, %s, %s, %s) ON CONFLICT"
                             " DO NOTHING", (info.name, info.topic_id, info.num_partitions,
                                             json.dumps(info.configs))).rowcount != 1:
@@ -238,8 +242,10 @@ class PgStorage(FilelessStorage[PgPartition]):
             return True
 
     def _store_growth(self, name: str, current: int, new_total: int,
-                      config: LogConfig) -> list[PgPartition]:
+                      config: LogConfig, cap: TenantCap | None) -> list[PgPartition]:
         with self._db.tx() as conn:
+            if cap is not None:
+                _check_cap(conn, cap, 0, new_total - current)
             row = conn.execute("SELECT num_partitions FROM edge_topics WHERE name = %s"
                                " FOR UPDATE", (name,)).fetchone()
             if row is None:
@@ -296,3 +302,20 @@ def open_postgres_storage(url: str, default_config: LogConfig,
         raise ValueError(f"PostgreSQL storage URL needs a host and a database: "
                          f"{public_url(url)!r}")
     return PgStorage(url, default_config, clock)
+
+
+def _check_cap(conn: Conn, cap: TenantCap, topics_more: int, partitions: int) -> None:
+    """CapExceeded unless the tenant's topics, counted in the database under a lock of the
+    tenant's (held to the end of the transaction, so brokers creating at once take turns),
+    leave room for ``topics_more`` more topics and ``partitions`` more partitions."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("edge-tenant-cap " + cap.prefix,))
+    row = conn.execute(
+        "SELECT count(*), coalesce(sum(num_partitions), 0) FROM edge_topics"
+        " WHERE left(name, %s) = %s AND left(name, %s) <> %s",
+        (len(cap.prefix), cap.prefix, len(cap.excluded), cap.excluded)).fetchone()
+    assert row is not None
+    topics, held = int(str(row[0])), int(str(row[1]))
+    if cap.max_topics is not None and topics_more and topics + topics_more > cap.max_topics:
+        raise CapExceeded("max_topics", cap.max_topics, topics, topics_more)
+    if cap.max_partitions is not None and held + partitions > cap.max_partitions:
+        raise CapExceeded("max_partitions", cap.max_partitions, held, partitions)

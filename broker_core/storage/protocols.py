@@ -19,7 +19,7 @@ from .cluster import ClusterStore
 from .config import LogConfig
 from .damage import Damage
 from .feed import ChangeFeed
-from .model import BatchInfo, NewTopic, TopicInfo
+from .model import BatchInfo, NewTopic, TenantCap, TopicInfo
 from .region import FileRegion
 from .segments import SealedSegment
 
@@ -208,7 +208,11 @@ class Storage(Protocol):
 
     def delete_topic(self, name: str) -> None: ...
 
-    def add_partitions(self, name: str, new_total: int) -> TopicInfo: ...
+    def add_partitions(self, name: str, new_total: int,
+                       cap: TenantCap | None = None) -> TopicInfo:
+        """Grow the topic to ``new_total`` partitions (CapExceeded when that would take its
+        tenant beyond ``cap``, on an engine shared by several brokers)."""
+        ...
 
     def alter_topic_configs(self, name: str, configs: Mapping[str, str],
                             expected: Mapping[str, str] | None = None) -> TopicInfo:

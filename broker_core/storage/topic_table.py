@@ -108,13 +108,17 @@ class TopicTable(Generic[P]):
         results: list[TopicInfo | Exception] = []
         for new in wanted:
             try:
-                results.append(self.create_topic(new.name, new.num_partitions, new.configs))
+                results.append(self._create_new(new))
             except (TopicExists, ValueError, OSError, StorageError) as exc:
                 results.append(exc)
         return results
 
     def create_topic(self, name: str, num_partitions: int,
                      configs: Mapping[str, str]) -> TopicInfo:
+        return self._create_new(NewTopic(name, num_partitions, configs))
+
+    def _create_new(self, new: NewTopic) -> TopicInfo:
+        """Create one topic (keeping ``new.cap`` where the engine can be raced by others)."""
         raise NotImplementedError
 
     @staticmethod

@@ -12,6 +12,7 @@ how long that took.
 from __future__ import annotations
 
 import re
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -225,3 +226,43 @@ def test_topic_and_partition_caps_count_topics_created_through_every_broker(
     wait_for(lambda: "one" not in {t.name for t in second.metadata().topics},
              "broker 1 never saw the deletion")
     assert second.create_topic("three", 1) == 0
+
+
+def test_creations_through_both_brokers_at_once_keep_the_topic_cap(tenants: Tenants) -> None:
+    """Each broker's own count lets every creation through; the database counts them under
+    the tenant's lock, so exactly the cap's worth are created."""
+    tenants.set_quota("racy", {"max_topics": 3})
+    conns = [tenants.conn(i % 2, "racy") for i in range(8)]
+    start = threading.Barrier(len(conns))
+
+    def create(index: int) -> int:
+        start.wait(30)
+        return conns[index].create_topic(f"t{index}", 1)
+
+    with ThreadPoolExecutor(len(conns)) as pool:
+        codes = list(pool.map(create, range(len(conns))))
+    assert sorted(codes) == [0] * 3 + [POLICY_VIOLATION] * 5, codes
+    for conn in conns:
+        conn.close()
+
+
+def test_growth_through_both_brokers_at_once_keeps_the_partition_cap(tenants: Tenants) -> None:
+    """Topics grown through both brokers at once: the database counts the partitions under
+    the tenant's lock, so the cap holds."""
+    tenants.set_quota("growing", {"max_partitions": 6})
+    first = tenants.conn(0, "growing")
+    assert first.create_topic("a", 1) == 0 and first.create_topic("b", 1) == 0
+    conns = [tenants.conn(i % 2, "growing") for i in range(2)]
+    wait_for(lambda: {"a", "b"} <= {t.name for t in conns[1].metadata().topics},
+             "broker 1 never listed both topics")
+    start = threading.Barrier(2)
+
+    def grow(index: int) -> int:
+        start.wait(30)
+        return conns[index].create_partitions("ab"[index], 4)  # 3 more each: 8 > 6
+
+    with ThreadPoolExecutor(2) as pool:
+        codes = list(pool.map(grow, range(2)))
+    assert sorted(codes) == [0, POLICY_VIOLATION], codes
+    for conn in (first, *conns):
+        conn.close()
