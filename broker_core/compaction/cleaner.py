@@ -1,9 +1,13 @@
 """The log cleaner: a thread of its own that, every ``logCleanerBackoffMs``, looks at the
 partitions of compacted topics this broker writes (not the broker's own system topics,
 which compact their snapshots themselves), cleans those due (``cleaning``) and keeps the
-cleaner's metrics. Its reads and writes together stay under
-``logCleanerIoMaxBytesPerSecond`` (paced by sleeping in its thread), so the event loop
-and the appends never wait for it beyond the short swap of a cleaned segment.
+cleaner's metrics. A partition whose last cleaning a transaction without its marker
+bounded (a producer hung until its timeout) is not read again for it until its log
+changes (an append: perhaps the marker) or a delete horizon passes (:class:`_Wait`), so
+an open transaction does not cost a read of the partition every round. Its reads and
+writes together stay under ``logCleanerIoMaxBytesPerSecond`` (paced by sleeping in its
+thread), so the event loop and the appends never wait for it beyond the short swap of a
+cleaned segment.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from broker_core import metrics
 from broker_core.codec.errors import MalformedBatch
@@ -27,6 +32,7 @@ from common.log_fields import topic_fields
 
 from .cleaning import (
     DEFAULT_MAP_BYTES,
+    Blocked,
     Checkpoint,
     CompactionSettings,
     Stopped,
@@ -48,15 +54,40 @@ class Pacer:
         self._since = time.monotonic()
         self._spent = 0
 
+    @property
+    def spent(self) -> int:
+        """The bytes counted so far."""
+        return self._spent
+
     def __call__(self, size: int) -> None:
         if self._stopping.is_set():
             raise Stopped
+        self._spent += size
         if self._rate <= 0:
             return
-        self._spent += size
         ahead = self._spent / self._rate - (time.monotonic() - self._since)
         if ahead > 0.005 and self._stopping.wait(ahead):
             raise Stopped
+
+
+@dataclass(frozen=True, slots=True)
+class _Wait:
+    """A partition whose last cleaning was bounded by a transaction without its marker
+    (from ``open_from`` on): cleaning it again finds nothing more to do while its log is
+    as it was then (same start and end: no marker appended, nothing removed) and no
+    delete horizon below the transaction passed since (the records' timestamps and
+    ``min.compaction.lag.ms`` matter only beyond it)."""
+
+    open_from: int
+    log_start: int
+    log_end: int
+    tried_at: int
+
+    def holds(self, store: PartitionStore, checkpoint: Checkpoint, now: int) -> bool:
+        horizon = checkpoint.horizon
+        return store.next_offset == self.log_end \
+            and store.log_start_offset == self.log_start \
+            and not (horizon is not None and self.tried_at < horizon <= now)
 
 
 class LogCleaner:
@@ -83,6 +114,10 @@ class LogCleaner:
         self._firsts: dict[tuple[str, int, int, int], int] = {}
         """The first batch's timestamp of each dirty segment seen in the last round (read
         once per segment, not every round)."""
+        self._waits: dict[str, _Wait] = {}
+        """By partition location: those an open transaction blocked (see :class:`_Wait`)."""
+        self.io_bytes = 0
+        """The bytes the cleaner read and wrote so far (what its pacing counts)."""
         self.stopping = threading.Event()
         """Set when the broker stops: the cleaning under way is left, nothing swapped."""
 
@@ -92,6 +127,7 @@ class LogCleaner:
         cleaned = 0
         delay = 0
         firsts: dict[tuple[str, int, int, int], int] = {}
+        waits: dict[str, _Wait] = {}
 
         def first_timestamp(store: PartitionStore, segment: SealedSegment) -> int:
             key = (store.location, segment.ident,
@@ -114,6 +150,11 @@ class LogCleaner:
                 delay = max(delay, found.delay_ms)
                 if not found.due:
                     continue
+                wait = self._waits.get(store.location)
+                if wait is not None and wait.holds(store, checkpoint, now):
+                    waits[store.location] = wait
+                    continue
+                log_start, log_end = store.log_start_offset, store.next_offset
                 log.info("log cleaner: cleaning %s (dirty ratio %.2f, %d segment(s))",
                          store.location, found.ratio, len(found.cleanable),
                          extra=topic_fields(name))
@@ -127,6 +168,15 @@ class LogCleaner:
                 continue
             if done is None:
                 continue
+            open_from = done.open_from
+            if open_from is not None:
+                waits[store.location] = _Wait(open_from, log_start, log_end, now)
+                if store.location not in self._waits:
+                    log.info("log cleaner: %s not cleaned from offset %d on while the "
+                             "transaction starting there is open", store.location, open_from,
+                             extra=topic_fields(name))
+            if isinstance(done, Blocked):
+                continue
             if self._cleaned is not None:
                 self._cleaned(name, index, store, done.checkpoint)
             cleaned += 1
@@ -138,4 +188,6 @@ class LogCleaner:
                      extra=topic_fields(name))
         metrics.CLEANER_MAX_DELAY.set(delay / 1000)
         self._firsts = firsts
+        self._waits = waits
+        self.io_bytes += pace.spent
         return cleaned

@@ -16,7 +16,8 @@ looked up in the log beyond it (control batches only), and one whose marker came
 decided like the others (Kafka cleans below the last stable offset, and a long
 transaction's marker is often in the open segment); one without a marker yet stops the
 cleaning before the segment it starts in, so nothing at or beyond the last stable offset
-is cleaned. The second maps each
+is cleaned (the result names where it started: the cleaner does not read the partition
+again for it until something is appended). The second maps each
 key of the dirty part (from the checkpoint on; below it each key is there once already) to
 the offset of its latest record, records of aborted transactions left out; the map is
 bounded (``logCleanerDedupeBufferSize``, each key counted as its length plus
@@ -230,11 +231,33 @@ class Cleaned:
     segments: int
     """Segments rewritten."""
     bytes_before: int
+    """The size of the rewritten segments, as the engine counts it (on disk)."""
     bytes_after: int
+    """The size of what replaced them, as the engine counts it after the swap."""
     end: int
     """The offset the cleaning reached."""
     checkpoint: int
     """The checkpoint saved: below it no record of an aborted transaction is left."""
+    open_from: int | None = None
+    """The first offset of a transaction without its marker that bounded the cleaning
+    (None: none did)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """A cleaning an open transaction left nothing to do: nothing from ``open_from`` (the
+    first offset of the oldest transaction without its marker) on may be cleaned yet."""
+
+    open_from: int
+
+
+def _size_after(store: PartitionStore, group: list[SealedSegment],
+                batches: list[BatchInfo]) -> int:
+    """The size of the segment that replaced ``group``, as the engine counts it (its
+    entries' overhead included); the batches' bytes if it is gone meanwhile."""
+    ident = group[0].ident
+    return next((s.size_bytes for s in store.sealed_segments() if s.ident == ident),
+                sum(len(info.batch) for info in batches))
 
 
 def _batches(store: PartitionStore, segments: list[SealedSegment], pace: Pace,
@@ -445,9 +468,10 @@ def _rewrite(store: PartitionStore, group: list[SealedSegment], rewriter: _Rewri
 
 def clean(store: PartitionStore, cleanable: list[SealedSegment], settings: CompactionSettings,
           now: int, pace: Pace, previous: Checkpoint,
-          map_bytes: int = DEFAULT_MAP_BYTES) -> Cleaned | None:
+          map_bytes: int = DEFAULT_MAP_BYTES) -> Cleaned | Blocked | None:
     """Clean the ``cleanable`` segments of ``store`` (see the module docstring), as far as
-    a map of ``map_bytes`` reaches; None when an open transaction leaves nothing to clean.
+    a map of ``map_bytes`` reaches; :class:`Blocked` when an open transaction leaves
+    nothing to clean, None when nothing is cleanable.
     Raises MalformedBatch for a batch whose records do not parse (the partition is then
     left as it is)."""
     for segment in cleanable:  # trusted at start-up: scanned before it is rewritten
@@ -461,7 +485,7 @@ def clean(store: PartitionStore, cleanable: list[SealedSegment], settings: Compa
     if plan.limit is not None:
         cleanable = [s for s in cleanable if s.first_offset < plan.limit]
     if not cleanable:
-        return None
+        return None if plan.open_from is None else Blocked(plan.open_from)
     rewriter = _Rewriter(plan, settings, now)
     before = after = rewritten = 0
     end = cleanable[-1].next_offset
@@ -476,15 +500,15 @@ def clean(store: PartitionStore, cleanable: list[SealedSegment], settings: Compa
             break
         rewritten += len(group)
         before += sum(segment.size_bytes for segment in group)
-        after += sum(len(info.batch) for info in batches)
+        after += _size_after(store, group, batches)
     horizon = rewriter.horizon
     if previous.offset > end and previous.horizon is not None:  # beyond: still pending
         horizon = previous.horizon if horizon is None else min(horizon, previous.horizon)
     saved = Checkpoint(max(end, previous.offset), horizon)
     saved.save(store)
-    return Cleaned(rewritten, before, after, end, saved.offset)
+    return Cleaned(rewritten, before, after, end, saved.offset, plan.open_from)
 
 
-__all__ = ["CHECKPOINT_KEY", "DEFAULT_MAP_BYTES", "Checkpoint", "Cleaned", "CompactionSettings",
-           "Dirt", "FirstTimestamp", "MalformedBatch", "Stopped", "clean", "dirt",
-           "first_batch_timestamp"]
+__all__ = ["CHECKPOINT_KEY", "DEFAULT_MAP_BYTES", "Blocked", "Checkpoint", "Cleaned",
+           "CompactionSettings", "Dirt", "FirstTimestamp", "MalformedBatch", "Stopped", "clean",
+           "dirt", "first_batch_timestamp"]

@@ -20,12 +20,15 @@ from pathlib import Path
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from prometheus_client import REGISTRY
 
 from broker_core.codec.batch_header import read_header
 from broker_core.codec.markers import ABORT, COMMIT, marker_batch, marker_type
+from broker_core.compaction.cleaner import LogCleaner
 from broker_core.compaction.cleaning import (
     DEFAULT_MAP_BYTES,
     Checkpoint,
+    Cleaned,
     CompactionSettings,
     clean,
     dirt,
@@ -114,9 +117,11 @@ class Model:
 
 
 def batch(records: list[tuple[bytes, bytes | None]], timestamp: int, producer_id: int = -1,
-          sequence: int = -1, transactional: bool = False) -> bytearray:
+          sequence: int = -1, transactional: bool = False,
+          compression: int | None = None) -> bytearray:
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=random.choice((0, 1)), is_transactional=transactional,
+        magic=2, compression_type=random.choice((0, 1)) if compression is None else compression,
+        is_transactional=transactional,
         producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
         base_sequence=sequence, batch_size=1 << 20)
     for i, (key, value) in enumerate(records):
@@ -187,9 +192,9 @@ def run_cleaner(log: PartitionStore, clock: Clock, states: ProducerStates | None
         return False
     done = clean(log, found.cleanable, SETTINGS, clock.now, lambda size: None, checkpoint,
                  map_bytes)
-    if done is not None and states is not None:
+    if isinstance(done, Cleaned) and states is not None:
         states.cleaned(TOPIC, 0, log, done.checkpoint)
-    return done is not None
+    return isinstance(done, Cleaned)
 
 
 def read_committed(log: PartitionStore) -> tuple[dict[bytes, tuple[int, bytes | None]], int]:
@@ -551,4 +556,95 @@ def test_a_cleaned_segment_is_not_rewritten_again(storage: Storage, clock: Clock
     clock.now += 1
     found = dirt(log, SETTINGS, clock.now, Checkpoint())  # as if everything were dirty
     again = clean(log, found.cleanable, SETTINGS, clock.now, lambda size: None, Checkpoint())
-    assert again is not None and again.segments == 0
+    assert isinstance(again, Cleaned) and again.segments == 0
+
+
+CONFIGS = {"cleanup.policy": "compact",
+           "min.cleanable.dirty.ratio": str(SETTINGS.min_dirty_ratio),
+           "min.compaction.lag.ms": str(SETTINGS.min_lag_ms),
+           "max.compaction.lag.ms": str(SETTINGS.max_lag_ms),
+           "delete.retention.ms": str(SETTINGS.delete_retention_ms),
+           "segment.bytes": str(SETTINGS.segment_bytes)}
+
+
+def log_cleaner(storage: Storage, clock: Clock, configs: dict[str, str] = CONFIGS,
+                ) -> LogCleaner:
+    """The broker's cleaner over ``storage``, every partition of it compacted by
+    ``configs``."""
+    return LogCleaner(storage, lambda name: configs, lambda name, index: True, 0, clock)
+
+
+def test_an_open_transaction_is_not_read_again_until_the_log_changes(
+        storage: Storage, clock: Clock) -> None:
+    """A transaction without its marker (a hung producer) bounds the cleaning; the
+    cleaner then reads the partition again only once something is appended, and cleans
+    the transaction once its marker is there."""
+    log = partition(storage)
+    for i in range(30):  # cleaned below the transaction at once
+        append(log, batch([(f"p{i % 3}".encode(), f"v{i}".encode() * 20)], clock.now), clock)
+    pid = 5
+    clock.now += SEGMENT_MS  # the transaction starts a segment of its own
+    for i in range(40):
+        append(log, batch([(f"k{i % 3}".encode(), f"v{i}".encode() * 20)], clock.now, pid,
+                          i, transactional=True), clock)
+    clock.now += SEGMENT_MS
+    append(log, batch([(b"other", b"other")], clock.now), clock)
+    cleaner = log_cleaner(storage, clock)
+
+    assert cleaner.run_once() == 1  # what lies below the transaction
+    read = cleaner.io_bytes
+    assert read > 0
+    for _ in range(3):
+        clock.now += 1000
+        assert cleaner.run_once() == 0
+    assert cleaner.io_bytes == read  # not read again
+
+    append(log, batch([(b"other", b"again")], clock.now), clock)  # not its marker
+    cleaner.run_once()  # reads the partition (and finds nothing more to clean)
+    assert cleaner.io_bytes > read  # read once more
+    read = cleaner.io_bytes
+    clock.now += 1000
+    assert cleaner.run_once() == 0 and cleaner.io_bytes == read
+
+    append(log, marker_batch(pid, 0, True, clock.now), clock)
+    clock.now += 1
+    assert cleaner.run_once() == 1
+    seen, _ = read_committed(log)
+    assert {key: seen[key] for key in (b"k0", b"k1", b"k2")} == {
+        f"k{i % 3}".encode(): (30 + i, f"v{i}".encode() * 20) for i in range(37, 40)}
+    assert cleaner.io_bytes > read
+
+
+def reclaimed_total() -> float:
+    value = REGISTRY.get_sample_value("kop_log_cleaner_bytes_reclaimed_total")
+    return 0.0 if value is None else value
+
+
+def test_bytes_reclaimed_are_the_bytes_the_engine_freed(storage: Storage,
+                                                        clock: Clock) -> None:
+    """A cleaning that only stamps tombstones (removes nothing; the stamped batches grow
+    a little, their timestamp deltas now against the horizon) reports no bytes reclaimed;
+    the next, which removes them, reports what the partition shrank by."""
+    log = partition(storage)
+    tombstones = 0
+    for i in range(40):
+        value = None if i // 5 % 2 == 0 else f"v{i}".encode() * 20  # runs of 5
+        built = batch([(f"k{i}".encode(), value)], clock.now, compression=0)
+        tombstones += len(built) if value is None else 0
+        append(log, built, clock)
+    clock.now += SEGMENT_MS
+    append(log, batch([(b"end", b"end")], clock.now), clock)
+    assert len(log.sealed_segments()) > 1
+    cleaner = log_cleaner(storage, clock, CONFIGS | {"segment.bytes": "1"})  # no merging
+
+    before, size = reclaimed_total(), log.size_bytes
+    clock.now += 1
+    assert cleaner.run_once() == 1  # stamps the tombstones' delete horizon
+    assert log.size_bytes >= size and reclaimed_total() == before
+
+    size = log.size_bytes
+    clock.now += 1  # past the horizon (delete.retention.ms 0)
+    assert cleaner.run_once() == 1
+    freed = reclaimed_total() - before
+    assert freed == size - log.size_bytes
+    assert tombstones // 2 < freed < tombstones * 2  # less the fillers over their gaps
