@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from listeners.sendfile import FileRegion
+from common.file_span import FileSpan
 
 SMALL_FRAME_BYTES = 16 * 1024
 """Frames of connections not logged in up to this size are not counted against the shared
@@ -18,7 +18,7 @@ SMALL_FRAME_BYTES = 16 * 1024
 4096-bit key, measures about 12.5 KiB). Before login a connection's read buffer is this
 size too."""
 
-Response = bytes | Sequence[bytes | memoryview | FileRegion]
+Response = bytes | Sequence[bytes | memoryview | FileSpan]
 """One framed response: a single ``bytes``, or buffers and file regions sent in order."""
 Answer = Response | None | Awaitable[Response | None]
 """What a request's dispatch stage gives: its response (None: none is due), or its waiting

@@ -25,24 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from common.file_span import FileSpan
+
 _IOV_MAX = 512
 CHUNK_BYTES = 256 * 1024
 """File bytes read into memory at a time when a region cannot go by ``sendfile``."""
-
-
-class FileRegion(Protocol):
-    """A stretch of an open file to send as it is."""
-
-    fd: int
-    offset: int
-
-    def __len__(self) -> int:
-        """How many bytes the region covers."""
-        ...
-
-    def release(self) -> None:
-        """Called once the region is sent or dropped."""
-        ...
 
 
 class Socket(Protocol):
@@ -57,7 +44,7 @@ class Socket(Protocol):
         ...
 
 
-Part = bytes | memoryview | FileRegion
+Part = bytes | memoryview | FileSpan
 
 
 _BUFFERS = bytes | bytearray | memoryview

@@ -11,12 +11,12 @@ import struct
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from kafka.protocol.api_data import ApiData
 
 from broker_core.codec.errors import ProtocolError
 from broker_core.codec.varints import read_uvarint
+from common.file_span import FileSpan
 
 _HEADER_FIXED = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
@@ -91,22 +91,6 @@ def response_header(correlation_id: int, flexible: bool) -> bytes:
 def frame_response(header: bytes, body: bytes | bytearray | memoryview) -> bytes:
     """Join a response header and body behind the 4-byte size prefix."""
     return b"".join((_INT32.pack(len(header) + len(body)), header, body))
-
-
-class FileSpan(Protocol):
-    """A stretch of an open file a response carries as it is (storage's ``FileRegion``,
-    sent by the listener with ``sendfile``); framing only counts its length."""
-
-    fd: int
-    offset: int
-
-    def __len__(self) -> int:
-        """How many bytes the span covers."""
-        ...
-
-    def release(self) -> None:
-        """Called once the span is sent or dropped."""
-        ...
 
 
 Chunk = bytes | memoryview | FileSpan

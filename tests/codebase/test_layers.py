@@ -31,9 +31,9 @@ _FORBIDDEN: dict[str, frozenset[str]] = {
 
 
 _CODEC = "broker_core/codec"
-_CODEC_MAY_IMPORT = ("broker_core.codec", "broker_core.errors")
+_CODEC_MAY_IMPORT = ("broker_core.codec", "broker_core.errors", "common")
 """The codec sits below everything else in the engine (storage may use it): of the
-broker it knows only itself and the Kafka error codes."""
+broker it knows only itself, the Kafka error codes and what every layer shares (`common`)."""
 
 
 def imported_modules(source: str) -> set[str]:
