@@ -25,7 +25,6 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from broker_core import metrics
 from broker_core.codec.errors import ProtocolError
 from broker_core.codec.framing import (
-    Frame,
     Prewritten,
     RequestHeader,
     frame_parts,
@@ -39,6 +38,7 @@ from broker_core.engine import Engine
 from broker_core.errors import ErrorCode
 from broker_core.null_fields import first_forbidden_null
 from broker_core.stages import Later
+from common.frames import Frame
 
 if TYPE_CHECKING:  # the quotas' modules import the APIs, which import this one
     from broker_core.quotas.manager import Throttle

@@ -5,11 +5,11 @@ behaviour is described in :mod:`listeners.server`)."""
 from __future__ import annotations
 
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from common.file_span import FileSpan
+from common.frames import Frame
 
 SMALL_FRAME_BYTES = 16 * 1024
 """Frames of connections not logged in up to this size are not counted against the shared
@@ -18,8 +18,8 @@ SMALL_FRAME_BYTES = 16 * 1024
 4096-bit key, measures about 12.5 KiB). Before login a connection's read buffer is this
 size too."""
 
-Response = bytes | Sequence[bytes | memoryview | FileSpan]
-"""One framed response: a single ``bytes``, or buffers and file regions sent in order."""
+Response = Frame
+"""One framed response (``common.frames.Frame``)."""
 Answer = Response | None | Awaitable[Response | None]
 """What a request's dispatch stage gives: its response (None: none is due), or its waiting
 stage, an awaitable giving the response that may overlap with the next requests."""

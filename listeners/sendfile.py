@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from common.file_span import FileSpan
+from common.frames import FileSpan
 
 _IOV_MAX = 512
 CHUNK_BYTES = 256 * 1024

@@ -20,13 +20,13 @@ from kafka.protocol.consumer import FetchRequest
 from broker_core import metrics
 from broker_core.codec.batch_header import base_offset, last_offset_delta, record_count
 from broker_core.codec.fetch_writer import FetchAnswer, PartitionAnswer, TopicAnswer
-from broker_core.codec.framing import Chunk
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.stages import Later
 from broker_core.storage import DatabaseUnavailable, FileRegion, LogOffline, PartitionStore
 from broker_core.storage.errors import DamagedRecords
+from common.frames import Chunk
 
 READ_COMMITTED = 1
 ZSTD_FETCH_VERSION = 10

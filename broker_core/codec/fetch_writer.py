@@ -14,8 +14,9 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from broker_core.codec.framing import Chunk, Prewritten
+from broker_core.codec.framing import Prewritten
 from broker_core.codec.varints import uvarint
+from common.frames import Chunk
 
 _HEAD_V4 = struct.Struct(">i")  # throttle_time_ms
 _HEAD_V7 = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id

@@ -16,7 +16,7 @@ from kafka.protocol.api_data import ApiData
 
 from broker_core.codec.errors import ProtocolError
 from broker_core.codec.varints import read_uvarint
-from common.file_span import FileSpan
+from common.frames import Chunk
 
 _HEADER_FIXED = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
@@ -93,11 +93,6 @@ def frame_response(header: bytes, body: bytes | bytearray | memoryview) -> bytes
     return b"".join((_INT32.pack(len(header) + len(body)), header, body))
 
 
-Chunk = bytes | memoryview | FileSpan
-"""A piece of a response: bytes in memory, or a stretch of a ledger file (sent with
-``sendfile`` on plain TCP, read from its descriptor in chunks on TLS)."""
-Frame = bytes | list[Chunk]
-"""A framed response: one ``bytes``, or buffers and file regions written in order."""
 
 
 class Prewritten(ABC):
