@@ -16,6 +16,7 @@ from broker_core.groups.config import GroupConfig
 from broker_core.producer_states import DEFAULT_EXPIRATION_MS
 from broker_core.topic_configs import list_items
 from broker_core.transactions.coordinator import TxnConfig
+from common.names import DEFAULT_METADATA_NAMESPACE, DEFAULT_METADATA_TENANT
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +41,8 @@ class EngineConfig:
     configured_topic_defaults: frozenset[str] = frozenset()
     """Topic configs whose default the broker's config file or command line set
     (DescribeConfigs reports them as STATIC_BROKER_CONFIG where a topic does not)."""
-    metadata_tenant: str = "public"
-    metadata_namespace: str = "__kafka"
+    metadata_tenant: str = DEFAULT_METADATA_TENANT
+    metadata_namespace: str = DEFAULT_METADATA_NAMESPACE
     multi_tenant_metadata: bool = True
     offsets_topic_partitions: int = 50
     offsets_topic_segment_bytes: int = 16 * 1024 * 1024

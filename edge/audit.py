@@ -28,10 +28,10 @@ from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import PartitionStore, StorageError, TopicExists
 from broker_core.storage_faults import WriteKind
+from common.names import AUDIT_TOPIC
 from sasl.printable import printable
 
 log = logging.getLogger(__name__)
-AUDIT_TOPIC = "__audit"
 _GROW_ATTEMPTS = 20
 """Looks at the audit topic while other brokers keep creating or growing it at once."""
 _MAX_DEFERRED = 10_000

@@ -11,6 +11,7 @@ from typing import Annotated
 
 from pydantic import BaseModel
 
+from common.names import DEFAULT_METADATA_NAMESPACE, DEFAULT_METADATA_TENANT
 from common.settings import key
 from edge.config_types import INT_MAX, Name
 
@@ -21,10 +22,10 @@ class CoordinatorKeys(BaseModel):
 
     kafka_metadata_tenant: Annotated[Name, key(
         "kafkaMetadataTenant",
-        "tenant of system topics such as __consumer_offsets")] = "public"
+        "tenant of system topics such as __consumer_offsets")] = DEFAULT_METADATA_TENANT
     kafka_metadata_namespace: Annotated[Name, key(
         "kafkaMetadataNamespace",
-        "namespace of system topics")] = "__kafka"
+        "namespace of system topics")] = DEFAULT_METADATA_NAMESPACE
     kafka_enable_multi_tenant_metadata: Annotated[bool, key(
         "kafkaEnableMultiTenantMetadata",
         "keep each tenant's groups in its own <tenant>/<kafkaMetadataNamespace> system topics"

@@ -13,7 +13,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-AUDIT_TOPIC = "public/__kafka/__audit"
+from common.names import DEFAULT_AUDIT_TOPIC
+
+AUDIT_TOPIC = DEFAULT_AUDIT_TOPIC
+"""The audit topic the jobs read unless told another (the broker's default home)."""
 UNKNOWN = "-"
 
 EVENT_SCHEMA = StructType(
