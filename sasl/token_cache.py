@@ -11,6 +11,7 @@ every time.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -32,26 +33,29 @@ class CachedTokenValidator:
         self._max = max_entries
         self._clock = clock
         self._entries: OrderedDict[str, tuple[float, object, ValidatedToken]] = OrderedDict()
+        self._lock = threading.Lock()  # logins are checked in worker threads
 
     def _generation(self) -> object:
         return getattr(self.inner, "keys_generation", None)
 
     def validate(self, token: str) -> ValidatedToken:
         now = self._clock()
-        held = self._entries.get(token)
-        if held is not None:
-            until, generation, validated = held
-            if now < until and generation == self._generation():
-                self._entries.move_to_end(token)
-                return validated
-            self._entries.pop(token, None)
+        with self._lock:
+            held = self._entries.get(token)
+            if held is not None:
+                until, generation, validated = held
+                if now < until and generation == self._generation():
+                    self._entries.move_to_end(token)
+                    return validated
+                self._entries.pop(token, None)
         generation = self._generation()
         validated = self.inner.validate(token)
         until = now + self._ttl
         if validated.expires_at_ms is not None:
             until = min(until, validated.expires_at_ms / 1000)
         if until > now:
-            self._entries[token] = (until, generation, validated)
-            while len(self._entries) > self._max:
-                self._entries.popitem(last=False)
+            with self._lock:
+                self._entries[token] = (until, generation, validated)
+                while len(self._entries) > self._max:
+                    self._entries.popitem(last=False)
         return validated
