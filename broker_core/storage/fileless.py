@@ -8,12 +8,19 @@ from __future__ import annotations
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from .config import LogConfig, log_config_for_topic
 from .damage import Damage
-from .errors import ConfigsChanged, LogClosed, OffsetOutOfRange, UnknownTopic
+from .errors import (
+    ConfigsChanged,
+    LogClosed,
+    OffsetOutOfRange,
+    StorageError,
+    TopicExists,
+    UnknownTopic,
+)
 from .model import BatchInfo, NewTopic, TenantCap, TopicInfo
 from .topic_table import TopicEntry, TopicTable
 
@@ -138,7 +145,22 @@ class FilelessStorage(TopicTable[FP], ABC):
         """Release the engine's store after every partition closed; the problems."""
         return []
 
-    def _create_new(self, new: NewTopic) -> TopicInfo:
+    def create_topics(self, wanted: Sequence[NewTopic]) -> list[TopicInfo | Exception]:
+        """Create the topics one after another (each keeping ``new.cap``: on a shared
+        database, counted there); for each, its info or why it was not created."""
+        results: list[TopicInfo | Exception] = []
+        for new in wanted:
+            try:
+                results.append(self._create_one(new))
+            except (TopicExists, ValueError, OSError, StorageError) as exc:
+                results.append(exc)
+        return results
+
+    def create_topic(self, name: str, num_partitions: int,
+                     configs: Mapping[str, str]) -> TopicInfo:
+        return self._create_one(NewTopic(name, num_partitions, configs))
+
+    def _create_one(self, new: NewTopic) -> TopicInfo:
         own, config = self._new_topic_config(new.name, new.num_partitions, new.configs,
                                              self._default_config)
         with self._lock:

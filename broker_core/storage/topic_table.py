@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from .cluster import NotOwner
 from .config import LogConfig, log_config_for_topic
-from .errors import LogClosed, StorageError, TopicExists, UnknownTopic
+from .errors import LogClosed, TopicExists, UnknownTopic
 from .feed import NO_FEED, ChangeFeed
-from .model import NewTopic, TopicInfo, check_no_nesting, topic_name_parts
+from .model import TopicInfo, check_no_nesting, topic_name_parts
 from .protocols import NOTHING_CHANGED, Refreshed
 
 
@@ -100,26 +100,6 @@ class TopicTable(Generic[P]):
             with contextlib.suppress(LogClosed, NotOwner):  # gone, or moved to another broker
                 dropped += log.enforce_retention()
         return dropped
-
-    def create_topics(self, wanted: Sequence[NewTopic]) -> list[TopicInfo | Exception]:
-        """Create several topics (``create_topic`` each; an engine may make them durable
-        together); for each, its info or why it was not created (TopicExists, ValueError,
-        OSError, a StorageError)."""
-        results: list[TopicInfo | Exception] = []
-        for new in wanted:
-            try:
-                results.append(self._create_new(new))
-            except (TopicExists, ValueError, OSError, StorageError) as exc:
-                results.append(exc)
-        return results
-
-    def create_topic(self, name: str, num_partitions: int,
-                     configs: Mapping[str, str]) -> TopicInfo:
-        return self._create_new(NewTopic(name, num_partitions, configs))
-
-    def _create_new(self, new: NewTopic) -> TopicInfo:
-        """Create one topic (keeping ``new.cap`` where the engine can be raced by others)."""
-        raise NotImplementedError
 
     @staticmethod
     def _new_topic_config(name: str, num_partitions: int, configs: Mapping[str, str],
