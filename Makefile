@@ -112,6 +112,9 @@ bench: $(TEST_STAMP) $(NATIVE)
 	$(BIN)/python -m bench.logins
 	$(BIN)/python -m bench.mixed_tenants
 	$(BIN)/python -m bench.secure_chart
+	$(BIN)/python -m bench.partitions
+	$(BIN)/python -m bench.connections
+	$(BIN)/python -m bench.cleaner
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache
