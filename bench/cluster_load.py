@@ -3,22 +3,35 @@ the same records spread over the same number of partitions, produced then consum
 same load generators as the single-broker rows. Trials alternate between the cluster
 sizes, as the main rows alternate between brokers; a cluster's CPU is the sum of its
 brokers' CPU seconds, and PostgreSQL's CPU is read beside it.
+
+Each trial runs twice, once per :data:`BATCHINGS`: with the producer's batches as
+librdkafka makes them, and with equal batches. librdkafka sends one partition's batch per
+ProduceRequest and fills a batch only while it waits for its connection, so the same load
+spread over three brokers arrives in about twice as many, smaller batches as on one; a
+broker's CPU follows the number of requests as much as the number of records. Fixed-size
+batches (``batch.size`` reached long before ``linger.ms``) and fetch responses capped at
+4 MiB make the requests the same whatever the cluster size, so that the CPU difference is
+the brokers' own (their separate PostgreSQL commits, membership, ownership checks).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+
 from bench.admin import create_topic, delete_topic
-from bench.cluster import BrokerGroup
+from bench.cluster import HOME, BrokerGroup
 from bench.cluster_db import postgres_cpu_seconds
 from bench.options import Options
 from bench.pinning import CpuPlan
 from bench.report import median
 from bench.runner import Bench, LoadError, _summary, run_worker
 from bench.suite import median_by
+from broker_core.naming import to_internal
 
 if TYPE_CHECKING:
     from tests.postgres_server import PostgresServer
@@ -26,22 +39,63 @@ if TYPE_CHECKING:
 MILLION = 1_000_000
 
 
+@dataclass(frozen=True)
+class Batching:
+    """How the load generators batch: ``produce`` and ``consume`` are their extra options."""
+
+    name: str
+    label: str
+    produce: dict[str, Any] = field(default_factory=dict)
+    consume: dict[str, Any] = field(default_factory=dict)
+
+
+EQUAL_BATCH_BYTES = 256 << 10
+EQUAL_FETCH_BYTES = 4 << 20
+"""A fetch response's cap: what 4 partitions give at the default 1 MiB per partition, so
+that one broker's response for 12 partitions is no larger than each of three brokers'."""
+BATCHINGS = (
+    Batching("client", "librdkafka's own batches"),
+    Batching("equal", "equal batches (batch.size=256 KiB, linger.ms=1000; fetch.max.bytes="
+                      "4 MiB)",
+             produce={"linger_ms": 1000, "config": [f"batch.size={EQUAL_BATCH_BYTES}"]},
+             consume={"config": [f"fetch.max.bytes={EQUAL_FETCH_BYTES}"]}),
+)
+"""The two ways each trial is run; the CPU target is read on the equal batches."""
+
+_BATCHES = ("SELECT count(*) FROM edge_entries e JOIN edge_partitions p"
+            " ON p.id = e.partition_id WHERE p.topic = %s")
+_COMMITS = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+
+
 def _say(what: str) -> None:
     print(f"[bench] {what}", file=sys.stderr, flush=True)
 
 
-def _trial(bench: Bench, group: BrokerGroup, server: PostgresServer,
+def _database(url: str, sql: str, *params: object) -> int:
+    """One number from the cluster's database."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(sql, params).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _trial(bench: Bench, group: BrokerGroup, server: PostgresServer, batching: Batching,
            trial: int) -> dict[str, Any]:
-    """Produce the records over the partitions, read them all back; CPU of both sides."""
+    """Produce the records over the partitions, read them all back; CPU of both sides,
+    the batches stored and the database's commits while producing."""
     opts = bench.opts.cluster
-    topic = f"bench-cluster-{trial}"
+    topic = f"bench-cluster-{batching.name}-{trial}"
     create_topic(group.bootstrap, topic, opts.partitions)
     group.wait_settled(topic)
     try:
         pg0 = postgres_cpu_seconds(server)
+        commits0 = _database(group.url, _COMMITS)
         produced = run_worker(bench, group, "produce", topic, size=opts.size,
-                              count=opts.records, partitions=opts.partitions)
-        consumed = run_worker(bench, group, "consume", topic, count=opts.records)
+                              count=opts.records, partitions=opts.partitions,
+                              **batching.produce)
+        commits = _database(group.url, _COMMITS) - commits0
+        batches = _database(group.url, _BATCHES, to_internal(topic, HOME))
+        consumed = run_worker(bench, group, "consume", topic, count=opts.records,
+                              **batching.consume)
         pg_cpu = postgres_cpu_seconds(server) - pg0
     finally:
         delete_topic(group.bootstrap, topic)
@@ -52,7 +106,9 @@ def _trial(bench: Bench, group: BrokerGroup, server: PostgresServer,
     return {"produce": _summary(produced), "consume": _summary(consumed),
             "broker_cpu_s": broker_cpu, "postgres_cpu_s": pg_cpu,
             "broker_cpu_s_per_million": broker_cpu * MILLION / opts.records,
-            "postgres_cpu_s_per_million": pg_cpu * MILLION / opts.records}
+            "postgres_cpu_s_per_million": pg_cpu * MILLION / opts.records,
+            "batches_per_thousand": batches * 1000 / opts.records,
+            "commits_per_thousand": commits * 1000 / opts.records}
 
 
 def _median_row(brokers: int, trials: list[dict[str, Any]],
@@ -64,7 +120,8 @@ def _median_row(brokers: int, trials: list[dict[str, Any]],
         runs = [trial[phase] for trial in trials]
         row[phase] = {**median_by(runs, "records_per_s"),
                       "trials_records_per_s": [run["records_per_s"] for run in runs]}
-    for key in ("broker_cpu_s_per_million", "postgres_cpu_s_per_million"):
+    for key in ("broker_cpu_s_per_million", "postgres_cpu_s_per_million",
+                "batches_per_thousand", "commits_per_thousand"):
         row[key] = median([float(trial[key]) for trial in trials])
     if single is not None:
         ratios = [ours["broker_cpu_s_per_million"] / theirs["broker_cpu_s_per_million"]
@@ -86,11 +143,12 @@ def idle_cpu(groups: list[BrokerGroup], seconds: float) -> list[float]:
 
 def cluster_throughput(opts: Options, cpus: CpuPlan, server: PostgresServer) -> dict[str, Any]:
     """Every cluster size of ``opts.cluster.sizes`` up at once (a database each), the
-    trials interleaved; one row per size."""
+    trials interleaved, each under both batchings; per batching, one row per size."""
     sizes = opts.cluster.sizes
     groups = {n: BrokerGroup(server.new_database_url(), n) for n in sizes}
     benches = {n: Bench(opts, cpus) for n in sizes}
-    trials: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
+    trials: dict[tuple[str, int], list[dict[str, Any]]] = {
+        (b.name, n): [] for b in BATCHINGS for n in sizes}
     try:
         for group in groups.values():
             _say(f"cluster: starting {group.name} on PostgreSQL")
@@ -99,16 +157,20 @@ def cluster_throughput(opts: Options, cpus: CpuPlan, server: PostgresServer) -> 
         idle = idle_cpu(list(groups.values()), opts.cluster.idle_seconds)
         for trial in range(opts.cluster.repeat):
             for n in (sizes if trial % 2 == 0 else sizes[::-1]):
-                _say(f"cluster: {groups[n].name}, {opts.cluster.records:,} records over "
-                     f"{opts.cluster.partitions} partitions, trial {trial + 1}/"
-                     f"{opts.cluster.repeat}")
-                trials[n].append(_trial(benches[n], groups[n], server, trial))
+                for batching in BATCHINGS:
+                    _say(f"cluster: {groups[n].name}, {opts.cluster.records:,} records over "
+                         f"{opts.cluster.partitions} partitions, {batching.name} batches, "
+                         f"trial {trial + 1}/{opts.cluster.repeat}")
+                    trials[batching.name, n].append(
+                        _trial(benches[n], groups[n], server, batching, trial))
     finally:
         for group in groups.values():
             group.stop()
-    single = trials.get(1)
-    rows = [_median_row(n, trials[n], single) for n in sizes]
-    for row, idle_cpu_s in zip(rows, idle, strict=True):
-        row["idle_cpu_pct"] = 100.0 * idle_cpu_s
-    return {"rows": rows,
-            "noise": {str(n): benches[n].noise.as_json() for n in sizes}}
+    out: list[dict[str, Any]] = []
+    for batching in BATCHINGS:
+        single = trials.get((batching.name, 1))
+        rows = [_median_row(n, trials[batching.name, n], single) for n in sizes]
+        for row, idle_cpu_s in zip(rows, idle, strict=True):
+            row["idle_cpu_pct"] = 100.0 * idle_cpu_s
+        out.append({"name": batching.name, "label": batching.label, "rows": rows})
+    return {"batchings": out, "noise": {str(n): benches[n].noise.as_json() for n in sizes}}

@@ -40,7 +40,8 @@ def test_quick_cluster_run_prints_both_tables_and_two_targets(
                   "new leader in Metadata",
                   "| brokerSessionTimeoutMs=2000, brokerHeartbeatIntervalMs=250 | 1 |"):
         assert label in stdout
-    assert stdout.count("**met**") + stdout.count("**NOT met**") == 2
+    assert "**librdkafka's own batches**" in stdout and "**equal batches" in stdout
+    assert stdout.count("**met**") + stdout.count("**NOT met**") == 3
     assert (out / "cluster.md").read_text(encoding="utf-8").strip() == stdout.strip()
 
 
@@ -53,8 +54,10 @@ def test_quick_cluster_run_writes_every_figure(quick_cluster_run: tuple[str, Pat
     _, out = quick_cluster_run
     results = json.loads((out / "cluster.json").read_text(encoding="utf-8"))
     records = results["options"]["records"]
-    rows = results["throughput"]["rows"]
-    assert [row["brokers"] for row in rows] == [1, 3]
+    batchings = results["throughput"]["batchings"]
+    assert [b["name"] for b in batchings] == ["client", "equal"]
+    rows = [row for batching in batchings for row in batching["rows"]]
+    assert [row["brokers"] for row in rows] == [1, 3, 1, 3]
     for row in rows:
         for phase in ("produce", "consume"):
             assert row[phase]["records"] == records
@@ -64,7 +67,9 @@ def test_quick_cluster_run_writes_every_figure(quick_cluster_run: tuple[str, Pat
         assert row["idle_cpu_pct"] >= 0
         assert row["postgres_cpu_s_per_million"] >= 0
         assert _positive(row["cpu_ratio_to_one"])
-    assert rows[0]["cpu_ratio_to_one"] == 1.0
+        assert _positive(row["batches_per_thousand"])
+        assert _positive(row["commits_per_thousand"])
+    assert rows[0]["cpu_ratio_to_one"] == rows[2]["cpu_ratio_to_one"] == 1.0
     default, fast = results["failover"]
     assert default["settings"] == {}
     assert fast["settings"] == {"brokerSessionTimeoutMs": "2000",
@@ -75,7 +80,7 @@ def test_quick_cluster_run_writes_every_figure(quick_cluster_run: tuple[str, Pat
         assert 0 < kill["first_ack_s"] <= kill["all_acked_s"]
         assert kill["leader_moved_s"] > 0
         assert run["first_ack_max_s"] == kill["first_ack_s"]
-    assert [t["met"] in (True, False) for t in results["targets"]] == [True, True]
+    assert [t["met"] in (True, False) for t in results["targets"]] == [True, True, True]
 
 
 def _cluster(ratios: list[float], first_acks: list[float]) -> dict[str, Any]:
@@ -85,7 +90,9 @@ def _cluster(ratios: list[float], first_acks: list[float]) -> dict[str, Any]:
                 "first_ack_p50_s": sorted(first_acks)[(len(first_acks) - 1) // 2],
                 "first_ack_max_s": max(first_acks)}
     fast = {**failover, "settings": {"brokerSessionTimeoutMs": "2000"}}
-    return {"throughput": {"rows": rows}, "failover": [failover, fast]}
+    return {"throughput": {"batchings": [{"name": "equal", "label": "equal batches",
+                                          "rows": rows}]},
+            "failover": [failover, fast]}
 
 
 def test_the_cpu_target_holds_for_every_cluster_size_or_none() -> None:
