@@ -93,7 +93,7 @@ class ApiSpec:
     Building one checks that the handler (and the bound) take the API's request class; the
     table of all APIs then holds them alike."""
 
-    __slots__ = ("bound", "handler", "key", "max_version", "min_version", "request",
+    __slots__ = ("bound", "handler", "key", "max_version", "min_version", "name", "request",
                  "response")
 
     def __init__(self, key: int, request: type[_Req], response: type[ApiMessage],
@@ -102,6 +102,8 @@ class ApiSpec:
         self.key = key
         self.request: type[ApiMessage] = request
         self.response = response
+        self.name: str = request.name.removesuffix("Request")
+        """The API's protocol name, e.g. ``Produce``."""
         self.min_version = min_version
         self.max_version = max_version
         # the table holds every API alike: each handler is wrapped to take any message, and
@@ -109,10 +111,6 @@ class ApiSpec:
         self.handler = None if handler is None else _taking_any(request, handler)
         self.bound = None if bound is None else _bound_taking_any(request, bound)
 
-    @property
-    def name(self) -> str:
-        """The API's protocol name, e.g. ``Produce``."""
-        return self.request.name.removesuffix("Request")
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,8 +224,9 @@ class Dispatcher:
     def _encode(self, response: Response | None, header: RequestHeader, spec: ApiSpec,
                 started: float) -> Frame | None:
         """Count the request and frame its response (None when none is due)."""
-        metrics.REQUESTS.labels(spec.name).inc()
-        metrics.REQUEST_LATENCY.labels(spec.name).observe(time.perf_counter() - started)
+        requests, latency = metrics.per_api(spec.name)
+        requests.inc()
+        latency.observe(time.perf_counter() - started)
         if response is None:
             return None
         flexible = bool(spec.response.flexible_version_q(header.api_version))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Iterable
-from typing import SupportsIndex
+from typing import SupportsIndex, cast
 
 
 class ConnectionReader(asyncio.StreamReader):
@@ -39,7 +39,7 @@ class ConnectionReader(asyncio.StreamReader):
         self._eof = False
         self._exception: Exception | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._transport: asyncio.BaseTransport | None = None
+        self._transport: asyncio.ReadTransport | None = None
         self._paused = False
 
     @property
@@ -53,7 +53,7 @@ class ConnectionReader(asyncio.StreamReader):
 
     def set_transport(self, transport: asyncio.BaseTransport) -> None:
         assert self._transport is None, "Transport already set"
-        self._transport = transport
+        self._transport = cast(asyncio.ReadTransport, transport)  # uvloop's is no subclass
 
     def exception(self) -> Exception | None:
         return self._exception
@@ -87,7 +87,6 @@ class ConnectionReader(asyncio.StreamReader):
         self._wakeup_waiter()
         if self._transport is not None and not self._paused \
                 and self._size > 2 * self._limit:
-            assert isinstance(self._transport, asyncio.ReadTransport)
             try:
                 self._transport.pause_reading()
             except NotImplementedError:
@@ -98,7 +97,7 @@ class ConnectionReader(asyncio.StreamReader):
 
     def _resume(self) -> None:
         self._paused = False
-        assert isinstance(self._transport, asyncio.ReadTransport)
+        assert self._transport is not None
         self._transport.resume_reading()
 
     def _maybe_resume_transport(self) -> None:
