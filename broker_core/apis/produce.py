@@ -114,17 +114,18 @@ async def _when_durable(engine: Engine, waits: list[_Wait], response: ProduceRes
     """A produce's waiting stage: each partition answered once its append is durable, or
     with the error of its failed commit or fsync."""
     queued = time.perf_counter()
-    outcomes = await asyncio.gather(*(wait for _, _, wait in waits), return_exceptions=True)
-    for (partitions, at, _wait), outcome in zip(waits, outcomes, strict=True):
-        if isinstance(outcome, AppendFenced):  # another broker took the partition
+    # one after the other (no gather: its future and callbacks cost more than the waits,
+    # which all end anyway before the answer); a wait that fails otherwise fails the request
+    # at once, the others' outcomes are retrieved by their own callbacks
+    for partitions, at, wait in waits:
+        try:
+            await wait
+        except AppendFenced as fenced:  # another broker took the partition
             partitions[at] = _failed(partitions[at].index,
-                                     ErrorCode.NOT_LEADER_OR_FOLLOWER, str(outcome))
-        elif isinstance(outcome, OSError):  # the fsync failed: not durable, retriable
-            error = engine.faults.failed(outcome, "a partition's fsync",
-                                         WriteKind.CHECKPOINTS)
+                                     ErrorCode.NOT_LEADER_OR_FOLLOWER, str(fenced))
+        except OSError as failed:  # the fsync failed: not durable, retriable
+            error = engine.faults.failed(failed, "a partition's fsync", WriteKind.CHECKPOINTS)
             partitions[at] = _failed(partitions[at].index, error.code, error.message)
-        elif isinstance(outcome, BaseException):
-            raise outcome
     metrics.STAGE_QUEUED.observe(time.perf_counter() - queued)
     metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
     return response
