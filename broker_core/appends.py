@@ -83,6 +83,7 @@ class AppendPath:
         acknowledged.add_done_callback(_retrieve)
 
         def settle(done: asyncio.Future[None]) -> None:
+            self._forget(key, done)
             error = (OSError(errno.ECANCELED, "the commit was cancelled") if done.cancelled()
                      else done.exception())
             if error is None:
@@ -106,8 +107,7 @@ class AppendPath:
                 acknowledged.set_exception(outcome)
 
         commit.add_done_callback(settle)
-        self._last[key] = commit
-        commit.add_done_callback(lambda done: self._forget(key, done))
+        self._last[key] = commit  # until settled
         return acknowledged
 
     def _forget(self, key: TopicPartition, done: asyncio.Future[None]) -> None:

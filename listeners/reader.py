@@ -119,7 +119,7 @@ class ConnectionReader(asyncio.StreamReader):
         finally:
             self._waiter = None
 
-    def _take(self, n: int) -> bytes | bytearray:
+    def _take(self, n: int) -> bytes:
         """The next ``n`` (at most :attr:`buffered`) bytes, removed from the buffer."""
         chunks, start = self._chunks, self._start
         self._size -= n
@@ -132,26 +132,24 @@ class ConnectionReader(asyncio.StreamReader):
                 return first if start == 0 else first[start:]
             self._start = end
             return first[start:end]
-        out = bytearray(n)
-        with memoryview(out) as view:
-            at = 0
-            while at < n:
-                chunk = chunks[0]
-                size = min(len(chunk) - start, n - at)
-                view[at:at + size] = memoryview(chunk)[start:start + size]
-                at += size
-                if start + size == len(chunk):
-                    chunks.popleft()
-                    start = 0
-                else:
-                    start += size
+        parts = []  # joined at once: one copy, and no zero-filled buffer first
+        left = n
+        while left:
+            chunk = chunks[0]
+            size = min(len(chunk) - start, left)
+            parts.append(memoryview(chunk)[start:start + size])
+            left -= size
+            if start + size == len(chunk):
+                chunks.popleft()
+                start = 0
+            else:
+                start += size
         self._start = start
-        return out
+        return b"".join(parts)
 
-    # a bytearray is what a frame spanning chunks is copied into: it is not copied again
-    async def readexactly(self, n: int) -> bytes | bytearray:  # type: ignore[override]
-        """Exactly ``n`` bytes (a ``bytearray`` when they span chunks);
-        IncompleteReadError with what arrived if the stream ends first."""
+    async def readexactly(self, n: int) -> bytes:
+        """Exactly ``n`` bytes; IncompleteReadError with what arrived if the stream ends
+        first."""
         if n < 0:
             raise ValueError("readexactly size can not be less than zero")
         if self._exception is not None:
@@ -160,7 +158,7 @@ class ConnectionReader(asyncio.StreamReader):
             return b""
         while self._size < n:
             if self._eof:
-                incomplete = bytes(self._take(self._size)) if self._size else b""
+                incomplete = self._take(self._size) if self._size else b""
                 raise asyncio.IncompleteReadError(incomplete, n)
             await self._wait_for_data("readexactly")
         data = self._take(n)
@@ -180,6 +178,6 @@ class ConnectionReader(asyncio.StreamReader):
             n = self._size
         elif not self._size and not self._eof:
             await self._wait_for_data("read")
-        data = bytes(self._take(min(n, self._size))) if self._size else b""
+        data = self._take(min(n, self._size)) if self._size else b""
         self._maybe_resume_transport()
         return data
