@@ -37,11 +37,12 @@ def _admit(engine: Engine, ctx: RequestContext, name: str, index: int,
     if not engine.tenancy.allowed(ctx, Operation.WRITE, internal):
         raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             f"not allowed to write to {name}")
-    if engine.logs.topic(internal) is None:
+    topic = engine.logs.topic(internal)
+    if topic is None:
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
     if records is None:
         raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
-    return engine.admit(internal, index, received_bytes(records), acks, version, ctx)
+    return engine.admit(internal, index, received_bytes(records), acks, version, ctx, topic)
 
 
 def _refused(ctx: RequestContext, name: str, index: int,
