@@ -6,11 +6,8 @@ import asyncio
 import logging
 import time
 
-from kafka.protocol.api_data import ApiData
-from kafka.protocol.producer import ProduceRequest
-
 from broker_core import metrics, naming
-from broker_core.codec.framing import received_bytes
+from broker_core.codec.produce_reader import ProduceBody
 from broker_core.codec.produce_writer import PartitionAnswer, ProduceAnswer
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Admitted, Appended, Engine
@@ -30,7 +27,7 @@ def _failed(index: int, code: ErrorCode, message: str | None) -> PartitionAnswer
 
 
 def _admit(engine: Engine, ctx: RequestContext, name: str, index: int,
-           records: bytes | ApiData | None,
+           records: memoryview | None,
            acks: int, version: int) -> Admitted:
     internal = engine.tenancy.internal_name(ctx, name)
     engine.tenancy.check_writable(internal)
@@ -42,7 +39,7 @@ def _admit(engine: Engine, ctx: RequestContext, name: str, index: int,
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
     if records is None:
         raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
-    return engine.admit(internal, index, received_bytes(records), acks, version, ctx, topic)
+    return engine.admit(internal, index, records, acks, version, ctx, topic)
 
 
 def _refused(ctx: RequestContext, name: str, index: int,
@@ -63,7 +60,7 @@ def _stored(index: int, appended: Appended) -> PartitionAnswer:
 
 
 async def handle_produce(engine: Engine, ctx: RequestContext,
-                         request: ProduceRequest
+                         request: ProduceBody
                          ) -> ProduceAnswer | Later[ProduceAnswer] | None:
     """Append every partition's batch (the dispatch stage: offsets are assigned in request
     order, see :mod:`broker_core.stages`; it waits for the claim of a partition that
