@@ -5,6 +5,7 @@ load (or, with ``--load consume``, reads a filled topic over and over) for ``--s
 and samples the broker with ``py-spy record --format raw``; prints and saves the hottest
 functions (self and total shares) as ``bench/results/profile-<load>[-idle].txt``.
 ``--idle`` counts waiting threads too (wall-clock view), ``--native`` adds C frames,
+``--gil`` keeps only the samples of the thread holding the GIL,
 ``--svg`` also records a flame graph in a second pass under the same load.
 ``--postgres`` runs the broker on ``postgres://`` (a throwaway server, as the PostgreSQL
 rows start it) instead of files; ``--partitions`` spreads the load over that many.
@@ -69,6 +70,7 @@ def record(broker: EdgeBroker, topic: str, args: argparse.Namespace, fmt: str,
     # Native stacks need the process paused while sampled; Python-only ones do not.
     spy += ["--native"] if args.native else ["--nonblocking"]
     spy += ["--idle"] if args.idle else []
+    spy += ["--gil"] if args.gil else []
     load = _load(broker, topic, args)
     spy_out = subprocess.run(spy, capture_output=True, text=True, check=False)
     stdout, _ = load.communicate(timeout=args.seconds + 120)
@@ -90,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate", type=int, default=250, help="samples per second")
     parser.add_argument("--idle", action="store_true", help="sample waiting threads too")
     parser.add_argument("--native", action="store_true", help="include C frames")
+    parser.add_argument("--gil", action="store_true",
+                        help="only samples of the thread holding the GIL (the event loop's "
+                             "Python work, not the worker threads')")
     parser.add_argument("--top", type=int, default=15, help="rows per table")
     parser.add_argument("--svg", type=Path, help="also write a flame graph here")
     parser.add_argument("--raw", type=Path, help="keep the collapsed stacks here")
@@ -130,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if server is not None:
             server.discard()
     mode = "wall clock (--idle)" if args.idle else "on CPU"
+    mode += ", GIL holder only" if args.gil else ""
     engine = "postgres://" if server is not None else "files"
     text = (f"py-spy, {mode}, {args.seconds:g} s of {args.load} load on {engine}, "
             f"{args.partitions} partition(s): {args.size} B records, "

@@ -308,13 +308,15 @@ class Engine:
     # -- produce -----------------------------------------------------------------------
 
     def admit(self, internal: str, index: int, records: Buffer, acks: int,
-              version: int = ZSTD_PRODUCE_VERSION, ctx: RequestContext | None = None
-              ) -> Admitted:
+              version: int = ZSTD_PRODUCE_VERSION, ctx: RequestContext | None = None,
+              topic: TopicInfo | None = None) -> Admitted:
         """Check one produced batch's header, size and the topic's produce rules; what is
         left to do off the event loop is the admission's ``rework`` (see
-        :meth:`reworked`), then :meth:`append` it."""
+        :meth:`reworked`), then :meth:`append` it. ``topic``: the topic as the caller just
+        looked it up (else it is looked up here)."""
         started = time.perf_counter()
-        topic = self.logs.topic(internal)
+        if topic is None:
+            topic = self.logs.topic(internal)
         partition = self.partition(internal, index)
         assert topic is not None
         if self.limits is not None:

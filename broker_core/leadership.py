@@ -13,7 +13,6 @@ coordinator's partition replayed or forgotten, parked fetches answered.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Mapping
 
 from broker_core import naming
@@ -101,12 +100,17 @@ class Leadership:
         """:meth:`ready` for the partitions a request names: (topic name as the client
         knows it, partition indexes). Names that are no valid topic name are left for the
         request to refuse."""
-        wanted = []
+        owned = self.cluster.ownership.owned
+        missing: list[TopicPartition] = []
         for name, indexes in topics:
-            with contextlib.suppress(KafkaApiError):
+            try:
                 internal = naming.to_internal(name, ctx.home)
-                wanted += [(internal, index) for index in indexes]
-        await self.ready(wanted)
+            except KafkaApiError:
+                continue
+            missing += [(internal, index) for index in indexes
+                        if (internal, index) not in owned]
+        if missing:  # the usual case has none: no wait
+            await self.ready(missing)
 
     def leader_error(self, internal: str, index: int, requested_epoch: int) -> ErrorCode:
         """Whether this broker serves the partition at the leader epoch a client names

@@ -33,6 +33,18 @@ FSYNC = Histogram(
 STORAGE_WRITE_ERRORS = Counter(
     "kop_server_storage_write_errors",
     "Writes to the data directory that failed (a full disk, an I/O error).")
+_PER_API: dict[str, tuple[Counter, Histogram]] = {}
+
+
+def per_api(api: str) -> tuple[Counter, Histogram]:
+    """``REQUESTS`` and ``REQUEST_LATENCY`` of one API, labelled once (``labels`` locks
+    and checks its values on every call); an API's series appear once it is served."""
+    found = _PER_API.get(api)
+    if found is None:
+        found = _PER_API[api] = (REQUESTS.labels(api), REQUEST_LATENCY.labels(api))
+    return found
+
+
 STAGE_HANDLE = PRODUCE_STAGE.labels("handle")
 STAGE_VALIDATE = PRODUCE_STAGE.labels("validate")
 STAGE_APPEND = PRODUCE_STAGE.labels("append")

@@ -7,6 +7,7 @@ Responses give names back exactly as the client wrote them.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -39,6 +40,13 @@ def _check_part(part: str, what: str, original: str) -> None:
 
 def to_internal(name: str, home: Namespace) -> str:
     """Map a client's topic name to the full ``tenant/namespace/topic`` name used by storage."""
+    return _mapped(name, home)
+
+
+@functools.lru_cache(maxsize=4096)
+def _mapped(name: str, home: Namespace) -> str:
+    """:func:`to_internal`, remembered: every request naming a topic maps it, most more
+    than once (a refused name raises, and is not remembered)."""
     if not name:
         raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "topic name is empty")
     body = name[len(_PERSISTENT) :] if name.startswith(_PERSISTENT) else name

@@ -100,12 +100,19 @@ class QuotaEvents:
         self.intervals = Intervals(window_s)
         self.throttle_s: dict[tuple[tuple[str, ...], str], float] = {}
         """Throttle time given per sharer of a quota and key (a metrics scrape reads it)."""
+        self._tenant_bytes: dict[tuple[str, str], Counter] = {}
+        """The labelled children of ``TENANT_BYTES`` (``labels`` locks and checks its
+        values on every call: a produce request counts here)."""
 
     def charged(self, who: Caller, key: str, amount: float) -> None:
         """Count produced and fetched bytes per tenant."""
         direction = _DIRECTIONS.get(key)
         if direction is not None and amount:
-            TENANT_BYTES.labels(who.tenant, direction).inc(amount)
+            labels = (who.tenant, direction)
+            child = self._tenant_bytes.get(labels)
+            if child is None:
+                child = self._tenant_bytes[labels] = TENANT_BYTES.labels(*labels)
+            child.inc(amount)
 
     def throttled(self, ctx: RequestContext, throttle: Throttle) -> None:
         """Count the throttle; audit the first one per quota and sharer per window."""

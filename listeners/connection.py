@@ -29,6 +29,7 @@ from listeners.frames import (
     response_size,
 )
 from listeners.handshake import os_reason
+from listeners.reader import ConnectionReader
 from listeners.sendfile import write_parts
 
 # the logger name operators know from the broker's log (this code was listeners.server)
@@ -64,14 +65,6 @@ def log_lost(peer: str, listener: str, exc: OSError | None) -> None:
     """One INFO line for a connection the peer reset, closed or garbled."""
     log.info("connection from %s on %s lost: %s", peer, listener,
              "closed" if exc is None else os_reason(exc))
-
-
-class ConnectionReader(asyncio.StreamReader):
-    """A StreamReader whose buffer limit changes at login."""
-
-    def set_limit(self, limit: int) -> None:
-        """Pause the transport once more than twice ``limit`` bytes are buffered."""
-        self._limit = limit
 
 
 class Connection:
@@ -127,7 +120,10 @@ class Connection:
         """The next frame and the bytes it holds of the read budget; None to close."""
         idle = self.limits.idle_timeout_ms / 1000 if self.limits.idle_timeout_ms > 0 else None
         try:
-            prefix = await self._until_idle(lambda: self.reader.readexactly(4))
+            if self.reader.buffered >= 4:  # pipelined: no wait, so no idle timer either
+                prefix = await self.reader.readexactly(4)
+            else:
+                prefix = await self._until_idle(lambda: self.reader.readexactly(4))
         except TimeoutError:
             log.info("closing idle connection from %s on %s", self.info.peer, self.info.listener)
             return None
@@ -148,8 +144,8 @@ class Connection:
         if limit is None or size <= SMALL_FRAME_BYTES:
             try:
                 # before login a frame must arrive within the idle timeout
-                frame = await asyncio.wait_for(self.reader.readexactly(size),
-                                               None if limit is None else idle)
+                frame = await (self.reader.readexactly(size) if limit is None else
+                               asyncio.wait_for(self.reader.readexactly(size), idle))
             except asyncio.IncompleteReadError as exc:
                 self._closed_inside(len(exc.partial), size)
                 return None

@@ -48,7 +48,7 @@ import logging
 import ssl
 from collections.abc import Callable
 
-from listeners.connection import Connection, ConnectionReader, log_lost, tls_usable
+from listeners.connection import Connection, log_lost, tls_usable
 from listeners.frames import (
     SMALL_FRAME_BYTES,
     Answer,
@@ -64,6 +64,7 @@ from listeners.frames import (
     response_size,
 )
 from listeners.handshake import TlsHandshake, peer_address
+from listeners.reader import ConnectionReader
 
 __all__ = ["SMALL_FRAME_BYTES", "Answer", "ConnectionHandler", "ConnectionInfo",
            "ConnectionRefused",

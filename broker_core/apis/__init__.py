@@ -136,13 +136,15 @@ from broker_core.apis.transactions import (
     handle_txn_offset_commit,
 )
 from broker_core.codec import fetch_writer
-from broker_core.dispatch import ApiSpec
+from broker_core.codec.produce_reader import ProduceBody, decode_produce
+from broker_core.dispatch import ApiSpec, BodyReader
 
 
 def engine_apis() -> list[ApiSpec]:
     """Every API the engine serves, with the versions it implements."""
     return [
-        ApiSpec(0, ProduceRequest, ProduceResponse, 3, 11, handle_produce),
+        ApiSpec(0, ProduceRequest, ProduceResponse, 3, 11, handle_produce,
+                reader=BodyReader(ProduceBody, decode_produce)),
         ApiSpec(1, FetchRequest, FetchResponse, fetch_writer.MIN_VERSION, fetch_writer.MAX_VERSION,
                 handle_fetch, fetch_response_bound),
         ApiSpec(2, ListOffsetsRequest, ListOffsetsResponse, 1, 8, handle_list_offsets),

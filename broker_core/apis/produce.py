@@ -6,11 +6,9 @@ import asyncio
 import logging
 import time
 
-from kafka.protocol.api_data import ApiData
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
-
 from broker_core import metrics, naming
-from broker_core.codec.framing import received_bytes
+from broker_core.codec.produce_reader import ProduceBody
+from broker_core.codec.produce_writer import PartitionAnswer, ProduceAnswer
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Admitted, Appended, Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -20,34 +18,32 @@ from broker_core.storage_faults import WriteKind
 from common.log_fields import topic_fields
 
 log = logging.getLogger(__name__)
-_Topic = ProduceResponse.TopicProduceResponse
-_Partition = _Topic.PartitionProduceResponse
-_Wait = tuple[list[_Partition], int, 'asyncio.Future[None]']
+_Wait = tuple[list[PartitionAnswer], int, 'asyncio.Future[None]']
 """A partition's answer still to settle: its topic's answers, its place there, its wait."""
 
 
-def _failed(index: int, code: ErrorCode, message: str | None) -> _Partition:
-    return _Partition(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
-                      log_start_offset=-1, record_errors=[], error_message=message)
+def _failed(index: int, code: ErrorCode, message: str | None) -> PartitionAnswer:
+    return PartitionAnswer(index, code, -1, -1, -1, message)
 
 
 def _admit(engine: Engine, ctx: RequestContext, name: str, index: int,
-           records: bytes | ApiData | None,
+           records: memoryview | None,
            acks: int, version: int) -> Admitted:
     internal = engine.tenancy.internal_name(ctx, name)
     engine.tenancy.check_writable(internal)
     if not engine.tenancy.allowed(ctx, Operation.WRITE, internal):
         raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             f"not allowed to write to {name}")
-    if engine.logs.topic(internal) is None:
+    topic = engine.logs.topic(internal)
+    if topic is None:
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
     if records is None:
         raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
-    return engine.admit(internal, index, received_bytes(records), acks, version, ctx)
+    return engine.admit(internal, index, records, acks, version, ctx, topic)
 
 
 def _refused(ctx: RequestContext, name: str, index: int,
-             error: KafkaApiError) -> _Partition:
+             error: KafkaApiError) -> PartitionAnswer:
     if error.code != ErrorCode.KAFKA_STORAGE_ERROR:  # that one is logged once per cause
         try:
             internal = naming.to_internal(name, ctx.home)
@@ -58,16 +54,14 @@ def _refused(ctx: RequestContext, name: str, index: int,
     return _failed(index, error.code, error.message)
 
 
-def _stored(index: int, appended: Appended) -> _Partition:
-    return _Partition(index=index, error_code=0, base_offset=appended.base_offset,
-                      log_append_time_ms=appended.log_append_time,
-                      log_start_offset=appended.log_start_offset, record_errors=[],
-                      error_message=None)
+def _stored(index: int, appended: Appended) -> PartitionAnswer:
+    return PartitionAnswer(index, 0, appended.base_offset, appended.log_append_time,
+                           appended.log_start_offset, None)
 
 
 async def handle_produce(engine: Engine, ctx: RequestContext,
-                         request: ProduceRequest
-                         ) -> ProduceResponse | Later[ProduceResponse] | None:
+                         request: ProduceBody
+                         ) -> ProduceAnswer | Later[ProduceAnswer] | None:
     """Append every partition's batch (the dispatch stage: offsets are assigned in request
     order, see :mod:`broker_core.stages`; it waits for the claim of a partition that
     belongs here and is not claimed yet, whose batches could only be refused without it,
@@ -77,10 +71,10 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
     await engine.leadership.ready_named(
         ctx, ((t.name, (p.index for p in t.partition_data)) for t in request.topic_data))
     acks: int = request.acks
-    topics = []
+    topics: list[tuple[str, list[PartitionAnswer]]] = []
     waits: list[_Wait] = []
     for topic in request.topic_data:
-        partitions = []
+        partitions: list[PartitionAnswer] = []
         for data in topic.partition_data:
             if acks not in (-1, 0, 1):
                 partitions.append(_failed(data.index, ErrorCode.INVALID_REQUIRED_ACKS,
@@ -98,33 +92,34 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
             if appended.durable is not None:
                 waits.append((partitions, len(partitions), appended.durable))
             partitions.append(_stored(data.index, appended))
-        topics.append(_Topic(name=topic.name, partition_responses=partitions))
+        topics.append((topic.name, partitions))
     if acks == 0:
         metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
         return None
-    response = ProduceResponse(version=request.version, responses=topics, throttle_time_ms=0)
+    response = ProduceAnswer(request.version, topics)
     if waits:
         return Later(_when_durable(engine, waits, response, started))
     metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
     return response
 
 
-async def _when_durable(engine: Engine, waits: list[_Wait], response: ProduceResponse,
-                        started: float) -> ProduceResponse:
+async def _when_durable(engine: Engine, waits: list[_Wait], response: ProduceAnswer,
+                        started: float) -> ProduceAnswer:
     """A produce's waiting stage: each partition answered once its append is durable, or
     with the error of its failed commit or fsync."""
     queued = time.perf_counter()
-    outcomes = await asyncio.gather(*(wait for _, _, wait in waits), return_exceptions=True)
-    for (partitions, at, _wait), outcome in zip(waits, outcomes, strict=True):
-        if isinstance(outcome, AppendFenced):  # another broker took the partition
-            partitions[at] = _failed(partitions[at].index,
-                                     ErrorCode.NOT_LEADER_OR_FOLLOWER, str(outcome))
-        elif isinstance(outcome, OSError):  # the fsync failed: not durable, retriable
-            error = engine.faults.failed(outcome, "a partition's fsync",
-                                         WriteKind.CHECKPOINTS)
-            partitions[at] = _failed(partitions[at].index, error.code, error.message)
-        elif isinstance(outcome, BaseException):
-            raise outcome
+    # one after the other (no gather: its future and callbacks cost more than the waits,
+    # which all end anyway before the answer); a wait that fails otherwise fails the request
+    # at once, the others' outcomes are retrieved by their own callbacks
+    for partitions, at, wait in waits:
+        try:
+            await wait
+        except AppendFenced as fenced:  # another broker took the partition
+            partitions[at] = _failed(partitions[at].partition,
+                                     ErrorCode.NOT_LEADER_OR_FOLLOWER, str(fenced))
+        except OSError as failed:  # the fsync failed: not durable, retriable
+            error = engine.faults.failed(failed, "a partition's fsync", WriteKind.CHECKPOINTS)
+            partitions[at] = _failed(partitions[at].partition, error.code, error.message)
     metrics.STAGE_QUEUED.observe(time.perf_counter() - queued)
     metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
     return response

@@ -1,0 +1,125 @@
+"""The listener's read buffer (``listeners.reader``): frames cut from chunks of any size
+come out byte for byte, EOF and errors surface as asyncio's StreamReader gives them, and
+the transport is paused beyond twice the limit and resumed once read down to it."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from listeners.reader import ConnectionReader
+
+
+class _Transport(asyncio.ReadTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+def test_frames_cut_from_chunks_of_any_size() -> None:
+    async def run() -> None:
+        rng = random.Random(7)
+        data = rng.randbytes(2_000_000)
+        reader = ConnectionReader(1 << 16)
+        chunks, at = [], 0
+        while at < len(data):
+            size = rng.choice([1, 3, 4, 7, 100, 65_536, 256_000])
+            chunks.append(data[at:at + size])
+            at += size
+
+        async def feed() -> None:
+            for number, chunk in enumerate(chunks):
+                reader.feed_data(bytearray(chunk) if number % 5 == 0 else chunk)
+                if number % 3 == 0:
+                    await asyncio.sleep(0)
+            reader.feed_eof()
+
+        feeding = asyncio.create_task(feed())
+        out = bytearray()
+        with pytest.raises(asyncio.IncompleteReadError) as ended:
+            while True:
+                size = rng.choice([4, 1, 17, 95_000, 300_000])
+                frame = await reader.readexactly(size)
+                assert len(frame) == size
+                out += frame
+                if rng.random() < 0.2:
+                    out += await reader.read(5000)
+        out += ended.value.partial
+        await feeding
+        assert bytes(out) == data
+        assert reader.at_eof()
+        assert await reader.read() == b""
+
+    asyncio.run(run())
+
+
+def test_a_whole_chunk_is_not_copied() -> None:
+    async def run() -> None:
+        reader = ConnectionReader(1 << 16)
+        chunk = b"x" * 1000
+        reader.feed_data(chunk)
+        assert await reader.readexactly(1000) is chunk
+
+    asyncio.run(run())
+
+
+def test_pauses_beyond_twice_the_limit_and_resumes_at_it() -> None:
+    async def run() -> None:
+        reader = ConnectionReader(100)
+        transport = _Transport()
+        reader.set_transport(transport)
+        reader.feed_data(b"a" * 150)
+        reader.feed_data(b"b" * 60)
+        assert not transport.reading
+        await reader.readexactly(50)
+        assert not transport.reading  # 160 still buffered
+        await reader.readexactly(60)
+        assert transport.reading
+        assert reader.buffered == 100
+
+    asyncio.run(run())
+
+
+def test_a_frame_larger_than_the_buffer_resumes_reading() -> None:
+    async def run() -> None:
+        reader = ConnectionReader(10)
+        transport = _Transport()
+        reader.set_transport(transport)
+        reader.feed_data(b"a" * 30)
+        assert not transport.reading
+        waiting = asyncio.create_task(reader.readexactly(40))
+        await asyncio.sleep(0)
+        assert transport.reading  # waiting for more while paused would never end
+        reader.feed_data(b"b" * 10)
+        assert await waiting == b"a" * 30 + b"b" * 10
+
+    asyncio.run(run())
+
+
+def test_errors_and_eof_as_streamreader() -> None:
+    async def run() -> None:
+        reader = ConnectionReader(100)
+        waiting = asyncio.create_task(reader.readexactly(4))
+        await asyncio.sleep(0)
+        reader.set_exception(ConnectionResetError("gone"))
+        with pytest.raises(ConnectionResetError):
+            await waiting
+        with pytest.raises(ConnectionResetError):
+            await reader.read(10)
+        empty = ConnectionReader(100)
+        empty.feed_data(b"ab")
+        empty.feed_eof()
+        with pytest.raises(asyncio.IncompleteReadError) as ended:
+            await empty.readexactly(4)
+        assert ended.value.partial == b"ab"
+        assert await empty.read(10) == b""
+
+    asyncio.run(run())
