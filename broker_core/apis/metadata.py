@@ -11,6 +11,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from broker_core import naming
 from broker_core.apis.authorized_operations import authorized_operations
+from broker_core.codec.metadata_writer import MetadataAnswer, Partition, TopicMetadata
 from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -18,7 +19,6 @@ from broker_core.storage import TopicInfo
 from broker_core.tenancy import CLUSTER_NAME
 
 _R = MetadataResponse
-_Topic = MetadataResponse.MetadataResponseTopic
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
 
@@ -34,27 +34,44 @@ class Leadership(TypedDict):
     offline_replicas: list[int]
 
 
-def leadership(engine: Engine, topic: TopicInfo, index: int) -> Leadership:
-    """A partition's leader fields, as Metadata and DescribeTopicPartitions give them: its
-    leader from the one ownership function and the leader epoch (LEADER_NOT_AVAILABLE
-    while no live broker can take it)."""
+_OK = int(ErrorCode.NONE)
+_UNAVAILABLE = int(ErrorCode.LEADER_NOT_AVAILABLE)
+_ALONE = {0: (0,)}
+"""The replica nodes of a partition led by broker 0, 1, ... (one tuple each, shared)."""
+
+
+def partition_leader(engine: Engine, topic: TopicInfo, index: int) -> Partition:
+    """A partition's leader from the one ownership function, as (error code, index,
+    leader id, leader epoch, replica nodes): LEADER_NOT_AVAILABLE while no live broker
+    can take it."""
     leader = engine.cluster.leader(topic.name, index, topic.num_partitions)
-    nodes = [] if leader is None else [leader.broker_id]
-    return {"error_code": ErrorCode.NONE if leader else ErrorCode.LEADER_NOT_AVAILABLE,
-            "partition_index": index, "leader_id": leader.broker_id if leader else -1,
-            "leader_epoch": leader.epoch if leader else -1, "replica_nodes": nodes,
-            "isr_nodes": nodes, "offline_replicas": []}
+    if leader is None:
+        return (_UNAVAILABLE, index, -1, -1, ())
+    broker = leader.broker_id
+    nodes = _ALONE.get(broker)
+    if nodes is None:
+        nodes = _ALONE.setdefault(broker, (broker,))
+    return (_OK, index, broker, leader.epoch, nodes)
+
+
+def leadership(engine: Engine, topic: TopicInfo, index: int) -> Leadership:
+    """A partition's leader fields, as Metadata and DescribeTopicPartitions give them
+    (:func:`partition_leader`)."""
+    error, _, leader_id, epoch, nodes = partition_leader(engine, topic, index)
+    return {"error_code": error, "partition_index": index, "leader_id": leader_id,
+            "leader_epoch": epoch, "replica_nodes": list(nodes), "isr_nodes": list(nodes),
+            "offline_replicas": []}
 
 
 def _topic_entry(engine: Engine, ctx: RequestContext, shown: str, topic: TopicInfo,
-                 version: int, with_operations: bool) -> _Topic:
-    partitions = [_Topic.MetadataResponsePartition(
-        **leadership(engine, topic, index)) for index in range(topic.num_partitions)]
+                 version: int, with_operations: bool) -> TopicMetadata:
+    partitions = [partition_leader(engine, topic, index)
+                  for index in range(topic.num_partitions)]
     operations = (
         authorized_operations(engine, ctx, ResourceType.TOPIC, topic.name)
         if with_operations and version >= 8 else None
     )
-    return _Topic(
+    return TopicMetadata(
         error_code=0, name=shown, topic_id=topic.topic_id,
         is_internal=engine.tenancy.is_internal(topic.name),
         partitions=partitions, authorized_operations=operations,
@@ -62,16 +79,13 @@ def _topic_entry(engine: Engine, ctx: RequestContext, shown: str, topic: TopicIn
 
 
 def _error_entry(name: str | None, code: ErrorCode,
-                 topic_id: uuid.UUID | None = _NO_TOPIC_ID) -> _Topic:
-    return _Topic(
-        error_code=code, name=name, topic_id=topic_id, is_internal=False, partitions=[],
-        authorized_operations=None,
-    )
+                 topic_id: uuid.UUID | None = _NO_TOPIC_ID) -> TopicMetadata:
+    return TopicMetadata(error_code=code, name=name, topic_id=topic_id, is_internal=False)
 
 
 def _requested_topic(engine: Engine, ctx: RequestContext,
                      requested: MetadataRequest.MetadataRequestTopic, version: int,
-                     auto_create: bool, with_operations: bool) -> _Topic:
+                     auto_create: bool, with_operations: bool) -> TopicMetadata:
     name = requested.name
     if name is None:
         topic_id = requested.topic_id
@@ -98,8 +112,9 @@ def _requested_topic(engine: Engine, ctx: RequestContext,
 
 
 async def handle_metadata(engine: Engine, ctx: RequestContext,
-                          request: MetadataRequest) -> MetadataResponse:
-    """Answer Metadata for the named topics, or for every topic of the caller's namespace."""
+                          request: MetadataRequest) -> MetadataAnswer:
+    """Answer Metadata for the named topics, or for every topic of the caller's namespace
+    (the topics written by hand: :mod:`broker_core.codec.metadata_writer`)."""
     version = request.version
     with_operations = bool(request.include_topic_authorized_operations)
     auto_create = version < 4 or bool(request.allow_auto_topic_creation)
@@ -118,15 +133,16 @@ async def handle_metadata(engine: Engine, ctx: RequestContext,
         authorized_operations(engine, ctx, ResourceType.CLUSTER, CLUSTER_NAME)
         if version >= 8 and request.include_cluster_authorized_operations else None
     )
-    return _R(
+    head = _R(
         version=version, throttle_time_ms=0,
         brokers=[_R.MetadataResponseBroker(node_id=record.broker_id, host=endpoint.host,
                                            port=endpoint.port, rack=record.rack)
                  for record, endpoint in engine.leadership.brokers_for(ctx)],
         cluster_id=engine.config.cluster_id, controller_id=engine.cluster.controller_id(),
-        topics=topics,
+        topics=[],
         authorized_operations=cluster_operations, error_code=0,
     )
+    return MetadataAnswer(head, topics)
 
 
 async def handle_describe_cluster(engine: Engine, ctx: RequestContext,

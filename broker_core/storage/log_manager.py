@@ -163,9 +163,11 @@ class LogManager(TopicTable[PartitionLog]):
         partitions: list[PartitionLog] = []
         present = set(os.listdir(directory))
         for p in range(info.num_partitions):
-            if str(p) not in present:
+            listed = str(p) in present
+            if not listed:
                 logger.warning("%s: partition %d has no directory; starting it empty", name, p)
-            partitions.append(PartitionLog(directory / str(p), config, clock=self._clock))
+            partitions.append(PartitionLog(directory / str(p), config, clock=self._clock,
+                                           listed=listed))
         self._topics[name] = TopicEntry(info, config, partitions)
 
     # -- topics ------------------------------------------------------------------------

@@ -96,10 +96,12 @@ class PartitionFiles:
         *,
         clock: Callable[[], int] = wall_clock_ms,
         fresh: bool = False,
+        listed: bool = False,
     ) -> None:
         """Open the partition stored in ``directory``, creating or recovering it. With
         ``fresh`` the directory must not exist: the partition is created empty and nothing
-        is fsynced (the caller makes it durable: ``fsutil.sync_filesystem``)."""
+        is fsynced (the caller makes it durable: ``fsutil.sync_filesystem``). ``listed``:
+        the caller saw the directory (loading 10,000 partitions skips asking for it)."""
         self.directory = Path(directory)
         self._config = config
         self._clock = clock
@@ -115,7 +117,8 @@ class PartitionFiles:
         self._damage = DamageBook(self.directory)
         self._closed = False
         self._offline: str | None = None  # why the log went offline
-        self.directory.mkdir(parents=True, exist_ok=not fresh)
+        if not listed:
+            self.directory.mkdir(parents=True, exist_ok=not fresh)
         with self._lock:
             if fresh:
                 self._start_empty()
