@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from broker_core.codec.batch_header import ATTRIBUTES_AT, BATCH_HEADER_SIZE, CONTROL_BIT
 
 from .model import BatchInfo
-from .pg_commits import INSERT_ENTRY
 from .pg_database import Conn
 from .segments import SealedSegment
 
@@ -31,6 +30,27 @@ HEADER_COLUMNS = (
 """The entry columns with only the 61-byte header of a batch that is not a control batch
 (attributes bit 5 clear; ``get_byte`` counts from 0, and the bit is in the attributes' low
 byte): what replaying producer state reads, without the records."""
+
+
+INSERT_ENTRIES = (
+    "INSERT INTO edge_entries (partition_id, base_offset, last_offset, segment_base,"
+    " broker_ts, max_ts, size, batch) SELECT e.partition_id, e.base_offset, e.last_offset,"
+    " e.segment_base, e.broker_ts, e.max_ts, octet_length(e.batch), e.batch"
+    " FROM unnest(%(e_pid)b::bigint[], %(e_base)b::bigint[], %(e_last)b::bigint[],"
+    "  %(e_seg)b::bigint[], %(e_ts)b::bigint[], %(e_max)b::bigint[], %(e_batch)b::bytea[])"
+    " AS e(partition_id, base_offset, last_offset, segment_base, broker_ts, max_ts, batch)")
+"""Entry rows, sent as one array per column (``entry_params``): one statement, however
+many rows, and little work per row on either side."""
+
+EntryRow = tuple[int, int, int, int, int, int, bytes | bytearray]
+"""An entry row as ``entry_params`` takes it: partition id, base offset, last offset,
+segment base, broker timestamp, max timestamp, batch."""
+
+
+def entry_params(rows: Sequence[EntryRow]) -> dict[str, object]:
+    """The parameters of ``INSERT_ENTRIES`` for ``rows``."""
+    names = ("e_pid", "e_base", "e_last", "e_seg", "e_ts", "e_max", "e_batch")
+    return {name: [row[n] for row in rows] for n, name in enumerate(names)}
 
 
 def rows_from(conn: Conn, pid: int, offset: int, limit: int,
@@ -87,14 +107,13 @@ def swap_segments(conn: Conn, pid: int, epoch: int | None, segments: Sequence[Se
     if [tuple(int(str(v)) for v in row) for row in found] != as_given:
         return None
     log_start = int(str(owned[0]))
-    rows = [(pid, info.base_offset, info.last_offset, first.ident,
-             info.broker_timestamp, info.max_timestamp, len(info.batch),
-             bytes(info.batch)) for info in batches if info.last_offset >= log_start]
+    rows: list[EntryRow] = [(pid, info.base_offset, info.last_offset, first.ident,
+                             info.broker_timestamp, info.max_timestamp, bytes(info.batch))
+                            for info in batches if info.last_offset >= log_start]
     conn.execute(f"DELETE FROM edge_entries WHERE {where}", keys)
     if rows:
-        with conn.cursor() as cursor:
-            cursor.executemany(INSERT_ENTRY, rows)
-    reclaimed = sum(s.size_bytes for s in segments) - sum(row[6] for row in rows)
+        conn.execute(INSERT_ENTRIES, entry_params(rows))
+    reclaimed = sum(s.size_bytes for s in segments) - sum(len(row[6]) for row in rows)
     conn.execute("UPDATE edge_partitions SET size_bytes = size_bytes - %s WHERE id = %s",
                  (reclaimed, pid))
     return reclaimed
