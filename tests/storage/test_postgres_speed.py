@@ -22,8 +22,8 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from broker_core.storage import DatabaseUnavailable, LogConfig, Storage, open_storage
-from broker_core.storage.errors import AppendFenced
 from broker_core.storage.cluster import NotOwner
+from broker_core.storage.errors import AppendFenced
 from broker_core.storage.pg_commits import LANES
 from broker_core.storage.pg_partition import PgPartition
 from broker_core.storage.pg_readahead import WINDOW_PAGES
