@@ -25,6 +25,7 @@ from broker_core.storage import DatabaseUnavailable, LogConfig, Storage, open_st
 from broker_core.storage.cluster import NotOwner
 from broker_core.storage.errors import AppendFenced
 from broker_core.storage.pg_commits import LANES
+from broker_core.storage.pg_entries import MAX_ENTRIES
 from broker_core.storage.pg_partition import PgPartition
 from broker_core.storage.pg_readahead import WINDOW_PAGES
 from tests.batches import make_batch
@@ -256,6 +257,46 @@ def test_a_group_stores_the_partitions_that_moved_and_nothing_of_one_fenced() ->
         assert rows == [(held.partition_id, 0, 0), (kept.partition_id, 0, 1)]
         assert ends == {kept.partition_id: 2, taken.partition_id: 0}
         assert (kept.next_offset, taken.next_offset) == (2, 0)
+    finally:
+        storage.close()
+
+
+def test_more_appends_than_one_statement_holds_are_committed_in_order() -> None:
+    """Appends queued behind a held-up commit, more than one statement can carry (each
+    entry row is seven parameters; PostgreSQL takes 65,535 in a statement): the lane
+    commits them in groups of at most ``MAX_ENTRIES``, every one stored at its offset."""
+    url = shared_server().new_database_url()
+    storage = open_storage(url)
+    count = 65_535 // 7 + 100
+    try:
+        storage.create_topic(TOPIC, 2 * LANES, {})
+        logs = [partition(storage, index=n) for n in range(2 * LANES)]
+        lane = [log for log in logs if isinstance(log, PgPartition)
+                and log.partition_id % LANES == logs[0].partition_id % LANES]
+        held, busy = lane[:2]
+
+        async def append_many() -> list[int]:
+            queued = [busy.append_deferred(*headed(make_batch(1))) for _ in range(count)]
+            await asyncio.gather(*(commit for _, commit in queued))
+            return [base for base, _ in queued]
+
+        with ThreadPoolExecutor(2) as pool, psycopg.connect(url) as locker:
+            locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
+                           (held.partition_id,))
+            first = pool.submit(append, held, 1)
+            while not _blocked_on_a_lock(url):  # the lane's worker waits for the lock
+                assert not first.done(), first.exception()
+                time.sleep(0.01)
+            many = pool.submit(asyncio.run, append_many())
+            while busy._inflight < count:  # all queued behind it
+                assert not many.done(), many.exception()
+                time.sleep(0.01)
+            locker.rollback()
+            assert first.result(60) == 0
+            assert many.result(120) == list(range(count))
+        rows, commits, _ = transactions(url)
+        assert rows == count + 1 and commits >= 1 + count // MAX_ENTRIES
+        assert busy.next_offset == count
     finally:
         storage.close()
 
