@@ -1,5 +1,5 @@
 """Group commit of the PostgreSQL engine: the appends of the partitions of one storage
-that wait at the same time are committed together, in one statement and one transaction,
+that wait at the same time are committed together, in one statement (one transaction),
 as the file engine groups the fsyncs of concurrent producers.
 
 The partitions are spread over ``LANES`` lanes (by partition id), each a queue with a
@@ -12,11 +12,11 @@ records/s; with two, about 93,000 (the bench's PostgreSQL rows, two cores).
 An append (``PgPartition``) takes its offsets at once, in order, from the partition's
 *assigned* end, and queues a :class:`Pending` in its lane; its producer waits on a
 :class:`Ticket` (an asyncio future on the event loop, an event elsewhere). A worker
-takes everything queued in its lane (up to ``_GROUP_BYTES``) and commits it in one transaction:
-``_MOVE`` moves the row of each partition in ``edge_partitions``, only from the offset its
-first append expected and by the owner at the epoch that append was made at (the fencing
-token), then the entry rows of the partitions that moved are inserted in one pipeline
-(``executemany``). Then:
+takes everything queued in its lane (up to ``_GROUP_BYTES`` and ``MAX_ENTRIES``) and
+commits it in one statement (``_commit_statement``: one round trip, its own transaction):
+it moves the row of each partition in ``edge_partitions``, only from the offset its first
+append expected and by the owner at the epoch that append was made at (the fencing
+token), and inserts the entry rows of the partitions that moved, all or nothing. Then:
 
 - a partition that moved has its *committed* end (``next_offset``, the high watermark)
   moved past its appends, and only then are they answered: a fetch never sees an offset
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -46,6 +47,7 @@ from typing import Protocol
 
 from .errors import AppendAbandoned, AppendFenced, DatabaseUnavailable, LogClosed
 from .pg_database import Database
+from .pg_entries import MAX_ENTRIES, entry_params, insert_entries
 
 log = logging.getLogger(__name__)
 
@@ -57,24 +59,34 @@ LANES = 2
 _MOVE = (
     "UPDATE edge_partitions p SET next_offset = w.next, size_bytes = p.size_bytes + w.added,"
     " segment_base = w.seg, segment_size = w.seg_size, segment_created_ms = w.created"
-    " FROM unnest(%(ids)s::bigint[], %(expect)s::bigint[], %(next)s::bigint[],"
-    "  %(epochs)s::bigint[], %(added)s::bigint[], %(segs)s::bigint[],"
-    "  %(seg_sizes)s::bigint[], %(created)s::bigint[])"
+    " FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[],"
+    "  %b::bigint[], %b::bigint[], %b::bigint[])"
     "  AS w(id, expect, next, epoch, added, seg, seg_size, created)"
     " WHERE p.id = w.id AND p.next_offset = w.expect"
     " AND p.owner_epoch = coalesce(w.epoch, p.owner_epoch) RETURNING p.id")
 """The partitions' rows of one group commit, each moved only from the offset its first
-append expected and by the owner at the epoch that append was made at."""
+append expected and by the owner at the epoch that append was made at; its parameters,
+one array each: ids, offsets expected, next offsets, epochs, bytes added, and the segment
+after the appends (base, size, created ms)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _commit_statement(entries: int) -> str:
+    """One group commit of ``entries`` appends, in one statement (its own transaction,
+    one round trip): ``_MOVE``, and the entry rows of the partitions it moved (the ids it
+    returns: the sub-statements of a statement share one snapshot, and only ``RETURNING``
+    passes rows between them), all or nothing; the ids moved."""
+    return (f"WITH moved AS ({_MOVE}), stored AS ({insert_entries(entries)}"
+            " WHERE e.partition_id IN (SELECT id FROM moved)) SELECT id FROM moved")
+
 
 _FENCED = (
     "SELECT p.id FROM edge_partitions p"
-    " JOIN unnest(%(ids)s::bigint[], %(epochs)s::bigint[]) AS w(id, epoch) ON p.id = w.id"
+    " JOIN unnest(%b::bigint[], %b::bigint[]) AS w(id, epoch) ON p.id = w.id"
     " WHERE w.epoch IS NOT NULL AND p.owner_epoch <> w.epoch")
-"""Of the partitions that did not move, those another owner took (their epoch changed)."""
-
-INSERT_ENTRY = ("INSERT INTO edge_entries (partition_id, base_offset, last_offset, segment_base,"
-           " broker_ts, max_ts, size, batch) VALUES (%s, %s, %s, %s, %s, %s, %s, %b)")
-"""One entry row (sent with the others of the group in one pipeline)."""
+"""Of the partitions (ids, epochs) that did not move, those another owner took (their
+epoch changed): a statement after the commit's, so that it sees the takeover that kept
+them from moving."""
 
 
 class Ticket:
@@ -227,7 +239,8 @@ class _Lane:
                 return None
             taken = size = 0
             for pending in self._queue:
-                if taken and size + len(pending.batch) > _GROUP_BYTES:
+                if taken and (size + len(pending.batch) > _GROUP_BYTES
+                              or taken == MAX_ENTRIES):
                     break
                 taken += 1
                 size += len(pending.batch)
@@ -284,29 +297,32 @@ class GroupCommitter:
             return
         runs = list(by_partition.values())
         entries = [p for run in runs for p in run]
-        params: dict[str, object] = {
-            "ids": [run[0].owner.partition_id for run in runs],
-            "expect": [run[0].base for run in runs],
-            "next": [run[-1].last + 1 for run in runs],
-            "epochs": [run[0].epoch for run in runs],
-            "added": [sum(len(p.batch) for p in run) for run in runs],
-            "segs": [run[-1].segment[0] for run in runs],
-            "seg_sizes": [run[-1].segment[1] for run in runs],
-            "created": [run[-1].segment[2] for run in runs]}
-        fenced: set[int] = set()
+        ids = [run[0].owner.partition_id for run in runs]
+        epochs = [run[0].epoch for run in runs]
+        params = [
+            ids, [run[0].base for run in runs], [run[-1].last + 1 for run in runs], epochs,
+            [sum(len(p.batch) for p in run) for run in runs],
+            [run[-1].segment[0] for run in runs], [run[-1].segment[1] for run in runs],
+            [run[-1].segment[2] for run in runs],
+            *entry_params([(p.owner.partition_id, p.base, p.last, p.segment[0], p.now,
+                            p.max_timestamp, p.batch) for p in entries])]
         try:
-            with self._db.tx() as conn:
-                moved = {int(str(row[0])) for row in conn.execute(_MOVE, params).fetchall()}
-                if len(moved) < len(runs):
-                    fenced = {int(str(row[0])) for row in conn.execute(_FENCED, params)}
-                rows = [(p.owner.partition_id, p.base, p.last, p.segment[0], p.now,
-                         p.max_timestamp, len(p.batch), p.batch)
-                        for p in entries if p.owner.partition_id in moved]
-                if rows:
-                    with conn.cursor() as cursor:
-                        cursor.executemany(INSERT_ENTRY, rows)
+            with self._db.autocommit() as conn:
+                moved = {int(str(row[0])) for row in conn.execute(
+                    _commit_statement(len(entries)), params).fetchall()}
         except (OSError, LogClosed) as exc:
             _finish(entries, set(), _as_os_error(exc))
             return
         _finish(entries, moved, DatabaseUnavailable(
-            errno.ESTALE, "an earlier append to the partition failed"), fenced)
+            errno.ESTALE, "an earlier append to the partition failed"),
+            self._fenced(ids, epochs) if len(moved) < len(runs) else frozenset())
+
+    def _fenced(self, ids: list[int], epochs: list[int | None]) -> set[int]:
+        """Of the partitions of a commit that did not move, those another owner took
+        (none if that cannot be told now: their appends fail as DatabaseUnavailable,
+        retriable, all the same)."""
+        try:
+            with self._db.autocommit() as conn:
+                return {int(str(row[0])) for row in conn.execute(_FENCED, (ids, epochs))}
+        except (OSError, LogClosed):
+            return set()

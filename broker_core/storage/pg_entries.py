@@ -5,12 +5,12 @@ partition (``pg_partition``) holds the locks, the cached row and the epoch aroun
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from broker_core.codec.batch_header import ATTRIBUTES_AT, BATCH_HEADER_SIZE, CONTROL_BIT
 
 from .model import BatchInfo
-from .pg_commits import INSERT_ENTRY
 from .pg_database import Conn
 from .segments import SealedSegment
 
@@ -31,6 +31,37 @@ HEADER_COLUMNS = (
 """The entry columns with only the 61-byte header of a batch that is not a control batch
 (attributes bit 5 clear; ``get_byte`` counts from 0, and the bit is in the attributes' low
 byte): what replaying producer state reads, without the records."""
+
+
+_ENTRY_ROW = "(%b::bigint, %b::bigint, %b::bigint, %b::bigint, %b::bigint, %b::bigint, %b::bytea)"
+
+MAX_ENTRIES = 1000
+"""Most entry rows one statement inserts (seven parameters each: PostgreSQL takes at most
+65,535 in a statement)."""
+
+
+@functools.lru_cache(maxsize=64)
+def insert_entries(count: int) -> str:
+    """The INSERT of ``count`` (at most ``MAX_ENTRIES``) entry rows, each a row of
+    parameters (``entry_params``) in a VALUES list, aliased ``e``: one statement, however
+    many rows, and each batch received as it is sent (an array of them would be copied
+    again on both sides)."""
+    assert 0 < count <= MAX_ENTRIES
+    return ("INSERT INTO edge_entries (partition_id, base_offset, last_offset, segment_base,"
+            " broker_ts, max_ts, size, batch) SELECT e.partition_id, e.base_offset,"
+            " e.last_offset, e.segment_base, e.broker_ts, e.max_ts, octet_length(e.batch),"
+            f" e.batch FROM (VALUES {', '.join([_ENTRY_ROW] * count)}) AS e(partition_id,"
+            " base_offset, last_offset, segment_base, broker_ts, max_ts, batch)")
+
+
+EntryRow = tuple[int, int, int, int, int, int, bytes | bytearray]
+"""An entry row as ``entry_params`` takes it: partition id, base offset, last offset,
+segment base, broker timestamp, max timestamp, batch."""
+
+
+def entry_params(rows: Sequence[EntryRow]) -> list[object]:
+    """The parameters of ``insert_entries(len(rows))``, in order."""
+    return [value for row in rows for value in row]
 
 
 def rows_from(conn: Conn, pid: int, offset: int, limit: int,
@@ -87,14 +118,14 @@ def swap_segments(conn: Conn, pid: int, epoch: int | None, segments: Sequence[Se
     if [tuple(int(str(v)) for v in row) for row in found] != as_given:
         return None
     log_start = int(str(owned[0]))
-    rows = [(pid, info.base_offset, info.last_offset, first.ident,
-             info.broker_timestamp, info.max_timestamp, len(info.batch),
-             bytes(info.batch)) for info in batches if info.last_offset >= log_start]
+    rows: list[EntryRow] = [(pid, info.base_offset, info.last_offset, first.ident,
+                             info.broker_timestamp, info.max_timestamp, bytes(info.batch))
+                            for info in batches if info.last_offset >= log_start]
     conn.execute(f"DELETE FROM edge_entries WHERE {where}", keys)
-    if rows:
-        with conn.cursor() as cursor:
-            cursor.executemany(INSERT_ENTRY, rows)
-    reclaimed = sum(s.size_bytes for s in segments) - sum(row[6] for row in rows)
+    for start in range(0, len(rows), MAX_ENTRIES):
+        chunk = rows[start:start + MAX_ENTRIES]
+        conn.execute(insert_entries(len(chunk)), entry_params(chunk))
+    reclaimed = sum(s.size_bytes for s in segments) - sum(len(row[6]) for row in rows)
     conn.execute("UPDATE edge_partitions SET size_bytes = size_bytes - %s WHERE id = %s",
                  (reclaimed, pid))
     return reclaimed

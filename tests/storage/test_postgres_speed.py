@@ -23,7 +23,9 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from broker_core.storage import DatabaseUnavailable, LogConfig, Storage, open_storage
 from broker_core.storage.cluster import NotOwner
+from broker_core.storage.errors import AppendFenced
 from broker_core.storage.pg_commits import LANES
+from broker_core.storage.pg_entries import MAX_ENTRIES
 from broker_core.storage.pg_partition import PgPartition
 from broker_core.storage.pg_readahead import WINDOW_PAGES
 from tests.batches import make_batch
@@ -201,6 +203,100 @@ def test_a_commit_held_up_in_one_lane_holds_up_no_other_lane() -> None:
                 assert not waiting.done()
             assert waiting.result() == 0  # the lock is gone: committed
         assert (held.next_offset, free.next_offset) == (2, 3)
+    finally:
+        storage.close()
+
+
+async def _deferred(log: PgPartition, count: int) -> int:
+    """Append from an event loop (as the produce path does); the base offset once committed."""
+    base, commit = log.append_deferred(*headed(make_batch(count)))
+    await commit
+    return base
+
+
+def test_a_group_stores_the_partitions_that_moved_and_nothing_of_one_fenced() -> None:
+    """One group commit carries the appends of two partitions, one of which another broker
+    took (its epoch moved on) after they were queued: the one still owned is committed,
+    the other's append fails as AppendFenced, and none of its rows is stored."""
+    url = shared_server().new_database_url()
+    storage = open_storage(url)
+    try:
+        storage.create_topic(TOPIC, 3 * LANES, {})
+        logs = [partition(storage, index=n) for n in range(3 * LANES)]
+        assert all(isinstance(log, PgPartition) for log in logs)
+        lane = [log for log in logs if isinstance(log, PgPartition)
+                and log.partition_id % LANES == logs[0].partition_id % LANES]
+        held, kept, taken = lane[:3]
+        for log in (held, kept, taken):
+            log.fence(0)  # owned here at the epoch the rows hold
+        with ThreadPoolExecutor(3) as pool, psycopg.connect(url) as locker:
+            locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
+                           (held.partition_id,))
+            first = pool.submit(append, held, 1)
+            while not _blocked_on_a_lock(url):  # the lane's worker waits for the lock
+                assert not first.done(), first.exception()
+                time.sleep(0.01)
+            results = [pool.submit(asyncio.run, _deferred(log, count))
+                       for log, count in ((kept, 2), (taken, 3))]
+            while kept._inflight + taken._inflight < 2:  # both queued behind it
+                time.sleep(0.01)
+            with psycopg.connect(url, autocommit=True) as other:
+                other.execute("UPDATE edge_partitions SET owner_epoch = owner_epoch + 1"
+                              " WHERE id = %s", (taken.partition_id,))
+            locker.rollback()  # the lane goes on: the two are committed together
+            assert first.result(60) == 0
+            assert results[0].result(60) == 0
+            with pytest.raises(AppendFenced):
+                results[1].result(60)
+        with psycopg.connect(url) as conn:
+            rows = conn.execute("SELECT partition_id, base_offset, last_offset FROM"
+                                " edge_entries ORDER BY partition_id").fetchall()
+            ends = dict(conn.execute("SELECT id, next_offset FROM edge_partitions"
+                                     " WHERE id = ANY(%s)",
+                                     ([kept.partition_id, taken.partition_id],)).fetchall())
+        assert rows == [(held.partition_id, 0, 0), (kept.partition_id, 0, 1)]
+        assert ends == {kept.partition_id: 2, taken.partition_id: 0}
+        assert (kept.next_offset, taken.next_offset) == (2, 0)
+    finally:
+        storage.close()
+
+
+def test_more_appends_than_one_statement_holds_are_committed_in_order() -> None:
+    """Appends queued behind a held-up commit, more than one statement can carry (each
+    entry row is seven parameters; PostgreSQL takes 65,535 in a statement): the lane
+    commits them in groups of at most ``MAX_ENTRIES``, every one stored at its offset."""
+    url = shared_server().new_database_url()
+    storage = open_storage(url)
+    count = 65_535 // 7 + 100
+    try:
+        storage.create_topic(TOPIC, 2 * LANES, {})
+        logs = [partition(storage, index=n) for n in range(2 * LANES)]
+        lane = [log for log in logs if isinstance(log, PgPartition)
+                and log.partition_id % LANES == logs[0].partition_id % LANES]
+        held, busy = lane[:2]
+
+        async def append_many() -> list[int]:
+            queued = [busy.append_deferred(*headed(make_batch(1))) for _ in range(count)]
+            await asyncio.gather(*(commit for _, commit in queued))
+            return [base for base, _ in queued]
+
+        with ThreadPoolExecutor(2) as pool, psycopg.connect(url) as locker:
+            locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
+                           (held.partition_id,))
+            first = pool.submit(append, held, 1)
+            while not _blocked_on_a_lock(url):  # the lane's worker waits for the lock
+                assert not first.done(), first.exception()
+                time.sleep(0.01)
+            many = pool.submit(asyncio.run, append_many())
+            while busy._inflight < count:  # all queued behind it
+                assert not many.done(), many.exception()
+                time.sleep(0.01)
+            locker.rollback()
+            assert first.result(60) == 0
+            assert many.result(120) == list(range(count))
+        rows, commits, _ = transactions(url)
+        assert rows == count + 1 and commits >= 1 + count // MAX_ENTRIES
+        assert busy.next_offset == count
     finally:
         storage.close()
 
