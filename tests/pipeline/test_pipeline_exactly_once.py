@@ -85,7 +85,8 @@ def read_values(bootstrap: str, topic: str, partitions: int, isolation: str) -> 
 def written(bootstrap: str, topic: str, partitions: int) -> int:
     """The sum of the partitions' high watermarks (records, transaction markers too)."""
     consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
-                                         "group.id": "exactly-once-test"})
+                                         "group.id": "exactly-once-test",
+                                         "isolation.level": "read_uncommitted"})
     try:
         consumer.list_topics(topic, timeout=30)  # the partitions' leaders
         return sum(consumer.get_watermark_offsets(confluent_kafka.TopicPartition(
