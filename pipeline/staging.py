@@ -110,13 +110,15 @@ class RangeCollector:
         self.ranges.append((partition, offset, offset))
 
 
-def _to_staging(record: Record, topic: str, partition: int) -> Record:
+def to_staging(record: Record, topic: str, partition: int) -> Record:
+    """``record`` as staged in ``topic``-``partition``: its target in the first headers."""
     target: list[Header] = [(TOPIC_HEADER, record.topic.encode()),
                             (PARTITION_HEADER, str(record.partition).encode())]
     return Record(topic, partition, record.key, record.value, target + (record.headers or []))
 
 
-def _from_staging(message: confluent_kafka.Message) -> Record:
+def from_staging(message: confluent_kafka.Message) -> Record:
+    """The record a staged message stands for (target and headers restored)."""
     headers = message.headers() or []
     if isinstance(headers, dict):  # confluent-kafka returns a list; its stubs allow a dict
         headers = list(headers.items())
@@ -141,7 +143,7 @@ def stage_rows(options: KafkaOptions, rows: Iterator[Row]) -> Staged:
     ranges = RangeCollector()
     count = produce_records(
         clients.producer(options),
-        (_to_staging(record_of(row, options), topic, partition) for row in chain([first], rows)),
+        (to_staging(record_of(row, options), topic, partition) for row in chain([first], rows)),
         ranges.add)
     return Staged(prefix, tuple(ranges.ranges), count)
 
@@ -192,7 +194,7 @@ def read_staged(consumer: confluent_kafka.Consumer, topic: str,
             if offset > first:
                 raise RuntimeError(f"edgekafka sink: staged records {topic}-{partition} "
                                    f"[{first}, {offset}) are gone")
-            yield _from_staging(message)
+            yield from_staging(message)
             deadline = time.monotonic() + stall_ms / 1000
             if offset < last:
                 spans[0] = (offset + 1, last)
