@@ -91,8 +91,10 @@ def consumer(options: KafkaOptions, isolation_level: str | None = None,
 
 
 def admin(options: KafkaOptions) -> AdminClient:
-    """An admin client with the same bootstrap and security settings."""
-    return AdminClient(base_config(options))
+    """An admin client with the same bootstrap and security settings, whose metadata
+    requests never create a topic (librdkafka's default for a producer-type client, which
+    an admin client is, would)."""
+    return AdminClient({**base_config(options), "allow.auto.create.topics": False})
 
 
 def producer(options: KafkaOptions,

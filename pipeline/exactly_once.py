@@ -1,46 +1,69 @@
-"""Exactly-once streaming writes: each Spark task of a micro-batch writes its rows in one
-Kafka transaction that also records the batch id, so a replayed batch is not written twice.
+"""Exactly-once streaming writes: every micro-batch is written in Kafka transactions that
+also record the batch id (the *batch marker*), so a replayed batch is not written twice.
+Two modes, chosen by the sink option ``atomicity``.
 
 Spark's commit protocol for a Python streaming writer: the driver plans micro-batch ``N``
 (its offsets go to the checkpoint's offset log), each task calls ``write()`` on an
 executor with its Spark partition's rows, the driver's ``commit(messages, N)`` runs once
-every task returned, and only then does Spark record ``N`` in the checkpoint's commit log.
-A driver that dies anywhere before that record is followed, on restart, by a replay of
-``N`` with the same offsets, hence (for a query without nondeterministic shuffles) the
-same rows in the same Spark partitions. Committing a transaction per task in ``write()``
-alone would write the tasks that had committed before the crash a second time; holding
-the transactions open for the driver to commit is impossible, since a Kafka transaction
-belongs to the producer that opened it and the task's producer is gone by then.
+every task returned (with the messages of the task attempts Spark kept, never those of
+failed or losing speculative attempts), and only then does Spark record ``N`` in the
+checkpoint's commit log. A driver that dies anywhere before that record is followed, on
+restart, by a replay of ``N`` with the same offsets: its tasks run again, then
+``commit``. A Kafka transaction belongs to the producer that opened it, so the tasks'
+transactions cannot be left open for the driver to commit: either the tasks commit
+(``partition``) or the driver writes (``batch``).
 
-So each task (query ``Q``, Spark partition ``p``, batch ``N``) does, with transactional
-id and marker group both ``<prefix>-<p>`` (the prefix is ``transactionalIdPrefix``, else
-``edgekafka-<Q's id>``; the query id is the checkpoint's, stable across restarts):
+The prefix of names is ``transactionalIdPrefix``, else ``edgekafka-<Q>`` for query ``Q``
+(the query id is the checkpoint's, stable across restarts). A marker is the committed
+offset ``N + 1`` of a marker group (batch id and record count in its metadata),
+committed with ``send_offsets_to_transaction`` in the transaction that writes the
+records, so both become visible together or not at all; it is read back with
+``require_stable`` (librdkafka asks for it at read_committed), after
+``init_transactions`` under the same transactional id has aborted and fenced whatever an
+earlier incarnation left open. A marker past ``N`` means ``N`` is written: skip it. The
+marker lasts as long as the broker keeps the offsets of an idle group.
 
-1. ``init_transactions``: the coordinator aborts the open transaction of any earlier
-   incarnation of ``(Q, p)`` (a killed task, or a driver killed mid-batch) and fences it,
-   so it can never commit afterwards;
-2. reads the marker group's committed offset (``require_stable``): the last batch of
-   ``(Q, p)`` whose transaction committed, plus one. If it is past ``N``, this task's rows
-   of batch ``N`` are already in the topic: it writes nothing;
-3. otherwise begins a transaction, produces its rows, adds the marker offset ``N + 1``
-   (``send_offsets_to_transaction`` to the marker group, on partition 0 of the first row's
-   topic, the batch id also in its metadata) and commits. Rows and marker become visible
-   together or not at all.
+``atomicity=batch`` (default, :mod:`pipeline.staging`): a whole micro-batch becomes
+visible at once, in two phases.
 
-A read_committed reader therefore sees each task's share of a batch all or nothing, and,
-once the query has run past a crash, every batch exactly once. Between a crash and the
-restart, the tasks of the interrupted batch that had committed are visible and the others
-are not; a query whose batches must appear whole writes through one Spark partition
-(``coalesce(1)``), one transaction per batch. The marker is a committed group offset, so
-it lasts as long as the broker keeps the offsets of an idle group.
+1. Each task produces its rows to the staging topic ``<prefix>-staging`` (created by the
+   first task that finds it missing, ``cleanup.policy=delete``, one day of retention) with
+   an idempotent, acks=all producer, into partition ``task partition % partitions``, each
+   record carrying its target topic and partition as its first two headers. The task
+   returns the staging offset ranges the broker acknowledged for it.
+2. The driver's ``commit`` opens one transaction with transactional id ``<prefix>``,
+   whose ``init_transactions`` fences every earlier incarnation of the query's driver
+   and aborts its open copy. If the marker (group ``<prefix>``, on partition 0 of the
+   staging topic) says ``N`` is written, it stops. Otherwise it reads exactly the
+   ranges of the messages Spark handed it, produces each record to its target (headers
+   restored), adds the marker and commits.
+
+A crash during phase 1 leaves staging records nobody copies (a replay stages its rows
+again, at new offsets); a crash during phase 2 leaves an open transaction that the
+restarted driver aborts; a crash after the commit but before Spark's commit log leaves a
+marker past ``N``, so the replay copies nothing. Staging records only have to outlive
+one batch (the replay never reads an earlier run's), hence the short retention. Cost:
+every row crosses the network twice more (task to staging, staging to driver) and the
+driver copies the batch alone; a batch's copy must finish within
+``kafka.transaction.timeout.ms``.
+
+``atomicity=partition`` (:func:`write_once`): each task ``p`` writes its rows in its own
+transaction, transactional id and marker group ``<prefix>-<p>``, marker on partition 0
+of its first row's topic: no staging and no copy, but a batch interrupted by a crash is
+partly visible (the tasks that committed) until the restarted query writes the rest;
+only the tasks of the replay that had not committed write (which needs the replay to put
+the same rows in the same Spark partition, as queries without nondeterministic shuffles
+do).
+
+The two modes keep their markers apart: a query must not change ``atomicity`` across a
+restart that replays an interrupted batch.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from itertools import chain
 
 import confluent_kafka
@@ -60,89 +83,98 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """The task-local property holding the query's id (kept in its checkpoint)."""
 
 
-@dataclass(frozen=True)
-class TaskScope:
-    """Which micro-batch task writes: the transactional id / marker group and the batch."""
+def running_task() -> TaskContext:
+    """The running Spark task's context (on an executor)."""
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("edgekafka sink: a streaming write runs outside a Spark task")
+    return context
 
-    name: str
-    batch_id: int
 
-    @classmethod
-    def of_task(cls, options: KafkaOptions) -> TaskScope:
-        """The scope of the running Spark task (on an executor)."""
-        context = TaskContext.get()
-        if context is None:
-            raise RuntimeError("edgekafka sink: a streaming write runs outside a Spark task")
-        batch = context.getLocalProperty(BATCH_ID_PROPERTY)
-        query = context.getLocalProperty(QUERY_ID_PROPERTY)
-        if batch is None or (query is None and options.transactional_id_prefix is None):
-            raise RuntimeError("edgekafka sink: Spark gave the task no micro-batch id or "
-                               "query id")
-        prefix = options.transactional_id_prefix or f"edgekafka-{query}"
-        return cls(f"{prefix}-{context.partitionId()}", int(batch))
+def query_prefix(options: KafkaOptions) -> str:
+    """The prefix of the running task's query: ``transactionalIdPrefix`` or
+    ``edgekafka-<query id>``."""
+    if options.transactional_id_prefix is not None:
+        return options.transactional_id_prefix
+    query = running_task().getLocalProperty(QUERY_ID_PROPERTY)
+    if query is None:
+        raise RuntimeError("edgekafka sink: Spark gave the task no query id")
+    return f"edgekafka-{query}"
+
+
+def task_batch_id() -> int:
+    """The micro-batch of the running task."""
+    batch = running_task().getLocalProperty(BATCH_ID_PROPERTY)
+    if batch is None:
+        raise RuntimeError("edgekafka sink: Spark gave the task no micro-batch id")
+    return int(batch)
 
 
 class Marker:
-    """The batch marker of a task scope: its group's committed offset, one past the last
-    batch whose transaction committed."""
+    """The batch marker of a group: its committed offset on ``topic`` partition 0, one past
+    the last batch whose transaction committed. Its consumer (of that group, assign-only,
+    read_committed) may read other partitions too."""
 
-    def __init__(self, options: KafkaOptions, scope: TaskScope, topic: str) -> None:
-        self.scope = scope
+    def __init__(self, options: KafkaOptions, group: str, topic: str, batch_id: int) -> None:
+        self.group = group
+        self.batch_id = batch_id
         self.where = confluent_kafka.TopicPartition(topic, 0)
         self.consumer = clients.consumer(options, isolation_level="read_committed",
-                                         group=scope.name)
+                                         group=group)
 
     def committed(self) -> bool:
-        """Whether the scope's batch is committed already (read with require_stable)."""
+        """Whether the batch is committed already (read with require_stable)."""
         found = self.consumer.committed([self.where], timeout=TIMEOUT_SECONDS)[0]
         if found.error is not None:
             raise RuntimeError(f"edgekafka sink: reading the batch marker of "
-                               f"{self.scope.name}: {found.error}")
-        return int(found.offset) > self.scope.batch_id
+                               f"{self.group}: {found.error}")
+        return int(found.offset) > self.batch_id
 
-    def offset(self, records: int) -> confluent_kafka.TopicPartition:
-        """The marker of the scope's batch, to commit with its records."""
-        return confluent_kafka.TopicPartition(
-            self.where.topic, 0, self.scope.batch_id + 1,
-            metadata=json.dumps({"batch": self.scope.batch_id, "records": records}))
-
-    def group_metadata(self) -> object:
-        """The marker group's metadata (a standalone member) for the transaction."""
-        return self.consumer.consumer_group_metadata()
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-def write_once(options: KafkaOptions, scope: TaskScope, rows: Iterator[Row]) -> tuple[int, bool]:
-    """Write ``rows`` as ``scope``'s transaction unless an earlier run committed it;
-    the number of records written and whether the batch was skipped as already written."""
-    first = next(rows, None)
-    if first is None:
-        return 0, False
-    marker = Marker(options, scope, topic_of(first, options))
-    try:
-        producer = clients.producer(options, transactional_id=scope.name)
-        producer.init_transactions(TIMEOUT_SECONDS)
-        if marker.committed():
-            log.info("edgekafka sink: batch %d of %s was committed by an earlier run: "
-                     "skipped", scope.batch_id, scope.name)
-            for _row in rows:  # Spark streams the rest to this worker: take it in
-                pass
-            return 0, True
+    def commit_with(self, producer: confluent_kafka.Producer,
+                    write: Callable[[], int]) -> int:
+        """Run ``write`` (it produces the batch's records; their count) in one transaction
+        of ``producer`` (transactional, initialised) that also commits the marker."""
         producer.begin_transaction()
         try:
-            count = produce_all(producer, options, chain([first], rows))
-            producer.send_offsets_to_transaction([marker.offset(count)],
-                                                 marker.group_metadata(), TIMEOUT_SECONDS)
+            count = write()
+            offset = confluent_kafka.TopicPartition(
+                self.where.topic, 0, self.batch_id + 1,
+                metadata=json.dumps({"batch": self.batch_id, "records": count}))
+            producer.send_offsets_to_transaction(
+                [offset], self.consumer.consumer_group_metadata(), TIMEOUT_SECONDS)
             producer.commit_transaction(TIMEOUT_SECONDS)
         except BaseException:
             try:
                 producer.abort_transaction(TIMEOUT_SECONDS)
             except confluent_kafka.KafkaException as exc:  # fenced or fatal: nothing to do
                 log.warning("edgekafka sink: aborting the transaction of %s: %s",
-                            scope.name, exc)
+                            self.group, exc)
             raise
-        return count, False
+        return count
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def write_once(options: KafkaOptions, rows: Iterator[Row]) -> tuple[int, bool]:
+    """``atomicity=partition``: write the running task's ``rows`` in its transaction
+    unless an earlier run committed them; the number of records written and whether the
+    batch was skipped as already written."""
+    first = next(rows, None)
+    if first is None:
+        return 0, False
+    name = f"{query_prefix(options)}-{running_task().partitionId()}"
+    marker = Marker(options, name, topic_of(first, options), task_batch_id())
+    try:
+        producer = clients.producer(options, transactional_id=name)
+        producer.init_transactions(TIMEOUT_SECONDS)
+        if marker.committed():
+            log.info("edgekafka sink: batch %d of %s was committed by an earlier run: "
+                     "skipped", marker.batch_id, name)
+            for _row in rows:  # Spark streams the rest to this worker: take it in
+                pass
+            return 0, True
+        return marker.commit_with(
+            producer, lambda: produce_all(producer, options, chain([first], rows))), False
     finally:
         marker.close()

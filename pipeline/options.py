@@ -12,8 +12,15 @@ Option names follow Spark's own Kafka connector (they are case-insensitive):
   partition ``{"topic": {"0": 23, "1": -2}}`` (-2 = earliest, -1 = latest);
   ``startingTimestamp`` (epoch ms, taking precedence over ``startingOffsets``) starts
   every partition at its first record at or after that time.
-- ``transactionalIdPrefix`` (streaming sink): the prefix of the transactional ids and
-  batch-marker groups of the exactly-once sink, default ``edgekafka-<query id>``.
+- ``transactionalIdPrefix`` (streaming sink): the prefix of the transactional ids,
+  batch-marker groups and staging topic of the exactly-once sink, default
+  ``edgekafka-<query id>``.
+- ``atomicity`` (streaming sink): ``batch`` (the default: a micro-batch becomes visible
+  whole, through a staging topic the driver copies in one transaction) or ``partition``
+  (one transaction per task: faster, but a crashed batch can be partly visible until the
+  query restarts); see :mod:`pipeline.exactly_once`.
+- ``copyPauseMs`` (streaming sink, testing only): with ``atomicity=batch`` the driver
+  pauses this long before copying each record, so that a test can kill it mid-copy.
 - ``maxOffsetsPerTrigger``, ``failOnDataLoss`` (default true), ``isolationLevel``
   (``read_committed``, the default, or ``read_uncommitted``), ``pollTimeoutMs``.
 - OAUTHBEARER: ``oauth.issuerUrl`` + ``oauth.credentialsUrl`` (+ ``oauth.audience``,
@@ -39,6 +46,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    NonNegativeInt,
     PositiveInt,
     ValidationError,
 )
@@ -48,6 +56,8 @@ from common.settings import first_problem
 
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 ISOLATION_LEVELS: tuple[str, ...] = get_args(IsolationLevel)
+Atomicity = Literal["batch", "partition"]
+ATOMICITIES: tuple[str, ...] = get_args(Atomicity)
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 
 # librdkafka settings the source and sink own; a ``kafka.`` option may not override them.
@@ -110,6 +120,7 @@ def _topics(value: object) -> object:
 _FROZEN = ConfigDict(frozen=True, extra="forbid", validate_by_name=True, validate_by_alias=True)
 Flag = Annotated[bool, BeforeValidator(_bool_text)]
 Positive = Annotated[PositiveInt, BeforeValidator(_int_text)]
+NonNegative = Annotated[NonNegativeInt, BeforeValidator(_int_text)]
 
 
 class OAuthOptions(BaseModel):
@@ -146,6 +157,8 @@ class KafkaOptions(BaseModel):
                       _option("assign")] = None
     write_topic: Annotated[str | None, _option("topic")] = None
     transactional_id_prefix: Annotated[str | None, _option("transactionalIdPrefix")] = None
+    atomicity: Annotated[Atomicity, BeforeValidator(str.lower), _option("atomicity")] = "batch"
+    copy_pause_ms: Annotated[NonNegative, _option("copyPauseMs")] = 0
     starting: Annotated[str | None, _option("startingOffsets")] = None
     ending: Annotated[str | None, _option("endingOffsets")] = None
     starting_timestamp: Annotated[int | None, BeforeValidator(_epoch_ms),
@@ -178,6 +191,7 @@ def _names(model: type[BaseModel]) -> dict[str, tuple[str, ...]]:
 
 _OPTIONS = _names(KafkaOptions)
 _OAUTH_OPTIONS = _names(OAuthOptions)
+_CHOICES = {"isolation_level": ISOLATION_LEVELS, "atomicity": ATOMICITIES}
 
 
 def _pick(lowered: Mapping[str, str], names: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
@@ -199,10 +213,12 @@ def _reason(exc: ValidationError) -> str:
     name = _OPTIONS[attr][0]
     if problem.cause is not None:
         return f"option {name} {problem.cause}"
-    if attr == "isolation_level":
-        return f"option {name} must be one of {', '.join(ISOLATION_LEVELS)}"
+    if attr in _CHOICES:
+        return f"option {name} must be one of {', '.join(_CHOICES[attr])}"
     if attr == "bootstrap":
         return f"option {name} is required"
+    if attr == "copy_pause_ms":
+        return f"option {name} must not be negative, not {problem.value}"
     return f"option {name} must be positive, not {problem.value}"
 
 

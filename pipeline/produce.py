@@ -1,9 +1,10 @@
 """Rows to Kafka records: the sink's row encoding (Spark's Kafka sink columns) and a loop
-that produces rows in order and waits until every one is acknowledged."""
+that produces records in order and waits until every one is acknowledged."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import confluent_kafka
 from pyspark.sql import Row
@@ -11,6 +12,21 @@ from pyspark.sql import Row
 from pipeline.options import KafkaOptions
 
 FLUSH_TIMEOUT_SECONDS = 120.0
+ANY_PARTITION = -1
+"""A record's partition when the producer's partitioner picks it (by key)."""
+
+Header = tuple[str, str | bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record to produce."""
+
+    topic: str
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header] | None
 
 
 def _bytes(value: object) -> bytes | None:
@@ -32,28 +48,40 @@ def topic_of(row: Row, options: KafkaOptions) -> str:
     return str(topic)
 
 
-def produce_all(producer: confluent_kafka.Producer, options: KafkaOptions,
-                rows: Iterable[Row]) -> int:
-    """Produce every row in order and wait until all are acknowledged; the count."""
+def record_of(row: Row, options: KafkaOptions) -> Record:
+    """The record a row of the sink's columns stands for."""
+    fields = row.asDict()
+    partition = (int(fields["partition"]) if fields.get("partition") is not None
+                 else ANY_PARTITION)
+    headers: list[Header] | None = (
+        [(str(h["key"]), _bytes(h["value"])) for h in fields["headers"]]
+        if fields.get("headers") else None)
+    return Record(topic_of(row, options), partition, _bytes(fields.get("key")),
+                  _bytes(fields.get("value")), headers)
+
+
+def produce_records(producer: confluent_kafka.Producer, records: Iterable[Record],
+                    on_delivered: Callable[[confluent_kafka.Message], None] | None = None,
+                    ) -> int:
+    """Produce every record in order and wait until all are acknowledged; the count.
+    ``on_delivered`` sees each acknowledged record (topic, partition, offset), in the
+    order of acknowledgement."""
     errors: list[str] = []
 
     def delivered(error: confluent_kafka.KafkaError | None,
-                  _message: confluent_kafka.Message) -> None:
+                  message: confluent_kafka.Message) -> None:
         if error is not None:
             errors.append(str(error))
+        elif on_delivered is not None:
+            on_delivered(message)
 
     count = 0
-    for row in rows:
-        fields = row.asDict()
-        partition = int(fields["partition"]) if fields.get("partition") is not None else -1
-        headers: list[tuple[str, str | bytes | None]] | None = (
-            [(str(h["key"]), _bytes(h["value"])) for h in fields["headers"]]
-            if fields.get("headers") else None)
+    for record in records:
         while True:
             try:
-                producer.produce(topic_of(row, options), value=_bytes(fields.get("value")),
-                                 key=_bytes(fields.get("key")), partition=partition,
-                                 headers=headers, on_delivery=delivered)
+                producer.produce(record.topic, value=record.value, key=record.key,
+                                 partition=record.partition, headers=record.headers,
+                                 on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -69,3 +97,9 @@ def produce_all(producer: confluent_kafka.Producer, options: KafkaOptions,
         raise RuntimeError(f"edgekafka sink: {left} records still undelivered after "
                            f"{FLUSH_TIMEOUT_SECONDS:.0f} s")
     return count
+
+
+def produce_all(producer: confluent_kafka.Producer, options: KafkaOptions,
+                rows: Iterable[Row]) -> int:
+    """Produce every row in order and wait until all are acknowledged; the count."""
+    return produce_records(producer, (record_of(row, options) for row in rows))

@@ -5,8 +5,10 @@ Columns are those of Spark's Kafka sink: ``value`` (required), ``key``, ``topic`
 binary or string (:mod:`pipeline.produce`). Each task produces its rows in order
 (acks=all, idempotent, so retries neither duplicate nor reorder) and waits for every
 delivery before it reports success; one failed delivery fails the task. A batch write
-is at least once per task; a streaming write is exactly once: each task of a micro-batch
-writes in one transaction that records the batch id (:mod:`pipeline.exactly_once`).
+is at least once per task; a streaming write is exactly once, each micro-batch visible
+whole (``atomicity=batch``, :mod:`pipeline.staging`) or each task's share of it
+(``atomicity=partition``) in transactions that record the batch id
+(:mod:`pipeline.exactly_once`).
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from pyspark.sql.types import (
 )
 
 from pipeline import clients
-from pipeline.exactly_once import TaskScope, write_once
+from pipeline.exactly_once import write_once
 from pipeline.options import KafkaOptions, OptionError
 from pipeline.produce import produce_all
+from pipeline.staging import Staged, copy_batch, stage_rows
 
 log = logging.getLogger(__name__)
 _BYTES = (BinaryType, StringType)
@@ -93,28 +96,41 @@ class BatchWriter(DataSourceWriter):
 
 
 class StreamWriter(DataSourceStreamWriter):
-    """``df.writeStream``: each micro-batch's tasks write their rows exactly once, in one
-    transaction per task that records the batch id (:mod:`pipeline.exactly_once`)."""
+    """``df.writeStream``: each micro-batch written exactly once, in transactions that
+    record the batch id (:mod:`pipeline.exactly_once`)."""
 
     def __init__(self, options: KafkaOptions, schema: StructType) -> None:
         check_schema(schema, options)
         self.options = options
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
-        """Write one task's rows in its transaction (runs in an executor)."""
-        records, skipped = write_once(self.options, TaskScope.of_task(self.options), iterator)
+        """Stage one task's rows (``atomicity=batch``) or write them in the task's
+        transaction (``partition``); runs in an executor."""
+        if self.options.atomicity == "batch":
+            return stage_rows(self.options, iterator)
+        records, skipped = write_once(self.options, iterator)
         return WrittenCount(records, skipped)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Every task's transaction is committed already: say what the batch wrote."""
+        """Copy the staged batch in one transaction (``batch``; the tasks' transactions
+        are committed already with ``partition``) and say what the batch wrote."""
+        if self.options.atomicity == "batch":
+            records, skipped = copy_batch(self.options, messages, batchId)
+            log.info("edgekafka sink: batch %d wrote %d records%s", batchId, records,
+                     " (already written by an earlier run)" if skipped else "")
+            return
         counts = [m for m in messages if isinstance(m, WrittenCount)]
-        skipped = sum(1 for m in counts if m.skipped)
+        tasks_skipped = sum(1 for m in counts if m.skipped)
         log.info("edgekafka sink: batch %d wrote %d records%s", batchId,
                  sum(m.records for m in counts),
-                 f" ({skipped} tasks already written by an earlier run)" if skipped else "")
+                 f" ({tasks_skipped} tasks already written by an earlier run)"
+                 if tasks_skipped else "")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """A failed task aborted its transaction, or the next run's ``init_transactions``
-        (or the transaction timeout) will; committed tasks are skipped on replay."""
-        log.warning("edgekafka sink: batch %d failed; it is written again, once, when the "
-                    "query restarts", batchId)
+        """Nothing of the batch is visible (``batch``: staged records are never copied),
+        or the tasks that committed are (``partition``; the others aborted, or the next
+        run's ``init_transactions`` or the transaction timeout will); the replay writes
+        what is missing, once."""
+        staged = sum(m.records for m in messages if isinstance(m, Staged))
+        log.warning("edgekafka sink: batch %d failed%s; it is written, once, when the query "
+                    "restarts", batchId, f" ({staged} staged records dropped)" if staged else "")

@@ -2,14 +2,18 @@
 so that the test can kill its driver and JVM: copies topic IN to topic OUT through the
 ``edgekafka`` source and sink, partition for partition, with ``Trigger.AvailableNow``.
 
-    python -m tests.pipeline_copy_job BOOTSTRAP IN OUT CHECKPOINT [SLOW_SECONDS]
+    python -m tests.pipeline_copy_job BOOTSTRAP IN OUT CHECKPOINT [--slow SECONDS]
+        [--atomicity batch|partition] [--max-offsets N] [--copy-pause-ms MS]
 
-With SLOW_SECONDS, every row of input partition 1 waits that long on its way to the sink
-(and the sink gets rows in small Arrow batches through small buffers), so partition 0's
-task commits its transaction while partition 1's is still open."""
+With --slow, every row of input partition 1 waits that long on its way to the sink (and
+the sink gets rows in small Arrow batches through small buffers), so partition 0's task
+finishes its share of a micro-batch while partition 1's is still writing. --atomicity,
+--max-offsets and --copy-pause-ms set the options ``atomicity``, ``maxOffsetsPerTrigger``
+and ``copyPauseMs``."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -19,11 +23,12 @@ from pipeline.spark_session import spark_session
 from tests.pipeline_helpers import SPARK_CONFIG
 
 
-def main(bootstrap: str, source: str, target: str, checkpoint: str, slow: float) -> int:
+def main(args: argparse.Namespace) -> int:
     spark = spark_session("local[2]", app_name="edgekafka-copy-job", config={
         **SPARK_CONFIG, "spark.sql.execution.arrow.maxRecordsPerBatch": "10",
         "spark.buffer.size": "1024"})
     spark.sparkContext.setLogLevel("ERROR")
+    slow: float = args.slow
 
     @udf("binary")
     def pace(partition: int, value: bytes) -> bytes:
@@ -31,11 +36,16 @@ def main(bootstrap: str, source: str, target: str, checkpoint: str, slow: float)
             time.sleep(slow)
         return value
 
-    frame = (spark.readStream.format("edgekafka").option("kafka.bootstrap.servers", bootstrap)
-             .option("subscribe", source).option("startingOffsets", "earliest").load())
-    query = (frame.select("key", pace("partition", "value").alias("value"), "partition")
-             .writeStream.format("edgekafka").option("kafka.bootstrap.servers", bootstrap)
-             .option("topic", target).option("checkpointLocation", checkpoint)
+    reader = (spark.readStream.format("edgekafka")
+              .option("kafka.bootstrap.servers", args.bootstrap)
+              .option("subscribe", args.source).option("startingOffsets", "earliest"))
+    if args.max_offsets:
+        reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets))
+    query = (reader.load().select("key", pace("partition", "value").alias("value"), "partition")
+             .writeStream.format("edgekafka").option("kafka.bootstrap.servers", args.bootstrap)
+             .option("topic", args.target).option("checkpointLocation", args.checkpoint)
+             .option("atomicity", args.atomicity)
+             .option("copyPauseMs", str(args.copy_pause_ms))
              .trigger(availableNow=True).start())
     print(f"copy job: query {query.id} started", file=sys.stderr, flush=True)
     query.awaitTermination()
@@ -45,6 +55,18 @@ def main(bootstrap: str, source: str, target: str, checkpoint: str, slow: float)
     return 1 if failure else 0
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.pipeline_copy_job")
+    parser.add_argument("bootstrap")
+    parser.add_argument("source")
+    parser.add_argument("target")
+    parser.add_argument("checkpoint")
+    parser.add_argument("--slow", type=float, default=0.0)
+    parser.add_argument("--atomicity", default="batch")
+    parser.add_argument("--max-offsets", type=int, default=0)
+    parser.add_argument("--copy-pause-ms", type=int, default=0)
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
-    bootstrap, source, target, checkpoint, *slow = sys.argv[1:]
-    sys.exit(main(bootstrap, source, target, checkpoint, float(slow[0]) if slow else 0.0))
+    sys.exit(main(parse_args(sys.argv[1:])))

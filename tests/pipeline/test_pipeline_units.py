@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+import confluent_kafka
 import pytest
 
 from pipeline.audit.table import format_table
@@ -13,6 +14,8 @@ from pipeline.cli import build_parser, parse_since, source_options
 from pipeline.clients import base_config
 from pipeline.offsets import from_json, parse_spec, rate_limit, to_json
 from pipeline.options import OptionError, parse_options
+from pipeline.produce import Record
+from pipeline.staging import RangeCollector, from_staging, merge, to_staging
 
 BOOT = {"kafka.bootstrap.servers": "h:1"}
 
@@ -28,6 +31,9 @@ def test_options_are_parsed_and_checked() -> None:
     assert parse_options({**BOOT, "topic": "out"}, reading=False).write_topic == "out"
     assert parse_options({**BOOT, "TransactionalIdPrefix": "copy"},
                          reading=False).transactional_id_prefix == "copy"
+    sink = parse_options({**BOOT, "Atomicity": "Partition", "copyPauseMs": "5"}, reading=False)
+    assert sink.atomicity == "partition" and sink.copy_pause_ms == 5
+    assert parse_options(BOOT, reading=False).atomicity == "batch"
     bad = [({"subscribe": "t"}, "kafka.bootstrap.servers is required"),
            ({**BOOT}, "exactly one of"),
            ({**BOOT, "subscribe": "t", "assign": '{"t":[0]}'}, "got subscribe, assign"),
@@ -38,7 +44,9 @@ def test_options_are_parsed_and_checked() -> None:
            ({**BOOT, "subscribe": "t", "kafka.group.id": "g"}, "managed by the edgekafka"),
            ({**BOOT, "subscribe": "t", "kafka.transactional.id": "x"}, "managed by the edge"),
            ({**BOOT, "subscribe": "t", "oauth.issuerUrl": "http://x"}, "needs oauth.credent"),
-           ({**BOOT, "subscribe": "t", "startingTimestamp": "noon"}, "epoch milliseconds")]
+           ({**BOOT, "subscribe": "t", "startingTimestamp": "noon"}, "epoch milliseconds"),
+           ({**BOOT, "subscribe": "t", "atomicity": "task"}, "one of batch, partition"),
+           ({**BOOT, "subscribe": "t", "copyPauseMs": "-1"}, "must not be negative")]
     for given, message in bad:
         with pytest.raises(OptionError, match=message):
             parse_options(given)
@@ -57,6 +65,28 @@ def test_offset_specs_and_checkpoint_form() -> None:
     document = to_json(offsets)
     assert json.dumps(document) == '{"a": {"0": 1, "2": 7}, "b": {"10": 5}}'
     assert from_json(json.loads(json.dumps(document))) == offsets
+
+
+def test_staged_ranges_and_records() -> None:
+    collected = RangeCollector()
+    for partition, offset in [(0, 5), (0, 6), (0, 7), (0, 9), (1, 10), (0, 10)]:
+        collected.add(confluent_kafka.Message(topic="s", partition=partition, offset=offset))
+    assert collected.ranges == [(0, 5, 7), (0, 9, 9), (1, 10, 10), (0, 10, 10)]
+    merged = merge([*collected.ranges, (0, 0, 4), (0, 20, 21)])
+    assert {p: list(spans) for p, spans in merged.items()} == {
+        0: [(0, 7), (9, 10), (20, 21)], 1: [(10, 10)]}
+    with pytest.raises(RuntimeError, match="overlap in partition 0 at offset 3"):
+        merge([(0, 0, 4), (0, 3, 8)])
+    record = Record("out", -1, b"k", b"v", [("h", b"1"), ("h", None)])
+    staged = to_staging(record, "s", 2)
+    assert (staged.topic, staged.partition, staged.headers) == (
+        "s", 2, [("edgekafka.topic", b"out"), ("edgekafka.partition", b"-1"), ("h", b"1"),
+                 ("h", None)])
+    message = confluent_kafka.Message(topic="s", partition=2, offset=0, key=b"k", value=b"v",
+                                      headers=staged.headers)
+    assert from_staging(message) == record
+    with pytest.raises(RuntimeError, match="s-2 offset 0 is not a staged record"):
+        from_staging(confluent_kafka.Message(topic="s", partition=2, offset=0, value=b"v"))
 
 
 def test_rate_limit_shares_by_backlog() -> None:
