@@ -66,7 +66,7 @@ from edge.security import (
     token_validator,
 )
 from edge.session import Session, edge_apis
-from listeners.server import ConnectionInfo, Limits, ListenerServer, ReadBudget
+from listeners.server import ConnectionInfo, Limits, ListenerServer, LoginGate, ReadBudget
 from listeners.spec import ListenerSpec
 
 log = logging.getLogger("edge.broker")
@@ -375,11 +375,12 @@ class BrokerApp:
                         self.config.max_connections_per_listener,
                         self.config.max_pending_response_bytes)
         unauthenticated = ReadBudget(self.config.max_unauthenticated_buffered_bytes)
+        logins = LoginGate(self.config.max_concurrent_logins)
         bound = []
         for spec in self.config.listener_specs():
             server = ListenerServer(spec.name, spec.host, spec.port, self._session, limits,
                                     self.security[spec.name].tls, self._rejected(spec.name),
-                                    unauthenticated)
+                                    unauthenticated, logins)
             try:
                 port = await server.start()
             except OSError as exc:

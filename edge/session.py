@@ -226,8 +226,9 @@ class Session:
 
     async def _step(self, message: bytes, client_id: str | None
                     ) -> tuple[bytes, Authenticated | None]:
-        """One SASL step; on failure wait ``failed_delay_ms`` and raise SaslFailure. A
-        first login is admitted by the quotas on connections (FrameError: refused)."""
+        """One SASL step; SaslFailure when it failed (the caller answers after
+        ``failed_delay_ms``: :meth:`_failed`). A first login is admitted by the quotas
+        on connections (FrameError: refused)."""
         server = self.sasl.exchange
         assert server is not None
         try:
@@ -248,7 +249,6 @@ class Session:
                         tenant or "not named", failure.message,
                         extra=self._log_fields(tenant=tenant))
             self.sasl.failed()
-            await asyncio.sleep(self.failed_delay_ms / 1000)
             raise
         if result is None:
             return challenge, None
@@ -277,7 +277,23 @@ class Session:
         return {"client": self.info.peer, "client_id": self.client_id,
                 "listener": self.info.listener, **fields}
 
-    async def _authenticate(self, parsed: ParsedRequest) -> bytes:
+    async def _failed(self, error: FrameError) -> Answer:
+        """A failed SASL step: ``failed_delay_ms``, then ``error`` (its answer, and the
+        close). For a first login the delay is the waiting stage, so that it holds no
+        permit of the login gate (``listeners.admission``); the listener reads nothing
+        more of a connection not logged in meanwhile. A re-authentication waits in the
+        dispatch stage, so that nothing more is read and served in the old session."""
+        delayed = self._after_delay(error)
+        if self.sasl.login is None:
+            return delayed
+        await delayed  # raises
+        return None
+
+    async def _after_delay(self, error: FrameError) -> None:
+        await asyncio.sleep(self.failed_delay_ms / 1000)
+        raise error
+
+    async def _authenticate(self, parsed: ParsedRequest) -> Answer:
         version = parsed.header.api_version
 
         def answer(code: ErrorCode, message: str | None, auth: bytes = b"",
@@ -297,9 +313,10 @@ class Session:
             assert isinstance(auth, bytes)  # as decoded (an ApiData only goes out)
             challenge, result = await self._step(auth, parsed.header.client_id)
         except SaslFailure as failure:
-            raise FrameError(f"authentication failed: {failure.message}", answer(
-                ErrorCode.SASL_AUTHENTICATION_FAILED,
-                f"Authentication failed: {failure.message}")) from failure
+            return await self._failed(FrameError(
+                f"authentication failed: {failure.message}", answer(
+                    ErrorCode.SASL_AUTHENTICATION_FAILED,
+                    f"Authentication failed: {failure.message}")))
         lifetime = self.sasl.lifetime_left(_now_ms()) if result is not None else 0
         return answer(ErrorCode.NONE, None, challenge, lifetime)
 
@@ -311,12 +328,12 @@ class Session:
             error_message="SaslAuthenticate request received after successful authentication",
             auth_bytes=b"", session_lifetime_ms=0))
 
-    async def _raw_token(self, frame: memoryview) -> bytes:
+    async def _raw_token(self, frame: memoryview) -> Answer:
         """The v0 flow: the frame is a bare SASL token, answered with a bare token."""
         try:
             challenge, _ = await self._step(bytes(frame), None)
         except SaslFailure as failure:
-            raise FrameError(f"authentication failed: {failure.message}") from failure
+            return await self._failed(FrameError(f"authentication failed: {failure.message}"))
         return len(challenge).to_bytes(4, "big") + challenge
 
     def closed(self) -> None:
