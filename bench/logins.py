@@ -265,9 +265,10 @@ def table(results: dict[str, Any]) -> str:
 
 
 def _rates_table(results: dict[str, Any]) -> str:
-    opts = results["options"]
+    rates_run = results.get("rates_run", results)  # kept from an earlier run: --storm-only
+    opts = rates_run["options"]
     lines = [f"Logins (connect, ApiVersions, SaslHandshake, SaslAuthenticate; 32 at once), "
-             f"{opts['logins']:,} per trial, median of {opts['repeat']}; {results['cpus']}. "
+             f"{opts['logins']:,} per trial, median of {opts['repeat']}; {rates_run['cpus']}. "
              "Limit: pyjwt's signature check of one token on the broker's CPU.", "",
              "| login | tokens | logins/s | logins per broker CPU s | limit: signature "
              "checks/s (whole jwt.decode/s) | per broker CPU s / limit |",
@@ -335,10 +336,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting of the storm's broker (repeatable)")
     parser.add_argument("--storm-only", action="store_true",
-                        help="the storm rows only (no limits, no login rates)")
+                        help="the storm rows only (no limits, no login rates; the rate "
+                        "rows already in --out are kept)")
     parser.add_argument("--quick", action="store_true",
                         help="200 logins, one trial, a storm of 100 for 2 s")
     return parser
+
+
+def _keep_rates(results: dict[str, Any], earlier: Path) -> None:
+    """Keep the login-rate rows of the run saved in ``earlier``, if any (--storm-only)."""
+    if not earlier.exists():
+        return
+    saved: dict[str, Any] = json.loads(earlier.read_text(encoding="utf-8"))
+    if saved.get("rows"):
+        results["rows"] = saved["rows"]
+        results["rates_run"] = saved.get("rates_run") or {"options": saved["options"],
+                                                          "cpus": saved["cpus"]}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -350,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.storm_clients = min(args.storm_clients, 100)
         args.storm_seconds, args.storm_rate = 2.0, 1000.0
     results = run(args)
+    if args.storm_only:
+        _keep_rates(results, args.out / "logins.json")
     text = table(results)
     print(text, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
