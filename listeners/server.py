@@ -37,7 +37,6 @@ The handler factory may refuse a new connection (:class:`ConnectionRefused`, a q
 new connections): it is closed before anything is read.
 
 On a TLS listener each connection does its handshake in :mod:`listeners.handshake`.
-Connections are accepted a slice at a time per turn of the loop (:mod:`listeners.accepting`).
 
 The handler contract is in :mod:`listeners.frames`, one connection's loops in
 :mod:`listeners.connection`; this module holds the listening socket. The contract's names
@@ -47,11 +46,11 @@ are importable from here too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from collections.abc import Callable
 
-from listeners.accepting import SlicedAcceptor, listening_sockets
 from listeners.admission import LoginGate
 from listeners.connection import Connection, ConnectionReader, log_lost, tls_usable
 from listeners.frames import (
@@ -101,7 +100,7 @@ class ListenerServer:
         self.on_reject = on_reject
         self.budget = budget or ReadBudget(limits.max_frame_bytes)
         self.gate = gate
-        self._acceptor: SlicedAcceptor | None = None
+        self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[object]] = set()
         self._handshakes: set[asyncio.Task[None]] = set()
@@ -113,10 +112,9 @@ class ListenerServer:
         factory: Callable[[], asyncio.BaseProtocol] = (
             self._stream if context is None else lambda: TlsHandshake(
                 context, self.name, self._stream, self.on_reject, self._handshakes))
-        sockets = await loop.run_in_executor(None, listening_sockets, self.host or None,
-                                             self.port, LISTEN_BACKLOG)
-        self._acceptor = SlicedAcceptor(sockets, factory, self.name)
-        self._acceptor.start()
+        self._server = await loop.create_server(factory, self.host or None, self.port,
+                                                backlog=LISTEN_BACKLOG)
+        sockets = self._server.sockets
         self.port = int(sockets[0].getsockname()[1])
         return self.port
 
@@ -170,8 +168,8 @@ class ListenerServer:
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Stop accepting, answer the requests already read, then close every connection."""
-        if self._acceptor is not None:
-            self._acceptor.close()
+        if self._server is not None:
+            self._server.close()
         for handshake in list(self._handshakes):
             handshake.cancel()
         for connection in list(self._connections):
@@ -180,3 +178,6 @@ class ListenerServer:
             _done, late = await asyncio.wait(set(self._tasks), timeout=grace_seconds)
             for task in late:
                 task.cancel()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
