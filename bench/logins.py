@@ -181,7 +181,9 @@ def storm(bench: Bench, material: Material, args: argparse.Namespace, directory:
           ) -> dict[str, Any]:
     """An authenticated producer's latency with and without login storms."""
     signer = Signer("PLAIN RS256", material, None)
-    broker = MultiListenerBroker(["PLAINTEXT", SASL], signer.broker_settings(directory))
+    extra = dict(setting.split("=", 1) for setting in args.set)
+    broker = MultiListenerBroker(["PLAINTEXT", SASL],
+                                 {**signer.broker_settings(directory), **extra})
     broker.start(bench.cpus.broker)
     trials: dict[str, list[dict[str, Any]]] = {"quiet": [], "storm": []}
     topic = "bench-storm"
@@ -254,9 +256,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(results: dict[str, Any]) -> str:
     """The Markdown tables and the targets."""
-    opts = results["options"]
+    parts = []
+    if results["rows"]:
+        parts.append(_rates_table(results))
+    if "storm" in results:
+        parts.append(_storm_table(results))
+    return "\n\n".join(parts)
+
+
+def _rates_table(results: dict[str, Any]) -> str:
+    rates_run = results.get("rates_run", results)  # kept from an earlier run: --storm-only
+    opts = rates_run["options"]
     lines = [f"Logins (connect, ApiVersions, SaslHandshake, SaslAuthenticate; 32 at once), "
-             f"{opts['logins']:,} per trial, median of {opts['repeat']}; {results['cpus']}. "
+             f"{opts['logins']:,} per trial, median of {opts['repeat']}; {rates_run['cpus']}. "
              "Limit: pyjwt's signature check of one token on the broker's CPU.", "",
              "| login | tokens | logins/s | logins per broker CPU s | limit: signature "
              "checks/s (whole jwt.decode/s) | per broker CPU s / limit |",
@@ -277,23 +289,31 @@ def table(results: dict[str, Any]) -> str:
     lines += ["", f"- logins per broker core >= 50% of the signature-check limit (a token "
                   f"per login): **{'met' if met else 'NOT met'}** ("
                   + ", ".join(f"{kind} {share:.1%}" for kind, share in verdicts) + ")"]
-    if "storm" in results:
-        quiet, stormy = results["storm"]["quiet"], results["storm"]["storm"]
-        longest = max(t["storm"]["longest_storm_s"] for t in stormy["trials"])
-        ratio = stormy["p99_ms"] / max(quiet["p99_ms"], 1e-9)
-        lines += ["", f"Login storm: a SASL/PLAIN (RS256) producer logged in beforehand, "
-                      f"{opts['storm_rate']:,.0f} records/s x 1 KiB, acks=all, linger.ms=5, "
-                      f"{opts['storm_seconds']:g} s measured; {opts['storms']} storms of "
-                      f"{opts['storm_clients']:,} logins at once in that time (the longest "
-                      f"took {longest:.2f} s); median of {opts['repeat']} trials.", "",
-                  "| producer | p50 ms | p99 ms | p99.9 ms | achieved records/s |",
-                  "|---|--:|--:|--:|--:|"]
-        for label, row in (("no storm", quiet), ("during storms", stormy)):
-            lines.append(f"| {label} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | "
-                         f"{row['p999_ms']:.2f} | {row['achieved_rate']:,.0f} |")
-        lines += ["", f"- a storm of {opts['storm_clients']:,} logins raises the producer's "
-                      f"p99 at most 2x: **{'met' if ratio <= 2 else 'NOT met'}** "
-                      f"({ratio:.2f}x)"]
+    return "\n".join(lines)
+
+
+def _storm_table(results: dict[str, Any]) -> str:
+    opts = results["options"]
+    quiet, stormy = results["storm"]["quiet"], results["storm"]["storm"]
+    longest = max(t["storm"]["longest_storm_s"] for t in stormy["trials"])
+    ratio = stormy["p99_ms"] / max(quiet["p99_ms"], 1e-9)
+    lines = [f"Login storm: a SASL/PLAIN (RS256) producer logged in beforehand, "
+             f"{opts['storm_rate']:,.0f} records/s x 1 KiB, acks=all, linger.ms=5, "
+             f"{opts['storm_seconds']:g} s measured; {opts['storms']} storms of "
+             f"{opts['storm_clients']:,} logins at once in that time (the longest "
+             f"took {longest:.2f} s); median of {opts['repeat']} trials, interleaved "
+             f"(p99 of each trial: no storm "
+             + ", ".join(f"{t['p99_ms']:.1f}" for t in quiet["trials"])
+             + "; during storms " + ", ".join(f"{t['p99_ms']:.1f}" for t in stormy["trials"])
+             + " ms).", "",
+             "| producer | p50 ms | p99 ms | p99.9 ms | achieved records/s |",
+             "|---|--:|--:|--:|--:|"]
+    for label, row in (("no storm", quiet), ("during storms", stormy)):
+        lines.append(f"| {label} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | "
+                     f"{row['p999_ms']:.2f} | {row['achieved_rate']:,.0f} |")
+    lines += ["", f"- a storm of {opts['storm_clients']:,} logins raises the producer's "
+                  f"p99 at most 2x: **{'met' if ratio <= 2 else 'NOT met'}** "
+                  f"({ratio:.2f}x)"]
     return "\n".join(lines)
 
 
@@ -313,20 +333,38 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=180.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--no-pin", action="store_true")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the storm's broker (repeatable)")
+    parser.add_argument("--storm-only", action="store_true",
+                        help="the storm rows only (no limits, no login rates; the rate "
+                        "rows already in --out are kept)")
     parser.add_argument("--quick", action="store_true",
                         help="200 logins, one trial, a storm of 100 for 2 s")
     return parser
 
 
+def _keep_rates(results: dict[str, Any], earlier: Path) -> None:
+    """Keep the login-rate rows of the run saved in ``earlier``, if any (--storm-only)."""
+    if not earlier.exists():
+        return
+    saved: dict[str, Any] = json.loads(earlier.read_text(encoding="utf-8"))
+    if saved.get("rows"):
+        results["rows"] = saved["rows"]
+        results["rates_run"] = saved.get("rates_run") or {"options": saved["options"],
+                                                          "cpus": saved["cpus"]}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run, print the tables, save ``logins.json`` and ``logins.md`` in ``--out``."""
     args = _parser().parse_args(argv)
-    args.kinds = [kind.strip() for kind in args.kinds.split(",")]
+    args.kinds = [] if args.storm_only else [kind.strip() for kind in args.kinds.split(",")]
     if args.quick:
         args.logins, args.repeat = 200, 1
         args.storm_clients = min(args.storm_clients, 100)
         args.storm_seconds, args.storm_rate = 2.0, 1000.0
     results = run(args)
+    if args.storm_only:
+        _keep_rates(results, args.out / "logins.json")
     text = table(results)
     print(text, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import Executor
 from functools import partial
 
 from kafka.protocol.api_message import ApiMessage
@@ -80,7 +81,8 @@ class Session:
                  mechanisms: dict[str, SaslFactory], failed_delay_ms: int = 0,
                  max_reauth_ms: int = 0, audit: AuditLog | None = None,
                  max_receive_before_login: int | None = None,
-                 gate: ConnectionGate | None = None) -> None:
+                 gate: ConnectionGate | None = None,
+                 steps: Executor | None = None) -> None:
         self.dispatcher = dispatcher
         self.info = info
         self.advertised = advertised
@@ -96,6 +98,8 @@ class Session:
         self.client_id: str | None = None
         """The client id of the connection's latest request (for log lines)."""
         self.gate = gate
+        self.steps = steps
+        """Where the mechanism's steps run (None: the loop's default executor)."""
         self.admitted: Caller | None = None
         """Who the connection counts for in the quotas on connections, once admitted."""
         self.muted_until = 0.0
@@ -226,15 +230,18 @@ class Session:
 
     async def _step(self, message: bytes, client_id: str | None
                     ) -> tuple[bytes, Authenticated | None]:
-        """One SASL step; on failure wait ``failed_delay_ms`` and raise SaslFailure. A
-        first login is admitted by the quotas on connections (FrameError: refused)."""
+        """One SASL step; SaslFailure when it failed (the caller answers after
+        ``failed_delay_ms``: :meth:`_failed`). A first login is admitted by the quotas
+        on connections (FrameError: refused)."""
         server = self.sasl.exchange
         assert server is not None
         try:
             # In a worker thread: validators may fetch keys (JWKS) over the network. (Run
             # on the loop when the keys were loaded at start, logins went 4x slower in
-            # wall time and 1.2x in CPU in bench.logins: kept in the thread.)
-            challenge = await asyncio.to_thread(server.step, message)
+            # wall time and 1.2x in CPU in bench.logins: kept in the thread.) The threads
+            # are the SASL steps' own (``steps``), not the default executor's.
+            challenge = await asyncio.get_running_loop().run_in_executor(
+                self.steps, server.step, message)
             result = server.result if server.complete else None
             if result is not None:
                 self.sasl.check(result)
@@ -248,7 +255,6 @@ class Session:
                         tenant or "not named", failure.message,
                         extra=self._log_fields(tenant=tenant))
             self.sasl.failed()
-            await asyncio.sleep(self.failed_delay_ms / 1000)
             raise
         if result is None:
             return challenge, None
@@ -277,7 +283,23 @@ class Session:
         return {"client": self.info.peer, "client_id": self.client_id,
                 "listener": self.info.listener, **fields}
 
-    async def _authenticate(self, parsed: ParsedRequest) -> bytes:
+    async def _failed(self, error: FrameError) -> Answer:
+        """A failed SASL step: ``failed_delay_ms``, then ``error`` (its answer, and the
+        close). For a first login the delay is the waiting stage, so that it holds no
+        permit of the login gate (``listeners.admission``); the listener reads nothing
+        more of a connection not logged in meanwhile. A re-authentication waits in the
+        dispatch stage, so that nothing more is read and served in the old session."""
+        delayed = self._after_delay(error)
+        if self.sasl.login is None:
+            return delayed
+        await delayed  # raises
+        return None
+
+    async def _after_delay(self, error: FrameError) -> None:
+        await asyncio.sleep(self.failed_delay_ms / 1000)
+        raise error
+
+    async def _authenticate(self, parsed: ParsedRequest) -> Answer:
         version = parsed.header.api_version
 
         def answer(code: ErrorCode, message: str | None, auth: bytes = b"",
@@ -297,9 +319,10 @@ class Session:
             assert isinstance(auth, bytes)  # as decoded (an ApiData only goes out)
             challenge, result = await self._step(auth, parsed.header.client_id)
         except SaslFailure as failure:
-            raise FrameError(f"authentication failed: {failure.message}", answer(
-                ErrorCode.SASL_AUTHENTICATION_FAILED,
-                f"Authentication failed: {failure.message}")) from failure
+            return await self._failed(FrameError(
+                f"authentication failed: {failure.message}", answer(
+                    ErrorCode.SASL_AUTHENTICATION_FAILED,
+                    f"Authentication failed: {failure.message}")))
         lifetime = self.sasl.lifetime_left(_now_ms()) if result is not None else 0
         return answer(ErrorCode.NONE, None, challenge, lifetime)
 
@@ -311,12 +334,12 @@ class Session:
             error_message="SaslAuthenticate request received after successful authentication",
             auth_bytes=b"", session_lifetime_ms=0))
 
-    async def _raw_token(self, frame: memoryview) -> bytes:
+    async def _raw_token(self, frame: memoryview) -> Answer:
         """The v0 flow: the frame is a bare SASL token, answered with a bare token."""
         try:
             challenge, _ = await self._step(bytes(frame), None)
         except SaslFailure as failure:
-            raise FrameError(f"authentication failed: {failure.message}") from failure
+            return await self._failed(FrameError(f"authentication failed: {failure.message}"))
         return len(challenge).to_bytes(4, "big") + challenge
 
     def closed(self) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TypeVar, cast
 
+from listeners.admission import LoginGate
 from listeners.frames import (
     SMALL_FRAME_BYTES,
     ConnectionHandler,
@@ -72,7 +73,8 @@ class Connection:
 
     def __init__(self, reader: ConnectionReader, writer: asyncio.StreamWriter,
                  handler: ConnectionHandler, info: ConnectionInfo, limits: Limits,
-                 budget: ReadBudget, on_reject: Callable[[str, str], None] | None) -> None:
+                 budget: ReadBudget, on_reject: Callable[[str, str], None] | None,
+                 gate: LoginGate | None = None) -> None:
         self.reader = reader
         self.writer = writer
         self.handler = handler
@@ -80,6 +82,8 @@ class Connection:
         self.limits = limits
         self.budget = budget
         self.on_reject = on_reject
+        self.gate = gate
+        self.gated_requests = 0  # requests served before login (through the gate)
         self.pending: asyncio.Queue[asyncio.Task[Response | None] | None] = asyncio.Queue(
             maxsize=limits.max_queued_requests)
         self.reading: asyncio.Task[object] | None = None
@@ -216,25 +220,49 @@ class Connection:
                 return
             frame, held = read
             await self._while_muted()  # a throttle known only once the frame was read
-            started: tuple[asyncio.Task[Response | None], asyncio.Future[None]] | None = None
+            permit = await self._enter_gate()
             try:
-                request = self._prepare(frame)
-                del frame
-                if await self._room_for(request.response_bound):
-                    started = self._start(request, held)
-            finally:
+                started: tuple[asyncio.Task[Response | None], asyncio.Future[None]] | None = None
+                try:
+                    request = self._prepare(frame)
+                    del frame
+                    if not self._fits(request.response_bound) and permit:
+                        self._leave_gate()  # waiting for the client to read: no permit
+                        permit = False
+                        if await self._room_for(request.response_bound):
+                            permit = await self._enter_gate()
+                            started = self._start(request, held)
+                    elif await self._room_for(request.response_bound):
+                        started = self._start(request, held)
+                finally:
+                    if started is None:
+                        self.budget.give_back(held)
                 if started is None:
-                    self.budget.give_back(held)
-            if started is None:
-                return
-            last, dispatched = started
-            await self.pending.put(last)
-            # the order rule: nothing more is read until this request's dispatch stage
-            # has returned; its waiting stage may go on. The request runs first in the next
-            # turn of the loop, and most dispatch stages end in it.
-            await asyncio.sleep(0)
-            if not dispatched.done():
-                await dispatched
+                    return
+                last, dispatched = started
+                await self.pending.put(last)
+                # the order rule: nothing more is read until this request's dispatch stage
+                # has returned; its waiting stage may go on. The request runs first in the
+                # next turn of the loop, and most dispatch stages end in it.
+                await asyncio.sleep(0)
+                if not dispatched.done():
+                    await dispatched
+            finally:
+                if permit:
+                    self._leave_gate()
+
+    async def _enter_gate(self) -> bool:
+        """Before a request of a connection not logged in is served: a permit of the
+        login gate (:mod:`listeners.admission`); whether one was taken."""
+        if self.gate is None or self.handler.frame_limit is None:
+            return False
+        await self.gate.enter(self.gated_requests)
+        self.gated_requests += 1
+        return True
+
+    def _leave_gate(self) -> None:
+        assert self.gate is not None
+        self.gate.leave()
 
     async def _without_reading(self, wait: Awaitable[object]) -> None:
         """Await ``wait`` with the transport paused (unless the reader paused it)."""

@@ -24,7 +24,10 @@ in) may send frames up to that limit only. Such a connection is read one small p
 time and not at all while its request runs; a frame of up to ``SMALL_FRAME_BYTES`` (any
 real login) is read as it is, a larger one draws on one :class:`ReadBudget` shared by the
 broker's listeners as its bytes arrive, so that nobody can fill the budget by declaring
-sizes, and a full budget never stops a login.
+sizes, and a full budget never stops a login. The requests of such connections are served
+a few at a time across the broker's listeners (:class:`LoginGate`,
+:mod:`listeners.admission`), so that a login storm does not queue ahead of logged-in
+clients' requests.
 
 A handler may mute its connection until a moment (``muted_until``, a client throttled by
 a quota, KIP-219): until then no frame is read or started and the transport is paused, so
@@ -48,6 +51,7 @@ import logging
 import ssl
 from collections.abc import Callable
 
+from listeners.admission import LoginGate
 from listeners.connection import Connection, log_lost, tls_usable
 from listeners.frames import (
     SMALL_FRAME_BYTES,
@@ -68,7 +72,7 @@ from listeners.reader import ConnectionReader
 
 __all__ = ["SMALL_FRAME_BYTES", "Answer", "ConnectionHandler", "ConnectionInfo",
            "ConnectionRefused",
-           "FrameError", "HandlerFactory", "Limits", "ListenerServer", "ReadBudget",
+           "FrameError", "HandlerFactory", "Limits", "ListenerServer", "LoginGate", "ReadBudget",
            "Request", "Response", "response_size"]
 
 log = logging.getLogger(__name__)
@@ -87,7 +91,7 @@ class ListenerServer:
     def __init__(self, name: str, host: str, port: int, factory: HandlerFactory,
                  limits: Limits, ssl_context: ssl.SSLContext | None = None,
                  on_reject: Callable[[str, str], None] | None = None,
-                 budget: ReadBudget | None = None) -> None:
+                 budget: ReadBudget | None = None, gate: LoginGate | None = None) -> None:
         self.name = name
         self.host = host
         self.port = port
@@ -96,6 +100,7 @@ class ListenerServer:
         self.ssl_context = ssl_context
         self.on_reject = on_reject
         self.budget = budget or ReadBudget(limits.max_frame_bytes)
+        self.gate = gate
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[object]] = set()
@@ -148,7 +153,7 @@ class ListenerServer:
             writer.close()
             return
         connection = Connection(reader, writer, handler, info, self.limits,
-                                self.budget, self.on_reject)
+                                self.budget, self.on_reject, self.gate)
         self._connections.add(connection)
         task = asyncio.current_task()
         if task is not None:

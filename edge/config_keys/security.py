@@ -94,6 +94,12 @@ class ListenerSecurityKeys(BaseModel):
         "bytes that frames larger than 16 KiB of connections not yet logged in may hold at "
         "once, counted as they arrive (smaller ones, any login, are not counted); a frame "
         "beyond it closes its connection", ge=1, le=INT_MAX)] = 67108864
+    max_concurrent_logins: Annotated[int, key(
+        "maxConcurrentLogins",
+        "requests of connections not yet logged in (ApiVersions, SaslHandshake, "
+        "SaslAuthenticate) served at once across the listeners; more wait their turn, so "
+        "that a login storm does not delay logged-in clients' requests", ge=1,
+        le=INT_MAX)] = 8
 
 
 class AuthorizationKeys(BaseModel):
