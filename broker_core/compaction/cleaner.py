@@ -7,7 +7,9 @@ changes (an append: perhaps the marker) or a delete horizon passes (:class:`_Wai
 an open transaction does not cost a read of the partition every round. Its reads and
 writes together stay under ``logCleanerIoMaxBytesPerSecond`` (paced by sleeping in its
 thread), so the event loop and the appends never wait for it beyond the short swap of a
-cleaned segment.
+cleaned segment; while it cleans, a thread waiting for the GIL gets it within
+:data:`GIL_TURN_SECONDS` (:func:`short_gil_turns`), so the event loop does not wait a
+whole switch interval for the cleaner's parsing at each of its callbacks.
 """
 
 from __future__ import annotations
