@@ -7,15 +7,19 @@ changes (an append: perhaps the marker) or a delete horizon passes (:class:`_Wai
 an open transaction does not cost a read of the partition every round. Its reads and
 writes together stay under ``logCleanerIoMaxBytesPerSecond`` (paced by sleeping in its
 thread), so the event loop and the appends never wait for it beyond the short swap of a
-cleaned segment.
+cleaned segment; while it cleans, a thread waiting for the GIL gets it within
+:data:`GIL_TURN_SECONDS` (:func:`short_gil_turns`), so the event loop does not wait a
+whole switch interval for the cleaner's parsing at each of its callbacks.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from broker_core import metrics
@@ -42,6 +46,25 @@ from .cleaning import (
 )
 
 log = logging.getLogger(__name__)
+
+
+GIL_TURN_SECONDS = 0.0005
+"""The interpreter's switch interval while a cleaning runs (its default is 5 ms)."""
+
+
+@contextmanager
+def short_gil_turns() -> Iterator[None]:
+    """Within the block, a thread waiting for the GIL asks for it after
+    :data:`GIL_TURN_SECONDS` instead of the interpreter's switch interval (5 ms by
+    default), then restores it. The cleaner holds the GIL while it parses records; the
+    event loop takes it back at every callback, so with the default each of a request's
+    callbacks could wait up to 5 ms for the cleaner."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(min(previous, GIL_TURN_SECONDS))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
 
 
 class Pacer:
@@ -158,8 +181,9 @@ class LogCleaner:
                 log.info("log cleaner: cleaning %s (dirty ratio %.2f, %d segment(s))",
                          store.location, found.ratio, len(found.cleanable),
                          extra=topic_fields(name))
-                done = clean(store, found.cleanable, settings, now, pace, checkpoint,
-                             self._map_bytes)
+                with short_gil_turns():
+                    done = clean(store, found.cleanable, settings, now, pace, checkpoint,
+                                 self._map_bytes)
             except Stopped:
                 break
             except (StorageError, OSError, MalformedBatch, ValueError) as exc:

@@ -59,8 +59,28 @@ def write_json_atomically(path: Path, document: object, *, durable: bool = True)
 
 
 def json_bytes(document: object) -> bytes:
-    """``document`` as the indented JSON the metadata files hold."""
-    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode("utf-8")
+    """``document`` as the JSON the metadata files hold: keys sorted, each member of the
+    top object and each item of a list there on a line of its own, what lies deeper on
+    that line. Each line is written by json's C encoder: the indenting encoder is pure
+    Python, and a partition of hundreds of ledgers rewrites its ``partition.json`` (one
+    item per ledger) at every roll and every swap of a cleaned ledger."""
+    return (_layout(document, 0) + "\n").encode("utf-8")
+
+
+_LAID_OUT_DEPTH = 2
+"""How many levels of objects and lists :func:`json_bytes` spreads over lines."""
+
+
+def _layout(value: object, depth: int) -> str:
+    if depth >= _LAID_OUT_DEPTH or not isinstance(value, dict | list) or not value:
+        return json.dumps(value, sort_keys=True)
+    pad = " " * (depth + 1)
+    if isinstance(value, dict):
+        items = [f"{pad}{json.dumps(str(key))}: {_layout(value[key], depth + 1)}"
+                 for key in sorted(value)]
+        return "{\n" + ",\n".join(items) + "\n" + pad[1:] + "}"
+    items = [pad + _layout(item, depth + 1) for item in value]
+    return "[\n" + ",\n".join(items) + "\n" + pad[1:] + "]"
 
 
 def read_json(path: Path) -> JsonValue:

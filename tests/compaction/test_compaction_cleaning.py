@@ -14,6 +14,7 @@ behind) loses nothing and duplicates nothing.
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from prometheus_client import REGISTRY
 
 from broker_core.codec.batch_header import read_header
 from broker_core.codec.markers import ABORT, COMMIT, marker_batch, marker_type
-from broker_core.compaction.cleaner import LogCleaner
+from broker_core.compaction.cleaner import GIL_TURN_SECONDS, LogCleaner, short_gil_turns
 from broker_core.compaction.cleaning import (
     DEFAULT_MAP_BYTES,
     Checkpoint,
@@ -648,3 +649,15 @@ def test_bytes_reclaimed_are_the_bytes_the_engine_freed(storage: Storage,
     freed = reclaimed_total() - before
     assert freed == size - log.size_bytes
     assert tombstones // 2 < freed < tombstones * 2  # less the fillers over their gaps
+
+
+def test_the_gil_changes_hands_sooner_while_a_cleaning_runs() -> None:
+    """Within ``short_gil_turns`` the interpreter's switch interval is the cleaner's short
+    one (never longer than it was); after it, what it was."""
+    before = sys.getswitchinterval()
+    with short_gil_turns():
+        assert sys.getswitchinterval() == pytest.approx(min(before, GIL_TURN_SECONDS))
+    assert sys.getswitchinterval() == before
+    with pytest.raises(KeyError), short_gil_turns():
+        raise KeyError("a cleaning that failed")
+    assert sys.getswitchinterval() == before

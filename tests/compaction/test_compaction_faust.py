@@ -1,4 +1,5 @@
-"""faust-streaming (a stream processor on aiokafka) against a real broker on files: its
+"""faust-streaming (a stream processor on aiokafka) against a real broker, on files and on
+PostgreSQL: its
 table lives in faust's in-memory store and in a changelog topic that faust creates with
 ``cleanup.policy=compact`` (and, from the app, small segments). Many updates to few keys
 go through the app's source topic; the broker's log cleaner shrinks the changelog to
@@ -26,6 +27,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from tests.broker_process import BrokerProcess, ChildProcess
 from tests.clients import create_topic
+from tests.conftest import check_engine_left, engine_settings
 from tests.faust_app import RECOVERED
 
 KEYS = 8
@@ -61,12 +63,14 @@ class FaustWorker(ChildProcess):
             self.recovered = json.loads(match[1])
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A broker on files whose cleaner looks for work every 200 ms."""
-    process = BrokerProcess(tmp_path / "data", CLEANER).start()
+@pytest.fixture(params=["file", "postgres"])
+def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker on each of those engines whose cleaner looks for work every 200 ms."""
+    engine = str(request.param)
+    process = BrokerProcess(tmp_path / "data", {**engine_settings(engine), **CLEANER}).start()
     yield process
     process.stop()
+    check_engine_left(tmp_path / "data", engine)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 import threading
 from dataclasses import replace
@@ -18,6 +19,8 @@ from broker_core.storage.entry import (
     decode_entry_header,
     encode_entry_header,
 )
+from broker_core.storage.fsutil import json_bytes
+from broker_core.storage.metadata import PartitionMetadata, load_metadata
 from tests.batches import numbered_batch
 from tests.storage_helpers import batch_bytes, headed, region_bytes
 
@@ -368,3 +371,20 @@ def test_large_batches_come_back_as_file_regions(tmp_path: Path) -> None:
             chunk.release()
             chunk.release()  # twice is harmless
             assert chunk.fd == -1
+
+
+def test_partition_json_holds_one_ledger_per_line(tmp_path: Path) -> None:
+    """partition.json (rewritten at every roll and every swap of a cleaned ledger) is
+    written by json's C encoder a ledger per line, and reads back as written."""
+    log = PartitionLog(tmp_path / "p", LogConfig(segment_bytes=400))
+    for first in range(0, 60, 3):
+        add(log, first, 3, pad=100)
+    log.close()
+    path = tmp_path / "p" / "partition.json"
+    stored = load_metadata(tmp_path / "p")
+    assert stored is not None and len(stored.ledgers) > 5
+    lines = path.read_text().splitlines()
+    ledger_lines = [line for line in lines if line.startswith('  {"createdMs": ')]
+    assert len(ledger_lines) == len(stored.ledgers)
+    assert json_bytes(stored.to_json()) == path.read_bytes()
+    assert PartitionMetadata.from_json(json.loads(path.read_bytes())) == stored
