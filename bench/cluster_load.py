@@ -9,8 +9,8 @@ librdkafka makes them, and with equal batches. librdkafka sends one partition's 
 ProduceRequest and fills a batch only while it waits for its connection, so the same load
 spread over three brokers arrives in about twice as many, smaller batches as on one; a
 broker's CPU follows the number of requests as much as the number of records. Fixed-size
-batches (``batch.size`` reached long before ``linger.ms``) and fetch responses capped at
-4 MiB make the requests the same whatever the cluster size, so that the CPU difference is
+batches (``batch.size`` reached long before ``linger.ms``) and fetch responses of 12 MiB
+(3 MiB per partition) make the requests the same whatever the cluster size, so that the CPU difference is
 the brokers' own (their separate PostgreSQL commits, membership, ownership checks).
 """
 
@@ -50,15 +50,17 @@ class Batching:
 
 
 EQUAL_BATCH_BYTES = 256 << 10
-EQUAL_FETCH_BYTES = 4 << 20
-"""A fetch response's cap: what 4 partitions give at the default 1 MiB per partition, so
-that one broker's response for 12 partitions is no larger than each of three brokers'."""
+EQUAL_FETCH_BYTES = 12 << 20
+"""A fetch response's cap: what one broker's 12 partitions give at the default 1 MiB per
+partition; with a quarter of it per partition, each of three brokers' 4 partitions fill
+it too."""
 BATCHINGS = (
     Batching("client", "librdkafka's own batches"),
     Batching("equal", "equal batches (batch.size=256 KiB, linger.ms=1000; fetch.max.bytes="
-                      "4 MiB)",
+                      "12 MiB, max.partition.fetch.bytes=3 MiB)",
              produce={"linger_ms": 1000, "config": [f"batch.size={EQUAL_BATCH_BYTES}"]},
-             consume={"config": [f"fetch.max.bytes={EQUAL_FETCH_BYTES}"]}),
+             consume={"config": [f"fetch.max.bytes={EQUAL_FETCH_BYTES}",
+                                 f"max.partition.fetch.bytes={EQUAL_FETCH_BYTES // 4}"]}),
 )
 """The two ways each trial is run; the CPU target is read on the equal batches."""
 
