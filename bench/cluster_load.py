@@ -10,8 +10,9 @@ ProduceRequest and fills a batch only while it waits for its connection, so the 
 spread over three brokers arrives in about twice as many, smaller batches as on one; a
 broker's CPU follows the number of requests as much as the number of records. Fixed-size
 batches (``batch.size`` reached long before ``linger.ms``) and fetch responses of 12 MiB
-(3 MiB per partition) make the requests the same whatever the cluster size, so that the CPU difference is
-the brokers' own (their separate PostgreSQL commits, membership, ownership checks).
+(3 MiB per partition) make the requests the same whatever the cluster size, so that the
+CPU difference is the brokers' own (their separate PostgreSQL commits, membership,
+ownership checks).
 """
 
 from __future__ import annotations
