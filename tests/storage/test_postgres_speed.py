@@ -13,7 +13,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import confluent_kafka
@@ -155,6 +155,20 @@ def _blocked_on_a_lock(url: str) -> bool:
     return bool(_lock_waits(url))
 
 
+def _held_up(url: str, locker: psycopg.Connection[tuple[object, ...]], held: PgPartition,
+             count: int, pool: ThreadPoolExecutor) -> Future[int]:
+    """Lock ``held``'s partition row through ``locker``, append ``count`` records to it in
+    ``pool`` and return once its lane's commit waits for that lock (until ``locker`` rolls
+    back or closes): the append's future."""
+    locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
+                   (held.partition_id,))
+    waiting = pool.submit(append, held, count)
+    while not _blocked_on_a_lock(url):
+        assert not waiting.done(), waiting.exception()
+        time.sleep(0.01)
+    return waiting
+
+
 def test_a_marker_poll_waiting_for_the_database_holds_up_no_request(tmp_path: Path) -> None:
     """The marker relay asks the database for queued transaction markers 20 times a
     second; it does so from a worker thread, so while that statement waits (here for a
@@ -193,12 +207,7 @@ def test_a_commit_held_up_in_one_lane_holds_up_no_other_lane() -> None:
         assert held.partition_id % LANES != free.partition_id % LANES
         with ThreadPoolExecutor(1) as pool:
             with psycopg.connect(url) as locker:
-                locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
-                               (held.partition_id,))
-                waiting = pool.submit(append, held, 2)
-                while not _blocked_on_a_lock(url):  # its commit waits for the lock
-                    assert not waiting.done(), waiting.exception()
-                    time.sleep(0.01)
+                waiting = _held_up(url, locker, held, 2, pool)
                 assert append(free, 3) == 0  # committed meanwhile
                 assert not waiting.done()
             assert waiting.result() == 0  # the lock is gone: committed
@@ -230,12 +239,7 @@ def test_a_group_stores_the_partitions_that_moved_and_nothing_of_one_fenced() ->
         for log in (held, kept, taken):
             log.fence(0)  # owned here at the epoch the rows hold
         with ThreadPoolExecutor(3) as pool, psycopg.connect(url) as locker:
-            locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
-                           (held.partition_id,))
-            first = pool.submit(append, held, 1)
-            while not _blocked_on_a_lock(url):  # the lane's worker waits for the lock
-                assert not first.done(), first.exception()
-                time.sleep(0.01)
+            first = _held_up(url, locker, held, 1, pool)
             results = [pool.submit(asyncio.run, _deferred(log, count))
                        for log, count in ((kept, 2), (taken, 3))]
             while kept._inflight + taken._inflight < 2:  # both queued behind it
@@ -281,12 +285,7 @@ def test_more_appends_than_one_statement_holds_are_committed_in_order() -> None:
             return [base for base, _ in queued]
 
         with ThreadPoolExecutor(2) as pool, psycopg.connect(url) as locker:
-            locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
-                           (held.partition_id,))
-            first = pool.submit(append, held, 1)
-            while not _blocked_on_a_lock(url):  # the lane's worker waits for the lock
-                assert not first.done(), first.exception()
-                time.sleep(0.01)
+            first = _held_up(url, locker, held, 1, pool)
             many = pool.submit(asyncio.run, append_many())
             while busy._inflight < count:  # all queued behind it
                 assert not many.done(), many.exception()
