@@ -22,7 +22,6 @@ runs, and how much of the busy run's measured window the cleaning covered.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
@@ -35,6 +34,7 @@ from bench.admin import create_topic, delete_topic, set_topic_configs
 from bench.brokers import EdgeBroker
 from bench.options import Options
 from bench.pinning import plan_cpus
+from bench.report import save_row
 from bench.runner import Bench, LoadError, run_worker
 
 MB = 1e6
@@ -197,12 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = table(args, results)
     print(text, flush=True)
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "cleaner.md").write_text(text + "\n")
         options = {key: str(value) if isinstance(value, Path) else value
                    for key, value in vars(args).items()}
-        (args.out / "cleaner.json").write_text(json.dumps(
-            {"options": options, "runs": results}, indent=1) + "\n")
+        save_row(args.out, "cleaner", {"options": options, "runs": results}, text)
     return 0
 
 

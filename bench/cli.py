@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import platform
 import sys
 import time
@@ -20,6 +19,7 @@ from bench.pinning import CpuPlan, pin_self, plan_cpus
 from bench.postgres import markdown as postgres_markdown
 from bench.postgres import run_postgres
 from bench.postgres import target as postgres_target
+from bench.report import save_row
 from bench.runner import Bench
 from bench.suite import run_suite
 from edge.local_postgres import PostgresError, server_bin_dir
@@ -63,9 +63,7 @@ def save(results: dict[str, Any], text: str, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     for name in RESULT_FILES:
         (out / name).unlink(missing_ok=True)
-    (out / "latest.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    (out / "latest.md").write_text(text + "\n", encoding="utf-8")
-    written = [out / "latest.json", out / "latest.md"]
+    written = save_row(out, "latest", results, text)
     if write_chart(results, out / "latest.png"):
         written.append(out / "latest.png")
     else:

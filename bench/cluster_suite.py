@@ -8,7 +8,6 @@ beside ``latest.*``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import subprocess
 import sys
@@ -23,8 +22,7 @@ from bench.cluster_load import cluster_throughput
 from bench.failover import failover
 from bench.options import Options, parse_options
 from bench.pinning import CpuPlan, pin_self, plan_cpus
-
-RESULT_FILES = ("cluster.json", "cluster.md")
+from bench.report import save_row
 
 
 def _postgres_version(bin_dir: Path) -> str:
@@ -57,12 +55,8 @@ def run_and_save(opts: Options, cpus: CpuPlan) -> str:
     return the Markdown."""
     results = run_cluster(opts, cpus)
     text = cluster_report.markdown(results)
-    opts.out.mkdir(parents=True, exist_ok=True)
-    (opts.out / "cluster.json").write_text(json.dumps(results, indent=1) + "\n",
-                                           encoding="utf-8")
-    (opts.out / "cluster.md").write_text(text + "\n", encoding="utf-8")
-    for name in RESULT_FILES:
-        print(f"[bench] wrote {opts.out / name}", file=sys.stderr)
+    for path in save_row(opts.out, "cluster", results, text):
+        print(f"[bench] wrote {path}", file=sys.stderr)
     return text
 
 

@@ -32,6 +32,7 @@ from bench.admin import create_topic
 from bench.brokers import EdgeBroker
 from bench.idle_clients import raise_file_limit
 from bench.options import RESULTS
+from bench.report import save_row
 from edge.ready_line import parse_ready
 
 KIB = 1024
@@ -185,9 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = run(args)
     text = render(result)
     print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "connections.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "connections.md").write_text(text)
+    save_row(args.out, "connections", result, text)
     return 0
 
 

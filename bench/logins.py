@@ -42,6 +42,7 @@ from jwt.algorithms import AllowedPublicKeys
 from bench.admin import create_topic, delete_topic
 from bench.options import RESULTS, Options
 from bench.pinning import CpuPlan, inherited_affinity, pin_self, plan_cpus
+from bench.report import save_row
 from bench.runner import Bench, LoadError, run_worker
 from bench.secure import Material, MultiListenerBroker, TempMaterial, as_flags, client_config
 from oauth.dev_issuer import DevClient, DevIssuer
@@ -367,9 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _keep_rates(results, args.out / "logins.json")
     text = table(results)
     print(text, flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "logins.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    (args.out / "logins.md").write_text(text + "\n", encoding="utf-8")
+    save_row(args.out, "logins", results, text)
     return 0
 
 

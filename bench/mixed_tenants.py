@@ -32,6 +32,7 @@ from bench import procstats
 from bench.admin import create_topic
 from bench.options import RESULTS
 from bench.pinning import CpuPlan, inherited_affinity, pin_self, plan_cpus
+from bench.report import save_row
 from bench.secure import Material, MultiListenerBroker, TempMaterial, as_flags, client_config
 from bench.stats import percentile
 
@@ -204,10 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run(args)
     text = table(results)
     print(text, flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "mixed_tenants.json").write_text(json.dumps(results, indent=1),
-                                                 encoding="utf-8")
-    (args.out / "mixed_tenants.md").write_text(text + "\n", encoding="utf-8")
+    save_row(args.out, "mixed_tenants", results, text)
     return 0
 
 

@@ -41,6 +41,7 @@ from bench.admin import create_topic
 from bench.brokers import Broker, EdgeBroker
 from bench.idle_clients import frame
 from bench.options import RESULTS
+from bench.report import save_row
 from bench.worker import Deliveries
 
 MB = 1_000_000
@@ -271,9 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = run(args)
     text = render(result)
     print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "partitions.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "partitions.md").write_text(text)
+    save_row(args.out, "partitions", result, text)
     return 0
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 Results = dict[str, Any]
@@ -16,6 +18,16 @@ CLIENT_NOTE = (f"{CLIENT_MARK} = the load generator was busy 90% of the time or 
 PAIRED_NOTE = ("Throughput ratios are the median of the per-trial ratios (each trial of this "
                "broker against the Tansu trial run just before or after it, so both saw the "
                "same machine), with their range in brackets.")
+
+
+def save_row(out: Path, name: str, results: object, text: str) -> list[Path]:
+    """Write a row's ``<name>.json`` (``results``) and ``<name>.md`` (``text``) into
+    ``out``, made if missing; the two paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.json", out / f"{name}.md"]
+    paths[0].write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    paths[1].write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+    return paths
 
 
 def size_label(size: int) -> str:

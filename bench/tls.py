@@ -19,7 +19,6 @@ TLS ClientHello is read as a frame: "early eof"), so it has no TLS listener to c
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -34,6 +33,7 @@ from bench.admin import create_topic, delete_topic
 from bench.cclient import find_or_build
 from bench.options import RESULTS, Options
 from bench.pinning import inherited_affinity, pin_self, plan_cpus
+from bench.report import save_row
 from bench.runner import Bench, LoadError, _summary, run_worker
 from bench.secure import MultiListenerBroker, TempMaterial, as_flags, client_config
 
@@ -191,9 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run(args)
     text = table(results)
     print(text, flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "tls.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    (args.out / "tls.md").write_text(text + "\n", encoding="utf-8")
+    save_row(args.out, "tls", results, text)
     return 0
 
 
