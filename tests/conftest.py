@@ -35,6 +35,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "integration: starts a broker, PostgreSQL, Envoy, a JVM or another "
         "process (set by tests/unit_rule.py)")
+    config.addinivalue_line(
+        "markers", "long_running(minutes): a module whose tests take that many minutes in "
+        "all on a loaded machine; the longest are scheduled first, so that they do not make "
+        "the tail of a parallel run")
 
 
 _reach = Reach()
@@ -42,7 +46,11 @@ _watch = SpawnWatch()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Marks every test ``unit`` or ``integration`` by the rule of ``tests/unit_rule.py``."""
+    """Marks every test ``unit`` or ``integration`` by the rule of ``tests/unit_rule.py``,
+    and moves the ``long_running`` modules to the front, longest first (whole modules:
+    xdist hands the first tests out in turn, so the longest start at once on every worker
+    instead of last on one)."""
+    items[:] = sorted(items, key=_minutes_first)
     for item in items:
         if not isinstance(item, pytest.Function):
             continue
@@ -50,6 +58,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = [d.func for name in item.fixturenames for d in definitions.get(name, ())]
         unit = not is_integration(_reach, item.function, fixtures)
         item.add_marker("unit" if unit else "integration")
+
+
+def _minutes_first(item: pytest.Item) -> int:
+    """Sort key: a ``long_running`` test's minutes, negated (a stable sort keeps the
+    collection's order within a module and among the rest)."""
+    marker = item.get_closest_marker("long_running")
+    return 0 if marker is None else -int(marker.kwargs["minutes"])
 
 
 @contextlib.contextmanager

@@ -15,6 +15,9 @@ import pytest
 
 from tests.broker_process import REPO
 
+pytestmark = pytest.mark.long_running(minutes=2)
+
+
 RECORDS = 2_000
 PARTITIONS = 3
 

@@ -13,6 +13,9 @@ import pytest
 
 from bench.cclient import find_or_build
 
+pytestmark = pytest.mark.long_running(minutes=3)
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 

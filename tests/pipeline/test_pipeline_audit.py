@@ -31,6 +31,9 @@ from tests.broker_process import REPO, BrokerProcess
 from tests.clients import create_topic, present
 from tests.pipeline_helpers import LoginFrom, consume, make_spark
 
+pytestmark = pytest.mark.long_running(minutes=8)
+
+
 SECRET = b"pipeline-audit-secret-of-32bytes"
 README = (REPO / "README.md").read_text()
 BURST_HOST, QUIET_HOST, LATE_HOST = "127.0.0.1", "127.0.0.2", "127.0.0.3"

@@ -29,6 +29,9 @@ from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
 from tests.pipeline_helpers import produce
 
+pytestmark = pytest.mark.long_running(minutes=14)
+
+
 PER_PARTITION = 1000
 SLOW_SECONDS = "0.05"
 """Per row of input partition 1 in the first run: its task needs 50 s, partition 0's not."""

@@ -20,6 +20,9 @@ from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
 from tests.pipeline_helpers import consume, make_spark, produce
 
+pytestmark = pytest.mark.long_running(minutes=3)
+
+
 RECORDS = 50_000
 PARTITIONS = 4
 
