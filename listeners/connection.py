@@ -45,7 +45,10 @@ _PEER_ERRNOS = frozenset({errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH
 
 
 async def _fail(exc: Exception) -> None:
-    raise exc
+    try:
+        raise exc
+    finally:
+        del exc  # no reference cycle (the exception's traceback holds this frame)
 
 
 def _peer_gone(exc: OSError) -> bool:
@@ -220,7 +223,9 @@ class Connection:
                 return
             frame, held = read
             await self._while_muted()  # a throttle known only once the frame was read
-            permit = await self._enter_gate()
+            permit = self._gated()
+            if permit:  # a plain check: a logged-in connection's requests never await here
+                await self._enter_gate()
             try:
                 started: tuple[asyncio.Task[Response | None], asyncio.Future[None]] | None = None
                 try:
@@ -230,7 +235,8 @@ class Connection:
                         self._leave_gate()  # waiting for the client to read: no permit
                         permit = False
                         if await self._room_for(request.response_bound):
-                            permit = await self._enter_gate()
+                            await self._enter_gate()
+                            permit = True
                             started = self._start(request, held)
                     elif await self._room_for(request.response_bound):
                         started = self._start(request, held)
@@ -251,14 +257,16 @@ class Connection:
                 if permit:
                     self._leave_gate()
 
-    async def _enter_gate(self) -> bool:
-        """Before a request of a connection not logged in is served: a permit of the
-        login gate (:mod:`listeners.admission`); whether one was taken."""
-        if self.gate is None or self.handler.frame_limit is None:
-            return False
+    def _gated(self) -> bool:
+        """Whether the next request needs a permit of the login gate
+        (:mod:`listeners.admission`): the connection has not logged in."""
+        return self.gate is not None and self.handler.frame_limit is not None
+
+    async def _enter_gate(self) -> None:
+        """Take a permit of the login gate for a request (:meth:`_gated`)."""
+        assert self.gate is not None
         await self.gate.enter(self.gated_requests)
         self.gated_requests += 1
-        return True
 
     def _leave_gate(self) -> None:
         assert self.gate is not None
