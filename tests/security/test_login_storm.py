@@ -193,7 +193,7 @@ def test_a_log_reader_falling_behind_neither_stops_logins_nor_loses_lines_at_sto
     assert proc.stderr is not None
     try:
         fcntl.fcntl(proc.stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)
-        head = []
+        head: list[str] = []
         while (ready := parse_ready(line := proc.stderr.readline())) is None:
             assert line, "\n".join(head)
             head.append(line)
