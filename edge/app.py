@@ -410,6 +410,7 @@ class BrokerApp:
             await server.stop()
         self.servers.clear()
         self.sasl_steps.shutdown(wait=False, cancel_futures=True)
+        self.audit.flush()
         problems = await self.engine.stop()
         for problem in problems:
             log.error("shutdown: %s", problem)

@@ -37,9 +37,11 @@ class _QueuedLines(QueueHandler):
     """Formats a record on the caller's thread with the broker's formatter and queues the
     finished line; counts the lines a full queue drops."""
 
-    def __init__(self, lines: queue.Queue[logging.LogRecord], formatter: logging.Formatter
-                 ) -> None:
+    def __init__(self, lines: queue.SimpleQueue[logging.LogRecord | None],
+                 formatter: logging.Formatter, max_lines: int) -> None:
         super().__init__(lines)
+        self.lines = lines
+        self.max_lines = max_lines
         self.setFormatter(formatter)
         self.dropped = 0
 
@@ -53,13 +55,13 @@ class _QueuedLines(QueueHandler):
 
     def enqueue(self, record: logging.LogRecord) -> None:
         """Queue the line, or count it dropped (called under the handler's lock)."""
-        try:
-            if self.dropped:
-                self.queue.put_nowait(self.prepare(self._dropped_note()))
-                self.dropped = 0
-            self.queue.put_nowait(record)
-        except queue.Full:
+        if self.lines.qsize() >= self.max_lines:
             self.dropped += 1
+            return
+        if self.dropped:
+            self.lines.put(self.prepare(self._dropped_note()))
+            self.dropped = 0
+        self.lines.put(record)
 
     def _dropped_note(self) -> logging.LogRecord:
         return logging.makeLogRecord({
@@ -69,7 +71,7 @@ class _QueuedLines(QueueHandler):
 
 
 class _Writer(QueueListener):
-    """The writer thread; its stop waits for room in a full queue, a bounded time."""
+    """The writer thread; its stop waits a bounded time for a stream that takes nothing."""
 
     stuck = False
     """Whether the thread did not stop in time (its stream takes nothing)."""
@@ -78,15 +80,9 @@ class _Writer(QueueListener):
         thread = self._thread
         if thread is None:
             return
-        lines = self.queue
-        assert isinstance(lines, queue.Queue)
-        try:
-            lines.put(None, timeout=STOP_WAIT_S)  # the stop marker, after every line queued
-        except queue.Full:
-            self.stuck = True  # the stream takes nothing: its (daemon) thread stays
-            return
+        self.enqueue_sentinel()  # after every line queued
         thread.join(STOP_WAIT_S)
-        self.stuck = thread.is_alive()
+        self.stuck = thread.is_alive()  # if so, the (daemon) thread is left behind
         self._thread = None
 
 
@@ -100,9 +96,9 @@ class ThreadedLog:
         """Formats and writes in the caller's thread: the handler before start and after
         stop."""
         assert self.direct.formatter is not None
-        lines: queue.Queue[logging.LogRecord] = queue.Queue(max_lines)
+        lines: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
         self.lines = lines
-        self.handler = _QueuedLines(lines, self.direct.formatter)
+        self.handler = _QueuedLines(lines, self.direct.formatter, max_lines)
         self.writer = logging.StreamHandler(stream)
         """Writes the finished lines (the thread's handler)."""
         self.writer.setFormatter(logging.Formatter("%(message)s"))
