@@ -150,9 +150,11 @@ class Connection:
             return None
         if limit is None or size <= SMALL_FRAME_BYTES:
             try:
-                # before login a frame must arrive within the idle timeout
-                frame = await (self.reader.readexactly(size) if limit is None else
-                               asyncio.wait_for(self.reader.readexactly(size), idle))
+                if limit is None or self.reader.buffered >= size:
+                    frame = await self.reader.readexactly(size)
+                else:  # before login a frame must arrive within the idle timeout
+                    async with asyncio.timeout(idle):  # (wait_for made a task per frame)
+                        frame = await self.reader.readexactly(size)
             except asyncio.IncompleteReadError as exc:
                 self._closed_inside(len(exc.partial), size)
                 return None
