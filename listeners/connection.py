@@ -30,6 +30,7 @@ from listeners.frames import (
     response_size,
 )
 from listeners.handshake import os_reason
+from listeners.pacing import TurnPacer
 from listeners.reader import ConnectionReader
 from listeners.sendfile import write_parts
 
@@ -77,7 +78,7 @@ class Connection:
     def __init__(self, reader: ConnectionReader, writer: asyncio.StreamWriter,
                  handler: ConnectionHandler, info: ConnectionInfo, limits: Limits,
                  budget: ReadBudget, on_reject: Callable[[str, str], None] | None,
-                 gate: LoginGate | None = None) -> None:
+                 gate: LoginGate | None = None, closing: TurnPacer | None = None) -> None:
         self.reader = reader
         self.writer = writer
         self.handler = handler
@@ -86,6 +87,8 @@ class Connection:
         self.budget = budget
         self.on_reject = on_reject
         self.gate = gate
+        self.closing = closing
+        """Taken a turn of before tearing down (:mod:`listeners.pacing`)."""
         self.gated_requests = 0  # requests served before login (through the gate)
         self.pending: asyncio.Queue[asyncio.Task[Response | None] | None] = asyncio.Queue(
             maxsize=limits.max_queued_requests)
@@ -110,6 +113,9 @@ class Connection:
         except asyncio.CancelledError:
             pass  # stop reading: shutdown, or the write side closed the connection
         finally:
+            if self.closing is not None:
+                with contextlib.suppress(asyncio.CancelledError):  # torn down all the same
+                    await self.closing.turn()
             await self.pending.put(None)
             with contextlib.suppress(asyncio.CancelledError):
                 await writing
