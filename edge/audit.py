@@ -3,7 +3,9 @@ rejected connection and first throttled request of a quota window (``edge.quotas
 appended to the internal topic ``__audit`` of the metadata namespace
 (``public/__kafka/__audit`` by default) for the security pipeline to analyse.
 
-Writes are plain appends to the managed ledger (no fsync wait); repeated identical denials
+Writes are plain appends to the managed ledger (no fsync wait); the events of one turn of
+the event loop are written as one batch at its end (a storm of logins wrote a batch, and
+made a write system call on the loop, per login); repeated identical denials
 within one second are written once, so a client looping on a refused request cannot flood
 the log. In a cluster an event recorded before this broker has claimed its audit partition
 (just created, or a slot just taken over) waits in memory, in order, until the claim
@@ -39,6 +41,10 @@ _MAX_DEFERRED = 10_000
 logged once per wait)."""
 _RETRY_S = 1.0
 """Between two looks at whether the audit partition is this broker's yet."""
+
+
+_Event = tuple[bytes, bytes, int]
+"""An audit record: its key (the tenant), its JSON value, when it was recorded (ms)."""
 
 
 class _NotClaimed(Exception):
@@ -84,7 +90,9 @@ class AuditLog:
         self.topic = (f"{engine.config.metadata_tenant}/{engine.config.metadata_namespace}/"
                       f"{AUDIT_TOPIC}")
         self._recent: dict[tuple[str | None, ...], int] = {}
-        self._deferred: list[tuple[bytes, bytes, int]] = []
+        self._deferred: list[_Event] = []
+        self._batch: list[_Event] = []
+        """Events recorded in this turn of the loop, written as one batch at its end."""
         self._dropped = 0
         """Events dropped during the current wait (the deferred list was full)."""
         self._waiting: asyncio.Task[None] | None = None
@@ -146,26 +154,44 @@ class AuditLog:
         value = json.dumps(document, separators=(",", ":")).encode()
         tenant = (event.tenant or "").encode()
         if self._deferred:  # keep the order: behind those still waiting
-            self._defer(tenant, value, now)
+            self._defer([(tenant, value, now)])
             return
-        self._write(tenant, value, now)
+        self._batch.append((tenant, value, now))
+        if len(self._batch) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no event loop (a tool): written at once
+                self.flush()
 
-    def _write(self, tenant: bytes, value: bytes, now: int) -> bool:
-        """Append one event; False when it was deferred (the partition is not claimed)."""
+    def flush(self) -> None:
+        """Write the events recorded since the last flush, as one batch (scheduled at the
+        first of them, for the end of the loop's turn; the broker's stop calls it too)."""
+        events, self._batch = self._batch, []
+        if not events:
+            return
+        if self._deferred:
+            self._defer(events)
+        else:
+            self._write(events)
+
+    def _write(self, events: list[_Event]) -> bool:
+        """Append events as one batch; False when they were deferred (the partition is not
+        claimed)."""
         try:
             partition = self._log()
-            batch = encode_batch([(tenant, value)], now)
+            batch = encode_batch([(tenant, value) for tenant, value, _ in events],
+                                 events[-1][2])
             _, durable = self.engine.appends.append(
                 (self.topic, self.index), partition, batch, read_header(batch), WriteKind.AUDIT,
                 what=f"an audit event to {self.topic}")
             if durable is not None:  # nobody awaits it: note a failed fsync here
                 durable.add_done_callback(self._flushed)
         except _NotClaimed:
-            self._defer(tenant, value, now)
+            self._defer(events)
             return False
         except KafkaApiError as error:
             if error.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:  # taken while being written
-                self._defer(tenant, value, now)
+                self._defer(events)
                 return False
             return True  # a full disk: logged once per cause, the request goes on
         except OSError as exc:  # the audit topic could not be created (a full disk)
@@ -174,16 +200,17 @@ class AuditLog:
             log.exception("could not write an audit event")
         return True
 
-    def _defer(self, tenant: bytes, value: bytes, now: int) -> None:
-        """Keep an event until this broker has claimed its audit partition."""
-        if len(self._deferred) >= _MAX_DEFERRED:
+    def _defer(self, events: list[_Event]) -> None:
+        """Keep events until this broker has claimed its audit partition."""
+        room = _MAX_DEFERRED - len(self._deferred)
+        if len(events) > room:
             if not self._dropped:
                 log.warning("audit: %s-%d is not claimed yet; events beyond %d waiting ones "
                             "are dropped", self.topic, self.index, _MAX_DEFERRED)
-            self._dropped += 1
-            return
-        self._deferred.append((tenant, value, now))
-        if self._waiting is None:
+            self._dropped += len(events) - max(room, 0)
+            events = events[:max(room, 0)]
+        self._deferred.extend(events)
+        if self._deferred and self._waiting is None:
             try:
                 self._waiting = asyncio.get_running_loop().create_task(self._drain())
             except RuntimeError:  # no event loop (a tool): nothing can claim it
@@ -198,10 +225,7 @@ class AuditLog:
                 except (KafkaApiError, StorageError, OSError) as exc:  # the database is away
                     log.debug("audit: waiting for %s-%d: %s", self.topic, self.index, exc)
                 kept, self._deferred = self._deferred, []
-                for at, (tenant, value, now) in enumerate(kept):
-                    if not self._write(tenant, value, now):  # deferred again
-                        self._deferred = self._deferred + kept[at + 1:]
-                        break
+                self._write(kept)  # deferred again (all, in order) if still not claimed
                 if self._deferred:
                     await asyncio.sleep(_RETRY_S)
         finally:

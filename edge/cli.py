@@ -31,7 +31,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from edge.config import ConfigError, load_config
+from edge.config import BrokerConfig, ConfigError, load_config
 from edge.log_limits import limit_repeated_warnings
 
 
@@ -187,13 +187,20 @@ def run_broker(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"edge-broker: configuration error: {exc}", file=sys.stderr)
         return 2
-    from edge.log_format import broker_log_handler
+    from edge.log_thread import ThreadedLog
 
-    logging.basicConfig(
-        level=config.log_level,
-        handlers=[broker_log_handler(sys.stderr, config.log_format)],
-    )
-    limit_repeated_warnings()
+    with ThreadedLog(sys.stderr, config.log_format) as broker_log:
+        logging.basicConfig(level=config.log_level, handlers=[broker_log.handler])
+        limit_repeated_warnings()
+        code, message = _run_app(config)
+    if message:  # after the log's last lines
+        print(f"edge-broker: {message}", file=sys.stderr)
+    return code
+
+
+def _run_app(config: BrokerConfig) -> tuple[int, str | None]:
+    """Build the broker and run it until SIGTERM or SIGINT (the log is set up): the exit
+    code, and what to tell the operator when it could not start."""
     import uvloop
 
     from broker_core.storage import DataDirLocked, SchemaTooNew
@@ -202,20 +209,17 @@ def run_broker(args: argparse.Namespace) -> int:
     try:
         app = BrokerApp(config)
     except ConfigError as exc:
-        print(f"edge-broker: configuration error: {exc}", file=sys.stderr)
-        return 2
+        return 2, f"configuration error: {exc}"
     except (DataDirLocked, SchemaTooNew) as exc:
-        print(f"edge-broker: cannot start: {exc}", file=sys.stderr)
-        return 2
+        return 2, f"cannot start: {exc}"
     except (OSError, ValueError) as exc:
         logging.getLogger("edge.broker").error("cannot start: %s", exc)
-        return 1
+        return 1, None
     try:
         clean = uvloop.run(app.run())
     except StartupError as exc:
-        print(f"edge-broker: cannot start: {exc}", file=sys.stderr)
-        return 2
-    return 0 if clean else 1
+        return 2, f"cannot start: {exc}"
+    return (0 if clean else 1), None
 
 
 def run_check_config(args: argparse.Namespace) -> int:

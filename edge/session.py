@@ -290,6 +290,7 @@ class Session:
         more of a connection not logged in meanwhile. A re-authentication waits in the
         dispatch stage, so that nothing more is read and served in the old session."""
         delayed = self._after_delay(error)
+        del error  # a frame the error's traceback holds must not hold it: a reference cycle
         if self.sasl.login is None:
             return delayed
         await delayed  # raises
@@ -297,7 +298,10 @@ class Session:
 
     async def _after_delay(self, error: FrameError) -> None:
         await asyncio.sleep(self.failed_delay_ms / 1000)
-        raise error
+        try:
+            raise error
+        finally:
+            del error  # no reference cycle (the error's traceback holds this frame)
 
     async def _authenticate(self, parsed: ParsedRequest) -> Answer:
         version = parsed.header.api_version

@@ -30,6 +30,7 @@ from listeners.frames import (
     response_size,
 )
 from listeners.handshake import os_reason
+from listeners.pacing import TurnPacer
 from listeners.reader import ConnectionReader
 from listeners.sendfile import write_parts
 
@@ -45,7 +46,10 @@ _PEER_ERRNOS = frozenset({errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH
 
 
 async def _fail(exc: Exception) -> None:
-    raise exc
+    try:
+        raise exc
+    finally:
+        del exc  # no reference cycle (the exception's traceback holds this frame)
 
 
 def _peer_gone(exc: OSError) -> bool:
@@ -74,7 +78,7 @@ class Connection:
     def __init__(self, reader: ConnectionReader, writer: asyncio.StreamWriter,
                  handler: ConnectionHandler, info: ConnectionInfo, limits: Limits,
                  budget: ReadBudget, on_reject: Callable[[str, str], None] | None,
-                 gate: LoginGate | None = None) -> None:
+                 gate: LoginGate | None = None, closing: TurnPacer | None = None) -> None:
         self.reader = reader
         self.writer = writer
         self.handler = handler
@@ -83,6 +87,8 @@ class Connection:
         self.budget = budget
         self.on_reject = on_reject
         self.gate = gate
+        self.closing = closing
+        """Taken a turn of before tearing down (:mod:`listeners.pacing`)."""
         self.gated_requests = 0  # requests served before login (through the gate)
         self.pending: asyncio.Queue[asyncio.Task[Response | None] | None] = asyncio.Queue(
             maxsize=limits.max_queued_requests)
@@ -107,6 +113,9 @@ class Connection:
         except asyncio.CancelledError:
             pass  # stop reading: shutdown, or the write side closed the connection
         finally:
+            if self.closing is not None:
+                with contextlib.suppress(asyncio.CancelledError):  # torn down all the same
+                    await self.closing.turn()
             await self.pending.put(None)
             with contextlib.suppress(asyncio.CancelledError):
                 await writing
@@ -147,9 +156,11 @@ class Connection:
             return None
         if limit is None or size <= SMALL_FRAME_BYTES:
             try:
-                # before login a frame must arrive within the idle timeout
-                frame = await (self.reader.readexactly(size) if limit is None else
-                               asyncio.wait_for(self.reader.readexactly(size), idle))
+                if limit is None or self.reader.buffered >= size:
+                    frame = await self.reader.readexactly(size)
+                else:  # before login a frame must arrive within the idle timeout
+                    async with asyncio.timeout(idle):  # (wait_for made a task per frame)
+                        frame = await self.reader.readexactly(size)
             except asyncio.IncompleteReadError as exc:
                 self._closed_inside(len(exc.partial), size)
                 return None
@@ -220,7 +231,9 @@ class Connection:
                 return
             frame, held = read
             await self._while_muted()  # a throttle known only once the frame was read
-            permit = await self._enter_gate()
+            permit = self._gated()
+            if permit:  # a plain check: a logged-in connection's requests never await here
+                await self._enter_gate()
             try:
                 started: tuple[asyncio.Task[Response | None], asyncio.Future[None]] | None = None
                 try:
@@ -230,7 +243,8 @@ class Connection:
                         self._leave_gate()  # waiting for the client to read: no permit
                         permit = False
                         if await self._room_for(request.response_bound):
-                            permit = await self._enter_gate()
+                            await self._enter_gate()
+                            permit = True
                             started = self._start(request, held)
                     elif await self._room_for(request.response_bound):
                         started = self._start(request, held)
@@ -251,14 +265,16 @@ class Connection:
                 if permit:
                     self._leave_gate()
 
-    async def _enter_gate(self) -> bool:
-        """Before a request of a connection not logged in is served: a permit of the
-        login gate (:mod:`listeners.admission`); whether one was taken."""
-        if self.gate is None or self.handler.frame_limit is None:
-            return False
+    def _gated(self) -> bool:
+        """Whether the next request needs a permit of the login gate
+        (:mod:`listeners.admission`): the connection has not logged in."""
+        return self.gate is not None and self.handler.frame_limit is not None
+
+    async def _enter_gate(self) -> None:
+        """Take a permit of the login gate for a request (:meth:`_gated`)."""
+        assert self.gate is not None
         await self.gate.enter(self.gated_requests)
         self.gated_requests += 1
-        return True
 
     def _leave_gate(self) -> None:
         assert self.gate is not None

@@ -479,6 +479,27 @@ def test_a_frame_trickled_before_login_gives_its_budget_back(tmp_path: Path,
         broker.stop()
 
 
+def test_a_small_frame_begun_before_login_must_end_within_the_idle_timeout(
+        tmp_path: Path, issuer: TokenIssuer) -> None:
+    """A login-sized frame whose size arrived but not all of its bytes: closed after
+    connectionMaxIdleMs with one line; a login meanwhile is served."""
+    broker = BrokerProcess(tmp_path, {
+        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0", "connectionMaxIdleMs": "1500",
+        **issuer.settings}).start()
+    try:
+        stuck = start_large_frame(broker.port, 100, 10)
+        conn = SecureConnection(broker.port)
+        assert conn.handshake("PLAIN").error_code == NONE
+        conn.close()
+        assert closed_by_peer(stuck, 30)
+        stuck.close()
+        broker.wait_for_log("a frame of 100 bytes before authentication was not complete "
+                            "within the idle timeout")
+        assert broker.alive()
+    finally:
+        broker.stop()
+
+
 def test_bytes_sent_while_a_login_fails_are_not_read(tmp_path: Path,
                                                      issuer: TokenIssuer) -> None:
     """While a failed login waits (failedAuthenticationDelayMs), what a client pipelines

@@ -6,8 +6,12 @@ gate's own order (a login under way before new ones, FIFO, cancellation)."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import re
+import signal
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,8 +22,9 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from edge.ready_line import parse_ready
 from listeners.admission import LoginGate
-from tests.broker_process import BrokerProcess
+from tests.broker_process import REPO, BrokerProcess
 from tests.security_helpers import (
     SASL_AUTHENTICATION_FAILED,
     SecureConnection,
@@ -32,6 +37,7 @@ TENANT = "acme"
 _FAILED = r"SASL PLAIN login from \S+ .* failed"
 STORM = 300
 GATE = 4
+LOGINS_BEFORE_STOP = 200
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +176,43 @@ def test_failed_logins_are_still_answered_after_the_delay(tmp_path: Path,
         conn.close()
     finally:
         with_delay.stop()
+
+
+def test_a_log_reader_falling_behind_neither_stops_logins_nor_loses_lines_at_stop(
+        tmp_path: Path, issuer: TokenIssuer) -> None:
+    """The log is written by a thread (``edge.log_thread``). Here nobody reads the broker's
+    stderr (a pipe of one page) during a storm: the logins still complete (the loop does
+    not wait for the pipe), and after a SIGTERM right after the storm every login's line
+    reaches the log, the queued ones written before the broker exits."""
+    args = [sys.executable, "-m", "edge.cli", "--set", f"dataDir={tmp_path}",
+            "--set", "kafkaListeners=SASL_PLAINTEXT://127.0.0.1:0",
+            *(arg for key, value in issuer.settings.items()
+              for arg in ("--set", f"{key}={value}"))]
+    proc = subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            stdout=subprocess.DEVNULL)
+    assert proc.stderr is not None
+    try:
+        fcntl.fcntl(proc.stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)
+        head: list[str] = []
+        while (ready := parse_ready(line := proc.stderr.readline())) is None:
+            assert line, "\n".join(head)
+            head.append(line)
+        port = ready.listeners[0].port
+        tokens = [issuer.token(f"last-{n}") for n in range(LOGINS_BEFORE_STOP)]
+        results = asyncio.run(_storm(port, [login_frames(t) for t in tokens]))
+        assert all(codes == [0, 0, 0] for codes in results)
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stderr.read()  # reading again lets the writer thread go on
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    lines = rest.splitlines()
+    logged_in = {n for n in range(LOGINS_BEFORE_STOP)
+                 if any(f" logged in as last-{n} " in line for line in lines)}
+    assert logged_in == set(range(LOGINS_BEFORE_STOP))
+    assert "edge-broker stopped" in lines[-1]
 
 
 # -- the gate itself ---------------------------------------------------------------------
