@@ -140,8 +140,11 @@ class FlushScheduler:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _flush_group(self, group: list[tuple[PartitionStore, _PartitionState]]) -> None:
-        """Flush ``group`` in one job; settle each partition's flush with its own outcome."""
+    async def _flush_group(self, group: list[tuple[PartitionStore, _PartitionState]],
+                           shared: asyncio.Future[None] | None = None) -> None:
+        """Flush ``group`` in one job; settle each partition's flush with its own outcome,
+        or, for those whose flush is ``shared`` (a periodic round's), that future with the
+        first failure (the others are noted here)."""
         outcomes: list[bool | BaseException]
         try:
             started = time.perf_counter()
@@ -151,19 +154,23 @@ class FlushScheduler:
             outcomes = list(flushed)
         except BaseException as exc:  # cancelled (the loop is closing), or unexpected
             outcomes = [exc] * len(group)
+        failures: list[BaseException] = []
         for (partition, state), outcome in zip(group, outcomes, strict=True):
             running = state.running
             self._settled(partition, state)
-            if running is None or running.done():
-                continue
-            if isinstance(outcome, asyncio.CancelledError):
-                running.cancel()
-            elif isinstance(outcome, BaseException):
-                running.set_exception(outcome)
-            else:
-                if outcome:
-                    self.faults.succeeded(WriteKind.CHECKPOINTS)
-                running.set_result(None)
+            if outcome is True:
+                self.faults.succeeded(WriteKind.CHECKPOINTS)
+            if running is shared:
+                if isinstance(outcome, BaseException):
+                    failures.append(outcome)
+            elif running is not None and not running.done():
+                _settle(running, outcome)
+        if shared is not None and not shared.done():
+            for failure in failures[1:]:
+                if isinstance(failure, OSError):
+                    self.faults.failed(failure, "a partition's fsync or metadata",
+                                       WriteKind.CHECKPOINTS)
+            _settle(shared, failures[0] if failures else False)
         if outcomes and isinstance(outcomes[0], asyncio.CancelledError):
             raise outcomes[0]
 
@@ -178,12 +185,26 @@ class FlushScheduler:
 
     async def flush_dirty(self) -> None:
         """fsync every partition with unflushed records: those with no fsync running
-        together (requested in one turn of the loop: from ``FLUSH_TOGETHER_MIN`` of them
-        on, one worker-thread job and one ``syncfs`` instead of an fsync each: 10,000 dirty
-        partitions cost about one fsync and one job, not 10,000 of each), the others in
-        their running fsync's next round."""
-        pending = [self._request_flush(self._logs[key], state)
-                   for key, state in list(self._state.items()) if state.unflushed > 0]
+        together (one worker-thread job; from ``FLUSH_TOGETHER_MIN`` of them on, one
+        ``syncfs`` instead of an fsync each: 10,000 dirty partitions cost about one fsync
+        and one job, not 10,000 of each, and one future, not one each), the others in their
+        running fsync's next round."""
+        dirty = [(self._logs[key], state) for key, state in list(self._state.items())
+                 if state.unflushed > 0]
+        pending = [self._request_flush(partition, state)
+                   for partition, state in dirty if state.running is not None]
+        free = [(partition, state) for partition, state in dirty if state.running is None]
+        if free:
+            shared: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            shared.add_done_callback(_retrieve)  # this round may be cancelled (a stop)
+            for _, state in free:
+                state.unflushed = 0
+                state.unwritten_bytes = 0
+                state.running = shared
+            task = asyncio.get_running_loop().create_task(self._flush_group(free, shared))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            pending.append(shared)
         if pending:
             results = await asyncio.gather(*pending, return_exceptions=True)
             for result in results:
@@ -235,3 +256,13 @@ def _copy_outcome(source: asyncio.Future[None], target: asyncio.Future[None]) ->
 def _retrieve(future: asyncio.Future[None]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+def _settle(future: asyncio.Future[None], outcome: bool | BaseException) -> None:
+    """Settle a flush's future with its outcome (whether it checkpointed, or its error)."""
+    if isinstance(outcome, asyncio.CancelledError):
+        future.cancel()
+    elif isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(None)
