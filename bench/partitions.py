@@ -21,13 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ from bench import procstats
 from bench.admin import create_topic
 from bench.brokers import Broker, EdgeBroker
 from bench.idle_clients import frame
+from bench.java_producer import JavaProducer
 from bench.options import RESULTS
 from bench.report import save_row
 from bench.worker import Deliveries
@@ -55,22 +58,24 @@ TARGET_START_S = 10.0
 class RestartableBroker(EdgeBroker):
     """This broker, which can be started again on the same data directory."""
 
-    def restart(self, kill: bool, timeout: float = 300.0) -> float:
+    def restart(self, kill: bool, timeout: float = 300.0) -> tuple[float, float]:
         """Stop it (SIGTERM and wait, or SIGKILL) and start it again; the seconds from the
-        new process's launch to its ready line."""
+        signal to the old process's exit, and from the new one's launch to its ready line."""
         proc = self.proc
         assert proc is not None
+        stopping = time.perf_counter()
         if kill:
             proc.kill()
             proc.wait(30)
         else:
             Broker.stop(self, timeout)  # keeps the data directory
+        stopped = time.perf_counter() - stopping
         ready = threading.Event()
         started = time.perf_counter()
         proc = self._spawn(self.command(), None)
         threading.Thread(target=self._drain, args=(proc, ready), daemon=True).start()
         self._wait_ready(ready, timeout)
-        return time.perf_counter() - started
+        return stopped, time.perf_counter() - started
 
 
 # -- one producer -----------------------------------------------------------------------
@@ -138,67 +143,117 @@ def _create_many(broker: EdgeBroker, args: argparse.Namespace) -> dict[str, floa
             "answered_meanwhile": float(len(waits))}
 
 
-def _trial(broker: EdgeBroker, args: argparse.Namespace, many: bool) -> dict[str, float]:
-    """One trial: the producers at once; records/s and broker CPU per million records."""
-    each = args.records // args.producers
-    total = args.topics * args.per_topic if many else 1
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "bench.partitions", "produce", "--bootstrap", broker.bootstrap,
-         "--topic", PREFIX if many else SINGLE, "--topics", str(args.topics if many else 0),
-         "--per-topic", str(args.per_topic if many else 1), "--count", str(each),
-         "--first", str(n * total // args.producers), "--size", str(args.size),
-         "--linger-ms", str(args.linger_ms)],
-        stdout=subprocess.PIPE, text=True) for n in range(args.producers)]
+Command = Callable[[int, bool], list[str]]
+"""The command line of producer ``n`` of a trial, to the many partitions or the single one."""
+
+
+def _python_command(broker: EdgeBroker, args: argparse.Namespace) -> Command:
+    """The confluent-kafka (librdkafka) producer of this module's ``produce`` mode."""
+    def command(n: int, many: bool) -> list[str]:
+        total = args.topics * args.per_topic if many else 1
+        return [sys.executable, "-m", "bench.partitions", "produce", "--bootstrap",
+                broker.bootstrap, "--topic", PREFIX if many else SINGLE,
+                "--topics", str(args.topics if many else 0),
+                "--per-topic", str(args.per_topic if many else 1),
+                "--count", str(args.records // args.producers),
+                "--first", str(n * total // args.producers), "--size", str(args.size),
+                "--linger-ms", str(args.linger_ms)]
+    return command
+
+
+def _java_command(broker: EdgeBroker, args: argparse.Namespace,
+                  program: JavaProducer) -> Command:
+    """The kafka-clients producer (``bench/java/PartitionsProducer.java``)."""
+    def command(n: int, many: bool) -> list[str]:
+        total = args.topics * args.per_topic if many else 1
+        return program.command(broker.bootstrap, PREFIX if many else SINGLE,
+                               args.topics if many else 0, args.per_topic if many else 1,
+                               args.records // args.producers, n * total // args.producers,
+                               args.size, args.linger_ms)
+    return command
+
+
+def _trial(broker: EdgeBroker, args: argparse.Namespace, command: Command,
+           many: bool) -> dict[str, float]:
+    """One trial: the producers at once; records/s, and the CPU seconds per million
+    records of the broker and of the producers."""
+    clients0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    procs = [subprocess.Popen(command(n, many), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for n in range(args.producers)]
     cpu0 = broker.cpu_seconds()
     results = []
     for proc in procs:
-        out, _ = proc.communicate(timeout=args.timeout)
-        results.append(json.loads(out.strip().splitlines()[-1]))
+        out, err = proc.communicate(timeout=args.timeout)
+        lines = out.strip().splitlines()
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"a producer exited {proc.returncode}:\n{err[-4000:]}")
+        results.append(json.loads(lines[-1]))
     cpu = broker.cpu_seconds() - cpu0
+    clients1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = (clients1.ru_utime + clients1.ru_stime
+                  - clients0.ru_utime - clients0.ru_stime)
     records = sum(r["records"] for r in results)
     errors = sum(r["errors"] for r in results)
     span = max(r["ended"] for r in results) - min(r["started"] for r in results)
     return {"records": records, "errors": errors, "seconds": span,
             "records_per_s": records / span, "broker_cpu_s": cpu,
-            "cpu_s_per_million": cpu / max(records, 1) * 1e6}
+            "cpu_s_per_million": cpu / max(records, 1) * 1e6,
+            "client_cpu_s_per_million": client_cpu / max(records, 1) * 1e6}
+
+
+def _ratios(single: list[dict[str, float]], many: list[dict[str, float]]
+            ) -> dict[str, Any]:
+    """Trial by trial, round-robin over the single partition: throughput and CPU."""
+    ratios = [m["records_per_s"] / s["records_per_s"] for s, m in zip(single, many, strict=True)]
+    cpu = [m["cpu_s_per_million"] / s["cpu_s_per_million"]
+           for s, m in zip(single, many, strict=True)]
+    return {"ratio": statistics.median(ratios), "ratios": ratios,
+            "cpu_ratio": statistics.median(cpu)}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The row (see the module docstring)."""
     broker = RestartableBroker()
     broker.start(None, timeout=60)
-    try:
-        create_topic(broker.bootstrap, SINGLE, 1)
-        creation = _create_many(broker, args)
-        rss_created = procstats.rss_bytes(broker.pid)
-        single, many = [], []
-        for _ in range(args.repeat):
-            single.append(_trial(broker, args, many=False))
-            many.append(_trial(broker, args, many=True))
-        broker.check_alive()
-        peak = broker.peak_rss_bytes()
-        clean_start = broker.restart(kill=False)
-        rss_clean = procstats.rss_bytes(broker.pid)
-        crash_start = broker.restart(kill=True)
-        rss_crash = procstats.rss_bytes(broker.pid)
-        peak = max(peak, broker.peak_rss_bytes())
-    finally:
-        broker.stop(120)
-    ratios = [m["records_per_s"] / s["records_per_s"] for s, m in zip(single, many, strict=True)]
-    cpu_ratios = [m["cpu_s_per_million"] / s["cpu_s_per_million"]
-                  for s, m in zip(single, many, strict=True)]
-    ratio = statistics.median(ratios)
+    trials: dict[str, list[dict[str, float]]] = {
+        "single": [], "many": [], "java_single": [], "java_many": []}
+    with tempfile.TemporaryDirectory(prefix="bench-java-") as classes:
+        java = JavaProducer.compile(Path(classes)) if args.java else None
+        try:
+            create_topic(broker.bootstrap, SINGLE, 1)
+            creation = _create_many(broker, args)
+            rss_created = procstats.rss_bytes(broker.pid)
+            clients = [("", _python_command(broker, args))]
+            if java is not None:
+                clients.append(("java_", _java_command(broker, args, java)))
+            for _ in range(args.repeat):
+                for prefix, command in clients:
+                    trials[prefix + "single"].append(_trial(broker, args, command, False))
+                    trials[prefix + "many"].append(_trial(broker, args, command, True))
+            broker.check_alive()
+            peak = broker.peak_rss_bytes()
+            clean_stop, clean_start = broker.restart(kill=False)
+            rss_clean = procstats.rss_bytes(broker.pid)
+            _, crash_start = broker.restart(kill=True)
+            rss_crash = procstats.rss_bytes(broker.pid)
+            peak = max(peak, broker.peak_rss_bytes())
+        finally:
+            broker.stop(300)
+    librdkafka = _ratios(trials["single"], trials["many"])
+    kafka_clients = _ratios(trials["java_single"], trials["java_many"]) if java else None
     start_s = max(clean_start, crash_start)
+    targets = {"ratio": librdkafka["ratio"] >= TARGET_RATIO, "rss": peak < TARGET_RSS_BYTES,
+               "start": start_s < TARGET_START_S}
+    if kafka_clients is not None:
+        targets["java_ratio"] = kafka_clients["ratio"] >= TARGET_RATIO
     return {
         "partitions": args.topics * args.per_topic, "creation": creation,
-        "rss_after_creation_bytes": rss_created,
-        "single": single, "many": many, "ratio": ratio, "ratios": ratios,
-        "cpu_ratio": statistics.median(cpu_ratios),
-        "peak_rss_bytes": peak, "clean_start_s": clean_start, "crash_start_s": crash_start,
+        "rss_after_creation_bytes": rss_created, **trials, **librdkafka,
+        "java": kafka_clients, "peak_rss_bytes": peak, "clean_stop_s": clean_stop,
+        "clean_start_s": clean_start, "crash_start_s": crash_start,
         "rss_after_clean_start_bytes": rss_clean, "rss_after_crash_start_bytes": rss_crash,
-        "targets": {"ratio": ratio >= TARGET_RATIO, "rss": peak < TARGET_RSS_BYTES,
-                    "start": start_s < TARGET_START_S},
-        "options": {k: str(v) for k, v in vars(args).items()},
+        "targets": targets, "options": {k: str(v) for k, v in vars(args).items()},
     }
 
 
@@ -206,14 +261,35 @@ def _met(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
+def _produce_rows(result: dict[str, Any], client: str, prefix: str,
+                  ratios: dict[str, Any], target: bool) -> list[str]:
+    """The table rows of one client's trials."""
+    count = result["partitions"]
+    rows = []
+    for kind, what in (("single", "1 partition"), ("many", f"round-robin over {count:,}")):
+        trials = result[prefix + kind]
+        rate = statistics.median(t["records_per_s"] for t in trials)
+        cpu = statistics.median(t["cpu_s_per_million"] for t in trials)
+        clients = statistics.median(t.get("client_cpu_s_per_million", 0.0) for t in trials)
+        rows.append(f"| produce, {client}, {what} | {rate:,.0f} records/s, broker {cpu:.1f} "
+                    f"CPU s per million (producers {clients:.0f}) |")
+    rows.append(f"| **throughput ratio**, {client} (median of trial pairs) | "
+                f"**{ratios['ratio']:.2f}** (range {min(ratios['ratios']):.2f}-"
+                f"{max(ratios['ratios']):.2f}; target >= {TARGET_RATIO}: {_met(target)}); "
+                f"broker CPU per record {ratios['cpu_ratio']:.1f}x |")
+    return rows
+
+
 def render(result: dict[str, Any]) -> str:
     """The row as a Markdown table."""
-    single = statistics.median(t["records_per_s"] for t in result["single"])
-    many = statistics.median(t["records_per_s"] for t in result["many"])
-    cpu_single = statistics.median(t["cpu_s_per_million"] for t in result["single"])
-    cpu_many = statistics.median(t["cpu_s_per_million"] for t in result["many"])
     creation, targets = result["creation"], result["targets"]
     count = result["partitions"]
+    rows = _produce_rows(result, "librdkafka (one partition per request)", "", result,
+                         targets["ratio"])
+    if result.get("java") is not None:
+        rows += _produce_rows(result, "Java kafka-clients (many partitions per request)",
+                              "java_", result["java"], targets["java_ratio"])
+    stop = result.get("clean_stop_s")
     return "\n".join([
         f"### {count:,} partitions",
         "",
@@ -222,16 +298,11 @@ def render(result: dict[str, Any]) -> str:
         f"| CreateTopics of {count:,} partitions | {creation['create_seconds']:.1f} s; another "
         f"connection's longest wait {creation['longest_wait_s'] * 1e3:.0f} ms "
         f"({creation['answered_meanwhile']:.0f} answered meanwhile) |",
-        f"| produce, 1 partition | {single:,.0f} records/s, broker {cpu_single:.1f} "
-        f"CPU s per million |",
-        f"| produce, round-robin over {count:,} | {many:,.0f} records/s, broker "
-        f"{cpu_many:.1f} CPU s per million |",
-        f"| **throughput ratio** (median of trial pairs) | **{result['ratio']:.2f}** "
-        f"(range {min(result['ratios']):.2f}-{max(result['ratios']):.2f}; target >= "
-        f"{TARGET_RATIO}: {_met(targets['ratio'])}); CPU per record "
-        f"{result['cpu_ratio']:.1f}x |",
+        *rows,
         f"| **peak RSS** | **{result['peak_rss_bytes'] / MB:.0f} MB** (target < "
         f"{TARGET_RSS_BYTES / MB:.0f} MB: {_met(targets['rss'])}) |",
+        *([] if stop is None else
+          [f"| clean stop (SIGTERM to exit) after writing to every partition | {stop:.1f} s |"]),
         f"| **start-up** after a clean stop / after kill -9 | **{result['clean_start_s']:.1f} "
         f"s / {result['crash_start_s']:.1f} s** (target < {TARGET_START_S:.0f} s: "
         f"{_met(targets['start'])}); RSS then {result['rss_after_clean_start_bytes'] / MB:.0f}"
@@ -251,6 +322,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--linger-ms", type=float, default=5.0)
     parser.add_argument("--repeat", type=int, default=2, help="trials of each kind")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--no-java", dest="java", action="store_false",
+                        help="leave out the Java (kafka-clients) producers' trials")
     parser.add_argument("--quick", action="store_true",
                         help="20 topics x 5, 2 producers, 4,000 records (the smoke test)")
     parser.add_argument("--out", type=Path, default=RESULTS)

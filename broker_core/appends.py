@@ -73,7 +73,7 @@ class AppendPath:
                                 str(exc)) from None
         self.faults.succeeded(kind)
         self.waiters.notify(key)
-        return base, self.flusher.appended(partition, header.record_count)
+        return base, self.flusher.appended(partition, header.record_count, len(batch))
 
     def _committed(self, key: TopicPartition, commit: asyncio.Future[None], kind: WriteKind,
                    code: ErrorCode, what: str | None) -> asyncio.Future[None]:

@@ -5,8 +5,11 @@ broker process never loses an acknowledged record. Power loss is covered by fsyn
 partition is fsynced once ``flush_interval_messages`` records are unflushed (and the
 producers of those records wait for that fsync before they are answered), and every dirty
 partition is fsynced at least every ``flush_interval_ms``. Concurrent producers that
-need the same partition fsynced share one fsync. A failed fsync takes the partition
-offline until restart (``PartitionStore.offline``): its waiting producers get a storage error.
+need the same partition fsynced share one fsync, and the fsyncs requested in one turn of
+the event loop (the partitions of one produce request, of a periodic round) run together:
+from ``FLUSH_TOGETHER_MIN`` partitions on as one ``syncfs`` in one worker-thread job. A
+failed fsync takes the partition offline until restart (``PartitionStore.offline``): its
+waiting producers get a storage error.
 """
 
 from __future__ import annotations
@@ -19,17 +22,23 @@ from dataclasses import dataclass
 
 from broker_core import metrics
 from broker_core.storage import PartitionStore, flush_together
+from broker_core.storage.partition_flush import FLUSH_TOGETHER_MIN
 from broker_core.storage_faults import WriteFaults, WriteKind
 
 log = logging.getLogger(__name__)
 
 
 WRITEBACK_INTERVAL_MS = 50
+WRITEBACK_MIN_BYTES = 64 * 1024
+"""A partition's writeback is started once this much was appended since the last: what is
+less is left to the kernel and the next fsync (10,000 partitions taking a record each
+cost a job per partition and round otherwise, for nothing the fsync would miss)."""
 
 
 @dataclass(slots=True)
 class _PartitionState:
     unflushed: int = 0
+    unwritten_bytes: int = 0
     running: asyncio.Future[None] | None = None
     next_round: asyncio.Future[None] | None = None
 
@@ -45,9 +54,13 @@ class FlushScheduler:
         self._state: dict[int, _PartitionState] = {}
         self._logs: dict[int, PartitionStore] = {}
         self._unwritten: set[int] = set()
-        """Partitions appended to since the last writeback round (a set, not a flag per
-        partition: a round with 10,000 partitions must not walk them all)."""
+        """Partitions with ``WRITEBACK_MIN_BYTES`` appended since their last writeback (a
+        set, not a flag per partition: a round with 10,000 partitions must not walk them
+        all)."""
         self._timer: asyncio.Task[None] | None = None
+        self._queued: list[tuple[PartitionStore, _PartitionState]] = []
+        """Flushes requested in this turn of the event loop, started together at its end."""
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         """Start the periodic flush (no-op when ``flush_interval_ms`` is 0: only counts apply)."""
@@ -69,15 +82,20 @@ class FlushScheduler:
         self._logs.pop(id(partition), None)
         self._unwritten.discard(id(partition))
 
-    def appended(self, partition: PartitionStore, records: int) -> asyncio.Future[None] | None:
-        """Record an append; return a future to await before acknowledging, if one is due."""
+    def appended(self, partition: PartitionStore, records: int,
+                 size: int) -> asyncio.Future[None] | None:
+        """Record an append of ``records`` in ``size`` bytes; return a future to await
+        before acknowledging, if one is due."""
         key = id(partition)
         state = self._state.get(key)
         if state is None:
             state = self._state[key] = _PartitionState()
             self._logs[key] = partition
         state.unflushed += records
-        self._unwritten.add(key)
+        state.unwritten_bytes += size
+        if state.unwritten_bytes >= WRITEBACK_MIN_BYTES:
+            state.unwritten_bytes = 0
+            self._unwritten.add(key)
         if state.unflushed >= self.flush_interval_messages:
             return self._request_flush(partition, state)
         return None
@@ -97,19 +115,64 @@ class FlushScheduler:
         loop = asyncio.get_running_loop()
         if state.running is None:
             state.unflushed = 0
-            state.running = loop.create_task(self._flush(partition, state))
-            return state.running
+            state.unwritten_bytes = 0
+            running = state.running = loop.create_future()
+            running.add_done_callback(_retrieve)  # a periodic flush has no one awaiting it
+            if not self._queued:
+                loop.call_soon(self._start_queued)
+            self._queued.append((partition, state))
+            return running
         # A flush is running and may have missed this append: wait for the following one.
         if state.next_round is None:
             state.next_round = loop.create_future()
         return state.next_round
 
-    async def _flush(self, partition: PartitionStore, state: _PartitionState) -> None:
+    def _start_queued(self) -> None:
+        """Start the flushes requested in one turn of the event loop (a produce request's
+        partitions, other connections' meanwhile, a periodic round): from
+        ``FLUSH_TOGETHER_MIN`` partitions on in one worker-thread job (``flush_together``:
+        one ``syncfs``), fewer each in a job of its own (they run side by side)."""
+        queued, self._queued = self._queued, []
+        groups = [queued] if len(queued) >= FLUSH_TOGETHER_MIN else [[item] for item in queued]
+        loop = asyncio.get_running_loop()
+        for group in groups:
+            task = loop.create_task(self._flush_group(group))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _flush_group(self, group: list[tuple[PartitionStore, _PartitionState]],
+                           shared: asyncio.Future[None] | None = None) -> None:
+        """Flush ``group`` in one job; settle each partition's flush with its own outcome,
+        or, for those whose flush is ``shared`` (a periodic round's), that future with the
+        first failure (the others are noted here)."""
+        outcomes: list[bool | BaseException]
         try:
-            if await asyncio.get_running_loop().run_in_executor(None, _timed_flush, partition):
-                self.faults.succeeded(WriteKind.CHECKPOINTS)
-        finally:
+            started = time.perf_counter()
+            flushed = await asyncio.get_running_loop().run_in_executor(
+                None, flush_together, [partition for partition, _ in group])
+            metrics.FSYNC.observe(time.perf_counter() - started)
+            outcomes = list(flushed)
+        except BaseException as exc:  # cancelled (the loop is closing), or unexpected
+            outcomes = [exc] * len(group)
+        failures: list[BaseException] = []
+        for (partition, state), outcome in zip(group, outcomes, strict=True):
+            running = state.running
             self._settled(partition, state)
+            if outcome is True:
+                self.faults.succeeded(WriteKind.CHECKPOINTS)
+            if running is shared:
+                if isinstance(outcome, BaseException):
+                    failures.append(outcome)
+            elif running is not None and not running.done():
+                _settle(running, outcome)
+        if shared is not None and not shared.done():
+            for failure in failures[1:]:
+                if isinstance(failure, OSError):
+                    self.faults.failed(failure, "a partition's fsync or metadata",
+                                       WriteKind.CHECKPOINTS)
+            _settle(shared, failures[0] if failures else False)
+        if outcomes and isinstance(outcomes[0], asyncio.CancelledError):
+            raise outcomes[0]
 
     def _settled(self, partition: PartitionStore, state: _PartitionState) -> None:
         """A partition's fsync is over: start the round its waiting producers asked for."""
@@ -124,15 +187,24 @@ class FlushScheduler:
         """fsync every partition with unflushed records: those with no fsync running
         together (one worker-thread job; from ``FLUSH_TOGETHER_MIN`` of them on, one
         ``syncfs`` instead of an fsync each: 10,000 dirty partitions cost about one fsync
-        and one job, not 10,000 of each), the others in their running fsync's next round."""
-        dirty = [(key, state) for key, state in list(self._state.items())
+        and one job, not 10,000 of each, and one future, not one each), the others in their
+        running fsync's next round."""
+        dirty = [(self._logs[key], state) for key, state in list(self._state.items())
                  if state.unflushed > 0]
-        free = [(self._logs[key], state) for key, state in dirty if state.running is None]
-        pending: list[asyncio.Future[None]] = [
-            self._request_flush(self._logs[key], state)
-            for key, state in dirty if state.running is not None]
+        pending = [self._request_flush(partition, state)
+                   for partition, state in dirty if state.running is not None]
+        free = [(partition, state) for partition, state in dirty if state.running is None]
         if free:
-            pending.append(self._flush_free(free))
+            shared: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            shared.add_done_callback(_retrieve)  # this round may be cancelled (a stop)
+            for _, state in free:
+                state.unflushed = 0
+                state.unwritten_bytes = 0
+                state.running = shared
+            task = asyncio.get_running_loop().create_task(self._flush_group(free, shared))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            pending.append(shared)
         if pending:
             results = await asyncio.gather(*pending, return_exceptions=True)
             for result in results:
@@ -141,34 +213,6 @@ class FlushScheduler:
                                        WriteKind.CHECKPOINTS)
                 elif isinstance(result, BaseException):
                     log.error("periodic fsync failed: %s", result)
-
-    def _flush_free(self, free: list[tuple[PartitionStore, _PartitionState]]
-                    ) -> asyncio.Future[None]:
-        """Flush partitions with no fsync running in one job; while it runs, each is
-        marked running, so a producer's flush request waits for the next round."""
-        for _, state in free:
-            state.unflushed = 0
-        task = asyncio.get_running_loop().create_task(self._flush_group(free))
-        for _, state in free:
-            state.running = task
-        return task
-
-    async def _flush_group(self, free: list[tuple[PartitionStore, _PartitionState]]) -> None:
-        try:
-            started = time.perf_counter()
-            outcomes = await asyncio.get_running_loop().run_in_executor(
-                None, flush_together, [partition for partition, _ in free])
-            metrics.FSYNC.observe(time.perf_counter() - started)
-        finally:
-            for partition, state in free:
-                self._settled(partition, state)
-        failures = [outcome for outcome in outcomes if isinstance(outcome, OSError)]
-        for failure in failures[1:]:
-            self.faults.failed(failure, "a partition's fsync or metadata", WriteKind.CHECKPOINTS)
-        if any(outcome is True for outcome in outcomes):
-            self.faults.succeeded(WriteKind.CHECKPOINTS)
-        if failures:
-            raise failures[0]
 
     async def _periodic(self) -> None:
         loop = asyncio.get_running_loop()
@@ -190,14 +234,6 @@ class FlushScheduler:
             await asyncio.get_running_loop().run_in_executor(None, _start_writeback, due)
 
 
-def _timed_flush(partition: PartitionStore) -> bool:
-    """fsync ``partition``; return whether it wrote a checkpoint."""
-    started = time.perf_counter()
-    checkpointed = partition.flush()
-    metrics.FSYNC.observe(time.perf_counter() - started)
-    return checkpointed
-
-
 def _start_writeback(partitions: list[PartitionStore]) -> None:
     for partition in partitions:
         try:
@@ -215,3 +251,18 @@ def _copy_outcome(source: asyncio.Future[None], target: asyncio.Future[None]) ->
         target.set_exception(error)
     else:
         target.set_result(None)
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _settle(future: asyncio.Future[None], outcome: bool | BaseException) -> None:
+    """Settle a flush's future with its outcome (whether it checkpointed, or its error)."""
+    if isinstance(outcome, asyncio.CancelledError):
+        future.cancel()
+    elif isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(None)

@@ -43,7 +43,8 @@ def client_jars() -> list[Path]:
     return [_jar(libs, "kafka-clients"), _jar(libs, "slf4j-api")]
 
 
-def _jdk_tool(name: str) -> str:
+def jdk_tool(name: str) -> str:
+    """The JDK tool ``name`` (``java``, ``javac``): under ``$JAVA_HOME`` or on ``PATH``."""
     home = os.environ.get("JAVA_HOME")
     if home and (Path(home) / "bin" / name).is_file():
         return str(Path(home) / "bin" / name)
@@ -63,21 +64,21 @@ class JavaFlows:
     def compile(cls, into: Path) -> JavaFlows:
         """Compile KafkaFlows.java into ``into``."""
         jars = os.pathsep.join(str(jar) for jar in client_jars())
-        subprocess.run([_jdk_tool("javac"), "-cp", jars, "-d", str(into), str(SOURCE)],
+        subprocess.run([jdk_tool("javac"), "-cp", jars, "-d", str(into), str(SOURCE)],
                        check=True, capture_output=True, text=True, timeout=180)
         return cls(classpath=os.pathsep.join([str(into), jars]))
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         """Start one flow with pipes to its stdin and stdout (a flow that waits for the
         test between its steps)."""
-        return subprocess.Popen([_jdk_tool("java"), "-cp", self.classpath, MAIN_CLASS, *args],
+        return subprocess.Popen([jdk_tool("java"), "-cp", self.classpath, MAIN_CLASS, *args],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
     def run(self, *args: str, timeout: float = 120.0) -> list[list[str]]:
         """Run one flow; its output lines split into words. A failed flow raises with the
         program's stderr (the Java exception) in the message."""
-        done = subprocess.run([_jdk_tool("java"), "-cp", self.classpath, MAIN_CLASS, *args],
+        done = subprocess.run([jdk_tool("java"), "-cp", self.classpath, MAIN_CLASS, *args],
                               capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             raise AssertionError(f"java {MAIN_CLASS} {' '.join(args)} exited "

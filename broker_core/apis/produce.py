@@ -13,6 +13,7 @@ from broker_core.context import Operation, RequestContext
 from broker_core.engine import Admitted, Appended, Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.stages import Later
+from broker_core.storage import TopicInfo
 from broker_core.storage.errors import AppendFenced
 from broker_core.storage_faults import WriteKind
 from common.log_fields import topic_fields
@@ -26,9 +27,10 @@ def _failed(index: int, code: ErrorCode, message: str | None) -> PartitionAnswer
     return PartitionAnswer(index, code, -1, -1, -1, message)
 
 
-def _admit(engine: Engine, ctx: RequestContext, name: str, index: int,
-           records: memoryview | None,
-           acks: int, version: int) -> Admitted:
+def _topic(engine: Engine, ctx: RequestContext, name: str) -> tuple[str, TopicInfo]:
+    """A produced topic's internal name and info, once per topic of a request (not per
+    partition: a request may carry hundreds of one topic's partitions); the error every
+    partition of it is refused with, if any."""
     internal = engine.tenancy.internal_name(ctx, name)
     engine.tenancy.check_writable(internal)
     if not engine.tenancy.allowed(ctx, Operation.WRITE, internal):
@@ -37,6 +39,11 @@ def _admit(engine: Engine, ctx: RequestContext, name: str, index: int,
     topic = engine.logs.topic(internal)
     if topic is None:
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
+    return internal, topic
+
+
+def _admit(engine: Engine, ctx: RequestContext, internal: str, topic: TopicInfo, index: int,
+           records: memoryview | None, acks: int, version: int) -> Admitted:
     if records is None:
         raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
     return engine.admit(internal, index, records, acks, version, ctx, topic)
@@ -75,13 +82,20 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
     waits: list[_Wait] = []
     for topic in request.topic_data:
         partitions: list[PartitionAnswer] = []
+        found: tuple[str, TopicInfo] | KafkaApiError
+        try:
+            found = _topic(engine, ctx, topic.name)
+        except KafkaApiError as error:
+            found = error
         for data in topic.partition_data:
             if acks not in (-1, 0, 1):
                 partitions.append(_failed(data.index, ErrorCode.INVALID_REQUIRED_ACKS,
                                           f"acks must be -1, 0 or 1, not {acks}"))
                 continue
             try:
-                admitted = _admit(engine, ctx, topic.name, data.index, data.records, acks,
+                if isinstance(found, KafkaApiError):
+                    raise found
+                admitted = _admit(engine, ctx, *found, data.index, data.records, acks,
                                   request.version)
                 if admitted.rework is not None:  # the one wait: records worked on elsewhere
                     admitted = await engine.reworked(admitted)

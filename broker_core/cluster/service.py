@@ -87,6 +87,8 @@ class ClusterService:
         self._topics = topics
         self.ownership = OwnedPartitions(store)
         self.view = ClusterView({me.broker_id: me}, {})
+        self._live_key: tuple[ClusterView, int] | None = None
+        self._live_cached: tuple[int, ...] = ()
         self._viewed_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -123,6 +125,16 @@ class ClusterService:
         live[self.me.broker_id] = self.me
         return [live[b] for b in sorted(live)]
 
+    def _live_ids(self) -> tuple[int, ...]:
+        """The live brokers' ids, computed once per registry read (a Metadata answer asks
+        for each of 10,000 partitions)."""
+        key = (self.view, self.me.broker_id)
+        if self._live_key is None or self._live_key[0] is not key[0] \
+                or self._live_key[1] != key[1]:
+            self._live_key = key
+            self._live_cached = tuple(b.broker_id for b in self.live_brokers())
+        return self._live_cached
+
     def _pinned(self, topic: str) -> dict[int, int] | None:
         """slot -> broker id for a pinned topic (this broker at its own slot), else None."""
         if topic not in self.pinned_topics:
@@ -144,8 +156,8 @@ class ClusterService:
         if owner is not None and owner.broker_id is not None \
                 and owner.broker_id in self.view.live and owner.broker_id != self.me.broker_id:
             return Leader(owner.broker_id, owner.epoch)
-        target = preferred(topic, partition, num_partitions,
-                           [b.broker_id for b in self.live_brokers()], self._pinned(topic))
+        target = preferred(topic, partition, num_partitions, self._live_ids(),
+                           self._pinned(topic))
         return None if target is None else Leader(target, owner.epoch if owner else 0)
 
     def acquire(self, topic: str, partition: int, num_partitions: int) -> int | None:

@@ -11,8 +11,15 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from .fsutil import install_temp
 from .ledger import Ledger
-from .metadata import LedgerFacts, PartitionMetadata, store_metadata
+from .metadata import (
+    METADATA_FILE,
+    LedgerFacts,
+    PartitionMetadata,
+    stage_metadata,
+    store_metadata,
+)
 
 
 class Checkpoints:
@@ -61,6 +68,22 @@ class Checkpoints:
             store_metadata(self._directory, metadata, durable=durable)
             self.stored = metadata
             self._written_seq = seq
+
+    def stage(self, seq: int, metadata: PartitionMetadata) -> Path:
+        """Write snapshot ``seq`` to the metadata file's temp file, not fsynced (a
+        partition closed together with many others: ``partition_flush.close_together``);
+        the caller makes it and the ledgers durable, then :meth:`install` renames it into
+        place. No older snapshot is written from now on."""
+        with self._lock:
+            self._written_seq = max(self._written_seq, seq)
+            return stage_metadata(self._directory, metadata)
+
+    def install(self, temp: Path, metadata: PartitionMetadata) -> None:
+        """Rename the temp file of :meth:`stage` into place (durable once the directory
+        is fsynced or its file system synced)."""
+        with self._lock:
+            install_temp(temp, self._directory / METADATA_FILE)
+            self.stored = metadata
 
     def stored_already(self, metadata: PartitionMetadata) -> bool:
         """Whether the metadata file holds ``metadata`` already, but for whether its open

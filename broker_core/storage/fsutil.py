@@ -31,6 +31,17 @@ def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
     ``durable`` False nothing is fsynced: for a file in a directory nobody reads yet, made
     durable with everything else by one :func:`sync_filesystem` before it is used.
     """
+    temp = write_temp(path, data, durable=durable)
+    install_temp(temp, path)
+    if durable:
+        fsync_dir(path.parent)
+
+
+def write_temp(path: Path, data: bytes, *, durable: bool) -> Path:
+    """The first half of :func:`write_atomically`: ``data`` in ``path``'s temp file
+    (fsynced if ``durable``), which is returned; a failure removes it. Many files replaced
+    at once write their temp files, make them durable together (one
+    :func:`sync_filesystem`), then :func:`install_temp` each and sync once more."""
     temp = path.with_name(path.name + TEMP_SUFFIX)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -43,12 +54,20 @@ def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
                 os.fsync(fd)
         finally:
             os.close(fd)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return temp
+
+
+def install_temp(temp: Path, path: Path) -> None:
+    """Rename the temp file ``temp`` over ``path`` (removing it if that fails); the rename
+    is durable once ``path``'s directory is fsynced or its file system synced."""
+    try:
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    if durable:
-        fsync_dir(path.parent)
 
 
 def write_json_atomically(path: Path, document: object, *, durable: bool = True) -> None:

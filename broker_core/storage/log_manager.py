@@ -45,6 +45,7 @@ from .fsutil import (
 )
 from .model import NewTopic, TenantCap, TopicInfo, topic_name_parts, wall_clock_ms
 from .partition import PartitionLog
+from .partition_flush import close_together
 from .protocols import DiskUsage
 from .topic_table import TopicEntry, TopicTable
 
@@ -376,14 +377,13 @@ class LogManager(TopicTable[PartitionLog]):
                 self._unlock()
 
     def _close_logs(self) -> list[str]:
-        problems: list[str] = []
-        for name, topic in self._topics.items():
-            for index, log in enumerate(topic.partitions):
-                try:
-                    log.close()
-                except OSError as exc:
-                    problems.append(f"could not seal {name}-{index}: {exc}")
-        return problems
+        """Close every partition, together (``close_together``: a syncfs or two for all)."""
+        named = [(name, index, log) for name, topic in self._topics.items()
+                 for index, log in enumerate(topic.partitions)]
+        outcomes = close_together([log for _, _, log in named])
+        return [f"could not seal {name}-{index}: {outcome}"
+                for (name, index, _), outcome in zip(named, outcomes, strict=True)
+                if outcome is not None]
 
     def _unlock(self) -> None:
         """Release the directory lock, after removing the root if it is to be discarded

@@ -15,7 +15,7 @@ from typing import TypedDict
 
 from common.json_types import JsonValue, json_field, json_int
 
-from .fsutil import read_json, write_json_atomically
+from .fsutil import json_bytes, read_json, write_json_atomically, write_temp
 
 METADATA_FILE = "partition.json"
 FORMAT_VERSION = 1
@@ -166,3 +166,9 @@ def store_metadata(directory: Path, metadata: PartitionMetadata, *,
                    durable: bool = True) -> None:
     """Atomically replace ``partition.json`` (``durable``: see ``write_atomically``)."""
     write_json_atomically(directory / METADATA_FILE, metadata.to_json(), durable=durable)
+
+
+def stage_metadata(directory: Path, metadata: PartitionMetadata) -> Path:
+    """``partition.json``'s temp file holding ``metadata``, written but neither fsynced nor
+    renamed into place (``fsutil.write_temp``); the temp file's path."""
+    return write_temp(directory / METADATA_FILE, json_bytes(metadata.to_json()), durable=False)

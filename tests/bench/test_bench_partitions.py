@@ -1,5 +1,6 @@
 """Smoke test of ``python -m bench.partitions --quick``: the partitions row runs end to end
-against this broker (20 topics x 5) and writes its table and JSON (no timing assertions)."""
+against this broker (20 topics x 5), with librdkafka and the Java client, and writes its
+table and JSON (no timing assertions)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,12 @@ def test_quick_run_writes_the_row(tmp_path: Path) -> None:
     assert "### 100 partitions" in run.stdout
     result = json.loads((tmp_path / "partitions.json").read_text())
     assert result["partitions"] == 100
+    trials = [result[kind] for kind in ("single", "many", "java_single", "java_many")]
+    assert all(len(kind) == 1 for kind in trials)
     assert all(trial["errors"] == 0 and trial["records"] == 4000
-               for trial in result["single"] + result["many"])
+               for kind in trials for trial in kind)
     assert result["creation"]["answered_meanwhile"] >= 1
-    assert set(result["targets"]) == {"ratio", "rss", "start"}
+    assert result["clean_stop_s"] > 0
+    assert set(result["targets"]) == {"ratio", "java_ratio", "rss", "start"}
+    assert "Java kafka-clients" in run.stdout
     assert (tmp_path / "partitions.md").read_text().startswith("### 100 partitions")

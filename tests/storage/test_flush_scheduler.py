@@ -9,9 +9,10 @@ import asyncio
 import os
 from pathlib import Path
 
-from broker_core.durability import WRITEBACK_INTERVAL_MS, FlushScheduler
+from broker_core.durability import WRITEBACK_INTERVAL_MS, WRITEBACK_MIN_BYTES, FlushScheduler
 from broker_core.storage import LogConfig, PartitionLog
 from broker_core.storage.fsutil import start_writeback
+from broker_core.storage.partition_flush import FLUSH_TOGETHER_MIN
 from tests.batches import build_batch
 from tests.storage_helpers import headed
 
@@ -64,8 +65,10 @@ def test_writeback_runs_between_periodic_fsyncs(tmp_path: Path) -> None:
         scheduler = FlushScheduler(flush_interval_messages=1 << 60, flush_interval_ms=1000)
         scheduler.start()
         for _ in range(6):
-            log.append(*headed(build_batch([(None, b"v" * 1000)], timestamp=1)))
-            assert scheduler.appended(log, 1) is None  # no fsync is due by count
+            batch, header = headed(build_batch([(None, b"v" * WRITEBACK_MIN_BYTES)],
+                                               timestamp=1))
+            log.append(batch, header)
+            assert scheduler.appended(log, 1, len(batch)) is None  # no fsync due by count
             await asyncio.sleep(WRITEBACK_INTERVAL_MS / 1000 * 1.5)
         assert log.writebacks >= 3 and log.flushes == 0
         idle = log.writebacks
@@ -77,3 +80,65 @@ def test_writeback_runs_between_periodic_fsyncs(tmp_path: Path) -> None:
 
     asyncio.run(scenario())
     log.close()
+
+
+def test_small_appends_leave_writeback_to_the_fsync(tmp_path: Path) -> None:
+    """A record at a time to many partitions starts no writeback until one of them holds
+    ``WRITEBACK_MIN_BYTES`` not yet written back; the periodic fsync covers the rest."""
+    logs = [CountingLog(tmp_path / str(i), LogConfig()) for i in range(4)]
+
+    async def scenario() -> None:
+        scheduler = FlushScheduler(flush_interval_messages=1 << 60, flush_interval_ms=0)
+        scheduler.start()
+        for log in logs:
+            batch, header = headed(build_batch([(None, b"v" * 1000)], timestamp=1))
+            log.append(batch, header)
+            scheduler.appended(log, 1, len(batch))
+        await scheduler._writeback()
+        assert [log.writebacks for log in logs] == [0, 0, 0, 0]
+        for _ in range(WRITEBACK_MIN_BYTES // 1000 + 1):
+            batch, header = headed(build_batch([(None, b"v" * 1000)], timestamp=1))
+            logs[0].append(batch, header)
+            scheduler.appended(logs[0], 1, len(batch))
+        await scheduler._writeback()
+        assert [log.writebacks for log in logs] == [1, 0, 0, 0]
+        await scheduler.stop()
+        assert all(log.flushes == 1 for log in logs)  # the stop fsyncs every dirty one
+
+    asyncio.run(scenario())
+    for log in logs:
+        log.close()
+
+
+def test_flushes_requested_together_sync_once(tmp_path: Path) -> None:
+    """Flushes of many partitions asked for in one turn of the event loop (one produce
+    request's partitions under ``flushIntervalMessages=1``) run as one ``flush_together``
+    (no fsync of their own); each partition is then durable as its own fsync would make
+    it, and one asked for meanwhile waits for the next round."""
+    logs = [CountingLog(tmp_path / str(i), LogConfig()) for i in range(FLUSH_TOGETHER_MIN)]
+
+    async def scenario() -> None:
+        scheduler = FlushScheduler(flush_interval_messages=1, flush_interval_ms=0)
+        waits = []
+        for log in logs:
+            batch, header = headed(build_batch([(None, b"v" * 100)], timestamp=1))
+            log.append(batch, header)
+            wait = scheduler.appended(log, 1, len(batch))
+            assert wait is not None
+            waits.append(wait)
+        batch, header = headed(build_batch([(None, b"w" * 100)], timestamp=1))
+        logs[0].append(batch, header)
+        again = scheduler.appended(logs[0], 1, len(batch))  # the first round is under way
+        assert again is not None and again is not waits[0]
+        await asyncio.gather(*waits)
+        assert [log.flushes for log in logs] == [0] * len(logs)  # one syncfs for all
+        await again
+        assert logs[0].flushes == 1  # alone in its round: an fsync of its own
+        await scheduler.stop()
+
+    asyncio.run(scenario())
+    for i, log in enumerate(logs):  # as after a crash: reopened without a close
+        reopened = PartitionLog(tmp_path / str(i), LogConfig())
+        assert reopened.next_offset == (2 if i == 0 else 1)
+        reopened.close()
+        log.close()

@@ -1,14 +1,18 @@
 """acks=all produce round-robin over many partitions (enough that the periodic flush syncs
 their file system at once: ``flush_together``) is acknowledged, and every acknowledged
-record is there with its offset after a ``kill -9`` of the broker; a Metadata answer for
-all of those topics (written by hand) is read back by librdkafka as it was created."""
+record is there with its offset after a ``kill -9`` of the broker, after a clean stop
+(the partitions closed together: ``close_together``) and after a ``kill -9`` landing
+inside that stop; a Metadata answer for all of those topics (written by hand) is read
+back by librdkafka as it was created."""
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
 import confluent_kafka
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
@@ -101,5 +105,28 @@ def test_acknowledged_records_over_many_partitions_survive_kill_9(tmp_path: Path
             for partition in range(PER_TOPIC):
                 offsets = sorted(o for t, p, o in acked if (t, p) == (name, partition))
                 assert offsets == list(range(ROUNDS))
+    finally:
+        broker.kill()
+
+
+@pytest.mark.parametrize("stop", ["clean", "killed-while-stopping"])
+def test_acknowledged_records_over_many_partitions_survive_a_stop(tmp_path: Path,
+                                                                   stop: str) -> None:
+    names = _names("stopped")
+    broker = BrokerProcess(tmp_path).start()
+    try:
+        _create(broker.bootstrap, names)
+        acked = _produce(broker.bootstrap, names)
+        if stop == "clean":
+            assert broker.stop(120) == 0
+            assert not list(tmp_path.rglob("partition.json.tmp"))
+        else:  # SIGTERM, then kill -9 once the stop began (wherever it got to)
+            seen = len(broker.lines)
+            assert broker.proc is not None
+            broker.proc.send_signal(signal.SIGTERM)
+            broker.wait_for_log("edge-broker stopping", timeout=60, after=seen)
+            broker.kill()
+        broker.start()
+        assert _consume(broker.bootstrap, names, len(acked)) == acked
     finally:
         broker.kill()
