@@ -3,11 +3,22 @@ that wait at the same time are committed together, in one statement (one transac
 as the file engine groups the fsyncs of concurrent producers.
 
 The partitions are spread over ``LANES`` lanes (by partition id), each a queue with a
-worker thread and a transaction of its own: a partition's appends are always committed in
-order by one worker, while the lanes' commits overlap (the database inserts one lane's
-rows while another's commit waits for its WAL flush, on more than one core). With one
-lane, a trial of 200,000 records of 1 KiB over four partitions produced about 80,000
-records/s; with two, about 93,000 (the bench's PostgreSQL rows, two cores).
+worker thread: a partition's appends are committed in order, never two of its groups at
+once, while the lanes' commits may overlap (the database inserts one lane's rows while
+another's commit waits for its WAL flush, on more than one core). With one lane, a trial
+of 200,000 records of 1 KiB over four partitions produced about 80,000 records/s; with
+two, about 93,000 (the bench's PostgreSQL rows, two cores).
+
+The lanes adapt to the backlog. A commit costs the broker about the same whatever it
+carries, so fewer, larger commits cost less CPU per record; when a broker's load is small
+(the load shared by several brokers) two lanes each committing a few appends would double
+its commits. So a lane commits beside another lane's commit under way only when there is
+a backlog (``OPEN_APPENDS`` appends waiting in all lanes) or its oldest append has waited
+``GATHER_S`` (a commit held up, say on a lock, holds up no other lane for longer); else its
+appends wait for that commit to end, and the next commit, started when none is under way,
+takes the appends of every lane (when fewer than ``OPEN_APPENDS`` wait; with more, each
+lane takes its own, side by side). Measured with three brokers sharing a load on one
+server, this halved the commits per record (``bench/results/cluster.md``).
 
 An append (``PgPartition``) takes its offsets at once, in order, from the partition's
 *assigned* end, and queues a :class:`Pending` in its lane; its producer waits on a
@@ -30,8 +41,8 @@ token), and inserts the entry rows of the partitions that moved, all or nothing.
   offsets go on from what is stored, whether or not a commit whose reply was lost
   happened).
 
-While a lane's worker commits one group, the next one gathers: under load a commit
-carries every append of the lane that arrived during the one before it.
+While one group is committed, the next one gathers: under load a commit carries every
+append that arrived during the one before it.
 """
 
 from __future__ import annotations
@@ -317,12 +328,13 @@ class _Lanes:
 
 
 class GroupCommitter:
-    """The appends waiting for a commit, in ``lanes`` queues each with the worker thread
-    that commits it (started on its first append; :meth:`close` commits what is queued,
-    then stops them). A partition's appends always go to the same lane (by its id), so
-    they are committed in order; the lanes commit side by side, on connections of their
-    own, so that the database inserts one lane's rows while another's commit waits for
-    its WAL flush, on as many cores as it has."""
+    """The appends waiting for a commit, in ``lanes`` queues each with a worker thread
+    (started on the first append; :meth:`close` commits what is queued, then stops them).
+    A partition's appends always go to the same lane (by its id), and a lane's appends are
+    in one commit under way at most, so they are committed in order. Under a backlog the
+    lanes commit side by side, on connections of their own, so that the database inserts
+    one lane's rows while another's commit waits for its WAL flush, on as many cores as it
+    has; with few appends waiting, one commit takes every lane's (the module's docstring)."""
 
     def __init__(self, db: Database, lanes: int = LANES) -> None:
         self._db = db
