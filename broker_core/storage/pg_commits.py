@@ -9,25 +9,30 @@ another's commit waits for its WAL flush, on more than one core). With one lane,
 of 200,000 records of 1 KiB over four partitions produced about 80,000 records/s; with
 two, about 93,000 (the bench's PostgreSQL rows, two cores).
 
-The lanes adapt to the backlog. A commit costs the broker about the same whatever it
-carries, so fewer, larger commits cost less CPU per record; when a broker's load is small
+The lanes adapt to the backlog. A commit costs the broker a fixed part besides what its
+appends cost, so fewer, larger commits cost less CPU per record; when a broker's load is small
 (the load shared by several brokers) two lanes each committing a few appends would double
 its commits. So a lane commits beside another lane's commit under way only when there is
 a backlog (``OPEN_APPENDS`` appends waiting in all lanes) or its oldest append has waited
 ``GATHER_S`` (a commit held up, say on a lock, holds up no other lane for longer); else its
 appends wait for that commit to end, and the next commit, started when none is under way,
 takes the appends of every lane (when fewer than ``OPEN_APPENDS`` wait; with more, each
-lane takes its own, side by side). Measured with three brokers sharing a load on one
-server, this halved the commits per record (``bench/results/cluster.md``).
+lane takes its own, side by side). In trials on two busy cores, three brokers sharing
+400,000 records (256 KiB batches) on one server made commits of 2.5-4 appends each
+instead of 1.4-2.1; appends of 16 KiB made straight into this storage, four at a time
+every 10 ms, were committed about 5 at a time instead of 2.5, for about a quarter less
+CPU each (256 KiB ones: no difference beyond noise, their bytes cost more than their
+commits).
 
 An append (``PgPartition``) takes its offsets at once, in order, from the partition's
 *assigned* end, and queues a :class:`Pending` in its lane; its producer waits on a
-:class:`Ticket` (an asyncio future on the event loop, an event elsewhere). A worker
-takes everything queued in its lane (up to ``_GROUP_BYTES`` and ``MAX_ENTRIES``) and
-commits it in one statement (``_commit_statement``: one round trip, its own transaction):
-it moves the row of each partition in ``edge_partitions``, only from the offset its first
-append expected and by the owner at the epoch that append was made at (the fencing
-token), and inserts the entry rows of the partitions that moved, all or nothing. Then:
+:class:`Ticket` (an asyncio future on the event loop, an event elsewhere). A worker takes
+what is queued in its lane, or in every lane (above; up to ``_GROUP_BYTES`` and
+``MAX_ENTRIES``), and commits it in one statement (``_commit_statement``: one round trip,
+its own transaction): it moves the row of each partition in ``edge_partitions``, only
+from the offset its first append expected and by the owner at the epoch that append was
+made at (the fencing token), and inserts the entry rows of the partitions that moved, all
+or nothing. Then:
 
 - a partition that moved has its *committed* end (``next_offset``, the high watermark)
   moved past its appends, and only then are they answered: a fetch never sees an offset
