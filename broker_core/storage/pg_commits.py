@@ -13,11 +13,11 @@ The lanes adapt to the backlog. A commit costs the broker a fixed part besides w
 appends cost, so fewer, larger commits cost less CPU per record; when a broker's load is small
 (the load shared by several brokers) two lanes each committing a few appends would double
 its commits. So a lane commits beside another lane's commit under way only when there is
-a backlog (``OPEN_APPENDS`` appends waiting in all lanes) or its oldest append has waited
-``GATHER_S`` (a commit held up, say on a lock, holds up no other lane for longer); else its
-appends wait for that commit to end, and the next commit, started when none is under way,
-takes the appends of every lane (when fewer than ``OPEN_APPENDS`` wait; with more, each
-lane takes its own, side by side). In trials on two busy cores, three brokers sharing
+a backlog (``OPEN_APPENDS`` appends or ``OPEN_BYTES`` waiting in all lanes) or its oldest
+append has waited ``GATHER_S`` (a commit held up, say on a lock, holds up no other lane
+for longer); else its appends wait for that commit to end, and the next commit, started
+when none is under way, takes the appends of every lane (without a backlog; with one,
+each lane takes its own, side by side). In trials on two busy cores, three brokers sharing
 400,000 records (256 KiB batches) on one server made commits of 2.5-4 appends each
 instead of 1.4-2.1; appends of 16 KiB made straight into this storage, four at a time
 every 10 ms, were committed about 5 at a time instead of 2.5, for about a quarter less
@@ -75,6 +75,9 @@ LANES = 2
 OPEN_APPENDS = 8
 """Appends waiting (in all lanes) from which a lane commits side by side with another
 lane's commit under way; fewer wait for that commit to end, and are committed together."""
+OPEN_BYTES = 2 << 20
+"""The same in batch bytes: large batches cost more than their commit, and the lanes'
+overlap is what makes their throughput (a single broker's PostgreSQL rows)."""
 GATHER_S = 0.01
 """Longest an append waits for another lane's commit to end before its lane commits all
 the same (a commit held up, say on a lock, holds up no other lane for longer)."""
@@ -235,6 +238,7 @@ class _Lanes:
         self._queues: list[list[Pending]] = [[] for _ in range(lanes)]
         self._since = [0.0] * lanes  # when the oldest append of each queue was queued
         self._busy = [False] * lanes  # a commit under way holds appends of the lane
+        self._bytes = 0  # batch bytes queued in all lanes
         self._closed = False
         self._threads: list[threading.Thread] = []
 
@@ -246,6 +250,7 @@ class _Lanes:
             if not queue:
                 self._since[lane] = time.monotonic()
             queue.append(pending)
+            self._bytes += len(pending.batch)
             if not self._threads:
                 self._threads = [
                     threading.Thread(target=self._run, args=(n,), daemon=True,
@@ -274,20 +279,22 @@ class _Lanes:
                     if self._closed or not any(self._busy):
                         return self._cut(self._gather(lane))
                     timeout = self._since[lane] + GATHER_S - time.monotonic()
-                    if timeout <= 0 or self._waiting() >= OPEN_APPENDS:
+                    if timeout <= 0 or self._backlog():
                         return self._cut([lane])  # open side by side with the commit under way
                 elif self._closed and not queue:
                     return None
                 self._wake[lane].wait(timeout)
 
-    def _waiting(self) -> int:
-        return sum(len(queue) for queue in self._queues)
+    def _backlog(self) -> bool:
+        """Enough waiting (in all lanes) for lanes to commit side by side."""
+        return (self._bytes >= OPEN_BYTES
+                or sum(len(queue) for queue in self._queues) >= OPEN_APPENDS)
 
     def _gather(self, lane: int) -> list[int]:
         """The lanes a commit starting in ``lane`` (no other commit under way) takes: its
-        own; and every other lane with appends waiting, when fewer than ``OPEN_APPENDS``
-        wait in all (one commit carries them instead of one a lane)."""
-        if self._waiting() >= OPEN_APPENDS:
+        own; and, without a backlog, every other lane with appends waiting (one commit
+        carries them instead of one a lane)."""
+        if self._backlog():
             return [lane]
         return [lane, *(n for n, queue in enumerate(self._queues) if queue and n != lane)]
 
@@ -311,6 +318,7 @@ class _Lanes:
                 taken_from.append(lane)
                 self._busy[lane] = True
                 self._queues[lane] = queue[taken:]
+                self._bytes -= sum(len(pending.batch) for pending in queue[:taken])
                 if self._queues[lane]:
                     self._since[lane] = time.monotonic()
         return taken_from, group

@@ -349,11 +349,15 @@ def test_appends_of_two_lanes_waiting_for_one_commit_share_the_next(
         storage.close()
 
 
+@pytest.mark.parametrize("appends, size", [
+    (pg_commits.OPEN_APPENDS, 50),  # many small batches
+    (2, pg_commits.OPEN_BYTES // 2 + 1000),  # few large ones
+])
 def test_a_backlog_opens_a_lane_beside_a_commit_under_way(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """``OPEN_APPENDS`` appends waiting in one lane are committed while another lane's
-    commit is still under way (here held up on a lock): under load the lanes commit side
-    by side."""
+        monkeypatch: pytest.MonkeyPatch, appends: int, size: int) -> None:
+    """``OPEN_APPENDS`` appends, or ``OPEN_BYTES``, waiting in one lane are committed
+    while another lane's commit is still under way (here held up on a lock): under load
+    the lanes commit side by side."""
     monkeypatch.setattr(pg_commits, "GATHER_S", 600.0)
     url = shared_server().new_database_url()
     storage = open_storage(url)
@@ -361,15 +365,15 @@ def test_a_backlog_opens_a_lane_beside_a_commit_under_way(
         (held, *_), (busy, *_) = _lanes(storage, 1)
 
         async def backlog() -> list[int]:
-            queued = [busy.append_deferred(*headed(make_batch(1)))
-                      for _ in range(pg_commits.OPEN_APPENDS)]
+            queued = [busy.append_deferred(*headed(make_batch(1, size=size)))
+                      for _ in range(appends)]
             await asyncio.gather(*(commit for _, commit in queued))
             return [base for base, _ in queued]
 
         with ThreadPoolExecutor(2) as pool, psycopg.connect(url) as locker:
             first = _held_up(url, locker, held, 1, pool)
             many = pool.submit(asyncio.run, backlog())
-            assert many.result(120) == list(range(pg_commits.OPEN_APPENDS))
+            assert many.result(120) == list(range(appends))
             assert not first.done()  # still waiting for the lock
             locker.rollback()
             assert first.result(60) == 0
