@@ -17,12 +17,12 @@ a backlog (``OPEN_APPENDS`` appends or ``OPEN_BYTES`` waiting in all lanes) or i
 append has waited ``GATHER_S`` (a commit held up, say on a lock, holds up no other lane
 for longer); else its appends wait for that commit to end, and the next commit, started
 when none is under way, takes the appends of every lane (without a backlog; with one,
-each lane takes its own, side by side). In trials on two busy cores, three brokers sharing
-400,000 records (256 KiB batches) on one server made commits of 2.5-4 appends each
-instead of 1.4-2.1; appends of 16 KiB made straight into this storage, four at a time
-every 10 ms, were committed about 5 at a time instead of 2.5, for about a quarter less
-CPU each (256 KiB ones: no difference beyond noise, their bytes cost more than their
-commits).
+each lane takes its own, side by side). In trials on two shared cores, three brokers
+sharing 400,000 records (256 KiB batches) on one server made commits of about 2-4 appends
+each instead of 1.2-2.1; appends made straight into this storage, one to each of four
+partitions every 10 ms (16 KiB) or 50 ms (256 KiB), were committed 4 at a time instead of
+2, for about a quarter (16 KiB) and a tenth (256 KiB) less CPU each: the larger the
+batches, the more their bytes cost beside their commits.
 
 An append (``PgPartition``) takes its offsets at once, in order, from the partition's
 *assigned* end, and queues a :class:`Pending` in its lane; its producer waits on a
