@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from broker_core.storage import DatabaseUnavailable, LogConfig, Storage, open_storage
+from broker_core.storage import DatabaseUnavailable, LogConfig, Storage, open_storage, pg_commits
 from broker_core.storage.cluster import NotOwner
 from broker_core.storage.errors import AppendFenced
 from broker_core.storage.pg_commits import LANES
@@ -196,8 +196,9 @@ def test_a_marker_poll_waiting_for_the_database_holds_up_no_request(tmp_path: Pa
 
 def test_a_commit_held_up_in_one_lane_holds_up_no_other_lane() -> None:
     """The group commit's lanes commit side by side: while the commit of one partition
-    waits (here for a row lock another session holds), the appends of a partition of
-    another lane are committed; the first is committed once the lock goes."""
+    waits (here for a row lock another session holds), a lone append to a partition of
+    another lane waits for it no longer than ``GATHER_S``, then is committed; the first is
+    committed once the lock goes."""
     url = shared_server().new_database_url()
     storage = open_storage(url)
     try:
@@ -296,6 +297,118 @@ def test_more_appends_than_one_statement_holds_are_committed_in_order() -> None:
         rows, commits, _ = transactions(url)
         assert rows == count + 1 and commits >= 1 + count // MAX_ENTRIES
         assert busy.next_offset == count
+    finally:
+        storage.close()
+
+
+def _lanes(storage: Storage, per_lane: int) -> list[list[PgPartition]]:
+    """``per_lane`` partitions of a new topic in each lane of the group commit."""
+    storage.create_topic(TOPIC, per_lane * LANES, {})
+    logs = [partition(storage, index=n) for n in range(per_lane * LANES)]
+    assert all(isinstance(log, PgPartition) for log in logs)
+    lanes: list[list[PgPartition]] = [[] for _ in range(LANES)]
+    for log in logs:
+        assert isinstance(log, PgPartition)
+        lanes[log.partition_id % LANES].append(log)
+    return lanes
+
+
+def _commits(url: str) -> dict[int, str]:
+    """The transaction (``xmin``) that stored each partition's entries, by partition id."""
+    with psycopg.connect(url) as conn:
+        return {int(pid): str(xmin) for pid, xmin in conn.execute(
+            "SELECT DISTINCT partition_id, xmin::text FROM edge_entries").fetchall()}
+
+
+def test_appends_of_two_lanes_waiting_for_one_commit_share_the_next(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Few appends waiting while a commit is under way (fewer than ``OPEN_APPENDS``) wait
+    for it, whatever their lane, and the next commit carries all of them: one commit for
+    a partition of each lane, not one a lane. (``GATHER_S`` is raised so that the commit
+    held up on a lock here is not outwaited.)"""
+    monkeypatch.setattr(pg_commits, "GATHER_S", 600.0)
+    url = shared_server().new_database_url()
+    storage = open_storage(url)
+    try:
+        (held, own), (other, *_) = _lanes(storage, 2)
+        with ThreadPoolExecutor(3) as pool, psycopg.connect(url) as locker:
+            first = _held_up(url, locker, held, 1, pool)
+            waiting = [pool.submit(asyncio.run, _deferred(log, count))
+                       for log, count in ((own, 2), (other, 3))]
+            while own._inflight + other._inflight < 2:  # both queued behind it
+                assert not any(w.done() for w in waiting)
+                time.sleep(0.01)
+            locker.rollback()
+            assert first.result(60) == 0
+            assert [w.result(60) for w in waiting] == [0, 0]
+        commits = _commits(url)
+        assert commits[own.partition_id] == commits[other.partition_id]
+        assert commits[held.partition_id] != commits[own.partition_id]
+        assert (own.next_offset, other.next_offset) == (2, 3)
+    finally:
+        storage.close()
+
+
+@pytest.mark.parametrize("appends, size", [
+    (pg_commits.OPEN_APPENDS, 50),  # many small batches
+    (2, pg_commits.OPEN_BYTES // 2 + 1000),  # few large ones
+])
+def test_a_backlog_opens_a_lane_beside_a_commit_under_way(
+        monkeypatch: pytest.MonkeyPatch, appends: int, size: int) -> None:
+    """``OPEN_APPENDS`` appends, or ``OPEN_BYTES``, waiting in one lane are committed
+    while another lane's commit is still under way (here held up on a lock): under load
+    the lanes commit side by side."""
+    monkeypatch.setattr(pg_commits, "GATHER_S", 600.0)
+    url = shared_server().new_database_url()
+    storage = open_storage(url)
+    try:
+        (held, *_), (busy, *_) = _lanes(storage, 1)
+
+        async def backlog() -> list[int]:
+            queued = [busy.append_deferred(*headed(make_batch(1, size=size)))
+                      for _ in range(appends)]
+            await asyncio.gather(*(commit for _, commit in queued))
+            return [base for base, _ in queued]
+
+        with ThreadPoolExecutor(2) as pool, psycopg.connect(url) as locker:
+            first = _held_up(url, locker, held, 1, pool)
+            many = pool.submit(asyncio.run, backlog())
+            assert many.result(120) == list(range(appends))
+            assert not first.done()  # still waiting for the lock
+            locker.rollback()
+            assert first.result(60) == 0
+    finally:
+        storage.close()
+
+
+def test_a_shared_commit_stores_nothing_of_a_partition_fenced_meanwhile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fencing holds in a commit that carries the appends of several lanes: of two
+    partitions (one in each lane) queued behind a held-up commit, the one another broker
+    took meanwhile fails as AppendFenced with nothing stored; the other is committed."""
+    monkeypatch.setattr(pg_commits, "GATHER_S", 600.0)
+    url = shared_server().new_database_url()
+    storage = open_storage(url)
+    try:
+        (held, taken), (kept, *_) = _lanes(storage, 2)
+        for log in (held, kept, taken):
+            log.fence(0)  # owned here at the epoch the rows hold
+        with ThreadPoolExecutor(3) as pool, psycopg.connect(url) as locker:
+            first = _held_up(url, locker, held, 1, pool)
+            results = [pool.submit(asyncio.run, _deferred(log, count))
+                       for log, count in ((kept, 2), (taken, 3))]
+            while kept._inflight + taken._inflight < 2:
+                time.sleep(0.01)
+            with psycopg.connect(url, autocommit=True) as other:
+                other.execute("UPDATE edge_partitions SET owner_epoch = owner_epoch + 1"
+                              " WHERE id = %s", (taken.partition_id,))
+            locker.rollback()
+            assert first.result(60) == 0
+            assert results[0].result(60) == 0
+            with pytest.raises(AppendFenced):
+                results[1].result(60)
+        assert set(_commits(url)) == {held.partition_id, kept.partition_id}
+        assert (kept.next_offset, taken.next_offset) == (2, 0)
     finally:
         storage.close()
 
