@@ -34,7 +34,7 @@ from __future__ import annotations
 import gc
 
 THRESHOLDS = (700, 10, 100)
-"""``gc.set_threshold``: CPython's defaults but for the last, 10."""
+"""``gc.set_threshold``: CPython's defaults (700, 10, 10) but for the last."""
 
 
 def settle() -> None:
