@@ -131,9 +131,11 @@ def test_flushes_requested_together_sync_once(tmp_path: Path) -> None:
         again = scheduler.appended(logs[0], 1, len(batch))  # the first round is under way
         assert again is not None and again is not waits[0]
         await asyncio.gather(*waits)
-        assert [log.flushes for log in logs] == [0] * len(logs)  # one syncfs for all
+        # one syncfs for all: no fsync of their own (the first's next round may already
+        # have run by now, so it is counted after that round)
+        assert [log.flushes for log in logs[1:]] == [0] * (len(logs) - 1)
         await again
-        assert logs[0].flushes == 1  # alone in its round: an fsync of its own
+        assert logs[0].flushes == 1  # only its second round, alone: an fsync of its own
         await scheduler.stop()
 
     asyncio.run(scenario())
