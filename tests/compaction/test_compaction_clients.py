@@ -24,7 +24,7 @@ from tests.operations.test_metrics import sample, scrape
 from tests.ports import free_port
 from tests.txn_helpers import wait_until
 
-pytestmark = pytest.mark.storage_engines
+pytestmark = [pytest.mark.storage_engines, pytest.mark.long_running(minutes=5)]
 
 Consume = Callable[..., list[Got]]
 Written = dict[int, tuple[bytes | None, bytes | None]]
