@@ -9,12 +9,10 @@ measures the broker's cost per partition rather than per request.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.java_client import client_jars, jdk_tool
+from tests.java_client import compile_java, jdk_tool
 
 SOURCE = Path(__file__).resolve().parent / "java" / "PartitionsProducer.java"
 MAIN_CLASS = "PartitionsProducer"
@@ -29,10 +27,7 @@ class JavaProducer:
     @classmethod
     def compile(cls, into: Path) -> JavaProducer:
         """Compile the program into ``into`` (FileNotFoundError without a JDK or the jars)."""
-        jars = os.pathsep.join(str(jar) for jar in client_jars())
-        subprocess.run([jdk_tool("javac"), "-cp", jars, "-d", str(into), str(SOURCE)],
-                       check=True, capture_output=True, text=True, timeout=300)
-        return cls(classpath=os.pathsep.join([str(into), jars]))
+        return cls(classpath=compile_java(SOURCE, into, timeout=300))
 
     def command(self, bootstrap: str, prefix: str, topics: int, per_topic: int, count: int,
                 first: int, size: int, linger_ms: float) -> list[str]:

@@ -54,6 +54,15 @@ def jdk_tool(name: str) -> str:
     return found
 
 
+def compile_java(source: Path, into: Path, timeout: float) -> str:
+    """Compile ``source`` against the client jars into ``into``; the classpath to run it
+    with (FileNotFoundError without a JDK or the jars)."""
+    jars = os.pathsep.join(str(jar) for jar in client_jars())
+    subprocess.run([jdk_tool("javac"), "-cp", jars, "-d", str(into), str(source)],
+                   check=True, capture_output=True, text=True, timeout=timeout)
+    return os.pathsep.join([str(into), jars])
+
+
 @dataclass(frozen=True)
 class JavaFlows:
     """The compiled KafkaFlows program and the classpath it runs with."""
@@ -63,10 +72,7 @@ class JavaFlows:
     @classmethod
     def compile(cls, into: Path) -> JavaFlows:
         """Compile KafkaFlows.java into ``into``."""
-        jars = os.pathsep.join(str(jar) for jar in client_jars())
-        subprocess.run([jdk_tool("javac"), "-cp", jars, "-d", str(into), str(SOURCE)],
-                       check=True, capture_output=True, text=True, timeout=180)
-        return cls(classpath=os.pathsep.join([str(into), jars]))
+        return cls(classpath=compile_java(SOURCE, into, timeout=180))
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         """Start one flow with pipes to its stdin and stdout (a flow that waits for the
