@@ -535,13 +535,41 @@ class ConfluentMember:
 
 def pump(members: list[ConfluentMember], condition: Callable[[], bool], timeout: float,
          what: str) -> None:
-    """Poll every member in turn until ``condition()`` holds."""
+    """Poll every member, each in a thread of its own, until ``condition()`` holds; a
+    member checks it after each of its polls, so none runs more than a poll past it.
 
-    def step() -> None:
-        for member in members:
-            member.step()
+    One thread stepping the members in turn can stall a rebalance: a member's synchronous
+    commit waits behind its JoinGroup on the coordinator's connection (a broker answers a
+    connection's requests in order, and a JoinGroup once every member rejoined), while the
+    other members, not polled, never rejoin; the join then ends at the rebalance timeout,
+    with them expelled."""
+    if condition():
+        return
+    done = threading.Event()
+    failures: list[BaseException] = []
 
-    wait_until(condition, timeout, what, step)
+    def run(member: ConfluentMember) -> None:
+        try:
+            while not done.is_set():
+                member.step()
+                if condition():
+                    done.set()
+        except BaseException as exc:  # raised in the test's thread below
+            failures.append(exc)
+            done.set()
+
+    threads = [threading.Thread(target=run, args=(member,), daemon=True,
+                                name=f"pump-{member.name}") for member in members]
+    for thread in threads:
+        thread.start()
+    held = done.wait(timeout)
+    done.set()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    if not held:
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def balanced(ledger: GroupLedger, names: list[str], partitions: int) -> Callable[[], bool]:
