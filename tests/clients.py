@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -160,19 +160,28 @@ def produce_aiokafka(bootstrap: str, topic: str, recs: list[Rec], compression: s
 
 # -- consumers ---------------------------------------------------------------------------
 
+def _finished(count: int, until: Callable[[list[Got]], bool] | None
+              ) -> Callable[[list[Got]], bool]:
+    """When a consumer below has read enough: ``until``, else ``count`` records."""
+    return until if until is not None else (lambda got: len(got) >= count)
+
+
 def consume_confluent(bootstrap: str, topic: str, count: int,
                       partitions: int = PARTITIONS, timeout: float = 60, *,
-                      conf: Mapping[str, Any] | None = None) -> list[Got]:
-    """Read ``count`` records from offset 0 of every partition with librdkafka."""
+                      conf: Mapping[str, Any] | None = None,
+                      until: Callable[[list[Got]], bool] | None = None) -> list[Got]:
+    """Read ``count`` records (or until ``until(got)``) from offset 0 of every partition
+    with librdkafka."""
     consumer = confluent_kafka.Consumer({
         **(conf or {"bootstrap.servers": bootstrap}), "group.id": "unused-assign-only",
         "enable.auto.commit": False, "auto.offset.reset": "earliest",
     })
     consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
     got: list[Got] = []
+    done = _finished(count, until)
     deadline = time.monotonic() + timeout
     try:
-        while len(got) < count and time.monotonic() < deadline:
+        while not done(got) and time.monotonic() < deadline:
             for msg in consumer.consume(1000, 1.0):
                 assert msg.error() is None, msg.error()
                 got.append(got_from_confluent(msg))
@@ -183,8 +192,10 @@ def consume_confluent(bootstrap: str, topic: str, count: int,
 
 def consume_kafka_python(bootstrap: str, topic: str, count: int,
                          partitions: int = PARTITIONS, timeout: float = 60, *,
-                         conf: Mapping[str, Any] | None = None) -> list[Got]:
-    """Read ``count`` records from offset 0 of every partition with kafka-python."""
+                         conf: Mapping[str, Any] | None = None,
+                         until: Callable[[list[Got]], bool] | None = None) -> list[Got]:
+    """Read ``count`` records (or until ``until(got)``) from offset 0 of every partition
+    with kafka-python."""
     consumer = kafka.KafkaConsumer(**(conf or {"bootstrap_servers": bootstrap}), group_id=None,
                                    enable_auto_commit=False, auto_offset_reset="earliest")
     tps = [kafka.TopicPartition(topic, p) for p in range(partitions)]
@@ -192,9 +203,10 @@ def consume_kafka_python(bootstrap: str, topic: str, count: int,
     for tp in tps:
         consumer.seek(tp, 0)
     got: list[Got] = []
+    done = _finished(count, until)
     deadline = time.monotonic() + timeout
     try:
-        while len(got) < count and time.monotonic() < deadline:
+        while not done(got) and time.monotonic() < deadline:
             for tp, msgs in consumer.poll(1000).items():
                 for msg in msgs:
                     got.append(Got(tp.partition, msg.offset, Rec(
@@ -207,8 +219,10 @@ def consume_kafka_python(bootstrap: str, topic: str, count: int,
 
 def consume_aiokafka(bootstrap: str, topic: str, count: int,
                      partitions: int = PARTITIONS, timeout: float = 60, *,
-                     conf: Mapping[str, Any] | None = None) -> list[Got]:
-    """Read ``count`` records from offset 0 of every partition with aiokafka."""
+                     conf: Mapping[str, Any] | None = None,
+                     until: Callable[[list[Got]], bool] | None = None) -> list[Got]:
+    """Read ``count`` records (or until ``until(got)``) from offset 0 of every partition
+    with aiokafka."""
 
     async def run() -> list[Got]:
         consumer = AIOKafkaConsumer(**(conf or {"bootstrap_servers": bootstrap}),
@@ -222,8 +236,9 @@ def consume_aiokafka(bootstrap: str, topic: str, count: int,
             consumer.assign(tps)
             for tp in tps:
                 consumer.seek(tp, 0)
+            done = _finished(count, until)
             deadline = time.monotonic() + timeout
-            while len(got) < count and time.monotonic() < deadline:
+            while not done(got) and time.monotonic() < deadline:
                 batch = await consumer.getmany(timeout_ms=1000)
                 for tp, msgs in batch.items():
                     for msg in msgs:
