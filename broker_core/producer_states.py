@@ -95,19 +95,71 @@ class ProducerStates:
         self._cleaned: dict[tuple[str, int], tuple[PartitionStore, int]] = {}
         """The latest checkpoint the log cleaner reported for a partition (its store)."""
         self._cleaned_lock = threading.Lock()
+        self._loading: dict[tuple[str, int], tuple[PartitionStore, asyncio.Future[
+            tuple[_Loaded, int]]]] = {}
+        """The loads under way in worker threads (:meth:`load`), by partition."""
 
     def get(self, topic: str, index: int, partition: PartitionStore) -> PartitionProducers:
-        """The state of a partition, loading it from snapshot and log when needed."""
+        """The state of a partition, loading it from snapshot and log when needed (on the
+        caller's thread: :meth:`load` first keeps that off the event loop)."""
         known = self._states.get((topic, index))
         if known is not None and known.partition is partition:
             return known.state
-        loaded = _load(partition)
+        return self._install((topic, index), _load(partition)[0])
+
+    def loaded(self, topic: str, index: int, partition: PartitionStore) -> bool:
+        """Whether :meth:`get` has the partition's state at hand (no load)."""
+        known = self._states.get((topic, index))
+        return known is not None and known.partition is partition
+
+    async def load(self, topic: str, index: int, partition: PartitionStore) -> None:
+        """Load a partition's state unless it is loaded: the snapshot, and the log up to
+        its end as the load began, read in a worker thread (a snapshot and a log replay
+        are reads of files or database round trips, which the event loop must not wait
+        for: a thousand partitions moved to this broker, or an idempotent producer's first
+        batch to each of ten thousand); then, on the loop, the batches appended since.
+        Loads of one partition at once share one read. A load that fails, or that an
+        :meth:`invalidate` overtook, installs nothing: :meth:`get` loads it then, and says
+        why."""
+        key = (topic, index)
+        pending = self.prefetch(topic, index, partition)
+        if pending is None:
+            return
+        try:
+            loaded, reached = await asyncio.shield(pending[1])
+            if self._loading.get(key) is not pending:
+                return  # invalidated or replaced meanwhile, or another waiter took it
+            del self._loading[key]
+            if not self.loaded(topic, index, partition):
+                _replay(loaded, partition, reached)  # what was appended meanwhile, if any
+                self._install(key, loaded)
+        except Exception:  # get() loads again, and raises it to the request
+            if self._loading.get(key) is pending:
+                del self._loading[key]
+
+    def prefetch(self, topic: str, index: int, partition: PartitionStore
+                 ) -> tuple[PartitionStore, asyncio.Future[tuple[_Loaded, int]]] | None:
+        """Start loading a partition's state in a worker thread, unless it is loaded
+        (None) or being loaded; the load under way, which :meth:`load` waits for."""
+        if self.loaded(topic, index, partition):
+            return None
+        key = (topic, index)
+        pending = self._loading.get(key)
+        if pending is None or pending[0] is not partition:
+            future = asyncio.get_running_loop().run_in_executor(
+                None, _load, partition, partition.next_offset)
+            future.add_done_callback(_retrieved)  # a prefetch nobody waited for may fail
+            pending = self._loading[key] = (partition, future)
+        return pending
+
+    def _install(self, key: tuple[str, int], loaded: _Loaded) -> PartitionProducers:
+        """Make a partition's freshly loaded state the one in use."""
         loaded.expired = loaded.state.expire(_now_ms(), self.expiration_ms) > 0
         with self._cleaned_lock:
-            reported = self._cleaned.get((topic, index))
-            if reported is not None and reported[0] is partition:
+            reported = self._cleaned.get(key)
+            if reported is not None and reported[0] is loaded.partition:
                 loaded.state.cleaned_below = max(loaded.state.cleaned_below, reported[1])
-            self._states[(topic, index)] = loaded
+            self._states[key] = loaded
         return loaded.state
 
     def cleaned(self, topic: str, index: int, partition: PartitionStore, offset: int) -> None:
@@ -144,11 +196,14 @@ class ProducerStates:
         append failed and may still have been stored (a database commit whose reply was
         lost), so memory can no longer say which batches are in the log."""
         self._states.pop((topic, index), None)
+        self._loading.pop((topic, index), None)  # a load under way installs nothing
 
     def forget(self, topic: str) -> None:
         """Drop the states of a deleted topic."""
         for key in [k for k in self._states if k[0] == topic]:
             del self._states[key]
+        for key in [k for k in self._loading if k[0] == topic]:
+            del self._loading[key]
         with self._cleaned_lock:
             for key in [k for k in self._cleaned if k[0] == topic]:
                 del self._cleaned[key]
@@ -224,6 +279,12 @@ class ProducerStates:
                 "next start")
 
 
+def _retrieved(future: asyncio.Future[tuple[_Loaded, int]]) -> None:
+    """Mark a load's outcome as seen: a failed load is retried, and said, by :meth:`get`."""
+    if not future.cancelled():
+        future.exception()
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -269,22 +330,37 @@ def _read(partition: PartitionStore) -> tuple[PartitionProducers, int] | None:
         return None
 
 
-def _load(partition: PartitionStore) -> _Loaded:
+def _load(partition: PartitionStore, end: int | None = None) -> tuple[_Loaded, int]:
+    """A partition's state from its snapshot and the batches after it, up to ``end`` (the
+    whole log: None); and the offset it is exact up to."""
     snapshot = _read(partition)
     state, saved = snapshot if snapshot is not None else (PartitionProducers(), None)
     state.cleaned_below = Checkpoint.load(partition).offset
     offset = saved if saved is not None else partition.log_start_offset
+    loaded = _Loaded(partition, state, saved, time.monotonic(), partition.size_bytes)
+    reached = _replay(loaded, partition, offset, end)
+    return loaded, reached
+
+
+def _replay(loaded: _Loaded, partition: PartitionStore, offset: int,
+            end: int | None = None) -> int:
+    """Apply the batches from ``offset`` on (those before ``end``, if given) to a state
+    being loaded; the offset it is exact up to."""
     replayed = earlier = 0  # batches replayed; of them, written before this start
-    if offset < partition.next_offset:
+    if offset < partition.next_offset and (end is None or offset < end):
         for info in partition.headers_from(offset):
-            state.apply(info)
+            if end is not None and info.base_offset >= end:
+                break
+            loaded.state.apply(info)
+            offset = info.last_offset + 1
             replayed += 1
             earlier += info.base_offset < partition.opened_next_offset
     if replayed:
         log.log(logging.INFO if earlier else logging.DEBUG,
                 "%s: producer state rebuilt from %s, %d batch(es) replayed",
                 partition.location,
-                f"the snapshot at offset {saved}" if saved is not None else "the log start",
-                replayed)
-    return _Loaded(partition, state, saved, time.monotonic(), partition.size_bytes,
-                   replayed=earlier > 0)
+                f"the snapshot at offset {loaded.saved_offset}"
+                if loaded.saved_offset is not None else "the log start", replayed)
+    loaded.replayed = loaded.replayed or earlier > 0
+    loaded.saved_size = partition.size_bytes
+    return offset

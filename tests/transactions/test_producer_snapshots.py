@@ -76,6 +76,62 @@ def test_a_rebuild_replays_only_what_follows_the_snapshot(
     log.close()
 
 
+def test_a_load_off_the_loop_catches_up_with_what_was_appended_meanwhile(
+        tmp_path: Path) -> None:
+    """:meth:`ProducerStates.load` reads the snapshot and the log as far as it reached
+    when the load began in a worker thread, then replays on the loop what was appended
+    since: the state is the one a whole replay gives. Here the batches after ``end`` stand
+    for those appended while the thread read."""
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    states = ProducerStates()
+    _produce(log, states, 0, 10)
+    assert asyncio.run(states.checkpoint(_flush)) == 1
+    _produce(log, states, 20, 3)
+    end = log.next_offset
+    _produce(log, states, 26, 4)  # appended after the load began
+    expected = states.get("t", 0, log).to_json(log.next_offset)
+    log = _restarted(log)
+
+    loaded, reached = producer_states._load(log, end)
+    assert reached == end == 26
+    assert loaded.state.to_json(log.next_offset) != expected  # the last 4 not yet replayed
+    assert producer_states._replay(loaded, log, reached) == log.next_offset
+    assert loaded.state.to_json(log.next_offset) == expected
+
+    async def load() -> ProducerStates:
+        fresh = ProducerStates()
+        await fresh.load("t", 0, log)
+        return fresh
+
+    fresh = asyncio.run(load())
+    assert fresh.loaded("t", 0, log)
+    assert fresh.get("t", 0, log).to_json(log.next_offset) == expected
+    log.close()
+
+
+def test_a_load_that_an_invalidation_overtook_installs_nothing(tmp_path: Path) -> None:
+    """An append failed while the load read (the log may hold more than memory says): the
+    load's state is dropped, and the next use rebuilds it."""
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    states = ProducerStates()
+    _produce(log, states, 0, 3)
+    log = _restarted(log)
+
+    async def run() -> None:
+        fresh = ProducerStates()
+        loads = [asyncio.create_task(fresh.load("t", 0, log)) for _ in range(2)]
+        await asyncio.sleep(0)  # both wait on the one read under way
+        fresh.invalidate("t", 0)
+        await asyncio.gather(*loads)
+        assert not fresh.loaded("t", 0, log)
+        await fresh.load("t", 0, log)  # a new load, not overtaken
+        assert fresh.loaded("t", 0, log)
+        assert fresh.get("t", 0, log).to_json(log.next_offset)["producers"]
+
+    asyncio.run(run())
+    log.close()
+
+
 def test_the_snapshot_is_written_only_after_its_fsync(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path / "p", LogConfig())
     states = ProducerStates()
