@@ -13,12 +13,21 @@ batches (``batch.size`` reached long before ``linger.ms``) and fetch responses o
 (3 MiB per partition) make the requests the same whatever the cluster size, so that the
 CPU difference is the brokers' own (their separate PostgreSQL commits, membership,
 ownership checks).
+
+Beside the largest cluster runs its control (:class:`SeparateBrokers`): as many single
+brokers, each on a database of its own on the same server and pinned to the same CPUs,
+each fed its share of the records over its share of the partitions by a load generator of
+its own, all at once. They share nothing but the CPUs, so their CPU per record against
+one lone broker is what running that many processes on these CPUs costs, without any
+cluster; the cluster against them is what being a cluster costs on top.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +39,7 @@ from bench.cluster_db import postgres_cpu_seconds
 from bench.options import Options
 from bench.pinning import CpuPlan
 from bench.report import median
-from bench.runner import Bench, LoadError, _summary, run_worker
+from bench.runner import MB, Bench, LoadError, _summary, run_worker
 from bench.suite import median_by
 from broker_core.naming import to_internal
 
@@ -114,6 +123,65 @@ def _trial(bench: Bench, group: BrokerGroup, server: PostgresServer, batching: B
             "commits_per_thousand": commits * 1000 / opts.records}
 
 
+class SeparateBrokers:
+    """``count`` single brokers, each with a database of its own: the cluster's control."""
+
+    def __init__(self, server: PostgresServer, count: int) -> None:
+        self.groups = [BrokerGroup(server.new_database_url(), 1) for _ in range(count)]
+        self.name = f"{count} separate brokers"
+
+    def start(self, cpus: frozenset[int] | None) -> None:
+        for group in self.groups:
+            group.start(cpus)
+
+    def stop(self) -> None:
+        for group in self.groups:
+            group.stop()
+
+    def cpu_seconds(self) -> float:
+        return sum(group.cpu_seconds() for group in self.groups)
+
+    def trial(self, bench: Bench, server: PostgresServer, batching: Batching,
+              trial: int) -> dict[str, Any]:
+        """:func:`_trial` of each broker with its share, all at once; the figures of
+        them all (throughput: all records over the longest run)."""
+        opts = bench.opts.cluster
+        count = len(self.groups)
+        share = dataclasses.replace(opts, records=opts.records // count,
+                                    partitions=max(opts.partitions // count, 1))
+        shares = [dataclasses.replace(bench, opts=dataclasses.replace(bench.opts, cluster=share),
+                                      noise=bench.noise) for _ in self.groups]
+        with ThreadPoolExecutor(count) as pool:
+            runs = list(pool.map(lambda run: _trial(run[0], run[1], server, batching, trial),
+                                 zip(shares, self.groups, strict=True)))
+        # each run read PostgreSQL's CPU during all of them: the longest run's reading
+        pg_cpu = max(run["postgres_cpu_s"] for run in runs)
+        records = share.records * count
+        out: dict[str, Any] = {phase: _together([run[phase] for run in runs])
+                               for phase in ("produce", "consume")}
+        broker_cpu = sum(run["broker_cpu_s"] for run in runs)
+        return {**out, "broker_cpu_s": broker_cpu, "postgres_cpu_s": pg_cpu,
+                "broker_cpu_s_per_million": broker_cpu * MILLION / records,
+                "postgres_cpu_s_per_million": pg_cpu * MILLION / records,
+                "batches_per_thousand": sum(run["batches_per_thousand"] for run in runs)
+                / count,
+                "commits_per_thousand": sum(run["commits_per_thousand"] for run in runs)
+                / count}
+
+
+def _together(phases: list[dict[str, Any]]) -> dict[str, Any]:
+    """Load generators' summaries of one phase run side by side, as one."""
+    seconds = max(float(phase["seconds"]) for phase in phases)
+    records = sum(int(phase["records"]) for phase in phases)
+    size = sum(int(phase["bytes"]) for phase in phases)
+    return {"records": records, "bytes": size, "seconds": seconds,
+            "errors": sum(int(phase["errors"]) for phase in phases),
+            "records_per_s": records / max(seconds, 1e-9),
+            "mb_per_s": size / max(seconds, 1e-9) / MB,
+            "broker_cpu_s": sum(float(phase["broker_cpu_s"]) for phase in phases),
+            "client_bound": any(phase["client_bound"] for phase in phases)}
+
+
 def _median_row(brokers: int, trials: list[dict[str, Any]],
                 single: list[dict[str, Any]] | None) -> dict[str, Any]:
     """The median trial of each phase and of the CPU; the CPU ratio to one broker is the
@@ -135,7 +203,7 @@ def _median_row(brokers: int, trials: list[dict[str, Any]],
     return row
 
 
-def idle_cpu(groups: list[BrokerGroup], seconds: float) -> list[float]:
+def idle_cpu(groups: list[BrokerGroup | SeparateBrokers], seconds: float) -> list[float]:
     """Each group's CPU seconds per second with no client: heartbeats, lease renewals,
     reconciling ownership and following the other brokers' changes."""
     before = [group.cpu_seconds() for group in groups]
@@ -150,14 +218,21 @@ def cluster_throughput(opts: Options, cpus: CpuPlan, server: PostgresServer) -> 
     sizes = opts.cluster.sizes
     groups = {n: BrokerGroup(server.new_database_url(), n) for n in sizes}
     benches = {n: Bench(opts, cpus) for n in sizes}
+    control = SeparateBrokers(server, max(sizes)) if max(sizes) > 1 else None
+    control_bench = Bench(opts, cpus)
     trials: dict[tuple[str, int], list[dict[str, Any]]] = {
         (b.name, n): [] for b in BATCHINGS for n in sizes}
+    separate: dict[str, list[dict[str, Any]]] = {b.name: [] for b in BATCHINGS}
     try:
         for group in groups.values():
             _say(f"cluster: starting {group.name} on PostgreSQL")
             group.start(cpus.broker)
+        if control is not None:
+            _say(f"cluster: starting {control.name} on PostgreSQL")
+            control.start(cpus.broker)
         _say(f"cluster: {opts.cluster.idle_seconds:g} s idle")
-        idle = idle_cpu(list(groups.values()), opts.cluster.idle_seconds)
+        idle = idle_cpu([*groups.values(), *([control] if control else [])],
+                        opts.cluster.idle_seconds)
         for trial in range(opts.cluster.repeat):
             for n in (sizes if trial % 2 == 0 else sizes[::-1]):
                 for batching in BATCHINGS:
@@ -166,14 +241,26 @@ def cluster_throughput(opts: Options, cpus: CpuPlan, server: PostgresServer) -> 
                          f"trial {trial + 1}/{opts.cluster.repeat}")
                     trials[batching.name, n].append(
                         _trial(benches[n], groups[n], server, batching, trial))
+                    if control is not None and n == max(sizes):
+                        _say(f"cluster: {control.name}, their shares at once")
+                        separate[batching.name].append(
+                            control.trial(control_bench, server, batching, trial))
     finally:
         for group in groups.values():
             group.stop()
+        if control is not None:
+            control.stop()
     out: list[dict[str, Any]] = []
     for batching in BATCHINGS:
         single = trials.get((batching.name, 1))
         rows = [_median_row(n, trials[batching.name, n], single) for n in sizes]
+        if control is not None:
+            rows.append({**_median_row(len(control.groups), separate[batching.name], single),
+                         "separate": True})
         for row, idle_cpu_s in zip(rows, idle, strict=True):
             row["idle_cpu_pct"] = 100.0 * idle_cpu_s
         out.append({"name": batching.name, "label": batching.label, "rows": rows})
-    return {"batchings": out, "noise": {str(n): benches[n].noise.as_json() for n in sizes}}
+    noise = {str(n): benches[n].noise.as_json() for n in sizes}
+    if control is not None:
+        noise["separate"] = control_bench.noise.as_json()
+    return {"batchings": out, "noise": noise}

@@ -31,12 +31,24 @@ def _ratio(row: Results) -> str:
     return f"{ratio:.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
+def _column(row: Results) -> str:
+    if row.get("separate"):
+        return f"{row['brokers']} separate brokers (no cluster)"
+    return _plural(row["brokers"])
+
+
+def _noise_key(row: Results) -> str:
+    return "separate" if row.get("separate") else str(row["brokers"])
+
+
 def throughput_table(cluster: Results) -> str:
-    """Rows by metric, a column per cluster size; the batchings one after the other."""
+    """Rows by metric, a column per cluster size (and the control, separate brokers);
+    the batchings one after the other."""
     batchings = cluster["throughput"]["batchings"]
     noise = cluster["throughput"]["noise"]
-    sizes = [r["brokers"] for r in batchings[0]["rows"]]
-    head = "| metric | " + " | ".join(_plural(n) for n in sizes) + " |"
+    columns = batchings[0]["rows"]
+    sizes = [r["brokers"] for r in columns]
+    head = "| metric | " + " | ".join(_column(r) for r in columns) + " |"
     lines = [head, "|---|" + "--:|" * len(sizes)]
 
     def line(metric: str, cells: list[str]) -> None:
@@ -58,7 +70,7 @@ def throughput_table(cluster: Results) -> str:
              [f"{r['postgres_cpu_s_per_million']:.2f}" for r in rows])
     line("brokers' CPU while idle, % of one CPU",
          [f"{r['idle_cpu_pct']:.1f}" for r in batchings[0]["rows"]])
-    share = [noise[str(n)]["others_share_pct"] for n in sizes]
+    share = [noise[_noise_key(r)]["others_share_pct"] for r in columns]
     line("noise: others' share of the brokers' CPU during the load, %",
          [NONE if s is None else f"{s:.0f}" for s in share])
     return "\n".join(lines)
@@ -92,7 +104,7 @@ def targets(cluster: Results) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for batching in cluster["throughput"]["batchings"]:
         rows = [r for r in batching["rows"] if r.get("cpu_ratio_to_one") is not None
-                and r["brokers"] > 1]
+                and r["brokers"] > 1 and not r.get("separate")]
         if rows:
             out.append({
                 "target": f"brokers' CPU per record <= {CPU_TARGET:g}x one broker's, "
@@ -109,6 +121,29 @@ def targets(cluster: Results) -> list[dict[str, Any]]:
                 "met": worst < FAILOVER_TARGET_S,
                 "detail": f"p50 {run['first_ack_p50_s']:.2f} s, max {worst:.2f} s"})
     return out
+
+
+def sharing_text(cluster: Results) -> str:
+    """What the separate brokers show: the cost of sharing the CPUs, and the cluster's
+    own on top of it (the largest cluster against its control)."""
+    lines = []
+    for batching in cluster["throughput"]["batchings"]:
+        rows = batching["rows"]
+        control = next((r for r in rows if r.get("separate")), None)
+        cluster_row = next((r for r in rows if not r.get("separate")
+                            and control is not None and r["brokers"] == control["brokers"]),
+                           None)
+        if control is None or cluster_row is None or not control["broker_cpu_s_per_million"]:
+            continue
+        alone = control.get("cpu_ratio_to_one")
+        own = (cluster_row["broker_cpu_s_per_million"]
+               / control["broker_cpu_s_per_million"])
+        lines.append(
+            f"- {batching['label']}: {control['brokers']} separate brokers sharing the "
+            f"brokers' CPU spend {NONE if alone is None else f'{alone:.2f}x'} one lone "
+            f"broker's CPU per record, with no cluster; the cluster of "
+            f"{control['brokers']} spends {own:.2f}x theirs (its own cost)")
+    return "\n".join(lines)
 
 
 def _trials(repeat: int) -> str:
@@ -132,6 +167,9 @@ def setup_text(cluster: Results) -> str:
 def markdown(cluster: Results) -> str:
     """Setup line, both tables and the targets."""
     parts = [setup_text(cluster), throughput_table(cluster)]
+    sharing = sharing_text(cluster)
+    if sharing:
+        parts.append(sharing)
     if cluster["failover"]:
         parts.append(failover_table(cluster))
     return "\n\n".join([*parts, targets_text(cluster["targets"])])

@@ -32,7 +32,7 @@ def quick_cluster_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Pa
 def test_quick_cluster_run_prints_both_tables_and_two_targets(
         quick_cluster_run: tuple[str, Path]) -> None:
     stdout, out = quick_cluster_run
-    assert "| metric | 1 broker | 3 brokers |" in stdout
+    assert "| metric | 1 broker | 3 brokers | 3 separate brokers (no cluster) |" in stdout
     for label in ("produce: records/s", "consume: records/s",
                   "brokers' CPU s per million records", "against one broker", "while idle",
                   "PostgreSQL CPU s per million records",
@@ -41,7 +41,9 @@ def test_quick_cluster_run_prints_both_tables_and_two_targets(
                   "| brokerSessionTimeoutMs=2000, brokerHeartbeatIntervalMs=250 | 1 |"):
         assert label in stdout
     assert "**librdkafka's own batches**" in stdout and "**equal batches" in stdout
-    assert stdout.count("**met**") + stdout.count("**NOT met**") == 3
+    assert stdout.count("**met**") + stdout.count("**NOT met**") == 3  # none for the control
+    assert stdout.count("3 separate brokers sharing the brokers' CPU spend ") == 2
+    assert stdout.count("; the cluster of 3 spends ") == 2
     assert (out / "cluster.md").read_text(encoding="utf-8").strip() == stdout.strip()
 
 
@@ -57,10 +59,12 @@ def test_quick_cluster_run_writes_every_figure(quick_cluster_run: tuple[str, Pat
     batchings = results["throughput"]["batchings"]
     assert [b["name"] for b in batchings] == ["client", "equal"]
     rows = [row for batching in batchings for row in batching["rows"]]
-    assert [row["brokers"] for row in rows] == [1, 3, 1, 3]
+    assert [row["brokers"] for row in rows] == [1, 3, 3, 1, 3, 3]
+    assert [bool(row.get("separate")) for row in rows] == [False, False, True] * 2
     for row in rows:
-        for phase in ("produce", "consume"):
-            assert row[phase]["records"] == records
+        for phase in ("produce", "consume"):  # the separate brokers: a third each
+            assert row[phase]["records"] == (records // 3 * 3 if row.get("separate")
+                                             else records)
             assert row[phase]["errors"] == 0
             assert _positive(row[phase]["records_per_s"])
         assert _positive(row["broker_cpu_s_per_million"])
@@ -69,7 +73,8 @@ def test_quick_cluster_run_writes_every_figure(quick_cluster_run: tuple[str, Pat
         assert _positive(row["cpu_ratio_to_one"])
         assert _positive(row["batches_per_thousand"])
         assert _positive(row["commits_per_thousand"])
-    assert rows[0]["cpu_ratio_to_one"] == rows[2]["cpu_ratio_to_one"] == 1.0
+    assert rows[0]["cpu_ratio_to_one"] == rows[3]["cpu_ratio_to_one"] == 1.0
+    assert set(results["throughput"]["noise"]) == {"1", "3", "separate"}
     default, fast = results["failover"]
     assert default["settings"] == {}
     assert fast["settings"] == {"brokerSessionTimeoutMs": "2000",
@@ -109,3 +114,18 @@ def test_the_failover_target_is_judged_on_the_worst_kill_with_default_settings()
     assert failover["detail"] == "p50 7.00 s, max 11.00 s"
     [_, failover] = cluster_report.targets(_cluster([1.0], [6.5, 7.0, 9.9]))
     assert failover["met"] is True
+
+
+def test_the_separate_brokers_split_the_cost_into_sharing_and_the_cluster_own() -> None:
+    rows = [{"brokers": 1, "cpu_ratio_to_one": 1.0, "broker_cpu_s_per_million": 4.0},
+            {"brokers": 3, "cpu_ratio_to_one": 1.2, "broker_cpu_s_per_million": 4.8},
+            {"brokers": 3, "cpu_ratio_to_one": 1.1, "broker_cpu_s_per_million": 4.4,
+             "separate": True}]
+    cluster = {"throughput": {"batchings": [{"name": "equal", "label": "equal batches",
+                                             "rows": rows}]}, "failover": []}
+    assert cluster_report.sharing_text(cluster) == (
+        "- equal batches: 3 separate brokers sharing the brokers' CPU spend 1.10x one lone "
+        "broker's CPU per record, with no cluster; the cluster of 3 spends 1.09x theirs "
+        "(its own cost)")
+    [cpu] = cluster_report.targets(cluster)  # the control is no cluster: not judged
+    assert cpu["detail"] == "3 brokers 1.200x"
