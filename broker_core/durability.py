@@ -57,6 +57,9 @@ class FlushScheduler:
         """Partitions with ``WRITEBACK_MIN_BYTES`` appended since their last writeback (a
         set, not a flag per partition: a round with 10,000 partitions must not walk them
         all)."""
+        self._dirty: set[int] = set()
+        """Partitions appended to since the periodic flush last took them (some may have
+        been fsynced since, by a count or a snapshot): what it looks at, not all of them."""
         self._timer: asyncio.Task[None] | None = None
         self._queued: list[tuple[PartitionStore, _PartitionState]] = []
         """Flushes requested in this turn of the event loop, started together at its end."""
@@ -81,6 +84,7 @@ class FlushScheduler:
         self._state.pop(id(partition), None)
         self._logs.pop(id(partition), None)
         self._unwritten.discard(id(partition))
+        self._dirty.discard(id(partition))
 
     def appended(self, partition: PartitionStore, records: int,
                  size: int) -> asyncio.Future[None] | None:
@@ -93,6 +97,7 @@ class FlushScheduler:
             self._logs[key] = partition
         state.unflushed += records
         state.unwritten_bytes += size
+        self._dirty.add(key)
         if state.unwritten_bytes >= WRITEBACK_MIN_BYTES:
             state.unwritten_bytes = 0
             self._unwritten.add(key)
@@ -189,8 +194,9 @@ class FlushScheduler:
         ``syncfs`` instead of an fsync each: 10,000 dirty partitions cost about one fsync
         and one job, not 10,000 of each, and one future, not one each), the others in their
         running fsync's next round."""
-        dirty = [(self._logs[key], state) for key, state in list(self._state.items())
-                 if state.unflushed > 0]
+        keys, self._dirty = self._dirty, set()
+        dirty = [(self._logs[key], state) for key in keys
+                 if (state := self._state.get(key)) is not None and state.unflushed > 0]
         pending = [self._request_flush(partition, state)
                    for partition, state in dirty if state.running is not None]
         free = [(partition, state) for partition, state in dirty if state.running is None]

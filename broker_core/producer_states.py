@@ -6,7 +6,8 @@ shutdown, right after a rebuild that replayed batches written before this start 
 crash loop never replays the same tail twice), and, while the broker runs, once a
 partition has moved on by ``SNAPSHOT_EVERY_RECORDS`` offsets, ``SNAPSHOT_EVERY_BYTES`` of
 log or ``SNAPSHOT_MAX_AGE_S`` seconds: so after ``kill -9`` the rebuild replays at most
-that tail, not the whole partition, on the event loop. Only a rebuild that replays what
+that tail, not the whole partition. (With more than ``CHECKED_PER_ROUND`` partitions
+loaded, a round of checks looks at that many of them in turn.) Only a rebuild that replays what
 an earlier run wrote is logged at INFO; a partition created in this run says nothing.
 
 A snapshot only ever names an offset whose batches are already fsynced: it is encoded at
@@ -53,6 +54,10 @@ SNAPSHOT_EVERY_BYTES = 16 << 20
 """A partition whose log grew this many bytes past its last snapshot gets a new one."""
 SNAPSHOT_MAX_AGE_S = 30.0
 """A partition that moved at all gets a new snapshot after this long."""
+CHECKED_PER_ROUND = 1024
+"""Loaded partitions a checkpoint looks at, in turn: with 10,000 of them, each is looked
+at every tenth round, and a round holds the event loop for a thousand checks (and at most
+as many snapshots to encode), not ten thousand."""
 
 Flush = Callable[[PartitionStore], Awaitable[None]]
 
@@ -95,6 +100,7 @@ class ProducerStates:
         self._cleaned: dict[tuple[str, int], tuple[PartitionStore, int]] = {}
         """The latest checkpoint the log cleaner reported for a partition (its store)."""
         self._cleaned_lock = threading.Lock()
+        self._turn = 0  # where the next checkpoint's look at the loaded partitions starts
         self._loading: dict[tuple[str, int], tuple[PartitionStore, asyncio.Future[
             tuple[_Loaded, int]]]] = {}
         """The loads under way in worker threads (:meth:`load`), by partition."""
@@ -209,7 +215,8 @@ class ProducerStates:
                 del self._cleaned[key]
 
     async def checkpoint(self, flush: Flush) -> int:
-        """Snapshot every loaded partition that is due (see the module docstring); return
+        """Snapshot every loaded partition that is due (see the module docstring; of
+        many, those :meth:`_in_turn`); return
         how many snapshots were written. ``flush`` fsyncs a partition's appends so far: the
         due partitions' flushes are asked for at once (the flush policy runs them as one
         group: 10,000 partitions an idempotent producer wrote to cost a syncfs, not 10,000
@@ -217,7 +224,7 @@ class ProducerStates:
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         due: list[tuple[tuple[str, int], _Loaded, int, Snapshot]] = []
-        for key, loaded in [(k, v) for k, v in self._states.items() if v.due(now)]:
+        for key, loaded in [(k, v) for k, v in self._in_turn() if v.due(now)]:
             partition = loaded.partition
             offset = partition.next_offset
             loaded.state.forget_aborted_before(partition.log_start_offset)
@@ -256,6 +263,17 @@ class ProducerStates:
             loaded.expired = loaded.replayed = False  # expire() runs in this task only
             written += 1
         return written
+
+    def _in_turn(self) -> list[tuple[tuple[str, int], _Loaded]]:
+        """The loaded partitions this checkpoint looks at: all of them, or the next
+        ``CHECKED_PER_ROUND`` in turn."""
+        states = list(self._states.items())
+        if len(states) <= CHECKED_PER_ROUND:
+            return states
+        start = self._turn % len(states)
+        self._turn = start + CHECKED_PER_ROUND
+        return (states[start:start + CHECKED_PER_ROUND]
+                + states[:max(start + CHECKED_PER_ROUND - len(states), 0)])
 
     def save(self) -> str | None:
         """Snapshot every loaded partition at shutdown (after the final fsync); one that

@@ -201,6 +201,25 @@ def test_when_a_partition_is_due(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     log.close()
 
 
+def test_a_checkpoint_of_many_partitions_looks_at_a_share_of_them_in_turn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each round holds the event loop for at most ``CHECKED_PER_ROUND`` checks: with more
+    partitions loaded, the rounds take them in turn, and every due one gets its snapshot
+    within a turn."""
+    monkeypatch.setattr(producer_states, "CHECKED_PER_ROUND", 2)
+    states = ProducerStates()
+    logs = [PartitionLog(tmp_path / f"p{n}", LogConfig()) for n in range(5)]
+    for n, log in enumerate(logs):
+        state = states.get("t", n, log)
+        data = bytearray(batch(PID + n, EPOCH, 0, 2))
+        header = read_header(data)
+        state.record(header, log.append(data, header), header.max_timestamp)
+    assert [asyncio.run(states.checkpoint(_flush)) for _ in range(4)] == [2, 2, 1, 0]
+    assert all((log.directory / SNAPSHOT_FILE).exists() for log in logs)
+    for log in logs:
+        log.close()
+
+
 def test_a_rebuild_of_an_earlier_runs_batches_is_snapshotted_at_once(tmp_path: Path) -> None:
     """A clean point: once the replay is done the state is saved, so the next rebuild
     starts from here whatever happens next (however soon the next crash comes)."""
