@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from itertools import islice
 
 from broker_core.compaction.cleaning import Checkpoint
 from broker_core.partition_producers import PartitionProducers, Snapshot
@@ -267,13 +268,14 @@ class ProducerStates:
     def _in_turn(self) -> list[tuple[tuple[str, int], _Loaded]]:
         """The loaded partitions this checkpoint looks at: all of them, or the next
         ``CHECKED_PER_ROUND`` in turn."""
-        states = list(self._states.items())
-        if len(states) <= CHECKED_PER_ROUND:
-            return states
-        start = self._turn % len(states)
-        self._turn = start + CHECKED_PER_ROUND
-        return (states[start:start + CHECKED_PER_ROUND]
-                + states[:max(start + CHECKED_PER_ROUND - len(states), 0)])
+        count = len(self._states)
+        if count <= CHECKED_PER_ROUND:
+            return list(self._states.items())
+        start = self._turn % count
+        end = self._turn = start + CHECKED_PER_ROUND
+        # islice skips without a tuple each (a copy of them all costs collections too)
+        return [*islice(self._states.items(), start, end),
+                *islice(self._states.items(), max(end - count, 0))]
 
     def save(self) -> str | None:
         """Snapshot every loaded partition at shutdown (after the final fsync); one that
