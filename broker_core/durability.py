@@ -195,6 +195,14 @@ class FlushScheduler:
         and one job, not 10,000 of each, and one future, not one each), the others in their
         running fsync's next round."""
         keys, self._dirty = self._dirty, set()
+        try:
+            await self._flush_keys(keys)
+        except BaseException:  # cancelled by stop(): its own round looks at them again
+            self._dirty |= keys
+            raise
+
+    async def _flush_keys(self, keys: set[int]) -> None:
+        """:meth:`flush_dirty` of the partitions ``keys`` (those still unflushed)."""
         dirty = [(self._logs[key], state) for key in keys
                  if (state := self._state.get(key)) is not None and state.unflushed > 0]
         pending = [self._request_flush(partition, state)

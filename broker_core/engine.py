@@ -202,6 +202,7 @@ class Engine:
             except Exception as exc:
                 problems.append(f"could not {what}: {exc}")
         self._reworkers.shutdown(wait=False, cancel_futures=True)
+        self.producers.close()
         unsaved = self.producers.save()
         if unsaved is not None:
             problems.append(f"could not save the producer snapshots: {unsaved}")

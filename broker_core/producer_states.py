@@ -31,11 +31,14 @@ under a lock that a load also takes, so no interleaving leaves a loaded state be
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
 
@@ -55,6 +58,8 @@ SNAPSHOT_EVERY_BYTES = 16 << 20
 """A partition whose log grew this many bytes past its last snapshot gets a new one."""
 SNAPSHOT_MAX_AGE_S = 30.0
 """A partition that moved at all gets a new snapshot after this long."""
+LOAD_THREADS = 2
+"""Threads reading producer states (:meth:`ProducerStates.load`)."""
 CHECKED_PER_ROUND = 1024
 """Loaded partitions a checkpoint looks at, in turn: with 10,000 of them, each is looked
 at every tenth round, and a round holds the event loop for a thousand checks (and at most
@@ -90,6 +95,10 @@ DEFAULT_EXPIRATION_MS = 86_400_000
 """Kafka's ``producer.id.expiration.ms``: one day."""
 
 
+_Pending = tuple[PartitionStore, asyncio.Future[tuple[_Loaded, int]]]
+"""A load under way: the partition store it reads, and the read's outcome."""
+
+
 class ProducerStates:
     """Producer state of every partition, rebuilt on first use."""
 
@@ -102,9 +111,12 @@ class ProducerStates:
         """The latest checkpoint the log cleaner reported for a partition (its store)."""
         self._cleaned_lock = threading.Lock()
         self._turn = 0  # where the next checkpoint's look at the loaded partitions starts
-        self._loading: dict[tuple[str, int], tuple[PartitionStore, asyncio.Future[
-            tuple[_Loaded, int]]]] = {}
+        self._loading: dict[tuple[str, int], _Pending] = {}
         """The loads under way in worker threads (:meth:`load`), by partition."""
+        self._readers = ThreadPoolExecutor(max_workers=LOAD_THREADS,
+                                           thread_name_prefix="producer-state")
+        """Threads of their own: a request's thousand loads never queue the fsyncs of the
+        default executor."""
 
     def get(self, topic: str, index: int, partition: PartitionStore) -> PartitionProducers:
         """The state of a partition, loading it from snapshot and log when needed (on the
@@ -128,36 +140,50 @@ class ProducerStates:
         Loads of one partition at once share one read. A load that fails, or that an
         :meth:`invalidate` overtook, installs nothing: :meth:`get` loads it then, and says
         why."""
-        key = (topic, index)
         pending = self.prefetch(topic, index, partition)
-        if pending is None:
-            return
-        try:
-            loaded, reached = await asyncio.shield(pending[1])
-            if self._loading.get(key) is not pending:
-                return  # invalidated or replaced meanwhile, or another waiter took it
-            del self._loading[key]
-            if not self.loaded(topic, index, partition):
-                _replay(loaded, partition, reached)  # what was appended meanwhile, if any
-                self._install(key, loaded)
-        except Exception:  # get() loads again, and raises it to the request
-            if self._loading.get(key) is pending:
-                del self._loading[key]
+        if pending is not None:
+            with contextlib.suppress(Exception):  # get() loads again, and raises it
+                await asyncio.shield(pending[1])
 
-    def prefetch(self, topic: str, index: int, partition: PartitionStore
-                 ) -> tuple[PartitionStore, asyncio.Future[tuple[_Loaded, int]]] | None:
+    def prefetch(self, topic: str, index: int, partition: PartitionStore) -> _Pending | None:
         """Start loading a partition's state in a worker thread, unless it is loaded
-        (None) or being loaded; the load under way, which :meth:`load` waits for."""
-        if self.loaded(topic, index, partition):
-            return None
+        (None) or being loaded; the load under way. Once read, it is installed on the
+        loop (:meth:`_read_done`) whether or not anyone waits for it, before the waiters
+        resume."""
         key = (topic, index)
+        if self.loaded(topic, index, partition):
+            self._loading.pop(key, None)
+            return None
         pending = self._loading.get(key)
         if pending is None or pending[0] is not partition:
             future = asyncio.get_running_loop().run_in_executor(
-                None, _load, partition, partition.next_offset)
-            future.add_done_callback(_retrieved)  # a prefetch nobody waited for may fail
+                self._readers, _load, partition, partition.next_offset)
             pending = self._loading[key] = (partition, future)
+            future.add_done_callback(functools.partial(self._read_done, key, pending))
         return pending
+
+    def _read_done(self, key: tuple[str, int], pending: _Pending,
+                   future: asyncio.Future[tuple[_Loaded, int]]) -> None:
+        """A load's read ended (on the loop): replay what was appended meanwhile and
+        install it, unless it failed, was invalidated or replaced meanwhile, or the state
+        was loaded otherwise (:meth:`get`)."""
+        failed = future.cancelled() or future.exception() is not None
+        if self._loading.get(key) is not pending:
+            return
+        del self._loading[key]
+        partition = pending[0]
+        if failed or self.loaded(key[0], key[1], partition):
+            return
+        loaded, reached = future.result()
+        try:
+            _replay(loaded, partition, reached)
+        except Exception:  # get() loads again, and raises it to the request
+            return
+        self._install(key, loaded)
+
+    def close(self) -> None:
+        """Stop the loads' threads (loads under way are not waited for)."""
+        self._readers.shutdown(wait=False, cancel_futures=True)
 
     def _install(self, key: tuple[str, int], loaded: _Loaded) -> PartitionProducers:
         """Make a partition's freshly loaded state the one in use."""
@@ -297,12 +323,6 @@ class ProducerStates:
         return (f"{len(failed)} of {len(self._states)} producer snapshot(s) not written "
                 f"(first: {first.location}: {error}); those partitions replay more at the "
                 "next start")
-
-
-def _retrieved(future: asyncio.Future[tuple[_Loaded, int]]) -> None:
-    """Mark a load's outcome as seen: a failed load is retried, and said, by :meth:`get`."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _now_ms() -> int:

@@ -4,6 +4,7 @@ connections with kafka-python's protocol classes (confluent-kafka 2.16 and kafka
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -71,27 +72,30 @@ def produce_throttle(conn: RawConnection, topic: str, value_bytes: int) -> tuple
 def produce_flat_out(conf: dict[str, Any], topic: str, measure_from: float = 5.0,
                      until: float = 15.0, value_bytes: int = 10_000) -> tuple[float, list[int]]:
     """Produce as fast as a confluent-kafka producer of ``conf`` may for ``until`` seconds;
-    the bytes per second delivered between ``measure_from`` and ``until`` (after the first
-    window's burst) and the throttle times its throttle callback saw."""
+    the bytes per second of the records produced from ``measure_from`` on (after the first
+    window's burst) and delivered before ``until``, and the throttle times its throttle
+    callback saw. (Counting every delivery in the span would count the client's queue at
+    ``measure_from`` too: up to 2 MiB more, delivered late when a loaded machine holds the
+    client up.)"""
     throttles: list[int] = []
-    delivered: list[tuple[float, int]] = []
+    delivered: list[tuple[float, float, int]] = []
     producer = confluent_kafka.Producer({
         **conf, "linger.ms": 5, "acks": 1, "queue.buffering.max.kbytes": 2048,
         "throttle_cb": lambda event: throttles.append(int(event.throttle_time * 1000))})
     value = b"x" * value_bytes
 
-    def done(err: Any, msg: Any) -> None:
+    def done(produced: float, err: Any, msg: Any) -> None:
         if err is None:
-            delivered.append((time.monotonic(), len(msg.value())))
+            delivered.append((produced, time.monotonic(), len(msg.value())))
 
     started = time.monotonic()
     begin, end = started + measure_from, started + until
     while time.monotonic() < end:
         try:
-            producer.produce(topic, value, on_delivery=done)
+            producer.produce(topic, value, on_delivery=functools.partial(done, time.monotonic()))
         except BufferError:  # the client's queue is full: it is being held back
             producer.poll(0.05)
         producer.poll(0)
     producer.flush(30)
-    measured = sum(size for at, size in delivered if begin <= at < end)
+    measured = sum(size for produced, at, size in delivered if begin <= produced and at < end)
     return measured / (end - begin), throttles

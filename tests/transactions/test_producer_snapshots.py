@@ -111,7 +111,8 @@ def test_a_load_off_the_loop_catches_up_with_what_was_appended_meanwhile(
 
 def test_a_load_that_an_invalidation_overtook_installs_nothing(tmp_path: Path) -> None:
     """An append failed while the load read (the log may hold more than memory says): the
-    load's state is dropped, and the next use rebuilds it."""
+    load's state is dropped, and the next use rebuilds it. A load nobody waits for is
+    installed once read."""
     log = PartitionLog(tmp_path / "p", LogConfig())
     states = ProducerStates()
     _produce(log, states, 0, 3)
@@ -127,6 +128,14 @@ def test_a_load_that_an_invalidation_overtook_installs_nothing(tmp_path: Path) -
         await fresh.load("t", 0, log)  # a new load, not overtaken
         assert fresh.loaded("t", 0, log)
         assert fresh.get("t", 0, log).to_json(log.next_offset)["producers"]
+        fresh.invalidate("t", 0)
+        pending = fresh.prefetch("t", 0, log)  # started for a batch refused before its wait
+        assert pending is not None
+        await asyncio.wait([pending[1]])
+        await asyncio.sleep(0)
+        assert fresh.loaded("t", 0, log)  # installed all the same, nothing left pending
+        assert fresh.prefetch("t", 0, log) is None
+        fresh.close()
 
     asyncio.run(run())
     log.close()
