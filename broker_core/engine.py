@@ -14,7 +14,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -202,7 +202,6 @@ class Engine:
             except Exception as exc:
                 problems.append(f"could not {what}: {exc}")
         self._reworkers.shutdown(wait=False, cancel_futures=True)
-        self.producers.close()
         unsaved = self.producers.save()
         if unsaved is not None:
             problems.append(f"could not save the producer snapshots: {unsaved}")
@@ -362,25 +361,6 @@ class Engine:
         self._check_size(admitted.internal, len(batch), admitted.rules)
         return replace(admitted, partition=partition, records=batch, header=header,
                        rework=None, owned=True)
-
-    def awaits_producers(self, admitted: Admitted) -> bool:
-        """Whether an admitted idempotent batch's partition has no producer state loaded
-        yet (:meth:`with_producers` loads it off the event loop)."""
-        return admitted.header.producer_id >= 0 and not self.producers.loaded(
-            admitted.internal, admitted.index, admitted.partition)
-
-    async def with_producers(self, admitted: Admitted, also: Iterable[int] = ()) -> Admitted:
-        """The admission once its partition's producer state is loaded, from snapshot and
-        log in a worker thread (and the loads of the topic's partitions ``also`` started:
-        the other batches of the request, from the same producer); the partition is looked
-        up again: it may have moved meanwhile."""
-        internal = admitted.internal
-        for index in also:
-            partition = self.logs.partition(internal, index)
-            if partition is not None:
-                self.producers.prefetch(internal, index, partition)
-        await self.producers.load(internal, admitted.index, admitted.partition)
-        return replace(admitted, partition=self.partition(admitted.internal, admitted.index))
 
     def append(self, admitted: Admitted) -> Appended:
         """Append an admitted batch (its rework done) after the idempotence and transaction

@@ -6,8 +6,9 @@ shutdown, right after a rebuild that replayed batches written before this start 
 crash loop never replays the same tail twice), and, while the broker runs, once a
 partition has moved on by ``SNAPSHOT_EVERY_RECORDS`` offsets, ``SNAPSHOT_EVERY_BYTES`` of
 log or ``SNAPSHOT_MAX_AGE_S`` seconds: so after ``kill -9`` the rebuild replays at most
-that tail, not the whole partition. (With more than ``CHECKED_PER_ROUND`` partitions
-loaded, a round of checks looks at that many of them in turn.) Only a rebuild that replays what
+that tail, not the whole partition, on the event loop. (With more than
+``CHECKED_PER_ROUND`` partitions loaded, a round of checks looks at that many of them in
+turn.) Only a rebuild that replays what
 an earlier run wrote is logged at INFO; a partition created in this run says nothing.
 
 A snapshot only ever names an offset whose batches are already fsynced: it is encoded at
@@ -31,14 +32,11 @@ under a lock that a load also takes, so no interleaving leaves a loaded state be
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import json
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
 
@@ -58,8 +56,6 @@ SNAPSHOT_EVERY_BYTES = 16 << 20
 """A partition whose log grew this many bytes past its last snapshot gets a new one."""
 SNAPSHOT_MAX_AGE_S = 30.0
 """A partition that moved at all gets a new snapshot after this long."""
-LOAD_THREADS = 2
-"""Threads reading producer states (:meth:`ProducerStates.load`)."""
 CHECKED_PER_ROUND = 1024
 """Loaded partitions a checkpoint looks at, in turn: with 10,000 of them, each is looked
 at every tenth round, and a round holds the event loop for a thousand checks (and at most
@@ -95,10 +91,6 @@ DEFAULT_EXPIRATION_MS = 86_400_000
 """Kafka's ``producer.id.expiration.ms``: one day."""
 
 
-_Pending = tuple[PartitionStore, asyncio.Future[tuple[_Loaded, int]]]
-"""A load under way: the partition store it reads, and the read's outcome."""
-
-
 class ProducerStates:
     """Producer state of every partition, rebuilt on first use."""
 
@@ -111,88 +103,19 @@ class ProducerStates:
         """The latest checkpoint the log cleaner reported for a partition (its store)."""
         self._cleaned_lock = threading.Lock()
         self._turn = 0  # where the next checkpoint's look at the loaded partitions starts
-        self._loading: dict[tuple[str, int], _Pending] = {}
-        """The loads under way in worker threads (:meth:`load`), by partition."""
-        self._readers = ThreadPoolExecutor(max_workers=LOAD_THREADS,
-                                           thread_name_prefix="producer-state")
-        """Threads of their own: a request's thousand loads never queue the fsyncs of the
-        default executor."""
 
     def get(self, topic: str, index: int, partition: PartitionStore) -> PartitionProducers:
-        """The state of a partition, loading it from snapshot and log when needed (on the
-        caller's thread: :meth:`load` first keeps that off the event loop)."""
+        """The state of a partition, loading it from snapshot and log when needed."""
         known = self._states.get((topic, index))
         if known is not None and known.partition is partition:
             return known.state
-        return self._install((topic, index), _load(partition)[0])
-
-    def loaded(self, topic: str, index: int, partition: PartitionStore) -> bool:
-        """Whether :meth:`get` has the partition's state at hand (no load)."""
-        known = self._states.get((topic, index))
-        return known is not None and known.partition is partition
-
-    async def load(self, topic: str, index: int, partition: PartitionStore) -> None:
-        """Load a partition's state unless it is loaded: the snapshot, and the log up to
-        its end as the load began, read in a worker thread (a snapshot and a log replay
-        are reads of files or database round trips, which the event loop must not wait
-        for: a thousand partitions moved to this broker, or an idempotent producer's first
-        batch to each of ten thousand); then, on the loop, the batches appended since.
-        Loads of one partition at once share one read. A load that fails, or that an
-        :meth:`invalidate` overtook, installs nothing: :meth:`get` loads it then, and says
-        why."""
-        pending = self.prefetch(topic, index, partition)
-        if pending is not None:
-            with contextlib.suppress(Exception):  # get() loads again, and raises it
-                await asyncio.shield(pending[1])
-
-    def prefetch(self, topic: str, index: int, partition: PartitionStore) -> _Pending | None:
-        """Start loading a partition's state in a worker thread, unless it is loaded
-        (None) or being loaded; the load under way. Once read, it is installed on the
-        loop (:meth:`_read_done`) whether or not anyone waits for it, before the waiters
-        resume."""
-        key = (topic, index)
-        if self.loaded(topic, index, partition):
-            self._loading.pop(key, None)
-            return None
-        pending = self._loading.get(key)
-        if pending is None or pending[0] is not partition:
-            future = asyncio.get_running_loop().run_in_executor(
-                self._readers, _load, partition, partition.next_offset)
-            pending = self._loading[key] = (partition, future)
-            future.add_done_callback(functools.partial(self._read_done, key, pending))
-        return pending
-
-    def _read_done(self, key: tuple[str, int], pending: _Pending,
-                   future: asyncio.Future[tuple[_Loaded, int]]) -> None:
-        """A load's read ended (on the loop): replay what was appended meanwhile and
-        install it, unless it failed, was invalidated or replaced meanwhile, or the state
-        was loaded otherwise (:meth:`get`)."""
-        failed = future.cancelled() or future.exception() is not None
-        if self._loading.get(key) is not pending:
-            return
-        del self._loading[key]
-        partition = pending[0]
-        if failed or self.loaded(key[0], key[1], partition):
-            return
-        loaded, reached = future.result()
-        try:
-            _replay(loaded, partition, reached)
-        except Exception:  # get() loads again, and raises it to the request
-            return
-        self._install(key, loaded)
-
-    def close(self) -> None:
-        """Stop the loads' threads (loads under way are not waited for)."""
-        self._readers.shutdown(wait=False, cancel_futures=True)
-
-    def _install(self, key: tuple[str, int], loaded: _Loaded) -> PartitionProducers:
-        """Make a partition's freshly loaded state the one in use."""
+        loaded = _load(partition)
         loaded.expired = loaded.state.expire(_now_ms(), self.expiration_ms) > 0
         with self._cleaned_lock:
-            reported = self._cleaned.get(key)
-            if reported is not None and reported[0] is loaded.partition:
+            reported = self._cleaned.get((topic, index))
+            if reported is not None and reported[0] is partition:
                 loaded.state.cleaned_below = max(loaded.state.cleaned_below, reported[1])
-            self._states[key] = loaded
+            self._states[(topic, index)] = loaded
         return loaded.state
 
     def cleaned(self, topic: str, index: int, partition: PartitionStore, offset: int) -> None:
@@ -229,14 +152,11 @@ class ProducerStates:
         append failed and may still have been stored (a database commit whose reply was
         lost), so memory can no longer say which batches are in the log."""
         self._states.pop((topic, index), None)
-        self._loading.pop((topic, index), None)  # a load under way installs nothing
 
     def forget(self, topic: str) -> None:
         """Drop the states of a deleted topic."""
         for key in [k for k in self._states if k[0] == topic]:
             del self._states[key]
-        for key in [k for k in self._loading if k[0] == topic]:
-            del self._loading[key]
         with self._cleaned_lock:
             for key in [k for k in self._cleaned if k[0] == topic]:
                 del self._cleaned[key]
@@ -370,37 +290,22 @@ def _read(partition: PartitionStore) -> tuple[PartitionProducers, int] | None:
         return None
 
 
-def _load(partition: PartitionStore, end: int | None = None) -> tuple[_Loaded, int]:
-    """A partition's state from its snapshot and the batches after it, up to ``end`` (the
-    whole log: None); and the offset it is exact up to."""
+def _load(partition: PartitionStore) -> _Loaded:
     snapshot = _read(partition)
     state, saved = snapshot if snapshot is not None else (PartitionProducers(), None)
     state.cleaned_below = Checkpoint.load(partition).offset
     offset = saved if saved is not None else partition.log_start_offset
-    loaded = _Loaded(partition, state, saved, time.monotonic(), partition.size_bytes)
-    reached = _replay(loaded, partition, offset, end)
-    return loaded, reached
-
-
-def _replay(loaded: _Loaded, partition: PartitionStore, offset: int,
-            end: int | None = None) -> int:
-    """Apply the batches from ``offset`` on (those before ``end``, if given) to a state
-    being loaded; the offset it is exact up to."""
     replayed = earlier = 0  # batches replayed; of them, written before this start
-    if offset < partition.next_offset and (end is None or offset < end):
+    if offset < partition.next_offset:
         for info in partition.headers_from(offset):
-            if end is not None and info.base_offset >= end:
-                break
-            loaded.state.apply(info)
-            offset = info.last_offset + 1
+            state.apply(info)
             replayed += 1
             earlier += info.base_offset < partition.opened_next_offset
     if replayed:
         log.log(logging.INFO if earlier else logging.DEBUG,
                 "%s: producer state rebuilt from %s, %d batch(es) replayed",
                 partition.location,
-                f"the snapshot at offset {loaded.saved_offset}"
-                if loaded.saved_offset is not None else "the log start", replayed)
-    loaded.replayed = loaded.replayed or earlier > 0
-    loaded.saved_size = partition.size_bytes
-    return offset
+                f"the snapshot at offset {saved}" if saved is not None else "the log start",
+                replayed)
+    return _Loaded(partition, state, saved, time.monotonic(), partition.size_bytes,
+                   replayed=earlier > 0)

@@ -1,8 +1,7 @@
 """Fetch: read batches from the ledgers, long-polling on appends until ``min_bytes`` arrive.
 
 Sessions (KIP-227) are declined by answering session id 0, so every fetch is a full one.
-A ledger not read since start-up is CRC-checked in a worker thread before its first read,
-and a partition's producer state (the last stable offset) loaded there at first use;
+A ledger not read since start-up is CRC-checked in a worker thread before its first read;
 a fetch at an offset whose stored records are damaged answers CORRUPT_MESSAGE, as Kafka
 does for a corrupt record in its log (the client raises it; it is not retried away). A
 partition offline after a failed fsync answers KAFKA_STORAGE_ERROR until restart. A Fetch
@@ -14,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kafka.protocol.consumer import FetchRequest
 
@@ -71,46 +70,11 @@ def _resolve(engine: Engine, ctx: RequestContext, request: FetchRequest) -> list
     return wanted
 
 
-@dataclass(slots=True)
-class _OffLoop:
-    """What a fetch has done in worker threads before it answers again: the ledgers to
-    scan before their first read, and the producer states to load at first use (each
-    asked for once per fetch: a load that failed is done again on the loop, which answers
-    its error)."""
-
-    scans: list[tuple[PartitionStore, int]] = field(default_factory=list)
-    loads: list[tuple[str, int, PartitionStore]] = field(default_factory=list)
-    asked: set[tuple[str, int]] = field(default_factory=set)
-
-    def __bool__(self) -> bool:
-        return bool(self.scans or self.loads)
-
-    def load(self, engine: Engine, internal: str, index: int,
-             partition: PartitionStore) -> bool:
-        """Whether the partition's producer state is to be loaded first (noted, then)."""
-        key = (internal, index)
-        if key in self.asked or engine.producers.loaded(internal, index, partition):
-            return False
-        self.asked.add(key)
-        self.loads.append((internal, index, partition))
-        return True
-
-    async def run(self, engine: Engine) -> None:
-        """Scan and load what is noted, off the event loop."""
-        loop = asyncio.get_running_loop()
-        for partition, offset in self.scans:
-            await loop.run_in_executor(None, partition.verify_at, offset)
-        await asyncio.gather(*(engine.producers.load(*load) for load in self.loads))
-        self.scans.clear()
-        self.loads.clear()
-
-
 def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: bool,
-            off_loop: _OffLoop) -> tuple[PartitionAnswer, int]:
+            unscanned: list[tuple[PartitionStore, int]]) -> tuple[PartitionAnswer, int]:
     """One partition's answer and the bytes it carries (below the last stable offset only,
     with the aborted transactions listed, for read_committed). A partition whose ledger at
-    the offset is to be scanned first, or whose producer state is to be loaded, is noted
-    in ``off_loop`` and answered empty."""
+    the offset is to be scanned first is noted in ``unscanned`` and answered empty."""
     if want.error != ErrorCode.NONE or want.internal is None:
         return _empty(want.index, want.error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), 0
     partition: PartitionStore | None = engine.logs.partition(want.internal, want.index)
@@ -125,9 +89,7 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
     if want.offset < start or want.offset > end:
         return _empty(want.index, ErrorCode.OFFSET_OUT_OF_RANGE, end, start), 0
     if partition.needs_verification(want.offset):
-        off_loop.scans.append((partition, want.offset))
-        return _empty(want.index, ErrorCode.NONE, end, start), 0
-    if off_loop.load(engine, want.internal, want.index, partition):
+        unscanned.append((partition, want.offset))
         return _empty(want.index, ErrorCode.NONE, end, start), 0
     try:  # rebuilt from storage after a move or a failure: the database may be away
         producers = engine.producers.get(want.internal, want.index, partition)
@@ -188,15 +150,24 @@ def _empty(index: int, code: ErrorCode, high_watermark: int = -1,
     return PartitionAnswer(index, code, high_watermark, high_watermark, log_start)
 
 
+async def _scan(unscanned: list[tuple[PartitionStore, int]]) -> None:
+    """Scan, in a worker thread, each ledger a fetch is about to read first since start-up."""
+    loop = asyncio.get_running_loop()
+    for partition, offset in unscanned:
+        await loop.run_in_executor(None, partition.verify_at, offset)
+    unscanned.clear()
+
+
 def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int, committed: bool,
-             off_loop: _OffLoop) -> tuple[list[tuple[PartitionAnswer, int]], int, bool]:
+             unscanned: list[tuple[PartitionStore, int]]
+             ) -> tuple[list[tuple[PartitionAnswer, int]], int, bool]:
     """Answers for all partitions, total bytes, and whether an error is among them."""
     answers = []
     total = 0
     errored = False
     for want in wanted:
         answer, size = _answer(engine, want, max_bytes - total, total == 0, committed,
-                               off_loop)
+                               unscanned)
         total += size
         errored = errored or answer.error != 0
         answers.append((answer, size))
@@ -243,13 +214,13 @@ async def _poll(engine: Engine, request: FetchRequest, wanted: list[_Wanted],
     max_bytes = _max_bytes(engine, request)
     await engine.leadership.ready((w.internal, w.index) for w in wanted if w.internal is not None)
     committed = request.isolation_level == READ_COMMITTED
-    off_loop = _OffLoop()
+    unscanned: list[tuple[PartitionStore, int]] = []
     while True:
-        answers, total, errored = _collect(engine, wanted, max_bytes, committed, off_loop)
-        if off_loop:  # off the event loop, then answer again
+        answers, total, errored = _collect(engine, wanted, max_bytes, committed, unscanned)
+        if unscanned:  # off the event loop, then answer again
             for answer, _size in answers:
                 release_batches(answer.batches)
-            await off_loop.run(engine)
+            await _scan(unscanned)
             continue
         remaining = deadline - time.monotonic()
         if (total >= request.min_bytes or errored or remaining <= 0 or not wanted

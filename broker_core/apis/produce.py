@@ -72,9 +72,8 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
     """Append every partition's batch (the dispatch stage: offsets are assigned in request
     order, see :mod:`broker_core.stages`; it waits for the claim of a partition that
     belongs here and is not claimed yet, whose batches could only be refused without it,
-    for the work on a batch's records a topic's configs need, and for the first load of a
-    partition's producer state, both done in executor threads); the wait for commits or
-    fsyncs is the waiting stage."""
+    and for the work on a batch's records a topic's configs need, done in an executor
+    thread); the wait for commits or fsyncs is the waiting stage."""
     started = time.perf_counter()
     await engine.leadership.ready_named(
         ctx, ((t.name, (p.index for p in t.partition_data)) for t in request.topic_data))
@@ -88,9 +87,7 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
             found = _topic(engine, ctx, topic.name)
         except KafkaApiError as error:
             found = error
-        partition_data = topic.partition_data
-        prefetched = False  # the producer states of the topic's partitions
-        for data in partition_data:
+        for data in topic.partition_data:
             if acks not in (-1, 0, 1):
                 partitions.append(_failed(data.index, ErrorCode.INVALID_REQUIRED_ACKS,
                                           f"acks must be -1, 0 or 1, not {acks}"))
@@ -100,12 +97,8 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
                     raise found
                 admitted = _admit(engine, ctx, *found, data.index, data.records, acks,
                                   request.version)
-                if admitted.rework is not None:  # records worked on elsewhere
+                if admitted.rework is not None:  # the one wait: records worked on elsewhere
                     admitted = await engine.reworked(admitted)
-                if engine.awaits_producers(admitted):  # loaded elsewhere at first use
-                    admitted = await engine.with_producers(
-                        admitted, () if prefetched else (p.index for p in partition_data))
-                    prefetched = True
                 appended = engine.append(admitted)
             except KafkaApiError as error:
                 partitions.append(_refused(ctx, topic.name, data.index, error))
