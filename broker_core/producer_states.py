@@ -8,8 +8,8 @@ partition has moved on by ``SNAPSHOT_EVERY_RECORDS`` offsets, ``SNAPSHOT_EVERY_B
 log or ``SNAPSHOT_MAX_AGE_S`` seconds: so after ``kill -9`` the rebuild replays at most
 that tail, not the whole partition, on the event loop. (With more than
 ``CHECKED_PER_ROUND`` partitions loaded, a round of checks looks at that many of them in
-turn.) Only a rebuild that replays what
-an earlier run wrote is logged at INFO; a partition created in this run says nothing.
+turn.) Only a rebuild that replays what an earlier run wrote is logged at INFO; a
+partition created in this run says nothing.
 
 A snapshot only ever names an offset whose batches are already fsynced: it is encoded at
 offset *O*, the partition is fsynced (covering *O*), and only then is the file replaced.
