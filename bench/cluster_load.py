@@ -149,11 +149,10 @@ class SeparateBrokers:
         count = len(self.groups)
         share = dataclasses.replace(opts, records=opts.records // count,
                                     partitions=max(opts.partitions // count, 1))
-        shares = [dataclasses.replace(bench, opts=dataclasses.replace(bench.opts, cluster=share),
-                                      noise=bench.noise) for _ in self.groups]
+        each = dataclasses.replace(bench, opts=dataclasses.replace(bench.opts, cluster=share))
         with ThreadPoolExecutor(count) as pool:
-            runs = list(pool.map(lambda run: _trial(run[0], run[1], server, batching, trial),
-                                 zip(shares, self.groups, strict=True)))
+            runs = list(pool.map(lambda group: _trial(each, group, server, batching, trial),
+                                 self.groups))
         # each run read PostgreSQL's CPU during all of them: the longest run's reading
         pg_cpu = max(run["postgres_cpu_s"] for run in runs)
         records = share.records * count
