@@ -10,32 +10,27 @@ A partition whose appends are committed in groups (``GroupCommitted``: the ``pos
 engine) answers an append at once with its base offset; what the caller awaits before
 acknowledging is then the commit. Once it is done the fetches are woken (a fetch never
 sees an offset before its commit); a commit that failed is logged here, once per cause,
-reaches the waiting caller as a :class:`ReportedFault` (an OSError answered with the
+and reaches the waiting caller as a :class:`ReportedFault` (an OSError answered with the
 retriable error and not logged again; a commit fenced because another broker took the
-partition reaches it as :class:`AppendFenced`, not a fault), and calls
-:attr:`AppendPath.lost` for the partition: memory no longer knows what its log holds
-(the producer state is rebuilt).
+partition reaches it as :class:`AppendFenced`, not a fault). The partition's
+``generation`` moved on when the commit failed, which is how the producer state learns
+that it must be rebuilt from what is stored (``producer_states``); an append judged
+against the state from before is refused (``generation``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import Callable
-from typing import TypeGuard
 
 from broker_core.codec.batch_header import BatchHeader
 from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.storage import GroupCommitted, PartitionStore
+from broker_core.storage import PartitionStore, group_committed
 from broker_core.storage.cluster import NotOwner
 from broker_core.storage.errors import AppendAbandoned, AppendFenced
 from broker_core.storage_faults import ReportedFault, WriteKind
 from broker_core.waiters import AppendWaiters, TopicPartition
-
-
-def _nothing_lost(topic: str, index: int) -> None:
-    return None
 
 
 class AppendPath:
@@ -47,24 +42,26 @@ class AppendPath:
         self.faults = flusher.faults
         self._last: dict[TopicPartition, asyncio.Future[None]] = {}
         """Per partition, the commit of its latest append, while it is under way."""
-        self.lost: Callable[[str, int], None] = _nothing_lost
-        """Called with a topic-partition whose commit failed after its append was answered
-        with an offset (the engine rebuilds the partition's producer state)."""
 
     def append(self, key: TopicPartition, partition: PartitionStore, batch: bytearray,
                header: BatchHeader, kind: WriteKind,
                code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR, what: str | None = None,
-               ) -> tuple[int, asyncio.Future[None] | None]:
+               generation: int | None = None) -> tuple[int, asyncio.Future[None] | None]:
         """Append ``batch`` (whose header was read once, as ``header``) to ``partition`` of
         topic-partition ``key``; return its base offset and what to await before
         acknowledging it (None: nothing yet). A failed write raises KafkaApiError ``code``
         and is logged as a fault of ``kind`` writing ``what`` (default: the
-        topic-partition)."""
+        topic-partition). ``generation``: the partition's commit generation the batch was
+        judged at (``commit_generation``); a group-committed partition whose generation
+        has moved on since refuses it, with ``code`` (the failure that moved it is the
+        cause, logged already)."""
         try:  # not faults.guard: this is the produce hot path
-            if _group_committed(partition):
-                base, commit = partition.append_deferred(batch, header)
+            if group_committed(partition):
+                base, commit = partition.append_deferred(batch, header, generation)
                 return base, self._committed(key, commit, kind, code, what)
             base = partition.append(batch, header)
+        except AppendAbandoned as exc:
+            raise KafkaApiError(code, str(exc)) from None
         except OSError as exc:
             raise self.faults.failed(exc, what or f"{key[0]}-{key[1]}", kind, code) from None
         except NotOwner as exc:  # another broker took the partition: the write is fenced
@@ -91,10 +88,8 @@ class AppendPath:
                 self.waiters.notify(key)
                 outcome: OSError | None = None
             elif isinstance(error, AppendFenced):  # not a fault: the partition moved
-                self.lost(*key)
                 outcome = error
             else:
-                self.lost(*key)
                 reason = error if isinstance(error, OSError) else OSError(str(error))
                 if not isinstance(error, AppendAbandoned):  # its cause is logged already
                     self.faults.failed(reason, what or f"{key[0]}-{key[1]}", kind, code)
@@ -139,20 +134,6 @@ class AppendPath:
 
         last.add_done_callback(follow)
         return follower
-
-
-_GROUP_COMMITTED: dict[type, bool] = {}
-"""Per partition store class, whether it is :class:`GroupCommitted`: a runtime protocol's
-``isinstance`` walks the protocol's members each time (a few percent of a produce's CPU),
-a class's answer never changes."""
-
-
-def _group_committed(partition: PartitionStore) -> TypeGuard[GroupCommitted]:
-    kind = type(partition)
-    found = _GROUP_COMMITTED.get(kind)
-    if found is None:
-        found = _GROUP_COMMITTED[kind] = isinstance(partition, GroupCommitted)
-    return found
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:

@@ -49,6 +49,7 @@ from broker_core.storage import (
     TopicExists,
     TopicInfo,
     UnknownTopic,
+    commit_generation,
 )
 from broker_core.storage.cluster import BrokerRecord
 from broker_core.storage_faults import WriteFaults, WriteKind
@@ -123,7 +124,6 @@ class Engine:
                               config.offsets_topic_compaction_bytes)
         self.groups = GroupCoordinator(config.groups, offsets)
         self.producers = ProducerStates(config.producer_id_expiration_ms, self.faults)
-        self.appends.lost = self.producers.invalidate  # a failed commit: rebuild it
         self._rules: dict[str, ProduceRules] = {}
         self._reworkers = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
                                              thread_name_prefix="rework")
@@ -369,7 +369,9 @@ class Engine:
         internal, index, partition = admitted.internal, admitted.index, admitted.partition
         header, rules, records = admitted.header, admitted.rules, admitted.records
         producers: PartitionProducers | None = None
+        generation: int | None = None
         if header.producer_id >= 0:
+            generation = commit_generation(partition)  # the state below is judged at it
             producers = self.producer_state(internal, index, partition)
             duplicate = producers.check(header)
             if duplicate is not None:
@@ -394,7 +396,7 @@ class Engine:
         validated = time.perf_counter()
         try:
             base, durable = self.appends.append((internal, index), partition, batch, header,
-                                                WriteKind.RECORDS)
+                                                WriteKind.RECORDS, generation=generation)
         except KafkaApiError:
             # a database commit's reply may be what was lost, or the partition moved: judge
             # the producer's retry by what is stored

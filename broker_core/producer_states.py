@@ -42,7 +42,7 @@ from itertools import islice
 
 from broker_core.compaction.cleaning import Checkpoint
 from broker_core.partition_producers import PartitionProducers, Snapshot
-from broker_core.storage import PartitionStore, StorageError
+from broker_core.storage import PartitionStore, StorageError, commit_generation
 from broker_core.storage_faults import WriteFaults, WriteKind
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,7 @@ class _Loaded:
     saved_offset: int | None  # offset of the snapshot on disk; None: there is none
     saved_at: float  # time.monotonic() of that snapshot (or of the load)
     saved_size: int  # the log's size in bytes at that snapshot (or at the load)
+    generation: int  # the partition's commit generation when the state was loaded
     expired: bool = False  # producers were forgotten since that snapshot
     replayed: bool = False  # the load replayed batches of an earlier run
 
@@ -105,11 +106,15 @@ class ProducerStates:
         self._turn = 0  # where the next checkpoint's look at the loaded partitions starts
 
     def get(self, topic: str, index: int, partition: PartitionStore) -> PartitionProducers:
-        """The state of a partition, loading it from snapshot and log when needed."""
+        """The state of a partition, loading it from snapshot and log when needed: on
+        first use, and once an append failed after it was judged against the state
+        (its commit generation moved on: what the log holds is read again)."""
         known = self._states.get((topic, index))
-        if known is not None and known.partition is partition:
+        generation = commit_generation(partition)
+        if known is not None and known.partition is partition \
+                and known.generation == generation:
             return known.state
-        loaded = _load(partition)
+        loaded = _load(partition, generation)
         loaded.expired = loaded.state.expire(_now_ms(), self.expiration_ms) > 0
         with self._cleaned_lock:
             reported = self._cleaned.get((topic, index))
@@ -149,8 +154,8 @@ class ProducerStates:
 
     def invalidate(self, topic: str, index: int) -> None:
         """Drop one partition's state, to be rebuilt from snapshot and log on next use: an
-        append failed and may still have been stored (a database commit whose reply was
-        lost), so memory can no longer say which batches are in the log."""
+        append failed and may have been stored in part, or the partition moved between
+        brokers, so memory can no longer say which batches are in the log."""
         self._states.pop((topic, index), None)
 
     def forget(self, topic: str) -> None:
@@ -290,8 +295,8 @@ def _read(partition: PartitionStore) -> tuple[PartitionProducers, int] | None:
         return None
 
 
-def _load(partition: PartitionStore) -> _Loaded:
-    snapshot = _read(partition)
+def _load(partition: PartitionStore, generation: int) -> _Loaded:
+    snapshot = _read(partition)  # first: a partition that commits in groups settles here
     state, saved = snapshot if snapshot is not None else (PartitionProducers(), None)
     state.cleaned_below = Checkpoint.load(partition).offset
     offset = saved if saved is not None else partition.log_start_offset
@@ -308,4 +313,4 @@ def _load(partition: PartitionStore) -> _Loaded:
                 f"the snapshot at offset {saved}" if saved is not None else "the log start",
                 replayed)
     return _Loaded(partition, state, saved, time.monotonic(), partition.size_bytes,
-                   replayed=earlier > 0)
+                   generation, replayed=earlier > 0)

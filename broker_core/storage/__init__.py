@@ -36,6 +36,8 @@ from .protocols import (
     PartitionStore,
     Refreshed,
     Storage,
+    commit_generation,
+    group_committed,
 )
 from .region import FileRegion
 from .segments import SealedSegment, check_cover
@@ -71,7 +73,9 @@ __all__ = [
     "TopicInfo",
     "UnknownTopic",
     "check_cover",
+    "commit_generation",
     "flush_together",
+    "group_committed",
     "log_config_for_topic",
     "open_storage",
     "storage_path_from_url",

@@ -39,7 +39,7 @@ from broker_core.codec.batch_header import BatchHeader, check_append, set_base_o
 from . import pg_entries
 from .cluster import NotOwner
 from .config import LogConfig, retention_drops
-from .errors import DatabaseUnavailable, LogClosed, OffsetOutOfRange
+from .errors import AppendAbandoned, DatabaseUnavailable, LogClosed, OffsetOutOfRange
 from .fileless import FilelessPartition
 from .model import BatchInfo
 from .pg_commits import GroupCommitter, Pending, Ticket
@@ -103,12 +103,14 @@ class PgPartition(FilelessPartition):
         self._stale = False
 
     def _check_current(self) -> None:
-        """Open, and the cached row reloaded if stale (before a read of the key-value
-        area): the producer state is rebuilt (its snapshot read first) against what is
-        stored, so a commit whose reply was lost counts (a retry of its batch is a
-        duplicate)."""
+        """Open, every queued append answered, and the cached row reloaded if stale
+        (before a read of the key-value area): the producer state is rebuilt (its snapshot
+        read first) against what is stored, so a commit whose reply was lost counts (a
+        retry of its batch is a duplicate), and so does an append still waiting for its
+        commit (a retry of it is one too)."""
         with self._lock:
             self._check_open()
+            self._drain()
             with contextlib.suppress(NotOwner):  # reloaded all the same
                 self._refresh()
 
@@ -200,11 +202,16 @@ class PgPartition(FilelessPartition):
             self._spoil()
             raise
 
-    def _queue(self, batch: bytearray, header: BatchHeader, ticket: Ticket) -> int:
-        """Give ``batch`` the next offsets and queue it for the group commit."""
+    def _queue(self, batch: bytearray, header: BatchHeader, ticket: Ticket,
+               generation: int | None = None) -> int:
+        """Give ``batch`` the next offsets and queue it for the group commit (refused if
+        ``generation`` is given and is no longer the partition's)."""
         check_append(batch, header)
         with self._lock:
             self._check_open()
+            if generation is not None and generation != self._generation:
+                raise AppendAbandoned(errno.ESTALE, "an earlier append to the partition "
+                                      "failed after this one was checked")
             epoch = self._owned_epoch()
             self._refresh()
             now = self._clock()
@@ -237,11 +244,11 @@ class PgPartition(FilelessPartition):
         return base
 
     def append_deferred(self, batch: bytearray, header: BatchHeader,
-                        ) -> tuple[int, asyncio.Future[None]]:
+                        generation: int | None = None) -> tuple[int, asyncio.Future[None]]:
         """From the event loop: the base offset at once, and a future done once the batch
         is committed (failed with DatabaseUnavailable when it was not)."""
         ticket = Ticket(asyncio.get_running_loop())
-        base = self._queue(batch, header, ticket)
+        base = self._queue(batch, header, ticket, generation)
         assert ticket.future is not None
         return base, ticket.future
 

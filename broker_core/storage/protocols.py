@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeGuard, runtime_checkable
 
 from broker_core.codec.batch_header import BatchHeader
 
@@ -150,12 +150,43 @@ class GroupCommitted(Protocol):
     """A partition store whose appends are committed in groups (``postgres``): on the
     event loop an append need not wait for its commit there."""
 
+    @property
+    def generation(self) -> int:
+        """Moves on whenever an append of the partition failed (its commit's outcome is
+        then unknown, the appends queued behind it fail too): what was judged against the
+        partition as it was before, such as a producer's sequence, must be judged again
+        against what is stored."""
+        ...
+
     def append_deferred(self, batch: bytearray, header: BatchHeader,
-                        ) -> tuple[int, asyncio.Future[None]]:
+                        generation: int | None = None) -> tuple[int, asyncio.Future[None]]:
         """Like ``append``, from the event loop: the base offset at once, and a future done
         once the batch is committed (failed with an OSError when it was not: it is then
-        not stored, and neither is anything queued behind it on the partition)."""
+        not stored, and neither is anything queued behind it on the partition). With
+        ``generation`` (the one the batch was judged at), an ``AppendAbandoned`` at once
+        if the partition's has moved on since."""
         ...
+
+
+_GROUP_COMMITTED: dict[type, bool] = {}
+"""Per partition store class, whether it is :class:`GroupCommitted`: a runtime protocol's
+``isinstance`` walks the protocol's members each time (a few percent of a produce's CPU),
+a class's answer never changes."""
+
+
+def group_committed(partition: PartitionStore) -> TypeGuard[GroupCommitted]:
+    """Whether ``partition`` is :class:`GroupCommitted` (cheap: once per class)."""
+    kind = type(partition)
+    found = _GROUP_COMMITTED.get(kind)
+    if found is None:
+        found = _GROUP_COMMITTED[kind] = isinstance(partition, GroupCommitted)
+    return found
+
+
+def commit_generation(partition: PartitionStore) -> int:
+    """The partition's :attr:`GroupCommitted.generation` (0 for a store whose appends
+    are answered once written: a failed one fails its caller, nothing waits behind it)."""
+    return partition.generation if group_committed(partition) else 0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,145 @@
+"""A group commit that fails on the ``postgres`` engine, and the idempotent producers'
+state around it: the appends made between the failure (seen by the commit's worker thread)
+and its answer (handled on the event loop) are judged against what is stored, and are
+not forgotten while they wait for their own commit."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+import psycopg
+import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from broker_core.codec.batch_header import read_header
+from broker_core.engine import Engine
+from broker_core.engine_config import EngineConfig
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.storage import LogConfig, open_storage
+from broker_core.storage.cluster import BrokerRecord
+from broker_core.storage.pg_partition import PgPartition
+from broker_core.storage_faults import WriteKind
+from tests.postgres_server import shared_server
+from tests.storage.test_postgres_speed import _lock_waits
+from tests.storage.test_storage_engines import TOPIC
+
+
+def _batch(producer_id: int, sequence: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=producer_id, producer_epoch=0,
+                                        base_sequence=sequence, batch_size=1 << 20)
+    builder.append(0, timestamp=int(time.time() * 1000), key=b"k",
+                   value=f"{producer_id}:{sequence}".encode(),
+                   headers=[])
+    return bytes(builder.build())
+
+
+def _wait(condition: str, check: Callable[[], object]) -> None:
+    """Block the calling thread (the event loop's: nothing else of it runs meanwhile)
+    until ``check()`` holds."""
+    deadline = time.monotonic() + 20
+    while not check():
+        assert time.monotonic() < deadline, condition
+        time.sleep(0.01)
+
+
+def test_appends_made_while_a_failed_commit_is_answered_are_judged_and_kept() -> None:
+    """Producer 7 has stored sequence 0; its batch of sequence 1 (A) waits for a commit
+    that a row lock holds up, and that commit then fails (its connection is terminated).
+    Before the event loop hears of it, two batches arrive: producer 7's sequence 2 (D)
+    and producer 8's first (E). D must be refused (OUT_OF_ORDER_SEQUENCE_NUMBER: what is
+    stored ends at sequence 0, A is not there) rather than stored after a gap; E is stored,
+    and its retry, arriving while E's own commit still waits, is answered as a duplicate
+    of it, never stored twice."""
+    url = shared_server().new_database_url()
+
+    async def scenario() -> None:
+        engine = Engine(EngineConfig(), open_storage(url, LogConfig()))
+        engine.start()
+        try:
+            await engine.join(BrokerRecord(0, None, ()))
+            engine.logs.create_topic(TOPIC, 1, {})
+            await engine.leadership.ready([(TOPIC, 0)])
+            first = engine.append(engine.admit(TOPIC, 0, _batch(7, 0), -1))
+            assert first.durable is not None
+            await first.durable
+            partition = engine.partition(TOPIC, 0)
+            assert isinstance(partition, PgPartition)
+            with psycopg.connect(url) as locker:
+                locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
+                               (partition.partition_id,))
+                a = engine.append(engine.admit(TOPIC, 0, _batch(7, 1), -1))
+                assert a.durable is not None
+                _wait("A's commit waits for the lock", lambda: _lock_waits(url))
+                generation = partition.generation
+                with psycopg.connect(url, autocommit=True) as killer:
+                    for pid, _ in _lock_waits(url):
+                        killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                _wait("A's commit failed", lambda: partition.generation != generation)
+                assert not a.durable.done()  # the event loop has not been told yet
+                # a batch judged at the old generation is refused (retriable), not queued
+                stale = bytearray(_batch(9, 0))
+                with pytest.raises(KafkaApiError) as abandoned:
+                    engine.appends.append((TOPIC, 0), partition, stale, read_header(stale),
+                                          WriteKind.RECORDS, generation=generation)
+                assert abandoned.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+                with pytest.raises(KafkaApiError) as refused:
+                    engine.append(engine.admit(TOPIC, 0, _batch(7, 2), -1))
+                assert refused.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+                e = engine.append(engine.admit(TOPIC, 0, _batch(8, 0), -1))
+                assert e.durable is not None
+                with pytest.raises(OSError):
+                    await a.durable  # now the loop hears of A's failure
+                retry = engine.append(engine.admit(TOPIC, 0, _batch(8, 0), -1))
+                assert retry.base_offset == e.base_offset
+                assert not e.durable.done()  # E's commit still waits for the lock
+                locker.rollback()
+            await e.durable
+            assert retry.durable is not None
+            await retry.durable
+            assert engine.partition(TOPIC, 0).next_offset == e.base_offset + 1  # E once
+            # producer 7 goes on from what is stored: A's retry, then D's
+            assert engine.append(engine.admit(TOPIC, 0, _batch(7, 1), -1)).base_offset == 2
+            assert engine.append(engine.admit(TOPIC, 0, _batch(7, 2), -1)).base_offset == 3
+        finally:
+            await engine.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_state_rebuilt_while_an_append_waits_for_its_commit_includes_it() -> None:
+    """A partition's producer state is dropped (as when an append fails at once, or the
+    partition moves) while producer 8's batch waits for its commit; the retry of that
+    batch rebuilds the state, which waits for the commit first: the retry is a duplicate,
+    stored once."""
+    url = shared_server().new_database_url()
+
+    async def scenario() -> None:
+        engine = Engine(EngineConfig(), open_storage(url, LogConfig()))
+        engine.start()
+        try:
+            await engine.join(BrokerRecord(0, None, ()))
+            engine.logs.create_topic(TOPIC, 1, {})
+            await engine.leadership.ready([(TOPIC, 0)])
+            partition = engine.partition(TOPIC, 0)
+            assert isinstance(partition, PgPartition)
+            with psycopg.connect(url) as locker:
+                locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
+                               (partition.partition_id,))
+                e = engine.append(engine.admit(TOPIC, 0, _batch(8, 0), -1))
+                assert e.durable is not None
+                _wait("E's commit waits for the lock", lambda: _lock_waits(url))
+                engine.producers.invalidate(TOPIC, 0)
+                threading.Timer(0.5, locker.rollback).start()  # the loop waits meanwhile
+                retry = engine.append(engine.admit(TOPIC, 0, _batch(8, 0), -1))
+                assert e.durable.done() or retry.durable is not None
+                assert retry.base_offset == e.base_offset
+            await e.durable
+            assert partition.next_offset == e.base_offset + 1
+        finally:
+            await engine.stop()
+
+    asyncio.run(scenario())
