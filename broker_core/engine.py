@@ -11,6 +11,7 @@ transaction markers are written through :attr:`Engine.txn_markers` (``txn_marker
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -361,6 +362,25 @@ class Engine:
         self._check_size(admitted.internal, len(batch), admitted.rules)
         return replace(admitted, partition=partition, records=batch, header=header,
                        rework=None, owned=True)
+
+    def commits_before_state(self, admitted: Admitted) -> asyncio.Future[None] | None:
+        """What to await before an idempotent or transactional batch is judged, so that the
+        event loop does not wait for it: the commits under way of a partition whose
+        producer state is to be (re)built, which must count them. None: nothing (the state
+        is loaded, nothing is under way, or the batch has no producer)."""
+        if admitted.header.producer_id < 0 or self.producers.loaded(
+                admitted.internal, admitted.index, admitted.partition):
+            return None
+        return self.appends.settled((admitted.internal, admitted.index))
+
+    async def settled_before_state(self, admitted: Admitted,
+                                   commits: asyncio.Future[None]) -> Admitted:
+        """The admission once ``commits`` (:meth:`commits_before_state`) ended, however
+        they did (the batch is judged against what they stored). The partition is looked
+        up again: it may have moved meanwhile."""
+        with contextlib.suppress(OSError):
+            await commits
+        return replace(admitted, partition=self.partition(admitted.internal, admitted.index))
 
     def append(self, admitted: Admitted) -> Appended:
         """Append an admitted batch (its rework done) after the idempotence and transaction

@@ -75,6 +75,12 @@ class _Loaded:
     expired: bool = False  # producers were forgotten since that snapshot
     replayed: bool = False  # the load replayed batches of an earlier run
 
+    def current(self) -> bool:
+        """Whether no append of the partition failed since the state was loaded (else it
+        may count a failed batch as stored, at an offset a later batch took: never
+        snapshot it; the next use rebuilds it)."""
+        return self.generation == commit_generation(self.partition)
+
     def due(self, now: float) -> bool:
         offset = self.partition.next_offset
         if self.expired or self.replayed:
@@ -109,12 +115,9 @@ class ProducerStates:
         """The state of a partition, loading it from snapshot and log when needed: on
         first use, and once an append failed after it was judged against the state
         (its commit generation moved on: what the log holds is read again)."""
-        known = self._states.get((topic, index))
-        generation = commit_generation(partition)
-        if known is not None and known.partition is partition \
-                and known.generation == generation:
-            return known.state
-        loaded = _load(partition, generation)
+        if self.loaded(topic, index, partition):
+            return self._states[(topic, index)].state
+        loaded = _load(partition, commit_generation(partition))
         loaded.expired = loaded.state.expire(_now_ms(), self.expiration_ms) > 0
         with self._cleaned_lock:
             reported = self._cleaned.get((topic, index))
@@ -122,6 +125,11 @@ class ProducerStates:
                 loaded.state.cleaned_below = max(loaded.state.cleaned_below, reported[1])
             self._states[(topic, index)] = loaded
         return loaded.state
+
+    def loaded(self, topic: str, index: int, partition: PartitionStore) -> bool:
+        """Whether :meth:`get` would answer without loading."""
+        known = self._states.get((topic, index))
+        return known is not None and known.partition is partition and known.current()
 
     def cleaned(self, topic: str, index: int, partition: PartitionStore, offset: int) -> None:
         """The log cleaner saved its checkpoint ``offset`` for a partition (called from the
@@ -176,9 +184,14 @@ class ProducerStates:
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         due: list[tuple[tuple[str, int], _Loaded, int, Snapshot]] = []
-        for key, loaded in [(k, v) for k, v in self._in_turn() if v.due(now)]:
+        for key, loaded in self._in_turn():
             partition = loaded.partition
-            offset = partition.next_offset
+            offset = partition.next_offset  # before the check: stored below it at that time
+            if not loaded.current():
+                del self._states[key]
+                continue
+            if not loaded.due(now):
+                continue
             loaded.state.forget_aborted_before(partition.log_start_offset)
             due.append((key, loaded, offset, loaded.state.to_json(offset)))
         if not due:
@@ -235,9 +248,12 @@ class ProducerStates:
         failed: list[tuple[PartitionStore, OSError]] = []
         for loaded in self._states.values():
             partition = loaded.partition
+            offset = partition.next_offset
+            if not loaded.current():
+                continue
             loaded.state.forget_aborted_before(partition.log_start_offset)
             try:
-                _write(partition, loaded.state.to_json(partition.next_offset))
+                _write(partition, loaded.state.to_json(offset))
             except StorageError:
                 continue  # a deleted partition
             except OSError as exc:

@@ -40,7 +40,7 @@ class WriteKind(StrEnum):
     partition offline)."""
     LOG_START = "log start moves"
     TOPICS = "topic creations and configs"
-    COORDINATOR = "coordinator state"
+    COORDINATOR = "coordinator state writes"
     SNAPSHOTS = "producer snapshots"
     AUDIT = "audit events"
 

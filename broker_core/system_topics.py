@@ -21,7 +21,7 @@ from broker_core.codec.batch_header import read_header
 from broker_core.codec.records import encode_batch, key_values
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.ownership import coordinator_partition
-from broker_core.storage import PartitionStore, Storage, TopicExists
+from broker_core.storage import PartitionStore, Storage, StorageError, TopicExists
 from broker_core.storage.cluster import NotOwner
 from broker_core.storage_faults import WriteKind
 from common.log_fields import topic_fields
@@ -131,27 +131,46 @@ class SystemTopic:
         return self._written.get((topic, partition), 0) >= self.compaction_bytes
 
     def compact(self, topic: str, partition: int, live: Sequence[Record]) -> None:
-        """Write ``live`` (the whole current state of the partition) and drop what precedes."""
+        """Write ``live`` (the whole current state of the partition) and, once it is
+        stored, drop what precedes it (a snapshot whose write or commit fails drops
+        nothing: the partition is compacted again at its next write)."""
         target = self._partition(topic, partition)
         snapshot_start = target.next_offset
         self._written[(topic, partition)] = 0
         try:
-            if live:
-                self.append(topic, partition, live)
-                target.flush()  # the snapshot is on disk before what it replaces is dropped
-            target.delete_records_before(snapshot_start)
+            durable = self.append(topic, partition, live) if live else None
         except KafkaApiError:  # a full disk (logged): compact again at the next write
             self._written[(topic, partition)] = self.compaction_bytes
             return
+        if durable is None:
+            self._drop_before(topic, partition, target, snapshot_start, len(live))
+            return
+
+        def stored(done: asyncio.Future[None]) -> None:
+            if done.cancelled() or done.exception() is not None:  # logged by its writer
+                self._written[(topic, partition)] = self.compaction_bytes
+            else:
+                self._drop_before(topic, partition, target, snapshot_start, len(live))
+
+        durable.add_done_callback(stored)
+
+    def _drop_before(self, topic: str, partition: int, target: PartitionStore,
+                     snapshot_start: int, kept: int) -> None:
+        """The second half of :meth:`compact`: the snapshot at ``snapshot_start`` is
+        written (and committed); drop the records before it."""
+        try:
+            target.flush()  # the snapshot is on disk before what it replaces is dropped
+            target.delete_records_before(snapshot_start)
         except NotOwner:  # another broker took the partition: it compacts from now on
             return
-        except OSError as exc:
-            self.faults.failed(exc, f"the compaction of {topic}-{partition}",
-                               WriteKind.COORDINATOR)
+        except (OSError, StorageError) as exc:
+            if isinstance(exc, OSError):
+                self.faults.failed(exc, f"the compaction of {topic}-{partition}",
+                                   WriteKind.COORDINATOR)
             self._written[(topic, partition)] = self.compaction_bytes
             return
         log.info("compacted %s-%d: %d live records kept from offset %d", topic, partition,
-                 len(live), snapshot_start, extra=topic_fields(topic))
+                 kept, snapshot_start, extra=topic_fields(topic))
 
 
 class StateCoordinator(ABC):

@@ -72,8 +72,9 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
     """Append every partition's batch (the dispatch stage: offsets are assigned in request
     order, see :mod:`broker_core.stages`; it waits for the claim of a partition that
     belongs here and is not claimed yet, whose batches could only be refused without it,
-    and for the work on a batch's records a topic's configs need, done in an executor
-    thread); the wait for commits or fsyncs is the waiting stage."""
+    for the work on a batch's records a topic's configs need, done in an executor thread,
+    and for the commits under way of a partition whose producer state is to be rebuilt);
+    the wait for commits or fsyncs is the waiting stage."""
     started = time.perf_counter()
     await engine.leadership.ready_named(
         ctx, ((t.name, (p.index for p in t.partition_data)) for t in request.topic_data))
@@ -97,8 +98,11 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
                     raise found
                 admitted = _admit(engine, ctx, *found, data.index, data.records, acks,
                                   request.version)
-                if admitted.rework is not None:  # the one wait: records worked on elsewhere
+                if admitted.rework is not None:  # a wait: records worked on elsewhere
                     admitted = await engine.reworked(admitted)
+                commits = engine.commits_before_state(admitted)
+                if commits is not None:  # a wait: a producer state rebuilt counts them
+                    admitted = await engine.settled_before_state(admitted, commits)
                 appended = engine.append(admitted)
             except KafkaApiError as error:
                 partitions.append(_refused(ctx, topic.name, data.index, error))

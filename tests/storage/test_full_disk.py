@@ -255,7 +255,7 @@ def test_a_full_disk_answers_retriable_errors_and_loses_nothing(
         admin.delete_topics([doomed])[doomed].result(30)
         # one line per kind of write that met the cause, however many requests met it;
         # no traceback
-        assert {"record appends", "coordinator state", "topic creations and configs",
+        assert {"record appends", "coordinator state writes", "topic creations and configs",
                 "log start moves", "audit events"} <= set(causes(broker)), broker.log_text()
         assert set(causes(broker).values()) == {1}, broker.log_text()
         assert "Traceback" not in broker.log_text()

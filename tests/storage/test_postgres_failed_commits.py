@@ -1,7 +1,9 @@
-"""A group commit that fails on the ``postgres`` engine, and the idempotent producers'
-state around it: the appends made between the failure (seen by the commit's worker thread)
-and its answer (handled on the event loop) are judged against what is stored, and are
-not forgotten while they wait for their own commit."""
+"""Group commits that fail, or are still under way, on the ``postgres`` engine, and what
+depends on them: the idempotent producers' state (appends made between a failure, seen by
+the commit's worker thread, and its answer, handled on the event loop, are judged against
+what is stored, and are not forgotten while they wait for their own commit; a state
+rebuilt counts the commits under way, waiting for them off the event loop), its
+snapshots, and the compaction of the coordinators' topics."""
 
 from __future__ import annotations
 
@@ -9,9 +11,12 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
 import pytest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker_core.codec.batch_header import read_header
@@ -22,7 +27,11 @@ from broker_core.storage import LogConfig, open_storage
 from broker_core.storage.cluster import BrokerRecord
 from broker_core.storage.pg_partition import PgPartition
 from broker_core.storage_faults import WriteKind
+from broker_core.system_topics import SystemTopic
+from tests.broker_process import BrokerProcess
+from tests.clients import create_topic
 from tests.postgres_server import shared_server
+from tests.raw import RawConnection
 from tests.storage.test_postgres_speed import _lock_waits
 from tests.storage.test_storage_engines import TOPIC
 
@@ -75,9 +84,7 @@ def test_appends_made_while_a_failed_commit_is_answered_are_judged_and_kept() ->
                 assert a.durable is not None
                 _wait("A's commit waits for the lock", lambda: _lock_waits(url))
                 generation = partition.generation
-                with psycopg.connect(url, autocommit=True) as killer:
-                    for pid, _ in _lock_waits(url):
-                        killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                _terminate_lock_waiters(url)
                 _wait("A's commit failed", lambda: partition.generation != generation)
                 assert not a.durable.done()  # the event loop has not been told yet
                 # a batch judged at the old generation is refused (retriable), not queued
@@ -143,3 +150,139 @@ def test_a_state_rebuilt_while_an_append_waits_for_its_commit_includes_it() -> N
             await engine.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_state_from_before_a_failed_commit_is_never_snapshotted() -> None:
+    """Producer 7's batch A fails its commit at offset 1; a non-idempotent batch B then
+    takes offset 1 (no producer state is consulted for it). The periodic snapshot must
+    not save the state that still counts A as stored at offset 1: A's retry would then be
+    answered as a duplicate at B's offset, and A never stored."""
+    url = shared_server().new_database_url()
+
+    async def scenario() -> None:
+        engine = Engine(EngineConfig(), open_storage(url, LogConfig()))
+        engine.start()
+        try:
+            await engine.join(BrokerRecord(0, None, ()))
+            engine.logs.create_topic(TOPIC, 1, {})
+            await engine.leadership.ready([(TOPIC, 0)])
+            first = engine.append(engine.admit(TOPIC, 0, _batch(7, 0), -1))
+            assert first.durable is not None
+            await first.durable
+            partition = engine.partition(TOPIC, 0)
+            assert isinstance(partition, PgPartition)
+            with psycopg.connect(url) as locker:
+                locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
+                               (partition.partition_id,))
+                a = engine.append(engine.admit(TOPIC, 0, _batch(7, 1), -1))
+                assert a.base_offset == 1 and a.durable is not None
+                _wait("A's commit waits for the lock", lambda: _lock_waits(url))
+                _terminate_lock_waiters(url)
+                with pytest.raises(OSError):
+                    await a.durable
+                locker.rollback()
+            b = engine.append(engine.admit(TOPIC, 0, _batch(-1, -1), -1))
+            assert b.base_offset == 1 and b.durable is not None
+            await b.durable
+            await engine.producers.checkpoint(engine.flusher.flush)
+            retry = engine.append(engine.admit(TOPIC, 0, _batch(7, 1), -1))
+            assert retry.base_offset == 2  # stored, after B
+            assert retry.durable is not None
+            await retry.durable
+        finally:
+            await engine.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_coordinator_compaction_drops_nothing_when_its_snapshot_is_not_stored() -> None:
+    """A system topic's compaction appends the live state and drops what precedes it: only
+    once that snapshot is committed. Its commit fails here (the database connection is
+    terminated): the old records stay, and the next compaction, whose commit succeeds,
+    drops them."""
+    url = shared_server().new_database_url()
+
+    async def scenario() -> None:
+        engine = Engine(EngineConfig(), open_storage(url, LogConfig()))
+        engine.start()
+        try:
+            await engine.join(BrokerRecord(0, None, ()))
+            engine.logs.create_topic(TOPIC, 1, {})
+            await engine.leadership.ready([(TOPIC, 0)])
+            store = SystemTopic(engine.logs, engine.appends, TOPIC, 1, 1 << 20, 1 << 20)
+            await store.settle(store.append(TOPIC, 0, [(b"k", b"old")]))
+            partition = engine.partition(TOPIC, 0)
+            assert isinstance(partition, PgPartition)
+            with psycopg.connect(url) as locker:
+                locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
+                               (partition.partition_id,))
+                generation = partition.generation
+                store.compact(TOPIC, 0, [(b"k", b"new")])
+                _wait("the snapshot's commit waits for the lock", lambda: _lock_waits(url))
+                _terminate_lock_waiters(url)
+                _wait("its commit failed", lambda: partition.generation != generation)
+                locker.rollback()
+            for _ in range(10):
+                await asyncio.sleep(0.01)  # the failure's answer, and whatever follows it
+            assert partition.log_start_offset == 0
+            assert store.needs_compaction(TOPIC, 0)  # again at the next write
+            assert [value for _, value in store.read(TOPIC, 0)] == [b"old"]
+            store.compact(TOPIC, 0, [(b"k", b"new")])
+            deadline = time.monotonic() + 20
+            while partition.log_start_offset == 0:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            assert [value for _, value in store.read(TOPIC, 0)] == [b"new"]
+        finally:
+            await engine.stop()
+
+    asyncio.run(scenario())
+
+
+def _terminate_lock_waiters(url: str) -> None:
+    """End the sessions of ``url``'s database that wait for a lock (a group commit held
+    up by a row lock): their statements fail as a database that went away."""
+    with psycopg.connect(url, autocommit=True) as killer:
+        for pid, _ in _lock_waits(url):
+            killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def test_a_producer_state_rebuilt_behind_a_commit_under_way_holds_up_no_request(
+        tmp_path: Path) -> None:
+    """A partition's first idempotent batch rebuilds its producer state, which must count
+    the partition's commits under way: while one waits (here for a row lock another
+    session holds), the batch waits for it without holding up the event loop, so other
+    connections are answered meanwhile; once the lock goes both batches are stored."""
+    url = shared_server().new_database_url()
+    broker = BrokerProcess(tmp_path / "data", {"storageUrl": url}).start()
+    plain, idempotent, other = (RawConnection(broker.port) for _ in range(3))
+    try:
+        create_topic(broker.bootstrap, "held", 1)
+        with psycopg.connect(url) as locker:
+            locker.execute("SELECT 1 FROM edge_partitions WHERE topic = %s FOR UPDATE",
+                           ("public/default/held",))
+            plain.send_frame(plain.request_bytes(_produce("held", _batch(-1, -1)), 7))
+            _wait("the plain batch's commit waits for the lock", lambda: _lock_waits(url))
+            idempotent.send_frame(idempotent.request_bytes(_produce("held", _batch(7, 0)), 7))
+            time.sleep(0.2)  # the idempotent batch reaches the broker (nothing to wait for)
+            versions = other.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
+            assert versions.error_code == 0
+            assert _lock_waits(url)  # answered while the commit still waited
+        answers = [ProduceResponse[7].decode(conn.read_frame()[4:])
+                   for conn in (plain, idempotent)]
+        assert [(a.responses[0].partition_responses[0].error_code,
+                 a.responses[0].partition_responses[0].base_offset) for a in answers] \
+            == [(0, 0), (0, 1)]
+        assert broker.stop() == 0
+    finally:
+        for conn in (plain, idempotent, other):
+            conn.close()
+        if broker.alive():
+            broker.kill()
+
+
+def _produce(topic: str, batch: bytes) -> ProduceRequest:
+    data = ProduceRequest.TopicProduceData(name=topic, partition_data=[
+        ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])
+    return ProduceRequest[7](transactional_id=None, acks=-1, timeout_ms=30_000,
+                             topic_data=[data])
