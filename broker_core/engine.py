@@ -64,6 +64,14 @@ from broker_core.waiters import AppendWaiters
 from common.log_fields import topic_fields
 
 log = logging.getLogger(__name__)
+
+
+async def settled_anyhow(commits: asyncio.Future[None]) -> None:
+    """Wait for ``commits`` to end, whether they stored anything or failed."""
+    with contextlib.suppress(OSError):
+        await commits
+
+
 ZSTD_PRODUCE_VERSION = 7
 """The first Produce version that may carry zstd batches (KIP-110)."""
 
@@ -363,23 +371,22 @@ class Engine:
         return replace(admitted, partition=partition, records=batch, header=header,
                        rework=None, owned=True)
 
-    def commits_before_state(self, admitted: Admitted) -> asyncio.Future[None] | None:
-        """What to await before an idempotent or transactional batch is judged, so that the
-        event loop does not wait for it: the commits under way of a partition whose
-        producer state is to be (re)built, which must count them. None: nothing (the state
-        is loaded, nothing is under way, or the batch has no producer)."""
-        if admitted.header.producer_id < 0 or self.producers.loaded(
-                admitted.internal, admitted.index, admitted.partition):
+    def commits_before_state(self, internal: str, index: int, partition: PartitionStore,
+                             ) -> asyncio.Future[None] | None:
+        """What to await, off the event loop's critical path, before a partition's producer
+        state is used (to judge a batch, or for the last stable offset): the partition's
+        commits under way when the state is to be (re)built, which must count them. None:
+        nothing (the state is loaded, or nothing is under way)."""
+        if self.producers.loaded(internal, index, partition):
             return None
-        return self.appends.settled((admitted.internal, admitted.index))
+        return self.appends.settled((internal, index))
 
     async def settled_before_state(self, admitted: Admitted,
                                    commits: asyncio.Future[None]) -> Admitted:
         """The admission once ``commits`` (:meth:`commits_before_state`) ended, however
         they did (the batch is judged against what they stored). The partition is looked
         up again: it may have moved meanwhile."""
-        with contextlib.suppress(OSError):
-            await commits
+        await settled_anyhow(commits)
         return replace(admitted, partition=self.partition(admitted.internal, admitted.index))
 
     def append(self, admitted: Admitted) -> Appended:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kafka.protocol.consumer import FetchRequest
 
@@ -21,7 +21,7 @@ from broker_core import metrics
 from broker_core.codec.batch_header import base_offset, last_offset_delta, record_count
 from broker_core.codec.fetch_writer import FetchAnswer, PartitionAnswer, TopicAnswer
 from broker_core.context import Operation, RequestContext
-from broker_core.engine import Engine
+from broker_core.engine import Engine, settled_anyhow
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.stages import Later
 from broker_core.storage import DatabaseUnavailable, FileRegion, LogOffline, PartitionStore
@@ -70,11 +70,37 @@ def _resolve(engine: Engine, ctx: RequestContext, request: FetchRequest) -> list
     return wanted
 
 
+@dataclass
+class _Before:
+    """What a fetch waits for, off the event loop, before it reads again: ledgers to scan,
+    and commits under way of partitions whose producer state is to be rebuilt (waited for
+    once per fetch: a state rebuilt then waits for what is under way then, if any)."""
+
+    unscanned: list[tuple[PartitionStore, int]] = field(default_factory=list)
+    commits: list[asyncio.Future[None]] = field(default_factory=list)
+    waited: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.unscanned or self.commits)
+
+    async def settle(self) -> None:
+        """Scan, in a worker thread, each ledger noted; wait for the commits noted."""
+        loop = asyncio.get_running_loop()
+        for partition, offset in self.unscanned:
+            await loop.run_in_executor(None, partition.verify_at, offset)
+        self.unscanned.clear()
+        for commits in self.commits:
+            await settled_anyhow(commits)
+            self.waited = True
+        self.commits.clear()
+
+
 def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: bool,
-            unscanned: list[tuple[PartitionStore, int]]) -> tuple[PartitionAnswer, int]:
+            before: _Before) -> tuple[PartitionAnswer, int]:
     """One partition's answer and the bytes it carries (below the last stable offset only,
     with the aborted transactions listed, for read_committed). A partition whose ledger at
-    the offset is to be scanned first is noted in ``unscanned`` and answered empty."""
+    the offset is to be scanned first, or whose producer state is to be rebuilt behind
+    commits under way, is noted in ``before`` and answered empty."""
     if want.error != ErrorCode.NONE or want.internal is None:
         return _empty(want.index, want.error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), 0
     partition: PartitionStore | None = engine.logs.partition(want.internal, want.index)
@@ -89,7 +115,12 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
     if want.offset < start or want.offset > end:
         return _empty(want.index, ErrorCode.OFFSET_OUT_OF_RANGE, end, start), 0
     if partition.needs_verification(want.offset):
-        unscanned.append((partition, want.offset))
+        before.unscanned.append((partition, want.offset))
+        return _empty(want.index, ErrorCode.NONE, end, start), 0
+    commits = None if before.waited else \
+        engine.commits_before_state(want.internal, want.index, partition)
+    if commits is not None:
+        before.commits.append(commits)
         return _empty(want.index, ErrorCode.NONE, end, start), 0
     try:  # rebuilt from storage after a move or a failure: the database may be away
         producers = engine.producers.get(want.internal, want.index, partition)
@@ -150,24 +181,15 @@ def _empty(index: int, code: ErrorCode, high_watermark: int = -1,
     return PartitionAnswer(index, code, high_watermark, high_watermark, log_start)
 
 
-async def _scan(unscanned: list[tuple[PartitionStore, int]]) -> None:
-    """Scan, in a worker thread, each ledger a fetch is about to read first since start-up."""
-    loop = asyncio.get_running_loop()
-    for partition, offset in unscanned:
-        await loop.run_in_executor(None, partition.verify_at, offset)
-    unscanned.clear()
-
-
 def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int, committed: bool,
-             unscanned: list[tuple[PartitionStore, int]]
-             ) -> tuple[list[tuple[PartitionAnswer, int]], int, bool]:
+             before: _Before) -> tuple[list[tuple[PartitionAnswer, int]], int, bool]:
     """Answers for all partitions, total bytes, and whether an error is among them."""
     answers = []
     total = 0
     errored = False
     for want in wanted:
         answer, size = _answer(engine, want, max_bytes - total, total == 0, committed,
-                               unscanned)
+                               before)
         total += size
         errored = errored or answer.error != 0
         answers.append((answer, size))
@@ -214,13 +236,13 @@ async def _poll(engine: Engine, request: FetchRequest, wanted: list[_Wanted],
     max_bytes = _max_bytes(engine, request)
     await engine.leadership.ready((w.internal, w.index) for w in wanted if w.internal is not None)
     committed = request.isolation_level == READ_COMMITTED
-    unscanned: list[tuple[PartitionStore, int]] = []
+    before = _Before()
     while True:
-        answers, total, errored = _collect(engine, wanted, max_bytes, committed, unscanned)
-        if unscanned:  # off the event loop, then answer again
+        answers, total, errored = _collect(engine, wanted, max_bytes, committed, before)
+        if before:  # off the event loop, then answer again
             for answer, _size in answers:
                 release_batches(answer.batches)
-            await _scan(unscanned)
+            await before.settle()
             continue
         remaining = deadline - time.monotonic()
         if (total >= request.min_bytes or errored or remaining <= 0 or not wanted

@@ -100,7 +100,9 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
                                   request.version)
                 if admitted.rework is not None:  # a wait: records worked on elsewhere
                     admitted = await engine.reworked(admitted)
-                commits = engine.commits_before_state(admitted)
+                commits = None if admitted.header.producer_id < 0 else \
+                    engine.commits_before_state(admitted.internal, admitted.index,
+                                                admitted.partition)
                 if commits is not None:  # a wait: a producer state rebuilt counts them
                     admitted = await engine.settled_before_state(admitted, commits)
                 appended = engine.append(admitted)

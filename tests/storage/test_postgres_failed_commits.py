@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -31,7 +32,7 @@ from broker_core.system_topics import SystemTopic
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
 from tests.postgres_server import shared_server
-from tests.raw import RawConnection
+from tests.raw import RawConnection, fetch_request
 from tests.storage.test_postgres_speed import _lock_waits
 from tests.storage.test_storage_engines import TOPIC
 
@@ -247,15 +248,17 @@ def _terminate_lock_waiters(url: str) -> None:
             killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
+@pytest.mark.parametrize("reader", ["idempotent produce", "fetch"])
 def test_a_producer_state_rebuilt_behind_a_commit_under_way_holds_up_no_request(
-        tmp_path: Path) -> None:
-    """A partition's first idempotent batch rebuilds its producer state, which must count
-    the partition's commits under way: while one waits (here for a row lock another
-    session holds), the batch waits for it without holding up the event loop, so other
-    connections are answered meanwhile; once the lock goes both batches are stored."""
+        tmp_path: Path, reader: str) -> None:
+    """A partition's producer state is rebuilt at its first idempotent batch, or its first
+    fetch (for the last stable offset), and must count the partition's commits under way:
+    while one waits (here for a row lock another session holds), the request waits for it
+    without holding up the event loop, so other connections are answered meanwhile; once
+    the lock goes both requests are answered."""
     url = shared_server().new_database_url()
     broker = BrokerProcess(tmp_path / "data", {"storageUrl": url}).start()
-    plain, idempotent, other = (RawConnection(broker.port) for _ in range(3))
+    plain, second, other = (RawConnection(broker.port) for _ in range(3))
     try:
         create_topic(broker.bootstrap, "held", 1)
         with psycopg.connect(url) as locker:
@@ -263,19 +266,27 @@ def test_a_producer_state_rebuilt_behind_a_commit_under_way_holds_up_no_request(
                            ("public/default/held",))
             plain.send_frame(plain.request_bytes(_produce("held", _batch(-1, -1)), 7))
             _wait("the plain batch's commit waits for the lock", lambda: _lock_waits(url))
-            idempotent.send_frame(idempotent.request_bytes(_produce("held", _batch(7, 0)), 7))
-            time.sleep(0.2)  # the idempotent batch reaches the broker (nothing to wait for)
+            if reader == "fetch":
+                second.send_frame(second.request_bytes(fetch_request("held", 0), 11))
+            else:
+                second.send_frame(second.request_bytes(_produce("held", _batch(7, 0)), 7))
+            time.sleep(0.2)  # the second request reaches the broker (nothing to wait for)
             versions = other.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
             assert versions.error_code == 0
             assert _lock_waits(url)  # answered while the commit still waited
-        answers = [ProduceResponse[7].decode(conn.read_frame()[4:])
-                   for conn in (plain, idempotent)]
-        assert [(a.responses[0].partition_responses[0].error_code,
-                 a.responses[0].partition_responses[0].base_offset) for a in answers] \
-            == [(0, 0), (0, 1)]
+        first = ProduceResponse[7].decode(plain.read_frame()[4:])
+        assert first.responses[0].partition_responses[0].error_code == 0
+        assert first.responses[0].partition_responses[0].base_offset == 0
+        if reader == "fetch":
+            fetched = FetchResponse[11].decode(second.read_frame()[4:])
+            assert fetched.responses[0].partitions[0].error_code == 0
+        else:
+            produced = ProduceResponse[7].decode(second.read_frame()[4:])
+            assert produced.responses[0].partition_responses[0].error_code == 0
+            assert produced.responses[0].partition_responses[0].base_offset == 1
         assert broker.stop() == 0
     finally:
-        for conn in (plain, idempotent, other):
+        for conn in (plain, second, other):
             conn.close()
         if broker.alive():
             broker.kill()
