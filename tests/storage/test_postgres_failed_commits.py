@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -56,6 +58,48 @@ def _wait(condition: str, check: Callable[[], object]) -> None:
         time.sleep(0.01)
 
 
+Scenario = Callable[[str, Engine, PgPartition], Awaitable[None]]
+
+
+def _run(scenario: Scenario) -> None:
+    """Run ``scenario`` with an engine on a database of its own, holding one topic
+    (``TOPIC``) of one partition, that this broker owns."""
+    url = shared_server().new_database_url()
+
+    async def run() -> None:
+        engine = Engine(EngineConfig(), open_storage(url, LogConfig()))
+        engine.start()
+        try:
+            await engine.join(BrokerRecord(0, None, ()))
+            engine.logs.create_topic(TOPIC, 1, {})
+            await engine.leadership.ready([(TOPIC, 0)])
+            partition = engine.partition(TOPIC, 0)
+            assert isinstance(partition, PgPartition)
+            await scenario(url, engine, partition)
+        finally:
+            await engine.stop()
+
+    asyncio.run(run())
+
+
+@contextmanager
+def _row_locked(url: str, partition: PgPartition) -> Iterator[psycopg.Connection[Any]]:
+    """A session holding ``partition``'s row locked (its commits wait) until it rolls
+    back or the block ends."""
+    with psycopg.connect(url) as locker:
+        locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
+                       (partition.partition_id,))
+        yield locker
+
+
+async def _stored(engine: Engine, producer_id: int, sequence: int) -> int:
+    """Append a batch of ``producer_id`` at ``sequence`` and await its commit; its offset."""
+    appended = engine.append(engine.admit(TOPIC, 0, _batch(producer_id, sequence), -1))
+    assert appended.durable is not None
+    await appended.durable
+    return appended.base_offset
+
+
 def test_appends_made_while_a_failed_commit_is_answered_are_judged_and_kept() -> None:
     """Producer 7 has stored sequence 0; its batch of sequence 1 (A) waits for a commit
     that a row lock holds up, and that commit then fails (its connection is terminated).
@@ -64,58 +108,43 @@ def test_appends_made_while_a_failed_commit_is_answered_are_judged_and_kept() ->
     stored ends at sequence 0, A is not there) rather than stored after a gap; E is stored,
     and its retry, arriving while E's own commit still waits, is answered as a duplicate
     of it, never stored twice."""
-    url = shared_server().new_database_url()
 
-    async def scenario() -> None:
-        engine = Engine(EngineConfig(), open_storage(url, LogConfig()))
-        engine.start()
-        try:
-            await engine.join(BrokerRecord(0, None, ()))
-            engine.logs.create_topic(TOPIC, 1, {})
-            await engine.leadership.ready([(TOPIC, 0)])
-            first = engine.append(engine.admit(TOPIC, 0, _batch(7, 0), -1))
-            assert first.durable is not None
-            await first.durable
-            partition = engine.partition(TOPIC, 0)
-            assert isinstance(partition, PgPartition)
-            with psycopg.connect(url) as locker:
-                locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
-                               (partition.partition_id,))
-                a = engine.append(engine.admit(TOPIC, 0, _batch(7, 1), -1))
-                assert a.durable is not None
-                _wait("A's commit waits for the lock", lambda: _lock_waits(url))
-                generation = partition.generation
-                _terminate_lock_waiters(url)
-                _wait("A's commit failed", lambda: partition.generation != generation)
-                assert not a.durable.done()  # the event loop has not been told yet
-                # a batch judged at the old generation is refused (retriable), not queued
-                stale = bytearray(_batch(9, 0))
-                with pytest.raises(KafkaApiError) as abandoned:
-                    engine.appends.append((TOPIC, 0), partition, stale, read_header(stale),
-                                          WriteKind.RECORDS, generation=generation)
-                assert abandoned.value.code == ErrorCode.KAFKA_STORAGE_ERROR
-                with pytest.raises(KafkaApiError) as refused:
-                    engine.append(engine.admit(TOPIC, 0, _batch(7, 2), -1))
-                assert refused.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-                e = engine.append(engine.admit(TOPIC, 0, _batch(8, 0), -1))
-                assert e.durable is not None
-                with pytest.raises(OSError):
-                    await a.durable  # now the loop hears of A's failure
-                retry = engine.append(engine.admit(TOPIC, 0, _batch(8, 0), -1))
-                assert retry.base_offset == e.base_offset
-                assert not e.durable.done()  # E's commit still waits for the lock
-                locker.rollback()
-            await e.durable
-            assert retry.durable is not None
-            await retry.durable
-            assert engine.partition(TOPIC, 0).next_offset == e.base_offset + 1  # E once
-            # producer 7 goes on from what is stored: A's retry, then D's
-            assert engine.append(engine.admit(TOPIC, 0, _batch(7, 1), -1)).base_offset == 2
-            assert engine.append(engine.admit(TOPIC, 0, _batch(7, 2), -1)).base_offset == 3
-        finally:
-            await engine.stop()
+    async def scenario(url: str, engine: Engine, partition: PgPartition) -> None:
+        await _stored(engine, 7, 0)
+        with _row_locked(url, partition) as locker:
+            a = engine.append(engine.admit(TOPIC, 0, _batch(7, 1), -1))
+            assert a.durable is not None
+            _wait("A's commit waits for the lock", lambda: _lock_waits(url))
+            generation = partition.generation
+            _terminate_lock_waiters(url)
+            _wait("A's commit failed", lambda: partition.generation != generation)
+            assert not a.durable.done()  # the event loop has not been told yet
+            # a batch judged at the old generation is refused (retriable), not queued
+            stale = bytearray(_batch(9, 0))
+            with pytest.raises(KafkaApiError) as abandoned:
+                engine.appends.append((TOPIC, 0), partition, stale, read_header(stale),
+                                      WriteKind.RECORDS, generation=generation)
+            assert abandoned.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+            with pytest.raises(KafkaApiError) as refused:
+                engine.append(engine.admit(TOPIC, 0, _batch(7, 2), -1))
+            assert refused.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+            e = engine.append(engine.admit(TOPIC, 0, _batch(8, 0), -1))
+            assert e.durable is not None
+            with pytest.raises(OSError):
+                await a.durable  # now the loop hears of A's failure
+            retry = engine.append(engine.admit(TOPIC, 0, _batch(8, 0), -1))
+            assert retry.base_offset == e.base_offset
+            assert not e.durable.done()  # E's commit still waits for the lock
+            locker.rollback()
+        await e.durable
+        assert retry.durable is not None
+        await retry.durable
+        assert engine.partition(TOPIC, 0).next_offset == e.base_offset + 1  # E once
+        # producer 7 goes on from what is stored: A's retry, then D's
+        assert engine.append(engine.admit(TOPIC, 0, _batch(7, 1), -1)).base_offset == 2
+        assert engine.append(engine.admit(TOPIC, 0, _batch(7, 2), -1)).base_offset == 3
 
-    asyncio.run(scenario())
+    _run(scenario)
 
 
 def test_a_state_rebuilt_while_an_append_waits_for_its_commit_includes_it() -> None:
@@ -123,34 +152,21 @@ def test_a_state_rebuilt_while_an_append_waits_for_its_commit_includes_it() -> N
     partition moves) while producer 8's batch waits for its commit; the retry of that
     batch rebuilds the state, which waits for the commit first: the retry is a duplicate,
     stored once."""
-    url = shared_server().new_database_url()
 
-    async def scenario() -> None:
-        engine = Engine(EngineConfig(), open_storage(url, LogConfig()))
-        engine.start()
-        try:
-            await engine.join(BrokerRecord(0, None, ()))
-            engine.logs.create_topic(TOPIC, 1, {})
-            await engine.leadership.ready([(TOPIC, 0)])
-            partition = engine.partition(TOPIC, 0)
-            assert isinstance(partition, PgPartition)
-            with psycopg.connect(url) as locker:
-                locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
-                               (partition.partition_id,))
-                e = engine.append(engine.admit(TOPIC, 0, _batch(8, 0), -1))
-                assert e.durable is not None
-                _wait("E's commit waits for the lock", lambda: _lock_waits(url))
-                engine.producers.invalidate(TOPIC, 0)
-                threading.Timer(0.5, locker.rollback).start()  # the loop waits meanwhile
-                retry = engine.append(engine.admit(TOPIC, 0, _batch(8, 0), -1))
-                assert e.durable.done() or retry.durable is not None
-                assert retry.base_offset == e.base_offset
-            await e.durable
-            assert partition.next_offset == e.base_offset + 1
-        finally:
-            await engine.stop()
+    async def scenario(url: str, engine: Engine, partition: PgPartition) -> None:
+        with _row_locked(url, partition) as locker:
+            e = engine.append(engine.admit(TOPIC, 0, _batch(8, 0), -1))
+            assert e.durable is not None
+            _wait("E's commit waits for the lock", lambda: _lock_waits(url))
+            engine.producers.invalidate(TOPIC, 0)
+            threading.Timer(0.5, locker.rollback).start()  # the loop waits meanwhile
+            retry = engine.append(engine.admit(TOPIC, 0, _batch(8, 0), -1))
+            assert e.durable.done() or retry.durable is not None
+            assert retry.base_offset == e.base_offset
+        await e.durable
+        assert partition.next_offset == e.base_offset + 1
 
-    asyncio.run(scenario())
+    _run(scenario)
 
 
 def test_a_state_from_before_a_failed_commit_is_never_snapshotted() -> None:
@@ -158,42 +174,22 @@ def test_a_state_from_before_a_failed_commit_is_never_snapshotted() -> None:
     takes offset 1 (no producer state is consulted for it). The periodic snapshot must
     not save the state that still counts A as stored at offset 1: A's retry would then be
     answered as a duplicate at B's offset, and A never stored."""
-    url = shared_server().new_database_url()
 
-    async def scenario() -> None:
-        engine = Engine(EngineConfig(), open_storage(url, LogConfig()))
-        engine.start()
-        try:
-            await engine.join(BrokerRecord(0, None, ()))
-            engine.logs.create_topic(TOPIC, 1, {})
-            await engine.leadership.ready([(TOPIC, 0)])
-            first = engine.append(engine.admit(TOPIC, 0, _batch(7, 0), -1))
-            assert first.durable is not None
-            await first.durable
-            partition = engine.partition(TOPIC, 0)
-            assert isinstance(partition, PgPartition)
-            with psycopg.connect(url) as locker:
-                locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
-                               (partition.partition_id,))
-                a = engine.append(engine.admit(TOPIC, 0, _batch(7, 1), -1))
-                assert a.base_offset == 1 and a.durable is not None
-                _wait("A's commit waits for the lock", lambda: _lock_waits(url))
-                _terminate_lock_waiters(url)
-                with pytest.raises(OSError):
-                    await a.durable
-                locker.rollback()
-            b = engine.append(engine.admit(TOPIC, 0, _batch(-1, -1), -1))
-            assert b.base_offset == 1 and b.durable is not None
-            await b.durable
-            await engine.producers.checkpoint(engine.flusher.flush)
-            retry = engine.append(engine.admit(TOPIC, 0, _batch(7, 1), -1))
-            assert retry.base_offset == 2  # stored, after B
-            assert retry.durable is not None
-            await retry.durable
-        finally:
-            await engine.stop()
+    async def scenario(url: str, engine: Engine, partition: PgPartition) -> None:
+        await _stored(engine, 7, 0)
+        with _row_locked(url, partition) as locker:
+            a = engine.append(engine.admit(TOPIC, 0, _batch(7, 1), -1))
+            assert a.base_offset == 1 and a.durable is not None
+            _wait("A's commit waits for the lock", lambda: _lock_waits(url))
+            _terminate_lock_waiters(url)
+            with pytest.raises(OSError):
+                await a.durable
+            locker.rollback()
+        assert await _stored(engine, -1, -1) == 1  # B
+        await engine.producers.checkpoint(engine.flusher.flush)
+        assert await _stored(engine, 7, 1) == 2  # A's retry: stored, after B
 
-    asyncio.run(scenario())
+    _run(scenario)
 
 
 def test_a_coordinator_compaction_drops_nothing_when_its_snapshot_is_not_stored() -> None:
@@ -201,43 +197,30 @@ def test_a_coordinator_compaction_drops_nothing_when_its_snapshot_is_not_stored(
     once that snapshot is committed. Its commit fails here (the database connection is
     terminated): the old records stay, and the next compaction, whose commit succeeds,
     drops them."""
-    url = shared_server().new_database_url()
 
-    async def scenario() -> None:
-        engine = Engine(EngineConfig(), open_storage(url, LogConfig()))
-        engine.start()
-        try:
-            await engine.join(BrokerRecord(0, None, ()))
-            engine.logs.create_topic(TOPIC, 1, {})
-            await engine.leadership.ready([(TOPIC, 0)])
-            store = SystemTopic(engine.logs, engine.appends, TOPIC, 1, 1 << 20, 1 << 20)
-            await store.settle(store.append(TOPIC, 0, [(b"k", b"old")]))
-            partition = engine.partition(TOPIC, 0)
-            assert isinstance(partition, PgPartition)
-            with psycopg.connect(url) as locker:
-                locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
-                               (partition.partition_id,))
-                generation = partition.generation
-                store.compact(TOPIC, 0, [(b"k", b"new")])
-                _wait("the snapshot's commit waits for the lock", lambda: _lock_waits(url))
-                _terminate_lock_waiters(url)
-                _wait("its commit failed", lambda: partition.generation != generation)
-                locker.rollback()
-            for _ in range(10):
-                await asyncio.sleep(0.01)  # the failure's answer, and whatever follows it
-            assert partition.log_start_offset == 0
-            assert store.needs_compaction(TOPIC, 0)  # again at the next write
-            assert [value for _, value in store.read(TOPIC, 0)] == [b"old"]
+    async def scenario(url: str, engine: Engine, partition: PgPartition) -> None:
+        store = SystemTopic(engine.logs, engine.appends, TOPIC, 1, 1 << 20, 1 << 20)
+        await store.settle(store.append(TOPIC, 0, [(b"k", b"old")]))
+        with _row_locked(url, partition) as locker:
+            generation = partition.generation
             store.compact(TOPIC, 0, [(b"k", b"new")])
-            deadline = time.monotonic() + 20
-            while partition.log_start_offset == 0:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.01)
-            assert [value for _, value in store.read(TOPIC, 0)] == [b"new"]
-        finally:
-            await engine.stop()
+            _wait("the snapshot's commit waits for the lock", lambda: _lock_waits(url))
+            _terminate_lock_waiters(url)
+            _wait("its commit failed", lambda: partition.generation != generation)
+            locker.rollback()
+        for _ in range(10):
+            await asyncio.sleep(0.01)  # the failure's answer, and whatever follows it
+        assert partition.log_start_offset == 0
+        assert store.needs_compaction(TOPIC, 0)  # again at the next write
+        assert [value for _, value in store.read(TOPIC, 0)] == [b"old"]
+        store.compact(TOPIC, 0, [(b"k", b"new")])
+        deadline = time.monotonic() + 20
+        while partition.log_start_offset == 0:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        assert [value for _, value in store.read(TOPIC, 0)] == [b"new"]
 
-    asyncio.run(scenario())
+    _run(scenario)
 
 
 def _terminate_lock_waiters(url: str) -> None:
