@@ -136,8 +136,8 @@ class BackgroundWork:
         interval = self.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            try:  # in a worker thread: on a database, a statement or two per partition
-                removed = await asyncio.to_thread(self.logs.enforce_retention)
+            try:
+                removed = self.logs.enforce_retention()
             except (StorageError, OSError) as exc:  # the database is away: next round
                 log.warning("retention could not run: %s", exc)
                 continue

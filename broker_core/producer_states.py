@@ -42,7 +42,12 @@ from itertools import islice
 
 from broker_core.compaction.cleaning import Checkpoint
 from broker_core.partition_producers import PartitionProducers, Snapshot
-from broker_core.storage import PartitionStore, StorageError, commit_generation
+from broker_core.storage import (
+    PartitionStore,
+    StorageError,
+    commit_generation,
+    group_committed,
+)
 from broker_core.storage_faults import WriteFaults, WriteKind
 
 log = logging.getLogger(__name__)
@@ -312,7 +317,9 @@ def _read(partition: PartitionStore) -> tuple[PartitionProducers, int] | None:
 
 
 def _load(partition: PartitionStore, generation: int) -> _Loaded:
-    snapshot = _read(partition)  # first: a partition that commits in groups settles here
+    if group_committed(partition):  # the state counts the appends under way
+        partition.settle()
+    snapshot = _read(partition)
     state, saved = snapshot if snapshot is not None else (PartitionProducers(), None)
     state.cleaned_below = Checkpoint.load(partition).offset
     offset = saved if saved is not None else partition.log_start_offset

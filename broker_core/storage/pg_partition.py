@@ -103,14 +103,12 @@ class PgPartition(FilelessPartition):
         self._stale = False
 
     def _check_current(self) -> None:
-        """Open, every queued append answered, and the cached row reloaded if stale
-        (before a read of the key-value area): the producer state is rebuilt (its snapshot
-        read first) against what is stored, so a commit whose reply was lost counts (a
-        retry of its batch is a duplicate), and so does an append still waiting for its
-        commit (a retry of it is one too)."""
+        """Open, and the cached row reloaded if stale (before a read of the key-value
+        area): the producer state is rebuilt (its snapshot read first) against what is
+        stored, so a commit whose reply was lost counts (a retry of its batch is a
+        duplicate)."""
         with self._lock:
             self._check_open()
-            self._drain()
             with contextlib.suppress(NotOwner):  # reloaded all the same
                 self._refresh()
 
@@ -120,6 +118,11 @@ class PgPartition(FilelessPartition):
         self._stale = True
         self._generation += 1
         self._assigned = self._next
+
+    def settle(self) -> None:
+        with self._lock:
+            self._check_open()
+            self._drain()
 
     def _drain(self) -> None:
         """Wait until every queued append of this partition is answered (lock held)."""
@@ -209,10 +212,10 @@ class PgPartition(FilelessPartition):
         check_append(batch, header)
         with self._lock:
             self._check_open()
+            epoch = self._owned_epoch()  # first: a partition given up answers NotOwner
             if generation is not None and generation != self._generation:
-                raise AppendAbandoned(errno.ESTALE, "an earlier append to the partition "
-                                      "failed after this one was checked")
-            epoch = self._owned_epoch()
+                raise AppendAbandoned(errno.ESTALE, "an earlier write to the partition "
+                                      "failed after this batch was checked")
             self._refresh()
             now = self._clock()
             seg_base, seg_size, seg_created = self._segment

@@ -152,10 +152,16 @@ class GroupCommitted(Protocol):
 
     @property
     def generation(self) -> int:
-        """Moves on whenever an append of the partition failed (its commit's outcome is
-        then unknown, the appends queued behind it fail too): what was judged against the
-        partition as it was before, such as a producer's sequence, must be judged again
-        against what is stored."""
+        """Moves on whenever what the broker holds of the partition may be wrong: an
+        append failed (its commit's outcome is then unknown, the appends queued behind it
+        fail too), another write to it failed, or it was taken or given up. What was
+        judged against the partition as it was before, such as a producer's sequence, must
+        be judged again against what is stored."""
+        ...
+
+    def settle(self) -> None:
+        """Wait (blocking) until every append queued so far is answered, committed or
+        failed: what is stored then holds all of them that will ever be stored."""
         ...
 
     def append_deferred(self, batch: bytearray, header: BatchHeader,
