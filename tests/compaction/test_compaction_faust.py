@@ -53,8 +53,11 @@ class FaustWorker(ChildProcess):
 
     def start(self) -> FaustWorker:
         """Start the worker and wait until its table is recovered."""
+        # --without-web: the command line's default turns the app's web_enabled=False
+        # back on, and two workers (two tests at once) would both bind port 6066
         self.spawn([sys.executable, "-m", "faust", "-A", "tests.faust_app",
-                    "worker", "--loglevel", "info"], START_TIMEOUT, env=self.env)
+                    "worker", "--without-web", "--loglevel", "info"], START_TIMEOUT,
+                   env=self.env)
         return self
 
     def on_ready(self, match: re.Match[str]) -> None:
