@@ -39,6 +39,9 @@ SPARK_CONFIG = {"spark.python.daemon.module": "pipeline.spark_daemon"}
 """The command line's Spark settings: Python workers out of the terminal's process group
 (``pipeline.spark_daemon``), so that a Ctrl-C reaches the driver alone."""
 CANCEL_EVERY_S = 0.5
+STOP_SETTLE_S = 30.0
+"""How long a stream's stop waits for the query to be between triggers."""
+STOP_POLL_S = 0.1
 
 
 def parse_since(text: str, now: float | None = None) -> int:
@@ -165,7 +168,7 @@ def _stream(args: argparse.Namespace, rule: BurstRule, options: dict[str, str]) 
         try:
             _await(query, args.run_seconds, stop)
         finally:
-            query.stop()
+            _stop_between_triggers(query)
     if stop.signum is not None:
         print(f"stopped by {signal.Signals(stop.signum).name}; the checkpoint "
               f"{settings.checkpoint} resumes the stream", flush=True)
@@ -182,6 +185,31 @@ def _await(query: StreamingQuery, run_seconds: float | None, stop: StopSignals) 
             return
         if query.awaitTermination(1):
             return
+
+
+def _stop_between_triggers(query: StreamingQuery) -> None:
+    """Stop ``query`` once its sources are up and no trigger runs (or after
+    :data:`STOP_SETTLE_S`), so that the stop ends the stream reader's Python process
+    quietly.
+
+    Spark serves the ``edgekafka`` stream reader from a Python process of its own
+    (PySpark's ``python_streaming_source_runner``, a simple worker of the JVM: it ignores
+    SIGINT like the JVM, whatever its process group), over a socket channel.
+    ``StreamingQuery.stop`` interrupts the query's thread, and an interrupt that finds that
+    thread talking to the process closes the channel (Java's interruptible channels).
+    While the query initialises its sources, which it does after ``start()`` returns (a
+    Ctrl-C right after "watching" lands there), that process is not yet one of the
+    query's sources, so the stop never kills it: it answers into the closed socket, reads
+    EOF, fails to report the ``EOFError`` (``BrokenPipeError``) and prints both as a
+    traceback on its stderr, which the JVM copies to the terminal. During a trigger it
+    races the stop's SIGTERM to do the same. Between triggers the query's thread only
+    sleeps, and the stop's SIGTERM ends the process while it waits for its next call."""
+    deadline = time.monotonic() + STOP_SETTLE_S
+    while query.isActive and time.monotonic() < deadline:
+        if query.lastProgress is not None and not query.status["isTriggerActive"]:
+            break
+        time.sleep(STOP_POLL_S)
+    query.stop()
 
 
 class StopSignals:
