@@ -81,9 +81,10 @@ class _Loaded:
     replayed: bool = False  # the load replayed batches of an earlier run
 
     def current(self) -> bool:
-        """Whether no append of the partition failed since the state was loaded (else it
-        may count a failed batch as stored, at an offset a later batch took: never
-        snapshot it; the next use rebuilds it)."""
+        """Whether the partition's commit generation is still the one the state was
+        loaded at (else a write to it failed, or it moved, since: the state may count a
+        failed batch as stored, at an offset a later batch took; never snapshot it, the
+        next use rebuilds it)."""
         return self.generation == commit_generation(self.partition)
 
     def due(self, now: float) -> bool:
