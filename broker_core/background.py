@@ -133,11 +133,14 @@ class BackgroundWork:
                 failing = False
 
     async def _retention_loop(self) -> None:
+        """Every ``retention_check_interval_ms``: find what retention drops in a worker
+        thread (on PostgreSQL a query per partition with sealed segments), drop it here."""
         interval = self.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             try:
-                removed = self.logs.enforce_retention()
+                due = await asyncio.to_thread(self.logs.retention_due)
+                removed = self.logs.drop_retained(due)
             except (StorageError, OSError) as exc:  # the database is away: next round
                 log.warning("retention could not run: %s", exc)
                 continue

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 _WEEK_MS = 7 * 24 * 3600 * 1000
@@ -95,21 +95,3 @@ def log_config_for_topic(default: LogConfig, configs: Mapping[str, str]) -> LogC
         if lag > 0:
             changes["segment_ms"] = min(changes.get("segment_ms", default.segment_ms), lag)
     return dataclasses.replace(default, **changes)
-
-
-def retention_drops(sealed: Sequence[tuple[int, int]], open_size: int, now: int,
-                    config: LogConfig) -> int:
-    """How many of the oldest sealed segments, given as (size, newest broker timestamp),
-    retention drops: by time those whose newest entry is more than ``retention_ms`` old; by
-    size the oldest while the partition (with ``open_size`` of the open segment) would
-    still hold at least ``retention_bytes`` without them (Kafka's rule). Only a prefix."""
-    count = 0
-    if config.retention_ms >= 0:
-        while count < len(sealed) and now - sealed[count][1] > config.retention_ms:
-            count += 1
-    if config.retention_bytes >= 0:
-        excess = sum(size for size, _ in sealed[count:]) + open_size - config.retention_bytes
-        while count < len(sealed) and excess >= sealed[count][0]:
-            excess -= sealed[count][0]
-            count += 1
-    return count

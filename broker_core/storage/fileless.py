@@ -22,10 +22,11 @@ from .errors import (
     UnknownTopic,
 )
 from .model import BatchInfo, NewTopic, TenantCap, TopicInfo
+from .retention import RetainsSegments
 from .topic_table import TopicEntry, TopicTable
 
 
-class FilelessPartition(ABC):
+class FilelessPartition(RetainsSegments):
     """Base of a partition store that keeps no files; subclasses set ``_location``,
     ``_closed``, ``_log_start`` and ``_lock`` and define ``next_offset`` and ``_follow``."""
 
@@ -43,10 +44,6 @@ class FilelessPartition(ABC):
     @abstractmethod
     def _follow(self, offset: int) -> Iterator[BatchInfo]:
         """Batches from ``offset`` on, following appends made while iterating."""
-
-    @abstractmethod
-    def enforce_retention(self) -> int:
-        """Drop the segments retention says; how many."""
 
     @property
     @abstractmethod

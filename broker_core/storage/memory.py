@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from broker_core.codec.batch_header import BatchHeader, check_append, set_base_offset
 
 from .cluster import SoloCluster
-from .config import LogConfig, retention_drops
+from .config import LogConfig
 from .errors import OffsetOutOfRange
 from .fileless import FilelessPartition, FilelessStorage
 from .model import BatchInfo, TenantCap, TopicInfo
 from .protocols import DiskUsage
 from .region import FileRegion
+from .retention import RetentionCut, retention_cut
 from .segments import SealedSegment, check_cover
 
 URL = "memory://"
@@ -210,19 +211,22 @@ class MemoryPartition(FilelessPartition):
             self._log_start = offset
             if self._segments[-1].size > 0 and self.next_offset <= offset:
                 self._roll(self._clock())
-            count = 0
-            while count < len(self._segments) - 1 \
-                    and self._segments[count].next_offset <= offset:
-                count += 1
-            self._drop(count)
+            self._drop(self._sealed_below(offset))
             return self._log_start
 
-    def enforce_retention(self) -> int:
+    def retention_due(self) -> RetentionCut | None:
         with self._lock:
             self._check_open()
-            sealed = [(s.size, s.max_broker_timestamp) for s in self._segments[:-1]]
-            count = retention_drops(sealed, self._segments[-1].size, self._clock(),
-                                    self._config)
+            sealed = [(s.first_offset, s.size, s.max_broker_timestamp)
+                      for s in self._segments[:-1]]
+            last = self._segments[-1]
+            return retention_cut(sealed, last.first_offset, last.size, self._clock(),
+                                 self._config)
+
+    def drop_retained(self, cut: RetentionCut) -> int:
+        with self._lock:
+            self._check_open()
+            count = self._sealed_below(cut.keep_from)
             self._drop(count)
             return count
 
@@ -256,6 +260,13 @@ class MemoryPartition(FilelessPartition):
                               max(s.max_timestamp for s in old))
             self._segments[at:at + len(segments)] = [merged]
             return True
+
+    def _sealed_below(self, offset: int) -> int:
+        """How many of the first sealed segments end at or before ``offset`` (lock held)."""
+        count = 0
+        while count < len(self._segments) - 1 and self._segments[count].next_offset <= offset:
+            count += 1
+        return count
 
     def _drop(self, count: int) -> None:
         del self._segments[:count]

@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 
 from broker_core.codec.batch_header import BatchHeader, check_append, set_base_offset
 
-from .config import retention_drops
 from .damage import batch_problem, scan_ledger
 from .entry import ENTRY_HEADER_SIZE, encode_entry_header
 from .errors import DamagedRecords, OffsetOutOfRange
@@ -33,6 +32,7 @@ from .ledger_reader import LedgerReader
 from .model import BatchInfo
 from .partition_files import PartitionFiles
 from .region import FileRegion
+from .retention import RetainsSegments, RetentionCut, retention_cut
 from .segments import SealedSegment, check_cover
 from .timestamps import first_at_or_after
 
@@ -43,7 +43,7 @@ _SPACE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT})
 """Write errors after which the log stays online (a failed append is cut back)."""
 
 
-class PartitionLog(PartitionFiles):
+class PartitionLog(PartitionFiles, RetainsSegments):
     """The managed ledger of one partition; see the module docstring."""
 
     # -- appending ---------------------------------------------------------------------
@@ -262,31 +262,35 @@ class PartitionLog(PartitionFiles):
             open_facts = self._ledgers[-1].facts
             if open_facts.size > 0 and open_facts.next_offset <= offset:
                 self._roll_locked(self._clock(), store=False)
-            count = 0
-            while (
-                count < len(self._ledgers) - 1 and self._ledgers[count].facts.next_offset <= offset
-            ):
-                count += 1
-            self._drop_prefix_locked(count, offset)
+            self._drop_prefix_locked(self._sealed_below(offset), offset)
             return self._log_start
 
-    def enforce_retention(self) -> int:
-        """Drop whole sealed ledgers past retention; return how many were dropped.
-
-        Time: a ledger goes when its newest broker timestamp is more than
-        ``retention_ms`` old. Size: the oldest ledgers go while the partition would
-        still hold at least ``retention_bytes`` without them (Kafka's rule). Only a
-        prefix of the ledger list is dropped, and never the open ledger.
-        """
+    def retention_due(self) -> RetentionCut | None:
+        """Whole sealed ledgers past retention (``retention.retention_drops``): by time
+        those whose newest broker timestamp is more than ``retention_ms`` old, by size the
+        oldest while the partition would still hold ``retention_bytes`` without them."""
         with self._lock:
             self._check_open()
-            sealed = [(ledger.facts.size, ledger.facts.max_broker_timestamp)
-                      for ledger in self._ledgers[:-1]]
-            count = retention_drops(sealed, self._ledgers[-1].facts.size, self._clock(),
-                                    self._config)
+            sealed = [(ledger.facts.first_offset, ledger.facts.size,
+                       ledger.facts.max_broker_timestamp) for ledger in self._ledgers[:-1]]
+            open_facts = self._ledgers[-1].facts
+            return retention_cut(sealed, open_facts.first_offset, open_facts.size,
+                                 self._clock(), self._config)
+
+    def drop_retained(self, cut: RetentionCut) -> int:
+        with self._lock:
+            self._check_open()
+            count = self._sealed_below(cut.keep_from)
             if count:
                 self._drop_prefix_locked(count)
             return count
+
+    def _sealed_below(self, offset: int) -> int:
+        """How many of the first sealed ledgers end at or before ``offset`` (lock held)."""
+        count = 0
+        while count < len(self._ledgers) - 1 and self._ledgers[count].facts.next_offset <= offset:
+            count += 1
+        return count
 
     def _drop_prefix_locked(self, count: int, log_start: int = 0) -> None:
         """Drop the first ``count`` ledgers and move the log start up to ``log_start`` (at

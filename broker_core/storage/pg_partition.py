@@ -38,7 +38,7 @@ from broker_core.codec.batch_header import BatchHeader, check_append, set_base_o
 
 from . import pg_entries
 from .cluster import NotOwner
-from .config import LogConfig, retention_drops
+from .config import LogConfig
 from .errors import AppendAbandoned, DatabaseUnavailable, LogClosed, OffsetOutOfRange
 from .fileless import FilelessPartition
 from .model import BatchInfo
@@ -48,6 +48,7 @@ from .pg_entries import ENTRY_COLUMNS, HEADER_COLUMNS, batch_info
 from .pg_kv import PgKeyValues
 from .pg_readahead import Buffer, ReadAhead
 from .region import FileRegion
+from .retention import RetentionCut, retention_cut
 from .segments import SealedSegment, check_cover
 
 _CHUNK = 64
@@ -410,23 +411,32 @@ class PgPartition(FilelessPartition):
         self._ahead.drop()
         return True
 
-    def enforce_retention(self) -> int:
+    def retention_due(self) -> RetentionCut | None:
+        """What retention drops, from one query of the sealed segments' sizes and newest
+        broker timestamps (none when the partition has no sealed segment, or is another
+        broker's to write); the lock is not held meanwhile."""
         with self._lock:
             self._check_open()
             if self._epoch is None and self._fenced():
-                return 0  # its owner enforces it
+                return None  # its owner enforces it
+            (active, open_size, _), start = self._segment, self._log_start
+        if active <= start:
+            return None
+        with self._db.autocommit() as conn:
+            sealed = [(int(str(base)), int(str(size)), int(str(newest))) for
+                      base, size, newest in conn.execute(
+                "SELECT segment_base, sum(size), max(broker_ts) FROM edge_entries"
+                " WHERE partition_id = %s AND segment_base < %s"
+                " GROUP BY segment_base ORDER BY segment_base", (self._id, active)).fetchall()]
+        return retention_cut(sealed, active, open_size, self._clock(), self._config)
+
+    def drop_retained(self, cut: RetentionCut) -> int:
+        with self._lock:
+            self._check_open()
             self._refresh()
             self._drain()
-            with self._db.autocommit() as conn:
-                sealed = [(int(str(base)), int(str(size)), int(str(newest))) for
-                          base, size, newest in conn.execute(
-                    "SELECT segment_base, sum(size), max(broker_ts) FROM edge_entries"
-                    " WHERE partition_id = %s AND segment_base < %s"
-                    " GROUP BY segment_base ORDER BY segment_base",
-                    (self._id, self._segment[0])).fetchall()]
-            count = retention_drops([(size, newest) for _, size, newest in sealed],
-                                    self._segment[1], self._clock(), self._config)
-            if count:
-                cut = sealed[count][0] if count < len(sealed) else self._segment[0]
-                self._cut(max(self._log_start, cut), "segment_base < %s", cut, self._segment)
-            return count
+            keep_from = min(cut.keep_from, self._segment[0])
+            if keep_from <= self._log_start:
+                return 0
+            self._cut(keep_from, "segment_base < %s", keep_from, self._segment)
+            return cut.segments

@@ -21,6 +21,7 @@ from .damage import Damage
 from .feed import ChangeFeed
 from .model import BatchInfo, NewTopic, TenantCap, TopicInfo
 from .region import FileRegion
+from .retention import RetentionCut, RetentionDue
 from .segments import SealedSegment
 
 
@@ -137,6 +138,14 @@ class PartitionStore(Protocol):
         batches or all new ones, and a crash at any point leaves one of the two. False, and
         nothing changed, when a segment is no longer as given (dropped by retention,
         damaged, or the partition is no longer this broker's to write)."""
+        ...
+
+    def retention_due(self) -> RetentionCut | None:
+        """What retention drops now, or None; reads only (any thread)."""
+        ...
+
+    def drop_retained(self, cut: RetentionCut) -> int:
+        """Drop the sealed segments wholly below ``cut.keep_from``; how many went."""
         ...
 
     def flush(self) -> bool:
@@ -272,7 +281,19 @@ class Storage(Protocol):
         quota). May take a database round trip: call it from a worker thread."""
         ...
 
-    def enforce_retention(self) -> int: ...
+    def retention_due(self) -> list[RetentionDue]:
+        """What retention drops of every partition now; reads only (on PostgreSQL a query
+        per partition with sealed segments): call it from a worker thread."""
+        ...
+
+    def drop_retained(self, due: Sequence[RetentionDue]) -> int:
+        """Drop what ``retention_due`` found, on the event loop (where the reads that walk
+        a log run); the number of segments dropped."""
+        ...
+
+    def enforce_retention(self) -> int:
+        """Both at once (tools, tests)."""
+        ...
 
     def refresh(self) -> Refreshed:
         """Take in what other brokers sharing the storage changed (topics created, deleted,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -15,10 +15,13 @@ from .errors import LogClosed, TopicExists, UnknownTopic
 from .feed import NO_FEED, ChangeFeed
 from .model import TopicInfo, check_no_nesting, topic_name_parts
 from .protocols import NOTHING_CHANGED, Refreshed
+from .retention import RetentionCut, RetentionDue
 
 
 class _Partition(Protocol):
-    def enforce_retention(self) -> int: ...
+    def retention_due(self) -> RetentionCut | None: ...
+
+    def drop_retained(self, cut: RetentionCut) -> int: ...
 
     @property
     def size_bytes(self) -> int: ...
@@ -93,13 +96,29 @@ class TopicTable(Generic[P]):
         """No other broker changes this engine: nothing to be told (``feed``)."""
         return NO_FEED
 
-    def enforce_retention(self) -> int:
-        """Apply retention to every partition; returns the number of segments dropped."""
-        dropped = 0
+    def retention_due(self) -> list[RetentionDue]:
+        """What retention drops of every partition (its first step: reads only, a query
+        per partition with sealed segments on PostgreSQL; call it from a worker thread)."""
+        due: list[RetentionDue] = []
         for _, _, log in self.all_partitions():
             with contextlib.suppress(LogClosed, NotOwner):  # gone, or moved to another broker
-                dropped += log.enforce_retention()
+                cut = log.retention_due()
+                if cut is not None:
+                    due.append(RetentionDue(log, cut))
+        return due
+
+    @staticmethod
+    def drop_retained(due: Sequence[RetentionDue]) -> int:
+        """Drop what ``retention_due`` found (on the event loop); segments dropped."""
+        dropped = 0
+        for item in due:
+            with contextlib.suppress(LogClosed, NotOwner):
+                dropped += item.store.drop_retained(item.cut)
         return dropped
+
+    def enforce_retention(self) -> int:
+        """Apply retention to every partition at once; the number of segments dropped."""
+        return self.drop_retained(self.retention_due())
 
     @staticmethod
     def _new_topic_config(name: str, num_partitions: int, configs: Mapping[str, str],

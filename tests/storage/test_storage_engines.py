@@ -185,6 +185,31 @@ def test_retention_by_time_and_by_size(storage: Storage, clock: Clock) -> None:
     assert (log.log_start_offset, log.next_offset) == (10, 12)
 
 
+def test_retention_found_due_then_dropped_after_the_log_moved_on(storage: Storage,
+                                                                 clock: Clock) -> None:
+    """Retention's two steps (``retention_due`` in a worker thread, ``drop_retained`` on
+    the loop) with the log moving in between: segments rolled since are kept, and a
+    DeleteRecords that went further first leaves nothing to drop."""
+    storage.create_topic(TOPIC, 1, {"segment.bytes": "300", "retention.ms": "10000"})
+    log = partition(storage)
+    for _ in range(3):
+        append(log, 2)  # a segment each
+    clock.now += 11_000
+    with ThreadPoolExecutor(1) as thread:
+        due = thread.submit(storage.retention_due).result()
+    assert [item.cut.segments for item in due] == [2]  # never the open one
+    append(log, 2)  # the open one sealed meanwhile, and just as old
+    assert storage.drop_retained(due) == 2
+    assert (log.log_start_offset, log.next_offset) == (4, 8)
+    clock.now += 11_000
+    due = storage.retention_due()
+    assert [item.cut.segments for item in due] == [1]
+    assert log.delete_records_before(7) == 7
+    assert storage.drop_retained(due) == 0
+    assert (log.log_start_offset, log.next_offset) == (7, 8)
+    assert storage.enforce_retention() == 0
+
+
 def test_topic_configs_apply_to_the_partitions(storage: Storage) -> None:
     info = storage.create_topic(TOPIC, 1, {"retention.ms": "-1"})
     assert info.configs == {"retention.ms": "-1"}
