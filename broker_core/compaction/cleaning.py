@@ -390,8 +390,8 @@ class _Rewriter:
         stamp = self.stamp if tombstones and horizon is None else None
         if tombstones:
             self._note_horizon(horizon if horizon is not None else self.stamp)
-        if len(kept) == len(records) and stamp is None:
-            return info.batch
+        if len(kept) == len(records) and stamp is None and (kept or not header.compression):
+            return info.batch  # (an empty batch an older cleaner left compressed is rewritten)
         return rec.rebuilt(info.batch, header, buf, kept, stamp)
 
     def _marker(self, info: BatchInfo, header: BatchHeader) -> bytes | memoryview | None:

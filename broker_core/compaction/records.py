@@ -4,7 +4,8 @@ A cleaned batch keeps its base offset, lastOffsetDelta, producer id, epoch and b
 sequence, codec and timestamp type, and each kept record keeps its bytes (so its offset
 delta, hence its offset): only the record count, the payload, the length and the CRC
 change. Offsets of removed records become gaps inside the batch, as in Kafka, and the
-batch still covers its offsets. KIP-534's *delete horizon* is written as Kafka writes it:
+batch still covers its offsets; one left with no record is written uncompressed with no
+payload, as Kafka writes one. KIP-534's *delete horizon* is written as Kafka writes it:
 attribute bit 6 set and the base timestamp holding the horizon, with the records'
 timestamp deltas rewritten against it. Whole runs of removed batches are covered by a
 *filler*: an empty batch (no records, no producer) spanning their offsets, which clients
@@ -22,6 +23,7 @@ from broker_core.codec.batch_header import (
     BATCH_HEADER_SIZE,
     BATCH_LENGTH_AT,
     BATCH_LENGTH_OVERHEAD,
+    CODEC_BITS,
     HEADER,
     RECORD_BATCH_MAGIC,
     RECORD_COUNT_AT,
@@ -107,14 +109,19 @@ def rebuilt(batch: Buffer, header: BatchHeader, buf: Buffer, kept: list[Record],
                          zigzag_varint(timestamp - horizon), zigzag_varint(record.offset_delta),
                          view[record.fields:record.end]))
         parts += [zigzag_varint(len(body)), body]
-    payload = deflate(header.compression, b"".join(parts))
+    attributes = header.attributes | (DELETE_HORIZON if horizon is not None else 0)
+    if kept:
+        payload = deflate(header.compression, b"".join(parts))
+    else:  # written as Kafka writes an empty batch: no codec, no payload (librdkafka
+        payload = b""  # aborts on a compressed batch whose payload inflates to nothing)
+        attributes &= ~CODEC_BITS
     out = bytearray(BATCH_HEADER_SIZE + len(payload))
     out[:BATCH_HEADER_SIZE] = memoryview(batch)[:BATCH_HEADER_SIZE]
     out[BATCH_HEADER_SIZE:] = payload
     _INT32.pack_into(out, BATCH_LENGTH_AT, len(out) - BATCH_LENGTH_OVERHEAD)
     _INT32.pack_into(out, RECORD_COUNT_AT, len(kept))
+    _INT16.pack_into(out, ATTRIBUTES_AT, attributes)
     if horizon is not None:
-        _INT16.pack_into(out, ATTRIBUTES_AT, header.attributes | DELETE_HORIZON)
         _INT64.pack_into(out, BASE_TIMESTAMP_AT, horizon)
     seal(out)
     return bytes(out)

@@ -23,7 +23,8 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from prometheus_client import REGISTRY
 
-from broker_core.codec.batch_header import read_header
+from broker_core.codec.batch_header import read_header, seal
+from broker_core.codec.compression import deflate
 from broker_core.codec.markers import ABORT, COMMIT, marker_batch, marker_type
 from broker_core.compaction.cleaner import GIL_TURN_SECONDS, LogCleaner, short_gil_turns
 from broker_core.compaction.cleaning import (
@@ -35,6 +36,7 @@ from broker_core.compaction.cleaning import (
     dirt,
     first_batch_timestamp,
 )
+from broker_core.compaction.records import rebuilt
 from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import SNAPSHOT_KEY, ProducerStates
 from broker_core.storage import (
@@ -661,3 +663,31 @@ def test_the_gil_changes_hands_sooner_while_a_cleaning_runs() -> None:
     with pytest.raises(KeyError), short_gil_turns():
         raise KeyError("a cleaning that failed")
     assert sys.getswitchinterval() == before
+
+
+def test_an_empty_batch_left_compressed_is_rewritten_without_codec(storage: Storage,
+                                                                     clock: Clock) -> None:
+    """An idempotent producer's last batch that the cleaning leaves with no record is
+    written as Kafka writes an empty batch (no codec, no payload: librdkafka aborts on an
+    empty compressed one), and such a batch an older cleaner wrote is rewritten."""
+    log = partition(storage)
+    append(log, batch([(b"a", b"old")], clock.now, 10, 0, compression=1), clock)
+    left = bytearray(batch([(b"a", b"gone")], clock.now, 11, 0, compression=1))
+    empty = rebuilt(left, read_header(left), b"", [], None)  # then as the new code does
+    old_style = bytearray(empty[:61]) + deflate(1, b"")  # and as the old one did
+    old_style[57:61] = (0).to_bytes(4, "big")
+    old_style[21:23] = (int.from_bytes(old_style[21:23], "big") | 1).to_bytes(2, "big")
+    old_style[8:12] = (len(old_style) - 12).to_bytes(4, "big")
+    seal(old_style)
+    append(log, old_style, clock)
+    for i in range(40):  # replaces "a", rolls segments
+        append(log, batch([(b"a", f"new-{i}".encode() * 20)], clock.now, compression=0), clock)
+    clock.now += SEGMENT_MS
+    append(log, batch([(b"end", b"end")], clock.now, compression=0), clock)
+    assert run_cleaner(log, clock)
+    headers = {info.base_offset: read_header(info.batch)
+               for info in log.batches_from(log.log_start_offset)}
+    assert headers[0].producer_id == 10 and headers[1].producer_id == 11
+    for offset in (0, 1):
+        assert (headers[offset].record_count, headers[offset].compression) == (0, 0)
+    assert all(len(info.batch) == 61 for info in log.batches_from(0) if info.last_offset < 2)

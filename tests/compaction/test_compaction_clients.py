@@ -120,6 +120,28 @@ def test_clients_read_a_cleaned_topic_and_the_idempotent_producer_goes_on(
     check_read(read_all(CONSUMERS["confluent"], broker, topic_name, written), written)
 
 
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
+def test_a_compressed_producer_batch_left_empty_is_read_by_every_client(
+        broker: BrokerProcess, topic_name: str, codec: str) -> None:
+    """An idempotent producer's last batch, all of whose records later ones replaced, stays
+    (its sequence must) with no record: written as Kafka writes an empty batch, with no
+    codec and no payload. librdkafka aborted the consumer's whole process on an empty
+    compressed one."""
+    create(broker.bootstrap, topic_name, COMPACTED)
+    idempotent = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                           "enable.idempotence": True,
+                                           "compression.type": codec, "linger.ms": 0})
+    written: Written = {}
+    produce(idempotent, topic_name, range(1), 1, written)
+    plain = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    produce(plain, topic_name, range(1, 60), 1, written)  # the same key, and rolls segments
+    wait_cleaned(broker, topic_name)
+    for consume in CONSUMERS.values():
+        check_read(read_all(consume, broker, topic_name, written), written)
+    produce(idempotent, topic_name, range(60, 61), 1, written)  # its sequence was kept
+    check_read(read_all(CONSUMERS["confluent"], broker, topic_name, written), written)
+
+
 def test_the_cleaner_metrics_move(broker: BrokerProcess, metrics_port: int,
                                   topic_name: str) -> None:
     """Issue 18's metrics: cleanings, bytes reclaimed, each partition's dirty ratio, the
