@@ -62,6 +62,12 @@ def _next_sequence(last: int) -> int:
     return 0 if last == _INT32_MAX else last + 1
 
 
+def _batch_last_sequence(header: BatchHeader) -> int:
+    """The batch's last sequence: its base plus its last offset delta, wrapping past
+    2**31 - 1 to 0 as Kafka's sequences do."""
+    return (header.base_sequence + header.last_offset_delta) % (_INT32_MAX + 1)
+
+
 class PartitionProducers:
     """The producer state of one partition."""
 
@@ -87,7 +93,7 @@ class PartitionProducers:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
                                 f"producer {header.producer_id} epoch {header.producer_epoch} "
                                 f"is older than {entry.epoch}")
-        last_seq = header.base_sequence + header.last_offset_delta
+        last_seq = _batch_last_sequence(header)
         if header.producer_epoch == entry.epoch:
             for first, last, base, _last_offset in entry.batches:
                 if (first, last) == (header.base_sequence, last_seq):
@@ -115,8 +121,7 @@ class PartitionProducers:
         if header.base_sequence >= 0:
             # as Kafka: the offsets a batch covers are its sequences, even once the
             # log cleaner removed some of its records (or all: it keeps the batch empty)
-            entry.batches.append((header.base_sequence,
-                                  header.base_sequence + header.last_offset_delta,
+            entry.batches.append((header.base_sequence, _batch_last_sequence(header),
                                   base_offset, last_offset))
         entry.last_timestamp = timestamp  # as Kafka: the latest batch's, not the largest
         if header.is_transactional and entry.txn_first_offset is None:

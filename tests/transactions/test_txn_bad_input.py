@@ -109,6 +109,20 @@ def test_sequence_gap_and_duplicate_batch(conn: TxnConnection, topic_name: str) 
     assert conn.produce(topic_name, batch(other, 0, 5, 1)) == (NONE, 7)
 
 
+def test_a_sequence_wrapping_inside_a_batch_continues_at_its_wrapped_end(
+        conn: TxnConnection, topic_name: str) -> None:
+    """Sequences wrap past 2**31 - 1 to 0, also inside a batch (Kafka's lastSequence): a
+    long-lived producer goes on, and a retry of the wrapping batch is a duplicate."""
+    assert conn.create_topic(topic_name) == NONE
+    pid, epoch = conn.init_ok(None)
+    top = 2**31 - 1
+    assert conn.produce(topic_name, batch(pid, epoch, top - 2, 5)) == (NONE, 0)  # ends at 1
+    assert conn.produce(topic_name, batch(pid, epoch, 2, 1)) == (NONE, 5)
+    assert conn.produce(topic_name, batch(pid, epoch, top - 2, 5)) == (NONE, 0)
+    assert conn.produce(topic_name, batch(pid, epoch, 4, 1))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert conn.list_offset(topic_name) == 6
+
+
 def _records(conn: TxnConnection, topic: str) -> list[Any]:
     from kafka.record.memory_records import MemoryRecords
     raw = conn.fetch(topic).records or b""
