@@ -458,4 +458,4 @@ class Engine:
         """The last stable offset: read_committed readers see nothing at or beyond it."""
         partition = self.partition(internal, index)
         state = self.producer_state(internal, index, partition)
-        return state.last_stable_offset(partition.next_offset)
+        return state.last_stable_offset(partition.next_offset, partition.log_start_offset)

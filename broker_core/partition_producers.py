@@ -151,11 +151,13 @@ class PartitionProducers:
 
     # -- fetch ---------------------------------------------------------------------------
 
-    def last_stable_offset(self, high_watermark: int) -> int:
-        """The first offset of the oldest open transaction, else the high watermark."""
+    def last_stable_offset(self, high_watermark: int, log_start: int) -> int:
+        """The first offset of the oldest open transaction, else the high watermark; never
+        below the log start (as Kafka: DeleteRecords or retention may have moved it past
+        an open transaction's first offset)."""
         firsts = [e.txn_first_offset for e in self.producers.values()
                   if e.txn_first_offset is not None]
-        return min(firsts, default=high_watermark)
+        return max(min(firsts, default=high_watermark), log_start)
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, end),

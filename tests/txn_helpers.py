@@ -15,6 +15,8 @@ import confluent_kafka
 from kafka.protocol.admin import (
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DescribeProducersRequest,
     DescribeProducersResponse,
     DescribeTransactionsRequest,
@@ -248,6 +250,16 @@ class TxnConnection(RawConnection):
                                        topic=topic, partitions=[part])],
                                    forgotten_topics_data=[], rack_id="")
         return self.call(request, 11, FetchResponse).responses[0].partitions[0]
+
+    def delete_records(self, topic: str, offset: int, partition: int = 0) -> tuple[int, int]:
+        """DeleteRecords v2 of one partition: (error code, low watermark)."""
+        request = DeleteRecordsRequest[2](topics=[DeleteRecordsRequest.DeleteRecordsTopic(
+            name=topic, partitions=[DeleteRecordsRequest.DeleteRecordsTopic
+                                    .DeleteRecordsPartition(partition_index=partition,
+                                                            offset=offset)])],
+            timeout_ms=5000)
+        answer = self.call(request, 2, DeleteRecordsResponse).topics[0].partitions[0]
+        return answer.error_code, answer.low_watermark
 
     def committed_values(self, topic: str, partition: int = 0) -> list[bytes | None]:
         """Values a read_committed reader keeps: data below the LSO minus aborted ones."""

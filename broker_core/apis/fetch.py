@@ -126,7 +126,7 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
         producers = engine.producers.get(want.internal, want.index, partition)
     except (LogOffline, DatabaseUnavailable):
         return _empty(want.index, ErrorCode.KAFKA_STORAGE_ERROR), 0
-    stable = producers.last_stable_offset(end)
+    stable = producers.last_stable_offset(end, start)
     upper = stable if committed else end
     limit = min(want.max_bytes, budget)
     readable = want.offset < upper and (limit > 0 or first)

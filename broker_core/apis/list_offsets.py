@@ -84,10 +84,13 @@ def _lookup(partition: PartitionStore, target: int, stable: int | None) -> tuple
     if target in (EARLIEST, EARLIEST_LOCAL):
         return partition.log_start_offset, -1
     if target == MAX_TIMESTAMP:
-        return _max_timestamp(partition)
-    if target < 0:
+        found = _max_timestamp(partition)
+    elif target < 0:
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"unsupported timestamp {target}")
-    return _offset_for_timestamp(partition, target)
+    else:
+        found = _offset_for_timestamp(partition, target)
+    # as Kafka: a read_committed reader is not pointed at or past the last stable offset
+    return found if stable is None or found[0] < stable else _NOT_FOUND
 
 
 async def handle_list_offsets(engine: Engine, ctx: RequestContext,

@@ -255,7 +255,7 @@ def test_cleaning_keeps_the_latest_value_of_each_key_at_its_offset(
     state = PartitionProducers()
     for info in log.batches_from(log.log_start_offset):
         state.apply(info)
-    assert state.last_stable_offset(log.next_offset) == log.next_offset
+    assert state.last_stable_offset(log.next_offset, log.log_start_offset) == log.next_offset
     for pid, sequence in model.sequences.items():
         assert state.producers[pid].last_sequence == sequence
     clock.now += 1

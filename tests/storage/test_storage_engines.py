@@ -133,7 +133,7 @@ def test_headers_from_gives_each_header_and_control_batches_whole(engine: str,
         from_headers.apply(header)
         from_batches.apply(batch)
     assert from_headers.aborted == from_batches.aborted == [(7, 3, 5)]
-    assert from_headers.last_stable_offset(7) == from_batches.last_stable_offset(7) == 7
+    assert from_headers.last_stable_offset(7, 0) == from_batches.last_stable_offset(7, 0) == 7
 
 
 def test_timestamps_lookups(storage: Storage) -> None:

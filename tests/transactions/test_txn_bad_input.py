@@ -20,6 +20,7 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from tests.batches import build_batch
 from tests.broker_process import BrokerProcess
 from tests.security_helpers import plain_message
 from tests.txn_helpers import (
@@ -31,11 +32,13 @@ from tests.txn_helpers import (
     OUT_OF_ORDER_SEQUENCE_NUMBER,
     PRODUCER_FENCED,
     READ_COMMITTED,
+    READ_UNCOMMITTED,
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
     TxnConnection,
     batch,
     start_broker,
+    wait_until,
 )
 
 
@@ -352,3 +355,52 @@ def test_list_transactions_filters(conn: TxnConnection, topic_name: str) -> None
     assert conn.end_txn(tid, pid, epoch, False) == NONE
     listed = conn.list_transactions(["CompleteAbort"], [pid]).transaction_states
     assert [(t.transactional_id, t.producer_id) for t in listed] == [(tid, pid)]
+
+
+def test_the_last_stable_offset_never_lies_below_the_log_start(conn: TxnConnection,
+                                                                topic_name: str) -> None:
+    """DeleteRecords past an open transaction's first offset: the last stable offset (in
+    ListOffsets and Fetch) is the log start, as Kafka reports it, so a read_committed
+    reader positioned there fetches without OFFSET_OUT_OF_RANGE."""
+    assert conn.create_topic(topic_name) == NONE
+    tid = f"tid-{topic_name}"
+    pid, epoch = conn.init_ok(tid)
+    assert conn.add_partitions(tid, pid, epoch, {topic_name: [0]}) == {(topic_name, 0): NONE}
+    assert conn.produce(topic_name, batch(pid, epoch, 0, 2, True), 0, tid) == (NONE, 0)
+    for _ in range(3):
+        conn.produce(topic_name, batch(-1, -1, -1, 1))
+    assert conn.list_offset(topic_name, isolation=READ_COMMITTED) == 0
+    assert conn.delete_records(topic_name, 4) == (NONE, 4)
+    assert conn.list_offset(topic_name, isolation=READ_COMMITTED) == 4
+    answer = conn.fetch(topic_name, 0, 4, READ_COMMITTED)
+    assert (answer.error_code, answer.last_stable_offset, answer.log_start_offset) == \
+        (NONE, 4, 4)
+    assert conn.end_txn(tid, pid, epoch, False) == NONE
+    assert conn.list_offset(topic_name, isolation=READ_COMMITTED) == 6
+
+
+T0 = 1_700_000_000_000
+
+
+def test_read_committed_list_offsets_by_time_stops_at_the_last_stable_offset(
+        conn: TxnConnection, topic_name: str) -> None:
+    """As Kafka: a timestamp (or max-timestamp) lookup for a read_committed reader finds
+    only offsets below the last stable offset; past it the answer is offset -1."""
+    assert conn.create_topic(topic_name) == NONE
+    plain = build_batch([(b"k", b"old"), (b"k", b"old")], timestamp=T0)
+    assert conn.produce(topic_name, bytes(plain)) == (NONE, 0)
+    tid = f"tid-{topic_name}"
+    pid, epoch = conn.init_ok(tid)
+    assert conn.add_partitions(tid, pid, epoch, {topic_name: [0]}) == {(topic_name, 0): NONE}
+    open_txn = build_batch([(b"k", b"new"), (b"k", b"new")], timestamp=T0 + 5_000,
+                           producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                           transactional=True)
+    assert conn.produce(topic_name, bytes(open_txn), 0, tid) == (NONE, 2)
+    assert conn.list_offset(topic_name, isolation=READ_COMMITTED) == 2
+    for isolation, expected in ((READ_UNCOMMITTED, (0, 2, 3)), (READ_COMMITTED, (0, -1, -1))):
+        assert tuple(conn.list_offset(topic_name, isolation=isolation, timestamp=target)
+                     for target in (T0, T0 + 2_000, -3)) == expected, isolation
+    assert conn.end_txn(tid, pid, epoch, True) == NONE
+    wait_until(lambda: conn.list_offset(topic_name, isolation=READ_COMMITTED) == 5, 10,
+               "the commit marker")
+    assert conn.list_offset(topic_name, isolation=READ_COMMITTED, timestamp=T0 + 2_000) == 2
