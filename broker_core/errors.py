@@ -77,6 +77,7 @@ class ErrorCode(IntEnum):
     PRODUCER_FENCED = 90
     TRANSACTIONAL_ID_NOT_FOUND = 105
     UNKNOWN_TOPIC_ID = 100
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 class KafkaApiError(Exception):

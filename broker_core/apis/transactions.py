@@ -4,7 +4,6 @@ DescribeTransactions and ListTransactions."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Awaitable, Sequence
 from typing import Protocol, TypeVar
@@ -32,6 +31,7 @@ from kafka.protocol.producer import (
 
 from broker_core import naming
 from broker_core.apis.groups import group_error
+from broker_core.client_patterns import client_pattern
 from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -355,6 +355,11 @@ async def handle_list_transactions(engine: Engine, ctx: RequestContext,
     pids = set(request.producer_id_filters)
     min_age = request.duration_filter if version >= 1 else -1
     pattern = request.transactional_id_pattern if version >= 2 else None
+    try:
+        matches = client_pattern(pattern) if pattern else None
+    except KafkaApiError as error:
+        return R(version=version, throttle_time_ms=0, error_code=error.code,
+                 unknown_state_filters=[], transaction_states=[])
     now = int(time.time() * 1000)
     listed = []
     for txn in engine.transactions.of_topic(engine.tenancy.txn_topic(ctx)):
@@ -368,10 +373,11 @@ async def handle_list_transactions(engine: Engine, ctx: RequestContext,
         if min_age is not None and min_age >= 0 and (
                 txn.start_ms < 0 or now - txn.start_ms < min_age):
             continue
-        if pattern and not re.fullmatch(pattern, tid):
+        if not engine.authorizer.authorize(ctx, Operation.DESCRIBE,  # as Kafka: filtered,
+                                           ResourceType.TRANSACTIONAL_ID, tid,  # not denied
+                                           log_denied=False):
             continue
-        if not engine.authorizer.authorize(ctx, Operation.DESCRIBE,
-                                           ResourceType.TRANSACTIONAL_ID, tid):
+        if matches is not None and not matches(tid):
             continue
         listed.append(R.TransactionState(transactional_id=tid,
                                          producer_id=txn.producer_id,

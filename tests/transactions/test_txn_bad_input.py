@@ -27,6 +27,7 @@ from tests.txn_helpers import (
     FAST_TXN,
     INVALID_PRODUCER_EPOCH,
     INVALID_PRODUCER_ID_MAPPING,
+    INVALID_REGULAR_EXPRESSION,
     INVALID_TXN_STATE,
     NONE,
     OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -355,6 +356,24 @@ def test_list_transactions_filters(conn: TxnConnection, topic_name: str) -> None
     assert conn.end_txn(tid, pid, epoch, False) == NONE
     listed = conn.list_transactions(["CompleteAbort"], [pid]).transaction_states
     assert [(t.transactional_id, t.producer_id) for t in listed] == [(tid, pid)]
+
+
+def test_list_transactions_patterns_run_in_linear_time(conn: TxnConnection,
+                                                      topic_name: str) -> None:
+    """The transactional id pattern (KIP-1152) is matched by RE2, as Kafka matches it with
+    RE2/J: a pattern that backtracks for hours in Python's ``re`` answers at once, a
+    pattern RE2 refuses answers INVALID_REGULAR_EXPRESSION, and the connection stays."""
+    tid = f"tid-{topic_name}-" + "a" * 40
+    conn.init_ok(tid)
+    listed = conn.list_transactions(version=2, pattern="(.+)+Z").transaction_states
+    assert tid not in [t.transactional_id for t in listed]
+    listed = conn.list_transactions(version=2, pattern=f"tid-{topic_name}-a+").transaction_states
+    assert [t.transactional_id for t in listed] == [tid]
+    for bad in ("(", "x" * 2000):
+        answer = conn.list_transactions(version=2, pattern=bad)
+        assert (answer.error_code, answer.transaction_states) == \
+            (INVALID_REGULAR_EXPRESSION, []), bad
+    assert conn.list_transactions(version=2, pattern="").error_code == NONE
 
 
 def test_the_last_stable_offset_never_lies_below_the_log_start(conn: TxnConnection,
