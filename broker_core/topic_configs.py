@@ -24,7 +24,11 @@ LONG_MAX = 2**63 - 1
 TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 2, 3, 5, 6, 7
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
-_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+"""Unambiguous (each digit can match one way only), so a failing match is linear."""
+_NUMBER_LENGTH = 64
+"""Longest numeric value looked at (a long has 19 digits): a longer one is invalid before
+any parsing (``int`` refuses more than 4,300 digits; a client must not make us try)."""
 
 
 def list_items(value: str) -> list[str]:
@@ -35,14 +39,15 @@ def list_items(value: str) -> list[str]:
 def _integer(low: int, high: int) -> Callable[[str], bool]:
     def check(value: str) -> bool:
         text = value.strip()
-        return bool(_INTEGER.fullmatch(text)) and low <= int(text) <= high
+        return len(text) <= _NUMBER_LENGTH and bool(_INTEGER.fullmatch(text)) \
+            and low <= int(text) <= high
 
     return check
 
 
 def _fraction(value: str) -> bool:
     text = value.strip()
-    if not _DECIMAL.fullmatch(text):
+    if len(text) > _NUMBER_LENGTH or not _DECIMAL.fullmatch(text):
         return False
     number = float(text)
     return math.isfinite(number) and 0.0 <= number <= 1.0

@@ -138,8 +138,13 @@ def test_kafka_python_alters_incrementally_and_with_the_old_api(broker: BrokerPr
     (("cleanup.policy", "delete", AlterConfigOpType.SUBTRACT), "INVALID_CONFIG"),
     (("cleanup.policy", "archive", AlterConfigOpType.APPEND), "INVALID_CONFIG"),
     (("no.such.config", None, AlterConfigOpType.DELETE), "INVALID_CONFIG"),
+    # a regular expression with two ways to read each digit took minutes on this one
+    (("min.cleanable.dirty.ratio", "1" * 30_000 + "x", AlterConfigOpType.SET),
+     "INVALID_CONFIG"),
+    (("segment.bytes", "1" * 5_000, AlterConfigOpType.SET), "INVALID_CONFIG"),  # int() refuses
 ], ids=["unknown-key", "not-a-number", "below-minimum", "append-to-a-number",
-        "policy-left-empty", "unsupported-policy", "delete-unknown-key"])
+        "policy-left-empty", "unsupported-policy", "delete-unknown-key", "long-decimal",
+        "long-integer"])
 def test_bad_changes_are_refused_and_change_nothing(
         broker: BrokerProcess, topic_name: str,
         entry: tuple[str, str | None, AlterConfigOpType], expected: str) -> None:
