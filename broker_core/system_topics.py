@@ -21,7 +21,7 @@ from broker_core.codec.batch_header import read_header
 from broker_core.codec.records import encode_batch, key_values
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.ownership import coordinator_partition
-from broker_core.storage import PartitionStore, Storage, StorageError, TopicExists
+from broker_core.storage import PartitionStore, Storage, StorageError, TopicExists, TopicInfo
 from broker_core.storage.cluster import NotOwner
 from broker_core.storage_faults import WriteKind
 from common.log_fields import topic_fields
@@ -29,6 +29,8 @@ from common.log_fields import topic_fields
 log = logging.getLogger(__name__)
 Record = tuple[bytes, bytes | None]
 _MAX_RECORDS_PER_BATCH = 500
+_KEPT = {"retention.ms": "-1", "retention.bytes": "-1"}
+"""The configs that keep a system topic's records until compaction replaces them."""
 
 
 class SystemTopic:
@@ -56,9 +58,7 @@ class SystemTopic:
                                    ErrorCode.COORDINATOR_NOT_AVAILABLE):
                 try:
                     info = self.logs.create_topic(topic, self.num_partitions, {
-                        "retention.ms": "-1", "retention.bytes": "-1",
-                        "segment.bytes": str(self.segment_bytes),
-                    })
+                        **_KEPT, "segment.bytes": str(self.segment_bytes)})
                     log.info("created system topic %s with %d partitions", topic,
                              info.num_partitions, extra=topic_fields(topic))
                 except TopicExists:  # created through another broker meanwhile
@@ -66,10 +66,26 @@ class SystemTopic:
             if info is None:  # and deleted again
                 raise KafkaApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                     f"system topic {topic} is being created")
-        elif info.num_partitions != self.num_partitions:
-            log.warning("%s keeps its %d partitions (configured: %d)", topic,
-                        info.num_partitions, self.num_partitions, extra=topic_fields(topic))
+        else:
+            if info.num_partitions != self.num_partitions:
+                log.warning("%s keeps its %d partitions (configured: %d)", topic,
+                            info.num_partitions, self.num_partitions,
+                            extra=topic_fields(topic))
+            self._keep_forever(info)
         return info.num_partitions
+
+    def _keep_forever(self, info: TopicInfo) -> None:
+        """Give a system topic that retention could empty (one created otherwise, by an
+        older version) the retention of one this broker creates: its state is kept until
+        compacted, never deleted by age or size."""
+        if all(info.configs.get(key) == value for key, value in _KEPT.items()):
+            return
+        with self.faults.guard(f"the configs of {info.name}", WriteKind.TOPICS,
+                               ErrorCode.COORDINATOR_NOT_AVAILABLE):
+            self.logs.alter_topic_configs(info.name, {**info.configs, **_KEPT})
+        log.warning("system topic %s had a retention that could delete its state; it now "
+                    "keeps it (retention.ms=-1, retention.bytes=-1)", info.name,
+                    extra=topic_fields(info.name))
 
     def _partition(self, topic: str, partition: int) -> PartitionStore:
         found = self.logs.partition(topic, partition)

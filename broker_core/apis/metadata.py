@@ -104,7 +104,8 @@ def _requested_topic(engine: Engine, ctx: RequestContext,
         return _error_entry(name, error.code)
     if not engine.tenancy.allowed(ctx, Operation.DESCRIBE, internal):
         return _error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-    creatable = auto_create and engine.tenancy.allowed(ctx, Operation.CREATE, internal)
+    creatable = auto_create and not engine.tenancy.is_internal(internal) \
+        and engine.tenancy.allowed(ctx, Operation.CREATE, internal)  # the broker's are its own
     topic = engine.lookup(internal, creatable)
     if topic is None:
         return _error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

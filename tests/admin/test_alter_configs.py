@@ -8,7 +8,7 @@ from pathlib import Path
 
 import kafka.admin
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -16,8 +16,11 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
 )
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from broker_core.storage import LogConfig, open_storage
 from tests.broker_process import BrokerProcess
+from tests.raw import RawConnection
 
 pytestmark = pytest.mark.storage_engines  # each test on file://, memory:// and postgres://
 
@@ -195,3 +198,44 @@ def test_the_brokers_own_topics_keep_their_settings(broker: BrokerProcess) -> No
     # the short name is a topic of the caller's own namespace, and there is none
     assert error_of(lambda: incremental(broker, "__consumer_offsets", shrink)) == \
         "UNKNOWN_TOPIC_OR_PART"
+
+
+def test_metadata_does_not_create_the_brokers_own_topics(broker: BrokerProcess) -> None:
+    """Auto-creation through Metadata stops at the broker's own topics, as CreateTopics
+    does: one made that way would have the default retention and delete a tenant's group
+    offsets and transaction states by age."""
+    conn = RawConnection(broker.port)
+    try:
+        name = "persistent://acme/__kafka/__consumer_offsets"
+        request = MetadataRequest[9](topics=[MetadataRequest.MetadataRequestTopic(name=name)],
+                                     allow_auto_topic_creation=True,
+                                     include_cluster_authorized_operations=False,
+                                     include_topic_authorized_operations=False)
+        answer = conn.call(request, 9, MetadataResponse)
+        assert [t.error_code for t in answer.topics] == [3]  # UNKNOWN_TOPIC_OR_PARTITION
+        assert "acme/__kafka/__consumer_offsets" not in admin(broker).list_topics(
+            timeout=10).topics
+    finally:
+        conn.close()
+
+
+def test_a_system_topic_that_could_expire_is_made_to_keep_its_records(tmp_path: Path) -> None:
+    """A system topic created with a retention (by an older version) gets the retention
+    of one the broker creates once its coordinator uses it."""
+    data = tmp_path / "data"
+    storage = open_storage(data.as_uri(), LogConfig())
+    storage.create_topic("public/__kafka/__consumer_offsets", 1, {"retention.ms": "604800000"})
+    storage.close()
+    broker = BrokerProcess(data).start()
+    try:
+        create(broker, "t")
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g",
+                             "enable.auto.commit": False})
+        consumer.commit(offsets=[TopicPartition("t", 0, 0)], asynchronous=False)
+        consumer.close()
+        configs = describe(broker, "persistent://public/__kafka/__consumer_offsets")
+        assert (configs["retention.ms"][0], configs["retention.bytes"][0]) == ("-1", "-1")
+        assert broker.wait_for_log("system topic public/__kafka/__consumer_offsets had a "
+                                   "retention")
+    finally:
+        broker.kill()
