@@ -311,6 +311,7 @@ class Engine:
         self._rules.pop(internal, None)
         self.cluster.ownership.forget_topic(internal)
         self.producers.forget(internal)
+        self.groups.topic_deleted(internal)
         for index in range(len(partitions)):
             self.waiters.notify((internal, index))
 

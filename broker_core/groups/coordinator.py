@@ -391,6 +391,30 @@ class GroupCoordinator(StateCoordinator):
 
     # -- deletion and expiry -------------------------------------------------------------
 
+    def topic_deleted(self, internal: str) -> None:
+        """A topic was deleted (here or through another broker): remove its committed
+        offsets from every group coordinated here, as Kafka does, so a topic created again
+        under the name is read from where ``auto.offset.reset`` says, not from an offset
+        of the old one. Written in the background; a failure is logged (expiry removes
+        them later)."""
+        for group in list(self.groups.values()):
+            gone = [tp for tp in group.offsets if tp[0] == internal]
+            if gone and (group.topic, group.partition) in self._loaded:
+                task = asyncio.get_running_loop().create_task(
+                    self._delete_quietly(group, gone))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
+    async def _delete_quietly(self, group: Group, partitions: list[TopicPartition]) -> None:
+        try:
+            await self.delete_offsets(group, partitions)
+        except KafkaApiError as error:
+            log.warning("could not remove the offsets of group %s on a deleted topic: %s",
+                        group.group_id, error, extra=group_fields(group.group_id, group.topic))
+        else:
+            log.info("removed %d offsets of group %s on a deleted topic", len(partitions),
+                     group.group_id, extra=group_fields(group.group_id, group.topic))
+
     async def delete_group(self, topic: str, group_id: str) -> ErrorCode:
         """Handle one group of DeleteGroups."""
         group = self.find(topic, group_id)

@@ -272,3 +272,39 @@ def test_consumer_lag_from_committed_and_latest_offsets(abroker: BrokerProcess,
         assert {k.partition: ends[k] - v.offset for k, v in koffsets.items()} == lag
     finally:
         consumer.close()
+
+
+def test_a_deleted_topics_offsets_go_with_it(abroker: BrokerProcess, topic_name: str) -> None:
+    """As Kafka: deleting a topic removes the offsets groups committed on it, so a group
+    reading the topic created again under the name starts where auto.offset.reset says,
+    not at an offset of the old topic (it skipped the new topic's first records)."""
+    group = f"g-{topic_name}"
+    create_topic(abroker.bootstrap, topic_name, 1)
+    committer = confluent_kafka.Consumer({"bootstrap.servers": abroker.bootstrap,
+                                          "group.id": group, "enable.auto.commit": False})
+    committer.commit(offsets=[confluent_kafka.TopicPartition(topic_name, 0, 3)],
+                     asynchronous=False)
+    committer.close()
+    client = admin(abroker)  # held: its futures fail if it goes first
+    client.delete_topics([topic_name])[topic_name].result(10)
+    abroker.wait_for_log(rf"removed 1 offsets of group {group} on a deleted topic")
+    create_topic(abroker.bootstrap, topic_name, 1)
+    producer = confluent_kafka.Producer({"bootstrap.servers": abroker.bootstrap})
+    for i in range(5):
+        producer.produce(topic_name, f"new-{i}".encode(), partition=0)
+    assert producer.flush(10) == 0
+    reader = confluent_kafka.Consumer({"bootstrap.servers": abroker.bootstrap,
+                                       "group.id": group, "auto.offset.reset": "earliest",
+                                       "enable.auto.commit": False})
+    try:
+        assert reader.committed([confluent_kafka.TopicPartition(topic_name, 0)],
+                                timeout=10)[0].offset < 0
+        reader.assign([confluent_kafka.TopicPartition(topic_name, 0)])
+        got: list[int] = []
+        while len(got) < 5:
+            messages = reader.consume(5, 10)
+            assert messages, got
+            got += [present(m.offset()) for m in messages if m.error() is None]
+        assert got == [0, 1, 2, 3, 4]
+    finally:
+        reader.close()
