@@ -159,10 +159,13 @@ class PartitionProducers:
                   if e.txn_first_offset is not None]
         return max(min(firsts, default=high_watermark), log_start)
 
-    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
+    def aborted_between(self, start: int, end: int,
+                        cleaned_below: int | None = None) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, end),
-        but not those the log cleaner emptied (marker below ``cleaned_below``)."""
-        start = max(start, self.cleaned_below)
+        but not those the log cleaner emptied (marker below ``cleaned_below``: by default
+        the current one; a fetch passes the one it read before reading the batches, which
+        the cleaner may swap meanwhile, so that the records it got are judged by it)."""
+        start = max(start, self.cleaned_below if cleaned_below is None else cleaned_below)
         return [(pid, first) for pid, first, marker in self.aborted
                 if marker >= start and first < end]
 

@@ -130,7 +130,8 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
     upper = stable if committed else end
     limit = min(want.max_bytes, budget)
     readable = want.offset < upper and (limit > 0 or first)
-    try:
+    cleaned_below = producers.cleaned_below  # before the read: the cleaner raises it after
+    try:  # it swapped the segments the read may still get the old bytes of
         chunks = partition.read(want.offset, max(limit, 0)) if readable else []
     except DamagedRecords:
         return _empty(want.index, ErrorCode.CORRUPT_MESSAGE, end, start), 0
@@ -149,7 +150,7 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
     if committed and chunks:
         tail = _head(chunks[-1])
         last = base_offset(tail) + last_offset_delta(tail)
-        aborted = producers.aborted_between(want.offset, last + 1)
+        aborted = producers.aborted_between(want.offset, last + 1, cleaned_below)
     return PartitionAnswer(want.index, 0, end, stable, start, aborted, chunks), size
 
 

@@ -278,16 +278,18 @@ def test_a_consumer_in_a_removed_range_continues_at_the_next_kept_offset(
 
 
 def fetch_committed(log: PartitionStore, state: PartitionProducers,
+                    batches: list[BatchInfo] | None = None, cleaned_below: int | None = None,
                     ) -> dict[bytes, tuple[int, bytes | None]]:
-    """What a read_committed Java client makes of one fetch of the whole partition: the
-    aborted transactions the broker lists (from ``state``) make it skip a producer's
-    transactional batches from their first offset until that producer's next abort
-    marker; the latest record of each key it keeps."""
-    listed = sorted(state.aborted_between(log.log_start_offset, log.next_offset),
-                    key=lambda entry: entry[1])
+    """What a read_committed Java client makes of one fetch of the whole partition (or of
+    ``batches`` read from it): the aborted transactions the broker lists (from ``state``,
+    judged by ``cleaned_below``) make it skip a producer's transactional batches from
+    their first offset until that producer's next abort marker; the latest record of each
+    key it keeps."""
+    listed = sorted(state.aborted_between(log.log_start_offset, log.next_offset,
+                                          cleaned_below), key=lambda entry: entry[1])
     skipping: set[int] = set()
     seen: dict[bytes, tuple[int, bytes | None]] = {}
-    for info in log.batches_from(log.log_start_offset):
+    for info in batches if batches is not None else log.batches_from(log.log_start_offset):
         header = read_header(info.batch)
         pid = header.producer_id
         if pid >= 0:
@@ -331,9 +333,18 @@ def test_markers_go_once_their_transaction_is_empty_and_read_committed_stays_rig
     written_aborts = sum(1 for info in log.batches_from(log.log_start_offset)
                          if read_header(info.batch).is_control
                          and marker_type(info.batch) == ABORT)
+    state = states.get(TOPIC, 0, log)
+    floor = state.cleaned_below
+    before = [BatchInfo(info.base_offset, info.last_offset, info.max_timestamp,
+                        info.broker_timestamp, bytes(info.batch))
+              for info in log.batches_from(log.log_start_offset)]
     for _ in range(3):  # removes aborted data and stamps markers, then removes them
         clock.now += 1
         run_cleaner(log, clock, states)
+    # a fetch that read the batches before the cleaning swapped them judges them by the
+    # checkpoint it read before them: the aborted transactions it got are listed
+    assert fetch_committed(log, state, before, floor) == model.latest
+    assert fetch_committed(log, state, before) != model.latest  # not by the new one
     aborts_left = sum(1 for _, kind in markers(log) if kind == ABORT)
     assert aborts_left < written_aborts
     assert aborts_left <= 3  # one per producer at most: its last batch's, kept empty
