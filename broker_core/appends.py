@@ -109,6 +109,16 @@ class AppendPath:
         if self._last.get(key) is done:
             del self._last[key]
 
+    def repeated(self, key: TopicPartition,
+                 partition: PartitionStore) -> asyncio.Future[None] | None:
+        """What to await before acknowledging a retry of a batch already appended, so it
+        is never acknowledged before the batch it repeats is durable: the partition's
+        commits under way (``settled``), or on files its fsync under way or requested (a
+        flush policy that fsyncs before acknowledging). None: nothing pending."""
+        if group_committed(partition):
+            return self.settled(key)
+        return self.flusher.pending(partition)
+
     def settled(self, key: TopicPartition) -> asyncio.Future[None] | None:
         """What to await before acknowledging a retry of a batch already appended: the
         partition's commits under way (a partition's commits complete in order), so a retry

@@ -115,6 +115,19 @@ class FlushScheduler:
             self._logs[key] = partition
         return self._request_flush(partition, state)
 
+    def pending(self, partition: PartitionStore) -> asyncio.Future[None] | None:
+        """The partition's fsync under way or requested, as a future of its own (the
+        caller may cancel it): what covers everything appended to it so far and due to be
+        fsynced. None: nothing pending."""
+        state = self._state.get(id(partition))
+        source = None if state is None else (state.next_round or state.running)
+        if source is None:
+            return None
+        follower: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        follower.add_done_callback(_retrieve)
+        source.add_done_callback(lambda done: _copy_outcome(done, follower))
+        return follower
+
     def _request_flush(self, partition: PartitionStore,
                        state: _PartitionState) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()

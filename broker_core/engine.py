@@ -407,7 +407,7 @@ class Engine:
                          header.producer_id, internal, index, duplicate,
                          extra=topic_fields(internal))
                 return Appended(duplicate, -1, partition.log_start_offset,
-                                self.appends.settled((internal, index)))
+                                self.appends.repeated((internal, index), partition))
             if header.is_transactional and self.transaction_check is not None and (
                     not self.logs.cluster.shared
                     or header.producer_id in self.transactions.by_producer):

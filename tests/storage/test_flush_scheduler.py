@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 
 from broker_core.durability import WRITEBACK_INTERVAL_MS, WRITEBACK_MIN_BYTES, FlushScheduler
@@ -144,3 +145,44 @@ def test_flushes_requested_together_sync_once(tmp_path: Path) -> None:
         assert reopened.next_offset == (2 if i == 0 else 1)
         reopened.close()
         log.close()
+
+
+class HeldLog(PartitionLog):
+    """A partition log whose fsync waits until the test lets it go (a slow disk)."""
+
+    def __init__(self, directory: Path, config: LogConfig) -> None:
+        super().__init__(directory, config)
+        self.go = threading.Event()
+
+    def flush(self) -> bool:
+        self.go.wait(30)
+        return super().flush()
+
+
+def test_a_retry_waits_for_the_fsync_its_batch_waits_for(tmp_path: Path) -> None:
+    """With an fsync before each acknowledgement (flushIntervalMessages=1), a retry of a
+    batch already appended (a duplicate) is acknowledged only once the fsync covering the
+    batch is done: ``pending`` follows the partition's fsync under way or requested."""
+    log = HeldLog(tmp_path / "p", LogConfig())
+
+    async def scenario() -> None:
+        scheduler = FlushScheduler(flush_interval_messages=1, flush_interval_ms=0)
+        assert scheduler.pending(log) is None  # nothing appended
+        batch, header = headed(build_batch([(None, b"v")], timestamp=1))
+        log.append(batch, header)
+        original = scheduler.appended(log, 1, len(batch))
+        assert original is not None
+        retry = scheduler.pending(log)
+        assert retry is not None
+        await asyncio.sleep(0.2)
+        assert not original.done() and not retry.done()  # the fsync is held
+        retry.cancel()  # the retry's connection went: the original is not touched
+        again = scheduler.pending(log)
+        assert again is not None
+        log.go.set()
+        await asyncio.wait_for(asyncio.gather(original, again), 30)
+        assert scheduler.pending(log) is None  # done: nothing pending any more
+        await scheduler.stop()
+
+    asyncio.run(scenario())
+    log.close()
