@@ -23,6 +23,7 @@ from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.ownership import coordinator_partition
 from broker_core.storage import PartitionStore, Storage, StorageError, TopicExists, TopicInfo
 from broker_core.storage.cluster import NotOwner
+from broker_core.storage.errors import AppendFenced
 from broker_core.storage_faults import WriteKind
 from common.log_fields import topic_fields
 
@@ -128,6 +129,8 @@ class SystemTopic:
             return
         try:
             await durable
+        except AppendFenced as exc:  # the partition moved to another broker: not a fault
+            raise KafkaApiError(ErrorCode.NOT_COORDINATOR, str(exc)) from None
         except OSError as exc:
             raise self.faults.failed(exc, f"{self.suffix} (fsync)", WriteKind.CHECKPOINTS,
                                      ErrorCode.NOT_COORDINATOR) from None
