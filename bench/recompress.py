@@ -75,9 +75,15 @@ def table(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> str:
         lines.append(f"| {codec} | {row['records_per_s']:,.0f} | "
                      f"{row['cpu_s_per_million']:.2f} |")
     lines.append(f"| {args.topic_codec} / producer | "
-                 f"{slow['records_per_s'] / fast['records_per_s']:.2f}x | "
-                 f"{slow['cpu_s_per_million'] / fast['cpu_s_per_million']:.2f}x |")
+                 f"{_ratio(slow['records_per_s'], fast['records_per_s'])} | "
+                 f"{_ratio(slow['cpu_s_per_million'], fast['cpu_s_per_million'])} |")
     return "\n".join(lines)
+
+
+def _ratio(numerator: float, denominator: float) -> str:
+    """``numerator / denominator`` as ``1.23x``; ``n/a`` when the denominator is 0 (a quick
+    run's CPU time can be below the clock tick of /proc)."""
+    return f"{numerator / denominator:.2f}x" if denominator else "n/a"
 
 
 def _parser() -> argparse.ArgumentParser:
