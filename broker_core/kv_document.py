@@ -1,7 +1,7 @@
 """One document kept under one key of the storage's key-value area, shared by every broker
 of a cluster: read once, changed by compare-and-set, read again when others changed it.
 
-The ACLs (``edge.acls``) and the client quotas (``broker_core.quotas.store``) are kept
+The ACLs (``edge.acl_store``) and the client quotas (``broker_core.quotas.store``) are kept
 this way: every change is a read-modify-write of the stored document with
 ``compare_and_set``, retried when another broker changed it meanwhile, so no change is
 lost; :meth:`KvDocument.read_again` (called when the storage reports key-value changes)

@@ -26,6 +26,7 @@ from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.dispatch import ApiSpec
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
+from edge.acl_store import AclStore
 from edge.acls import (
     WILDCARD,
     AclBinding,
@@ -34,7 +35,6 @@ from edge.acls import (
     AclPattern,
     AclPermission,
     AclResource,
-    AclStore,
 )
 from edge.authorization import Policy
 

@@ -43,7 +43,7 @@ from broker_core.transactions.coordinator import TxnConfig
 from common.log_fields import log_fields
 from edge import gc_tuning
 from edge.acl_apis import AclApis
-from edge.acls import AclStore
+from edge.acl_store import AclStore
 from edge.audit import AuditEvent, AuditLog
 from edge.authorization import Policy
 from edge.config import BrokerConfig
