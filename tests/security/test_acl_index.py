@@ -67,7 +67,7 @@ def random_checks(rng: random.Random, bindings: frozenset[AclBinding],
     """Checks on random names, and on names the bindings hold or extend (so that literal
     and prefixed bindings match often)."""
     stored = [b.name for b in bindings] or [""]
-    checks = []
+    checks: list[Check] = []
     for _ in range(count):
         roll = rng.random()
         if roll < 0.4:
@@ -76,9 +76,9 @@ def random_checks(rng: random.Random, bindings: frozenset[AclBinding],
             name = WILDCARD
         else:
             name = random_name(rng, 8)
-        checks.append((rng.choice(TENANTS + ("c",)), rng.choice(RESOURCES), name,
-                       rng.choice(PRINCIPALS + ("User:u3",)),
-                       rng.choice(HOSTS[:2] + ("10.0.0.3",)), rng.choice(OPERATIONS)))
+        checks.append((rng.choice((*TENANTS, "c")), rng.choice(RESOURCES), name,
+                       rng.choice((*PRINCIPALS, "User:u3")),
+                       rng.choice((*HOSTS[:2], "10.0.0.3")), rng.choice(OPERATIONS)))
     return checks
 
 
