@@ -19,7 +19,8 @@ _T = TypeVar("_T")
 
 
 class KvDocument(Generic[_T]):
-    """The parsed value of ``key``; ``parse(None)`` is the value when nothing is stored."""
+    """The parsed value of ``key``; ``parse(None)`` is the value when nothing is stored.
+    Values are immutable: an edit returns a new one."""
 
     def __init__(self, kv: KeyValueStore, key: str, parse: Callable[[bytes | None], _T],
                  encode: Callable[[_T], bytes]) -> None:
@@ -44,7 +45,8 @@ class KvDocument(Generic[_T]):
         meanwhile) and must raise, not store, when the change is refused."""
         while True:
             stored = self.kv.get(self.key)
-            current = self._parse(stored)
+            # the value as last read or written, unless another broker changed it since
+            current = self.value if stored == self._stored else self._parse(stored)
             wanted = edit(current)
             if wanted == current:
                 break

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
+from dataclasses import fields
 
 from broker_core.kv_document import KvDocument
 from broker_core.storage import KeyValueStore
@@ -28,9 +28,16 @@ def _parse(stored: bytes | None) -> frozenset[AclBinding]:
         for item in json.loads(stored))
 
 
+_FIELDS = tuple(field.name for field in fields(AclBinding))
+
+
 def _encode(bindings: Iterable[AclBinding]) -> bytes:
-    document = sorted((asdict(b) for b in bindings), key=lambda d: json.dumps(d, sort_keys=True))
-    return json.dumps(document, indent=1).encode()
+    """One binding per line, in a stable order (each line by the C encoder: an indented
+    document goes through the pure-Python one, which took seconds for 20,000 bindings)."""
+    rows = sorted((b.tenant, int(b.resource), b.name, int(b.pattern), b.principal, b.host,
+                   int(b.operation), int(b.permission)) for b in bindings)
+    lines = ",\n".join(json.dumps(dict(zip(_FIELDS, row, strict=True))) for row in rows)
+    return f"[\n{lines}\n]".encode() if rows else b"[]"
 
 
 class AclStore:
