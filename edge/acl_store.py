@@ -6,7 +6,7 @@ index (``edge.acl_index``) rebuilt whenever the bindings change, here or on anot
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields
 
 from broker_core.kv_document import KvDocument
@@ -78,15 +78,23 @@ class AclStore:
         return sorted(bindings, key=lambda b: (b.resource, b.name, b.pattern, b.principal,
                                                b.host, b.operation, b.permission))
 
-    def delete(self, selector: AclFilter) -> list[AclBinding]:
-        """Remove and return the bindings selected by the filter."""
-        doomed: list[AclBinding] = []
+    def delete(self, selectors: Sequence[AclFilter]) -> list[list[AclBinding]]:
+        """Remove the bindings selected by any of the filters, in one change (a DeleteAcls
+        of many filters stored the whole document once per filter); return each filter's,
+        a binding under the first filter that selects it."""
+        doomed: list[list[AclBinding]] = []
 
         def without(current: frozenset[AclBinding]) -> frozenset[AclBinding]:
-            doomed[:] = [b for b in current if selector.matches(b)]
-            return current.difference(doomed)
-        self._change(without)
-        return self._sorted(doomed)
+            doomed[:] = [[] for _ in selectors]
+            for binding in current:
+                for selected, selector in zip(doomed, selectors, strict=True):
+                    if selector.matches(binding):
+                        selected.append(binding)
+                        break
+            return current.difference(b for selected in doomed for b in selected)
+        if selectors:
+            self._change(without)
+        return [self._sorted(selected) for selected in doomed]
 
     def decide(self, tenant: str, resource: AclResource, name: str, principal: str,
                host: str, operation: AclOperation) -> bool:

@@ -130,8 +130,8 @@ def test_the_index_follows_the_bindings_as_they_change() -> None:
         checks = random_checks(rng, here.bindings | there.bindings | frozenset(added), 100)
         assert_decides_as_scan(here, checks)  # decides, so the index is built now
         victim = rng.choice(added)
-        there.delete(AclFilter(victim.tenant, victim.resource, victim.name, victim.pattern,
-                               None, None, AclOperation.ANY, AclPermission.ANY))
+        there.delete([AclFilter(victim.tenant, victim.resource, victim.name, victim.pattern,
+                                None, None, AclOperation.ANY, AclPermission.ANY)])
         assert_decides_as_scan(there, checks)
         here.read_again()
         assert here.bindings == there.bindings
