@@ -229,7 +229,7 @@ class BrokerApp:
         self.engine = Engine(settings, self.logs, self.policy)
         self.engine.kv_readers.append(self.acls.read_again)
         self.audit = AuditLog(self.engine, config.audit_enabled)
-        self.denials = DenialReports(self.audit, config.audit_denials_per_window,
+        self.denials = DenialReports(self.audit.record, config.audit_denials_per_window,
                                      config.audit_denial_window_ms / 1000)
         self.policy.on_denied = self.denials.denied
         self.quotas = quota_manager(config, self.logs.kv)

@@ -16,11 +16,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker_core.context import Operation, RequestContext, ResourceType
 from common.log_fields import log_fields
-from edge.audit import AuditEvent, AuditLog
+from edge.audit import AuditEvent
 
 log = logging.getLogger(__name__)
 _MAX_WINDOWS = 10_000
@@ -45,16 +46,19 @@ class _Window:
 class DenialReports:
     """Reports the policy's denials (``Policy.on_denied``) to the log and the audit."""
 
-    def __init__(self, audit: AuditLog, per_window: int, window_s: float) -> None:
-        self.audit = audit
+    def __init__(self, record: Callable[[AuditEvent], None], per_window: int, window_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.record = record
+        """Where audit events go (``AuditLog.record``)."""
         self.per_window = per_window
         self.window_s = window_s
+        self.clock = clock
         self._windows: dict[_Subject, _Window] = {}
 
     def denied(self, ctx: RequestContext, operation: Operation, resource: ResourceType,
                name: str, reason: str) -> None:
         """One refused check: reported, or counted when its window has had its share."""
-        now = time.monotonic()
+        now = self.clock()
         subject = (ctx.home.tenant, ctx.principal, ctx.api)
         window = self._windows.get(subject)
         if window is not None and now >= window.ends:  # no timer closed it (no loop)
@@ -99,7 +103,7 @@ class DenialReports:
                     extra=log_fields(tenant=tenant, principal=principal,
                                       client=window.client or None,
                                       listener=window.listener))
-        self.audit.record(AuditEvent(
+        self.record(AuditEvent(
             kind="authorization", outcome="denied", listener=window.listener,
             client=window.client, principal=principal, tenant=tenant, api=api,
             reason=f"{window.left_out} more denials left out ({self.per_window} reported "
@@ -116,7 +120,7 @@ class DenialReports:
         log.warning("authorization denied: %s from %s may not %s %s %s (%s)", ctx.principal,
                     ctx.client_host or "?", operation.value, resource.value, name, reason,
                     extra=log_fields(**{**ctx.who(), **({what: name} if what else {})}))
-        self.audit.record(AuditEvent(
+        self.record(AuditEvent(
             kind="authorization", outcome="denied", listener=ctx.listener,
             client=ctx.client_host, principal=ctx.principal, tenant=ctx.home.tenant,
             api=ctx.api, resource=f"{resource.value}:{name}",
