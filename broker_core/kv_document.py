@@ -1,7 +1,7 @@
 """One document kept under one key of the storage's key-value area, shared by every broker
 of a cluster: read once, changed by compare-and-set, read again when others changed it.
 
-The ACLs (``edge.acls``) and the client quotas (``broker_core.quotas.store``) are kept
+The ACLs (``edge.acl_store``) and the client quotas (``broker_core.quotas.store``) are kept
 this way: every change is a read-modify-write of the stored document with
 ``compare_and_set``, retried when another broker changed it meanwhile, so no change is
 lost; :meth:`KvDocument.read_again` (called when the storage reports key-value changes)
@@ -19,7 +19,8 @@ _T = TypeVar("_T")
 
 
 class KvDocument(Generic[_T]):
-    """The parsed value of ``key``; ``parse(None)`` is the value when nothing is stored."""
+    """The parsed value of ``key``; ``parse(None)`` is the value when nothing is stored.
+    Values are immutable: an edit returns a new one."""
 
     def __init__(self, kv: KeyValueStore, key: str, parse: Callable[[bytes | None], _T],
                  encode: Callable[[_T], bytes]) -> None:
@@ -44,7 +45,8 @@ class KvDocument(Generic[_T]):
         meanwhile) and must raise, not store, when the change is refused."""
         while True:
             stored = self.kv.get(self.key)
-            current = self._parse(stored)
+            # the value as last read or written, unless another broker changed it since
+            current = self.value if stored == self._stored else self._parse(stored)
             wanted = edit(current)
             if wanted == current:
                 break

@@ -26,6 +26,7 @@ from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.dispatch import ApiSpec
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
+from edge.acl_store import AclStore
 from edge.acls import (
     WILDCARD,
     AclBinding,
@@ -34,7 +35,6 @@ from edge.acls import (
     AclPattern,
     AclPermission,
     AclResource,
-    AclStore,
 )
 from edge.authorization import Policy
 
@@ -224,16 +224,22 @@ class AclApis:
 
     async def delete(self, engine: Engine, ctx: RequestContext,
                      request: DeleteAclsRequest) -> DeleteAclsResponse:
-        """Handle DeleteAcls."""
+        """Handle DeleteAcls: the valid filters delete in one change, a binding selected
+        by several counted under the first."""
         R = DeleteAclsResponse
         F = R.DeleteAclsFilterResult
-        results = []
+        outcomes: list[AclFilter | KafkaApiError] = []
         for item in request.filters:
             try:
                 self._gate(engine, ctx, Operation.ALTER)
-                deleted = self.store.delete(self._filter(ctx, item))
+                outcomes.append(self._filter(ctx, item))
             except KafkaApiError as error:
-                results.append(F(error_code=error.code, error_message=error.message,
+                outcomes.append(error)
+        deleted = iter(self.store.delete([o for o in outcomes if isinstance(o, AclFilter)]))
+        results = []
+        for outcome in outcomes:
+            if isinstance(outcome, KafkaApiError):
+                results.append(F(error_code=outcome.code, error_message=outcome.message,
                                  matching_acls=[]))
                 continue
             results.append(F(error_code=0, error_message=None, matching_acls=[
@@ -241,6 +247,6 @@ class AclApis:
                     error_code=0, error_message=None, resource_type=b.resource,
                     resource_name=_shown_name(ctx, b), pattern_type=b.pattern,
                     principal=b.principal, host=b.host, operation=b.operation,
-                    permission_type=b.permission) for b in deleted]))
+                    permission_type=b.permission) for b in next(deleted)]))
         return R(version=request.version, throttle_time_ms=0, filter_results=results)
 

@@ -1,4 +1,6 @@
-"""Kafka's ACL model and the broker's persisted ACL store.
+"""Kafka's ACL model: resource types, patterns, operations, permissions, bindings and the
+filters of DescribeAcls / DeleteAcls (the store is ``edge.acl_store``, its index for
+checks ``edge.acl_index``).
 
 A binding grants or denies one operation on a resource pattern (LITERAL, PREFIXED, or the
 LITERAL wildcard ``*``) to a principal ``User:<role>`` (or ``User:*``) from a host (or
@@ -10,16 +12,8 @@ full ``tenant/namespace/topic`` names; a namespace grant is the PREFIXED binding
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import IntEnum
-
-from broker_core.kv_document import KvDocument
-from broker_core.storage import KeyValueStore
-
-KEY = "acls.json"
-"""The ACLs' key in the storage's key-value area."""
 
 
 class AclResource(IntEnum):
@@ -141,81 +135,3 @@ class AclFilter:
             self.operation == AclOperation.ANY or binding.operation == self.operation,
             self.permission == AclPermission.ANY or binding.permission == self.permission,
         ))
-
-
-def _parse(stored: bytes | None) -> frozenset[AclBinding]:
-    if stored is None:
-        return frozenset()
-    return frozenset(AclBinding(
-        item["tenant"], AclResource(item["resource"]), item["name"],
-        AclPattern(item["pattern"]), item["principal"], item["host"],
-        AclOperation(item["operation"]), AclPermission(item["permission"]))
-        for item in json.loads(stored))
-
-
-def _encode(bindings: Iterable[AclBinding]) -> bytes:
-    document = sorted((asdict(b) for b in bindings), key=lambda d: json.dumps(d, sort_keys=True))
-    return json.dumps(document, indent=1).encode()
-
-
-class AclStore:
-    """The ACL bindings, kept as JSON under ``acls.json`` in the storage's key-value area
-    (a :class:`~broker_core.kv_document.KvDocument`: changes by compare-and-set, so no
-    change is lost; :meth:`read_again` takes in other brokers' changes)."""
-
-    def __init__(self, kv: KeyValueStore) -> None:
-        self.document = KvDocument(kv, KEY, _parse, _encode)
-
-    @property
-    def bindings(self) -> frozenset[AclBinding]:
-        """The bindings as last read or written."""
-        return self.document.value
-
-    def read_again(self) -> None:
-        """Take in the stored bindings if another broker changed them."""
-        self.document.read_again()
-
-    def _change(self, edit: Callable[[frozenset[AclBinding]], frozenset[AclBinding]]) -> None:
-        """Store ``edit`` of the current bindings (the stored ones, whoever wrote them)."""
-        self.document.change(edit)
-
-    def add(self, bindings: Iterable[AclBinding]) -> None:
-        """Add bindings (adding an existing one changes nothing)."""
-        added = frozenset(bindings)
-        self._change(lambda current: current | added)
-
-    def find(self, selector: AclFilter) -> list[AclBinding]:
-        """Bindings selected by the filter, in a stable order."""
-        return self._sorted(b for b in self.bindings if selector.matches(b))
-
-    @staticmethod
-    def _sorted(bindings: Iterable[AclBinding]) -> list[AclBinding]:
-        return sorted(bindings, key=lambda b: (b.resource, b.name, b.pattern, b.principal,
-                                               b.host, b.operation, b.permission))
-
-    def delete(self, selector: AclFilter) -> list[AclBinding]:
-        """Remove and return the bindings selected by the filter."""
-        doomed: list[AclBinding] = []
-
-        def without(current: frozenset[AclBinding]) -> frozenset[AclBinding]:
-            doomed[:] = [b for b in current if selector.matches(b)]
-            return current.difference(doomed)
-        self._change(without)
-        return self._sorted(doomed)
-
-    def decide(self, tenant: str, resource: AclResource, name: str, principal: str,
-               host: str, operation: AclOperation) -> bool:
-        """Kafka's rule: any matching DENY refuses; else any matching ALLOW grants."""
-        allowed = False
-        for binding in self.bindings:
-            if binding.tenant != tenant or binding.resource != resource:
-                continue
-            if binding.principal not in (principal, "User:*") or \
-                    binding.host not in (host, WILDCARD):
-                continue
-            if not binding.covers(name) or not binding.grants(operation):
-                continue
-            if binding.permission == AclPermission.DENY:
-                return False
-            allowed = True
-        return allowed

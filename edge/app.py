@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from broker_core.apis import engine_apis
 from broker_core.cluster.service import ClusterConfig
 from broker_core.codec import record_walk
-from broker_core.context import Endpoint, Operation, RequestContext, ResourceType
+from broker_core.context import Endpoint
 from broker_core.dispatch import Dispatcher
 from broker_core.engine import Engine
 from broker_core.engine_config import EngineConfig
@@ -40,13 +40,13 @@ from broker_core.quotas.throttling import Throttling
 from broker_core.storage import KeyValueStore, LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress
 from broker_core.transactions.coordinator import TxnConfig
-from common.log_fields import log_fields
 from edge import gc_tuning
 from edge.acl_apis import AclApis
-from edge.acls import AclStore
+from edge.acl_store import AclStore
 from edge.audit import AuditEvent, AuditLog
 from edge.authorization import Policy
 from edge.config import BrokerConfig
+from edge.denials import DenialReports
 from edge.health import Readiness
 from edge.metrics import CONNECTIONS, serve_metrics
 from edge.quotas import (
@@ -229,7 +229,9 @@ class BrokerApp:
         self.engine = Engine(settings, self.logs, self.policy)
         self.engine.kv_readers.append(self.acls.read_again)
         self.audit = AuditLog(self.engine, config.audit_enabled)
-        self.policy.on_denied = self._denied
+        self.denials = DenialReports(self.audit.record, config.audit_denials_per_window,
+                                     config.audit_denial_window_ms / 1000)
+        self.policy.on_denied = self.denials.denied
         self.quotas = quota_manager(config, self.logs.kv)
         self.engine.kv_readers.append(self.quotas.store.read_again)
         self.quota_events = QuotaEvents(self.audit, self.quotas.window.span_s)
@@ -279,18 +281,6 @@ class BrokerApp:
         self._joined = False
         self._stopping = False
         self.readiness = self._readiness()
-
-    def _denied(self, ctx: RequestContext, operation: Operation, resource: ResourceType,
-                name: str, reason: str) -> None:
-        what = {ResourceType.TOPIC: "topic", ResourceType.GROUP: "group"}.get(resource)
-        log.warning("authorization denied: %s from %s may not %s %s %s (%s)", ctx.principal,
-                    ctx.client_host or "?", operation.value, resource.value, name, reason,
-                    extra=log_fields(**{**ctx.who(), **({what: name} if what else {})}))
-        self.audit.record(AuditEvent(
-            kind="authorization", outcome="denied", listener=ctx.listener,
-            client=ctx.client_host, principal=ctx.principal, tenant=ctx.home.tenant,
-            api=ctx.api, resource=f"{resource.value}:{name}",
-            reason=f"{operation.value} {reason}"))
 
     def _rejected(self, listener: str) -> Callable[[str, str], None]:
         def record(peer: str, reason: str) -> None:
@@ -410,6 +400,7 @@ class BrokerApp:
             await server.stop()
         self.servers.clear()
         self.sasl_steps.shutdown(wait=False, cancel_futures=True)
+        self.denials.close_all()
         self.audit.flush()
         problems = await self.engine.stop()
         for problem in problems:

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable
 
 from broker_core import naming
 from broker_core.context import OPERATION_CODES, Operation, RequestContext, ResourceType
-from edge.acls import AclOperation, AclResource, AclStore
+from edge.acl_store import AclStore
+from edge.acls import AclOperation, AclResource
 
 _RESOURCES = {
     ResourceType.TOPIC: AclResource.TOPIC, ResourceType.GROUP: AclResource.GROUP,

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel
 
 from common.settings import key
+from edge.config_types import INT_MAX
 from edge.log_format import LogFormat
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -22,8 +23,18 @@ class AuditKeys(BaseModel):
 
     audit_enabled: Annotated[bool, key(
         "auditEnabled",
-        "write a JSON event per login outcome, authorization denial and rejected connection "
-        "to `<kafkaMetadataTenant>/<kafkaMetadataNamespace>/__audit`")] = True
+        "write a JSON event per login outcome, authorization denial (within "
+        "`auditDenialsPerWindow`) and rejected connection to "
+        "`<kafkaMetadataTenant>/<kafkaMetadataNamespace>/__audit`")] = True
+    audit_denials_per_window: Annotated[int, key(
+        "auditDenialsPerWindow",
+        "authorization denials of one tenant, principal and API written to the audit topic "
+        "and the log per `auditDenialWindowMs`; the ones beyond are counted, and one event "
+        "and one line at the window's end say how many were left out", ge=1,
+        le=INT_MAX)] = 10
+    audit_denial_window_ms: Annotated[int, key(
+        "auditDenialWindowMs",
+        "the window of `auditDenialsPerWindow`", ge=100, le=INT_MAX)] = 10_000
 
 
 class MetricsKeys(BaseModel):

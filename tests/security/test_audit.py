@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import re
 import socket
 import ssl
 import struct
@@ -15,6 +16,7 @@ from pathlib import Path
 import confluent_kafka
 import jwt
 from confluent_kafka.admin import AdminClient
+from kafka.admin import KafkaAdminClient
 
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic, present
@@ -157,5 +159,60 @@ def test_audit_events_follow_the_fsync_policy(tmp_path: Path) -> None:
             admin.list_topics(timeout=5)
         wait_until(lambda: sample(scrape(metrics_port), "kop_server_fsync_seconds_count")
                    > fsyncs, 20, "an fsync of the audit topic")
+    finally:
+        broker.stop()
+
+
+def test_denials_of_one_request_naming_thousands_of_topics_are_bounded(tmp_path: Path) -> None:
+    """One Metadata request (kafka-python's KafkaAdminClient) naming 2,000 topics of another
+    tenant: 2,000 refused checks, but at most ``auditDenialsPerWindow`` denial events and log
+    lines per window, and then one event and one line counting the ones left out."""
+    broker = BrokerProcess(tmp_path, {
+        "kafkaListeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+        "auditDenialsPerWindow": "5", "auditDenialWindowMs": "3000",
+    }).start()
+    try:
+        token = jwt.encode({"sub": "bob", "exp": int(time.time()) + 600}, SECRET,
+                           algorithm="HS256")
+        bob = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+                               security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                               sasl_plain_username="b", sasl_plain_password="token:" + token,
+                               request_timeout_ms=120_000)
+        try:
+            names = [f"a/default/x{i}" for i in range(2_000)]
+            answered = bob.describe_topics(names)
+        finally:
+            bob.close()
+        assert {t["error_code"] for t in answered} == {29}  # TOPIC_AUTHORIZATION_FAILED
+        assert len(answered) == len(names)
+
+        plain = f"127.0.0.1:{broker.ports['PLAINTEXT']}"
+
+        def denials() -> tuple[list[dict[str, object]], int]:
+            """bob's Metadata denial events, and how many they account for."""
+            events = [e for e in read_audit(plain, {("authentication", "success")})
+                      if e["outcome"] == "denied" and e["principal"] == "bob"
+                      and e["api"] == "Metadata"]
+            left_out = [re.match(r"(\d+) more denials left out", str(e["reason"]))
+                        for e in events if e["resource"] is None]
+            return events, sum(1 for e in events if e["resource"] is not None) + sum(
+                int(match[1]) for match in left_out if match is not None)
+
+        deadline = time.monotonic() + 60
+        events, counted = denials()
+        while counted < len(names) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            events, counted = denials()
+        assert counted == len(names), events
+        written = [e for e in events if e["resource"] is not None]
+        summaries = [e for e in events if e["resource"] is None]
+        # one window in all but a very slow run: 5 events, then 1 counting 1,995
+        assert summaries and len(written) <= 5 * len(summaries) + 5, events
+        assert all(e["tenant"] == "b" and e["kind"] == "authorization" for e in events)
+        assert all(str(e["resource"]).startswith("Topic:a/default/x") for e in written), written
+        broker.wait_for_log(r"authorization denied: \d+ more denials of bob")
+        lines = [line for line in broker.lines if "authorization denied: " in line]
+        assert len(lines) == len(events), lines
     finally:
         broker.stop()

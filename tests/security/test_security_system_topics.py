@@ -26,9 +26,10 @@ from confluent_kafka.admin import (
 )
 
 from broker_core.storage import open_storage
+from edge.acl_store import AclStore
 from edge.acls import AclBinding as StoredBinding
 from edge.acls import AclOperation as StoredOperation
-from edge.acls import AclPattern, AclPermission, AclResource, AclStore
+from edge.acls import AclPattern, AclPermission, AclResource
 from tests.broker_process import BrokerProcess
 from tests.clients import present
 from tests.security_helpers import (

@@ -1,0 +1,62 @@
+"""Denials are reported within bounds (``edge.denials``), driven by hand with a clock of
+the test's: the first ``per_window`` of a tenant, principal and API are audit events, the
+rest are counted into one event when the window ends; other subjects have windows of their
+own. No event loop, so a window is closed by the next denial or by ``close_all``."""
+
+from __future__ import annotations
+
+from broker_core.context import Endpoint, Operation, RequestContext, ResourceType
+from broker_core.naming import Namespace
+from edge.audit import AuditEvent
+from edge.denials import DenialReports
+
+
+def context(principal: str, api: str, tenant: str = "b") -> RequestContext:
+    return RequestContext(listener="SASL_PLAINTEXT", advertised=Endpoint("127.0.0.1", 9092),
+                          principal=principal, home=Namespace(tenant, "default"),
+                          client_id=None, api_version=0, client_host="10.0.0.9",
+                          login_tenant=tenant, api=api)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_denials_beyond_the_window_share_are_counted_into_one_event() -> None:
+    events: list[AuditEvent] = []
+    clock = Clock()
+    reports = DenialReports(events.append, per_window=3, window_s=10, clock=clock)
+    bob, carol = context("bob", "Metadata"), context("carol", "Metadata")
+    for i in range(1000):
+        reports.denied(bob, Operation.DESCRIBE, ResourceType.TOPIC, f"a/default/x{i}",
+                       "outside the login's tenant")
+    reports.denied(context("bob", "Produce"), Operation.WRITE, ResourceType.TOPIC,
+                   "a/default/y", "outside the login's tenant")
+    reports.denied(carol, Operation.DESCRIBE, ResourceType.TOPIC, "a/default/z", "no")
+    assert [e.resource for e in events] == [
+        "Topic:a/default/x0", "Topic:a/default/x1", "Topic:a/default/x2",
+        "Topic:a/default/y", "Topic:a/default/z"]
+    assert [(e.principal, e.api) for e in events[3:]] == [("bob", "Produce"),
+                                                        ("carol", "Metadata")]
+
+    clock.now += 10  # the window ended: the next denial closes it first
+    reports.denied(bob, Operation.DESCRIBE, ResourceType.TOPIC, "a/default/late", "no")
+    summary, late = events[5:]
+    assert (summary.kind, summary.outcome, summary.principal, summary.tenant,
+            summary.api, summary.resource) == ("authorization", "denied", "bob", "b",
+                                               "Metadata", None)
+    assert summary.reason == "997 more denials left out (3 reported per 10 s)"
+    assert (summary.listener, summary.client) == ("SASL_PLAINTEXT", "10.0.0.9")
+    assert late.resource == "Topic:a/default/late"
+
+    for i in range(5):
+        reports.denied(bob, Operation.DESCRIBE, ResourceType.TOPIC, f"a/default/w{i}", "no")
+    reports.close_all()  # the broker stops: what was left out is still said
+    assert [e.reason for e in events[-2:]] == [
+        "Describe no", "3 more denials left out (3 reported per 10 s)"]
+    reports.close_all()
+    assert len(events) == 10  # nothing left out twice; windows without leftovers say nothing
