@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TypedDict
 
@@ -51,6 +51,10 @@ class Txn:
     groups: set[tuple[str, str]] = field(default_factory=set)
     start_ms: int = -1
     update_ms: int = 0
+
+    def copy(self) -> Txn:
+        """A copy of this state that can be changed without touching it."""
+        return replace(self, partitions=set(self.partitions), groups=set(self.groups))
 
     def to_record(self) -> tuple[bytes, bytes]:
         """Key and value of the transaction's record."""
