@@ -232,7 +232,13 @@ class TransactionCoordinator(StateCoordinator):
         if txn.state in ENDING:
             raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
                                 f"transaction of {transactional_id!r} is completing")
-        if producer_id >= 0 and (producer_id, epoch) != (txn.producer_id, txn.epoch):
+        asked = (producer_id, epoch)
+        if producer_id >= 0 and asked == (txn.last_producer_id, txn.last_epoch) and \
+                txn.state != TxnState.ONGOING:
+            # the retry of the last bump, whose answer was lost (KIP-360): its result (once
+            # a transaction is open the answer was not lost: a stale duplicate is fenced)
+            return txn.producer_id, txn.epoch
+        if producer_id >= 0 and asked != (txn.producer_id, txn.epoch):
             raise KafkaApiError(ErrorCode.PRODUCER_FENCED,
                                 f"producer {producer_id} epoch {epoch} is not the current one "
                                 f"of {transactional_id!r}")
@@ -243,6 +249,9 @@ class TransactionCoordinator(StateCoordinator):
         target = self._bumped(txn)
         target.timeout_ms = timeout_ms
         target.state = TxnState.EMPTY
+        # a new session (no producer id given) leaves nothing to retry: a zombie of the
+        # last one is fenced, as Kafka's
+        target.last_producer_id, target.last_epoch = asked if producer_id >= 0 else (-1, -1)
         await self._write(txn, target)
         return txn.producer_id, txn.epoch
 
