@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -67,11 +67,19 @@ async def served(coordinator: StateCoordinator, topic: str, key: str) -> PgParti
 
 
 @contextmanager
-def _row_locked(url: str, partition: PgPartition) -> Any:
+def row_locked(url: str, partition: PgPartition) -> Iterator[psycopg.Connection[Any]]:
+    """A session holding ``partition``'s row locked (its commits wait) until it rolls back
+    or the block ends."""
     with psycopg.connect(url) as locker:
         locker.execute("SELECT 1 FROM edge_partitions WHERE id = %s FOR UPDATE",
                        (partition.partition_id,))
         yield locker
+
+
+async def commit_waits(url: str, task: asyncio.Future[_T]) -> None:
+    """Wait until ``task``'s commit waits for a row lock (it is not answered before)."""
+    await _until("a commit waiting for the row lock", lambda: task.done() or _lock_waits(url))
+    assert not task.done(), task.result()
 
 
 async def fails(url: str, partition: PgPartition, action: Awaitable[_T],
@@ -79,11 +87,9 @@ async def fails(url: str, partition: PgPartition, action: Awaitable[_T],
     """Run ``action`` while ``partition``'s commits wait for a row lock; once its commit
     waits, run ``meanwhile`` (other requests while the write is under way), then make that
     commit fail (its backend terminated); the error ``action`` raised."""
-    with _row_locked(url, partition) as locker:
+    with row_locked(url, partition) as locker:
         task = asyncio.ensure_future(action)
-        await _until("a commit waiting for the row lock",
-                     lambda: task.done() or _lock_waits(url))
-        assert not task.done(), task.result()
+        await commit_waits(url, task)
         if meanwhile is not None:
             await meanwhile()
         with psycopg.connect(url, autocommit=True) as killer:
