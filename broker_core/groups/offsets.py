@@ -65,16 +65,22 @@ class GroupOffsets:
     async def write(self, group: Group, batch: Sequence[Record]) -> None:
         """Append ``batch`` and wait until it is durable; the caller changes its state only
         after this (a compaction meanwhile keeps the batch). KafkaApiError when the write
-        or its commit fails."""
+        or its commit fails, and NOT_COORDINATOR when another broker took the partition
+        meanwhile (its offsets are what the log holds, the caller's state is forgotten)."""
         key = (group.topic, group.partition)
         settling = self._settling.setdefault(key, [])
         settling.append(batch)
         try:
             await self.store.settle(self.append(group, batch))
         finally:
-            settling.remove(batch)
-            if not settling:
-                del self._settling[key]
+            moved = self._settling.get(key) is not settling
+            if not moved:
+                settling.remove(batch)
+                if not settling:
+                    del self._settling[key]
+        if moved:
+            raise KafkaApiError(ErrorCode.NOT_COORDINATOR,
+                                f"group {group.group_id!r} moved to another coordinator")
 
     def partition_unloaded(self, topic: str, partition: int) -> None:
         """Forget the writes in flight of a partition another broker took."""

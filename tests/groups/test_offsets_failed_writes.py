@@ -1,8 +1,12 @@
-"""A ``__consumer_offsets`` write whose commit fails changes nothing in the group
-coordinator's memory: OffsetDelete and DeleteGroups are written again by their retry
-(after a move the offsets stay deleted) (engine driven directly, on a real PostgreSQL)."""
+"""A ``__consumer_offsets`` write whose commit fails, or that is under way when the
+partition moves to another broker, changes nothing in the group coordinator's memory:
+OffsetDelete and DeleteGroups are written again by their retry (after a move the offsets
+stay deleted), and an OffsetCommit whose partition moved meanwhile is answered
+NOT_COORDINATOR (engine driven directly, on a real PostgreSQL)."""
 
 from __future__ import annotations
+
+import asyncio
 
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -11,8 +15,10 @@ from broker_core.groups.offsets import OffsetToCommit
 from tests.coordinator_failures import (
     OFFSETS_TOPIC,
     TOPIC,
+    commit_waits,
     fails,
     moved,
+    row_locked,
     run_engine,
     served,
 )
@@ -79,5 +85,24 @@ def test_a_failed_group_deletion_is_written_again_by_its_retry() -> None:
         assert engine.groups.find(OFFSETS_TOPIC, GROUP) is None
         await moved(engine.groups, OFFSETS_TOPIC, GROUP)
         assert _committed(engine) == {0: None, 1: None}
+
+    run_engine(scenario)
+
+
+def test_a_commit_under_way_when_its_partition_moves_is_answered_not_coordinator() -> None:
+    """An OffsetCommit waits for its commit when another broker takes the partition; the
+    commit then succeeds: the answer is NOT_COORDINATOR (the client commits again at the
+    new coordinator), not a dropped connection; the next coordinator has the offset."""
+
+    async def scenario(url: str, engine: Engine) -> None:
+        partition = await served(engine.groups, OFFSETS_TOPIC, GROUP)
+        with row_locked(url, partition) as locker:
+            task = asyncio.ensure_future(_commit(engine, {0: 7}))
+            await commit_waits(url, task)
+            engine.groups.unload_partition(OFFSETS_TOPIC, engine.groups.place(OFFSETS_TOPIC, GROUP))
+            locker.rollback()
+        assert await asyncio.wait_for(task, 30) == {0: ErrorCode.NOT_COORDINATOR}
+        await served(engine.groups, OFFSETS_TOPIC, GROUP)
+        assert _committed(engine) == {0: 7, 1: None}
 
     run_engine(scenario)
