@@ -430,10 +430,17 @@ class GroupCoordinator(StateCoordinator):
         return ErrorCode.NONE
 
     async def _drop(self, group: Group) -> None:
-        durable = self.offsets.drop(group)
+        """Delete the (empty) group: Dead while its tombstones are written (its requests
+        get COORDINATOR_NOT_AVAILABLE and retry), forgotten once they are durable; Empty
+        again when the write fails, so a retry writes them again."""
         self._apply(group, self._machine(group).delete().effects, _now_ms())
+        try:
+            await self.offsets.drop(group)
+        except KafkaApiError:
+            if self._held(group):
+                self._apply(group, self._machine(group).undeleted().effects, _now_ms())
+            raise
         self._forget(group)
-        await self.store.settle(durable)
 
     async def expire_offsets(self, now: int) -> None:
         """Drop offsets of groups that have been empty longer than the retention."""

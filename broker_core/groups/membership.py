@@ -210,6 +210,13 @@ class GroupMembership(RebalanceRules):
         self._cancel_timers()
         return self._step(None)
 
+    def undeleted(self) -> Step[None]:
+        """The deletion's write failed: the group is Empty again (a member id handed out
+        with MEMBER_ID_REQUIRED is forgotten, its timer gone: that member joins anew)."""
+        self.group.state = GroupState.EMPTY
+        self.group.pending.clear()
+        return self._step(None)
+
     # -- JoinGroup -----------------------------------------------------------------------
 
     def _join_new(self, request: JoinRequest, member_id: str,

@@ -5,7 +5,8 @@ it triggers).
 
 Whether a member may commit is the membership's business
 (:mod:`broker_core.groups.membership`); what is stored, and when it counts, is decided
-here: an offset counts once its write settled, and a failed write keeps nothing.
+here: an offset counts (or is gone) once its write settled, and a failed write changes
+nothing.
 """
 
 from __future__ import annotations
@@ -62,8 +63,24 @@ class GroupOffsets:
         return durable
 
     async def write(self, group: Group, batch: Sequence[Record]) -> None:
-        """Append ``batch`` and wait until it is durable."""
-        await self.store.settle(self.append(group, batch))
+        """Append ``batch`` and wait until it is durable; the caller changes its state only
+        after this (a compaction meanwhile keeps the batch). KafkaApiError when the write
+        or its commit fails, and NOT_COORDINATOR when another broker took the partition
+        meanwhile (its offsets are what the log holds, the caller's state is forgotten)."""
+        key = (group.topic, group.partition)
+        settling = self._settling.setdefault(key, [])
+        settling.append(batch)
+        try:
+            await self.store.settle(self.append(group, batch))
+        finally:
+            moved = self._settling.get(key) is not settling
+            if not moved:
+                settling.remove(batch)
+                if not settling:
+                    del self._settling[key]
+        if moved:
+            raise KafkaApiError(ErrorCode.NOT_COORDINATOR,
+                                f"group {group.group_id!r} moved to another coordinator")
 
     def partition_unloaded(self, topic: str, partition: int) -> None:
         """Forget the writes in flight of a partition another broker took."""
@@ -94,11 +111,11 @@ class GroupOffsets:
         return await self._store_offsets(group, batch, results, accepted, keep)
 
     async def complete_txn(self, group: Group, producer_id: int, commit: bool) -> None:
-        """A transaction that added the group ended: apply or drop its pending offsets."""
-        durable = self.append(group, [offsets_topic.txn_end_record(group.group_id,
-                                                                   producer_id, commit)])
+        """A transaction that added the group ended: apply or drop its pending offsets
+        (once that is written)."""
+        await self.write(group, [offsets_topic.txn_end_record(group.group_id, producer_id,
+                                                              commit)])
         group.settle_txn(producer_id, commit)
-        await self.store.settle(durable)
 
     def _accept(self, offsets: Sequence[OffsetToCommit], now: int
                 ) -> tuple[dict[TopicPartition, ErrorCode],
@@ -125,19 +142,12 @@ class GroupOffsets:
         as Kafka does."""
         outcome = ErrorCode.NONE
         if batch:
-            key = (group.topic, group.partition)
-            settling = self._settling.setdefault(key, [])
-            settling.append(batch)
             try:
-                await self.store.settle(self.append(group, batch))
+                await self.write(group, batch)
             except KafkaApiError as error:
                 outcome = error.code
             else:
                 keep(accepted)
-            finally:
-                settling.remove(batch)
-                if not settling:
-                    del self._settling[key]
         results.update(dict.fromkeys(accepted, outcome))
         return results
 
@@ -162,22 +172,25 @@ class GroupOffsets:
     # -- deletion and expiry -------------------------------------------------------------
 
     async def delete(self, group: Group, partitions: Sequence[TopicPartition]) -> None:
-        """Remove committed offsets (the caller checked the subscriptions)."""
-        gone = [tp for tp in dict.fromkeys(partitions) if tp in group.offsets]  # once each
+        """Remove committed offsets (the caller checked the subscriptions), once their
+        tombstones are written: a failed write removes nothing, so a retry writes again. An
+        offset committed anew meanwhile stays (its record follows the tombstone)."""
+        gone = {tp: group.offsets[tp] for tp in partitions if tp in group.offsets}
         if not gone:
             return
-        durable = self.append(group, [offsets_topic.offset_record(group.group_id, t, p, None)
-                                      for t, p in gone])
-        for tp in gone:
-            del group.offsets[tp]
-        await self.store.settle(durable)
+        await self.write(group, [offsets_topic.offset_record(group.group_id, t, p, None)
+                                 for t, p in gone])
+        for tp, committed in gone.items():
+            if group.offsets.get(tp) is committed:
+                del group.offsets[tp]
 
-    def drop(self, group: Group) -> asyncio.Future[None] | None:
-        """Write the tombstones of the group and all its offsets (the caller forgets it)."""
+    async def drop(self, group: Group) -> None:
+        """Write the tombstones of the group and all its offsets (then the caller forgets
+        it)."""
         tombstones = [offsets_topic.offset_record(group.group_id, t, p, None)
                       for t, p in group.offsets]
         tombstones.append(offsets_topic.group_record(group, deleted=True))
-        return self.append(group, tombstones)
+        await self.write(group, tombstones)
 
     def expired(self, group: Group, now: int) -> list[TopicPartition]:
         """The offsets of an empty group that are past the retention: all of them when the

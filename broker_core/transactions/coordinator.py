@@ -2,9 +2,12 @@
 epoch; a transaction collects partitions and groups, and its end writes a marker into
 every partition and settles the groups' pending offsets.
 
-Every state change is a record of ``__transaction_state`` written before it is acted on:
-a transaction caught in PrepareCommit/PrepareAbort by a crash is completed at start, and
-one still Ongoing is aborted once its timeout passes.
+Every state change is a record of ``__transaction_state`` written before it is acted on,
+and the state in memory changes only once that record is durable (a failed write changes
+nothing, so the client's retry writes again): a transaction caught in
+PrepareCommit/PrepareAbort by a crash is completed at start, and one still Ongoing is
+aborted once its timeout passes. While an id's record is being written, other requests for
+it get CONCURRENT_TRANSACTIONS (Kafka's pending state), and they retry.
 """
 
 from __future__ import annotations
@@ -59,7 +62,12 @@ class TransactionCoordinator(StateCoordinator):
         coordinator when that is another broker: the engine sets it)."""
         self.txns: dict[tuple[str, str], Txn] = {}
         self.by_producer: dict[int, Txn] = {}
-        self._stored: dict[tuple[str, str], bytes] = {}  # each id's last record written
+        self._pending: dict[tuple[str, str], Txn | None] = {}
+        """The state of each id whose record is being written (what it becomes once the
+        write is durable, None for a tombstone; a compaction meanwhile keeps that)."""
+        self._unloads: dict[tuple[str, int], int] = {}
+        """How often each partition was handed to another broker (a write that settles
+        after that changes nothing here)."""
         self._finishing: set[tuple[str, str]] = set()
         self._completing: set[asyncio.Task[None]] = set()
 
@@ -71,14 +79,12 @@ class TransactionCoordinator(StateCoordinator):
         if transactional_id is None:
             return
         old = self.txns.pop((topic, transactional_id), None)
-        self._stored.pop((topic, transactional_id), None)
         if old is not None:
             self.by_producer.pop(old.producer_id, None)
         if value is not None:
             txn = Txn.from_record(transactional_id, topic, partition, json.loads(value))
             self.txns[(topic, transactional_id)] = txn
             self.by_producer[txn.producer_id] = txn
-            self._stored[(topic, transactional_id)] = value
 
     async def stop(self) -> None:
         """Stop background work, including completions under way (the next owner of their
@@ -109,11 +115,11 @@ class TransactionCoordinator(StateCoordinator):
 
     def partition_unloaded(self, topic: str, partition: int) -> None:
         """Another broker coordinates this partition's transactional ids now."""
+        self._unloads[(topic, partition)] = self._unloads.get((topic, partition), 0) + 1
         gone = [key for key, txn in self.txns.items()
                 if (txn.topic, txn.partition) == (topic, partition)]
         for key in gone:
             txn = self.txns.pop(key)
-            self._stored.pop(key, None)
             if self.by_producer.get(txn.producer_id) is txn:
                 del self.by_producer[txn.producer_id]
 
@@ -152,35 +158,51 @@ class TransactionCoordinator(StateCoordinator):
                                 f"transaction of {transactional_id!r} is completing")
         return txn
 
-    async def _persist(self, txn: Txn) -> None:
-        """Write the transaction's state. When the write fails (a full disk) the in-memory
-        state goes back to what was last written, and NOT_COORDINATOR is raised."""
-        txn.update_ms = _now_ms()
-        record = txn.to_record()
-        key = (txn.topic, txn.transactional_id)
+    async def _write(self, txn: Txn | None, target: Txn) -> None:
+        """Write ``target``, the next state of ``txn`` (None for a new id), and once the
+        write is durable make it the state in memory. While it is written other requests
+        for the id get CONCURRENT_TRANSACTIONS; a write or fsync that fails (a full disk,
+        a failed commit) changes nothing and raises NOT_COORDINATOR, as does a partition
+        that another broker took meanwhile."""
+        key = (target.topic, target.transactional_id)
+        if key in self._pending:
+            raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                                f"a state change of {target.transactional_id!r} is being "
+                                f"written")
+        target.update_ms = _now_ms()
+        unloads = self._unloads.get((target.topic, target.partition), 0)
+        self._pending[key] = target
         try:
-            durable = self.store.append(txn.topic, txn.partition, [record])
-        except KafkaApiError:
-            self._revert(txn)
-            raise
-        self._stored[key] = record[1]
-        if self.store.needs_compaction(txn.topic, txn.partition):
-            live = [t.to_record() for t in self.txns.values()
-                    if (t.topic, t.partition) == (txn.topic, txn.partition)]
-            self.store.compact(txn.topic, txn.partition, live)
-        await self.store.settle(durable)
-
-    def _revert(self, txn: Txn) -> None:
-        """Undo the unwritten changes of ``txn``: back to its last record, or forgotten."""
-        key = (txn.topic, txn.transactional_id)
-        self.by_producer.pop(txn.producer_id, None)
-        stored = self._stored.get(key)
-        if stored is None:
-            self.txns.pop(key, None)
-            return
-        vars(txn).update(vars(Txn.from_record(txn.transactional_id, txn.topic,
-                                               txn.partition, json.loads(stored))))
+            durable = self.store.append(target.topic, target.partition, [target.to_record()])
+            if self.store.needs_compaction(target.topic, target.partition):
+                self.store.compact(target.topic, target.partition,
+                                   self._live(target.topic, target.partition))
+            await self.store.settle(durable)
+        finally:
+            if self._pending.get(key) is target:
+                del self._pending[key]
+        if self.txns.get(key) is not txn or \
+                self._unloads.get((target.topic, target.partition), 0) != unloads:
+            raise KafkaApiError(ErrorCode.NOT_COORDINATOR,
+                                f"{target.transactional_id!r} moved to another coordinator")
+        if txn is None:
+            txn = self.txns[key] = target
+        else:
+            if self.by_producer.get(txn.producer_id) is txn:
+                del self.by_producer[txn.producer_id]
+            vars(txn).update(vars(target))
         self.by_producer[txn.producer_id] = txn
+
+    def _live(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
+        """The records of every id of the partition, those being written as they will be
+        (what a compaction keeps)."""
+        live: dict[tuple[str, str], Txn | None] = {
+            key: txn for key, txn in self.txns.items()
+            if (txn.topic, txn.partition) == (topic, partition)}
+        live.update((key, txn) for key, txn in self._pending.items()
+                    if key in live or (txn is not None
+                                       and (txn.topic, txn.partition) == (topic, partition)))
+        return [txn.to_record() for txn in live.values() if txn is not None]
 
     def _allocate(self) -> int:
         """A new producer id (NOT_COORDINATOR when its block cannot be written)."""
@@ -201,18 +223,22 @@ class TransactionCoordinator(StateCoordinator):
                                 f"{self.config.max_timeout_ms}")
         txn = self.txns.get((topic, transactional_id))
         if txn is None:
-            txn = Txn(transactional_id, topic, self.place(topic, transactional_id),
+            new = Txn(transactional_id, topic, self.place(topic, transactional_id),
                       self._allocate(), 0, timeout_ms)
-            self.txns[(topic, transactional_id)] = txn
-            self.by_producer[txn.producer_id] = txn
-            await self._persist(txn)
+            await self._write(None, new)
             log.info("transactional id %s has producer id %d", transactional_id,
-                     txn.producer_id)
-            return txn.producer_id, txn.epoch
+                     new.producer_id)
+            return new.producer_id, new.epoch
         if txn.state in ENDING:
             raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
                                 f"transaction of {transactional_id!r} is completing")
-        if producer_id >= 0 and (producer_id, epoch) != (txn.producer_id, txn.epoch):
+        asked = (producer_id, epoch)
+        if producer_id >= 0 and asked == (txn.last_producer_id, txn.last_epoch) and \
+                txn.state != TxnState.ONGOING:
+            # the retry of the last bump, whose answer was lost (KIP-360): its result (once
+            # a transaction is open the answer was not lost: a stale duplicate is fenced)
+            return txn.producer_id, txn.epoch
+        if producer_id >= 0 and asked != (txn.producer_id, txn.epoch):
             raise KafkaApiError(ErrorCode.PRODUCER_FENCED,
                                 f"producer {producer_id} epoch {epoch} is not the current one "
                                 f"of {transactional_id!r}")
@@ -220,29 +246,37 @@ class TransactionCoordinator(StateCoordinator):
             log.info("aborting the open transaction of %s for a new producer session",
                      transactional_id)
             await self._end(txn, commit=False, fence=True)
-        self._bump(txn)
-        txn.timeout_ms = timeout_ms
-        txn.state = TxnState.EMPTY
-        await self._persist(txn)
+        target = self._bumped(txn)
+        target.timeout_ms = timeout_ms
+        target.state = TxnState.EMPTY
+        # a new session (no producer id given) leaves nothing to retry: a zombie of the
+        # last one is fenced, as Kafka's
+        target.last_producer_id, target.last_epoch = asked if producer_id >= 0 else (-1, -1)
+        await self._write(txn, target)
         return txn.producer_id, txn.epoch
 
-    def _bump(self, txn: Txn) -> None:
-        """Raise the epoch (a new producer id once the epoch is exhausted)."""
+    def _bumped(self, txn: Txn) -> Txn:
+        """A copy of ``txn`` with the epoch raised (a new producer id once the epoch is
+        exhausted)."""
+        target = txn.copy()
         if txn.epoch + 1 >= _MAX_EPOCH:
-            self.by_producer.pop(txn.producer_id, None)
-            txn.producer_id, txn.epoch = self._allocate(), 0
-            self.by_producer[txn.producer_id] = txn
+            target.producer_id, target.epoch = self._allocate(), 0
         else:
-            txn.epoch += 1
+            target.epoch += 1
+        return target
 
     # -- a transaction's content ---------------------------------------------------------
 
-    def _begin(self, txn: Txn) -> None:
-        if txn.state != TxnState.ONGOING:
-            txn.state = TxnState.ONGOING
-            txn.start_ms = _now_ms()
-            txn.partitions.clear()
-            txn.groups.clear()
+    @staticmethod
+    def _begun(txn: Txn) -> Txn:
+        """A copy of ``txn`` with its transaction open (a new one unless it is)."""
+        target = txn.copy()
+        if target.state != TxnState.ONGOING:
+            target.state = TxnState.ONGOING
+            target.start_ms = _now_ms()
+            target.partitions.clear()
+            target.groups.clear()
+        return target
 
     async def add_partitions(self, topic: str, transactional_id: str, producer_id: int,
                              epoch: int, partitions: Iterable[tuple[str, int]]) -> None:
@@ -251,9 +285,9 @@ class TransactionCoordinator(StateCoordinator):
         wanted = set(partitions)
         if txn.state == TxnState.ONGOING and wanted <= txn.partitions:
             return
-        self._begin(txn)
-        txn.partitions |= wanted
-        await self._persist(txn)
+        target = self._begun(txn)
+        target.partitions |= wanted
+        await self._write(txn, target)
 
     async def add_group(self, topic: str, transactional_id: str, producer_id: int,
                         epoch: int, group: tuple[str, str]) -> None:
@@ -261,9 +295,9 @@ class TransactionCoordinator(StateCoordinator):
         txn = self._owned(topic, transactional_id, producer_id, epoch)
         if txn.state == TxnState.ONGOING and group in txn.groups:
             return
-        self._begin(txn)
-        txn.groups.add(group)
-        await self._persist(txn)
+        target = self._begun(txn)
+        target.groups.add(group)
+        await self._write(txn, target)
 
     def check_offsets(self, topic: str, transactional_id: str, producer_id: int, epoch: int,
                       group: tuple[str, str]) -> None:
@@ -305,10 +339,9 @@ class TransactionCoordinator(StateCoordinator):
         await self._end(txn, commit, fence=False)
 
     async def _end(self, txn: Txn, commit: bool, fence: bool) -> None:
-        if fence:
-            self._bump(txn)
-        txn.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        await self._persist(txn)
+        target = self._bumped(txn) if fence else txn.copy()
+        target.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        await self._write(txn, target)
         await self._finish(txn, commit)
 
     async def _finish(self, txn: Txn, commit: bool) -> None:
@@ -335,22 +368,24 @@ class TransactionCoordinator(StateCoordinator):
             raise self.store.faults.failed(exc, "transaction markers (fsync)",
                                            WriteKind.CHECKPOINTS,
                                            ErrorCode.NOT_COORDINATOR) from None
-        txn.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        target = txn.copy()
+        target.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        target.partitions.clear()
+        target.groups.clear()
+        target.start_ms = -1
+        await self._write(txn, target)
         log.info("%s transaction of %s (producer %d epoch %d) over %d partitions",
                  "committed" if commit else "aborted", txn.transactional_id, txn.producer_id,
-                 txn.epoch, len(txn.partitions))
-        txn.partitions.clear()
-        txn.groups.clear()
-        txn.start_ms = -1
-        await self._persist(txn)
+                 txn.epoch, len(waits))
 
     # -- timeouts and expiry -------------------------------------------------------------
 
     async def expire(self, now: int) -> None:
         """Abort transactions past their timeout; forget ids idle past the expiration."""
-        for txn in list(self.txns.values()):
-            if (txn.topic, txn.partition) not in self._loaded:
-                continue  # still being replayed: its state may be an intermediate one
+        for key, txn in list(self.txns.items()):
+            if (txn.topic, txn.partition) not in self._loaded or key in self._pending:
+                continue  # still being replayed (its state may be an intermediate one), or
+                # a state change of it is being written
             if txn.state in ENDING:  # its completion failed (a full disk): try again
                 with contextlib.suppress(KafkaApiError):
                     await self._finish(txn, txn.state == TxnState.PREPARE_COMMIT)
@@ -360,13 +395,23 @@ class TransactionCoordinator(StateCoordinator):
                 await self._end(txn, commit=False, fence=True)
             elif txn.state not in ENDING and txn.state != TxnState.ONGOING and \
                     now - txn.update_ms > self.config.id_expiration_ms:
-                durable = self.store.append(txn.topic, txn.partition,
-                                            [tombstone(txn.transactional_id)])
-                del self.txns[(txn.topic, txn.transactional_id)]
-                self._stored.pop((txn.topic, txn.transactional_id), None)
-                self.by_producer.pop(txn.producer_id, None)
-                await self.store.settle(durable)
-                log.info("transactional id %s expired", txn.transactional_id)
+                await self._forget(key, txn)
+
+    async def _forget(self, key: tuple[str, str], txn: Txn) -> None:
+        """Write the tombstone of an expired id and, once it is durable, forget the id
+        (no other change of it is written meanwhile)."""
+        self._pending[key] = None
+        try:
+            await self.store.settle(self.store.append(txn.topic, txn.partition,
+                                                      [tombstone(txn.transactional_id)]))
+        finally:
+            if key in self._pending and self._pending[key] is None:
+                del self._pending[key]
+        if self.txns.get(key) is txn:
+            del self.txns[key]
+            if self.by_producer.get(txn.producer_id) is txn:
+                del self.by_producer[txn.producer_id]
+        log.info("transactional id %s expired", txn.transactional_id)
 
     # -- administration ------------------------------------------------------------------
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 
 class TxnState(Enum):
@@ -34,6 +34,10 @@ class TxnDocument(TypedDict):
     groups: list[tuple[str, str]]
     startMs: int
     updateMs: int
+    lastProducerId: NotRequired[int]
+    """The producer id and epoch before the last InitProducerId bump (KIP-360): absent
+    from records written before they were kept, read as -1."""
+    lastEpoch: NotRequired[int]
 
 
 @dataclass(eq=False)
@@ -51,6 +55,15 @@ class Txn:
     groups: set[tuple[str, str]] = field(default_factory=set)
     start_ms: int = -1
     update_ms: int = 0
+    last_producer_id: int = -1
+    """The producer id and epoch that the last InitProducerId bumped (-1 when it came from
+    a new producer session): its retry, whose answer was lost, gets the current ones
+    (KIP-360, Kafka's ``lastProducerEpoch``)."""
+    last_epoch: int = -1
+
+    def copy(self) -> Txn:
+        """A copy of this state that can be changed without touching it."""
+        return replace(self, partitions=set(self.partitions), groups=set(self.groups))
 
     def to_record(self) -> tuple[bytes, bytes]:
         """Key and value of the transaction's record."""
@@ -58,7 +71,8 @@ class Txn:
             "producerId": self.producer_id, "epoch": self.epoch, "timeoutMs": self.timeout_ms,
             "state": self.state.value, "partitions": sorted(self.partitions),
             "groups": sorted(self.groups), "startMs": self.start_ms,
-            "updateMs": self.update_ms,
+            "updateMs": self.update_ms, "lastProducerId": self.last_producer_id,
+            "lastEpoch": self.last_epoch,
         }
         return _key(self.transactional_id), json.dumps(
             document, separators=(",", ":")).encode()
@@ -70,7 +84,8 @@ class Txn:
         return cls(transactional_id, topic, partition, value["producerId"], value["epoch"],
                    value["timeoutMs"], TxnState(value["state"]),
                    {(t, p) for t, p in value["partitions"]},
-                   {(t, g) for t, g in value["groups"]}, value["startMs"], value["updateMs"])
+                   {(t, g) for t, g in value["groups"]}, value["startMs"], value["updateMs"],
+                   value.get("lastProducerId", -1), value.get("lastEpoch", -1))
 
 
 def _key(transactional_id: str) -> bytes:

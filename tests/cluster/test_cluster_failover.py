@@ -1,6 +1,7 @@
 """Failover of three brokers on one PostgreSQL, with real clients: transactions whose
 coordinator is killed (before the commit: aborted, by the producer's re-init or by the
-timeout; right after the commit: completed by the next coordinator), and the database
+timeout; right after the commit: completed by the next coordinator) or moves after one of
+its state writes failed (the next coordinator knows what the client was told), and the database
 restarted under idempotent load. (The whole cluster stopped and started again is in
 test_cluster_security, with ACLs.) And, step by step, the storage fact these rest on: a
 broker taking a partition over serves it from where its last owner left it."""
@@ -11,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 from confluent_kafka import Producer
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
@@ -34,6 +36,7 @@ from tests.storage.test_postgres_engine import (
     NOT_LEADER_OR_FOLLOWER,
     fetch_error,
 )
+from tests.storage.test_postgres_speed import _lock_waits
 from tests.txn_helpers import FAST_TXN
 
 TXN_COORDINATOR = 1  # FindCoordinator key_type
@@ -143,6 +146,41 @@ def test_a_transaction_whose_coordinator_is_killed_right_after_the_commit_is_com
         coordinator.kill()
         assert sorted(values_read(cluster, topic_name, count, f"r-{topic_name}")) == \
             sorted(f"c{i}".encode() for i in range(count))
+
+
+def test_a_partition_added_after_a_failed_state_write_is_committed_after_a_move(
+        tmp_path: Path, topic_name: str) -> None:
+    """AddPartitionsToTxn whose ``__transaction_state`` commit fails (its backend ended
+    while it waits for a row lock): the client's retry is written, not answered from the
+    coordinator's memory, so after the coordinator moves (SIGTERM) the next one knows the
+    partition, EndTxn writes its marker there, and read_committed readers see the whole
+    transaction."""
+    with running_cluster(tmp_path, 2, settings=FAST_TXN) as cluster:
+        create(cluster.bootstrap, topic_name)
+        txid = f"tx-{topic_name}"
+        coordinator = cluster.by_id(txn_coordinator(cluster, txid))
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txid})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic_name, value=b"a0", partition=0)
+        assert producer.flush(30) == 0  # partition 0 added and stored
+        commits = "%SET next_offset = w.next%"
+        with psycopg.connect(cluster.url) as locker:
+            locker.execute("SELECT 1 FROM edge_partitions WHERE topic LIKE %s FOR UPDATE",
+                           ("%/__transaction_state",))
+            producer.produce(topic_name, value=b"a1", partition=1)
+            producer.poll(0)
+            wait_until(lambda: bool(_lock_waits(cluster.url, commits)), 30,
+                       "the commit adding partition 1 to wait for the row lock")
+            with psycopg.connect(cluster.url, autocommit=True) as killer:
+                for pid, _ in _lock_waits(cluster.url, commits):
+                    killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            locker.rollback()
+        assert producer.flush(60) == 0
+        assert coordinator.stop() == 0
+        producer.commit_transaction(60)
+        assert sorted(values_read(cluster, topic_name, 2, f"r-{topic_name}")) == \
+            [b"a0", b"a1"]
 
 
 # -- the database restarted under load --------------------------------------------------------

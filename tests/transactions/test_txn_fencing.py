@@ -1,6 +1,7 @@
 """Transactions acceptance 3: fencing by a newer producer of the same transactional id,
-fenced epochs and invalid timeouts with exact requests, and the coordinator aborting a
-transaction past its timeout."""
+fenced epochs and invalid timeouts with exact requests, the retry of an InitProducerId
+whose answer was lost (KIP-360), and the coordinator aborting a transaction past its
+timeout."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
+from broker_core.engine import Engine
+from broker_core.transactions.model import Txn, TxnDocument
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
+from tests.coordinator_failures import STATE_TOPIC, moved, run_engine, served
 from tests.txn_helpers import (
     INVALID_PRODUCER_EPOCH,
     INVALID_TRANSACTION_TIMEOUT,
@@ -120,6 +124,57 @@ def test_old_epoch_is_fenced(conn: TxnConnection, topic_name: str, version: int)
                         tid) == (NONE, 4)
     assert conn.end_txn(tid, pid, new, True) == NONE
     assert conn.committed_values(topic_name) == [b"n-0"]
+
+
+def _init(conn: TxnConnection, tid: str, pid: int, epoch: int) -> tuple[int, int, int]:
+    answer = conn.init_pid(tid, 60_000, version=4, producer_id=pid, epoch=epoch)
+    return int(answer.error_code), int(answer.producer_id), int(answer.producer_epoch)
+
+
+def test_init_producer_id_retried_after_its_answer_was_lost(conn: TxnConnection,
+                                                            topic_name: str) -> None:
+    """InitProducerId(pid, epoch) bumps the epoch; the same request again (its answer was
+    lost) gets the bumped epoch, as Kafka's (KIP-360), not PRODUCER_FENCED. Once the
+    producer goes on with the new epoch, or a new session starts, that retry is fenced."""
+    assert conn.create_topic(topic_name) == NONE
+    tid = f"tid-{topic_name}"
+    pid, epoch = conn.init_ok(tid)
+    assert _init(conn, tid, pid, epoch) == (NONE, pid, epoch + 1)
+    assert _init(conn, tid, pid, epoch) == (NONE, pid, epoch + 1)  # the retry
+    assert _init(conn, tid, pid, epoch) == (NONE, pid, epoch + 1)
+    assert conn.add_partitions(tid, pid, epoch + 1, {topic_name: [0]}) == \
+        {(topic_name, 0): NONE}
+    # a duplicate of the old request while the transaction is open is fenced, and the
+    # transaction is left alone
+    assert _init(conn, tid, pid, epoch)[0] == PRODUCER_FENCED
+    assert conn.end_txn(tid, pid, epoch + 1, True) == NONE
+    assert _init(conn, tid, pid, epoch + 1) == (NONE, pid, epoch + 2)
+    assert conn.init_ok(tid) == (pid, epoch + 3)  # a new session: nothing to retry
+    assert _init(conn, tid, pid, epoch + 1)[0] == PRODUCER_FENCED
+    assert _init(conn, tid, pid, epoch + 2)[0] == PRODUCER_FENCED
+
+
+def test_an_init_producer_id_retry_is_answered_after_a_move() -> None:
+    """The epoch a retried InitProducerId gets back is stored with the transactional id:
+    a coordinator that replays it after a move answers the retry the same way. A record
+    written before it was kept reads as nothing to retry."""
+
+    async def scenario(url: str, engine: Engine) -> None:
+        txns = engine.transactions
+        await served(txns, STATE_TOPIC, "tx")
+        pid, epoch = await txns.init_producer_id(STATE_TOPIC, "tx", 60_000, -1, -1)
+        assert await txns.init_producer_id(STATE_TOPIC, "tx", 60_000, pid, epoch) == \
+            (pid, epoch + 1)
+        await moved(txns, STATE_TOPIC, "tx")
+        await served(txns, STATE_TOPIC, "tx")
+        assert await txns.init_producer_id(STATE_TOPIC, "tx", 60_000, pid, epoch) == \
+            (pid, epoch + 1)
+
+    run_engine(scenario)
+    older: TxnDocument = {"producerId": 5, "epoch": 2, "timeoutMs": 1000, "state": "Empty",
+                          "partitions": [], "groups": [], "startMs": -1, "updateMs": 0}
+    txn = Txn.from_record("old", STATE_TOPIC, 0, older)
+    assert (txn.producer_id, txn.epoch, txn.last_producer_id, txn.last_epoch) == (5, 2, -1, -1)
 
 
 def test_invalid_transaction_timeout(conn: TxnConnection, topic_name: str) -> None:

@@ -1,0 +1,108 @@
+"""A ``__consumer_offsets`` write whose commit fails, or that is under way when the
+partition moves to another broker, changes nothing in the group coordinator's memory:
+OffsetDelete and DeleteGroups are written again by their retry (after a move the offsets
+stay deleted), and an OffsetCommit whose partition moved meanwhile is answered
+NOT_COORDINATOR (engine driven directly, on a real PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.groups.model import GroupState
+from broker_core.groups.offsets import OffsetToCommit
+from tests.coordinator_failures import (
+    OFFSETS_TOPIC,
+    TOPIC,
+    commit_waits,
+    fails,
+    moved,
+    row_locked,
+    run_engine,
+    served,
+)
+
+GROUP = "dg"
+
+
+async def _commit(engine: Engine, offsets: dict[int, int]) -> dict[int, ErrorCode]:
+    """OffsetCommit of a group that only stores offsets: each partition's error."""
+    code, results = await engine.groups.commit(
+        OFFSETS_TOPIC, GROUP, "", None, -1,
+        [OffsetToCommit(TOPIC, p, offset, -1, None) for p, offset in offsets.items()])
+    assert code == ErrorCode.NONE
+    return {p: results[(TOPIC, p)] for p in offsets}
+
+
+def _committed(engine: Engine) -> dict[int, int | None]:
+    found = engine.groups.committed(OFFSETS_TOPIC, GROUP, [(TOPIC, 0), (TOPIC, 1)])
+    return {p: None if c is None else c.offset for (_, p), c in found.items()}
+
+
+def test_a_failed_offset_delete_is_written_again_by_its_retry() -> None:
+    async def scenario(url: str, engine: Engine) -> None:
+        partition = await served(engine.groups, OFFSETS_TOPIC, GROUP)
+        assert await _commit(engine, {0: 42, 1: 43}) == {0: ErrorCode.NONE, 1: ErrorCode.NONE}
+        group = engine.groups.find(OFFSETS_TOPIC, GROUP)
+        assert group is not None
+        error = await fails(url, partition, engine.groups.delete_offsets(group, [(TOPIC, 0)]))
+        assert error.code == ErrorCode.NOT_COORDINATOR
+        assert _committed(engine) == {0: 42, 1: 43}  # nothing deleted by the failed write
+        await engine.groups.delete_offsets(group, [(TOPIC, 0)])  # the retry writes
+        assert _committed(engine) == {0: None, 1: 43}
+        await moved(engine.groups, OFFSETS_TOPIC, GROUP)
+        assert _committed(engine) == {0: None, 1: 43}
+
+    run_engine(scenario)
+
+
+def test_a_failed_group_deletion_is_written_again_by_its_retry() -> None:
+    """While DeleteGroups' tombstones are written the group is Dead (a commit is answered
+    COORDINATOR_NOT_AVAILABLE, retried by the client); their write fails: the group is
+    Empty again with its offsets, and the retry deletes it for good."""
+
+    async def scenario(url: str, engine: Engine) -> None:
+        partition = await served(engine.groups, OFFSETS_TOPIC, GROUP)
+        await _commit(engine, {0: 42, 1: 43})
+
+        async def delete() -> None:
+            code = await engine.groups.delete_group(OFFSETS_TOPIC, GROUP)
+            if code != ErrorCode.NONE:
+                raise KafkaApiError(code, "DeleteGroups")
+
+        async def meanwhile() -> None:
+            code, _ = await engine.groups.commit(OFFSETS_TOPIC, GROUP, "", None, -1, [
+                OffsetToCommit(TOPIC, 0, 50, -1, None)])
+            assert code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+        error = await fails(url, partition, delete(), meanwhile)
+        assert error.code == ErrorCode.NOT_COORDINATOR
+        group = engine.groups.find(OFFSETS_TOPIC, GROUP)
+        assert group is not None and group.state == GroupState.EMPTY
+        assert _committed(engine) == {0: 42, 1: 43}
+        await delete()  # the retry
+        assert engine.groups.find(OFFSETS_TOPIC, GROUP) is None
+        await moved(engine.groups, OFFSETS_TOPIC, GROUP)
+        assert _committed(engine) == {0: None, 1: None}
+
+    run_engine(scenario)
+
+
+def test_a_commit_under_way_when_its_partition_moves_is_answered_not_coordinator() -> None:
+    """An OffsetCommit waits for its commit when another broker takes the partition; the
+    commit then succeeds: the answer is NOT_COORDINATOR (the client commits again at the
+    new coordinator), not a dropped connection; the next coordinator has the offset."""
+
+    async def scenario(url: str, engine: Engine) -> None:
+        partition = await served(engine.groups, OFFSETS_TOPIC, GROUP)
+        with row_locked(url, partition) as locker:
+            task = asyncio.ensure_future(_commit(engine, {0: 7}))
+            await commit_waits(url, task)
+            engine.groups.unload_partition(OFFSETS_TOPIC, engine.groups.place(OFFSETS_TOPIC, GROUP))
+            locker.rollback()
+        assert await asyncio.wait_for(task, 30) == {0: ErrorCode.NOT_COORDINATOR}
+        await served(engine.groups, OFFSETS_TOPIC, GROUP)
+        assert _committed(engine) == {0: 7, 1: None}
+
+    run_engine(scenario)

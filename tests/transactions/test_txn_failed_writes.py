@@ -1,0 +1,109 @@
+"""A ``__transaction_state`` write whose commit fails changes nothing in the coordinator's
+memory: the client's retry writes the change again (rather than being answered from
+memory), so a coordinator that replays the log after a move knows what the client was
+told (engine driven directly, on a real PostgreSQL; one commit made to fail)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.transactions.coordinator import TransactionCoordinator
+from broker_core.transactions.model import TxnState
+from tests.coordinator_failures import (
+    OFFSETS_TOPIC,
+    STATE_TOPIC,
+    TOPIC,
+    fails,
+    moved,
+    run_engine,
+    served,
+)
+
+TID = "tx"
+Action = Callable[[TransactionCoordinator, int, int], Awaitable[object]]
+ACTIONS: dict[str, Action] = {
+    "AddPartitionsToTxn": lambda txns, pid, epoch: txns.add_partitions(
+        STATE_TOPIC, TID, pid, epoch, [(TOPIC, 1)]),
+    "AddOffsetsToTxn": lambda txns, pid, epoch: txns.add_group(
+        STATE_TOPIC, TID, pid, epoch, (OFFSETS_TOPIC, "g")),
+    "EndTxn": lambda txns, pid, epoch: txns.end_txn(STATE_TOPIC, TID, pid, epoch, True),
+    "InitProducerId": lambda txns, pid, epoch: txns.init_producer_id(
+        STATE_TOPIC, TID, 60_000, -1, -1),
+}
+
+
+def _state(txns: TransactionCoordinator) -> dict[str, object]:
+    txn = txns.find(STATE_TOPIC, TID)
+    assert txn is not None
+    document: dict[str, object] = json.loads(txn.to_record()[1])
+    return document
+
+
+@pytest.mark.parametrize("request_name", list(ACTIONS))
+def test_a_failed_state_write_is_written_again_by_the_retry(request_name: str) -> None:
+    """An open transaction (partition 0 added); the request's write fails: the state in
+    memory is the one stored, the request's retry is written, and the state replayed
+    after a move is the one the client was answered with."""
+    action = ACTIONS[request_name]
+
+    async def scenario(url: str, engine: Engine) -> None:
+        txns = engine.transactions
+        state_partition = await served(txns, STATE_TOPIC, TID)
+        pid, epoch = await txns.init_producer_id(STATE_TOPIC, TID, 60_000, -1, -1)
+        await txns.add_partitions(STATE_TOPIC, TID, pid, epoch, [(TOPIC, 0)])
+        stored = _state(txns)
+        error = await fails(url, state_partition, action(txns, pid, epoch))
+        assert error.code == ErrorCode.NOT_COORDINATOR
+        assert _state(txns) == stored  # nothing of the failed write kept
+        await served(txns, STATE_TOPIC, TID)
+        await action(txns, pid, epoch)  # the client's retry: written this time
+        answered = _state(txns)
+        assert answered != stored
+        await moved(txns, STATE_TOPIC, TID)
+        assert _state(txns) == answered
+
+    run_engine(scenario)
+
+
+def test_other_requests_wait_while_a_state_write_is_under_way() -> None:
+    """While AddPartitionsToTxn's write waits, a request that would change the id's state
+    gets CONCURRENT_TRANSACTIONS (Kafka's pending state; the client retries); one that
+    asks for what is stored already is answered at once. Once the write failed, the
+    retry of the first adds its partition and EndTxn commits at once: no transaction left
+    prepared by a write that failed."""
+
+    async def scenario(url: str, engine: Engine) -> None:
+        txns = engine.transactions
+        state_partition = await served(txns, STATE_TOPIC, TID)
+        pid, epoch = await txns.init_producer_id(STATE_TOPIC, TID, 60_000, -1, -1)
+        await txns.add_partitions(STATE_TOPIC, TID, pid, epoch, [(TOPIC, 0)])
+
+        async def meanwhile() -> None:
+            await txns.add_partitions(STATE_TOPIC, TID, pid, epoch, [(TOPIC, 0)])
+            for concurrent in (
+                    txns.add_partitions(STATE_TOPIC, TID, pid, epoch, [(TOPIC, 2)]),
+                    txns.add_group(STATE_TOPIC, TID, pid, epoch, (OFFSETS_TOPIC, "g")),
+                    txns.end_txn(STATE_TOPIC, TID, pid, epoch, True),
+                    txns.init_producer_id(STATE_TOPIC, TID, 60_000, pid, epoch)):
+                with pytest.raises(KafkaApiError) as refused:
+                    await concurrent
+                assert refused.value.code == ErrorCode.CONCURRENT_TRANSACTIONS
+
+        await fails(url, state_partition,
+                    txns.add_partitions(STATE_TOPIC, TID, pid, epoch, [(TOPIC, 1)]), meanwhile)
+        await served(txns, STATE_TOPIC, TID)
+        await txns.add_partitions(STATE_TOPIC, TID, pid, epoch, [(TOPIC, 1)])
+        txn = txns.find(STATE_TOPIC, TID)
+        assert txn is not None and txn.partitions == {(TOPIC, 0), (TOPIC, 1)}
+        await txns.end_txn(STATE_TOPIC, TID, pid, epoch, True)
+        assert txn.state == TxnState.COMPLETE_COMMIT
+        for partition in (0, 1):  # the commit marker
+            assert engine.partition(TOPIC, partition).next_offset == 1
+        assert engine.partition(TOPIC, 2).next_offset == 0
+
+    run_engine(scenario)
