@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
@@ -161,13 +162,17 @@ def test_kill_9_of_a_broker_under_idempotent_load_loses_and_duplicates_nothing(
 
 def test_a_paused_owner_cannot_write_after_takeover(tmp_path: Path, topic_name: str) -> None:
     """SIGSTOP an owner, let another broker take its partitions, SIGCONT it: the produce it
-    received while paused is refused (its epoch is fenced), nothing is duplicated or lost."""
+    received while paused is refused (its epoch is fenced), nothing is duplicated or lost;
+    an offset commit it received meanwhile is answered NOT_COORDINATOR, and is no storage
+    fault in its log."""
     with running_cluster(tmp_path) as cluster:
         create(cluster.bootstrap, topic_name)
         leaders = cluster.leaders(topic_name)
         partition = next(p for p, leader in leaders.items() if leader == 2)
         paused = cluster.by_id(2)
-        conn = RawConnection(paused.port)
+        group = next(g for g in (f"g-{topic_name}-{i}" for i in range(200))
+                     if coordinator_of(paused.port, g, 0) == 2)
+        conn, committer = RawConnection(paused.port), RawConnection(paused.port)
         assert paused.proc is not None
         os.kill(paused.proc.pid, signal.SIGSTOP)
         try:
@@ -177,6 +182,7 @@ def test_a_paused_owner_cannot_write_after_takeover(tmp_path: Path, topic_name: 
             request = ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=10_000,
                                         topic_data=[data])
             conn.send_frame(conn.request_bytes(request, 9))  # waits in the socket buffer
+            committer.send_frame(committer.request_bytes(_commit(group, topic_name), 8))
             deadline = time.monotonic() + 30
             others = [b for b in cluster.brokers if b is not paused]
             admin = AdminClient({"bootstrap.servers": others[0].bootstrap})
@@ -194,6 +200,15 @@ def test_a_paused_owner_cannot_write_after_takeover(tmp_path: Path, topic_name: 
         code = response.responses[0].partition_responses[0].error_code
         assert code == 6, f"the paused owner's late write answered {code}"  # NOT_LEADER
         conn.close()
+        try:
+            frame = committer.read_frame()
+        except ConnectionError:
+            raise AssertionError("\n".join(paused.lines[-15:])) from None
+        answer = OffsetCommitResponse[8].decode(frame[5:])  # header v1
+        code = answer.topics[0].partitions[0].error_code
+        assert code == 16, f"the paused coordinator's late commit answered {code}"
+        committer.close()
+        assert not [line for line in paused.lines if "storage: cannot write" in line]
         consumer = Consumer({"bootstrap.servers": others[0].bootstrap,
                              "group.id": f"check-{topic_name}", "auto.offset.reset": "earliest"})
         consumer.assign([TopicPartition(topic_name, partition, 0)])
@@ -207,6 +222,17 @@ def test_a_paused_owner_cannot_write_after_takeover(tmp_path: Path, topic_name: 
         message = consumer.poll(1)
         consumer.close()
         assert values == [b"new owner"] and message is None
+
+
+def _commit(group: str, topic: str) -> object:
+    """An OffsetCommit v8 of offset 0 of the topic's partition 0, outside any generation."""
+    part = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+    return OffsetCommitRequest[8](
+        group_id=group, generation_id_or_member_epoch=-1, member_id="",
+        group_instance_id=None, topics=[OffsetCommitRequest.OffsetCommitRequestTopic(
+            name=topic, partitions=[part(partition_index=0, committed_offset=0,
+                                         committed_leader_epoch=-1,
+                                         committed_metadata="")])])
 
 
 def coordinator_of(port: int, key: str, key_type: int) -> int:
