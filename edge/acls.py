@@ -203,6 +203,15 @@ class AclStore:
         self._change(without)
         return self._sorted(doomed)
 
+    def allows_something(self, tenant: str, principal: str, host: str) -> bool:
+        """Whether any ALLOW binding of ``tenant`` (any resource, operation or pattern)
+        applies to ``principal`` from ``host``: what a login to the tenant needs. Read from
+        the bindings as they stand (no cache), so a change applies to the next login."""
+        return any(
+            b.tenant == tenant and b.permission == AclPermission.ALLOW
+            and b.principal in (principal, "User:*") and b.host in (host, WILDCARD)
+            for b in self.bindings)
+
     def decide(self, tenant: str, resource: AclResource, name: str, principal: str,
                host: str, operation: AclOperation) -> bool:
         """Kafka's rule: any matching DENY refuses; else any matching ALLOW grants."""

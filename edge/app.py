@@ -308,7 +308,7 @@ class BrokerApp:
                        self.config.failed_authentication_delay_ms,
                        self.config.connections_max_reauth_ms, self.audit,
                        self.config.sasl_server_max_receive_size, self.gate,
-                       self.sasl_steps)
+                       self.sasl_steps, self.policy.login_refusal)
 
     async def start(self) -> list[ListenerSpec]:
         """Start the engine and every listener; return the listeners with their bound ports.

@@ -48,6 +48,18 @@ class Policy:
         namespaces."""
         return naming.in_system_namespace(name, self.metadata_namespace)
 
+    def login_refusal(self, principal: str, tenant: str, host: str) -> str | None:
+        """Why a login of ``principal`` from ``host`` may not use ``tenant``, or None: with
+        authorization enabled, only a superuser or a role that holds at least one ALLOW ACL
+        of the tenant (any resource type, ``User:*`` included) may log in to it, so that a
+        role with no business there neither reaches it nor counts in its quotas on
+        connections. Without authorization any role may use any tenant."""
+        if not self.enabled or principal in self.super_users:
+            return None
+        if self.acls.allows_something(tenant, f"User:{principal}", host):
+            return None
+        return f"role {principal} may not use tenant {tenant}"
+
     def resource_tenant(self, ctx: RequestContext, resource: ResourceType, name: str) -> str:
         """The tenant a resource belongs to: a topic's first name part, else the caller's."""
         if resource == ResourceType.TOPIC:
