@@ -15,22 +15,30 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kafka.protocol.admin import (
-    CreateAclsRequest,
-    CreateAclsResponse,
-    DeleteAclsRequest,
-    DeleteAclsResponse,
-)
 
 from tests import quota_helpers as q
 from tests.broker_process import BrokerProcess
-from tests.security_helpers import NONE, OpsConnection, TokenIssuer, closed_by_peer, plain_message
-
-SASL_AUTHENTICATION_FAILED = 58
-TOPIC, GROUP, CLUSTER = 2, 3, 4
-LITERAL, PREFIXED = 3, 4
-READ, ALL, IDEMPOTENT_WRITE = 3, 2, 12
-DENY, ALLOW = 2, 3
+from tests.security_helpers import (
+    ACL_ALL,
+    ACL_CLUSTER,
+    ACL_GROUP,
+    ACL_IDEMPOTENT_WRITE,
+    ACL_READ,
+    ACL_TOPIC,
+    ACL_TRANSACTIONAL_ID,
+    ACL_WRITE,
+    DENY,
+    LITERAL,
+    NONE,
+    PREFIXED,
+    SASL_AUTHENTICATION_FAILED,
+    OpsConnection,
+    TokenIssuer,
+    closed_by_peer,
+    grant,
+    plain_message,
+    revoke,
+)
 
 
 @dataclass
@@ -73,58 +81,33 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         broker.stop()
 
 
-def _acl(resource: int, name: str, pattern: int, principal: str, operation: int,
-         permission: int) -> CreateAclsRequest.AclCreation:
-    return CreateAclsRequest.AclCreation(
-        resource_type=resource, resource_name=name, resource_pattern_type=pattern,
-        principal=principal, host="*", operation=operation, permission_type=permission)
-
-
-def grant(conn: OpsConnection, resource: int, name: str, principal: str,
-          operation: int = READ, permission: int = ALLOW, pattern: int = LITERAL) -> None:
-    answer = conn.call(CreateAclsRequest[2](creations=[
-        _acl(resource, name, pattern, principal, operation, permission)]),
-        2, CreateAclsResponse)
-    assert [r.error_code for r in answer.results] == [NONE], answer
-
-
-def revoke(conn: OpsConnection, resource: int, name: str, principal: str) -> int:
-    F = DeleteAclsRequest.DeleteAclsFilter
-    answer = conn.call(DeleteAclsRequest[2](filters=[F(
-        resource_type_filter=resource, resource_name_filter=name, pattern_type_filter=1,
-        principal_filter=principal, host_filter=None, operation=1, permission_type=1)]),
-        2, DeleteAclsResponse)
-    result = answer.filter_results[0]
-    assert result.error_code == NONE, result
-    return len(result.matching_acls)
-
-
 def test_a_login_needs_an_allow_acl_in_its_tenant(secured: Broker) -> None:
     """No ACL in the tenant: refused, with the reason, and logged as a failed login."""
     secured.refused("t1", "bob")
     assert secured.broker.wait_for_log(r"\(tenant t1\) failed: role bob may not use tenant t1", 30)
     root = secured.login("t1", "admin")  # a superuser uses any tenant
-    grant(root, GROUP, "g", "User:bob")  # a group ACL of tenant t1
+    assert grant(root, ACL_GROUP, "g", "User:bob") == NONE  # a group ACL of tenant t1
     secured.login("t1", "bob")  # the next login sees the new ACL
     secured.refused("t2", "bob")  # an ACL of t1 says nothing about t2
-    grant(root, TOPIC, "t1/ns/", "User:carol", ALL, DENY, PREFIXED)
+    assert grant(root, ACL_TOPIC, "t1/ns/", "User:carol", ACL_ALL, DENY, PREFIXED) == NONE
     secured.refused("t1", "carol")  # a DENY alone is no reason to be there
-    assert revoke(root, GROUP, "g", "User:bob") == 1
+    assert revoke(root, ACL_GROUP, "g", "User:bob") == (NONE, 1)
     secured.refused("t1", "bob")  # nor is a revoked ACL
 
 
 @pytest.mark.parametrize(("tenant", "resource", "name", "principal", "operation", "pattern"), [
-    ("t3", TOPIC, "t3/default/", "User:dave", READ, PREFIXED),
-    ("t4", TOPIC, "orders", "User:*", READ, LITERAL),
-    ("t5", CLUSTER, "kafka-cluster", "User:dave", IDEMPOTENT_WRITE, LITERAL),
-    ("t6", 5, "tx-", "User:dave", 4, PREFIXED),
+    ("t3", ACL_TOPIC, "t3/default/", "User:dave", ACL_READ, PREFIXED),
+    ("t4", ACL_TOPIC, "orders", "User:*", ACL_READ, LITERAL),
+    ("t5", ACL_CLUSTER, "kafka-cluster", "User:dave", ACL_IDEMPOTENT_WRITE, LITERAL),
+    ("t6", ACL_TRANSACTIONAL_ID, "tx-", "User:dave", ACL_WRITE, PREFIXED),
 ])
 def test_any_allow_acl_of_the_tenant_lets_the_role_in(
         secured: Broker, tenant: str, resource: int, name: str, principal: str,
         operation: int, pattern: int) -> None:
     """A topic (prefixed, or literal for every user), cluster or transactional-id ACL."""
     secured.refused(tenant, "dave")
-    grant(secured.login(tenant, "admin"), resource, name, principal, operation, pattern=pattern)
+    assert grant(secured.login(tenant, "admin"), resource, name, principal, operation,
+                 pattern=pattern) == NONE
     secured.login(tenant, "dave").metadata([])
 
 
@@ -132,7 +115,7 @@ def test_a_refused_login_holds_none_of_the_tenants_connections(secured: Broker) 
     """bob (no ACL in q1) tries to fill q1's max_connections; q1's own alice still gets in."""
     root = secured.login("q1", "admin")  # one of q1's connections
     assert q.alter(root, [({"tenant": "q1"}, {"max_connections": 3.0})]) == [(NONE, None)]
-    grant(root, TOPIC, "q1/default/", "User:alice", READ, pattern=PREFIXED)
+    assert grant(root, ACL_TOPIC, "q1/default/", "User:alice", pattern=PREFIXED) == NONE
     squatters = [secured.refused("q1", "bob") for _ in range(2)]
     alices = [secured.login("q1", "alice") for _ in range(2)]
     for conn in alices:
