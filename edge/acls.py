@@ -212,6 +212,35 @@ class AclStore:
             and b.principal in (principal, "User:*") and b.host in (host, WILDCARD)
             for b in self.bindings)
 
+    def decide_any(self, tenant: str | None, resource: AclResource, principal: str,
+                   host: str, operation: AclOperation) -> bool:
+        """Kafka's ``authorizeByResourceType``: whether some resource of the type (of
+        ``tenant``; None: of any tenant) may get ``operation``: an ALLOW binding that no
+        DENY covers (a DENY of the wildcard, or of a prefix of the ALLOW's name, or of the
+        very name of a LITERAL ALLOW)."""
+        allows: list[AclBinding] = []
+        denies: list[AclBinding] = []
+        for binding in self.bindings:
+            if (tenant is not None and binding.tenant != tenant) or \
+                    binding.resource != resource:
+                continue
+            if binding.principal not in (principal, "User:*") or \
+                    binding.host not in (host, WILDCARD):
+                continue
+            if binding.operation not in (AclOperation.ALL, operation):
+                continue
+            (denies if binding.permission == AclPermission.DENY else allows).append(binding)
+
+        def taken_back(allow: AclBinding) -> bool:
+            return any(
+                deny.tenant == allow.tenant and (
+                    (deny.pattern == AclPattern.LITERAL and deny.name == WILDCARD)
+                    or (deny.pattern == AclPattern.PREFIXED and allow.name.startswith(deny.name))
+                    or (deny.pattern == allow.pattern == AclPattern.LITERAL
+                        and deny.name == allow.name))
+                for deny in denies)
+        return any(not taken_back(allow) for allow in allows)
+
     def decide(self, tenant: str, resource: AclResource, name: str, principal: str,
                host: str, operation: AclOperation) -> bool:
         """Kafka's rule: any matching DENY refuses; else any matching ALLOW grants."""

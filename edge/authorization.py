@@ -74,6 +74,19 @@ class Policy:
             self.on_denied(ctx, operation, resource, name, reason)
         return reason is None
 
+    def authorize_any(self, ctx: RequestContext, operation: Operation,
+                      resource: ResourceType) -> bool:
+        """Whether some resource of the type may get ``operation`` (Kafka's
+        ``authorizeByResourceType``): the caller's tenant's resources for a login, any
+        tenant's topics for a connection without one."""
+        if not self.enabled or self.is_super_user(ctx):
+            return True
+        tenant = ctx.login_tenant
+        if tenant is None and resource != ResourceType.TOPIC:
+            tenant = ctx.home.tenant
+        return self.acls.decide_any(tenant, _RESOURCES[resource], f"User:{ctx.principal}",
+                                    ctx.client_host, AclOperation(OPERATION_CODES[operation]))
+
     def _refusal(self, ctx: RequestContext, operation: Operation, resource: ResourceType,
                  name: str) -> str | None:
         """Why the check fails, or None when it passes."""
