@@ -224,7 +224,7 @@ class BrokerApp:
         self.acls = AclStore(self.logs.kv)
         self.policy = Policy(self.acls, config.authorization_enabled,
                              list(config.super_user_roles),
-                             config.kafka_metadata_namespace)
+                             config.kafka_metadata_namespace, config.kafka_tenant)
         settings = engine_config(config, cluster_id(self.logs.kv), self.logs.location)
         self.engine = Engine(settings, self.logs, self.policy)
         self.engine.kv_readers.append(self.acls.read_again)

@@ -31,9 +31,12 @@ class Policy:
     """Implements the engine's Authorizer."""
 
     def __init__(self, acls: AclStore, enabled: bool, super_users: Iterable[str],
-                 metadata_namespace: str) -> None:
+                 metadata_namespace: str, default_tenant: str = "public") -> None:
         self.acls = acls
         self.enabled = enabled
+        self.default_tenant = default_tenant
+        """``kafkaTenant``: the tenant whose group, transactional-id and CLUSTER ACLs also
+        judge connections without a tenant login (see :meth:`resource_tenant`)."""
         self.super_users = frozenset(super_users)
         self.metadata_namespace = metadata_namespace
         self.on_denied: Callable[[RequestContext, Operation, ResourceType, str, str], None] = (

@@ -517,9 +517,10 @@ class OpsConnection(SecureConnection, GroupConnection):
 
 # -- ACLs over raw frames (Kafka's codes) --------------------------------------------------
 
+ANY = 1
 ACL_TOPIC, ACL_GROUP, ACL_CLUSTER, ACL_TRANSACTIONAL_ID = 2, 3, 4, 5
 LITERAL, PREFIXED = 3, 4
-ACL_ALL, ACL_READ, ACL_WRITE = 2, 3, 4
+ACL_ALL, ACL_READ, ACL_WRITE, ACL_ALTER = 2, 3, 4, 7
 ACL_CLUSTER_ACTION, ACL_DESCRIBE_CONFIGS, ACL_ALTER_CONFIGS, ACL_IDEMPOTENT_WRITE = 9, 10, 11, 12
 DENY, ALLOW = 2, 3
 
