@@ -174,11 +174,15 @@ class SecureConnection(RawConnection):
         return self.call(SaslAuthenticateRequest[version](auth_bytes=auth_bytes), version,
                          SaslAuthenticateResponse)
 
-    def login(self, username: str, token: str, version: int = 2) -> Any:
-        """Handshake v1 and SaslAuthenticate a PLAIN ``token:`` login; assert it succeeded."""
+    def attempt_login(self, username: str, token: str, version: int = 2) -> Any:
+        """Handshake v1 and SaslAuthenticate a PLAIN ``token:`` login; the answer."""
         hand = self.handshake("PLAIN")
         assert hand.error_code == NONE, hand
-        answer = self.authenticate(plain_message(username, "token:" + token), version)
+        return self.authenticate(plain_message(username, "token:" + token), version)
+
+    def login(self, username: str, token: str, version: int = 2) -> Any:
+        """:meth:`attempt_login`, which must succeed."""
+        answer = self.attempt_login(username, token, version)
         assert answer.error_code == NONE, answer
         return answer
 
@@ -231,6 +235,15 @@ def closed_by_peer(conn: RawConnection, timeout: float = 5.0) -> bool:
 def raw_frame(conn: RawConnection, payload: bytes) -> None:
     """Send ``payload`` behind a size prefix."""
     conn.sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+
+def login_error(port: int, username: str, token: str) -> int:
+    """The error code of a PLAIN login on a new connection (closed after it)."""
+    conn = SecureConnection(port, timeout=60)
+    try:
+        return int(conn.attempt_login(username, token).error_code)
+    finally:
+        conn.close()
 
 
 # -- client configs ----------------------------------------------------------------------

@@ -51,7 +51,6 @@ from tests.security_helpers import (
     OpsConnection,
     TokenIssuer,
     grant,
-    plain_message,
     revoke,
 )
 
@@ -80,9 +79,7 @@ class AclBroker:
         """Assert that ``role`` may not log in to the tenant (it holds no ACL there)."""
         conn = OpsConnection(self.broker.port)
         try:
-            assert conn.handshake("PLAIN").error_code == NONE
-            answer = conn.authenticate(plain_message(username,
-                                                     "token:" + self.issuer.token(role)))
+            answer = conn.attempt_login(username, self.issuer.token(role))
             assert answer.error_code == SASL_AUTHENTICATION_FAILED, answer
             assert f"role {role} may not use tenant {username}" in answer.error_message
         finally:

@@ -22,7 +22,6 @@ from tests.security_helpers import (
     OpsConnection,
     TokenIssuer,
     grant,
-    plain_message,
 )
 
 TOPIC = "a/default/t"
@@ -41,9 +40,7 @@ class Setup:
         conn = OpsConnection(port)
         try:
             if username is not None:
-                assert conn.handshake("PLAIN").error_code == NONE
-                login = conn.authenticate(plain_message(
-                    username, "token:" + self.issuer.token(role)))
+                login = conn.attempt_login(username, self.issuer.token(role))
                 if login.error_code != NONE:
                     return int(login.error_code)
             error, records = conn.fetch(TOPIC)

@@ -36,7 +36,6 @@ from tests.security_helpers import (
     TokenIssuer,
     closed_by_peer,
     grant,
-    plain_message,
     revoke,
 )
 
@@ -49,8 +48,7 @@ class Broker:
     def attempt(self, tenant: str, role: str) -> tuple[OpsConnection, int, str | None]:
         """A PLAIN login; the connection, the answer's error code and message."""
         conn = OpsConnection(self.broker.ports["SASL_PLAINTEXT"], timeout=60)
-        assert conn.handshake("PLAIN").error_code == NONE
-        answer = conn.authenticate(plain_message(tenant, "token:" + self.issuer.token(role)))
+        answer = conn.attempt_login(tenant, self.issuer.token(role))
         return conn, answer.error_code, answer.error_message
 
     def login(self, tenant: str, role: str) -> OpsConnection:
