@@ -3,7 +3,10 @@
 On a SASL listener only ApiVersions, SaslHandshake and SaslAuthenticate are served until
 the client has logged in; anything else closes the connection. The v0 handshake (raw
 SASL tokens after it) and KIP-368 re-authentication are supported; a session that outlives
-its lifetime without re-authenticating is closed on its next request. The rules and the
+its lifetime without re-authenticating is closed on its next request. Every login and
+re-authentication also asks whether the role may use the tenant it names
+(``login_refusal``, the policy's): a refusal is a failed login, before the connection counts
+in the quotas on connections. The rules and the
 login's progress are the sans-I/O :class:`sasl.connection_state.ConnectionSasl`; this module
 does their I/O (the mechanism's steps in a worker thread, answers, audit, metrics, logs).
 """
