@@ -3,7 +3,7 @@
 The PLAIN username names the tenant. With authorization enabled, a login to tenant T
 succeeds only for a superuser or a role holding at least one ALLOW ACL of T (any resource
 type; ``User:*`` included); anyone else gets SASL_AUTHENTICATION_FAILED ("role X may not use
-tenant T"), logged as other failed logins, before the connection counts in T's quotas on
+tenant T"), logged and audited as other failed logins, before the connection counts in T's quotas on
 connections: a stranger cannot squat a tenant's ``max_connections``. ACL changes apply to
 the next login.
 """
@@ -18,6 +18,7 @@ import pytest
 
 from tests import quota_helpers as q
 from tests.broker_process import BrokerProcess
+from tests.security.test_audit import read_audit
 from tests.security_helpers import (
     ACL_ALL,
     ACL_CLUSTER,
@@ -71,7 +72,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     issuer = TokenIssuer("hmac", base / "keys")
     broker = BrokerProcess(base / "data", {
         "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
-        "authorizationEnabled": "true", "superUserRoles": "admin",
+        "authorizationEnabled": "true", "superUserRoles": "admin,ANONYMOUS",  # reads __audit
         "failedAuthenticationDelayMs": "0", **issuer.settings}).start()
     try:
         yield Broker(broker, issuer)
@@ -83,6 +84,10 @@ def test_a_login_needs_an_allow_acl_in_its_tenant(secured: Broker) -> None:
     """No ACL in the tenant: refused, with the reason, and logged as a failed login."""
     secured.refused("t1", "bob")
     assert secured.broker.wait_for_log(r"\(tenant t1\) failed: role bob may not use tenant t1", 30)
+    events = read_audit(f"127.0.0.1:{secured.broker.ports['PLAINTEXT']}",
+                        {("authentication", "failure")})
+    assert [(e["tenant"], e["reason"]) for e in events if e["outcome"] == "failure"] == [
+        ("t1", "role bob may not use tenant t1")], events
     root = secured.login("t1", "admin")  # a superuser uses any tenant
     assert grant(root, ACL_GROUP, "g", "User:bob") == NONE  # a group ACL of tenant t1
     secured.login("t1", "bob")  # the next login sees the new ACL
