@@ -88,6 +88,13 @@ class Authorizer(Protocol):
         operations a caller may apply, is not an attempt (Kafka's ``logIfDenied``)."""
         ...
 
+    def authorize_any(self, ctx: RequestContext, operation: Operation,
+                      resource: ResourceType) -> bool:
+        """Whether the caller may apply ``operation`` to some resource of the type (Kafka's
+        ``authorizeByResourceType``: an ALLOW that no DENY takes back); nothing is
+        reported."""
+        ...
+
 
 class AllowAll:
     """The authorizer used when authorization is disabled: everything is allowed."""
@@ -96,5 +103,10 @@ class AllowAll:
         self, ctx: RequestContext, operation: Operation, resource: ResourceType, name: str,
         log_denied: bool = True,
     ) -> bool:
+        """Allow every operation."""
+        return True
+
+    def authorize_any(self, ctx: RequestContext, operation: Operation,
+                      resource: ResourceType) -> bool:
         """Allow every operation."""
         return True

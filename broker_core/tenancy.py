@@ -92,9 +92,11 @@ class Tenancy:
                        and self.allowed(ctx, Operation.DESCRIBE, topic.name)),
                       key=lambda topic: topic.name)
 
-    def cluster_allowed(self, ctx: RequestContext, operation: Operation) -> bool:
+    def cluster_allowed(self, ctx: RequestContext, operation: Operation,
+                        log_denied: bool = True) -> bool:
         """Whether the caller may apply ``operation`` to the cluster."""
-        return self.authorizer.authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+        return self.authorizer.authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME,
+                                         log_denied)
 
     def named_topic(self, ctx: RequestContext, name: str, operation: Operation,
                     action: str) -> tuple[str, TopicInfo]:

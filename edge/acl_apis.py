@@ -5,11 +5,15 @@ Names are mapped as topics are: a LITERAL topic ``t`` means the caller's
 name with a ``/`` (``tenant/namespace/``) is a full prefix. Group and transactional-id
 bindings belong to the caller's tenant. Only superusers manage other tenants' ACLs, and
 no ACL may name a topic of the broker's system namespaces (see ``edge.authorization``).
+Only superusers manage the CLUSTER ACLs of the default tenant (``kafkaTenant``): they also
+judge connections without a tenant login, which reach every tenant (their quotas, say), so
+a tenant admin of ``public`` granting them would reach beyond its tenant.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Protocol
 
 from kafka.protocol.admin import (
@@ -42,6 +46,8 @@ log = logging.getLogger(__name__)
 _Description = DescribeAclsResponse.DescribeAclsResource.AclDescription
 CLUSTER_NAME = "kafka-cluster"
 _PERSISTENT = "persistent://"
+_DEFAULT_CLUSTER = ("only superusers manage CLUSTER ACLs of tenant {tenant!r}: they also apply "
+                    "to connections without a tenant login")
 
 
 class _FilterFields(Protocol):
@@ -120,6 +126,11 @@ class AclApis:
             raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                 f"only superusers manage ACLs of tenant {tenant!r}")
 
+    def _manages_default_cluster(self, ctx: RequestContext, tenant: str) -> bool:
+        """Whether the caller may manage the CLUSTER ACLs of ``tenant``: anyone who manages
+        its ACLs, except for the default tenant's, which only superusers manage."""
+        return tenant != self.policy.default_tenant or self.policy.is_super_user(ctx)
+
     def _refuse_system(self, ctx: RequestContext) -> None:
         """No ACL names a system namespace: only superusers reach its topics, so for anyone
         else it is a resource it may not manage (CLUSTER_AUTHORIZATION_FAILED, as for another
@@ -159,6 +170,9 @@ class AclApis:
                 else item.resource_name)
         tenant = _binding_tenant(ctx, resource, name)
         self._own(ctx, tenant)
+        if resource == AclResource.CLUSTER and not self._manages_default_cluster(ctx, tenant):
+            raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                _DEFAULT_CLUSTER.format(tenant=tenant))
         if resource == AclResource.TOPIC and self.policy.is_system_topic(name):
             self._refuse_system(ctx)
         return AclBinding(tenant, resource, name, pattern, item.principal, item.host or "*",
@@ -181,6 +195,18 @@ class AclApis:
         tenant = None if self.policy.is_super_user(ctx) else _tenant_of_caller(ctx)
         return AclFilter(tenant, resource, name, pattern, item.principal_filter,
                          item.host_filter, operation, permission, topic_name)
+
+    def _deletion(self, ctx: RequestContext, item: _FilterFields) -> AclFilter:
+        """A DeleteAcls filter: one naming the CLUSTER ACLs of a tenant the caller may not
+        manage them of is refused, one of any resource type leaves them alone."""
+        selector = self._filter(ctx, item)
+        tenant = _tenant_of_caller(ctx)
+        if self._manages_default_cluster(ctx, tenant):
+            return selector
+        if selector.resource == AclResource.CLUSTER:
+            raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                _DEFAULT_CLUSTER.format(tenant=tenant))
+        return replace(selector, cluster=False)
 
     async def create(self, engine: Engine, ctx: RequestContext,
                      request: CreateAclsRequest) -> CreateAclsResponse:
@@ -232,7 +258,7 @@ class AclApis:
         for item in request.filters:
             try:
                 self._gate(engine, ctx, Operation.ALTER)
-                outcomes.append(self._filter(ctx, item))
+                outcomes.append(self._deletion(ctx, item))
             except KafkaApiError as error:
                 outcomes.append(error)
         deleted = iter(self.store.delete([o for o in outcomes if isinstance(o, AclFilter)]))

@@ -83,13 +83,16 @@ def _shared_length(label: str, text: str, at: int) -> int:
 class _Scope:
     """The bindings of one tenant, resource type and principal."""
 
-    __slots__ = ("literal", "prefixed")
+    __slots__ = ("everything", "literal", "prefixed")
 
     def __init__(self) -> None:
         self.literal: dict[str, list[AclBinding]] = {}
         self.prefixed: _PrefixTree | None = None
+        self.everything: list[AclBinding] = []
+        """Every binding of the scope, whatever its name."""
 
     def add(self, binding: AclBinding) -> None:
+        self.everything.append(binding)
         if binding.pattern == AclPattern.PREFIXED:
             if self.prefixed is None:
                 self.prefixed = _PrefixTree()
@@ -122,14 +125,59 @@ class AclIndex:
                 scope = self._scopes[key] = _Scope()
             scope.add(binding)
 
+    def _scopes_of(self, tenant: str | None, resource: AclResource,
+                   principal: str) -> Iterator[_Scope]:
+        """The scopes of ``principal`` (and ``User:*``) for a resource type, in ``tenant``
+        (None: in every tenant, a walk over the scopes, not the bindings)."""
+        whos = (principal, "User:*") if principal != "User:*" else (principal,)
+        if tenant is None:
+            yield from (scope for (_, kind, who), scope in self._scopes.items()
+                        if kind == resource and who in whos)
+            return
+        for who in whos:
+            scope = self._scopes.get((tenant, resource, who))
+            if scope is not None:
+                yield scope
+
+    def allows_something(self, tenant: str, principal: str, host: str) -> bool:
+        """Whether an ALLOW binding of ``tenant`` (any resource, operation or pattern)
+        applies to ``principal`` from ``host``."""
+        return any(binding.permission == AclPermission.ALLOW
+                   and binding.host in (host, WILDCARD)
+                   for resource in AclResource
+                   for scope in self._scopes_of(tenant, resource, principal)
+                   for binding in scope.everything)
+
+    def decide_any(self, tenant: str | None, resource: AclResource, principal: str,
+                   host: str, operation: AclOperation) -> bool:
+        """Kafka's ``authorizeByResourceType``: whether some resource of the type (of
+        ``tenant``; None: of any tenant) may get ``operation``: an ALLOW binding that no
+        DENY covers (a DENY of the wildcard, or of a prefix of the ALLOW's name, or of the
+        very name of a LITERAL ALLOW)."""
+        allows: list[AclBinding] = []
+        denies: list[AclBinding] = []
+        for scope in self._scopes_of(tenant, resource, principal):
+            for binding in scope.everything:
+                if binding.host not in (host, WILDCARD) or \
+                        binding.operation not in (AclOperation.ALL, operation):
+                    continue
+                (denies if binding.permission == AclPermission.DENY else allows).append(binding)
+
+        def taken_back(allow: AclBinding) -> bool:
+            return any(
+                deny.tenant == allow.tenant and (
+                    (deny.pattern == AclPattern.LITERAL and deny.name == WILDCARD)
+                    or (deny.pattern == AclPattern.PREFIXED and allow.name.startswith(deny.name))
+                    or (deny.pattern == allow.pattern == AclPattern.LITERAL
+                        and deny.name == allow.name))
+                for deny in denies)
+        return any(not taken_back(allow) for allow in allows)
+
     def decide(self, tenant: str, resource: AclResource, name: str, principal: str,
                host: str, operation: AclOperation) -> bool:
         """Kafka's rule: any matching DENY refuses; else any matching ALLOW grants."""
         allowed = False
-        for who in (principal, "User:*") if principal != "User:*" else (principal,):
-            scope = self._scopes.get((tenant, resource, who))
-            if scope is None:
-                continue
+        for scope in self._scopes_of(tenant, resource, principal):
             for group in scope.covering(name):
                 for binding in group:
                     if binding.host not in (host, WILDCARD) or not binding.grants(operation):

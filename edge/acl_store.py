@@ -96,13 +96,28 @@ class AclStore:
             self._change(without)
         return [self._sorted(selected) for selected in doomed]
 
-    def decide(self, tenant: str, resource: AclResource, name: str, principal: str,
-               host: str, operation: AclOperation) -> bool:
-        """Kafka's rule: any matching DENY refuses; else any matching ALLOW grants (see
-        :meth:`AclIndex.decide`). The index follows the bindings: every change, made here
-        or read in from another broker, replaces them, and the first check after it
-        rebuilds the index."""
+    @property
+    def index(self) -> AclIndex:
+        """The bindings indexed. It follows them: every change, made here or read in from
+        another broker, replaces them, and the first check after it rebuilds the index."""
         bindings = self.bindings
         if bindings is not self._indexed:
             self._index, self._indexed = AclIndex(bindings), bindings
-        return self._index.decide(tenant, resource, name, principal, host, operation)
+        return self._index
+
+    def decide(self, tenant: str, resource: AclResource, name: str, principal: str,
+               host: str, operation: AclOperation) -> bool:
+        """Kafka's rule: any matching DENY refuses; else any matching ALLOW grants (see
+        :meth:`AclIndex.decide`)."""
+        return self.index.decide(tenant, resource, name, principal, host, operation)
+
+    def allows_something(self, tenant: str, principal: str, host: str) -> bool:
+        """Whether any ALLOW binding of ``tenant`` applies to ``principal`` from ``host``:
+        what a login to the tenant needs (the bindings as they stand, so a change applies
+        to the next login)."""
+        return self.index.allows_something(tenant, principal, host)
+
+    def decide_any(self, tenant: str | None, resource: AclResource, principal: str,
+                   host: str, operation: AclOperation) -> bool:
+        """Kafka's ``authorizeByResourceType`` (see :meth:`AclIndex.decide_any`)."""
+        return self.index.decide_any(tenant, resource, principal, host, operation)

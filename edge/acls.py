@@ -111,10 +111,14 @@ class AclFilter:
     permission: AclPermission
     topic_name: str | None = None
     """The name as topic bindings hold it (inside the caller's tenant); None: ``name``."""
+    cluster: bool = True
+    """Whether CLUSTER bindings may be selected."""
 
     def matches(self, binding: AclBinding) -> bool:
         """Whether ``binding`` is selected by this filter."""
         if self.tenant is not None and binding.tenant != self.tenant:
+            return False
+        if not self.cluster and binding.resource == AclResource.CLUSTER:
             return False
         if self.resource != AclResource.ANY and binding.resource != self.resource:
             return False

@@ -224,7 +224,7 @@ class BrokerApp:
         self.acls = AclStore(self.logs.kv)
         self.policy = Policy(self.acls, config.authorization_enabled,
                              list(config.super_user_roles),
-                             config.kafka_metadata_namespace)
+                             config.kafka_metadata_namespace, config.kafka_tenant)
         settings = engine_config(config, cluster_id(self.logs.kv), self.logs.location)
         self.engine = Engine(settings, self.logs, self.policy)
         self.engine.kv_readers.append(self.acls.read_again)
@@ -298,7 +298,7 @@ class BrokerApp:
                        self.config.failed_authentication_delay_ms,
                        self.config.connections_max_reauth_ms, self.audit,
                        self.config.sasl_server_max_receive_size, self.gate,
-                       self.sasl_steps)
+                       self.sasl_steps, self.policy.login_refusal)
 
     async def start(self) -> list[ListenerSpec]:
         """Start the engine and every listener; return the listeners with their bound ports.

@@ -32,9 +32,12 @@ class Policy:
     """Implements the engine's Authorizer."""
 
     def __init__(self, acls: AclStore, enabled: bool, super_users: Iterable[str],
-                 metadata_namespace: str) -> None:
+                 metadata_namespace: str, default_tenant: str = "public") -> None:
         self.acls = acls
         self.enabled = enabled
+        self.default_tenant = default_tenant
+        """``kafkaTenant``: the tenant whose group, transactional-id and CLUSTER ACLs also
+        judge connections without a tenant login (see :meth:`resource_tenant`)."""
         self.super_users = frozenset(super_users)
         self.metadata_namespace = metadata_namespace
         self.on_denied: Callable[[RequestContext, Operation, ResourceType, str, str], None] = (
@@ -49,6 +52,18 @@ class Policy:
         namespaces."""
         return naming.in_system_namespace(name, self.metadata_namespace)
 
+    def login_refusal(self, principal: str, tenant: str, host: str) -> str | None:
+        """Why a login of ``principal`` from ``host`` may not use ``tenant``, or None: with
+        authorization enabled, only a superuser or a role that holds at least one ALLOW ACL
+        of the tenant (any resource type, ``User:*`` included) may log in to it, so that a
+        role with no business there neither reaches it nor counts in its quotas on
+        connections. Without authorization any role may use any tenant."""
+        if not self.enabled or principal in self.super_users:
+            return None
+        if self.acls.allows_something(tenant, f"User:{principal}", host):
+            return None
+        return f"role {principal} may not use tenant {tenant}"
+
     def resource_tenant(self, ctx: RequestContext, resource: ResourceType, name: str) -> str:
         """The tenant a resource belongs to: a topic's first name part, else the caller's."""
         if resource == ResourceType.TOPIC:
@@ -62,6 +77,19 @@ class Policy:
         if reason is not None and log_denied:
             self.on_denied(ctx, operation, resource, name, reason)
         return reason is None
+
+    def authorize_any(self, ctx: RequestContext, operation: Operation,
+                      resource: ResourceType) -> bool:
+        """Whether some resource of the type may get ``operation`` (Kafka's
+        ``authorizeByResourceType``): the caller's tenant's resources for a login, any
+        tenant's topics for a connection without one."""
+        if not self.enabled or self.is_super_user(ctx):
+            return True
+        tenant = ctx.login_tenant
+        if tenant is None and resource != ResourceType.TOPIC:
+            tenant = ctx.home.tenant
+        return self.acls.decide_any(tenant, _RESOURCES[resource], f"User:{ctx.principal}",
+                                    ctx.client_host, AclOperation(OPERATION_CODES[operation]))
 
     def _refusal(self, ctx: RequestContext, operation: Operation, resource: ResourceType,
                  name: str) -> str | None:

@@ -3,7 +3,10 @@
 On a SASL listener only ApiVersions, SaslHandshake and SaslAuthenticate are served until
 the client has logged in; anything else closes the connection. The v0 handshake (raw
 SASL tokens after it) and KIP-368 re-authentication are supported; a session that outlives
-its lifetime without re-authenticating is closed on its next request. The rules and the
+its lifetime without re-authenticating is closed on its next request. Every login and
+re-authentication also asks whether the role may use the tenant it names
+(``login_refusal``, the policy's): a refusal is a failed login, before the connection counts
+in the quotas on connections. The rules and the
 login's progress are the sans-I/O :class:`sasl.connection_state.ConnectionSasl`; this module
 does their I/O (the mechanism's steps in a worker thread, answers, audit, metrics, logs).
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from functools import partial
 
@@ -82,7 +86,8 @@ class Session:
                  max_reauth_ms: int = 0, audit: AuditLog | None = None,
                  max_receive_before_login: int | None = None,
                  gate: ConnectionGate | None = None,
-                 steps: Executor | None = None) -> None:
+                 steps: Executor | None = None,
+                 login_refusal: Callable[[str, str, str], str | None] | None = None) -> None:
         self.dispatcher = dispatcher
         self.info = info
         self.advertised = advertised
@@ -100,6 +105,9 @@ class Session:
         self.gate = gate
         self.steps = steps
         """Where the mechanism's steps run (None: the loop's default executor)."""
+        self.login_refusal = login_refusal
+        """Why a role (from a host) may not use a tenant, or None (``Policy.login_refusal``):
+        asked at each login, before the quotas on connections count it."""
         self.admitted: Caller | None = None
         """Who the connection counts for in the quotas on connections, once admitted."""
         self.muted_until = 0.0
@@ -153,11 +161,16 @@ class Session:
             listener=self.info.listener, advertised=self.advertised, principal=self.principal,
             home=self.home, client_id=parsed.header.client_id,
             api_version=parsed.header.api_version,
-            client_host=self.info.peer.rsplit(":", 1)[0],
+            client_host=self.client_host,
             login_tenant=self.home.tenant if self.sasl.login is not None else None,
             api=parsed.spec.name,
         )
         return await self.dispatcher.dispatch(ctx, parsed, self._mute)
+
+    @property
+    def client_host(self) -> str:
+        """The client's address without its port."""
+        return self.info.peer.rsplit(":", 1)[0]
 
     async def _admit(self, client_id: str | None) -> None:
         """Count the connection in the quotas on connections (FrameError: refused)."""
@@ -245,6 +258,7 @@ class Session:
             result = server.result if server.complete else None
             if result is not None:
                 self.sasl.check(result)
+                self._check_tenant(result)
         except SaslFailure as failure:
             AUTHENTICATIONS.labels(server.mechanism, "failure").inc()
             tenant = server.claimed_tenant
@@ -265,6 +279,15 @@ class Session:
         if self.admitted is None:
             await self._admit(client_id)
         return challenge, result
+
+    def _check_tenant(self, result: Authenticated) -> None:
+        """Whether the role may use the tenant it logs in to (SaslFailure if not)."""
+        if self.login_refusal is None:
+            return
+        tenant = result.tenant or self.default_home.tenant
+        refusal = self.login_refusal(result.principal, tenant, self.client_host)
+        if refusal is not None:
+            raise SaslFailure(refusal)
 
     def _logged_in(self, result: Authenticated) -> None:
         first = self.sasl.login is None

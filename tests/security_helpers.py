@@ -22,10 +22,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from kafka.protocol.admin import (
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteRecordsRequest,
@@ -81,6 +85,7 @@ CLUSTER_AUTHORIZATION_FAILED = 31
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 SECURITY_DISABLED = 54
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 SASL_AUTHENTICATION_FAILED = 58
 
 
@@ -169,11 +174,15 @@ class SecureConnection(RawConnection):
         return self.call(SaslAuthenticateRequest[version](auth_bytes=auth_bytes), version,
                          SaslAuthenticateResponse)
 
-    def login(self, username: str, token: str, version: int = 2) -> Any:
-        """Handshake v1 and SaslAuthenticate a PLAIN ``token:`` login; assert it succeeded."""
+    def attempt_login(self, username: str, token: str, version: int = 2) -> Any:
+        """Handshake v1 and SaslAuthenticate a PLAIN ``token:`` login; the answer."""
         hand = self.handshake("PLAIN")
         assert hand.error_code == NONE, hand
-        answer = self.authenticate(plain_message(username, "token:" + token), version)
+        return self.authenticate(plain_message(username, "token:" + token), version)
+
+    def login(self, username: str, token: str, version: int = 2) -> Any:
+        """:meth:`attempt_login`, which must succeed."""
+        answer = self.attempt_login(username, token, version)
         assert answer.error_code == NONE, answer
         return answer
 
@@ -226,6 +235,15 @@ def closed_by_peer(conn: RawConnection, timeout: float = 5.0) -> bool:
 def raw_frame(conn: RawConnection, payload: bytes) -> None:
     """Send ``payload`` behind a size prefix."""
     conn.sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+
+def login_error(port: int, username: str, token: str) -> int:
+    """The error code of a PLAIN login on a new connection (closed after it)."""
+    conn = SecureConnection(port, timeout=60)
+    try:
+        return int(conn.attempt_login(username, token).error_code)
+    finally:
+        conn.close()
 
 
 # -- client configs ----------------------------------------------------------------------
@@ -508,3 +526,35 @@ class OpsConnection(SecureConnection, GroupConnection):
         return int(answer.error_code), {
             (t.name, p.partition_index): int(p.committed_offset)
             for t in answer.topics for p in t.partitions}
+
+
+# -- ACLs over raw frames (Kafka's codes) --------------------------------------------------
+
+ANY = 1
+ACL_TOPIC, ACL_GROUP, ACL_CLUSTER, ACL_TRANSACTIONAL_ID = 2, 3, 4, 5
+LITERAL, PREFIXED = 3, 4
+ACL_ALL, ACL_READ, ACL_WRITE, ACL_ALTER = 2, 3, 4, 7
+ACL_CLUSTER_ACTION, ACL_DESCRIBE_CONFIGS, ACL_ALTER_CONFIGS, ACL_IDEMPOTENT_WRITE = 9, 10, 11, 12
+DENY, ALLOW = 2, 3
+
+
+def grant(conn: RawConnection, resource: int, name: str, principal: str,
+          operation: int = ACL_READ, permission: int = ALLOW, pattern: int = LITERAL) -> int:
+    """CreateAcls of one binding (from any host); its error code."""
+    answer = conn.call(CreateAclsRequest[2](creations=[CreateAclsRequest.AclCreation(
+        resource_type=resource, resource_name=name, resource_pattern_type=pattern,
+        principal=principal, host="*", operation=operation, permission_type=permission)]),
+        2, CreateAclsResponse)
+    return int(answer.results[0].error_code)
+
+
+def revoke(conn: RawConnection, resource: int, name: str, principal: str) -> tuple[int, int]:
+    """DeleteAcls of every binding of the resource name and principal; the error code and
+    how many were deleted."""
+    F = DeleteAclsRequest.DeleteAclsFilter
+    answer = conn.call(DeleteAclsRequest[2](filters=[F(
+        resource_type_filter=resource, resource_name_filter=name, pattern_type_filter=1,
+        principal_filter=principal, host_filter=None, operation=1, permission_type=1)]),
+        2, DeleteAclsResponse)
+    result = answer.filter_results[0]
+    return int(result.error_code), len(result.matching_acls)

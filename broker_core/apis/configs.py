@@ -67,7 +67,12 @@ def _describe_topic(engine: Engine, ctx: RequestContext, resource: _Resource,
                     TOPIC_CONFIG_KEYS, resource.configuration_keys, False, documented)
 
 
-def _describe_broker(engine: Engine, resource: _Resource, documented: bool) -> list[_Entry]:
+def _describe_broker(engine: Engine, ctx: RequestContext, resource: _Resource,
+                     documented: bool) -> list[_Entry]:
+    if not engine.tenancy.cluster_allowed(ctx, Operation.DESCRIBE_CONFIGS):
+        # Kafka: DESCRIBE_CONFIGS on the cluster, checked before the broker's name
+        raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                            "Cluster authorization failed.")
     if resource.resource_name not in ("", str(engine.config.broker_id)):
         raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                             f"this is broker {engine.config.broker_id}, not "
@@ -93,7 +98,7 @@ async def handle_describe_configs(engine: Engine, ctx: RequestContext,
             if resource.resource_type == TOPIC:
                 entries = _describe_topic(engine, ctx, resource, documented)
             elif resource.resource_type == BROKER:
-                entries = _describe_broker(engine, resource, documented)
+                entries = _describe_broker(engine, ctx, resource, documented)
             else:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                     f"resource type {resource.resource_type} has no configs here")

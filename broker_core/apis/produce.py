@@ -7,9 +7,15 @@ import logging
 import time
 
 from broker_core import metrics, naming
+from broker_core.codec.batch_header import (
+    ATTRIBUTES_AT,
+    MAGIC_AT,
+    RECORD_BATCH_MAGIC,
+    TRANSACTIONAL_BIT,
+)
 from broker_core.codec.produce_reader import ProduceBody
 from broker_core.codec.produce_writer import PartitionAnswer, ProduceAnswer
-from broker_core.context import Operation, RequestContext
+from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.engine import Admitted, Appended, Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.stages import Later
@@ -40,6 +46,29 @@ def _topic(engine: Engine, ctx: RequestContext, name: str) -> tuple[str, TopicIn
     if topic is None:
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
     return internal, topic
+
+
+def _transactional(request: ProduceBody) -> bool:
+    """Whether a partition's batch is marked transactional (its first batch's attributes,
+    as Kafka's ``hasTransactionalRecords`` judges a request)."""
+    for topic in request.topic_data:
+        for data in topic.partition_data:
+            records = data.records
+            if records is not None and len(records) > ATTRIBUTES_AT + 1 and \
+                    records[MAGIC_AT] == RECORD_BATCH_MAGIC and \
+                    records[ATTRIBUTES_AT + 1] & TRANSACTIONAL_BIT:
+                return True
+    return False
+
+
+def _txn_refusal(engine: Engine, ctx: RequestContext, request: ProduceBody) -> str | None:
+    """Why a transactional produce may not write for its transactional id (Kafka: WRITE on
+    it; every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED), or None."""
+    tid = request.transactional_id
+    if tid is None or not _transactional(request) or engine.authorizer.authorize(
+            ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+        return None
+    return "not allowed to write for the transactional id"
 
 
 def _admit(engine: Engine, ctx: RequestContext, internal: str, topic: TopicInfo, index: int,
@@ -81,6 +110,12 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
     acks: int = request.acks
     topics: list[tuple[str, list[PartitionAnswer]]] = []
     waits: list[_Wait] = []
+    refusal = _txn_refusal(engine, ctx, request)
+    if refusal is not None:
+        return ProduceAnswer(request.version, [(topic.name, [
+            _failed(data.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, refusal)
+            for data in topic.partition_data]) for topic in request.topic_data]) \
+            if acks != 0 else None
     for topic in request.topic_data:
         partitions: list[PartitionAnswer] = []
         found: tuple[str, TopicInfo] | KafkaApiError

@@ -74,6 +74,16 @@ def _txn_error(engine: Engine, ctx: RequestContext, transactional_id: str,
                                      engine.tenancy.scoped_id(ctx, transactional_id))
 
 
+def _idempotence_error(engine: Engine, ctx: RequestContext) -> ErrorCode:
+    """Kafka's rule for a producer id without a transactional id (KIP-679): IDEMPOTENT_WRITE
+    on the cluster, or WRITE on some topic; CLUSTER_AUTHORIZATION_FAILED otherwise."""
+    if engine.tenancy.cluster_allowed(ctx, Operation.IDEMPOTENT_WRITE, log_denied=False) or \
+            engine.authorizer.authorize_any(ctx, Operation.WRITE, ResourceType.TOPIC):
+        return ErrorCode.NONE
+    engine.tenancy.cluster_allowed(ctx, Operation.IDEMPOTENT_WRITE)  # reports the denial
+    return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
 async def _attempt(action: Awaitable[object]) -> ErrorCode:
     try:
         await action
@@ -88,7 +98,7 @@ async def handle_init_producer_id(engine: Engine, ctx: RequestContext,
     version = request.version
     R = InitProducerIdResponse
     tid = request.transactional_id
-    code = _txn_error(engine, ctx, tid) if tid is not None else ErrorCode.NONE
+    code = _txn_error(engine, ctx, tid) if tid is not None else _idempotence_error(engine, ctx)
     pid, epoch = -1, -1
     if code == ErrorCode.NONE:
         try:
@@ -153,6 +163,11 @@ async def handle_add_partitions_to_txn(
         return R(version=version, throttle_time_ms=0,
                  results_by_topic_v3_and_below=_topic_results(
                      R.AddPartitionsToTxnTopicResult, codes))
+    if not engine.tenancy.cluster_allowed(ctx, Operation.CLUSTER_ACTION):
+        # Kafka: v4 and later are the brokers' own form (verify_only tells a partition
+        # leader what a coordinator knows), for CLUSTER_ACTION holders only
+        return R(version=version, throttle_time_ms=0,
+                 error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[])
     answers = []
     for txn in request.transactions:
         if txn.verify_only:
@@ -170,13 +185,17 @@ async def handle_add_partitions_to_txn(
 def _verify_only(engine: Engine, ctx: RequestContext,
                  txn: AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
                  ) -> TopicCodes:
-    """The batched form's verify_only: report whether each partition is in the transaction."""
+    """The batched form's verify_only: report whether each partition is in the transaction
+    (a topic the caller may not describe, such as another tenant's: TOPIC_AUTHORIZATION_FAILED,
+    so that no tenant learns of another's transactions)."""
     results: TopicCodes = []
     for topic in txn.topics:
         partitions = []
         for index in topic.partitions:
             try:
                 internal = engine.tenancy.internal_name(ctx, topic.name)
+                if not engine.tenancy.allowed(ctx, Operation.DESCRIBE, internal):
+                    raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic.name)
                 engine.transactions.verify_produce(txn.producer_id, txn.producer_epoch,
                                                    internal, index)
                 code = ErrorCode.NONE

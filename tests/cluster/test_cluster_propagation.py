@@ -39,6 +39,7 @@ from tests.group_helpers import FAST_GROUPS
 from tests.postgres_server import PostgresServer, shared_server
 from tests.security_helpers import (
     NONE,
+    SASL_AUTHENTICATION_FAILED,
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
     Login,
@@ -46,6 +47,7 @@ from tests.security_helpers import (
     TokenIssuer,
     check_roundtrip,
     consume_confluent,
+    login_error,
     produce_confluent,
 )
 from tests.storage.test_storage_engines import TOPIC, append, partition
@@ -204,6 +206,10 @@ class Pair:
         conn.login(TENANT, self.issuer.token(role))
         return conn
 
+    def login_error(self, broker: BrokerProcess, role: str) -> int:
+        """The error code of a login of ``role`` to the tenant through ``broker``."""
+        return login_error(broker.port, TENANT, self.issuer.token(role))
+
     def login(self, broker: BrokerProcess, role: str = "admin") -> Login:
         return Login(broker.bootstrap, "SASL_PLAINTEXT", TENANT, self.issuer.token(role))
 
@@ -330,21 +336,28 @@ def delete_acl(conn: OpsConnection, acl: dict[str, Any]) -> None:
 
 def test_an_acl_created_through_one_broker_is_enforced_on_the_other(
         pair: Pair, topic_name: str) -> None:
+    """Logins too: reader may log in to the tenant once it holds an ACL there, on the other
+    broker as well, and no longer once it is deleted (a session under way keeps its
+    login, its requests are refused)."""
     admin_a = pair.conn(pair.a)
-    reader_b = pair.conn(pair.b, "reader")
+    reader_b: OpsConnection | None = None
     try:
         assert admin_a.create_topic(topic_name, 1) == NONE
-        assert topic_error(reader_b, topic_name) == TOPIC_AUTHORIZATION_FAILED
+        assert pair.login_error(pair.b, "reader") == SASL_AUTHENTICATION_FAILED
         grant = _acl(topic_name, "reader")
         create_acls(admin_a, [grant])
-        eventually(lambda: topic_error(reader_b, topic_name) == NONE,
-                   "the new ACL enforced on the other broker")
+        eventually(lambda: pair.login_error(pair.b, "reader") == NONE,
+                   "the new ACL letting reader log in on the other broker")
+        reader_b = pair.conn(pair.b, "reader")
+        assert topic_error(reader_b, topic_name) == NONE
         delete_acl(admin_a, grant)
         eventually(lambda: topic_error(reader_b, topic_name) == TOPIC_AUTHORIZATION_FAILED,
                    "the deleted ACL gone on the other broker")
+        assert pair.login_error(pair.b, "reader") == SASL_AUTHENTICATION_FAILED
     finally:
         admin_a.close()
-        reader_b.close()
+        if reader_b is not None:
+            reader_b.close()
 
 
 def test_acls_created_through_both_brokers_at_once_are_all_kept(

@@ -24,7 +24,7 @@ from edge.log_format import LOG_ARG_LIMIT, broker_log_handler
 from sasl.printable import FIELD_LIMIT, printable
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
-from tests.security_helpers import TokenIssuer
+from tests.security_helpers import ACL_GROUP, NONE, OpsConnection, TokenIssuer, grant
 
 FORGED = "2026-01-01 00:00:00,000 INFO edge.session: peer logged in as admin"
 
@@ -195,6 +195,10 @@ def test_json_lines_about_topics_and_groups_carry_them(tmp_path: Path,
         producer.flush(30)
         producer.close()
 
+        root = OpsConnection(broker.port)  # bob may log in to acme: an ACL of acme
+        root.login("acme", issuer.token("admin"))
+        assert grant(root, ACL_GROUP, "bob-group", "User:bob") == NONE
+        root.close()
         denied = KafkaProducer(**login("bob"), client_id="bob-client", acks="all",
                                retries=0, max_block_ms=5000)
         with pytest.raises(KafkaError):

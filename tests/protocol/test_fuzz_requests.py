@@ -17,7 +17,7 @@ from tests.broker_process import BrokerProcess
 from tests.clients import PARTITIONS, consume_confluent, make_records, produce_confluent
 from tests.fuzz_requests import TOPIC, run
 from tests.raw import RawConnection
-from tests.security_helpers import SecureConnection, TokenIssuer
+from tests.security_helpers import ACL_GROUP, NONE, SecureConnection, TokenIssuer, grant
 
 KEPT = "fuzz-kept"
 """A topic the fuzzer never names: its records must all be there afterwards."""
@@ -50,6 +50,12 @@ def test_hostile_field_values_get_answers(tmp_path: Path, caller: str, seed: int
         produce_confluent(broker.bootstrap, KEPT, kept, "none", conf=conf)
         produce_confluent(broker.bootstrap, TOPIC, make_records(30, 1_700_000_000_000), "none",
                           conf=conf)
+
+        if role is not None and role != "admin":  # an ACL of the tenant lets it log in
+            root = SecureConnection(broker.port)
+            root.login(TENANT, issuer.token("admin"))
+            assert grant(root, ACL_GROUP, "unused", f"User:{role}") == NONE
+            root.close()
 
         def connect() -> RawConnection:
             conn = SecureConnection(broker.port, timeout=3.0)

@@ -23,7 +23,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from tests.broker_process import BrokerProcess
 from tests.quota_helpers import DEFAULT, EXACT, SPECIFIED, alter, describe, parts
-from tests.security_helpers import Login, OpsConnection, TokenIssuer
+from tests.security_helpers import ACL_GROUP, NONE, Login, OpsConnection, TokenIssuer, grant
 
 CLUSTER_AUTHORIZATION_FAILED = 31
 INVALID_REQUEST = 42
@@ -156,6 +156,7 @@ def test_invalid_filters_answer_invalid_request(setup: QuotaBroker) -> None:
 
 
 def test_a_role_without_the_cluster_acls_is_refused(setup: QuotaBroker) -> None:
+    assert grant(setup.conn("admin"), ACL_GROUP, "unused", "User:nobody") == NONE  # a login
     conn = setup.conn("nobody")
     [(code, _)] = alter(conn, [({"namespace": "acme/prod"}, {P: 100.0})])
     assert code == CLUSTER_AUTHORIZATION_FAILED

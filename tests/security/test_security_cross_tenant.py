@@ -1,8 +1,9 @@
 """Who reaches another tenant's topics, as the README's "Tenants" paragraph says: a
 superuser role always; a login of another tenant never; the PLAIN username (not the token)
-picks the login's tenant, so without ACLs any valid token may log in as any tenant; and a
-connection without a SASL login (a PLAINTEXT or SSL listener) has no tenant boundary,
-only the ACLs. Each case reads tenant a's topic ``a/default/t`` by its full name."""
+picks the login's tenant, so without ACLs any valid token may log in as any tenant (with
+them, only a role holding an ACL of the tenant may); and a connection without a SASL login
+(a PLAINTEXT or SSL listener) has no tenant boundary, only the ACLs. Each case reads tenant
+a's topic ``a/default/t`` by its full name."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from tests.broker_process import BrokerProcess
-from tests.security_helpers import NONE, TOPIC_AUTHORIZATION_FAILED, OpsConnection, TokenIssuer
+from tests.security_helpers import (
+    ACL_GROUP,
+    NONE,
+    SASL_AUTHENTICATION_FAILED,
+    TOPIC_AUTHORIZATION_FAILED,
+    OpsConnection,
+    TokenIssuer,
+    grant,
+)
 
 TOPIC = "a/default/t"
 
@@ -25,13 +34,15 @@ class Setup:
     authorization: bool
 
     def read(self, username: str | None, role: str = "") -> int:
-        """Fetch's error for ``TOPIC`` after a PLAIN login (None: no login, plain listener);
-        on success, the record that tenant a wrote must be there."""
+        """Fetch's error for ``TOPIC`` after a PLAIN login (None: no login, plain listener),
+        or the login's; on success, the record that tenant a wrote must be there."""
         port = self.broker.ports["PLAINTEXT" if username is None else "SASL_PLAINTEXT"]
         conn = OpsConnection(port)
         try:
             if username is not None:
-                conn.login(username, self.issuer.token(role))
+                login = conn.attempt_login(username, self.issuer.token(role))
+                if login.error_code != NONE:
+                    return int(login.error_code)
             error, records = conn.fetch(TOPIC)
         finally:
             conn.close()
@@ -55,6 +66,11 @@ def setup(request: pytest.FixtureRequest,
         assert owner.create_topic("t") == NONE
         assert owner.produce("t", value=b"from-a") == NONE
         owner.close()
+        if request.param:  # bob may log in to tenant b: he holds an ACL there
+            b_admin = OpsConnection(broker.ports["SASL_PLAINTEXT"])
+            b_admin.login("b", issuer.token("admin"))
+            assert grant(b_admin, ACL_GROUP, "g", "User:bob") == NONE
+            b_admin.close()
         yield Setup(broker, issuer, request.param)
     finally:
         broker.stop()
@@ -71,8 +87,8 @@ def test_a_superuser_reaches_every_tenant_by_full_name(setup: Setup) -> None:
 
 def test_the_username_picks_the_tenant_and_acls_decide(setup: Setup) -> None:
     """bob's token logs in as tenant a: without authorization it reads a's topic; with
-    it, only an ACL of tenant a could let it."""
-    expected = TOPIC_AUTHORIZATION_FAILED if setup.authorization else NONE
+    it, the login is refused (bob's role holds no ACL of tenant a)."""
+    expected = SASL_AUTHENTICATION_FAILED if setup.authorization else NONE
     assert setup.read("a", "bob") == expected
 
 

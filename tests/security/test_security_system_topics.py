@@ -33,12 +33,14 @@ from edge.acls import AclPattern, AclPermission, AclResource
 from tests.broker_process import BrokerProcess
 from tests.clients import present
 from tests.security_helpers import (
+    ACL_GROUP,
     NONE,
     TOPIC_AUTHORIZATION_FAILED,
     Login,
     OpsConnection,
     TokenIssuer,
 )
+from tests.security_helpers import grant as raw_grant
 
 AUDIT = "public/__kafka/__audit"
 OFFSETS = "public/__kafka/__consumer_offsets"
@@ -107,7 +109,12 @@ def test_a_tenant_admin_cannot_reach_the_system_namespace(tmp_path: Path) -> Non
         root = AdminClient(superuser.confluent())
         assert create_error(root, grant("kafka-cluster", "padmin", AclOperation.ALL,
                                         resource=ResourceType.BROKER)) == NONE
-        # Another tenant logs in: its login is one of the events in __audit.
+        # Another tenant logs in (carol holds an ACL of acme): its login is one of the
+        # events in __audit.
+        acme_root = OpsConnection(broker.port)
+        acme_root.login("acme", issuer.token("admin"))
+        assert raw_grant(acme_root, ACL_GROUP, "g", "User:carol") == NONE
+        acme_root.close()
         other = OpsConnection(broker.port)
         other.login("acme", issuer.token("carol"))
         other.close()
