@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from broker_core.codec.compression import CODEC_BY_NAME, PRODUCER
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.storage.config import whole_number
 
 COMPRESSION_TYPES = (*CODEC_BY_NAME, PRODUCER)
 """The values of ``compression.type``, for topics and the broker default."""
@@ -23,12 +24,8 @@ LONG_MAX = 2**63 - 1
 # Config types as DescribeConfigs (v3+) reports them.
 TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 2, 3, 5, 6, 7
 
-_INTEGER = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 """Unambiguous (each digit can match one way only), so a failing match is linear."""
-_NUMBER_LENGTH = 64
-"""Longest numeric value looked at (a long has 19 digits): a longer one is invalid before
-any parsing (``int`` refuses more than 4,300 digits; a client must not make us try)."""
 
 
 def list_items(value: str) -> list[str]:
@@ -38,16 +35,17 @@ def list_items(value: str) -> list[str]:
 
 def _integer(low: int, high: int) -> Callable[[str], bool]:
     def check(value: str) -> bool:
-        text = value.strip()
-        return len(text) <= _NUMBER_LENGTH and bool(_INTEGER.fullmatch(text)) \
-            and low <= int(text) <= high
+        try:
+            return low <= whole_number(value) <= high
+        except ValueError:
+            return False
 
     return check
 
 
 def _fraction(value: str) -> bool:
     text = value.strip()
-    if len(text) > _NUMBER_LENGTH or not _DECIMAL.fullmatch(text):
+    if not _DECIMAL.fullmatch(text):
         return False
     number = float(text)
     return math.isfinite(number) and 0.0 <= number <= 1.0
@@ -155,7 +153,7 @@ def config_source(name: str, own: Collection[str], configured: Collection[str]) 
 def _check_across(checked: Mapping[str, str]) -> None:
     """Kafka's checks between keys, on a topic's whole set of configs."""
     def value(name: str) -> int:
-        return int(checked.get(name, TOPIC_CONFIG_KEYS[name].default).strip())
+        return whole_number(checked.get(name, TOPIC_CONFIG_KEYS[name].default))
 
     low, high = value("min.compaction.lag.ms"), value("max.compaction.lag.ms")
     if low > high:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -38,6 +39,26 @@ _MINIMUMS: Mapping[str, int] = {
     "retention_bytes": -1,
     "index_interval_bytes": 0,
 }
+
+
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+_LONG_DIGITS = 19
+"""Digits of the largest long."""
+
+
+def whole_number(text: str) -> int:
+    """An integer config value as Java's ``Long.parseLong`` reads it (blanks around it, a
+    sign, any number of leading zeros); ValueError for anything else, or for more than a
+    long's 19 significant digits (checked before parsing: ``int`` refuses more than 4,300
+    digits, leading zeros included, and a client must not make it try)."""
+    stripped = text.strip()
+    if not _WHOLE.fullmatch(stripped):
+        raise ValueError(f"not an integer: {text[:40]!r}")
+    digits = stripped.lstrip("+-").lstrip("0")
+    if len(digits) > _LONG_DIGITS:
+        raise ValueError(f"out of range: {len(digits)} digits")
+    number = int(digits or "0")
+    return -number if stripped.startswith("-") else number
 
 
 def _range_problem(value: object, minimum: int) -> str | None:
@@ -78,7 +99,7 @@ def log_config_for_topic(default: LogConfig, configs: Mapping[str, str]) -> LogC
         if raw is None or field in changes:
             continue
         try:
-            value = int(str(raw).strip())
+            value = whole_number(str(raw))
         except ValueError:
             raise ValueError(f"invalid value {raw!r} for topic config {key!r}") from None
         problem = _range_problem(value, _MINIMUMS[field])
@@ -88,7 +109,7 @@ def log_config_for_topic(default: LogConfig, configs: Mapping[str, str]) -> LogC
     max_lag = configs.get("max.compaction.lag.ms")
     if "compact" in items and max_lag is not None:
         try:
-            lag = int(str(max_lag).strip())
+            lag = whole_number(str(max_lag))
         except ValueError:
             raise ValueError(f"invalid value {max_lag!r} for topic config "
                              "'max.compaction.lag.ms'") from None
