@@ -87,8 +87,9 @@ def _requested_topic(engine: Engine, ctx: RequestContext,
                      requested: MetadataRequest.MetadataRequestTopic, version: int,
                      auto_create: bool, with_operations: bool) -> TopicMetadata:
     name = requested.name
-    if name is None:
-        topic_id = requested.topic_id
+    topic_id = requested.topic_id if version >= 10 else None
+    if name is None or (not name and topic_id not in (None, _NO_TOPIC_ID)):
+        # by id (the Java client sends an empty name beside the id; Kafka ignores it)
         found = next((t for t in engine.logs.topics() if t.topic_id == topic_id), None)
         if found is None:
             return _error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id)

@@ -72,6 +72,9 @@ def test_admin_creates_describes_and_deletes_topics(
         ["partition", str(p), "leader", "0", "replicas", "1", "isr", "1", "elr", "0",
          "last-known-elr", "0"] for p in range(3)]
     assert ["missing", "UnknownTopicOrPartitionException"] in lines
+    # by id: the Java client sends Metadata v12 with an empty name beside the id
+    assert ["by-id", topic_name, "3"] in lines
+    assert ["missing-id", "UnknownTopicIdException"] in lines
     assert lines[-2:] == [["deleted", topic_name], ["listed", "false"]]
     assert topic_name not in admin.list_topics()
 

@@ -29,8 +29,10 @@ import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicCollection;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.quota.ClientQuotaAlteration;
 import org.apache.kafka.common.quota.ClientQuotaEntity;
 import org.apache.kafka.common.quota.ClientQuotaFilter;
@@ -140,6 +142,18 @@ public final class KafkaFlows {
                 System.out.println("missing described");
             } catch (ExecutionException error) {
                 System.out.println("missing " + error.getCause().getClass().getSimpleName());
+            }
+            TopicDescription byId = admin.describeTopics(
+                TopicCollection.ofTopicIds(List.of(described.topicId())))
+                .allTopicIds().get().get(described.topicId());
+            System.out.println("by-id " + byId.name() + " " + byId.partitions().size());
+            try {
+                admin.describeTopics(TopicCollection.ofTopicIds(List.of(Uuid.randomUuid())))
+                    .allTopicIds().get();
+                System.out.println("missing-id described");
+            } catch (ExecutionException error) {
+                System.out.println("missing-id "
+                    + error.getCause().getClass().getSimpleName());
             }
             admin.deleteTopics(List.of(topic)).all().get();
             System.out.println("deleted " + topic);
