@@ -122,7 +122,8 @@ def _fetch_group(engine: Engine, ctx: RequestContext, group_id: str,
                 engine.groups.committed(offsets_topic, group_id, None).items()):
             if engine.tenancy.allowed(ctx, Operation.DESCRIBE, internal):
                 grouped.setdefault(naming.to_client(internal, ctx.home), []).append(
-                    (partition, committed, ErrorCode.NONE))
+                    (partition, committed, ErrorCode.UNSTABLE_OFFSET_COMMIT
+                     if (internal, partition) in unstable else ErrorCode.NONE))
         return ErrorCode.NONE, list(grouped.items())
     answer: list[tuple[str, Fetched]] = []
     for topic in topics:

@@ -190,12 +190,18 @@ UNSTABLE_OFFSET_COMMIT = 88
 
 
 def _stable_fetch(conn: TxnConnection, group: str, topic: str) -> tuple[int, int]:
-    """(error code, offset) of partition 0 from OffsetFetch v7 with require_stable."""
+    """(error code, offset) of partition 0 from OffsetFetch v7 with require_stable, asked
+    by name; the same must come for all of the group's partitions (topics null)."""
     from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
     request = OffsetFetchRequest[7](group_id=group, require_stable=True, topics=[
         OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])])
     answer = conn.call(request, 7, OffsetFetchResponse)
     part = answer.topics[0].partitions[0]
+    every = conn.call(OffsetFetchRequest[7](group_id=group, require_stable=True, topics=None),
+                      7, OffsetFetchResponse)
+    [(name, [whole])] = [(t.name, t.partitions) for t in every.topics]
+    assert (name, whole.error_code, whole.committed_offset) == \
+        (topic, part.error_code, part.committed_offset)
     return int(part.error_code), int(part.committed_offset)
 
 
