@@ -47,6 +47,9 @@ class SystemTopic:
         self.segment_bytes = segment_bytes
         self.compaction_bytes = compaction_bytes
         self._written: dict[tuple[str, int], int] = {}
+        """Bytes appended to a partition since its last compaction (or its replay)."""
+        self._live: dict[tuple[str, int], int] = {}
+        """Bytes of a partition's last snapshot: its live state when it was compacted."""
 
     def ensure(self, topic: str) -> int:
         """Create the topic when missing; return its partition count (an existing topic
@@ -146,8 +149,13 @@ class SystemTopic:
             yield from key_values(info.batch, start)
 
     def needs_compaction(self, topic: str, partition: int) -> bool:
-        """Whether the partition took ``compaction_bytes`` since it was last compacted."""
-        return self._written.get((topic, partition), 0) >= self.compaction_bytes
+        """Whether the partition took ``compaction_bytes`` since it was last compacted, and
+        at least as much as that compaction kept: a compaction rewrites the whole live
+        state, so its cost is paid for by as many bytes of new writes (with a live state
+        above ``compaction_bytes``, every write compacted it whole again: its own snapshot
+        counted as written)."""
+        key = (topic, partition)
+        return self._written.get(key, 0) >= max(self.compaction_bytes, self._live.get(key, 0))
 
     def compact(self, topic: str, partition: int, live: Sequence[Record]) -> None:
         """Write ``live`` (the whole current state of the partition) and, once it is
@@ -155,23 +163,29 @@ class SystemTopic:
         nothing: the partition is compacted again at its next write)."""
         target = self._partition(topic, partition)
         snapshot_start = target.next_offset
-        self._written[(topic, partition)] = 0
+        key = (topic, partition)
+        self._written[key] = 0
         try:
             durable = self.append(topic, partition, live) if live else None
         except KafkaApiError:  # a full disk (logged): compact again at the next write
-            self._written[(topic, partition)] = self.compaction_bytes
+            self._again(key)
             return
+        self._live[key], self._written[key] = self._written[key], 0  # the snapshot's bytes
         if durable is None:
             self._drop_before(topic, partition, target, snapshot_start, len(live))
             return
 
         def stored(done: asyncio.Future[None]) -> None:
             if done.cancelled() or done.exception() is not None:  # logged by its writer
-                self._written[(topic, partition)] = self.compaction_bytes
+                self._again(key)
             else:
                 self._drop_before(topic, partition, target, snapshot_start, len(live))
 
         durable.add_done_callback(stored)
+
+    def _again(self, key: tuple[str, int]) -> None:
+        """Compact the partition again at its next write (this compaction failed)."""
+        self._written[key] = max(self.compaction_bytes, self._live.get(key, 0))
 
     def _drop_before(self, topic: str, partition: int, target: PartitionStore,
                      snapshot_start: int, kept: int) -> None:
@@ -186,7 +200,7 @@ class SystemTopic:
             if isinstance(exc, OSError):
                 self.faults.failed(exc, f"the compaction of {topic}-{partition}",
                                    WriteKind.COORDINATOR)
-            self._written[(topic, partition)] = self.compaction_bytes
+            self._again((topic, partition))
             return
         log.info("compacted %s-%d: %d live records kept from offset %d", topic, partition,
                  kept, snapshot_start, extra=topic_fields(topic))

@@ -124,3 +124,30 @@ def test_offsets_topic_is_compacted_on_postgres_too(tmp_path: Path, topic_name: 
         commit_compact_restart(broker, topic_name, stored_size)
     finally:
         broker.kill()
+
+
+def test_a_large_live_state_is_not_compacted_again_at_every_write(tmp_path: Path,
+                                                                    topic_name: str) -> None:
+    """A group whose live offsets outgrow the compaction threshold: a compaction writes
+    them all, and the next compaction waits for as many bytes of new writes (the snapshot
+    counted as written made every later commit rewrite the whole state on the loop)."""
+    broker = BrokerProcess(tmp_path, {**COMPACTING, "offsetsTopicNumPartitions": "1"}).start()
+    try:
+        create_topic(broker.bootstrap, topic_name, 200)
+        consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap,
+                                       group_id="large", enable_auto_commit=False)
+        everything = {kafka.TopicPartition(topic_name, p): kafka.OffsetAndMetadata(
+            1, "m" * 100, -1) for p in range(200)}  # about 40 KiB live: 5x the threshold
+        consumer.commit(everything)
+        consumer.commit(everything)
+        broker.wait_for_log(r"compacted .*__consumer_offsets")
+        mark = len(broker.lines)
+        one = kafka.TopicPartition(topic_name, 0)
+        for i in range(60):  # about 12 KiB of new writes: above the threshold, below live
+            consumer.commit({one: kafka.OffsetAndMetadata(2 + i, "m" * 100, -1)})
+        consumer.close()
+        compactions = [line for line in broker.lines[mark:]
+                       if "compacted" in line and "__consumer_offsets" in line]
+        assert len(compactions) <= 1, compactions
+    finally:
+        broker.kill()
