@@ -298,7 +298,8 @@ async def handle_describe_groups(engine: Engine, ctx: RequestContext,
     with_ops = version >= 3 and bool(request.include_authorized_operations)
     return DescribeGroupsResponse(
         version=version, throttle_time_ms=0,
-        groups=[_described(engine, ctx, g, with_ops) for g in request.groups])
+        groups=[_described(engine, ctx, g, with_ops)
+                for g in dict.fromkeys(request.groups)])  # a group named twice: once
 
 
 async def handle_delete_groups(engine: Engine, ctx: RequestContext,

@@ -1,12 +1,16 @@
 """ListOffsets: earliest, latest, max timestamp and first offset at or after a timestamp.
 
 Timestamp lookups skip ledgers and batches by their max timestamp and decode only the one
-batch that holds the answer, to name the exact record as Kafka does.
+batch that holds the answer, to name the exact record as Kafka does; they run in a thread
+of their own (one batch may hold a million records). A partition named twice in one
+request answers INVALID_REQUEST, as Kafka answers it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
@@ -26,6 +30,8 @@ EARLIEST_LOCAL = -4
 _Topic = ListOffsetsResponse.ListOffsetsTopicResponse
 _Partition = _Topic.ListOffsetsPartitionResponse
 _NOT_FOUND = (-1, -1)
+_LOOKUPS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="offset-lookup")
+"""Where lookups by time run: one at a time, whoever asks."""
 
 
 def _records(info: BatchInfo, start: int) -> list[tuple[int, int]]:
@@ -93,12 +99,38 @@ def _lookup(partition: PartitionStore, target: int, stable: int | None) -> tuple
     return found if stable is None or found[0] < stable else _NOT_FOUND
 
 
+async def _looked_up(partition: PartitionStore, target: int,
+                     stable: int | None) -> tuple[int, int]:
+    """:func:`_lookup`; one by time (which may walk a whole batch's records, inflated) in
+    the lookups' own thread, so neither the event loop nor the fsyncs of the default
+    executor wait for it. A log start that moved meanwhile (retention or DeleteRecords on
+    the loop: the walk may have stopped at a dropped segment) has it looked up again."""
+    if target in (LATEST, EARLIEST, EARLIEST_LOCAL):
+        return _lookup(partition, target, stable)
+    start = partition.log_start_offset
+    found = await asyncio.get_running_loop().run_in_executor(
+        _LOOKUPS, _lookup, partition, target, stable)
+    return found if partition.log_start_offset == start else _lookup(partition, target, stable)
+
+
+def _duplicates(request: ListOffsetsRequest) -> set[tuple[str, int]]:
+    """The partitions a request names more than once (Kafka answers each INVALID_REQUEST)."""
+    seen: set[tuple[str, int]] = set()
+    twice: set[tuple[str, int]] = set()
+    for topic in request.topics:
+        for part in topic.partitions:
+            key = (topic.name, part.partition_index)
+            (twice if key in seen else seen).add(key)
+    return twice
+
+
 async def handle_list_offsets(engine: Engine, ctx: RequestContext,
                               request: ListOffsetsRequest) -> ListOffsetsResponse:
     """Answer ListOffsets for every requested partition."""
     committed = request.version >= 2 and request.isolation_level == 1
     await engine.leadership.ready_named(
         ctx, ((t.name, (p.partition_index for p in t.partitions)) for t in request.topics))
+    duplicates = _duplicates(request)
     topics = []
     for topic in request.topics:
         partitions = []
@@ -107,6 +139,9 @@ async def handle_list_offsets(engine: Engine, ctx: RequestContext,
             offset, timestamp = _NOT_FOUND
             epoch = -1
             try:
+                if (topic.name, part.partition_index) in duplicates:
+                    raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                        f"{topic.name}-{part.partition_index} named twice")
                 internal = engine.tenancy.internal_name(ctx, topic.name)
                 if not engine.tenancy.allowed(ctx, Operation.DESCRIBE, internal):
                     raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
@@ -119,7 +154,7 @@ async def handle_list_offsets(engine: Engine, ctx: RequestContext,
                 epoch = engine.leadership.serves(internal, part.partition_index) or 0
                 stable = (engine.stable_offset(internal, part.partition_index)
                           if committed else None)
-                offset, timestamp = _lookup(partition, part.timestamp, stable)
+                offset, timestamp = await _looked_up(partition, part.timestamp, stable)
             except KafkaApiError as error:
                 code = error.code
             except DatabaseUnavailable:  # retriable, as Kafka answers a failing log dir

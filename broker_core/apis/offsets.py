@@ -159,7 +159,11 @@ async def handle_offset_fetch(engine: Engine, ctx: RequestContext,
     R = OffsetFetchResponse
     if version >= 8:
         groups = []
+        named: set[str] = set()
         for wanted in request.groups:
+            if wanted.group_id in named:  # answered once: its answer may be large
+                continue
+            named.add(wanted.group_id)
             code, topics = _fetch_group(engine, ctx, wanted.group_id, wanted.topics,
                                         bool(request.require_stable))
             T = R.OffsetFetchResponseGroup.OffsetFetchResponseTopics

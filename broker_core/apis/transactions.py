@@ -304,9 +304,13 @@ async def handle_describe_producers(
     T = R.TopicResponse
     P = T.PartitionResponse
     topics = []
+    named: set[str] = set()
     for topic in request.topics:
+        if topic.name in named:  # answered once, and each partition once: a partition's
+            continue  # answer lists every producer id it knows
+        named.add(topic.name)
         partitions = []
-        for index in topic.partition_indexes:
+        for index in dict.fromkeys(topic.partition_indexes):
             try:
                 internal = engine.tenancy.internal_name(ctx, topic.name)
                 if not engine.tenancy.allowed(ctx, Operation.READ, internal):

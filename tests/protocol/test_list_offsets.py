@@ -168,3 +168,28 @@ def test_retention_by_time(ledger_broker: BrokerProcess, topic_name: str) -> Non
     start = earliest(boot, topic_name)
     assert 0 < start <= total
     assert latest(boot, topic_name) == total
+
+
+def test_a_partition_named_twice_answers_invalid_request(ledger_broker: BrokerProcess,
+                                                         topic_name: str) -> None:
+    """As Kafka: each mention of a partition named twice in one ListOffsets answers
+    INVALID_REQUEST (each mention of a lookup by time could walk a whole batch again);
+    the other partitions are answered."""
+    from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+
+    from tests.raw import RawConnection
+    create_topic(ledger_broker.bootstrap, topic_name, 2)
+    produce_batches(ledger_broker.bootstrap, topic_name)
+    part = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+    request = ListOffsetsRequest[7](replica_id=-1, isolation_level=0, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic_name, partitions=[
+            part(partition_index=p, current_leader_epoch=-1, timestamp=T0)
+            for p in (0, 1, 0)])])
+    conn = RawConnection(ledger_broker.port)
+    try:
+        answer = conn.call(request, 7, ListOffsetsResponse)
+    finally:
+        conn.close()
+    got = [(p.partition_index, p.error_code, p.offset)
+           for p in answer.topics[0].partitions]
+    assert got == [(0, 42, -1), (1, 0, -1), (0, 42, -1)]  # 1 holds nothing: not found
