@@ -17,6 +17,7 @@ from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import TopicInfo
 from broker_core.tenancy import CLUSTER_NAME
+from broker_core.topic_ids import TopicsById
 
 _R = MetadataResponse
 _NO_TOPIC_ID = uuid.UUID(int=0)
@@ -85,12 +86,13 @@ def _error_entry(name: str | None, code: ErrorCode,
 
 def _requested_topic(engine: Engine, ctx: RequestContext,
                      requested: MetadataRequest.MetadataRequestTopic, version: int,
-                     auto_create: bool, with_operations: bool) -> TopicMetadata:
+                     auto_create: bool, with_operations: bool,
+                     by_id: TopicsById) -> TopicMetadata:
     name = requested.name
     topic_id = requested.topic_id if version >= 10 else None
     if name is None or (not name and topic_id not in (None, _NO_TOPIC_ID)):
         # by id (the Java client sends an empty name beside the id; Kafka ignores it)
-        found = next((t for t in engine.logs.topics() if t.topic_id == topic_id), None)
+        found = by_id.get(topic_id)
         if found is None:
             return _error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id)
         if not engine.tenancy.allowed(ctx, Operation.DESCRIBE, found.name):
@@ -127,8 +129,10 @@ async def handle_metadata(engine: Engine, ctx: RequestContext,
             for topic in engine.tenancy.visible_topics(ctx)
         ]
     else:
+        by_id = TopicsById(engine.logs)
         topics = [
-            _requested_topic(engine, ctx, requested, version, auto_create, with_operations)
+            _requested_topic(engine, ctx, requested, version, auto_create, with_operations,
+                             by_id)
             for requested in request.topics
         ]
     cluster_operations = (

@@ -27,6 +27,7 @@ from broker_core.quotas.limits import tenant_of
 from broker_core.storage import CapExceeded, NewTopic, TopicExists, TopicInfo
 from broker_core.storage_faults import WriteKind
 from broker_core.topic_configs import config_source, validate_topic_configs
+from broker_core.topic_ids import TopicsById
 from common.log_fields import topic_fields
 
 log = logging.getLogger(__name__)
@@ -223,12 +224,13 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext,
     return CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results)
 
 
-def _named_by_id(engine: Engine, ctx: RequestContext, topic_id: uuid.UUID) -> tuple[str, str]:
+def _named_by_id(engine: Engine, ctx: RequestContext, topic_id: uuid.UUID,
+                 by_id: TopicsById) -> tuple[str, str]:
     """The internal name of the topic with ``topic_id`` and the name the caller knows it by,
     once the caller may describe it. As Kafka answers: an unknown id is UNKNOWN_TOPIC_ID, an
     id the caller may not describe is TOPIC_AUTHORIZATION_FAILED with the name left null
     (nothing says which topic it is)."""
-    found = next((t for t in engine.logs.topics() if t.topic_id == topic_id), None)
+    found = by_id.get(topic_id)
     if found is None:
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
     if not engine.tenancy.allowed(ctx, Operation.DESCRIBE, found.name):
@@ -247,6 +249,7 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext,
     else:
         wanted = [(name, None) for name in request.topic_names]
     results = []
+    by_id = TopicsById(engine.logs)
     for name, topic_id in wanted:
         result = DeleteTopicsResponse.DeletableTopicResult(
             name=name, topic_id=topic_id if topic_id is not None else NO_TOPIC_ID,
@@ -260,7 +263,7 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext,
                                     "neither a topic name nor a topic id was given")
             if name is None:
                 assert topic_id is not None
-                internal, result.name = _named_by_id(engine, ctx, topic_id)
+                internal, result.name = _named_by_id(engine, ctx, topic_id, by_id)
             else:
                 internal = engine.tenancy.internal_name(ctx, name)
             shown = result.name
