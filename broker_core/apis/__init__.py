@@ -147,7 +147,7 @@ def engine_apis() -> list[ApiSpec]:
                 reader=BodyReader(ProduceBody, decode_produce)),
         ApiSpec(1, FetchRequest, FetchResponse, fetch_writer.MIN_VERSION, fetch_writer.MAX_VERSION,
                 handle_fetch, fetch_response_bound),
-        ApiSpec(2, ListOffsetsRequest, ListOffsetsResponse, 1, 8, handle_list_offsets),
+        ApiSpec(2, ListOffsetsRequest, ListOffsetsResponse, 1, 10, handle_list_offsets),
         ApiSpec(3, MetadataRequest, MetadataResponse, 0, 12, handle_metadata),
         ApiSpec(8, OffsetCommitRequest, OffsetCommitResponse, 2, 9, handle_offset_commit),
         ApiSpec(9, OffsetFetchRequest, OffsetFetchResponse, 1, 9, handle_offset_fetch),

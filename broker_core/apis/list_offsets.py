@@ -27,6 +27,9 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+"""The last offset in tiered storage (KIP-1005, v9+): none here, so -1 as Kafka answers
+for a topic without remote storage."""
 _Topic = ListOffsetsResponse.ListOffsetsTopicResponse
 _Partition = _Topic.ListOffsetsPartitionResponse
 _NOT_FOUND = (-1, -1)
@@ -89,6 +92,8 @@ def _lookup(partition: PartitionStore, target: int, stable: int | None) -> tuple
         return (stable if stable is not None else partition.next_offset), -1
     if target in (EARLIEST, EARLIEST_LOCAL):
         return partition.log_start_offset, -1
+    if target == LATEST_TIERED:
+        return _NOT_FOUND
     if target == MAX_TIMESTAMP:
         found = _max_timestamp(partition)
     elif target < 0:
@@ -105,7 +110,7 @@ async def _looked_up(partition: PartitionStore, target: int,
     the lookups' own thread, so neither the event loop nor the fsyncs of the default
     executor wait for it. A log start that moved meanwhile (retention or DeleteRecords on
     the loop: the walk may have stopped at a dropped segment) has it looked up again."""
-    if target in (LATEST, EARLIEST, EARLIEST_LOCAL):
+    if target in (LATEST, EARLIEST, EARLIEST_LOCAL, LATEST_TIERED):
         return _lookup(partition, target, stable)
     start = partition.log_start_offset
     found = await asyncio.get_running_loop().run_in_executor(

@@ -193,3 +193,30 @@ def test_a_partition_named_twice_answers_invalid_request(ledger_broker: BrokerPr
     got = [(p.partition_index, p.error_code, p.offset)
            for p in answer.topics[0].partitions]
     assert got == [(0, 42, -1), (1, 0, -1), (0, 42, -1)]  # 1 holds nothing: not found
+
+
+def test_latest_tiered_is_none_without_remote_storage(ledger_broker: BrokerProcess,
+                                                      topic_name: str) -> None:
+    """ListOffsets v9+ (KIP-1005; the Java Admin's ``OffsetSpec.latestTiered()``): no
+    offset is tiered here, so -1, as Kafka answers for a topic without remote storage;
+    v10's timeout is taken and the other lookups answer as before."""
+    from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+
+    from tests.raw import RawConnection
+    create_topic(ledger_broker.bootstrap, topic_name, 1)
+    produce_batches(ledger_broker.bootstrap, topic_name)
+    part = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+    conn = RawConnection(ledger_broker.port)
+    try:
+        for version in (9, 10):
+            fields = {"timeout_ms": 1000} if version >= 10 else {}
+            request = ListOffsetsRequest[version](replica_id=-1, isolation_level=0, topics=[
+                ListOffsetsRequest.ListOffsetsTopic(name=topic_name, partitions=[
+                    part(partition_index=0, current_leader_epoch=-1, timestamp=-5)])],
+                **fields)
+            answer = conn.call(request, version, ListOffsetsResponse)
+            [tiered] = answer.topics[0].partitions
+            assert (tiered.error_code, tiered.offset, tiered.timestamp) == (0, -1, -1)
+    finally:
+        conn.close()
+    assert latest(ledger_broker.bootstrap, topic_name) == BATCHES * PER_BATCH
