@@ -11,7 +11,9 @@ so here it is the administrators' request, answered per partition as Kafka does:
 - INVALID_TOPIC_EXCEPTION for a broker's system topic;
 - UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (another broker of the cluster leads
   it), KAFKA_STORAGE_ERROR (offline, or its producer state unreadable now);
-- INVALID_PRODUCER_EPOCH when the partition knows the producer at a newer epoch.
+- INVALID_PRODUCER_EPOCH when the partition knows the producer at a newer epoch;
+- INVALID_REQUEST for a negative producer id (a marker of no producer ends no transaction,
+  and a replay of the log would not apply it).
 
 A marker is written through the coordinator's marker writer and applied to the
 partition's producer state: the transaction it ends no longer holds back the last stable
@@ -64,6 +66,9 @@ async def _write(engine: Engine, ctx: RequestContext, marker: _Marker, name: str
         raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             f"not allowed to write {name}")
     engine.tenancy.check_writable(internal)
+    if marker.producer_id < 0:  # no producer: the marker would end nothing
+        raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                            f"a marker needs a producer id, not {marker.producer_id}")
     partition = engine.partition(internal, index)
     commits = engine.commits_before_state(internal, index, partition)
     if commits is not None:  # the producer state is rebuilt from what they stored

@@ -1,8 +1,8 @@
 """WriteTxnMarkers: an administrator aborts a hanging transaction (KIP-664's
 ``abortTransaction``, here through kafka-python's ``KafkaAdminClient.abort_transaction`` and
 a raw request); the last stable offset moves on and read_committed readers skip the aborted
-records. Refusals (unknown topic or partition, a stale producer epoch, a system topic)
-answer Kafka's codes and write nothing. Authorization is in
+records. Refusals (unknown topic or partition, a stale producer epoch, no producer id, a
+system topic) answer Kafka's codes and write nothing. Authorization is in
 ``tests/security/test_security_cluster_rights.py``, the partition another broker leads in
 ``tests/cluster/test_cluster_txn_markers.py``."""
 
@@ -30,6 +30,7 @@ from tests.txn_helpers import (
 )
 
 INVALID_TOPIC_EXCEPTION = 17
+INVALID_REQUEST = 42
 LONG_TXN_MS = 600_000
 """A transaction timeout no test outlives: the coordinator never aborts it on its own."""
 
@@ -119,6 +120,9 @@ def test_refusals_write_nothing(conn: TxnConnection, topic_name: str) -> None:
                    (f"{topic_name}-missing", 0): UNKNOWN_TOPIC_OR_PARTITION}, got
     assert conn.write_markers(pid, epoch - 1, False, {topic_name: [0]}) == {
         (topic_name, 0): INVALID_PRODUCER_EPOCH}
+    # no producer id
+    assert conn.write_markers(-1, 0, False, {topic_name: [0]}) == {
+        (topic_name, 0): INVALID_REQUEST}
     # a system topic of the broker
     system = "public/__kafka/__transaction_state"
     assert conn.write_markers(pid, epoch, False, {system: [0]}) == {
