@@ -86,13 +86,9 @@ class PartitionProducers:
 
         Return the original base offset when the batch is a retry of one already written.
         """
-        entry = self.producers.get(header.producer_id)
+        entry = self.check_epoch(header.producer_id, header.producer_epoch)
         if entry is None:  # new, expired or retained away: any sequence starts it
             return None
-        if header.producer_epoch < entry.epoch:
-            raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
-                                f"producer {header.producer_id} epoch {header.producer_epoch} "
-                                f"is older than {entry.epoch}")
         last_seq = _batch_last_sequence(header)
         if header.producer_epoch == entry.epoch:
             for first, last, base, _last_offset in entry.batches:
@@ -108,6 +104,17 @@ class PartitionProducers:
                                 f"producer {header.producer_id} epoch {header.producer_epoch} "
                                 f"must start at sequence 0, not {header.base_sequence}")
         return None
+
+    def check_epoch(self, producer_id: int, epoch: int) -> ProducerEntry | None:
+        """What the partition knows of the producer (None: nothing), once ``epoch`` is not
+        older than the epoch it knows (INVALID_PRODUCER_EPOCH: a fenced producer's batch,
+        or a transaction marker for an epoch already ended)."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                                f"producer {producer_id} epoch {epoch} "
+                                f"is older than {entry.epoch}")
+        return entry
 
     def record(self, header: BatchHeader, base_offset: int, timestamp: int) -> None:
         """Remember a data batch written at ``base_offset`` with max timestamp

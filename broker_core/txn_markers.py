@@ -18,8 +18,9 @@ from broker_core.codec.batch_header import read_header
 from broker_core.codec.markers import marker_batch
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import GroupCoordinator
+from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import ProducerStates
-from broker_core.storage import Storage, StorageError
+from broker_core.storage import PartitionStore, Storage, StorageError
 from broker_core.storage.cluster import MarkerRequest
 from broker_core.storage_faults import WriteKind
 
@@ -84,12 +85,25 @@ class TxnMarkers:
         partition = self._logs.partition(internal, index)
         if partition is None:  # the topic was deleted meanwhile: nothing to mark
             return None
-        state = self._producers.get(internal, index, partition)
+        return self.write_here(MarkerRequest(internal, index, producer_id, epoch, commit),
+                               partition, self._producers.get(internal, index, partition),
+                               ErrorCode.NOT_COORDINATOR)
+
+    def write_here(self, marker: MarkerRequest, partition: PartitionStore,
+                   state: PartitionProducers, code: ErrorCode, coordinator_epoch: int = 0,
+                   generation: int | None = None) -> asyncio.Future[None] | None:
+        """Append ``marker`` to ``partition`` (its partition, this broker's, whose producer
+        state is ``state``) and apply it to that state; return what to await before it
+        counts as written. A failed write raises KafkaApiError ``code``; ``generation`` is
+        the partition's commit generation ``state`` was judged at (see
+        :meth:`AppendPath.append`)."""
+        key = (marker.topic, marker.partition)
         now = int(time.time() * 1000)
-        marker = marker_batch(producer_id, epoch, commit, now)
+        batch = marker_batch(marker.producer_id, marker.producer_epoch, marker.commit, now,
+                             coordinator_epoch)
         offset, durable = self._appends.append(
-            (internal, index), partition, marker, read_header(marker), WriteKind.RECORDS,
-            ErrorCode.NOT_COORDINATOR,
-            f"a transaction marker to {internal}-{index}")
-        state.end_transaction(producer_id, epoch, commit, offset, now)
+            key, partition, batch, read_header(batch), WriteKind.RECORDS, code,
+            f"a transaction marker to {key[0]}-{key[1]}", generation)
+        state.end_transaction(marker.producer_id, marker.producer_epoch, marker.commit,
+                              offset, now)
         return durable

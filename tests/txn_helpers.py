@@ -45,6 +45,8 @@ from kafka.protocol.producer import (
     ProduceResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 from kafka.record.memory_records import MemoryRecords
 
@@ -213,6 +215,20 @@ class TxnConnection(RawConnection):
         answer = self.call(R[version](**kwargs), version, TxnOffsetCommitResponse)
         return {p.partition_index: int(p.error_code)
                 for t in answer.topics for p in t.partitions}
+
+    def write_markers(self, producer_id: int, epoch: int, commit: bool,
+                      topics: dict[str, list[int]], coordinator_epoch: int = 0,
+                      version: int = 1) -> dict[tuple[str, int], int]:
+        """WriteTxnMarkers of one marker; the error of every partition."""
+        M = WriteTxnMarkersRequest.WritableTxnMarker
+        marker = M(producer_id=producer_id, producer_epoch=epoch, transaction_result=commit,
+                   topics=[M.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
+                           for t, ps in topics.items()],
+                   coordinator_epoch=coordinator_epoch)
+        answer = self.call(WriteTxnMarkersRequest[version](markers=[marker]), version,
+                           WriteTxnMarkersResponse)
+        return {(t.name, p.partition_index): int(p.error_code)
+                for m in answer.markers for t in m.topics for p in t.partitions}
 
     def produce(self, topic: str, records: bytes, partition: int = 0,
                 transactional_id: str | None = None) -> tuple[int, int]:

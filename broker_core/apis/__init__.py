@@ -87,6 +87,8 @@ from kafka.protocol.producer import (
     ProduceResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 
 from broker_core.apis.alter_configs import handle_alter_configs, handle_incremental_alter_configs
@@ -135,6 +137,7 @@ from broker_core.apis.transactions import (
     handle_list_transactions,
     handle_txn_offset_commit,
 )
+from broker_core.apis.write_txn_markers import handle_write_txn_markers
 from broker_core.codec import fetch_writer
 from broker_core.codec.produce_reader import ProduceBody, decode_produce
 from broker_core.dispatch import ApiSpec, BodyReader
@@ -177,6 +180,8 @@ def engine_apis() -> list[ApiSpec]:
         ApiSpec(25, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 4,
                 handle_add_offsets_to_txn),
         ApiSpec(26, EndTxnRequest, EndTxnResponse, 0, 4, handle_end_txn),
+        ApiSpec(27, WriteTxnMarkersRequest, WriteTxnMarkersResponse, 1, 1,
+                handle_write_txn_markers),
         ApiSpec(28, TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 4,
                 handle_txn_offset_commit),
         ApiSpec(61, DescribeProducersRequest, DescribeProducersResponse, 0, 0,

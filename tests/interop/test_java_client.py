@@ -1,9 +1,9 @@
 """The Java client (kafka-clients 4.3) against a real broker: admin (create, list,
 describe through DescribeTopicPartitions, delete), idempotent produce, a consumer group
 that subscribes and commits, and transactions (commit, abort, offsets in a transaction,
-read_committed), and the client-quota admin calls (the kafka-configs flow). Each flow
-is tests/java/KafkaFlows.java; the results are read back with the Python clients where
-they can be."""
+read_committed), aborting a hanging transaction (kafka-transactions.sh abort), and the
+client-quota admin calls (the kafka-configs flow). Each flow is tests/java/KafkaFlows.java;
+the results are read back with the Python clients where they can be."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tests.operations.test_metrics import scrape
 from tests.ports import free_port
 from tests.quota_helpers import describe, parts
 from tests.raw import RawConnection
+from tests.txn_helpers import TxnConnection
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +125,24 @@ def test_transactions_commit_abort_and_read_committed(
     assert ["group-offset", "7"] in lines
     committed = admin.list_group_offsets(group)
     assert {tp.partition: meta.offset for tp, meta in committed[group].items()} == {0: 7}
+
+
+def test_abort_transaction_through_the_java_admin(java: JavaFlows, broker: BrokerProcess,
+                                                 topic_name: str) -> None:
+    """kafka-transactions.sh abort: Admin.abortTransaction sends WriteTxnMarkers to the
+    partition's leader; the last stable offset moves past the hanging transaction."""
+    create_topic(broker.bootstrap, topic_name, 1)
+    lines = java.run("abort", broker.bootstrap, topic_name, f"{topic_name}-hanging")
+    [(_word, _pid, start)] = [line for line in lines if line[0] == "open"]
+    assert start == "0"
+    assert ["aborted", f"{topic_name}-0"] in lines
+    assert ["still-open", "0"] in lines
+    assert ["end", "3"] in lines  # two aborted records and the marker: nothing held back
+    conn = TxnConnection(broker.port)
+    try:
+        assert conn.committed_values(topic_name, 0) == []
+    finally:
+        conn.close()
 
 
 def test_client_quotas_through_the_java_admin(java: JavaFlows, broker: BrokerProcess,

@@ -8,6 +8,7 @@
 //   java KafkaFlows transactions BOOTSTRAP TOPIC TRANSACTIONAL_ID GROUP
 //   java KafkaFlows failover BOOTSTRAP TOPIC PARTITIONS COUNT
 //   java KafkaFlows quotas BOOTSTRAP USER TENANT
+//   java KafkaFlows abort BOOTSTRAP TOPIC TRANSACTIONAL_ID
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -18,9 +19,11 @@ import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.ExecutionException;
 
+import org.apache.kafka.clients.admin.AbortTransactionSpec;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterClientQuotasOptions;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -56,6 +59,7 @@ public final class KafkaFlows {
             case "failover" -> failover(args[1], args[2], Integer.parseInt(args[3]),
                 Integer.parseInt(args[4]));
             case "quotas" -> quotas(args[1], args[2], args[3]);
+            case "abort" -> abort(args[1], args[2], args[3]);
             default -> throw new IllegalArgumentException("unknown flow " + args[0]);
         }
     }
@@ -274,6 +278,44 @@ public final class KafkaFlows {
         try (KafkaConsumer<String, String> member = consumer(bootstrap, group, "read_committed")) {
             OffsetAndMetadata offset = member.committed(Set.of(first)).get(first);
             System.out.println("group-offset " + (offset == null ? -1 : offset.offset()));
+        }
+    }
+
+    /** The kafka-transactions.sh abort flow (KIP-664): a transaction left open in TOPIC's
+     * partition 0 holds read_committed readers back; describeProducers finds it and
+     * abortTransaction (WriteTxnMarkers) ends it; then read the partition with
+     * read_committed. */
+    private static void abort(String bootstrap, String topic, String transactionalId)
+            throws Exception {
+        Properties props = producerProps(bootstrap);
+        props.put("transactional.id", transactionalId);
+        props.put("transaction.timeout.ms", "600000");
+        TopicPartition first = new TopicPartition(topic, 0);
+        KafkaProducer<String, String> producer = new KafkaProducer<>(props);
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            for (int i = 0; i < 2; i++) {
+                producer.send(new ProducerRecord<>(topic, 0, "k", "hanging-" + i)).get();
+            }
+            ProducerState open = admin.describeProducers(List.of(first)).partitionResult(first)
+                .get().activeProducers().get(0);
+            System.out.println("open " + open.producerId() + " "
+                + open.currentTransactionStartOffset().orElse(-1));
+            admin.abortTransaction(new AbortTransactionSpec(first, open.producerId(),
+                (short) open.producerEpoch(), open.coordinatorEpoch().orElse(0))).all().get();
+            System.out.println("aborted " + first);
+            List<ProducerState> after = admin.describeProducers(List.of(first))
+                .partitionResult(first).get().activeProducers();
+            System.out.println("still-open " + after.stream()
+                .filter(s -> s.currentTransactionStartOffset().isPresent()).count());
+        } finally {
+            producer.close(Duration.ZERO);
+        }
+        try (KafkaConsumer<String, String> reader =
+                 consumer(bootstrap, transactionalId + "-reader", "read_committed")) {
+            reader.assign(List.of(first));
+            System.out.println("end " + reader.endOffsets(List.of(first)).get(first));
         }
     }
 

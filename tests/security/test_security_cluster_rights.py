@@ -6,7 +6,8 @@ CLUSTER_AUTHORIZATION_FAILED), and even then a topic of another tenant answers
 TOPIC_AUTHORIZATION_FAILED; DescribeConfigs of the BROKER resource needs DESCRIBE_CONFIGS on
 the cluster; InitProducerId without a transactional id needs IDEMPOTENT_WRITE on the
 cluster or WRITE on some topic (KIP-679); a transactional Produce needs WRITE on its
-transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Tenant ``a``'s superuser has a
+transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); WriteTxnMarkers needs
+CLUSTER_ACTION on the cluster and WRITE on each topic. Tenant ``a``'s superuser has a
 topic and an open transaction; the other roles log in with ACLs of their own tenants.
 """
 
@@ -43,7 +44,7 @@ from tests.security_helpers import (
     TokenIssuer,
     grant,
 )
-from tests.txn_helpers import TxnConnection, batch
+from tests.txn_helpers import READ_COMMITTED, READ_UNCOMMITTED, TxnConnection, batch
 
 BROKER = 4
 
@@ -183,3 +184,35 @@ def test_a_transactional_produce_needs_write_on_its_transactional_id(
     pid, epoch = gina.init_ok("g-tx")
     assert gina.add_partitions("g-tx", pid, epoch, {"t": [0]}) == {("t", 0): NONE}
     assert gina.produce("t", batch(pid, epoch, 0, 1, transactional=True), 0, "g-tx")[0] == NONE
+
+
+def test_write_txn_markers_needs_cluster_action_and_write_on_the_topic(
+        secured: Secured) -> None:
+    """WriteTxnMarkers (an administrator's abort of a hanging transaction): CLUSTER_ACTION on
+    the cluster, as Kafka, and WRITE on each topic, so that no tenant ends another's."""
+    root = secured.login("a", "admin")
+    assert root.create_topic("m", 1) == NONE
+    pid, epoch = root.init_ok("m-tx", 600_000)
+    assert root.add_partitions("m-tx", pid, epoch, {"m": [0]}) == {("m", 0): NONE}
+    assert root.produce("m", batch(pid, epoch, 0, 2, transactional=True), 0, "m-tx")[0] == NONE
+    assert root.list_offset("m", 0, READ_COMMITTED) == 0
+
+    hank = secured.member("h", "hank")  # another tenant's role
+    assert hank.write_markers(pid, epoch, False, {"a/default/m": [0], "m": [0]}) == {
+        ("a/default/m", 0): CLUSTER_AUTHORIZATION_FAILED, ("m", 0): CLUSTER_AUTHORIZATION_FAILED}
+    assert grant(secured.login("h", "admin"), ACL_CLUSTER, "kafka-cluster", "User:hank",
+                 ACL_CLUSTER_ACTION) == NONE
+    # CLUSTER_ACTION of tenant h says nothing about tenant a's topics
+    assert hank.write_markers(pid, epoch, False, {"a/default/m": [0]}) == {
+        ("a/default/m", 0): TOPIC_AUTHORIZATION_FAILED}
+
+    ivy = secured.member("a", "ivy")  # tenant a's role: CLUSTER_ACTION alone is not enough
+    assert grant(root, ACL_CLUSTER, "kafka-cluster", "User:ivy", ACL_CLUSTER_ACTION) == NONE
+    assert ivy.write_markers(pid, epoch, False, {"m": [0]}) == {
+        ("m", 0): TOPIC_AUTHORIZATION_FAILED}
+    assert root.list_offset("m", 0, READ_COMMITTED) == 0  # nothing was written
+    assert root.list_offset("m", 0, READ_UNCOMMITTED) == 2
+    assert grant(root, ACL_TOPIC, "m", "User:ivy", ACL_WRITE) == NONE
+    assert ivy.write_markers(pid, epoch, False, {"m": [0]}) == {("m", 0): NONE}
+    assert root.list_offset("m", 0, READ_COMMITTED) == 3
+    assert root.committed_values("m", 0) == []

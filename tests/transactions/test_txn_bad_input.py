@@ -423,3 +423,29 @@ def test_read_committed_list_offsets_by_time_stops_at_the_last_stable_offset(
     wait_until(lambda: conn.list_offset(topic_name, isolation=READ_COMMITTED) == 5, 10,
                "the commit marker")
     assert conn.list_offset(topic_name, isolation=READ_COMMITTED, timestamp=T0 + 2_000) == 2
+
+
+def test_tenant_b_cannot_write_markers_into_tenant_a(
+        sasl_broker: tuple[BrokerProcess, bytes]) -> None:
+    """WriteTxnMarkers (an administrator's abort of a hanging transaction) with
+    authorization disabled: every login passes the cluster check, the tenant boundary still
+    keeps each to its own tenant's partitions."""
+    a = _tenant(sasl_broker, "tenanta", "alice")
+    b = _tenant(sasl_broker, "tenantb", "bob")
+    try:
+        assert a.create_topic("hang", 1) == NONE
+        pid, epoch = a.init_ok("hang-tx")
+        assert a.add_partitions("hang-tx", pid, epoch, {"hang": [0]}) == {("hang", 0): NONE}
+        assert a.produce("hang", batch(pid, epoch, 0, 2, transactional=True), 0,
+                         "hang-tx")[0] == NONE
+        assert b.write_markers(pid, epoch, False, {"tenanta/default/hang": [0]}) == {
+            ("tenanta/default/hang", 0): TOPIC_AUTHORIZATION_FAILED}
+        assert b.write_markers(pid, epoch, False, {"hang": [0]}) == {
+            ("hang", 0): UNKNOWN_TOPIC_OR_PARTITION}  # its own namespace has no such topic
+        assert a.list_offset("hang", 0, READ_UNCOMMITTED) == 2
+        assert a.list_offset("hang", 0, READ_COMMITTED) == 0
+        assert a.write_markers(pid, epoch, False, {"hang": [0]}) == {("hang", 0): NONE}
+        assert a.list_offset("hang", 0, READ_COMMITTED) == 3
+    finally:
+        a.close()
+        b.close()
