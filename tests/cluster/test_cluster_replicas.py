@@ -5,8 +5,8 @@ A reassignment or a create-time replica assignment is accepted only when it name
 that broker (otherwise INVALID_REPLICA_ASSIGNMENT, naming it), a replication factor above 1
 is INVALID_REPLICATION_FACTOR, and each broker's DescribeLogDirs lists only the partitions
 it leads (AlterReplicaLogDirs: NOT_LEADER_OR_FOLLOWER for one it does not), as Kafka lists
-only a broker's hosted replicas. Through confluent-kafka, kafka-python and raw requests to
-one broker at a time."""
+only a broker's hosted replicas. Through confluent-kafka, kafka-python, the Java client
+and raw requests to one broker at a time."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from kafka.protocol import admin as a
 from kafka.structs import TopicPartition
 
 from tests.cluster_helpers import Cluster, running_cluster
+from tests.java_client import JavaFlows
 from tests.raw import RawConnection
 
 PARTITIONS = 4
@@ -229,3 +230,27 @@ def test_a_broker_that_leaves_hands_its_log_dir_entries_over(tmp_path: Path,
                 != set(range(PARTITIONS)):
             assert time.monotonic() < deadline, "broker 0 never listed every partition"
             time.sleep(0.2)
+
+
+def test_the_java_clients_replica_tools_see_one_replica_at_the_leader(
+        cluster: Cluster, topic_name: str, tmp_path: Path) -> None:
+    """What the Java client review found (and Cruise Control-like tools rely on): each
+    broker's log dirs hold the partitions it leads, describeReplicaLogDirs finds a replica
+    only on its leader, a reassignment to the leader is done and one elsewhere refused."""
+    leaders = create(cluster, topic_name)
+    lines = JavaFlows.compile(tmp_path).run("replicas", cluster.bootstrap, topic_name,
+                                            timeout=180)
+    facts = [tuple(words) for words in lines]
+    assert {(int(p), int(b)) for kind, p, b in
+            (f for f in facts if f[0] == "leader")} == set(leaders.items())
+    assert sorted((int(p), int(b)) for kind, b, p in
+                  (f for f in facts if f[0] == "logdir")) == sorted(leaders.items())
+    assert sorted((int(p), int(b)) for kind, p, b, held in
+                  (f for f in facts if f[0] == "replica-dir") if held == "yes") \
+        == sorted(leaders.items())
+    reassigned = {(int(f[1]), int(f[2])): f[3:] for f in facts if f[0] == "reassign"}
+    assert reassigned == {
+        (p, b): ("ok",) if leaders[p] == b else ("refused", "InvalidReplicaAssignmentException")
+        for p in range(PARTITIONS) for b in cluster.ids}
+    assert ("reassignments", "0") in facts
+    assert cluster.agreed_leaders(topic_name) == leaders
