@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import kafka.admin
 import kafka.errors
 import pytest
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kafka.protocol import admin as a
 from kafka.structs import TopicPartition
 
@@ -124,45 +125,70 @@ def test_reassignments_are_accepted_only_to_the_leader(cluster: Cluster,
         client.close()
 
 
-def _assignment_refusal(admin: AdminClient, topic: str,
-                        assignment: list[list[int]]) -> tuple[str, str] | None:
-    """(error name, message) of a validate-only CreateTopics with ``assignment``, or None
-    when it is accepted."""
-    new = NewTopic(topic, PARTITIONS, replica_assignment=assignment)
+def _refusal(future: Future[None]) -> tuple[str, str] | None:
+    """(error name, message) a CreateTopics or CreatePartitions answered, or None."""
     try:
-        admin.create_topics([new], validate_only=True)[topic].result(30)
+        future.result(30)
     except KafkaException as failure:
         error = failure.args[0]
         return error.name(), error.str()
     return None
 
 
+def _follow_refusals(topic: str, assignment: list[list[int]], first: int,
+                     attempt: Callable[[list[list[int]]], tuple[str, str] | None]
+                     ) -> list[list[int]]:
+    """Starting from ``assignment`` (of partitions ``first``, ``first`` + 1, ...), correct
+    the partition each validate-only ``attempt`` refusal names to the broker it names, until
+    one is accepted: the assignment the cluster places."""
+    assignment = [list(replicas) for replicas in assignment]
+    for _ in range(len(assignment) + 1):
+        refusal = attempt(assignment)
+        if refusal is None:
+            return assignment
+        name, message = refusal
+        assert name == "INVALID_REPLICA_ASSIGNMENT"
+        found = re.search(rf"partition (\d+) of {topic} will be on broker (\d);", message)
+        assert found is not None, message
+        assert "ownership follows the cluster's placement" in message
+        partition, broker = int(found[1]), int(found[2])
+        assert assignment[partition - first] != [broker]
+        assignment[partition - first] = [broker]
+    raise AssertionError(f"no assignment of {topic} was accepted")
+
+
 def test_create_time_assignment_must_name_where_each_partition_goes(cluster: Cluster,
                                                                     topic_name: str) -> None:
     """All on broker 0 (what the Java client review asked for) is refused, naming where a
     partition goes; following the refusals leads to the assignment the cluster places, which
-    is accepted and is where the partitions are led."""
+    is accepted and is where the partitions are led. Alike for CreatePartitions."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    assignment = [[0] for _ in range(PARTITIONS)]
-    refusal = _assignment_refusal(admin, topic_name, assignment)
-    assert refusal is not None  # bounded load: at most two of the four on broker 0
-    for _ in range(PARTITIONS):
-        if refusal is None:
-            break
-        name, message = refusal
-        assert name == "INVALID_REPLICA_ASSIGNMENT"
-        found = re.search(rf"partition (\d) of {topic_name} will be on broker (\d);", message)
-        assert found is not None, message
-        assert "ownership follows the cluster's placement" in message
-        partition, broker = int(found[1]), int(found[2])
-        assert assignment[partition] != [broker]
-        assignment[partition] = [broker]
-        refusal = _assignment_refusal(admin, topic_name, assignment)
-    assert refusal is None, refusal
+
+    def create_topic(assignment: list[list[int]]) -> tuple[str, str] | None:
+        new = NewTopic(topic_name, PARTITIONS, replica_assignment=assignment)
+        return _refusal(admin.create_topics([new], validate_only=True)[topic_name])
+
+    all_on_0 = [[0] for _ in range(PARTITIONS)]
+    assert create_topic(all_on_0) is not None  # bounded load: at most two of four on 0
+    assignment = _follow_refusals(topic_name, all_on_0, 0, create_topic)
     assert {b for [b] in assignment} == {0, 1}
     new = NewTopic(topic_name, PARTITIONS, replica_assignment=assignment)
     admin.create_topics([new])[topic_name].result(30)
     assert agreed_leaders(cluster, topic_name) == {p: b for p, [b] in enumerate(assignment)}
+
+    def grow(added: list[list[int]]) -> tuple[str, str] | None:
+        new = NewPartitions(topic_name, PARTITIONS + 2, replica_assignment=added)
+        return _refusal(admin.create_partitions([new], validate_only=True)[topic_name])
+
+    added = _follow_refusals(topic_name, [[0], [0]], PARTITIONS, grow)
+    new_partitions = NewPartitions(topic_name, PARTITIONS + 2, replica_assignment=added)
+    admin.create_partitions([new_partitions])[topic_name].result(30)
+    deadline = time.monotonic() + 30
+    while (found := cluster.agreed_leaders(topic_name)) is None \
+            or len(found) < PARTITIONS + 2:
+        assert time.monotonic() < deadline, "the brokers never agreed on the new partitions"
+        time.sleep(0.2)
+    assert [found[PARTITIONS], found[PARTITIONS + 1]] == [b for [b] in added]
 
 
 def test_a_replication_factor_above_one_is_refused(cluster: Cluster, topic_name: str) -> None:
