@@ -20,6 +20,8 @@ from broker_core.errors import ErrorCode, KafkaApiError
 ONE_REPLICA = ("each partition has one replica, its leader: its records are stored once "
                "(a cluster's brokers share them in the database), not copied between brokers")
 """Why only one replica is ever possible, as the refusals say it."""
+_SHOWN = 8
+"""Replicas a refusal repeats at most (a request may name thousands)."""
 
 
 def holder(engine: Engine, internal: str, index: int, num_partitions: int) -> int | None:
@@ -56,6 +58,7 @@ def assignment_error(engine: Engine, internal: str, shown: str, index: int,
     where = f"partition {index} of {shown} " + (
         "has no live broker to be on" if placed is None
         else f"is on broker {placed}" if exists else f"will be on broker {placed}")
+    asked = ", ".join(map(str, replicas[:_SHOWN])) + (", ..." if len(replicas) > _SHOWN else "")
     return KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                          f"{where}; ownership follows the cluster's placement, not requests, "
-                         f"and {ONE_REPLICA}: cannot assign {list(replicas)}")
+                         f"and {ONE_REPLICA}: cannot assign [{asked}]")
