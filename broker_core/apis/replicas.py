@@ -1,21 +1,26 @@
-"""Replica, leader and log-dir APIs, answered truthfully for a cluster of one broker.
+"""Replica, leader and log-dir APIs, answered truthfully for brokers that each hold one
+replica per partition (``replica_placement``).
 
-This broker is the only replica and the leader of every partition, and keeps every
-partition in one log dir (its data directory). So a preferred or unclean leader
-election is never needed (ELECTION_NOT_NEEDED); moving a replica to the log dir it is in
-succeeds and any other path is LOG_DIR_NOT_FOUND; a reassignment to this broker alone is
-already done, one naming any other broker is INVALID_REPLICA_ASSIGNMENT, and none is ever
-in progress. DescribeLogDirs reports each visible partition's size on disk and the file
-system's total and usable bytes; while a described partition holds damaged records (a
-ledger file cut short or garbled, see ``storage.damage``) the log dir answers
+A partition's only replica is its leader, on the broker the cluster's ownership function
+names (Metadata's leader; on a single broker, that broker). So a preferred or unclean
+leader election is never needed (ELECTION_NOT_NEEDED); a reassignment to exactly that
+broker is already done, any other is INVALID_REPLICA_ASSIGNMENT naming it (ownership
+follows placement, not requests), and none is ever in progress. A broker keeps its
+partitions in one log dir (its storage's location): DescribeLogDirs lists the partitions
+this broker holds now, as Kafka lists a broker's hosted replicas, each with its size, and
+the file system's total and usable bytes; moving a replica held here to that log dir
+succeeds, any other path is LOG_DIR_NOT_FOUND, and a replica this broker does not hold is
+NOT_LEADER_OR_FOLLOWER, as Kafka answers. While a described partition holds damaged
+records (a ledger file cut short or garbled, see ``storage.damage``) the log dir answers
 KAFKA_STORAGE_ERROR, Kafka's code for a log dir whose files cannot be read, and still lists
-its partitions. The cluster ACLs are Kafka's: ALTER to elect, move or
-reassign, DESCRIBE to list log dirs and reassignments.
+its partitions. The cluster ACLs are Kafka's: ALTER to elect, move or reassign, DESCRIBE to
+list log dirs and reassignments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from kafka.protocol.admin import (
     AlterPartitionReassignmentsRequest,
@@ -31,6 +36,7 @@ from kafka.protocol.admin import (
 )
 
 from broker_core import naming
+from broker_core.apis.replica_placement import assignment_error, hosted_here
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -39,18 +45,35 @@ from broker_core.storage import TopicInfo
 _PREFERRED, _UNCLEAN = 0, 1
 
 
-def _partition_check(engine: Engine, ctx: RequestContext,
-                     name: str) -> Callable[[int], ErrorCode]:
-    """For topic ``name``, looked up once: a partition index's error, NONE when the caller
-    may see that partition and it exists."""
+@dataclass(frozen=True, slots=True)
+class _Named:
+    """A topic a request names, looked up once: the topic, or the error of every one of its
+    partitions (the caller may not see it, or it does not exist)."""
+
+    name: str
+    """As the caller knows it."""
+    topic: TopicInfo | None
+    error: ErrorCode
+
+    def check(self, index: int) -> ErrorCode:
+        """A partition index's error, NONE when the caller may see it and it exists."""
+        if self.topic is None:
+            return self.error
+        return ErrorCode.NONE if 0 <= index < self.topic.num_partitions \
+            else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    def here(self, engine: Engine, index: int) -> bool:
+        """Whether this broker holds the replica of a partition :meth:`check` passed."""
+        assert self.topic is not None
+        return hosted_here(engine, self.topic.name, index, self.topic.num_partitions)
+
+
+def _named(engine: Engine, ctx: RequestContext, name: str) -> _Named:
     try:
         _internal, topic = engine.tenancy.named_topic(ctx, name, Operation.DESCRIBE, "describe")
     except KafkaApiError as error:
-        code = error.code
-        return lambda _index: code
-    count = topic.num_partitions
-    return lambda index: ErrorCode.NONE if 0 <= index < count \
-        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return _Named(name, None, error.code)
+    return _Named(name, topic, ErrorCode.NONE)
 
 
 # -- ElectLeaders ----------------------------------------------------------------------------
@@ -62,7 +85,7 @@ def _all_partitions(engine: Engine, ctx: RequestContext) -> Iterator[tuple[str, 
 
 async def handle_elect_leaders(engine: Engine, ctx: RequestContext,
                                request: ElectLeadersRequest) -> ElectLeadersResponse:
-    """Answer ElectLeaders: this broker leads every partition already."""
+    """Answer ElectLeaders: every partition's only replica leads it already."""
     response = ElectLeadersResponse
     result = response.ReplicaElectionResult
     if not engine.tenancy.cluster_allowed(ctx, Operation.ALTER):
@@ -75,14 +98,14 @@ async def handle_elect_leaders(engine: Engine, ctx: RequestContext,
     results = []
     for name, partitions in wanted:
         answers = []
-        check = _partition_check(engine, ctx, name)
+        named = _named(engine, ctx, name)
         for index in partitions:
-            code = check(index)
+            code = named.check(index)
             if code == ErrorCode.NONE:
                 code = ErrorCode.ELECTION_NOT_NEEDED if election in (_PREFERRED, _UNCLEAN) \
                     else ErrorCode.INVALID_REQUEST
-            message = {ErrorCode.ELECTION_NOT_NEEDED: "this broker is the only replica and "
-                                                      "already the leader",
+            message = {ErrorCode.ELECTION_NOT_NEEDED: "the partition's only replica is its "
+                                                      "leader already",
                        ErrorCode.INVALID_REQUEST: f"unknown election type {election}"}.get(code)
             answers.append(result.PartitionResult(partition_id=index, error_code=code,
                                                   error_message=message))
@@ -96,25 +119,31 @@ async def handle_elect_leaders(engine: Engine, ctx: RequestContext,
 def _described_topics(engine: Engine, ctx: RequestContext,
                       request: DescribeLogDirsRequest
                       ) -> list[tuple[str, TopicInfo, list[int]]]:
-    """(client name, topic, partitions) of what the request asks for and the caller sees."""
+    """(client name, topic, partitions) of what the request asks for, the caller sees and
+    this broker holds now; as Kafka, a topic with none of them here is left out."""
+    asked: list[tuple[str, TopicInfo, Iterable[int]]]
     if request.topics is None:
-        return [(naming.to_client(t.name, ctx.home), t, list(range(t.num_partitions)))
-                for t in engine.tenancy.visible_topics(ctx)]
+        asked = [(naming.to_client(t.name, ctx.home), t, range(t.num_partitions))
+                 for t in engine.tenancy.visible_topics(ctx)]
+    else:
+        asked = []
+        for wanted in request.topics:
+            named = _named(engine, ctx, wanted.topic)
+            if named.topic is not None:  # as Kafka: what cannot be described is left out
+                asked.append((wanted.topic, named.topic,
+                              [p for p in wanted.partitions if named.check(p) == ErrorCode.NONE]))
     found = []
-    for wanted in request.topics:
-        try:
-            _internal, topic = engine.tenancy.named_topic(ctx, wanted.topic, Operation.DESCRIBE,
-                                                  "describe")
-        except KafkaApiError:
-            continue  # as Kafka: what cannot be described is left out
-        found.append((wanted.topic, topic,
-                      [p for p in wanted.partitions if 0 <= p < topic.num_partitions]))
+    for name, topic, indexes in asked:
+        here = [index for index in indexes
+                if hosted_here(engine, topic.name, index, topic.num_partitions)]
+        if here:
+            found.append((name, topic, here))
     return found
 
 
 async def handle_describe_log_dirs(engine: Engine, ctx: RequestContext,
                                    request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
-    """Answer DescribeLogDirs: one log dir, the data directory, with partition sizes."""
+    """Answer DescribeLogDirs: one log dir, with the sizes of the partitions held here."""
     response = DescribeLogDirsResponse
     if not engine.tenancy.cluster_allowed(ctx, Operation.DESCRIBE):
         return response(version=request.version, throttle_time_ms=0,
@@ -143,21 +172,23 @@ async def handle_describe_log_dirs(engine: Engine, ctx: RequestContext,
 async def handle_alter_replica_log_dirs(
         engine: Engine, ctx: RequestContext,
         request: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse:
-    """Answer AlterReplicaLogDirs: every replica already is in the one log dir."""
+    """Answer AlterReplicaLogDirs: every replica held here already is in the one log dir."""
     response = AlterReplicaLogDirsResponse
     allowed = engine.tenancy.cluster_allowed(ctx, Operation.ALTER)
     results = []
     for target in request.dirs:
         for wanted in target.topics:
             answers = []
-            check = _partition_check(engine, ctx, wanted.name)
+            named = _named(engine, ctx, wanted.name)
             for index in wanted.partitions:
                 if not allowed:
                     code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                 else:
-                    code = check(index)
+                    code = named.check(index)
                     if code == ErrorCode.NONE and not engine.logs.names_location(target.path):
                         code = ErrorCode.LOG_DIR_NOT_FOUND
+                    elif code == ErrorCode.NONE and not named.here(engine, index):
+                        code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # another broker holds it
                 answers.append(response.AlterReplicaLogDirTopicResult
                                .AlterReplicaLogDirPartitionResult(partition_index=index,
                                                                   error_code=code))
@@ -171,23 +202,26 @@ async def handle_alter_replica_log_dirs(
 _Reassignable = AlterPartitionReassignmentsRequest.ReassignableTopic.ReassignablePartition
 
 
-def _reassignment_error(engine: Engine, code: ErrorCode,
+def _reassignment_error(engine: Engine, named: _Named,
                         wanted: _Reassignable) -> tuple[ErrorCode, str | None]:
+    """A partition's answer: none in progress to cancel; done when ``wanted`` names the
+    broker holding its replica, else INVALID_REPLICA_ASSIGNMENT naming that broker."""
+    index = wanted.partition_index
+    code = named.check(index)
     if code != ErrorCode.NONE:
         return code, None
     if wanted.replicas is None:
         return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "no reassignment is in progress"
-    if list(wanted.replicas) != [engine.config.broker_id]:
-        return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"broker {engine.config.broker_id} is the only broker and holds the only "
-                f"replica; cannot assign {list(wanted.replicas)}")
-    return ErrorCode.NONE, None
+    assert named.topic is not None
+    error = assignment_error(engine, named.topic.name, named.name, index,
+                             named.topic.num_partitions, wanted.replicas)
+    return (ErrorCode.NONE, None) if error is None else (error.code, error.message)
 
 
 async def handle_alter_partition_reassignments(
         engine: Engine, ctx: RequestContext,
         request: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
-    """Answer AlterPartitionReassignments: only this broker can hold a replica."""
+    """Answer AlterPartitionReassignments: a partition's one replica stays where it is."""
     response = AlterPartitionReassignmentsResponse
     topic_result = response.ReassignableTopicResponse
 
@@ -204,10 +238,9 @@ async def handle_alter_partition_reassignments(
     results = []
     for wanted in request.topics:
         answers = []
-        check = _partition_check(engine, ctx, wanted.name)
+        named = _named(engine, ctx, wanted.name)
         for partition in wanted.partitions:
-            code, message = _reassignment_error(engine, check(partition.partition_index),
-                                                partition)
+            code, message = _reassignment_error(engine, named, partition)
             answers.append(topic_result.ReassignablePartitionResponse(
                 partition_index=partition.partition_index, error_code=code,
                 error_message=message))

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -20,6 +20,7 @@ from kafka.protocol.admin import (
 )
 
 from broker_core import naming
+from broker_core.apis.replica_placement import assignment_error, replication_factor_error
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -48,20 +49,15 @@ class _Assignment(Protocol):
     def broker_ids(self) -> list[int]: ...
 
 
-def _check_replicas(engine: Engine, replication_factor: int,
-                    assignments: Sequence[_Assignment]) -> None:
-    if replication_factor not in (-1, 1) and not assignments:
-        raise KafkaApiError(
-            ErrorCode.INVALID_REPLICATION_FACTOR,
-            f"replication factor {replication_factor} is larger than the 1 available broker",
-        )
-    for assignment in assignments:
-        if list(assignment.broker_ids) != [engine.config.broker_id]:
-            raise KafkaApiError(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"replicas {list(assignment.broker_ids)} must be exactly "
-                f"[{engine.config.broker_id}]",
-            )
+def _check_assignments(engine: Engine, internal: str, shown: str, num_partitions: int,
+                       assigned: Iterable[tuple[int, _Assignment]]) -> None:
+    """INVALID_REPLICA_ASSIGNMENT unless each new partition (index, its assignment) of a
+    topic of ``num_partitions`` is assigned exactly the broker the cluster places it on."""
+    for index, assignment in assigned:
+        error = assignment_error(engine, internal, shown, index, num_partitions,
+                                 assignment.broker_ids, exists=False)
+        if error is not None:
+            raise error
 
 
 def _partition_count(engine: Engine, wanted: _Creatable) -> int:
@@ -115,11 +111,15 @@ def _check_one(engine: Engine, ctx: RequestContext, wanted: _Creatable,
     internal = _may_create(engine, ctx, wanted.name)
     if excess is not None:
         raise excess
-    _check_replicas(engine, wanted.replication_factor, wanted.assignments)
+    if not wanted.assignments and \
+            (error := replication_factor_error(wanted.replication_factor)) is not None:
+        raise error
     count = _partition_count(engine, wanted)
     configs = validate_topic_configs({c.name: c.value for c in wanted.configs})
     if engine.logs.topic(internal) is not None:
         raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {wanted.name} already exists")
+    _check_assignments(engine, internal, wanted.name, count,
+                       ((a.partition_index, a) for a in wanted.assignments))
     planned.check(engine, ctx, internal, count)
     return internal, count, configs
 
@@ -338,7 +338,8 @@ async def _grow(engine: Engine, ctx: RequestContext,
             if assignments and len(assignments) != wanted.count - topic.num_partitions:
                 raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                     "one assignment is needed per new partition")
-            _check_replicas(engine, 1, assignments)
+            _check_assignments(engine, internal, wanted.name, wanted.count,
+                               enumerate(assignments, start=topic.num_partitions))
             cap = None
             if engine.limits is not None:
                 engine.limits.check_create(internal, 0, wanted.count - topic.num_partitions,

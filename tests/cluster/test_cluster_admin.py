@@ -12,9 +12,9 @@ from typing import Any
 import kafka.admin
 import kafka.errors
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka._model import ElectionType
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kafka.structs import TopicPartition as KafkaTopicPartition
 from kafka.structs import TopicPartitionReplica
 
@@ -117,6 +117,31 @@ def test_reassignments_only_to_this_broker(broker: BrokerProcess, topic_name: st
         {tp1: kafka.errors.NoReassignmentInProgressError}
     assert client.list_partition_reassignments() == {}
     assert client.list_partition_reassignments([tp0]) == {}
+
+
+def test_replica_assignments_only_to_this_broker(broker: BrokerProcess, topic_name: str) -> None:
+    """CreateTopics and CreatePartitions take an assignment of every partition to this
+    broker, the only one; another broker is refused, naming where the partition will be."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    refused = NewTopic(topic_name, 2, replica_assignment=[[0], [1]])
+    with pytest.raises(KafkaException) as failure:
+        admin.create_topics([refused])[topic_name].result(30)
+    error = failure.value.args[0]
+    assert error.name() == "INVALID_REPLICA_ASSIGNMENT"
+    assert f"partition 1 of {topic_name} will be on broker 0;" in error.str()
+    admin.create_topics([NewTopic(topic_name, 2, replica_assignment=[[0], [0]])]
+                        )[topic_name].result(30)
+    with pytest.raises(KafkaException) as failure:
+        admin.create_partitions([NewPartitions(topic_name, 3, replica_assignment=[[2]])]
+                                )[topic_name].result(30)
+    assert failure.value.args[0].name() == "INVALID_REPLICA_ASSIGNMENT"
+    admin.create_partitions([NewPartitions(topic_name, 3, replica_assignment=[[0]])]
+                            )[topic_name].result(30)
+    with pytest.raises(KafkaException) as failure:
+        admin.create_topics([NewTopic(topic_name + "-rf", 1, 2)])[topic_name + "-rf"].result(30)
+    error = failure.value.args[0]
+    assert error.name() == "INVALID_REPLICATION_FACTOR"
+    assert "one replica" in error.str()
 
 
 def test_describe_topic_partitions_pages_through_everything(

@@ -9,12 +9,14 @@
 //   java KafkaFlows failover BOOTSTRAP TOPIC PARTITIONS COUNT
 //   java KafkaFlows quotas BOOTSTRAP USER TENANT
 //   java KafkaFlows abort BOOTSTRAP TOPIC TRANSACTIONAL_ID
+//   java KafkaFlows replicas BOOTSTRAP TOPIC
 
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.ExecutionException;
@@ -22,6 +24,7 @@ import java.util.concurrent.ExecutionException;
 import org.apache.kafka.clients.admin.AbortTransactionSpec;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterClientQuotasOptions;
+import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.TopicDescription;
@@ -36,6 +39,7 @@ import org.apache.kafka.common.TopicCollection;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.TopicPartitionReplica;
 import org.apache.kafka.common.quota.ClientQuotaAlteration;
 import org.apache.kafka.common.quota.ClientQuotaEntity;
 import org.apache.kafka.common.quota.ClientQuotaFilter;
@@ -60,6 +64,7 @@ public final class KafkaFlows {
                 Integer.parseInt(args[4]));
             case "quotas" -> quotas(args[1], args[2], args[3]);
             case "abort" -> abort(args[1], args[2], args[3]);
+            case "replicas" -> replicas(args[1], args[2]);
             default -> throw new IllegalArgumentException("unknown flow " + args[0]);
         }
     }
@@ -352,6 +357,56 @@ public final class KafkaFlows {
         }
         for (java.util.concurrent.Future<RecordMetadata> future : sent) {
             future.get();
+        }
+    }
+
+    /**
+     * The replica tools' view of an existing topic on every broker of the cluster: each
+     * partition's "leader P B"; each broker's describeLogDirs, "logdir B P" for each partition
+     * of the topic it lists; describeReplicaLogDirs, "replica-dir P B yes|no" (whether broker
+     * B names a log dir for its replica of P); alterPartitionReassignments of each partition
+     * to each broker alone, "reassign P B ok" or "reassign P B refused EXCEPTION"; and
+     * "reassignments N" listed in progress afterwards.
+     */
+    private static void replicas(String bootstrap, String topic) throws Exception {
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            List<Integer> brokers = new ArrayList<>();
+            admin.describeCluster().nodes().get().forEach(node -> brokers.add(node.id()));
+            Collections.sort(brokers);
+            List<TopicPartitionInfo> partitions =
+                admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions();
+            for (TopicPartitionInfo info : partitions) {
+                System.out.println("leader " + info.partition() + " " + info.leader().id());
+            }
+            admin.describeLogDirs(brokers).allDescriptions().get().forEach(
+                (broker, dirs) -> dirs.values().forEach(dir -> dir.replicaInfos().keySet().stream()
+                    .filter(tp -> tp.topic().equals(topic)).sorted(
+                        (x, y) -> Integer.compare(x.partition(), y.partition()))
+                    .forEach(tp -> System.out.println("logdir " + broker + " " + tp.partition()))));
+            List<TopicPartitionReplica> replicas = new ArrayList<>();
+            for (TopicPartitionInfo info : partitions) {
+                for (int broker : brokers) {
+                    replicas.add(new TopicPartitionReplica(topic, info.partition(), broker));
+                }
+            }
+            admin.describeReplicaLogDirs(replicas).all().get().forEach(
+                (replica, info) -> System.out.println("replica-dir " + replica.partition() + " "
+                    + replica.brokerId() + " " + (info.getCurrentReplicaLogDir() != null ? "yes" : "no")));
+            for (TopicPartitionInfo info : partitions) {
+                for (int broker : brokers) {
+                    TopicPartition tp = new TopicPartition(topic, info.partition());
+                    try {
+                        admin.alterPartitionReassignments(Map.of(tp, Optional.of(
+                            new NewPartitionReassignment(List.of(broker))))).all().get();
+                        System.out.println("reassign " + info.partition() + " " + broker + " ok");
+                    } catch (ExecutionException e) {
+                        System.out.println("reassign " + info.partition() + " " + broker
+                            + " refused " + e.getCause().getClass().getSimpleName());
+                    }
+                }
+            }
+            System.out.println("reassignments "
+                + admin.listPartitionReassignments().reassignments().get().size());
         }
     }
 }
