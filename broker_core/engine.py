@@ -344,7 +344,7 @@ class Engine:
                 "this broker keeps one",
             )
         rework = Rework.needed(header, rules.codec, rules.keyed, self.config.validate_records)
-        if rework is None and self.config.validate_records:
+        if rework is None and self.config.validate_records:  # uncompressed: walked in place
             check_records(records, header)
         return Admitted(internal, index, partition, records, header, rules, rework, started)
 

@@ -1,7 +1,11 @@
 """Produce-time work on the records of a batch, done off the event loop (the engine runs
 :func:`rework` in an executor thread) because it costs CPU in proportion to the records.
 
-Two things need it. A topic whose ``compression.type`` names a codec stores every batch in
+Three things need it. A compressed batch, with ``validateRecords``, is inflated and every
+record walked (a few kilobytes of a hostile client's payload may inflate to the 64 MiB cap
+of :mod:`broker_core.codec.compression`: work no other client's request may wait for on
+the event loop; an uncompressed batch is walked where it is admitted, its cost bounded by
+the bytes that came). A topic whose ``compression.type`` names a codec stores every batch in
 that codec: a batch that arrives in another one is inflated and compressed again, as
 Kafka's broker does (``producer``, the default, stores every batch as it came, and a batch
 already in the topic's codec is kept as it came too). Only the codec bits of the
@@ -27,7 +31,7 @@ from broker_core.codec.batch_header import (
     BatchHeader,
     seal,
 )
-from broker_core.codec.compression import deflate
+from broker_core.codec.compression import NONE, deflate
 from broker_core.codec.errors import MalformedBatch
 from broker_core.codec.records import check_walk, records_buffer
 from broker_core.codec.varints import Buffer
@@ -52,9 +56,11 @@ class Rework:
     def needed(cls, header: BatchHeader, codec: int | None, keyed: bool,
                walk: bool) -> Rework | None:
         """The work a batch with ``header`` needs in a topic storing ``codec`` (None: the
-        producer's) and requiring keys when ``keyed``; None when it goes in as it came."""
+        producer's) and requiring keys when ``keyed``, its records walked when ``walk``
+        (``validateRecords``); None when it goes in as it came and is checked, if at all,
+        where it is admitted (uncompressed)."""
         recode = codec is not None and codec != header.compression
-        if not (recode or keyed):
+        if not (recode or keyed or (walk and header.compression != NONE)):
             return None
         return cls(codec if recode else None, walk, keyed)
 
