@@ -67,22 +67,11 @@ def test_every_codec_into_every_other_keeps_all_but_the_codec(source: int,
 @pytest.mark.parametrize("codec", CODECS)
 def test_a_batch_in_the_topic_codec_or_a_producer_topic_needs_nothing(codec: int) -> None:
     header = read_header(built(codec, 3))
-    assert Rework.needed(header, codec, keyed=False, walk=False) is None
-    assert Rework.needed(header, None, keyed=False, walk=False) is None
+    assert Rework.needed(header, codec, keyed=False, walk=True) is None
+    assert Rework.needed(header, None, keyed=False, walk=True) is None
     keyed = Rework.needed(header, None, keyed=True, walk=False)
     assert keyed == Rework(None, False, True)
     assert rework(built(codec, 3), header, keyed) is None  # checked, kept as it came
-
-
-@pytest.mark.parametrize("codec", CODECS)
-def test_validating_a_compressed_batch_is_left_to_the_rework(codec: int) -> None:
-    """Inflating a compressed batch to walk its records costs what the payload inflates
-    to, not what came: it is rework (done off the event loop), never done at admission.
-    An uncompressed batch is walked at admission (its cost is the bytes that came)."""
-    header = read_header(built(codec, 3))
-    for target in (codec, None):
-        plan = Rework.needed(header, target, keyed=False, walk=True)
-        assert plan == (None if codec == 0 else Rework(None, True, False))
 
 
 def test_the_config_names_map_to_codecs() -> None:
