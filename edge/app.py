@@ -46,7 +46,7 @@ from edge.acl_store import AclStore
 from edge.audit import AuditEvent, AuditLog
 from edge.authorization import Policy
 from edge.config import BrokerConfig
-from edge.denials import DenialReports
+from edge.denials import DenialReports, LoginFailures
 from edge.health import Readiness
 from edge.metrics import CONNECTIONS, serve_metrics
 from edge.quotas import (
@@ -232,6 +232,9 @@ class BrokerApp:
         self.denials = DenialReports(self.audit.record, config.audit_denials_per_window,
                                      config.audit_denial_window_ms / 1000)
         self.policy.on_denied = self.denials.denied
+        self.login_failures = LoginFailures(self.audit.record,
+                                            config.audit_denials_per_window,
+                                            config.audit_denial_window_ms / 1000)
         self.quotas = quota_manager(config, self.logs.kv)
         self.engine.kv_readers.append(self.quotas.store.read_again)
         self.quota_events = QuotaEvents(self.audit, self.quotas.window.span_s)
@@ -298,7 +301,7 @@ class BrokerApp:
                        self.config.failed_authentication_delay_ms,
                        self.config.connections_max_reauth_ms, self.audit,
                        self.config.sasl_server_max_receive_size, self.gate,
-                       self.sasl_steps, self.policy.login_refusal)
+                       self.sasl_steps, self.policy.login_refusal, self.login_failures)
 
     async def start(self) -> list[ListenerSpec]:
         """Start the engine and every listener; return the listeners with their bound ports.
@@ -401,6 +404,7 @@ class BrokerApp:
         self.servers.clear()
         self.sasl_steps.shutdown(wait=False, cancel_futures=True)
         self.denials.close_all()
+        self.login_failures.close_all()
         self.audit.flush()
         problems = await self.engine.stop()
         for problem in problems:

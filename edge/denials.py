@@ -1,13 +1,20 @@
-"""Authorization denials, reported within bounds: a WARNING line and an audit event each,
-at most ``auditDenialsPerWindow`` of them per tenant, principal and API per window of
+"""Authorization denials and failed logins, reported within bounds: a WARNING line and an
+audit event each, at most ``auditDenialsPerWindow`` of them per subject per window of
 ``auditDenialWindowMs``; the ones beyond are counted, and when the window ends one line
-and one audit event say how many were left out.
+and one audit event say how many were left out (:class:`Windows`, the one home of that
+rule).
 
-Each refused check is a denial, and one request may name thousands of resources (a
-Metadata or DescribeGroups naming 20,000 names of another tenant wrote 20,000 events into
-the audit topic, which no tenant's quota covers, and 20,000 log lines): so a client can
-at most make the broker write ``auditDenialsPerWindow + 1`` events per API per window,
-whatever it sends. (``edge.audit`` also writes an identical denial once per second.)
+A denial's subject is its tenant, principal and API. Each refused check is a denial, and
+one request may name thousands of resources (a Metadata or DescribeGroups naming 20,000
+names of another tenant wrote 20,000 events into the audit topic, which no tenant's quota
+covers, and 20,000 log lines): so a client can at most make the broker write
+``auditDenialsPerWindow + 1`` events per API per window, whatever it sends. (``edge.audit``
+also writes an identical denial once per second.)
+
+A failed login's subject is the peer's host and the listener (:class:`LoginFailures`):
+a client with no credentials at all looping connect, SaslHandshake, SaslAuthenticate with
+a bad token on 64 sockets wrote 206 events a second (5.5 GB of audit topic a day) and as
+many log lines. A request before a login on a SASL listener counts as a failed login.
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from broker_core.context import Operation, RequestContext, ResourceType
 from common.log_fields import log_fields
@@ -27,20 +35,90 @@ log = logging.getLogger(__name__)
 _MAX_WINDOWS = 10_000
 """Windows kept open at once (beyond, the oldest is closed early: its count reported)."""
 
+_S = TypeVar("_S", bound=Hashable)
+
 _Subject = tuple[str, str, str]
 """Whose denials share a window: (tenant, principal, API)."""
+_Peer = tuple[str, str]
+"""Whose failed logins share a window: (peer host, listener)."""
 
 
 @dataclass(slots=True)
-class _Window:
-    """One subject's denials since its window began."""
+class Window:
+    """One subject's reports since its window began."""
 
     ends: float
     written: int = 0
     left_out: int = 0
     listener: str = ""
     client: str = ""
-    """Where the last left-out denial came from (for the event that counts them)."""
+    """Where the last left-out one came from (for the event that counts them)."""
+
+
+class Windows(Generic[_S]):
+    """At most ``per_window`` reports per subject per window of ``window_s``; the ones
+    beyond are counted, and ``left_out`` is told the subject and its window when the window
+    ends with some left out (a timer, else the subject's next report, else
+    :meth:`close_all`)."""
+
+    def __init__(self, per_window: int, window_s: float,
+                 left_out: Callable[[_S, Window], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_window = per_window
+        self.window_s = window_s
+        self.left_out = left_out
+        self.clock = clock
+        self._windows: dict[_S, Window] = {}
+
+    def take(self, subject: _S, listener: str, client: str) -> bool:
+        """Whether one more report of ``subject`` (from ``client`` on ``listener``) is
+        made; False: it is counted instead."""
+        now = self.clock()
+        window = self._windows.get(subject)
+        if window is not None and now >= window.ends:  # no timer closed it (no loop)
+            self._close(subject, window)
+            window = None
+        if window is None:
+            window = self._open(subject, now)
+        if window.written < self.per_window:
+            window.written += 1
+            return True
+        window.left_out += 1
+        window.listener, window.client = listener, client
+        if window.left_out == 1:
+            # without an event loop (a tool) the next report closes it
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().call_later(window.ends - now, self._close,
+                                                      subject, window)
+        return False
+
+    def _open(self, subject: _S, now: float) -> Window:
+        if len(self._windows) >= _MAX_WINDOWS:
+            for other, window in list(self._windows.items()):
+                if now >= window.ends:
+                    self._close(other, window)
+            if len(self._windows) >= _MAX_WINDOWS:
+                oldest = next(iter(self._windows))
+                self._close(oldest, self._windows[oldest])
+        window = self._windows[subject] = Window(now + self.window_s)
+        return window
+
+    def _close(self, subject: _S, window: Window) -> None:
+        """End ``window`` (if it is still the subject's): tell what it left out."""
+        if self._windows.get(subject) is not window:
+            return
+        del self._windows[subject]
+        if window.left_out:
+            self.left_out(subject, window)
+
+    def close_all(self) -> None:
+        """Tell what every open window left out (the broker stops)."""
+        for subject, window in list(self._windows.items()):
+            self._close(subject, window)
+
+    def share(self) -> str:
+        """The bound, as the events that count left-out reports word it."""
+        return f"{self.per_window} reported per {self.window_s:g} s"
 
 
 class DenialReports:
@@ -50,69 +128,32 @@ class DenialReports:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.record = record
         """Where audit events go (``AuditLog.record``)."""
-        self.per_window = per_window
-        self.window_s = window_s
-        self.clock = clock
-        self._windows: dict[_Subject, _Window] = {}
+        self.windows: Windows[_Subject] = Windows(per_window, window_s, self._left_out,
+                                                  clock)
 
     def denied(self, ctx: RequestContext, operation: Operation, resource: ResourceType,
                name: str, reason: str) -> None:
         """One refused check: reported, or counted when its window has had its share."""
-        now = self.clock()
-        subject = (ctx.home.tenant, ctx.principal, ctx.api)
-        window = self._windows.get(subject)
-        if window is not None and now >= window.ends:  # no timer closed it (no loop)
-            self._close(subject, window)
-            window = None
-        if window is None:
-            window = self._open(subject, now)
-        if window.written < self.per_window:
-            window.written += 1
+        if self.windows.take((ctx.home.tenant, ctx.principal, ctx.api), ctx.listener,
+                             ctx.client_host):
             self._report(ctx, operation, resource, name, reason)
-            return
-        window.left_out += 1
-        window.listener, window.client = ctx.listener, ctx.client_host
-        if window.left_out == 1:
-            # without an event loop (a tool) the next denial closes it
-            with contextlib.suppress(RuntimeError):
-                asyncio.get_running_loop().call_later(window.ends - now, self._close,
-                                                      subject, window)
 
-    def _open(self, subject: _Subject, now: float) -> _Window:
-        if len(self._windows) >= _MAX_WINDOWS:
-            for other, window in list(self._windows.items()):
-                if now >= window.ends:
-                    self._close(other, window)
-            if len(self._windows) >= _MAX_WINDOWS:
-                oldest = next(iter(self._windows))
-                self._close(oldest, self._windows[oldest])
-        window = self._windows[subject] = _Window(now + self.window_s)
-        return window
-
-    def _close(self, subject: _Subject, window: _Window) -> None:
-        """End ``window`` (if it is still the subject's): report what it left out."""
-        if self._windows.get(subject) is not window:
-            return
-        del self._windows[subject]
-        if not window.left_out:
-            return
+    def _left_out(self, subject: _Subject, window: Window) -> None:
         tenant, principal, api = subject
+        share = self.windows.share()
         log.warning("authorization denied: %d more denials of %s (tenant %s, %s) left out "
-                    "of the log and the audit (%d reported per %g s)", window.left_out,
-                    principal, tenant, api, self.per_window, self.window_s,
-                    extra=log_fields(tenant=tenant, principal=principal,
-                                      client=window.client or None,
-                                      listener=window.listener))
+                    "of the log and the audit (%s)", window.left_out, principal, tenant, api,
+                    share, extra=log_fields(tenant=tenant, principal=principal,
+                                            client=window.client or None,
+                                            listener=window.listener))
         self.record(AuditEvent(
             kind="authorization", outcome="denied", listener=window.listener,
             client=window.client, principal=principal, tenant=tenant, api=api,
-            reason=f"{window.left_out} more denials left out ({self.per_window} reported "
-                   f"per {self.window_s:g} s)"))
+            reason=f"{window.left_out} more denials left out ({share})"))
 
     def close_all(self) -> None:
         """Report what every open window left out (the broker stops)."""
-        for subject, window in list(self._windows.items()):
-            self._close(subject, window)
+        self.windows.close_all()
 
     def _report(self, ctx: RequestContext, operation: Operation, resource: ResourceType,
                 name: str, reason: str) -> None:
@@ -125,3 +166,35 @@ class DenialReports:
             client=ctx.client_host, principal=ctx.principal, tenant=ctx.home.tenant,
             api=ctx.api, resource=f"{resource.value}:{name}",
             reason=f"{operation.value} {reason}"))
+
+
+class LoginFailures:
+    """Failed logins (and requests before a login), within bounds per peer host and
+    listener: :meth:`take` says whether one is reported (the session then writes its line
+    and its audit event); the ones beyond are counted into one line and one event."""
+
+    def __init__(self, record: Callable[[AuditEvent], None], per_window: int, window_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.record = record
+        """Where audit events go (``AuditLog.record``)."""
+        self.windows: Windows[_Peer] = Windows(per_window, window_s, self._left_out, clock)
+
+    def take(self, host: str, listener: str, peer: str) -> bool:
+        """Whether a failed login of ``peer`` (``host``'s address and port) on
+        ``listener`` is reported; False: it is counted instead."""
+        return self.windows.take((host, listener), listener, peer)
+
+    def _left_out(self, subject: _Peer, window: Window) -> None:
+        host, listener = subject
+        share = self.windows.share()
+        log.warning("authentication failed: %d more failed logins from %s on %s left out of "
+                    "the log and the audit (%s)", window.left_out, host, listener, share,
+                    extra=log_fields(client=window.client or host, listener=listener))
+        self.record(AuditEvent(
+            kind="authentication", outcome="failure", listener=listener,
+            client=window.client or host,
+            reason=f"{window.left_out} more failed logins left out ({share})"))
+
+    def close_all(self) -> None:
+        """Report what every open window left out (the broker stops)."""
+        self.windows.close_all()

@@ -222,10 +222,11 @@ class TenantUsageCollector(Collector):
         stored = dict(self.limits.stored)
         for tenant, used in stored.items():
             yield tenant, MAX_STORED_BYTES, used
+        counts = self.limits.topic_counts()  # every tenant in one pass, if any is capped
         for tenant in stored:
             if self.manager.tenant_value(tenant, MAX_TOPICS) is not None or \
                     self.manager.tenant_value(tenant, MAX_PARTITIONS) is not None:
-                topics, partitions = self.limits.counts(tenant)
+                topics, partitions = counts.of(tenant)
                 yield tenant, MAX_TOPICS, topics
                 yield tenant, MAX_PARTITIONS, partitions
 

@@ -43,6 +43,7 @@ from broker_core.errors import ErrorCode
 from broker_core.naming import Namespace
 from broker_core.quotas.entities import Caller
 from edge.audit import AuditEvent, AuditLog
+from edge.denials import LoginFailures
 from edge.metrics import AUTHENTICATIONS, CONNECTIONS
 from edge.quotas import ConnectionGate
 from edge.security import ListenerSecurity, SaslFactory
@@ -87,7 +88,8 @@ class Session:
                  max_receive_before_login: int | None = None,
                  gate: ConnectionGate | None = None,
                  steps: Executor | None = None,
-                 login_refusal: Callable[[str, str, str], str | None] | None = None) -> None:
+                 login_refusal: Callable[[str, str, str], str | None] | None = None,
+                 failures: LoginFailures | None = None) -> None:
         self.dispatcher = dispatcher
         self.info = info
         self.advertised = advertised
@@ -110,6 +112,12 @@ class Session:
         asked at each login, before the quotas on connections count it."""
         self.admitted: Caller | None = None
         """Who the connection counts for in the quotas on connections, once admitted."""
+        self.failures = failures
+        """Bounds the lines and audit events of failed logins per peer host and listener
+        (None: every one is reported)."""
+        self._failure_reported = True
+        """Whether the latest failed login was reported (else the listener's closing line
+        is left out too)."""
         self.muted_until = 0.0
         """Until when (``time.monotonic()``) the listener does not read the connection: a
         request over a quota mutes it for its throttle time (KIP-219)."""
@@ -146,9 +154,12 @@ class Session:
         if key == SASL_AUTHENTICATE and self.sasl.takes_authenticate():
             return await self._authenticate(parsed)
         if self.sasl.gated and key != API_VERSIONS_KEY:
-            self._audit("connection", "rejected", api=parsed.spec.name,
-                        reason="request before SASL authentication")
-            raise FrameError(f"{parsed.spec.name} request before SASL authentication")
+            reported = self._failure_counted()
+            if reported:
+                self._audit("connection", "rejected", api=parsed.spec.name,
+                            reason="request before SASL authentication")
+            raise FrameError(f"{parsed.spec.name} request before SASL authentication",
+                             logged=not reported)
         if self.sasl.expired(_now_ms()) and key != API_VERSIONS_KEY:
             self._audit("connection", "rejected", api=parsed.spec.name,
                         principal=self.principal, tenant=self.home.tenant,
@@ -179,6 +190,13 @@ class Session:
         if self.gate is not None:
             await self.gate.admit(who, self.info)
         self.admitted = who
+
+    def _failure_counted(self) -> bool:
+        """Count a failed login (or a request before one): whether it is reported (its
+        audit event and lines written) or only counted, as ``failures`` bounds them."""
+        self._failure_reported = self.failures is None or self.failures.take(
+            self.client_host, self.info.listener, self.info.peer)
+        return self._failure_reported
 
     def _mute(self, throttle_ms: int) -> None:
         self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
@@ -220,24 +238,32 @@ class Session:
             return answer(ErrorCode.ILLEGAL_SASL_STATE, [])
         if verdict == Handshake.DURING_EXCHANGE:
             assert self.sasl.exchange is not None
-            self._refused(mechanism, self.sasl.exchange.claimed_tenant, verdict.value)
-            raise FrameError(verdict.value, answer(ErrorCode.ILLEGAL_SASL_STATE, []))
+            reported = self._refused(mechanism, self.sasl.exchange.claimed_tenant,
+                                     verdict.value)
+            raise FrameError(verdict.value, answer(ErrorCode.ILLEGAL_SASL_STATE, []),
+                             logged=not reported)
         if verdict == Handshake.UNSUPPORTED:
             reason = (f"SASL mechanism '{printable(mechanism, MECHANISM_LIMIT)}' is not "
                       f"enabled (enabled: {', '.join(offered)})")
-            self._refused(mechanism, self.home.tenant if self.sasl.login else None, reason)
-            raise FrameError(reason, answer(ErrorCode.UNSUPPORTED_SASL_MECHANISM))
+            reported = self._refused(mechanism, self.home.tenant if self.sasl.login else None,
+                                     reason)
+            raise FrameError(reason, answer(ErrorCode.UNSUPPORTED_SASL_MECHANISM),
+                             logged=not reported)
         if verdict == Handshake.WRONG_REAUTHENTICATION:
-            self._refused(mechanism, self.home.tenant, verdict.value)
-            raise FrameError(verdict.value, answer(ErrorCode.ILLEGAL_SASL_STATE))
+            reported = self._refused(mechanism, self.home.tenant, verdict.value)
+            raise FrameError(verdict.value, answer(ErrorCode.ILLEGAL_SASL_STATE),
+                             logged=not reported)
         self.sasl.begin(self.mechanisms[mechanism](), version)
         return answer(ErrorCode.NONE)
 
-    def _refused(self, mechanism: str | None, tenant: str | None, reason: str) -> None:
+    def _refused(self, mechanism: str | None, tenant: str | None, reason: str) -> bool:
         """Audit a login attempt ended before any SASL step ran (the closing log line
-        comes from the listener)."""
+        comes from the listener) if it is reported: whether it is."""
+        if not self._failure_counted():
+            return False
         self._audit("authentication", "failure", mechanism=mechanism, tenant=tenant,
                     reason=reason)
+        return True
 
     # -- SaslAuthenticate ----------------------------------------------------------------
 
@@ -262,12 +288,13 @@ class Session:
         except SaslFailure as failure:
             AUTHENTICATIONS.labels(server.mechanism, "failure").inc()
             tenant = server.claimed_tenant
-            self._audit("authentication", "failure", mechanism=server.mechanism,
-                        tenant=tenant, reason=failure.message)
-            log.warning("SASL %s login from %s (client id %s) on %s (tenant %s) failed: %s",
-                        server.mechanism, self.info.peer, self.client_id, self.info.listener,
-                        tenant or "not named", failure.message,
-                        extra=self._log_fields(tenant=tenant))
+            if self._failure_counted():
+                self._audit("authentication", "failure", mechanism=server.mechanism,
+                            tenant=tenant, reason=failure.message)
+                log.warning("SASL %s login from %s (client id %s) on %s (tenant %s) failed: "
+                            "%s", server.mechanism, self.info.peer, self.client_id,
+                            self.info.listener, tenant or "not named", failure.message,
+                            extra=self._log_fields(tenant=tenant))
             self.sasl.failed()
             raise
         if result is None:
@@ -337,9 +364,10 @@ class Session:
 
         if self.sasl.authenticating() is None:
             reason = "SaslAuthenticate without a SaslHandshake"
-            self._refused(None, None, reason)
+            reported = self._refused(None, None, reason)
             raise FrameError(reason, answer(ErrorCode.ILLEGAL_SASL_STATE,
-                                            "SaslAuthenticate must follow SaslHandshake"))
+                                            "SaslAuthenticate must follow SaslHandshake"),
+                             logged=not reported)
         try:
             assert isinstance(parsed.body, SaslAuthenticateRequest)
             auth = parsed.body.auth_bytes
@@ -349,7 +377,8 @@ class Session:
             return await self._failed(FrameError(
                 f"authentication failed: {failure.message}", answer(
                     ErrorCode.SASL_AUTHENTICATION_FAILED,
-                    f"Authentication failed: {failure.message}")))
+                    f"Authentication failed: {failure.message}"),
+                logged=not self._failure_reported))
         lifetime = self.sasl.lifetime_left(_now_ms()) if result is not None else 0
         return answer(ErrorCode.NONE, None, challenge, lifetime)
 
@@ -366,7 +395,8 @@ class Session:
         try:
             challenge, _ = await self._step(bytes(frame), None)
         except SaslFailure as failure:
-            return await self._failed(FrameError(f"authentication failed: {failure.message}"))
+            return await self._failed(FrameError(f"authentication failed: {failure.message}",
+                                                 logged=not self._failure_reported))
         return len(challenge).to_bytes(4, "big") + challenge
 
     def closed(self) -> None:

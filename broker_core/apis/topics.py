@@ -24,7 +24,7 @@ from broker_core.apis.replica_placement import assignment_error, replication_fac
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.quotas.limits import tenant_of
+from broker_core.quotas.limits import TopicCounts, tenant_of
 from broker_core.storage import CapExceeded, NewTopic, TopicExists, TopicInfo
 from broker_core.storage_faults import WriteKind
 from broker_core.topic_configs import config_source, validate_topic_configs
@@ -90,8 +90,10 @@ def _may_create(engine: Engine, ctx: RequestContext, name: str) -> str:
 @dataclass
 class _Planned:
     """What a CreateTopics request creates, per tenant, as its topics are checked in turn
-    (a tenant's caps count the request's earlier topics, not yet created)."""
+    (a tenant's caps count the request's earlier topics, not yet created), and the
+    tenants' topics as they were, counted once for the request."""
 
+    counts: TopicCounts | None
     topics: Counter[str] = field(default_factory=Counter)
     partitions: Counter[str] = field(default_factory=Counter)
 
@@ -100,7 +102,7 @@ class _Planned:
         tenant = tenant_of(internal)
         if engine.limits is not None:
             engine.limits.check_create(internal, self.topics[tenant] + 1,
-                                       self.partitions[tenant] + count, ctx)
+                                       self.partitions[tenant] + count, ctx, self.counts)
         self.topics[tenant] += 1
         self.partitions[tenant] += count
 
@@ -188,7 +190,7 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext,
     excess = _excess(sum(_requested(engine, ctx, t) for t in request.topics
                          if t.name not in repeated))
     results = []
-    planned = _Planned()
+    planned = _Planned(None if engine.limits is None else engine.limits.topic_counts())
     to_create: list[tuple[_Created, NewTopic, str]] = []
     async with engine.topic_changes:
         for wanted in request.topics:
@@ -319,6 +321,7 @@ async def _grow(engine: Engine, ctx: RequestContext,
     excess = _excess(sum(_added(engine, ctx, t) for t in request.topics
                          if t.name not in repeated))
     results = []
+    counts = None if engine.limits is None else engine.limits.topic_counts()
     for wanted in request.topics:
         code, message = ErrorCode.NONE, None
         try:
@@ -343,7 +346,7 @@ async def _grow(engine: Engine, ctx: RequestContext,
             cap = None
             if engine.limits is not None:
                 engine.limits.check_create(internal, 0, wanted.count - topic.num_partitions,
-                                           ctx)
+                                           ctx, counts)
                 cap = engine.limits.storage_cap(internal, engine.config.metadata_namespace)
             if not request.validate_only:
                 try:
@@ -358,6 +361,8 @@ async def _grow(engine: Engine, ctx: RequestContext,
                 except ValueError:  # grown through another broker at the same moment
                     raise KafkaApiError(ErrorCode.INVALID_PARTITIONS,
                                         f"topic {wanted.name} was grown meanwhile") from None
+                if counts is not None:  # the request's later topics count these
+                    counts.add(tenant_of(internal), 0, wanted.count - topic.num_partitions)
                 log.info("topic %s now has %d partitions", internal, wanted.count,
                          extra=topic_fields(internal, **ctx.who()))
         except KafkaApiError as error:

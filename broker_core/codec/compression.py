@@ -43,24 +43,28 @@ def codec_of(compression_type: str) -> int | None:
     return None if compression_type == PRODUCER else CODEC_BY_NAME[compression_type]
 
 
-def _capped(size: int) -> None:
-    if size > MAX_INFLATED_BYTES:
-        raise MalformedBatch(f"the payload inflates past {MAX_INFLATED_BYTES} bytes")
+class _PastCap(MalformedBatch):
+    """The payload inflates past the cap it was inflated with."""
 
 
-def _gunzip(data: bytes) -> bytes:
+def _capped(size: int, cap: int) -> None:
+    if size > cap:
+        raise _PastCap(f"the payload inflates past {cap} bytes")
+
+
+def _gunzip(data: bytes, cap: int) -> bytes:
     out, rest = [], data
     while rest:  # one gzip member after another, as gzip itself reads them
         inflater = zlib.decompressobj(wbits=31)
-        out.append(inflater.decompress(rest, MAX_INFLATED_BYTES + 1))
-        _capped(sum(map(len, out)))
+        out.append(inflater.decompress(rest, cap + 1))
+        _capped(sum(map(len, out)), cap)
         if not inflater.eof:
             raise MalformedBatch("the gzip stream is cut short")
         rest = inflater.unused_data
     return b"".join(out)
 
 
-def _unsnappy(data: bytes) -> bytes:
+def _unsnappy(data: bytes, cap: int) -> bytes:
     blocks = [data]
     if data.startswith(_XERIAL_MAGIC):  # the Java client's framing: sized blocks
         blocks, pos = [], 16
@@ -70,45 +74,57 @@ def _unsnappy(data: bytes) -> bytes:
                 raise MalformedBatch("a snappy block runs past the payload")
             blocks.append(data[pos + 4:pos + 4 + size])
             pos += 4 + size
-    _capped(sum(read_uvarint(memoryview(block), 0)[0] for block in blocks))  # sizes first
+    _capped(sum(read_uvarint(memoryview(block), 0)[0] for block in blocks), cap)  # sizes first
     return b"".join(snappy.uncompress(block) for block in blocks)
 
 
-def _unlz4(data: bytes) -> bytes:
+def _unlz4(data: bytes, cap: int) -> bytes:
     inflater = lz4.frame.LZ4FrameDecompressor()
-    out: bytes = inflater.decompress(data, max_length=MAX_INFLATED_BYTES + 1)
-    _capped(len(out))
+    out: bytes = inflater.decompress(data, max_length=cap + 1)
+    _capped(len(out), cap)
     if not inflater.eof:
         raise MalformedBatch("the lz4 frame is cut short")
     return out
 
 
-def _unzstd(data: bytes) -> bytes:
+def _unzstd(data: bytes, cap: int) -> bytes:
     out, total = [], 0
     with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
-        while chunk := reader.read(1 << 20):
+        while chunk := reader.read(min(1 << 20, cap + 1)):
             total += len(chunk)
-            _capped(total)
+            _capped(total, cap)
             out.append(chunk)
     return b"".join(out)
 
 
-_INFLATE: dict[int, Callable[[bytes], bytes]] = {
+_INFLATE: dict[int, Callable[[bytes, int], bytes]] = {
     GZIP: _gunzip, SNAPPY: _unsnappy, LZ4: _unlz4, ZSTD: _unzstd}
 
 
-def inflate(codec: int, payload: bytes) -> bytes:
+def inflate(codec: int, payload: bytes, cap: int = MAX_INFLATED_BYTES) -> bytes:
     """The records ``payload`` compressed with ``codec`` holds; MalformedBatch when it does
-    not inflate, inflates past the cap, or the codec is unknown."""
+    not inflate, inflates past ``cap``, or the codec is unknown."""
     inflater = _INFLATE.get(codec)
     if inflater is None:
         raise MalformedBatch(f"unknown compression codec {codec}")
     try:
-        return inflater(payload)
+        return inflater(payload, cap)
     except MalformedBatch:
         raise
     except Exception as exc:  # each codec has its own errors for a corrupt payload
         raise MalformedBatch(f"the payload does not inflate: {exc!r}") from exc
+
+
+def inflate_within(codec: int, payload: bytes, limit: int) -> bytes | None:
+    """:func:`inflate`, stopped once ``limit`` bytes came out: None then (the payload may be
+    fine: inflate it with the cap elsewhere). A ``limit`` under the cap changes nothing
+    else: what inflates within it, or fails to, does so as under the cap."""
+    try:
+        return inflate(codec, payload, min(limit, MAX_INFLATED_BYTES))
+    except _PastCap:
+        if limit < MAX_INFLATED_BYTES:
+            return None
+        raise
 
 
 def _gzip(data: bytes) -> bytes:

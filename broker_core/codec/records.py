@@ -12,8 +12,12 @@ answers INVALID_RECORD and nothing of it is written.
 
 Compressed payloads are inflated with a cap (:mod:`broker_core.codec.compression`), so
 that a small batch cannot expand into gigabytes of memory, then walked like uncompressed
-ones. A topic whose ``cleanup.policy`` includes ``compact`` also needs every record to
-carry a key.
+ones. Where a batch is admitted, on the event loop, only what costs about what came is
+checked (:func:`checked_here`): an uncompressed batch, or a compressed one whose payload
+inflates to at most :data:`HERE_RATIO` times its size and :data:`HERE_BYTES`; any other is
+inflated and walked in a worker thread (``broker_core.codec.rework``), as a few kilobytes
+of zstd may inflate to the 64 MiB cap. A topic whose ``cleanup.policy`` includes
+``compact`` also needs every record to carry a key.
 
 Validation walks in C when :mod:`broker_core.codec.record_walk` has loaded the native
 walker (see ``python -m bench.record_walk`` for the cost per record), else in Python
@@ -27,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from broker_core.codec.batch_header import BATCH_HEADER_SIZE, BatchHeader
-from broker_core.codec.compression import inflate
+from broker_core.codec.compression import inflate, inflate_within
 from broker_core.codec.errors import MalformedBatch
 from broker_core.codec.record_walk import NATIVE, NativeWalker
 from broker_core.codec.varints import Buffer, read_varint
@@ -125,6 +129,34 @@ def check_records(batch: Buffer, header: BatchHeader, keyed: bool = False) -> No
     except MalformedBatch as exc:
         raise KafkaApiError(ErrorCode.INVALID_RECORD, f"malformed record: {exc}") from exc
     check_walk(records, start, header.record_count, keyed)
+
+
+HERE_RATIO = 16
+"""A compressed batch is checked where it is admitted only if its payload inflates to at
+most this many times its size (then the work on the event loop is bounded by the bytes that
+came, as an uncompressed batch's walk is; common codecs on real records stay under it)..."""
+HERE_BYTES = 64 * 1024
+"""... and to at most this many bytes."""
+
+
+def checked_here(batch: Buffer, header: BatchHeader) -> bool:
+    """:func:`check_records` for a batch whose check costs about what came (see the module
+    doc): True once checked (INVALID_RECORD raised if it fails), False when the payload
+    inflates past the bound, unchecked: to check in a worker thread. The outcome is the one
+    :func:`check_records` gives."""
+    if header.compression == 0:
+        check_records(batch, header)
+        return True
+    payload = bytes(batch[BATCH_HEADER_SIZE:])
+    try:
+        records = inflate_within(header.compression, payload,
+                                 min(HERE_BYTES, HERE_RATIO * len(payload)))
+    except MalformedBatch as exc:
+        raise KafkaApiError(ErrorCode.INVALID_RECORD, f"malformed record: {exc}") from exc
+    if records is None:
+        return False
+    check_walk(records, 0, header.record_count)
+    return True
 
 
 def record_times(batch: Buffer, header: BatchHeader) -> list[tuple[int, int]]:

@@ -1,15 +1,21 @@
 """Produce-time work on the records of a batch, done off the event loop (the engine runs
 :func:`rework` in an executor thread) because it costs CPU in proportion to the records.
 
-Two things need it. A topic whose ``compression.type`` names a codec stores every batch in
-that codec: a batch that arrives in another one is inflated and compressed again, as
-Kafka's broker does (``producer``, the default, stores every batch as it came, and a batch
-already in the topic's codec is kept as it came too). Only the codec bits of the
-attributes, the batch length and the CRC change: the records' bytes are the same, so base
-offset, partition leader epoch, producer id and epoch, base sequence, the transactional
-flag, the timestamp type and every timestamp are kept. And a topic whose
-``cleanup.policy`` includes ``compact`` refuses records without a key, so each record's
-key is looked at (with ``validateRecords`` the whole record is walked in the same pass).
+Three things need it. A compressed batch whose payload inflates to much more than came
+(:func:`broker_core.codec.records.checked_here`), with ``validateRecords``, is inflated
+and every record walked here (a few kilobytes of a hostile client's payload may inflate to
+the 64 MiB cap of :mod:`broker_core.codec.compression`: work no other client's request may
+wait for on the event loop; other batches are walked where they are admitted, their cost
+bounded by the bytes that came: :data:`WALKING`). A topic whose ``compression.type`` names
+a codec stores every batch in that codec: a batch that arrives in another one is inflated
+and compressed again, as Kafka's broker does (``producer``, the default, stores every
+batch as it came, and a batch already in the topic's codec is kept as it came too). Only
+the codec bits of the attributes, the batch length and the CRC change: the records' bytes
+are the same, so base offset, partition leader epoch, producer id and epoch, base
+sequence, the transactional flag, the timestamp type and every timestamp are kept. And a
+topic whose ``cleanup.policy`` includes ``compact`` refuses records without a key, so each
+record's key is looked at (with ``validateRecords`` the whole record is walked in the same
+pass).
 """
 
 from __future__ import annotations
@@ -52,11 +58,18 @@ class Rework:
     def needed(cls, header: BatchHeader, codec: int | None, keyed: bool,
                walk: bool) -> Rework | None:
         """The work a batch with ``header`` needs in a topic storing ``codec`` (None: the
-        producer's) and requiring keys when ``keyed``; None when it goes in as it came."""
+        producer's) and requiring keys when ``keyed``, its records walked when ``walk``
+        (``validateRecords``); None when it goes in as it came (and is checked, if at all,
+        where it is admitted, or then :data:`WALKING`)."""
         recode = codec is not None and codec != header.compression
         if not (recode or keyed):
             return None
         return cls(codec if recode else None, walk, keyed)
+
+
+WALKING = Rework(None, True, False)
+"""The work of a batch in a topic that keeps it as it came, too costly to walk where it is
+admitted: its records inflated and walked (``validateRecords``)."""
 
 
 def _invalid(exc: MalformedBatch) -> KafkaApiError:

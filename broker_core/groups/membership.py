@@ -266,7 +266,7 @@ class GroupMembership(RebalanceRules):
         if member is None:
             return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
         unchanged = member.protocols == list(request.protocols)
-        member.protocols = list(request.protocols)
+        group.set_protocols(member, list(request.protocols))
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
         if group.state == GroupState.STABLE and unchanged and member_id != group.leader:
@@ -282,7 +282,7 @@ class GroupMembership(RebalanceRules):
                         request.client_host, request.rebalance_timeout_ms,
                         request.session_timeout_ms, request.protocol_type,
                         list(request.protocols))
-        group.members[member_id] = member
+        group.add_member(member)
         if request.group_instance_id is not None:
             group.static_members[request.group_instance_id] = member_id
         if group.protocol_type is None or len(group.members) == 1:

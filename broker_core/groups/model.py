@@ -102,6 +102,12 @@ class Group:
     protocol: str | None = None
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
+    """Changed only by :meth:`add_member`, :meth:`remove_member`, :meth:`set_protocols`
+    and :meth:`clear_members`, which keep :attr:`protocol_counts`."""
+    protocol_counts: dict[str, int] = field(default_factory=dict)
+    """How many members support each protocol name (Kafka's GroupMetadata keeps the same
+    count, ``supportedProtocols``): a join is checked in O(its protocols), not O(members x
+    protocols)."""
     static_members: dict[str, str] = field(default_factory=dict)
     pending: dict[str, int] = field(default_factory=dict)
     """Member ids handed out with MEMBER_ID_REQUIRED, and when each lapses (ms)."""
@@ -136,20 +142,54 @@ class Group:
         """The longest rebalance timeout among the members."""
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
 
+    def add_member(self, member: Member) -> None:
+        """Add ``member`` (in place of one with its id, if any)."""
+        self.remove_member(member.member_id)
+        self.members[member.member_id] = member
+        self._count(member, 1)
+
+    def remove_member(self, member_id: str) -> Member | None:
+        """Remove the member ``member_id``; the member, or None when there was none."""
+        member = self.members.pop(member_id, None)
+        if member is not None:
+            self._count(member, -1)
+        return member
+
+    def set_protocols(self, member: Member, protocols: list[tuple[str, bytes]]) -> None:
+        """A member of the group rejoined with ``protocols``."""
+        assert self.members.get(member.member_id) is member
+        self._count(member, -1)
+        member.protocols = protocols
+        self._count(member, 1)
+
+    def clear_members(self) -> None:
+        """No members any more."""
+        self.members.clear()
+        self.protocol_counts.clear()
+
+    def _count(self, member: Member, step: int) -> None:
+        counts = self.protocol_counts
+        for name in dict.fromkeys(member.protocol_names()):  # a name listed twice counts once
+            left = counts.get(name, 0) + step
+            if left:
+                counts[name] = left
+            else:
+                del counts[name]
+
     def supports(self, protocol_type: str, protocols: list[str]) -> bool:
-        """Whether a joiner with these protocols fits the group."""
+        """Whether a joiner with these protocols fits the group (one of them is supported
+        by every member)."""
         if not self.members:
             return bool(protocols) and bool(protocol_type)
         if protocol_type != self.protocol_type:
             return False
-        common = set(protocols)
-        for member in self.members.values():
-            common &= set(member.protocol_names())
-        return bool(common)
+        everyone = len(self.members)
+        return any(self.protocol_counts.get(name) == everyone for name in protocols)
 
     def choose_protocol(self) -> str:
         """The protocol all members support that most members prefer (ties: first listed)."""
-        candidates = set.intersection(*(set(m.protocol_names()) for m in self.members.values()))
+        everyone = len(self.members)
+        candidates = {name for name, count in self.protocol_counts.items() if count == everyone}
         votes: dict[str, int] = {}
         for member in self.members.values():
             preferred = next(p for p in member.protocol_names() if p in candidates)

@@ -178,7 +178,7 @@ def restore_group(group: Group, value: GroupDocument) -> None:
     group.protocol = value["protocol"]
     group.leader = value["leader"]
     group.state_timestamp = value["stateTimestamp"]
-    group.members = {}
+    group.clear_members()
     group.static_members = {}
     for item in value["members"]:
         member = Member(
@@ -190,7 +190,7 @@ def restore_group(group: Group, value: GroupDocument) -> None:
             protocols=[(name, base64.b64decode(meta)) for name, meta in item["protocols"]],
             assignment=base64.b64decode(item["assignment"]),
         )
-        group.members[member.member_id] = member
+        group.add_member(member)
         if member.group_instance_id is not None:
             group.static_members[member.group_instance_id] = member.member_id
     group.state = GroupState.STABLE if group.members else GroupState.EMPTY

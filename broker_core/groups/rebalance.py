@@ -80,7 +80,7 @@ class RebalanceRules:
     def _remove_member(self, member: Member, error: ErrorCode) -> None:
         group = self.group
         self._disarm_session(member)
-        group.members.pop(member.member_id, None)
+        group.remove_member(member.member_id)
         if member.group_instance_id is not None and \
                 group.static_members.get(member.group_instance_id) == member.member_id:
             del group.static_members[member.group_instance_id]

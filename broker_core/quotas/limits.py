@@ -3,7 +3,9 @@
 or the configured default).
 
 Topics and partitions are counted from the storage's topic list when a topic or
-partitions are created (rare): beyond a cap the request answers POLICY_VIOLATION, as a
+partitions are created (rare), once per request (:class:`TopicCounts`: every tenant in
+one pass, then what the request itself adds; not once per topic it names, which cost
+O(its topics x all topics)): beyond a cap the request answers POLICY_VIOLATION, as a
 Kafka create-topic policy does. On a shared engine that list is every broker's (topics
 live in the shared metadata), and the storage counts again where it stores a creation
 (:meth:`TenantLimits.storage_cap`: in the database, under a lock of the tenant's), so
@@ -40,6 +42,39 @@ def tenant_of(internal: str) -> str:
     return internal.partition("/")[0]
 
 
+class TopicCounts:
+    """Topics and partitions per tenant (the broker's own not counted) for one request:
+    counted in one pass over the storage's topic list when first asked for, then changed
+    by what the request adds (:meth:`add`)."""
+
+    def __init__(self, logs: Storage, is_internal: Callable[[str], bool]) -> None:
+        self._logs = logs
+        self._is_internal = is_internal
+        self._counts: dict[str, tuple[int, int]] | None = None
+
+    def _counted(self) -> dict[str, tuple[int, int]]:
+        if self._counts is None:
+            counts: dict[str, tuple[int, int]] = {}
+            for topic in self._logs.topics():
+                if not self._is_internal(topic.name):
+                    tenant = tenant_of(topic.name)
+                    topics, partitions = counts.get(tenant, (0, 0))
+                    counts[tenant] = topics + 1, partitions + topic.num_partitions
+            self._counts = counts
+        return self._counts
+
+    def of(self, tenant: str) -> tuple[int, int]:
+        """The tenant's topics and partitions."""
+        return self._counted().get(tenant, (0, 0))
+
+    def add(self, tenant: str, topics: int, partitions: int) -> None:
+        """The request created ``topics`` topics and ``partitions`` partitions of
+        ``tenant`` (nothing to do while nothing was counted yet)."""
+        if self._counts is not None:
+            have_topics, have_partitions = self._counts.get(tenant, (0, 0))
+            self._counts[tenant] = have_topics + topics, have_partitions + partitions
+
+
 class TenantLimits:
     """Checks creations and produces against a tenant's caps."""
 
@@ -58,14 +93,10 @@ class TenantLimits:
         value = self.manager.tenant_value(tenant, key)
         return None if value is None else int(value)
 
-    def counts(self, tenant: str) -> tuple[int, int]:
-        """The tenant's topics and partitions (the broker's own not counted)."""
-        topics = partitions = 0
-        for topic in self.logs.topics():
-            if tenant_of(topic.name) == tenant and not self.is_internal(topic.name):
-                topics += 1
-                partitions += topic.num_partitions
-        return topics, partitions
+    def topic_counts(self) -> TopicCounts:
+        """Every tenant's topics and partitions, counted once when first asked for: one
+        request's (or one metrics scrape's) view."""
+        return TopicCounts(self.logs, self.is_internal)
 
     def _refuse(self, ctx: RequestContext | None, key: str, cap: int, tenant: str,
                 what: str, code: ErrorCode, message: str) -> KafkaApiError:
@@ -99,16 +130,19 @@ class TenantLimits:
                             f"would exceed its {exceeded.key} of {exceeded.cap}")
 
     def check_create(self, internal: str, topics: int, partitions: int,
-                     ctx: RequestContext | None = None) -> None:
+                     ctx: RequestContext | None = None,
+                     counts: TopicCounts | None = None) -> None:
         """POLICY_VIOLATION when ``topics`` new topics with ``partitions`` partitions in
         all would take the topic's tenant beyond its ``max_topics`` or ``max_partitions``
-        (``ctx``: who asked, for the audit; None when the broker creates it itself)."""
+        (``ctx``: who asked, for the audit; None when the broker creates it itself;
+        ``counts``: the request's, for a request that checks several topics, else they
+        are counted here)."""
         tenant = tenant_of(internal)
         max_topics, max_partitions = self._cap(tenant, MAX_TOPICS), self._cap(
             tenant, MAX_PARTITIONS)
         if max_topics is None and max_partitions is None:
             return
-        have_topics, have_partitions = self.counts(tenant)
+        have_topics, have_partitions = (counts or self.topic_counts()).of(tenant)
         for key, cap, have, more, what in (
                 (MAX_TOPICS, max_topics, have_topics, topics, "topics"),
                 (MAX_PARTITIONS, max_partitions, have_partitions, partitions, "partitions")):

@@ -23,14 +23,15 @@ class AuditKeys(BaseModel):
 
     audit_enabled: Annotated[bool, key(
         "auditEnabled",
-        "write a JSON event per login outcome, authorization denial (within "
-        "`auditDenialsPerWindow`) and rejected connection to "
+        "write a JSON event per login outcome, authorization denial and rejected "
+        "connection (failures and denials within `auditDenialsPerWindow`) to "
         "`<kafkaMetadataTenant>/<kafkaMetadataNamespace>/__audit`")] = True
     audit_denials_per_window: Annotated[int, key(
         "auditDenialsPerWindow",
-        "authorization denials of one tenant, principal and API written to the audit topic "
-        "and the log per `auditDenialWindowMs`; the ones beyond are counted, and one event "
-        "and one line at the window's end say how many were left out", ge=1,
+        "authorization denials of one tenant, principal and API, and failed logins (and "
+        "requests before a login) of one client host on one listener, written to the audit "
+        "topic and the log per `auditDenialWindowMs`; the ones beyond are counted, and one "
+        "event and one line at the window's end say how many were left out", ge=1,
         le=INT_MAX)] = 10
     audit_denial_window_ms: Annotated[int, key(
         "auditDenialWindowMs",

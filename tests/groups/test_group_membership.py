@@ -36,6 +36,15 @@ REBALANCE_MS = 30_000
 RANGE = [("range", b"meta")]
 
 
+def protocol_counts(group: Group) -> dict[str, int]:
+    """How many members list each protocol name, counted from the members themselves."""
+    counts: dict[str, int] = {}
+    for member in group.members.values():
+        for name in set(member.protocol_names()):
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 @dataclass
 class Driver:
     """The coordinator's part, by hand: the clock, the timers, the answers, the writes."""
@@ -85,6 +94,7 @@ class Driver:
         assert pending == group.pending
         sessions = {t.member_id for t in self.timers if t.kind == TimerKind.SESSION}
         assert sessions <= set(group.members)
+        assert group.protocol_counts == protocol_counts(group)
 
     def advance(self, ms: int) -> None:
         """Move the clock on, firing each timer that comes due, in time order."""
@@ -612,6 +622,35 @@ def test_release_answers_waiting_syncs() -> None:
     d.sync("b")
     d.apply(d.machine.release())
     assert d.syncs["b"] == SyncResult(E.NOT_COORDINATOR)
+
+
+def test_the_group_keeps_a_count_of_its_members_protocols() -> None:
+    """A join is checked against a count of each protocol's members (Kafka's
+    supportedProtocols), kept through joins, rejoins with other protocols, leaves, static
+    replacement and a restore from the log (the driver checks it after every step): a
+    join's cost is its own protocols, not every member's."""
+    d = Driver()
+    both = [("range", b""), ("roundrobin", b""), ("range", b"twice")]
+    d.join(new_id="a", instance="i-a", protocols=both)
+    d.join(new_id="b", protocols=[("roundrobin", b"")])
+    assert d.group.protocol_counts == {"range": 1, "roundrobin": 2}
+    assert d.join(new_id="c", protocols=[("range", b"")]) == \
+        JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, "")
+    assert d.join("b", protocols=[("range", b""), ("roundrobin", b"")]) == Waiting("b")
+    assert d.group.protocol_counts == {"range": 2, "roundrobin": 2}
+    assert d.join(new_id="c", protocols=[("range", b"")]) == Waiting("c")
+    assert d.join(new_id="a2", instance="i-a", protocols=[("range", b"")]) == Waiting("a2")
+    assert set(d.group.members) == {"a2", "b", "c"}  # a fenced, its protocols uncounted
+    assert d.group.protocol_counts == {"range": 3, "roundrobin": 1}
+    assert d.leave(("b", None)) == [E.NONE]
+    assert d.group.protocol_counts == {"range": 2}
+    key, value = offsets_topic.group_record(d.group)
+    record = offsets_topic.decode(key, value)
+    assert isinstance(record, offsets_topic.GroupRecord) and record.value is not None
+    restored = Driver()
+    restored.join(new_id="x", protocols=[("sticky", b"")])  # replaced by the restore
+    offsets_topic.restore_group(restored.group, record.value)
+    assert restored.group.protocol_counts == protocol_counts(restored.group) == {"range": 2}
 
 
 def test_a_group_restored_from_the_log_starts_its_sessions() -> None:

@@ -38,6 +38,7 @@ from broker_core.quotas.manager import QuotaManager
 from broker_core.quotas.notices import Intervals, Notices
 from broker_core.quotas.rates import SlidingRate, Window
 from broker_core.quotas.store import Alteration, QuotaStore
+from broker_core.storage import TopicInfo
 from broker_core.storage.config import LogConfig
 from broker_core.storage.file_kv import FileKeyValues
 from broker_core.storage.memory import MemoryKeyValues, MemoryStorage
@@ -279,6 +280,48 @@ def test_stored_bytes_are_summed_per_tenant_without_the_brokers_own_topics() -> 
     assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     limits.check_produce("other/a/t", 10)  # no cap: counted
     assert limits.stored["other"] == 510
+
+
+class _ReadsCounted(MemoryStorage):
+    """A memory storage that counts the reads of its whole topic list."""
+
+    reads = 0
+
+    def topics(self) -> list[TopicInfo]:
+        self.reads += 1
+        return super().topics()
+
+
+def test_a_request_counts_the_tenants_topics_once() -> None:
+    """A CreateTopics or CreatePartitions request checks each of its topics against its
+    tenant's caps from one count of the topic list (not one per topic: O(its topics x all
+    topics)), changed by what the request itself grows."""
+    storage = _ReadsCounted(LogConfig(), lambda: 0)
+    for i in range(3):
+        storage.create_topic(f"acme/a/t{i}", 2, {})
+    storage.create_topic("other/a/t", 5, {})
+    storage.create_topic("public/__kafka/__audit", 1, {})
+    limits = TenantLimits(_manager(Alteration(A_TENANT, {MAX_TOPICS: 5.0,
+                                                         MAX_PARTITIONS: 10.0},
+                                              frozenset())),
+                          storage, lambda name: name.startswith("public/__kafka/"), 1.0)
+    counts = limits.topic_counts()
+    assert storage.reads == 0  # counted when first asked for
+    for _ in range(100):
+        limits.check_create("acme/a/new", 2, 4, counts=counts)
+    limits.check_create("other/a/new", 1000, 1000, counts=counts)  # no cap: not counted
+    assert storage.reads == 1
+    assert (counts.of("acme"), counts.of("other"), counts.of("public")) == (
+        (3, 6), (1, 5), (0, 0))
+    counts.add("acme", 0, 4)  # the request grew one of its topics by 4 partitions
+    with pytest.raises(KafkaApiError) as refused:
+        limits.check_create("acme/a/t0", 0, 1, counts=counts)
+    assert refused.value.code == ErrorCode.POLICY_VIOLATION
+    assert refused.value.message == ("tenant acme has 10 partitions; 1 more would exceed its "
+                                     "max_partitions of 10")
+    assert storage.reads == 1
+    limits.check_create("acme/a/new", 2, 4)  # a check on its own counts for itself
+    assert storage.reads == 2
 
 
 def test_the_cluster_confirms_a_capped_tenants_connection() -> None:

@@ -17,12 +17,19 @@ import confluent_kafka
 import jwt
 from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient
+from kafka.protocol.metadata import MetadataRequest
 
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic, present
 from tests.operations.test_metrics import sample, scrape
 from tests.ports import free_port
-from tests.security_helpers import make_tls
+from tests.security_helpers import (
+    SASL_AUTHENTICATION_FAILED,
+    SecureConnection,
+    closed_by_peer,
+    make_tls,
+    plain_message,
+)
 from tests.txn_helpers import wait_until
 
 SECRET = b"audit-test-secret-of-32-bytes!!!"
@@ -49,6 +56,8 @@ def test_audit_events(tmp_path: Path) -> None:
         "kafkaListeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
         "failedAuthenticationDelayMs": "0",
+        # librdkafka retries the forged login without delay: every failure here reported
+        "auditDenialsPerWindow": "100000",
     }).start()
     try:
         plain = f"127.0.0.1:{broker.ports['PLAINTEXT']}"
@@ -214,5 +223,61 @@ def test_denials_of_one_request_naming_thousands_of_topics_are_bounded(tmp_path:
         broker.wait_for_log(r"authorization denied: \d+ more denials of bob")
         lines = [line for line in broker.lines if "authorization denied: " in line]
         assert len(lines) == len(events), lines
+    finally:
+        broker.stop()
+
+
+def test_failed_logins_of_one_host_are_bounded(tmp_path: Path) -> None:
+    """A client with no credentials failing to log in 12 times, and sending a request
+    before a login 3 times: at most ``auditDenialsPerWindow`` failure events and lines per
+    window for its host and listener, then one event and one line counting the rest."""
+    broker = BrokerProcess(tmp_path, {
+        "kafkaListeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+        "failedAuthenticationDelayMs": "0",
+        "auditDenialsPerWindow": "4", "auditDenialWindowMs": "3000",
+    }).start()
+    tries = 15
+    try:
+        port = broker.ports["SASL_PLAINTEXT"]
+        for attempt in range(tries):
+            conn = SecureConnection(port, timeout=30)
+            try:
+                if attempt % 5 == 4:  # no login at all
+                    conn.send_frame(conn.request_bytes(MetadataRequest[1](topics=None), 1))
+                    assert closed_by_peer(conn)
+                    continue
+                assert conn.handshake("PLAIN").error_code == 0
+                answer = conn.authenticate(plain_message("t", f"token:forged-{attempt}"))
+                assert answer.error_code == SASL_AUTHENTICATION_FAILED
+            finally:
+                conn.close()
+        plain = f"127.0.0.1:{broker.ports['PLAINTEXT']}"
+
+        def failures() -> tuple[list[dict[str, object]], int]:
+            """The failure events, and how many failures they account for."""
+            events = [e for e in read_audit(plain, {("authentication", "failure")})
+                      if e["outcome"] in ("failure", "rejected")]
+            left_out = [re.match(r"(\d+) more failed logins left out", str(e["reason"]))
+                        for e in events]
+            return events, sum(1 for match in left_out if match is None) + sum(
+                int(match[1]) for match in left_out if match is not None)
+
+        deadline = time.monotonic() + 60
+        events, counted = failures()
+        while counted < tries and time.monotonic() < deadline:
+            time.sleep(0.5)
+            events, counted = failures()
+        assert counted == tries, events
+        summaries = [e for e in events if "more failed logins" in str(e["reason"])]
+        # one window in all but a very slow run: 4 events, then 1 counting 11
+        assert summaries and len(events) - len(summaries) <= 4 * len(summaries) + 4, events
+        assert all(e["listener"] == "SASL_PLAINTEXT" for e in events)
+        broker.wait_for_log(r"authentication failed: \d+ more failed logins from 127\.0\.0\.1 "
+                            "on SASL_PLAINTEXT left out")
+        failed = [line for line in broker.lines if re.search(
+            r"login from .* failed|closing connection from .*(authentication failed|"
+            r"before SASL authentication)", line)]
+        assert len(failed) <= 2 * (len(events) - len(summaries)), failed
     finally:
         broker.stop()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from broker_core.context import Endpoint, Operation, RequestContext, ResourceType
 from broker_core.naming import Namespace
 from edge.audit import AuditEvent
-from edge.denials import DenialReports
+from edge.denials import DenialReports, LoginFailures
 
 
 def context(principal: str, api: str, tenant: str = "b") -> RequestContext:
@@ -60,3 +60,28 @@ def test_denials_beyond_the_window_share_are_counted_into_one_event() -> None:
         "Describe no", "3 more denials left out (3 reported per 10 s)"]
     reports.close_all()
     assert len(events) == 10  # nothing left out twice; windows without leftovers say nothing
+
+
+def test_failed_logins_beyond_the_window_share_are_counted_per_host_and_listener() -> None:
+    """The same bound, per peer host and listener: a client with no credentials looping
+    failed logins gets ``per_window`` events, then one counting the rest; another host,
+    or the same host on another listener, has a window of its own."""
+    events: list[AuditEvent] = []
+    clock = Clock()
+    failures = LoginFailures(events.append, per_window=2, window_s=10, clock=clock)
+    taken = [failures.take("10.0.0.9", "SASL", f"10.0.0.9:{port}")
+             for port in range(40000, 40500)]
+    assert taken == [True, True] + [False] * 498 and events == []  # the session reports
+    assert failures.take("10.0.0.8", "SASL", "10.0.0.8:1")
+    assert failures.take("10.0.0.9", "OTHER", "10.0.0.9:2")
+    clock.now += 10  # the window ended: the next failure closes it first
+    assert failures.take("10.0.0.9", "SASL", "10.0.0.9:3")
+    (summary,) = events
+    assert (summary.kind, summary.outcome, summary.listener, summary.client,
+            summary.principal, summary.tenant) == ("authentication", "failure", "SASL",
+                                                   "10.0.0.9:40499", None, None)
+    assert summary.reason == "498 more failed logins left out (2 reported per 10 s)"
+    for _ in range(5):
+        failures.take("10.0.0.9", "SASL", "10.0.0.9:4")
+    failures.close_all()  # the broker stops: what was left out is still said
+    assert events[-1].reason == "4 more failed logins left out (2 reported per 10 s)"

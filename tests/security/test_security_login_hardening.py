@@ -91,6 +91,8 @@ def start_env(tmp_path_factory: pytest.TempPathFactory, **settings: str) -> Env:
     broker = BrokerProcess(base / "data", {
         "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
         "saslAllowedMechanisms": "PLAIN,OAUTHBEARER", "failedAuthenticationDelayMs": "0",
+        # every bad login here comes from 127.0.0.1: each one is reported, none counted
+        "auditDenialsPerWindow": "100000",
         **settings, **issuer.settings,
     }).start()
     return Env(broker, issuer)
