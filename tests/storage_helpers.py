@@ -12,8 +12,9 @@ from pathlib import Path
 import confluent_kafka
 
 from broker_core.codec.batch_header import BatchHeader, read_header
-from broker_core.storage import FileRegion
+from broker_core.storage import FileRegion, TopicInfo
 from broker_core.storage.entry import ENTRY_HEADER_SIZE, decode_entry_header
+from broker_core.storage.memory import MemoryStorage
 
 
 def headed(batch: bytearray) -> tuple[bytearray, BatchHeader]:
@@ -100,3 +101,15 @@ def read_partition(bootstrap: str, topic: str, partition: int, start: int, end: 
     finally:
         consumer.close()
     return records, errors
+
+
+class TopicReadsCounted(MemoryStorage):
+    """A memory storage that counts the reads of its whole topic list (what a request
+    should do once, not once per item)."""
+
+    reads = 0
+
+    def topics(self) -> list[TopicInfo]:
+        self.reads += 1
+        return super().topics()
+

@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import uuid
 
-from broker_core.storage import LogConfig, TopicInfo
-from broker_core.storage.memory import MemoryStorage
+from broker_core.storage import LogConfig
 from broker_core.topic_ids import TopicsById
-
-
-class CountingStorage(MemoryStorage):
-    """A memory storage that counts reads of its topic list."""
-
-    reads = 0
-
-    def topics(self) -> list[TopicInfo]:
-        self.reads += 1
-        return super().topics()
+from tests.storage_helpers import TopicReadsCounted
 
 
 def test_ids_are_looked_up_in_one_read() -> None:
-    storage = CountingStorage(LogConfig(), clock=lambda: 0)
+    storage = TopicReadsCounted(LogConfig(), clock=lambda: 0)
     ids = [storage.create_topic(f"public/default/t{i}", 1, {}).topic_id for i in range(20)]
     by_id = TopicsById(storage)
     assert storage.reads == 0  # nothing read before an id is asked for

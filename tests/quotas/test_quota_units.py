@@ -38,10 +38,10 @@ from broker_core.quotas.manager import QuotaManager
 from broker_core.quotas.notices import Intervals, Notices
 from broker_core.quotas.rates import SlidingRate, Window
 from broker_core.quotas.store import Alteration, QuotaStore
-from broker_core.storage import TopicInfo
 from broker_core.storage.config import LogConfig
 from broker_core.storage.file_kv import FileKeyValues
 from broker_core.storage.memory import MemoryKeyValues, MemoryStorage
+from tests.storage_helpers import TopicReadsCounted
 
 WHO = Caller(user="alice", client_id="app", tenant="acme", namespace="acme/prod")
 P = PRODUCER_BYTE_RATE
@@ -282,21 +282,11 @@ def test_stored_bytes_are_summed_per_tenant_without_the_brokers_own_topics() -> 
     assert limits.stored["other"] == 510
 
 
-class _ReadsCounted(MemoryStorage):
-    """A memory storage that counts the reads of its whole topic list."""
-
-    reads = 0
-
-    def topics(self) -> list[TopicInfo]:
-        self.reads += 1
-        return super().topics()
-
-
 def test_a_request_counts_the_tenants_topics_once() -> None:
     """A CreateTopics or CreatePartitions request checks each of its topics against its
     tenant's caps from one count of the topic list (not one per topic: O(its topics x all
     topics)), changed by what the request itself grows."""
-    storage = _ReadsCounted(LogConfig(), lambda: 0)
+    storage = TopicReadsCounted(LogConfig(), lambda: 0)
     for i in range(3):
         storage.create_topic(f"acme/a/t{i}", 2, {})
     storage.create_topic("other/a/t", 5, {})
