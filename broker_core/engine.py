@@ -41,7 +41,7 @@ from broker_core.groups.coordinator import GroupCoordinator
 from broker_core.leadership import Leadership
 from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import ProducerStates
-from broker_core.quotas.limits import TenantLimits
+from broker_core.quotas.limits import TenantLimits, TopicCounts, tenant_of
 from broker_core.storage import (
     DatabaseUnavailable,
     LogOffline,
@@ -247,14 +247,20 @@ class Engine:
         """Every topic config key with its effective value, given a topic's own configs."""
         return effective_config(own, self.config.topic_defaults)
 
-    def lookup(self, internal: str, auto_create: bool) -> TopicInfo | None:
-        """The topic, created with the default partition count when allowed and missing."""
+    def lookup(self, internal: str, auto_create: bool,
+               counts: TopicCounts | None = None) -> TopicInfo | None:
+        """The topic, created with the default partition count when allowed and missing
+        (``counts``: the request's count of the tenants' topics, for a request that may
+        create several: counted once, not once per topic)."""
         topic = self.logs.topic(internal)
         if topic is None and auto_create and self.config.allow_auto_topic_creation:
+            partitions = self.config.default_num_partitions
             try:
                 if self.limits is not None:
-                    self.limits.check_create(internal, 1, self.config.default_num_partitions)
-                topic = self.logs.create_topic(internal, self.config.default_num_partitions, {})
+                    self.limits.check_create(internal, 1, partitions, counts=counts)
+                topic = self.logs.create_topic(internal, partitions, {})
+                if counts is not None:
+                    counts.add(tenant_of(internal), 1, partitions)
                 log.info("auto-created topic %s with %d partitions", internal,
                          topic.num_partitions, extra=topic_fields(internal))
             except TopicExists:

@@ -15,6 +15,7 @@ from broker_core.codec.metadata_writer import MetadataAnswer, Partition, TopicMe
 from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.quotas.limits import TopicCounts
 from broker_core.storage import TopicInfo
 from broker_core.tenancy import CLUSTER_NAME
 from broker_core.topic_ids import TopicsById
@@ -87,7 +88,7 @@ def _error_entry(name: str | None, code: ErrorCode,
 def _requested_topic(engine: Engine, ctx: RequestContext,
                      requested: MetadataRequest.MetadataRequestTopic, version: int,
                      auto_create: bool, with_operations: bool,
-                     by_id: TopicsById) -> TopicMetadata:
+                     by_id: TopicsById, counts: TopicCounts | None) -> TopicMetadata:
     name = requested.name
     topic_id = requested.topic_id if version >= 10 else None
     if name is None or (not name and topic_id not in (None, _NO_TOPIC_ID)):
@@ -109,7 +110,7 @@ def _requested_topic(engine: Engine, ctx: RequestContext,
         return _error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     creatable = auto_create and not engine.tenancy.is_internal(internal) \
         and engine.tenancy.allowed(ctx, Operation.CREATE, internal)  # the broker's are its own
-    topic = engine.lookup(internal, creatable)
+    topic = engine.lookup(internal, creatable, counts)
     if topic is None:
         return _error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     return _topic_entry(engine, ctx, name, topic, version, with_operations)
@@ -130,9 +131,10 @@ async def handle_metadata(engine: Engine, ctx: RequestContext,
         ]
     else:
         by_id = TopicsById(engine.logs)
+        counts = engine.limits.topic_counts() if engine.limits is not None else None
         topics = [
             _requested_topic(engine, ctx, requested, version, auto_create, with_operations,
-                             by_id)
+                             by_id, counts)
             for requested in request.topics
         ]
     cluster_operations = (

@@ -31,6 +31,7 @@ from tests.broker_process import BrokerProcess
 from tests.ports import free_port
 from tests.quota_helpers import alter, produce_flat_out, produce_throttle
 from tests.security_helpers import (
+    UNKNOWN_TOPIC_OR_PARTITION,
     Login,
     OpsConnection,
     TokenIssuer,
@@ -366,3 +367,15 @@ def test_a_tenants_quota_usage_is_a_gauge(setup: TenantBroker) -> None:
         time.sleep(0.2)
     assert sample("kop_server_tenant_quota_usage", "max_topics") == 1
     assert sample("kop_server_tenant_quota_limit", "max_stored_bytes") == 10 * MB
+
+
+def test_one_metadata_auto_creating_several_topics_stops_at_the_cap(
+        setup: TenantBroker) -> None:
+    """Metadata's auto-creation counts the tenant's topics once for the request and adds
+    what it creates: of three new topics named under ``max_topics`` 2, two are created,
+    the third stays unknown."""
+    assert alter(setup.operator(), [({"tenant": "auto"}, {"max_topics": 2})]) == [(0, None)]
+    conn = setup.conn("auto", "alice")
+    answer = conn.metadata(["a1", "a2", "a3"], version=9, auto_create=True)
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("a1", 0), ("a2", 0), ("a3", UNKNOWN_TOPIC_OR_PARTITION)]
