@@ -140,7 +140,12 @@ def test_producer_keeps_each_batch_as_sent(broker: BrokerProcess, topic_name: st
     by_partition = stored_batches(broker, topic_name, 3)
     for batches in by_partition.values():
         codecs = [batch.compression_type for batch in batches]
-        assert set(codecs) == {3, 1} and codecs == sorted(codecs, reverse=True)
+        # librdkafka's lz4 batches first, then kafka-python's gzip ones; librdkafka sends a
+        # batch uncompressed when lz4 would not make it smaller (a batch of one small
+        # record, when a loaded machine splits them): kept as sent too
+        gzip_from = codecs.index(1)
+        assert 3 in codecs[:gzip_from] and set(codecs[:gzip_from]) <= {3, 0}, codecs
+        assert set(codecs[gzip_from:]) == {1}, codecs
     check_roundtrip(CONSUMERS["confluent"](broker.bootstrap, topic_name, 200), 200, base_ts)
 
 
