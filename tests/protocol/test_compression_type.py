@@ -186,9 +186,10 @@ def test_a_change_applies_to_new_batches_only(broker: BrokerProcess, topic_name:
     PRODUCERS["kafka-python"](broker.bootstrap, topic_name, records[100:], "snappy")
     batches = stored_batches(broker, topic_name, 1)[0]
     by_codec = [(batch.compression_type, batch.next_offset) for batch in batches]
-    first_lz4 = next(i for i, (codec, _) in enumerate(by_codec) if codec != 1)
-    assert by_codec[first_lz4 - 1][1] == 50  # the first 50 stay gzip
-    assert {codec for codec, end in by_codec if end <= 50} == {1}
+    assert 50 in {end for _, end in by_codec}  # no batch spans the change
+    # the first 50 stay as sent: gzip, or uncompressed where librdkafka found that gzip
+    # would not make a batch smaller (a batch of one small record, when timing splits them)
+    assert {codec for codec, end in by_codec if end <= 50} <= {1, 0}
     assert {codec for codec, end in by_codec if 50 < end <= 100} == {3}
     assert {codec for codec, end in by_codec if end > 100} == {0}
     for reader in sorted(CONSUMERS):
