@@ -42,6 +42,8 @@ class Broker(ABC):
     def __init__(self) -> None:
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
+        self.metrics_port: int | None = None
+        """Where the broker serves Prometheus metrics (None: it does not)."""
         self.lines: deque[str] = deque(maxlen=200)
 
     @property
@@ -143,6 +145,7 @@ class EdgeBroker(Broker):
         settings = {
             "kafkaListeners": "PLAINTEXT://127.0.0.1:0",
             "dataDir": self._tmp.name,
+            "metricsPort": str(self.metrics_port or 0),
             **self.settings,
         }
         for key, value in settings.items():
@@ -154,6 +157,8 @@ class EdgeBroker(Broker):
 
     def start(self, cpus: frozenset[int] | None, timeout: float = 30.0) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="bench-edge-")
+        # the broker's own request timings (bench.histogram); idle unless scraped
+        self.metrics_port = int(self.settings.get("metricsPort") or _free_port())
         ready = threading.Event()
         proc = self._spawn(self.command(), cpus)
         threading.Thread(target=self._drain, args=(proc, ready), daemon=True).start()

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import report, verdicts
 from bench.cclient import find_or_build
 from bench.chart import write_chart
 from bench.cluster_suite import run_and_save as run_cluster_rows
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["brokers"] = run_suite(opts, cpus)
     postgres = _postgres(opts, cpus)
     results["meta"]["seconds"] = round(time.monotonic() - began, 1)
-    results["targets"] = [] if opts.postgres_only else report.targets(results)
+    results["targets"] = [] if opts.postgres_only else verdicts.targets(results)
     sections = [] if opts.postgres_only else [report.markdown(results)]
     if postgres is not None:
         results["postgres"] = postgres

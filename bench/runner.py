@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench import procstats
+from bench import histogram, procstats
 from bench.admin import create_topic, delete_topic
 from bench.brokers import Broker, make_broker
 from bench.options import Options
@@ -20,6 +20,9 @@ from bench.pinning import CpuPlan
 MB = 1_000_000
 CLIENT_BOUND = 0.9
 """A load generator busy this share of the time was the bottleneck, not the broker."""
+HANDLING_TARGET_S = 0.001
+"""Issue 21: the broker's own produce handling p99 under this (a bucket bound of its
+request-latency histogram, so the share within it is exact)."""
 
 
 class LoadError(RuntimeError):
@@ -180,14 +183,38 @@ def latency(bench: Bench, broker: Broker, trial: int, linger_ms: float) -> dict[
     opts = bench.opts
     topic = f"bench-latency-{trial}-{linger_ms:g}".replace(".", "_")
     create_topic(broker.bootstrap, topic, 1)
+    before = _produce_timings(broker)
     try:
         phase = run_worker(bench, broker, "latency", topic, size=opts.latency_size,
                            rate=opts.rate, seconds=opts.latency_seconds,
                            warmup=opts.latency_warmup, linger_ms=linger_ms)
+        timings = _handling(before, _produce_timings(broker))
     finally:
         delete_topic(broker.bootstrap, topic)
     return {**phase.load, "size": opts.latency_size, "linger_ms": linger_ms,
-            "broker_cpu_s": phase.broker_cpu_s, "others_cpu_s": phase.others_cpu_s}
+            "broker_cpu_s": phase.broker_cpu_s, "others_cpu_s": phase.others_cpu_s,
+            **timings}
+
+
+def _produce_timings(broker: Broker) -> histogram.Buckets | None:
+    """The broker's Produce request-latency buckets, when it serves metrics."""
+    if broker.metrics_port is None:
+        return None
+    return histogram.scrape(broker.metrics_port, histogram.REQUEST_LATENCY, "Produce")
+
+
+def _handling(before: histogram.Buckets | None,
+              after: histogram.Buckets | None) -> dict[str, float | None]:
+    """The broker's own produce handling (request decoded to response queued, its
+    histogram) over a phase, warm-up included: requests, the bucket bound holding the
+    p99, and the share done within ``HANDLING_TARGET_S``."""
+    if before is None or after is None:
+        return {}
+    spent = histogram.between(before, after)
+    p99 = histogram.quantile_bound(spent, 0.99)
+    return {"handled_requests": histogram.count(spent),
+            "handled_p99_bound_ms": None if p99 is None else p99 * 1000,
+            "handled_within_target": histogram.share_at_most(spent, HANDLING_TARGET_S)}
 
 
 def many_partitions(bench: Bench, name: str) -> dict[str, Any]:

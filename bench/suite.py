@@ -34,7 +34,8 @@ def _median_throughput(trials: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         runs = [trial[phase] for trial in trials]
         row[phase] = {**median_by(runs, "records_per_s"),
-                      "trials_records_per_s": [run["records_per_s"] for run in runs]}
+                      "trials_records_per_s": [run["records_per_s"] for run in runs],
+                      "trials_broker_cpu_s": [run["broker_cpu_s"] for run in runs]}
     return row
 
 

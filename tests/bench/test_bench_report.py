@@ -5,21 +5,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import report
+from bench import report, verdicts
 
 
-def _phase(trials: list[float], client_bound: bool = False) -> dict[str, Any]:
+def _phase(trials: list[float], client_bound: bool = False,
+           cpu: list[float] | None = None) -> dict[str, Any]:
     middle = report.median(trials)
-    return {"records_per_s": middle, "mb_per_s": middle / 1e6, "broker_cpu_s": 1.0,
-            "client_bound": client_bound, "trials_records_per_s": trials}
+    return {"records": 10, "records_per_s": middle, "mb_per_s": middle / 1e6,
+            "broker_cpu_s": 1.0, "client_bound": client_bound,
+            "trials_records_per_s": trials, "trials_broker_cpu_s": cpu or [1.0] * len(trials)}
 
 
-def _results(ours: list[float], peer: list[float], bound: bool = False) -> dict[str, Any]:
-    def broker(trials: list[float]) -> dict[str, Any]:
-        phase = _phase(trials, bound)
+def _results(ours: list[float], peer: list[float], bound: bool = False,
+             cpu: tuple[list[float], list[float]] | None = None) -> dict[str, Any]:
+    def broker(trials: list[float], spent: list[float] | None) -> dict[str, Any]:
+        phase = _phase(trials, bound, spent)
         return {"throughput": [{"size": 100, "records": 10, "produce": phase,
-                                "consume": phase}]}
-    return {"brokers": {"edge": broker(ours), "tansu": broker(peer)},
+                                "consume": phase, "produce_c": phase, "consume_c": phase}]}
+    spent = cpu or (None, None)
+    return {"brokers": {"edge": broker(ours, spent[0]), "tansu": broker(peer, spent[1])},
             "options": {"sizes": [100]}}
 
 
@@ -37,17 +41,60 @@ def test_a_noisy_trial_moves_the_pair_not_the_verdict() -> None:
     # A slow minute hit this broker's first trial and both fourth ones: the medians of each
     # side say 0.78x, while this broker was ahead in three pairs out of four.
     results = _results([50.0, 105.0, 105.0, 50.0], [100.0, 100.0, 100.0, 45.0])
-    [check, _] = [c for c in report.targets(_with_latency(results))
+    [check, _] = [c for c in verdicts.targets(_with_latency(results))
                   if c["target"].startswith(("produce throughput", "consume throughput"))]
     assert check["met"] is True
     assert check["detail"] == "100 B 1.050x"
 
 
-def test_targets_say_when_both_brokers_were_client_bound() -> None:
-    results = _with_latency(_results([90.0, 95.0, 99.0], [100.0, 100.0, 100.0], bound=True))
-    produce = report.targets(results)[0]
-    assert produce["met"] is False
-    assert produce["detail"] == "100 B 0.950x (c: both client-bound)"
+def test_where_both_clients_were_saturated_the_broker_cpu_decides() -> None:
+    # slower in every pair, but both load generators were saturated: the broker's CPU per
+    # record (paired trial by trial) decides, against half of Tansu's
+    cheap = _results([90.0, 95.0, 99.0], [100.0, 100.0, 100.0], bound=True,
+                     cpu=([0.4, 0.5, 0.6], [1.0, 1.0, 1.0]))
+    produce = verdicts.targets(_with_latency(cheap))[0]
+    assert produce["met"] is True
+    assert produce["detail"] == "100 B CPU 0.500x (both client-bound)"
+    costly = _results([90.0, 95.0, 99.0], [100.0, 100.0, 100.0], bound=True,
+                      cpu=([0.6, 0.5, 0.6], [1.0, 1.0, 1.0]))
+    assert verdicts.targets(_with_latency(costly))[0]["met"] is False
+
+
+def test_the_cpu_target_holds_at_every_size_for_produce_and_consume() -> None:
+    results = _with_latency(_results([100.0], [100.0], cpu=([0.45], [1.0])))
+    [cpu] = [c for c in verdicts.targets(results) if c["target"].startswith("broker CPU")]
+    assert cpu["met"] is True
+    assert cpu["detail"] == "100 B 0.45x / 0.45x"
+    results["brokers"]["edge"]["throughput"][0]["consume_c"] = _phase([100.0], cpu=[0.7])
+    [cpu] = [c for c in verdicts.targets(results) if c["target"].startswith("broker CPU")]
+    assert cpu["met"] is False
+
+
+def test_latency_is_judged_at_linger_1_paired_trial_by_trial() -> None:
+    results = _with_latency(_results([100.0], [100.0]))
+    results["options"] |= {"linger_ms": 5.0, "extra_latency_lingers": [1.0]}
+    edge, tansu = results["brokers"]["edge"], results["brokers"]["tansu"]
+    # one noisy trial of this broker: two pairs out of three are at or below Tansu's
+    edge["latency_extra"] = [{"p99_ms": 2.0, "trials": [
+        {"p99_ms": 2.0}, {"p99_ms": 40.0}, {"p99_ms": 1.9}], "handled_requests": 1000.0,
+        "handled_within_target": 0.995, "handled_p99_bound_ms": 1.0}]
+    tansu["latency_extra"] = [{"p99_ms": 2.0, "trials": [
+        {"p99_ms": 2.1}, {"p99_ms": 2.0}, {"p99_ms": 2.0}]}]
+    delivery, handling = (c for c in verdicts.targets(results)
+                          if "linger.ms=1" in c["target"])
+    assert delivery["met"] is True
+    assert handling["met"] is True
+    assert handling["detail"].startswith("99.50% of 1,000 requests within 1 ms")
+    edge["latency_extra"][0]["handled_within_target"] = 0.98
+    handling = next(c for c in verdicts.targets(results) if "handling" in c["target"])
+    assert handling["met"] is False
+
+
+def test_latency_without_a_linger_1_run_is_not_measured() -> None:
+    results = _with_latency(_results([100.0], [100.0]))
+    results["options"] |= {"linger_ms": 5.0, "extra_latency_lingers": []}
+    checks = [c for c in verdicts.targets(results) if "linger.ms=1" in c["target"]]
+    assert [c["met"] for c in checks] == [None, None]
 
 
 def test_the_table_shows_the_paired_median_and_its_range() -> None:

@@ -38,7 +38,8 @@ def test_quick_run_prints_a_table_with_both_brokers(quick_run: tuple[str, Path])
     rows = [line for line in stdout.splitlines() if line.startswith("| ")]
     assert all(line.count("|") == 5 for line in rows)
     assert "| metric | this broker, postgres:// | raw psycopg 3 | broker / raw |" in stdout
-    assert stdout.count("**met**") + stdout.count("**NOT met**") == 7  # 6 + postgres
+    # 6 + postgres; the CPU of a quick run may be too small to read (not measured)
+    assert sum(stdout.count(f"**{mark}**") for mark in ("met", "NOT met", "not measured")) == 7
     assert (out / "latest.md").read_text(encoding="utf-8").strip() == stdout.strip()
 
 
@@ -67,7 +68,12 @@ def test_quick_run_writes_well_formed_json(quick_run: tuple[str, Path]) -> None:
         assert _positive(broker["peak_rss_mb"])
         assert broker["partitions"]["partitions"] == 20
         assert _positive(broker["partitions"]["peak_rss_mb"])
-    assert [t["met"] in (True, False) for t in results["targets"]] == [True] * 7
+    assert [t["met"] in (True, False, None) for t in results["targets"]] == [True] * 7
+    # the broker's own produce timings, from its metrics (Tansu serves none)
+    handled = results["brokers"]["edge"]["latency"]
+    assert handled["handled_requests"] > 0
+    assert 0 <= handled["handled_within_target"] <= 1
+    assert "handled_requests" not in results["brokers"]["tansu"]["latency"]
     postgres = results["postgres"]
     assert postgres["consume_decided_by"] == "consume_c"  # the C client rows run above too
     for side, phases in (("broker", ("produce", "consume", "consume_c")),
