@@ -102,6 +102,9 @@ class Admitted:
     """When its checks began (``time.perf_counter``), for the validate stage's metric."""
     owned: bool = False
     """``records`` is the broker's own copy (a reworked batch), to stamp in place."""
+    transactional_id: str | None = None
+    """The transactional id the request named (scoped to its tenant), for the check that a
+    transactional batch's producer id is that id's."""
 
 
 class Engine:
@@ -153,7 +156,7 @@ class Engine:
         self.transactions = TransactionCoordinator(
             config.transactions, txn_log, ProducerIdAllocator(logs.kv),
             self.txn_markers.write_marker, self.groups)
-        self.transaction_check: Callable[[int, int, str, int], None] | None = (
+        self.transaction_check: Callable[[int, int, str | None, str, int], None] | None = (
             self.transactions.verify_produce)
         self.transactions.end_group_txn = self.txn_markers.end_group_txn
         self.groups.acquire = self.transactions.acquire = self.cluster.acquire
@@ -325,11 +328,13 @@ class Engine:
 
     def admit(self, internal: str, index: int, records: Buffer, acks: int,
               version: int = ZSTD_PRODUCE_VERSION, ctx: RequestContext | None = None,
-              topic: TopicInfo | None = None) -> Admitted:
+              topic: TopicInfo | None = None,
+              transactional_id: str | None = None) -> Admitted:
         """Check one produced batch's header, size and the topic's produce rules; what is
         left to do off the event loop is the admission's ``rework`` (see
         :meth:`reworked`), then :meth:`append` it. ``topic``: the topic as the caller just
-        looked it up (else it is looked up here)."""
+        looked it up (else it is looked up here); ``transactional_id``: the one the
+        request named, scoped to its tenant."""
         started = time.perf_counter()
         if topic is None:
             topic = self.logs.topic(internal)
@@ -353,7 +358,8 @@ class Engine:
         if rework is None and self.config.validate_records and \
                 not checked_here(records, header):  # it inflates to much more than came
             rework = WALKING
-        return Admitted(internal, index, partition, records, header, rules, rework, started)
+        return Admitted(internal, index, partition, records, header, rules, rework, started,
+                        transactional_id=transactional_id)
 
     @staticmethod
     def _check_size(internal: str, size: int, rules: ProduceRules) -> None:
@@ -420,8 +426,8 @@ class Engine:
                     or header.producer_id in self.transactions.by_producer):
                 # in a cluster only the producer's own coordinator can tell: as Kafka before
                 # KIP-890, a batch whose coordinator is another broker is not verified
-                self.transaction_check(header.producer_id, header.producer_epoch, internal,
-                                       index)
+                self.transaction_check(header.producer_id, header.producer_epoch,
+                                       admitted.transactional_id, internal, index)
         batch = records if admitted.owned and isinstance(records, bytearray) \
             else bytearray(records)
         log_append_time = -1

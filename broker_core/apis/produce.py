@@ -62,20 +62,26 @@ def _transactional(request: ProduceBody) -> bool:
 
 
 def _txn_refusal(engine: Engine, ctx: RequestContext, request: ProduceBody) -> str | None:
-    """Why a transactional produce may not write for its transactional id (Kafka: WRITE on
-    it; every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED), or None."""
+    """Why a transactional produce may not write for its transactional id (Kafka: it names
+    one, and WRITE on it; every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+    or None."""
+    if not _transactional(request):
+        return None
     tid = request.transactional_id
-    if tid is None or not _transactional(request) or engine.authorizer.authorize(
-            ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+    if tid is None:
+        return "transactional records need a transactional id"
+    if engine.authorizer.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return None
     return "not allowed to write for the transactional id"
 
 
 def _admit(engine: Engine, ctx: RequestContext, internal: str, topic: TopicInfo, index: int,
-           records: memoryview | None, acks: int, version: int) -> Admitted:
+           records: memoryview | None, acks: int, request: ProduceBody) -> Admitted:
     if records is None:
         raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
-    return engine.admit(internal, index, records, acks, version, ctx, topic)
+    tid = request.transactional_id
+    return engine.admit(internal, index, records, acks, request.version, ctx, topic,
+                        None if tid is None else engine.tenancy.scoped_id(ctx, tid))
 
 
 def _refused(ctx: RequestContext, name: str, index: int,
@@ -132,7 +138,7 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
                 if isinstance(found, KafkaApiError):
                     raise found
                 admitted = _admit(engine, ctx, *found, data.index, data.records, acks,
-                                  request.version)
+                                  request)
                 if admitted.rework is not None:  # a wait: records worked on elsewhere
                     admitted = await engine.reworked(admitted)
                 commits = None if admitted.header.producer_id < 0 else \

@@ -196,8 +196,9 @@ def _verify_only(engine: Engine, ctx: RequestContext,
                 internal = engine.tenancy.internal_name(ctx, topic.name)
                 if not engine.tenancy.allowed(ctx, Operation.DESCRIBE, internal):
                     raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic.name)
-                engine.transactions.verify_produce(txn.producer_id, txn.producer_epoch,
-                                                   internal, index)
+                engine.transactions.verify_produce(
+                    txn.producer_id, txn.producer_epoch,
+                    engine.tenancy.scoped_id(ctx, txn.transactional_id), internal, index)
                 code = ErrorCode.NONE
             except KafkaApiError as error:
                 code = error.code

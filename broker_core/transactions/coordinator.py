@@ -308,12 +308,19 @@ class TransactionCoordinator(StateCoordinator):
                                 f"transaction of {transactional_id!r} has not added group "
                                 f"{group[1]!r} (AddOffsetsToTxn first)")
 
-    def verify_produce(self, producer_id: int, epoch: int, topic: str, index: int) -> None:
-        """A transactional batch may only go to a partition its open transaction added."""
+    def verify_produce(self, producer_id: int, epoch: int, transactional_id: str | None,
+                       topic: str, index: int) -> None:
+        """A transactional batch may only go to a partition its open transaction added, and
+        only under its own transactional id (``transactional_id``, the one the request
+        named, scoped to its tenant; None: not checked, the broker's own writes)."""
         txn = self.by_producer.get(producer_id)
         if txn is None:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                                 f"producer id {producer_id} has no transactional id")
+        if transactional_id is not None and txn.transactional_id != transactional_id:
+            raise KafkaApiError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                                f"producer id {producer_id} is not that of the "
+                                "transactional id the request names")
         if epoch != txn.epoch:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
                                 f"producer {producer_id} epoch {epoch} is not {txn.epoch}")

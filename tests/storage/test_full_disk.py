@@ -269,7 +269,7 @@ def test_a_full_disk_answers_retriable_errors_and_loses_nothing(
             dict.fromkeys(range(3), NONE)
         assert conn.add_partitions("tx", pid, epoch, {wide: list(range(40))}) == \
             {(wide, p): NONE for p in range(40)}
-        assert conn.produce(wide, batch(pid, epoch, 0, 1, transactional=True), 5)[0] == NONE
+        assert conn.produce(wide, batch(pid, epoch, 0, 1, transactional=True), 5, "tx")[0] == NONE
         assert conn.end_txn("tx", pid, epoch, True) == NONE
         broker.wait_for_log("storage: record appends succeed again")
         log_in(f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}")

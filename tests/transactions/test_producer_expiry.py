@@ -133,7 +133,7 @@ def test_an_idle_producer_expires_and_carries_on(tmp_path: Path, topic_name: str
         assert conn.add_partitions(tid, txn_pid, epoch, {topic_name: [0]}) == \
             {(topic_name, 0): NONE}
         assert conn.produce(topic_name, batch(txn_pid, epoch, 0, 1, transactional=True,
-                                              prefix="txn"))[0] == NONE
+                                              prefix="txn"), 0, tid)[0] == NONE
         assert sample(scrape(metrics_port), "kop_server_producer_ids") == 2
 
         wait_until(lambda: pid not in _active(conn, topic_name), 20,

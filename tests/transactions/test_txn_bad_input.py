@@ -35,6 +35,7 @@ from tests.txn_helpers import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
     TxnConnection,
     batch,
@@ -162,6 +163,27 @@ def test_transactional_batch_to_a_partition_not_added(conn: TxnConnection,
     assert conn.list_offset(topic_name, 0, READ_COMMITTED) == 3
     assert conn.list_offset(topic_name, 1) == 0
     assert conn.committed_values(topic_name, 0) == [b"v-0", b"v-1"]
+
+
+def test_a_transactional_batch_is_written_only_under_its_own_transactional_id(
+        conn: TxnConnection, topic_name: str) -> None:
+    # as Kafka: transactional records without a transactional id are refused
+    # (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and a producer id is verified against the id
+    # the request names, so nobody writes into another producer's open transaction
+    assert conn.create_topic(topic_name) == NONE
+    tid, other = f"tid-{topic_name}", f"other-{topic_name}"
+    pid, epoch = conn.init_ok(tid)
+    conn.init_ok(other)
+    assert conn.add_partitions(tid, pid, epoch, {topic_name: [0]}) == {(topic_name, 0): NONE}
+    code, _ = conn.produce(topic_name, batch(pid, epoch, 0, 2, transactional=True), 0, None)
+    assert code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    code, _ = conn.produce(topic_name, batch(pid, epoch, 0, 2, transactional=True), 0, other)
+    assert code == INVALID_PRODUCER_ID_MAPPING
+    assert conn.list_offset(topic_name, 0) == 0
+    assert conn.produce(topic_name, batch(pid, epoch, 0, 1, transactional=True), 0, tid) == \
+        (NONE, 0)
+    assert conn.end_txn(tid, pid, epoch, True) == NONE
+    assert conn.committed_values(topic_name, 0) == [b"v-0"]
 
 
 def test_txn_offset_commit_before_add_offsets(conn: TxnConnection, topic_name: str) -> None:
