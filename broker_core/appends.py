@@ -24,6 +24,7 @@ import asyncio
 import errno
 
 from broker_core.codec.batch_header import BatchHeader
+from broker_core.codec.varints import Buffer
 from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import PartitionStore, group_committed
@@ -43,7 +44,7 @@ class AppendPath:
         self._last: dict[TopicPartition, asyncio.Future[None]] = {}
         """Per partition, the commit of its latest append, while it is under way."""
 
-    def append(self, key: TopicPartition, partition: PartitionStore, batch: bytearray,
+    def append(self, key: TopicPartition, partition: PartitionStore, batch: Buffer,
                header: BatchHeader, kind: WriteKind,
                code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR, what: str | None = None,
                generation: int | None = None) -> tuple[int, asyncio.Future[None] | None]:

@@ -428,12 +428,15 @@ class Engine:
                 # KIP-890, a batch whose coordinator is another broker is not verified
                 self.transaction_check(header.producer_id, header.producer_epoch,
                                        admitted.transactional_id, internal, index)
-        batch = records if admitted.owned and isinstance(records, bytearray) \
-            else bytearray(records)
+        # the request's own bytes, not copied: the storage copies what it keeps
+        batch: Buffer = records
         log_append_time = -1
         if rules.log_append_time:
+            stamped = records if admitted.owned and isinstance(records, bytearray) \
+                else bytearray(records)
             log_append_time = int(time.time() * 1000)
-            header = stamp_log_append_time(batch, header, log_append_time)
+            header = stamp_log_append_time(stamped, header, log_append_time)
+            batch = stamped
         validated = time.perf_counter()
         try:
             base, durable = self.appends.append((internal, index), partition, batch, header,

@@ -62,6 +62,16 @@ def set_base_offset(batch: bytearray, base_offset: int) -> None:
     _INT64.pack_into(batch, BASE_OFFSET_AT, base_offset)
 
 
+BASE_OFFSET_END = BASE_OFFSET_AT + _INT64.size
+"""Where the bytes after the baseOffset field begin."""
+
+
+def base_offset_bytes(base_offset: int) -> bytes:
+    """The baseOffset field holding ``base_offset``: written before a batch's bytes from
+    ``BASE_OFFSET_END`` on, it stores the batch at that offset without copying it."""
+    return _INT64.pack(base_offset)
+
+
 def base_offset(buf: bytes | bytearray | memoryview, at: int = 0) -> int:
     """The baseOffset field of the batch starting at ``at``."""
     value: int = _INT64.unpack_from(buf, at + BASE_OFFSET_AT)[0]

@@ -214,14 +214,16 @@ class Ledger:
     # -- appending -------------------------------------------------------------------
 
     def append(
-        self, header: bytes, batch: bytearray, base: int, last: int, max_ts: int, broker_ts: int
+        self, parts: Sequence[bytes | bytearray | memoryview], base: int, last: int,
+        max_ts: int, broker_ts: int
     ) -> None:
-        """Write one entry at the end; on failure the file is cut back to its old size."""
+        """Write one entry (its header and its batch, in ``parts``) at the end; on failure
+        the file is cut back to its old size."""
         position = self.facts.size
-        entry_size = len(header) + len(batch)
+        entry_size = sum(len(part) for part in parts)
         fd = self.fd()
         try:
-            _pwrite_all(fd, (header, batch), position)
+            _pwrite_all(fd, parts, position)
         except BaseException:
             try:
                 os.ftruncate(fd, position)

@@ -13,7 +13,13 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from broker_core.codec.batch_header import BatchHeader, check_append, set_base_offset
+from broker_core.codec.batch_header import (
+    BASE_OFFSET_END,
+    BatchHeader,
+    base_offset_bytes,
+    check_append,
+)
+from broker_core.codec.varints import Buffer
 
 from .cluster import SoloCluster
 from .config import LogConfig
@@ -106,7 +112,7 @@ class MemoryPartition(FilelessPartition):
     def state(self) -> MemoryKeyValues:
         return self._state
 
-    def append(self, batch: bytearray, header: BatchHeader) -> int:
+    def append(self, batch: Buffer, header: BatchHeader) -> int:
         check_append(batch, header)
         with self._lock:
             self._check_open()
@@ -118,10 +124,9 @@ class MemoryPartition(FilelessPartition):
             ):
                 segment = self._roll(now)
             base = segment.next_offset
-            set_base_offset(batch, base)
             last = base + header.last_offset_delta
-            segment.batches.append(BatchInfo(base, last, header.max_timestamp, now,
-                                             bytes(batch)))
+            stored = b"".join((base_offset_bytes(base), memoryview(batch)[BASE_OFFSET_END:]))
+            segment.batches.append(BatchInfo(base, last, header.max_timestamp, now, stored))
             segment.next_offset = last + 1
             segment.size += len(batch)
             segment.max_broker_timestamp = now

@@ -21,7 +21,13 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 
-from broker_core.codec.batch_header import BatchHeader, check_append, set_base_offset
+from broker_core.codec.batch_header import (
+    BASE_OFFSET_END,
+    BatchHeader,
+    base_offset_bytes,
+    check_append,
+)
+from broker_core.codec.varints import Buffer
 
 from .damage import batch_problem, scan_ledger
 from .entry import ENTRY_HEADER_SIZE, encode_entry_header
@@ -48,11 +54,12 @@ class PartitionLog(PartitionFiles, RetainsSegments):
 
     # -- appending ---------------------------------------------------------------------
 
-    def append(self, batch: bytearray, header: BatchHeader) -> int:
+    def append(self, batch: Buffer, header: BatchHeader) -> int:
         """Store one record batch and return the base offset assigned to it.
 
-        Patches the batch's baseOffset (bytes 0..8) with the next offset, writes the
-        entry (rolling to a new ledger first if the open one is too big or too old) and
+        Writes the entry with the next offset as the batch's baseOffset (bytes 0..8, in a
+        copy of their own: ``batch`` is not copied nor changed; it may be the request's
+        bytes), rolling to a new ledger first if the open one is too big or too old, and
         advances the next offset by the header's ``last_offset_delta + 1``. The caller
         has validated the batch (CRC, record count) and read its ``header``; this checks
         only that the header fits the bytes given (ValueError otherwise).
@@ -71,11 +78,10 @@ class PartitionLog(PartitionFiles, RetainsSegments):
                 self._roll_locked(now)
             ledger = self._ledgers[-1]
             base = ledger.facts.next_offset
-            set_base_offset(batch, base)
             entry = encode_entry_header(base, now, len(batch))
             try:
-                ledger.append(entry, batch, base, base + header.last_offset_delta,
-                              header.max_timestamp, now)
+                ledger.append((entry, base_offset_bytes(base), memoryview(batch)[BASE_OFFSET_END:]),
+                              base, base + header.last_offset_delta, header.max_timestamp, now)
             except OSError as exc:
                 if exc.errno in _SPACE_ERRORS:
                     raise

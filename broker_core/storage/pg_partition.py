@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from broker_core.codec.batch_header import BatchHeader, check_append, set_base_offset
+from broker_core.codec.varints import Buffer as BatchBytes
 
 from . import pg_entries
 from .cluster import NotOwner
@@ -206,11 +207,13 @@ class PgPartition(FilelessPartition):
             self._spoil()
             raise
 
-    def _queue(self, batch: bytearray, header: BatchHeader, ticket: Ticket,
+    def _queue(self, given: BatchBytes, header: BatchHeader, ticket: Ticket,
                generation: int | None = None) -> int:
-        """Give ``batch`` the next offsets and queue it for the group commit (refused if
-        ``generation`` is given and is no longer the partition's)."""
-        check_append(batch, header)
+        """Give the batch ``given`` the next offsets and queue it for the group commit
+        (refused if ``generation`` is given and is no longer the partition's); a batch that
+        is not a ``bytearray`` is copied first (it may be the request's bytes)."""
+        check_append(given, header)
+        batch = given if isinstance(given, bytearray) else bytearray(given)
         with self._lock:
             self._check_open()
             epoch = self._owned_epoch()  # first: a partition given up answers NotOwner
@@ -234,7 +237,7 @@ class PgPartition(FilelessPartition):
             self._inflight += 1
             return base
 
-    def append(self, batch: bytearray, header: BatchHeader) -> int:
+    def append(self, batch: BatchBytes, header: BatchHeader) -> int:
         """Append and wait for the commit (the group commit of whatever else waits too)."""
         ticket = Ticket(None)
         base = self._queue(batch, header, ticket)
@@ -247,7 +250,7 @@ class PgPartition(FilelessPartition):
             raise
         return base
 
-    def append_deferred(self, batch: bytearray, header: BatchHeader,
+    def append_deferred(self, batch: BatchBytes, header: BatchHeader,
                         generation: int | None = None) -> tuple[int, asyncio.Future[None]]:
         """From the event loop: the base offset at once, and a future done once the batch
         is committed (failed with DatabaseUnavailable when it was not)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeGuard, runtime_checkable
 
 from broker_core.codec.batch_header import BatchHeader
+from broker_core.codec.varints import Buffer
 
 from .cluster import ClusterStore
 from .config import LogConfig
@@ -89,10 +90,12 @@ class PartitionStore(Protocol):
         """The partition's own key-value area, deleted with it (producer snapshots)."""
         ...
 
-    def append(self, batch: bytearray, header: BatchHeader) -> int:
+    def append(self, batch: Buffer, header: BatchHeader) -> int:
         """Store one record batch whose header was read as ``header`` (its last offset
-        delta and max timestamp are taken from there), patching its base offset; return
-        that offset."""
+        delta and max timestamp are taken from there) at the next offset, written as its
+        base offset in what is stored; return that offset. ``batch`` may be the request's
+        own bytes: an engine that keeps them past the call keeps a copy (a ``bytearray``
+        given may be patched in place instead)."""
         ...
 
     def read(self, offset: int, max_bytes: int) -> list[memoryview | FileRegion]:
@@ -173,7 +176,7 @@ class GroupCommitted(Protocol):
         failed: what is stored then holds all of them that will ever be stored."""
         ...
 
-    def append_deferred(self, batch: bytearray, header: BatchHeader,
+    def append_deferred(self, batch: Buffer, header: BatchHeader,
                         generation: int | None = None) -> tuple[int, asyncio.Future[None]]:
         """Like ``append``, from the event loop: the base offset at once, and a future done
         once the batch is committed (failed with an OSError when it was not: it is then

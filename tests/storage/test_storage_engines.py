@@ -72,6 +72,20 @@ def partition(storage: Storage, name: str = TOPIC, index: int = 0) -> PartitionS
     return log
 
 
+def test_a_batch_is_stored_from_the_request_bytes_as_they_are(storage: Storage) -> None:
+    # a produced batch reaches the storage as a read-only view of the request's bytes (no
+    # copy on the way): each engine stores it at its own offset and leaves it unchanged
+    storage.create_topic(TOPIC, 1, {})
+    log = partition(storage)
+    batch, header = headed(make_batch(3))
+    sent = bytes(batch)
+    assert [log.append(memoryview(sent), header) for _ in range(2)] == [0, 3]
+    assert sent == bytes(batch)
+    stored = [batch_bytes(chunk) for chunk in log.read(0, 1 << 20)]
+    assert [int.from_bytes(chunk[:8], "big") for chunk in stored] == [0, 3]
+    assert [chunk[8:] for chunk in stored] == [sent[8:]] * 2
+
+
 def test_offsets_are_continuous_and_reads_follow_them(storage: Storage) -> None:
     storage.create_topic(TOPIC, 2, {})
     log = partition(storage)
