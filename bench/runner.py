@@ -20,6 +20,12 @@ from bench.pinning import CpuPlan
 MB = 1_000_000
 CLIENT_BOUND = 0.9
 """A load generator busy this share of the time was the bottleneck, not the broker."""
+SETTLE_POLL_S = 0.1
+SETTLE_QUIET_POLLS = 2
+SETTLE_IDLE_SHARE = 0.05
+"""A broker using at most this share of a CPU over ``SETTLE_QUIET_POLLS`` polls in a row
+is idle (this one idles below 1%)."""
+SETTLE_MAX_S = 5.0
 HANDLING_TARGET_S = 0.001
 """Issue 21: the broker's own produce handling p99 under this (a bucket bound of its
 request-latency histogram, so the share within it is exact)."""
@@ -103,6 +109,7 @@ def run_worker(bench: Bench, broker: Broker, mode: str, topic: str, **extra: Any
     except subprocess.TimeoutExpired as exc:
         raise LoadError(f"{mode} on {broker.name} timed out") from exc
     broker.check_alive()
+    settle(broker)
     wall = time.monotonic() - wall0
     cpu = broker.cpu_seconds() - cpu0
     others = None if cpus is None else procstats.busy_seconds(cpus) - busy0 - cpu
@@ -118,6 +125,21 @@ def run_worker(bench: Bench, broker: Broker, mode: str, topic: str, **extra: Any
     phase = Phase(load, cpu, others, wall, load_others)
     bench.noise.add(phase)
     return phase
+
+
+def settle(broker: Broker) -> float:
+    """Wait until the broker is idle again (at most ``SETTLE_MAX_S``): what a phase left
+    for it to do once its load generator was done (this broker's fsync of what was just
+    produced) is that phase's cost, not the next one's. The seconds waited."""
+    began = time.monotonic()
+    quiet = 0
+    last = broker.cpu_seconds()
+    while quiet < SETTLE_QUIET_POLLS and time.monotonic() - began < SETTLE_MAX_S:
+        time.sleep(SETTLE_POLL_S)
+        now = broker.cpu_seconds()
+        quiet = quiet + 1 if now - last <= SETTLE_IDLE_SHARE * SETTLE_POLL_S else 0
+        last = now
+    return time.monotonic() - began
 
 
 def _summary(phase: Phase) -> dict[str, Any]:
