@@ -40,7 +40,7 @@ from broker_core.quotas.throttling import Throttling
 from broker_core.storage import KeyValueStore, LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress
 from broker_core.transactions.coordinator import TxnConfig
-from edge import gc_tuning
+from edge import cpu_slice, gc_tuning
 from edge.acl_apis import AclApis
 from edge.acl_store import AclStore
 from edge.audit import AuditEvent, AuditLog
@@ -325,8 +325,17 @@ class BrokerApp:
             await self.stop(quiet=True)
             raise
         gc_tuning.settle()  # what start-up built leaves the collector's view
+        self._ask_slice()
         log.info("edge-broker ready: broker %d, listeners %s", self.config.broker_id, described)
         return bound
+
+    def _ask_slice(self) -> None:
+        """Ask for ``eventLoopSliceUs`` for this thread, the event loop's
+        (:mod:`edge.cpu_slice`)."""
+        wanted = self.config.event_loop_slice_us
+        if wanted and cpu_slice.apply(wanted) is None:
+            log.info("eventLoopSliceUs=%d not applied: the kernel (Linux 6.12 on) did not take "
+                     "it, or the thread is not under SCHED_OTHER", wanted)
 
     def _serve_metrics(self) -> str:
         """Serve metrics and health checks (before the listeners bind, so that ``/readyz``
