@@ -150,7 +150,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "kafkaProtocolMap": "",
     "kafkaTenant": "public",
     "kafkaNamespace": "default",
-    "eventLoopSliceUs": 100,
+    "eventLoopSliceUs": 0,
     "validateRecords": True,
     "allowAutoTopicCreation": True,
     "defaultNumPartitions": 1,
