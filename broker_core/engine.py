@@ -105,6 +105,8 @@ class Admitted:
     transactional_id: str | None = None
     """The transactional id the request named (scoped to its tenant), for the check that a
     transactional batch's producer id is that id's."""
+    ctx: RequestContext | None = None
+    """Who produced it, for the audit of a refusal at its tenant's storage quota."""
 
 
 class Engine:
@@ -340,8 +342,8 @@ class Engine:
             topic = self.logs.topic(internal)
         partition = self.partition(internal, index)
         assert topic is not None
-        if self.limits is not None:
-            self.limits.check_produce(internal, len(records), ctx)
+        if self.limits is not None:  # early, before any rework: the tenant is full
+            self.limits.check_produce(internal, 0, ctx)
         header = validate_produced(records)
         if header.compression == compression.ZSTD and version < ZSTD_PRODUCE_VERSION:
             raise KafkaApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
@@ -359,7 +361,7 @@ class Engine:
                 not checked_here(records, header):  # it inflates to much more than came
             rework = WALKING
         return Admitted(internal, index, partition, records, header, rules, rework, started,
-                        transactional_id=transactional_id)
+                        transactional_id=transactional_id, ctx=ctx)
 
     @staticmethod
     def _check_size(internal: str, size: int, rules: ProduceRules) -> None:
@@ -434,6 +436,8 @@ class Engine:
         if rules.log_append_time:
             log_append_time = int(time.time() * 1000)
             header = stamp_log_append_time(batch, header, log_append_time)
+        if self.limits is not None:  # the batch as stored, counted with no wait after
+            self.limits.check_produce(internal, len(batch), admitted.ctx)
         validated = time.perf_counter()
         try:
             base, durable = self.appends.append((internal, index), partition, batch, header,
@@ -446,6 +450,8 @@ class Engine:
             raise
         metrics.STAGE_VALIDATE.observe(validated - admitted.started)
         metrics.STAGE_APPEND.observe(time.perf_counter() - validated)
+        if self.limits is not None:
+            self.limits.count_produced(internal, len(batch))
         rules.messages_in.inc(header.record_count)
         rules.bytes_in.inc(len(batch))
         if producers is not None:

@@ -278,7 +278,8 @@ def test_stored_bytes_are_summed_per_tenant_without_the_brokers_own_topics() -> 
     with pytest.raises(KafkaApiError) as refused:
         limits.check_produce("acme/a/t", 10)
     assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
-    limits.check_produce("other/a/t", 10)  # no cap: counted
+    limits.check_produce("other/a/t", 10)  # no cap
+    limits.count_produced("other/a/t", 10)
     assert limits.stored["other"] == 510
 
 
