@@ -27,6 +27,7 @@ from broker_core.quotas.entities import CONSUMER_BYTE_RATE
 from broker_core.stages import Later
 from broker_core.storage import DatabaseUnavailable, FileRegion, LogOffline, PartitionStore
 from broker_core.storage.errors import DamagedRecords
+from broker_core.topic_configs import config_number
 from common.frames import Chunk
 
 READ_COMMITTED = 1
@@ -223,7 +224,7 @@ def fetch_response_bound(engine: Engine, request: FetchRequest) -> int:
     partitions = [part for topic in topics for part in topic.partitions or ()]
     limits = [max(part.partition_max_bytes, 0) for part in partitions]
     records = min(_max_bytes(engine, request), sum(limits))
-    first_batch = int(engine.topic_configs({})["max.message.bytes"])
+    first_batch = config_number(engine.topic_configs({}), "max.message.bytes")
     names = sum(len((topic.topic or "").encode()) for topic in topics)
     return (max(records, first_batch) + names
             + _ANSWER_OVERHEAD * (1 + len(topics) + len(partitions)))

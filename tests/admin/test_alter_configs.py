@@ -165,6 +165,26 @@ def test_append_to_a_list_key_keeps_it_a_set(broker: BrokerProcess, topic_name: 
     assert describe(broker, topic_name)["cleanup.policy"] == ("delete", False)
 
 
+def test_numbers_with_leading_zeros_are_kept_as_their_digits(
+        broker: BrokerProcess, topic_name: str) -> None:
+    """Kafka's parser takes any number of leading zeros; the broker keeps the number as
+    its digits (what DescribeConfigs gives back, as Kafka does), so what reads it later
+    (each Produce, the log cleaner) never meets 5,000 of them (``int`` refuses them)."""
+    zeros = "0" * 5_000
+    create(broker, topic_name, **{"segment.bytes": zeros + "1048576",
+                                  "cleanup.policy": "delete, delete"})
+    incremental(broker, topic_name,
+                op("max.message.bytes", zeros + "100000", AlterConfigOpType.SET),
+                op("min.insync.replicas", "+" + zeros + "1", AlterConfigOpType.SET))
+    assert produce_one(broker, topic_name, 1000) is None
+    assert produce_one(broker, topic_name, 200_000) == "MSG_SIZE_TOO_LARGE"
+    configs = describe(broker, topic_name)
+    assert {name: configs[name][0] for name in (
+        "segment.bytes", "max.message.bytes", "min.insync.replicas", "cleanup.policy")} \
+        == {"segment.bytes": "1048576", "max.message.bytes": "100000",
+            "min.insync.replicas": "1", "cleanup.policy": "delete"}
+
+
 def test_missing_topic_and_broker_configs(broker: BrokerProcess, topic_name: str) -> None:
     set_retention = op("retention.ms", "1000", AlterConfigOpType.SET)
     assert error_of(lambda: incremental(broker, topic_name + "-missing", set_retention)) == \
