@@ -20,6 +20,11 @@ CLEANUP_POLICIES = ("delete", "compact")
 """The items ``cleanup.policy`` may list."""
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
+MAX_VALUE_CHARS = 1024
+"""The longest topic config value taken (INVALID_CONFIG beyond): Kafka bounds a value
+only by its request's size, but none of the keys here needs more (the one list,
+``cleanup.policy``, has two items), and a tenant must not store megabytes in the topic
+metadata every broker holds, nor make each alter parse them."""
 
 # Config types as DescribeConfigs (v3+) reports them.
 TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 2, 3, 5, 6, 7
@@ -179,6 +184,15 @@ def _check_across(checked: Mapping[str, str]) -> None:
                             f"max.compaction.lag.ms {high}")
 
 
+def check_value_length(name: str, value: str) -> None:
+    """INVALID_CONFIG for a value longer than :data:`MAX_VALUE_CHARS` (checked before
+    anything reads it; the message does not repeat it)."""
+    if len(value) > MAX_VALUE_CHARS:
+        raise KafkaApiError(ErrorCode.INVALID_CONFIG,
+                            f"the value of topic config {name[:100]!r} is {len(value)} "
+                            f"characters long; at most {MAX_VALUE_CHARS} are taken")
+
+
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     """Check a topic's configs given to CreateTopics or AlterConfigs (its whole set);
     return them without null values, each in its canonical form."""
@@ -186,9 +200,11 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     for name, value in configs.items():
         key = TOPIC_CONFIG_KEYS.get(name)
         if key is None:
-            raise KafkaApiError(ErrorCode.INVALID_CONFIG, f"unknown topic config {name!r}")
+            raise KafkaApiError(ErrorCode.INVALID_CONFIG,
+                                f"unknown topic config {name[:100]!r}")
         if value is None:
             continue
+        check_value_length(name, value)
         if not key.check(value):
             raise KafkaApiError(
                 ErrorCode.INVALID_CONFIG,
