@@ -43,8 +43,10 @@ from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import ProducerStates
 from broker_core.quotas.limits import TenantLimits, TopicCounts, tenant_of
 from broker_core.storage import (
+    CapExceeded,
     DatabaseUnavailable,
     LogOffline,
+    NewTopic,
     PartitionStore,
     Storage,
     TopicExists,
@@ -256,14 +258,24 @@ class Engine:
                counts: TopicCounts | None = None) -> TopicInfo | None:
         """The topic, created with the default partition count when allowed and missing
         (``counts``: the request's count of the tenants' topics, for a request that may
-        create several: counted once, not once per topic)."""
+        create several: counted once, not once per topic). A caller that may create holds
+        ``topic_changes``, as CreateTopics does: the topics another request is creating
+        in a worker thread count against the tenant's caps; on a shared engine the
+        storage counts again, under the tenant's lock in the database."""
         topic = self.logs.topic(internal)
         if topic is None and auto_create and self.config.allow_auto_topic_creation:
             partitions = self.config.default_num_partitions
+            cap = None
             try:
                 if self.limits is not None:
                     self.limits.check_create(internal, 1, partitions, counts=counts)
-                topic = self.logs.create_topic(internal, partitions, {})
+                    cap = self.limits.storage_cap(internal, self.config.metadata_namespace)
+                (outcome,) = self.logs.create_topics([NewTopic(internal, partitions, {}, cap)])
+                if isinstance(outcome, CapExceeded) and self.limits is not None:
+                    raise self.limits.refused_by_storage(None, internal, outcome)
+                if isinstance(outcome, Exception):
+                    raise outcome
+                topic = outcome
                 if counts is not None:
                     counts.add(tenant_of(internal), 1, partitions)
                 log.info("auto-created topic %s with %d partitions", internal,
