@@ -43,8 +43,10 @@ from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import ProducerStates
 from broker_core.quotas.limits import TenantLimits, TopicCounts, tenant_of
 from broker_core.storage import (
+    CapExceeded,
     DatabaseUnavailable,
     LogOffline,
+    NewTopic,
     PartitionStore,
     Storage,
     TopicExists,
@@ -105,6 +107,8 @@ class Admitted:
     transactional_id: str | None = None
     """The transactional id the request named (scoped to its tenant), for the check that a
     transactional batch's producer id is that id's."""
+    ctx: RequestContext | None = None
+    """Who produced it, for the audit of a refusal at its tenant's storage quota."""
 
 
 class Engine:
@@ -254,14 +258,24 @@ class Engine:
                counts: TopicCounts | None = None) -> TopicInfo | None:
         """The topic, created with the default partition count when allowed and missing
         (``counts``: the request's count of the tenants' topics, for a request that may
-        create several: counted once, not once per topic)."""
+        create several: counted once, not once per topic). A caller that may create holds
+        ``topic_changes``, as CreateTopics does: the topics another request is creating
+        in a worker thread count against the tenant's caps; on a shared engine the
+        storage counts again, under the tenant's lock in the database."""
         topic = self.logs.topic(internal)
         if topic is None and auto_create and self.config.allow_auto_topic_creation:
             partitions = self.config.default_num_partitions
+            cap = None
             try:
                 if self.limits is not None:
                     self.limits.check_create(internal, 1, partitions, counts=counts)
-                topic = self.logs.create_topic(internal, partitions, {})
+                    cap = self.limits.storage_cap(internal, self.config.metadata_namespace)
+                (outcome,) = self.logs.create_topics([NewTopic(internal, partitions, {}, cap)])
+                if isinstance(outcome, CapExceeded) and self.limits is not None:
+                    raise self.limits.refused_by_storage(None, internal, outcome)
+                if isinstance(outcome, Exception):
+                    raise outcome
+                topic = outcome
                 if counts is not None:
                     counts.add(tenant_of(internal), 1, partitions)
                 log.info("auto-created topic %s with %d partitions", internal,
@@ -340,8 +354,8 @@ class Engine:
             topic = self.logs.topic(internal)
         partition = self.partition(internal, index)
         assert topic is not None
-        if self.limits is not None:
-            self.limits.check_produce(internal, len(records), ctx)
+        if self.limits is not None:  # early, before any rework: the tenant is full
+            self.limits.check_produce(internal, 0, ctx)
         header = validate_produced(records)
         if header.compression == compression.ZSTD and version < ZSTD_PRODUCE_VERSION:
             raise KafkaApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
@@ -359,7 +373,7 @@ class Engine:
                 not checked_here(records, header):  # it inflates to much more than came
             rework = WALKING
         return Admitted(internal, index, partition, records, header, rules, rework, started,
-                        transactional_id=transactional_id)
+                        transactional_id=transactional_id, ctx=ctx)
 
     @staticmethod
     def _check_size(internal: str, size: int, rules: ProduceRules) -> None:
@@ -437,6 +451,8 @@ class Engine:
             log_append_time = int(time.time() * 1000)
             header = stamp_log_append_time(stamped, header, log_append_time)
             batch = stamped
+        if self.limits is not None:  # the batch as stored, counted with no wait after
+            self.limits.check_produce(internal, len(batch), admitted.ctx)
         validated = time.perf_counter()
         try:
             base, durable = self.appends.append((internal, index), partition, batch, header,
@@ -449,6 +465,8 @@ class Engine:
             raise
         metrics.STAGE_VALIDATE.observe(validated - admitted.started)
         metrics.STAGE_APPEND.observe(time.perf_counter() - validated)
+        if self.limits is not None:
+            self.limits.count_produced(internal, len(batch))
         rules.messages_in.inc(header.record_count)
         rules.bytes_in.inc(len(batch))
         if producers is not None:

@@ -14,7 +14,7 @@ from broker_core.cluster.service import ClusterConfig
 from broker_core.codec.compression import codec_of
 from broker_core.groups.config import GroupConfig
 from broker_core.producer_states import DEFAULT_EXPIRATION_MS
-from broker_core.topic_configs import list_items
+from broker_core.topic_configs import config_number, list_items
 from broker_core.transactions.coordinator import TxnConfig
 from common.names import DEFAULT_METADATA_NAMESPACE, DEFAULT_METADATA_TENANT
 
@@ -76,8 +76,8 @@ class ProduceRules:
            settings: Mapping[str, str]) -> ProduceRules:
         """The rules of topic ``internal`` with its own configs ``own`` and every config's
         effective value ``settings``."""
-        return cls(own, int(settings["max.message.bytes"]),
-                   int(settings["min.insync.replicas"]),
+        return cls(own, config_number(settings, "max.message.bytes"),
+                   config_number(settings, "min.insync.replicas"),
                    settings["message.timestamp.type"] == "LogAppendTime",
                    codec_of(settings["compression.type"]),
                    "compact" in list_items(settings["cleanup.policy"]),

@@ -20,6 +20,11 @@ CLEANUP_POLICIES = ("delete", "compact")
 """The items ``cleanup.policy`` may list."""
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
+MAX_VALUE_CHARS = 1024
+"""The longest topic config value taken (INVALID_CONFIG beyond): Kafka bounds a value
+only by its request's size, but none of the keys here needs more (the one list,
+``cleanup.policy``, has two items), and a tenant must not store megabytes in the topic
+metadata every broker holds, nor make each alter parse them."""
 
 # Config types as DescribeConfigs (v3+) reports them.
 TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 2, 3, 5, 6, 7
@@ -73,16 +78,31 @@ class TopicConfigKey:
     """Its type in DescribeConfigs."""
     server: str
     """Kafka's broker config that sets its default."""
+    canonical: Callable[[str], str] = str
+    """The value as stored once its check passed (a number as its digits, without the
+    leading zeros Kafka's parser accepts and Python's ``int`` refuses beyond 4,300
+    digits), as Kafka's DescribeConfigs gives it back."""
+
+
+def _whole(value: str) -> str:
+    return str(whole_number(value))
 
 
 def _long(name: str, default: str, low: int, doc: str, server: str) -> TopicConfigKey:
     return TopicConfigKey(name, default, _integer(low, LONG_MAX), f"an integer >= {low}", doc,
-                          TYPE_LONG, server)
+                          TYPE_LONG, server, _whole)
 
 
 def _int(name: str, default: str, low: int, doc: str, server: str) -> TopicConfigKey:
     return TopicConfigKey(name, default, _integer(low, INT_MAX),
-                          f"an integer >= {low} and <= {INT_MAX}", doc, TYPE_INT, server)
+                          f"an integer >= {low} and <= {INT_MAX}", doc, TYPE_INT, server,
+                          _whole)
+
+
+def config_number(configs: Mapping[str, str], name: str) -> int:
+    """An integer config's value (``whole_number``: a value stored before values were
+    kept canonical may still carry any number of leading zeros)."""
+    return whole_number(configs[name])
 
 
 _KEYS = (
@@ -91,7 +111,8 @@ _KEYS = (
                    "delete: retention deletes whole ledgers. compact: records must carry a key"
                    " (INVALID_RECORD otherwise), retention deletes nothing and the log "
                    "cleaner keeps only the latest record of each key. "
-                   "compact,delete: both.", TYPE_LIST, "log.cleanup.policy"),
+                   "compact,delete: both.", TYPE_LIST, "log.cleanup.policy",
+                   lambda value: ",".join(dict.fromkeys(list_items(value)))),
     _long("retention.ms", "604800000", -1,
           "Ledgers older than this are deleted (-1 keeps them forever).", "log.retention.ms"),
     _long("retention.bytes", "-1", -1,
@@ -120,7 +141,8 @@ _KEYS = (
                    "compression.type"),
     TopicConfigKey("min.cleanable.dirty.ratio", "0.5", _fraction, "a number from 0 to 1",
                    "The share of a compacted partition not yet cleaned above which the "
-                   "cleaner takes it.", TYPE_DOUBLE, "log.cleaner.min.cleanable.ratio"),
+                   "cleaner takes it.", TYPE_DOUBLE, "log.cleaner.min.cleanable.ratio",
+                   str.strip),
     _long("min.compaction.lag.ms", "0", 0,
           "A record stays uncompacted at least this long.",
           "log.cleaner.min.compaction.lag.ms"),
@@ -162,22 +184,33 @@ def _check_across(checked: Mapping[str, str]) -> None:
                             f"max.compaction.lag.ms {high}")
 
 
+def check_value_length(name: str, value: str) -> None:
+    """INVALID_CONFIG for a value longer than :data:`MAX_VALUE_CHARS` (checked before
+    anything reads it; the message does not repeat it)."""
+    if len(value) > MAX_VALUE_CHARS:
+        raise KafkaApiError(ErrorCode.INVALID_CONFIG,
+                            f"the value of topic config {name[:100]!r} is {len(value)} "
+                            f"characters long; at most {MAX_VALUE_CHARS} are taken")
+
+
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     """Check a topic's configs given to CreateTopics or AlterConfigs (its whole set);
-    return them without null values."""
+    return them without null values, each in its canonical form."""
     checked: dict[str, str] = {}
     for name, value in configs.items():
         key = TOPIC_CONFIG_KEYS.get(name)
         if key is None:
-            raise KafkaApiError(ErrorCode.INVALID_CONFIG, f"unknown topic config {name!r}")
+            raise KafkaApiError(ErrorCode.INVALID_CONFIG,
+                                f"unknown topic config {name[:100]!r}")
         if value is None:
             continue
+        check_value_length(name, value)
         if not key.check(value):
             raise KafkaApiError(
                 ErrorCode.INVALID_CONFIG,
                 f"invalid value {value!r} for topic config {name!r}: expected {key.expected}",
             )
-        checked[name] = value
+        checked[name] = key.canonical(value)
     _check_across(checked)
     return checked
 

@@ -250,7 +250,8 @@ class BrokerApp:
         self.dispatcher = Dispatcher(
             self.engine,
             engine_apis() + edge_apis() + AclApis(self.acls, self.policy).specs()
-            + QuotaApis(self.quotas.store, TenantScope(self.policy)).specs(),
+            + QuotaApis(self.quotas.store, TenantScope(self.policy),
+                        config.max_quota_entities_per_tenant).specs(),
             Throttling(self.quotas))
         self.home = Namespace(config.kafka_tenant, config.kafka_namespace)
         mechanisms = listener_mechanisms(config)

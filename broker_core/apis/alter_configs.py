@@ -29,7 +29,7 @@ from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import ConfigsChanged, log_config_for_topic
 from broker_core.storage_faults import WriteKind
-from broker_core.topic_configs import list_items, validate_topic_configs
+from broker_core.topic_configs import check_value_length, list_items, validate_topic_configs
 
 Plan = Callable[[Mapping[str, str], Mapping[str, str]], dict[str, str]]
 """From a topic's own configs and the defaults, its new own configs."""
@@ -94,6 +94,7 @@ def _operate(configs: dict[str, str], defaults: Mapping[str, str], entry: _Opera
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"unknown config operation {operation}")
     if value is None:
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"no value given for {name!r}")
+    check_value_length(name, value)  # before an APPEND or SUBTRACT splits it
     if operation == SET:
         configs[name] = value
         return

@@ -23,9 +23,11 @@ from broker_core.codec.fetch_writer import FetchAnswer, PartitionAnswer, TopicAn
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine, settled_anyhow
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.quotas.entities import CONSUMER_BYTE_RATE
 from broker_core.stages import Later
 from broker_core.storage import DatabaseUnavailable, FileRegion, LogOffline, PartitionStore
 from broker_core.storage.errors import DamagedRecords
+from broker_core.topic_configs import config_number
 from common.frames import Chunk
 
 READ_COMMITTED = 1
@@ -197,11 +199,20 @@ def _collect(engine: Engine, wanted: list[_Wanted], max_bytes: int, committed: b
     return answers, total, errored
 
 
-def _max_bytes(engine: Engine, request: FetchRequest) -> int:
+def _max_bytes(engine: Engine, request: FetchRequest, ctx: RequestContext | None = None
+               ) -> int:
     """The records an answer may carry: the request's ``max_bytes``, capped by the broker's
-    ``fetchMaxBytes`` (as Kafka's ``fetch.max.bytes``)."""
+    ``fetchMaxBytes`` (as Kafka's ``fetch.max.bytes``) and, for a caller under a
+    ``consumer_byte_rate`` (``ctx``), by what its quota lets through in one answer (as
+    Kafka caps it: else an answer larger than that is answered empty, throttled, and
+    asked again the same size, forever)."""
     asked = request.max_bytes if request.version >= 3 else 2**31 - 1
-    return min(asked, engine.config.fetch_max_bytes)
+    most = min(asked, engine.config.fetch_max_bytes)
+    if ctx is not None and engine.limits is not None:
+        window = engine.limits.manager.max_in_window(ctx, CONSUMER_BYTE_RATE)
+        if window is not None:
+            most = min(most, max(int(window), 1))
+    return most
 
 
 def fetch_response_bound(engine: Engine, request: FetchRequest) -> int:
@@ -213,7 +224,7 @@ def fetch_response_bound(engine: Engine, request: FetchRequest) -> int:
     partitions = [part for topic in topics for part in topic.partitions or ()]
     limits = [max(part.partition_max_bytes, 0) for part in partitions]
     records = min(_max_bytes(engine, request), sum(limits))
-    first_batch = int(engine.topic_configs({})["max.message.bytes"])
+    first_batch = config_number(engine.topic_configs({}), "max.message.bytes")
     names = sum(len((topic.topic or "").encode()) for topic in topics)
     return (max(records, first_batch) + names
             + _ANSWER_OVERHEAD * (1 + len(topics) + len(partitions)))
@@ -227,14 +238,15 @@ async def handle_fetch(engine: Engine, ctx: RequestContext,
     fetch never holds up the requests behind it, such as a consumer's heartbeat."""
     wanted = _resolve(engine, ctx, request)
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
-    return Later(_poll(engine, request, wanted, deadline))
+    return Later(_poll(engine, request, wanted, deadline, _max_bytes(engine, request, ctx)))
 
 
 async def _poll(engine: Engine, request: FetchRequest, wanted: list[_Wanted],
-                deadline: float) -> FetchAnswer:
-    """Read the wanted partitions until ``min_bytes`` are there or ``deadline`` passes."""
+                deadline: float, max_bytes: int) -> FetchAnswer:
+    """Read the wanted partitions until ``min_bytes`` (at most ``max_bytes``, as Kafka
+    bounds them) are there or ``deadline`` passes."""
     version = request.version
-    max_bytes = _max_bytes(engine, request)
+    min_bytes = min(request.min_bytes, max_bytes)
     await engine.leadership.ready((w.internal, w.index) for w in wanted if w.internal is not None)
     committed = request.isolation_level == READ_COMMITTED
     before = _Before()
@@ -246,7 +258,7 @@ async def _poll(engine: Engine, request: FetchRequest, wanted: list[_Wanted],
             await before.settle()
             continue
         remaining = deadline - time.monotonic()
-        if (total >= request.min_bytes or errored or remaining <= 0 or not wanted
+        if (total >= min_bytes or errored or remaining <= 0 or not wanted
                 or engine.closing):
             break
         for answer, _size in answers:

@@ -131,12 +131,21 @@ async def handle_metadata(engine: Engine, ctx: RequestContext,
         ]
     else:
         by_id = TopicsById(engine.logs)
-        counts = engine.limits.topic_counts() if engine.limits is not None else None
-        topics = [
-            _requested_topic(engine, ctx, requested, version, auto_create, with_operations,
-                             by_id, counts)
-            for requested in request.topics
-        ]
+        named = request.topics
+
+        def answer(create: bool) -> list[TopicMetadata]:
+            counts = engine.limits.topic_counts() if create and engine.limits else None
+            return [_requested_topic(engine, ctx, requested, version, create,
+                                     with_operations, by_id, counts)
+                    for requested in named]
+
+        topics = answer(False)
+        if auto_create and engine.config.allow_auto_topic_creation and any(
+                topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for topic in topics):
+            # created as CreateTopics creates, one request at a time: the tenant's caps
+            # count the topics a CreateTopics is still creating in a worker thread
+            async with engine.topic_changes:
+                topics = answer(True)
     cluster_operations = (
         authorized_operations(engine, ctx, ResourceType.CLUSTER, CLUSTER_NAME)
         if version >= 8 and request.include_cluster_authorized_operations else None

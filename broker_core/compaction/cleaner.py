@@ -139,10 +139,23 @@ class LogCleaner:
         once per segment, not every round)."""
         self._waits: dict[str, _Wait] = {}
         """By partition location: those an open transaction blocked (see :class:`_Wait`)."""
+        self._failing: dict[str, str] = {}
+        """By partition location: why the last round could not clean it (told once)."""
         self.io_bytes = 0
         """The bytes the cleaner read and wrote so far (what its pacing counts)."""
         self.stopping = threading.Event()
         """Set when the broker stops: the cleaning under way is left, nothing swapped."""
+
+    def _not_cleaned(self, name: str, location: str, exc: Exception,
+                     failing: dict[str, str]) -> None:
+        """Log why a partition could not be cleaned: once while the cause stays the same
+        (a bad config, a damaged batch: each round would say it again)."""
+        expected = isinstance(exc, StorageError | OSError | MalformedBatch | ValueError)
+        cause = f"{exc}" if expected else f"{type(exc).__name__}: {exc}"
+        failing[location] = cause
+        if self._failing.get(location) != cause:
+            log.warning("log cleaner: %s not cleaned: %s", location, cause,
+                        extra=topic_fields(name))
 
     def run_once(self) -> int:
         """Clean every due partition once (in the calling thread); return how many."""
@@ -159,21 +172,21 @@ class LogCleaner:
             firsts[key] = stamp if stamp is not None else first_batch_timestamp(store, segment)
             return firsts[key]
 
-        # a topic's settings (None: not compacted), once a round: 10,000 partitions of
-        # 1,000 topics made 10,000 lookups of every config key
+        # a topic's settings (None: not compacted, or its configs cannot be read), once a
+        # round: 10,000 partitions of 1,000 topics made 10,000 lookups of every config key
         compacted: dict[str, CompactionSettings | None] = {}
+        failing: dict[str, str] = {}
         for name, index, store in list(self._storage.all_partitions()):
-            if name in compacted:
-                settings = compacted[name]
-            else:
-                configs = self._configs_of(name)
-                settings = compacted[name] = (
-                    None if configs is None
-                    or "compact" not in list_items(configs["cleanup.policy"])
-                    else CompactionSettings.of(configs))
-            if settings is None or not self._writes(name, index):
-                continue
             try:
+                if name not in compacted:
+                    compacted[name] = None  # its settings fail: left alone this round
+                    configs = self._configs_of(name)
+                    if configs is not None \
+                            and "compact" in list_items(configs["cleanup.policy"]):
+                        compacted[name] = CompactionSettings.of(configs)
+                settings = compacted[name]
+                if settings is None or not self._writes(name, index):
+                    continue
                 now = self._clock()
                 checkpoint = Checkpoint.load(store)
                 found = dirt(store, settings, now, checkpoint, first_timestamp)
@@ -194,9 +207,8 @@ class LogCleaner:
                                  self._map_bytes)
             except Stopped:
                 break
-            except (StorageError, OSError, MalformedBatch, ValueError) as exc:
-                log.warning("log cleaner: %s not cleaned: %s", store.location, exc,
-                            extra=topic_fields(name))
+            except Exception as exc:  # one partition never stops the others
+                self._not_cleaned(name, store.location, exc, failing)
                 continue
             if done is None:
                 continue
@@ -221,5 +233,6 @@ class LogCleaner:
         metrics.CLEANER_MAX_DELAY.set(delay / 1000)
         self._firsts = firsts
         self._waits = waits
+        self._failing = failing
         self.io_bytes += pace.spent
         return cleaned

@@ -65,6 +65,7 @@ from broker_core.codec.batch_header import BatchHeader, last_offset_delta, read_
 from broker_core.codec.errors import MalformedBatch
 from broker_core.codec.markers import COMMIT, marker_type
 from broker_core.storage import BatchInfo, PartitionStore, SealedSegment
+from broker_core.topic_configs import LONG_MAX, config_number
 
 from . import records as rec
 
@@ -97,10 +98,10 @@ class CompactionSettings:
     @classmethod
     def of(cls, configs: Mapping[str, str]) -> CompactionSettings:
         return cls(float(configs["min.cleanable.dirty.ratio"]),
-                   int(configs["min.compaction.lag.ms"]),
-                   int(configs["max.compaction.lag.ms"]),
-                   int(configs["delete.retention.ms"]),
-                   int(configs["segment.bytes"]))
+                   config_number(configs, "min.compaction.lag.ms"),
+                   config_number(configs, "max.compaction.lag.ms"),
+                   config_number(configs, "delete.retention.ms"),
+                   config_number(configs, "segment.bytes"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +353,8 @@ class _Rewriter:
     def __init__(self, plan: _Plan, settings: CompactionSettings, now: int) -> None:
         self.plan = plan
         self.now = now
-        self.stamp = now + settings.delete_retention_ms
+        # saturated: delete.retention.ms may be as large as a long (Long.MAX: forever)
+        self.stamp = min(now + settings.delete_retention_ms, LONG_MAX)
         self.open: dict[int, _Txn] = {}
         self.horizon: int | None = None
         """The earliest delete horizon among what stays."""

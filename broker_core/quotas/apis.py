@@ -5,6 +5,12 @@ the cluster; CLUSTER_AUTHORIZATION_FAILED otherwise), and then a :class:`QuotaSc
 (the edge's tenant policy) says which entities the caller may see and alter. An unknown
 entity type, key or match type, a repeated one, or a value that is not positive (or not
 whole, for a byte rate) is INVALID_REQUEST; ``validate_only`` checks without storing.
+The quotas are one document every broker holds and rewrites whole on each change, so
+they are bounded: a request of more than :data:`MAX_ENTRIES` entries is INVALID_REQUEST
+(each entry; nothing stored: Kafka has no such limit but its request size), and an entry
+that would add an entity beyond ``max_entities`` of its tenant (the operator's entities
+without a tenant count as one group) is POLICY_VIOLATION, as a broker policy refuses an
+otherwise valid change (changing or removing an existing entity always passes).
 Describe filters as Kafka does: each component matches an exact name, the default, or any
 name of its type; ``strict`` leaves out entities with types the filter does not name.
 """
@@ -12,6 +18,7 @@ name of its type; ``strict`` leaves out entities with types the filter does not 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Protocol
 
 from kafka.protocol.admin import (
@@ -30,6 +37,10 @@ from broker_core.quotas.store import Alteration, QuotaStore
 
 log = logging.getLogger(__name__)
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+MAX_ENTRIES = 1000
+"""The most entries one AlterClientQuotas may carry."""
+DEFAULT_MAX_ENTITIES = 1000
+"""The entities a tenant may hold unless configured (``maxQuotaEntitiesPerTenant``)."""
 
 
 class QuotaScope(Protocol):
@@ -74,9 +85,11 @@ def _selected(entity: QuotaEntity, components: _Filter, strict: bool) -> bool:
 class QuotaApis:
     """The two client-quota APIs over one store and scope."""
 
-    def __init__(self, store: QuotaStore, scope: QuotaScope) -> None:
+    def __init__(self, store: QuotaStore, scope: QuotaScope,
+                 max_entities: int = DEFAULT_MAX_ENTITIES) -> None:
         self.store = store
         self.scope = scope
+        self.max_entities = max_entities
 
     def specs(self) -> list[ApiSpec]:
         """The ApiSpecs to serve (ApiVersions advertises them)."""
@@ -133,16 +146,39 @@ class QuotaApis:
         return Alteration(entity, {op.key: float(op.value) for op in entry.ops if not op.remove},
                           frozenset(op.key for op in entry.ops if op.remove))
 
+    def _check_room(self, change: Alteration, counts: Counter[str | None]) -> None:
+        """POLICY_VIOLATION when ``change`` adds an entity beyond its tenant's
+        ``max_entities`` (``counts``: the entities per tenant, this request's included)."""
+        if change.entity in self.store.quotas or not change.set:
+            return
+        tenant = change.entity.tenant
+        if counts[tenant] >= self.max_entities:
+            whose = "the operator's" if tenant is None else f"tenant {tenant}'s"
+            raise KafkaApiError(ErrorCode.POLICY_VIOLATION,
+                                f"{whose} client quota entities are at the broker's limit "
+                                f"of {self.max_entities}: remove one first")
+        counts[tenant] += 1
+
     async def alter(self, engine: Engine, ctx: RequestContext,
                     request: AlterClientQuotasRequest) -> AlterClientQuotasResponse:
         """Handle AlterClientQuotas: every valid entry is stored in one write."""
         R = AlterClientQuotasResponse
         results = []
         changes = []
+        too_many = len(request.entries) > MAX_ENTRIES
+        counts: Counter[str | None] | None = None
         for entry in request.entries:
             code, message = ErrorCode.NONE, None
             try:
-                changes.append(self._alteration(engine, ctx, entry))
+                if too_many:
+                    raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                        f"{len(request.entries)} entries in one request; at "
+                                        f"most {MAX_ENTRIES} are taken")
+                change = self._alteration(engine, ctx, entry)
+                if counts is None:  # counted once a request, when first needed
+                    counts = Counter(entity.tenant for entity in self.store.quotas)
+                self._check_room(change, counts)
+                changes.append(change)
             except KafkaApiError as error:
                 code, message = error.code, error.message
             results.append(R.EntryData(
@@ -153,7 +189,8 @@ class QuotaApis:
         if changes and not request.validate_only:
             self.store.alter(changes)
             log.info("%s altered the client quotas of %s", ctx.principal,
-                     ", ".join(_shown(change.entity) for change in changes))
+                     ", ".join(_shown(change.entity) for change in changes[:10])
+                     + (f" and {len(changes) - 10} more" if len(changes) > 10 else ""))
         return R(version=request.version, throttle_time_ms=0, entries=results)
 
 

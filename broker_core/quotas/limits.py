@@ -13,8 +13,10 @@ creations through several brokers at the same moment cannot pass a cap together.
 Stored bytes are the sizes the storage keeps per partition, summed per tenant every
 ``interval_s`` (:meth:`TenantLimits.keep_summing`, ``Storage.topic_sizes``: on a shared
 engine one aggregate in the database, so what every broker stored counts), with each
-batch produced through this broker added in between; a produce while the tenant stores
-its ``max_stored_bytes`` or more answers KAFKA_STORAGE_ERROR, as Kafka answers when its
+batch produced through this broker added in between, as stored (after the topic's
+compression.type reworked it: a small gzip batch may store many times its size), each
+counted before the next is judged; a produced batch that would take the tenant beyond
+its ``max_stored_bytes`` answers KAFKA_STORAGE_ERROR, as Kafka answers when its
 disk is full, for that tenant only. It recovers once DeleteRecords, retention or a
 deleted topic bring the next sum under the cap. The broker's own topics count for
 nobody. Each refusal is told to the quota observer (an audit event, rate-limited there).
@@ -155,20 +157,29 @@ class TenantLimits:
 
     def check_produce(self, internal: str, size: int,
                       ctx: RequestContext | None = None) -> None:
-        """KAFKA_STORAGE_ERROR when the topic's tenant stores its ``max_stored_bytes``;
-        otherwise ``size`` bytes are counted for it."""
+        """KAFKA_STORAGE_ERROR when the topic's tenant stores its ``max_stored_bytes``, or
+        when ``size`` more bytes would take it beyond (``size``: the batch as it is stored,
+        after any rework; 0 for the early check before it). Nothing is counted here: the
+        caller counts a stored batch with :meth:`count_produced`, on the event loop with
+        no wait between, so the batches of one request, and of requests at once, each
+        count against what the ones before them added."""
         tenant = tenant_of(internal)
         cap = self._cap(tenant, MAX_STORED_BYTES)
         used = self.stored.get(tenant, 0)
-        if cap is not None and used >= cap:
+        if cap is not None and (used >= cap or used + size > cap):
             self.notices.warn((MAX_STORED_BYTES, tenant), (
                 f"tenant {tenant} stores {used} bytes, its {MAX_STORED_BYTES} is {cap}: "
                 "its produces answer KAFKA_STORAGE_ERROR"))
             raise self._refuse(ctx, MAX_STORED_BYTES, cap, tenant, "produce",
                                ErrorCode.KAFKA_STORAGE_ERROR,
                                f"tenant {tenant} has reached its storage quota "
-                               f"({MAX_STORED_BYTES} {cap})")
-        self.stored[tenant] = used + size
+                               f"({MAX_STORED_BYTES} {cap}): it stores {used} bytes, "
+                               f"the batch would add {size}")
+
+    def count_produced(self, internal: str, size: int) -> None:
+        """``size`` bytes were just stored for the topic's tenant (until the next sum)."""
+        tenant = tenant_of(internal)
+        self.stored[tenant] = self.stored.get(tenant, 0) + size
 
     def took_sizes(self, sizes: Mapping[str, int]) -> None:
         """The bytes stored per topic, as just read: the sums per tenant from now on."""

@@ -144,6 +144,19 @@ class QuotaManager:
             found = self._tenants[tenant] = tenant_values(quotas, tenant, self.defaults)
         return found.get(key)
 
+    def max_in_window(self, ctx: RequestContext, key: str) -> float | None:
+        """The most of ``key`` the caller of ``ctx`` may take in one request and still be
+        within every quota of its own: the smallest quota times the ``samples - 1`` whole
+        windows a rate is measured over at least (Kafka's ``maxValueInQuotaWindow``, which
+        caps a quota'd consumer's Fetch so one answer can ever pass); None: no quota."""
+        if not self.active:
+            return None
+        applied = self.applied(caller_of(ctx)).get(key)
+        if not applied:
+            return None
+        return min(quota.value for quota in applied) * (self.window.samples - 1) \
+            * self.window.size_s
+
     def connect_from(self, ip: str, now: float | None = None) -> float | None:
         """Count a new connection from ``ip`` against its ``connection_creation_rate``;
         the quota it would exceed (the connection is refused and not counted), if any."""

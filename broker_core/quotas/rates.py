@@ -15,6 +15,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+MAX_THROTTLE_MS = 2**31 - 1
+"""The longest throttle: what a response's INT32 ``throttle_time_ms`` holds."""
+
 
 @dataclass(frozen=True, slots=True)
 class Window:
@@ -66,13 +69,15 @@ class SlidingRate:
 
     def throttle_ms(self, quota: float, now: float) -> int:
         """How long a caller over ``quota`` must wait (0 when within it), at most the
-        whole window."""
+        whole window and at most :data:`MAX_THROTTLE_MS`."""
         rate = self.rate(now)
         if rate <= quota:
             return 0
         elapsed = self._elapsed(now)
         delay = (rate - quota) / quota * elapsed
-        return int(min(delay, self.window.span_s) * 1000)
+        # the answers' throttle_time_ms is an INT32: a window of 3600 samples of 3600 s
+        # spans more milliseconds than it holds
+        return min(int(min(delay, self.window.span_s) * 1000), MAX_THROTTLE_MS)
 
     def _elapsed(self, now: float) -> float:
         """The time the samples span, at least ``samples - 1`` whole windows."""

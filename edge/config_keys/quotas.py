@@ -56,6 +56,12 @@ class QuotaKeys(BaseModel):
         "`max_stored_bytes` of each tenant without a quota of its own (bytes its "
         "partitions hold; a produce beyond answers KAFKA_STORAGE_ERROR); 0 = none",
         ge=0)] = 0
+    max_quota_entities_per_tenant: Annotated[int, key(
+        "maxQuotaEntitiesPerTenant",
+        "client quota entities AlterClientQuotas may hold per tenant (its own and its "
+        "namespaces'; the user, client-id and default ones, the operator's, count as one "
+        "more group); a new one beyond answers POLICY_VIOLATION", ge=1,
+        le=INT_MAX)] = 1000
     tenant_usage_check_interval_ms: Annotated[int, key(
         "tenantUsageCheckIntervalMs",
         "how often the bytes each tenant stores are summed up from the partitions' sizes "

@@ -145,9 +145,13 @@ def test_kafka_python_alters_incrementally_and_with_the_old_api(broker: BrokerPr
     (("min.cleanable.dirty.ratio", "1" * 30_000 + "x", AlterConfigOpType.SET),
      "INVALID_CONFIG"),
     (("segment.bytes", "1" * 5_000, AlterConfigOpType.SET), "INVALID_CONFIG"),  # int() refuses
+    # no value is longer than 1 KiB: a tenant stored 30 MB per topic in the metadata
+    (("retention.ms", "0" * 1_000_000 + "1000", AlterConfigOpType.SET), "INVALID_CONFIG"),
+    (("cleanup.policy", "delete," * 200_000, AlterConfigOpType.SET), "INVALID_CONFIG"),
+    (("cleanup.policy", "compact," * 200_000, AlterConfigOpType.APPEND), "INVALID_CONFIG"),
 ], ids=["unknown-key", "not-a-number", "below-minimum", "append-to-a-number",
         "policy-left-empty", "unsupported-policy", "delete-unknown-key", "long-decimal",
-        "long-integer"])
+        "long-integer", "long-zeros", "long-list", "long-list-appended"])
 def test_bad_changes_are_refused_and_change_nothing(
         broker: BrokerProcess, topic_name: str,
         entry: tuple[str, str | None, AlterConfigOpType], expected: str) -> None:
@@ -163,6 +167,26 @@ def test_append_to_a_list_key_keeps_it_a_set(broker: BrokerProcess, topic_name: 
     create(broker, topic_name)
     incremental(broker, topic_name, op("cleanup.policy", "delete", AlterConfigOpType.APPEND))
     assert describe(broker, topic_name)["cleanup.policy"] == ("delete", False)
+
+
+def test_numbers_with_leading_zeros_are_kept_as_their_digits(
+        broker: BrokerProcess, topic_name: str) -> None:
+    """Kafka's parser takes any number of leading zeros; the broker keeps the number as
+    its digits (what DescribeConfigs gives back, as Kafka does), so what reads it later
+    (each Produce, the log cleaner) never meets 5,000 of them (``int`` refuses them)."""
+    zeros = "0" * 1_000  # 5,000 broke every Produce; more than 1 KiB is refused now
+    create(broker, topic_name, **{"segment.bytes": zeros + "1048576",
+                                  "cleanup.policy": "delete, delete"})
+    incremental(broker, topic_name,
+                op("max.message.bytes", zeros + "100000", AlterConfigOpType.SET),
+                op("min.insync.replicas", "+" + zeros + "1", AlterConfigOpType.SET))
+    assert produce_one(broker, topic_name, 1000) is None
+    assert produce_one(broker, topic_name, 200_000) == "MSG_SIZE_TOO_LARGE"
+    configs = describe(broker, topic_name)
+    assert {name: configs[name][0] for name in (
+        "segment.bytes", "max.message.bytes", "min.insync.replicas", "cleanup.policy")} \
+        == {"segment.bytes": "1048576", "max.message.bytes": "100000",
+            "min.insync.replicas": "1", "cleanup.policy": "delete"}
 
 
 def test_missing_topic_and_broker_configs(broker: BrokerProcess, topic_name: str) -> None:

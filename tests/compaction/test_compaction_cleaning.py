@@ -13,6 +13,7 @@ behind) loses nothing and duplicates nothing.
 
 from __future__ import annotations
 
+import logging
 import random
 import sys
 from collections.abc import Iterator, Sequence
@@ -50,6 +51,7 @@ from broker_core.storage import (
     open_storage,
 )
 from broker_core.storage.ledger import SWAP_SUFFIX, SWAPPED_SUFFIX, Ledger, ledger_file_name
+from broker_core.topic_configs import LONG_MAX
 from tests.postgres_server import shared_server
 
 TOPIC = "public/default/compacted"
@@ -702,3 +704,38 @@ def test_an_empty_batch_left_compressed_is_rewritten_without_codec(storage: Stor
     for offset in (0, 1):
         assert (headers[offset].record_count, headers[offset].compression) == (0, 0)
     assert all(len(info.batch) == 61 for info in log.batches_from(0) if info.last_offset < 2)
+
+
+def test_one_topics_configs_never_stop_the_cleaning_of_the_others(
+        storage: Storage, clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
+    """A delete.retention.ms as large as a long stamps a delete horizon saturated at the
+    largest timestamp (now + it would overflow the batch's int64 field); a topic whose
+    configs cannot be read is left, with one log line while the cause stays the same,
+    and the other topics are cleaned as ever."""
+    forever, broken, good = (f"public/default/{name}" for name in ("a", "b", "z"))
+    configs = {forever: {**CONFIGS, "delete.retention.ms": str(LONG_MAX)},
+               broken: {**CONFIGS, "min.compaction.lag.ms": "soon"},
+               good: CONFIGS}
+    logs = {}
+    for name in configs:
+        storage.create_topic(name, 1, {"cleanup.policy": "compact"})
+        log = storage.partition(name, 0)
+        assert log is not None
+        logs[name] = log
+        for i in range(30):  # tombstones among values, over several segments
+            append(log, batch([(f"k{i % 3}".encode(), None if i % 2 else b"v" * 200)],
+                              clock.now, compression=0), clock)
+        clock.now += SEGMENT_MS
+        append(log, batch([(b"last", b"v")], clock.now, compression=0), clock)
+    cleaner = LogCleaner(storage, configs.get, lambda name, index: True, 0, clock)
+    clock.now += 1
+    with caplog.at_level(logging.WARNING, logger="broker_core.compaction.cleaner"):
+        assert cleaner.run_once() == 2  # the other two
+        clock.now += 1
+        cleaner.run_once()
+    told = [r.getMessage() for r in caplog.records if "not cleaned" in r.getMessage()]
+    print("told:", told)
+    assert len(told) == 1 and broken in told[0] and "soon" in told[0]
+    assert Checkpoint.load(logs[forever]).horizon == LONG_MAX
+    assert Checkpoint.load(logs[good]).offset > 0
+    assert Checkpoint.load(logs[broken]) == Checkpoint()

@@ -201,6 +201,13 @@ def test_a_throttle_is_at_most_the_whole_window() -> None:
     assert rate.throttle_ms(1.0, 0.1) == 0
 
 
+def test_a_throttle_fits_the_answers_int32_field() -> None:
+    """3600 samples of 3600 s span 12,960,000,000 ms: the throttle stops at 2**31 - 1."""
+    rate = SlidingRate(Window(samples=3600, size_s=3600.0))
+    rate.record(1e15, now=0.0)
+    assert rate.throttle_ms(1.0, 0.0) == 2**31 - 1
+
+
 def test_peek_reads_the_rate_without_changing_it() -> None:
     rate = SlidingRate(Window(samples=3, size_s=1.0))
     rate.record(3000, now=10.0)
@@ -278,7 +285,8 @@ def test_stored_bytes_are_summed_per_tenant_without_the_brokers_own_topics() -> 
     with pytest.raises(KafkaApiError) as refused:
         limits.check_produce("acme/a/t", 10)
     assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
-    limits.check_produce("other/a/t", 10)  # no cap: counted
+    limits.check_produce("other/a/t", 10)  # no cap
+    limits.count_produced("other/a/t", 10)
     assert limits.stored["other"] == 510
 
 

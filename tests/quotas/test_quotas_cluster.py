@@ -27,7 +27,13 @@ from tests.cluster_helpers import Cluster, running_cluster
 from tests.ports import free_port
 from tests.quota_helpers import alter, describe, parts, produce_throttle
 from tests.raw import RawConnection
-from tests.security_helpers import Login, OpsConnection, TokenIssuer, plain_message
+from tests.security_helpers import (
+    UNKNOWN_TOPIC_OR_PARTITION,
+    Login,
+    OpsConnection,
+    TokenIssuer,
+    plain_message,
+)
 
 NOT_LEADER_OR_FOLLOWER = 6
 POLICY_VIOLATION = 44
@@ -192,7 +198,9 @@ def test_the_storage_quota_counts_what_the_tenant_stored_through_every_broker(
     print(f"max_stored_bytes 200000, 150 kB stored through broker 0: broker 1 stored "
           f"{stored} more 10 kB batches, then answered {codes[-1]}")
     assert codes[-1] == KAFKA_STORAGE_ERROR and 1 <= stored <= 6
-    wait_for(lambda: (tenants.usage(0, "hoard", "max_stored_bytes") or 0) >= 200_000,
+    # a batch that would take the tenant beyond its cap is refused: it stays just under
+    wait_for(lambda: (tenants.usage(0, "hoard", "max_stored_bytes") or 0)
+             >= (15 + stored) * len(VALUE),
              "broker 0 never summed what the tenant stored through broker 1")
     assert conns[0].produce("data", 1, led[0], VALUE) == KAFKA_STORAGE_ERROR
     roomy = tenants.conn(1, "roomy")  # another tenant goes on producing
@@ -242,6 +250,30 @@ def test_creations_through_both_brokers_at_once_keep_the_topic_cap(tenants: Tena
     with ThreadPoolExecutor(len(conns)) as pool:
         codes = list(pool.map(create, range(len(conns))))
     assert sorted(codes) == [0] * 3 + [POLICY_VIOLATION] * 5, codes
+    for conn in conns:
+        conn.close()
+
+
+def test_auto_creations_through_both_brokers_at_once_keep_the_topic_cap(
+        tenants: Tenants) -> None:
+    """Metadata auto-creation passes the tenant's caps to the database as CreateTopics
+    does: auto-creations through both brokers at once create exactly the cap's worth."""
+    tenants.set_quota("autoracy", {"max_topics": 3})
+    conns = [tenants.conn(i % 2, "autoracy") for i in range(8)]
+    start = threading.Barrier(len(conns))
+
+    def create(index: int) -> int:
+        start.wait(30)
+        (topic,) = conns[index].metadata([f"t{index}"], auto_create=True).topics
+        return int(topic.error_code)
+
+    with ThreadPoolExecutor(len(conns)) as pool:
+        codes = list(pool.map(create, range(len(conns))))
+    print(f"8 auto-creations through 2 brokers at once, max_topics 3: {codes}")
+    assert sorted(codes) == [0] * 3 + [UNKNOWN_TOPIC_OR_PARTITION] * 5, codes
+    wait_for(lambda: len(conns[0].metadata().topics) >= 3,
+             "broker 0 never listed the topics created through broker 1")
+    assert len(conns[0].metadata().topics) == 3
     for conn in conns:
         conn.close()
 

@@ -105,6 +105,39 @@ def test_a_consumer_is_held_near_its_byte_rate(broker: BrokerProcess, topic_name
     assert throttles
 
 
+def test_a_consumer_whose_fetch_outgrows_its_quota_window_still_gets_everything(
+        broker: BrokerProcess, topic_name: str) -> None:
+    """A Fetch answer larger than what the quota lets through in a window (quota x
+    (samples - 1) x window) would be answered empty and throttled, then asked again just
+    as large, forever; as Kafka does, the broker caps a quota'd consumer's fetch size at
+    that, and the consumer gets every record."""
+    _create(broker.bootstrap, topic_name)
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "client.id": "filler", "batch.size": 5_000})
+    for _ in range(150):  # 150 kB in small batches, well over the 80 kB of one window
+        producer.produce(topic_name, b"y" * 1000)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    rate = 20_000
+    assert alter(_operator(broker), [({"client-id": "starved"},
+                                      {"consumer_byte_rate": rate})]) == [(0, None)]
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": broker.bootstrap, "client.id": "starved",
+        "group.id": "starved-g", "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition(topic_name, 0, 0)])
+    got = 0
+    started = time.monotonic()
+    deadline = started + 90  # the quota lets 150 kB through in about 4 s
+    try:
+        while got < 150 and time.monotonic() < deadline:
+            got += sum(1 for msg in consumer.consume(100, 0.5) if msg.error() is None)
+    finally:
+        consumer.close()
+    print(f"consumer at {rate} B/s, 5 one-second samples, 150 kB to read: {got} records "
+          f"in {time.monotonic() - started:.1f} s")
+    assert got == 150
+
+
 def _scrape(port: int) -> str:
     return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
 
