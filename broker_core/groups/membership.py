@@ -10,7 +10,10 @@ Rebalances follow Kafka: a join moves the group to PreparingRebalance; the join 
 when every member has rejoined (or the rebalance timeout drops the stragglers; an empty
 group's first rebalance waits ``initial_rebalance_delay_ms`` for more members), the leader
 gets the member list and sends the assignment in SyncGroup, and once that is written the
-group is Stable. Members that stop heartbeating are removed after their session timeout.
+group is Stable. Members that stop heartbeating are removed after their session timeout,
+but for those waiting in JoinGroup or SyncGroup (as Kafka); members that do not send their
+SyncGroup within the rebalance timeout after the join phase are removed and the group
+rebalances (Kafka's pending-sync expiration).
 
 The inputs and the JoinGroup and SyncGroup handling are here; the transitions they set in
 motion (member timers and removal, preparing and completing a rebalance) are in
@@ -86,6 +89,7 @@ class GroupMembership(RebalanceRules):
         self._arm_session(member, now)
         if group.state == GroupState.PREPARING_REBALANCE:
             return self._step(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+        self._synced(member_id)
         if group.state == GroupState.STABLE:
             return self._step(SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol,
                                          member.assignment))
@@ -178,8 +182,10 @@ class GroupMembership(RebalanceRules):
             self.group.rebalance_deadline = None
             if self.group.delaying:
                 self._initial_delay_over(now)
-            else:
+            elif self.group.state == GroupState.PREPARING_REBALANCE:
                 self._complete_join(now)
+            else:
+                self._sync_expired(now)
         return self._step(None)
 
     def persisted(self, followup: Followup, error: ErrorCode, now: int) -> Step[None]:
@@ -315,18 +321,19 @@ class GroupMembership(RebalanceRules):
         current = (group.state == GroupState.COMPLETING_REBALANCE
                    and group.generation == generation)
         if error != ErrorCode.NONE:  # as Kafka: the members rejoin
-            self._finish_sync(error)
+            self._finish_sync(error, now)
             if current:
                 self._prepare_rebalance(now)
         elif current:
             group.state = GroupState.STABLE
-            self._finish_sync(ErrorCode.NONE)
+            self._finish_sync(ErrorCode.NONE, now)
 
-    def _finish_sync(self, error: ErrorCode) -> None:
+    def _finish_sync(self, error: ErrorCode, now: int) -> None:
         group = self.group
         for member in group.members.values():
             if member.syncing:
                 member.syncing = False
+                self._arm_session(member, now)
                 self._out.append(AnswerSync(member.member_id, SyncResult(
                     error, group.protocol_type, group.protocol,
                     member.assignment if not error else b"")))

@@ -113,9 +113,14 @@ class Group:
     """Member ids handed out with MEMBER_ID_REQUIRED, and when each lapses (ms)."""
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    awaiting_sync: set[str] = field(default_factory=set)
+    """Members of the current generation that have not sent their SyncGroup yet (Kafka's
+    ``pendingSyncMembers``): those still here when the rebalance timer fires after the
+    join phase are removed and the group rebalances."""
     rebalance_deadline: int | None = None
     """When the rebalance timer fires (ms): the end of the initial delay while
-    ``delaying``, else the join phase's timeout; None: not armed."""
+    ``delaying``, the join phase's timeout in PreparingRebalance, and after it the bound
+    on the members' SyncGroups (while :attr:`awaiting_sync`); None: not armed."""
     initial_delay_ms: int = 0
     delaying: bool = False
     delay_members_before: int = 0
@@ -151,6 +156,7 @@ class Group:
     def remove_member(self, member_id: str) -> Member | None:
         """Remove the member ``member_id``; the member, or None when there was none."""
         member = self.members.pop(member_id, None)
+        self.awaiting_sync.discard(member_id)
         if member is not None:
             self._count(member, -1)
         return member
@@ -166,6 +172,7 @@ class Group:
         """No members any more."""
         self.members.clear()
         self.protocol_counts.clear()
+        self.awaiting_sync.clear()
 
     def _count(self, member: Member, step: int) -> None:
         counts = self.protocol_counts

@@ -107,6 +107,12 @@ class RebalanceRules:
         if member is None or member.joining:
             return
         member.session_deadline = None
+        if member.syncing:
+            # As Kafka (MemberMetadata.hasSatisfiedHeartbeat): a member waiting for its
+            # assignment is alive (librdkafka does not heartbeat meanwhile); the wait
+            # itself is bounded by the rebalance timeout (``_sync_expired``).
+            self._arm_session(member, now)
+            return
         log.info("member %s of group %s missed its session timeout", member_id,
                  self.group.group_id, extra=self._fields())
         self._member_left(member, now)
@@ -129,8 +135,32 @@ class RebalanceRules:
             self.group.rebalance_deadline = None
             self._out.append(Cancel(REBALANCE_TIMER))
 
+    def _sync_expired(self, now: int) -> None:
+        """The rebalance timeout after the join phase passed (Kafka's pending-sync
+        expiration): the members that never sent their SyncGroup are removed and the
+        group rebalances; a leader that never syncs does not hold the group forever."""
+        group = self.group
+        late = [group.members[m] for m in group.awaiting_sync if m in group.members]
+        group.awaiting_sync.clear()
+        if not late:
+            return
+        for member in late:
+            log.info("member %s of group %s did not sync in time", member.member_id,
+                     group.group_id, extra=self._fields())
+            self._remove_member(member, ErrorCode.UNKNOWN_MEMBER_ID)
+        self._prepare_rebalance(now)
+
+    def _synced(self, member_id: str) -> None:
+        """The member sent its SyncGroup: no longer awaited (the bound ends with the last)."""
+        group = self.group
+        if member_id in group.awaiting_sync:
+            group.awaiting_sync.discard(member_id)
+            if not group.awaiting_sync:
+                self._disarm_rebalance()
+
     def _prepare_rebalance(self, now: int) -> None:
         group = self.group
+        group.awaiting_sync.clear()
         if group.state == GroupState.COMPLETING_REBALANCE:
             for member in group.members.values():
                 member.assignment = b""
@@ -198,6 +228,8 @@ class RebalanceRules:
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
         group.state = GroupState.COMPLETING_REBALANCE
+        group.awaiting_sync = set(group.members)
+        self._arm_rebalance(now + group.max_rebalance_timeout_ms())
         log.info("group %s: generation %d with %d members, protocol %s", group.group_id,
                  group.generation, len(group.members), group.protocol,
                  extra=self._fields())

@@ -174,9 +174,10 @@ def test_empty_to_stable_through_every_state() -> None:
     assert (result.error, result.generation, result.leader, result.protocol) == \
         (E.NONE, 1, "a", "range")
     assert result.members == (("a", None, b"meta"),)
-    assert REBALANCE_TIMER not in d.timers
+    assert d.timers[REBALANCE_TIMER] == d.now + REBALANCE_MS
     assert d.timers[Timer(TimerKind.SESSION, "a")] == d.now + SESSION_MS
     assert d.sync("a", assignments={"a": b"part-0"}) == Waiting("a")
+    assert REBALANCE_TIMER not in d.timers  # everyone synced
     assert d.writes == [Persist(AssignmentWritten(1))]
     assert d.state() == GroupState.COMPLETING_REBALANCE  # until the write settles
     assert "a" not in d.syncs
@@ -198,7 +199,7 @@ def test_initial_delay_waits_for_more_members_and_is_bounded() -> None:
     d.advance(3_000)  # nobody new: the join phase ends
     assert d.state() == GroupState.COMPLETING_REBALANCE
     assert set(d.joins) == {"a", "b"} and d.joins["a"].generation == 1
-    assert not d.group.delaying and REBALANCE_TIMER not in d.timers
+    assert not d.group.delaying and d.timers[REBALANCE_TIMER] == d.now + 7_000  # the sync bound
 
 
 def test_initial_delay_never_exceeds_the_rebalance_timeout() -> None:
@@ -689,3 +690,53 @@ def test_leave_of_unknown_members_and_of_a_dead_group() -> None:
     assert d.leave(("x", None), ("a", None)) == [E.UNKNOWN_MEMBER_ID, E.NONE]
     d.apply(d.machine.delete())
     assert d.leave(("a", None)) == [E.UNKNOWN_MEMBER_ID]
+
+
+def test_a_member_waiting_for_its_assignment_outlives_its_session() -> None:
+    d = Driver()
+    d.stable("a")
+    d.join(new_id="b", session_ms=2_000)
+    d.join("a")
+    assert d.sync("b") == Waiting("b")
+    for _ in range(5):  # the leader heartbeats; b only waits, past its session
+        d.advance(2_000)
+        assert d.heartbeat("a") == E.NONE
+    assert "b" in d.group.members and "b" not in d.syncs
+    d.sync("a", assignments={"a": b"A", "b": b"B"})
+    d.written()
+    assert d.syncs["b"] == SyncResult(E.NONE, "consumer", "range", b"B")
+    assert d.timers[Timer(TimerKind.SESSION, "b")] == d.now + 2_000  # its session again
+    d.advance(2_000)
+    assert "b" not in d.group.members
+
+
+def test_members_that_never_sync_are_removed_after_the_rebalance_timeout() -> None:
+    d = Driver()
+    d.stable("a", "b", "c")
+    gen = d.group.generation
+    for member in ("a", "b", "c"):
+        d.join(member, session_ms=REBALANCE_MS * 2)
+    assert d.state() == GroupState.COMPLETING_REBALANCE
+    assert d.sync("b", gen + 1) == Waiting("b")  # a (the leader) and c never sync
+    d.advance(REBALANCE_MS - 1)
+    assert d.state() == GroupState.COMPLETING_REBALANCE
+    d.advance(1)
+    assert set(d.group.members) == {"b"}
+    assert d.syncs["b"].error == E.REBALANCE_IN_PROGRESS
+    assert d.state() == GroupState.PREPARING_REBALANCE
+    d.join("b")
+    assert d.joins["b"].generation == gen + 2 and d.joins["b"].leader == "b"
+
+
+def test_the_sync_bound_covers_followers_after_the_leader_synced() -> None:
+    d = Driver()
+    d.stable("a")
+    d.join(new_id="b", session_ms=REBALANCE_MS * 2)
+    d.join("a", session_ms=REBALANCE_MS * 2)
+    d.sync("a", assignments={"a": b"A", "b": b"B"})
+    d.written()
+    assert d.state() == GroupState.STABLE
+    assert d.timers[REBALANCE_TIMER] > d.now  # b has not synced yet
+    d.advance(REBALANCE_MS)
+    assert set(d.group.members) == {"a"}
+    assert d.state() == GroupState.PREPARING_REBALANCE
