@@ -220,7 +220,7 @@ class GroupCoordinator(StateCoordinator):
     def _persist(self, group: Group) -> asyncio.Future[None] | ErrorCode | None:
         """Append the group's record as it is now: what to await, or the error."""
         try:
-            return self.offsets.append(group, [offsets_topic.group_record(group)])
+            return self.offsets.append_group(group)
         except KafkaApiError as failure:
             return failure.code
 

@@ -126,6 +126,11 @@ class Group:
     delay_members_before: int = 0
     """How many members the group had when the current initial delay began."""
     state_timestamp: int = 0
+    record: tuple[bytes, bytes] | None = None
+    """The last group record appended to the log (or replayed from it): what a compaction
+    keeps, not the live membership (as Kafka, which writes one only when a generation's
+    assignment is stored, when the group empties and at a static member's rejoin, so a
+    restart comes back to the last finished generation); None: none written."""
 
     def all_joined(self) -> bool:
         """Whether every member has a JoinGroup waiting (and none is still pending)."""
