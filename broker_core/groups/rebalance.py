@@ -210,10 +210,22 @@ class RebalanceRules:
         group.delaying = False
         if group.state != GroupState.PREPARING_REBALANCE:
             return
-        for member in [m for m in group.members.values() if not m.joining]:
+        # As Kafka: dynamic members that did not rejoin are removed; static ones stay in
+        # the new generation (the leader assigns to them; the sync bound or their session
+        # removes them if they never come back), so a restarting static member comes back
+        # without another rebalance.
+        for member in [m for m in group.members.values()
+                       if not m.joining and m.group_instance_id is None]:
             log.info("member %s of group %s did not rejoin in time", member.member_id,
                      group.group_id, extra=self._fields())
             self._remove_member(member, ErrorCode.UNKNOWN_MEMBER_ID)
+        joined = [m.member_id for m in group.members.values() if m.joining]
+        if group.members and not joined:
+            # only absent static members: wait once more (their sessions end meanwhile)
+            log.info("group %s: no member rejoined in time", group.group_id,
+                     extra=self._fields())
+            self._arm_rebalance(now + group.max_rebalance_timeout_ms())
+            return
         group.generation += 1
         group.state_timestamp = now
         if not group.members:
@@ -225,8 +237,8 @@ class RebalanceRules:
                      extra=self._fields())
             return
         group.protocol = group.choose_protocol()
-        if group.leader not in group.members:
-            group.leader = next(iter(group.members))
+        if group.leader not in joined:
+            group.leader = joined[0]
         group.state = GroupState.COMPLETING_REBALANCE
         group.awaiting_sync = set(group.members)
         self._arm_rebalance(now + group.max_rebalance_timeout_ms())
@@ -235,9 +247,10 @@ class RebalanceRules:
                  extra=self._fields())
         everyone = self.group.everyone()
         for member in group.members.values():
-            member.joining = False
-            self._out.append(AnswerJoin(member.member_id,
-                                        self._join_result(member.member_id, everyone)))
+            if member.joining:  # not a static member that did not rejoin
+                member.joining = False
+                self._out.append(AnswerJoin(member.member_id,
+                                            self._join_result(member.member_id, everyone)))
             self._arm_session(member, now)
 
     def _join_result(self, member_id: str, everyone: MemberList = ()) -> JoinResult:

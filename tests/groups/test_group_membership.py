@@ -419,11 +419,11 @@ def test_a_pending_member_may_leave() -> None:
     assert d.group.pending == {} and d.timers == {}
 
 
-def static_pair(d: Driver) -> None:
+def static_pair(d: Driver, session_ms: int = SESSION_MS) -> None:
     """Static members a1 (instance i-a, the leader) and b1 (i-b), Stable."""
-    d.join(new_id="a1", instance="i-a")
-    d.join(new_id="b1", instance="i-b")
-    d.join("a1", instance="i-a")
+    d.join(new_id="a1", instance="i-a", session_ms=session_ms)
+    d.join(new_id="b1", instance="i-b", session_ms=session_ms)
+    d.join("a1", instance="i-a", session_ms=session_ms)
     d.sync("b1", instance="i-b")
     d.sync("a1", instance="i-a", assignments={"a1": b"A", "b1": b"B"})
     d.written()
@@ -740,3 +740,42 @@ def test_the_sync_bound_covers_followers_after_the_leader_synced() -> None:
     d.advance(REBALANCE_MS)
     assert set(d.group.members) == {"a"}
     assert d.state() == GroupState.PREPARING_REBALANCE
+
+
+def test_rebalance_timeout_keeps_static_members_that_did_not_rejoin() -> None:
+    d = Driver()
+    static_pair(d, session_ms=3 * REBALANCE_MS)
+    gen = d.group.generation
+    d.join(new_id="c")  # a dynamic newcomer; b1 (static) is restarting and silent
+    d.join("a1", instance="i-a", session_ms=3 * REBALANCE_MS)
+    d.advance(REBALANCE_MS)
+    assert set(d.group.members) == {"a1", "b1", "c"}
+    assert d.group.static_members == {"i-a": "a1", "i-b": "b1"}
+    assert d.state() == GroupState.COMPLETING_REBALANCE
+    assert d.joins["a1"].generation == gen + 1 and d.joins["a1"].leader == "a1"
+    assert {m for m, _, _ in d.joins["a1"].members} == {"a1", "b1", "c"}
+
+
+def test_a_static_leader_that_did_not_rejoin_is_replaced_as_leader() -> None:
+    d = Driver()
+    static_pair(d, session_ms=3 * REBALANCE_MS)
+    d.join(new_id="c")
+    d.join("b1", instance="i-b", session_ms=3 * REBALANCE_MS)  # a1 (static leader) is silent
+    d.advance(REBALANCE_MS)
+    assert d.state() == GroupState.COMPLETING_REBALANCE
+    assert d.group.leader == "b1" and "a1" in d.group.members
+    assert {m for m, _, _ in d.joins["b1"].members} == {"a1", "b1", "c"}
+    assert d.joins["c"].leader == "b1"
+
+
+def test_only_absent_static_members_keep_the_join_phase_open_until_their_sessions_end(
+        ) -> None:
+    d = Driver()
+    static_pair(d, session_ms=3 * REBALANCE_MS)
+    gen = d.group.generation
+    d.join(new_id="c", session_ms=REBALANCE_MS // 2)  # c gives up: leaves
+    d.leave(("c", None))
+    d.advance(REBALANCE_MS)  # nobody rejoined: no generation of absent members
+    assert d.state() == GroupState.PREPARING_REBALANCE and d.group.generation == gen
+    d.advance(2 * REBALANCE_MS)  # their sessions end
+    assert d.state() == GroupState.EMPTY and d.group.members == {}

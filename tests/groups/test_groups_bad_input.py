@@ -470,19 +470,23 @@ def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
 
 
 def two_members_joined(gbroker: BrokerProcess, conn: GroupConnection, group: str,
-                       topic: str, follower_session_ms: int,
-                       rebalance_ms: int) -> tuple[str, str, int]:
+                       topic: str, follower_session_ms: int, rebalance_ms: int,
+                       instances: tuple[str, str] | None = None) -> tuple[str, str, int]:
     """A leader alone (long session), then a follower joins and the leader rejoins: the
-    join phase of a two-member generation is over. (leader, follower, generation)."""
+    join phase of a two-member generation is over. (leader, follower, generation).
+    With ``instances``, both are static members with these instance ids."""
+    lead_instance, follow_instance = instances or (None, None)
     leader, gen1 = stable_member(conn, group, topic, session_ms=MAX_SESSION_MS,
-                                 rebalance_ms=rebalance_ms)
-    thread, out = join_in_thread(gbroker.port, group, version=3, topics=(topic,),
-                                 session_ms=follower_session_ms, rebalance_ms=rebalance_ms)
+                                 rebalance_ms=rebalance_ms, instance_id=lead_instance)
+    thread, out = join_in_thread(gbroker.port, group, version=3 if instances is None else 5,
+                                 topics=(topic,), session_ms=follower_session_ms,
+                                 rebalance_ms=rebalance_ms, instance_id=follow_instance)
     deadline = time.monotonic() + 15
-    while conn.heartbeat(group, gen1, leader) == NONE and time.monotonic() < deadline:
+    while conn.heartbeat(group, gen1, leader, instance_id=lead_instance) == NONE and \
+            time.monotonic() < deadline:
         time.sleep(0.05)
     rejoined = conn.join(group, leader, topics=(topic,), session_ms=MAX_SESSION_MS,
-                         rebalance_ms=rebalance_ms)
+                         rebalance_ms=rebalance_ms, instance_id=lead_instance)
     thread.join(20)
     assert rejoined.error_code == NONE and rejoined.leader == leader, rejoined
     assert len(out) == 1 and not isinstance(out[0], Exception), out
@@ -540,3 +544,43 @@ def test_a_leader_that_never_syncs_is_removed_after_the_rebalance_timeout(
         assert conn.heartbeat(group, gen, leader) == UNKNOWN_MEMBER_ID
     finally:
         other.close()
+
+
+def test_static_members_that_did_not_rejoin_stay_in_the_next_generation(
+        gbroker: BrokerProcess, conn: GroupConnection, topic_name: str) -> None:
+    # As Kafka: the rebalance timeout removes only dynamic members that did not rejoin; a
+    # static member (restarting, silent) stays until its session ends.
+    create_topic(gbroker.bootstrap, topic_name, 2)
+    group = group_id_for(topic_name)
+    rebalance_ms = 2 * MIN_SESSION_MS
+    leader, follower, gen = two_members_joined(gbroker, conn, group, topic_name,
+                                               MAX_SESSION_MS, rebalance_ms, ("i-a", "i-b"))
+    other = GroupConnection(gbroker.port, timeout=30)
+    try:
+        thread, out = in_thread(lambda: other.sync(group, gen, follower, instance_id="i-b"))
+        plan = {leader: assignment(topic_name, [0]), follower: assignment(topic_name, [1])}
+        assert conn.sync(group, gen, leader, plan, instance_id="i-a").error_code == NONE
+        thread.join(30)
+        assert len(out) == 1 and out[0].error_code == NONE, out
+    finally:
+        other.close()
+    # the static follower goes silent (restarting); a dynamic member arrives
+    newcomer, joined = join_in_thread(gbroker.port, group, version=3, topics=(topic_name,),
+                                      session_ms=MAX_SESSION_MS, rebalance_ms=rebalance_ms)
+    wait_until_rebalancing = time.monotonic() + 15
+    while conn.heartbeat(group, gen, leader, instance_id="i-a") == NONE and \
+            time.monotonic() < wait_until_rebalancing:
+        time.sleep(0.05)
+    rejoined = conn.join(group, leader, topics=(topic_name,), instance_id="i-a",
+                         session_ms=MAX_SESSION_MS, rebalance_ms=rebalance_ms)
+    newcomer.join(30)
+    assert rejoined.error_code == NONE and rejoined.generation_id == gen + 1, rejoined
+    assert len(joined) == 1 and joined[0].error_code == NONE, joined
+    members = {m.member_id: m.group_instance_id for m in rejoined.members}
+    assert members == {leader: "i-a", follower: "i-b", joined[0].member_id: None}
+    # the static member comes back with its member id: it is in the generation
+    back = GroupConnection(gbroker.port, timeout=30)
+    try:
+        assert back.heartbeat(group, gen + 1, follower, instance_id="i-b") == NONE
+    finally:
+        back.close()
