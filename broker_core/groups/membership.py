@@ -193,7 +193,7 @@ class GroupMembership(RebalanceRules):
         if isinstance(followup, AssignmentWritten):
             self._assignment_written(followup.generation, error, now)
         else:
-            self._static_rejoin_written(followup.member_id, error)
+            self._static_rejoin_written(followup, error)
         return self._step(None)
 
     def loaded(self, now: int) -> Step[None]:
@@ -247,15 +247,19 @@ class GroupMembership(RebalanceRules):
         self._remove_member(old, ErrorCode.FENCED_INSTANCE_ID)
         member = self._new_member(member_id, request)
         member.assignment = old.assignment
+        old_leader = None
         if group.leader == old.member_id:
             group.leader = member_id
+            if not request.can_skip_assignment:
+                old_leader = old.member_id
         log.info("static member %s of group %s is now %s", request.group_instance_id,
                  group.group_id, member_id, extra=self._fields())
         if group.state == GroupState.STABLE and group.choose_protocol() == group.protocol:
             # As Kafka: no rebalance when the group's protocol would not change; once the
-            # new id is written, a leader gets the members back but skips the assignment.
+            # new id is written, a leader gets the members back but skips the assignment
+            # (from v9; below, it is told its old id leads, and acts as a follower).
             self._arm_session(member, now)
-            self._out.append(Persist(StaticRejoinWritten(member_id)))
+            self._out.append(Persist(StaticRejoinWritten(member_id, old_leader)))
             return Waiting(member_id)
         return self._await_join(member, now)
 
@@ -304,15 +308,21 @@ class GroupMembership(RebalanceRules):
             self._prepare_rebalance(now)
         return Waiting(member.member_id)
 
-    def _static_rejoin_written(self, member_id: str, error: ErrorCode) -> None:
+    def _static_rejoin_written(self, written: StaticRejoinWritten, error: ErrorCode) -> None:
         group = self.group
+        member_id = written.member_id
         if error != ErrorCode.NONE:
             self._out.append(AnswerJoin(member_id, JoinResult(error, member_id)))
             return
         leader = member_id == group.leader
-        result = self._join_result(member_id, self.group.everyone() if leader else ())
-        self._out.append(AnswerJoin(member_id,
-                                    dataclasses.replace(result, skip_assignment=leader)))
+        if leader and written.old_leader is not None:
+            result = dataclasses.replace(self._join_result(member_id),
+                                         leader=written.old_leader)
+        else:
+            result = dataclasses.replace(
+                self._join_result(member_id, self.group.everyone() if leader else ()),
+                skip_assignment=leader)
+        self._out.append(AnswerJoin(member_id, result))
 
     # -- SyncGroup -----------------------------------------------------------------------
 

@@ -114,12 +114,13 @@ class Driver:
 
     def join(self, member_id: str = "", new_id: str = "", instance: str | None = None,
              protocols: list[tuple[str, bytes]] | None = None, require_known: bool = False,
-             rebalance_ms: int = REBALANCE_MS,
-             session_ms: int = SESSION_MS) -> JoinResult | Waiting:
+             rebalance_ms: int = REBALANCE_MS, session_ms: int = SESSION_MS,
+             can_skip: bool = True) -> JoinResult | Waiting:
         self.joins.pop(member_id or new_id, None)
         request = JoinRequest(member_id, instance, "client", "/127.0.0.1", session_ms,
                               rebalance_ms, "consumer",
-                              RANGE if protocols is None else protocols, require_known)
+                              RANGE if protocols is None else protocols, require_known,
+                              can_skip)
         return self.apply(self.machine.join(request, new_id, self.now))
 
     def sync(self, member_id: str, generation: int | None = None, instance: str | None = None,
@@ -450,6 +451,22 @@ def test_static_member_replaced_without_a_rebalance() -> None:
     assert d.join("a1", instance="i-a") == JoinResult(E.FENCED_INSTANCE_ID, "a1")
     assert d.sync("a1", instance="i-a") == SyncResult(E.FENCED_INSTANCE_ID)
     assert d.heartbeat("a2", instance="i-a") == E.NONE
+
+
+def test_static_leader_replaced_below_v9_is_answered_as_a_follower() -> None:
+    # As Kafka when the JoinGroup cannot skip the assignment (below v9): the rejoined
+    # leader gets no members and its old id as the leader, so it only syncs.
+    d = Driver()
+    static_pair(d)
+    gen = d.group.generation
+    assert d.join(new_id="a2", instance="i-a", can_skip=False) == Waiting("a2")
+    assert d.writes == [Persist(StaticRejoinWritten("a2", "a1"))]
+    d.written()
+    result = d.joins["a2"]
+    assert (result.error, result.generation, result.leader, result.members,
+            result.skip_assignment) == (E.NONE, gen, "a1", (), False)
+    assert d.group.leader == "a2" and d.state() == GroupState.STABLE
+    assert d.sync("a2", instance="i-a") == SyncResult(E.NONE, "consumer", "range", b"A")
 
 
 def test_static_follower_replaced_is_not_told_to_skip_and_a_failed_write_is_answered() -> None:
