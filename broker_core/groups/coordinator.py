@@ -452,8 +452,8 @@ class GroupCoordinator(StateCoordinator):
                 log.info("expiring %d offsets of group %s", len(expired), group.group_id,
                          extra=group_fields(group.group_id, group.topic))
                 await self.delete_offsets(group, expired)
-            if group.state == GroupState.EMPTY and not group.offsets and \
-                    not group.pending_txn and self._held(group):
+            if group.state == GroupState.EMPTY and not group.has_offsets() and \
+                    self._held(group):
                 await self._drop(group)
 
 

@@ -113,6 +113,9 @@ class Group:
     """Member ids handed out with MEMBER_ID_REQUIRED, and when each lapses (ms)."""
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    offset_writes: int = 0
+    """Offset commits (plain or transactional) whose write is under way: the group has
+    offsets for expiry's purpose (as Kafka's ``hasOffsets`` counts pending commits)."""
     awaiting_sync: set[str] = field(default_factory=set)
     """Members of the current generation that have not sent their SyncGroup yet (Kafka's
     ``pendingSyncMembers``): those still here when the rebalance timer fires after the
@@ -135,6 +138,11 @@ class Group:
     def all_joined(self) -> bool:
         """Whether every member has a JoinGroup waiting (and none is still pending)."""
         return not self.pending and all(m.joining for m in self.members.values())
+
+    def has_offsets(self) -> bool:
+        """Whether the group holds offsets: committed, pending in a transaction, or being
+        written (an acknowledged commit must not land in a group expiry dropped)."""
+        return bool(self.offsets or self.pending_txn or self.offset_writes)
 
     def settle_txn(self, producer_id: int, commit: bool) -> None:
         """A transaction ended: its pending offsets become committed, or are dropped."""

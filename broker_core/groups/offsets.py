@@ -154,12 +154,15 @@ class GroupOffsets:
         as Kafka does."""
         outcome = ErrorCode.NONE
         if batch:
+            group.offset_writes += 1
             try:
                 await self.write(group, batch)
             except KafkaApiError as error:
                 outcome = error.code
             else:
                 keep(accepted)
+            finally:
+                group.offset_writes -= 1
         results.update(dict.fromkeys(accepted, outcome))
         return results
 
