@@ -244,8 +244,11 @@ class GroupMembership(RebalanceRules):
         group = self.group
         assert request.group_instance_id is not None
         old = group.members[group.static_members[request.group_instance_id]]
+        awaited = old.member_id in group.awaiting_sync
         self._remove_member(old, ErrorCode.FENCED_INSTANCE_ID)
         member = self._new_member(member_id, request)
+        if awaited:  # the new id owes the SyncGroup the old one did
+            group.awaiting_sync.add(member_id)
         member.assignment = old.assignment
         old_leader = None
         if group.leader == old.member_id:

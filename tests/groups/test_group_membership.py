@@ -796,3 +796,19 @@ def test_only_absent_static_members_keep_the_join_phase_open_until_their_session
     assert d.state() == GroupState.PREPARING_REBALANCE and d.group.generation == gen
     d.advance(2 * REBALANCE_MS)  # their sessions end
     assert d.state() == GroupState.EMPTY and d.group.members == {}
+
+
+def test_a_static_member_replaced_before_it_synced_still_owes_its_sync() -> None:
+    d = Driver()
+    d.stable("a")
+    d.join(new_id="b1", instance="i-b", session_ms=3 * REBALANCE_MS)
+    d.join("a", session_ms=3 * REBALANCE_MS)
+    d.sync("a", assignments={"a": b"A", "b1": b"B"})
+    d.written()
+    assert d.state() == GroupState.STABLE
+    d.join(new_id="b2", instance="i-b", session_ms=3 * REBALANCE_MS)  # b1 restarted
+    d.written()
+    assert d.joins["b2"].error == E.NONE and d.state() == GroupState.STABLE
+    d.advance(REBALANCE_MS)  # b2 never synced either
+    assert set(d.group.members) == {"a"}
+    assert d.state() == GroupState.PREPARING_REBALANCE
