@@ -152,6 +152,7 @@ async def handle_join_group(engine: Engine, ctx: RequestContext,
         protocol_type=request.protocol_type,
         protocols=[(p.name, received_bytes(p.metadata)) for p in request.protocols],
         require_known_member=version >= 4,
+        can_skip_assignment=version >= 9,
     )
     joined = await engine.groups.join(engine.tenancy.offsets_topic(ctx),
                                       engine.tenancy.scoped_id(ctx, request.group_id), join)

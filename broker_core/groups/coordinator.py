@@ -220,7 +220,7 @@ class GroupCoordinator(StateCoordinator):
     def _persist(self, group: Group) -> asyncio.Future[None] | ErrorCode | None:
         """Append the group's record as it is now: what to await, or the error."""
         try:
-            return self.offsets.append(group, [offsets_topic.group_record(group)])
+            return self.offsets.append_group(group)
         except KafkaApiError as failure:
             return failure.code
 
@@ -452,8 +452,8 @@ class GroupCoordinator(StateCoordinator):
                 log.info("expiring %d offsets of group %s", len(expired), group.group_id,
                          extra=group_fields(group.group_id, group.topic))
                 await self.delete_offsets(group, expired)
-            if group.state == GroupState.EMPTY and not group.offsets and \
-                    not group.pending_txn and self._held(group):
+            if group.state == GroupState.EMPTY and not group.has_offsets() and \
+                    self._held(group):
                 await self._drop(group)
 
 

@@ -31,6 +31,8 @@ class JoinRequest:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     require_known_member: bool
+    can_skip_assignment: bool = True
+    """The request may be told to skip the assignment (JoinGroup v9+, KIP-814)."""
 
 
 class TimerKind(Enum):
@@ -99,6 +101,9 @@ class StaticRejoinWritten:
     """Report back: a static member's new member id was written (or not)."""
 
     member_id: str
+    old_leader: str | None = None
+    """When the member led and its JoinGroup cannot skip the assignment (below v9): the
+    leader id it is told (its old member id, as Kafka), so that it acts as a follower."""
 
 
 Followup = AssignmentWritten | StaticRejoinWritten

@@ -10,7 +10,10 @@ Rebalances follow Kafka: a join moves the group to PreparingRebalance; the join 
 when every member has rejoined (or the rebalance timeout drops the stragglers; an empty
 group's first rebalance waits ``initial_rebalance_delay_ms`` for more members), the leader
 gets the member list and sends the assignment in SyncGroup, and once that is written the
-group is Stable. Members that stop heartbeating are removed after their session timeout.
+group is Stable. Members that stop heartbeating are removed after their session timeout,
+but for those waiting in JoinGroup or SyncGroup (as Kafka); members that do not send their
+SyncGroup within the rebalance timeout after the join phase are removed and the group
+rebalances (Kafka's pending-sync expiration).
 
 The inputs and the JoinGroup and SyncGroup handling are here; the transitions they set in
 motion (member timers and removal, preparing and completing a rebalance) are in
@@ -86,6 +89,7 @@ class GroupMembership(RebalanceRules):
         self._arm_session(member, now)
         if group.state == GroupState.PREPARING_REBALANCE:
             return self._step(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+        self._synced(member_id)
         if group.state == GroupState.STABLE:
             return self._step(SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol,
                                          member.assignment))
@@ -178,8 +182,10 @@ class GroupMembership(RebalanceRules):
             self.group.rebalance_deadline = None
             if self.group.delaying:
                 self._initial_delay_over(now)
-            else:
+            elif self.group.state == GroupState.PREPARING_REBALANCE:
                 self._complete_join(now)
+            else:
+                self._sync_expired(now)
         return self._step(None)
 
     def persisted(self, followup: Followup, error: ErrorCode, now: int) -> Step[None]:
@@ -187,7 +193,7 @@ class GroupMembership(RebalanceRules):
         if isinstance(followup, AssignmentWritten):
             self._assignment_written(followup.generation, error, now)
         else:
-            self._static_rejoin_written(followup.member_id, error)
+            self._static_rejoin_written(followup, error)
         return self._step(None)
 
     def loaded(self, now: int) -> Step[None]:
@@ -238,18 +244,25 @@ class GroupMembership(RebalanceRules):
         group = self.group
         assert request.group_instance_id is not None
         old = group.members[group.static_members[request.group_instance_id]]
+        awaited = old.member_id in group.awaiting_sync
         self._remove_member(old, ErrorCode.FENCED_INSTANCE_ID)
         member = self._new_member(member_id, request)
+        if awaited:  # the new id owes the SyncGroup the old one did
+            group.awaiting_sync.add(member_id)
         member.assignment = old.assignment
+        old_leader = None
         if group.leader == old.member_id:
             group.leader = member_id
+            if not request.can_skip_assignment:
+                old_leader = old.member_id
         log.info("static member %s of group %s is now %s", request.group_instance_id,
                  group.group_id, member_id, extra=self._fields())
         if group.state == GroupState.STABLE and group.choose_protocol() == group.protocol:
             # As Kafka: no rebalance when the group's protocol would not change; once the
-            # new id is written, a leader gets the members back but skips the assignment.
+            # new id is written, a leader gets the members back but skips the assignment
+            # (from v9; below, it is told its old id leads, and acts as a follower).
             self._arm_session(member, now)
-            self._out.append(Persist(StaticRejoinWritten(member_id)))
+            self._out.append(Persist(StaticRejoinWritten(member_id, old_leader)))
             return Waiting(member_id)
         return self._await_join(member, now)
 
@@ -298,15 +311,21 @@ class GroupMembership(RebalanceRules):
             self._prepare_rebalance(now)
         return Waiting(member.member_id)
 
-    def _static_rejoin_written(self, member_id: str, error: ErrorCode) -> None:
+    def _static_rejoin_written(self, written: StaticRejoinWritten, error: ErrorCode) -> None:
         group = self.group
+        member_id = written.member_id
         if error != ErrorCode.NONE:
             self._out.append(AnswerJoin(member_id, JoinResult(error, member_id)))
             return
         leader = member_id == group.leader
-        result = self._join_result(member_id, self.group.everyone() if leader else ())
-        self._out.append(AnswerJoin(member_id,
-                                    dataclasses.replace(result, skip_assignment=leader)))
+        if leader and written.old_leader is not None:
+            result = dataclasses.replace(self._join_result(member_id),
+                                         leader=written.old_leader)
+        else:
+            result = dataclasses.replace(
+                self._join_result(member_id, self.group.everyone() if leader else ()),
+                skip_assignment=leader)
+        self._out.append(AnswerJoin(member_id, result))
 
     # -- SyncGroup -----------------------------------------------------------------------
 
@@ -315,18 +334,19 @@ class GroupMembership(RebalanceRules):
         current = (group.state == GroupState.COMPLETING_REBALANCE
                    and group.generation == generation)
         if error != ErrorCode.NONE:  # as Kafka: the members rejoin
-            self._finish_sync(error)
+            self._finish_sync(error, now)
             if current:
                 self._prepare_rebalance(now)
         elif current:
             group.state = GroupState.STABLE
-            self._finish_sync(ErrorCode.NONE)
+            self._finish_sync(ErrorCode.NONE, now)
 
-    def _finish_sync(self, error: ErrorCode) -> None:
+    def _finish_sync(self, error: ErrorCode, now: int) -> None:
         group = self.group
         for member in group.members.values():
             if member.syncing:
                 member.syncing = False
+                self._arm_session(member, now)
                 self._out.append(AnswerSync(member.member_id, SyncResult(
                     error, group.protocol_type, group.protocol,
                     member.assignment if not error else b"")))

@@ -113,18 +113,36 @@ class Group:
     """Member ids handed out with MEMBER_ID_REQUIRED, and when each lapses (ms)."""
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    offset_writes: int = 0
+    """Offset commits (plain or transactional) whose write is under way: the group has
+    offsets for expiry's purpose (as Kafka's ``hasOffsets`` counts pending commits)."""
+    awaiting_sync: set[str] = field(default_factory=set)
+    """Members of the current generation that have not sent their SyncGroup yet (Kafka's
+    ``pendingSyncMembers``): those still here when the rebalance timer fires after the
+    join phase are removed and the group rebalances."""
     rebalance_deadline: int | None = None
     """When the rebalance timer fires (ms): the end of the initial delay while
-    ``delaying``, else the join phase's timeout; None: not armed."""
+    ``delaying``, the join phase's timeout in PreparingRebalance, and after it the bound
+    on the members' SyncGroups (while :attr:`awaiting_sync`); None: not armed."""
     initial_delay_ms: int = 0
     delaying: bool = False
     delay_members_before: int = 0
     """How many members the group had when the current initial delay began."""
     state_timestamp: int = 0
+    record: tuple[bytes, bytes] | None = None
+    """The last group record appended to the log (or replayed from it): what a compaction
+    keeps, not the live membership (as Kafka, which writes one only when a generation's
+    assignment is stored, when the group empties and at a static member's rejoin, so a
+    restart comes back to the last finished generation); None: none written."""
 
     def all_joined(self) -> bool:
         """Whether every member has a JoinGroup waiting (and none is still pending)."""
         return not self.pending and all(m.joining for m in self.members.values())
+
+    def has_offsets(self) -> bool:
+        """Whether the group holds offsets: committed, pending in a transaction, or being
+        written (an acknowledged commit must not land in a group expiry dropped)."""
+        return bool(self.offsets or self.pending_txn or self.offset_writes)
 
     def settle_txn(self, producer_id: int, commit: bool) -> None:
         """A transaction ended: its pending offsets become committed, or are dropped."""
@@ -151,6 +169,7 @@ class Group:
     def remove_member(self, member_id: str) -> Member | None:
         """Remove the member ``member_id``; the member, or None when there was none."""
         member = self.members.pop(member_id, None)
+        self.awaiting_sync.discard(member_id)
         if member is not None:
             self._count(member, -1)
         return member
@@ -166,6 +185,7 @@ class Group:
         """No members any more."""
         self.members.clear()
         self.protocol_counts.clear()
+        self.awaiting_sync.clear()
 
     def _count(self, member: Member, step: int) -> None:
         counts = self.protocol_counts

@@ -50,11 +50,23 @@ class GroupOffsets:
 
     # -- the log -------------------------------------------------------------------------
 
-    def append(self, group: Group, batch: Sequence[Record]) -> asyncio.Future[None] | None:
-        """Append ``batch`` to the group's log partition, compacting it when due; return
-        what to await for durability (KafkaApiError NOT_COORDINATOR when the write fails,
-        say on a full disk: the caller changes its state only after this)."""
+    def append_group(self, group: Group) -> asyncio.Future[None] | None:
+        """Append the group's record as it is now (as :meth:`append`); from now on it is
+        the group record a compaction keeps."""
+        key, value = offsets_topic.group_record(group)
+        assert value is not None
+        return self.append(group, [(key, value)], (key, value))
+
+    def append(self, group: Group, batch: Sequence[Record],
+               group_record: tuple[bytes, bytes] | None = None
+               ) -> asyncio.Future[None] | None:
+        """Append ``batch`` (with the group's ``group_record``, if any) to the group's log
+        partition, compacting it when due; return what to await for durability
+        (KafkaApiError NOT_COORDINATOR when the write fails, say on a full disk: the caller
+        changes its state only after this)."""
         durable = self.store.append(group.topic, group.partition, batch)
+        if group_record is not None:
+            group.record = group_record
         if self.store.needs_compaction(group.topic, group.partition):
             live = offsets_topic.snapshot(
                 self._groups_in(group.topic, group.partition),
@@ -142,12 +154,15 @@ class GroupOffsets:
         as Kafka does."""
         outcome = ErrorCode.NONE
         if batch:
+            group.offset_writes += 1
             try:
                 await self.write(group, batch)
             except KafkaApiError as error:
                 outcome = error.code
             else:
                 keep(accepted)
+            finally:
+                group.offset_writes -= 1
         results.update(dict.fromkeys(accepted, outcome))
         return results
 

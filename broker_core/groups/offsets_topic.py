@@ -220,17 +220,20 @@ def replay(groups: dict[tuple[str, str], Group], topic: str, partition: int, key
     elif record.value is None:
         del groups[ident]
     else:
+        assert value is not None
         restore_group(group, record.value)
+        group.record = (key, value)
 
 
 def snapshot(groups: Iterable[Group], settling: Iterable[Sequence[Record]]) -> list[Record]:
-    """What a compaction of one partition keeps: the records of its ``groups`` (the group
-    record of each that had members, its offsets, its pending transactional offsets) and
-    the batches still ``settling`` (appended, not yet durable)."""
+    """What a compaction of one partition keeps: the records of its ``groups`` (the last
+    group record each wrote, not its live membership, which may be mid-rebalance; its
+    offsets; its pending transactional offsets) and the batches still ``settling``
+    (appended, not yet durable)."""
     live: list[Record] = []
     for group in groups:
-        if group.protocol_type is not None:
-            live.append(group_record(group))
+        if group.record is not None:
+            live.append(group.record)
         live.extend(offset_record(group.group_id, t, p, committed)
                     for (t, p), committed in group.offsets.items())
         live.extend(txn_offset_record(group.group_id, pid, t, p, committed)

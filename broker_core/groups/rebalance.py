@@ -107,6 +107,12 @@ class RebalanceRules:
         if member is None or member.joining:
             return
         member.session_deadline = None
+        if member.syncing:
+            # As Kafka (MemberMetadata.hasSatisfiedHeartbeat): a member waiting for its
+            # assignment is alive (librdkafka does not heartbeat meanwhile); the wait
+            # itself is bounded by the rebalance timeout (``_sync_expired``).
+            self._arm_session(member, now)
+            return
         log.info("member %s of group %s missed its session timeout", member_id,
                  self.group.group_id, extra=self._fields())
         self._member_left(member, now)
@@ -129,8 +135,32 @@ class RebalanceRules:
             self.group.rebalance_deadline = None
             self._out.append(Cancel(REBALANCE_TIMER))
 
+    def _sync_expired(self, now: int) -> None:
+        """The rebalance timeout after the join phase passed (Kafka's pending-sync
+        expiration): the members that never sent their SyncGroup are removed and the
+        group rebalances; a leader that never syncs does not hold the group forever."""
+        group = self.group
+        late = [group.members[m] for m in group.awaiting_sync if m in group.members]
+        group.awaiting_sync.clear()
+        if not late:
+            return
+        for member in late:
+            log.info("member %s of group %s did not sync in time", member.member_id,
+                     group.group_id, extra=self._fields())
+            self._remove_member(member, ErrorCode.UNKNOWN_MEMBER_ID)
+        self._prepare_rebalance(now)
+
+    def _synced(self, member_id: str) -> None:
+        """The member sent its SyncGroup: no longer awaited (the bound ends with the last)."""
+        group = self.group
+        if member_id in group.awaiting_sync:
+            group.awaiting_sync.discard(member_id)
+            if not group.awaiting_sync:
+                self._disarm_rebalance()
+
     def _prepare_rebalance(self, now: int) -> None:
         group = self.group
+        group.awaiting_sync.clear()
         if group.state == GroupState.COMPLETING_REBALANCE:
             for member in group.members.values():
                 member.assignment = b""
@@ -180,10 +210,22 @@ class RebalanceRules:
         group.delaying = False
         if group.state != GroupState.PREPARING_REBALANCE:
             return
-        for member in [m for m in group.members.values() if not m.joining]:
+        # As Kafka: dynamic members that did not rejoin are removed; static ones stay in
+        # the new generation (the leader assigns to them; the sync bound or their session
+        # removes them if they never come back), so a restarting static member comes back
+        # without another rebalance.
+        for member in [m for m in group.members.values()
+                       if not m.joining and m.group_instance_id is None]:
             log.info("member %s of group %s did not rejoin in time", member.member_id,
                      group.group_id, extra=self._fields())
             self._remove_member(member, ErrorCode.UNKNOWN_MEMBER_ID)
+        joined = [m.member_id for m in group.members.values() if m.joining]
+        if group.members and not joined:
+            # only absent static members: wait once more (their sessions end meanwhile)
+            log.info("group %s: no member rejoined in time", group.group_id,
+                     extra=self._fields())
+            self._arm_rebalance(now + group.max_rebalance_timeout_ms())
+            return
         group.generation += 1
         group.state_timestamp = now
         if not group.members:
@@ -195,17 +237,20 @@ class RebalanceRules:
                      extra=self._fields())
             return
         group.protocol = group.choose_protocol()
-        if group.leader not in group.members:
-            group.leader = next(iter(group.members))
+        if group.leader not in joined:
+            group.leader = joined[0]
         group.state = GroupState.COMPLETING_REBALANCE
+        group.awaiting_sync = set(group.members)
+        self._arm_rebalance(now + group.max_rebalance_timeout_ms())
         log.info("group %s: generation %d with %d members, protocol %s", group.group_id,
                  group.generation, len(group.members), group.protocol,
                  extra=self._fields())
         everyone = self.group.everyone()
         for member in group.members.values():
-            member.joining = False
-            self._out.append(AnswerJoin(member.member_id,
-                                        self._join_result(member.member_id, everyone)))
+            if member.joining:  # not a static member that did not rejoin
+                member.joining = False
+                self._out.append(AnswerJoin(member.member_id,
+                                            self._join_result(member.member_id, everyone)))
             self._arm_session(member, now)
 
     def _join_result(self, member_id: str, everyone: MemberList = ()) -> JoinResult:

@@ -114,12 +114,13 @@ class Driver:
 
     def join(self, member_id: str = "", new_id: str = "", instance: str | None = None,
              protocols: list[tuple[str, bytes]] | None = None, require_known: bool = False,
-             rebalance_ms: int = REBALANCE_MS,
-             session_ms: int = SESSION_MS) -> JoinResult | Waiting:
+             rebalance_ms: int = REBALANCE_MS, session_ms: int = SESSION_MS,
+             can_skip: bool = True) -> JoinResult | Waiting:
         self.joins.pop(member_id or new_id, None)
         request = JoinRequest(member_id, instance, "client", "/127.0.0.1", session_ms,
                               rebalance_ms, "consumer",
-                              RANGE if protocols is None else protocols, require_known)
+                              RANGE if protocols is None else protocols, require_known,
+                              can_skip)
         return self.apply(self.machine.join(request, new_id, self.now))
 
     def sync(self, member_id: str, generation: int | None = None, instance: str | None = None,
@@ -174,9 +175,10 @@ def test_empty_to_stable_through_every_state() -> None:
     assert (result.error, result.generation, result.leader, result.protocol) == \
         (E.NONE, 1, "a", "range")
     assert result.members == (("a", None, b"meta"),)
-    assert REBALANCE_TIMER not in d.timers
+    assert d.timers[REBALANCE_TIMER] == d.now + REBALANCE_MS
     assert d.timers[Timer(TimerKind.SESSION, "a")] == d.now + SESSION_MS
     assert d.sync("a", assignments={"a": b"part-0"}) == Waiting("a")
+    assert REBALANCE_TIMER not in d.timers  # everyone synced
     assert d.writes == [Persist(AssignmentWritten(1))]
     assert d.state() == GroupState.COMPLETING_REBALANCE  # until the write settles
     assert "a" not in d.syncs
@@ -198,7 +200,7 @@ def test_initial_delay_waits_for_more_members_and_is_bounded() -> None:
     d.advance(3_000)  # nobody new: the join phase ends
     assert d.state() == GroupState.COMPLETING_REBALANCE
     assert set(d.joins) == {"a", "b"} and d.joins["a"].generation == 1
-    assert not d.group.delaying and REBALANCE_TIMER not in d.timers
+    assert not d.group.delaying and d.timers[REBALANCE_TIMER] == d.now + 7_000  # the sync bound
 
 
 def test_initial_delay_never_exceeds_the_rebalance_timeout() -> None:
@@ -418,11 +420,11 @@ def test_a_pending_member_may_leave() -> None:
     assert d.group.pending == {} and d.timers == {}
 
 
-def static_pair(d: Driver) -> None:
+def static_pair(d: Driver, session_ms: int = SESSION_MS) -> None:
     """Static members a1 (instance i-a, the leader) and b1 (i-b), Stable."""
-    d.join(new_id="a1", instance="i-a")
-    d.join(new_id="b1", instance="i-b")
-    d.join("a1", instance="i-a")
+    d.join(new_id="a1", instance="i-a", session_ms=session_ms)
+    d.join(new_id="b1", instance="i-b", session_ms=session_ms)
+    d.join("a1", instance="i-a", session_ms=session_ms)
     d.sync("b1", instance="i-b")
     d.sync("a1", instance="i-a", assignments={"a1": b"A", "b1": b"B"})
     d.written()
@@ -449,6 +451,22 @@ def test_static_member_replaced_without_a_rebalance() -> None:
     assert d.join("a1", instance="i-a") == JoinResult(E.FENCED_INSTANCE_ID, "a1")
     assert d.sync("a1", instance="i-a") == SyncResult(E.FENCED_INSTANCE_ID)
     assert d.heartbeat("a2", instance="i-a") == E.NONE
+
+
+def test_static_leader_replaced_below_v9_is_answered_as_a_follower() -> None:
+    # As Kafka when the JoinGroup cannot skip the assignment (below v9): the rejoined
+    # leader gets no members and its old id as the leader, so it only syncs.
+    d = Driver()
+    static_pair(d)
+    gen = d.group.generation
+    assert d.join(new_id="a2", instance="i-a", can_skip=False) == Waiting("a2")
+    assert d.writes == [Persist(StaticRejoinWritten("a2", "a1"))]
+    d.written()
+    result = d.joins["a2"]
+    assert (result.error, result.generation, result.leader, result.members,
+            result.skip_assignment) == (E.NONE, gen, "a1", (), False)
+    assert d.group.leader == "a2" and d.state() == GroupState.STABLE
+    assert d.sync("a2", instance="i-a") == SyncResult(E.NONE, "consumer", "range", b"A")
 
 
 def test_static_follower_replaced_is_not_told_to_skip_and_a_failed_write_is_answered() -> None:
@@ -689,3 +707,108 @@ def test_leave_of_unknown_members_and_of_a_dead_group() -> None:
     assert d.leave(("x", None), ("a", None)) == [E.UNKNOWN_MEMBER_ID, E.NONE]
     d.apply(d.machine.delete())
     assert d.leave(("a", None)) == [E.UNKNOWN_MEMBER_ID]
+
+
+def test_a_member_waiting_for_its_assignment_outlives_its_session() -> None:
+    d = Driver()
+    d.stable("a")
+    d.join(new_id="b", session_ms=2_000)
+    d.join("a")
+    assert d.sync("b") == Waiting("b")
+    for _ in range(5):  # the leader heartbeats; b only waits, past its session
+        d.advance(2_000)
+        assert d.heartbeat("a") == E.NONE
+    assert "b" in d.group.members and "b" not in d.syncs
+    d.sync("a", assignments={"a": b"A", "b": b"B"})
+    d.written()
+    assert d.syncs["b"] == SyncResult(E.NONE, "consumer", "range", b"B")
+    assert d.timers[Timer(TimerKind.SESSION, "b")] == d.now + 2_000  # its session again
+    d.advance(2_000)
+    assert "b" not in d.group.members
+
+
+def test_members_that_never_sync_are_removed_after_the_rebalance_timeout() -> None:
+    d = Driver()
+    d.stable("a", "b", "c")
+    gen = d.group.generation
+    for member in ("a", "b", "c"):
+        d.join(member, session_ms=REBALANCE_MS * 2)
+    assert d.state() == GroupState.COMPLETING_REBALANCE
+    assert d.sync("b", gen + 1) == Waiting("b")  # a (the leader) and c never sync
+    d.advance(REBALANCE_MS - 1)
+    assert d.state() == GroupState.COMPLETING_REBALANCE
+    d.advance(1)
+    assert set(d.group.members) == {"b"}
+    assert d.syncs["b"].error == E.REBALANCE_IN_PROGRESS
+    assert d.state() == GroupState.PREPARING_REBALANCE
+    d.join("b")
+    assert d.joins["b"].generation == gen + 2 and d.joins["b"].leader == "b"
+
+
+def test_the_sync_bound_covers_followers_after_the_leader_synced() -> None:
+    d = Driver()
+    d.stable("a")
+    d.join(new_id="b", session_ms=REBALANCE_MS * 2)
+    d.join("a", session_ms=REBALANCE_MS * 2)
+    d.sync("a", assignments={"a": b"A", "b": b"B"})
+    d.written()
+    assert d.state() == GroupState.STABLE
+    assert d.timers[REBALANCE_TIMER] > d.now  # b has not synced yet
+    d.advance(REBALANCE_MS)
+    assert set(d.group.members) == {"a"}
+    assert d.state() == GroupState.PREPARING_REBALANCE
+
+
+def test_rebalance_timeout_keeps_static_members_that_did_not_rejoin() -> None:
+    d = Driver()
+    static_pair(d, session_ms=3 * REBALANCE_MS)
+    gen = d.group.generation
+    d.join(new_id="c")  # a dynamic newcomer; b1 (static) is restarting and silent
+    d.join("a1", instance="i-a", session_ms=3 * REBALANCE_MS)
+    d.advance(REBALANCE_MS)
+    assert set(d.group.members) == {"a1", "b1", "c"}
+    assert d.group.static_members == {"i-a": "a1", "i-b": "b1"}
+    assert d.state() == GroupState.COMPLETING_REBALANCE
+    assert d.joins["a1"].generation == gen + 1 and d.joins["a1"].leader == "a1"
+    assert {m for m, _, _ in d.joins["a1"].members} == {"a1", "b1", "c"}
+
+
+def test_a_static_leader_that_did_not_rejoin_is_replaced_as_leader() -> None:
+    d = Driver()
+    static_pair(d, session_ms=3 * REBALANCE_MS)
+    d.join(new_id="c")
+    d.join("b1", instance="i-b", session_ms=3 * REBALANCE_MS)  # a1 (static leader) is silent
+    d.advance(REBALANCE_MS)
+    assert d.state() == GroupState.COMPLETING_REBALANCE
+    assert d.group.leader == "b1" and "a1" in d.group.members
+    assert {m for m, _, _ in d.joins["b1"].members} == {"a1", "b1", "c"}
+    assert d.joins["c"].leader == "b1"
+
+
+def test_only_absent_static_members_keep_the_join_phase_open_until_their_sessions_end(
+        ) -> None:
+    d = Driver()
+    static_pair(d, session_ms=3 * REBALANCE_MS)
+    gen = d.group.generation
+    d.join(new_id="c", session_ms=REBALANCE_MS // 2)  # c gives up: leaves
+    d.leave(("c", None))
+    d.advance(REBALANCE_MS)  # nobody rejoined: no generation of absent members
+    assert d.state() == GroupState.PREPARING_REBALANCE and d.group.generation == gen
+    d.advance(2 * REBALANCE_MS)  # their sessions end
+    assert d.state() == GroupState.EMPTY and d.group.members == {}
+
+
+def test_a_static_member_replaced_before_it_synced_still_owes_its_sync() -> None:
+    d = Driver()
+    d.stable("a")
+    d.join(new_id="b1", instance="i-b", session_ms=3 * REBALANCE_MS)
+    d.join("a", session_ms=3 * REBALANCE_MS)
+    d.sync("a", assignments={"a": b"A", "b1": b"B"})
+    d.written()
+    assert d.state() == GroupState.STABLE
+    d.join(new_id="b2", instance="i-b", session_ms=3 * REBALANCE_MS)  # b1 restarted
+    d.written()
+    assert d.joins["b2"].error == E.NONE and d.state() == GroupState.STABLE
+    d.advance(REBALANCE_MS)  # b2 never synced either
+    assert set(d.group.members) == {"a"}
+    assert d.state() == GroupState.PREPARING_REBALANCE

@@ -6,9 +6,11 @@ rebalance behave as on Kafka; FindCoordinator and multi-group OffsetFetch answer
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka.protocol.consumer import ConsumerProtocolAssignment
@@ -296,6 +298,9 @@ def test_static_member_rejoining_fences_the_old_member_id(gbroker: BrokerProcess
         assert second.skip_assignment is True
         assert second.leader == new
         assert [m.member_id for m in second.members] == [new]
+    elif who == "leader":  # below v9, as Kafka: told its old id leads, it acts as follower
+        assert second.leader == old
+        assert second.members == []
     assert conn.heartbeat(group, generation, old, instance_id=instance) == FENCED_INSTANCE_ID
     assert conn.commit(group, generation, old, topic_name, {0: (9, None)},
                        instance_id=instance) == {0: FENCED_INSTANCE_ID}
@@ -450,3 +455,135 @@ def test_commit_for_a_missing_topic_or_partition(gbroker: BrokerProcess, conn: G
         {0: UNKNOWN_TOPIC_OR_PARTITION}
     assert conn.fetch_offsets(group, topic_name, [0, 1])[1] == {
         0: (1, "", NONE), 1: (-1, "", NONE)}
+
+
+def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Run ``call`` in a thread (a request that blocks); its answer lands in the list."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except Exception as exc:  # surfaced by the test through ``out``
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def two_members_joined(gbroker: BrokerProcess, conn: GroupConnection, group: str,
+                       topic: str, follower_session_ms: int, rebalance_ms: int,
+                       instances: tuple[str, str] | None = None) -> tuple[str, str, int]:
+    """A leader alone (long session), then a follower joins and the leader rejoins: the
+    join phase of a two-member generation is over. (leader, follower, generation).
+    With ``instances``, both are static members with these instance ids."""
+    lead_instance, follow_instance = instances or (None, None)
+    leader, gen1 = stable_member(conn, group, topic, session_ms=MAX_SESSION_MS,
+                                 rebalance_ms=rebalance_ms, instance_id=lead_instance)
+    thread, out = join_in_thread(gbroker.port, group, version=3 if instances is None else 5,
+                                 topics=(topic,), session_ms=follower_session_ms,
+                                 rebalance_ms=rebalance_ms, instance_id=follow_instance)
+    deadline = time.monotonic() + 15
+    while conn.heartbeat(group, gen1, leader, instance_id=lead_instance) == NONE and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
+    rejoined = conn.join(group, leader, topics=(topic,), session_ms=MAX_SESSION_MS,
+                         rebalance_ms=rebalance_ms, instance_id=lead_instance)
+    thread.join(20)
+    assert rejoined.error_code == NONE and rejoined.leader == leader, rejoined
+    assert len(out) == 1 and not isinstance(out[0], Exception), out
+    assert out[0].error_code == NONE and out[0].generation_id == gen1 + 1, out[0]
+    return leader, out[0].member_id, rejoined.generation_id
+
+
+def test_a_follower_waiting_for_its_assignment_outlives_its_session(
+        gbroker: BrokerProcess, conn: GroupConnection, topic_name: str) -> None:
+    # As Kafka (members awaiting sync satisfy their heartbeat; librdkafka sends none while
+    # its SyncGroup waits): a slow leader does not get its followers expelled.
+    create_topic(gbroker.bootstrap, topic_name, 2)
+    group = group_id_for(topic_name)
+    leader, follower, gen = two_members_joined(gbroker, conn, group, topic_name,
+                                               MIN_SESSION_MS, MAX_SESSION_MS)
+    other = GroupConnection(gbroker.port, timeout=60)
+    try:
+        thread, out = in_thread(lambda: other.sync(group, gen, follower))
+        # the leader heartbeats (its group is fine) for three of the follower's sessions
+        until = time.monotonic() + 3 * MIN_SESSION_MS / 1000
+        while time.monotonic() < until and not out:
+            assert conn.heartbeat(group, gen, leader) == NONE
+            time.sleep(0.1)
+        assert not out, out  # still waiting for the assignment, not expelled
+        plan = {leader: assignment(topic_name, [0]), follower: assignment(topic_name, [1])}
+        assert conn.sync(group, gen, leader, plan).error_code == NONE
+        thread.join(30)
+        assert len(out) == 1 and not isinstance(out[0], Exception), out
+        assert out[0].error_code == NONE, out[0]
+        assert bytes(out[0].assignment) == plan[follower]
+        assert other.heartbeat(group, gen, follower) == NONE
+    finally:
+        other.close()
+
+
+def test_a_leader_that_never_syncs_is_removed_after_the_rebalance_timeout(
+        gbroker: BrokerProcess, conn: GroupConnection, topic_name: str) -> None:
+    # As Kafka's pending-sync expiration: the members that did not send SyncGroup within
+    # the rebalance timeout are removed and the group rebalances without them.
+    create_topic(gbroker.bootstrap, topic_name, 2)
+    group = group_id_for(topic_name)
+    leader, follower, gen = two_members_joined(gbroker, conn, group, topic_name,
+                                               MAX_SESSION_MS, 2 * MIN_SESSION_MS)
+    other = GroupConnection(gbroker.port, timeout=60)
+    try:
+        thread, out = in_thread(lambda: other.sync(group, gen, follower))
+        thread.join(45)  # the leader neither syncs nor heartbeats; its session is 60 s
+        assert len(out) == 1 and not isinstance(out[0], Exception), out
+        assert out[0].error_code == REBALANCE_IN_PROGRESS, out[0]
+        again = other.join(group, follower, version=3, topics=(topic_name,),
+                           session_ms=MAX_SESSION_MS, rebalance_ms=2 * MIN_SESSION_MS)
+        assert again.error_code == NONE, again
+        assert again.generation_id == gen + 1 and again.leader == follower
+        assert [m.member_id for m in again.members] == [follower]
+        assert conn.heartbeat(group, gen, leader) == UNKNOWN_MEMBER_ID
+    finally:
+        other.close()
+
+
+def test_static_members_that_did_not_rejoin_stay_in_the_next_generation(
+        gbroker: BrokerProcess, conn: GroupConnection, topic_name: str) -> None:
+    # As Kafka: the rebalance timeout removes only dynamic members that did not rejoin; a
+    # static member (restarting, silent) stays until its session ends.
+    create_topic(gbroker.bootstrap, topic_name, 2)
+    group = group_id_for(topic_name)
+    rebalance_ms = 2 * MIN_SESSION_MS
+    leader, follower, gen = two_members_joined(gbroker, conn, group, topic_name,
+                                               MAX_SESSION_MS, rebalance_ms, ("i-a", "i-b"))
+    other = GroupConnection(gbroker.port, timeout=30)
+    try:
+        thread, out = in_thread(lambda: other.sync(group, gen, follower, instance_id="i-b"))
+        plan = {leader: assignment(topic_name, [0]), follower: assignment(topic_name, [1])}
+        assert conn.sync(group, gen, leader, plan, instance_id="i-a").error_code == NONE
+        thread.join(30)
+        assert len(out) == 1 and out[0].error_code == NONE, out
+    finally:
+        other.close()
+    # the static follower goes silent (restarting); a dynamic member arrives
+    newcomer, joined = join_in_thread(gbroker.port, group, version=3, topics=(topic_name,),
+                                      session_ms=MAX_SESSION_MS, rebalance_ms=rebalance_ms)
+    wait_until_rebalancing = time.monotonic() + 15
+    while conn.heartbeat(group, gen, leader, instance_id="i-a") == NONE and \
+            time.monotonic() < wait_until_rebalancing:
+        time.sleep(0.05)
+    rejoined = conn.join(group, leader, topics=(topic_name,), instance_id="i-a",
+                         session_ms=MAX_SESSION_MS, rebalance_ms=rebalance_ms)
+    newcomer.join(30)
+    assert rejoined.error_code == NONE and rejoined.generation_id == gen + 1, rejoined
+    assert len(joined) == 1 and joined[0].error_code == NONE, joined
+    members = {m.member_id: m.group_instance_id for m in rejoined.members}
+    assert members == {leader: "i-a", follower: "i-b", joined[0].member_id: None}
+    # the static member comes back with its member id: it is in the generation
+    back = GroupConnection(gbroker.port, timeout=30)
+    try:
+        assert back.heartbeat(group, gen + 1, follower, instance_id="i-b") == NONE
+    finally:
+        back.close()

@@ -54,9 +54,11 @@ class KafkaPythonMember:
     """A kafka-python group member polling in its own thread."""
 
     def __init__(self, name: str, bootstrap: str, group: str, topic: str,
-                 ledger: GroupLedger) -> None:
+                 ledger: GroupLedger, instance: str | None = None) -> None:
         self.name, self.bootstrap, self.group, self.topic = name, bootstrap, group, topic
         self.ledger = ledger
+        self.instance = instance
+        self.consumer: kafka.KafkaConsumer | None = None
         self.error: BaseException | None = None
         self.retry: dict[int, int] = {}  # failed commit positions, retried when idle
         self._stop = threading.Event()
@@ -79,8 +81,10 @@ class KafkaPythonMember:
             consumer = kafka.KafkaConsumer(
                 bootstrap_servers=self.bootstrap, group_id=self.group, client_id=self.name,
                 enable_auto_commit=False, auto_offset_reset="earliest",
-                session_timeout_ms=6000, heartbeat_interval_ms=250,
+                session_timeout_ms=6000 if self.instance is None else 60_000,
+                heartbeat_interval_ms=250, group_instance_id=self.instance,
                 max_poll_interval_ms=30000, max_poll_records=100)
+            self.consumer = consumer
             consumer.subscribe([self.topic], listener=Listener())
             try:
                 while not self._stop.is_set():
@@ -118,6 +122,11 @@ class KafkaPythonMember:
         self._stop.set()
         self._thread.join(30)
         assert not self._thread.is_alive(), f"{self.name} did not stop"
+
+    def leads(self) -> bool:
+        """Whether the member made the group's last assignment (the client's own flag)."""
+        consumer = self.consumer
+        return consumer is not None and bool(consumer._coordinator._is_leader)
 
 
 # -- aiokafka: one task per member on a loop in a background thread --------------------------
@@ -289,3 +298,38 @@ def test_aiokafka_group_rebalances_and_resumes(kbroker: BrokerProcess,
             aio, name, kbroker.bootstrap, group, topic_name, ledger))
     finally:
         aio.close()
+
+
+def test_kafka_python_static_leader_restarts_without_a_rebalance(kbroker: BrokerProcess,
+                                                                 topic_name: str) -> None:
+    # KIP-345: a static leader restarting with its group.instance.id gets its partitions
+    # back and the other member keeps its own, untouched. kafka-python joins below v9, so
+    # (as Kafka) the broker answers it as a follower: told it leads, with the member list
+    # but no way to skip the assignment, it would force a full rebalance.
+    create_topic(kbroker.bootstrap, topic_name, PARTITIONS)
+    group = group_id_for(topic_name)
+    ledger = GroupLedger()
+    members = [KafkaPythonMember(name, kbroker.bootstrap, group, topic_name, ledger,
+                                 instance=f"instance-{name}") for name in ("ka", "kb")]
+    try:
+        wait_until(balanced(ledger, ["ka", "kb"], PARTITIONS), 90, "both members assigned")
+        wait_until(lambda: any(m.leads() for m in members), 30, "a leader")
+        leader, follower = members if members[0].leads() else members[::-1]
+        owned = ledger.ownership()
+        mark = ledger.mark()
+        leader.stop()  # a static member sends no LeaveGroup
+        again = KafkaPythonMember(leader.name + "-again", kbroker.bootstrap, group,
+                                  topic_name, ledger, instance=leader.instance)
+        members.append(again)
+        wait_until(lambda: ledger.ownership().get(again.name) == owned[leader.name], 90,
+                   "the restarted leader's partitions back")
+        # answered as a follower: it did not make an assignment (told it leads, it would
+        # have, and then forced a rebalance that revokes the follower's partitions)
+        assert not again.leads()
+        assert ledger.violations == []
+        assert [e for e in ledger.events if e[0] > mark and e[1] == follower.name] == []
+        assert ledger.ownership()[follower.name] == owned[follower.name]
+        assert all(m.error is None for m in members), [m.error for m in members]
+    finally:
+        for member in members:
+            member.stop()

@@ -4,6 +4,7 @@ committed and a new member of the group gets exactly the uncommitted remainder."
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -18,9 +19,14 @@ from kafka.admin import KafkaAdminClient
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic, present
 from tests.group_helpers import (
+    COORDINATOR_LOAD_IN_PROGRESS,
+    FAST_GROUPS,
+    ILLEGAL_GENERATION,
     NONE,
     GroupConnection,
+    assignment,
     group_id_for,
+    join_in_thread,
     produce_values,
     start_broker,
     wait_until,
@@ -290,4 +296,65 @@ def test_compacted_offsets_topic_keeps_only_live_state(tmp_path: Path, topic_nam
         assert [tp.offset for tp in gone.topic_partitions] == \
             [confluent_kafka.OFFSET_INVALID] * PARTITIONS
     finally:
+        broker.kill()
+
+
+def test_a_compaction_mid_rebalance_keeps_the_last_finished_generation(
+        tmp_path: Path, topic_name: str) -> None:
+    # As Kafka, which writes a group record only when a generation's assignment is stored
+    # (or the group empties): a compaction while a rebalance is under way keeps the last
+    # finished generation, and a restart comes back to it, not to the unfinished one.
+    broker = start_broker(tmp_path, offsetsTopicNumPartitions="1",
+                          offsetsTopicCompactionBytes="1024", **FAST_GROUPS)
+    conn = GroupConnection(broker.port, timeout=30)
+    try:
+        create_topic(broker.bootstrap, topic_name, 2)
+        group = group_id_for(topic_name)
+        alone = conn.join(group, version=3, topics=(topic_name,))
+        leader = alone.member_id
+        assert alone.error_code == NONE and alone.leader == leader, alone
+        assert conn.sync(group, alone.generation_id, leader,
+                         {leader: assignment(topic_name, [0, 1])}).error_code == NONE
+        thread, out = join_in_thread(broker.port, group, version=3, topics=(topic_name,))
+        wait_until(lambda: conn.heartbeat(group, alone.generation_id, leader) != NONE, 30,
+                   "the second member's join")
+        rejoined = conn.join(group, leader, version=3, topics=(topic_name,))
+        thread.join(30)
+        assert len(out) == 1 and not isinstance(out[0], Exception), out
+        follower, gen = out[0].member_id, rejoined.generation_id
+        assert rejoined.error_code == out[0].error_code == NONE, (rejoined, out[0])
+        assert rejoined.leader == leader and out[0].generation_id == gen
+        other = GroupConnection(broker.port, timeout=30)
+        try:
+            sync_thread = threading.Thread(
+                target=lambda: out.append(other.sync(group, gen, follower)), daemon=True)
+            sync_thread.start()
+            plan = {leader: assignment(topic_name, [0]), follower: assignment(topic_name, [1])}
+            assert conn.sync(group, gen, leader, plan).error_code == NONE
+            sync_thread.join(30)
+            assert len(out) == 2 and out[1].error_code == NONE, out
+            # the follower leaves: the leader rejoins alone, generation gen + 1, not synced
+            assert other.leave(group, [(follower, None)]).error_code == NONE
+        finally:
+            other.close()
+        again = conn.join(group, leader, version=3, topics=(topic_name,))
+        assert again.error_code == NONE and again.generation_id == gen + 1, again
+        # another group's commit fills the (single) offsets partition past its compaction
+        # threshold: the log is compacted while the group is mid-rebalance
+        assert conn.commit("filler-" + group, -1, "", topic_name,
+                           {0: (1, "x" * 3000)}) == {0: NONE}
+        conn.close()
+        restart(broker, "kill-9")
+        conn = GroupConnection(broker.port, timeout=30)
+
+        def loaded() -> bool:
+            return conn.heartbeat(group, gen, leader) != COORDINATOR_LOAD_IN_PROGRESS
+
+        wait_until(loaded, 60, "the offsets partition to load")
+        # generation gen + 1 never finished: it is not what came back
+        answer = conn.sync(group, gen + 1, leader, {leader: assignment(topic_name, [0, 1])})
+        assert answer.error_code == ILLEGAL_GENERATION, answer
+        assert conn.heartbeat(group, gen, leader) == NONE
+    finally:
+        conn.close()
         broker.kill()

@@ -7,6 +7,7 @@ NOT_COORDINATOR (engine driven directly, on a real PostgreSQL)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -103,6 +104,33 @@ def test_a_commit_under_way_when_its_partition_moves_is_answered_not_coordinator
             locker.rollback()
         assert await asyncio.wait_for(task, 30) == {0: ErrorCode.NOT_COORDINATOR}
         await served(engine.groups, OFFSETS_TOPIC, GROUP)
+        assert _committed(engine) == {0: 7, 1: None}
+
+    run_engine(scenario)
+
+
+def test_a_commit_under_way_keeps_its_group_from_expiring() -> None:
+    """Offset expiry comes to an empty group with no offsets while a commit of it is being
+    written: the group is kept (as Kafka's hasOffsets counts pending commits), so the
+    acknowledged offset is not left in a group that expiry dropped."""
+
+    async def scenario(url: str, engine: Engine) -> None:
+        partition = await served(engine.groups, OFFSETS_TOPIC, GROUP)
+        with row_locked(url, partition) as locker:
+            task = asyncio.ensure_future(_commit(engine, {0: 7}))
+            await commit_waits(url, task)
+            group = engine.groups.find(OFFSETS_TOPIC, GROUP)
+            assert group is not None and group.state == GroupState.EMPTY
+            assert group.offsets == {}  # the commit is not settled yet
+            # expiry finishes while the commit's write still waits: it wrote nothing (a
+            # deletion's tombstones would wait for the same row lock)
+            await asyncio.wait_for(engine.groups.expire_offsets(int(time.time() * 1000)), 30)
+            assert not task.done()
+            locker.rollback()
+        assert await asyncio.wait_for(task, 30) == {0: ErrorCode.NONE}
+        assert engine.groups.find(OFFSETS_TOPIC, GROUP) is group
+        assert _committed(engine) == {0: 7, 1: None}
+        await moved(engine.groups, OFFSETS_TOPIC, GROUP)
         assert _committed(engine) == {0: 7, 1: None}
 
     run_engine(scenario)
