@@ -89,7 +89,7 @@ class AdsStatus:
             state = self._node(node_id)
             state.acked[type_url] = version
             rejected = state.rejections.get(type_url)
-            if rejected is not None and int(rejected.version) <= int(version):
+            if rejected is not None and _version(rejected.version) <= _version(version):
                 del state.rejections[type_url]
 
     def nack(self, node_id: str, type_url: str, version: str, message: str) -> None:
@@ -140,7 +140,8 @@ class _Stream:
         name = TYPE_NAMES.get(type_url, type_url)
         if not request.response_nonce:
             if self.store.get(type_url) is None:
-                log.warning("xds: node %s asked for unserved type %s", self.node_id, type_url)
+                log.warning("xds: node %.200r asked for unserved type %.200r", self.node_id,
+                            type_url)
                 return []
             self.subscribed.add(type_url)
             return [self._response(type_url)]
@@ -187,12 +188,22 @@ class _Stream:
             log.info("xds: node %s disconnected", self.node_id)
 
 
+def _version(text: str) -> int:
+    """A version this server sent (a counter), or -1 for text an Envoy made up."""
+    try:
+        return int(text)
+    except ValueError:
+        return -1
+
+
 class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
     """Serves a :class:`SnapshotStore` to Envoys over ADS (state of the world)."""
 
-    def __init__(self, store: SnapshotStore, status: AdsStatus) -> None:
+    def __init__(self, store: SnapshotStore, status: AdsStatus,
+                 first_request_s: float | None = None) -> None:
         self.store = store
         self.status = status
+        self.first_request_s = first_request_s
 
     def StreamAggregatedResources(
         self, request_iterator: Iterator[discovery_pb2.DiscoveryRequest],
@@ -215,8 +226,16 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         self.store.watch(refresh)
         threading.Thread(target=read, name="xds-read", daemon=True).start()
         try:
+            waiting = self.first_request_s
             while True:
-                kind, item = stream.events.get()
+                try:
+                    kind, item = stream.events.get(timeout=waiting)
+                except queue.Empty:  # no request yet: it only held a thread
+                    log.info("xds: closing a stream from %.200s that sent no request in %g s",
+                             stream.peer, waiting)
+                    return
+                if kind == "request":
+                    waiting = None
                 if kind == _CLOSED:
                     return
                 responses = stream.handle(item) if kind != _REFRESH else stream.refresh()

@@ -52,11 +52,26 @@ class XdsStatus(TypedDict):
     nodes: dict[str, NodeStatus]
 
 
+MAX_STREAMS = 256
+"""ADS streams served at once (an Envoy keeps one open)."""
+FIRST_REQUEST_S = 30.0
+"""A stream that sends no request within this is closed (it only held a thread)."""
+KEEPALIVE = [
+    ("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+]
+"""The server pings each connection every 30 s and drops it 10 s after an unanswered
+ping: an Envoy gone without closing its connection frees its stream within 40 s."""
+
+
 class XdsServer:
     """An ADS server for the plan of ``source``, with file polling and an admin endpoint."""
 
     def __init__(self, source: PlanSource, listen: tuple[str, int],
-                 admin: tuple[str, int], poll_interval: float = 1.0) -> None:
+                 admin: tuple[str, int], poll_interval: float = 1.0,
+                 max_streams: int = MAX_STREAMS,
+                 first_request_s: float = FIRST_REQUEST_S) -> None:
         self.source = source
         self.store = SnapshotStore()
         self.status = AdsStatus()
@@ -65,10 +80,14 @@ class XdsServer:
         self._reload_lock = threading.Lock()
         self._stopped = threading.Event()
         self._fingerprint = source.fingerprint()
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=32,
-                                                            thread_name_prefix="xds"))
+        # a stream holds a worker thread for its life: as many threads as streams may be
+        # open, and one more is refused at once (RESOURCE_EXHAUSTED: Envoy retries) rather
+        # than queued unserved behind them; keepalive pings end a vanished Envoy's stream
+        self._grpc = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_streams, thread_name_prefix="xds"),
+            maximum_concurrent_rpcs=max_streams, options=KEEPALIVE)
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
-            AggregatedDiscoveryServicer(self.store, self.status), self._grpc)
+            AggregatedDiscoveryServicer(self.store, self.status, first_request_s), self._grpc)
         self.grpc_port = self._grpc.add_insecure_port(format_host_port(*listen))
         if self.grpc_port == 0:
             raise OSError(f"cannot listen on {format_host_port(*listen)} for gRPC")

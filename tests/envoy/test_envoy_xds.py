@@ -271,3 +271,72 @@ def test_xds_server_warns_that_the_kafka_broker_filter_needs_contrib_envoy() -> 
     finally:
         server.stop()
     assert warning.endswith(f"WARNING edge.envoy.xds: {CONTRIB_ONLY}")
+
+
+def _streams(server: XdsServer, node: str) -> int:
+    found = server.status_dict()["nodes"].get(node)
+    return 0 if found is None else found["streams"]
+
+
+def _small_server(tmp_path: Path, first_request_s: float) -> XdsServer:
+    brokers_file = tmp_path / "brokers.txt"
+    brokers_file.write_text("0=127.0.0.1:19092@127.0.0.1:29092\n")
+    server = XdsServer(PlanSource(brokers_file=str(brokers_file)), ("127.0.0.1", 0),
+                       ("127.0.0.1", 0), poll_interval=3600, max_streams=2,
+                       first_request_s=first_request_s)
+    server.start()
+    return server
+
+
+def test_streams_beyond_the_bound_are_refused_at_once_not_left_unserved(
+        tmp_path: Path) -> None:
+    # each stream holds a worker thread: streams that never ask for anything used to queue
+    # every later Envoy behind them, unserved; one beyond the bound is refused instead
+    server = _small_server(tmp_path, first_request_s=3600)
+    idle = [AdsClient(server.grpc_port) for _ in range(2)]
+    try:
+        for client in idle:  # a type this server does not serve: never an answer
+            client.send("type.googleapis.com/nothing.served.Here")
+        _wait(lambda: _streams(server, "test-node") == 2, timeout=30)
+        late = AdsClient(server.grpc_port)
+        try:
+            late.send(CLUSTER_TYPE)
+            with pytest.raises(grpc.RpcError) as refused:
+                late.receive()
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        finally:
+            late.close()
+    finally:
+        for client in idle:
+            client.close()
+        server.stop()
+
+
+def test_a_stream_that_asks_nothing_is_closed_and_frees_its_place(tmp_path: Path) -> None:
+    server = _small_server(tmp_path, first_request_s=1.0)
+    idle = [AdsClient(server.grpc_port) for _ in range(2)]
+    try:
+        for client in idle:  # closed by the server: the response stream just ends
+            with pytest.raises(StopIteration):
+                client.receive()
+        served = AdsClient(server.grpc_port)
+        try:
+            served.send(CLUSTER_TYPE)
+            assert served.receive().type_url == CLUSTER_TYPE
+        finally:
+            served.close()
+    finally:
+        for client in idle:
+            client.close()
+        server.stop()
+
+
+def test_an_ack_with_a_made_up_version_keeps_the_rejection_and_the_stream() -> None:
+    from edge.envoy.ads import AdsStatus
+
+    status = AdsStatus()
+    status.nack("n", CLUSTER_TYPE, "3", "bad")
+    status.ack("n", CLUSTER_TYPE, "abc")  # raised ValueError, ending that Envoy's stream
+    assert status.as_dict()["n"]["rejected"]
+    status.ack("n", CLUSTER_TYPE, "4")
+    assert not status.as_dict()["n"]["rejected"]
