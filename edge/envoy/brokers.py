@@ -20,7 +20,8 @@ from broker_core.storage.cluster import BrokerRecord
 from edge.config import BrokerConfig
 from edge.envoy.model import BrokerRoute, EnvoyConfigError
 
-__all__ = ["local_broker", "read_brokers_file", "routes_from_registry", "routes_from_specs"]
+__all__ = ["local_broker", "read_brokers_file", "registry_routes", "routes_from_registry",
+           "routes_from_specs"]
 
 _LOOPBACK_FOR = {"0.0.0.0": "127.0.0.1", "::": "::1"}
 
@@ -51,16 +52,30 @@ def routes_from_registry(records: Iterable[BrokerRecord],
                          listener_name: str | None = None) -> list[BrokerRoute]:
     """A route for each registered broker, through its listener ``listener_name`` (or its
     first): the advertised address is Envoy's, the bound one where Envoy forwards (a
-    wildcard bind host is reached on loopback, as in :func:`local_broker`)."""
-    routes = []
-    for record in records:
-        names = [a.name for a in record.listeners]
-        address = record.listeners[_listener_index(names, listener_name,
-                                                   f"broker {record.broker_id}")]
-        routes.append(BrokerRoute(record.broker_id, address.host, address.port,
-                                  _LOOPBACK_FOR.get(address.bind_host, address.bind_host),
-                                  address.bind_port))
+    wildcard bind host is reached on loopback, as in :func:`local_broker`); the first
+    broker that has no such route raises EnvoyConfigError."""
+    routes, refused = registry_routes(records, listener_name)
+    if refused:
+        raise EnvoyConfigError(next(iter(refused.values())))
     return routes
+
+
+def registry_routes(records: Iterable[BrokerRecord], listener_name: str | None = None
+                    ) -> tuple[list[BrokerRoute], dict[int, str]]:
+    """Like :func:`routes_from_registry`, each broker on its own: the routes, and why each
+    broker without one has none (by broker id)."""
+    routes, refused = [], {}
+    for record in records:
+        try:
+            names = [a.name for a in record.listeners]
+            address = record.listeners[_listener_index(names, listener_name,
+                                                       f"broker {record.broker_id}")]
+            routes.append(BrokerRoute(record.broker_id, address.host, address.port,
+                                      _LOOPBACK_FOR.get(address.bind_host, address.bind_host),
+                                      address.bind_port))
+        except EnvoyConfigError as exc:
+            refused[record.broker_id] = str(exc)
+    return routes, refused
 
 
 def _listener_index(names: Sequence[str], wanted: str | None, whose: str) -> int:

@@ -16,7 +16,7 @@ from broker_core.storage.cluster import BrokerRecord
 from broker_core.storage.errors import DatabaseUnavailable
 from broker_core.storage.pg_cluster import RegistryReader
 from broker_core.storage.postgres import public_url
-from edge.envoy.brokers import routes_from_registry
+from edge.envoy.brokers import registry_routes, routes_from_registry
 from edge.envoy.model import BrokerRoute, EnvoyConfigError
 
 __all__ = ["RegistryBrokers"]
@@ -56,6 +56,11 @@ class RegistryBrokers:
             return routes_from_registry(records, self.listener)
         except EnvoyConfigError as exc:
             raise EnvoyConfigError(f"broker registry {self.where}: {exc}") from None
+
+    def routes_each(self) -> tuple[list[BrokerRoute], dict[int, str]]:
+        """Each live broker on its own: the routes, and why a broker has none (by id);
+        EnvoyConfigError only if the database cannot be read."""
+        return registry_routes(self._live(), self.listener)
 
     def fingerprint(self) -> str:
         """A digest of the live brokers and their listeners, or the reason they cannot be

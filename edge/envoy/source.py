@@ -73,6 +73,31 @@ class PlanSource:
         routes = self.routes()
         return EnvoyPlan(tuple(routes), self.options) if routes else None
 
+    def load_each(self) -> tuple[EnvoyPlan | None, dict[int, str]]:
+        """Like :meth:`load_or_empty`, but a registry broker that cannot be routed (no
+        such listener, an address that conflicts with a broker before it or with Envoy's
+        own, ...) is left out rather than failing the whole plan, so one misconfigured
+        broker does not freeze the routes of all the others: the plan, and why each
+        broker left out is (by id). What the operator wrote (config, specs, a brokers
+        file) still fails as a whole."""
+        if self.registry is None:
+            return self.load_or_empty(), {}
+        fixed = PlanSource(self.config_path, self.overrides, self.listener,
+                           self.broker_specs, self.brokers_file, None, self.options).routes()
+        candidates, left_out = self.registry.routes_each()
+        accepted = list(fixed)
+        if accepted:
+            EnvoyPlan(tuple(accepted), self.options)  # the operator's part must hold
+        for route in sorted(candidates, key=lambda r: r.broker_id):
+            try:
+                EnvoyPlan((*accepted, route), self.options)
+            except EnvoyConfigError as exc:
+                left_out[route.broker_id] = str(exc)
+                continue
+            accepted.append(route)
+        plan = EnvoyPlan(tuple(accepted), self.options) if accepted else None
+        return plan, left_out
+
     def watched_files(self) -> list[Path]:
         return [Path(p) for p in (self.config_path, self.brokers_file) if p is not None]
 

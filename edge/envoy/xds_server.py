@@ -48,6 +48,7 @@ class XdsStatus(TypedDict):
     version: str
     resources: dict[str, ServedVersion]
     last_reload_error: str | None
+    left_out: dict[str, str]
     nacks: int
     nodes: dict[str, NodeStatus]
 
@@ -77,6 +78,8 @@ class XdsServer:
         self.status = AdsStatus()
         self.poll_interval = poll_interval
         self.last_error: str | None = None
+        self.left_out: dict[int, str] = {}
+        """Registry brokers that could not be routed, and why (the others are served)."""
         self._reload_lock = threading.Lock()
         self._stopped = threading.Event()
         self._fingerprint = source.fingerprint()
@@ -120,7 +123,7 @@ class XdsServer:
         with self._reload_lock:
             self._fingerprint = self.source.fingerprint()
             try:
-                plan = self.source.load_or_empty()
+                plan, left_out = self.source.load_each()
             except EnvoyConfigError as exc:
                 if strict:
                     raise
@@ -130,6 +133,11 @@ class XdsServer:
                 self.last_error = str(exc)
                 return False
             self.last_error = None
+            if left_out != self.left_out:
+                for broker_id, why in sorted(left_out.items()):
+                    log.warning("xds: broker %d left out (the others are served): %.300s",
+                                broker_id, why)
+            self.left_out = left_out
             new_listeners = listeners(plan) if plan is not None else []
             new_clusters = clusters(plan) if plan is not None else []
             changed = self.store.update(new_listeners, new_clusters)
@@ -161,7 +169,9 @@ class XdsServer:
                 versions[TYPE_NAMES[type_url]] = {"version": resources.version,
                                                   "names": list(resources.names)}
         return {"version": self.store.version, "resources": versions,
-                "last_reload_error": self.last_error, "nacks": self.status.nack_count,
+                "last_reload_error": self.last_error,
+                "left_out": {str(key): why for key, why in sorted(self.left_out.items())},
+                "nacks": self.status.nack_count,
                 "nodes": self.status.as_dict()}
 
     def stop(self, grace: float = 1.0) -> None:

@@ -331,3 +331,26 @@ def test_an_unreadable_registry_keeps_the_last_snapshot(
         assert server.store.version == version  # nothing changed meanwhile
     finally:
         server.stop()
+
+
+def test_a_broker_that_cannot_be_routed_is_left_out_and_the_others_follow(
+        database_url: str, registry: Callable[[BrokerRecord], PgCluster],
+        caplog: pytest.LogCaptureFixture) -> None:
+    # one misconfigured broker (here: advertising the port broker 1 advertises) used to
+    # fail every reload, so a broker joining after it was never routed
+    registry(_record(1, 19091, 29091))
+    server = XdsServer(PlanSource(registry=RegistryBrokers(database_url, "EDGE")),
+                       ("127.0.0.1", 0), ("127.0.0.1", 0), poll_interval=0.05)
+    caplog.set_level(logging.INFO, logger="edge.envoy.xds")
+    server.start()
+    try:
+        registry(_record(2, 19091, 29092))  # the same advertised port as broker 1
+        wait_until(lambda: "2" in server.status_dict()["left_out"], 30, "broker 2 left out")
+        registry(_record(3, 19093, 29093))
+        wait_until(lambda: server.status_dict()["resources"]["listeners"]["names"] == [
+            "kafka-broker-1", "kafka-broker-3"], 30, "broker 3's listener")
+        assert server.last_error is None
+        lines = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+        assert len(lines) == 1 and lines[0].startswith("xds: broker 2 left out"), lines
+    finally:
+        server.stop()
