@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from edge.config import ConfigError, load_config
@@ -82,8 +82,7 @@ class PlanSource:
         file) still fails as a whole."""
         if self.registry is None:
             return self.load_or_empty(), {}
-        fixed = PlanSource(self.config_path, self.overrides, self.listener,
-                           self.broker_specs, self.brokers_file, None, self.options).routes()
+        fixed = replace(self, registry=None).routes()
         candidates, left_out = self.registry.routes_each()
         accepted = list(fixed)
         if accepted:

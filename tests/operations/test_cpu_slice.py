@@ -1,5 +1,5 @@
 """``eventLoopSliceUs`` (``edge.cpu_slice``): the event loop thread of a running broker
-has the slice asked for (100 us by default), 0 leaves the thread as it was, a thread under
+has the slice asked for (none by default: 0 leaves the thread as it was), a thread under
 another policy is left alone, and a slice below the kernel's least is raised to it (the
 key's bounds are among tests/operations/test_config.py's invalid cases)."""
 
