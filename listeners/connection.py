@@ -1,6 +1,13 @@
-"""One client connection of a listener: a read loop feeding an ordered write loop, with
+"""One client connection of a listener: a read loop that runs each request's dispatch
+stage itself, and an ordered write loop for the responses that cannot leave at once, with
 the order rule, the memory bounds, the idle timeout and muting described in
-:mod:`listeners.server`."""
+:mod:`listeners.server`.
+
+A request costs no task of its own unless it has a waiting stage: its dispatch stage runs
+in the read loop (which reads nothing more until it has returned, the order rule), and
+its response, when nothing is queued before it and the transport holds nothing, is
+written from there too. The idle timeout is one timer per connection that looks at the
+read loop's wait four times per timeout, not a timer armed and cancelled per request."""
 
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ from listeners.frames import (
 from listeners.handshake import os_reason
 from listeners.pacing import TurnPacer
 from listeners.reader import ConnectionReader
-from listeners.sendfile import write_parts
+from listeners.sendfile import send_now, write_parts
 
 # the logger name operators know from the broker's log (this code was listeners.server)
 log = logging.getLogger("listeners.server")
@@ -50,6 +57,15 @@ async def _fail(exc: Exception) -> None:
         raise exc
     finally:
         del exc  # no reference cycle (the exception's traceback holds this frame)
+
+
+def _failed(loop: asyncio.AbstractEventLoop, exc: Exception
+            ) -> asyncio.Future[Response | None]:
+    """A response that failed with ``exc``, for the write loop to report in order (made
+    here so that no frame on ``exc``'s traceback holds the future: no reference cycle)."""
+    failed: asyncio.Future[Response | None] = loop.create_future()
+    failed.set_exception(exc)
+    return failed
 
 
 def _peer_gone(exc: OSError) -> bool:
@@ -90,8 +106,12 @@ class Connection:
         self.closing = closing
         """Taken a turn of before tearing down (:mod:`listeners.pacing`)."""
         self.gated_requests = 0  # requests served before login (through the gate)
-        self.pending: asyncio.Queue[asyncio.Task[Response | None] | None] = asyncio.Queue(
+        self.pending: asyncio.Queue[asyncio.Future[Response | None] | None] = asyncio.Queue(
             maxsize=limits.max_queued_requests)
+        self.queued = 0  # responses handed to the write loop and not yet done with
+        self.dispatching = False  # the read loop is in a request's dispatch stage
+        self.stop_requested = False  # stop reading once that dispatch stage has returned
+        self.broken = False  # the write loop gave up on the connection
         self.reading: asyncio.Task[object] | None = None
         self.unsent_bytes = 0  # of responses finished and not yet written
         self.running_bytes = 0  # the response bounds of requests started and not finished
@@ -104,15 +124,27 @@ class Connection:
         sock = writer.get_extra_info("socket")
         self.kernel_queue: int | None = sock.fileno() if hasattr(termios, "TIOCOUTQ") \
             and sock is not None else None
+        # the idle timeout's watch (_idle_tick): the read loop's wait, if it is in one
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._waiting = False
+        self._idle_hit = False
+        self._quiet_ticks = -1
+        self._last_progress: tuple[int, int, int] | None = None
 
     async def serve(self) -> None:
-        writing = asyncio.get_running_loop().create_task(self._write_loop())
+        loop = asyncio.get_running_loop()
+        writing = loop.create_task(self._write_loop())
         self.reading = asyncio.current_task()
+        if self.limits.idle_timeout_ms > 0:
+            self._idle_timer = loop.call_later(self._quarter(), self._idle_tick)
         try:
             await self._read_loop()
         except asyncio.CancelledError:
             pass  # stop reading: shutdown, or the write side closed the connection
         finally:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+                self._idle_timer = None
             if self.closing is not None:
                 with contextlib.suppress(asyncio.CancelledError):  # torn down all the same
                     await self.closing.turn()
@@ -125,8 +157,11 @@ class Connection:
                 await self.writer.wait_closed()
 
     def stop_reading(self) -> None:
-        """Stop taking new requests; those already read are still answered."""
-        if self.reading is not None and not self.reading.done():
+        """Stop taking new requests; those already read are still answered (a dispatch
+        stage under way is not interrupted: reading stops once it has returned)."""
+        if self.dispatching:
+            self.stop_requested = True
+        elif self.reading is not None and not self.reading.done():
             self.reading.cancel()
 
     async def _read_frame(self) -> tuple[memoryview, int] | None:
@@ -212,9 +247,9 @@ class Connection:
             self.on_reject(self.info.peer, reason)
 
     async def _read_loop(self) -> None:
-        last: asyncio.Task[Response | None] | None = None
+        last: asyncio.Future[Response | None] | None = None
         while True:
-            if last is not None and self.handler.frame_limit is not None:
+            if last is not None and not last.done() and self.handler.frame_limit is not None:
                 # not logged in: one whole request at a time, with nothing read meanwhile
                 # (a failed login waits, a token may need a JWKS), so that the limit of the
                 # next frame is the one in force after this request (a login)
@@ -235,7 +270,7 @@ class Connection:
             if permit:  # a plain check: a logged-in connection's requests never await here
                 await self._enter_gate()
             try:
-                started: tuple[asyncio.Task[Response | None], asyncio.Future[None]] | None = None
+                ready = False
                 try:
                     request = self._prepare(frame)
                     del frame
@@ -245,22 +280,22 @@ class Connection:
                         if await self._room_for(request.response_bound):
                             await self._enter_gate()
                             permit = True
-                            started = self._start(request, held)
+                            ready = True
                     elif await self._room_for(request.response_bound):
-                        started = self._start(request, held)
+                        ready = True
                 finally:
-                    if started is None:
+                    if not ready:
                         self.budget.give_back(held)
-                if started is None:
+                if not ready:
                     return
-                last, dispatched = started
-                await self.pending.put(last)
                 # the order rule: nothing more is read until this request's dispatch stage
-                # has returned; its waiting stage may go on. The request runs first in the
-                # next turn of the loop, and most dispatch stages end in it.
-                await asyncio.sleep(0)
-                if not dispatched.done():
-                    await dispatched
+                # has returned; its waiting stage may go on
+                last = await self._dispatch(request, held)
+                if last is not None:
+                    self.queued += 1
+                    await self.pending.put(last)
+                if self.stop_requested:
+                    return
             finally:
                 if permit:
                     self._leave_gate()
@@ -305,25 +340,48 @@ class Connection:
         except Exception as exc:  # a handler's fault, not the client's: logged in order
             return Request(0, partial(_fail, exc))
 
-    def _start(self, request: Request, held: int
-               ) -> tuple[asyncio.Task[Response | None], asyncio.Future[None]]:
-        """Run a request, its response bound counted until it has finished; the future is
-        done once its dispatch stage has returned (or failed)."""
+    async def _dispatch(self, request: Request, held: int
+                        ) -> asyncio.Future[Response | None] | None:
+        """Run a request's dispatch stage here, its response bound counted until the request
+        has finished; its waiting stage, if it has one, in a task of its own. The response
+        for the write loop, or None when there is none or it has been written already."""
         bound = max(request.response_bound, 0)
         self.running_bytes += bound
         loop = asyncio.get_running_loop()
-        dispatched: asyncio.Future[None] = loop.create_future()
-        task = loop.create_task(self._run(request, dispatched))
+        self.dispatching = True
+        try:
+            answer = await request.answer()
+        except Exception as exc:  # the write loop closes the connection in order
+            self._finished(held, bound)
+            return _failed(loop, exc)
+        except BaseException:
+            self._finished(held, bound)
+            raise
+        finally:
+            self.dispatching = False
+        if isinstance(answer, Awaitable):
+            task = loop.create_task(self._wait(answer))
+            task.add_done_callback(lambda _task: self._finished(held, bound))
+            return task
+        self._finished(held, bound)
+        if answer is None:
+            return None
+        if not (self.queued or self.broken or self.writer.transport.is_closing()):
+            try:
+                if send_now(self.writer, answer, self.socket):
+                    return None
+            except OSError as exc:  # the write loop says so, in order
+                return _failed(loop, exc)
+        self.unsent_bytes += response_size(answer)
+        done: asyncio.Future[Response | None] = loop.create_future()
+        done.set_result(answer)
+        return done
 
-        def finished(_task: asyncio.Task[Response | None]) -> None:
-            if not dispatched.done():  # cancelled before it began (the connection broke)
-                dispatched.set_result(None)
-            self.budget.give_back(held)
-            self.running_bytes -= bound
-            self.room.set()
-
-        task.add_done_callback(finished)
-        return task, dispatched
+    def _finished(self, held: int, bound: int) -> None:
+        """A request is over: its frame's read budget and its response bound are free."""
+        self.budget.give_back(held)
+        self.running_bytes -= bound
+        self.room.set()
 
     def _fits(self, bound: int) -> bool:
         held = self.running_bytes + self.unsent_bytes
@@ -348,28 +406,47 @@ class Connection:
         return True
 
     async def _until_idle(self, wait: Callable[[], Awaitable[_T]]) -> _T:
-        """``await wait()``; TimeoutError once the connection has been idle for the idle
-        timeout: nothing arrived and the client took none of the bytes sent to it. It looks
-        four times per timeout, so a client reading a large response slowly stays."""
-        if self.limits.idle_timeout_ms <= 0:
+        """``await wait()`` in the read loop; TimeoutError once the connection has been
+        idle for the idle timeout: nothing arrived and the client took none of the bytes
+        sent to it (:meth:`_idle_tick` looks four times per timeout, so a client reading a
+        large response slowly stays)."""
+        if self._idle_timer is None or self.reading is None:
             return await wait()
-        idle = self.limits.idle_timeout_ms / 1000
-        loop = asyncio.get_running_loop()
-        # The first look at the client's progress is at the first quarter, not before
-        # every read (an ioctl and a task per request were a tenth of a login's CPU): a
-        # connection idle from the start is closed up to a quarter later, never earlier.
-        progress: tuple[int, int, int] | None = None
-        since = loop.time()
-        while True:
-            try:
-                async with asyncio.timeout(idle / 4):
-                    return await wait()
-            except TimeoutError:
-                now = self._progress()
-                if now != progress:
-                    progress, since = now, loop.time()
-                elif loop.time() - since >= idle:
-                    raise
+        self._waiting = True
+        self._quiet_ticks = -1
+        try:
+            return await wait()
+        except asyncio.CancelledError:
+            if not self._idle_hit:
+                raise
+            self._idle_hit = False
+            if self.reading.uncancel() > 0:  # cancelled for another reason as well
+                raise
+            raise TimeoutError from None
+        finally:
+            self._waiting = False
+
+    def _quarter(self) -> float:
+        return self.limits.idle_timeout_ms / 4000
+
+    def _idle_tick(self) -> None:
+        """Every quarter of the idle timeout: while the read loop waits, the client's
+        progress is looked at; unchanged at four looks in a row after the first look of
+        this wait (a connection idle from the start is closed up to a quarter after the
+        timeout, never earlier), the wait is ended with a TimeoutError."""
+        self._idle_timer = asyncio.get_running_loop().call_later(self._quarter(),
+                                                                 self._idle_tick)
+        if not self._waiting or self.reading is None:
+            return
+        progress = self._progress()
+        if self._quiet_ticks < 0 or progress != self._last_progress:
+            self._last_progress = progress
+            self._quiet_ticks = 0
+            return
+        self._quiet_ticks += 1
+        if self._quiet_ticks >= 4 and not self._idle_hit:
+            self._idle_hit = True
+            self.reading.cancel()
 
     def _progress(self) -> tuple[int, int, int]:
         """Changes whenever the client takes response bytes: the unsent bytes of finished
@@ -381,16 +458,10 @@ class Connection:
                                                         b"\0\0\0\0"))[0]
         return self.unsent_bytes, self.writer.transport.get_write_buffer_size(), queued
 
-    async def _run(self, request: Request, dispatched: asyncio.Future[None]) -> Response | None:
-        """Answer one request: its dispatch stage, then (``dispatched`` done, the next
-        request may start) its waiting stage if it has one; count the response as unsent
-        until the write loop sends it."""
-        try:
-            answer = await request.answer()
-        finally:
-            if not dispatched.done():  # the read loop may have stopped waiting (shutdown)
-                dispatched.set_result(None)
-        response = await answer if isinstance(answer, Awaitable) else answer
+    async def _wait(self, answer: Awaitable[Response | None]) -> Response | None:
+        """A request's waiting stage; its response counts as unsent until the write loop
+        sends it."""
+        response = await answer
         self.unsent_bytes += response_size(response)
         return response
 
@@ -406,16 +477,17 @@ class Connection:
         self.room.set()
 
     async def _write_loop(self) -> None:
-        broken = False
         while True:
             task = await self.pending.get()
             if task is None:
                 return
-            if broken:
+            if self.broken:
+                self.queued -= 1
                 task.cancel()
                 if task.done() and not task.cancelled() and task.exception() is None:
                     self._sent(response_size(task.result()))
                 continue
+            broken = False
             size = 0
             try:
                 response = await task
@@ -446,7 +518,9 @@ class Connection:
                 log.exception("request from %s failed; closing the connection", self.info.peer)
                 broken = True
             self.writing = False
+            self.queued -= 1
             self._sent(size)
             if broken:
+                self.broken = True
                 self.stop_reading()
                 self.writer.close()

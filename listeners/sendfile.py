@@ -81,6 +81,26 @@ async def write_parts(writer: asyncio.StreamWriter, parts: Sequence[Part],
                 part.release()
 
 
+def send_now(writer: asyncio.StreamWriter, response: bytes | Sequence[Part],
+             sock: Socket | None) -> bool:
+    """Send a response held in memory without waiting: straight to the socket when it is
+    plain TCP and its transport holds nothing, what the socket does not take (or all of
+    it, on TLS) through the transport. False, and nothing sent, when the response has a
+    file region (:func:`write_parts` sends it)."""
+    if isinstance(response, bytes):
+        items: list[_Item] = [response]
+    elif all(isinstance(part, _BUFFERS) for part in response):
+        items = list(response)  # type: ignore[arg-type]  # buffers only, checked above
+    else:
+        return False
+    if sock is not None and writer.transport.get_write_buffer_size() == 0:
+        items = _send_directly(sock.fileno(), items)
+    for item in items:
+        assert not isinstance(item, _Span)
+        writer.write(item)
+    return True
+
+
 def _queue_some(writer: asyncio.StreamWriter, items: list[_Item]) -> list[_Item]:
     """Hand the transport the buffers up to the next region and one chunk of it."""
     index = 0

@@ -1,0 +1,168 @@
+"""The listener's two stages, seen from a plain socket with a handler of the test's own.
+
+The read loop runs a request's dispatch stage itself and writes its response at once when
+nothing is queued before it; only waiting stages get a task. These tests pin what that
+must not change: responses leave in request order whatever mix of immediate answers and
+waiting stages a connection pipelines; a stop (shutdown) during a dispatch stage lets it
+finish and answers it, without reading the request behind it; a dispatch stage that fails
+closes the connection only after the responses before it are sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from listeners.server import (
+    Answer,
+    ConnectionHandler,
+    ConnectionInfo,
+    FrameError,
+    Limits,
+    ListenerServer,
+    Request,
+)
+
+_SIZE = struct.Struct(">i")
+
+
+class _Handler:
+    """Each frame is ``kind:number``: ``now`` answers at once, ``later`` waits for the
+    test's event ``number`` in its waiting stage, ``hold`` waits for it in its dispatch
+    stage, ``fail`` fails its dispatch stage. The answer is the frame itself."""
+
+    def __init__(self, events: dict[int, asyncio.Event], log: list[str]) -> None:
+        self.events = events
+        self.log = log
+
+    @property
+    def frame_limit(self) -> int | None:
+        return None
+
+    @property
+    def muted_until(self) -> float:
+        return 0.0
+
+    def closed(self) -> None:
+        self.log.append("closed")
+
+    def prepare(self, frame: memoryview) -> Request:
+        text = bytes(frame).decode()
+        kind, number = text.split(":")
+        event = self.events.setdefault(int(number), asyncio.Event())
+        response = _SIZE.pack(len(frame)) + bytes(frame)
+
+        async def answer() -> Answer:
+            self.log.append(f"dispatch {text}")
+            if kind == "fail":
+                raise FrameError(f"failed {text}")
+            if kind == "hold":
+                try:
+                    await event.wait()
+                except asyncio.CancelledError:
+                    self.log.append(f"cancelled {text}")
+                    raise
+                self.log.append(f"dispatched {text}")
+            if kind == "later":
+                return _after(event, response)
+            return response
+
+        return Request(len(response), answer)
+
+
+async def _after(event: asyncio.Event, response: bytes) -> bytes:
+    await event.wait()
+    return response
+
+
+async def _serve(events: dict[int, asyncio.Event], log: list[str]
+                 ) -> tuple[ListenerServer, int]:
+    def factory(_info: ConnectionInfo) -> ConnectionHandler:
+        return _Handler(events, log)
+
+    server = ListenerServer("TEST", "127.0.0.1", 0, factory, Limits(idle_timeout_ms=60_000))
+    return server, await server.start()
+
+
+def _frames(*texts: str) -> bytes:
+    return b"".join(_SIZE.pack(len(text)) + text.encode() for text in texts)
+
+
+async def _read_answers(reader: asyncio.StreamReader, count: int) -> list[str]:
+    answers = []
+    for _ in range(count):
+        (size,) = _SIZE.unpack(await reader.readexactly(4))
+        answers.append((await reader.readexactly(size)).decode())
+    return answers
+
+
+def _run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 30))
+
+
+def test_immediate_answers_never_overtake_a_waiting_stage() -> None:
+    async def test() -> None:
+        events: dict[int, asyncio.Event] = {}
+        server, port = await _serve(events, [])
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(_frames("now:1", "later:2", "now:3", "later:4", "now:5"))
+            assert await _read_answers(reader, 1) == ["now:1"]
+            await asyncio.sleep(0.2)  # every request has been dispatched by now
+            events[4].set()  # the second waiting stage ends first
+            await asyncio.sleep(0.1)
+            events[2].set()
+            assert await _read_answers(reader, 4) == ["later:2", "now:3", "later:4", "now:5"]
+            writer.write(_frames("now:6"))  # the queue is empty again: written at once
+            assert await _read_answers(reader, 1) == ["now:6"]
+            writer.close()
+        finally:
+            await server.stop()
+
+    _run(test)
+
+
+def test_a_stop_during_a_dispatch_stage_lets_it_finish_and_answers_it() -> None:
+    async def test() -> None:
+        events: dict[int, asyncio.Event] = {}
+        log: list[str] = []
+        server, port = await _serve(events, log)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_frames("now:1", "hold:2", "now:3"))
+        assert await _read_answers(reader, 1) == ["now:1"]
+        while "dispatch hold:2" not in log:
+            await asyncio.sleep(0.01)
+        stopping = asyncio.create_task(server.stop(grace_seconds=10))
+        await asyncio.sleep(0.2)
+        assert "cancelled hold:2" not in log
+        events[2].set()
+        assert await _read_answers(reader, 1) == ["hold:2"]
+        await stopping
+        assert await reader.read() == b""  # closed, the request behind it never read
+        assert "dispatch now:3" not in log and "cancelled hold:2" not in log
+        assert log[-1] == "closed"
+        writer.close()
+
+    _run(test)
+
+
+@pytest.mark.parametrize("before", [("now:1",), ("later:1",)])
+def test_a_failed_dispatch_stage_closes_after_the_answers_before_it(
+        before: tuple[str, ...]) -> None:
+    async def test() -> None:
+        events: dict[int, asyncio.Event] = {1: asyncio.Event()}
+        events[1].set()
+        server, port = await _serve(events, [])
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(_frames(*before, "fail:2", "now:3"))
+            assert await _read_answers(reader, 1) == [before[0]]
+            assert await reader.read() == b""
+            writer.close()
+        finally:
+            await server.stop()
+
+    _run(test)
