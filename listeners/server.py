@@ -7,9 +7,11 @@ connection at a time; here each request has two stages (:class:`Request`): its
 next frame is not even prepared until the dispatch stage before it has returned, however
 many awaits it holds. What it returns may be a *waiting stage* (an awaitable giving the
 response), and only waiting stages overlap with later requests: a produce waiting for its
-commit, a long-poll fetch, a group member waiting for its group. A write loop sends the
-responses in request order. What a frame means, and what belongs to which stage, is the
-connection handler's business; this module only knows sizes, order and timeouts.
+commit, a long-poll fetch, a group member waiting for its group. Responses leave in
+request order: the read loop writes one itself when nothing is queued before it (most
+requests, with no task of their own), a write loop sends the others. What a frame means,
+and what belongs to which stage, is the connection handler's business; this module only
+knows sizes, order and timeouts.
 
 Memory is bounded twice. Per connection: before a request starts, its handler says how
 large its response may grow (:attr:`Request.response_bound`), and the request is started
