@@ -7,12 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client import Counter
-
 from broker_core import metrics
 from broker_core.cluster.service import ClusterConfig
 from broker_core.codec.compression import codec_of
 from broker_core.groups.config import GroupConfig
+from broker_core.loop_metrics import LoopCounter
 from broker_core.producer_states import DEFAULT_EXPIRATION_MS
 from broker_core.topic_configs import config_number, list_items
 from broker_core.transactions.coordinator import TxnConfig
@@ -68,8 +67,8 @@ class ProduceRules:
     """The codec batches are stored in (``compression.type``; None: the producer's)."""
     keyed: bool
     """Records must carry a key (``cleanup.policy`` includes ``compact``)."""
-    messages_in: Counter
-    bytes_in: Counter
+    messages_in: LoopCounter
+    bytes_in: LoopCounter
 
     @classmethod
     def of(cls, internal: str, own: Mapping[str, str],

@@ -4,41 +4,46 @@ Requests are counted and timed per API; the produce path is timed by stage (the 
 request, batch validation, the append to storage, and the wait for durability); records
 and bytes are counted per topic in and out; fsyncs are timed; failed writes to the data
 directory are counted. The edge serves them on
-``/metrics``.
+``/metrics``. What every request touches is counted without a lock, on the event loop's
+thread (:mod:`broker_core.loop_metrics`); the rest by ``prometheus_client``.
 """
 
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-REQUESTS = Counter("kop_server_requests", "Requests handled, by API.", ["api"])
-REQUEST_LATENCY = Histogram(
+from broker_core.loop_metrics import CounterFamily, HistogramFamily, LoopCounter, LoopHistogram
+
+REQUESTS = CounterFamily("kop_server_requests", "Requests handled, by API.", ["api"])
+REQUEST_LATENCY = HistogramFamily(
     "kop_server_request_latency_seconds", "Time from decoding a request to its response.",
     ["api"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
-PRODUCE_STAGE = Histogram(
+PRODUCE_STAGE = HistogramFamily(
     "kop_server_produce_stage_seconds",
     "Produce path stages: handle (whole request), validate (batch checks), "
     "append (write to the ledger), queued (wait for fsync before the ack).",
     ["stage"], buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05,
                         0.25, 1))
-MESSAGES_IN = Counter("kop_server_messages_in", "Records appended, by topic.", ["topic"])
-BYTES_IN = Counter("kop_server_bytes_in", "Record batch bytes appended, by topic.", ["topic"])
-MESSAGES_OUT = Counter("kop_server_messages_out", "Records sent to fetchers, by topic.",
-                       ["topic"])
-BYTES_OUT = Counter("kop_server_bytes_out", "Record batch bytes sent to fetchers, by topic.",
-                    ["topic"])
+MESSAGES_IN = CounterFamily("kop_server_messages_in", "Records appended, by topic.",
+                            ["topic"])
+BYTES_IN = CounterFamily("kop_server_bytes_in", "Record batch bytes appended, by topic.",
+                         ["topic"])
+MESSAGES_OUT = CounterFamily("kop_server_messages_out", "Records sent to fetchers, by topic.",
+                             ["topic"])
+BYTES_OUT = CounterFamily("kop_server_bytes_out",
+                          "Record batch bytes sent to fetchers, by topic.", ["topic"])
 FSYNC = Histogram(
     "kop_server_fsync_seconds", "Time of one partition's fsync (periodic or forced).",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
 STORAGE_WRITE_ERRORS = Counter(
     "kop_server_storage_write_errors",
     "Writes to the data directory that failed (a full disk, an I/O error).")
-_PER_API: dict[str, tuple[Counter, Histogram]] = {}
+_PER_API: dict[str, tuple[LoopCounter, LoopHistogram]] = {}
 
 
-def per_api(api: str) -> tuple[Counter, Histogram]:
-    """``REQUESTS`` and ``REQUEST_LATENCY`` of one API, labelled once (``labels`` locks
-    and checks its values on every call); an API's series appear once it is served."""
+def per_api(api: str) -> tuple[LoopCounter, LoopHistogram]:
+    """``REQUESTS`` and ``REQUEST_LATENCY`` of one API, labelled once; an API's series
+    appear once it is served."""
     found = _PER_API.get(api)
     if found is None:
         found = _PER_API[api] = (REQUESTS.labels(api), REQUEST_LATENCY.labels(api))

@@ -33,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from broker_core.context import RequestContext
+from broker_core.loop_metrics import CounterFamily, LoopCounter
 from broker_core.quotas.admission import Admission
 from broker_core.quotas.entities import (
     CONNECTION_CREATION_RATE,
@@ -58,9 +59,9 @@ from sasl.printable import printable
 log = logging.getLogger(__name__)
 _NAME_LIMIT = 100
 
-TENANT_BYTES = Counter("kop_server_tenant_bytes",
-                       "Record bytes produced (in) and fetched (out), by tenant.",
-                       ["tenant", "direction"])
+TENANT_BYTES = CounterFamily("kop_server_tenant_bytes",
+                             "Record bytes produced (in) and fetched (out), by tenant.",
+                             ["tenant", "direction"])
 THROTTLE_SECONDS = Counter("kop_server_quota_throttle_seconds",
                            "Throttle time given to requests over a quota, by tenant and quota.",
                            ["tenant", "quota"])
@@ -100,9 +101,8 @@ class QuotaEvents:
         self.intervals = Intervals(window_s)
         self.throttle_s: dict[tuple[tuple[str, ...], str], float] = {}
         """Throttle time given per sharer of a quota and key (a metrics scrape reads it)."""
-        self._tenant_bytes: dict[tuple[str, str], Counter] = {}
-        """The labelled children of ``TENANT_BYTES`` (``labels`` locks and checks its
-        values on every call: a produce request counts here)."""
+        self._tenant_bytes: dict[tuple[str, str], LoopCounter] = {}
+        """The labelled children of ``TENANT_BYTES`` (a produce request counts here)."""
 
     def charged(self, who: Caller, key: str, amount: float) -> None:
         """Count produced and fetched bytes per tenant."""
