@@ -43,7 +43,7 @@ class TlsHandshake(asyncio.Protocol):
     schedules both within the turn in which it is called)."""
 
     def __init__(self, context: ssl.SSLContext, listener: str,
-                 stream: Callable[[], asyncio.StreamReaderProtocol],
+                 stream: Callable[[], asyncio.BaseProtocol],
                  on_reject: Callable[[str, str], None] | None,
                  running: set[asyncio.Task[None]]) -> None:
         self.context = context

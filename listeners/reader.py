@@ -7,9 +7,18 @@ requests of ~100 KiB, the buffer holds several of them, and those copies were a 
 of the event loop's CPU. :class:`ConnectionReader` keeps the chunks as delivered and
 copies each byte once (into its frame), or not at all (a frame that is one whole chunk).
 
-It is still a ``StreamReader`` (``StreamReaderProtocol`` feeds it, the transport is paused
-beyond twice the limit and resumed at the limit, EOF and errors are as asyncio's), but only
-the reads the listener uses are served: ``readexactly``, ``read`` and ``at_eof``.
+The transport reads into buffers the reader lends it (:meth:`ConnectionReader.get_buffer`,
+through :class:`listeners.protocol.FrameProtocol`, a buffered protocol): while the read
+loop waits for a frame of at least ``DIRECT_BYTES``, that is the frame itself, so the
+kernel's copy is the only one its bytes get (uvloop's copy into a ``bytes`` and the join
+of those chunks were a third of the CPU of a 100-byte-record produce); otherwise a buffer
+shared by every connection of the loop (a read fills it and its bytes are taken out at
+once), so an idle connection holds no read buffer.
+
+It reads like asyncio's ``StreamReader`` (``feed_data`` works as its, the transport is
+paused beyond twice the limit and resumed at the limit, EOF and errors are as asyncio's),
+but only the reads the listener uses are served: ``readexactly``, ``read`` and ``at_eof``;
+a large frame comes as the ``bytearray`` it was read into.
 """
 
 from __future__ import annotations
@@ -19,17 +28,21 @@ from collections import deque
 from collections.abc import Iterable
 from typing import SupportsIndex, cast
 
+DIRECT_BYTES = 32 * 1024
+"""A frame at least this large that has not fully arrived is read straight into its own
+buffer; smaller ones are cut from the chunks read into the shared buffer."""
+SHARED_BYTES = 256 * 1024
+"""The buffer reads go to when no frame is being read into its own: one per process, used
+by the event loop's thread only, emptied by each read (get_buffer, the read and
+buffer_updated happen in one callback)."""
+_shared = bytearray(SHARED_BYTES)
+_shared_view = memoryview(_shared)
 
-class ConnectionReader(asyncio.StreamReader):
-    """A StreamReader keeping the delivered chunks, whose buffer limit changes at login.
 
-    Every method that touches the buffer or the waiter is its own (asyncio's privates
-    are not relied on); ``readline`` and ``readuntil`` are not served."""
-
-    _loop: asyncio.AbstractEventLoop  # set by StreamReader's constructor
+class ConnectionReader:
+    """A stream reader keeping the delivered chunks, whose buffer limit changes at login."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(limit)
         self._limit = limit
         self._chunks: deque[bytes] = deque()
         self._start = 0
@@ -41,6 +54,12 @@ class ConnectionReader(asyncio.StreamReader):
         self._waiter: asyncio.Future[None] | None = None
         self._transport: asyncio.ReadTransport | None = None
         self._paused = False
+        self._frame: memoryview | None = None
+        """The frame being read straight into its own buffer (:meth:`_read_direct`)."""
+        self._filled = 0
+        """The bytes of that frame received so far."""
+        self._lent_frame = False
+        """The last :meth:`get_buffer` lent the frame's buffer (not the shared one)."""
 
     @property
     def buffered(self) -> int:
@@ -76,11 +95,35 @@ class ConnectionReader(asyncio.StreamReader):
     def at_eof(self) -> bool:
         return self._eof and not self._size
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the transport is to read to: the rest of the frame being read, or the
+        shared buffer."""
+        del sizehint  # a frame takes what is left of it; the shared buffer is large
+        frame = self._frame
+        self._lent_frame = frame is not None and self._filled < len(frame)
+        if self._lent_frame:
+            assert frame is not None
+            return frame[self._filled:]
+        return _shared_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """The transport read ``nbytes`` into the buffer :meth:`get_buffer` gave."""
+        if self._lent_frame:
+            assert self._frame is not None
+            self._filled += nbytes
+            if self._filled == len(self._frame):
+                self._wakeup_waiter()
+            return
+        self.feed_data(_shared_view[:nbytes])
+
     def feed_data(self, data: Iterable[SupportsIndex]) -> None:
         assert not self._eof, "feed_data after feed_eof"
         # kept as delivered; a transport that lends its own buffer gets it copied
         chunk = data if type(data) is bytes else bytes(data)
         if not chunk:
+            return
+        if self._frame is not None:  # fed by hand while a frame is read into its buffer
+            self._fill(chunk)
             return
         self._chunks.append(chunk)
         self._size += len(chunk)
@@ -113,7 +156,7 @@ class ConnectionReader(asyncio.StreamReader):
         assert not self._eof, "_wait_for_data after EOF"
         if self._paused:
             self._resume()
-        self._waiter = self._loop.create_future()
+        self._waiter = asyncio.get_running_loop().create_future()
         try:
             await self._waiter
         finally:
@@ -147,7 +190,47 @@ class ConnectionReader(asyncio.StreamReader):
         self._start = start
         return b"".join(parts)
 
-    async def readexactly(self, n: int) -> bytes:
+    def _fill(self, chunk: bytes) -> None:
+        """Copy a chunk fed by hand into the frame being read (what goes past it stays
+        buffered)."""
+        assert self._frame is not None
+        size = min(len(chunk), len(self._frame) - self._filled)
+        self._frame[self._filled:self._filled + size] = chunk[:size]
+        self._filled += size
+        if size < len(chunk):
+            self._chunks.append(chunk[size:])
+            self._size += len(chunk) - size
+        if self._filled == len(self._frame):
+            self._wakeup_waiter()
+
+    async def _read_direct(self, n: int) -> bytearray:
+        """A frame of ``n`` bytes, more than are buffered: what is buffered is copied into
+        its buffer, the rest is read straight into it."""
+        frame = bytearray(n)
+        view = memoryview(frame)
+        filled = self._size
+        view[:filled] = self._take(filled) if filled else b""
+        self._frame, self._filled = view, filled
+        try:
+            while self._filled < n:
+                if self._exception is not None:
+                    raise self._exception
+                if self._eof:
+                    raise asyncio.IncompleteReadError(bytes(frame[:self._filled]), n)
+                await self._wait_for_data("readexactly")
+        except BaseException:
+            if self._filled and not self._eof:  # cancelled: what arrived stays buffered
+                self._chunks.appendleft(bytes(view[:self._filled]))
+                self._size += self._filled
+            raise
+        finally:
+            self._frame = None
+            self._filled = 0
+            self._lent_frame = False
+        self._maybe_resume_transport()
+        return frame
+
+    async def readexactly(self, n: int) -> bytes | bytearray:
         """Exactly ``n`` bytes; IncompleteReadError with what arrived if the stream ends
         first."""
         if n < 0:
@@ -156,6 +239,8 @@ class ConnectionReader(asyncio.StreamReader):
             raise self._exception
         if n == 0:
             return b""
+        if self._size < n and n >= DIRECT_BYTES and not self._eof:
+            return await self._read_direct(n)
         while self._size < n:
             if self._eof:
                 incomplete = self._take(self._size) if self._size else b""

@@ -71,6 +71,7 @@ from listeners.frames import (
 )
 from listeners.handshake import TlsHandshake, peer_address
 from listeners.pacing import TurnPacer
+from listeners.protocol import FrameProtocol
 from listeners.reader import ConnectionReader
 
 __all__ = ["SMALL_FRAME_BYTES", "Answer", "ConnectionHandler", "ConnectionInfo",
@@ -127,15 +128,12 @@ class ListenerServer:
         self.port = int(sockets[0].getsockname()[1])
         return self.port
 
-    def _stream(self) -> asyncio.StreamReaderProtocol:
+    def _stream(self) -> FrameProtocol:
         """The protocol of a connection ready for Kafka frames (after TLS, if any)."""
-        return asyncio.StreamReaderProtocol(ConnectionReader(SMALL_FRAME_BYTES), self._accept)
+        return FrameProtocol(ConnectionReader(SMALL_FRAME_BYTES), self._accept)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, reader: ConnectionReader, writer: asyncio.StreamWriter) -> None:
         peer = peer_address(writer.transport)
-        if not isinstance(reader, ConnectionReader):  # the connection was lost before it was made
-            writer.close()
-            return
         if len(self._connections) >= self.limits.max_connections:
             log.warning("refusing connection from %s on %s: %d connections is the limit",
                         peer, self.name, self.limits.max_connections)

@@ -1,6 +1,8 @@
 """The listener's read buffer (``listeners.reader``): frames cut from chunks of any size
-come out byte for byte, EOF and errors surface as asyncio's StreamReader gives them, and
-the transport is paused beyond twice the limit and resumed once read down to it."""
+come out byte for byte, whether fed or read into the buffers the reader lends (a large
+frame's own: no copy but the transport's); EOF and errors surface as asyncio's
+StreamReader gives them, and the transport is paused beyond twice the limit and resumed
+once read down to it."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import random
 
 import pytest
 
-from listeners.reader import ConnectionReader
+from listeners.reader import DIRECT_BYTES, ConnectionReader
 
 
 class _Transport(asyncio.ReadTransport):
@@ -121,5 +123,96 @@ def test_errors_and_eof_as_streamreader() -> None:
             await empty.readexactly(4)
         assert ended.value.partial == b"ab"
         assert await empty.read(10) == b""
+
+    asyncio.run(run())
+
+
+def _lend(reader: ConnectionReader, data: bytes) -> memoryview:
+    """What a buffered transport does with ``data``: read it into the buffer the reader
+    lends, as much as fits; return the buffer lent."""
+    buffer = reader.get_buffer(-1)
+    size = min(len(buffer), len(data))
+    buffer[:size] = data[:size]
+    reader.buffer_updated(size)
+    return buffer
+
+
+def test_frames_read_into_lent_buffers_come_out_byte_for_byte() -> None:
+    async def run() -> None:
+        rng = random.Random(11)
+        data = rng.randbytes(3_000_000)
+        reader = ConnectionReader(1 << 16)
+
+        async def transport() -> None:
+            at = 0
+            while at < len(data):
+                size = rng.choice([1, 4, 100, 5000, 65_536, 400_000])
+                lent = _lend(reader, data[at:at + size])
+                at += min(len(lent), size)
+                if rng.random() < 0.5:
+                    await asyncio.sleep(0)
+            reader.feed_eof()
+
+        feeding = asyncio.create_task(transport())
+        out = bytearray()
+        with pytest.raises(asyncio.IncompleteReadError) as ended:
+            while True:
+                size = rng.choice([4, 17, DIRECT_BYTES - 1, DIRECT_BYTES, 95_000, 300_000])
+                frame = await reader.readexactly(size)
+                assert len(frame) == size
+                out += frame
+        out += ended.value.partial
+        await feeding
+        assert bytes(out) == data
+
+    asyncio.run(run())
+
+
+def test_a_large_frame_is_read_into_its_own_buffer() -> None:
+    async def run() -> None:
+        reader = ConnectionReader(1 << 16)
+        frame = bytes(range(256)) * 400  # 102,400 bytes
+        _lend(reader, frame[:1000])  # the first read went to the shared buffer
+        waiting = asyncio.create_task(reader.readexactly(len(frame)))
+        await asyncio.sleep(0)
+        lent = _lend(reader, frame[1000:])
+        assert len(lent) == len(frame) - 1000  # the rest of the frame, exactly
+        got = await waiting
+        assert got == frame
+        assert isinstance(got, bytearray)  # the buffer the transport read into
+        assert _lend(reader, b"next").nbytes > 4  # then the shared buffer again
+        assert await reader.readexactly(4) == b"next"
+
+    asyncio.run(run())
+
+
+def test_a_direct_read_cancelled_keeps_what_arrived() -> None:
+    async def run() -> None:
+        reader = ConnectionReader(1 << 16)
+        frame = b"z" * (2 * DIRECT_BYTES)
+        _lend(reader, frame[:10])
+        waiting = asyncio.create_task(reader.readexactly(len(frame)))
+        await asyncio.sleep(0)
+        _lend(reader, frame[10:500])
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert reader.buffered == 500
+        _lend(reader, frame[500:])
+        assert await reader.readexactly(len(frame)) == frame
+
+    asyncio.run(run())
+
+
+def test_eof_inside_a_direct_read_gives_what_arrived() -> None:
+    async def run() -> None:
+        reader = ConnectionReader(1 << 16)
+        waiting = asyncio.create_task(reader.readexactly(DIRECT_BYTES * 2))
+        await asyncio.sleep(0)
+        _lend(reader, b"q" * 300)
+        reader.feed_eof()
+        with pytest.raises(asyncio.IncompleteReadError) as ended:
+            await waiting
+        assert ended.value.partial == b"q" * 300
 
     asyncio.run(run())
