@@ -8,6 +8,7 @@ Responses give names back exactly as the client wrote them.
 from __future__ import annotations
 
 import functools
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -83,3 +84,13 @@ def to_client(internal: str, home: Namespace) -> str:
     if internal.startswith(home.prefix):
         return internal[len(home.prefix) :]
     return internal
+
+
+def named_in(internal: str, names: AbstractSet[str]) -> bool:
+    """Whether one of ``names``, topic names clients sent from logins whose namespace is
+    not known here (a consumer group's subscriptions), may mean the internal topic: its
+    full name, its Pulsar spelling, or its short name (which means it to a login of its
+    namespace; a login of another namespace means another topic by it, but which login
+    sent it is not kept, so this errs toward "named")."""
+    return (internal in names or _PERSISTENT + internal in names
+            or internal.rsplit("/", 1)[-1] in names)

@@ -188,16 +188,24 @@ async def handle_offset_fetch(engine: Engine, ctx: RequestContext,
 
 async def handle_offset_delete(engine: Engine, ctx: RequestContext,
                                request: OffsetDeleteRequest) -> OffsetDeleteResponse:
-    """Delete committed offsets of topics the group no longer consumes."""
+    """Delete committed offsets of topics the group no longer consumes (KIP-496), as
+    Kafka: DELETE on the group, else GROUP_AUTHORIZATION_FAILED for the whole request;
+    READ on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions; then
+    UNKNOWN_TOPIC_OR_PARTITION for partitions that do not exist; GROUP_ID_NOT_FOUND for a
+    group that does not exist; GROUP_SUBSCRIBED_TO_TOPIC for the topics a member of a
+    consumer group subscribes to (NON_EMPTY_GROUP for a group with members of another
+    protocol, or whose subscriptions cannot be read). A group-level error is answered
+    without topics, as Kafka's ``getErrorResponse``."""
     R = OffsetDeleteResponse
     T = R.OffsetDeleteResponseTopic
 
     def answer(code: ErrorCode, per: dict[tuple[str, int], ErrorCode]) -> OffsetDeleteResponse:
-        return R(version=request.version, throttle_time_ms=0, error_code=code, topics=[
+        topics = [] if code != ErrorCode.NONE else [
             T(name=t.name, partitions=[T.OffsetDeleteResponsePartition(
                 partition_index=p.partition_index,
                 error_code=per.get((t.name, p.partition_index), ErrorCode.NONE))
-                for p in t.partitions]) for t in request.topics])
+                for p in t.partitions]) for t in request.topics]
+        return R(version=request.version, throttle_time_ms=0, error_code=code, topics=topics)
 
     code = group_error(engine, ctx, request.group_id, Operation.DELETE)
     group = (engine.groups.find(engine.tenancy.offsets_topic(ctx),
@@ -210,21 +218,18 @@ async def handle_offset_delete(engine: Engine, ctx: RequestContext,
     subscribed = group.subscribed_topics() if group.state != GroupState.EMPTY else set()
     if subscribed is None:
         return answer(ErrorCode.NON_EMPTY_GROUP, {})
-    subscribed_internal = set()
-    for name in subscribed:
-        try:
-            subscribed_internal.add(engine.tenancy.internal_name(ctx, name))
-        except KafkaApiError:
-            continue
     per: dict[tuple[str, int], ErrorCode] = {}
     doomed = []
     for topic in request.topics:
         internal, topic_code = _topic_error(engine, ctx, topic.name, Operation.READ)
+        info = engine.logs.topic(internal) if internal is not None and not topic_code else None
         for part in topic.partitions:
             key = (topic.name, part.partition_index)
             if topic_code != ErrorCode.NONE or internal is None:
                 per[key] = topic_code
-            elif internal in subscribed_internal:
+            elif info is None or not 0 <= part.partition_index < info.num_partitions:
+                per[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif naming.named_in(internal, subscribed):
                 per[key] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
             else:
                 doomed.append((internal, part.partition_index))

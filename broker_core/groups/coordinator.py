@@ -443,7 +443,11 @@ class GroupCoordinator(StateCoordinator):
         self._forget(group)
 
     async def expire_offsets(self, now: int) -> None:
-        """Drop offsets of groups that have been empty longer than the retention."""
+        """Drop the offsets past the retention (:meth:`GroupOffsets.expired`: those of
+        groups empty that long, and those committed that long ago by groups that only
+        store offsets or, while Stable, no longer subscribe to their topic), by tombstones
+        in the log, so a restart or another coordinator replays them gone; then drop the
+        groups left empty without offsets."""
         for group in list(self.groups.values()):
             if (group.topic, group.partition) not in self._loaded:
                 continue

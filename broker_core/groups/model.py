@@ -11,6 +11,9 @@ from enum import Enum
 
 from broker_core.errors import ErrorCode
 
+CONSUMER_PROTOCOL = "consumer"
+"""The protocol type of Kafka's consumers, whose metadata is a ConsumerProtocolSubscription."""
+
 
 class GroupState(Enum):
     """Group states of Kafka's classic group protocol, named as DescribeGroups names them."""
@@ -113,9 +116,12 @@ class Group:
     """Member ids handed out with MEMBER_ID_REQUIRED, and when each lapses (ms)."""
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
-    offset_writes: int = 0
-    """Offset commits (plain or transactional) whose write is under way: the group has
-    offsets for expiry's purpose (as Kafka's ``hasOffsets`` counts pending commits)."""
+    committing: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Partitions with an offset commit (plain or transactional) whose write is under way,
+    and how many: the group has offsets for expiry's purpose (as Kafka's ``hasOffsets``
+    counts pending commits), and expiry leaves these partitions alone (as Kafka skips
+    ``pendingOffsetCommits``: a tombstone appended after the commit's record would delete
+    on replay the offset the commit is about to acknowledge)."""
     awaiting_sync: set[str] = field(default_factory=set)
     """Members of the current generation that have not sent their SyncGroup yet (Kafka's
     ``pendingSyncMembers``): those still here when the rebalance timer fires after the
@@ -142,7 +148,7 @@ class Group:
     def has_offsets(self) -> bool:
         """Whether the group holds offsets: committed, pending in a transaction, or being
         written (an acknowledged commit must not land in a group expiry dropped)."""
-        return bool(self.offsets or self.pending_txn or self.offset_writes)
+        return bool(self.offsets or self.pending_txn or self.committing)
 
     def settle_txn(self, producer_id: int, commit: bool) -> None:
         """A transaction ended: its pending offsets become committed, or are dropped."""
@@ -217,8 +223,10 @@ class Group:
         return max(votes, key=lambda name: votes[name])
 
     def subscribed_topics(self) -> set[str] | None:
-        """Topics the consumer members subscribe to; None when unknown (not 'consumer')."""
-        if self.protocol_type != "consumer" or self.protocol is None or not self.members:
+        """Topics the members subscribe to, as their JoinGroup's metadata for the group's
+        protocol names them (Kafka's ``subscribedTopics``); None when unknown: not the
+        consumer protocol, or a subscription that cannot be read."""
+        if self.protocol_type != CONSUMER_PROTOCOL or self.protocol is None or not self.members:
             return None if self.members else set()
         from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 

@@ -15,9 +15,10 @@ import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from broker_core import naming
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups import offsets_topic
-from broker_core.groups.model import CommittedOffset, Group, GroupState
+from broker_core.groups.model import CONSUMER_PROTOCOL, CommittedOffset, Group, GroupState
 from broker_core.system_topics import Record, SystemTopic
 
 TopicPartition = tuple[str, int]
@@ -154,7 +155,9 @@ class GroupOffsets:
         as Kafka does."""
         outcome = ErrorCode.NONE
         if batch:
-            group.offset_writes += 1
+            committing = group.committing
+            for tp in accepted:
+                committing[tp] = committing.get(tp, 0) + 1
             try:
                 await self.write(group, batch)
             except KafkaApiError as error:
@@ -162,7 +165,12 @@ class GroupOffsets:
             else:
                 keep(accepted)
             finally:
-                group.offset_writes -= 1
+                for tp in accepted:
+                    left = committing[tp] - 1
+                    if left:
+                        committing[tp] = left
+                    else:
+                        del committing[tp]
         results.update(dict.fromkeys(accepted, outcome))
         return results
 
@@ -208,12 +216,33 @@ class GroupOffsets:
         await self.write(group, tombstones)
 
     def expired(self, group: Group, now: int) -> list[TopicPartition]:
-        """The offsets of an empty group that are past the retention: all of them when the
-        group has been empty that long (a group with members before), else each one
-        committed that long ago (a group that only stores offsets)."""
-        if group.state != GroupState.EMPTY:
-            return []
+        """The offsets of ``group`` past the retention, by Kafka's rules (KIP-211, KIP-496),
+        but those with a commit under way:
+
+        - an Empty group that had members: all of them once it has been empty that long;
+        - a group that only stores offsets (no protocol type): each one committed that long
+          ago;
+        - a Stable group of the consumer protocol: each one committed that long ago on a
+          topic none of its members subscribes to (nothing when a member's subscription
+          cannot be read);
+        - any other group (rebalancing, or another protocol such as Connect's): none."""
         retention = self.retention_ms
-        if group.protocol_type is not None:
-            return list(group.offsets) if now - group.state_timestamp > retention else []
-        return [tp for tp, c in group.offsets.items() if now - c.commit_timestamp > retention]
+        if group.state == GroupState.EMPTY and group.protocol_type is not None:
+            doomed = list(group.offsets) if now - group.state_timestamp > retention else []
+        else:
+            doomed = [tp for tp, c in group.offsets.items()
+                      if now - c.commit_timestamp > retention]
+            if doomed and group.state != GroupState.EMPTY:
+                doomed = self._unsubscribed(group, doomed)
+        return [tp for tp in doomed if tp not in group.committing]
+
+    @staticmethod
+    def _unsubscribed(group: Group, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Those of ``partitions`` whose topic a Stable consumer group does not subscribe to
+        (none in any other case)."""
+        if group.state != GroupState.STABLE or group.protocol_type != CONSUMER_PROTOCOL:
+            return []
+        subscribed = group.subscribed_topics()
+        if subscribed is None:
+            return []
+        return [tp for tp in partitions if not naming.named_in(tp[0], subscribed)]

@@ -1,5 +1,6 @@
-"""``admin groups list|describe|reset-offsets|delete``: consumer groups, their members,
-committed offsets and lag (the high watermark minus the committed offset)."""
+"""``admin groups list|describe|reset-offsets|delete-offsets|delete``: consumer groups,
+their members, committed offsets and lag (the high watermark minus the committed
+offset)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,13 @@ def add_parsers(groups: SubParsers) -> None:
     reset.add_argument("--execute", action="store_true",
                        help="commit the new offsets (without it: show them only)")
     reset.set_defaults(run=reset_offsets)
+    delete_offsets = verbs.add_parser(
+        "delete-offsets", help="delete a group's offsets of topics it does not consume")
+    delete_offsets.add_argument("group")
+    delete_offsets.add_argument(
+        "--topic", action="append", required=True, metavar="TOPIC[:P,...]", dest="topics",
+        help="every partition of this topic, or the partitions listed (repeatable)")
+    delete_offsets.set_defaults(run=delete_offsets_of)
     delete = verbs.add_parser("delete", help="delete empty groups and their offsets")
     delete.add_argument("groups", nargs="+", metavar="GROUP")
     delete.set_defaults(run=delete_groups)
@@ -137,6 +145,36 @@ def reset_offsets(args: argparse.Namespace, clients: Clients) -> Report:
         name = "NONE" if name == "NO_ERROR" else str(name)
         report.failed |= args.execute and name != "NONE"
         table.add(tp.topic, tp.partition, committed.get(tp), wanted[tp], name)
+    return report
+
+
+def _topic_partitions(clients: Clients, specs: list[str]) -> list[TopicPartition]:
+    """``T`` (every partition of T) or ``T:0,2`` (those listed), as Kafka's tool takes
+    them (a name may hold a colon itself: ``persistent://tenant/ns/t``)."""
+    listed: list[TopicPartition] = []
+    whole: list[str] = []
+    for spec in specs:
+        name, colon, numbers = spec.rpartition(":")
+        if colon and numbers and all(n.strip().isdigit() for n in numbers.split(",")):
+            listed.extend(TopicPartition(name, int(n)) for n in numbers.split(","))
+        else:
+            whole.append(spec)
+    return listed + (_partitions_of(clients, whole) if whole else [])
+
+
+def delete_offsets_of(args: argparse.Namespace, clients: Clients) -> Report:
+    """OffsetDelete (KIP-496): a partition of a topic the group subscribes to is refused
+    (GROUP_SUBSCRIBED_TO_TOPIC); an unknown group fails the call (GROUP_ID_NOT_FOUND)."""
+    group: str = args.group
+    keys = _topic_partitions(clients, list(args.topics))
+    results: dict[TopicPartition, type] = clients.admin().delete_group_offsets(group, keys)
+    report = Report({"group": group})
+    table = report.table("results", "topic", "partition", "result")
+    for tp in sorted(results, key=lambda tp: (tp.topic, tp.partition)):
+        message = getattr(results[tp], "message", None)
+        name = "NONE" if message in (None, "NO_ERROR") else str(message)
+        report.failed |= name != "NONE"
+        table.add(tp.topic, tp.partition, name)
     return report
 
 

@@ -60,7 +60,9 @@ class CoordinatorKeys(BaseModel):
         ge=0, le=INT_MAX)] = 4096
     offsets_retention_minutes: Annotated[int, key(
         "offsetsRetentionMinutes",
-        "committed offsets of a group that has been empty this long are removed",
+        "committed offsets are removed once a group has been empty this long, or this long "
+        "after their commit for a group that only stores offsets and for the topics a "
+        "Stable consumer group no longer subscribes to",
         ge=1, le=INT_MAX)] = 4320
     offsets_retention_check_interval_ms: Annotated[int, key(
         "offsetsRetentionCheckIntervalMs",

@@ -28,6 +28,9 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import GroupAuthorizationFailedError, NoError, TopicAuthorizationFailedError
 from kafka.protocol.admin import (
     CreateAclsRequest,
     CreateAclsResponse,
@@ -267,6 +270,47 @@ def test_reader_group_needs_group_acl(acl_broker: AclBroker) -> None:
                                 COUNT, timeout=10)
     assert got == []
     assert confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED in errors, errors
+
+
+def test_offset_delete_needs_delete_on_the_group_and_read_on_the_topic(
+        acl_broker: AclBroker) -> None:
+    """OffsetDelete, as Kafka authorizes it: without DELETE on the group the whole request
+    is GROUP_AUTHORIZATION_FAILED (READ on it is not enough); with it, a partition of a
+    topic the caller may not READ is TOPIC_AUTHORIZATION_FAILED and left alone."""
+    client = acl_broker.admin()
+    grants = [allow(ResourceType.GROUP, "cleanup-group", "cleaner", AclOperation.DELETE),
+              allow(ResourceType.TOPIC, "orders-1", "cleaner", AclOperation.READ)]
+    create_acls(client, grants)
+    root = acl_broker.conn("admin")
+    cleaner = KafkaAdminClient(**acl_broker.login("cleaner").kafka_python())
+    reader = KafkaAdminClient(**acl_broker.login("reader").kafka_python())
+    try:
+        for topic in ("orders-1", "payments"):
+            assert root.simple_commit("cleanup-group", topic, {0: 1}) == {0: NONE}
+        assert root.simple_commit("reader-group", "orders-1", {2: 1}) == {2: NONE}
+        assert cleaner.delete_group_offsets("cleanup-group", [
+            KafkaTopicPartition("orders-1", 0), KafkaTopicPartition("payments", 0)]) == {
+            KafkaTopicPartition("orders-1", 0): NoError,
+            KafkaTopicPartition("payments", 0): TopicAuthorizationFailedError}
+        assert root.all_offsets("cleanup-group") == (NONE, {("payments", 0): 1})
+        with pytest.raises(GroupAuthorizationFailedError):  # READ on reader-group only
+            reader.delete_group_offsets("reader-group", [KafkaTopicPartition("orders-1", 2)])
+        conn = acl_broker.conn("reader")
+        try:
+            answer = conn.offset_delete("reader-group", "orders-1", [2])
+            assert (answer.error_code, answer.topics) == (GROUP_AUTHORIZATION_FAILED, [])
+        finally:
+            conn.close()
+        assert root.all_offsets("reader-group")[1][("orders-1", 2)] == 1
+    finally:
+        cleaner.close()
+        reader.close()
+        root.close()
+        doomed = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY,
+                                  "User:cleaner", None, AclOperation.ANY,
+                                  AclPermissionType.ANY)
+        for future in client.delete_acls([doomed], request_timeout=15).values():
+            assert len(future.result(15)) == len(grants)
 
 
 def test_acls_decide_every_operation(acl_broker: AclBroker) -> None:

@@ -1,0 +1,289 @@
+"""KIP-496 in the group coordinator: a Stable consumer group's offsets of topics it no
+longer subscribes to expire by their commit time, those of topics it subscribes to stay,
+and the expiry is written (a restart replays them gone); OffsetDelete (API 47) through
+kafka-python's KafkaAdminClient and ``edge-broker admin groups delete-offsets``.
+
+The first test drives the coordinator directly, on real storage, with the clock it is
+given; the others use real clients against a broker whose ``offsetsRetentionMinutes`` is 1
+(its smallest value), so the expiry test waits a little over a minute."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import confluent_kafka
+import pytest
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions
+from confluent_kafka.admin import AdminClient
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import (
+    GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
+    NoError,
+    UnknownTopicOrPartitionError,
+)
+
+from broker_core.appends import AppendPath
+from broker_core.durability import FlushScheduler
+from broker_core.groups.config import GroupConfig
+from broker_core.groups.coordinator import GroupCoordinator
+from broker_core.groups.effects import JoinRequest
+from broker_core.groups.model import (
+    CommittedOffset,
+    Group,
+    GroupState,
+    JoinResult,
+    SyncResult,
+)
+from broker_core.groups.offsets import GroupOffsets, OffsetToCommit
+from broker_core.storage import LogConfig, Storage, open_storage
+from broker_core.system_topics import SystemTopic
+from broker_core.waiters import AppendWaiters
+from tests.admin_cli_helpers import admin
+from tests.broker_process import BrokerProcess
+from tests.clients import create_topic
+from tests.group_helpers import (
+    group_id_for,
+    produce_values,
+    start_broker,
+    subscription,
+    wait_until,
+)
+from tests.postgres_server import shared_server
+
+pytestmark = pytest.mark.long_running(minutes=3)
+
+OFFSETS = "public/__kafka/__consumer_offsets"
+RETENTION_MS = 60_000
+
+
+def _storage(url: str) -> tuple[SystemTopic, Storage]:
+    logs = open_storage(url, LogConfig())
+    appends = AppendPath(AppendWaiters(), FlushScheduler(2**63 - 1, 0))
+    return SystemTopic(logs, appends, "__consumer_offsets", 3, 1 << 20, 1 << 30), logs
+
+
+async def _stable_member(groups: GroupCoordinator, group_id: str, protocol_type: str,
+                         metadata: bytes) -> tuple[str, int]:
+    """One member joins ``group_id`` and syncs; its member id and generation."""
+    assert groups.check(OFFSETS, group_id) == 0
+    joined = await groups.join(OFFSETS, group_id, JoinRequest(
+        "", None, "client", "/127.0.0.1", 30_000, 30_000, protocol_type,
+        [("range", metadata)], require_known_member=False))
+    if isinstance(joined, asyncio.Future):
+        joined = await joined
+    assert isinstance(joined, JoinResult) and joined.error == 0, joined
+    synced = await groups.sync(OFFSETS, group_id, joined.member_id, None, joined.generation,
+                               protocol_type, "range", {joined.member_id: b""})
+    if isinstance(synced, asyncio.Future):
+        synced = await synced
+    assert isinstance(synced, SyncResult) and synced.error == 0, synced
+    group = groups.find(OFFSETS, group_id)
+    assert group is not None and group.state == GroupState.STABLE
+    return joined.member_id, joined.generation
+
+
+@pytest.mark.parametrize("engine", ["file", "postgres"])
+def test_stable_consumer_group_expires_offsets_of_unsubscribed_topics(tmp_path: Path,
+                                                                      engine: str) -> None:
+    """A Stable consumer group subscribed to ``a`` (its short name) and to
+    ``public/other/c`` (a full name) has offsets on a, b and c committed past the
+    retention: b's expire, a's and c's stay. A group of another protocol, and one whose
+    subscription cannot be read, expire nothing while they have members. The tombstones
+    are in the log: a new coordinator (after a restart, or another broker of a cluster on
+    the same database) replays b gone."""
+    topics = ("public/default/a", "public/default/b", "public/other/c")
+    url = tmp_path.as_uri() if engine == "file" else shared_server().new_database_url()
+
+    async def scenario() -> None:
+        store, logs = _storage(url)
+        for name in topics:
+            logs.create_topic(name, 2, {})
+        config = GroupConfig(offsets_retention_ms=RETENTION_MS, initial_rebalance_delay_ms=0)
+        groups = GroupCoordinator(config, store)
+        cases = {"consumers": ("consumer", subscription(["a", "public/other/c"])),
+                 "connect": ("connect", subscription(["a"])),
+                 "unreadable": ("consumer", b"\x00\x07garbage")}
+        commit_ts = {}
+        for group_id, (protocol_type, metadata) in cases.items():
+            member, generation = await _stable_member(groups, group_id, protocol_type,
+                                                      metadata)
+            error, results = await groups.commit(OFFSETS, group_id, member, None, generation, [
+                OffsetToCommit(t, p, 10 + p, -1, "") for t in topics for p in range(2)])
+            assert error == 0 and set(results.values()) == {0}, results
+            committed = groups.committed(OFFSETS, group_id, None)
+            commit_ts[group_id] = max(c.commit_timestamp for c in committed.values() if c)
+        latest = max(commit_ts.values())
+
+        await groups.expire_offsets(latest + RETENTION_MS // 2)
+        for group_id in cases:  # not yet past the retention
+            assert len(groups.committed(OFFSETS, group_id, None)) == 6
+        await groups.expire_offsets(latest + RETENTION_MS + 1_000)
+        kept = set(groups.committed(OFFSETS, "consumers", None))
+        assert kept == {(t, p) for t in (topics[0], topics[2]) for p in range(2)}
+        group = groups.find(OFFSETS, "consumers")
+        assert group is not None and group.state == GroupState.STABLE
+        for group_id in ("connect", "unreadable"):
+            assert len(groups.committed(OFFSETS, group_id, None)) == 6, group_id
+        await groups.stop()
+        logs.close()
+
+        store, logs = _storage(url)
+        again = GroupCoordinator(config, store)
+        again.start()
+        for _ in range(200):
+            if again.check(OFFSETS, "consumers") == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert set(again.committed(OFFSETS, "consumers", None)) == kept
+        assert len(again.committed(OFFSETS, "connect", None)) == 6
+        await again.stop()
+        logs.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_offset_whose_commit_is_under_way_does_not_expire(tmp_path: Path) -> None:
+    """As Kafka skips ``pendingOffsetCommits``: a tombstone appended after a commit's record
+    would delete on replay the offset that commit is about to acknowledge."""
+    store, logs = _storage(tmp_path.as_uri())
+    offsets = GroupOffsets(store, 4096, RETENTION_MS, lambda _t, _p: iter(()))
+    group = Group("standalone", OFFSETS, 0)
+    old = CommittedOffset(5, -1, "", 1_000)
+    group.offsets = {("public/default/a", 0): old, ("public/default/a", 1): old}
+    group.committing[("public/default/a", 1)] = 1
+    assert offsets.expired(group, 1_000 + RETENTION_MS + 1) == [("public/default/a", 0)]
+    del group.committing[("public/default/a", 1)]
+    assert len(offsets.expired(group, 1_000 + RETENTION_MS + 1)) == 2
+    logs.close()
+
+
+# -- real clients ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = start_broker(Path(tmp_path_factory.mktemp("kip496")),
+                           offsetsRetentionMinutes="1", offsetsRetentionCheckIntervalMs="500")
+    yield process
+    process.stop()
+
+
+def _committed(bootstrap: str, group: str, topics: list[str]) -> dict[tuple[str, int], int]:
+    """The group's committed offsets of both partitions of ``topics``, as confluent-kafka's
+    AdminClient lists them (OFFSET_INVALID where there is none)."""
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    asked = [confluent_kafka.TopicPartition(t, p) for t in topics for p in range(2)]
+    listed = client.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, asked)])[group].result(20)
+    return {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions}
+
+
+def test_a_stable_group_expires_the_offsets_of_a_topic_it_left(broker: BrokerProcess,
+                                                                topic_name: str) -> None:
+    """A confluent-kafka consumer subscribed to A and B commits on both, then subscribes to
+    A only: once the retention (a minute) has passed since the commit, B's offsets are
+    gone while the group is Stable with the consumer in it; A's, committed as long ago,
+    stay; after a restart B's stay gone."""
+    a, b = f"{topic_name}-a", f"{topic_name}-b"
+    for name in (a, b):
+        create_topic(broker.bootstrap, name, 2)
+        produce_values(broker.bootstrap, name, range(2), 0, 5)
+    group = group_id_for(topic_name)
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": broker.bootstrap, "group.id": group,
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 250})
+    seen: set[tuple[str | None, int | None, int | None]] = set()
+
+    def read() -> None:
+        for msg in consumer.consume(100, 0.2):
+            assert msg.error() is None, msg.error()
+            seen.add((msg.topic(), msg.partition(), msg.offset()))
+
+    def assigned() -> set[str]:
+        return {tp.topic for tp in consumer.assignment()}
+
+    everything = {(a, 0): 5, (a, 1): 5, (b, 0): 5, (b, 1): 5}
+    gone = confluent_kafka.OFFSET_INVALID
+    try:
+        consumer.subscribe([a, b])
+        wait_until(lambda: len(seen) == 20, 60, "the records of A and B", read)
+        consumer.commit(asynchronous=False)
+        assert _committed(broker.bootstrap, group, [a, b]) == everything
+
+        consumer.subscribe([a])  # a rebalance: the group's subscription is A alone
+        wait_until(lambda: assigned() == {a}, 60, "A alone assigned", read)
+        wait_until(lambda: _committed(broker.bootstrap, group, [b]) ==
+                   {(b, 0): gone, (b, 1): gone}, 150, "B's offsets to expire", read)
+        client = AdminClient({"bootstrap.servers": broker.bootstrap})
+        described = client.describe_consumer_groups([group])[group].result(20)
+        assert described.state == ConsumerGroupState.STABLE
+        assert len(described.members) == 1
+        assert _committed(broker.bootstrap, group, [a]) == {(a, 0): 5, (a, 1): 5}
+        assert assigned() == {a}
+    finally:
+        consumer.close()
+    assert broker.stop() == 0
+    broker.start()
+    assert _committed(broker.bootstrap, group, [a, b]) == {
+        (a, 0): 5, (a, 1): 5, (b, 0): gone, (b, 1): gone}
+
+
+def test_offset_delete_through_kafka_python_and_the_admin_cli(broker: BrokerProcess,
+                                                               topic_name: str) -> None:
+    """OffsetDelete on a Stable group subscribed to A: B's offsets go (kafka-python's
+    KafkaAdminClient and ``edge-broker admin groups delete-offsets``), A's are refused
+    GROUP_SUBSCRIBED_TO_TOPIC, a partition that does not exist is
+    UNKNOWN_TOPIC_OR_PARTITION and an unknown group GROUP_ID_NOT_FOUND. (confluent-kafka's
+    Python AdminClient has no call for OffsetDelete.)"""
+    a, b = f"{topic_name}-a", f"{topic_name}-b"
+    for name in (a, b):
+        create_topic(broker.bootstrap, name, 2)
+        produce_values(broker.bootstrap, name, range(2), 0, 5)
+    group = group_id_for(topic_name)
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": broker.bootstrap, "group.id": group,
+        "enable.auto.commit": False, "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 250})
+    kadmin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+
+    def poll() -> None:
+        consumer.poll(0.2)
+
+    try:
+        consumer.subscribe([a])
+        wait_until(lambda: {tp.topic for tp in consumer.assignment()} == {a}, 60,
+                   "A assigned", poll)
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(t, p, 3)
+                                 for t in (a, b) for p in range(2)], asynchronous=False)
+
+        assert kadmin.delete_group_offsets(group, [TopicPartition(a, 0)]) == \
+            {TopicPartition(a, 0): GroupSubscribedToTopicError}
+        assert kadmin.delete_group_offsets(group, [TopicPartition(b, 0),
+                                                   TopicPartition(b, 7)]) == \
+            {TopicPartition(b, 0): NoError, TopicPartition(b, 7): UnknownTopicOrPartitionError}
+        refused = admin(broker.bootstrap, "groups", "delete-offsets", group, "--topic", a,
+                        output="json")
+        assert refused.code == 1
+        assert refused.json()["results"] == [
+            {"topic": a, "partition": p, "result": "GROUP_SUBSCRIBED_TO_TOPIC"}
+            for p in range(2)]
+        done = admin(broker.bootstrap, "groups", "delete-offsets", group, "--topic", f"{b}:1",
+                     output="json")
+        assert done.code == 0, done.err
+        assert done.json()["results"] == [{"topic": b, "partition": 1, "result": "NONE"}]
+        gone = confluent_kafka.OFFSET_INVALID
+        assert _committed(broker.bootstrap, group, [a, b]) == {
+            (a, 0): 3, (a, 1): 3, (b, 0): gone, (b, 1): gone}
+
+        with pytest.raises(GroupIdNotFoundError):
+            kadmin.delete_group_offsets(f"{group}-never", [TopicPartition(b, 0)])
+        unknown = admin(broker.bootstrap, "groups", "delete-offsets", f"{group}-never",
+                        "--topic", f"{b}:0")
+        assert unknown.code == 1 and "GROUP_ID_NOT_FOUND" in unknown.one_error_line()
+    finally:
+        kadmin.close()
+        consumer.close()
