@@ -10,6 +10,8 @@ import ssl
 from collections.abc import Callable
 from typing import cast
 
+from listeners.hosts import unmapped
+
 log = logging.getLogger(__name__)
 
 
@@ -25,10 +27,11 @@ HANDSHAKE_SECONDS = 60.0
 
 
 def peer_address(transport: asyncio.BaseTransport) -> str:
-    """``host:port`` of the other end of a connection."""
+    """``host:port`` of the other end of a connection (an IPv4 client of a dual-stack
+    socket by its IPv4 address)."""
     peername = transport.get_extra_info("peername")
     if isinstance(peername, tuple):
-        return f"{peername[0]}:{peername[1]}"
+        return f"{unmapped(str(peername[0]))}:{peername[1]}"
     return str(peername) if peername else "an unknown address"
 
 

@@ -40,6 +40,8 @@ new connections): it is closed before anything is read.
 
 On a TLS listener each connection does its handshake in :mod:`listeners.handshake`.
 
+An IPv6 wildcard host (``[::]``) binds a dual-stack socket (:mod:`listeners.hosts`).
+
 The handler contract is in :mod:`listeners.frames`, one connection's loops in
 :mod:`listeners.connection`; this module holds the listening socket. The contract's names
 are importable from here too.
@@ -70,6 +72,7 @@ from listeners.frames import (
     response_size,
 )
 from listeners.handshake import TlsHandshake, peer_address
+from listeners.hosts import dual_stack_socket
 from listeners.pacing import TurnPacer
 from listeners.protocol import FrameProtocol
 from listeners.reader import ConnectionReader
@@ -122,8 +125,17 @@ class ListenerServer:
         factory: Callable[[], asyncio.BaseProtocol] = (
             self._stream if context is None else lambda: TlsHandshake(
                 context, self.name, self._stream, self.on_reject, self._handshakes))
-        self._server = await loop.create_server(factory, self.host or None, self.port,
-                                                backlog=LISTEN_BACKLOG)
+        sock = dual_stack_socket(self.host, self.port, LISTEN_BACKLOG)
+        if sock is None:
+            self._server = await loop.create_server(factory, self.host or None, self.port,
+                                                    backlog=LISTEN_BACKLOG)
+        else:
+            try:
+                self._server = await loop.create_server(factory, sock=sock,
+                                                        backlog=LISTEN_BACKLOG)
+            except BaseException:
+                sock.close()
+                raise
         sockets = self._server.sockets
         self.port = int(sockets[0].getsockname()[1])
         return self.port

@@ -6,9 +6,9 @@ following Kafka-on-Pulsar (KoP):
 ``listeners``
     ``NAME://host:port`` entries separated by commas (whitespace around entries is
     tolerated, empty entries are not).  ``host`` may be a host name, an IPv4 address,
-    an IPv6 literal in brackets (``[::1]:9092``) or empty, meaning every interface
-    (bound as ``0.0.0.0``).  Port 0 asks the OS for a free port; the server reports
-    the real one through :meth:`ListenerSpec.with_bound_port`.
+    an IPv6 literal in brackets (``[::1]:9092``, kept in its short form: ``::1``) or
+    empty, meaning every interface (bound as ``0.0.0.0``).  Port 0 asks the OS for a free
+    port; the server reports the real one through :meth:`ListenerSpec.with_bound_port`.
 
 ``protocol_map``
     ``NAME:PROTOCOL`` entries separated by commas.  When it is non-empty, the scheme of
@@ -18,10 +18,12 @@ following Kafka-on-Pulsar (KoP):
 
 ``advertised``
     Same syntax as ``listeners`` and the same names.  An advertised name without a
-    listener is an error.  A listener without an advertised entry advertises its bind
-    address *as written*: a listener bound to every interface then advertises
-    ``0.0.0.0``, which only local clients can reach, so operators binding all
-    interfaces should set advertised listeners explicitly.
+    listener is an error, and so is an advertised host that is empty or a wildcard
+    (``0.0.0.0``, ``[::]``, in any spelling: :func:`listeners.hosts.is_wildcard`), which
+    clients cannot connect to (Kafka refuses ``0.0.0.0`` too).  A listener without an
+    advertised entry advertises its bind address, except that a listener bound to every
+    interface advertises this host's name (:func:`listeners.hosts.machine_host_name`, as
+    Kafka does) rather than the wildcard.
 
 Listener names and protocol names are case-insensitive (as in Kafka) and are kept
 upper-case.  Two listeners may not share a non-zero port on the same host, nor on any
@@ -39,6 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from listeners.hosts import is_wildcard, machine_host_name
+
 __all__ = [
     "ListenerConfigError",
     "ListenerSpec",
@@ -52,7 +56,6 @@ __all__ = [
 ALL_INTERFACES = "0.0.0.0"
 """The bind host used for an entry written with an empty host (``PLAINTEXT://:9092``)."""
 
-_WILDCARD_HOSTS = frozenset({"0.0.0.0", "::"})
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 _HOSTNAME_RE = re.compile(r"[A-Za-z0-9._-]+")
 _PORT_RE = re.compile(r"[0-9]+")
@@ -169,12 +172,11 @@ def _parse_host(host_text: str, entry: str, source: Source) -> str:
     if host_text.startswith("["):
         literal = host_text[1:-1]
         try:
-            ipaddress.IPv6Address(literal)
+            return str(ipaddress.IPv6Address(literal))
         except ValueError:
             raise ListenerConfigError(
                 f"listener {entry!r}: {literal!r} is not an IPv6 address", source
             ) from None
-        return literal
     if ":" in host_text:
         raise ListenerConfigError(
             f"listener {entry!r}: an IPv6 host must be written in brackets, e.g. [::1]:9092",
@@ -302,11 +304,47 @@ def _check_ports(specs: Sequence[ListenerSpec]) -> None:
         for second in specs[index + 1 :]:
             if first.port == 0 or first.port != second.port:
                 continue
-            if first.host == second.host or {first.host, second.host} & _WILDCARD_HOSTS:
+            if first.host == second.host or is_wildcard(first.host) \
+                    or is_wildcard(second.host):
                 raise ListenerConfigError(
                     f"listeners {first.name!r} and {second.name!r} both bind"
                     f" {first.bind_address} / {second.bind_address}"
                 )
+
+
+def _check_routable(entry: _Entry) -> None:
+    """Refuse an advertised entry whose host is empty or a wildcard: every client told it
+    would connect to itself."""
+    if not entry.host:
+        raise ListenerConfigError(
+            f"listener {entry.text!r}: an advertised listener needs a host (an empty host"
+            f" means every interface, {ALL_INTERFACES}, which clients cannot connect to);"
+            " give a host name or IP address that clients can reach",
+            "advertised",
+        )
+    if is_wildcard(entry.host):
+        raise ListenerConfigError(
+            f"listener {entry.text!r}: advertised listeners cannot use the nonroutable"
+            f" meta-address {entry.host} (every interface), which clients cannot connect to;"
+            " give a host name or IP address that clients can reach",
+            "advertised",
+        )
+
+
+def _default_advertised_host(entry: _Entry, host: str) -> str:
+    """What a listener without an advertised entry advertises: its bind host, or this
+    host's name when it binds every interface."""
+    if not is_wildcard(host):
+        return host
+    name = machine_host_name()
+    if name is None:
+        raise ListenerConfigError(
+            f"listener {entry.text!r} binds every interface and has no advertised address,"
+            " and this host's name only reaches this machine (localhost): set an advertised"
+            f" address for {entry.scheme}",
+            "advertised",
+        )
+    return name
 
 
 def parse_listeners(listeners: str, protocol_map: str, advertised: str) -> list[ListenerSpec]:
@@ -332,16 +370,13 @@ def parse_listeners(listeners: str, protocol_map: str, advertised: str) -> list[
         host = entry.host or ALL_INTERFACES
         advert = published.get(name)
         if advert is None:
+            shown = _default_advertised_host(entry, host)
             specs.append(
-                ListenerSpec(name, protocol, host, entry.port, host, entry.port, True)
+                ListenerSpec(name, protocol, host, entry.port, shown, entry.port, True)
             )
             continue
         adv_entry = advert[0]
-        if not adv_entry.host:
-            raise ListenerConfigError(
-                f"listener {adv_entry.text!r}: an advertised listener needs a host",
-                "advertised",
-            )
+        _check_routable(adv_entry)
         if adv_entry.port == 0:
             raise ListenerConfigError(
                 f"listener {adv_entry.text!r}: an advertised listener needs a non-zero port",

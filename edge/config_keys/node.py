@@ -38,8 +38,9 @@ class NodeKeys(BaseModel):
         "`kafkaProtocolMap` is set", min_length=1)] = "PLAINTEXT://127.0.0.1:9092"
     kafka_advertised_listeners: Annotated[str, key(
         "kafkaAdvertisedListeners",
-        "addresses given to clients, same format and names as `kafkaListeners`; a listener "
-        "without an entry advertises its bind address")] = ""
+        "addresses given to clients, same format and names as `kafkaListeners`, never a "
+        "wildcard (`0.0.0.0`, `[::]`: refused); a listener without an entry advertises its "
+        "bind address, or this host's name when it binds every interface")] = ""
     kafka_protocol_map: Annotated[str, key(
         "kafkaProtocolMap",
         "listener name to protocol, `NAME:PROTOCOL,...`")] = ""

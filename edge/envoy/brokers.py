@@ -19,11 +19,18 @@ from pathlib import Path
 from broker_core.storage.cluster import BrokerRecord
 from edge.config import BrokerConfig
 from edge.envoy.model import BrokerRoute, EnvoyConfigError
+from listeners.hosts import is_wildcard
 
 __all__ = ["local_broker", "read_brokers_file", "registry_routes", "routes_from_registry",
            "routes_from_specs"]
 
-_LOOPBACK_FOR = {"0.0.0.0": "127.0.0.1", "::": "::1"}
+
+def _forward_host(bind_host: str) -> str:
+    """Where Envoy reaches a listener bound to ``bind_host``: a wildcard on loopback (Envoy
+    on the broker's host), any other host as it is."""
+    if not is_wildcard(bind_host):
+        return bind_host
+    return "::1" if ":" in bind_host else "127.0.0.1"
 
 
 def local_broker(config: BrokerConfig, listener_name: str | None = None) -> BrokerRoute:
@@ -45,7 +52,7 @@ def local_broker(config: BrokerConfig, listener_name: str | None = None) -> Brok
             f" (it advertises its own bind address {spec.bind_address})"
         )
     return BrokerRoute(config.broker_id, spec.advertised_host, spec.advertised_port,
-                       _LOOPBACK_FOR.get(spec.host, spec.host), spec.port)
+                       _forward_host(spec.host), spec.port)
 
 
 def routes_from_registry(records: Iterable[BrokerRecord],
@@ -71,7 +78,7 @@ def registry_routes(records: Iterable[BrokerRecord], listener_name: str | None =
             address = record.listeners[_listener_index(names, listener_name,
                                                        f"broker {record.broker_id}")]
             routes.append(BrokerRoute(record.broker_id, address.host, address.port,
-                                      _LOOPBACK_FOR.get(address.bind_host, address.bind_host),
+                                      _forward_host(address.bind_host),
                                       address.bind_port))
         except EnvoyConfigError as exc:
             refused[record.broker_id] = str(exc)

@@ -13,6 +13,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
+from listeners.hosts import is_loopback, is_wildcard
 from listeners.spec import format_host_port
 
 __all__ = [
@@ -95,6 +96,12 @@ class BrokerRoute:
     def __post_init__(self) -> None:
         if not 0 <= self.broker_id <= 2**31 - 1:
             raise EnvoyConfigError(f"broker id {self.broker_id} is out of range")
+        if is_wildcard(self.advertised_host):
+            raise EnvoyConfigError(
+                f"broker {self.broker_id}: advertised address {self.advertised_address} is"
+                " the nonroutable meta-address (every interface), which clients cannot"
+                " connect to; advertise Envoy's host name or IP address"
+            )
 
     @property
     def name(self) -> str:
@@ -209,6 +216,8 @@ class EnvoyPlan:
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:
             raise EnvoyConfigError(f"broker id {duplicates[0]} is described twice")
+        for broker in self.brokers:
+            self._check_not_itself(broker)
         if self.options.sni:
             self._check_sni()
         else:
@@ -220,15 +229,28 @@ class EnvoyPlan:
             return self.options.listen_host
         return broker.advertised_host if is_ip(broker.advertised_host) else "0.0.0.0"
 
+    def _check_not_itself(self, broker: BrokerRoute) -> None:
+        """Refuse a broker whose internal address Envoy's own listener for it would take:
+        the same port at the same host, or Envoy listening on every interface (or the
+        broker bound to every interface) at the port of a broker on Envoy's host (a
+        loopback internal address, as for a broker bound to every interface).  Envoy
+        would forward to itself, or could not bind."""
+        if broker.internal_port != broker.advertised_port:
+            return
+        listen, internal = self.listen_host(broker), broker.internal_host
+        if listen.lower() == internal.lower() or is_wildcard(internal) or (
+                is_wildcard(listen) and is_loopback(internal)):
+            raise EnvoyConfigError(
+                f"broker {broker.broker_id}: Envoy would listen for it on"
+                f" {format_host_port(listen, broker.advertised_port)}, which is the broker's"
+                f" own listener {broker.internal_address}; advertise Envoy's address"
+                " (another port, or another host) instead"
+            )
+
     def _check_listen_addresses(self) -> None:
         seen: dict[tuple[str, int], BrokerRoute] = {}
         for broker in self.brokers:
             address = (self.listen_host(broker), broker.advertised_port)
-            if (broker.internal_host, broker.internal_port) == address:
-                raise EnvoyConfigError(
-                    f"broker {broker.broker_id}: advertised address {broker.advertised_address}"
-                    " is the broker's own listener; advertise Envoy's address instead"
-                )
             other = seen.get(address)
             if other is not None:
                 raise EnvoyConfigError(

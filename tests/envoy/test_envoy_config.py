@@ -177,6 +177,24 @@ def test_yaml_quotes_words_that_yaml_1_1_reads_as_booleans() -> None:
     (("--broker", "1=a:1@b:2", "--broker", "1=c:3@d:4"), "broker id 1 is described twice"),
     (("--broker", "1=a:1@b:2", "--broker", "2=a:1@d:4"), "both advertise a:1"),
     (("--broker", "1=127.0.0.1:9092@127.0.0.1:9092"), "is the broker's own listener"),
+    # clients told a wildcard connect to themselves
+    (("--broker", "1=0.0.0.0:9093@10.0.0.1:9092"), "1: advertised address 0.0.0.0:9093 is the"
+                                                    " nonroutable meta-address"),
+    (("--broker", "1=[0:0:0:0:0:0:0:0]:9093@[::1]:9092"), "nonroutable meta-address"),
+    (("--set", "kafkaListeners=PLAINTEXT://127.0.0.1:9092",
+      "--set", "kafkaAdvertisedListeners=PLAINTEXT://0.0.0.0:9093"),
+     "broker configuration: invalid value 'PLAINTEXT://0.0.0.0:9093' for"
+     " 'kafkaAdvertisedListeners'"),
+    # Envoy on every interface at the port of the broker on its host: Envoy would take (or
+    # forward to) its own listener
+    (("--set", "kafkaListeners=PLAINTEXT://0.0.0.0:9093",
+      "--set", "kafkaAdvertisedListeners=PLAINTEXT://kafka.example.com:9093"),
+     "Envoy would listen for it on 0.0.0.0:9093, which is the broker's own listener"
+     " 127.0.0.1:9093"),
+    (("--broker", "1=kafka.example.com:9092@localhost:9092"), "is the broker's own listener"),
+    (("--broker", "1=[::1]:9092@[::]:9092"), "is the broker's own listener"),
+    (("--broker", "1=kafka-1.example.com:9093@127.0.0.1:9093", "--sni"),
+     "is the broker's own listener"),
     (("--broker", "1=a:1"), "expected ID=ADVERTISED_HOST:PORT@INTERNAL_HOST:PORT"),
     (("--broker", "1=a:99999@b:2"), "port must be 1-65535"),
     (("--broker", "1=10.0.0.1:9093@b:2", "--sni"), "SNI routing needs a host name"),

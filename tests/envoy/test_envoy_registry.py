@@ -354,3 +354,43 @@ def test_a_broker_that_cannot_be_routed_is_left_out_and_the_others_follow(
         assert len(lines) == 1 and lines[0].startswith("xds: broker 2 left out"), lines
     finally:
         server.stop()
+
+
+def _edge_only(broker_id: int, advertised: tuple[str, int], bound: tuple[str, int]
+               ) -> BrokerRecord:
+    return BrokerRecord(broker_id, None, (ListenerAddress("EDGE", "PLAINTEXT", *advertised,
+                                                          *bound),))
+
+
+def test_a_broker_advertising_a_wildcard_or_its_own_port_is_left_out(
+        database_url: str, registry: Callable[[BrokerRecord], PgCluster]) -> None:
+    # these were routed: clients were told 0.0.0.0 (or ::), or Envoy listened on every
+    # interface at the port the broker (on Envoy's host: reached on loopback) listens on
+    registry(_record(1, 19091, 29091))
+    registry(_edge_only(2, ("0.0.0.0", 19092), ("0.0.0.0", 29092)))  # an older broker
+    registry(_edge_only(3, ("::", 19093), ("::", 29093)))
+    registry(_edge_only(4, ("kafka-4.example", 29094), ("0.0.0.0", 29094)))
+    registry(_edge_only(5, ("kafka-5.example", 29095), ("::", 29095)))
+    registry(_edge_only(6, ("kafka-6.example", 19096), ("0.0.0.0", 29096)))  # fine
+    brokers = RegistryBrokers(database_url, "EDGE")
+    try:
+        plan, left_out = PlanSource(registry=brokers).load_each()
+    finally:
+        brokers.close()
+    assert plan is not None
+    assert [(b.broker_id, b.advertised_address, b.internal_address) for b in plan.brokers] == [
+        (1, f"127.0.0.1:{19091}", "127.0.0.1:29091"),
+        (6, "kafka-6.example:19096", "127.0.0.1:29096")]
+    assert left_out == {
+        2: "broker 2: advertised address 0.0.0.0:19092 is the nonroutable meta-address (every"
+           " interface), which clients cannot connect to; advertise Envoy's host name or IP"
+           " address",
+        3: "broker 3: advertised address [::]:19093 is the nonroutable meta-address (every"
+           " interface), which clients cannot connect to; advertise Envoy's host name or IP"
+           " address",
+        4: "broker 4: Envoy would listen for it on 0.0.0.0:29094, which is the broker's own"
+           " listener 127.0.0.1:29094; advertise Envoy's address (another port, or another"
+           " host) instead",
+        5: "broker 5: Envoy would listen for it on 0.0.0.0:29095, which is the broker's own"
+           " listener [::1]:29095; advertise Envoy's address (another port, or another host)"
+           " instead"}

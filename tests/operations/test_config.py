@@ -17,6 +17,7 @@ from edge.config import (
     load_config,
     parse_properties,
 )
+from listeners.hosts import machine_host_name
 from listeners.spec import SecurityProtocol
 
 # --------------------------------------------------------------------- properties format
@@ -489,6 +490,32 @@ def test_listener_mistakes_stop_loading(overrides: list[str], key: str, fragment
     message = str(info.value)
     assert f"for {key!r}:" in message
     assert fragment in message
+
+
+@pytest.mark.parametrize("advertised", [
+    "EXTERNAL://0.0.0.0:9093", "EXTERNAL://[::]:9093", "EXTERNAL://[0:0:0:0:0:0:0:0]:9093",
+    "EXTERNAL://:9093",
+])
+def test_a_wildcard_advertised_listener_stops_loading(advertised: str) -> None:
+    # it was advertised as it was, and every client was sent to itself
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["kafkaListeners=INTERNAL://127.0.0.1:9092,EXTERNAL://0.0.0.0:9093",
+                           "kafkaProtocolMap=INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL",
+                           f"kafkaAdvertisedListeners={advertised}"])
+    message = str(info.value)
+    assert message.startswith(f"invalid value {advertised!r} for 'kafkaAdvertisedListeners':"
+                              f" listener {advertised!r}: "), message
+    assert "clients cannot connect to" in message
+    assert "give a host name or IP address that clients can reach" in message
+
+
+def test_a_wildcard_listener_advertises_the_host_name() -> None:
+    config = load_config(None, ["kafkaListeners=INTERNAL://127.0.0.1:9092,EXTERNAL://[::]:9093",
+                                "kafkaProtocolMap=INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL"])
+    internal, external = config.listener_specs()
+    assert internal.advertised_address == "127.0.0.1:9092"
+    assert external.host == "::"
+    assert external.advertised_address == f"{machine_host_name()}:9093"
 
 
 def test_listener_specs_from_config() -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
 
 import pytest
 
+from listeners.hosts import is_wildcard, machine_host_name, routable_name
 from listeners.spec import (
     ListenerConfigError,
     ListenerSpec,
@@ -83,12 +85,41 @@ def test_ipv6_literal_in_brackets() -> None:
     assert spec.bind_address == "[::1]:9092"
     (wild,) = parse_listeners("PLAINTEXT://[::]:9092", "", "")
     assert wild.host == "::"
+    # kept in the short form, so that every spelling of an address compares equal
+    (long,) = parse_listeners("PLAINTEXT://[0:0:0:0:0:0:0:1]:9092", "", "")
+    assert long.host == "::1"
 
 
-def test_empty_host_binds_all_interfaces_and_advertises_bind_host() -> None:
-    (spec,) = parse_listeners("PLAINTEXT://:9092", "", "")
-    assert (spec.host, spec.advertised_host) == ("0.0.0.0", "0.0.0.0")
-    assert spec.advertised_defaulted
+@pytest.mark.parametrize("bind", [":9092", "0.0.0.0:9092", "[::]:9092",
+                                  "[0:0:0:0:0:0:0:0]:9092", "0:9092"])
+def test_a_wildcard_bind_advertises_the_host_name(bind: str) -> None:
+    # it advertised the wildcard itself, which sends every remote client to itself
+    (spec,) = parse_listeners(f"PLAINTEXT://{bind}", "", "")
+    assert is_wildcard(spec.host)
+    assert spec.advertised_host == machine_host_name()
+    assert spec.advertised_host in (socket.getfqdn(), socket.gethostname())
+    assert not is_wildcard(spec.advertised_host) and spec.advertised_host != "localhost"
+    assert (spec.advertised_port, spec.advertised_defaulted) == (9092, True)
+    assert spec.with_bound_port(40000).advertised_address == f"{spec.advertised_host}:40000"
+
+
+def test_the_host_name_advertised_is_the_first_that_reaches_this_host() -> None:
+    assert routable_name(["kafka-0.example.com", "kafka-0"]) == "kafka-0.example.com"
+    # a hosts file mapping the host's name to 127.0.0.1 makes getfqdn() say localhost
+    assert routable_name(["localhost", "kafka-0"]) == "kafka-0"
+    assert routable_name(["localhost.localdomain", "kafka-0"]) == "kafka-0"
+    assert routable_name(["", "0.0.0.0", "127.0.1.1", "::1", "kafka-0"]) == "kafka-0"
+    assert routable_name(["localhost", "localhost"]) is None
+
+
+@pytest.mark.parametrize(("host", "wildcard"), [
+    ("0.0.0.0", True), ("0", True), ("0x0", True), ("0.0", True), ("000.000.000.000", True),
+    ("::", True), ("0:0:0:0:0:0:0:0", True), ("::0", True), ("::ffff:0.0.0.0", True),
+    ("127.0.0.1", False), ("1", False), ("::1", False), ("cafe", False),
+    ("dead.beef", False), ("kafka.example.com", False), ("", False),
+])
+def test_wildcards_in_every_spelling(host: str, wildcard: bool) -> None:
+    assert is_wildcard(host) is wildcard
 
 
 def test_explicit_advertised_listener() -> None:
@@ -98,7 +129,7 @@ def test_explicit_advertised_listener() -> None:
         " EXTERNAL://broker.example.com:19093 ",
     )
     internal, external = specs
-    assert (internal.advertised_host, internal.advertised_port) == ("0.0.0.0", 9092)
+    assert (internal.advertised_host, internal.advertised_port) == (machine_host_name(), 9092)
     assert internal.advertised_defaulted
     assert (external.host, external.port) == ("127.0.0.1", 9093)
     assert (external.advertised_host, external.advertised_port) == (
@@ -228,6 +259,9 @@ ERROR_CASES = [
     ("PLAINTEXT://h:9092,SSL://h:9092", "", "", ["'PLAINTEXT'", "'SSL'", "bind"], "listeners"),
     ("PLAINTEXT://:9092,SSL://h:9092", "", "", ["both bind"], "listeners"),
     ("PLAINTEXT://[::]:9092,SSL://127.0.0.1:9092", "", "", ["both bind"], "listeners"),
+    ("PLAINTEXT://[0:0:0:0:0:0:0:0]:9092,SSL://127.0.0.1:9092", "", "", ["both bind"],
+     "listeners"),
+    ("PLAINTEXT://0:9092,SSL://127.0.0.1:9092", "", "", ["both bind"], "listeners"),
     # protocol map
     ("A://h:1", "A", "", ["'A'", "NAME:PROTOCOL"], "protocol_map"),
     ("A://h:1", "A:SSL:X", "", ["'A:SSL:X'", "NAME:PROTOCOL"], "protocol_map"),
@@ -253,6 +287,16 @@ ERROR_CASES = [
         "advertised",
     ),
     ("PLAINTEXT://h:1", "", "PLAINTEXT://:1", ["'PLAINTEXT://:1'", "needs a host"], "advertised"),
+    # a wildcard sends every client to itself (Kafka refuses 0.0.0.0 too)
+    *(
+        ("PLAINTEXT://h:1", "", f"PLAINTEXT://{host}:1",
+         [f"'PLAINTEXT://{host}:1'", f"nonroutable meta-address {shown} "], "advertised")
+        for host, shown in [("0.0.0.0", "0.0.0.0"), ("[::]", "::"),
+                            ("[0:0:0:0:0:0:0:0]", "::"), ("[::ffff:0.0.0.0]", "::ffff:0:0"),
+                            ("0", "0"), ("0x0", "0x0")]
+    ),
+    ("INTERNAL://:1,EXTERNAL://0.0.0.0:2", "INTERNAL:PLAINTEXT,EXTERNAL:SSL",
+     "EXTERNAL://0.0.0.0:9093", ["'EXTERNAL://0.0.0.0:9093'", "nonroutable"], "advertised"),
     ("PLAINTEXT://h:1", "", "PLAINTEXT://x:0", ["'PLAINTEXT://x:0'", "non-zero"], "advertised"),
     ("PLAINTEXT://h:1", "", "FOO://x:1", ["'FOO://x:1'", "not a security protocol"], "advertised"),
     ("A://h:1", "A:SSL", "B://x:1", ["'B://x:1'", "not in the protocol map"], "advertised"),
