@@ -59,8 +59,9 @@ from broker_core.storage_faults import WriteFaults, WriteKind
 from broker_core.system_topics import SystemTopic
 from broker_core.tenancy import OFFSETS_TOPIC, TXN_TOPIC, Tenancy
 from broker_core.topic_configs import effective_config
-from broker_core.transactions.coordinator import TransactionCoordinator
+from broker_core.transactions.coordinator import TransactionCoordinator, TxnKey
 from broker_core.transactions.producer_ids import ProducerIdAllocator
+from broker_core.transactions.verification import ProduceVerifier
 from broker_core.txn_markers import TxnMarkers
 from broker_core.waiters import AppendWaiters
 from common.log_fields import topic_fields
@@ -104,9 +105,10 @@ class Admitted:
     """When its checks began (``time.perf_counter``), for the validate stage's metric."""
     owned: bool = False
     """``records`` is the broker's own copy (a reworked batch), to stamp in place."""
-    transactional_id: str | None = None
-    """The transactional id the request named (scoped to its tenant), for the check that a
-    transactional batch's producer id is that id's."""
+    txn_key: TxnKey | None = None
+    """The transactional id the request named, as its coordinator keys it (state topic,
+    id scoped to the tenant), for the check that a transactional batch's producer id is
+    that id's and its transaction added the partition."""
     ctx: RequestContext | None = None
     """Who produced it, for the audit of a refusal at its tenant's storage quota."""
 
@@ -160,8 +162,7 @@ class Engine:
         self.transactions = TransactionCoordinator(
             config.transactions, txn_log, ProducerIdAllocator(logs.kv),
             self.txn_markers.write_marker, self.groups)
-        self.transaction_check: Callable[[int, int, str | None, str, int], None] | None = (
-            self.transactions.verify_produce)
+        self.txn_verifier = ProduceVerifier(self.transactions, logs.cluster.shared)
         self.transactions.end_group_txn = self.txn_markers.end_group_txn
         self.groups.acquire = self.transactions.acquire = self.cluster.acquire
         self.leadership.coordinators = {OFFSETS_TOPIC: self.groups, TXN_TOPIC: self.transactions}
@@ -218,6 +219,7 @@ class Engine:
             except Exception as exc:
                 problems.append(f"could not {what}: {exc}")
         self._reworkers.shutdown(wait=False, cancel_futures=True)
+        self.txn_verifier.close()
         unsaved = self.producers.save()
         if unsaved is not None:
             problems.append(f"could not save the producer snapshots: {unsaved}")
@@ -342,13 +344,12 @@ class Engine:
 
     def admit(self, internal: str, index: int, records: Buffer, acks: int,
               version: int = ZSTD_PRODUCE_VERSION, ctx: RequestContext | None = None,
-              topic: TopicInfo | None = None,
-              transactional_id: str | None = None) -> Admitted:
+              topic: TopicInfo | None = None, txn_key: TxnKey | None = None) -> Admitted:
         """Check one produced batch's header, size and the topic's produce rules; what is
         left to do off the event loop is the admission's ``rework`` (see
         :meth:`reworked`), then :meth:`append` it. ``topic``: the topic as the caller just
-        looked it up (else it is looked up here); ``transactional_id``: the one the
-        request named, scoped to its tenant."""
+        looked it up (else it is looked up here); ``txn_key``: the transactional id the
+        request named, as its coordinator keys it."""
         started = time.perf_counter()
         if topic is None:
             topic = self.logs.topic(internal)
@@ -373,7 +374,7 @@ class Engine:
                 not checked_here(records, header):  # it inflates to much more than came
             rework = WALKING
         return Admitted(internal, index, partition, records, header, rules, rework, started,
-                        transactional_id=transactional_id, ctx=ctx)
+                        txn_key=txn_key, ctx=ctx)
 
     @staticmethod
     def _check_size(internal: str, size: int, rules: ProduceRules) -> None:
@@ -417,6 +418,29 @@ class Engine:
         await settled_anyhow(commits)
         return replace(admitted, partition=self.partition(admitted.internal, admitted.index))
 
+    def verification_pending(self, admitted: Admitted) -> bool:
+        """Whether a transactional batch waits for :meth:`verified` before its append:
+        another broker coordinates its transactional id, and its transaction has not been
+        verified on the partition yet (``transactions.verification``)."""
+        return admitted.header.is_transactional and self.txn_verifier.pending(
+            lambda: self.producer_state(admitted.internal, admitted.index, admitted.partition),
+            admitted.header, admitted.txn_key)
+
+    async def verified(self, admitted: Admitted) -> Admitted:
+        """The admission once its coordinator's durable state says its transaction took the
+        partition (KafkaApiError otherwise). The partition is looked up again (it may
+        have moved meanwhile), and the commits under way awaited again if its producer
+        state is to be rebuilt."""
+        assert admitted.txn_key is not None
+        internal, index = admitted.internal, admitted.index
+        await self.txn_verifier.verify(
+            self.producer_state(internal, index, admitted.partition), admitted.header,
+            admitted.txn_key, internal, index)
+        admitted = replace(admitted, partition=self.partition(internal, index))
+        commits = self.commits_before_state(internal, index, admitted.partition)
+        return admitted if commits is None else \
+            await self.settled_before_state(admitted, commits)
+
     def append(self, admitted: Admitted) -> Appended:
         """Append an admitted batch (its rework done) after the idempotence and transaction
         checks; the caller awaits ``durable`` if set."""
@@ -435,13 +459,8 @@ class Engine:
                          extra=topic_fields(internal))
                 return Appended(duplicate, -1, partition.log_start_offset,
                                 self.appends.repeated((internal, index), partition))
-            if header.is_transactional and self.transaction_check is not None and (
-                    not self.logs.cluster.shared
-                    or header.producer_id in self.transactions.by_producer):
-                # in a cluster only the producer's own coordinator can tell: as Kafka before
-                # KIP-890, a batch whose coordinator is another broker is not verified
-                self.transaction_check(header.producer_id, header.producer_epoch,
-                                       admitted.transactional_id, internal, index)
+            if header.is_transactional:
+                self.txn_verifier.check(producers, header, admitted.txn_key, internal, index)
         # the request's own bytes, not copied: the storage copies what it keeps
         batch: Buffer = records
         log_append_time = -1

@@ -38,6 +38,11 @@ FSYNC = Histogram(
 STORAGE_WRITE_ERRORS = Counter(
     "kop_server_storage_write_errors",
     "Writes to the data directory that failed (a full disk, an I/O error).")
+TXN_VERIFICATIONS = Counter(
+    "kop_server_txn_verifications",
+    "Reads of another broker's transaction coordinator state that a transactional "
+    "produce waited for (the first batch of a transaction on a partition), by outcome: "
+    "verified, refused, unavailable.", ["outcome"])
 _PER_API: dict[str, tuple[LoopCounter, LoopHistogram]] = {}
 
 

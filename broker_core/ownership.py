@@ -8,6 +8,8 @@ two different computations).
 
 from __future__ import annotations
 
+import functools
+
 
 def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
@@ -18,10 +20,12 @@ def java_string_hash(text: str) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def coordinator_partition(key: str, partitions: int) -> int:
     """The partition of a system topic (``__consumer_offsets``) that holds ``key``'s state.
 
-    The same stable hash Kafka uses: ``abs(key.hashCode()) % partitions``.
+    The same stable hash Kafka uses: ``abs(key.hashCode()) % partitions``; remembered for
+    the ids in use (a partition leader asks it for every transactional batch it verifies).
     """
     hashed = java_string_hash(key)
     positive = 0 if hashed == -(1 << 31) else abs(hashed)

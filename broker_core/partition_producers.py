@@ -58,6 +58,19 @@ class ProducerEntry:
         return self.batches[-1][1] if self.batches else -1
 
 
+@dataclass(eq=False, slots=True)
+class Verification:
+    """That a producer's transaction took this partition, as the coordinator's state said
+    (KIP-890's VerificationGuard): made before the state is read, found done by the
+    append, dropped by the producer's next transaction marker, so a transaction that ended
+    while the state was read lets no batch in after its marker."""
+
+    epoch: int
+    key: tuple[str, str]
+    """The transactional id: its state topic and scoped id."""
+    done: bool = False
+
+
 def _next_sequence(last: int) -> int:
     return 0 if last == _INT32_MAX else last + 1
 
@@ -74,6 +87,9 @@ class PartitionProducers:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         self.aborted: list[tuple[int, int, int]] = []  # (producer id, first offset, marker)
+        self.verifications: dict[int, Verification] = {}
+        """By producer id, its open transaction's verification (never stored: a state
+        rebuilt from the log verifies again)."""
         self.cleaned_below = 0
         """The log cleaner's checkpoint: no record of an aborted transaction is left below
         it, so aborted transactions whose marker lies below are not listed (their marker
@@ -134,6 +150,28 @@ class PartitionProducers:
         if header.is_transactional and entry.txn_first_offset is None:
             entry.txn_first_offset = base_offset
 
+    def verifying(self, producer_id: int, epoch: int, key: tuple[str, str]) -> Verification:
+        """The verification of the producer's transaction here, made now unless one for
+        the same epoch and transactional id is under way or done. A producer verified for
+        one transactional id keeps that verification while a batch naming another one at
+        the same epoch is verified (it can only fail: a producer id has one transactional
+        id) with a verification kept nowhere."""
+        found = self.verifications.get(producer_id)
+        if found is not None and found.epoch == epoch:
+            if found.key == key:
+                return found
+            if found.done:
+                return Verification(epoch, key)
+        found = self.verifications[producer_id] = Verification(epoch, key)
+        return found
+
+    def verified(self, producer_id: int, epoch: int, key: tuple[str, str]) -> bool:
+        """Whether the producer's open transaction was verified here, at ``epoch`` and
+        for transactional id ``key``, and has written no marker since."""
+        found = self.verifications.get(producer_id)
+        return found is not None and found.done and found.epoch == epoch and \
+            found.key == key
+
     def end_transaction(self, producer_id: int, epoch: int, commit: bool,
                         marker_offset: int, timestamp: int) -> None:
         """Apply a transaction marker written at ``marker_offset`` at ``timestamp``."""
@@ -142,6 +180,7 @@ class PartitionProducers:
             entry = self.producers[producer_id] = ProducerEntry(epoch)
         entry.epoch = max(entry.epoch, epoch)
         entry.last_timestamp = timestamp
+        self.verifications.pop(producer_id, None)
         if entry.txn_first_offset is not None and not commit:
             self.aborted.append((producer_id, entry.txn_first_offset, marker_offset))
         entry.txn_first_offset = None

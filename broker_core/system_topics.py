@@ -21,7 +21,15 @@ from broker_core.codec.batch_header import read_header
 from broker_core.codec.records import encode_batch, key_values
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.ownership import coordinator_partition
-from broker_core.storage import PartitionStore, Storage, StorageError, TopicExists, TopicInfo
+from broker_core.storage import (
+    BatchInfo,
+    PartitionStore,
+    Storage,
+    StorageError,
+    TopicExists,
+    TopicInfo,
+    shared_log,
+)
 from broker_core.storage.cluster import NotOwner
 from broker_core.storage.errors import AppendFenced
 from broker_core.storage_faults import WriteKind
@@ -148,6 +156,23 @@ class SystemTopic:
         for info in target.batches_from(start):
             yield from key_values(info.batch, start)
 
+    def newest(self, topic: str, partition: int, key: bytes) -> Record | None:
+        """The newest record of ``key`` in the partition as stored now (None: there is
+        none), whichever broker wrote it: what another broker's coordinator made durable
+        (a shared storage only: KeyError otherwise). Blocking: a worker thread."""
+        target = self._partition(topic, partition)
+        if not shared_log(target):
+            raise KeyError(f"{topic}-{partition} is not in a shared storage")
+
+        def last_of(info: BatchInfo) -> Record | None:
+            found: Record | None = None
+            for record in key_values(info.batch):
+                if record[0] == key:
+                    found = record
+            return found
+
+        return target.newest_first(last_of)
+
     def needs_compaction(self, topic: str, partition: int) -> bool:
         """Whether the partition took ``compaction_bytes`` since it was last compacted, and
         at least as much as that compaction kept: a compaction rewrites the whole live
@@ -270,6 +295,16 @@ class StateCoordinator(ABC):
         except KafkaApiError as error:
             return error.code
         return ErrorCode.NONE
+
+    def holds(self, topic: str, key: str) -> bool:
+        """Whether this broker's memory holds ``key``'s state now: it owns the partition,
+        has replayed it, and its log is online. Asks for no claim (cheap enough for every
+        transactional batch a partition leader verifies)."""
+        try:
+            partition = self.place(topic, key)
+        except KafkaApiError:
+            return False
+        return (topic, partition) in self._loaded and not self.store.offline(topic, partition)
 
     def coordinates(self, topic: str, key: str) -> bool:
         """Whether this broker owns (or can take now) the partition holding ``key``."""

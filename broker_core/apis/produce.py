@@ -81,7 +81,8 @@ def _admit(engine: Engine, ctx: RequestContext, internal: str, topic: TopicInfo,
         raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
     tid = request.transactional_id
     return engine.admit(internal, index, records, acks, request.version, ctx, topic,
-                        None if tid is None else engine.tenancy.scoped_id(ctx, tid))
+                        None if tid is None else (engine.tenancy.txn_topic(ctx),
+                                                  engine.tenancy.scoped_id(ctx, tid)))
 
 
 def _refused(ctx: RequestContext, name: str, index: int,
@@ -146,6 +147,8 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
                                                 admitted.partition)
                 if commits is not None:  # a wait: a producer state rebuilt counts them
                     admitted = await engine.settled_before_state(admitted, commits)
+                if engine.verification_pending(admitted):  # a wait: the coordinator's state
+                    admitted = await engine.verified(admitted)
                 appended = engine.append(admitted)
             except KafkaApiError as error:
                 partitions.append(_refused(ctx, topic.name, data.index, error))

@@ -198,7 +198,8 @@ def _verify_only(engine: Engine, ctx: RequestContext,
                     raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic.name)
                 engine.transactions.verify_produce(
                     txn.producer_id, txn.producer_epoch,
-                    engine.tenancy.scoped_id(ctx, txn.transactional_id), internal, index)
+                    (engine.tenancy.txn_topic(ctx),
+                     engine.tenancy.scoped_id(ctx, txn.transactional_id)), internal, index)
                 code = ErrorCode.NONE
             except KafkaApiError as error:
                 code = error.code

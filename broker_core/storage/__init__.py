@@ -35,9 +35,11 @@ from .protocols import (
     KeyValueStore,
     PartitionStore,
     Refreshed,
+    SharedLog,
     Storage,
     commit_generation,
     group_committed,
+    shared_log,
 )
 from .region import FileRegion
 from .segments import SealedSegment, check_cover
@@ -66,6 +68,7 @@ __all__ = [
     "Refreshed",
     "SchemaTooNew",
     "SealedSegment",
+    "SharedLog",
     "Storage",
     "StorageError",
     "TenantCap",
@@ -78,6 +81,7 @@ __all__ = [
     "group_committed",
     "log_config_for_topic",
     "open_storage",
+    "shared_log",
     "storage_path_from_url",
     "storage_scheme",
     "wall_clock_ms",

@@ -83,6 +83,16 @@ def rows_from(conn: Conn, pid: int, offset: int, limit: int,
     return [batch_info(row) for row in rows]
 
 
+def rows_before(conn: Conn, pid: int, before: int | None, limit: int) -> list[BatchInfo]:
+    """Up to ``limit`` batches whose base offset is below ``before`` (None: any), newest
+    first (the primary key read backwards)."""
+    rows = conn.execute(
+        f"SELECT {ENTRY_COLUMNS} FROM edge_entries WHERE partition_id = %s"
+        " AND base_offset < %s ORDER BY base_offset DESC LIMIT %s",
+        (pid, (1 << 63) - 1 if before is None else before, limit), binary=True).fetchall()
+    return [batch_info(row) for row in rows]
+
+
 def sealed_segments(conn: Conn, pid: int, active: int, start: int) -> list[SealedSegment]:
     """The rows of every segment before ``active`` (from ``start`` on), by segment."""
     rows = conn.execute(

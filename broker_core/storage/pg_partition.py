@@ -19,6 +19,10 @@ as it awaits the file engine's fsync); ``append`` waits for the commit itself.
 Rebuilding a partition's producer state reads only the headers of its data batches
 (:meth:`PgPartition.headers_from`): the records stay in the database.
 
+Any broker reads a partition newest first as its owner committed it
+(:meth:`PgPartition.newest_first`): a partition leader finds there the durable state of a
+transaction that another broker coordinates.
+
 A database error raises :class:`DatabaseUnavailable` (an OSError: clients get retriable
 errors); the partition then fails the appends queued behind the failed one and reloads its
 row before its next write (and before its producer state is rebuilt), so a commit whose
@@ -33,6 +37,7 @@ import errno
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 from broker_core.codec.batch_header import BatchHeader, check_append, set_base_offset
 from broker_core.codec.varints import Buffer as BatchBytes
@@ -53,7 +58,9 @@ from .retention import RetentionCut, retention_cut
 from .segments import SealedSegment, check_cover
 
 _CHUNK = 64
-"""Rows per query when reading forward."""
+"""Rows per query when reading forward (or backwards: ``newest_first``)."""
+
+T = TypeVar("T")
 
 _DRAIN_TIMEOUT_S = 30.0
 """Longest a reload of a partition's row waits for its queued appends to be answered."""
@@ -331,6 +338,33 @@ class PgPartition(FilelessPartition):
             for info in rows:
                 yield info
                 offset = info.last_offset + 1
+
+    def newest_first(self, find: Callable[[BatchInfo], T | None]) -> T | None:
+        """Read backwards from the newest row: the newest page in one statement (one
+        round trip: what is sought is usually there), any more in one REPEATABLE READ
+        transaction from the newest row again, so that the rows a compaction writes and
+        deletes meanwhile (in one transaction) are seen all or not at all, however many
+        pages the search takes. The cached row plays no part (on a broker that does not
+        own the partition it lags what the owner committed)."""
+        with self._lock:
+            self._check_open()
+        with self._db.autocommit() as conn:
+            rows = pg_entries.rows_before(conn, self._id, None, _CHUNK)
+        found = next((hit for info in rows if (hit := find(info)) is not None), None)
+        if found is not None or len(rows) < _CHUNK:
+            return found
+        with self._db.tx() as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            before: int | None = None
+            while True:
+                rows = pg_entries.rows_before(conn, self._id, before, _CHUNK)
+                for info in rows:
+                    found = find(info)
+                    if found is not None:
+                        return found
+                if len(rows) < _CHUNK:
+                    return None
+                before = rows[-1].base_offset
 
     def _one(self, where: str, order: str, *args: object) -> BatchInfo | None:
         with self._lock:

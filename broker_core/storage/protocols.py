@@ -9,9 +9,9 @@ module that implements these and registers its URL scheme in ``engines``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeGuard, runtime_checkable
+from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from broker_core.codec.batch_header import BatchHeader
 from broker_core.codec.varints import Buffer
@@ -24,6 +24,8 @@ from .model import BatchInfo, NewTopic, TenantCap, TopicInfo
 from .region import FileRegion
 from .retention import RetentionCut, RetentionDue
 from .segments import SealedSegment
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,24 @@ def commit_generation(partition: PartitionStore) -> int:
     """The partition's :attr:`GroupCommitted.generation` (0 for a store whose appends
     are answered once written: a failed one fails its caller, nothing waits behind it)."""
     return partition.generation if group_committed(partition) else 0
+
+
+@runtime_checkable
+class SharedLog(Protocol):
+    """A partition store several brokers share (``postgres``): one broker writes it, and
+    any broker reads what that one committed, also past what it has seen itself."""
+
+    def newest_first(self, find: Callable[[BatchInfo], T | None]) -> T | None:
+        """Call ``find`` on the stored batches, newest first down to the log start, all
+        read from one snapshot of the storage (as its owner committed them, whichever
+        broker that is); the first result that is not None, else None. Blocking (a
+        worker thread); DatabaseUnavailable when the storage cannot answer."""
+        ...
+
+
+def shared_log(partition: PartitionStore) -> TypeGuard[SharedLog]:
+    """Whether ``partition`` is :class:`SharedLog`."""
+    return isinstance(partition, SharedLog)
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,20 @@ from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import GroupCoordinator
 from broker_core.storage_faults import WriteKind
 from broker_core.system_topics import StateCoordinator, SystemTopic
-from broker_core.transactions.model import ENDING, Txn, TxnState, decode_key, tombstone
+from broker_core.transactions.model import (
+    ENDING,
+    Txn,
+    TxnState,
+    decode_key,
+    state_key,
+    tombstone,
+)
 from broker_core.transactions.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 MarkerWriter = Callable[[str, int, int, int, bool], "asyncio.Future[None] | None"]
+TxnKey = tuple[str, str]
+"""How the coordinator keys a transactional id: its state topic and its scoped id."""
 _MAX_EPOCH = 32767
 
 
@@ -44,6 +53,22 @@ class TxnConfig:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def check_batch(txn: Txn, epoch: int, topic: str, index: int) -> None:
+    """Refuse a batch of ``epoch`` into partition ``index`` of ``topic`` unless the
+    transaction of ``txn`` (the producer id's own) is open at that epoch and added the
+    partition (CONCURRENT_TRANSACTIONS while it is ending)."""
+    if epoch != txn.epoch:
+        raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                            f"producer {txn.producer_id} epoch {epoch} is not {txn.epoch}")
+    if txn.state in ENDING:
+        raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                            f"the transaction of producer {txn.producer_id} is completing")
+    if txn.state != TxnState.ONGOING or (topic, index) not in txn.partitions:
+        raise KafkaApiError(ErrorCode.INVALID_TXN_STATE,
+                            f"partition {topic}-{index} is not part of the open "
+                            f"transaction of producer {txn.producer_id}")
 
 
 class TransactionCoordinator(StateCoordinator):
@@ -308,26 +333,31 @@ class TransactionCoordinator(StateCoordinator):
                                 f"transaction of {transactional_id!r} has not added group "
                                 f"{group[1]!r} (AddOffsetsToTxn first)")
 
-    def verify_produce(self, producer_id: int, epoch: int, transactional_id: str | None,
-                       topic: str, index: int) -> None:
+    def verify_produce(self, producer_id: int, epoch: int, key: TxnKey | None, topic: str,
+                       index: int) -> None:
         """A transactional batch may only go to a partition its open transaction added, and
-        only under its own transactional id (``transactional_id``, the one the request
-        named, scoped to its tenant; None: not checked, the broker's own writes)."""
+        only under its own transactional id (``key``: the state topic and scoped id of the
+        one the request named; None: not checked, the broker's own writes), as this
+        broker's state in memory says."""
         txn = self.by_producer.get(producer_id)
         if txn is None:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                                 f"producer id {producer_id} has no transactional id")
-        if transactional_id is not None and txn.transactional_id != transactional_id:
+        if key is not None and (txn.topic, txn.transactional_id) != key:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                                 f"producer id {producer_id} is not that of the "
                                 "transactional id the request names")
-        if epoch != txn.epoch:
-            raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
-                                f"producer {producer_id} epoch {epoch} is not {txn.epoch}")
-        if txn.state != TxnState.ONGOING or (topic, index) not in txn.partitions:
-            raise KafkaApiError(ErrorCode.INVALID_TXN_STATE,
-                                f"partition {topic}-{index} is not part of the open "
-                                f"transaction of producer {producer_id}")
+        check_batch(txn, epoch, topic, index)
+
+    def stored(self, key: TxnKey, partition: int) -> Txn | None:
+        """The state of a transactional id as its coordinator last made it durable (another
+        broker, in a cluster), read from ``partition`` of its state topic (its
+        :meth:`place`); None when it has none. Blocking: a worker thread."""
+        topic, transactional_id = key
+        record = self.store.newest(topic, partition, state_key(transactional_id))
+        if record is None or record[1] is None:
+            return None
+        return Txn.from_record(transactional_id, topic, partition, json.loads(record[1]))
 
     # -- the end of a transaction --------------------------------------------------------
 

@@ -74,7 +74,7 @@ class Txn:
             "updateMs": self.update_ms, "lastProducerId": self.last_producer_id,
             "lastEpoch": self.last_epoch,
         }
-        return _key(self.transactional_id), json.dumps(
+        return state_key(self.transactional_id), json.dumps(
             document, separators=(",", ":")).encode()
 
     @classmethod
@@ -88,14 +88,15 @@ class Txn:
                    value.get("lastProducerId", -1), value.get("lastEpoch", -1))
 
 
-def _key(transactional_id: str) -> bytes:
+def state_key(transactional_id: str) -> bytes:
+    """The key of an id's records in ``__transaction_state``."""
     return json.dumps({"v": 1, "type": "txn", "id": transactional_id},
                       separators=(",", ":")).encode()
 
 
 def tombstone(transactional_id: str) -> tuple[bytes, None]:
     """The record that forgets a transactional id."""
-    return _key(transactional_id), None
+    return state_key(transactional_id), None
 
 
 def decode_key(key: bytes) -> str | None:
