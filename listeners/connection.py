@@ -255,8 +255,9 @@ class Connection:
                 # next frame is the one in force after this request (a login)
                 await self._without_reading(asyncio.wait([last]))
             await self._while_muted()
-            self.reader.set_limit(_READ_LIMIT if self.handler.frame_limit is None
-                                  else SMALL_FRAME_BYTES)
+            logged_in = self.handler.frame_limit is None
+            self.reader.set_limit(_READ_LIMIT if logged_in else SMALL_FRAME_BYTES,
+                                  framed=logged_in)
             try:
                 read = await self._read_frame()
             except OSError as exc:

@@ -31,7 +31,7 @@ from typing import SupportsIndex, cast
 DIRECT_BYTES = 32 * 1024
 """A frame at least this large that has not fully arrived is read straight into its own
 buffer; smaller ones are cut from the chunks read into the shared buffer."""
-SHARED_BYTES = 256 * 1024
+SHARED_BYTES = 64 * 1024
 """The buffer reads go to when no frame is being read into its own: one per process, used
 by the event loop's thread only, emptied by each read (get_buffer, the read and
 buffer_updated happen in one callback)."""
@@ -60,15 +60,22 @@ class ConnectionReader:
         """The bytes of that frame received so far."""
         self._lent_frame = False
         """The last :meth:`get_buffer` lent the frame's buffer (not the shared one)."""
+        self._framed = False
 
     @property
     def buffered(self) -> int:
         """The bytes received and not read yet."""
         return self._size
 
-    def set_limit(self, limit: int) -> None:
-        """Pause the transport once more than twice ``limit`` bytes are buffered."""
+    def set_limit(self, limit: int, *, framed: bool = False) -> None:
+        """Pause the transport once more than twice ``limit`` bytes are buffered; with
+        ``framed`` (every read takes a whole size prefix or a whole frame, so what is
+        buffered starts with a prefix), also once what is buffered starts a frame of at
+        least ``DIRECT_BYTES`` not complete yet: the rest of it is read straight into its
+        buffer when the frame is asked for (else the transport, reading while the
+        frame before it is handled, would have read it all into the shared buffer)."""
         self._limit = limit
+        self._framed = framed
 
     def set_transport(self, transport: asyncio.BaseTransport) -> None:
         assert self._transport is None, "Transport already set"
@@ -122,14 +129,15 @@ class ConnectionReader:
         chunk = data if type(data) is bytes else bytes(data)
         if not chunk:
             return
-        if self._frame is not None:  # fed by hand while a frame is read into its buffer
-            self._fill(chunk)
-            return
+        if self._frame is not None:  # the frame read into its buffer comes first
+            chunk = self._fill(chunk)
+            if not chunk:
+                return
         self._chunks.append(chunk)
         self._size += len(chunk)
         self._wakeup_waiter()
         if self._transport is not None and not self._paused \
-                and self._size > 2 * self._limit:
+                and (self._size > 2 * self._limit or (self._framed and self._large_next())):
             try:
                 self._transport.pause_reading()
             except NotImplementedError:
@@ -137,6 +145,15 @@ class ConnectionReader:
                 self._transport = None
             else:
                 self._paused = True
+
+    def _large_next(self) -> bool:
+        """Whether what is buffered starts with the size prefix of a frame of at least
+        ``DIRECT_BYTES`` that has not fully arrived."""
+        first, start = self._chunks[0], self._start
+        if len(first) - start < 4:
+            return False  # a prefix split across reads: left to the limit
+        size = int.from_bytes(first[start:start + 4], "big", signed=True)
+        return size >= DIRECT_BYTES and self._size < size + 4
 
     def _resume(self) -> None:
         self._paused = False
@@ -190,18 +207,17 @@ class ConnectionReader:
         self._start = start
         return b"".join(parts)
 
-    def _fill(self, chunk: bytes) -> None:
-        """Copy a chunk fed by hand into the frame being read (what goes past it stays
-        buffered)."""
+    def _fill(self, chunk: bytes) -> bytes:
+        """Copy what a chunk holds of the frame being read into its buffer (a chunk fed by
+        hand, or read after the frame was complete); the rest of the chunk."""
         assert self._frame is not None
         size = min(len(chunk), len(self._frame) - self._filled)
-        self._frame[self._filled:self._filled + size] = chunk[:size]
-        self._filled += size
-        if size < len(chunk):
-            self._chunks.append(chunk[size:])
-            self._size += len(chunk) - size
-        if self._filled == len(self._frame):
-            self._wakeup_waiter()
+        if size:
+            self._frame[self._filled:self._filled + size] = chunk[:size]
+            self._filled += size
+            if self._filled == len(self._frame):
+                self._wakeup_waiter()
+        return chunk[size:] if size else chunk
 
     async def _read_direct(self, n: int) -> bytearray:
         """A frame of ``n`` bytes, more than are buffered: what is buffered is copied into

@@ -216,3 +216,36 @@ def test_eof_inside_a_direct_read_gives_what_arrived() -> None:
         assert ended.value.partial == b"q" * 300
 
     asyncio.run(run())
+
+
+def test_the_start_of_a_large_frame_pauses_the_transport_until_it_is_asked_for() -> None:
+    """Framed (logged in): a read that starts a large frame pauses reading, also when it
+    comes right after the frame before completed, in the same turn; the rest of the frame
+    is read into its own buffer once the read loop asks for it."""
+    async def run() -> None:
+        reader = ConnectionReader(1 << 20)
+        reader.set_limit(1 << 20, framed=True)
+        transport = _Transport()
+        reader.set_transport(transport)
+        first = bytes(range(200)) * 500  # 100,000 bytes
+        second = bytes(range(100)) * 900
+        stream = (len(first).to_bytes(4, "big") + first
+                  + len(second).to_bytes(4, "big") + second)
+        _lend(reader, stream[:1000])
+        assert not transport.reading  # a large frame begun: nothing more until asked
+        assert await reader.readexactly(4) == stream[:4]
+        waiting = asyncio.create_task(reader.readexactly(len(first)))
+        await asyncio.sleep(0)
+        assert transport.reading
+        at = 1000 + len(_lend(reader, stream[1000:]))  # the rest of the first frame
+        assert at == 4 + len(first)
+        _lend(reader, stream[at:at + 5000])  # the same turn: the second frame begins
+        assert not transport.reading
+        assert await waiting == first
+        assert await reader.readexactly(4) == stream[at:at + 4]
+        waiting = asyncio.create_task(reader.readexactly(len(second)))
+        await asyncio.sleep(0)
+        assert len(_lend(reader, stream[at + 5000:])) == len(second) - 4996
+        assert await waiting == second
+
+    asyncio.run(run())
