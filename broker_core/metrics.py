@@ -43,6 +43,13 @@ TXN_VERIFICATIONS = Counter(
     "Reads of another broker's transaction coordinator state that a transactional "
     "produce waited for (the first batch of a transaction on a partition), by outcome: "
     "verified, refused, unavailable.", ["outcome"])
+STATE_LOOKUP_STATEMENTS = Counter(
+    "kop_server_state_lookup_statements",
+    "Statements reading another broker's coordinator state from the shared storage (the "
+    "transaction coordinator's, to verify a transactional produce).")
+STATE_LOOKUP_BATCHES = Counter(
+    "kop_server_state_lookup_batches",
+    "Batches of coordinator state records those statements read.")
 _PER_API: dict[str, tuple[LoopCounter, LoopHistogram]] = {}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +23,6 @@ from broker_core.codec.records import encode_batch, key_values
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.ownership import coordinator_partition
 from broker_core.storage import (
-    BatchInfo,
     PartitionStore,
     Storage,
     StorageError,
@@ -33,10 +33,10 @@ from broker_core.storage import (
 from broker_core.storage.cluster import NotOwner
 from broker_core.storage.errors import AppendFenced
 from broker_core.storage_faults import WriteKind
+from broker_core.system_topic_index import KeyIndex, Record
 from common.log_fields import topic_fields
 
 log = logging.getLogger(__name__)
-Record = tuple[bytes, bytes | None]
 _MAX_RECORDS_PER_BATCH = 500
 _KEPT = {"retention.ms": "-1", "retention.bytes": "-1"}
 """The configs that keep a system topic's records until compaction replaces them."""
@@ -58,6 +58,9 @@ class SystemTopic:
         """Bytes appended to a partition since its last compaction (or its replay)."""
         self._live: dict[tuple[str, int], int] = {}
         """Bytes of a partition's last snapshot: its live state when it was compacted."""
+        self._indexes: dict[tuple[str, int], tuple[PartitionStore, KeyIndex]] = {}
+        """The keys of partitions another broker writes, as read (:meth:`newest`)."""
+        self._indexes_lock = threading.Lock()
 
     def ensure(self, topic: str) -> int:
         """Create the topic when missing; return its partition count (an existing topic
@@ -159,19 +162,20 @@ class SystemTopic:
     def newest(self, topic: str, partition: int, key: bytes) -> Record | None:
         """The newest record of ``key`` in the partition as stored now (None: there is
         none), whichever broker wrote it: what another broker's coordinator made durable
-        (a shared storage only: KeyError otherwise). Blocking: a worker thread."""
+        (a shared storage only: KeyError otherwise), found through the partition's
+        :class:`KeyIndex` (one statement nearly always, whatever the key). Blocking: a
+        worker thread."""
         target = self._partition(topic, partition)
-        if not shared_log(target):
+        start = target.log_start_offset
+        shared = target if shared_log(target) else None
+        if shared is None:
             raise KeyError(f"{topic}-{partition} is not in a shared storage")
-
-        def last_of(info: BatchInfo) -> Record | None:
-            found: Record | None = None
-            for record in key_values(info.batch):
-                if record[0] == key:
-                    found = record
-            return found
-
-        return target.newest_first(last_of)
+        with self._indexes_lock:
+            found = self._indexes.get((topic, partition))
+            if found is None or found[0] is not target:  # new, or the topic made again
+                found = self._indexes[(topic, partition)] = (target, KeyIndex())
+        index = found[1]
+        return shared.search(lambda read: index.newest(key, read, start))
 
     def needs_compaction(self, topic: str, partition: int) -> bool:
         """Whether the partition took ``compaction_bytes`` since it was last compacted, and

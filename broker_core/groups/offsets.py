@@ -19,7 +19,8 @@ from broker_core import naming
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups import offsets_topic
 from broker_core.groups.model import CONSUMER_PROTOCOL, CommittedOffset, Group, GroupState
-from broker_core.system_topics import Record, SystemTopic
+from broker_core.system_topic_index import Record
+from broker_core.system_topics import SystemTopic
 
 TopicPartition = tuple[str, int]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from broker_core.groups.model import CommittedOffset, Group, GroupState, Member
-from broker_core.system_topics import Record
+from broker_core.system_topic_index import Record
 
 _VERSION = 1
 

@@ -83,13 +83,19 @@ def rows_from(conn: Conn, pid: int, offset: int, limit: int,
     return [batch_info(row) for row in rows]
 
 
-def rows_before(conn: Conn, pid: int, before: int | None, limit: int) -> list[BatchInfo]:
-    """Up to ``limit`` batches whose base offset is below ``before`` (None: any), newest
-    first (the primary key read backwards)."""
+def rows_newest(conn: Conn, pid: int, since: int, before: int | None, also: int | None,
+                limit: int) -> list[BatchInfo]:
+    """Up to ``limit`` batches whose base offset is in [``since``, ``before``) (None: no
+    bound), newest first (the primary key read backwards), then the one at base offset
+    ``also`` when it is stored below ``since`` (by the primary key): one statement."""
     rows = conn.execute(
-        f"SELECT {ENTRY_COLUMNS} FROM edge_entries WHERE partition_id = %s"
-        " AND base_offset < %s ORDER BY base_offset DESC LIMIT %s",
-        (pid, (1 << 63) - 1 if before is None else before, limit), binary=True).fetchall()
+        f"(SELECT {ENTRY_COLUMNS} FROM edge_entries WHERE partition_id = %(p)s"
+        "  AND base_offset >= %(s)s AND base_offset < %(b)s ORDER BY base_offset DESC"
+        "  LIMIT %(n)s)"
+        f" UNION ALL (SELECT {ENTRY_COLUMNS} FROM edge_entries WHERE partition_id = %(p)s"
+        "  AND base_offset = %(a)s AND base_offset < %(s)s) ORDER BY base_offset DESC",
+        {"p": pid, "s": since, "b": (1 << 63) - 1 if before is None else before,
+         "n": limit, "a": -1 if also is None else also}, binary=True).fetchall()
     return [batch_info(row) for row in rows]
 
 

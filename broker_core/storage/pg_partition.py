@@ -20,7 +20,7 @@ Rebuilding a partition's producer state reads only the headers of its data batch
 (:meth:`PgPartition.headers_from`): the records stay in the database.
 
 Any broker reads a partition newest first as its owner committed it
-(:meth:`PgPartition.newest_first`): a partition leader finds there the durable state of a
+(:meth:`PgPartition.search`): a partition leader finds there the durable state of a
 transaction that another broker coordinates.
 
 A database error raises :class:`DatabaseUnavailable` (an OSError: clients get retriable
@@ -53,17 +53,40 @@ from .pg_database import Conn, Database
 from .pg_entries import ENTRY_COLUMNS, HEADER_COLUMNS, batch_info
 from .pg_kv import PgKeyValues
 from .pg_readahead import Buffer, ReadAhead
+from .protocols import RowReader
 from .region import FileRegion
 from .retention import RetentionCut, retention_cut
 from .segments import SealedSegment, check_cover
 
 _CHUNK = 64
-"""Rows per query when reading forward (or backwards: ``newest_first``)."""
+"""Rows per query when reading forward."""
 
 T = TypeVar("T")
 
 _DRAIN_TIMEOUT_S = 30.0
 """Longest a reload of a partition's row waits for its queued appends to be answered."""
+
+
+class _Again(Exception):
+    """A search that asked for more reads than it was allowed: run it in a snapshot."""
+
+
+class _Reads:
+    """``pg_entries.rows_newest`` on one connection, at most ``allowed`` times (None: no
+    bound; past it, :class:`_Again`)."""
+
+    def __init__(self, conn: Conn, pid: int, allowed: int | None) -> None:
+        self._conn = conn
+        self._pid = pid
+        self._left = allowed
+
+    def read(self, since: int, before: int | None, also: int | None,
+             limit: int) -> list[BatchInfo]:
+        if self._left is not None:
+            if self._left == 0:
+                raise _Again
+            self._left -= 1
+        return pg_entries.rows_newest(self._conn, self._pid, since, before, also, limit)
 
 
 class PgPartition(FilelessPartition):
@@ -339,32 +362,23 @@ class PgPartition(FilelessPartition):
                 yield info
                 offset = info.last_offset + 1
 
-    def newest_first(self, find: Callable[[BatchInfo], T | None]) -> T | None:
-        """Read backwards from the newest row: the newest page in one statement (one
-        round trip: what is sought is usually there), any more in one REPEATABLE READ
-        transaction from the newest row again, so that the rows a compaction writes and
-        deletes meanwhile (in one transaction) are seen all or not at all, however many
-        pages the search takes. The cached row plays no part (on a broker that does not
-        own the partition it lags what the owner committed)."""
+    def search(self, plan: Callable[[RowReader], T]) -> T:
+        """Run ``plan`` with one statement in autocommit (one round trip: what is sought
+        is usually in the newest rows); if it reads again, once more in one REPEATABLE
+        READ transaction, so that the rows a compaction writes and deletes meanwhile (in
+        one transaction each) are seen all or not at all, however many reads it makes.
+        The cached row plays no part (on a broker that does not own the partition it lags
+        what the owner committed)."""
         with self._lock:
             self._check_open()
-        with self._db.autocommit() as conn:
-            rows = pg_entries.rows_before(conn, self._id, None, _CHUNK)
-        found = next((hit for info in rows if (hit := find(info)) is not None), None)
-        if found is not None or len(rows) < _CHUNK:
-            return found
+        try:
+            with self._db.autocommit() as conn:
+                return plan(_Reads(conn, self._id, 1).read)
+        except _Again:
+            pass
         with self._db.tx() as conn:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            before: int | None = None
-            while True:
-                rows = pg_entries.rows_before(conn, self._id, before, _CHUNK)
-                for info in rows:
-                    found = find(info)
-                    if found is not None:
-                        return found
-                if len(rows) < _CHUNK:
-                    return None
-                before = rows[-1].base_offset
+            return plan(_Reads(conn, self._id, None).read)
 
     def _one(self, where: str, order: str, *args: object) -> BatchInfo | None:
         with self._lock:

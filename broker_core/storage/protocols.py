@@ -209,16 +209,26 @@ def commit_generation(partition: PartitionStore) -> int:
     return partition.generation if group_committed(partition) else 0
 
 
+RowReader = Callable[[int, int | None, int | None, int], list[BatchInfo]]
+"""``read(since, before, also, limit)``: a partition's stored batches newest first, those
+whose base offset is at least ``since`` and below ``before`` (None: any), at most
+``limit``, then the one whose base offset is ``also`` if it is stored and lies below
+``since`` (None: none)."""
+
+
 @runtime_checkable
 class SharedLog(Protocol):
     """A partition store several brokers share (``postgres``): one broker writes it, and
     any broker reads what that one committed, also past what it has seen itself."""
 
-    def newest_first(self, find: Callable[[BatchInfo], T | None]) -> T | None:
-        """Call ``find`` on the stored batches, newest first down to the log start, all
-        read from one snapshot of the storage (as its owner committed them, whichever
-        broker that is); the first result that is not None, else None. Blocking (a
-        worker thread); DatabaseUnavailable when the storage cannot answer."""
+    def search(self, plan: Callable[[RowReader], T]) -> T:
+        """Run ``plan`` on the stored batches as its owner committed them (whichever broker
+        that is), every read of one run from one snapshot of the storage: first allowed
+        one read (one round trip); a second read cuts that run short (an exception
+        ``plan`` lets through), and ``plan`` runs again from the start in a read-only
+        snapshot, reading as often as it needs. So what ``plan`` keeps of a run cut short
+        must hold on its own. Blocking (a worker thread); DatabaseUnavailable when the
+        storage cannot answer."""
         ...
 
 

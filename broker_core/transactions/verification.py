@@ -4,8 +4,10 @@ no batch opens a "hanging" transaction that no marker will ever end).
 
 When this broker coordinates the transactional id (always, on one broker), the
 coordinator's state in memory says so at once. When another broker does, the leader reads
-the id's state as that coordinator last made it durable in the shared storage (a read of
-the newest records of its ``__transaction_state`` partition, in a worker thread): the
+the id's state as that coordinator last made it durable in the shared storage (the id's
+newest record in its ``__transaction_state`` partition, in a worker thread, found through
+:class:`~broker_core.system_topic_index.KeyIndex`: one statement, whatever the id, once the
+partition was read; so a refusal, which is not kept, costs no more than that): the
 coordinator changes its state in memory only once the record is durable, and answers
 AddPartitionsToTxn only then, so what the durable state lacks no producer was told it
 has; and the durable state is what the coordinator's next owner starts from, so a
@@ -15,6 +17,9 @@ outcome is kept in the partition's producer state
 (:class:`~broker_core.partition_producers.Verification`, made before the read and dropped
 by the producer's next marker, so a transaction that ended meanwhile lets nothing in after
 its marker), and the next batches of the transaction there cost a dictionary lookup.
+Each partition of a request reads for itself (one statement each): a read shared by the
+partitions of a request would have to follow every partition's verification guard, and
+the request's partitions are taken one after another.
 
 Errors are Kafka's (3.6 to 3.9): INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH
 and INVALID_TXN_STATE as they are (clients abort the transaction, or are fenced); a

@@ -2,7 +2,8 @@
 also when that is another broker than the partition's leader (KIP-890 part 1): a batch for
 a partition its transaction never added, or under another transactional id's producer id,
 is refused and stores nothing; a verified transaction is read from the database once per
-partition, not once per batch; real clients' transactions across brokers commit as before."""
+partition, not once per batch; a refused batch costs one statement, whatever transactional
+id it names; real clients' transactions across brokers commit as before."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 
 from tests.cluster.test_cluster import create
 from tests.cluster_helpers import Cluster
-from tests.operations.test_metrics import scrape
+from tests.operations.test_metrics import sample, scrape
 from tests.ports import free_port
 from tests.raw import RawConnection
 from tests.txn_helpers import (
@@ -34,6 +35,8 @@ from tests.txn_helpers import (
 
 PARTITIONS = 4
 VERIFICATIONS = r'kop_server_txn_verifications_total\{outcome="verified"\}'
+OTHERS = 150
+"""Records of other transactional ids written after the one a test looks up (pages of 64)."""
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +240,7 @@ def test_a_state_written_long_before_is_found(cluster: Cluster, topic_name: str)
         pid, epoch = at_coordinator.init_ok(tid)
         assert at_coordinator.add_partitions(tid, pid, epoch, {topic_name: [partition]}) == {
             (topic_name, partition): NONE}
-        for n in range(150):  # 150 records of other ids after it (pages of 64)
+        for n in range(OTHERS):  # records of other ids after it
             at_coordinator.init_ok(f"{topic_name}-other-{n}")
         code, _ = at_leader.produce(topic_name, batch(pid, epoch, 0, 1, transactional=True),
                                     partition, transactional_id=tid)
@@ -246,6 +249,49 @@ def test_a_state_written_long_before_is_found(cluster: Cluster, topic_name: str)
                                     partition, transactional_id=f"{topic_name}-unknown")
         assert code == INVALID_PRODUCER_ID_MAPPING
         assert at_coordinator.end_txn(tid, pid, epoch, False) == NONE
+    finally:
+        at_coordinator.close()
+        at_leader.close()
+
+
+def _lookups(cluster: Cluster, broker_id: int) -> tuple[float, float]:
+    """The statements and batches the broker read of other brokers' coordinator states."""
+    samples = scrape(int(cluster.by_id(broker_id).settings["metricsPort"]))
+    return (sample(samples, "kop_server_state_lookup_statements_total"),
+            sample(samples, "kop_server_state_lookup_batches_total"))
+
+
+def test_refusals_cost_one_statement_whatever_the_id(cluster: Cluster,
+                                                     topic_name: str) -> None:
+    """What a refused batch costs the leader is bounded, whatever transactional id the
+    request names: an id with no state (read back to the log start to know it: once), an
+    id whose state lies behind many other ids' records. The partition's batches are read
+    once; each later request reads one statement of what was written since, and the one
+    batch of the id's newest record."""
+    create(cluster.bootstrap, topic_name, PARTITIONS)
+    tid, partition, leader, coordinator = _elsewhere(cluster, topic_name, "cost")
+    at_coordinator = TxnConnection(cluster.by_id(coordinator).port, timeout=60)
+    at_leader = TxnConnection(cluster.by_id(leader).port, timeout=60)
+    try:
+        pid, epoch = at_coordinator.init_ok(tid)
+        for n in range(OTHERS):
+            at_coordinator.init_ok(f"{topic_name}-other-{n}")
+        named = [f"{topic_name}-unknown"] * 4 + [f"{topic_name}-unknown-{n}" for n in range(4)]
+        costs: list[tuple[float, float]] = []
+        for name in named + [tid] * 4:
+            before = _lookups(cluster, leader)
+            code, _ = at_leader.produce(topic_name, batch(pid, epoch, 0, 1, transactional=True),
+                                        partition, transactional_id=name)
+            assert code == (INVALID_TXN_STATE if name == tid else INVALID_PRODUCER_ID_MAPPING)
+            after = _lookups(cluster, leader)
+            costs.append((after[0] - before[0], after[1] - before[1]))
+        # the first may read the whole partition (unless an earlier test's lookup did);
+        # every later one, one statement: the records written since (none, or a few of a
+        # coordinator's own duties) and the id's batch
+        assert costs[0][0] >= 1
+        assert all(statements == 1 and batches <= 3 for statements, batches in costs[1:]), \
+            costs
+        assert at_leader.list_offset(topic_name, partition, READ_UNCOMMITTED) == 0
     finally:
         at_coordinator.close()
         at_leader.close()

@@ -181,21 +181,30 @@ def _committed(bootstrap: str, group: str, topics: list[str]) -> dict[tuple[str,
     return {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions}
 
 
+def _topics_and_consumer(bootstrap: str, topic_name: str
+                         ) -> tuple[str, str, str, confluent_kafka.Consumer]:
+    """Topics A and B of two partitions with 5 records in each, the test's group, and a
+    confluent-kafka consumer of that group (manual commits, from the earliest offset, a
+    6 s session) not subscribed yet: (A, B, group, consumer)."""
+    a, b = f"{topic_name}-a", f"{topic_name}-b"
+    for name in (a, b):
+        create_topic(bootstrap, name, 2)
+        produce_values(bootstrap, name, range(2), 0, 5)
+    group = group_id_for(topic_name)
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group,
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 250})
+    return a, b, group, consumer
+
+
 def test_a_stable_group_expires_the_offsets_of_a_topic_it_left(broker: BrokerProcess,
                                                                 topic_name: str) -> None:
     """A confluent-kafka consumer subscribed to A and B commits on both, then subscribes to
     A only: once the retention (a minute) has passed since the commit, B's offsets are
     gone while the group is Stable with the consumer in it; A's, committed as long ago,
     stay; after a restart B's stay gone."""
-    a, b = f"{topic_name}-a", f"{topic_name}-b"
-    for name in (a, b):
-        create_topic(broker.bootstrap, name, 2)
-        produce_values(broker.bootstrap, name, range(2), 0, 5)
-    group = group_id_for(topic_name)
-    consumer = confluent_kafka.Consumer({
-        "bootstrap.servers": broker.bootstrap, "group.id": group,
-        "enable.auto.commit": False, "auto.offset.reset": "earliest",
-        "session.timeout.ms": 6000, "heartbeat.interval.ms": 250})
+    a, b, group, consumer = _topics_and_consumer(broker.bootstrap, topic_name)
     seen: set[tuple[str | None, int | None, int | None]] = set()
 
     def read() -> None:
@@ -239,15 +248,7 @@ def test_offset_delete_through_kafka_python_and_the_admin_cli(broker: BrokerProc
     GROUP_SUBSCRIBED_TO_TOPIC, a partition that does not exist is
     UNKNOWN_TOPIC_OR_PARTITION and an unknown group GROUP_ID_NOT_FOUND. (confluent-kafka's
     Python AdminClient has no call for OffsetDelete.)"""
-    a, b = f"{topic_name}-a", f"{topic_name}-b"
-    for name in (a, b):
-        create_topic(broker.bootstrap, name, 2)
-        produce_values(broker.bootstrap, name, range(2), 0, 5)
-    group = group_id_for(topic_name)
-    consumer = confluent_kafka.Consumer({
-        "bootstrap.servers": broker.bootstrap, "group.id": group,
-        "enable.auto.commit": False, "session.timeout.ms": 6000,
-        "heartbeat.interval.ms": 250})
+    a, b, group, consumer = _topics_and_consumer(broker.bootstrap, topic_name)
     kadmin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
 
     def poll() -> None:
