@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import confluent_kafka
@@ -118,6 +119,23 @@ def _elsewhere(cluster: Cluster, topic: str, name: str) -> tuple[str, int, int, 
     raise AssertionError("unreachable")
 
 
+@contextmanager
+def _apart(cluster: Cluster, topic: str, name: str
+           ) -> Iterator[tuple[str, int, int, TxnConnection, TxnConnection]]:
+    """The topic created, and a transactional id whose coordinator does not lead one of
+    its partitions (:func:`_elsewhere`): (id, partition, the leader's broker id, a
+    connection to the coordinator, one to the leader), closed after."""
+    create(cluster.bootstrap, topic, PARTITIONS)
+    tid, partition, leader, coordinator = _elsewhere(cluster, topic, name)
+    at_coordinator = TxnConnection(cluster.by_id(coordinator).port, timeout=60)
+    at_leader = TxnConnection(cluster.by_id(leader).port, timeout=60)
+    try:
+        yield tid, partition, leader, at_coordinator, at_leader
+    finally:
+        at_coordinator.close()
+        at_leader.close()
+
+
 def _verifications(cluster: Cluster, broker_id: int) -> float:
     """How many batches the broker verified by a read of another broker's coordinator
     state."""
@@ -130,11 +148,8 @@ def test_a_batch_for_a_partition_never_added_is_refused(cluster: Cluster,
     """The "hanging transaction" of KIP-890: a transactional batch sent to the leader
     without AddPartitionsToTxn would hold back read_committed readers until an admin
     aborted it. The leader asks the coordinator's state and refuses it."""
-    create(cluster.bootstrap, topic_name, PARTITIONS)
-    tid, partition, leader, coordinator = _elsewhere(cluster, topic_name, "hang")
-    at_coordinator = TxnConnection(cluster.by_id(coordinator).port, timeout=60)
-    at_leader = TxnConnection(cluster.by_id(leader).port, timeout=60)
-    try:
+    with _apart(cluster, topic_name, "hang") as (tid, partition, _leader,
+                                                        at_coordinator, at_leader):
         pid, epoch = at_coordinator.init_ok(tid)
         code, _ = at_leader.produce(topic_name, batch(pid, epoch, 0, 3, transactional=True),
                                     partition, transactional_id=tid)
@@ -150,9 +165,6 @@ def test_a_batch_for_a_partition_never_added_is_refused(cluster: Cluster,
         described = at_leader.describe_producers(topic_name, [partition])
         assert described.topics[0].partitions[0].active_producers == []
         assert at_coordinator.end_txn(tid, pid, epoch, False) == NONE
-    finally:
-        at_coordinator.close()
-        at_leader.close()
 
 
 def test_a_batch_under_another_transactional_ids_producer_is_refused(
@@ -201,11 +213,8 @@ def test_a_transaction_is_verified_once_per_partition(cluster: Cluster,
     """The first batch of a transaction on a partition is verified with one read of the
     coordinator's state; the next ones are not read again. Once the transaction ends the
     next one's first batch is verified again: without AddPartitionsToTxn it is refused."""
-    create(cluster.bootstrap, topic_name, PARTITIONS)
-    tid, partition, leader, coordinator = _elsewhere(cluster, topic_name, "once")
-    at_coordinator = TxnConnection(cluster.by_id(coordinator).port, timeout=60)
-    at_leader = TxnConnection(cluster.by_id(leader).port, timeout=60)
-    try:
+    with _apart(cluster, topic_name, "once") as (tid, partition, leader,
+                                                        at_coordinator, at_leader):
         pid, epoch = at_coordinator.init_ok(tid)
         assert at_coordinator.add_partitions(tid, pid, epoch, {topic_name: [partition]}) == {
             (topic_name, partition): NONE}
@@ -223,20 +232,14 @@ def test_a_transaction_is_verified_once_per_partition(cluster: Cluster,
                                     partition, transactional_id=tid)
         assert code == INVALID_TXN_STATE
         assert at_leader.list_offset(topic_name, partition, READ_UNCOMMITTED) == 11
-    finally:
-        at_coordinator.close()
-        at_leader.close()
 
 
 def test_a_state_written_long_before_is_found(cluster: Cluster, topic_name: str) -> None:
     """The leader reads the coordinator's records newest first, page after page: an id
     whose last record lies behind many of other ids is found, and one that has none is
     known to have none once every record was read."""
-    create(cluster.bootstrap, topic_name, PARTITIONS)
-    tid, partition, leader, coordinator = _elsewhere(cluster, topic_name, "old")
-    at_coordinator = TxnConnection(cluster.by_id(coordinator).port, timeout=60)
-    at_leader = TxnConnection(cluster.by_id(leader).port, timeout=60)
-    try:
+    with _apart(cluster, topic_name, "old") as (tid, partition, _leader,
+                                                        at_coordinator, at_leader):
         pid, epoch = at_coordinator.init_ok(tid)
         assert at_coordinator.add_partitions(tid, pid, epoch, {topic_name: [partition]}) == {
             (topic_name, partition): NONE}
@@ -249,9 +252,6 @@ def test_a_state_written_long_before_is_found(cluster: Cluster, topic_name: str)
                                     partition, transactional_id=f"{topic_name}-unknown")
         assert code == INVALID_PRODUCER_ID_MAPPING
         assert at_coordinator.end_txn(tid, pid, epoch, False) == NONE
-    finally:
-        at_coordinator.close()
-        at_leader.close()
 
 
 def _lookups(cluster: Cluster, broker_id: int) -> tuple[float, float]:
@@ -268,11 +268,8 @@ def test_refusals_cost_one_statement_whatever_the_id(cluster: Cluster,
     id whose state lies behind many other ids' records. The partition's batches are read
     once; each later request reads one statement of what was written since, and the one
     batch of the id's newest record."""
-    create(cluster.bootstrap, topic_name, PARTITIONS)
-    tid, partition, leader, coordinator = _elsewhere(cluster, topic_name, "cost")
-    at_coordinator = TxnConnection(cluster.by_id(coordinator).port, timeout=60)
-    at_leader = TxnConnection(cluster.by_id(leader).port, timeout=60)
-    try:
+    with _apart(cluster, topic_name, "cost") as (tid, partition, leader,
+                                                        at_coordinator, at_leader):
         pid, epoch = at_coordinator.init_ok(tid)
         for n in range(OTHERS):
             at_coordinator.init_ok(f"{topic_name}-other-{n}")
@@ -292,9 +289,6 @@ def test_refusals_cost_one_statement_whatever_the_id(cluster: Cluster,
         assert all(statements == 1 and batches <= 3 for statements, batches in costs[1:]), \
             costs
         assert at_leader.list_offset(topic_name, partition, READ_UNCOMMITTED) == 0
-    finally:
-        at_coordinator.close()
-        at_leader.close()
 
 
 def test_a_dead_coordinator_does_not_stop_the_verification(tmp_path: Path,
