@@ -36,7 +36,31 @@ enum {
 int record_walk_abi(void) { return 1; }
 
 /* The zigzag varint at *pos into *value; *pos moves past it. */
-static int varint(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *value)
+static int varint_long(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *value);
+
+static inline int varint(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *value)
+{
+    /* most varints of a record are one or two bytes long (deltas, lengths under 8 KiB) */
+    int64_t at = *pos;
+    if (end - at >= 2) {
+        uint64_t raw = buf[at];
+        if (raw < 0x80) {
+            *pos = at + 1;
+            *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return WALK_OK;
+        }
+        if (buf[at + 1] < 0x80) {
+            raw = (raw & 0x7F) | ((uint64_t)buf[at + 1] << 7);
+            *pos = at + 2;
+            *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return WALK_OK;
+        }
+    }
+    return varint_long(buf, end, pos, value);
+}
+
+/* :c:func:`varint` of any length, bounds-checked byte by byte. */
+static int varint_long(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *value)
 {
     uint64_t raw = 0;
     int shift = 0, huge = 0;
