@@ -24,6 +24,7 @@ a large frame comes as the ``bytearray`` it was read into.
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections import deque
 from collections.abc import Iterable
 from typing import SupportsIndex, cast
@@ -35,6 +36,7 @@ SHARED_BYTES = 64 * 1024
 """The buffer reads go to when no frame is being read into its own: one per process, used
 by the event loop's thread only, emptied by each read (get_buffer, the read and
 buffer_updated happen in one callback)."""
+_SIZE = struct.Struct(">i")
 _shared = bytearray(SHARED_BYTES)
 _shared_view = memoryview(_shared)
 
@@ -152,7 +154,7 @@ class ConnectionReader:
         first, start = self._chunks[0], self._start
         if len(first) - start < 4:
             return False  # a prefix split across reads: left to the limit
-        size = int.from_bytes(first[start:start + 4], "big", signed=True)
+        (size,) = _SIZE.unpack_from(first, start)
         return size >= DIRECT_BYTES and self._size < size + 4
 
     def _resume(self) -> None:
