@@ -154,7 +154,7 @@ class ConnectionReader:
         first, start = self._chunks[0], self._start
         if len(first) - start < 4:
             return False  # a prefix split across reads: left to the limit
-        (size,) = _SIZE.unpack_from(first, start)
+        size: int = _SIZE.unpack_from(first, start)[0]
         return size >= DIRECT_BYTES and self._size < size + 4
 
     def _resume(self) -> None:
