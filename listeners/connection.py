@@ -129,7 +129,7 @@ class Connection:
         self._waiting = False
         self._idle_hit = False
         self._quiet_ticks = -1
-        self._last_progress: tuple[int, int, int] | None = None
+        self._last_progress: tuple[int, int, int, int] | None = None
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -191,8 +191,10 @@ class Connection:
             return None
         if limit is None or size <= SMALL_FRAME_BYTES:
             try:
-                if limit is None or self.reader.buffered >= size:
+                if self.reader.buffered >= size:
                     frame = await self.reader.readexactly(size)
+                elif limit is None:  # the rest must keep coming: no byte for the idle timeout
+                    frame = await self._until_idle(lambda: self.reader.readexactly(size))
                 else:  # before login a frame must arrive within the idle timeout
                     async with asyncio.timeout(idle):  # (wait_for made a task per frame)
                         frame = await self.reader.readexactly(size)
@@ -200,7 +202,7 @@ class Connection:
                 self._closed_inside(len(exc.partial), size)
                 return None
             except TimeoutError:
-                self._incomplete(size)
+                self._incomplete(size, limit is not None)
                 return None
             return memoryview(frame), 0
         return await self._read_counted(size, idle)
@@ -237,10 +239,10 @@ class Connection:
         log.warning("connection from %s closed after %d of %d frame bytes",
                     self.info.peer, got, size)
 
-    def _incomplete(self, size: int) -> None:
-        log.info("closing connection from %s on %s: a frame of %d bytes before "
-                 "authentication was not complete within the idle timeout",
-                 self.info.peer, self.info.listener, size)
+    def _incomplete(self, size: int, before_login: bool = True) -> None:
+        log.info("closing connection from %s on %s: a frame of %d bytes%s was not complete "
+                 "within the idle timeout", self.info.peer, self.info.listener, size,
+                 " before authentication" if before_login else "")
 
     def _reject(self, reason: str) -> None:
         if self.on_reject is not None:
@@ -266,13 +268,14 @@ class Connection:
             if read is None:
                 return
             frame, held = read
-            await self._while_muted()  # a throttle known only once the frame was read
-            permit = self._gated()
-            if permit:  # a plain check: a logged-in connection's requests never await here
-                await self._enter_gate()
+            permit = False
             try:
                 ready = False
-                try:
+                try:  # the frame's read budget is given back whatever ends the wait
+                    await self._while_muted()  # a throttle known only once the frame was read
+                    if self._gated():  # a logged-in connection's requests never await here
+                        await self._enter_gate()
+                        permit = True
                     request = self._prepare(frame)
                     del frame
                     if not self._fits(request.response_bound) and permit:
@@ -354,6 +357,7 @@ class Connection:
             answer = await request.answer()
         except Exception as exc:  # the write loop closes the connection in order
             self._finished(held, bound)
+            self.stop_requested = True  # and nothing behind it is read or run
             return _failed(loop, exc)
         except BaseException:
             self._finished(held, bound)
@@ -367,11 +371,14 @@ class Connection:
         self._finished(held, bound)
         if answer is None:
             return None
-        if not (self.queued or self.broken or self.writer.transport.is_closing()):
+        transport = self.writer.transport
+        if not (self.queued or self.broken or transport.is_closing()
+                or transport.get_write_buffer_size()):  # else the write loop, which drains
             try:
                 if send_now(self.writer, answer, self.socket):
                     return None
             except OSError as exc:  # the write loop says so, in order
+                self.stop_requested = True
                 return _failed(loop, exc)
         self.unsent_bytes += response_size(answer)
         done: asyncio.Future[Response | None] = loop.create_future()
@@ -449,15 +456,17 @@ class Connection:
             self._idle_hit = True
             self.reading.cancel()
 
-    def _progress(self) -> tuple[int, int, int]:
-        """Changes whenever the client takes response bytes: the unsent bytes of finished
-        responses drop, the transport's buffer does, or the socket's (Linux)."""
+    def _progress(self) -> tuple[int, int, int, int]:
+        """Changes whenever the client sends bytes (a large frame arriving slowly) or takes
+        response bytes: the unsent bytes of finished responses drop, the transport's buffer
+        does, or the socket's (Linux)."""
         queued = 0
         if self.kernel_queue is not None:
             with contextlib.suppress(OSError):
                 queued = struct.unpack("i", fcntl.ioctl(self.kernel_queue, termios.TIOCOUTQ,
                                                         b"\0\0\0\0"))[0]
-        return self.unsent_bytes, self.writer.transport.get_write_buffer_size(), queued
+        return (self.reader.received, self.unsent_bytes,
+                self.writer.transport.get_write_buffer_size(), queued)
 
     async def _wait(self, answer: Awaitable[Response | None]) -> Response | None:
         """A request's waiting stage; its response counts as unsent until the write loop
@@ -502,7 +511,7 @@ class Connection:
             except FrameError as exc:
                 if not exc.logged:
                     log.warning("closing connection from %s on %s: %s", self.info.peer,
-                                self.info.listener, exc)
+                                self.info.listener, str(exc))  # not the error: no frames held
                 if exc.final is not None:
                     self.writer.write(exc.final)
                 broken = True

@@ -12,6 +12,7 @@ such a protocol too, decrypting into the lent buffer.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import cast
@@ -65,20 +66,19 @@ class FrameProtocol(asyncio.BufferedProtocol):
             self.reader.feed_eof()
         else:
             self.reader.set_exception(exc)
+        self.reader.forget_transport()
         self._lost = True
         while self._drain_waiters:
             waiter = self._drain_waiters.popleft()
             if not waiter.done():
                 if exc is None:
                     waiter.set_result(None)
-                else:
-                    waiter.set_exception(exc)
+                else:  # a copy each: a raise adds its frames to the error's traceback
+                    waiter.set_exception(copy.copy(exc))
         if self._closed is not None and not self._closed.done():
-            if exc is None:
-                self._closed.set_result(None)
-            else:
-                self._closed.set_exception(exc)
-                self._closed.exception()  # retrieved: nobody need wait for it
+            # closed either way: the error, kept here, would hold the frames it was raised
+            # through (the reader reports it)
+            self._closed.set_result(None)
 
     def pause_writing(self) -> None:
         self._paused = True

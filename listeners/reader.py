@@ -24,6 +24,8 @@ a large frame comes as the ``bytearray`` it was read into.
 from __future__ import annotations
 
 import asyncio
+import copy
+import mmap
 import struct
 from collections import deque
 from collections.abc import Iterable
@@ -60,6 +62,8 @@ class ConnectionReader:
         """The frame being read straight into its own buffer (:meth:`_read_direct`)."""
         self._filled = 0
         """The bytes of that frame received so far."""
+        self.received = 0
+        """Bytes received in all (the connection's idle timeout watches it)."""
         self._lent_frame = False
         """The last :meth:`get_buffer` lent the frame's buffer (not the shared one)."""
         self._framed = False
@@ -86,11 +90,24 @@ class ConnectionReader:
     def exception(self) -> Exception | None:
         return self._exception
 
+    def _failure(self) -> Exception:
+        """The stored error, as a copy without a traceback: each raise of the stored one
+        would add the frames it passes through to its traceback, and those frames hold
+        this reader (a reference cycle for every connection reset)."""
+        assert self._exception is not None
+        return copy.copy(self._exception)
+
+    def forget_transport(self) -> None:
+        """The connection is gone: drop the transport (uvloop's TLS protocol keeps the
+        buffered protocol's bound methods, a reference cycle through it)."""
+        self._transport = None
+        self._paused = False
+
     def set_exception(self, exc: Exception) -> None:
-        self._exception = exc
+        self._exception = copy.copy(exc)  # (see _failure) not the transport's own
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.cancelled():
-            waiter.set_exception(exc)
+            waiter.set_exception(self._failure())
 
     def _wakeup_waiter(self) -> None:
         waiter, self._waiter = self._waiter, None
@@ -119,6 +136,7 @@ class ConnectionReader:
         """The transport read ``nbytes`` into the buffer :meth:`get_buffer` gave."""
         if self._lent_frame:
             assert self._frame is not None
+            self.received += nbytes
             self._filled += nbytes
             if self._filled == len(self._frame):
                 self._wakeup_waiter()
@@ -131,6 +149,7 @@ class ConnectionReader:
         chunk = data if type(data) is bytes else bytes(data)
         if not chunk:
             return
+        self.received += len(chunk)
         if self._frame is not None:  # the frame read into its buffer comes first
             chunk = self._fill(chunk)
             if not chunk:
@@ -159,8 +178,8 @@ class ConnectionReader:
 
     def _resume(self) -> None:
         self._paused = False
-        assert self._transport is not None
-        self._transport.resume_reading()
+        if self._transport is not None:
+            self._transport.resume_reading()
 
     def _maybe_resume_transport(self) -> None:
         if self._paused and self._size <= self._limit:
@@ -221,20 +240,21 @@ class ConnectionReader:
                 self._wakeup_waiter()
         return chunk[size:] if size else chunk
 
-    async def _read_direct(self, n: int) -> bytearray:
+    async def _read_direct(self, n: int) -> memoryview:
         """A frame of ``n`` bytes, more than are buffered: what is buffered is copied into
-        its buffer, the rest is read straight into it."""
-        frame = bytearray(n)
-        view = memoryview(frame)
+        its buffer, the rest is read straight into it. The buffer is an anonymous mapping,
+        whose pages take memory only as bytes arrive in them: a size prefix alone (up to
+        the listener's frame limit) costs nothing."""
+        view = memoryview(mmap.mmap(-1, n))
         filled = self._size
         view[:filled] = self._take(filled) if filled else b""
         self._frame, self._filled = view, filled
         try:
             while self._filled < n:
                 if self._exception is not None:
-                    raise self._exception
+                    raise self._failure()
                 if self._eof:
-                    raise asyncio.IncompleteReadError(bytes(frame[:self._filled]), n)
+                    raise asyncio.IncompleteReadError(bytes(view[:self._filled]), n)
                 await self._wait_for_data("readexactly")
         except BaseException:
             if self._filled and not self._eof:  # cancelled: what arrived stays buffered
@@ -246,15 +266,15 @@ class ConnectionReader:
             self._filled = 0
             self._lent_frame = False
         self._maybe_resume_transport()
-        return frame
+        return view
 
-    async def readexactly(self, n: int) -> bytes | bytearray:
+    async def readexactly(self, n: int) -> bytes | memoryview:
         """Exactly ``n`` bytes; IncompleteReadError with what arrived if the stream ends
         first."""
         if n < 0:
             raise ValueError("readexactly size can not be less than zero")
         if self._exception is not None:
-            raise self._exception
+            raise self._failure()
         if n == 0:
             return b""
         if self._size < n and n >= DIRECT_BYTES and not self._eof:
@@ -272,7 +292,7 @@ class ConnectionReader:
         """Up to ``n`` bytes once some are buffered (b"" at EOF); all until EOF when
         ``n`` is negative."""
         if self._exception is not None:
-            raise self._exception
+            raise self._failure()
         if n == 0:
             return b""
         if n < 0:

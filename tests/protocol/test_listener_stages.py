@@ -5,7 +5,8 @@ nothing is queued before it; only waiting stages get a task. These tests pin wha
 must not change: responses leave in request order whatever mix of immediate answers and
 waiting stages a connection pipelines; a stop (shutdown) during a dispatch stage lets it
 finish and answers it, without reading the request behind it; a dispatch stage that fails
-closes the connection only after the responses before it are sent.
+closes the connection only after the responses before it are sent, and nothing behind it
+is run.
 """
 
 from __future__ import annotations
@@ -155,12 +156,16 @@ def test_a_failed_dispatch_stage_closes_after_the_answers_before_it(
     async def test() -> None:
         events: dict[int, asyncio.Event] = {1: asyncio.Event()}
         events[1].set()
-        server, port = await _serve(events, [])
+        log: list[str] = []
+        server, port = await _serve(events, log)
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_frames(*before, "fail:2", "now:3"))
+            writer.write(_frames(*before, "fail:2", *(f"now:{n}" for n in range(3, 20))))
             assert await _read_answers(reader, 1) == [before[0]]
             assert await reader.read() == b""
+            # a produce behind a corrupt request is not appended unanswered
+            assert not any(line.startswith("dispatch now:") and line != "dispatch now:1"
+                           for line in log)
             writer.close()
         finally:
             await server.stop()
