@@ -40,33 +40,22 @@ from listeners.server import (
     ListenerServer,
     Request,
 )
+from tests.listener_helpers import StubHandler, frames
 from tests.security_helpers import make_tls
 
 _SIZE = struct.Struct(">i")
 ANSWER_BYTES = 64 * 1024
 
 
-class _Handler:
+class _Handler(StubHandler):
     """``now:N`` is answered at once with ``ANSWER_BYTES``; ``later:N`` after a waiting
     stage; ``hold:N`` waits in its dispatch stage for the test's event N; ``fail:N``
     fails. ``frame_limit`` set: the connection has not logged in."""
 
     def __init__(self, log: list[str], events: dict[str, asyncio.Event],
                  frame_limit: int | None = None) -> None:
-        self.log = log
+        super().__init__(log, frame_limit)
         self.events = events
-        self.limit = frame_limit
-
-    @property
-    def frame_limit(self) -> int | None:
-        return self.limit
-
-    @property
-    def muted_until(self) -> float:
-        return 0.0
-
-    def closed(self) -> None:
-        self.log.append("closed")
 
     def prepare(self, frame: memoryview) -> Request:
         kind, _, number = bytes(frame[:40]).decode(errors="replace").partition(":")
@@ -88,10 +77,6 @@ class _Handler:
             return answer_bytes
 
         return Request(len(answer_bytes), answer)
-
-
-def _frames(*texts: str) -> bytes:
-    return b"".join(_SIZE.pack(len(text)) + text.encode() for text in texts)
 
 
 def _run(test: Callable[[], Awaitable[None]]) -> None:
@@ -130,7 +115,7 @@ def test_answers_to_a_client_that_never_reads_stay_bounded() -> None:
         client.setblocking(False)
         try:
             await asyncio.get_running_loop().sock_sendall(
-                client, _frames(*(f"now:{n}" for n in range(2000))))
+                client, frames(*(f"now:{n}" for n in range(2000))))
             await asyncio.sleep(1.5)
             (connection,) = server._connections
             held = connection.writer.transport.get_write_buffer_size() + connection.unsent_bytes
@@ -180,9 +165,9 @@ def test_a_stop_while_a_frame_waits_for_the_login_gate_gives_its_budget_back() -
         holder = socket.create_connection(("127.0.0.1", port))
         waiter = socket.create_connection(("127.0.0.1", port))
         try:
-            holder.sendall(_frames("hold:1"))  # the only permit, held
+            holder.sendall(frames("hold:1"))  # the only permit, held
             await _until(lambda: "dispatch hold" in log)
-            waiter.sendall(_frames("big:" + "x" * (20 * 1024)))  # > 16 KiB: budgeted
+            waiter.sendall(frames("big:" + "x" * (20 * 1024)))  # > 16 KiB: budgeted
             await _until(lambda: budget.used > 0)
             stopping = asyncio.create_task(server.stop(grace_seconds=5))
             await asyncio.sleep(0.2)
@@ -210,10 +195,10 @@ def test_connections_closed_any_way_are_freed_without_the_collector(
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_tls)
         try:
             if kind == "clean":
-                writer.write(_frames("now:1", "later:2", "now:3"))
+                writer.write(frames("now:1", "later:2", "now:3"))
                 await reader.readexactly(3 * (ANSWER_BYTES + 4))
             elif kind == "fail":
-                writer.write(_frames("now:1", "fail:2", "now:3"))
+                writer.write(frames("now:1", "fail:2", "now:3"))
                 while await reader.read(1 << 16):
                     pass
             elif kind in ("reset", "abort"):  # in the middle of a large frame
@@ -226,7 +211,7 @@ def test_connections_closed_any_way_are_freed_without_the_collector(
                 writer.transport.abort()
                 return
             elif kind == "pending":  # a waiting stage under way
-                writer.write(_frames("later:1", "now:2"))
+                writer.write(frames("later:1", "now:2"))
                 await asyncio.sleep(0.01)
                 writer.transport.abort()
                 return

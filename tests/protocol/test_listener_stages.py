@@ -26,29 +26,19 @@ from listeners.server import (
     ListenerServer,
     Request,
 )
+from tests.listener_helpers import StubHandler, frames
 
 _SIZE = struct.Struct(">i")
 
 
-class _Handler:
+class _Handler(StubHandler):
     """Each frame is ``kind:number``: ``now`` answers at once, ``later`` waits for the
     test's event ``number`` in its waiting stage, ``hold`` waits for it in its dispatch
     stage, ``fail`` fails its dispatch stage. The answer is the frame itself."""
 
     def __init__(self, events: dict[int, asyncio.Event], log: list[str]) -> None:
+        super().__init__(log)
         self.events = events
-        self.log = log
-
-    @property
-    def frame_limit(self) -> int | None:
-        return None
-
-    @property
-    def muted_until(self) -> float:
-        return 0.0
-
-    def closed(self) -> None:
-        self.log.append("closed")
 
     def prepare(self, frame: memoryview) -> Request:
         text = bytes(frame).decode()
@@ -88,10 +78,6 @@ async def _serve(events: dict[int, asyncio.Event], log: list[str]
     return server, await server.start()
 
 
-def _frames(*texts: str) -> bytes:
-    return b"".join(_SIZE.pack(len(text)) + text.encode() for text in texts)
-
-
 async def _read_answers(reader: asyncio.StreamReader, count: int) -> list[str]:
     answers = []
     for _ in range(count):
@@ -110,14 +96,14 @@ def test_immediate_answers_never_overtake_a_waiting_stage() -> None:
         server, port = await _serve(events, [])
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_frames("now:1", "later:2", "now:3", "later:4", "now:5"))
+            writer.write(frames("now:1", "later:2", "now:3", "later:4", "now:5"))
             assert await _read_answers(reader, 1) == ["now:1"]
             await asyncio.sleep(0.2)  # every request has been dispatched by now
             events[4].set()  # the second waiting stage ends first
             await asyncio.sleep(0.1)
             events[2].set()
             assert await _read_answers(reader, 4) == ["later:2", "now:3", "later:4", "now:5"]
-            writer.write(_frames("now:6"))  # the queue is empty again: written at once
+            writer.write(frames("now:6"))  # the queue is empty again: written at once
             assert await _read_answers(reader, 1) == ["now:6"]
             writer.close()
         finally:
@@ -132,7 +118,7 @@ def test_a_stop_during_a_dispatch_stage_lets_it_finish_and_answers_it() -> None:
         log: list[str] = []
         server, port = await _serve(events, log)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(_frames("now:1", "hold:2", "now:3"))
+        writer.write(frames("now:1", "hold:2", "now:3"))
         assert await _read_answers(reader, 1) == ["now:1"]
         while "dispatch hold:2" not in log:
             await asyncio.sleep(0.01)
@@ -160,7 +146,7 @@ def test_a_failed_dispatch_stage_closes_after_the_answers_before_it(
         server, port = await _serve(events, log)
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_frames(*before, "fail:2", *(f"now:{n}" for n in range(3, 20))))
+            writer.write(frames(*before, "fail:2", *(f"now:{n}" for n in range(3, 20))))
             assert await _read_answers(reader, 1) == [before[0]]
             assert await reader.read() == b""
             # a produce behind a corrupt request is not appended unanswered
