@@ -31,7 +31,8 @@ CHECKPOINT_CHECK_S = 1.0
 REFRESH_INTERVAL_S = 0.25
 """How often the storage is asked what other brokers sharing it changed while its change
 feed is not live (``storage.feed``): their topic, ACL and config changes take effect here
-within a second. While it is live, it is asked when the feed says so."""
+within a second. While it is live, it is asked when the feed says so. A storage no other
+broker shares (files, memory) is never asked: nothing changes it behind this broker."""
 REFRESH_SAFETY_S = 5.0
 """How often the storage is asked anyway while its change feed is live."""
 
@@ -66,8 +67,9 @@ class BackgroundWork:
         if self.config.log_cleaner_enable:
             self._cleaning = loop.create_task(self._cleaner_loop())
         self._checkpoints = loop.create_task(self._checkpoint_loop())
-        self._refresher = loop.create_task(
-            self._refresh_loop(Wakeup(self.logs.feed, CHANGES)))
+        if self.logs.cluster.shared:  # else nobody else changes the storage: nothing to read
+            self._refresher = loop.create_task(
+                self._refresh_loop(Wakeup(self.logs.feed, CHANGES)))
         if limits is not None:
             self._summing = loop.create_task(limits.keep_summing(self._stopping))
 

@@ -61,6 +61,9 @@ class FlushScheduler:
         """Partitions appended to since the periodic flush last took them (some may have
         been fsynced since, by a count or a snapshot): what it looks at, not all of them."""
         self._timer: asyncio.Task[None] | None = None
+        self._idle: asyncio.Future[None] | None = None
+        """Set while the periodic round waits for an append (nothing dirty, nothing to
+        write back): resolved by the next :meth:`appended`."""
         self._queued: list[tuple[PartitionStore, _PartitionState]] = []
         """Flushes requested in this turn of the event loop, started together at its end."""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -98,6 +101,8 @@ class FlushScheduler:
         state.unflushed += records
         state.unwritten_bytes += size
         self._dirty.add(key)
+        if self._idle is not None:
+            self._wake_periodic()
         if state.unwritten_bytes >= WRITEBACK_MIN_BYTES:
             state.unwritten_bytes = 0
             self._unwritten.add(key)
@@ -241,14 +246,31 @@ class FlushScheduler:
                 elif isinstance(result, BaseException):
                     log.error("periodic fsync failed: %s", result)
 
+    def _wake_periodic(self) -> None:
+        idle, self._idle = self._idle, None
+        if idle is not None and not idle.done():
+            idle.set_result(None)
+
     async def _periodic(self) -> None:
+        """Start the writeback every ``WRITEBACK_INTERVAL_MS`` and fsync what is dirty every
+        ``flush_interval_ms``; with nothing dirty, wait for the next append instead of
+        waking for nothing (an idle broker), then fsync it within ``flush_interval_ms``."""
         loop = asyncio.get_running_loop()
-        next_flush = loop.time() + self.flush_interval_ms / 1000
+        interval = self.flush_interval_ms / 1000
+        next_flush = loop.time() + interval
         while True:
+            if not self._dirty and not self._unwritten:
+                self._idle = loop.create_future()
+                try:
+                    await self._idle
+                finally:
+                    self._idle = None
+                if next_flush <= loop.time():  # parked past it: a full interval from now
+                    next_flush = loop.time() + interval
             await asyncio.sleep(min(WRITEBACK_INTERVAL_MS / 1000,
                                     max(next_flush - loop.time(), 0)))
             if loop.time() >= next_flush:
-                next_flush = loop.time() + self.flush_interval_ms / 1000
+                next_flush = loop.time() + interval
                 await self.flush_dirty()
             else:
                 await self._writeback()

@@ -112,6 +112,12 @@ class EngineCollector(Collector):
         return size, start, end, damaged, offline
 
 
+_SHUTDOWN_POLL_S = 3600.0
+"""How often the server's thread looks for a shutdown request between requests (the
+socketserver default, 0.5 s, woke an idle broker twice a second): nothing shuts it down,
+it ends with the process."""
+
+
 class _QuietHandler(WSGIRequestHandler):
     """No access log line per scrape or probe."""
 
@@ -134,5 +140,6 @@ def serve_metrics(engine: Engine, host: str, port: int, readiness: Readiness,
 
     server = make_server(host, port, health_app(readiness, make_wsgi_app(REGISTRY)),
                          Server, handler_class=_QuietHandler)
-    threading.Thread(target=server.serve_forever, name="edge-metrics", daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(_SHUTDOWN_POLL_S,), name="edge-metrics",
+                     daemon=True).start()
     return int(server.server_port)

@@ -3,8 +3,9 @@
 The schema's triggers (``pg_schema``, version 3) notify a channel when a change other
 brokers act on commits. :class:`PgListener` holds one dedicated connection of its own
 (outside the pool: a pooled connection is handed to other statements), LISTENs on every
-channel, and waits for notifications in its own thread, which calls the subscribers'
-wake-ups (they hand them to their event loop). It starts with the first subscription.
+channel, and waits for notifications in its own thread (asleep until the server sends
+something: no wake-up while nothing changes), which calls the subscribers' wake-ups (they
+hand them to their event loop). It starts with the first subscription.
 
 A notification sent while the connection is down is lost: the feed is then not
 :attr:`~PgListener.live` (subscribers poll at their fast pace), is connected again after a
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import socket
 import threading
 import time
@@ -113,8 +115,10 @@ class PgListener:
                          self._where, time.monotonic() - self._lost_at, self._cause)
                 self._lost_at = None
             self._wake_all()  # what was missed before LISTEN: everyone looks once
-            for notice in conn.notifies():
-                self._wake(notice.channel)
+            while True:
+                for notice in conn.notifies(timeout=0):  # what arrived, without waiting
+                    self._wake(notice.channel)
+                _until_readable(conn)
         finally:
             with self._lock:
                 self._conn = None
@@ -129,6 +133,16 @@ class PgListener:
     def _wake_all(self) -> None:
         for channel in self._channels:
             self._wake(channel)
+
+
+def _until_readable(conn: Conn) -> None:
+    """Block until the server sends something on ``conn`` (or the connection fails or is
+    shut down: the next read raises). Not ``conn.notifies()``'s own wait, which wakes ten
+    times a second to look for a Ctrl-C that only the main thread can get: this thread
+    sleeps until there is something to read."""
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    poller.poll()
 
 
 def _shut_down(conn: Conn) -> None:

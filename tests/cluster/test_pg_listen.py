@@ -9,6 +9,7 @@ import functools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -22,6 +23,7 @@ from broker_core.storage.postgres import PgStorage
 from tests.batches import make_batch
 from tests.postgres_server import shared_server
 from tests.storage_helpers import headed
+from tests.wakeups import thread_wakeups
 
 TOPIC = "public/default/t"
 WAIT_S = 30.0
@@ -119,6 +121,22 @@ def test_the_heartbeat_stamp_moves_with_what_a_reconcile_reads(
     second.cluster.deregister()  # a broker leaves
     stamps.append(first.cluster.heartbeat(60_000).stamp)
     assert len(set(stamps)) == len(stamps), stamps
+
+
+def test_an_idle_listener_sleeps_until_a_change(pair: tuple[PgStorage, PgStorage]) -> None:
+    """While nothing changes the listener's thread is never woken (psycopg's own wait for
+    notifications woke it ten times a second, in every broker); a change still is heard."""
+    first, second = pair
+    running = set(threading.enumerate())
+    heard = Heard(first)
+    listening(first, heard)
+    (thread,) = [t for t in threading.enumerate()
+                 if t.name == "edge-listener" and t not in running]
+    before = thread_wakeups(thread)
+    time.sleep(1.0)
+    assert thread_wakeups(thread) - before <= 1
+    second.create_topic(TOPIC, 1, {})
+    assert heard.until(CHANGES) == [CHANGES]
 
 
 def test_a_lost_listener_connects_again_and_wakes_everyone(

@@ -16,6 +16,7 @@ from broker_core.storage.fsutil import start_writeback
 from broker_core.storage.partition_flush import FLUSH_TOGETHER_MIN
 from tests.batches import build_batch
 from tests.storage_helpers import headed
+from tests.wakeups import CountingLoop, run_counting
 
 
 class CountingLog(PartitionLog):
@@ -80,6 +81,33 @@ def test_writeback_runs_between_periodic_fsyncs(tmp_path: Path) -> None:
         await scheduler.stop()
 
     asyncio.run(scenario())
+    log.close()
+
+
+def test_an_idle_scheduler_waits_for_an_append_then_fsyncs_it(tmp_path: Path) -> None:
+    """With nothing appended the periodic round arms no timer (it used to wake twenty
+    times a second for nothing: an idle broker's largest cost); the first append after
+    a long idle wakes it, and the periodic fsync still covers that append."""
+    log = CountingLog(tmp_path / "p", LogConfig())
+
+    async def scenario(loop: CountingLoop) -> None:
+        scheduler = FlushScheduler(flush_interval_messages=1 << 60, flush_interval_ms=100)
+        scheduler.start()
+        await asyncio.sleep(0)  # the periodic round starts: nothing is dirty
+        before = loop.wakeups
+        await asyncio.sleep(0.5)  # five flush intervals, ten writeback rounds
+        assert loop.wakeups - before == 1  # this test's own sleep, nothing else
+        batch, header = headed(build_batch([(None, b"v" * 1000)], timestamp=1))
+        log.append(batch, header)
+        assert scheduler.appended(log, 1, len(batch)) is None  # no fsync due by count
+        for _ in range(1000):  # the periodic fsync, at most a flush interval later
+            if log.flushes:
+                break
+            await asyncio.sleep(0.01)
+        assert log.flushes == 1
+        await scheduler.stop()
+
+    run_counting(scenario)
     log.close()
 
 
