@@ -34,6 +34,13 @@ from typing import SupportsIndex, cast
 DIRECT_BYTES = 32 * 1024
 """A frame at least this large that has not fully arrived is read straight into its own
 buffer; smaller ones are cut from the chunks read into the shared buffer."""
+AHEAD = 16
+"""A frame's buffer is an ordinary ``bytearray`` (zero-filled, at once resident, but
+reused heap memory: no page faults) when the frame is at most this many times what has
+arrived of it (a 1 MB produce once the first 64 KiB read is in); a larger one is an
+anonymous mapping, whose pages are taken as bytes arrive (a size prefix alone costs
+nothing, but every page faults once: a 1 KiB-record produce cost twice the CPU that way).
+So what a connection holds up front is at most ``AHEAD`` times what it has sent."""
 SHARED_BYTES = 64 * 1024
 """The buffer reads go to when no frame is being read into its own: one per process, used
 by the event loop's thread only, emptied by each read (get_buffer, the read and
@@ -242,11 +249,9 @@ class ConnectionReader:
 
     async def _read_direct(self, n: int) -> memoryview:
         """A frame of ``n`` bytes, more than are buffered: what is buffered is copied into
-        its buffer, the rest is read straight into it. The buffer is an anonymous mapping,
-        whose pages take memory only as bytes arrive in them: a size prefix alone (up to
-        the listener's frame limit) costs nothing."""
-        view = memoryview(mmap.mmap(-1, n))
+        its buffer (see :data:`AHEAD`), the rest is read straight into it."""
         filled = self._size
+        view = memoryview(bytearray(n) if n <= AHEAD * filled else mmap.mmap(-1, n))
         view[:filled] = self._take(filled) if filled else b""
         self._frame, self._filled = view, filled
         try:

@@ -7,11 +7,12 @@ once read down to it."""
 from __future__ import annotations
 
 import asyncio
+import mmap
 import random
 
 import pytest
 
-from listeners.reader import DIRECT_BYTES, ConnectionReader
+from listeners.reader import AHEAD, DIRECT_BYTES, ConnectionReader
 
 
 class _Transport(asyncio.ReadTransport):
@@ -247,5 +248,24 @@ def test_the_start_of_a_large_frame_pauses_the_transport_until_it_is_asked_for()
         await asyncio.sleep(0)
         assert len(_lend(reader, stream[at + 5000:])) == len(second) - 4996
         assert await waiting == second
+
+    asyncio.run(run())
+
+
+def test_a_frame_far_larger_than_what_arrived_takes_no_memory_up_front() -> None:
+    """A frame at most AHEAD times what has arrived of it gets an ordinary buffer; a larger
+    one (a size prefix and little else) an anonymous mapping, whose pages are taken only
+    as bytes arrive."""
+    async def run() -> None:
+        for arrived, size, kind in ((DIRECT_BYTES, AHEAD * DIRECT_BYTES, bytearray),
+                                    (DIRECT_BYTES, AHEAD * DIRECT_BYTES + 1, mmap.mmap)):
+            reader = ConnectionReader(1 << 16)
+            _lend(reader, b"a" * arrived)
+            waiting = asyncio.create_task(reader.readexactly(size))
+            await asyncio.sleep(0)
+            _lend(reader, b"b" * (size - arrived))
+            got = await waiting
+            assert isinstance(got, memoryview) and isinstance(got.obj, kind)
+            assert got == b"a" * arrived + b"b" * (size - arrived)
 
     asyncio.run(run())
