@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import inspect
 import logging
 import ssl
 import struct
@@ -366,7 +367,14 @@ class Connection:
             self.dispatching = False
         if isinstance(answer, Awaitable):
             task = loop.create_task(self._wait(answer))
-            task.add_done_callback(lambda _task: self._finished(held, bound))
+
+            def waited(task: asyncio.Task[Response | None]) -> None:
+                self._finished(held, bound)
+                if task.cancelled() and inspect.iscoroutine(answer) \
+                        and inspect.getcoroutinestate(answer) == inspect.CORO_CREATED:
+                    answer.close()  # cancelled before it began (the connection broke)
+
+            task.add_done_callback(waited)
             return task
         self._finished(held, bound)
         if answer is None:
