@@ -279,15 +279,21 @@ class Connection:
                         permit = True
                     request = self._prepare(frame)
                     del frame
+                    fits = False
                     if not self._fits(request.response_bound) and permit:
                         self._leave_gate()  # waiting for the client to read: no permit
                         permit = False
                         if await self._room_for(request.response_bound):
                             await self._enter_gate()
                             permit = True
-                            ready = True
+                            fits = True
                     elif await self._room_for(request.response_bound):
-                        ready = True
+                        fits = True
+                    if fits and permit:  # before login: a turn of the loop first, so that a
+                        # login storm's requests interleave with logged-in clients' I/O
+                        # instead of running back to back within one turn
+                        await asyncio.sleep(0)
+                    ready = fits
                 finally:
                     if not ready:
                         self.budget.give_back(held)
