@@ -15,15 +15,17 @@ with the default registry when it is made, as ``prometheus_client``'s do.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
-from typing import cast
+from typing import Generic, TypeVar, cast
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+_S = TypeVar("_S", "LoopCounter", "LoopHistogram")
 _bound_text = cast(Callable[[float], str], floatToGoString)
 """A bucket bound as ``prometheus_client`` writes it (``le``)."""
 
@@ -57,34 +59,52 @@ class LoopHistogram:
         self.total += amount
 
 
-class _Family(Collector):
-    """A named family of series by label values, registered with the default registry."""
+class _Family(Collector, Generic[_S]):
+    """A named family of series by label values, registered with ``registry`` (the
+    default one unless a test gives its own); a subclass makes a series and writes the
+    family's samples."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
                  registry: CollectorRegistry) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        self._series: dict[tuple[str, ...], _S] = {}
         registry.register(self)
 
-
-class CounterFamily(_Family):
-    """A counter family; without label names, the family is its one series."""
-
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (),
-                 registry: CollectorRegistry = REGISTRY) -> None:
-        self._series: dict[tuple[str, ...], LoopCounter] = {}
-        super().__init__(name, documentation, labelnames, registry)
-        self._single = None if self.labelnames else self.labels()
-
-    def labels(self, *values: str) -> LoopCounter:
+    def labels(self, *values: str) -> _S:
         """The series of ``values`` (made on first use; keep it where a request counts)."""
         if len(values) != len(self.labelnames):
             raise ValueError(f"{self.name} takes labels {self.labelnames}, not {values}")
         found = self._series.get(values)
         if found is None:
-            found = self._series[values] = LoopCounter()
+            found = self._series[values] = self._new()
         return found
+
+    def describe(self) -> Iterator[Metric]:
+        """The family without its samples (what the registry checks names against)."""
+        yield self._family({})
+
+    def collect(self) -> Iterator[Metric]:
+        """Every series' samples."""
+        yield self._family(dict(self._series))
+
+    @abstractmethod
+    def _new(self) -> _S:
+        """A new series."""
+
+    @abstractmethod
+    def _family(self, series: dict[tuple[str, ...], _S]) -> Metric:
+        """The family with the samples of ``series``."""
+
+
+class CounterFamily(_Family[LoopCounter]):
+    """A counter family; without label names, the family is its one series."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (),
+                 registry: CollectorRegistry = REGISTRY) -> None:
+        super().__init__(name, documentation, labelnames, registry)
+        self._single = None if self.labelnames else self.labels()
 
     def inc(self, amount: float = 1.0) -> None:
         """Add to the family's one series (a family without label names)."""
@@ -92,48 +112,28 @@ class CounterFamily(_Family):
             raise ValueError(f"{self.name} has labels {self.labelnames}")
         self._single.inc(amount)
 
-    def describe(self) -> Iterator[Metric]:
-        """The family without its samples (what the registry checks names against)."""
-        yield from self._families({})
+    def _new(self) -> LoopCounter:
+        return LoopCounter()
 
-    def collect(self) -> Iterator[Metric]:
-        """Every series' value."""
-        yield from self._families(dict(self._series))
-
-    def _families(self, series: dict[tuple[str, ...], LoopCounter]) -> Iterator[Metric]:
+    def _family(self, series: dict[tuple[str, ...], LoopCounter]) -> Metric:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for values, child in series.items():
             family.add_metric(list(values), child.value)
-        yield family
+        return family
 
 
-class HistogramFamily(_Family):
-    """A histogram family with fixed bucket bounds."""
+class HistogramFamily(_Family[LoopHistogram]):
+    """A histogram family with fixed bucket bounds: cumulative buckets, count and sum."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
                  buckets: Sequence[float], registry: CollectorRegistry = REGISTRY) -> None:
         self.bounds = tuple(sorted(float(bound) for bound in buckets))
-        self._series: dict[tuple[str, ...], LoopHistogram] = {}
         super().__init__(name, documentation, labelnames, registry)
 
-    def labels(self, *values: str) -> LoopHistogram:
-        """The series of ``values`` (made on first use; keep it where a request observes)."""
-        if len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, not {values}")
-        found = self._series.get(values)
-        if found is None:
-            found = self._series[values] = LoopHistogram(self.bounds)
-        return found
+    def _new(self) -> LoopHistogram:
+        return LoopHistogram(self.bounds)
 
-    def describe(self) -> Iterator[Metric]:
-        """The family without its samples (what the registry checks names against)."""
-        yield from self._families({})
-
-    def collect(self) -> Iterator[Metric]:
-        """Every series' cumulative buckets, count and sum."""
-        yield from self._families(dict(self._series))
-
-    def _families(self, series: dict[tuple[str, ...], LoopHistogram]) -> Iterator[Metric]:
+    def _family(self, series: dict[tuple[str, ...], LoopHistogram]) -> Metric:
         family = HistogramMetricFamily(self.name, self.documentation,
                                        labels=self.labelnames)
         edges = [_bound_text(bound) for bound in self.bounds] + ["+Inf"]
@@ -144,4 +144,4 @@ class HistogramFamily(_Family):
                 cumulative += count
                 buckets.append((edge, float(cumulative)))
             family.add_metric(list(values), buckets, total)
-        yield family
+        return family
