@@ -511,7 +511,6 @@ class Connection:
                 if task.done() and not task.cancelled() and task.exception() is None:
                     self._sent(response_size(task.result()))
                 continue
-            broken = False
             size = 0
             try:
                 response = await task
@@ -528,23 +527,22 @@ class Connection:
                                 self.info.listener, str(exc))  # not the error: no frames held
                 if exc.final is not None:
                     self.writer.write(exc.final)
-                broken = True
+                self.broken = True
             except OSError as exc:
                 if not (_peer_gone(exc) or self.writer.transport.is_closing()):
                     log.exception("request from %s failed; closing the connection",
                                   self.info.peer)
                 else:
                     self._lost(exc)
-                broken = True
+                self.broken = True
             except asyncio.CancelledError:
-                broken = True
+                self.broken = True
             except Exception:
                 log.exception("request from %s failed; closing the connection", self.info.peer)
-                broken = True
+                self.broken = True
             self.writing = False
             self.queued -= 1
             self._sent(size)
-            if broken:
-                self.broken = True
+            if self.broken:
                 self.stop_reading()
                 self.writer.close()

@@ -94,9 +94,6 @@ class ConnectionReader:
         assert self._transport is None, "Transport already set"
         self._transport = cast(asyncio.ReadTransport, transport)  # uvloop's is no subclass
 
-    def exception(self) -> Exception | None:
-        return self._exception
-
     def _failure(self) -> Exception:
         """The stored error, as a copy without a traceback: each raise of the stored one
         would add the frames it passes through to its traceback, and those frames hold

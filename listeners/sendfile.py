@@ -87,12 +87,10 @@ def send_now(writer: asyncio.StreamWriter, response: bytes | Sequence[Part],
     plain TCP and its transport holds nothing, what the socket does not take (or all of
     it, on TLS) through the transport. False, and nothing sent, when the response has a
     file region (:func:`write_parts` sends it)."""
-    if isinstance(response, bytes):
-        items: list[_Item] = [response]
-    elif all(isinstance(part, _BUFFERS) for part in response):
-        items = list(response)  # type: ignore[arg-type]  # buffers only, checked above
-    else:
-        return False
+    parts: Sequence[Part] = [response] if isinstance(response, bytes) else response
+    items: list[_Item] = [part for part in parts if isinstance(part, _BUFFERS)]
+    if len(items) < len(parts):
+        return False  # a file region among the parts
     if sock is not None and writer.transport.get_write_buffer_size() == 0:
         items = _send_directly(sock.fileno(), items)
     for item in items:
