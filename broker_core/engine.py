@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -27,6 +27,7 @@ from broker_core.codec import compression
 from broker_core.codec.batch_header import (
     BatchHeader,
     stamp_log_append_time,
+    transactional_header,
     validate_produced,
 )
 from broker_core.codec.records import checked_here
@@ -61,7 +62,7 @@ from broker_core.tenancy import OFFSETS_TOPIC, TXN_TOPIC, Tenancy
 from broker_core.topic_configs import effective_config
 from broker_core.transactions.coordinator import TransactionCoordinator, TxnKey
 from broker_core.transactions.producer_ids import ProducerIdAllocator
-from broker_core.transactions.verification import ProduceVerifier
+from broker_core.transactions.verification import Batch, ProduceVerifier
 from broker_core.txn_markers import TxnMarkers
 from broker_core.waiters import AppendWaiters
 from common.log_fields import topic_fields
@@ -426,20 +427,53 @@ class Engine:
             lambda: self.producer_state(admitted.internal, admitted.index, admitted.partition),
             admitted.header, admitted.txn_key)
 
-    async def verified(self, admitted: Admitted) -> Admitted:
+    async def verified(self, admitted: Admitted,
+                       refusal: KafkaApiError | None = None) -> Admitted:
         """The admission once its coordinator's durable state says its transaction took the
-        partition (KafkaApiError otherwise). The partition is looked up again (it may
-        have moved meanwhile), and the commits under way awaited again if its producer
-        state is to be rebuilt."""
+        partition (KafkaApiError otherwise; ``refusal``: what :meth:`verify_ahead` found
+        already). The partition is looked up again (it may have moved meanwhile), and the
+        commits under way awaited again if its producer state is to be rebuilt."""
+        if refusal is not None:
+            raise refusal
         assert admitted.txn_key is not None
         internal, index = admitted.internal, admitted.index
-        await self.txn_verifier.verify(
-            self.producer_state(internal, index, admitted.partition), admitted.header,
-            admitted.txn_key, internal, index)
+        refusals = await self.txn_verifier.verify(
+            [(self.producer_state(internal, index, admitted.partition), admitted.header,
+              internal, index)], admitted.txn_key)
+        for refused in refusals.values():
+            raise refused
         admitted = replace(admitted, partition=self.partition(internal, index))
         commits = self.commits_before_state(internal, index, admitted.partition)
         return admitted if commits is None else \
             await self.settled_before_state(admitted, commits)
+
+    async def verify_ahead(self, batches: Iterable[tuple[str, int, Buffer | None]],
+                           key: TxnKey) -> dict[tuple[str, int], KafkaApiError]:
+        """Verify together the transactional batches of a request (its ``(internal topic,
+        index, records)``, naming transactional id ``key``) that another broker's durable
+        state decides: one read for them all; the refusals by (topic, index). What cannot
+        be judged here yet (a partition not led here, a producer state to rebuild once the
+        commits under way ended, records that are no transactional batch) is left to
+        :meth:`verified`, batch by batch, and so is a lone batch."""
+        if not self.txn_verifier.remote(key):
+            return {}
+        found: list[Batch] = []
+        for internal, index, records in batches:
+            header = transactional_header(records)
+            if header is None:
+                continue
+            try:
+                partition = self.partition(internal, index)
+                if self.commits_before_state(internal, index, partition) is not None:
+                    continue  # a state to rebuild once they ended
+                producers = self.producer_state(internal, index, partition)
+            except KafkaApiError:
+                continue
+            if not self.txn_verifier.verified(producers, header, key):
+                found.append((producers, header, internal, index))
+        if len(found) < 2:
+            return {}
+        return await self.txn_verifier.verify(found, key)
 
     def append(self, admitted: Admitted) -> Appended:
         """Append an admitted batch (its rework done) after the idempotence and transaction

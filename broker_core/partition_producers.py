@@ -152,18 +152,22 @@ class PartitionProducers:
 
     def verifying(self, producer_id: int, epoch: int, key: tuple[str, str]) -> Verification:
         """The verification of the producer's transaction here, made now unless one for
-        the same epoch and transactional id is under way or done. A producer verified for
-        one transactional id keeps that verification while a batch naming another one at
-        the same epoch is verified (it can only fail: a producer id has one transactional
-        id) with a verification kept nowhere."""
+        the same epoch and transactional id is under way or done. A batch naming another
+        transactional id at the epoch of one under way or done is verified (it can only
+        fail: a producer id has one transactional id) with a verification kept nowhere, so
+        it cannot displace the producer's own."""
         found = self.verifications.get(producer_id)
         if found is not None and found.epoch == epoch:
-            if found.key == key:
-                return found
-            if found.done:
-                return Verification(epoch, key)
+            return found if found.key == key else Verification(epoch, key)
         found = self.verifications[producer_id] = Verification(epoch, key)
         return found
+
+    def refused(self, producer_id: int, guard: Verification) -> None:
+        """The coordinator's state refused ``guard``'s batch (or could not be read): the
+        guard goes, so refusals leave nothing behind (a producer's own later batch makes a
+        new one)."""
+        if self.verifications.get(producer_id) is guard:
+            del self.verifications[producer_id]
 
     def verified(self, producer_id: int, epoch: int, key: tuple[str, str]) -> bool:
         """Whether the producer's open transaction was verified here, at ``epoch`` and

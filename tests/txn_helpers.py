@@ -159,9 +159,10 @@ class TxnConnection(RawConnection):
             return int(answer.producer_id), int(answer.producer_epoch)
 
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                       topics: dict[str, list[int]], version: int = 3
-                       ) -> dict[tuple[str, int], int]:
-        """AddPartitionsToTxn; the error of every partition."""
+                       topics: dict[str, list[int]], version: int = 3,
+                       verify_only: bool = False) -> dict[tuple[str, int], int]:
+        """AddPartitionsToTxn (``verify_only``: the batched form's, version 4 or later);
+        the error of every partition."""
         R = AddPartitionsToTxnRequest
         if version < 4:
             request = R[version](
@@ -174,7 +175,7 @@ class TxnConnection(RawConnection):
         else:
             request = R[version](transactions=[R.AddPartitionsToTxnTransaction(
                 transactional_id=transactional_id, producer_id=producer_id,
-                producer_epoch=epoch, verify_only=False,
+                producer_epoch=epoch, verify_only=verify_only,
                 topics=[R.AddPartitionsToTxnTransaction.AddPartitionsToTxnTopic(
                     name=t, partitions=ps) for t, ps in topics.items()])])
             answer = self.call(request, version, AddPartitionsToTxnResponse)
@@ -233,14 +234,21 @@ class TxnConnection(RawConnection):
     def produce(self, topic: str, records: bytes, partition: int = 0,
                 transactional_id: str | None = None) -> tuple[int, int]:
         """(error code, base offset) of one produced batch (v9, acks=all)."""
+        return self.produce_many(topic, {partition: records}, transactional_id)[partition]
+
+    def produce_many(self, topic: str, batches: dict[int, bytes],
+                     transactional_id: str | None = None) -> dict[int, tuple[int, int]]:
+        """One request (v9, acks=all) of a batch for each partition: (error code, base
+        offset) by partition."""
         data = ProduceRequest.TopicProduceData(name=topic, partition_data=[
             ProduceRequest.TopicProduceData.PartitionProduceData(index=partition,
-                                                                 records=records)])
+                                                                 records=records)
+            for partition, records in batches.items()])
         answer = self.call(ProduceRequest[9](transactional_id=transactional_id, acks=-1,
                                              timeout_ms=5000, topic_data=[data]), 9,
                            ProduceResponse)
-        part = answer.responses[0].partition_responses[0]
-        return int(part.error_code), int(part.base_offset)
+        return {int(part.index): (int(part.error_code), int(part.base_offset))
+                for part in answer.responses[0].partition_responses}
 
     def list_offset(self, topic: str, partition: int = 0, isolation: int = READ_UNCOMMITTED,
                     timestamp: int = -1) -> int:

@@ -7,13 +7,8 @@ import logging
 import time
 
 from broker_core import metrics, naming
-from broker_core.codec.batch_header import (
-    ATTRIBUTES_AT,
-    MAGIC_AT,
-    RECORD_BATCH_MAGIC,
-    TRANSACTIONAL_BIT,
-)
-from broker_core.codec.produce_reader import ProduceBody
+from broker_core.codec.batch_header import marked_transactional
+from broker_core.codec.produce_reader import ProduceBody, TopicData
 from broker_core.codec.produce_writer import PartitionAnswer, ProduceAnswer
 from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.engine import Admitted, Appended, Engine
@@ -22,6 +17,7 @@ from broker_core.stages import Later
 from broker_core.storage import TopicInfo
 from broker_core.storage.errors import AppendFenced
 from broker_core.storage_faults import WriteKind
+from broker_core.transactions.coordinator import TxnKey
 from common.log_fields import topic_fields
 
 log = logging.getLogger(__name__)
@@ -48,17 +44,18 @@ def _topic(engine: Engine, ctx: RequestContext, name: str) -> tuple[str, TopicIn
     return internal, topic
 
 
+def _found(engine: Engine, ctx: RequestContext, name: str) -> _Found:
+    try:
+        return _topic(engine, ctx, name)
+    except KafkaApiError as error:
+        return error
+
+
 def _transactional(request: ProduceBody) -> bool:
     """Whether a partition's batch is marked transactional (its first batch's attributes,
     as Kafka's ``hasTransactionalRecords`` judges a request)."""
-    for topic in request.topic_data:
-        for data in topic.partition_data:
-            records = data.records
-            if records is not None and len(records) > ATTRIBUTES_AT + 1 and \
-                    records[MAGIC_AT] == RECORD_BATCH_MAGIC and \
-                    records[ATTRIBUTES_AT + 1] & TRANSACTIONAL_BIT:
-                return True
-    return False
+    return any(marked_transactional(data.records)
+               for topic in request.topic_data for data in topic.partition_data)
 
 
 def _txn_refusal(engine: Engine, ctx: RequestContext, request: ProduceBody) -> str | None:
@@ -76,13 +73,28 @@ def _txn_refusal(engine: Engine, ctx: RequestContext, request: ProduceBody) -> s
 
 
 def _admit(engine: Engine, ctx: RequestContext, internal: str, topic: TopicInfo, index: int,
-           records: memoryview | None, acks: int, request: ProduceBody) -> Admitted:
+           records: memoryview | None, acks: int, request: ProduceBody,
+           txn_key: TxnKey | None) -> Admitted:
     if records is None:
         raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "partition data carries no records")
-    tid = request.transactional_id
-    return engine.admit(internal, index, records, acks, request.version, ctx, topic,
-                        None if tid is None else (engine.tenancy.txn_topic(ctx),
-                                                  engine.tenancy.scoped_id(ctx, tid)))
+    return engine.admit(internal, index, records, acks, request.version, ctx, topic, txn_key)
+
+
+_Found = tuple[str, TopicInfo] | KafkaApiError
+"""A produced topic's internal name and info, or the error its partitions get."""
+
+
+async def _verify_ahead(engine: Engine, request: ProduceBody, txn_key: TxnKey | None,
+                        topics: list[tuple[TopicData, _Found]]
+                        ) -> dict[tuple[str, int], KafkaApiError]:
+    """In a cluster, the request's transactional batches whose transaction another
+    broker coordinates, verified with one read for them all before the first is appended
+    (:meth:`Engine.verify_ahead`); the refusals by (internal topic, index)."""
+    if txn_key is None or not engine.txn_verifier.shared or request.acks not in (-1, 0, 1):
+        return {}
+    return await engine.verify_ahead(
+        ((found[0], data.index, data.records) for topic, found in topics
+         if not isinstance(found, KafkaApiError) for data in topic.partition_data), txn_key)
 
 
 def _refused(ctx: RequestContext, name: str, index: int,
@@ -123,13 +135,13 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
             _failed(data.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, refusal)
             for data in topic.partition_data]) for topic in request.topic_data]) \
             if acks != 0 else None
-    for topic in request.topic_data:
+    tid = request.transactional_id
+    txn_key = None if tid is None else \
+        (engine.tenancy.txn_topic(ctx), engine.tenancy.scoped_id(ctx, tid))
+    found_topics = [(topic, _found(engine, ctx, topic.name)) for topic in request.topic_data]
+    ahead = await _verify_ahead(engine, request, txn_key, found_topics)
+    for topic, found in found_topics:
         partitions: list[PartitionAnswer] = []
-        found: tuple[str, TopicInfo] | KafkaApiError
-        try:
-            found = _topic(engine, ctx, topic.name)
-        except KafkaApiError as error:
-            found = error
         for data in topic.partition_data:
             if acks not in (-1, 0, 1):
                 partitions.append(_failed(data.index, ErrorCode.INVALID_REQUIRED_ACKS,
@@ -139,7 +151,7 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
                 if isinstance(found, KafkaApiError):
                     raise found
                 admitted = _admit(engine, ctx, *found, data.index, data.records, acks,
-                                  request)
+                                  request, txn_key)
                 if admitted.rework is not None:  # a wait: records worked on elsewhere
                     admitted = await engine.reworked(admitted)
                 commits = None if admitted.header.producer_id < 0 else \
@@ -148,7 +160,8 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
                 if commits is not None:  # a wait: a producer state rebuilt counts them
                     admitted = await engine.settled_before_state(admitted, commits)
                 if engine.verification_pending(admitted):  # a wait: the coordinator's state
-                    admitted = await engine.verified(admitted)
+                    admitted = await engine.verified(
+                        admitted, ahead.get((admitted.internal, admitted.index)))
                 appended = engine.append(admitted)
             except KafkaApiError as error:
                 partitions.append(_refused(ctx, topic.name, data.index, error))

@@ -159,6 +159,25 @@ def read_header(buf: bytes | bytearray | memoryview) -> BatchHeader:
     return BatchHeader(fields[1], *fields[3:])
 
 
+def marked_transactional(records: bytes | bytearray | memoryview | None) -> bool:
+    """Whether ``records`` starts with a v2 batch marked transactional (its magic and
+    attributes read, nothing else checked: as much as Kafka's ``hasTransactionalRecords``
+    looks at)."""
+    return records is not None and len(records) > ATTRIBUTES_AT + 1 and \
+        records[MAGIC_AT] == RECORD_BATCH_MAGIC and \
+        bool(records[ATTRIBUTES_AT + 1] & TRANSACTIONAL_BIT)
+
+
+def transactional_header(records: bytes | bytearray | memoryview | None
+                         ) -> BatchHeader | None:
+    """The header of a batch :func:`marked_transactional` and long enough to hold one
+    (nothing else checked), or None."""
+    if records is None or len(records) < BATCH_HEADER_SIZE or \
+            not marked_transactional(records):
+        return None
+    return read_header(records)
+
+
 def validate_produced(records: bytes | bytearray | memoryview) -> BatchHeader:
     """Check that ``records`` is exactly one well-formed v2 batch a client may produce.
 

@@ -338,7 +338,13 @@ class TransactionCoordinator(StateCoordinator):
         """A transactional batch may only go to a partition its open transaction added, and
         only under its own transactional id (``key``: the state topic and scoped id of the
         one the request named; None: not checked, the broker's own writes), as this
-        broker's state in memory says."""
+        broker's state in memory says, once it holds the id's state: while this broker
+        replays the id's partition (or does not coordinate it, or its log is offline), what
+        :meth:`serving_error` answers, never a judgement on a state half replayed."""
+        if key is not None and self.config.enabled and not self.holds(*key):
+            code = self.serving_error(*key)  # replays an empty partition at once
+            if code != ErrorCode.NONE:
+                raise KafkaApiError(code, "the transaction coordinator cannot tell now")
         txn = self.by_producer.get(producer_id)
         if txn is None:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,

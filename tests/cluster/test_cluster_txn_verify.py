@@ -35,6 +35,7 @@ from tests.txn_helpers import (
 )
 
 PARTITIONS = 4
+NOT_COORDINATOR = 16
 VERIFICATIONS = r'kop_server_txn_verifications_total\{outcome="verified"\}'
 OTHERS = 150
 """Records of other transactional ids written after the one a test looks up (pages of 64)."""
@@ -109,13 +110,22 @@ def _coordinator(cluster: Cluster, transactional_id: str) -> int:
 def _elsewhere(cluster: Cluster, topic: str, name: str) -> tuple[str, int, int, int]:
     """A transactional id whose coordinator is not the leader of one of the topic's
     partitions: (id, partition, leader id, coordinator id)."""
+    tid, partitions, leader, coordinator = _away(cluster, topic, name, 1)
+    return tid, partitions[0], leader, coordinator
+
+
+def _away(cluster: Cluster, topic: str, name: str,
+          count: int) -> tuple[str, list[int], int, int]:
+    """A transactional id whose coordinator is not the leader of ``count`` of the topic's
+    partitions, all led by one broker: (id, those partitions, leader id, coordinator id)."""
     leaders = _leaders(cluster, topic)
     for n in itertools.count():
         tid = f"{topic}-{name}-{n}"
         coordinator = _coordinator(cluster, tid)
-        for partition, leader in sorted(leaders.items()):
-            if leader != coordinator:
-                return tid, partition, leader, coordinator
+        for leader in sorted(set(leaders.values()) - {coordinator}):
+            led = sorted(p for p, at in leaders.items() if at == leader)
+            if len(led) >= count:
+                return tid, led[:count], leader, coordinator
     raise AssertionError("unreachable")
 
 
@@ -232,6 +242,73 @@ def test_a_transaction_is_verified_once_per_partition(cluster: Cluster,
                                     partition, transactional_id=tid)
         assert code == INVALID_TXN_STATE
         assert at_leader.list_offset(topic_name, partition, READ_UNCOMMITTED) == 11
+
+
+def test_a_requests_partitions_are_verified_by_one_read(cluster: Cluster,
+                                                        topic_name: str) -> None:
+    """A request carrying a transaction's first batches on several partitions led away
+    from its coordinator is verified with one read of the coordinator's state, not one per
+    partition (Kafka verifies a request's partitions in one round trip too); each partition
+    is answered for itself: one the transaction did not add is refused INVALID_TXN_STATE
+    and stores nothing, the others are stored."""
+    create(cluster.bootstrap, topic_name, PARTITIONS)
+    tid, partitions, leader, coordinator = _away(cluster, topic_name, "together", 2)
+    at_coordinator = TxnConnection(cluster.by_id(coordinator).port, timeout=60)
+    at_leader = TxnConnection(cluster.by_id(leader).port, timeout=60)
+    try:
+        pid, epoch = at_coordinator.init_ok(tid)
+        # the leader's first lookup in the state partition may read all of it: done here
+        code, _ = at_leader.produce(topic_name, batch(pid, epoch, 0, 1, transactional=True),
+                                    partitions[0], transactional_id=f"{topic_name}-unknown")
+        assert code == INVALID_PRODUCER_ID_MAPPING
+        assert at_coordinator.add_partitions(tid, pid, epoch, {topic_name: partitions}) == {
+            (topic_name, p): NONE for p in partitions}
+        before, verified = _lookups(cluster, leader), _verifications(cluster, leader)
+        answers = at_leader.produce_many(topic_name, {
+            p: batch(pid, epoch, 0, 2, transactional=True) for p in partitions}, tid)
+        assert answers == {p: (NONE, 0) for p in partitions}
+        assert _lookups(cluster, leader)[0] - before[0] == 1
+        assert _verifications(cluster, leader) == verified + len(partitions)
+        assert at_coordinator.end_txn(tid, pid, epoch, True) == NONE
+
+        # the next transaction adds one of them only
+        first, *others = partitions
+        assert at_coordinator.add_partitions(tid, pid, epoch, {topic_name: [first]}) == {
+            (topic_name, first): NONE}
+        before = _lookups(cluster, leader)
+        answers = at_leader.produce_many(topic_name, {
+            p: batch(pid, epoch, 2, 1, transactional=True) for p in partitions}, tid)
+        assert answers[first] == (NONE, 3)  # after the batch and the commit marker
+        assert all(answers[p][0] == INVALID_TXN_STATE for p in others), answers
+        assert _lookups(cluster, leader)[0] - before[0] == 1
+        assert at_coordinator.end_txn(tid, pid, epoch, False) == NONE
+        for p in others:
+            wait_until(lambda p=p: at_leader.list_offset(topic_name, p, READ_COMMITTED) == 3,
+                       30, "the first transaction's marker")
+            assert at_leader.list_offset(topic_name, p, READ_UNCOMMITTED) == 3
+    finally:
+        at_coordinator.close()
+        at_leader.close()
+
+
+def test_verify_only_is_answered_by_the_coordinator_alone(cluster: Cluster,
+                                                           topic_name: str) -> None:
+    """AddPartitionsToTxn's verify_only (version 4, what one broker asks another) is
+    answered from the coordinator's state: the coordinator says which partitions the
+    transaction holds; another broker, which does not hold the id's state, answers
+    NOT_COORDINATOR for each (as Kafka), not a verdict from a state it does not have."""
+    with _apart(cluster, topic_name, "asks") as (tid, partition, _leader,
+                                                 at_coordinator, at_leader):
+        pid, epoch = at_coordinator.init_ok(tid)
+        other = next(p for p in range(PARTITIONS) if p != partition)
+        assert at_coordinator.add_partitions(tid, pid, epoch, {topic_name: [partition]}) == {
+            (topic_name, partition): NONE}
+        asked = {topic_name: [partition, other]}
+        assert at_coordinator.add_partitions(tid, pid, epoch, asked, 4, verify_only=True) == {
+            (topic_name, partition): NONE, (topic_name, other): INVALID_TXN_STATE}
+        assert at_leader.add_partitions(tid, pid, epoch, asked, 4, verify_only=True) == {
+            (topic_name, partition): NOT_COORDINATOR, (topic_name, other): NOT_COORDINATOR}
+        assert at_coordinator.end_txn(tid, pid, epoch, False) == NONE
 
 
 def test_a_state_written_long_before_is_found(cluster: Cluster, topic_name: str) -> None:

@@ -61,3 +61,28 @@ def test_a_new_epoch_verifies_again() -> None:
     guard = state.verifying(PID, EPOCH + 1, KEY)
     guard.done = True
     assert state.verified(PID, EPOCH + 1, KEY)
+
+
+def test_a_refusal_leaves_nothing_behind() -> None:
+    """Refused batches (made-up producer ids, say) leave no verification in the partition's
+    state: it would grow with every refusal otherwise, since only a marker of the producer
+    removes one."""
+    state = PartitionProducers()
+    for pid in range(1_000):
+        guard = state.verifying(pid, EPOCH, KEY)
+        state.refused(pid, guard)
+    assert state.verifications == {}
+
+
+def test_another_ids_batch_cannot_displace_a_verification_under_way() -> None:
+    """A batch naming another transactional id at the producer's epoch (only a client that
+    knows the victim's producer id and epoch sends one) is verified on a guard kept
+    nowhere: the producer's own verification under way stays, and the refusal of the other
+    one removes nothing of it."""
+    state = PartitionProducers()
+    guard = state.verifying(PID, EPOCH, KEY)
+    other = state.verifying(PID, EPOCH, (KEY[0], "public/other"))
+    assert other is not guard
+    state.refused(PID, other)
+    guard.done = True
+    assert state.verified(PID, EPOCH, KEY)
