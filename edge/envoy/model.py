@@ -238,7 +238,7 @@ class EnvoyPlan:
         if broker.internal_port != broker.advertised_port:
             return
         listen, internal = self.listen_host(broker), broker.internal_host
-        if listen.lower() == internal.lower() or is_wildcard(internal) or (
+        if _same_host(listen, internal) or is_wildcard(internal) or (
                 is_wildcard(listen) and is_loopback(internal)):
             raise EnvoyConfigError(
                 f"broker {broker.broker_id}: Envoy would listen for it on"
@@ -279,3 +279,20 @@ class EnvoyPlan:
                     f"broker {broker.broker_id}: host name {host} is used by another broker"
                 )
             names.add(host)
+
+
+_LOOPBACK_NAMED = frozenset({"127.0.0.1", "::1"})
+"""The addresses a loopback name (``localhost``) stands for."""
+
+
+def _same_host(first: str, second: str) -> bool:
+    """Whether two hosts of an Envoy route name the same address: the same spelling, or a
+    loopback name (``localhost``) and the address it stands for."""
+    first, second = first.lower(), second.lower()
+    if first == second:
+        return True
+    if not is_ip(first) and is_loopback(first):
+        return second in _LOOPBACK_NAMED or (not is_ip(second) and is_loopback(second))
+    if not is_ip(second) and is_loopback(second):
+        return first in _LOOPBACK_NAMED
+    return False

@@ -192,6 +192,9 @@ def test_yaml_quotes_words_that_yaml_1_1_reads_as_booleans() -> None:
      "Envoy would listen for it on 0.0.0.0:9093, which is the broker's own listener"
      " 127.0.0.1:9093"),
     (("--broker", "1=kafka.example.com:9092@localhost:9092"), "is the broker's own listener"),
+    # a name and the address it stands for
+    (("--broker", "1=127.0.0.1:9092@localhost:9092"), "is the broker's own listener"),
+    (("--broker", "1=[::1]:9092@LocalHost:9092"), "is the broker's own listener"),
     (("--broker", "1=[::1]:9092@[::]:9092"), "is the broker's own listener"),
     (("--broker", "1=kafka-1.example.com:9093@127.0.0.1:9093", "--sni"),
      "is the broker's own listener"),
