@@ -11,8 +11,9 @@ engine) answers an append at once with its base offset; what the caller awaits b
 acknowledging is then the commit. Once it is done the fetches are woken (a fetch never
 sees an offset before its commit); a commit that failed is logged here, once per cause,
 and reaches the waiting caller as a :class:`ReportedFault` (an OSError answered with the
-retriable error and not logged again; a commit fenced because another broker took the
-partition reaches it as :class:`AppendFenced`, not a fault). The partition's
+retriable error and not logged again; an :class:`UnknownOutcome` when the commit was sent
+and its answer lost, so the batch may be stored; a commit fenced because another broker
+took the partition reaches it as :class:`AppendFenced`, not a fault). The partition's
 ``generation`` moved on when the commit failed, which is how the producer state learns
 that it must be rebuilt from what is stored (``producer_states``); an append judged
 against the state from before is refused (``generation``).
@@ -29,8 +30,8 @@ from broker_core.durability import FlushScheduler
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import PartitionStore, group_committed
 from broker_core.storage.cluster import NotOwner
-from broker_core.storage.errors import AppendAbandoned, AppendFenced
-from broker_core.storage_faults import ReportedFault, WriteKind
+from broker_core.storage.errors import AppendAbandoned, AppendFenced, CommitUnknown
+from broker_core.storage_faults import ReportedFault, UnknownOutcome, WriteKind
 from broker_core.waiters import AppendWaiters, TopicPartition
 
 
@@ -94,7 +95,8 @@ class AppendPath:
                 reason = error if isinstance(error, OSError) else OSError(str(error))
                 if not isinstance(error, AppendAbandoned):  # its cause is logged already
                     self.faults.failed(reason, what or f"{key[0]}-{key[1]}", kind, code)
-                outcome = ReportedFault(reason.errno, reason.strerror or str(reason))
+                reported = UnknownOutcome if isinstance(error, CommitUnknown) else ReportedFault
+                outcome = reported(reason.errno, reason.strerror or str(reason))
             if acknowledged.done():  # its request was cancelled (the connection closed)
                 return
             if outcome is None:

@@ -51,6 +51,12 @@ class ReportedFault(OSError):
     again."""
 
 
+class UnknownOutcome(ReportedFault):
+    """A reported write fault after which whether the write is stored is unknown (a commit
+    whose answer was lost: ``CommitUnknown``): a writer that keeps state on the strength of
+    its writes must read back what is stored."""
+
+
 class WriteFaults:
     """The data directory's current write faults, by cause (thread-safe: fsyncs and
     snapshots run in executor threads)."""

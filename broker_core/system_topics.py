@@ -6,11 +6,22 @@ retention, and stay bounded by *snapshot compaction*: once a partition has taken
 ``compaction_bytes`` of new records, the coordinator's live state for that partition is
 written again as fresh records and everything before them is dropped (DeleteRecords on
 our own log). Replaying a partition from its log start rebuilds the state either way.
+
+A coordinator keeps in memory what its writes made durable. A write whose outcome is
+unknown (a commit sent to PostgreSQL whose answer was lost: it may be stored or not)
+leaves memory and log apart, so, as Kafka's coordinators do not trust their cache after a
+failed append, the coordinator forgets that partition's state and replays it from the log
+in the background, retried until it succeeds; its keys answer COORDINATOR_LOAD_IN_PROGRESS
+meanwhile, as while any partition loads, and the partition takes no write. A write that
+certainly did not happen (refused before it was sent, fenced, abandoned behind a failed
+one, a full disk) changes nothing and needs no replay; a failed fsync takes the partition
+offline (NOT_COORDINATOR until restart).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -28,11 +39,12 @@ from broker_core.storage import (
     StorageError,
     TopicExists,
     TopicInfo,
+    group_committed,
     shared_log,
 )
 from broker_core.storage.cluster import NotOwner
 from broker_core.storage.errors import AppendFenced
-from broker_core.storage_faults import WriteKind
+from broker_core.storage_faults import UnknownOutcome, WriteKind
 from broker_core.system_topic_index import KeyIndex, Record
 from common.log_fields import topic_fields
 
@@ -40,6 +52,10 @@ log = logging.getLogger(__name__)
 _MAX_RECORDS_PER_BATCH = 500
 _KEPT = {"retention.ms": "-1", "retention.bytes": "-1"}
 """The configs that keep a system topic's records until compaction replaces them."""
+_RETRY_S = 0.1
+"""The first wait before a replay that failed (the database away) is tried again."""
+_RETRY_MAX_S = 5.0
+"""The longest wait between tries (each wait doubles the one before, up to this)."""
 
 
 class SystemTopic:
@@ -61,6 +77,12 @@ class SystemTopic:
         self._indexes: dict[tuple[str, int], tuple[PartitionStore, KeyIndex]] = {}
         """The keys of partitions another broker writes, as read (:meth:`newest`)."""
         self._indexes_lock = threading.Lock()
+        self.unknown: Callable[[str, int], None] = lambda topic, partition: None
+        """Told of a partition a write of which failed with an unknown outcome (its
+        coordinator replays it: :meth:`StateCoordinator.reload_partition`)."""
+        self._unknown: set[tuple[str, int]] = set()
+        """Partitions a write of which may be stored or not, until their coordinator has
+        replayed them (:meth:`replayed`): they take no write meanwhile."""
 
     def ensure(self, topic: str) -> int:
         """Create the topic when missing; return its partition count (an existing topic
@@ -109,9 +131,11 @@ class SystemTopic:
         return found
 
     def empty(self, topic: str, partition: int) -> bool:
-        """Whether the partition holds no record to replay."""
+        """Whether the partition holds no record to replay (not known while a write's
+        outcome is unknown: it may have stored the first)."""
         target = self._partition(topic, partition)
-        return target.log_start_offset >= target.next_offset
+        return (topic, partition) not in self._unknown and \
+            target.log_start_offset >= target.next_offset
 
     def offline(self, topic: str, partition: int) -> bool:
         """Whether the partition's log is offline until restart (a failed fsync): its state
@@ -123,19 +147,48 @@ class SystemTopic:
                records: Sequence[Record]) -> asyncio.Future[None] | None:
         """Append records (in batches); return what to await before acknowledging
         (:meth:`settle`). A write that fails (a full disk) raises NOT_COORDINATOR, as Kafka
-        answers a coordinator's failed log write."""
+        answers a coordinator's failed log write; one whose outcome turns out unknown also
+        tells :attr:`unknown`. COORDINATOR_LOAD_IN_PROGRESS, and nothing written, while the
+        partition waits to be read again after such a write."""
+        key = (topic, partition)
+        if key in self._unknown:
+            raise KafkaApiError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                f"{topic}-{partition} is being read again after a write "
+                                "whose outcome is unknown")
         target = self._partition(topic, partition)
         durable: asyncio.Future[None] | None = None
         now = int(time.time() * 1000)
         for start in range(0, len(records), _MAX_RECORDS_PER_BATCH):
             chunk = records[start:start + _MAX_RECORDS_PER_BATCH]
             batch = encode_batch(chunk, now)
-            key = (topic, partition)
             _, appended = self.appends.append(key, target, batch, read_header(batch),
                                               WriteKind.COORDINATOR, ErrorCode.NOT_COORDINATOR)
             self._written[key] = self._written.get(key, 0) + len(batch)
+            if appended is not None:
+                # first: done before whoever awaits the write resumes
+                appended.add_done_callback(functools.partial(self._settled, key))
             durable = appended or durable
         return durable
+
+    def _settled(self, key: tuple[str, int], done: asyncio.Future[None]) -> None:
+        """A write to ``key`` settled; one whose outcome is unknown marks the partition and
+        tells :attr:`unknown`."""
+        if done.cancelled() or not isinstance(done.exception(), UnknownOutcome):
+            return
+        self._unknown.add(key)
+        self.unknown(*key)
+
+    async def reread(self, topic: str, partition: int) -> None:
+        """Make what :meth:`read` reads next the partition as stored: wait until its
+        writes under way are answered and, when one failed, reload its ends from the
+        storage (in a worker thread: it may wait for a commit)."""
+        target = self._partition(topic, partition)
+        if group_committed(target):
+            await asyncio.to_thread(target.settle)
+
+    def replayed(self, topic: str, partition: int) -> None:
+        """The coordinator replayed the partition as stored: it takes writes again."""
+        self._unknown.discard((topic, partition))
 
     async def settle(self, durable: asyncio.Future[None] | None) -> None:
         """Await what :meth:`append` returned; a failed fsync raises NOT_COORDINATOR."""
@@ -241,7 +294,9 @@ class StateCoordinator(ABC):
     cluster tells it which ones (:meth:`load_partition` replays one in the background, a key
     whose partition is not replayed yet answers COORDINATOR_LOAD_IN_PROGRESS;
     :meth:`unload_partition` forgets one); keys of other partitions answer NOT_COORDINATOR.
-    It runs a periodic duty (expiry, timeouts) over what it holds."""
+    A partition a write of which has an unknown outcome is forgotten and replayed again
+    (:meth:`reload_partition`). It runs a periodic duty (expiry, timeouts) over what it
+    holds."""
 
     def __init__(self, store: SystemTopic, interval_ms: int) -> None:
         self.store = store
@@ -251,7 +306,11 @@ class StateCoordinator(ABC):
         self._partitions: dict[str, int] = {}
         self._loaded: set[tuple[str, int]] = set()
         self._loading: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._again: set[tuple[str, int]] = set()
+        """Partitions whose replay under way must start over (a write's outcome turned
+        unknown meanwhile)."""
         self._tasks: list[asyncio.Task[None]] = []
+        store.unknown = self.reload_partition
 
     def start(self) -> None:
         """Start the periodic duty."""
@@ -328,9 +387,38 @@ class StateCoordinator(ABC):
             self._loaded.add(key)
             self.partition_loaded(topic, partition)
             return
-        task = asyncio.get_running_loop().create_task(self._load(topic, partition))
+        self._start_load(topic, partition, forget=False)
+
+    def reload_partition(self, topic: str, partition: int) -> None:
+        """A write to ``partition`` of ``topic`` failed with an unknown outcome (it may be
+        stored): what memory holds of the partition may no longer be what its log holds.
+        Forget it and replay the log in the background (a replay under way starts over);
+        its keys answer COORDINATOR_LOAD_IN_PROGRESS until then. Nothing to do for a
+        partition not held here (its next load replays it)."""
+        key = (topic, partition)
+        if key in self._loading:
+            self._again.add(key)
+            return
+        if key not in self._loaded:
+            return
+        log.warning("%s-%d: a write's outcome is unknown (its commit's answer was lost); "
+                    "its state is replayed from the log, its requests answered "
+                    "COORDINATOR_LOAD_IN_PROGRESS meanwhile", topic, partition,
+                    extra=topic_fields(topic))
+        self._loaded.discard(key)
+        self.partition_unloaded(topic, partition)
+        self._start_load(topic, partition, forget=True)
+
+    def _start_load(self, topic: str, partition: int, *, forget: bool) -> None:
+        key = (topic, partition)
+        task = asyncio.get_running_loop().create_task(self._load(topic, partition, forget))
         self._loading[key] = task
-        task.add_done_callback(lambda _: self._loading.pop(key, None))
+
+        def done(_: asyncio.Task[None]) -> None:
+            if self._loading.get(key) is task:  # not a later load's
+                del self._loading[key]
+
+        task.add_done_callback(done)
 
     def unload_partition(self, topic: str, partition: int) -> None:
         """This broker no longer owns ``partition`` of ``topic``: forget its state."""
@@ -338,20 +426,49 @@ class StateCoordinator(ABC):
         loading = self._loading.pop(key, None)
         if loading is not None:
             loading.cancel()
+        self._again.discard(key)
         self._loaded.discard(key)
         self.partition_unloaded(topic, partition)
 
-    async def _load(self, topic: str, partition: int) -> None:
+    async def _load(self, topic: str, partition: int, forget: bool) -> None:
+        """Replay the partition as stored (its writes under way answered first), forgetting
+        first what memory holds of it (``forget``; always on a later try, which a failed
+        try leaves half replayed); tried again with a growing wait while it fails (the
+        database away), and again from the start while a write's outcome turned unknown
+        meanwhile."""
+        key = (topic, partition)
         started = time.monotonic()
-        count = 0
-        for count, (key, value) in enumerate(self.store.read(topic, partition), 1):
-            self.replay(topic, partition, key, value)
-            if count % 2000 == 0:
-                await asyncio.sleep(0)
-        self._loaded.add((topic, partition))
+        wait, failures, count = _RETRY_S, 0, 0
+        while True:
+            self._again.discard(key)
+            try:
+                await self.store.reread(topic, partition)
+                if forget:
+                    self.partition_unloaded(topic, partition)
+                forget = True
+                count = 0
+                for count, (record_key, value) in enumerate(self.store.read(topic, partition),
+                                                            1):
+                    self.replay(topic, partition, record_key, value)
+                    if count % 2000 == 0:
+                        await asyncio.sleep(0)
+            except (OSError, StorageError) as exc:
+                failures += 1
+                if failures == 1:
+                    log.warning("could not replay %s-%d (%s); trying again until it "
+                                "succeeds", topic, partition, exc, extra=topic_fields(topic))
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, _RETRY_MAX_S)
+                continue
+            if key not in self._again:
+                break
+        self.store.replayed(topic, partition)
+        self._loaded.add(key)
         self.partition_loaded(topic, partition)
-        log.info("replayed %s-%d (%d records) in %.3f s", topic, partition, count,
-                 time.monotonic() - started, extra=topic_fields(topic))
+        log.info("replayed %s-%d (%d records) in %.3f s%s", topic, partition, count,
+                 time.monotonic() - started,
+                 f" ({failures} failed tries before)" if failures else "",
+                 extra=topic_fields(topic))
 
     async def _periodic(self) -> None:
         while True:
@@ -372,7 +489,8 @@ class StateCoordinator(ABC):
 
     @abstractmethod
     def partition_unloaded(self, topic: str, partition: int) -> None:
-        """Forget the state of a partition this broker no longer owns."""
+        """Forget the state of a partition: this broker no longer owns it, or replays it
+        again (a write's outcome unknown)."""
 
     @abstractmethod
     async def periodic(self, now: int) -> None:

@@ -113,8 +113,9 @@ class GroupCoordinator(StateCoordinator):
         return sum(isinstance(effect, AnswerJoin | AnswerSync) for effect in step.effects)
 
     def partition_unloaded(self, topic: str, partition: int) -> None:
-        """Another broker coordinates the groups of this partition now: forget them here
-        (their state is in the log the new coordinator replays)."""
+        """Another broker coordinates the groups of this partition now, or this one replays
+        it again: forget them here (their state is in the log the coordinator replays).
+        A write of a group forgotten is refused (it would change what the replay reads)."""
         gone = [group for group in self.groups.values()
                 if (group.topic, group.partition) == (topic, partition)]
         for group in gone:
@@ -122,7 +123,7 @@ class GroupCoordinator(StateCoordinator):
             self._forget(group)
         self.offsets.partition_unloaded(topic, partition)
         if gone:
-            log.info("no longer coordinating %d groups of %s-%d", len(gone), topic, partition,
+            log.info("forgot %d groups of %s-%d", len(gone), topic, partition,
                      extra=topic_fields(topic))
 
     def partition_loaded(self, topic: str, partition: int) -> None:
@@ -218,7 +219,10 @@ class GroupCoordinator(StateCoordinator):
         return written
 
     def _persist(self, group: Group) -> asyncio.Future[None] | ErrorCode | None:
-        """Append the group's record as it is now: what to await, or the error."""
+        """Append the group's record as it is now: what to await, or the error
+        (NOT_COORDINATOR for a group no longer held here)."""
+        if not self._held(group):
+            return ErrorCode.NOT_COORDINATOR
         try:
             return self.offsets.append_group(group)
         except KafkaApiError as failure:
@@ -386,7 +390,11 @@ class GroupCoordinator(StateCoordinator):
         return self.offsets.committed(self.find(topic, group_id), partitions)
 
     async def delete_offsets(self, group: Group, partitions: Sequence[TopicPartition]) -> None:
-        """Remove committed offsets (the caller checked the subscriptions)."""
+        """Remove committed offsets (the caller checked the subscriptions); NOT_COORDINATOR
+        for a group no longer held here (forgotten since the caller found it)."""
+        if not self._held(group):
+            raise KafkaApiError(ErrorCode.NOT_COORDINATOR,
+                                f"group {group.group_id!r} is no longer held here")
         await self.offsets.delete(group, partitions)
 
     # -- deletion and expiry -------------------------------------------------------------
@@ -449,8 +457,8 @@ class GroupCoordinator(StateCoordinator):
         in the log, so a restart or another coordinator replays them gone; then drop the
         groups left empty without offsets."""
         for group in list(self.groups.values()):
-            if (group.topic, group.partition) not in self._loaded:
-                continue
+            if (group.topic, group.partition) not in self._loaded or not self._held(group):
+                continue  # not replayed yet, or forgotten while an earlier one was written
             expired = self.offsets.expired(group, now)
             if expired:
                 log.info("expiring %d offsets of group %s", len(expired), group.group_id,

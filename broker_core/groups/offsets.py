@@ -6,7 +6,8 @@ it triggers).
 Whether a member may commit is the membership's business
 (:mod:`broker_core.groups.membership`); what is stored, and when it counts, is decided
 here: an offset counts (or is gone) once its write settled, and a failed write changes
-nothing.
+nothing (one whose outcome is unknown, which may be stored, has the partition's groups
+replayed from the log: :mod:`broker_core.system_topics`).
 """
 
 from __future__ import annotations

@@ -62,6 +62,12 @@ class DatabaseUnavailable(StorageError, OSError):
     writers answer it with Kafka's retriable storage errors (``storage_faults``)."""
 
 
+class CommitUnknown(DatabaseUnavailable):
+    """A commit whose statement was sent but whose answer never came (the connection
+    dropped, the database went away meanwhile): its rows may or may not be stored, so
+    what a writer keeps of them must be read back from the storage."""
+
+
 class AppendFenced(DatabaseUnavailable):
     """An append whose commit found the partition owned by another broker (a newer epoch):
     nothing of it is stored; its producer is sent to the new owner."""

@@ -38,9 +38,11 @@ or nothing. Then:
   moved past its appends, and only then are they answered: a fetch never sees an offset
   before its commit;
 - a partition that did not move (another broker took it: :class:`AppendFenced`, answered
-  NOT_LEADER_OR_FOLLOWER; or an earlier append failed), or every partition of a group
-  whose statement failed (the database went away: the commit's outcome is unknown),
-  fails its appends with :class:`DatabaseUnavailable` (clients retry), is marked stale
+  NOT_LEADER_OR_FOLLOWER; or an earlier append failed: nothing of it is stored), or every
+  partition of a group whose statement failed once sent (the database went away: the
+  commit's outcome is unknown, :class:`CommitUnknown`; one that never got a connection
+  was not sent), fails its appends with :class:`DatabaseUnavailable` (clients retry), is
+  marked stale
   and gets a new *generation*: appends queued behind them at the old generation fail
   without being sent, and the partition's row is reloaded before its next append (so
   offsets go on from what is stored, whether or not a commit whose reply was lost
@@ -62,7 +64,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from .errors import AppendAbandoned, AppendFenced, DatabaseUnavailable, LogClosed
+from .errors import (
+    AppendAbandoned,
+    AppendFenced,
+    CommitUnknown,
+    DatabaseUnavailable,
+    LogClosed,
+)
 from .pg_database import Database
 from .pg_entries import MAX_ENTRIES, entry_params, insert_entries
 
@@ -189,6 +197,16 @@ def _as_os_error(exc: BaseException) -> OSError:
     if isinstance(exc, LogClosed):
         return DatabaseUnavailable(errno.ESHUTDOWN, "the storage is closed")
     return DatabaseUnavailable(errno.EIO, f"PostgreSQL group commit failed: {exc!r}"[:200])
+
+
+def _unknown(exc: BaseException) -> OSError:
+    """The error of a commit that failed after its statement was sent: its outcome is
+    unknown (:class:`CommitUnknown`), but when the storage is closing (nobody is left to
+    read it back)."""
+    error = _as_os_error(exc)
+    if isinstance(exc, LogClosed):
+        return error
+    return CommitUnknown(error.errno, error.strerror or str(error))
 
 
 def _finish(appends: list[Pending], moved: set[int], error: OSError,
@@ -330,7 +348,7 @@ class _Lanes:
                 self._commit(group)
             except BaseException as exc:  # never leave a producer waiting
                 log.exception("PostgreSQL group commit failed")
-                _finish(group, set(), _as_os_error(exc))
+                _finish(group, set(), _unknown(exc))  # it may have been sent
             finally:
                 with self._lock:
                     for n in lanes:
@@ -391,12 +409,14 @@ class GroupCommitter:
             [run[-1].segment[2] for run in runs],
             *entry_params([(p.owner.partition_id, p.base, p.last, p.segment[0], p.now,
                             p.max_timestamp, p.batch) for p in entries])]
+        sent = False
         try:
             with self._db.autocommit() as conn:
+                sent = True  # from here on, the database may have committed it
                 moved = {int(str(row[0])) for row in conn.execute(
                     _commit_statement(len(entries)), params).fetchall()}
         except (OSError, LogClosed) as exc:
-            _finish(entries, set(), _as_os_error(exc))
+            _finish(entries, set(), _unknown(exc) if sent else _as_os_error(exc))
             return
         _finish(entries, moved, DatabaseUnavailable(
             errno.ESTALE, "an earlier append to the partition failed"),

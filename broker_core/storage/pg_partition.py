@@ -155,6 +155,8 @@ class PgPartition(FilelessPartition):
         with self._lock:
             self._check_open()
             self._drain()
+            with contextlib.suppress(NotOwner):  # reloaded all the same
+                self._refresh()
 
     def _drain(self) -> None:
         """Wait until every queued append of this partition is answered (lock held)."""

@@ -175,7 +175,9 @@ class GroupCommitted(Protocol):
 
     def settle(self) -> None:
         """Wait (blocking) until every append queued so far is answered, committed or
-        failed: what is stored then holds all of them that will ever be stored."""
+        failed: what is stored then holds all of them that will ever be stored; and, when
+        one failed, reload the partition's ends from what is stored (a commit whose answer
+        was lost may have happened), so reads go as far as what is stored."""
         ...
 
     def append_deferred(self, batch: Buffer, header: BatchHeader,

@@ -4,7 +4,9 @@ every partition and settles the groups' pending offsets.
 
 Every state change is a record of ``__transaction_state`` written before it is acted on,
 and the state in memory changes only once that record is durable (a failed write changes
-nothing, so the client's retry writes again): a transaction caught in
+nothing, so the client's retry writes again; one whose outcome is unknown has the
+partition's state replayed from the log, :mod:`broker_core.system_topics`): a transaction
+caught in
 PrepareCommit/PrepareAbort by a crash is completed at start, and one still Ongoing is
 aborted once its timeout passes. While an id's record is being written, other requests for
 it get CONCURRENT_TRANSACTIONS (Kafka's pending state), and they retry.
@@ -139,7 +141,8 @@ class TransactionCoordinator(StateCoordinator):
                         task.exception())
 
     def partition_unloaded(self, topic: str, partition: int) -> None:
-        """Another broker coordinates this partition's transactional ids now."""
+        """Another broker coordinates this partition's transactional ids now, or this one
+        replays them again: forget them (a write of one forgotten is refused)."""
         self._unloads[(topic, partition)] = self._unloads.get((topic, partition), 0) + 1
         gone = [key for key, txn in self.txns.items()
                 if (txn.topic, txn.partition) == (topic, partition)]
@@ -187,9 +190,14 @@ class TransactionCoordinator(StateCoordinator):
         """Write ``target``, the next state of ``txn`` (None for a new id), and once the
         write is durable make it the state in memory. While it is written other requests
         for the id get CONCURRENT_TRANSACTIONS; a write or fsync that fails (a full disk,
-        a failed commit) changes nothing and raises NOT_COORDINATOR, as does a partition
-        that another broker took meanwhile."""
+        a failed commit) changes nothing and raises NOT_COORDINATOR (a commit whose outcome
+        is unknown has the partition replayed), as does a partition that another broker
+        took, or this one forgot, meanwhile."""
         key = (target.topic, target.transactional_id)
+        if self.txns.get(key) is not txn:  # forgotten (its partition moved or is replayed
+            # again) since the caller found it: what it writes would not be what it knew
+            raise KafkaApiError(ErrorCode.NOT_COORDINATOR,
+                                f"{target.transactional_id!r} is no longer held here")
         if key in self._pending:
             raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
                                 f"a state change of {target.transactional_id!r} is being "
@@ -426,9 +434,10 @@ class TransactionCoordinator(StateCoordinator):
     async def expire(self, now: int) -> None:
         """Abort transactions past their timeout; forget ids idle past the expiration."""
         for key, txn in list(self.txns.items()):
-            if (txn.topic, txn.partition) not in self._loaded or key in self._pending:
-                continue  # still being replayed (its state may be an intermediate one), or
-                # a state change of it is being written
+            if (txn.topic, txn.partition) not in self._loaded or key in self._pending or \
+                    self.txns.get(key) is not txn:
+                continue  # still being replayed (its state may be an intermediate one), a
+                # state change of it is being written, or forgotten meanwhile
             if txn.state in ENDING:  # its completion failed (a full disk): try again
                 with contextlib.suppress(KafkaApiError):
                     await self._finish(txn, txn.state == TxnState.PREPARE_COMMIT)

@@ -1,13 +1,17 @@
 """A ``__consumer_offsets`` write whose commit fails, or that is under way when the
-partition moves to another broker, changes nothing in the group coordinator's memory:
-OffsetDelete and DeleteGroups are written again by their retry (after a move the offsets
-stay deleted), and an OffsetCommit whose partition moved meanwhile is answered
-NOT_COORDINATOR (engine driven directly, on a real PostgreSQL)."""
+partition moves to another broker, changes nothing in the group coordinator's memory but
+what the log holds (a commit whose answer was lost has the partition replayed; here the
+commit did not happen, its backend terminated while it waited for a lock): OffsetDelete
+and DeleteGroups are written again by their retry (after a move the offsets stay
+deleted), and an OffsetCommit whose partition moved meanwhile is answered NOT_COORDINATOR
+(engine driven directly, on a real PostgreSQL)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+
+import pytest
 
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -16,13 +20,17 @@ from broker_core.groups.offsets import OffsetToCommit
 from tests.coordinator_failures import (
     OFFSETS_TOPIC,
     TOPIC,
+    answer_lost,
     commit_waits,
     fails,
     moved,
     row_locked,
     run_engine,
+    run_proxied,
     served,
+    until,
 )
+from tests.pg_proxy import PgProxy
 
 GROUP = "dg"
 
@@ -49,7 +57,10 @@ def test_a_failed_offset_delete_is_written_again_by_its_retry() -> None:
         assert group is not None
         error = await fails(url, partition, engine.groups.delete_offsets(group, [(TOPIC, 0)]))
         assert error.code == ErrorCode.NOT_COORDINATOR
+        await served(engine.groups, OFFSETS_TOPIC, GROUP)  # replayed: the outcome was unknown
         assert _committed(engine) == {0: 42, 1: 43}  # nothing deleted by the failed write
+        group = engine.groups.find(OFFSETS_TOPIC, GROUP)
+        assert group is not None
         await engine.groups.delete_offsets(group, [(TOPIC, 0)])  # the retry writes
         assert _committed(engine) == {0: None, 1: 43}
         await moved(engine.groups, OFFSETS_TOPIC, GROUP)
@@ -79,6 +90,7 @@ def test_a_failed_group_deletion_is_written_again_by_its_retry() -> None:
 
         error = await fails(url, partition, delete(), meanwhile)
         assert error.code == ErrorCode.NOT_COORDINATOR
+        await served(engine.groups, OFFSETS_TOPIC, GROUP)  # replayed: the outcome was unknown
         group = engine.groups.find(OFFSETS_TOPIC, GROUP)
         assert group is not None and group.state == GroupState.EMPTY
         assert _committed(engine) == {0: 42, 1: 43}
@@ -134,3 +146,39 @@ def test_a_commit_under_way_keeps_its_group_from_expiring() -> None:
         assert _committed(engine) == {0: 7, 1: None}
 
     run_engine(scenario)
+
+
+def test_an_offset_commit_whose_answer_is_lost_is_served_as_stored(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An OffsetCommit's write is committed but its answer lost (the connection dropped):
+    the commit is answered NOT_COORDINATOR, yet the offset is stored. The coordinator must
+    not go on serving the offset from before (a restart would show the other one):
+    meanwhile the group's requests get COORDINATOR_LOAD_IN_PROGRESS (also while the replay
+    cannot read the database, and tries again), and once its partition is replayed it
+    serves the stored offset, as after a move."""
+
+    async def scenario(url: str, proxy: PgProxy, engine: Engine) -> None:
+        await served(engine.groups, OFFSETS_TOPIC, GROUP)
+        assert await _commit(engine, {0: 5}) == {0: ErrorCode.NONE}
+
+        def replay_failed() -> bool:
+            proxy.cut()  # the replay's reads lose their answers too
+            return any("could not replay" in r.getMessage() for r in caplog.records)
+
+        async def meanwhile() -> None:
+            assert engine.groups.check(OFFSETS_TOPIC, GROUP) == \
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            await until("a replay that failed", replay_failed)
+            assert engine.groups.check(OFFSETS_TOPIC, GROUP) == \
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+        answered = await answer_lost(url, proxy, OFFSETS_TOPIC, _commit(engine, {0: 10}),
+                                     meanwhile)
+        assert answered == {0: ErrorCode.NOT_COORDINATOR}
+        await served(engine.groups, OFFSETS_TOPIC, GROUP)
+        assert _committed(engine) == {0: 10, 1: None}  # as stored
+        await _commit(engine, {1: 11})  # and it writes again
+        await moved(engine.groups, OFFSETS_TOPIC, GROUP)
+        assert _committed(engine) == {0: 10, 1: 11}
+
+    run_proxied(scenario)

@@ -1,7 +1,9 @@
 """A ``__transaction_state`` write whose commit fails changes nothing in the coordinator's
-memory: the client's retry writes the change again (rather than being answered from
-memory), so a coordinator that replays the log after a move knows what the client was
-told (engine driven directly, on a real PostgreSQL; one commit made to fail)."""
+memory but what the log holds (a commit whose answer was lost has the partition replayed;
+here the commit did not happen, its backend terminated while it waited for a lock): the
+client's retry writes the change again (rather than being answered from memory), so a
+coordinator that replays the log after a move knows what the client was told (engine
+driven directly, on a real PostgreSQL; one commit made to fail)."""
 
 from __future__ import annotations
 
@@ -13,16 +15,20 @@ import pytest
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.transactions.coordinator import TransactionCoordinator
-from broker_core.transactions.model import TxnState
+from broker_core.transactions.model import ENDING, TxnState
 from tests.coordinator_failures import (
     OFFSETS_TOPIC,
     STATE_TOPIC,
     TOPIC,
+    answer_lost,
     fails,
     moved,
     run_engine,
+    run_proxied,
     served,
+    until,
 )
+from tests.pg_proxy import PgProxy
 
 TID = "tx"
 Action = Callable[[TransactionCoordinator, int, int], Awaitable[object]]
@@ -59,8 +65,8 @@ def test_a_failed_state_write_is_written_again_by_the_retry(request_name: str) -
         stored = _state(txns)
         error = await fails(url, state_partition, action(txns, pid, epoch))
         assert error.code == ErrorCode.NOT_COORDINATOR
+        await served(txns, STATE_TOPIC, TID)  # replayed: the outcome was unknown
         assert _state(txns) == stored  # nothing of the failed write kept
-        await served(txns, STATE_TOPIC, TID)
         await action(txns, pid, epoch)  # the client's retry: written this time
         answered = _state(txns)
         assert answered != stored
@@ -107,3 +113,42 @@ def test_other_requests_wait_while_a_state_write_is_under_way() -> None:
         assert engine.partition(TOPIC, 2).next_offset == 0
 
     run_engine(scenario)
+
+
+@pytest.mark.parametrize("request_name", list(ACTIONS))
+def test_a_state_write_whose_answer_is_lost_is_served_as_stored(request_name: str) -> None:
+    """An open transaction (partition 0 added); the request's write is committed but its
+    answer lost: the request is answered NOT_COORDINATOR, yet the new state is stored.
+    Meanwhile the id's requests get COORDINATOR_LOAD_IN_PROGRESS; then the coordinator
+    serves the state as stored (an EndTxn's prepared state is completed, as after a move),
+    not the one from before on which later writes would build."""
+    action = ACTIONS[request_name]
+
+    async def scenario(url: str, proxy: PgProxy, engine: Engine) -> None:
+        txns = engine.transactions
+        await served(txns, STATE_TOPIC, TID)
+        pid, epoch = await txns.init_producer_id(STATE_TOPIC, TID, 60_000, -1, -1)
+        await txns.add_partitions(STATE_TOPIC, TID, pid, epoch, [(TOPIC, 0)])
+        before = _state(txns)
+
+        async def meanwhile() -> None:
+            assert txns.check(STATE_TOPIC, TID) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+        answered = await answer_lost(url, proxy, STATE_TOPIC, action(txns, pid, epoch),
+                                     meanwhile)
+        assert isinstance(answered, KafkaApiError)
+        assert answered.code == ErrorCode.NOT_COORDINATOR
+        await served(txns, STATE_TOPIC, TID)
+        await until("no transaction left prepared", lambda: _settled(txns))
+        replayed = _state(txns)
+        assert replayed != before  # the write's state (or, prepared, its completion)
+        await moved(txns, STATE_TOPIC, TID)
+        await until("no transaction left prepared", lambda: _settled(txns))
+        assert _state(txns) == replayed
+
+    run_proxied(scenario)
+
+
+def _settled(txns: TransactionCoordinator) -> bool:
+    txn = txns.find(STATE_TOPIC, TID)
+    return txn is not None and txn.state not in ENDING
