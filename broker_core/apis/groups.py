@@ -205,10 +205,15 @@ async def handle_sync_group(engine: Engine, ctx: RequestContext,
 
 async def handle_heartbeat(engine: Engine, ctx: RequestContext,
                            request: HeartbeatRequest) -> HeartbeatResponse:
-    """Keep a member's session alive; tell it when to rejoin."""
+    """Keep a member's session alive; tell it when to rejoin. While the coordinator loads
+    the group's partition (or replays it after a write whose outcome is unknown) the
+    member is answered NONE, as Kafka answers "blindly" then: its session goes on, and the
+    group, once loaded, says whether it must rejoin."""
     version: int = request.version
     code = group_error(engine, ctx, request.group_id)
-    if code == ErrorCode.NONE:
+    if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+        code = ErrorCode.NONE
+    elif code == ErrorCode.NONE:
         code = engine.groups.heartbeat(
             engine.tenancy.offsets_topic(ctx), engine.tenancy.scoped_id(ctx, request.group_id),
             request.member_id,

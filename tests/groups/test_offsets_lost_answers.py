@@ -18,6 +18,7 @@ from tests.clients import create_topic
 from tests.coordinator_failures import stored_end
 from tests.group_helpers import (
     COORDINATOR_LOAD_IN_PROGRESS,
+    NONE,
     NOT_COORDINATOR,
     GroupConnection,
 )
@@ -32,8 +33,9 @@ def test_clients_read_the_stored_offset_after_a_commit_whose_answer_was_lost(
     """Offset 5 is committed; the commit of offset 10 is stored, but its answer never
     reaches the broker, which answers it NOT_COORDINATOR. Until the broker has read the
     group's partition again its OffsetFetch is answered COORDINATOR_LOAD_IN_PROGRESS (the
-    clients retry), never offset 5; then kafka-python and confluent-kafka read offset 10,
-    what a restart would show, with no restart."""
+    clients retry), never offset 5, and a heartbeat NONE (as Kafka answers one then); then
+    kafka-python and confluent-kafka read offset 10, what a restart would show, with no
+    restart."""
     url = shared_server().new_database_url()
     group = f"lost-{topic_name}"
     with PgProxy(url) as proxy:
@@ -65,9 +67,13 @@ def test_clients_read_the_stored_offset_after_a_commit_whose_answer_was_lost(
             fetch = GroupConnection(broker.port)
             try:
                 error, _ = fetch.fetch_offsets(group, topic_name, [0])
+                # a member's heartbeat is answered blindly meanwhile, as Kafka does (the
+                # group, once read, tells it whether to rejoin)
+                beat = fetch.heartbeat(group, 1, "a-member")
             finally:
                 fetch.close()
             assert error == COORDINATOR_LOAD_IN_PROGRESS
+            assert beat == NONE
             proxy.cut()
             proxy.release()
 
