@@ -1,8 +1,8 @@
 """KIP-496 in the group coordinator: a Stable consumer group's offsets of topics it no
 longer subscribes to expire by their commit time, those of topics it subscribes to stay,
 and the expiry is written (a restart replays them gone); OffsetDelete (API 47) through
-kafka-python's KafkaAdminClient and ``edge-broker admin groups delete-offsets``, and racing a
-commit of the same partition.
+kafka-python's KafkaAdminClient and ``edge-broker admin groups delete-offsets``, racing a
+commit of the same partition, and on a group whose subscriptions are unknown.
 
 The first tests drive the coordinator directly, on real storage, with the clock they are
 given; the others use real clients against a broker whose ``offsetsRetentionMinutes`` is 1
@@ -48,7 +48,10 @@ from tests.admin_cli_helpers import admin
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
 from tests.group_helpers import (
+    NOT_COORDINATOR,
+    GroupConnection,
     group_id_for,
+    join_in_thread,
     produce_values,
     start_broker,
     subscription,
@@ -366,3 +369,74 @@ def test_offset_delete_through_kafka_python_and_the_admin_cli(broker: BrokerProc
         kadmin.close()
         consumer.close()
 
+
+def _refused_while_unknown(bootstrap: str, port: int, group: str, topic: str) -> None:
+    """kafka-python's delete_group_offsets on ``group`` (whose subscriptions are unknown)
+    gets GROUP_SUBSCRIBED_TO_TOPIC for both partitions of ``topic`` (not the group-level
+    NON_EMPTY_GROUP), and the offsets committed on them stay."""
+    kadmin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    conn = GroupConnection(port)
+    try:
+        assert kadmin.delete_group_offsets(group, [TopicPartition(topic, p)
+                                                   for p in range(2)]) == {
+            TopicPartition(topic, p): GroupSubscribedToTopicError for p in range(2)}
+        assert conn.fetch_offsets(group, topic, [0, 1]) == (0, {0: (3, "", 0), 1: (3, "", 0)})
+    finally:
+        conn.close()
+        kadmin.close()
+
+
+def _commit_standalone(port: int, group: str, topic: str) -> None:
+    """Offset 3 on both partitions of ``topic``, committed for ``group`` without members."""
+    conn = GroupConnection(port)
+    try:
+        assert conn.commit(group, -1, "", topic, {0: (3, ""), 1: (3, "")}) == {0: 0, 1: 0}
+    finally:
+        conn.close()
+
+
+def test_offset_delete_while_a_member_subscription_cannot_be_read(broker: BrokerProcess,
+                                                                 topic_name: str) -> None:
+    """A Stable consumer group whose member's subscription cannot be read: OffsetDelete
+    is refused per partition, as Kafka's ``isSubscribedToTopic`` answers an unknown
+    subscription (it may well name the topic)."""
+    create_topic(broker.bootstrap, topic_name, 2)
+    group = group_id_for(topic_name)
+    _commit_standalone(broker.port, group, topic_name)
+    member = GroupConnection(broker.port, timeout=20)
+    try:
+        joined = member.join_new(group, metadata=b"\x00\x07garbage")
+        assert joined.error_code == 0, joined
+        synced = member.sync(group, joined.generation_id, joined.member_id,
+                             {joined.member_id: b""})
+        assert synced.error_code == 0, synced
+        _refused_while_unknown(broker.bootstrap, broker.port, group, topic_name)
+        assert member.leave(group, [(joined.member_id, None)]).error_code == 0
+    finally:
+        member.close()
+
+
+def test_offset_delete_during_a_first_rebalance(tmp_path: Path, topic_name: str) -> None:
+    """A consumer group in its first rebalance (a member's JoinGroup waits for
+    ``groupInitialRebalanceDelayMs``, a minute here: no protocol chosen yet, so no
+    subscription known): OffsetDelete is refused per partition, as Kafka does."""
+    process = start_broker(tmp_path, groupInitialRebalanceDelayMs="60000")
+    try:
+        create_topic(process.bootstrap, topic_name, 2)
+        group = group_id_for(topic_name)
+        _commit_standalone(process.port, group, topic_name)
+        waiter, answers = join_in_thread(process.port, group, version=3,
+                                         topics=(topic_name,), rebalance_ms=60_000)
+        client = AdminClient({"bootstrap.servers": process.bootstrap})
+
+        def preparing() -> bool:
+            described = client.describe_consumer_groups([group])[group].result(20)
+            return bool(described.state == ConsumerGroupState.PREPARING_REBALANCING
+                        and described.members)
+
+        wait_until(preparing, 30, "the member to wait in the first rebalance")
+        _refused_while_unknown(process.bootstrap, process.port, group, topic_name)
+    finally:
+        process.stop()
+    waiter.join(20)
+    assert answers and answers[0].error_code == NOT_COORDINATOR, answers
