@@ -316,12 +316,15 @@ class GroupConnection(RawConnection):
     def join(self, group: str, member_id: str = "", *, version: int = 5,
              instance_id: str | None = None, session_ms: int = 10_000,
              rebalance_ms: int = 10_000, topics: tuple[str, ...] = ("t",),
-             protocols: tuple[str, ...] = ("range",)) -> Any:
+             protocols: tuple[str, ...] = ("range",), metadata: bytes | None = None) -> Any:
+        """JoinGroup of the consumer protocol; ``metadata``: each protocol's (by default a
+        subscription to ``topics``)."""
         kwargs: dict[str, Any] = {
             "group_id": group, "session_timeout_ms": session_ms, "member_id": member_id,
             "protocol_type": "consumer",
             "protocols": [JoinGroupRequest.JoinGroupRequestProtocol(
-                name=name, metadata=subscription(topics)) for name in protocols],
+                name=name, metadata=subscription(topics) if metadata is None else metadata)
+                for name in protocols],
         }
         if version >= 1:
             kwargs["rebalance_timeout_ms"] = rebalance_ms

@@ -23,7 +23,7 @@ from broker_core.apis.groups import group_error
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.groups.model import CommittedOffset, GroupState
+from broker_core.groups.model import CONSUMER_PROTOCOL, CommittedOffset, GroupState
 from broker_core.groups.offsets import OffsetToCommit
 
 _C = OffsetCommitResponse.OffsetCommitResponseTopic
@@ -193,9 +193,11 @@ async def handle_offset_delete(engine: Engine, ctx: RequestContext,
     READ on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions; then
     UNKNOWN_TOPIC_OR_PARTITION for partitions that do not exist; GROUP_ID_NOT_FOUND for a
     group that does not exist; GROUP_SUBSCRIBED_TO_TOPIC for the topics a member of a
-    consumer group subscribes to (NON_EMPTY_GROUP for a group with members of another
-    protocol, or whose subscriptions cannot be read). A group-level error is answered
-    without topics, as Kafka's ``getErrorResponse``."""
+    consumer group subscribes to, and for every topic while its subscriptions are unknown
+    (its first rebalance has not chosen a protocol yet, or a member's metadata cannot be
+    read: Kafka's ``isSubscribedToTopic``); NON_EMPTY_GROUP for a group with members of
+    another protocol. A group-level error is answered without topics, as Kafka's
+    ``getErrorResponse``."""
     R = OffsetDeleteResponse
     T = R.OffsetDeleteResponseTopic
 
@@ -215,9 +217,9 @@ async def handle_offset_delete(engine: Engine, ctx: RequestContext,
         code = ErrorCode.GROUP_ID_NOT_FOUND
     if code != ErrorCode.NONE or group is None:
         return answer(code, {})
-    subscribed = group.subscribed_topics() if group.state != GroupState.EMPTY else set()
-    if subscribed is None:
+    if group.state != GroupState.EMPTY and group.protocol_type != CONSUMER_PROTOCOL:
         return answer(ErrorCode.NON_EMPTY_GROUP, {})
+    subscribed = group.subscribed_topics() if group.state != GroupState.EMPTY else set()
     per: dict[tuple[str, int], ErrorCode] = {}
     doomed = []
     for topic in request.topics:
@@ -229,7 +231,7 @@ async def handle_offset_delete(engine: Engine, ctx: RequestContext,
                 per[key] = topic_code
             elif info is None or not 0 <= part.partition_index < info.num_partitions:
                 per[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif naming.named_in(internal, subscribed):
+            elif subscribed is None or naming.named_in(internal, subscribed):
                 per[key] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
             else:
                 doomed.append((internal, part.partition_index))

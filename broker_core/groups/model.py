@@ -122,6 +122,11 @@ class Group:
     counts pending commits), and expiry leaves these partitions alone (as Kafka skips
     ``pendingOffsetCommits``: a tombstone appended after the commit's record would delete
     on replay the offset the commit is about to acknowledge)."""
+    unsettled: list[dict[tuple[str, int], CommittedOffset]] = field(default_factory=list)
+    """The offsets of each plain OffsetCommit whose write is under way (the commit's own
+    dict, kept once the write settles): a tombstone appended after the commit's record
+    takes its partition out of it once it settles (as Kafka's ``removeOffsets`` clears
+    ``pendingOffsetCommits``), so memory agrees with the log's order."""
     awaiting_sync: set[str] = field(default_factory=set)
     """Members of the current generation that have not sent their SyncGroup yet (Kafka's
     ``pendingSyncMembers``): those still here when the rebalance timer fires after the

@@ -105,12 +105,19 @@ class GroupOffsets:
 
     async def commit(self, group: Group, offsets: Sequence[OffsetToCommit],
                      now: int) -> dict[TopicPartition, ErrorCode]:
-        """OffsetCommit (the membership allowed it): an error per partition."""
+        """OffsetCommit (the membership allowed it): an error per partition. What is kept
+        once the write settles is ``group.unsettled``'s entry, less what a tombstone
+        appended after it removed (:meth:`delete`)."""
         results, accepted = self._accept(offsets, now)
         batch = [offsets_topic.offset_record(group.group_id, t, p, c)
                  for (t, p), c in accepted.items()]
-        return await self._store_offsets(group, batch, results, accepted,
-                                         group.offsets.update)
+        unsettled = dict(accepted)
+        group.unsettled.append(unsettled)
+        try:
+            return await self._store_offsets(group, batch, results, accepted,
+                                             lambda _: group.offsets.update(unsettled))
+        finally:
+            group.unsettled = [u for u in group.unsettled if u is not unsettled]
 
     async def txn_commit(self, group: Group, producer_id: int,
                          offsets: Sequence[OffsetToCommit],
@@ -198,15 +205,27 @@ class GroupOffsets:
 
     async def delete(self, group: Group, partitions: Sequence[TopicPartition]) -> None:
         """Remove committed offsets (the caller checked the subscriptions), once their
-        tombstones are written: a failed write removes nothing, so a retry writes again. An
-        offset committed anew meanwhile stays (its record follows the tombstone)."""
+        tombstones are written: a failed write removes nothing, so a retry writes again.
+
+        The log's order is the truth, as a replay sees it (after a restart, or on another
+        coordinator): a tombstone removes what every record before it wrote, and nothing
+        after it. So once the tombstones settle, a partition's offset goes if it was
+        written before them: the one committed when they were appended, or that of a
+        commit whose record preceded them and whose write was still under way (settled
+        meanwhile, or later: such a commit does not keep it, as Kafka's ``removeOffsets``
+        clears ``pendingOffsetCommits``). That commit is still answered NONE, as Kafka
+        answers it: its offset was written, and deleted after. An offset committed after
+        the tombstones were appended stays (its record follows them). Transactional
+        offsets still pending stay too: a replay of a tombstone leaves them."""
         gone = {tp: group.offsets[tp] for tp in partitions if tp in group.offsets}
         if not gone:
             return
+        before = list(group.unsettled)
         await self.write(group, [offsets_topic.offset_record(group.group_id, t, p, None)
                                  for t, p in gone])
         for tp, committed in gone.items():
-            if group.offsets.get(tp) is committed:
+            written_before = [committed, *(u.pop(tp) for u in before if tp in u)]
+            if any(group.offsets.get(tp) is c for c in written_before):
                 del group.offsets[tp]
 
     async def drop(self, group: Group) -> None:

@@ -1,9 +1,10 @@
 """KIP-496 in the group coordinator: a Stable consumer group's offsets of topics it no
 longer subscribes to expire by their commit time, those of topics it subscribes to stay,
 and the expiry is written (a restart replays them gone); OffsetDelete (API 47) through
-kafka-python's KafkaAdminClient and ``edge-broker admin groups delete-offsets``.
+kafka-python's KafkaAdminClient and ``edge-broker admin groups delete-offsets``, racing a
+commit of the same partition, and on a group whose subscriptions are unknown.
 
-The first test drives the coordinator directly, on real storage, with the clock it is
+The first tests drive the coordinator directly, on real storage, with the clock they are
 given; the others use real clients against a broker whose ``offsetsRetentionMinutes`` is 1
 (its smallest value), so the expiry test waits a little over a minute."""
 
@@ -28,6 +29,7 @@ from kafka.errors import (
 
 from broker_core.appends import AppendPath
 from broker_core.durability import FlushScheduler
+from broker_core.errors import ErrorCode
 from broker_core.groups.config import GroupConfig
 from broker_core.groups.coordinator import GroupCoordinator
 from broker_core.groups.effects import JoinRequest
@@ -46,7 +48,10 @@ from tests.admin_cli_helpers import admin
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
 from tests.group_helpers import (
+    NOT_COORDINATOR,
+    GroupConnection,
     group_id_for,
+    join_in_thread,
     produce_values,
     start_broker,
     subscription,
@@ -60,9 +65,11 @@ OFFSETS = "public/__kafka/__consumer_offsets"
 RETENTION_MS = 60_000
 
 
-def _storage(url: str) -> tuple[SystemTopic, Storage]:
+def _storage(url: str, flush_every: int = 2**63 - 1) -> tuple[SystemTopic, Storage]:
+    """The offsets topic on ``url``; the file engine fsyncs every ``flush_every`` records
+    (an append is then settled only after its fsync, as on PostgreSQL after its commit)."""
     logs = open_storage(url, LogConfig())
-    appends = AppendPath(AppendWaiters(), FlushScheduler(2**63 - 1, 0))
+    appends = AppendPath(AppendWaiters(), FlushScheduler(flush_every, 0))
     return SystemTopic(logs, appends, "__consumer_offsets", 3, 1 << 20, 1 << 30), logs
 
 
@@ -159,6 +166,79 @@ def test_an_offset_whose_commit_is_under_way_does_not_expire(tmp_path: Path) -> 
     del group.committing[("public/default/a", 1)]
     assert len(offsets.expired(group, 1_000 + RETENTION_MS + 1)) == 2
     logs.close()
+
+
+async def _coordinator(url: str) -> tuple[GroupCoordinator, Storage]:
+    """A coordinator of the offsets stored at ``url`` (fsynced at every write), once it
+    replayed them."""
+    store, logs = _storage(url, flush_every=1)
+    config = GroupConfig(offsets_retention_ms=RETENTION_MS, initial_rebalance_delay_ms=0)
+    groups = GroupCoordinator(config, store)
+    groups.start()
+    for _ in range(500):
+        if groups.check(OFFSETS, "standalone") == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert groups.check(OFFSETS, "standalone") == 0
+    return groups, logs
+
+
+@pytest.mark.parametrize("engine", ["file", "postgres"])
+@pytest.mark.parametrize("first", ["commit", "delete"])
+def test_offset_delete_racing_a_commit_answers_what_the_log_replays(tmp_path: Path,
+                                                                   engine: str,
+                                                                   first: str) -> None:
+    """OffsetDelete (or a deleted topic's cleanup, or expiry: the same deletion) of a
+    partition while a commit of it is being written, on an Empty group (a standalone
+    committer, or an admin's alter-offsets). The log's order decides, in memory as on
+    replay: a commit whose record precedes the tombstone is answered NONE and its offset
+    is gone with the older one (as Kafka's ``removeOffsets`` clears
+    ``pendingOffsetCommits``), one appended after the tombstone stays. What the
+    coordinator answers before a restart (what OffsetFetch reads) is what a new
+    coordinator replays. Each write here waits for its fsync or commit, so both are under
+    way together."""
+    tp = ("public/default/a", 0)
+    url = tmp_path.as_uri() if engine == "file" else shared_server().new_database_url()
+
+    def offsets(groups: GroupCoordinator) -> dict[tuple[str, int], int]:
+        return {k: c.offset for k, c in groups.committed(OFFSETS, "standalone", None).items()
+                if c is not None}
+
+    async def scenario() -> None:
+        groups, logs = await _coordinator(url)
+        logs.create_topic(tp[0], 1, {})
+        assert await groups.commit(OFFSETS, "standalone", "", None, -1,
+                                   [OffsetToCommit(*tp, 5, -1, "")]) == (0, {tp: 0})
+        group = groups.find(OFFSETS, "standalone")
+        assert group is not None and group.state == GroupState.EMPTY
+
+        def commit() -> asyncio.Future[tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]]:
+            return asyncio.ensure_future(groups.commit(
+                OFFSETS, "standalone", "", None, -1, [OffsetToCommit(*tp, 10, -1, "")]))
+
+        def delete() -> asyncio.Future[None]:
+            return asyncio.ensure_future(groups.delete_offsets(group, [tp]))
+
+        earlier = commit() if first == "commit" else delete()
+        await asyncio.sleep(0)  # its record is appended, its write not settled
+        later = delete() if first == "commit" else commit()
+        await asyncio.sleep(0)
+        assert not earlier.done() and not later.done()
+        assert tp in group.committing  # the commit was under way when the other appended
+        await asyncio.gather(earlier, later)
+        committing = earlier if first == "commit" else later
+        assert committing.result() == (ErrorCode.NONE, {tp: ErrorCode.NONE})
+        expected = {} if first == "commit" else {tp: 10}
+        assert offsets(groups) == expected
+        await groups.stop()
+        logs.close()
+
+        again, logs = await _coordinator(url)
+        assert offsets(again) == expected
+        await again.stop()
+        logs.close()
+
+    asyncio.run(scenario())
 
 
 # -- real clients ---------------------------------------------------------------------------
@@ -288,3 +368,75 @@ def test_offset_delete_through_kafka_python_and_the_admin_cli(broker: BrokerProc
     finally:
         kadmin.close()
         consumer.close()
+
+
+def _refused_while_unknown(bootstrap: str, port: int, group: str, topic: str) -> None:
+    """kafka-python's delete_group_offsets on ``group`` (whose subscriptions are unknown)
+    gets GROUP_SUBSCRIBED_TO_TOPIC for both partitions of ``topic`` (not the group-level
+    NON_EMPTY_GROUP), and the offsets committed on them stay."""
+    kadmin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    conn = GroupConnection(port)
+    try:
+        assert kadmin.delete_group_offsets(group, [TopicPartition(topic, p)
+                                                   for p in range(2)]) == {
+            TopicPartition(topic, p): GroupSubscribedToTopicError for p in range(2)}
+        assert conn.fetch_offsets(group, topic, [0, 1]) == (0, {0: (3, "", 0), 1: (3, "", 0)})
+    finally:
+        conn.close()
+        kadmin.close()
+
+
+def _commit_standalone(port: int, group: str, topic: str) -> None:
+    """Offset 3 on both partitions of ``topic``, committed for ``group`` without members."""
+    conn = GroupConnection(port)
+    try:
+        assert conn.commit(group, -1, "", topic, {0: (3, ""), 1: (3, "")}) == {0: 0, 1: 0}
+    finally:
+        conn.close()
+
+
+def test_offset_delete_while_a_member_subscription_cannot_be_read(broker: BrokerProcess,
+                                                                 topic_name: str) -> None:
+    """A Stable consumer group whose member's subscription cannot be read: OffsetDelete
+    is refused per partition, as Kafka's ``isSubscribedToTopic`` answers an unknown
+    subscription (it may well name the topic)."""
+    create_topic(broker.bootstrap, topic_name, 2)
+    group = group_id_for(topic_name)
+    _commit_standalone(broker.port, group, topic_name)
+    member = GroupConnection(broker.port, timeout=20)
+    try:
+        joined = member.join_new(group, metadata=b"\x00\x07garbage")
+        assert joined.error_code == 0, joined
+        synced = member.sync(group, joined.generation_id, joined.member_id,
+                             {joined.member_id: b""})
+        assert synced.error_code == 0, synced
+        _refused_while_unknown(broker.bootstrap, broker.port, group, topic_name)
+        assert member.leave(group, [(joined.member_id, None)]).error_code == 0
+    finally:
+        member.close()
+
+
+def test_offset_delete_during_a_first_rebalance(tmp_path: Path, topic_name: str) -> None:
+    """A consumer group in its first rebalance (a member's JoinGroup waits for
+    ``groupInitialRebalanceDelayMs``, a minute here: no protocol chosen yet, so no
+    subscription known): OffsetDelete is refused per partition, as Kafka does."""
+    process = start_broker(tmp_path, groupInitialRebalanceDelayMs="60000")
+    try:
+        create_topic(process.bootstrap, topic_name, 2)
+        group = group_id_for(topic_name)
+        _commit_standalone(process.port, group, topic_name)
+        waiter, answers = join_in_thread(process.port, group, version=3,
+                                         topics=(topic_name,), rebalance_ms=60_000)
+        client = AdminClient({"bootstrap.servers": process.bootstrap})
+
+        def preparing() -> bool:
+            described = client.describe_consumer_groups([group])[group].result(20)
+            return bool(described.state == ConsumerGroupState.PREPARING_REBALANCING
+                        and described.members)
+
+        wait_until(preparing, 30, "the member to wait in the first rebalance")
+        _refused_while_unknown(process.bootstrap, process.port, group, topic_name)
+    finally:
+        process.stop()
+    waiter.join(20)
+    assert answers and answers[0].error_code == NOT_COORDINATOR, answers
