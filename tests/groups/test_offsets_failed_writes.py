@@ -7,7 +7,10 @@ NOT_COORDINATOR (engine driven directly, on a real PostgreSQL)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+
+import pytest
 
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -22,22 +25,24 @@ from tests.coordinator_failures import (
     row_locked,
     run_engine,
     served,
+    terminate_waiting,
 )
 
 GROUP = "dg"
 
 
-async def _commit(engine: Engine, offsets: dict[int, int]) -> dict[int, ErrorCode]:
+async def _commit(engine: Engine, offsets: dict[int, int], group: str = GROUP
+                  ) -> dict[int, ErrorCode]:
     """OffsetCommit of a group that only stores offsets: each partition's error."""
     code, results = await engine.groups.commit(
-        OFFSETS_TOPIC, GROUP, "", None, -1,
+        OFFSETS_TOPIC, group, "", None, -1,
         [OffsetToCommit(TOPIC, p, offset, -1, None) for p, offset in offsets.items()])
     assert code == ErrorCode.NONE
     return {p: results[(TOPIC, p)] for p in offsets}
 
 
-def _committed(engine: Engine) -> dict[int, int | None]:
-    found = engine.groups.committed(OFFSETS_TOPIC, GROUP, [(TOPIC, 0), (TOPIC, 1)])
+def _committed(engine: Engine, group: str = GROUP) -> dict[int, int | None]:
+    found = engine.groups.committed(OFFSETS_TOPIC, group, [(TOPIC, 0), (TOPIC, 1)])
     return {p: None if c is None else c.offset for (_, p), c in found.items()}
 
 
@@ -134,3 +139,38 @@ def test_a_commit_under_way_keeps_its_group_from_expiring() -> None:
         assert _committed(engine) == {0: 7, 1: None}
 
     run_engine(scenario)
+
+
+def test_a_group_whose_expiry_fails_does_not_keep_the_others_from_expiring(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Offset expiry (KIP-496) meets a group whose tombstones cannot be written (its
+    ``__consumer_offsets`` partition's commit fails): that group keeps its offsets until
+    the next round, with one log line; the groups after it expire in the same round."""
+    failing, other = "a", "b"  # on partitions 1 and 0 of two; "a" is expired first
+
+    async def scenario(url: str, engine: Engine) -> None:
+        locked = await served(engine.groups, OFFSETS_TOPIC, failing)
+        await served(engine.groups, OFFSETS_TOPIC, other)
+        assert engine.groups.place(OFFSETS_TOPIC, failing) != \
+            engine.groups.place(OFFSETS_TOPIC, other)
+        await _commit(engine, {0: 42}, failing)
+        await _commit(engine, {0: 43}, other)
+        later = int(time.time() * 1000) + engine.groups.config.offsets_retention_ms + 60_000
+        with row_locked(url, locked) as locker:
+            expiry = asyncio.ensure_future(engine.groups.expire_offsets(later))
+            await commit_waits(url, expiry)  # the failing group's tombstones wait
+            terminate_waiting(url)
+            await asyncio.wait_for(expiry, 30)  # no error out of the round
+            locker.rollback()
+        assert _committed(engine, failing) == {0: 42, 1: None}
+        assert engine.groups.find(OFFSETS_TOPIC, other) is None  # expired, then dropped
+        failed = [r for r in caplog.records if r.levelno == logging.WARNING
+                  and r.getMessage().startswith("could not expire")]
+        assert len(failed) == 1 and getattr(failed[0], "group", None) == failing
+        await engine.groups.expire_offsets(later)  # the next round
+        assert engine.groups.find(OFFSETS_TOPIC, failing) is None
+        for group in (failing, other):
+            await moved(engine.groups, OFFSETS_TOPIC, group)
+            assert _committed(engine, group) == {0: None, 1: None}
+
+    run_engine(scenario, offsets_partitions=2)
