@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from broker_core.compaction.cleaner import LogCleaner
@@ -43,7 +43,7 @@ class BackgroundWork:
     def __init__(self, config: EngineConfig, logs: Storage, producers: ProducerStates,
                  flusher: FlushScheduler, cleaner: LogCleaner,
                  forget_topic: Callable[[str, Sequence[PartitionStore]], None],
-                 kv_readers: list[Callable[[], None]]) -> None:
+                 kv_readers: list[Callable[[], Awaitable[None]]]) -> None:
         self.config = config
         self.logs = logs
         self.producers = producers
@@ -121,7 +121,7 @@ class BackgroundWork:
                 kv_pending = kv_pending or changes.kv_changed
                 if kv_pending:
                     for read_again in self.kv_readers:
-                        read_again()
+                        await read_again()
                     kv_pending = False
             except Exception as exc:  # keep refreshing: the next round retries
                 if not failing:
