@@ -136,13 +136,19 @@ class BackgroundWork:
 
     async def _retention_loop(self) -> None:
         """Every ``retention_check_interval_ms``: find what retention drops in a worker
-        thread (on PostgreSQL a query per partition with sealed segments), drop it here."""
+        thread (on PostgreSQL a query per partition with sealed segments), drop it here,
+        or in a worker thread too where the partition says so (``drops_in_thread``:
+        PostgreSQL's transactions)."""
         interval = self.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             try:
                 due = await asyncio.to_thread(self.logs.retention_due)
-                removed = self.logs.drop_retained(due)
+                removed = self.logs.drop_retained(
+                    [item for item in due if not item.store.drops_in_thread])
+                in_thread = [item for item in due if item.store.drops_in_thread]
+                if in_thread:
+                    removed += await asyncio.to_thread(self.logs.drop_retained, in_thread)
             except (StorageError, OSError) as exc:  # the database is away: next round
                 log.warning("retention could not run: %s", exc)
                 continue
