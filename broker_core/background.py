@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from broker_core.compaction.cleaner import LogCleaner
@@ -43,7 +43,7 @@ class BackgroundWork:
     def __init__(self, config: EngineConfig, logs: Storage, producers: ProducerStates,
                  flusher: FlushScheduler, cleaner: LogCleaner,
                  forget_topic: Callable[[str, Sequence[PartitionStore]], None],
-                 kv_readers: list[Callable[[], None]]) -> None:
+                 kv_readers: list[Callable[[], Awaitable[None]]]) -> None:
         self.config = config
         self.logs = logs
         self.producers = producers
@@ -121,7 +121,7 @@ class BackgroundWork:
                 kv_pending = kv_pending or changes.kv_changed
                 if kv_pending:
                     for read_again in self.kv_readers:
-                        read_again()
+                        await read_again()
                     kv_pending = False
             except Exception as exc:  # keep refreshing: the next round retries
                 if not failing:
@@ -136,13 +136,19 @@ class BackgroundWork:
 
     async def _retention_loop(self) -> None:
         """Every ``retention_check_interval_ms``: find what retention drops in a worker
-        thread (on PostgreSQL a query per partition with sealed segments), drop it here."""
+        thread (on PostgreSQL a query per partition with sealed segments), drop it here,
+        or in a worker thread too where the partition says so (``drops_in_thread``:
+        PostgreSQL's transactions)."""
         interval = self.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             try:
                 due = await asyncio.to_thread(self.logs.retention_due)
-                removed = self.logs.drop_retained(due)
+                removed = self.logs.drop_retained(
+                    [item for item in due if not item.store.drops_in_thread])
+                in_thread = [item for item in due if item.store.drops_in_thread]
+                if in_thread:
+                    removed += await asyncio.to_thread(self.logs.drop_retained, in_thread)
             except (StorageError, OSError) as exc:  # the database is away: next round
                 log.warning("retention could not run: %s", exc)
                 continue

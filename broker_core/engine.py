@@ -131,9 +131,10 @@ class Engine:
         self.appends = AppendPath(self.waiters, self.flusher)
         self.limits: TenantLimits | None = None
         """A tenant's caps on topics, partitions and stored bytes (None: no caps)."""
-        self.kv_readers: list[Callable[[], None]] = []
-        """Called when another broker may have changed the storage's key-value area: each
-        reads again what it keeps of it (the ACLs); one that raises is called again."""
+        self.kv_readers: list[Callable[[], Awaitable[None]]] = []
+        """Awaited when another broker may have changed the storage's key-value area: each
+        reads again what it keeps of it (the ACLs, the quotas); one that raises is awaited
+        again."""
         self.closing = False
         self.topic_changes = asyncio.Lock()
         """Held by CreateTopics and CreatePartitions from their checks to the end of their

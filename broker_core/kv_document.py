@@ -6,10 +6,17 @@ this way: every change is a read-modify-write of the stored document with
 ``compare_and_set``, retried when another broker changed it meanwhile, so no change is
 lost; :meth:`KvDocument.read_again` (called when the storage reports key-value changes)
 takes in other brokers' changes without a restart.
+
+A change rewrites the whole document (a file written and fsynced, or a database
+transaction): that runs in a worker thread, so the event loop serves every other
+connection meanwhile, as does the read of :meth:`KvDocument.read_again`. Changes and
+reads of one document take turns, first come first served, so the last change asked for
+is the last one stored and no read in between puts an older value back in memory.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -28,31 +35,47 @@ class KvDocument(Generic[_T]):
         self.key = key
         self._parse = parse
         self._encode = encode
-        self._stored = kv.get(key)
-        self.value: _T = parse(self._stored)
+        stored = kv.get(key)
+        self._state: tuple[_T, bytes | None] = (parse(stored), stored)
+        """The value as last read or written, and its stored bytes (one attribute: a
+        worker thread reads the pair whole)."""
+        self._turns = asyncio.Lock()
 
-    def read_again(self) -> bool:
+    @property
+    def value(self) -> _T:
+        """The value as last read or written."""
+        return self._state[0]
+
+    async def read_again(self) -> bool:
         """Take in the stored value if another broker changed it; return whether it did."""
-        stored = self.kv.get(self.key)
-        if stored == self._stored:
-            return False
-        self.value, self._stored = self._parse(stored), stored
-        return True
+        async with self._turns:
+            stored = await asyncio.to_thread(self.kv.get, self.key)
+            if stored == self._state[1]:
+                return False
+            self._state = (self._parse(stored), stored)
+            return True
 
-    def change(self, edit: Callable[[_T], _T]) -> _T:
+    async def change(self, edit: Callable[[_T], _T]) -> _T:
         """Store ``edit`` of the current value (the stored one, whoever wrote it); return
-        the new value. ``edit`` may run more than once (when another broker wrote
-        meanwhile) and must raise, not store, when the change is refused."""
+        the new value. ``edit`` runs in a worker thread, maybe more than once (when another
+        broker wrote meanwhile), and must raise, not store, when the change is refused;
+        what it or the write raises (OSError: a full disk) is raised here."""
+        async with self._turns:
+            self._state = await asyncio.to_thread(self._stored_change, edit, self._state)
+            return self._state[0]
+
+    def _stored_change(self, edit: Callable[[_T], _T], known: tuple[_T, bytes | None]
+                       ) -> tuple[_T, bytes | None]:
+        """:meth:`change`'s read-modify-write (in a worker thread): the value and bytes
+        stored after it, ``known`` being those before."""
+        value, last = known
         while True:
             stored = self.kv.get(self.key)
             # the value as last read or written, unless another broker changed it since
-            current = self.value if stored == self._stored else self._parse(stored)
+            current = value if stored == last else self._parse(stored)
             wanted = edit(current)
             if wanted == current:
-                break
+                return current, stored
             encoded = self._encode(wanted)
             if self.kv.compare_and_set(self.key, stored, encoded):
-                stored, current = encoded, wanted
-                break
-        self.value, self._stored = current, stored
-        return current
+                return wanted, encoded

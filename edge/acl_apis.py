@@ -223,7 +223,7 @@ class AclApis:
             results.append(CreateAclsResponse.AclCreationResult(error_code=code,
                                                                  error_message=message))
         if created:
-            self.store.add(created)
+            await self.store.add(created)
             log.info("%s created %d ACLs", ctx.principal, len(created))
         return CreateAclsResponse(version=request.version, throttle_time_ms=0, results=results)
 
@@ -261,7 +261,8 @@ class AclApis:
                 outcomes.append(self._deletion(ctx, item))
             except KafkaApiError as error:
                 outcomes.append(error)
-        deleted = iter(self.store.delete([o for o in outcomes if isinstance(o, AclFilter)]))
+        deleted = iter(await self.store.delete([o for o in outcomes
+                                                if isinstance(o, AclFilter)]))
         results = []
         for outcome in outcomes:
             if isinstance(outcome, KafkaApiError):

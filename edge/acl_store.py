@@ -6,7 +6,7 @@ index (``edge.acl_index``) rebuilt whenever the bindings change, here or on anot
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import fields
 
 from broker_core.kv_document import KvDocument
@@ -56,18 +56,15 @@ class AclStore:
         """The bindings as last read or written."""
         return self.document.value
 
-    def read_again(self) -> None:
+    async def read_again(self) -> None:
         """Take in the stored bindings if another broker changed them."""
-        self.document.read_again()
+        await self.document.read_again()
 
-    def _change(self, edit: Callable[[frozenset[AclBinding]], frozenset[AclBinding]]) -> None:
-        """Store ``edit`` of the current bindings (the stored ones, whoever wrote them)."""
-        self.document.change(edit)
-
-    def add(self, bindings: Iterable[AclBinding]) -> None:
-        """Add bindings (adding an existing one changes nothing)."""
+    async def add(self, bindings: Iterable[AclBinding]) -> None:
+        """Add bindings (adding an existing one changes nothing), in a worker thread
+        (``KvDocument.change``)."""
         added = frozenset(bindings)
-        self._change(lambda current: current | added)
+        await self.document.change(lambda current: current | added)
 
     def find(self, selector: AclFilter) -> list[AclBinding]:
         """Bindings selected by the filter, in a stable order."""
@@ -78,7 +75,7 @@ class AclStore:
         return sorted(bindings, key=lambda b: (b.resource, b.name, b.pattern, b.principal,
                                                b.host, b.operation, b.permission))
 
-    def delete(self, selectors: Sequence[AclFilter]) -> list[list[AclBinding]]:
+    async def delete(self, selectors: Sequence[AclFilter]) -> list[list[AclBinding]]:
         """Remove the bindings selected by any of the filters, in one change (a DeleteAcls
         of many filters stored the whole document once per filter); return each filter's,
         a binding under the first filter that selects it."""
@@ -93,7 +90,7 @@ class AclStore:
                         break
             return current.difference(b for selected in doomed for b in selected)
         if selectors:
-            self._change(without)
+            await self.document.change(without)
         return [self._sorted(selected) for selected in doomed]
 
     @property

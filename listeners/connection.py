@@ -110,8 +110,9 @@ class Connection:
         self.pending: asyncio.Queue[asyncio.Future[Response | None] | None] = asyncio.Queue(
             maxsize=limits.max_queued_requests)
         self.queued = 0  # responses handed to the write loop and not yet done with
-        self.dispatching = False  # the read loop is in a request's dispatch stage
-        self.stop_requested = False  # stop reading once that dispatch stage has returned
+        self.dispatching = False  # the read loop is in a request's dispatch stage or
+        # handing its response to the write loop (a full queue: it waits for room)
+        self.stop_requested = False  # stop reading once that request is handed over
         self.broken = False  # the write loop gave up on the connection
         self.reading: asyncio.Task[object] | None = None
         self.unsent_bytes = 0  # of responses finished and not yet written
@@ -159,7 +160,8 @@ class Connection:
 
     def stop_reading(self) -> None:
         """Stop taking new requests; those already read are still answered (a dispatch
-        stage under way is not interrupted: reading stops once it has returned)."""
+        stage under way is not interrupted, nor the hand-over of its response to a full
+        queue: reading stops once the response is queued)."""
         if self.dispatching:
             self.stop_requested = True
         elif self.reading is not None and not self.reading.done():
@@ -304,12 +306,25 @@ class Connection:
                 last = await self._dispatch(request, held)
                 if last is not None:
                     self.queued += 1
-                    await self.pending.put(last)
+                    await self._hand_over(last)
                 if self.stop_requested:
                     return
             finally:
                 if permit:
                     self._leave_gate()
+
+    async def _hand_over(self, response: asyncio.Future[Response | None]) -> None:
+        """Queue a response for the write loop, waiting while the queue is full; a stop
+        meanwhile waits for it too (cancelled here, the request, whose dispatch stage has
+        run, would go unanswered while the responses before it are sent)."""
+        if self.pending.full():
+            self.dispatching = True
+            try:
+                await self.pending.put(response)
+            finally:
+                self.dispatching = False
+        else:
+            self.pending.put_nowait(response)
 
     def _gated(self) -> bool:
         """Whether the next request needs a permit of the login gate

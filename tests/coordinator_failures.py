@@ -33,11 +33,13 @@ OFFSETS_TOPIC = "public/__kafka/__consumer_offsets"
 _T = TypeVar("_T")
 
 
-def run_engine(scenario: Callable[[str, Engine], Awaitable[None]]) -> None:
+def run_engine(scenario: Callable[[str, Engine], Awaitable[None]],
+               offsets_partitions: int = 1) -> None:
     """Run ``scenario(url, engine)``: an engine on a database of its own, coordinator topics
-    of one partition each, and ``TOPIC``."""
+    of one partition each (``__consumer_offsets`` of ``offsets_partitions``), and
+    ``TOPIC``."""
     url = shared_server().new_database_url()
-    asyncio.run(_with_engine(url, lambda engine: scenario(url, engine)))
+    asyncio.run(_with_engine(url, lambda engine: scenario(url, engine), offsets_partitions))
 
 
 def run_proxied(scenario: Callable[[str, PgProxy, Engine], Awaitable[None]]) -> None:
@@ -48,8 +50,9 @@ def run_proxied(scenario: Callable[[str, PgProxy, Engine], Awaitable[None]]) -> 
         asyncio.run(_with_engine(proxy.url, lambda engine: scenario(url, proxy, engine)))
 
 
-async def _with_engine(url: str, scenario: Callable[[Engine], Awaitable[None]]) -> None:
-    config = EngineConfig(offsets_topic_partitions=1, txn_topic_partitions=1)
+async def _with_engine(url: str, scenario: Callable[[Engine], Awaitable[None]],
+                       offsets_partitions: int = 1) -> None:
+    config = EngineConfig(offsets_topic_partitions=offsets_partitions, txn_topic_partitions=1)
     engine = Engine(config, open_storage(url, LogConfig()))
     engine.start()
     try:
@@ -94,6 +97,13 @@ async def commit_waits(url: str, task: asyncio.Future[_T]) -> None:
     assert not task.done(), task.result()
 
 
+def terminate_waiting(url: str) -> None:
+    """Make the commits waiting for a row lock fail (their backends terminated)."""
+    with psycopg.connect(url, autocommit=True) as killer:
+        for pid, _ in _lock_waits(url):
+            killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
 async def fails(url: str, partition: PgPartition, action: Awaitable[_T],
                 meanwhile: Callable[[], Awaitable[None]] | None = None) -> KafkaApiError:
     """Run ``action`` while ``partition``'s commits wait for a row lock; once its commit
@@ -104,9 +114,7 @@ async def fails(url: str, partition: PgPartition, action: Awaitable[_T],
         await commit_waits(url, task)
         if meanwhile is not None:
             await meanwhile()
-        with psycopg.connect(url, autocommit=True) as killer:
-            for pid, _ in _lock_waits(url):
-                killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        terminate_waiting(url)
         try:
             await asyncio.wait_for(task, 30)
         except KafkaApiError as error:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
@@ -22,8 +23,8 @@ _Partition = _Topic.DeleteRecordsPartitionResult
 HIGH_WATERMARK = -1
 
 
-def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: int,
-                   offset: int) -> int:
+async def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: int,
+                         offset: int) -> int:
     internal = engine.tenancy.internal_name(ctx, name)
     engine.tenancy.check_writable(internal)
     if not engine.tenancy.allowed(ctx, Operation.DELETE, internal):
@@ -44,7 +45,10 @@ def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: int,
                             f"{partition.next_offset}")
     try:
         with engine.faults.guard(f"the log start of {internal}-{index}", WriteKind.LOG_START):
-            low = partition.delete_records_before(offset)
+            if partition.drops_in_thread:  # a blocking transaction (PostgreSQL)
+                low = await asyncio.to_thread(partition.delete_records_before, offset)
+            else:  # on the loop, where reads walk the log
+                low = partition.delete_records_before(offset)
     except OffsetOutOfRange as exc:
         raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc)) from exc
     except NotOwner as exc:  # another broker took the partition meanwhile
@@ -65,7 +69,8 @@ async def handle_delete_records(engine: Engine, ctx: RequestContext,
         for part in topic.partitions:
             code, low = ErrorCode.NONE, -1
             try:
-                low = _delete_before(engine, ctx, topic.name, part.partition_index, part.offset)
+                low = await _delete_before(engine, ctx, topic.name, part.partition_index,
+                                           part.offset)
             except KafkaApiError as error:
                 code = error.code
             partitions.append(_Partition(partition_index=part.partition_index,

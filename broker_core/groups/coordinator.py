@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 _R = TypeVar("_R")
 Written = tuple[Followup, "asyncio.Future[None] | ErrorCode | None"]
 
+EXPIRY_FAILURES_LOGGED = 10
+"""Groups whose expiry failed named in the log per round at most (a full disk fails them
+all: the rest are counted in one line)."""
+
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
@@ -455,18 +459,34 @@ class GroupCoordinator(StateCoordinator):
         groups empty that long, and those committed that long ago by groups that only
         store offsets or, while Stable, no longer subscribe to their topic), by tombstones
         in the log, so a restart or another coordinator replays them gone; then drop the
-        groups left empty without offsets."""
+        groups left empty without offsets. A group whose tombstones cannot be written
+        keeps what it has until the next round; the other groups expire all the same (one
+        line per failed group, at most :data:`EXPIRY_FAILURES_LOGGED` a round)."""
+        failed = 0
         for group in list(self.groups.values()):
             if (group.topic, group.partition) not in self._loaded or not self._held(group):
                 continue  # not replayed yet, or forgotten while an earlier one was written
-            expired = self.offsets.expired(group, now)
-            if expired:
-                log.info("expiring %d offsets of group %s", len(expired), group.group_id,
-                         extra=group_fields(group.group_id, group.topic))
-                await self.delete_offsets(group, expired)
-            if group.state == GroupState.EMPTY and not group.has_offsets() and \
-                    self._held(group):
-                await self._drop(group)
+            try:
+                await self._expire(group, now)
+            except KafkaApiError as error:  # the storage logged its cause once
+                failed += 1
+                if failed <= EXPIRY_FAILURES_LOGGED:
+                    log.warning("could not expire the offsets of group %s (retried next "
+                                "round): %s", group.group_id, error.message,
+                                extra=group_fields(group.group_id, group.topic))
+        if failed > EXPIRY_FAILURES_LOGGED:
+            log.warning("could not expire the offsets of %d more groups this round (retried "
+                        "next round)", failed - EXPIRY_FAILURES_LOGGED)
+
+    async def _expire(self, group: Group, now: int) -> None:
+        """One group's part of :meth:`expire_offsets`."""
+        expired = self.offsets.expired(group, now)
+        if expired:
+            log.info("expiring %d offsets of group %s", len(expired), group.group_id,
+                     extra=group_fields(group.group_id, group.topic))
+            await self.delete_offsets(group, expired)
+        if group.state == GroupState.EMPTY and not group.has_offsets() and self._held(group):
+            await self._drop(group)
 
 
 def _resolve(waiters: dict[str, asyncio.Future[_R]], member_id: str, result: _R) -> None:

@@ -187,7 +187,7 @@ class QuotaApis:
                                                entity_name=e.entity_name)
                         for e in entry.entity]))
         if changes and not request.validate_only:
-            self.store.alter(changes)
+            await self.store.alter(changes)
             log.info("%s altered the client quotas of %s", ctx.principal,
                      ", ".join(_shown(change.entity) for change in changes[:10])
                      + (f" and {len(changes) - 10} more" if len(changes) > 10 else ""))

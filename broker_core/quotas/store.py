@@ -72,11 +72,11 @@ class QuotaStore:
         """Each entity's values (entities without values are not kept)."""
         return self.document.value
 
-    def read_again(self) -> None:
+    async def read_again(self) -> None:
         """Take in another broker's changes."""
-        self.document.read_again()
+        await self.document.read_again()
 
-    def alter(self, changes: Sequence[Alteration]) -> None:
-        """Apply ``changes`` in one write."""
+    async def alter(self, changes: Sequence[Alteration]) -> None:
+        """Apply ``changes`` in one write (in a worker thread: ``KvDocument.change``)."""
         if changes:
-            self.document.change(lambda current: _altered(current, changes))
+            await self.document.change(lambda current: _altered(current, changes))

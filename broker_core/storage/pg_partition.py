@@ -92,6 +92,8 @@ class _Reads:
 class PgPartition(FilelessPartition):
     """One partition's log in PostgreSQL, its row's state cached; thread-safe."""
 
+    drops_in_thread = True  # a transaction; a read it overtakes answers OFFSET_OUT_OF_RANGE
+
     def __init__(self, db: Database, workers: tuple[GroupCommitter, ReadAhead], pid: int,
                  location: str, config: LogConfig, clock: Callable[[], int],
                  row: tuple[object, ...] | None = None,
@@ -316,6 +318,8 @@ class PgPartition(FilelessPartition):
         page = self._ahead.take(offset, max_bytes)
         if page is None:
             page = self._page(offset, max_bytes, end)
+        with self._lock:  # a drop in a worker thread (``drops_in_thread``) overtook the
+            self._check_offset(offset)  # read: its rows may be gone (a gap), not served
         if page:  # a consumer behind the end: read on (``pg_readahead``)
             self._ahead.follow(page[-1].last_offset + 1, end, max_bytes)
         return [memoryview(info.batch) for info in page]

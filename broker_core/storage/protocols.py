@@ -117,7 +117,14 @@ class PartitionStore(Protocol):
     def batch_with_max_timestamp(self) -> BatchInfo | None: ...
 
     def delete_records_before(self, offset: int) -> int:
-        """Move the log start up to ``offset`` (DeleteRecords); return the log start."""
+        """Move the log start up to ``offset`` (DeleteRecords); return the log start. On
+        the event loop, or in a worker thread if :attr:`drops_in_thread`."""
+        ...
+
+    @property
+    def drops_in_thread(self) -> bool:
+        """Whether DeleteRecords and retention's drop run in a worker thread
+        (``retention.RetainsSegments.drops_in_thread``)."""
         ...
 
     def damaged_ranges(self) -> list[Damage]: ...
@@ -323,7 +330,8 @@ class Storage(Protocol):
 
     def drop_retained(self, due: Sequence[RetentionDue]) -> int:
         """Drop what ``retention_due`` found, on the event loop (where the reads that walk
-        a log run); the number of segments dropped."""
+        a log run), or in a worker thread for the partitions that say
+        ``drops_in_thread``; the number of segments dropped."""
         ...
 
     def enforce_retention(self) -> int:

@@ -3,7 +3,10 @@
 ``retention_due`` reads only (the segments' sizes and newest broker timestamps; on
 PostgreSQL a query), so the engine runs it for every partition in a worker thread;
 ``drop_retained`` then drops what it found due on the event loop, where the reads that
-walk a log (fetches, producer-state replays) run, so a log never shrinks under them.
+walk a log (fetches, producer-state replays) run, so a log never shrinks under them:
+unless the store says :attr:`RetainsSegments.drops_in_thread` (PostgreSQL: the drop is a
+blocking transaction, and a read that it overtakes answers OFFSET_OUT_OF_RANGE), whose
+drops, and DeleteRecords, run in a worker thread.
 Between the two steps the log may have moved on (appends, DeleteRecords, a cleaner
 swap): a :class:`RetentionCut` names the first offset kept, not a count, so dropping
 "every sealed segment wholly below it" stays right whatever happened in between.
@@ -14,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from .config import LogConfig
 
@@ -30,6 +33,9 @@ class RetentionCut:
 
 class Retaining(Protocol):
     """Whatever can take retention's second step."""
+
+    @property
+    def drops_in_thread(self) -> bool: ...
 
     def drop_retained(self, cut: RetentionCut) -> int: ...
 
@@ -76,6 +82,11 @@ def retention_cut(sealed: Sequence[tuple[int, int, int]], open_first: int, open_
 class RetainsSegments(ABC):
     """A partition store whose retention runs in the two steps above."""
 
+    drops_in_thread: ClassVar[bool] = False
+    """Whether retention's drop and DeleteRecords run in a worker thread (a database's
+    blocking transaction; a read overtaken by a drop answers OFFSET_OUT_OF_RANGE), not on
+    the event loop (files, which the reads walk there)."""
+
     @abstractmethod
     def retention_due(self) -> RetentionCut | None:
         """What retention drops now, or None; reads only (any thread)."""
@@ -84,7 +95,7 @@ class RetainsSegments(ABC):
     def drop_retained(self, cut: RetentionCut) -> int:
         """Drop the sealed segments wholly below ``cut.keep_from`` (never the one appends
         go to) and move the log start up to the first kept; how many went. On the event
-        loop."""
+        loop, or in a worker thread if :attr:`drops_in_thread`."""
 
     def enforce_retention(self) -> int:
         """Both steps at once; how many segments went."""

@@ -24,6 +24,9 @@ class _Partition(Protocol):
     def drop_retained(self, cut: RetentionCut) -> int: ...
 
     @property
+    def drops_in_thread(self) -> bool: ...
+
+    @property
     def size_bytes(self) -> int: ...
 
 
@@ -109,7 +112,8 @@ class TopicTable(Generic[P]):
 
     @staticmethod
     def drop_retained(due: Sequence[RetentionDue]) -> int:
-        """Drop what ``retention_due`` found (on the event loop); segments dropped."""
+        """Drop what ``retention_due`` found (on the event loop, or in a worker thread
+        when every partition of ``due`` says ``drops_in_thread``); segments dropped."""
         dropped = 0
         for item in due:
             with contextlib.suppress(LogClosed, NotOwner):

@@ -9,6 +9,7 @@ deleted), and an OffsetCommit whose partition moved meanwhile is answered NOT_CO
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
@@ -28,6 +29,7 @@ from tests.coordinator_failures import (
     run_engine,
     run_proxied,
     served,
+    terminate_waiting,
     until,
 )
 from tests.pg_proxy import PgProxy
@@ -35,17 +37,18 @@ from tests.pg_proxy import PgProxy
 GROUP = "dg"
 
 
-async def _commit(engine: Engine, offsets: dict[int, int]) -> dict[int, ErrorCode]:
+async def _commit(engine: Engine, offsets: dict[int, int], group: str = GROUP
+                  ) -> dict[int, ErrorCode]:
     """OffsetCommit of a group that only stores offsets: each partition's error."""
     code, results = await engine.groups.commit(
-        OFFSETS_TOPIC, GROUP, "", None, -1,
+        OFFSETS_TOPIC, group, "", None, -1,
         [OffsetToCommit(TOPIC, p, offset, -1, None) for p, offset in offsets.items()])
     assert code == ErrorCode.NONE
     return {p: results[(TOPIC, p)] for p in offsets}
 
 
-def _committed(engine: Engine) -> dict[int, int | None]:
-    found = engine.groups.committed(OFFSETS_TOPIC, GROUP, [(TOPIC, 0), (TOPIC, 1)])
+def _committed(engine: Engine, group: str = GROUP) -> dict[int, int | None]:
+    found = engine.groups.committed(OFFSETS_TOPIC, group, [(TOPIC, 0), (TOPIC, 1)])
     return {p: None if c is None else c.offset for (_, p), c in found.items()}
 
 
@@ -182,3 +185,41 @@ def test_an_offset_commit_whose_answer_is_lost_is_served_as_stored(
         assert _committed(engine) == {0: 10, 1: 11}
 
     run_proxied(scenario)
+
+
+def test_a_group_whose_expiry_fails_does_not_keep_the_others_from_expiring(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Offset expiry (KIP-496) meets a group whose tombstones cannot be written (its
+    ``__consumer_offsets`` partition's commit fails): that group keeps its offsets until
+    the next round, with one log line; the groups after it expire in the same round."""
+    failing, other = "a", "b"  # on partitions 1 and 0 of two; "a" is expired first
+
+    async def scenario(url: str, engine: Engine) -> None:
+        locked = await served(engine.groups, OFFSETS_TOPIC, failing)
+        await served(engine.groups, OFFSETS_TOPIC, other)
+        assert engine.groups.place(OFFSETS_TOPIC, failing) != \
+            engine.groups.place(OFFSETS_TOPIC, other)
+        await _commit(engine, {0: 42}, failing)
+        await _commit(engine, {0: 43}, other)
+        later = int(time.time() * 1000) + engine.groups.config.offsets_retention_ms + 60_000
+        with row_locked(url, locked) as locker:
+            expiry = asyncio.ensure_future(engine.groups.expire_offsets(later))
+            await commit_waits(url, expiry)  # the failing group's tombstones wait
+            terminate_waiting(url)
+            await asyncio.wait_for(expiry, 30)  # no error out of the round
+            locker.rollback()
+        # (a session killed mid-commit is a lost answer to the broker: the partition is
+        # read again)
+        await served(engine.groups, OFFSETS_TOPIC, failing)
+        assert _committed(engine, failing) == {0: 42, 1: None}
+        assert engine.groups.find(OFFSETS_TOPIC, other) is None  # expired, then dropped
+        failed = [r for r in caplog.records if r.levelno == logging.WARNING
+                  and r.getMessage().startswith("could not expire")]
+        assert len(failed) == 1 and getattr(failed[0], "group", None) == failing
+        await engine.groups.expire_offsets(later)  # the next round
+        assert engine.groups.find(OFFSETS_TOPIC, failing) is None
+        for group in (failing, other):
+            await moved(engine.groups, OFFSETS_TOPIC, group)
+            assert _committed(engine, group) == {0: None, 1: None}
+
+    run_engine(scenario, offsets_partitions=2)

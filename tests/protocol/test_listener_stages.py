@@ -4,7 +4,8 @@ The read loop runs a request's dispatch stage itself and writes its response at 
 nothing is queued before it; only waiting stages get a task. These tests pin what that
 must not change: responses leave in request order whatever mix of immediate answers and
 waiting stages a connection pipelines; a stop (shutdown) during a dispatch stage lets it
-finish and answers it, without reading the request behind it; a dispatch stage that fails
+finish and answers it, without reading the request behind it, and so does a stop while a
+response waits for room in a full queue; a dispatch stage that fails
 closes the connection only after the responses before it are sent, and nothing behind it
 is run.
 """
@@ -69,12 +70,13 @@ async def _after(event: asyncio.Event, response: bytes) -> bytes:
     return response
 
 
-async def _serve(events: dict[int, asyncio.Event], log: list[str]
-                 ) -> tuple[ListenerServer, int]:
+async def _serve(events: dict[int, asyncio.Event], log: list[str],
+                 max_queued_requests: int = 500) -> tuple[ListenerServer, int]:
     def factory(_info: ConnectionInfo) -> ConnectionHandler:
         return _Handler(events, log)
 
-    server = ListenerServer("TEST", "127.0.0.1", 0, factory, Limits(idle_timeout_ms=60_000))
+    limits = Limits(idle_timeout_ms=60_000, max_queued_requests=max_queued_requests)
+    server = ListenerServer("TEST", "127.0.0.1", 0, factory, limits)
     return server, await server.start()
 
 
@@ -131,6 +133,34 @@ def test_a_stop_during_a_dispatch_stage_lets_it_finish_and_answers_it() -> None:
         assert await reader.read() == b""  # closed, the request behind it never read
         assert "dispatch now:3" not in log and "cancelled hold:2" not in log
         assert log[-1] == "closed"
+        writer.close()
+
+    _run(test)
+
+
+def test_a_stop_while_the_queue_is_full_answers_the_request_waiting_for_room() -> None:
+    """A request whose dispatch stage has run waits for room in the connection's full
+    queue of responses when the broker stops: it is answered after the responses before
+    it, then the connection closes, without reading the request behind it (it was dropped
+    unanswered: its effect, a produce appended, was never acknowledged)."""
+
+    async def test() -> None:
+        events: dict[int, asyncio.Event] = {}
+        log: list[str] = []
+        server, port = await _serve(events, log, max_queued_requests=1)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        # the write loop waits for later:1, the queue holds later:2: now:3 waits for room
+        writer.write(frames("later:1", "later:2", "now:3", "now:4"))
+        while "dispatch now:3" not in log:
+            await asyncio.sleep(0.01)
+        stopping = asyncio.create_task(server.stop(grace_seconds=10))
+        await asyncio.sleep(0.1)
+        events[1].set()
+        events[2].set()
+        assert await _read_answers(reader, 3) == ["later:1", "later:2", "now:3"]
+        await stopping
+        assert await reader.read() == b""
+        assert "dispatch now:4" not in log and log[-1] == "closed"
         writer.close()
 
     _run(test)

@@ -91,8 +91,9 @@ def test_a_namespace_quota_cannot_lift_the_tenants() -> None:
 
 def test_the_tenant_ceiling_binds_over_every_namespace_together() -> None:
     store = QuotaStore(MemoryKeyValues())
-    store.alter([Alteration(QuotaEntity.of([(TENANT, "acme")]), {P: 1000.0}, frozenset()),
-                 Alteration(QuotaEntity.of([(NAMESPACE, None)]), {P: 10_000.0}, frozenset())])
+    asyncio.run(store.alter([
+        Alteration(QuotaEntity.of([(TENANT, "acme")]), {P: 1000.0}, frozenset()),
+        Alteration(QuotaEntity.of([(NAMESPACE, None)]), {P: 10_000.0}, frozenset())]))
     manager = QuotaManager(store, {}, Window(samples=2, size_s=1.0))
     prod = WHO
     dev = Caller("bob", "app", "acme", "acme/dev")
@@ -171,12 +172,13 @@ def test_two_stores_on_one_area_see_each_others_changes(tmp_path: Path) -> None:
     first, second = QuotaStore(FileKeyValues(tmp_path)), QuotaStore(FileKeyValues(tmp_path))
     user = QuotaEntity.of([(USER, "alice")])
     tenant = QuotaEntity.of([(TENANT, "acme")])
-    first.alter([Alteration(user, {P: 100.0}, frozenset())])
-    second.alter([Alteration(tenant, {P: 200.0}, frozenset())])  # read-modify-write: kept
-    first.read_again()
+    asyncio.run(first.alter([Alteration(user, {P: 100.0}, frozenset())]))
+    # read-modify-write: kept
+    asyncio.run(second.alter([Alteration(tenant, {P: 200.0}, frozenset())]))
+    asyncio.run(first.read_again())
     assert dict(first.quotas) == {user: {P: 100.0}, tenant: {P: 200.0}}
-    first.alter([Alteration(user, {}, frozenset({P}))])
-    second.read_again()
+    asyncio.run(first.alter([Alteration(user, {}, frozenset({P}))]))
+    asyncio.run(second.read_again())
     assert dict(second.quotas) == {tenant: {P: 200.0}}
     assert dict(QuotaStore(FileKeyValues(tmp_path)).quotas) == {tenant: {P: 200.0}}
 
@@ -218,7 +220,7 @@ def test_peek_reads_the_rate_without_changing_it() -> None:
 
 def _manager(*changes: Alteration) -> QuotaManager:
     store = QuotaStore(MemoryKeyValues())
-    store.alter(list(changes))
+    asyncio.run(store.alter(list(changes)))
     return QuotaManager(store, {}, Window(samples=2, size_s=1.0))
 
 

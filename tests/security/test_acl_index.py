@@ -6,6 +6,7 @@ DeleteAcls and another broker's change read in. Pure Python, no broker."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 from broker_core.storage.memory import MemoryKeyValues
@@ -126,13 +127,14 @@ def test_the_index_follows_the_bindings_as_they_change() -> None:
     here, there = AclStore(kv), AclStore(kv)
     for _ in range(30):
         added = [random_binding(rng) for _ in range(rng.randint(1, 20))]
-        (here if rng.random() < 0.5 else there).add(added)
+        asyncio.run((here if rng.random() < 0.5 else there).add(added))
         checks = random_checks(rng, here.bindings | there.bindings | frozenset(added), 100)
         assert_decides_as_scan(here, checks)  # decides, so the index is built now
         victim = rng.choice(added)
-        there.delete([AclFilter(victim.tenant, victim.resource, victim.name, victim.pattern,
-                                None, None, AclOperation.ANY, AclPermission.ANY)])
+        asyncio.run(there.delete([AclFilter(victim.tenant, victim.resource, victim.name,
+                                            victim.pattern, None, None, AclOperation.ANY,
+                                            AclPermission.ANY)]))
         assert_decides_as_scan(there, checks)
-        here.read_again()
+        asyncio.run(here.read_again())
         assert here.bindings == there.bindings
         assert_decides_as_scan(here, checks)

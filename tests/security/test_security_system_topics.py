@@ -10,6 +10,7 @@ left in ``acls.json`` by an older broker; the superuser still reads it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -95,9 +96,9 @@ def test_a_tenant_admin_cannot_reach_the_system_namespace(tmp_path: Path) -> Non
     data = tmp_path / "data"
     # An ACL an older broker accepted from the tenant admin: it must not count any more.
     storage = open_storage(data.as_uri())
-    AclStore(storage.kv).add([StoredBinding(
+    asyncio.run(AclStore(storage.kv).add([StoredBinding(
         "public", AclResource.TOPIC, AUDIT, AclPattern.LITERAL, "User:padmin", "*",
-        StoredOperation.READ, AclPermission.ALLOW)])
+        StoredOperation.READ, AclPermission.ALLOW)]))
     storage.close()
     broker = BrokerProcess(data, {
         "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0", "authorizationEnabled": "true",
