@@ -191,10 +191,12 @@ class PgPartition(FilelessPartition):
         """Write at ``epoch`` from now on (None: write nothing more); return the epoch held
         before. Taking a partition reloads its row now (the previous owner moved it on:
         reads and the state rebuilt from it must see that), or raises; giving it up marks
-        the row for a reload."""
+        the row for a reload. Either way the pages read ahead are dropped: while the
+        partition was another broker's, its cleaner may have replaced the rows."""
         with self._lock:
             before, self._epoch = self._epoch, epoch
             self._spoil()
+            self._ahead.drop()
             if epoch is not None:
                 self._refresh()
             return before
@@ -459,13 +461,15 @@ class PgPartition(FilelessPartition):
         with self._lock:
             self._check_open()
             epoch = self._owned_epoch()
-        with self._db.tx() as conn:
-            reclaimed = pg_entries.swap_segments(conn, self._id, epoch, segments, batches)
+        try:
+            with self._db.tx() as conn:
+                reclaimed = pg_entries.swap_segments(conn, self._id, epoch, segments, batches)
+        finally:  # committed, or maybe (its answer lost): rows read ahead may be the old ones
+            self._ahead.drop()
         if reclaimed is None:
             return False
         with self._lock:
             self._size -= reclaimed
-        self._ahead.drop()
         return True
 
     def retention_due(self) -> RetentionCut | None:

@@ -475,7 +475,7 @@ def wait_for_window(log: PgPartition) -> None:
     """Until the window being read ahead is in memory (the worker's future is done)."""
     window = log._ahead._window  # the read a partition's buffer has under way
     assert window is not None, "nothing is read ahead"
-    window[2].result(30)
+    window.future.result(30)
 
 
 def test_the_pages_after_a_read_are_read_ahead_and_served_from_memory(
