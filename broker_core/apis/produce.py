@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 
 from broker_core import metrics, naming
 from broker_core.codec.batch_header import marked_transactional
@@ -84,15 +85,16 @@ _Found = tuple[str, TopicInfo] | KafkaApiError
 """A produced topic's internal name and info, or the error its partitions get."""
 
 
-async def _verify_ahead(engine: Engine, request: ProduceBody, txn_key: TxnKey | None,
-                        topics: list[tuple[TopicData, _Found]]
-                        ) -> dict[tuple[str, int], KafkaApiError]:
+def _verify_ahead(engine: Engine, request: ProduceBody, txn_key: TxnKey | None,
+                  topics: list[tuple[TopicData, _Found]]
+                  ) -> Awaitable[dict[tuple[str, int], KafkaApiError]] | None:
     """In a cluster, the request's transactional batches whose transaction another
     broker coordinates, verified with one read for them all before the first is appended
-    (:meth:`Engine.verify_ahead`); the refusals by (internal topic, index)."""
+    (:meth:`Engine.verify_ahead`: what to await for the refusals by (internal topic,
+    index)); None for any other request (nothing to await)."""
     if txn_key is None or not engine.txn_verifier.shared or request.acks not in (-1, 0, 1):
-        return {}
-    return await engine.verify_ahead(
+        return None
+    return engine.verify_ahead(
         ((found[0], data.index, data.records) for topic, found in topics
          if not isinstance(found, KafkaApiError) for data in topic.partition_data), txn_key)
 
@@ -139,7 +141,8 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
     txn_key = None if tid is None else \
         (engine.tenancy.txn_topic(ctx), engine.tenancy.scoped_id(ctx, tid))
     found_topics = [(topic, _found(engine, ctx, topic.name)) for topic in request.topic_data]
-    ahead = await _verify_ahead(engine, request, txn_key, found_topics)
+    verifying = _verify_ahead(engine, request, txn_key, found_topics)
+    ahead = {} if verifying is None else await verifying
     for topic, found in found_topics:
         partitions: list[PartitionAnswer] = []
         for data in topic.partition_data:
