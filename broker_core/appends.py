@@ -4,7 +4,9 @@ Client produce, transaction markers, the broker's own topics and the audit topic
 through it, so each of them gets the same three things: a failed write becomes a Kafka
 error and one log line per cause (``storage_faults``), parked long-poll fetches of the
 partition are woken (``waiters``), and the fsync policy counts the records
-(``durability``: ``flushIntervalMessages`` / ``flushIntervalMs``).
+(``durability``: ``flushIntervalMessages`` / ``flushIntervalMs``). An append whose
+acknowledgement waits for an fsync is visible, and its fetches woken, once that fsync is
+done (``FlushScheduler.high_watermark``), as in Kafka with ``flush.messages``.
 
 A partition whose appends are committed in groups (``GroupCommitted``: the ``postgres``
 engine) answers an append at once with its base offset; what the caller awaits before
@@ -32,14 +34,14 @@ from broker_core.storage import PartitionStore, group_committed
 from broker_core.storage.cluster import NotOwner
 from broker_core.storage.errors import AppendAbandoned, AppendFenced, CommitUnknown
 from broker_core.storage_faults import ReportedFault, UnknownOutcome, WriteKind
-from broker_core.waiters import AppendWaiters, TopicPartition
+from broker_core.waiters import TopicPartition
 
 
 class AppendPath:
     """Appends batches to partition stores, with fault handling, wake-ups and fsync policy."""
 
-    def __init__(self, waiters: AppendWaiters, flusher: FlushScheduler) -> None:
-        self.waiters = waiters
+    def __init__(self, flusher: FlushScheduler) -> None:
+        self.waiters = flusher.waiters
         self.flusher = flusher
         self.faults = flusher.faults
         self._last: dict[TopicPartition, asyncio.Future[None]] = {}
@@ -71,8 +73,10 @@ class AppendPath:
                                 if code == ErrorCode.KAFKA_STORAGE_ERROR else code,
                                 str(exc)) from None
         self.faults.succeeded(kind)
-        self.waiters.notify(key)
-        return base, self.flusher.appended(partition, header.record_count, len(batch))
+        durable = self.flusher.appended(partition, key, base, header.record_count, len(batch))
+        if durable is None:  # visible now; else once fsynced, and woken then (durability)
+            self.waiters.notify(key)
+        return base, durable
 
     def _committed(self, key: TopicPartition, commit: asyncio.Future[None], kind: WriteKind,
                    code: ErrorCode, what: str | None) -> asyncio.Future[None]:

@@ -10,6 +10,15 @@ the event loop (the partitions of one produce request, of a periodic round) run 
 from ``FLUSH_TOGETHER_MIN`` partitions on as one ``syncfs`` in one worker-thread job. A
 failed fsync takes the partition offline until restart (``PartitionStore.offline``): its
 waiting producers get a storage error.
+
+What readers see follows the fsyncs a producer waits for (``high_watermark``): an append
+whose acknowledgement waits for an fsync (its partition reached ``flush_interval_messages``)
+is not visible to Fetch and ListOffsets before that fsync is done, nor is anything appended
+after it; parked fetches are woken once it is. So a consumer never reads an offset a power
+loss can take back and give to another record, as in Kafka, whose ``flush.messages`` flushes
+before the high watermark moves. Appends no producer waits for (below the count, or the
+default, no count at all) are visible at once: the high watermark is then the written end,
+and nothing is held, looked up or woken later.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from broker_core import metrics
 from broker_core.storage import PartitionStore, flush_together
 from broker_core.storage.partition_flush import FLUSH_TOGETHER_MIN
 from broker_core.storage_faults import WriteFaults, WriteKind
+from broker_core.waiters import AppendWaiters, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +53,31 @@ class _PartitionState:
     next_round: asyncio.Future[None] | None = None
 
 
+@dataclass(slots=True)
+class _Hold:
+    """A partition whose readers see less than is written: offsets below ``end`` only,
+    until the fsyncs its waiting producers asked for are done."""
+
+    end: int
+    key: TopicPartition
+    """Whose parked fetches to wake when ``end`` moves."""
+
+
 class FlushScheduler:
     """Counts unflushed records per partition and runs grouped fsyncs in a worker thread."""
 
     def __init__(self, flush_interval_messages: int, flush_interval_ms: int,
-                 faults: WriteFaults | None = None) -> None:
+                 faults: WriteFaults | None = None,
+                 waiters: AppendWaiters | None = None) -> None:
         self.flush_interval_messages = flush_interval_messages
         self.flush_interval_ms = flush_interval_ms
         self.faults = faults if faults is not None else WriteFaults()
+        self.waiters = waiters if waiters is not None else AppendWaiters()
+        """The parked fetches, woken when what they may read grows."""
         self._state: dict[int, _PartitionState] = {}
+        self._held: dict[int, _Hold] = {}
+        """Partitions with an append that is not visible before its fsync (empty unless
+        ``flush_interval_messages`` is reached: the default never holds one)."""
         self._logs: dict[int, PartitionStore] = {}
         self._unwritten: set[int] = set()
         """Partitions with ``WRITEBACK_MIN_BYTES`` appended since their last writeback (a
@@ -88,11 +114,24 @@ class FlushScheduler:
         self._logs.pop(id(partition), None)
         self._unwritten.discard(id(partition))
         self._dirty.discard(id(partition))
+        self._held.pop(id(partition), None)
 
-    def appended(self, partition: PartitionStore, records: int,
-                 size: int) -> asyncio.Future[None] | None:
-        """Record an append of ``records`` in ``size`` bytes; return a future to await
-        before acknowledging, if one is due."""
+    def high_watermark(self, partition: PartitionStore) -> int:
+        """The end of what readers may see of ``partition``: its next offset, but for the
+        appends that wait for an fsync not done yet (and those after them)."""
+        if self._held:
+            hold = self._held.get(id(partition))
+            if hold is not None:
+                return hold.end
+        return partition.next_offset
+
+    def appended(self, partition: PartitionStore, name: TopicPartition, base: int,
+                 records: int, size: int) -> asyncio.Future[None] | None:
+        """Record an append of ``records`` in ``size`` bytes at offset ``base`` of
+        ``partition`` (topic-partition ``name``); return a future to await before
+        acknowledging, if one is due. The append is then not visible (nor anything after
+        it) until that fsync is done, which wakes the partition's parked fetches: the
+        caller wakes them only when this returns None."""
         key = id(partition)
         state = self._state.get(key)
         if state is None:
@@ -107,6 +146,8 @@ class FlushScheduler:
             state.unwritten_bytes = 0
             self._unwritten.add(key)
         if state.unflushed >= self.flush_interval_messages:
+            if key not in self._held:
+                self._held[key] = _Hold(base, name)
             return self._request_flush(partition, state)
         return None
 
@@ -169,6 +210,8 @@ class FlushScheduler:
         or, for those whose flush is ``shared`` (a periodic round's), that future with the
         first failure (the others are noted here)."""
         outcomes: list[bool | BaseException]
+        # what the fsync covers at least: every append so far is written (on this loop)
+        ends = [partition.next_offset for partition, _ in group] if self._held else None
         try:
             started = time.perf_counter()
             flushed = await asyncio.get_running_loop().run_in_executor(
@@ -178,8 +221,10 @@ class FlushScheduler:
         except BaseException as exc:  # cancelled (the loop is closing), or unexpected
             outcomes = [exc] * len(group)
         failures: list[BaseException] = []
-        for (partition, state), outcome in zip(group, outcomes, strict=True):
+        for at, ((partition, state), outcome) in enumerate(zip(group, outcomes, strict=True)):
             running = state.running
+            if ends is not None and not isinstance(outcome, BaseException):
+                self._reveal(partition, state, ends[at])
             self._settled(partition, state)
             if outcome is True:
                 self.faults.succeeded(WriteKind.CHECKPOINTS)
@@ -196,6 +241,22 @@ class FlushScheduler:
             _settle(shared, failures[0] if failures else False)
         if outcomes and isinstance(outcomes[0], asyncio.CancelledError):
             raise outcomes[0]
+
+    def _reveal(self, partition: PartitionStore, state: _PartitionState, durable: int) -> None:
+        """``partition`` is fsynced up to ``durable`` at least: let its readers see that
+        far, or everything written if no producer waits for a later fsync (the appends
+        since were not due one), and wake its parked fetches. A failed fsync reveals
+        nothing: the partition is offline."""
+        hold = self._held.get(id(partition))
+        if hold is None:
+            return
+        if state.next_round is None:
+            del self._held[id(partition)]
+        elif durable > hold.end:
+            hold.end = durable
+        else:
+            return
+        self.waiters.notify(hold.key)
 
     def _settled(self, partition: PartitionStore, state: _PartitionState) -> None:
         """A partition's fsync is over: start the round its waiting producers asked for."""

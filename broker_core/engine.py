@@ -127,8 +127,8 @@ class Engine:
         self.waiters = AppendWaiters()
         self.faults = WriteFaults()
         self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms,
-                                      self.faults)
-        self.appends = AppendPath(self.waiters, self.flusher)
+                                      self.faults, self.waiters)
+        self.appends = AppendPath(self.flusher)
         self.limits: TenantLimits | None = None
         """A tenant's caps on topics, partitions and stored bytes (None: no caps)."""
         self.kv_readers: list[Callable[[], Awaitable[None]]] = []
@@ -547,4 +547,5 @@ class Engine:
         """The last stable offset: read_committed readers see nothing at or beyond it."""
         partition = self.partition(internal, index)
         state = self.producer_state(internal, index, partition)
-        return state.last_stable_offset(partition.next_offset, partition.log_start_offset)
+        return state.last_stable_offset(self.flusher.high_watermark(partition),
+                                        partition.log_start_offset)

@@ -203,11 +203,12 @@ class PartitionProducers:
 
     def last_stable_offset(self, high_watermark: int, log_start: int) -> int:
         """The first offset of the oldest open transaction, else the high watermark; never
-        below the log start (as Kafka: DeleteRecords or retention may have moved it past
-        an open transaction's first offset)."""
-        firsts = [e.txn_first_offset for e in self.producers.values()
-                  if e.txn_first_offset is not None]
-        return max(min(firsts, default=high_watermark), log_start)
+        above the high watermark (a transaction opened by a batch not visible yet: one
+        waiting for its fsync) nor below the log start (as Kafka: DeleteRecords or
+        retention may have moved it past an open transaction's first offset)."""
+        first = min((e.txn_first_offset for e in self.producers.values()
+                     if e.txn_first_offset is not None), default=high_watermark)
+        return max(min(first, high_watermark), log_start)
 
     def aborted_between(self, start: int, end: int,
                         cleaned_below: int | None = None) -> list[tuple[int, int]]:

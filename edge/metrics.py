@@ -63,7 +63,8 @@ class EngineCollector(Collector):
                 partition = self.engine.logs.partition(topic, index)
                 if partition is not None:
                     family.add_metric([group.group_id, topic, str(index)],
-                                      max(partition.next_offset - committed.offset, 0))
+                                      max(self.engine.flusher.high_watermark(partition)
+                                          - committed.offset, 0))
         yield family
 
     def _data_dir(self) -> Iterator[GaugeMetricFamily]:
@@ -84,7 +85,7 @@ class EngineCollector(Collector):
             key = [topic, str(index)]
             size.add_metric(key, partition.size_bytes)
             start.add_metric(key, partition.log_start_offset)
-            end.add_metric(key, partition.next_offset)
+            end.add_metric(key, self.engine.flusher.high_watermark(partition))
             first = partition.log_start_offset
             damaged.add_metric(key, sum(d.end_offset - max(d.first_offset, first)
                                         for d in partition.damaged_ranges()))

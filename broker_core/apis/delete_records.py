@@ -37,12 +37,12 @@ async def _delete_before(engine: Engine, ctx: RequestContext, name: str, index: 
         raise KafkaApiError(ErrorCode.POLICY_VIOLATION,
                             f"records of {name}-{index} can not be deleted: its "
                             f"cleanup.policy is {policy}")
+    high_watermark = engine.flusher.high_watermark(partition)
     if offset == HIGH_WATERMARK:
-        offset = partition.next_offset
-    if offset < 0 or offset > partition.next_offset:
+        offset = high_watermark
+    if offset < 0 or offset > high_watermark:
         raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                            f"offset {offset} is beyond the high watermark "
-                            f"{partition.next_offset}")
+                            f"offset {offset} is beyond the high watermark {high_watermark}")
     try:
         with engine.faults.guard(f"the log start of {internal}-{index}", WriteKind.LOG_START):
             if partition.drops_in_thread:  # a blocking transaction (PostgreSQL)

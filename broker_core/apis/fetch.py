@@ -6,6 +6,9 @@ a fetch at an offset whose stored records are damaged answers CORRUPT_MESSAGE, a
 does for a corrupt record in its log (the client raises it; it is not retried away). A
 partition offline after a failed fsync answers KAFKA_STORAGE_ERROR until restart. A Fetch
 older than v10 of a topic that stores zstd answers UNSUPPORTED_COMPRESSION_TYPE (KIP-110).
+A fetch reads up to the high watermark the fsync policy lets readers see
+(``FlushScheduler.high_watermark``): an append whose producer waits for its fsync is
+served once that fsync is done.
 """
 
 from __future__ import annotations
@@ -113,8 +116,12 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
     leadership = engine.leadership.leader_error(want.internal, want.index, want.leader_epoch)
     if leadership != ErrorCode.NONE:
         return _empty(want.index, leadership), 0
-    start, end = partition.log_start_offset, partition.next_offset
-    if want.offset < start or want.offset > end:
+    # the high watermark: what is written, but for appends waiting for their fsync
+    # (flushIntervalMessages reached); an offset between the two is answered empty, as
+    # Kafka answers a fetch past its high watermark but within its log
+    start, end = partition.log_start_offset, engine.flusher.high_watermark(partition)
+    written = partition.next_offset
+    if want.offset < start or want.offset > written:
         return _empty(want.index, ErrorCode.OFFSET_OUT_OF_RANGE, end, start), 0
     if partition.needs_verification(want.offset):
         before.unscanned.append((partition, want.offset))
@@ -139,7 +146,7 @@ def _answer(engine: Engine, want: _Wanted, budget: int, first: bool, committed: 
         return _empty(want.index, ErrorCode.CORRUPT_MESSAGE, end, start), 0
     except (LogOffline, DatabaseUnavailable):  # offline just now, or the database is away
         return _empty(want.index, ErrorCode.KAFKA_STORAGE_ERROR), 0
-    if committed:
+    if upper < written:  # read_committed, or records written and not visible yet
         visible = [base_offset(_head(c)) < upper for c in chunks]
         release_batches(c for c, keep in zip(chunks, visible, strict=True) if not keep)
         chunks = [c for c, keep in zip(chunks, visible, strict=True) if keep]

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
@@ -87,35 +89,38 @@ def _max_timestamp(partition: PartitionStore) -> tuple[int, int]:
     return best
 
 
-def _lookup(partition: PartitionStore, target: int, stable: int | None) -> tuple[int, int]:
-    if target == LATEST:
-        return (stable if stable is not None else partition.next_offset), -1
+def _lookup(partition: PartitionStore, target: int) -> tuple[int, int]:
+    """The offset (and timestamp) ``target`` names, but LATEST (``_looked_up``)."""
     if target in (EARLIEST, EARLIEST_LOCAL):
         return partition.log_start_offset, -1
     if target == LATEST_TIERED:
         return _NOT_FOUND
     if target == MAX_TIMESTAMP:
-        found = _max_timestamp(partition)
-    elif target < 0:
+        return _max_timestamp(partition)
+    if target < 0:
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"unsupported timestamp {target}")
-    else:
-        found = _offset_for_timestamp(partition, target)
-    # as Kafka: a read_committed reader is not pointed at or past the last stable offset
-    return found if stable is None or found[0] < stable else _NOT_FOUND
+    return _offset_for_timestamp(partition, target)
 
 
 async def _looked_up(partition: PartitionStore, target: int,
-                     stable: int | None) -> tuple[int, int]:
-    """:func:`_lookup`; one by time (which may walk a whole batch's records, inflated) in
+                     limit: Callable[[], int]) -> tuple[int, int]:
+    """The offset ``target`` names for a reader whose last fetchable offset is ``limit()``
+    when the answer is made (the high watermark, or for read_committed the last stable
+    offset): LATEST is that offset, and an offset found by time lies below it, as Kafka
+    answers. A lookup by time (which may walk a whole batch's records, inflated) runs in
     the lookups' own thread, so neither the event loop nor the fsyncs of the default
-    executor wait for it. A log start that moved meanwhile (retention or DeleteRecords on
+    executor wait for it; a log start that moved meanwhile (retention or DeleteRecords on
     the loop: the walk may have stopped at a dropped segment) has it looked up again."""
-    if target in (LATEST, EARLIEST, EARLIEST_LOCAL, LATEST_TIERED):
-        return _lookup(partition, target, stable)
+    if target == LATEST:
+        return limit(), -1
+    if target in (EARLIEST, EARLIEST_LOCAL, LATEST_TIERED):
+        return _lookup(partition, target)
     start = partition.log_start_offset
     found = await asyncio.get_running_loop().run_in_executor(
-        _LOOKUPS, _lookup, partition, target, stable)
-    return found if partition.log_start_offset == start else _lookup(partition, target, stable)
+        _LOOKUPS, _lookup, partition, target)
+    if partition.log_start_offset != start:
+        found = _lookup(partition, target)
+    return found if found[0] < limit() else _NOT_FOUND
 
 
 def _duplicates(request: ListOffsetsRequest) -> set[tuple[str, int]]:
@@ -157,9 +162,10 @@ async def handle_list_offsets(engine: Engine, ctx: RequestContext,
                 if leadership != ErrorCode.NONE:
                     raise KafkaApiError(leadership, f"{topic.name}-{part.partition_index}")
                 epoch = engine.leadership.serves(internal, part.partition_index) or 0
-                stable = (engine.stable_offset(internal, part.partition_index)
-                          if committed else None)
-                offset, timestamp = await _looked_up(partition, part.timestamp, stable)
+                offset, timestamp = await _looked_up(
+                    partition, part.timestamp,
+                    partial(engine.stable_offset, internal, part.partition_index) if committed
+                    else partial(engine.flusher.high_watermark, partition))
             except KafkaApiError as error:
                 code = error.code
             except DatabaseUnavailable:  # retriable, as Kafka answers a failing log dir

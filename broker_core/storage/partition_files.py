@@ -189,7 +189,7 @@ class PartitionFiles:
 
     @property
     def next_offset(self) -> int:
-        """The offset the next appended batch gets (the high watermark)."""
+        """The offset the next appended batch gets (the end of what is written)."""
         return self._ledgers[-1].facts.next_offset
 
     @property

@@ -61,7 +61,8 @@ class KeyValueStore(Protocol):
 
 class PartitionStore(Protocol):
     """The log of one partition: continuous offsets from ``log_start_offset`` to
-    ``next_offset`` (the high watermark)."""
+    ``next_offset`` (what is written; readers see up to the high watermark, which the
+    fsync policy may hold below it: ``durability.FlushScheduler.high_watermark``)."""
 
     @property
     def location(self) -> str:

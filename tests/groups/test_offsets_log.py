@@ -19,7 +19,6 @@ from broker_core.groups.coordinator import GroupCoordinator
 from broker_core.groups.offsets import OffsetToCommit
 from broker_core.storage import LogConfig, open_storage
 from broker_core.system_topics import SystemTopic
-from broker_core.waiters import AppendWaiters
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
 from tests.postgres_server import shared_server
@@ -72,7 +71,7 @@ def test_offsets_of_long_empty_groups_expire(tmp_path: Path) -> None:
     async def scenario() -> None:
         logs = open_storage(tmp_path.as_uri(), LogConfig())
         logs.create_topic("public/default/t", 1, {})
-        appends = AppendPath(AppendWaiters(), FlushScheduler(2**63 - 1, 0))
+        appends = AppendPath(FlushScheduler(2**63 - 1, 0))
         store = SystemTopic(logs, appends, "__consumer_offsets", 3, 1 << 20, 1 << 30)
         config = GroupConfig(offsets_retention_ms=60_000)
         groups = GroupCoordinator(config, store)

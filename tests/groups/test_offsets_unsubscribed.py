@@ -43,7 +43,6 @@ from broker_core.groups.model import (
 from broker_core.groups.offsets import GroupOffsets, OffsetToCommit
 from broker_core.storage import LogConfig, Storage, open_storage
 from broker_core.system_topics import SystemTopic
-from broker_core.waiters import AppendWaiters
 from tests.admin_cli_helpers import admin
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
@@ -69,7 +68,7 @@ def _storage(url: str, flush_every: int = 2**63 - 1) -> tuple[SystemTopic, Stora
     """The offsets topic on ``url``; the file engine fsyncs every ``flush_every`` records
     (an append is then settled only after its fsync, as on PostgreSQL after its commit)."""
     logs = open_storage(url, LogConfig())
-    appends = AppendPath(AppendWaiters(), FlushScheduler(flush_every, 0))
+    appends = AppendPath(FlushScheduler(flush_every, 0))
     return SystemTopic(logs, appends, "__consumer_offsets", 3, 1 << 20, 1 << 30), logs
 
 

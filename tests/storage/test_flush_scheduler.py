@@ -10,6 +10,7 @@ import os
 import threading
 from pathlib import Path
 
+from broker_core.codec.batch_header import BatchHeader
 from broker_core.durability import WRITEBACK_INTERVAL_MS, WRITEBACK_MIN_BYTES, FlushScheduler
 from broker_core.storage import LogConfig, PartitionLog
 from broker_core.storage.fsutil import start_writeback
@@ -17,6 +18,13 @@ from broker_core.storage.partition_flush import FLUSH_TOGETHER_MIN
 from tests.batches import build_batch
 from tests.storage_helpers import headed
 from tests.wakeups import CountingLoop, run_counting
+
+
+def append_to(scheduler: FlushScheduler, log: PartitionLog, batch: bytearray,
+              header: BatchHeader) -> asyncio.Future[None] | None:
+    """Append ``batch`` to ``log`` and tell ``scheduler``, as the append path does."""
+    base = log.append(batch, header)
+    return scheduler.appended(log, ("t", 0), base, header.record_count, len(batch))
 
 
 class CountingLog(PartitionLog):
@@ -69,8 +77,7 @@ def test_writeback_runs_between_periodic_fsyncs(tmp_path: Path) -> None:
         for _ in range(6):
             batch, header = headed(build_batch([(None, b"v" * WRITEBACK_MIN_BYTES)],
                                                timestamp=1))
-            log.append(batch, header)
-            assert scheduler.appended(log, 1, len(batch)) is None  # no fsync due by count
+            assert append_to(scheduler, log, batch, header) is None  # no fsync due by count
             await asyncio.sleep(WRITEBACK_INTERVAL_MS / 1000 * 1.5)
         assert log.writebacks >= 3 and log.flushes == 0
         idle = log.writebacks
@@ -98,8 +105,7 @@ def test_an_idle_scheduler_waits_for_an_append_then_fsyncs_it(tmp_path: Path) ->
         await asyncio.sleep(0.5)  # five flush intervals, ten writeback rounds
         assert loop.wakeups - before == 1  # this test's own sleep, nothing else
         batch, header = headed(build_batch([(None, b"v" * 1000)], timestamp=1))
-        log.append(batch, header)
-        assert scheduler.appended(log, 1, len(batch)) is None  # no fsync due by count
+        assert append_to(scheduler, log, batch, header) is None  # no fsync due by count
         for _ in range(1000):  # the periodic fsync, at most a flush interval later
             if log.flushes:
                 break
@@ -121,14 +127,12 @@ def test_small_appends_leave_writeback_to_the_fsync(tmp_path: Path) -> None:
         scheduler.start()
         for log in logs:
             batch, header = headed(build_batch([(None, b"v" * 1000)], timestamp=1))
-            log.append(batch, header)
-            scheduler.appended(log, 1, len(batch))
+            append_to(scheduler, log, batch, header)
         await scheduler._writeback()
         assert [log.writebacks for log in logs] == [0, 0, 0, 0]
         for _ in range(WRITEBACK_MIN_BYTES // 1000 + 1):
             batch, header = headed(build_batch([(None, b"v" * 1000)], timestamp=1))
-            logs[0].append(batch, header)
-            scheduler.appended(logs[0], 1, len(batch))
+            append_to(scheduler, logs[0], batch, header)
         await scheduler._writeback()
         assert [log.writebacks for log in logs] == [1, 0, 0, 0]
         await scheduler.stop()
@@ -151,13 +155,11 @@ def test_flushes_requested_together_sync_once(tmp_path: Path) -> None:
         waits = []
         for log in logs:
             batch, header = headed(build_batch([(None, b"v" * 100)], timestamp=1))
-            log.append(batch, header)
-            wait = scheduler.appended(log, 1, len(batch))
+            wait = append_to(scheduler, log, batch, header)
             assert wait is not None
             waits.append(wait)
         batch, header = headed(build_batch([(None, b"w" * 100)], timestamp=1))
-        logs[0].append(batch, header)
-        again = scheduler.appended(logs[0], 1, len(batch))  # the first round is under way
+        again = append_to(scheduler, logs[0], batch, header)  # the first round is under way
         assert again is not None and again is not waits[0]
         await asyncio.gather(*waits)
         # one syncfs for all: no fsync of their own (the first's next round may already
@@ -197,8 +199,7 @@ def test_a_retry_waits_for_the_fsync_its_batch_waits_for(tmp_path: Path) -> None
         scheduler = FlushScheduler(flush_interval_messages=1, flush_interval_ms=0)
         assert scheduler.pending(log) is None  # nothing appended
         batch, header = headed(build_batch([(None, b"v")], timestamp=1))
-        log.append(batch, header)
-        original = scheduler.appended(log, 1, len(batch))
+        original = append_to(scheduler, log, batch, header)
         assert original is not None
         retry = scheduler.pending(log)
         assert retry is not None
@@ -214,3 +215,45 @@ def test_a_retry_waits_for_the_fsync_its_batch_waits_for(tmp_path: Path) -> None
 
     asyncio.run(scenario())
     log.close()
+
+
+def test_what_readers_see_follows_the_fsyncs_producers_wait_for(tmp_path: Path) -> None:
+    """``high_watermark``: an append no producer waits to be fsynced is visible at once;
+    one whose producer waits (the count reached) is not, nor is anything after it, until
+    that fsync is done, which wakes the partition's parked fetches. Without a count (the
+    default) nothing is ever held."""
+    log = HeldLog(tmp_path / "p", LogConfig())
+    plain = PartitionLog(tmp_path / "q", LogConfig())
+
+    async def scenario() -> None:
+        scheduler = FlushScheduler(flush_interval_messages=2, flush_interval_ms=0)
+        batch, header = headed(build_batch([(None, b"v")], timestamp=1))
+        assert append_to(scheduler, log, batch, header) is None
+        assert scheduler.high_watermark(log) == 1  # below the count: visible at once
+        woken = asyncio.ensure_future(scheduler.waiters.wait_any([("t", 0)], 30))
+        batch, header = headed(build_batch([(None, b"v")], timestamp=1))
+        wait = append_to(scheduler, log, batch, header)
+        assert wait is not None  # the count is reached: its producer waits for the fsync
+        batch, header = headed(build_batch([(None, b"v")], timestamp=1))
+        assert append_to(scheduler, log, batch, header) is None
+        assert (log.next_offset, scheduler.high_watermark(log)) == (3, 1)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not woken.done()  # the fsync is held
+        log.go.set()
+        await asyncio.wait_for(wait, 30)
+        assert await woken
+        assert scheduler.high_watermark(log) == 3  # the one after was not due an fsync
+
+        default = FlushScheduler(flush_interval_messages=2**63 - 1, flush_interval_ms=0)
+        for _ in range(3):
+            batch, header = headed(build_batch([(None, b"v")], timestamp=1))
+            assert append_to(default, plain, batch, header) is None
+            assert default.high_watermark(plain) == plain.next_offset
+        assert not default._held
+        await scheduler.stop()
+        await default.stop()
+
+    asyncio.run(scenario())
+    log.close()
+    plain.close()
