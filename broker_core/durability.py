@@ -167,15 +167,17 @@ class FlushScheduler:
         fsynced. None: nothing pending."""
         state = self._state.get(id(partition))
         source = None if state is None else (state.next_round or state.running)
-        if source is None:
-            return None
-        follower: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        follower.add_done_callback(_retrieve)
-        source.add_done_callback(lambda done: _copy_outcome(done, follower))
-        return follower
+        return None if source is None else _own(source)
 
     def _request_flush(self, partition: PartitionStore,
                        state: _PartitionState) -> asyncio.Future[None]:
+        """The fsync round that covers what was appended so far, as a future of the
+        caller's own: the producers of a round share it, and a waiting producer cancelled
+        (its connection closed) must not cancel the others' wait."""
+        return _own(self._round(partition, state))
+
+    def _round(self, partition: PartitionStore,
+               state: _PartitionState) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         if state.running is None:
             state.unflushed = 0
@@ -264,7 +266,7 @@ class FlushScheduler:
         follower = state.next_round
         state.next_round = None
         if follower is not None:
-            chained = self._request_flush(partition, state)
+            chained = self._round(partition, state)
             chained.add_done_callback(lambda done: _copy_outcome(done, follower))
 
     async def flush_dirty(self) -> None:
@@ -376,3 +378,12 @@ def _settle(future: asyncio.Future[None], outcome: bool | BaseException) -> None
         future.set_exception(outcome)
     else:
         future.set_result(None)
+
+
+def _own(source: asyncio.Future[None]) -> asyncio.Future[None]:
+    """A future of its own that ends as ``source`` does (cancelling it leaves ``source``
+    alone)."""
+    follower: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    follower.add_done_callback(_retrieve)
+    source.add_done_callback(lambda done: _copy_outcome(done, follower))
+    return follower

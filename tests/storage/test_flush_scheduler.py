@@ -257,3 +257,28 @@ def test_what_readers_see_follows_the_fsyncs_producers_wait_for(tmp_path: Path) 
     asyncio.run(scenario())
     log.close()
     plain.close()
+
+
+def test_a_producer_cancelled_does_not_cancel_the_others_wait(tmp_path: Path) -> None:
+    """Producers whose appends wait for the same fsync round (flushIntervalMessages=1)
+    each get a wait of their own: one cancelled (its connection closed while it waited)
+    leaves the others to be answered once the fsync is done, not with CancelledError."""
+
+    async def scenario() -> None:
+        scheduler = FlushScheduler(1, 0)
+        log = PartitionLog(tmp_path / "p", LogConfig())
+        first = append_to(scheduler, log, *headed(build_batch([(None, b"a")], timestamp=1)))
+        second = append_to(scheduler, log, *headed(build_batch([(None, b"b")], timestamp=1)))
+        third = append_to(scheduler, log, *headed(build_batch([(None, b"c")], timestamp=1)))
+        assert first is not None and second is not None and third is not None
+        waiting = [asyncio.ensure_future(asyncio.wait_for(f, 30))
+                   for f in (first, second, third)]
+        await asyncio.sleep(0)
+        waiting[1].cancel()  # as a closed connection's waiting stage is cancelled
+        await waiting[0]  # answered, not CancelledError
+        await waiting[2]
+        assert waiting[1].cancelled()
+        await scheduler.stop()
+        log.close()
+
+    asyncio.run(scenario())
