@@ -289,13 +289,24 @@ class TransactionCoordinator(StateCoordinator):
         return txn.producer_id, txn.epoch
 
     def _bumped(self, txn: Txn) -> Txn:
-        """A copy of ``txn`` with the epoch raised (a new producer id once the epoch is
-        exhausted)."""
+        """A copy of ``txn`` for a new producer session: the epoch raised, or a new producer
+        id at epoch 0 once the epoch is exhausted (from 32766 on, as Kafka rotates it)."""
         target = txn.copy()
         if txn.epoch + 1 >= _MAX_EPOCH:
             target.producer_id, target.epoch = self._allocate(), 0
         else:
             target.epoch += 1
+        return target
+
+    @staticmethod
+    def _fenced(txn: Txn) -> Txn:
+        """A copy of ``txn`` whose epoch is raised to fence its producer before its open
+        transaction is aborted (a timeout, a new session): the same producer id, at most
+        epoch 32767, since the abort markers that follow must end the transaction of that
+        producer id (Kafka's prepareFenceProducerEpoch; only the next session's bump
+        rotates the id)."""
+        target = txn.copy()
+        target.epoch = min(txn.epoch + 1, _MAX_EPOCH)
         return target
 
     # -- a transaction's content ---------------------------------------------------------
@@ -390,7 +401,7 @@ class TransactionCoordinator(StateCoordinator):
         await self._end(txn, commit, fence=False)
 
     async def _end(self, txn: Txn, commit: bool, fence: bool) -> None:
-        target = self._bumped(txn) if fence else txn.copy()
+        target = self._fenced(txn) if fence else txn.copy()
         target.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         await self._write(txn, target)
         await self._finish(txn, commit)
