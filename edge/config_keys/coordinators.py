@@ -35,7 +35,9 @@ class CoordinatorKeys(BaseModel):
         "smallest session timeout a group member may ask for (ms)", ge=1, le=INT_MAX)] = 6000
     group_max_session_timeout_ms: Annotated[int, key(
         "groupMaxSessionTimeoutMs",
-        "largest session timeout a group member may ask for (ms)", ge=1, le=INT_MAX)] = 300000
+        "largest session timeout a group member may ask for (ms; KoP's default, Kafka's is "
+        "1800000: raise it for static members asking more, whom INVALID_SESSION_TIMEOUT "
+        "stops)", ge=1, le=INT_MAX)] = 300000
     group_initial_rebalance_delay_ms: Annotated[int, key(
         "groupInitialRebalanceDelayMs",
         "how long the first rebalance of an empty group waits for more members (ms)",
