@@ -330,14 +330,17 @@ class GroupMembership(RebalanceRules):
     # -- SyncGroup -----------------------------------------------------------------------
 
     def _assignment_written(self, generation: int, error: ErrorCode, now: int) -> None:
+        """The leader's assignment for ``generation`` settled. As Kafka's storeGroup
+        callback, only while the group is still CompletingRebalance at that generation: a
+        write of an older one (whose SyncGroups were answered when the group left it)
+        changes nothing, so the members syncing in the current one keep waiting."""
         group = self.group
-        current = (group.state == GroupState.COMPLETING_REBALANCE
-                   and group.generation == generation)
+        if group.state != GroupState.COMPLETING_REBALANCE or group.generation != generation:
+            return
         if error != ErrorCode.NONE:  # as Kafka: the members rejoin
             self._finish_sync(error, now)
-            if current:
-                self._prepare_rebalance(now)
-        elif current:
+            self._prepare_rebalance(now)
+        else:
             group.state = GroupState.STABLE
             self._finish_sync(ErrorCode.NONE, now)
 

@@ -812,3 +812,34 @@ def test_a_static_member_replaced_before_it_synced_still_owes_its_sync() -> None
     d.advance(REBALANCE_MS)  # b2 never synced either
     assert set(d.group.members) == {"a"}
     assert d.state() == GroupState.PREPARING_REBALANCE
+
+
+def test_a_failed_write_of_an_older_generation_leaves_the_current_one_alone() -> None:
+    # As Kafka's storeGroup callback, which acts only while the group is still
+    # CompletingRebalance at the generation written: the followers of the next
+    # generation are not answered with the old write's error.
+    d = Driver()
+    d.stable("a")
+    d.join(new_id="b")
+    d.join("a")
+    gen = d.group.generation
+    d.sync("b")
+    d.sync("a", assignments={"a": b"A", "b": b"B"})
+    stale = d.writes.pop()  # generation gen's assignment, in flight
+    assert stale == Persist(AssignmentWritten(gen))
+    d.join(new_id="c")  # a newcomer: b's sync of generation gen is told to rejoin
+    assert d.syncs.pop("b").error == E.REBALANCE_IN_PROGRESS
+    d.join("a")
+    d.join("b")
+    assert d.state() == GroupState.COMPLETING_REBALANCE and d.group.generation == gen + 1
+    assert d.sync("b") == Waiting("b") and d.sync("c") == Waiting("c")
+    assert stale.followup is not None
+    d.apply(d.machine.persisted(stale.followup, E.NOT_COORDINATOR, d.now))
+    assert "b" not in d.syncs and "c" not in d.syncs  # still waiting for the leader
+    assert d.state() == GroupState.COMPLETING_REBALANCE and d.group.generation == gen + 1
+    d.apply(d.machine.persisted(stale.followup, E.NONE, d.now))  # nor when it succeeds
+    assert "b" not in d.syncs and d.state() == GroupState.COMPLETING_REBALANCE
+    d.sync("a", assignments={"a": b"A", "b": b"B", "c": b"C"})
+    d.written()
+    assert d.state() == GroupState.STABLE
+    assert {m: r.assignment for m, r in d.syncs.items()} == {"a": b"A", "b": b"B", "c": b"C"}
