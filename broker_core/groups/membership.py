@@ -193,7 +193,7 @@ class GroupMembership(RebalanceRules):
         if isinstance(followup, AssignmentWritten):
             self._assignment_written(followup.generation, error, now)
         else:
-            self._static_rejoin_written(followup, error)
+            self._static_rejoin_written(followup, error, now)
         return self._step(None)
 
     def loaded(self, now: int) -> Step[None]:
@@ -262,7 +262,7 @@ class GroupMembership(RebalanceRules):
             # new id is written, a leader gets the members back but skips the assignment
             # (from v9; below, it is told its old id leads, and acts as a follower).
             self._arm_session(member, now)
-            self._out.append(Persist(StaticRejoinWritten(member_id, old_leader)))
+            self._out.append(Persist(StaticRejoinWritten(member_id, old, old_leader)))
             return Waiting(member_id)
         return self._await_join(member, now)
 
@@ -311,11 +311,16 @@ class GroupMembership(RebalanceRules):
             self._prepare_rebalance(now)
         return Waiting(member.member_id)
 
-    def _static_rejoin_written(self, written: StaticRejoinWritten, error: ErrorCode) -> None:
+    def _static_rejoin_written(self, written: StaticRejoinWritten, error: ErrorCode,
+                               now: int) -> None:
         group = self.group
         member_id = written.member_id
         if error != ErrorCode.NONE:
-            self._out.append(AnswerJoin(member_id, JoinResult(error, member_id)))
+            member = group.members.get(member_id)
+            if member is not None and group.state == GroupState.STABLE:
+                self._unreplace_static(member, written.replaced, error, now)
+            else:
+                self._out.append(AnswerJoin(member_id, JoinResult(error, member_id)))
             return
         leader = member_id == group.leader
         if leader and written.old_leader is not None:
@@ -326,6 +331,30 @@ class GroupMembership(RebalanceRules):
                 self._join_result(member_id, self.group.everyone() if leader else ()),
                 skip_assignment=leader)
         self._out.append(AnswerJoin(member_id, result))
+
+    def _unreplace_static(self, new: Member, old: Member, error: ErrorCode, now: int) -> None:
+        """The write of a static member's new id failed: as Kafka, the member it replaced
+        comes back (its id, protocols and timeouts, its session started again), so memory
+        agrees with the log, and the JoinGroup is answered with the error and no member
+        id (the client joins again as a new member)."""
+        group = self.group
+        assert old.group_instance_id is not None
+        log.warning("group %s: the new member id %s of static member %s could not be "
+                    "written (%s); it is %s again", group.group_id, new.member_id,
+                    old.group_instance_id, error.name, old.member_id, extra=self._fields())
+        awaited = new.member_id in group.awaiting_sync
+        self._disarm_session(new)
+        group.remove_member(new.member_id)
+        group.add_member(old)
+        group.static_members[old.group_instance_id] = old.member_id
+        if awaited:
+            group.awaiting_sync.add(old.member_id)
+        if group.leader == new.member_id:
+            group.leader = old.member_id
+        self._arm_session(old, now)
+        self._out.append(AnswerJoin(new.member_id, JoinResult(
+            error, "", group.generation, group.protocol_type, group.protocol,
+            group.leader or "")))
 
     # -- SyncGroup -----------------------------------------------------------------------
 

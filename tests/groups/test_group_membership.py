@@ -436,8 +436,9 @@ def test_static_member_replaced_without_a_rebalance() -> None:
     static_pair(d)
     gen = d.group.generation
     # the leader restarts: same instance, new member id, same protocols
+    a1 = d.group.members["a1"]
     assert d.join(new_id="a2", instance="i-a") == Waiting("a2")
-    assert d.writes == [Persist(StaticRejoinWritten("a2"))]
+    assert d.writes == [Persist(StaticRejoinWritten("a2", a1))]
     assert d.state() == GroupState.STABLE and d.group.leader == "a2"
     assert d.group.members["a2"].assignment == b"A"
     assert "a2" not in d.joins  # answered once the new member id is written
@@ -459,8 +460,9 @@ def test_static_leader_replaced_below_v9_is_answered_as_a_follower() -> None:
     d = Driver()
     static_pair(d)
     gen = d.group.generation
+    a1 = d.group.members["a1"]
     assert d.join(new_id="a2", instance="i-a", can_skip=False) == Waiting("a2")
-    assert d.writes == [Persist(StaticRejoinWritten("a2", "a1"))]
+    assert d.writes == [Persist(StaticRejoinWritten("a2", a1, "a1"))]
     d.written()
     result = d.joins["a2"]
     assert (result.error, result.generation, result.leader, result.members,
@@ -469,15 +471,44 @@ def test_static_leader_replaced_below_v9_is_answered_as_a_follower() -> None:
     assert d.sync("a2", instance="i-a") == SyncResult(E.NONE, "consumer", "range", b"A")
 
 
-def test_static_follower_replaced_is_not_told_to_skip_and_a_failed_write_is_answered() -> None:
+def test_static_follower_replaced_is_not_told_to_skip() -> None:
     d = Driver()
     static_pair(d)
     d.join(new_id="b2", instance="i-b")
     d.written()
     assert d.joins["b2"].skip_assignment is False and d.joins["b2"].members == ()
-    d.join(new_id="b3", instance="i-b")
+
+
+def test_a_static_rejoin_whose_write_fails_is_undone() -> None:
+    # As Kafka (updateStaticMemberAndRebalance): the member the new id replaced comes
+    # back with its protocols and timeouts and its session, and the JoinGroup is answered
+    # with the error and no member id; memory agrees with the log again.
+    d = Driver()
+    static_pair(d)
+    gen = d.group.generation
+    d.advance(SESSION_MS // 2)
+    assert d.join(new_id="b2", instance="i-b", protocols=[("range", b"new")],
+                  session_ms=2 * SESSION_MS, rebalance_ms=2 * REBALANCE_MS) == Waiting("b2")
+    assert d.heartbeat("b1", instance="i-b") == E.FENCED_INSTANCE_ID  # while it is written
     d.written(E.NOT_COORDINATOR)
-    assert d.joins["b3"] == JoinResult(E.NOT_COORDINATOR, "b3")
+    assert d.joins["b2"] == JoinResult(E.NOT_COORDINATOR, "", gen, "consumer", "range", "a1")
+    assert set(d.group.members) == {"a1", "b1"} and d.state() == GroupState.STABLE
+    assert d.group.static_members == {"i-a": "a1", "i-b": "b1"}
+    b1 = d.group.members["b1"]
+    assert (b1.protocols, b1.session_timeout_ms, b1.rebalance_timeout_ms, b1.assignment) == \
+        (RANGE, SESSION_MS, REBALANCE_MS, b"B")
+    assert d.timers[Timer(TimerKind.SESSION, "b1")] == d.now + SESSION_MS  # heard from anew
+    assert d.heartbeat("b1", instance="i-b") == E.NONE
+    assert d.heartbeat("b2") == E.UNKNOWN_MEMBER_ID
+    assert d.sync("b1", instance="i-b") == SyncResult(E.NONE, "consumer", "range", b"B")
+    # the leader's failed rejoin gives the lead back to its old id
+    assert d.join(new_id="a2", instance="i-a") == Waiting("a2")
+    assert d.group.leader == "a2"
+    d.written(E.NOT_COORDINATOR)
+    assert d.joins["a2"] == JoinResult(E.NOT_COORDINATOR, "", gen, "consumer", "range", "a1")
+    assert d.group.leader == "a1" and set(d.group.members) == {"a1", "b1"}
+    assert d.join("a1", instance="i-a") == Waiting("a1")  # the old id leads a rebalance
+    assert d.state() == GroupState.PREPARING_REBALANCE
 
 
 def test_static_member_with_a_changed_protocol_rebalances() -> None:
