@@ -260,8 +260,10 @@ class GroupMembership(RebalanceRules):
         if group.state == GroupState.STABLE and group.choose_protocol() == group.protocol:
             # As Kafka: no rebalance when the group's protocol would not change; once the
             # new id is written, a leader gets the members back but skips the assignment
-            # (from v9; below, it is told its old id leads, and acts as a follower).
-            self._arm_session(member, now)
+            # (from v9; below, it is told its old id leads, and acts as a follower). Its
+            # JoinGroup counts as joined at once (Kafka registers it): a rebalance another
+            # member starts meanwhile waits for no other JoinGroup of it, and answers it.
+            member.joining = True
             self._out.append(Persist(StaticRejoinWritten(member_id, old, old_leader)))
             return Waiting(member_id)
         return self._await_join(member, now)
@@ -313,15 +315,20 @@ class GroupMembership(RebalanceRules):
 
     def _static_rejoin_written(self, written: StaticRejoinWritten, error: ErrorCode,
                                now: int) -> None:
+        """A static member's new id settled. Only a JoinGroup still waiting for it in the
+        Stable group is answered here: a member fenced or gone since was answered then, and
+        once the group left Stable the rebalance answers (or answered) it, and writes the
+        group again."""
         group = self.group
         member_id = written.member_id
-        if error != ErrorCode.NONE:
-            member = group.members.get(member_id)
-            if member is not None and group.state == GroupState.STABLE:
-                self._unreplace_static(member, written.replaced, error, now)
-            else:
-                self._out.append(AnswerJoin(member_id, JoinResult(error, member_id)))
+        member = group.members.get(member_id)
+        if member is None or not member.joining or group.state != GroupState.STABLE:
             return
+        member.joining = False
+        if error != ErrorCode.NONE:
+            self._unreplace_static(member, written.replaced, error, now)
+            return
+        self._arm_session(member, now)
         leader = member_id == group.leader
         if leader and written.old_leader is not None:
             result = dataclasses.replace(self._join_result(member_id),

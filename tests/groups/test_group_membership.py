@@ -874,3 +874,76 @@ def test_a_failed_write_of_an_older_generation_leaves_the_current_one_alone() ->
     d.written()
     assert d.state() == GroupState.STABLE
     assert {m: r.assignment for m, r in d.syncs.items()} == {"a": b"A", "b": b"B", "c": b"C"}
+
+
+def static_trio(d: Driver) -> None:
+    """Static members a1 (instance i-a, the leader) and b1 (i-b), dynamic c, Stable."""
+    static_pair(d)
+    d.join(new_id="c")
+    d.join("a1", instance="i-a")
+    d.join("b1", instance="i-b")
+    d.sync("b1", instance="i-b")
+    d.sync("c")
+    d.sync("a1", instance="i-a", assignments={"a1": b"A", "b1": b"B", "c": b"C"})
+    d.written()
+    assert d.state() == GroupState.STABLE and set(d.group.members) == {"a1", "b1", "c"}
+
+
+def test_a_static_rejoin_being_written_counts_as_joined_in_a_rebalance() -> None:
+    # As Kafka, which registers the JoinGroup of a static member that rejoins a Stable
+    # group at once: a rebalance another member starts while the new member id is being
+    # written counts it as joined and answers it with the new generation; the write's
+    # outcome, once the group has left Stable, answers nothing.
+    d = Driver()
+    static_trio(d)
+    gen = d.group.generation
+    assert d.join(new_id="b2", instance="i-b") == Waiting("b2")
+    write = d.writes.pop()
+    assert write.followup is not None
+    assert d.join("c", protocols=[("range", b"other")]) == Waiting("c")  # a rebalance
+    assert d.state() == GroupState.PREPARING_REBALANCE  # a1 has not rejoined yet
+    d.apply(d.machine.persisted(write.followup, E.NOT_COORDINATOR, d.now))
+    assert "b2" not in d.joins and set(d.group.members) == {"a1", "b2", "c"}
+    assert d.join("a1", instance="i-a") == Waiting("a1")  # b2 counts as joined
+    assert d.state() == GroupState.COMPLETING_REBALANCE and d.group.generation == gen + 1
+    assert (d.joins["b2"].error, d.joins["b2"].generation) == (E.NONE, gen + 1)
+    assert {m for m, _, _ in d.joins["a1"].members} == {"a1", "b2", "c"}
+    # the same with a write that succeeds after the rebalance completed
+    d = Driver()
+    static_trio(d)
+    gen = d.group.generation
+    d.join(new_id="b2", instance="i-b")
+    write = d.writes.pop()
+    assert write.followup is not None
+    d.join("a1", instance="i-a")  # the leader rejoins: a rebalance
+    d.join("c")
+    assert d.state() == GroupState.COMPLETING_REBALANCE
+    assert (d.joins["b2"].error, d.joins["b2"].generation) == (E.NONE, gen + 1)
+    d.apply(d.machine.persisted(write.followup, E.NONE, d.now))  # not answered twice
+    assert d.state() == GroupState.COMPLETING_REBALANCE and d.group.generation == gen + 1
+
+
+def test_a_static_leader_rejoin_being_written_survives_a_protocol_change() -> None:
+    # The static leader rejoins (its new id being written) and the other member rejoins
+    # without the group's protocol: the rebalance counts the leader as joined and picks the
+    # new protocol; the write settling afterwards does not look the old protocol up in the
+    # members' metadata (it raised StopIteration).
+    both = [("range", b"r"), ("roundrobin", b"rr")]
+    d = Driver()
+    d.join(new_id="a1", instance="i-a", protocols=both)
+    d.join(new_id="b", protocols=both)
+    d.join("a1", instance="i-a", protocols=both)
+    d.sync("b")
+    d.sync("a1", instance="i-a", assignments={"a1": b"A", "b": b"B"})
+    d.written()
+    assert d.state() == GroupState.STABLE and d.group.protocol == "range"
+    gen = d.group.generation
+    assert d.join(new_id="a2", instance="i-a", protocols=both) == Waiting("a2")
+    write = d.writes.pop()
+    assert write.followup is not None
+    assert d.join("b", protocols=[("roundrobin", b"rr")]) == Waiting("b")
+    d.apply(d.machine.persisted(write.followup, E.NONE, d.now))
+    assert d.state() == GroupState.COMPLETING_REBALANCE and d.group.generation == gen + 1
+    assert d.group.protocol == "roundrobin" and d.group.leader == "a2"
+    assert d.joins["a2"].generation == d.joins["b"].generation == gen + 1
+    assert d.joins["a2"].members == (("b", None, b"rr"), ("a2", "i-a", b"rr"))
