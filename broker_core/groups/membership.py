@@ -150,13 +150,9 @@ class GroupMembership(RebalanceRules):
                      now: int) -> Step[ErrorCode]:
         """Whether an OffsetCommit may commit for the group (a generation below zero: a
         group that only stores offsets); a member that commits is heard from."""
-        group = self.group
-        if group.state == GroupState.DEAD:
-            return self._step(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        if generation < 0 and group.state == GroupState.EMPTY:
-            return self._step(ErrorCode.NONE)
-        error, member = self._check_member(member_id, instance, generation)
-        if error == ErrorCode.NONE and group.state == GroupState.COMPLETING_REBALANCE:
+        error, member = self._validate_commit(member_id, instance, generation,
+                                              transactional=False)
+        if error == ErrorCode.NONE and self.group.state == GroupState.COMPLETING_REBALANCE:
             return self._step(ErrorCode.REBALANCE_IN_PROGRESS)
         if error == ErrorCode.NONE and member is not None:
             self._arm_session(member, now)
@@ -164,11 +160,25 @@ class GroupMembership(RebalanceRules):
 
     def txn_commit_check(self, member_id: str, instance: str | None,
                          generation: int) -> ErrorCode:
-        """Whether a TxnOffsetCommit may commit: a member's generation is checked when it
-        names one (from v3), else anyone may."""
-        if generation >= 0 or member_id:
-            return self._check_member(member_id, instance, generation)[0]
-        return ErrorCode.NONE
+        """Whether a TxnOffsetCommit may commit: the member is checked when the request
+        names one (a member id, instance id or generation: from v3), else anyone may."""
+        return self._validate_commit(member_id, instance, generation, transactional=True)[0]
+
+    def _validate_commit(self, member_id: str, instance: str | None, generation: int,
+                         transactional: bool) -> tuple[ErrorCode, Member | None]:
+        """Kafka's validateOffsetCommit: COORDINATOR_NOT_AVAILABLE while the group is
+        Dead; an Empty group takes a commit of generation below zero from anyone (a group
+        that only stores offsets, or the admin client); else a request naming a member is
+        checked (instance, member, generation), and one naming none commits only if
+        transactional (TxnOffsetCommit below v3 names none)."""
+        group = self.group
+        if group.state == GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+        if generation < 0 and group.state == GroupState.EMPTY:
+            return ErrorCode.NONE, None
+        if transactional and generation < 0 and not member_id and instance is None:
+            return ErrorCode.NONE, None
+        return self._check_member(member_id, instance, generation)
 
     # -- inputs: time and the driver ---------------------------------------------------
 

@@ -947,3 +947,24 @@ def test_a_static_leader_rejoin_being_written_survives_a_protocol_change() -> No
     assert d.group.protocol == "roundrobin" and d.group.leader == "a2"
     assert d.joins["a2"].generation == d.joins["b"].generation == gen + 1
     assert d.joins["a2"].members == (("b", None, b"rr"), ("a2", "i-a", b"rr"))
+
+
+def test_txn_commit_checks_as_kafka() -> None:
+    # Kafka's validateOffsetCommit (GroupCoordinator.scala, ClassicGroup.java): a request
+    # naming a static instance alone is checked too; an Empty group takes a generation
+    # below zero from anyone (as OffsetCommit); a Dead group is COORDINATOR_NOT_AVAILABLE.
+    d = Driver()
+    static_pair(d)
+    check = d.machine.txn_commit_check
+    assert check("", "i-a", -1) == E.FENCED_INSTANCE_ID  # i-a is a1
+    assert check("", "i-x", -1) == E.UNKNOWN_MEMBER_ID
+    assert check("a1", "i-a", -1) == E.ILLEGAL_GENERATION
+    assert check("a1", "i-a", d.group.generation) == E.NONE
+    assert check("", None, -1) == E.NONE  # below v3: no member named
+    d.leave(("a1", "i-a"), ("b1", "i-b"))
+    assert d.state() == GroupState.EMPTY
+    assert check("a1", "i-a", -1) == E.NONE  # a group that only stores offsets
+    assert d.apply(d.machine.commit_check("a1", "i-a", -1, d.now)) == E.NONE  # the same
+    assert check("a1", None, d.group.generation) == E.UNKNOWN_MEMBER_ID
+    d.apply(d.machine.delete())
+    assert check("", None, -1) == check("a1", None, 1) == E.COORDINATOR_NOT_AVAILABLE
