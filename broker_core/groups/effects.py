@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, TypeVar
 
-from broker_core.groups.model import JoinResult, SyncResult
+from broker_core.groups.model import JoinResult, Member, SyncResult
 
 _R = TypeVar("_R")
 
@@ -101,6 +101,9 @@ class StaticRejoinWritten:
     """Report back: a static member's new member id was written (or not)."""
 
     member_id: str
+    replaced: Member
+    """The member the new id replaced, as it was: put back if the write fails (as Kafka),
+    so memory agrees with the log."""
     old_leader: str | None = None
     """When the member led and its JoinGroup cannot skip the assignment (below v9): the
     leader id it is told (its old member id, as Kafka), so that it acts as a follower."""

@@ -150,13 +150,9 @@ class GroupMembership(RebalanceRules):
                      now: int) -> Step[ErrorCode]:
         """Whether an OffsetCommit may commit for the group (a generation below zero: a
         group that only stores offsets); a member that commits is heard from."""
-        group = self.group
-        if group.state == GroupState.DEAD:
-            return self._step(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        if generation < 0 and group.state == GroupState.EMPTY:
-            return self._step(ErrorCode.NONE)
-        error, member = self._check_member(member_id, instance, generation)
-        if error == ErrorCode.NONE and group.state == GroupState.COMPLETING_REBALANCE:
+        error, member = self._validate_commit(member_id, instance, generation,
+                                              transactional=False)
+        if error == ErrorCode.NONE and self.group.state == GroupState.COMPLETING_REBALANCE:
             return self._step(ErrorCode.REBALANCE_IN_PROGRESS)
         if error == ErrorCode.NONE and member is not None:
             self._arm_session(member, now)
@@ -164,11 +160,25 @@ class GroupMembership(RebalanceRules):
 
     def txn_commit_check(self, member_id: str, instance: str | None,
                          generation: int) -> ErrorCode:
-        """Whether a TxnOffsetCommit may commit: a member's generation is checked when it
-        names one (from v3), else anyone may."""
-        if generation >= 0 or member_id:
-            return self._check_member(member_id, instance, generation)[0]
-        return ErrorCode.NONE
+        """Whether a TxnOffsetCommit may commit: the member is checked when the request
+        names one (a member id, instance id or generation: from v3), else anyone may."""
+        return self._validate_commit(member_id, instance, generation, transactional=True)[0]
+
+    def _validate_commit(self, member_id: str, instance: str | None, generation: int,
+                         transactional: bool) -> tuple[ErrorCode, Member | None]:
+        """Kafka's validateOffsetCommit: COORDINATOR_NOT_AVAILABLE while the group is
+        Dead; an Empty group takes a commit of generation below zero from anyone (a group
+        that only stores offsets, or the admin client); else a request naming a member is
+        checked (instance, member, generation), and one naming none commits only if
+        transactional (TxnOffsetCommit below v3 names none)."""
+        group = self.group
+        if group.state == GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+        if generation < 0 and group.state == GroupState.EMPTY:
+            return ErrorCode.NONE, None
+        if transactional and generation < 0 and not member_id and instance is None:
+            return ErrorCode.NONE, None
+        return self._check_member(member_id, instance, generation)
 
     # -- inputs: time and the driver ---------------------------------------------------
 
@@ -193,7 +203,7 @@ class GroupMembership(RebalanceRules):
         if isinstance(followup, AssignmentWritten):
             self._assignment_written(followup.generation, error, now)
         else:
-            self._static_rejoin_written(followup, error)
+            self._static_rejoin_written(followup, error, now)
         return self._step(None)
 
     def loaded(self, now: int) -> Step[None]:
@@ -260,9 +270,11 @@ class GroupMembership(RebalanceRules):
         if group.state == GroupState.STABLE and group.choose_protocol() == group.protocol:
             # As Kafka: no rebalance when the group's protocol would not change; once the
             # new id is written, a leader gets the members back but skips the assignment
-            # (from v9; below, it is told its old id leads, and acts as a follower).
-            self._arm_session(member, now)
-            self._out.append(Persist(StaticRejoinWritten(member_id, old_leader)))
+            # (from v9; below, it is told its old id leads, and acts as a follower). Its
+            # JoinGroup counts as joined at once (Kafka registers it): a rebalance another
+            # member starts meanwhile waits for no other JoinGroup of it, and answers it.
+            member.joining = True
+            self._out.append(Persist(StaticRejoinWritten(member_id, old, old_leader)))
             return Waiting(member_id)
         return self._await_join(member, now)
 
@@ -311,12 +323,22 @@ class GroupMembership(RebalanceRules):
             self._prepare_rebalance(now)
         return Waiting(member.member_id)
 
-    def _static_rejoin_written(self, written: StaticRejoinWritten, error: ErrorCode) -> None:
+    def _static_rejoin_written(self, written: StaticRejoinWritten, error: ErrorCode,
+                               now: int) -> None:
+        """A static member's new id settled. Only a JoinGroup still waiting for it in the
+        Stable group is answered here: a member fenced or gone since was answered then, and
+        once the group left Stable the rebalance answers (or answered) it, and writes the
+        group again."""
         group = self.group
         member_id = written.member_id
-        if error != ErrorCode.NONE:
-            self._out.append(AnswerJoin(member_id, JoinResult(error, member_id)))
+        member = group.members.get(member_id)
+        if member is None or not member.joining or group.state != GroupState.STABLE:
             return
+        member.joining = False
+        if error != ErrorCode.NONE:
+            self._unreplace_static(member, written.replaced, error, now)
+            return
+        self._arm_session(member, now)
         leader = member_id == group.leader
         if leader and written.old_leader is not None:
             result = dataclasses.replace(self._join_result(member_id),
@@ -327,17 +349,44 @@ class GroupMembership(RebalanceRules):
                 skip_assignment=leader)
         self._out.append(AnswerJoin(member_id, result))
 
+    def _unreplace_static(self, new: Member, old: Member, error: ErrorCode, now: int) -> None:
+        """The write of a static member's new id failed: as Kafka, the member it replaced
+        comes back (its id, protocols and timeouts, its session started again), so memory
+        agrees with the log, and the JoinGroup is answered with the error and no member
+        id (the client joins again as a new member)."""
+        group = self.group
+        assert old.group_instance_id is not None
+        log.warning("group %s: the new member id %s of static member %s could not be "
+                    "written (%s); it is %s again", group.group_id, new.member_id,
+                    old.group_instance_id, error.name, old.member_id, extra=self._fields())
+        awaited = new.member_id in group.awaiting_sync
+        self._disarm_session(new)
+        group.remove_member(new.member_id)
+        group.add_member(old)
+        group.static_members[old.group_instance_id] = old.member_id
+        if awaited:
+            group.awaiting_sync.add(old.member_id)
+        if group.leader == new.member_id:
+            group.leader = old.member_id
+        self._arm_session(old, now)
+        self._out.append(AnswerJoin(new.member_id, JoinResult(
+            error, "", group.generation, group.protocol_type, group.protocol,
+            group.leader or "")))
+
     # -- SyncGroup -----------------------------------------------------------------------
 
     def _assignment_written(self, generation: int, error: ErrorCode, now: int) -> None:
+        """The leader's assignment for ``generation`` settled. As Kafka's storeGroup
+        callback, only while the group is still CompletingRebalance at that generation: a
+        write of an older one (whose SyncGroups were answered when the group left it)
+        changes nothing, so the members syncing in the current one keep waiting."""
         group = self.group
-        current = (group.state == GroupState.COMPLETING_REBALANCE
-                   and group.generation == generation)
+        if group.state != GroupState.COMPLETING_REBALANCE or group.generation != generation:
+            return
         if error != ErrorCode.NONE:  # as Kafka: the members rejoin
             self._finish_sync(error, now)
-            if current:
-                self._prepare_rebalance(now)
-        elif current:
+            self._prepare_rebalance(now)
+        else:
             group.state = GroupState.STABLE
             self._finish_sync(ErrorCode.NONE, now)
 

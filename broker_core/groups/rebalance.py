@@ -47,8 +47,8 @@ class RebalanceRules:
     def _check_member(self, member_id: str, instance: str | None,
                       generation: int) -> tuple[ErrorCode, Member | None]:
         group = self.group
-        if group.state == GroupState.DEAD:
-            return ErrorCode.UNKNOWN_MEMBER_ID, None
+        if group.state == GroupState.DEAD:  # as Kafka: its deletion is being written; retry
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
         if instance is not None and group.static_members.get(instance, member_id) != member_id:
             return ErrorCode.FENCED_INSTANCE_ID, None
         member = group.members.get(member_id)

@@ -436,8 +436,9 @@ def test_static_member_replaced_without_a_rebalance() -> None:
     static_pair(d)
     gen = d.group.generation
     # the leader restarts: same instance, new member id, same protocols
+    a1 = d.group.members["a1"]
     assert d.join(new_id="a2", instance="i-a") == Waiting("a2")
-    assert d.writes == [Persist(StaticRejoinWritten("a2"))]
+    assert d.writes == [Persist(StaticRejoinWritten("a2", a1))]
     assert d.state() == GroupState.STABLE and d.group.leader == "a2"
     assert d.group.members["a2"].assignment == b"A"
     assert "a2" not in d.joins  # answered once the new member id is written
@@ -459,8 +460,9 @@ def test_static_leader_replaced_below_v9_is_answered_as_a_follower() -> None:
     d = Driver()
     static_pair(d)
     gen = d.group.generation
+    a1 = d.group.members["a1"]
     assert d.join(new_id="a2", instance="i-a", can_skip=False) == Waiting("a2")
-    assert d.writes == [Persist(StaticRejoinWritten("a2", "a1"))]
+    assert d.writes == [Persist(StaticRejoinWritten("a2", a1, "a1"))]
     d.written()
     result = d.joins["a2"]
     assert (result.error, result.generation, result.leader, result.members,
@@ -469,15 +471,44 @@ def test_static_leader_replaced_below_v9_is_answered_as_a_follower() -> None:
     assert d.sync("a2", instance="i-a") == SyncResult(E.NONE, "consumer", "range", b"A")
 
 
-def test_static_follower_replaced_is_not_told_to_skip_and_a_failed_write_is_answered() -> None:
+def test_static_follower_replaced_is_not_told_to_skip() -> None:
     d = Driver()
     static_pair(d)
     d.join(new_id="b2", instance="i-b")
     d.written()
     assert d.joins["b2"].skip_assignment is False and d.joins["b2"].members == ()
-    d.join(new_id="b3", instance="i-b")
+
+
+def test_a_static_rejoin_whose_write_fails_is_undone() -> None:
+    # As Kafka (updateStaticMemberAndRebalance): the member the new id replaced comes
+    # back with its protocols and timeouts and its session, and the JoinGroup is answered
+    # with the error and no member id; memory agrees with the log again.
+    d = Driver()
+    static_pair(d)
+    gen = d.group.generation
+    d.advance(SESSION_MS // 2)
+    assert d.join(new_id="b2", instance="i-b", protocols=[("range", b"new")],
+                  session_ms=2 * SESSION_MS, rebalance_ms=2 * REBALANCE_MS) == Waiting("b2")
+    assert d.heartbeat("b1", instance="i-b") == E.FENCED_INSTANCE_ID  # while it is written
     d.written(E.NOT_COORDINATOR)
-    assert d.joins["b3"] == JoinResult(E.NOT_COORDINATOR, "b3")
+    assert d.joins["b2"] == JoinResult(E.NOT_COORDINATOR, "", gen, "consumer", "range", "a1")
+    assert set(d.group.members) == {"a1", "b1"} and d.state() == GroupState.STABLE
+    assert d.group.static_members == {"i-a": "a1", "i-b": "b1"}
+    b1 = d.group.members["b1"]
+    assert (b1.protocols, b1.session_timeout_ms, b1.rebalance_timeout_ms, b1.assignment) == \
+        (RANGE, SESSION_MS, REBALANCE_MS, b"B")
+    assert d.timers[Timer(TimerKind.SESSION, "b1")] == d.now + SESSION_MS  # heard from anew
+    assert d.heartbeat("b1", instance="i-b") == E.NONE
+    assert d.heartbeat("b2") == E.UNKNOWN_MEMBER_ID
+    assert d.sync("b1", instance="i-b") == SyncResult(E.NONE, "consumer", "range", b"B")
+    # the leader's failed rejoin gives the lead back to its old id
+    assert d.join(new_id="a2", instance="i-a") == Waiting("a2")
+    assert d.group.leader == "a2"
+    d.written(E.NOT_COORDINATOR)
+    assert d.joins["a2"] == JoinResult(E.NOT_COORDINATOR, "", gen, "consumer", "range", "a1")
+    assert d.group.leader == "a1" and set(d.group.members) == {"a1", "b1"}
+    assert d.join("a1", instance="i-a") == Waiting("a1")  # the old id leads a rebalance
+    assert d.state() == GroupState.PREPARING_REBALANCE
 
 
 def test_static_member_with_a_changed_protocol_rebalances() -> None:
@@ -581,8 +612,10 @@ def test_heartbeat_errors_in_each_state() -> None:
     assert d.heartbeat("s1") == E.REBALANCE_IN_PROGRESS
     assert d.heartbeat("s1", generation=0) == E.ILLEGAL_GENERATION
     assert d.heartbeat("b") == E.REBALANCE_IN_PROGRESS  # joined, waiting, generation 1
-    d.apply(d.machine.delete())
-    assert d.heartbeat("s1") == E.UNKNOWN_MEMBER_ID  # Dead
+    d.leave(("s1", "i-s"), ("b", None))
+    d.apply(d.machine.delete())  # Dead while its deletion is written: retry, as Kafka
+    assert d.heartbeat("s1") == E.COORDINATOR_NOT_AVAILABLE
+    assert d.sync("s1") == SyncResult(E.COORDINATOR_NOT_AVAILABLE)
 
 
 def test_join_errors() -> None:
@@ -812,3 +845,128 @@ def test_a_static_member_replaced_before_it_synced_still_owes_its_sync() -> None
     d.advance(REBALANCE_MS)  # b2 never synced either
     assert set(d.group.members) == {"a"}
     assert d.state() == GroupState.PREPARING_REBALANCE
+
+
+def test_a_failed_write_of_an_older_generation_leaves_the_current_one_alone() -> None:
+    # As Kafka's storeGroup callback, which acts only while the group is still
+    # CompletingRebalance at the generation written: the followers of the next
+    # generation are not answered with the old write's error.
+    d = Driver()
+    d.stable("a")
+    d.join(new_id="b")
+    d.join("a")
+    gen = d.group.generation
+    d.sync("b")
+    d.sync("a", assignments={"a": b"A", "b": b"B"})
+    stale = d.writes.pop()  # generation gen's assignment, in flight
+    assert stale == Persist(AssignmentWritten(gen))
+    d.join(new_id="c")  # a newcomer: b's sync of generation gen is told to rejoin
+    assert d.syncs.pop("b").error == E.REBALANCE_IN_PROGRESS
+    d.join("a")
+    d.join("b")
+    assert d.state() == GroupState.COMPLETING_REBALANCE and d.group.generation == gen + 1
+    assert d.sync("b") == Waiting("b") and d.sync("c") == Waiting("c")
+    assert stale.followup is not None
+    d.apply(d.machine.persisted(stale.followup, E.NOT_COORDINATOR, d.now))
+    assert "b" not in d.syncs and "c" not in d.syncs  # still waiting for the leader
+    assert d.state() == GroupState.COMPLETING_REBALANCE and d.group.generation == gen + 1
+    d.apply(d.machine.persisted(stale.followup, E.NONE, d.now))  # nor when it succeeds
+    assert "b" not in d.syncs and d.state() == GroupState.COMPLETING_REBALANCE
+    d.sync("a", assignments={"a": b"A", "b": b"B", "c": b"C"})
+    d.written()
+    assert d.state() == GroupState.STABLE
+    assert {m: r.assignment for m, r in d.syncs.items()} == {"a": b"A", "b": b"B", "c": b"C"}
+
+
+def static_trio(d: Driver) -> None:
+    """Static members a1 (instance i-a, the leader) and b1 (i-b), dynamic c, Stable."""
+    static_pair(d)
+    d.join(new_id="c")
+    d.join("a1", instance="i-a")
+    d.join("b1", instance="i-b")
+    d.sync("b1", instance="i-b")
+    d.sync("c")
+    d.sync("a1", instance="i-a", assignments={"a1": b"A", "b1": b"B", "c": b"C"})
+    d.written()
+    assert d.state() == GroupState.STABLE and set(d.group.members) == {"a1", "b1", "c"}
+
+
+def test_a_static_rejoin_being_written_counts_as_joined_in_a_rebalance() -> None:
+    # As Kafka, which registers the JoinGroup of a static member that rejoins a Stable
+    # group at once: a rebalance another member starts while the new member id is being
+    # written counts it as joined and answers it with the new generation; the write's
+    # outcome, once the group has left Stable, answers nothing.
+    d = Driver()
+    static_trio(d)
+    gen = d.group.generation
+    assert d.join(new_id="b2", instance="i-b") == Waiting("b2")
+    write = d.writes.pop()
+    assert write.followup is not None
+    assert d.join("c", protocols=[("range", b"other")]) == Waiting("c")  # a rebalance
+    assert d.state() == GroupState.PREPARING_REBALANCE  # a1 has not rejoined yet
+    d.apply(d.machine.persisted(write.followup, E.NOT_COORDINATOR, d.now))
+    assert "b2" not in d.joins and set(d.group.members) == {"a1", "b2", "c"}
+    assert d.join("a1", instance="i-a") == Waiting("a1")  # b2 counts as joined
+    assert d.state() == GroupState.COMPLETING_REBALANCE and d.group.generation == gen + 1
+    assert (d.joins["b2"].error, d.joins["b2"].generation) == (E.NONE, gen + 1)
+    assert {m for m, _, _ in d.joins["a1"].members} == {"a1", "b2", "c"}
+    # the same with a write that succeeds after the rebalance completed
+    d = Driver()
+    static_trio(d)
+    gen = d.group.generation
+    d.join(new_id="b2", instance="i-b")
+    write = d.writes.pop()
+    assert write.followup is not None
+    d.join("a1", instance="i-a")  # the leader rejoins: a rebalance
+    d.join("c")
+    assert d.state() == GroupState.COMPLETING_REBALANCE
+    assert (d.joins["b2"].error, d.joins["b2"].generation) == (E.NONE, gen + 1)
+    d.apply(d.machine.persisted(write.followup, E.NONE, d.now))  # not answered twice
+    assert d.state() == GroupState.COMPLETING_REBALANCE and d.group.generation == gen + 1
+
+
+def test_a_static_leader_rejoin_being_written_survives_a_protocol_change() -> None:
+    # The static leader rejoins (its new id being written) and the other member rejoins
+    # without the group's protocol: the rebalance counts the leader as joined and picks the
+    # new protocol; the write settling afterwards does not look the old protocol up in the
+    # members' metadata (it raised StopIteration).
+    both = [("range", b"r"), ("roundrobin", b"rr")]
+    d = Driver()
+    d.join(new_id="a1", instance="i-a", protocols=both)
+    d.join(new_id="b", protocols=both)
+    d.join("a1", instance="i-a", protocols=both)
+    d.sync("b")
+    d.sync("a1", instance="i-a", assignments={"a1": b"A", "b": b"B"})
+    d.written()
+    assert d.state() == GroupState.STABLE and d.group.protocol == "range"
+    gen = d.group.generation
+    assert d.join(new_id="a2", instance="i-a", protocols=both) == Waiting("a2")
+    write = d.writes.pop()
+    assert write.followup is not None
+    assert d.join("b", protocols=[("roundrobin", b"rr")]) == Waiting("b")
+    d.apply(d.machine.persisted(write.followup, E.NONE, d.now))
+    assert d.state() == GroupState.COMPLETING_REBALANCE and d.group.generation == gen + 1
+    assert d.group.protocol == "roundrobin" and d.group.leader == "a2"
+    assert d.joins["a2"].generation == d.joins["b"].generation == gen + 1
+    assert d.joins["a2"].members == (("b", None, b"rr"), ("a2", "i-a", b"rr"))
+
+
+def test_txn_commit_checks_as_kafka() -> None:
+    # Kafka's validateOffsetCommit (GroupCoordinator.scala, ClassicGroup.java): a request
+    # naming a static instance alone is checked too; an Empty group takes a generation
+    # below zero from anyone (as OffsetCommit); a Dead group is COORDINATOR_NOT_AVAILABLE.
+    d = Driver()
+    static_pair(d)
+    check = d.machine.txn_commit_check
+    assert check("", "i-a", -1) == E.FENCED_INSTANCE_ID  # i-a is a1
+    assert check("", "i-x", -1) == E.UNKNOWN_MEMBER_ID
+    assert check("a1", "i-a", -1) == E.ILLEGAL_GENERATION
+    assert check("a1", "i-a", d.group.generation) == E.NONE
+    assert check("", None, -1) == E.NONE  # below v3: no member named
+    d.leave(("a1", "i-a"), ("b1", "i-b"))
+    assert d.state() == GroupState.EMPTY
+    assert check("a1", "i-a", -1) == E.NONE  # a group that only stores offsets
+    assert d.apply(d.machine.commit_check("a1", "i-a", -1, d.now)) == E.NONE  # the same
+    assert check("a1", None, d.group.generation) == E.UNKNOWN_MEMBER_ID
+    d.apply(d.machine.delete())
+    assert check("", None, -1) == check("a1", None, 1) == E.COORDINATOR_NOT_AVAILABLE
