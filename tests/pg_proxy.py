@@ -3,7 +3,10 @@ database's answers, as a network that drops a connection after a statement was s
 :meth:`PgProxy.hold` keeps every answer from then on, :meth:`PgProxy.cut` closes the
 connections whose answers it holds (what they sent ran, their answers are lost: a commit
 whose outcome the broker cannot know), :meth:`PgProxy.release` lets answers through
-again. Connections that hold nothing are left alone."""
+again. Connections that hold nothing are left alone. A connection opened while answers
+are held completes its start-up (up to the server's first ReadyForQuery) and is held
+from then on: the broker's pool can still grow, so a statement is not refused for want
+of a connection when the background's own statements wait on held answers."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from types import TracebackType
 from urllib.parse import urlsplit, urlunsplit
 
 _CHUNK = 1 << 16
+_READY_FOR_QUERY = b"Z\x00\x00\x00\x05"
+"""The server's ReadyForQuery message (its status byte follows)."""
 
 
 class _Link:
@@ -24,6 +29,8 @@ class _Link:
         self.server = server
         self.held: list[bytes] = []
         self.closed = False
+        self.ready = False
+        """Whether the server has said ReadyForQuery once (its start-up is over)."""
 
     def close(self) -> None:
         self.closed = True
@@ -132,10 +139,11 @@ class PgProxy:
                 with self._lock:
                     if link.closed:
                         return
-                    if self._holding:
+                    if self._holding and link.ready:
                         link.held.append(data)
                     else:
                         link.client.sendall(data)
+                        link.ready = link.ready or _READY_FOR_QUERY in data
         except OSError:
             pass
         self._drop(link)
