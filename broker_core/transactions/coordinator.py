@@ -214,7 +214,17 @@ class TransactionCoordinator(StateCoordinator):
 
     def _owned(self, topic: str, transactional_id: str, producer_id: int,
                epoch: int) -> Txn:
-        """The transaction, if this producer id and epoch may act on it."""
+        """The transaction, if this producer id and epoch may act on it and it is not
+        being completed."""
+        txn = self._current(topic, transactional_id, producer_id, epoch)
+        if txn.state in ENDING:
+            raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                                f"transaction of {transactional_id!r} is completing")
+        return txn
+
+    def _current(self, topic: str, transactional_id: str, producer_id: int,
+                   epoch: int) -> Txn:
+        """The transaction, if this producer id and epoch are its current ones."""
         txn = self.txns.get((topic, transactional_id))
         if txn is None or txn.producer_id != producer_id:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
@@ -227,9 +237,6 @@ class TransactionCoordinator(StateCoordinator):
         if epoch > txn.epoch:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
                                 f"epoch {epoch} of {transactional_id!r} is unknown")
-        if txn.state in ENDING:
-            raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
-                                f"transaction of {transactional_id!r} is completing")
         return txn
 
     async def _write(self, txn: Txn | None, target: Txn) -> None:
@@ -434,11 +441,20 @@ class TransactionCoordinator(StateCoordinator):
 
     async def end_txn(self, topic: str, transactional_id: str, producer_id: int, epoch: int,
                       commit: bool) -> None:
-        """EndTxn: commit or abort the open transaction."""
-        txn = self._owned(topic, transactional_id, producer_id, epoch)
+        """EndTxn: commit or abort the open transaction. As Kafka's: while a state change
+        of the id is being written, or the same end is being completed (a retry),
+        CONCURRENT_TRANSACTIONS; once it is complete, NONE; an end other than the one
+        under way or done, or no open transaction, INVALID_TXN_STATE."""
+        txn = self._current(topic, transactional_id, producer_id, epoch)
+        if (topic, transactional_id) in self._pending:
+            raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                                f"a state change of {transactional_id!r} is being written")
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         if txn.state == done:
             return  # a retry of an end that already happened
+        if txn.state == (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
+            raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                                f"transaction of {transactional_id!r} is completing")
         if txn.state != TxnState.ONGOING:
             raise KafkaApiError(ErrorCode.INVALID_TXN_STATE,
                                 f"transactional id {transactional_id!r} has no open "

@@ -3,16 +3,23 @@ duty starts each id's work in the background and never waits for it, so a marker
 partition's owner does not write (here a broker that holds its lease and the partition but
 never serves its queue) leaves the other transactions' timeouts to abort them in the same
 round; the stuck one completes once its marker is written, is started only once meanwhile,
-and a coordinator that stops cancels it (engine driven directly, on a real PostgreSQL; the
-other broker is a registration in the same database)."""
+and a coordinator that stops cancels it. While a transaction is being completed, EndTxn
+asking the other end gets INVALID_TXN_STATE and its retry CONCURRENT_TRANSACTIONS, as on
+Kafka (engine driven directly, on a real PostgreSQL; the other broker is a registration in
+the same database)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
 
 from broker_core.cluster.placement import assign
 from broker_core.engine import Engine
+from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import Storage, open_storage
 from broker_core.storage.cluster import BrokerRecord, MarkerRequest
 from broker_core.transactions.coordinator import TransactionCoordinator
@@ -47,22 +54,36 @@ async def _open(txns: TransactionCoordinator, transactional_id: str,
     return pid, epoch
 
 
+@asynccontextmanager
+async def silent_owner(url: str, engine: Engine) -> AsyncIterator[tuple[Storage, int, int]]:
+    """A broker registered beside ``engine`` that takes partitions and never writes a
+    marker: its storage, a partition of TOPIC it owns, and one ``engine`` keeps."""
+    # with the silent broker live, the coordinator topics stay with the engine, and one
+    # partition of TOPIC goes to each broker
+    assert assign(STATE_TOPIC, 1, (0, SILENT)) == (0,)
+    assert assign(OFFSETS_TOPIC, 1, (0, SILENT)) == (0,)
+    placed = assign(TOPIC, 3, (0, SILENT))
+    far, near = placed.index(SILENT), placed.index(0)
+    silent = open_storage(url)
+    try:
+        silent.cluster.register(BrokerRecord(SILENT, None, ()), 600_000)
+        await until("the partition handed to the silent broker",
+                    lambda: engine.leadership.serves(TOPIC, far) is None)
+        assert engine.leadership.serves(TOPIC, near) is not None
+        yield silent, far, near
+    finally:
+        silent.close()
+
+
+def _serve_all(silent: Storage) -> None:
+    """The silent broker writes the markers queued for it, at last."""
+    silent.cluster.markers_done([marker for marker, _ in silent.cluster.pending_markers()])
+
+
 def test_an_undeliverable_marker_holds_no_other_timeout() -> None:
     async def scenario(url: str, engine: Engine) -> None:
         txns = engine.transactions
-        # with the silent broker live, the coordinator topics stay here, and one
-        # partition of TOPIC goes to each broker
-        assert assign(STATE_TOPIC, 1, (0, SILENT)) == (0,)
-        assert assign(OFFSETS_TOPIC, 1, (0, SILENT)) == (0,)
-        placed = assign(TOPIC, 3, (0, SILENT))
-        far, near = placed.index(SILENT), placed.index(0)
-        silent = open_storage(url)
-        try:
-            silent.cluster.register(BrokerRecord(SILENT, None, ()), 600_000)
-            await until("the partition handed to the silent broker",
-                        lambda: engine.leadership.serves(TOPIC, far) is None)
-            assert engine.leadership.serves(TOPIC, near) is not None
-
+        async with silent_owner(url, engine) as (silent, far, near):
             stuck_pid, _ = await _open(txns, "stuck", far)
             await _open(txns, "other", near)
             later = int(time.time() * 1000) + 120_000  # both timed out
@@ -78,8 +99,7 @@ def test_an_undeliverable_marker_holds_no_other_timeout() -> None:
             assert _state(txns, "stuck") == TxnState.PREPARE_ABORT
 
             # its owner writes it: the completion under way goes on
-            [(marker, _)] = silent.cluster.pending_markers()
-            silent.cluster.markers_done([marker])
+            _serve_all(silent)
             await until("the stuck transaction aborted",
                         lambda: _state(txns, "stuck") == TxnState.COMPLETE_ABORT)
             assert not _queued(silent)
@@ -92,7 +112,34 @@ def test_an_undeliverable_marker_holds_no_other_timeout() -> None:
             await asyncio.wait_for(txns.stop(), 30)
             assert _state(txns, "left") == TxnState.PREPARE_ABORT
             assert len(_queued(silent)) == 1
-        finally:
-            silent.close()
+
+    run_engine(scenario)
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
+def test_end_txn_while_the_transaction_is_completed(commit: bool) -> None:
+    """EndTxn while the transaction's end is being completed: the other end is refused at
+    once with INVALID_TXN_STATE (Kafka's answer), the same end (a retry) is answered
+    CONCURRENT_TRANSACTIONS until it is complete, then NONE."""
+    async def scenario(url: str, engine: Engine) -> None:
+        txns = engine.transactions
+        async with silent_owner(url, engine) as (silent, far, _):
+            pid, epoch = await _open(txns, "tx", far)
+            ending = asyncio.ensure_future(
+                txns.end_txn(STATE_TOPIC, "tx", pid, epoch, commit))
+            await until("the marker queued", lambda: _queued(silent))
+            assert _state(txns, "tx") == (TxnState.PREPARE_COMMIT if commit
+                                          else TxnState.PREPARE_ABORT)
+            for asked, code in ((not commit, ErrorCode.INVALID_TXN_STATE),
+                                (commit, ErrorCode.CONCURRENT_TRANSACTIONS)):
+                with pytest.raises(KafkaApiError) as refused:
+                    await txns.end_txn(STATE_TOPIC, "tx", pid, epoch, asked)
+                assert refused.value.code == code
+            _serve_all(silent)
+            await asyncio.wait_for(ending, 30)
+            await txns.end_txn(STATE_TOPIC, "tx", pid, epoch, commit)  # a retry: NONE
+            with pytest.raises(KafkaApiError) as refused:
+                await txns.end_txn(STATE_TOPIC, "tx", pid, epoch, not commit)
+            assert refused.value.code == ErrorCode.INVALID_TXN_STATE
 
     run_engine(scenario)
