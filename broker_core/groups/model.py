@@ -33,6 +33,10 @@ class CommittedOffset:
     leader_epoch: int
     metadata: str
     commit_timestamp: int
+    position: int = field(default=-1, compare=False)
+    """Where its record is in the group's log, as :meth:`Group.next_position` numbers the
+    group's offset records (Kafka compares the records' log offsets): of a plain and a
+    transactional offset of one partition, the later record wins."""
 
 
 MemberList = tuple[tuple[str, str | None, bytes], ...]
@@ -115,7 +119,11 @@ class Group:
     pending: dict[str, int] = field(default_factory=dict)
     """Member ids handed out with MEMBER_ID_REQUIRED, and when each lapses (ms)."""
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    """Changed by :meth:`install` (and by deletions)."""
     pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    positions: int = 0
+    """How many offset records (plain or transactional) of the group were appended, in
+    the order of its log partition, or replayed from it: the next one's position."""
     committing: dict[tuple[str, int], int] = field(default_factory=dict)
     """Partitions with an offset commit (plain or transactional) whose write is under way,
     and how many: the group has offsets for expiry's purpose (as Kafka's ``hasOffsets``
@@ -155,11 +163,27 @@ class Group:
         written (an acknowledged commit must not land in a group expiry dropped)."""
         return bool(self.offsets or self.pending_txn or self.committing)
 
+    def next_position(self) -> int:
+        """The position of the group's next offset record (taken as it is appended, or
+        replayed)."""
+        self.positions += 1
+        return self.positions
+
+    def install(self, tp: tuple[str, int], committed: CommittedOffset) -> None:
+        """Make ``committed`` the offset of ``tp``, unless the offset there has a later
+        record (Kafka's ``olderThan``: a transaction's offset committed after a plain
+        OffsetCommit that followed its TxnOffsetCommit leaves the plain one)."""
+        current = self.offsets.get(tp)
+        if current is None or current.position < committed.position:
+            self.offsets[tp] = committed
+
     def settle_txn(self, producer_id: int, commit: bool) -> None:
-        """A transaction ended: its pending offsets become committed, or are dropped."""
+        """A transaction ended: its pending offsets become committed (those with no later
+        record of their partition), or are dropped."""
         pending = self.pending_txn.pop(producer_id, {})
         if commit:
-            self.offsets.update(pending)
+            for tp, committed in pending.items():
+                self.install(tp, committed)
 
     def everyone(self) -> MemberList:
         """What the leader learns of the members, for the group's protocol."""

@@ -108,14 +108,18 @@ class GroupOffsets:
         """OffsetCommit (the membership allowed it): an error per partition. What is kept
         once the write settles is ``group.unsettled``'s entry, less what a tombstone
         appended after it removed (:meth:`delete`)."""
-        results, accepted = self._accept(offsets, now)
+        results, accepted = self._accept(group, offsets, now)
         batch = [offsets_topic.offset_record(group.group_id, t, p, c)
                  for (t, p), c in accepted.items()]
         unsettled = dict(accepted)
         group.unsettled.append(unsettled)
+
+        def keep(_: dict[TopicPartition, CommittedOffset]) -> None:
+            for tp, committed in unsettled.items():
+                group.install(tp, committed)
+
         try:
-            return await self._store_offsets(group, batch, results, accepted,
-                                             lambda _: group.offsets.update(unsettled))
+            return await self._store_offsets(group, batch, results, accepted, keep)
         finally:
             group.unsettled = [u for u in group.unsettled if u is not unsettled]
 
@@ -123,7 +127,7 @@ class GroupOffsets:
                          offsets: Sequence[OffsetToCommit],
                          now: int) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit: offsets held pending until the transaction ends."""
-        results, accepted = self._accept(offsets, now)
+        results, accepted = self._accept(group, offsets, now)
         batch = [offsets_topic.txn_offset_record(group.group_id, producer_id, t, p, c)
                  for (t, p), c in accepted.items()]
 
@@ -139,10 +143,12 @@ class GroupOffsets:
                                                               commit)])
         group.settle_txn(producer_id, commit)
 
-    def _accept(self, offsets: Sequence[OffsetToCommit], now: int
+    def _accept(self, group: Group, offsets: Sequence[OffsetToCommit], now: int
                 ) -> tuple[dict[TopicPartition, ErrorCode],
                            dict[TopicPartition, CommittedOffset]]:
-        """The error of each partition whose metadata is too large, the others' offsets."""
+        """The error of each partition whose metadata is too large, the others' offsets,
+        each at the position of its record in ``group``'s log (the caller appends them
+        with no turn of the event loop in between: in the log's order)."""
         results: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, CommittedOffset] = {}
         for item in offsets:
@@ -151,7 +157,7 @@ class GroupOffsets:
                 results[(item.topic, item.partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
             accepted[(item.topic, item.partition)] = CommittedOffset(
-                item.offset, item.leader_epoch, metadata, now)
+                item.offset, item.leader_epoch, metadata, now, group.next_position())
         return results, accepted
 
     async def _store_offsets(self, group: Group, batch: Sequence[Record],

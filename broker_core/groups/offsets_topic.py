@@ -3,7 +3,10 @@ a partition's records are replayed into groups, and the snapshot a compaction ke
 
 Keys and values are small JSON documents (version 1), read back at start-up; a record
 whose value is null (a tombstone) deletes its key. Later records win over earlier ones,
-so replaying a partition from its log start rebuilds the state.
+so replaying a partition from its log start rebuilds the state: a transaction's offset
+too, which its commit installs only where no later plain offset record of the partition
+was written (Kafka's rule). So a snapshot keeps each group's offset records in their
+order.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypedDict
 
 from broker_core.groups.model import CommittedOffset, Group, GroupState, Member
@@ -211,10 +214,11 @@ def replay(groups: dict[tuple[str, str], Group], topic: str, partition: int, key
         if record.committed is None:
             group.offsets.pop(tp, None)
         else:
-            group.offsets[tp] = record.committed
+            group.install(tp, replace(record.committed, position=group.next_position()))
     elif isinstance(record, TxnOffsetRecord):
         group.pending_txn.setdefault(record.producer_id, {})[
-            (record.topic, record.partition)] = record.committed
+            (record.topic, record.partition)] = replace(record.committed,
+                                                        position=group.next_position())
     elif isinstance(record, TxnEndRecord):
         group.settle_txn(record.producer_id, record.commit)
     elif record.value is None:
@@ -228,17 +232,21 @@ def replay(groups: dict[tuple[str, str], Group], topic: str, partition: int, key
 def snapshot(groups: Iterable[Group], settling: Iterable[Sequence[Record]]) -> list[Record]:
     """What a compaction of one partition keeps: the records of its ``groups`` (the last
     group record each wrote, not its live membership, which may be mid-rebalance; its
-    offsets; its pending transactional offsets) and the batches still ``settling``
+    offsets and its pending transactional offsets, in the order of their records, which
+    decides what a transaction's commit installs) and the batches still ``settling``
     (appended, not yet durable)."""
     live: list[Record] = []
     for group in groups:
         if group.record is not None:
             live.append(group.record)
-        live.extend(offset_record(group.group_id, t, p, committed)
-                    for (t, p), committed in group.offsets.items())
-        live.extend(txn_offset_record(group.group_id, pid, t, p, committed)
-                    for pid, pending in group.pending_txn.items()
-                    for (t, p), committed in pending.items())
+        ordered = [(committed.position, offset_record(group.group_id, t, p, committed))
+                   for (t, p), committed in group.offsets.items()]
+        ordered.extend((committed.position,
+                        txn_offset_record(group.group_id, pid, t, p, committed))
+                       for pid, pending in group.pending_txn.items()
+                       for (t, p), committed in pending.items())
+        ordered.sort(key=lambda item: item[0])
+        live.extend(record for _, record in ordered)
     for batch in settling:
         live.extend(batch)
     return live

@@ -10,17 +10,22 @@ caught in
 PrepareCommit/PrepareAbort by a crash is completed at start, and one still Ongoing is
 aborted once its timeout passes. While an id's record is being written, other requests for
 it get CONCURRENT_TRANSACTIONS (Kafka's pending state), and they retry.
+
+The periodic duty (timeouts, completions to try again, expired ids) only starts each id's
+work, as a task of its own, and never waits for it: a completion that cannot finish (a
+marker whose partition's owner cannot write it, queued in a cluster until it can) holds
+that id alone, as Kafka's timeout scan never waits for the markers it sends.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import GroupCoordinator
@@ -35,6 +40,7 @@ from broker_core.transactions.model import (
     tombstone,
 )
 from broker_core.transactions.producer_ids import ProducerIdAllocator
+from common.log_fields import topic_fields
 
 log = logging.getLogger(__name__)
 MarkerWriter = Callable[[str, int, int, int, bool], "asyncio.Future[None] | None"]
@@ -96,7 +102,13 @@ class TransactionCoordinator(StateCoordinator):
         """How often each partition was handed to another broker (a write that settles
         after that changes nothing here)."""
         self._finishing: set[tuple[str, str]] = set()
-        self._completing: set[asyncio.Task[None]] = set()
+        """The ids whose markers are being written (:meth:`_finish`)."""
+        self._duties: dict[TxnKey, asyncio.Task[None]] = {}
+        """The work started in the background for an id (a completion, a timeout's abort,
+        an expiry): one at a time per id."""
+        self._failing: set[TxnKey] = set()
+        """The ids whose last background work failed (logged once until one succeeds)."""
+        self._stopping = False
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -114,12 +126,15 @@ class TransactionCoordinator(StateCoordinator):
             self.by_producer[txn.producer_id] = txn
 
     async def stop(self) -> None:
-        """Stop background work, including completions under way (the next owner of their
-        partition completes them)."""
-        for task in list(self._completing):
-            task.cancel()
-        await asyncio.gather(*self._completing, return_exceptions=True)
+        """Stop background work, the periodic duty first, then the work it (or a replay)
+        started, completions under way included (the next owner of their partition
+        completes them)."""
+        self._stopping = True
         await super().stop()
+        tasks = list(self._duties.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def partition_loaded(self, topic: str, partition: int) -> None:
         """Complete the transactions that the last owner of this partition (a crash, or a
@@ -129,16 +144,43 @@ class TransactionCoordinator(StateCoordinator):
         for txn in ending:
             log.info("completing transaction %s (%s) left by the previous coordinator",
                      txn.transactional_id, txn.state.value)
-            task = asyncio.get_running_loop().create_task(
-                self._finish(txn, txn.state == TxnState.PREPARE_COMMIT))
-            self._completing.add(task)
-            task.add_done_callback(self._completed)
+            self._start((txn.topic, txn.transactional_id), txn,
+                        self._finish(txn, txn.state == TxnState.PREPARE_COMMIT))
 
-    def _completed(self, task: asyncio.Task[None]) -> None:
-        self._completing.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("completing a transaction failed (the periodic duty retries): %s",
-                        task.exception())
+    def _start(self, key: TxnKey, txn: Txn, work: Coroutine[None, None, None]
+               ) -> asyncio.Task[None] | None:
+        """Run ``work`` for ``txn`` in the background, unless work of the id is under way
+        or the coordinator stops (then it is closed, never run)."""
+        if self._stopping or key in self._duties:
+            work.close()
+            return None
+        task = asyncio.get_running_loop().create_task(work)
+        self._duties[key] = task
+        task.add_done_callback(partial(self._done, key, txn))
+        return task
+
+    def _done(self, key: TxnKey, txn: Txn, task: asyncio.Task[None]) -> None:
+        """A background work of ``txn`` ended: a failure is logged (once per id until its
+        work succeeds again; the periodic duty tries again)."""
+        if self._duties.get(key) is task:
+            del self._duties[key]
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            self._failing.discard(key)
+            return
+        if key in self._failing:
+            return
+        self._failing.add(key)
+        if not isinstance(error, KafkaApiError):
+            log.error("transactional id %s: its background work failed (tried again; "
+                      "logged once until it succeeds)", txn.transactional_id,
+                      exc_info=error, extra=topic_fields(txn.topic))
+        else:
+            log.warning("transactional id %s (%s): its background work failed (tried "
+                        "again; logged once until it succeeds): %s", txn.transactional_id,
+                        txn.state.value, error.message, extra=topic_fields(txn.topic))
 
     def partition_unloaded(self, topic: str, partition: int) -> None:
         """Another broker coordinates this partition's transactional ids now, or this one
@@ -150,10 +192,14 @@ class TransactionCoordinator(StateCoordinator):
             txn = self.txns.pop(key)
             if self.by_producer.get(txn.producer_id) is txn:
                 del self.by_producer[txn.producer_id]
+            duty = self._duties.pop(key, None)
+            if duty is not None:  # its writes would be refused: the next owner's to do
+                duty.cancel()
+            self._failing.discard(key)
 
     async def periodic(self, now: int) -> None:
         """Abort timed-out transactions; forget expired transactional ids."""
-        await self.expire(now)
+        self.expire(now)
 
     # -- placement and checks ------------------------------------------------------------
 
@@ -168,7 +214,17 @@ class TransactionCoordinator(StateCoordinator):
 
     def _owned(self, topic: str, transactional_id: str, producer_id: int,
                epoch: int) -> Txn:
-        """The transaction, if this producer id and epoch may act on it."""
+        """The transaction, if this producer id and epoch may act on it and it is not
+        being completed."""
+        txn = self._current(topic, transactional_id, producer_id, epoch)
+        if txn.state in ENDING:
+            raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                                f"transaction of {transactional_id!r} is completing")
+        return txn
+
+    def _current(self, topic: str, transactional_id: str, producer_id: int,
+                   epoch: int) -> Txn:
+        """The transaction, if this producer id and epoch are its current ones."""
         txn = self.txns.get((topic, transactional_id))
         if txn is None or txn.producer_id != producer_id:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
@@ -181,9 +237,6 @@ class TransactionCoordinator(StateCoordinator):
         if epoch > txn.epoch:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
                                 f"epoch {epoch} of {transactional_id!r} is unknown")
-        if txn.state in ENDING:
-            raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
-                                f"transaction of {transactional_id!r} is completing")
         return txn
 
     async def _write(self, txn: Txn | None, target: Txn) -> None:
@@ -388,11 +441,20 @@ class TransactionCoordinator(StateCoordinator):
 
     async def end_txn(self, topic: str, transactional_id: str, producer_id: int, epoch: int,
                       commit: bool) -> None:
-        """EndTxn: commit or abort the open transaction."""
-        txn = self._owned(topic, transactional_id, producer_id, epoch)
+        """EndTxn: commit or abort the open transaction. As Kafka's: while a state change
+        of the id is being written, or the same end is being completed (a retry),
+        CONCURRENT_TRANSACTIONS; once it is complete, NONE; an end other than the one
+        under way or done, or no open transaction, INVALID_TXN_STATE."""
+        txn = self._current(topic, transactional_id, producer_id, epoch)
+        if (topic, transactional_id) in self._pending:
+            raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                                f"a state change of {transactional_id!r} is being written")
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         if txn.state == done:
             return  # a retry of an end that already happened
+        if txn.state == (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
+            raise KafkaApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                                f"transaction of {transactional_id!r} is completing")
         if txn.state != TxnState.ONGOING:
             raise KafkaApiError(ErrorCode.INVALID_TXN_STATE,
                                 f"transactional id {transactional_id!r} has no open "
@@ -442,23 +504,47 @@ class TransactionCoordinator(StateCoordinator):
 
     # -- timeouts and expiry -------------------------------------------------------------
 
-    async def expire(self, now: int) -> None:
-        """Abort transactions past their timeout; forget ids idle past the expiration."""
+    def expire(self, now: int) -> list[asyncio.Task[None]]:
+        """Start, each in a task of its own, the abort of every transaction past its
+        timeout, the completion of every one whose completion failed, and the expiry of
+        every id idle past the expiration; the tasks started (never awaited here: one that
+        cannot finish holds no other id)."""
+        started: list[asyncio.Task[None]] = []
         for key, txn in list(self.txns.items()):
-            if (txn.topic, txn.partition) not in self._loaded or key in self._pending or \
-                    self.txns.get(key) is not txn:
-                continue  # still being replayed (its state may be an intermediate one), a
-                # state change of it is being written, or forgotten meanwhile
-            if txn.state in ENDING:  # its completion failed (a full disk): try again
-                with contextlib.suppress(KafkaApiError):
-                    await self._finish(txn, txn.state == TxnState.PREPARE_COMMIT)
-            elif txn.state == TxnState.ONGOING and now - txn.start_ms > txn.timeout_ms:
-                log.info("transaction of %s timed out after %d ms; aborting",
-                         txn.transactional_id, txn.timeout_ms)
-                await self._end(txn, commit=False, fence=True)
-            elif txn.state not in ENDING and txn.state != TxnState.ONGOING and \
-                    now - txn.update_ms > self.config.id_expiration_ms:
-                await self._forget(key, txn)
+            if key not in self._duties and self._duty(key, txn, now) is not None:
+                task = self._start(key, txn, self._do_duty(key, txn, now))
+                if task is not None:
+                    started.append(task)
+        return started
+
+    def _duty(self, key: TxnKey, txn: Txn, now: int
+              ) -> Callable[[], Awaitable[None]] | None:
+        """What the periodic duty has to do for ``txn`` at ``now``, or None: nothing, or
+        not now (its partition still being replayed, when its state may be an intermediate
+        one; a state change of it being written; its markers being written; forgotten)."""
+        if (txn.topic, txn.partition) not in self._loaded or key in self._pending or \
+                key in self._finishing or self.txns.get(key) is not txn:
+            return None
+        if txn.state in ENDING:  # its completion failed (a full disk): try again
+            return partial(self._finish, txn, txn.state == TxnState.PREPARE_COMMIT)
+        if txn.state == TxnState.ONGOING:
+            return partial(self._time_out, txn) if now - txn.start_ms > txn.timeout_ms \
+                else None
+        if now - txn.update_ms > self.config.id_expiration_ms:
+            return partial(self._forget, key, txn)
+        return None
+
+    async def _do_duty(self, key: TxnKey, txn: Txn, now: int) -> None:
+        """Do the periodic duty's work of ``txn``, if it is still due now that the task
+        runs (a request may have changed the id meanwhile)."""
+        work = self._duty(key, txn, now)
+        if work is not None:
+            await work()
+
+    async def _time_out(self, txn: Txn) -> None:
+        log.info("transaction of %s timed out after %d ms; aborting",
+                 txn.transactional_id, txn.timeout_ms, extra=topic_fields(txn.topic))
+        await self._end(txn, commit=False, fence=True)
 
     async def _forget(self, key: tuple[str, str], txn: Txn) -> None:
         """Write the tombstone of an expired id and, once it is durable, forget the id

@@ -63,7 +63,7 @@ def test_a_fence_at_the_last_epochs_ends_the_open_transaction(tmp_path: Path,
         assert engine.stable_offset(TOPIC, 0) == 0  # open
 
         if fence == "timeout":
-            await engine.transactions.expire(int(time.time() * 1000) + 120_000)
+            await asyncio.gather(*engine.transactions.expire(int(time.time() * 1000) + 120_000))
             txn = engine.transactions.find(*key)
             assert txn is not None
             assert (txn.producer_id, txn.epoch, txn.state) == \

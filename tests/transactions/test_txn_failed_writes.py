@@ -115,6 +115,36 @@ def test_other_requests_wait_while_a_state_write_is_under_way() -> None:
     run_engine(scenario)
 
 
+def test_end_txn_waits_while_a_state_write_is_under_way_whatever_the_state() -> None:
+    """EndTxn while a state change of the id is being written is answered
+    CONCURRENT_TRANSACTIONS before its state is looked at, as Kafka answers while a
+    transition is pending: here the retry of a commit already complete (else NONE) and
+    an abort of it (else INVALID_TXN_STATE), while an InitProducerId bump waits."""
+
+    async def scenario(url: str, engine: Engine) -> None:
+        txns = engine.transactions
+        state_partition = await served(txns, STATE_TOPIC, TID)
+        pid, epoch = await txns.init_producer_id(STATE_TOPIC, TID, 60_000, -1, -1)
+        await txns.add_partitions(STATE_TOPIC, TID, pid, epoch, [(TOPIC, 0)])
+        await txns.end_txn(STATE_TOPIC, TID, pid, epoch, True)
+
+        async def meanwhile() -> None:
+            for commit in (True, False):
+                with pytest.raises(KafkaApiError) as refused:
+                    await txns.end_txn(STATE_TOPIC, TID, pid, epoch, commit)
+                assert refused.value.code == ErrorCode.CONCURRENT_TRANSACTIONS
+
+        await fails(url, state_partition,
+                    txns.init_producer_id(STATE_TOPIC, TID, 60_000, pid, epoch), meanwhile)
+        await served(txns, STATE_TOPIC, TID)
+        await txns.end_txn(STATE_TOPIC, TID, pid, epoch, True)  # nothing written: NONE
+        with pytest.raises(KafkaApiError) as refused:
+            await txns.end_txn(STATE_TOPIC, TID, pid, epoch, False)
+        assert refused.value.code == ErrorCode.INVALID_TXN_STATE
+
+    run_engine(scenario)
+
+
 @pytest.mark.parametrize("request_name", list(ACTIONS))
 def test_a_state_write_whose_answer_is_lost_is_served_as_stored(request_name: str) -> None:
     """An open transaction (partition 0 added); the request's write is committed but its
