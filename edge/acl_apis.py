@@ -8,11 +8,20 @@ no ACL may name a topic of the broker's system namespaces (see ``edge.authorizat
 Only superusers manage the CLUSTER ACLs of the default tenant (``kafkaTenant``): they also
 judge connections without a tenant login, which reach every tenant (their quotas, say), so
 a tenant admin of ``public`` granting them would reach beyond its tenant.
+
+All tenants' bindings are one document every broker holds, rewrites whole on each change
+and indexes again after it, so they are bounded (``maxAclBindingsPerTenant``, as
+``maxQuotaEntitiesPerTenant`` bounds the client quotas): a creation that would add a binding
+beyond the limit of its tenant (a superuser's count for the tenant they name) answers
+POLICY_VIOLATION, as a broker policy refuses an otherwise valid change (a binding that
+exists already always passes), and a CreateAcls of more creations than the limit answers
+INVALID_REQUEST for each, storing nothing (Kafka has no such limits but its request size).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import replace
 from typing import Protocol
 
@@ -101,9 +110,12 @@ def _binding_tenant(ctx: RequestContext, resource: AclResource, name: str) -> st
 class AclApis:
     """The three ACL APIs, bound to one store and policy."""
 
-    def __init__(self, store: AclStore, policy: Policy) -> None:
+    def __init__(self, store: AclStore, policy: Policy, max_bindings: int) -> None:
         self.store = store
         self.policy = policy
+        self.max_bindings = max_bindings
+        """The bindings a tenant may hold (``maxAclBindingsPerTenant``), and the most
+        creations one CreateAcls may carry."""
 
     def specs(self) -> list[ApiSpec]:
         """The ApiSpecs to serve."""
@@ -208,16 +220,38 @@ class AclApis:
                                 _DEFAULT_CLUSTER.format(tenant=tenant))
         return replace(selector, cluster=False)
 
+    def _check_room(self, binding: AclBinding, counts: Counter[str],
+                    created: set[AclBinding]) -> None:
+        """POLICY_VIOLATION when ``binding`` is new and its tenant holds ``max_bindings``
+        already (``counts``: the bindings per tenant, this request's ``created`` included)."""
+        if binding in self.store.bindings or binding in created:
+            return
+        if counts[binding.tenant] >= self.max_bindings:
+            raise KafkaApiError(ErrorCode.POLICY_VIOLATION,
+                                f"tenant {binding.tenant!r}'s ACL bindings are at the "
+                                f"broker's limit of {self.max_bindings}: delete one first")
+        counts[binding.tenant] += 1
+
     async def create(self, engine: Engine, ctx: RequestContext,
                      request: CreateAclsRequest) -> CreateAclsResponse:
-        """Handle CreateAcls."""
+        """Handle CreateAcls: every valid creation is stored in one change."""
         results = []
-        created = []
+        created: set[AclBinding] = set()
+        too_many = len(request.creations) > self.max_bindings
+        counts: Counter[str] | None = None
         for item in request.creations:
             code, message = ErrorCode.NONE, None
             try:
+                if too_many:
+                    raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                        f"{len(request.creations)} creations in one request; "
+                                        f"at most {self.max_bindings} are taken")
                 self._gate(engine, ctx, Operation.ALTER)
-                created.append(self._binding(ctx, item))
+                binding = self._binding(ctx, item)
+                if counts is None:  # counted once a request, when first needed
+                    counts = self.store.tenant_counts()
+                self._check_room(binding, counts, created)
+                created.add(binding)
             except KafkaApiError as error:
                 code, message = error.code, error.message
             results.append(CreateAclsResponse.AclCreationResult(error_code=code,

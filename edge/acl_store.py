@@ -6,6 +6,7 @@ index (``edge.acl_index``) rebuilt whenever the bindings change, here or on anot
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 
@@ -50,6 +51,9 @@ class AclStore:
         self._indexed: frozenset[AclBinding] | None = None
         """The bindings ``_index`` was built from."""
         self._index = AclIndex(())
+        self._counted: frozenset[AclBinding] | None = None
+        """The bindings ``_counts`` were counted from."""
+        self._counts: Counter[str] = Counter()
 
     @property
     def bindings(self) -> frozenset[AclBinding]:
@@ -65,6 +69,14 @@ class AclStore:
         (``KvDocument.change``)."""
         added = frozenset(bindings)
         await self.document.change(lambda current: current | added)
+
+    def tenant_counts(self) -> Counter[str]:
+        """The bindings of each tenant (a copy to change; counted again only after the
+        bindings change, as the index is built again)."""
+        bindings = self.bindings
+        if bindings is not self._counted:
+            self._counts, self._counted = Counter(b.tenant for b in bindings), bindings
+        return self._counts.copy()
 
     def find(self, selector: AclFilter) -> list[AclBinding]:
         """Bindings selected by the filter, in a stable order."""

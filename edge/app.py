@@ -249,7 +249,8 @@ class BrokerApp:
         self.engine.limits = self.limits
         self.dispatcher = Dispatcher(
             self.engine,
-            engine_apis() + edge_apis() + AclApis(self.acls, self.policy).specs()
+            engine_apis() + edge_apis()
+            + AclApis(self.acls, self.policy, config.max_acl_bindings_per_tenant).specs()
             + QuotaApis(self.quotas.store, TenantScope(self.policy),
                         config.max_quota_entities_per_tenant).specs(),
             Throttling(self.quotas))

@@ -115,3 +115,8 @@ class AuthorizationKeys(BaseModel):
         "kopAllowedNamespaces",
         "namespaces listed by 'all topics', e.g. `${tenant}/default,${tenant}/*`; empty = the"
         " login's namespace")] = ()
+    max_acl_bindings_per_tenant: Annotated[int, key(
+        "maxAclBindingsPerTenant",
+        "ACL bindings CreateAcls may hold per tenant (a superuser's count for the tenant "
+        "they name); a new one beyond answers POLICY_VIOLATION, and a CreateAcls of more "
+        "creations than this answers INVALID_REQUEST for each", ge=1, le=INT_MAX)] = 1000

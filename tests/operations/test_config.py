@@ -234,6 +234,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "authorizationEnabled": False,
     "superUserRoles": (),
     "kopAllowedNamespaces": (),
+    "maxAclBindingsPerTenant": 1000,
     "logLevel": "INFO",
     "logFormat": "TEXT",
 }
@@ -414,6 +415,7 @@ INVALID = [
     ("maxUnauthenticatedBufferedBytes", "-1"),
     ("maxConcurrentLogins", "0"),
     ("authorizationEnabled", "2"),
+    ("maxAclBindingsPerTenant", "0"),
     ("logLevel", "TRACE"),
     ("logLevel", "CRITICAL"),
     ("compressionType", "brotli"),

@@ -52,7 +52,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPro
     issuer = TokenIssuer("hmac", base / "keys")
     process = BrokerProcess(base / "data", {
         "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0", "authorizationEnabled": "true",
-        "superUserRoles": "admin", **issuer.settings}).start()
+        "superUserRoles": "admin", "maxAclBindingsPerTenant": "10000",
+        **issuer.settings}).start()
     try:
         yield process, issuer
     finally:
