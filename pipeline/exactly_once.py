@@ -53,7 +53,8 @@ of its first row's topic: no staging and no copy, but a batch interrupted by a c
 partly visible (the tasks that committed) until the restarted query writes the rest;
 only the tasks of the replay that had not committed write (which needs the replay to put
 the same rows in the same Spark partition, as queries without nondeterministic shuffles
-do).
+do). A task commits only if its input came whole (:mod:`pipeline.task_input`): rows cut
+short by a failing upstream stage or a killed executor are aborted, not committed.
 
 The two modes keep their markers apart: a query must not change ``atomicity`` across a
 restart that replays an interrupted batch.
@@ -73,6 +74,7 @@ from pyspark.sql import Row
 from pipeline import clients
 from pipeline.options import KafkaOptions
 from pipeline.produce import produce_all, topic_of
+from pipeline.task_input import executor_link, input_cut
 
 log = logging.getLogger(__name__)
 
@@ -160,10 +162,19 @@ def write_once(options: KafkaOptions, rows: Iterator[Row]) -> tuple[int, bool]:
     """``atomicity=partition``: write the running task's ``rows`` in its transaction
     unless an earlier run committed them; the number of records written and whether the
     batch was skipped as already written."""
+    link = executor_link()
     first = next(rows, None)
     if first is None:
         return 0, False
     name = f"{query_prefix(options)}-{running_task().partitionId()}"
+
+    def write_all() -> int:
+        count = produce_all(producer, options, chain([first], rows))
+        if input_cut(link):
+            raise RuntimeError(f"edgekafka sink: the input of {name} ended early (the "
+                               f"executor closed it after {count} rows): not committed")
+        return count
+
     marker = Marker(options, name, topic_of(first, options), task_batch_id())
     try:
         producer = clients.producer(options, transactional_id=name)
@@ -174,7 +185,6 @@ def write_once(options: KafkaOptions, rows: Iterator[Row]) -> tuple[int, bool]:
             for _row in rows:  # Spark streams the rest to this worker: take it in
                 pass
             return 0, True
-        return marker.commit_with(
-            producer, lambda: produce_all(producer, options, chain([first], rows))), False
+        return marker.commit_with(producer, write_all), False
     finally:
         marker.close()

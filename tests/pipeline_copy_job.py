@@ -4,12 +4,15 @@ so that the test can kill its driver and JVM: copies topic IN to topic OUT throu
 
     python -m tests.pipeline_copy_job BOOTSTRAP IN OUT CHECKPOINT [--slow SECONDS]
         [--atomicity batch|partition] [--max-offsets N] [--copy-pause-ms MS]
+        [--fail-after N]
 
 With --slow, every row of input partition 1 waits that long on its way to the sink (and
 the sink gets rows in small Arrow batches through small buffers), so partition 0's task
 finishes its share of a micro-batch while partition 1's is still writing. --atomicity,
 --max-offsets and --copy-pause-ms set the options ``atomicity``, ``maxOffsetsPerTrigger``
-and ``copyPauseMs``."""
+and ``copyPauseMs``. With --fail-after N, the job's pacing UDF raises at row N of input
+partition 1 (the Spark task feeding the sink fails with the sink's input cut short,
+the JVM alive)."""
 
 from __future__ import annotations
 
@@ -29,11 +32,15 @@ def main(args: argparse.Namespace) -> int:
         "spark.buffer.size": "1024"})
     spark.sparkContext.setLogLevel("ERROR")
     slow: float = args.slow
+    fail_after: int = args.fail_after
 
     @udf("binary")
     def pace(partition: int, value: bytes) -> bytes:
-        if slow and partition == 1:
-            time.sleep(slow)
+        if partition == 1:
+            if slow:
+                time.sleep(slow)
+            if fail_after and int(value.split(b"-")[-1]) >= fail_after:
+                raise RuntimeError("pipeline_copy_job: --fail-after reached")
         return value
 
     reader = (spark.readStream.format("edgekafka")
@@ -65,6 +72,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--atomicity", default="batch")
     parser.add_argument("--max-offsets", type=int, default=0)
     parser.add_argument("--copy-pause-ms", type=int, default=0)
+    parser.add_argument("--fail-after", type=int, default=0)
     return parser.parse_args(argv)
 
 

@@ -8,7 +8,8 @@ batch and once while the driver copies it, and right after each kill a read_comm
 reader sees whole micro-batches only (each input value names its partition and offset,
 and the checkpoint's offset log says which offsets each batch holds). With
 ``atomicity=partition`` it is killed when one task's transaction has committed and the
-other's is still open."""
+other's is still open; and the stage feeding one task fails mid-batch (its input cut
+short, the JVM alive): the task commits nothing."""
 
 from __future__ import annotations
 
@@ -275,3 +276,30 @@ def test_batch_atomicity_driver_killed_in_each_phase_shows_whole_batches_only(
     got = read_values(bootstrap, target, 2, "read_committed")
     assert sorted(got) == sorted(b"%d-%d" % (p, i) for i in range(BATCH_INPUT + 100)
                                  for p in (0, 1))
+
+
+@pytest.mark.timeout(900)
+def test_partition_atomicity_input_cut_short_by_a_failing_upstream_commits_nothing(
+        broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
+    """A task whose input ends early (the stage feeding the sink failed, the JVM alive and
+    closing the worker's input) must not commit the rows it got: the marker would say
+    the batch is written and the restart would skip the rest of it."""
+    bootstrap = broker.bootstrap
+    source, target = topic_name, f"{topic_name}-out"
+    create_topic(bootstrap, source, 2)
+    create_topic(bootstrap, target, 2)
+    first = [b"first-%d" % i for i in range(2 * PER_PARTITION)]
+    produce(bootstrap, source, [(i % 2, None, v) for i, v in enumerate(first)])
+    checkpoint, log = tmp_path / "checkpoint", tmp_path / "job.log"
+
+    job = start_job(bootstrap, source, target, checkpoint, log, "--slow", "0.01",
+                    "--fail-after", "500", "--atomicity", "partition")
+    assert wait_for_exit(job, 600) not in (0, None), log.read_text()[-3000:]
+    if job.poll() is None:
+        kill(job)
+    assert read_all(bootstrap, target, 1, "read_committed") == [], log.read_text()[-3000:]
+
+    job = start_job(bootstrap, source, target, checkpoint, log, "--atomicity", "partition")
+    run_to_end(job, log)
+    got = [v for p in (0, 1) for v in read_all(bootstrap, target, p, "read_committed")]
+    assert sorted(got) == sorted(first)

@@ -1,10 +1,12 @@
 """The pipeline's pure parts, without Spark: option parsing, offset specs and the
-checkpoint form, read limits, client settings, ``--since`` and the printed tables."""
+checkpoint form, read limits, client settings, ``--since``, the printed tables, and how
+a task tells a cut input from a whole one (on real sockets)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import socket
 
 import confluent_kafka
 import pytest
@@ -16,6 +18,7 @@ from pipeline.offsets import from_json, parse_spec, rate_limit, to_json
 from pipeline.options import OptionError, parse_options
 from pipeline.produce import Record
 from pipeline.staging import RangeCollector, from_staging, merge, to_staging
+from pipeline.task_input import LinkNotFound, executor_link, input_cut
 
 BOOT = {"kafka.bootstrap.servers": "h:1"}
 
@@ -142,3 +145,30 @@ def test_format_table() -> None:
     assert text.splitlines() == ["== t ==", "name       count", "---------  -----",
                                  "a              1", "long-name     12"]
     assert format_table("== e ==", ["x"], []).splitlines()[-1] == "(none)"
+
+
+def test_a_task_finds_its_executor_link_on_the_stack_and_tells_a_cut_input() -> None:
+    def task() -> socket.socket:  # what the sink calls, under the daemon's frame
+        return executor_link()
+
+    def daemon_worker(sock: socket.socket) -> socket.socket:
+        return task()
+
+    def tcp_pair() -> tuple[socket.socket, socket.socket]:
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            executor = socket.create_connection(server.getsockname())
+            return server.accept()[0], executor
+
+    with pytest.raises(LinkNotFound, match=r"spark\.python\.use\.daemon"):
+        task()
+    for worker, executor in (socket.socketpair(socket.AF_UNIX), tcp_pair()):
+        with worker, executor:
+            link = daemon_worker(worker)
+            assert link is worker
+            assert not input_cut(link)  # open, nothing pending: the JVM awaits the answer
+            executor.sendall(b"\xff\xff\xff\xfc")  # the end-of-stream message, unread
+            assert not input_cut(link) and not input_cut(link)
+            assert worker.recv(4) == b"\xff\xff\xff\xfc"  # the peeks took nothing
+            executor.shutdown(socket.SHUT_WR)  # what the JVM's writer does on a failure
+            assert input_cut(link)
+            assert worker.fileno() >= 0  # the probe closed its own descriptor only
