@@ -154,15 +154,21 @@ def run_to_end(job: subprocess.Popen[bytes], log: Path) -> None:
             kill(job)
 
 
+def two_partition_copy(bootstrap: str, source: str, target: str, prefix: str) -> list[bytes]:
+    """Source and target topics of 2 partitions, the source holding PER_PARTITION values
+    ``<prefix>-<i>`` in each partition (even ``i`` in 0, odd in 1); the values."""
+    create_topic(bootstrap, source, 2)
+    create_topic(bootstrap, target, 2)
+    values = [b"%s-%d" % (prefix.encode(), i) for i in range(2 * PER_PARTITION)]
+    produce(bootstrap, source, [(i % 2, None, v) for i, v in enumerate(values)])
+    return values
+
+
 @pytest.mark.timeout(900)
 def test_partition_atomicity_driver_killed_mid_batch_writes_each_record_once(
         broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
-    bootstrap = broker.bootstrap
-    source, target = topic_name, f"{topic_name}-out"
-    create_topic(bootstrap, source, 2)
-    create_topic(bootstrap, target, 2)
-    first = [b"first-%d" % i for i in range(2 * PER_PARTITION)]
-    produce(bootstrap, source, [(i % 2, None, v) for i, v in enumerate(first)])
+    bootstrap, source, target = broker.bootstrap, topic_name, f"{topic_name}-out"
+    first = two_partition_copy(bootstrap, source, target, "first")
     checkpoint, log = tmp_path / "checkpoint", tmp_path / "job.log"
 
     job = start_job(bootstrap, source, target, checkpoint, log, "--slow", SLOW_SECONDS,
@@ -284,12 +290,8 @@ def test_partition_atomicity_input_cut_short_by_a_failing_upstream_commits_nothi
     """A task whose input ends early (the stage feeding the sink failed, the JVM alive and
     closing the worker's input) must not commit the rows it got: the marker would say
     the batch is written and the restart would skip the rest of it."""
-    bootstrap = broker.bootstrap
-    source, target = topic_name, f"{topic_name}-out"
-    create_topic(bootstrap, source, 2)
-    create_topic(bootstrap, target, 2)
-    first = [b"first-%d" % i for i in range(2 * PER_PARTITION)]
-    produce(bootstrap, source, [(i % 2, None, v) for i, v in enumerate(first)])
+    bootstrap, source, target = broker.bootstrap, topic_name, f"{topic_name}-out"
+    first = two_partition_copy(bootstrap, source, target, "first")
     checkpoint, log = tmp_path / "checkpoint", tmp_path / "job.log"
 
     job = start_job(bootstrap, source, target, checkpoint, log, "--slow", "0.01",
