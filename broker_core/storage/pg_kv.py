@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from . import pg_changes
 from .cluster import NotOwner
-from .pg_database import Database
+from .pg_database import Conn, Database
 
 _CAS_INSERT = (
     "INSERT INTO edge_kv (key, value) VALUES (%(k)s, %(v)s) ON CONFLICT DO NOTHING",
@@ -62,16 +62,23 @@ class PgKeyValues:
                 conn.execute("INSERT INTO edge_kv VALUES (%s, %s) ON CONFLICT (key) "
                              "DO UPDATE SET value = excluded.value", (key, bytes(value)))
                 pg_changes.bump(conn, pg_changes.KV)
-            else:  # only the partition's owner, at the epoch it holds
-                epoch = self._epoch() if self._epoch is not None else None
-                stored = conn.execute(
-                    "INSERT INTO edge_partition_kv SELECT id, %s, %s FROM edge_partitions"
-                    " WHERE id = %s AND owner_epoch = coalesce(%s, owner_epoch)"
-                    " ON CONFLICT (partition_id, key)"
-                    " DO UPDATE SET value = excluded.value",
-                    (key, bytes(value), self._scope, epoch)).rowcount
-                if stored != 1:
-                    raise NotOwner(f"partition {self._scope} is no longer owned here")
+            else:
+                self._hold_claim(conn)
+                conn.execute("INSERT INTO edge_partition_kv VALUES (%s, %s, %s)"
+                             " ON CONFLICT (partition_id, key)"
+                             " DO UPDATE SET value = excluded.value",
+                             (self._scope, key, bytes(value)))
+
+    def _hold_claim(self, conn: Conn) -> None:
+        """Only the partition's owner writes its area, at the epoch it holds: the
+        partition's row is locked against a claim (which updates it) until the write
+        commits, so an owner paused past a takeover cannot overwrite the new owner's
+        values (a plain conditional INSERT took no lock a claim waits for)."""
+        epoch = self._epoch() if self._epoch is not None else None
+        if conn.execute("SELECT 1 FROM edge_partitions WHERE id = %s AND owner_epoch"
+                        " = coalesce(%s, owner_epoch) FOR SHARE",
+                        (self._scope, epoch)).fetchone() is None:
+            raise NotOwner(f"partition {self._scope} is no longer owned here")
 
     def compare_and_set(self, key: str, expected: bytes | None, value: bytes) -> bool:
         """One conditional statement: a concurrent writer's commit makes the condition
@@ -80,12 +87,8 @@ class PgKeyValues:
         self._check()
         statements = _CAS_INSERT if expected is None else _CAS_UPDATE
         with self._db.tx() as conn:
-            if self._scope is not None:  # only the partition's owner, at the epoch it holds
-                epoch = self._epoch() if self._epoch is not None else None
-                if conn.execute("SELECT 1 FROM edge_partitions WHERE id = %s AND owner_epoch"
-                                " = coalesce(%s, owner_epoch) FOR SHARE",
-                                (self._scope, epoch)).fetchone() is None:
-                    raise NotOwner(f"partition {self._scope} is no longer owned here")
+            if self._scope is not None:
+                self._hold_claim(conn)
             stored = conn.execute(statements[self._scope is not None], {
                 "s": self._scope, "k": key, "v": bytes(value), "e": expected}).rowcount == 1
             if stored and self._scope is None:

@@ -4,7 +4,8 @@ segment, once committed, keeps a window whose query ran before it from being ser
 a partition that was another broker's for a while (and cleaned there) serves what is
 stored once it is back, not what was read ahead before it left. A read served old rows
 after the cleaner raised its checkpoint would give read_committed consumers aborted
-records with no aborted transaction listed for them. On a real PostgreSQL server."""
+records with no aborted transaction listed for them. And a partition's key-value write
+commits before a takeover that starts meanwhile. On a real PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -161,3 +162,36 @@ def test_a_partition_back_from_another_owner_drops_what_it_read_ahead(
         log.fence(epoch + 2)  # and back here
     consumed, stored = _read_on(log, 4), _stored(log, 4)
     assert _shown(consumed) == _shown(stored) and consumed == stored
+
+
+def test_a_partition_value_written_by_its_owner_commits_before_a_takeover(
+        storage: Storage) -> None:
+    """An owner's write of its partition's key-value area (producer snapshot, cleaner
+    checkpoint) holds the partition's row against a claim until it commits: a takeover
+    that starts meanwhile waits for it, so the new owner never has its own values
+    overwritten by an owner paused past the takeover (a write held in the database here,
+    by a trigger that sleeps inside its transaction)."""
+    log = partition(storage)
+    assert isinstance(log, PgPartition)
+    url = storage.location
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT owner_epoch FROM edge_partitions").fetchone()
+        assert row is not None
+        epoch = int(row[0])
+        log.fence(epoch)
+        conn.execute("CREATE FUNCTION held() RETURNS trigger LANGUAGE plpgsql AS $$"
+                     " BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$")
+        conn.execute("CREATE TRIGGER held AFTER INSERT OR UPDATE ON edge_partition_kv"
+                     " FOR EACH ROW EXECUTE FUNCTION held()")
+        with ThreadPoolExecutor(1) as owner:
+            writing = owner.submit(log.state.put, "snapshot", b"old owner's")
+            deadline = time.monotonic() + 30
+            while conn.execute("SELECT 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+                               ).fetchone() is None:
+                assert time.monotonic() < deadline and not writing.done(), writing
+                time.sleep(0.01)
+            # the claim of another broker, while the owner's write is held before commit
+            conn.execute("UPDATE edge_partitions SET owner_epoch = %s", (epoch + 1,))
+            claimed_after_the_write = writing.done()
+            writing.result(30)
+        assert claimed_after_the_write, "the claim did not wait for the owner's write"
