@@ -4,7 +4,9 @@ Sessions (KIP-227) are declined by answering session id 0, so every fetch is a f
 a request whose session epoch is neither 0 (a new full session) nor -1 (a full fetch
 without one) names a session, which cannot exist, and is answered the top-level error
 FETCH_SESSION_ID_NOT_FOUND with no partitions (Kafka's answer to an unknown session id,
-0 included; INVALID_FETCH_SESSION_EPOCH only comes with a session that exists).
+0 included; INVALID_FETCH_SESSION_EPOCH only comes with a session that exists). A partition
+named twice is answered once, where it was first named, as the later entry asks (Kafka
+keys the request's partitions in a LinkedHashMap).
 A ledger not read since start-up is CRC-checked in a worker thread before its first read;
 a fetch at an offset whose stored records are damaged answers CORRUPT_MESSAGE, as Kafka
 does for a corrupt record in its log (the client raises it; it is not retried away). A
@@ -65,7 +67,9 @@ class _Wanted:
 
 
 def _resolve(engine: Engine, ctx: RequestContext, request: FetchRequest) -> list[_Wanted]:
-    wanted = []
+    """The partitions requested, each once: a partition named again keeps its first place
+    and takes the later entry's offset and limits."""
+    wanted: dict[tuple[str, int], _Wanted] = {}
     for topic in request.topics:
         internal: str | None = None
         error = ErrorCode.NONE
@@ -78,9 +82,10 @@ def _resolve(engine: Engine, ctx: RequestContext, request: FetchRequest) -> list
         except KafkaApiError as failure:
             error = failure.code
         for part in topic.partitions:
-            wanted.append(_Wanted(topic.topic, internal, part.partition, part.fetch_offset,
-                                  part.partition_max_bytes, error, part.current_leader_epoch))
-    return wanted
+            wanted[(topic.topic, part.partition)] = _Wanted(
+                topic.topic, internal, part.partition, part.fetch_offset,
+                part.partition_max_bytes, error, part.current_leader_epoch)
+    return list(wanted.values())
 
 
 @dataclass

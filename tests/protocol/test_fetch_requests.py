@@ -1,5 +1,5 @@
 """Fetch requests Kafka answers by their shape, sent exactly: a request naming a fetch
-session (KIP-227; the broker hands none out)."""
+session (KIP-227; the broker hands none out) and a partition named twice."""
 
 from __future__ import annotations
 
@@ -87,3 +87,14 @@ def test_a_full_fetch_is_answered_without_a_session(
                      session_epoch=epoch, forgotten=[(topic, [(0, 0)])])
     assert (response.error_code, response.session_id) == (0, 0)
     assert answered(response) == [(topic, [(0, 0, list(range(10))), (1, 0, [5, 6, 7, 8, 9])])]
+
+
+def test_a_partition_named_twice_is_answered_once(conn: RawConnection, topic: str) -> None:
+    """Kafka keys a fetch's partitions in a LinkedHashMap: a partition named again keeps
+    the place it was first named at and takes the later entry's fetch offset."""
+    response = fetch(conn, [(topic, [(0, 0), (1, 0), (0, 5)])])
+    assert answered(response) == [(topic, [(0, 0, [5, 6, 7, 8, 9]), (1, 0, list(range(10)))])]
+    response = fetch(conn, [(topic, [(1, 5)]), ("elsewhere", [(0, 0)]), (topic, [(1, 0)])])
+    assert [(name, [p for p, _, _ in parts]) for name, parts in answered(response)] == \
+        [(topic, [1]), ("elsewhere", [0])]
+    assert answered(response)[0][1][0][2] == list(range(10))
