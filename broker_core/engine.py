@@ -171,7 +171,8 @@ class Engine:
         self.cleaner = LogCleaner(logs, self._cleaned_configs, self._writes,
                                   config.log_cleaner_io_max_bytes_per_second,
                                   cleaned=self.producers.cleaned,
-                                  map_bytes=config.log_cleaner_dedupe_buffer_size)
+                                  map_bytes=config.log_cleaner_dedupe_buffer_size,
+                                  producer_expiration_ms=config.producer_id_expiration_ms)
         self.background = BackgroundWork(config, logs, self.producers, self.flusher,
                                          self.cleaner, self._forget_topic, self.kv_readers)
 

@@ -12,7 +12,7 @@ from broker_core.cluster.service import ClusterConfig
 from broker_core.codec.compression import codec_of
 from broker_core.groups.config import GroupConfig
 from broker_core.loop_metrics import LoopCounter
-from broker_core.producer_states import DEFAULT_EXPIRATION_MS
+from broker_core.partition_producers import DEFAULT_EXPIRATION_MS
 from broker_core.topic_configs import config_number, list_items
 from broker_core.transactions.coordinator import TxnConfig
 from common.names import DEFAULT_METADATA_NAMESPACE, DEFAULT_METADATA_TENANT

@@ -27,6 +27,15 @@ from broker_core.storage import BatchInfo
 
 _KEPT_BATCHES = 5
 _INT32_MAX = 2**31 - 1
+DEFAULT_EXPIRATION_MS = 86_400_000
+"""Kafka's ``producer.id.expiration.ms``: one day."""
+
+
+def expired(last_timestamp: int, now_ms: int, expiration_ms: int) -> bool:
+    """Whether a producer whose latest batch (data or marker) has ``last_timestamp`` is
+    idle past the expiration at ``now_ms`` (one with an open transaction never is: the
+    caller's check)."""
+    return last_timestamp <= now_ms - expiration_ms
 
 BatchRange = tuple[int, int, int, int]
 """A kept batch: first and last sequence, base and last offset."""
@@ -192,9 +201,9 @@ class PartitionProducers:
     def expire(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers without an open transaction whose last write (by its batch
         timestamp) is ``expiration_ms`` or more before ``now_ms``; return how many."""
-        cutoff = now_ms - expiration_ms
         idle = [pid for pid, entry in self.producers.items()
-                if entry.txn_first_offset is None and entry.last_timestamp <= cutoff]
+                if entry.txn_first_offset is None
+                and expired(entry.last_timestamp, now_ms, expiration_ms)]
         for pid in idle:
             del self.producers[pid]
         return len(idle)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 from broker_core.compaction.cleaning import Checkpoint
-from broker_core.partition_producers import PartitionProducers, Snapshot
+from broker_core.partition_producers import DEFAULT_EXPIRATION_MS, PartitionProducers, Snapshot
 from broker_core.storage import (
     PartitionStore,
     StorageError,
@@ -98,10 +98,6 @@ class _Loaded:
             moved != 0 and (now - self.saved_at >= SNAPSHOT_MAX_AGE_S
                             or self.partition.size_bytes - self.saved_size
                             >= SNAPSHOT_EVERY_BYTES))
-
-
-DEFAULT_EXPIRATION_MS = 86_400_000
-"""Kafka's ``producer.id.expiration.ms``: one day."""
 
 
 class ProducerStates:

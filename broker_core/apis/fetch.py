@@ -1,6 +1,12 @@
 """Fetch: read batches from the ledgers, long-polling on appends until ``min_bytes`` arrive.
 
-Sessions (KIP-227) are declined by answering session id 0, so every fetch is a full one.
+Sessions (KIP-227) are declined by answering session id 0, so every fetch is a full one:
+a request whose session epoch is neither 0 (a new full session) nor -1 (a full fetch
+without one) names a session, which cannot exist, and is answered the top-level error
+FETCH_SESSION_ID_NOT_FOUND with no partitions (Kafka's answer to an unknown session id,
+0 included; INVALID_FETCH_SESSION_EPOCH only comes with a session that exists). A partition
+named twice is answered once, where it was first named, as the later entry asks (Kafka
+keys the request's partitions in a LinkedHashMap).
 A ledger not read since start-up is CRC-checked in a worker thread before its first read;
 a fetch at an offset whose stored records are damaged answers CORRUPT_MESSAGE, as Kafka
 does for a corrupt record in its log (the client raises it; it is not retried away). A
@@ -34,6 +40,10 @@ from broker_core.topic_configs import config_number
 from common.frames import Chunk
 
 READ_COMMITTED = 1
+FULL_FETCH_EPOCHS = (0, -1)
+"""Session epochs of a full fetch (KIP-227): 0 opens a session, -1 asks for none."""
+SESSIONS_FROM = 7
+"""The first Fetch version with session ids and epochs."""
 ZSTD_FETCH_VERSION = 10
 """The first Fetch version whose clients read zstd (KIP-110): older ones get
 UNSUPPORTED_COMPRESSION_TYPE for a topic whose ``compression.type`` is zstd, as from
@@ -57,7 +67,9 @@ class _Wanted:
 
 
 def _resolve(engine: Engine, ctx: RequestContext, request: FetchRequest) -> list[_Wanted]:
-    wanted = []
+    """The partitions requested, each once: a partition named again keeps its first place
+    and takes the later entry's offset and limits."""
+    wanted: dict[tuple[str, int], _Wanted] = {}
     for topic in request.topics:
         internal: str | None = None
         error = ErrorCode.NONE
@@ -70,9 +82,10 @@ def _resolve(engine: Engine, ctx: RequestContext, request: FetchRequest) -> list
         except KafkaApiError as failure:
             error = failure.code
         for part in topic.partitions:
-            wanted.append(_Wanted(topic.topic, internal, part.partition, part.fetch_offset,
-                                  part.partition_max_bytes, error, part.current_leader_epoch))
-    return wanted
+            wanted[(topic.topic, part.partition)] = _Wanted(
+                topic.topic, internal, part.partition, part.fetch_offset,
+                part.partition_max_bytes, error, part.current_leader_epoch)
+    return list(wanted.values())
 
 
 @dataclass
@@ -238,11 +251,15 @@ def fetch_response_bound(engine: Engine, request: FetchRequest) -> int:
 
 
 async def handle_fetch(engine: Engine, ctx: RequestContext,
-                       request: FetchRequest) -> Later[FetchAnswer]:
+                       request: FetchRequest) -> FetchAnswer | Later[FetchAnswer]:
     """Answer Fetch, waiting up to ``max_wait_ms`` for ``min_bytes`` to be available. The
     dispatch stage resolves names and permissions; the reads and the long poll are the
     waiting stage (a fetch changes nothing, and reads as of when it answers), so a parked
-    fetch never holds up the requests behind it, such as a consumer's heartbeat."""
+    fetch never holds up the requests behind it, such as a consumer's heartbeat. A request
+    naming a fetch session is answered at once (see the module docstring)."""
+    if request.version >= SESSIONS_FROM and request.session_epoch not in FULL_FETCH_EPOCHS:
+        return FetchAnswer(request.version, [],
+                           error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     wanted = _resolve(engine, ctx, request)
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     return Later(_poll(engine, request, wanted, deadline, _max_bytes(engine, request, ctx)))

@@ -97,6 +97,8 @@ class FetchAnswer(Prewritten):
     version: int
     topics: list[TopicAnswer]
     throttle_time_ms: int = 0
+    error_code: int = 0
+    """The top-level error (v7 on: a fetch session's; then no topics)."""
 
     @property
     def record_bytes(self) -> int:
@@ -104,16 +106,19 @@ class FetchAnswer(Prewritten):
         return sum(part.size for topic in self.topics for part in topic.partitions)
 
     def encode_parts(self) -> tuple[list[Chunk], int]:
-        return encode_fetch_response(self.version, self.topics, self.throttle_time_ms)
+        return encode_fetch_response(self.version, self.topics, self.throttle_time_ms,
+                                     self.error_code)
 
 
 def encode_fetch_response(version: int, topics: Sequence[TopicAnswer],
-                          throttle_time_ms: int = 0) -> tuple[list[Chunk], int]:
-    """The response body as buffers to write in order, and its total size in bytes."""
+                          throttle_time_ms: int = 0, error_code: int = 0
+                          ) -> tuple[list[Chunk], int]:
+    """The response body as buffers to write in order, and its total size in bytes (the
+    session id always 0: no fetch session is handed out)."""
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"Fetch v{version} is not written by hand")
     flexible = version >= FLEXIBLE_FROM
-    head = (_HEAD_V7.pack(throttle_time_ms, 0, 0) if version >= 7
+    head = (_HEAD_V7.pack(throttle_time_ms, error_code, 0) if version >= 7
             else _HEAD_V4.pack(throttle_time_ms))
     parts: list[Chunk] = []
     pending = [head, _array_length(len(topics), flexible)]

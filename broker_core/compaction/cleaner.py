@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from broker_core import metrics
 from broker_core.codec.errors import MalformedBatch
+from broker_core.partition_producers import DEFAULT_EXPIRATION_MS
 from broker_core.storage import (
     PartitionStore,
     SealedSegment,
@@ -120,13 +121,15 @@ class LogCleaner:
                  writes: Callable[[str, int], bool], io_max_bytes_per_second: int,
                  clock: Callable[[], int] = wall_clock_ms,
                  cleaned: Callable[[str, int, PartitionStore, int], None] | None = None,
-                 map_bytes: int = DEFAULT_MAP_BYTES) -> None:
+                 map_bytes: int = DEFAULT_MAP_BYTES,
+                 producer_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
         """``configs_of`` gives a topic's effective configs (None: not to be cleaned);
         ``writes`` whether this broker writes a partition; ``cleaned`` is told each
         checkpoint saved (``ProducerStates.cleaned``: aborted transactions below it are no
         longer listed); ``map_bytes`` bounds the key map of one cleaning
         (``logCleanerDedupeBufferSize``: a partition whose dirty keys outgrow it is cleaned
-        over several rounds)."""
+        over several rounds); ``producer_expiration_ms`` is ``producerIdExpirationMs`` (a
+        producer idle that long keeps no empty last batch)."""
         self._storage = storage
         self._configs_of = configs_of
         self._writes = writes
@@ -134,6 +137,7 @@ class LogCleaner:
         self._clock = clock
         self._cleaned = cleaned
         self._map_bytes = map_bytes
+        self._producer_expiration_ms = producer_expiration_ms
         self._firsts: dict[tuple[str, int, int, int], int] = {}
         """The first batch's timestamp of each dirty segment seen in the last round (read
         once per segment, not every round)."""
@@ -183,7 +187,8 @@ class LogCleaner:
                     configs = self._configs_of(name)
                     if configs is not None \
                             and "compact" in list_items(configs["cleanup.policy"]):
-                        compacted[name] = CompactionSettings.of(configs)
+                        compacted[name] = CompactionSettings.of(
+                            configs, self._producer_expiration_ms)
                 settings = compacted[name]
                 if settings is None or not self._writes(name, index):
                     continue

@@ -29,10 +29,15 @@ The third rewrites each segment (``records``) by Kafka's rules:
   always stays), or its transaction was aborted;
 * a tombstone (null value) stays until the delete horizon of its batch, stamped
   ``delete.retention.ms`` ahead by the first cleaning that keeps it, has passed;
-* a batch left without records goes, unless it is its producer's last in the range: it
-  then stays empty, so the producer state rebuilt from the log keeps its sequence; a filler
-  of an earlier cleaning stays as it is (so a segment cleaned before is not rewritten
-  again for nothing);
+* a batch left without records goes, unless it is its producer's last in the range and
+  the producer is still active (as Kafka keeps the last batch of the producers its state
+  still holds): it then stays empty, so the producer state rebuilt from the log keeps its
+  sequence; a filler of an earlier cleaning stays as it is (so a segment cleaned before is
+  not rewritten again for nothing). A producer is active while it has a transaction
+  without its marker, or its latest batch (data or marker, in the range or the marker
+  found beyond it) is younger than ``producerIdExpirationMs``: the rule by which the
+  producer state forgets it (``partition_producers.expired``), so every producer id that
+  ever wrote does not keep an empty batch forever;
 * a transaction marker (commit or abort) goes once its transaction has nothing left in
   the log (not even its producer's last batch, kept empty) and its own delete horizon,
   stamped as a tombstone's by the first cleaning that finds the transaction empty, has
@@ -64,6 +69,7 @@ from dataclasses import dataclass, field
 from broker_core.codec.batch_header import BatchHeader, last_offset_delta, read_header
 from broker_core.codec.errors import MalformedBatch
 from broker_core.codec.markers import COMMIT, marker_type
+from broker_core.partition_producers import DEFAULT_EXPIRATION_MS, expired
 from broker_core.storage import BatchInfo, PartitionStore, SealedSegment
 from broker_core.topic_configs import LONG_MAX, config_number
 
@@ -86,7 +92,8 @@ class Stopped(Exception):
 
 @dataclass(frozen=True, slots=True)
 class CompactionSettings:
-    """A compacted topic's cleaning settings (its effective configs)."""
+    """A compacted topic's cleaning settings (its effective configs), and the broker's
+    producer expiration."""
 
     min_dirty_ratio: float
     min_lag_ms: int
@@ -94,14 +101,17 @@ class CompactionSettings:
     delete_retention_ms: int
     segment_bytes: int
     """Adjacent segments whose sizes add up to no more are merged into one."""
+    producer_expiration_ms: int = DEFAULT_EXPIRATION_MS
+    """``producerIdExpirationMs``: the last batch of a producer idle this long goes."""
 
     @classmethod
-    def of(cls, configs: Mapping[str, str]) -> CompactionSettings:
+    def of(cls, configs: Mapping[str, str],
+           producer_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> CompactionSettings:
         return cls(float(configs["min.cleanable.dirty.ratio"]),
                    config_number(configs, "min.compaction.lag.ms"),
                    config_number(configs, "max.compaction.lag.ms"),
                    config_number(configs, "delete.retention.ms"),
-                   config_number(configs, "segment.bytes"))
+                   config_number(configs, "segment.bytes"), producer_expiration_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +210,8 @@ class _Plan:
     aborted: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     """By producer id: (first offset, marker offset) of its aborted transactions."""
     last_batch: dict[int, int] = field(default_factory=dict)
+    """By producer id: the base offset of its last data batch in the range, if the
+    producer is still active (see the module docstring)."""
     open_from: int | None = None
     """First offset of the oldest transaction without its marker in the log."""
     limit: int | None = None
@@ -278,14 +290,18 @@ def _batches(store: PartitionStore, segments: list[SealedSegment], pace: Pace,
         yield info
 
 
-def _outcomes(store: PartitionStore, segments: list[SealedSegment], pace: Pace) -> _Plan:
-    """The first pass, on batch headers: how each transaction ended, each producer's last
-    batch, the first open transaction."""
+def _outcomes(store: PartitionStore, segments: list[SealedSegment], pace: Pace, now: int,
+              expiration_ms: int) -> _Plan:
+    """The first pass, on batch headers: how each transaction ended, the last batch of
+    each producer still active at ``now``, the first open transaction."""
     plan = _Plan()
     pending: dict[int, int] = {}  # producer id -> first offset of its open transaction
+    written: dict[int, int] = {}  # producer id -> the timestamp of its latest batch
     for info in _batches(store, segments, pace, headers=True):
         header = read_header(info.batch)
         pid = header.producer_id
+        if pid >= 0:
+            written[pid] = header.max_timestamp
         if header.is_control:
             first = pending.pop(pid, None)
             if first is not None and marker_type(info.batch) != COMMIT:
@@ -296,17 +312,21 @@ def _outcomes(store: PartitionStore, segments: list[SealedSegment], pace: Pace) 
         if header.is_transactional:
             pending.setdefault(pid, info.base_offset)
     if pending:
-        _decide_later(store, segments[-1].next_offset, pending, plan, pace)
+        _decide_later(store, segments[-1].next_offset, pending, plan, pace, written)
     if pending:
         plan.open_from = min(pending.values())
+    for pid in [pid for pid in plan.last_batch
+                if pid not in pending and expired(written[pid], now, expiration_ms)]:
+        del plan.last_batch[pid]
     return plan
 
 
 def _decide_later(store: PartitionStore, end: int, pending: dict[int, int], plan: _Plan,
-                  pace: Pace) -> None:
+                  pace: Pace, written: dict[int, int]) -> None:
     """Decide the ``pending`` transactions (producer id -> first offset) whose markers are
     at or after ``end``: an abort is noted in ``plan``, a commit needs nothing (its records
-    are mapped as any others); those still open stay in ``pending``."""
+    are mapped as any others); those still open stay in ``pending``. A marker's timestamp
+    goes to ``written`` (its producer's latest batch, as far as the cleaning reads)."""
     if end >= store.next_offset:
         return
     for info in store.headers_from(end):
@@ -315,6 +335,7 @@ def _decide_later(store: PartitionStore, end: int, pending: dict[int, int], plan
         first = pending.pop(header.producer_id, None) if header.is_control else None
         if first is None:
             continue
+        written[header.producer_id] = header.max_timestamp
         if marker_type(info.batch) != COMMIT:
             plan.aborted.setdefault(header.producer_id, []).append((first, info.base_offset))
         if not pending:
@@ -480,7 +501,7 @@ def clean(store: PartitionStore, cleanable: list[SealedSegment], settings: Compa
         at = max(segment.first_offset, store.log_start_offset)
         if at < segment.next_offset and store.needs_verification(at):
             store.verify_at(at)
-    plan = _outcomes(store, cleanable, pace)
+    plan = _outcomes(store, cleanable, pace, now, settings.producer_expiration_ms)
     if plan.open_from is not None:
         cleanable = [s for s in cleanable if s.next_offset <= plan.open_from]
     _map_keys(store, cleanable, pace, plan, previous.offset, map_bytes)

@@ -12,7 +12,9 @@ that would add an entity beyond ``max_entities`` of its tenant (the operator's e
 without a tenant count as one group) is POLICY_VIOLATION, as a broker policy refuses an
 otherwise valid change (changing or removing an existing entity always passes).
 Describe filters as Kafka does: each component matches an exact name, the default, or any
-name of its type; ``strict`` leaves out entities with types the filter does not name.
+name of its type; ``strict`` leaves out entities with types the filter does not name; a
+filter combining ``ip`` with ``user`` or ``client-id`` is INVALID_REQUEST (no entity has
+both: Kafka refuses the filter rather than answer nothing).
 """
 
 from __future__ import annotations
@@ -32,7 +34,15 @@ from broker_core.context import Operation, RequestContext
 from broker_core.dispatch import ApiSpec
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.quotas.entities import ENTITY_TYPES, EntityError, QuotaEntity, check_value
+from broker_core.quotas.entities import (
+    CLIENT_ID,
+    ENTITY_TYPES,
+    IP,
+    USER,
+    EntityError,
+    QuotaEntity,
+    check_value,
+)
 from broker_core.quotas.store import Alteration, QuotaStore
 
 log = logging.getLogger(__name__)
@@ -69,6 +79,11 @@ def _filter(components: list[DescribeClientQuotasRequest.ComponentData]) -> _Fil
             raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                 "an exact match needs a name, the other match types none")
         found.append((kind, match_type, match))
+    kinds = {kind for kind, _, _ in found}
+    if IP in kinds and kinds & {USER, CLIENT_ID}:
+        raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                            "an ip filter component cannot be combined with a user or "
+                            "client-id one")
     return found
 
 

@@ -69,19 +69,35 @@ def parse_ledger_file_name(name: str) -> int | None:
     return int(stem)
 
 
+def _iov_max() -> int:
+    """The most buffers one ``pwritev`` takes (Linux: 1024; more is EINVAL)."""
+    try:
+        limit = os.sysconf("SC_IOV_MAX")
+    except (ValueError, OSError):
+        return _IOV_MAX_FALLBACK
+    return limit if limit > 0 else _IOV_MAX_FALLBACK
+
+
+_IOV_MAX_FALLBACK = 16  # POSIX's least IOV_MAX (_XOPEN_IOV_MAX)
+IOV_MAX = _iov_max()
+
+
 def _pwrite_all(fd: int, parts: Sequence[bytes | bytearray | memoryview],
                 position: int) -> None:
+    """Write ``parts`` one after another at ``position``, whole: in calls of at most
+    :data:`IOV_MAX` buffers (a cleaned ledger's chunk holds two per batch: thousands)."""
     views = [memoryview(part) for part in parts if len(part)]
-    while views:
-        written = os.pwritev(fd, views, position)
+    first = 0  # the first view not wholly written
+    while first < len(views):
+        written = os.pwritev(fd, views[first:first + IOV_MAX], position)
         if written <= 0:
             raise OSError(f"pwritev wrote {written} bytes")
         position += written
-        while views and written >= len(views[0]):
-            written -= len(views[0])
-            views.pop(0)
-        if views and written:
-            views[0] = views[0][written:]
+        while first < len(views) and written >= len(views[first]):
+            written -= len(views[first])
+            first += 1
+        if written:
+            views[first] = views[first][written:]
 
 
 class Ledger:

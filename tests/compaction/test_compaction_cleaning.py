@@ -13,6 +13,7 @@ behind) loses nothing and duplicates nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import sys
@@ -188,14 +189,15 @@ def write_random(log: PartitionStore, clock: Clock, seed: int, rounds: int = 400
 
 
 def run_cleaner(log: PartitionStore, clock: Clock, states: ProducerStates | None = None,
-                map_bytes: int = DEFAULT_MAP_BYTES) -> bool:
+                map_bytes: int = DEFAULT_MAP_BYTES, settings: CompactionSettings = SETTINGS
+                ) -> bool:
     """One cleaning if due; ``states`` is told the checkpoint, as the broker's cleaner
     tells it."""
     checkpoint = Checkpoint.load(log)
-    found = dirt(log, SETTINGS, clock.now, checkpoint)
+    found = dirt(log, settings, clock.now, checkpoint)
     if not found.due:
         return False
-    done = clean(log, found.cleanable, SETTINGS, clock.now, lambda size: None, checkpoint,
+    done = clean(log, found.cleanable, settings, clock.now, lambda size: None, checkpoint,
                  map_bytes)
     if isinstance(done, Cleaned) and states is not None:
         states.cleaned(TOPIC, 0, log, done.checkpoint)
@@ -704,6 +706,38 @@ def test_an_empty_batch_left_compressed_is_rewritten_without_codec(storage: Stor
     for offset in (0, 1):
         assert (headers[offset].record_count, headers[offset].compression) == (0, 0)
     assert all(len(info.batch) == 61 for info in log.batches_from(0) if info.last_offset < 2)
+
+
+def test_only_active_producers_keep_their_last_batch(storage: Storage,
+                                                     clock: Clock) -> None:
+    """Kafka keeps a producer's last batch (emptied) only while its producer state holds
+    it: once the producer is idle past ``producerIdExpirationMs`` its batch goes like any
+    other, or every producer id that ever wrote would keep one batch forever. Active are
+    one that wrote within the expiration, and one whose transaction's marker (beyond the
+    cleaned range) is that recent."""
+    expiration = 3_600_000
+    settings = dataclasses.replace(SETTINGS, producer_expiration_ms=expiration)
+    log = partition(storage)
+    for pid in range(100, 120):  # short-lived idempotent producers, one batch each
+        append(log, batch([(b"k", f"v{pid}".encode())], clock.now, pid, 0, compression=0),
+               clock)
+    append(log, batch([(b"k", b"txn")], clock.now, 200, 0, True, compression=0), clock)
+    clock.now += expiration + SEGMENT_MS  # every producer above idle past the expiration
+    append(log, batch([(b"k", b"recent")], clock.now, 300, 0, compression=0), clock)
+    append(log, batch([(b"k", b"latest")], clock.now, compression=0), clock)
+    clock.now += SEGMENT_MS  # the marker opens a new segment: beyond the cleaned range
+    marker = append(log, marker_batch(200, 0, True, clock.now), clock)
+    for _ in range(2):
+        run_cleaner(log, clock, settings=settings)
+        clock.now += 1
+    kept = {read_header(info.batch).producer_id: read_header(info.batch).record_count
+            for info in log.batches_from(log.log_start_offset) if info.base_offset < marker}
+    assert kept == {200: 0, 300: 0, -1: 1}
+    state = PartitionProducers()
+    for info in log.batches_from(log.log_start_offset):
+        state.apply(info)
+    assert sorted(state.producers) == [200, 300]
+    assert state.producers[300].last_sequence == state.producers[200].last_sequence == 0
 
 
 def test_one_topics_configs_never_stop_the_cleaning_of_the_others(

@@ -150,7 +150,12 @@ def test_invalid_filters_answer_invalid_request(setup: QuotaBroker) -> None:
     conn = setup.conn("admin")
     for components in ([("user", EXACT, None)], [("user", DEFAULT, "x")],
                        [("user", 7, None)], [("group", SPECIFIED, None)],
-                       [("user", SPECIFIED, None), ("user", DEFAULT, None)]):
+                       [("user", SPECIFIED, None), ("user", DEFAULT, None)],
+                       # Kafka: ip is never filtered together with user or client-id
+                       [("ip", SPECIFIED, None), ("user", SPECIFIED, None)],
+                       [("client-id", EXACT, "c"), ("ip", DEFAULT, None)],
+                       [("ip", EXACT, "1.2.3.4"), ("user", DEFAULT, None),
+                        ("client-id", SPECIFIED, None)]):
         code, found = describe(conn, components)
         assert (code, found) == (INVALID_REQUEST, {}), components
 

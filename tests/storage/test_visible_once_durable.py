@@ -29,6 +29,7 @@ from broker_core.context import Endpoint, RequestContext
 from broker_core.engine import Engine
 from broker_core.engine_config import EngineConfig
 from broker_core.naming import Namespace
+from broker_core.stages import Later
 from broker_core.storage import FileRegion, LogConfig, open_storage
 from broker_core.storage.cluster import BrokerRecord
 from tests.batches import build_batch
@@ -73,7 +74,9 @@ async def fetch(engine: Engine, offset: int, wait_ms: int = 0,
         topics=[_Topic(topic="t", partitions=[_Topic.FetchPartition(
             partition=0, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
             partition_max_bytes=1 << 20)])])
-    answer = await (await handle_fetch(engine, CTX, request)).wait
+    answered = await handle_fetch(engine, CTX, request)
+    assert isinstance(answered, Later)  # a full fetch: read in the waiting stage
+    answer = await answered.wait
     part = answer.topics[0].partitions[0]
     assert part.error == 0
     offsets = [base_offset(b.head if isinstance(b, FileRegion) else b)
