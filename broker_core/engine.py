@@ -43,6 +43,7 @@ from broker_core.leadership import Leadership
 from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import ProducerStates
 from broker_core.quotas.limits import TenantLimits, TopicCounts, tenant_of
+from broker_core.quotas.mutations import MutationQuotas
 from broker_core.storage import (
     CapExceeded,
     DatabaseUnavailable,
@@ -131,6 +132,8 @@ class Engine:
         self.appends = AppendPath(self.flusher)
         self.limits: TenantLimits | None = None
         """A tenant's caps on topics, partitions and stored bytes (None: no caps)."""
+        self.mutations: MutationQuotas | None = None
+        """The ``controller_mutation_rate`` quotas of topic changes (None: no quotas)."""
         self.kv_readers: list[Callable[[], Awaitable[None]]] = []
         """Awaited when another broker may have changed the storage's key-value area: each
         reads again what it keeps of it (the ACLs, the quotas); one that raises is awaited

@@ -25,6 +25,7 @@ from broker_core.quotas.apis import QuotaApis
 from broker_core.quotas.entities import (
     CONNECTION_CREATION_RATE,
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     MAX_CONNECTIONS,
     MAX_PARTITIONS,
     MAX_STORED_BYTES,
@@ -34,6 +35,7 @@ from broker_core.quotas.entities import (
 )
 from broker_core.quotas.limits import TenantLimits
 from broker_core.quotas.manager import QuotaManager
+from broker_core.quotas.mutations import MutationQuotas
 from broker_core.quotas.rates import Window
 from broker_core.quotas.store import QuotaStore
 from broker_core.quotas.throttling import Throttling
@@ -177,6 +179,7 @@ def quota_manager(config: BrokerConfig, kv: KeyValueStore) -> QuotaManager:
         CONSUMER_BYTE_RATE: float(config.default_tenant_consumer_byte_rate),
         REQUEST_PERCENTAGE: float(config.default_tenant_request_percentage),
         CONNECTION_CREATION_RATE: float(config.default_tenant_connection_creation_rate),
+        CONTROLLER_MUTATION_RATE: float(config.default_tenant_controller_mutation_rate),
         MAX_CONNECTIONS: float(config.default_tenant_max_connections),
         MAX_TOPICS: float(config.default_tenant_max_topics),
         MAX_PARTITIONS: float(config.default_tenant_max_partitions),
@@ -247,6 +250,7 @@ class BrokerApp:
         self.limits = TenantLimits(self.quotas, self.logs, self.engine.tenancy.is_internal,
                                    config.tenant_usage_check_interval_ms / 1000)
         self.engine.limits = self.limits
+        self.engine.mutations = MutationQuotas(self.quotas)
         self.dispatcher = Dispatcher(
             self.engine,
             engine_apis() + edge_apis()

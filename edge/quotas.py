@@ -235,9 +235,9 @@ class TenantUsageCollector(Collector):
         labels = ["tenant", "quota"]
         usage = GaugeMetricFamily(
             "kop_server_tenant_quota_usage",
-            "What a tenant uses, by quota key: bytes or connections per second and percent "
-            "of request time over its whole traffic, open connections, topics, partitions, "
-            "stored bytes.", labels=labels)
+            "What a tenant uses, by quota key: bytes, connections or partition mutations per "
+            "second and percent of request time over its whole traffic, open connections, "
+            "topics, partitions, stored bytes.", labels=labels)
         limit = GaugeMetricFamily("kop_server_tenant_quota_limit",
                                   "The tenant's own quota, by quota key (where it has one).",
                                   labels=labels)
@@ -270,8 +270,9 @@ class EntityQuotaCollector(Collector):
         labels = ["entity", "quota"]
         usage = GaugeMetricFamily(
             "kop_server_quota_entity_usage",
-            "What a quota entity uses (bytes or connections per second, percent of request "
-            "time), by the entity sharing the rate and quota key.", labels=labels)
+            "What a quota entity uses (bytes, connections or partition mutations per second, "
+            "percent of request time), by the entity sharing the rate and quota key.",
+            labels=labels)
         limit = GaugeMetricFamily("kop_server_quota_entity_limit",
                                   "The quota a quota entity is measured against.",
                                   labels=labels)

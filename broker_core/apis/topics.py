@@ -1,4 +1,5 @@
-"""CreateTopics, DeleteTopics and CreatePartitions."""
+"""CreateTopics, DeleteTopics and CreatePartitions, each topic counted against the
+caller's ``controller_mutation_rate`` (KIP-599, ``broker_core.quotas.mutations``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from broker_core.apis.replica_placement import assignment_error, replication_fac
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.quotas import mutations
 from broker_core.quotas.limits import TopicCounts, tenant_of
+from broker_core.quotas.mutations import MutationQuota
 from broker_core.storage import CapExceeded, NewTopic, TopicExists, TopicInfo
 from broker_core.storage_faults import WriteKind
 from broker_core.topic_configs import config_source, validate_topic_configs
@@ -98,18 +101,24 @@ class _Planned:
     partitions: Counter[str] = field(default_factory=Counter)
 
     def check(self, engine: Engine, ctx: RequestContext, internal: str, count: int) -> None:
-        """POLICY_VIOLATION when the tenant's caps do not take this topic too; else count it."""
+        """POLICY_VIOLATION when the tenant's caps do not take this topic too."""
         tenant = tenant_of(internal)
         if engine.limits is not None:
             engine.limits.check_create(internal, self.topics[tenant] + 1,
                                        self.partitions[tenant] + count, ctx, self.counts)
+
+    def add(self, internal: str, count: int) -> None:
+        """Count a topic the request creates (or, validating only, would create)."""
+        tenant = tenant_of(internal)
         self.topics[tenant] += 1
         self.partitions[tenant] += count
 
 
 def _check_one(engine: Engine, ctx: RequestContext, wanted: _Creatable,
-               excess: KafkaApiError | None, planned: _Planned) -> tuple[str, int, dict[str, str]]:
-    """The internal name, partition count and configs of a topic the caller may create."""
+               excess: KafkaApiError | None, planned: _Planned,
+               quota: MutationQuota | None) -> tuple[str, int, dict[str, str]]:
+    """The internal name, partition count and configs of a topic the caller may create,
+    counted against its ``controller_mutation_rate`` (``quota``; None: validating only)."""
     internal = _may_create(engine, ctx, wanted.name)
     if excess is not None:
         raise excess
@@ -123,6 +132,9 @@ def _check_one(engine: Engine, ctx: RequestContext, wanted: _Creatable,
     _check_assignments(engine, internal, wanted.name, count,
                        ((a.partition_index, a) for a in wanted.assignments))
     planned.check(engine, ctx, internal, count)
+    if quota is not None:
+        quota.record(count)
+    planned.add(internal, count)
     return internal, count, configs
 
 
@@ -191,6 +203,7 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext,
                          if t.name not in repeated))
     results = []
     planned = _Planned(None if engine.limits is None else engine.limits.topic_counts())
+    quota = mutations.begin(engine.mutations, ctx, mutations.CREATE_TOPICS_KEY, version)
     to_create: list[tuple[_Created, NewTopic, str]] = []
     async with engine.topic_changes:
         for wanted in request.topics:
@@ -200,7 +213,8 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext,
                 if wanted.name in repeated:
                     raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                         f"topic {wanted.name} appears more than once")
-                internal, count, configs = _check_one(engine, ctx, wanted, excess, planned)
+                internal, count, configs = _check_one(engine, ctx, wanted, excess, planned,
+                                                      None if validate_only else quota)
                 result.num_partitions = count
                 result.replication_factor = 1
                 result.configs = [
@@ -223,7 +237,8 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext,
     # the partitions that belong here are served once the answer says the topic exists
     await engine.leadership.ready((topic.name, index) for topic in created
                                   for index in range(topic.num_partitions))
-    return CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results)
+    return CreateTopicsResponse(version=version, throttle_time_ms=quota.throttle_ms(),
+                                topics=results)
 
 
 def _named_by_id(engine: Engine, ctx: RequestContext, topic_id: uuid.UUID,
@@ -252,6 +267,7 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext,
         wanted = [(name, None) for name in request.topic_names]
     results = []
     by_id = TopicsById(engine.logs)
+    quota = mutations.begin(engine.mutations, ctx, mutations.DELETE_TOPICS_KEY, version)
     for name, topic_id in wanted:
         result = DeleteTopicsResponse.DeletableTopicResult(
             name=name, topic_id=topic_id if topic_id is not None else NO_TOPIC_ID,
@@ -277,6 +293,7 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext,
             if topic is None:
                 raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                     f"unknown topic {shown}")
+            quota.record(topic.num_partitions)
             result.topic_id = topic.topic_id
             engine.delete_topic(internal)
             log.info("deleted topic %s", internal, extra=topic_fields(internal, **ctx.who()))
@@ -284,7 +301,8 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext,
             result.error_code = error.code
             result.error_message = error.message
         results.append(result)
-    return DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=results)
+    return DeleteTopicsResponse(version=version, throttle_time_ms=quota.throttle_ms(),
+                                responses=results)
 
 
 def _repeated(names: Iterable[str]) -> set[str]:
@@ -322,6 +340,8 @@ async def _grow(engine: Engine, ctx: RequestContext,
                          if t.name not in repeated))
     results = []
     counts = None if engine.limits is None else engine.limits.topic_counts()
+    quota = mutations.begin(engine.mutations, ctx, mutations.CREATE_PARTITIONS_KEY,
+                            request.version)
     for wanted in request.topics:
         code, message = ErrorCode.NONE, None
         try:
@@ -349,6 +369,7 @@ async def _grow(engine: Engine, ctx: RequestContext,
                                            ctx, counts)
                 cap = engine.limits.storage_cap(internal, engine.config.metadata_namespace)
             if not request.validate_only:
+                quota.record(wanted.count - topic.num_partitions)
                 try:
                     with engine.faults.guard(f"the new partitions of {internal}",
                                               WriteKind.TOPICS):
@@ -369,4 +390,5 @@ async def _grow(engine: Engine, ctx: RequestContext,
             code, message = error.code, error.message
         results.append(CreatePartitionsResponse.CreatePartitionsTopicResult(
             name=wanted.name, error_code=code, error_message=message))
-    return CreatePartitionsResponse(version=request.version, throttle_time_ms=0, results=results)
+    return CreatePartitionsResponse(version=request.version,
+                                    throttle_time_ms=quota.throttle_ms(), results=results)

@@ -41,6 +41,9 @@ PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
 CONNECTION_CREATION_RATE = "connection_creation_rate"
+CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+"""KIP-599: partitions created (CreateTopics, CreatePartitions) or deleted (DeleteTopics)
+per second (``broker_core.quotas.mutations``)."""
 MAX_CONNECTIONS = "max_connections"
 MAX_TOPICS = "max_topics"
 MAX_PARTITIONS = "max_partitions"
@@ -48,11 +51,9 @@ MAX_STORED_BYTES = "max_stored_bytes"
 TENANT_CAPS = (MAX_CONNECTIONS, MAX_TOPICS, MAX_PARTITIONS, MAX_STORED_BYTES)
 """Limits of a whole tenant (not rates): set on ``tenant`` entities (or their default) only."""
 QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE,
-              CONNECTION_CREATION_RATE, *TENANT_CAPS)
+              CONNECTION_CREATION_RATE, CONTROLLER_MUTATION_RATE, *TENANT_CAPS)
 WHOLE_KEYS = frozenset({PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, *TENANT_CAPS})
 """Keys whose values are whole numbers (Kafka declares the byte rates as longs)."""
-NOT_YET = frozenset({"controller_mutation_rate"})
-"""Keys Kafka knows that this broker does not enforce yet (refused, never silently kept)."""
 
 _COMBINATIONS = (frozenset({USER}), frozenset({CLIENT_ID}), frozenset({USER, CLIENT_ID}),
                  frozenset({TENANT}), frozenset({NAMESPACE}), frozenset({IP}))
@@ -127,8 +128,6 @@ def check_value(entity: QuotaEntity, key: str, value: float) -> None:
     """Refuse an unknown key, a key the entity cannot hold (an ``ip`` entity holds only
     ``connection_creation_rate``, as in Kafka; the tenant caps only ``tenant`` entities
     hold) or a value no quota can have (EntityError)."""
-    if key in NOT_YET:
-        raise EntityError(f"quota {key} is not supported by this broker yet")
     if key not in QUOTA_KEYS:
         raise EntityError(f"unknown quota key {key!r}")
     kinds = {kind for kind, _ in entity.parts}

@@ -8,10 +8,18 @@ first request, so a short burst at start is not throttled unless it exceeds what
 whole window allows. A caller over its quota ``Q`` at rate ``R`` is delayed by
 ``(R - Q) / Q * window``: the time after which the rate, without new traffic, is back at
 the quota.
+
+A :class:`TokenBucket` measures what KIP-599's ``controller_mutation_rate`` limits
+(partitions created or deleted), as Kafka's ``TokenBucket`` stat does: credits refill at
+the quota per second up to a burst of quota x ``samples`` x ``size_s``; the quota is
+exhausted while the credits are below zero, and the wait is the time they take to climb
+back to zero. A burst is paid off as soon as the credits allow, where a sliding rate would
+hold it until its sample left the window.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -90,3 +98,51 @@ class SlidingRate:
         if full < self.window.samples - 1:
             elapsed += (self.window.samples - 1 - full) * self.window.size_s
         return elapsed
+
+
+class TokenBucket:
+    """Credits of one quota'd quantity (partition mutations), refilled continuously.
+
+    A new bucket is full. Each call passes the quota in force then (a changed quota
+    applies at once: a lower one also lowers the burst the credits may hold)."""
+
+    __slots__ = ("_credits", "_quota", "last_used", "window")
+
+    def __init__(self, window: Window) -> None:
+        self.window = window
+        self._credits: float | None = None  # None: full
+        self._quota = 0.0
+        self.last_used = 0.0
+
+    def _refill(self, quota: float, now: float) -> float:
+        burst = quota * self.window.span_s
+        if self._credits is None:
+            credits = burst
+        else:
+            credits = min(burst, self._credits + quota * max(now - self.last_used, 0.0))
+        self._credits, self._quota, self.last_used = credits, quota, now
+        return credits
+
+    def exhausted(self, quota: float, now: float) -> bool:
+        """Whether the credits are below zero (the quota is exceeded)."""
+        return self._refill(quota, now) < 0
+
+    def take(self, amount: float, quota: float, now: float) -> None:
+        """Spend ``amount`` credits (the balance may go below zero)."""
+        self._credits = self._refill(quota, now) - amount
+
+    def throttle_ms(self, quota: float, now: float) -> int:
+        """How long until the credits are back at zero (0 when they are not below),
+        rounded up, at most :data:`MAX_THROTTLE_MS`."""
+        credits = self._refill(quota, now)
+        if credits >= 0:
+            return 0
+        return min(math.ceil(-credits / quota * 1000), MAX_THROTTLE_MS)
+
+    def full(self, now: float) -> bool:
+        """Whether the bucket would be full again by ``now`` (it may be forgotten), read
+        without changing it."""
+        if self._credits is None:
+            return True
+        burst = self._quota * self.window.span_s
+        return self._credits + self._quota * (now - self.last_used) >= burst

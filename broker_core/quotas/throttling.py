@@ -6,12 +6,21 @@ answered empty (its bytes taken back), to be asked again after the throttle time
 request served by a handler is charged its dispatch-stage time against
 ``request_percentage`` (percent of the event loop's time). The longest throttle earned
 goes into the response's ``throttle_time_ms``, and the connection is muted for that long
-(KIP-219: the client is not read from, whether it honours the field or not).
+(KIP-219: the client is not read from, whether it honours the field or not). CreateTopics,
+CreatePartitions and DeleteTopics are charged their partitions by their handlers
+(``broker_core.quotas.mutations``), whose answers carry the throttle they earned: the
+connection is muted for the longer of that and the request's own.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from kafka.protocol.admin import (
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+)
 
 from broker_core.apis.fetch import release_batches
 from broker_core.codec.fetch_writer import FetchAnswer
@@ -28,6 +37,15 @@ if TYPE_CHECKING:  # the dispatcher imports this module's class for its own type
 
 PRODUCE_KEY = 0
 FETCH_KEY = 1
+
+
+_MUTATION_ANSWERS = (CreateTopicsResponse, CreatePartitionsResponse, DeleteTopicsResponse)
+"""The answers whose handlers set the throttle of their ``controller_mutation_rate``."""
+
+
+def _carried_ms(response: Response | None) -> int:
+    """The throttle time a handler put in its answer itself (a mutating API's)."""
+    return int(response.throttle_time_ms) if isinstance(response, _MUTATION_ANSWERS) else 0
 
 
 def _longest(*throttles: Throttle | None) -> Throttle | None:
@@ -67,10 +85,11 @@ class Throttling:
                 response = FetchAnswer(response.version, [])
                 throttle = _longest(throttle, fetched)
         if throttle is None:
-            return response, 0
+            return response, _carried_ms(response)
         if self.manager.observer is not None:
             self.manager.observer.throttled(ctx, throttle)
-        return with_throttle(response, throttle.throttle_ms), throttle.throttle_ms
+        throttle_ms = max(throttle.throttle_ms, _carried_ms(response))
+        return with_throttle(response, throttle_ms), throttle_ms
 
 
 def with_throttle(response: Response | None, throttle_ms: int) -> Response | None:

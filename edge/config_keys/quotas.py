@@ -37,6 +37,12 @@ class QuotaKeys(BaseModel):
         "`connection_creation_rate` of each tenant without a quota of its own (new "
         "connections per second, counted at login; beyond, a connection is closed); "
         "0 = none", ge=0)] = 0
+    default_tenant_controller_mutation_rate: Annotated[int, key(
+        "defaultTenantControllerMutationRate",
+        "`controller_mutation_rate` of each tenant without a quota of its own (partitions "
+        "created or deleted per second by CreateTopics, CreatePartitions and DeleteTopics, "
+        "KIP-599; beyond, newer request versions answer THROTTLING_QUOTA_EXCEEDED, older "
+        "ones are throttled); 0 = none", ge=0)] = 0
     default_tenant_max_connections: Annotated[int, key(
         "defaultTenantMaxConnections",
         "`max_connections` of each tenant without a quota of its own (open connections of "

@@ -260,6 +260,15 @@ def test_quota_examples_hold_a_producer_back(tmp_path: Path) -> None:
         assert broker.wait(30) == 0
 
 
+def test_mutation_quota_examples_refuse_a_fourth_topic_then_take_it(tmp_path: Path) -> None:
+    broker = _start_shell_example("mutation-broker", tmp_path)
+    try:
+        assert run_example("mutation-admin", tmp_path) == ["[0, 0, 0, 89]", "[0]"]
+    finally:
+        os.killpg(broker.pid, signal.SIGTERM)
+        assert broker.wait(30) == 0
+
+
 def test_admin_cli_and_health_examples(tmp_path: Path) -> None:
     broker = _start_shell_example("ops-broker", tmp_path)
     try:

@@ -15,6 +15,7 @@ from broker_core.quotas.admission import Admission
 from broker_core.quotas.entities import (
     CLIENT_ID,
     CONNECTION_CREATION_RATE,
+    CONTROLLER_MUTATION_RATE,
     IP,
     MAX_CONNECTIONS,
     MAX_PARTITIONS,
@@ -131,7 +132,8 @@ A_TENANT = QuotaEntity.of([(TENANT, "acme")])
 @pytest.mark.parametrize(("entity", "key", "value"), [
     (USER_BOB, "unknown_rate", 1.0), (USER_BOB, P, 0.0), (USER_BOB, P, -5.0),
     (USER_BOB, P, 1.5), (USER_BOB, REQUEST_PERCENTAGE, -1.0),
-    (USER_BOB, "controller_mutation_rate", 10.0), (USER_BOB, P, float("inf")),
+    (AN_IP, CONTROLLER_MUTATION_RATE, 10.0), (USER_BOB, CONTROLLER_MUTATION_RATE, 0.0),
+    (USER_BOB, P, float("inf")),
     (USER_BOB, P, float("nan")), (AN_IP, P, 100.0), (USER_BOB, MAX_TOPICS, 5.0),
     (QuotaEntity.of([(NAMESPACE, "acme/prod")]), MAX_STORED_BYTES, 5.0),
     (A_TENANT, MAX_PARTITIONS, 2.5), (AN_IP, CONNECTION_CREATION_RATE, 0.0),
@@ -148,6 +150,8 @@ def test_values_kafka_would_refuse_are_refused(entity: QuotaEntity, key: str,
     (A_TENANT, CONNECTION_CREATION_RATE, 3.0), (A_TENANT, MAX_CONNECTIONS, 10.0),
     (QuotaEntity.of([(TENANT, None)]), MAX_STORED_BYTES, 1e9),
     (QuotaEntity.of([(IP, "::1")]), CONNECTION_CREATION_RATE, 1.0),
+    (USER_BOB, CONTROLLER_MUTATION_RATE, 0.5), (A_TENANT, CONTROLLER_MUTATION_RATE, 10.0),
+    (QuotaEntity.of([(USER, None), (CLIENT_ID, "app")]), CONTROLLER_MUTATION_RATE, 2.0),
 ])
 def test_values_a_broker_keeps(entity: QuotaEntity, key: str, value: float) -> None:
     check_value(entity, key, value)
