@@ -95,6 +95,12 @@ class Authorizer(Protocol):
         reported."""
         ...
 
+    def is_operator(self, ctx: RequestContext) -> bool:
+        """Whether the caller acts for the broker's operator rather than for one tenant (a
+        superuser, or a connection without a tenant login): it may see where the storage
+        lives, which a tenant's login is never shown."""
+        ...
+
 
 class AllowAll:
     """The authorizer used when authorization is disabled: everything is allowed."""
@@ -110,3 +116,7 @@ class AllowAll:
                       resource: ResourceType) -> bool:
         """Allow every operation."""
         return True
+
+    def is_operator(self, ctx: RequestContext) -> bool:
+        """No superusers: a connection without a tenant login."""
+        return ctx.login_tenant is None

@@ -211,13 +211,16 @@ class PartitionProducers:
     # -- fetch ---------------------------------------------------------------------------
 
     def last_stable_offset(self, high_watermark: int, log_start: int) -> int:
-        """The first offset of the oldest open transaction, else the high watermark; never
-        above the high watermark (a transaction opened by a batch not visible yet: one
-        waiting for its fsync) nor below the log start (as Kafka: DeleteRecords or
-        retention may have moved it past an open transaction's first offset)."""
+        """The first offset of the oldest open transaction, else the high watermark; not
+        below the log start (as Kafka: DeleteRecords or retention may have moved it past
+        an open transaction's first offset) and, above all, never above the high watermark
+        the caller answers with it, as Kafka keeps it: the state counts batches not visible
+        yet (one waiting for its fsync; on PostgreSQL, any queued to the group commit),
+        which may open a transaction beyond it. The one home of that rule: Fetch and
+        ListOffsets both ask here, with the high watermark they answer."""
         first = min((e.txn_first_offset for e in self.producers.values()
                      if e.txn_first_offset is not None), default=high_watermark)
-        return max(min(first, high_watermark), log_start)
+        return min(max(first, log_start), high_watermark)
 
     def aborted_between(self, start: int, end: int,
                         cleaned_below: int | None = None) -> list[tuple[int, int]]:

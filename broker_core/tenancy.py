@@ -12,12 +12,20 @@ from broker_core import naming
 from broker_core.context import Authorizer, Operation, RequestContext, ResourceType
 from broker_core.engine_config import EngineConfig
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.storage import Storage, TopicInfo
+from broker_core.storage import DiskUsage, Storage, TopicInfo
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
 CLUSTER_NAME = "kafka-cluster"
 """The name of the cluster resource in ACLs."""
+TENANT_LOG_DIR = "/edge-broker/data"
+"""The log dir a tenant's login is shown (DescribeLogDirs, AlterReplicaLogDirs): the same
+for every tenant and broker, naming nothing of where the storage lives."""
+UNKNOWN_DISK = DiskUsage(-1, -1)
+"""A log dir's total and usable bytes as Kafka says "unknown" (KIP-827)."""
+STORAGE_CONFIGS = frozenset({"log.dirs"})
+"""The BROKER resource's configs that say where the storage lives: left out for a tenant's
+login."""
 
 
 class Tenancy:
@@ -27,6 +35,23 @@ class Tenancy:
         self.config = config
         self.authorizer = authorizer
         self.storage = storage
+
+    def log_dir(self, ctx: RequestContext) -> str:
+        """The log dir the caller is shown: the storage's location (a data directory, a
+        URL without its password) for the operator, :data:`TENANT_LOG_DIR` for a tenant."""
+        return self.storage.location if self.authorizer.is_operator(ctx) else TENANT_LOG_DIR
+
+    def names_log_dir(self, ctx: RequestContext, path: str) -> bool:
+        """Whether a log dir the caller names is the one it is shown (so a tenant cannot
+        probe for the real location either)."""
+        if self.authorizer.is_operator(ctx):
+            return self.storage.names_location(path)
+        return path == TENANT_LOG_DIR
+
+    def disk_usage(self, ctx: RequestContext) -> DiskUsage:
+        """The log dir's total and usable bytes as the caller is shown them (unknown to a
+        tenant: the volume is the operator's)."""
+        return self.storage.disk_usage() if self.authorizer.is_operator(ctx) else UNKNOWN_DISK
 
     def allowed(self, ctx: RequestContext, operation: Operation, internal_topic: str) -> bool:
         """Whether the caller may apply ``operation`` to the topic."""

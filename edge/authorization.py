@@ -47,6 +47,12 @@ class Policy:
         """Whether the caller passes every check."""
         return ctx.principal in self.super_users
 
+    def is_operator(self, ctx: RequestContext) -> bool:
+        """A superuser, or a connection without a tenant login (which, authorized, reaches
+        every tenant's topics): the broker's operator, not one tenant. It manages every
+        quota and sees where the storage lives (DescribeLogDirs, the BROKER resource)."""
+        return ctx.login_tenant is None or self.is_super_user(ctx)
+
     def is_system_topic(self, name: str) -> bool:
         """Whether a full topic name (or prefix) lies in one of the broker's system
         namespaces."""

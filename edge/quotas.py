@@ -79,7 +79,7 @@ class TenantScope:
         self.policy = policy
 
     def _operator(self, ctx: RequestContext) -> bool:
-        return ctx.login_tenant is None or self.policy.is_super_user(ctx)
+        return self.policy.is_operator(ctx)
 
     def may_see(self, ctx: RequestContext, entity: QuotaEntity) -> bool:
         """Operators see all; a tenant its own tenant's and namespaces' quotas."""

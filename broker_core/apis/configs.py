@@ -16,6 +16,7 @@ from broker_core import naming
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.tenancy import STORAGE_CONFIGS
 from broker_core.topic_configs import (
     BROKER_SYNONYMS,
     DEFAULT_CONFIG,
@@ -80,6 +81,9 @@ def _describe_broker(engine: Engine, ctx: RequestContext, resource: _Resource,
     values = {TOPIC_CONFIG_KEYS[name].server: value
               for name, value in engine.topic_configs({}).items()}
     values.update(engine.config.broker_configs)
+    if not engine.authorizer.is_operator(ctx):  # where the storage lives: not a tenant's
+        for name in STORAGE_CONFIGS:
+            values.pop(name, None)
     values["broker.id"] = str(engine.config.broker_id)
     values["auto.create.topics.enable"] = str(engine.config.allow_auto_topic_creation).lower()
     values["num.partitions"] = str(engine.config.default_num_partitions)

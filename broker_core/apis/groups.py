@@ -231,15 +231,16 @@ async def handle_leave_group(engine: Engine, ctx: RequestContext,
     if code != ErrorCode.NONE:
         return LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=code,
                                   members=[])
-    results = engine.groups.leave(engine.tenancy.offsets_topic(ctx),
-                                  engine.tenancy.scoped_id(ctx, request.group_id), leaving)
-    if version < 3:
-        return LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=results[0])
+    result = engine.groups.leave(engine.tenancy.offsets_topic(ctx),
+                                 engine.tenancy.scoped_id(ctx, request.group_id), leaving)
+    if version < 3:  # one member: the request's error, else the member's
+        return LeaveGroupResponse(version=version, throttle_time_ms=0,
+                                  error_code=result.error or result.members[0])
     return LeaveGroupResponse(
-        version=version, throttle_time_ms=0, error_code=0,
-        members=[LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i,
-                                                   error_code=e)
-                 for (m, i), e in zip(leaving, results, strict=True)])
+        version=version, throttle_time_ms=0, error_code=result.error,
+        members=[] if result.error else [
+            LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i, error_code=e)
+            for (m, i), e in zip(leaving, result.members, strict=True)])
 
 
 async def handle_list_groups(engine: Engine, ctx: RequestContext,

@@ -8,8 +8,10 @@ broker is already done, any other is INVALID_REPLICA_ASSIGNMENT naming it (owner
 follows placement, not requests), and none is ever in progress. A broker keeps its
 partitions in one log dir (its storage's location): DescribeLogDirs lists the partitions
 this broker holds now, as Kafka lists a broker's hosted replicas, each with its size, and
-the file system's total and usable bytes; moving a replica held here to that log dir
-succeeds, any other path is LOG_DIR_NOT_FOUND, and a replica this broker does not hold is
+the file system's total and usable bytes (a tenant's login is shown a log dir that names
+nothing of the storage, with unknown (-1) sizes: ``Tenancy.log_dir``); moving a replica
+held here to the log dir the caller is shown succeeds, any other path is
+LOG_DIR_NOT_FOUND, and a replica this broker does not hold is
 NOT_LEADER_OR_FOLLOWER, as Kafka answers. While a described partition holds damaged
 records (a ledger file cut short or garbled, see ``storage.damage``) the log dir answers
 KAFKA_STORAGE_ERROR, Kafka's code for a log dir whose files cannot be read, and still lists
@@ -161,10 +163,10 @@ async def handle_describe_log_dirs(engine: Engine, ctx: RequestContext,
                     partition_index=index, partition_size=log.size_bytes, offset_lag=0,
                     is_future_key=False))
         topics.append(result.DescribeLogDirsTopic(name=name, partitions=partitions))
-    disk = engine.logs.disk_usage()
+    disk = engine.tenancy.disk_usage(ctx)
     return response(version=request.version, throttle_time_ms=0, error_code=0, results=[
         result(error_code=ErrorCode.KAFKA_STORAGE_ERROR if damaged else 0,
-               log_dir=engine.logs.location, topics=topics,
+               log_dir=engine.tenancy.log_dir(ctx), topics=topics,
                total_bytes=disk.total_bytes, usable_bytes=disk.usable_bytes,
                is_cordoned=False)])
 
@@ -185,7 +187,8 @@ async def handle_alter_replica_log_dirs(
                     code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                 else:
                     code = named.check(index)
-                    if code == ErrorCode.NONE and not engine.logs.names_location(target.path):
+                    if code == ErrorCode.NONE and \
+                            not engine.tenancy.names_log_dir(ctx, target.path):
                         code = ErrorCode.LOG_DIR_NOT_FOUND
                     elif code == ErrorCode.NONE and not named.here(engine, index):
                         code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # another broker holds it

@@ -43,6 +43,7 @@ from broker_core.groups.model import (
     Group,
     GroupState,
     JoinResult,
+    LeaveResult,
     SyncResult,
 )
 from broker_core.groups.offsets import GroupOffsets, OffsetToCommit, TopicPartition
@@ -338,11 +339,12 @@ class GroupCoordinator(StateCoordinator):
         return step.reply
 
     def leave(self, topic: str, group_id: str,
-              leaving: Iterable[tuple[str, str | None]]) -> list[ErrorCode]:
+              leaving: Iterable[tuple[str, str | None]]) -> LeaveResult:
         """Handle LeaveGroup for each (member id, group instance id)."""
         group = self.find(topic, group_id)
         if group is None:
-            return [ErrorCode.UNKNOWN_MEMBER_ID for _ in leaving]
+            return LeaveResult(ErrorCode.NONE,
+                               tuple(ErrorCode.UNKNOWN_MEMBER_ID for _ in leaving))
         now = _now_ms()
         step = self._machine(group).leave(leaving, now)
         self._apply(group, step.effects, now)

@@ -43,7 +43,7 @@ from broker_core.groups.effects import (
     TimerKind,
     Waiting,
 )
-from broker_core.groups.model import GroupState, JoinResult, Member, SyncResult
+from broker_core.groups.model import GroupState, JoinResult, LeaveResult, Member, SyncResult
 from broker_core.groups.rebalance import RebalanceRules
 
 log = logging.getLogger(__name__)
@@ -113,14 +113,15 @@ class GroupMembership(RebalanceRules):
         return self._step(ErrorCode.NONE)
 
     def leave(self, leaving: Iterable[tuple[str, str | None]],
-              now: int) -> Step[list[ErrorCode]]:
-        """A LeaveGroup for each (member id, group instance id)."""
+              now: int) -> Step[LeaveResult]:
+        """A LeaveGroup for each (member id, group instance id); a Dead group (its deletion
+        being written) answers the whole request COORDINATOR_NOT_AVAILABLE, as Kafka: the
+        client retries."""
         group = self.group
+        if group.state == GroupState.DEAD:
+            return self._step(LeaveResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
         results = []
         for member_id, instance in leaving:
-            if group.state == GroupState.DEAD:
-                results.append(ErrorCode.UNKNOWN_MEMBER_ID)
-                continue
             if instance is not None:
                 mapped = group.static_members.get(instance)
                 if mapped is None:
@@ -144,7 +145,7 @@ class GroupMembership(RebalanceRules):
                      extra=self._fields())
             self._member_left(member, now)
             results.append(ErrorCode.NONE)
-        return self._step(results)
+        return self._step(LeaveResult(ErrorCode.NONE, tuple(results)))
 
     def commit_check(self, member_id: str, instance: str | None, generation: int,
                      now: int) -> Step[ErrorCode]:

@@ -67,6 +67,15 @@ class SyncResult:
     assignment: bytes = b""
 
 
+@dataclass(frozen=True, slots=True)
+class LeaveResult:
+    """What a LeaveGroup call answers: an error for the whole request (then no member is
+    answered, as Kafka answers a Dead group COORDINATOR_NOT_AVAILABLE) or one per member."""
+
+    error: ErrorCode
+    members: tuple[ErrorCode, ...] = ()
+
+
 @dataclass(eq=False)
 class Member:
     """One member of a group."""

@@ -224,19 +224,19 @@ class TransactionCoordinator(StateCoordinator):
 
     def _current(self, topic: str, transactional_id: str, producer_id: int,
                    epoch: int) -> Txn:
-        """The transaction, if this producer id and epoch are its current ones."""
+        """The transaction, if this producer id and epoch are its current ones: an epoch
+        other than the current one, older or newer, is PRODUCER_FENCED, as Kafka's
+        coordinator answers AddPartitionsToTxn, AddOffsetsToTxn and a client's EndTxn
+        (before transaction version 2, which this broker does not offer)."""
         txn = self.txns.get((topic, transactional_id))
         if txn is None or txn.producer_id != producer_id:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                                 f"producer id {producer_id} does not belong to "
                                 f"transactional id {transactional_id!r}")
-        if epoch < txn.epoch:
+        if epoch != txn.epoch:
             raise KafkaApiError(ErrorCode.PRODUCER_FENCED,
-                                f"epoch {epoch} of {transactional_id!r} is fenced by "
-                                f"{txn.epoch}")
-        if epoch > txn.epoch:
-            raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
-                                f"epoch {epoch} of {transactional_id!r} is unknown")
+                                f"epoch {epoch} of {transactional_id!r} is not the current "
+                                f"one ({txn.epoch})")
         return txn
 
     async def _write(self, txn: Txn | None, target: Txn) -> None:
@@ -398,8 +398,16 @@ class TransactionCoordinator(StateCoordinator):
 
     def check_offsets(self, topic: str, transactional_id: str, producer_id: int, epoch: int,
                       group: tuple[str, str]) -> None:
-        """TxnOffsetCommit is allowed: the transaction is open and has added the group."""
-        txn = self._owned(topic, transactional_id, producer_id, epoch)
+        """TxnOffsetCommit is allowed: the transaction is open and has added the group. An
+        epoch other than the current one is INVALID_PRODUCER_EPOCH, as Kafka answers a
+        transactional write (its verification's PRODUCER_FENCED is turned into that, as for
+        a produced batch: :func:`check_batch`)."""
+        try:
+            txn = self._owned(topic, transactional_id, producer_id, epoch)
+        except KafkaApiError as error:
+            if error.code != ErrorCode.PRODUCER_FENCED:
+                raise
+            raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH, error.message) from None
         if txn.state != TxnState.ONGOING or group not in txn.groups:
             raise KafkaApiError(ErrorCode.INVALID_TXN_STATE,
                                 f"transaction of {transactional_id!r} has not added group "

@@ -27,7 +27,7 @@ from broker_core.groups.effects import (
     Waiting,
 )
 from broker_core.groups.membership import GroupMembership
-from broker_core.groups.model import Group, GroupState, JoinResult, SyncResult
+from broker_core.groups.model import Group, GroupState, JoinResult, LeaveResult, SyncResult
 
 _R = TypeVar("_R")
 E = ErrorCode
@@ -136,7 +136,10 @@ class Driver:
         return self.apply(self.machine.heartbeat(member_id, instance, gen, self.now))
 
     def leave(self, *leaving: tuple[str, str | None]) -> list[ErrorCode]:
-        return self.apply(self.machine.leave(leaving, self.now))
+        """Each member's answer (the request as a whole answered NONE)."""
+        result = self.apply(self.machine.leave(leaving, self.now))
+        assert result.error == E.NONE, result
+        return list(result.members)
 
     def written(self, error: ErrorCode = E.NONE) -> None:
         """The last write with a followup settled (or failed with ``error``)."""
@@ -738,8 +741,10 @@ def test_leave_of_unknown_members_and_of_a_dead_group() -> None:
     d = Driver()
     d.stable("a")
     assert d.leave(("x", None), ("a", None)) == [E.UNKNOWN_MEMBER_ID, E.NONE]
-    d.apply(d.machine.delete())
-    assert d.leave(("a", None)) == [E.UNKNOWN_MEMBER_ID]
+    d.apply(d.machine.delete())  # Dead while its deletion is written: the whole request
+    # is answered COORDINATOR_NOT_AVAILABLE (retried), no member, as Kafka
+    assert d.apply(d.machine.leave([("a", None), ("x", "i-x")], d.now)) == \
+        LeaveResult(E.COORDINATOR_NOT_AVAILABLE)
 
 
 def test_a_member_waiting_for_its_assignment_outlives_its_session() -> None:

@@ -334,8 +334,8 @@ def test_end_txn_retries_and_contradictions(conn: TxnConnection, topic_name: str
     assert conn.end_txn(tid, pid, epoch, False) == INVALID_TXN_STATE
     assert conn.list_offset(topic_name) == 3
     assert conn.committed_values(topic_name) == [b"v-0", b"v-1"]
-    # a newer epoch than the coordinator knows is not accepted either
-    assert conn.end_txn(tid, pid, epoch + 5, True) == INVALID_PRODUCER_EPOCH
+    # a newer epoch than the coordinator knows is fenced as an older one, as Kafka
+    assert conn.end_txn(tid, pid, epoch + 5, True) == PRODUCER_FENCED
     # a transactional batch after the commit, without AddPartitionsToTxn, is refused
     code, _ = conn.produce(topic_name, batch(pid, epoch, 2, 1, True), 0, tid)
     assert code == INVALID_TXN_STATE

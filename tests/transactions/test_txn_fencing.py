@@ -126,6 +126,40 @@ def test_old_epoch_is_fenced(conn: TxnConnection, topic_name: str, version: int)
     assert conn.committed_values(topic_name) == [b"n-0"]
 
 
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_an_epoch_newer_than_the_current_one_is_fenced(conn: TxnConnection, topic_name: str,
+                                                        version: int) -> None:
+    """As Kafka's coordinator before transaction version 2: AddPartitionsToTxn,
+    AddOffsetsToTxn and EndTxn naming any epoch but the current one, newer as older, are
+    PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v2); a TxnOffsetCommit of such an epoch
+    is INVALID_PRODUCER_EPOCH (Kafka's answer to a transactional write whose verification
+    failed so), whatever its version. The transaction is untouched and goes on."""
+    assert conn.create_topic(topic_name, 2) == NONE
+    tid, group = f"tid-{topic_name}", f"grp-{topic_name}"
+    conn.init_ok(tid)
+    pid, epoch = conn.init_ok(tid)  # a second session: an older epoch exists too
+    assert conn.add_partitions(tid, pid, epoch, {topic_name: [0]}) == {(topic_name, 0): NONE}
+    assert conn.add_offsets(tid, pid, epoch, group) == NONE
+    fenced = PRODUCER_FENCED if version >= 2 else INVALID_PRODUCER_EPOCH
+    for other in (epoch + 1, epoch + 7):  # newer (older ones: test_old_epoch_is_fenced)
+        assert conn.add_partitions(tid, pid, other, {topic_name: [1]}, version) == \
+            {(topic_name, 1): fenced}
+        assert conn.add_offsets(tid, pid, other, f"{group}-2", version) == fenced
+        assert conn.end_txn(tid, pid, other, True, version) == fenced
+        assert conn.end_txn(tid, pid, other, False, version) == fenced
+        assert conn.txn_offset_commit(tid, group, pid, other, topic_name, {0: 1}, version) == \
+            {0: INVALID_PRODUCER_EPOCH}
+    assert conn.txn_offset_commit(tid, group, pid, epoch - 1, topic_name, {0: 1},
+                                  version) == {0: INVALID_PRODUCER_EPOCH}
+    # the current epoch's transaction went on, with only what it added itself
+    assert conn.txn_offset_commit(tid, group, pid, epoch, topic_name, {0: 2}) == {0: NONE}
+    assert conn.produce(topic_name, batch(pid, epoch, 0, 1, transactional=True), 0, tid) == \
+        (NONE, 0)
+    assert conn.end_txn(tid, pid, epoch, True) == NONE
+    assert conn.committed_values(topic_name) == [b"v-0"]
+    assert conn.offset_fetch(group, topic_name, [0])[0] == 2
+
+
 def _init(conn: TxnConnection, tid: str, pid: int, epoch: int) -> tuple[int, int, int]:
     answer = conn.init_pid(tid, 60_000, version=4, producer_id=pid, epoch=epoch)
     return int(answer.error_code), int(answer.producer_id), int(answer.producer_epoch)
