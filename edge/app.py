@@ -40,7 +40,7 @@ from broker_core.quotas.throttling import Throttling
 from broker_core.storage import KeyValueStore, LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress
 from broker_core.transactions.coordinator import TxnConfig
-from edge import cpu_slice, gc_tuning
+from edge import cpu_slice, gc_tuning, open_files
 from edge.acl_apis import AclApis
 from edge.acl_store import AclStore
 from edge.audit import AuditEvent, AuditLog
@@ -67,7 +67,14 @@ from edge.security import (
     token_validator,
 )
 from edge.session import Session, edge_apis
-from listeners.server import ConnectionInfo, Limits, ListenerServer, LoginGate, ReadBudget
+from listeners.server import (
+    ConnectionCounts,
+    ConnectionInfo,
+    Limits,
+    ListenerServer,
+    LoginGate,
+    ReadBudget,
+)
 from listeners.spec import ListenerSpec
 
 log = logging.getLogger("edge.broker")
@@ -382,11 +389,18 @@ class BrokerApp:
                         self.config.max_pending_response_bytes)
         unauthenticated = ReadBudget(self.config.max_unauthenticated_buffered_bytes)
         logins = LoginGate(self.config.max_concurrent_logins)
+        counts = ConnectionCounts(self.config.max_connections_per_ip,
+                                  self.config.ip_overrides())
+        specs = self.config.listener_specs()
+        warning = open_files.raise_open_files(len(specs) * limits.max_connections)
+        if warning is not None:
+            log.warning("%s", warning)
         bound = []
-        for spec in self.config.listener_specs():
+        for spec in specs:
             server = ListenerServer(spec.name, spec.host, spec.port, self._session, limits,
                                     self.security[spec.name].tls, self._rejected(spec.name),
-                                    unauthenticated, logins)
+                                    unauthenticated, logins, counts,
+                                    self.config.tls_handshake_timeout_ms / 1000)
             try:
                 port = await server.start()
             except OSError as exc:

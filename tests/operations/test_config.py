@@ -228,6 +228,9 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "tlsTrustCertsFilePath": "",
     "tlsRequireTrustedClientCertOnConnect": False,
     "maxConnectionsPerListener": 10000,
+    "maxConnectionsPerIp": 2147483647,
+    "maxConnectionsPerIpOverrides": (),
+    "tlsHandshakeTimeoutMs": 10000,
     "saslServerMaxReceiveSize": 524288,
     "maxUnauthenticatedBufferedBytes": 67108864,
     "maxConcurrentLogins": 8,
@@ -411,6 +414,8 @@ INVALID = [
     ("connectionsMaxReauthMs", "-1"),
     ("tlsRequireTrustedClientCertOnConnect", "maybe"),
     ("maxConnectionsPerListener", "0"),
+    ("maxConnectionsPerIp", "-1"),
+    ("tlsHandshakeTimeoutMs", "99"),
     ("saslServerMaxReceiveSize", "0"),
     ("maxUnauthenticatedBufferedBytes", "-1"),
     ("maxConcurrentLogins", "0"),
@@ -435,6 +440,8 @@ def test_every_key_has_an_invalid_case() -> None:
         "tlsCertificateFilePath",
         "tlsKeyFilePath", "tlsTrustCertsFilePath", "superUserRoles", "kopAllowedNamespaces",
         "brokerRack",  # any text names a rack
+        # its entries are checked across keys (tests/security/test_security_listeners.py)
+        "maxConnectionsPerIpOverrides",
     }
     assert covered == set(CONFIG_KEYS)
 
