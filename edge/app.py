@@ -43,12 +43,12 @@ from broker_core.transactions.coordinator import TxnConfig
 from edge import cpu_slice, gc_tuning, open_files
 from edge.acl_apis import AclApis
 from edge.acl_store import AclStore
-from edge.audit import AuditEvent, AuditLog
+from edge.audit import AuditLog
 from edge.authorization import Policy
 from edge.config import BrokerConfig
-from edge.denials import DenialReports, LoginFailures
+from edge.denials import DenialReports, LoginFailures, Rejections
 from edge.health import Readiness
-from edge.metrics import CONNECTIONS, serve_metrics
+from edge.metrics import CONNECTIONS, REJECTED_CONNECTIONS, serve_metrics
 from edge.quotas import (
     ConnectionGate,
     EntityQuotaCollector,
@@ -242,6 +242,9 @@ class BrokerApp:
         self.login_failures = LoginFailures(self.audit.record,
                                             config.audit_denials_per_window,
                                             config.audit_denial_window_ms / 1000)
+        self.rejections = Rejections(self.audit.record, config.audit_denials_per_window,
+                                     config.audit_rejections_per_window,
+                                     config.audit_denial_window_ms / 1000)
         self.quotas = quota_manager(config, self.logs.kv)
         self.engine.kv_readers.append(self.quotas.store.read_again)
         self.quota_events = QuotaEvents(self.audit, self.quotas.window.span_s)
@@ -295,10 +298,14 @@ class BrokerApp:
         self.readiness = self._readiness()
 
     def _rejected(self, listener: str) -> Callable[[str, str], None]:
-        def record(peer: str, reason: str) -> None:
-            self.audit.record(AuditEvent(kind="connection", outcome="rejected",
-                                         listener=listener, client=peer, reason=reason))
-        return record
+        """What ``listener`` calls for a connection it refused or closed before serving
+        it: counted, and audited within bounds (:class:`edge.denials.Rejections`)."""
+        counter = REJECTED_CONNECTIONS.labels(listener)
+
+        def rejected(peer: str, reason: str) -> None:
+            counter.inc()
+            self.rejections.rejected(listener, peer, reason)
+        return rejected
 
     def _session(self, info: ConnectionInfo) -> Session:
         """A session for a new connection, told the advertised address of its listener
@@ -430,6 +437,7 @@ class BrokerApp:
         self.sasl_steps.shutdown(wait=False, cancel_futures=True)
         self.denials.close_all()
         self.login_failures.close_all()
+        self.rejections.close_all()
         self.audit.flush()
         problems = await self.engine.stop()
         for problem in problems:
