@@ -145,3 +145,20 @@ def test_a_session_without_a_lifetime_cannot_reauthenticate(
     state = ConnectionSasl(sasl_listener=True)
     logged_in(state, validator)
     assert state.handshake("PLAIN", 1, OFFERED) == Handshake.NOT_NOW
+
+
+def test_one_api_versions_then_the_handshake_before_a_login(
+        validator: JwtTokenValidator) -> None:
+    """Kafka's SaslServerAuthenticator: ApiVersions at most once (one of a version not
+    served does not count: the client retries lower), then SaslHandshake; another
+    ApiVersions, one during the exchange, or any other request closes the connection."""
+    state = ConnectionSasl(sasl_listener=True)
+    assert state.before_login(api_versions=True, supported=False) is None  # v99: retried
+    assert state.before_login(api_versions=True) is None
+    assert state.before_login(api_versions=True) == "ApiVersions repeated before SaslHandshake"
+    assert state.before_login(api_versions=False) == "request before SASL authentication"
+    during = ConnectionSasl(sasl_listener=True)
+    assert during.handshake("PLAIN", 1, OFFERED) == Handshake.ACCEPTED  # none asked first
+    during.begin(PlainServer(validator), 1)
+    assert during.before_login(api_versions=True) == "ApiVersions during a SASL exchange"
+
