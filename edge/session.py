@@ -4,7 +4,7 @@ On a SASL listener only ApiVersions (once), SaslHandshake and SaslAuthenticate a
 in that order, until the client has logged in; anything else closes the connection. The
 v0 handshake (raw SASL tokens after it) and KIP-368 re-authentication are supported; a
 session that outlives its lifetime without re-authenticating is closed on its next
-request. Every login and
+request, a late SaslHandshake included. Every login and
 re-authentication also asks whether the role may use the tenant it names
 (``login_refusal``, the policy's): a refusal is a failed login, before the connection counts
 in the quotas on connections. The rules and the
@@ -150,6 +150,12 @@ class Session:
         self.client_id = parsed.header.client_id
         if self.admitted is None and not self.security.sasl:
             await self._admit(parsed.header.client_id)  # no login: who connects is known now
+        if self.sasl.expired(_now_ms(), key == SASL_AUTHENTICATE):
+            self._audit("connection", "rejected", api=parsed.spec.name,
+                        principal=self.principal, tenant=self.home.tenant,
+                        reason="SASL session expired without re-authentication")
+            raise FrameError(f"SASL session of {self.principal} expired without "
+                             "re-authentication")
         if key == SASL_HANDSHAKE:
             return self._handshake(parsed)
         if key == SASL_AUTHENTICATE and self.sasl.takes_authenticate():
@@ -164,12 +170,6 @@ class Session:
                                 reason=refusal)
                 raise FrameError(refusal if versions else f"{parsed.spec.name} {refusal}",
                                  logged=not reported)
-        if self.sasl.expired(_now_ms()) and key != API_VERSIONS_KEY:
-            self._audit("connection", "rejected", api=parsed.spec.name,
-                        principal=self.principal, tenant=self.home.tenant,
-                        reason="SASL session expired without re-authentication")
-            raise FrameError(f"SASL session of {self.principal} expired without "
-                             "re-authentication")
         if key == SASL_AUTHENTICATE:
             return self._authenticate_when_authenticated(parsed)
         ctx = RequestContext(

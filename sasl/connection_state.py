@@ -9,7 +9,8 @@ may be retried), then SaslHandshake, then SaslAuthenticate; anything else closes
 connection. A SaslHandshake starts a login, or a
 re-authentication of a session that has a lifetime (SaslHandshake v1, the same mechanism,
 and the same principal and tenant at the end); after a v0 handshake the client sends bare
-tokens until the login completes. The
+tokens until the login completes. A session past its lifetime is closed on its next
+request, a SaslHandshake included (only an exchange begun in time may finish). The
 caller (the connection's session in ``edge/``) does the I/O: it runs the mechanism's
 steps, answers, audits and closes; the clock comes in as ``now`` (ms since the epoch).
 """
@@ -88,9 +89,14 @@ class ConnectionSasl:
         answered ILLEGAL_SASL_STATE, the connection stays)."""
         return self.sasl_listener and (self.exchange is not None or self.login is None)
 
-    def expired(self, now: int) -> bool:
-        """Whether the session outlived its lifetime without re-authenticating."""
-        return self.session_ends_ms is not None and now > self.session_ends_ms
+    def expired(self, now: int, authenticate: bool = False) -> bool:
+        """Whether the session outlived its lifetime without re-authenticating, so that a
+        request closes the connection (Kafka checks before anything else, a SaslHandshake
+        included); a SaslAuthenticate (``authenticate``) of a re-authentication begun in
+        time may still finish it."""
+        if self.session_ends_ms is None or now <= self.session_ends_ms:
+            return False
+        return not (authenticate and self.exchange is not None)
 
     def before_login(self, api_versions: bool, supported: bool = True) -> str | None:
         """The verdict on a request other than SaslHandshake and SaslAuthenticate while
