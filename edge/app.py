@@ -42,15 +42,15 @@ from broker_core.quotas.throttling import Throttling
 from broker_core.storage import KeyValueStore, LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress
 from broker_core.transactions.coordinator import TxnConfig
-from edge import cpu_slice, gc_tuning
+from edge import cpu_slice, gc_tuning, open_files
 from edge.acl_apis import AclApis
 from edge.acl_store import AclStore
-from edge.audit import AuditEvent, AuditLog
+from edge.audit import AuditLog
 from edge.authorization import Policy
 from edge.config import BrokerConfig
-from edge.denials import DenialReports, LoginFailures
+from edge.denials import DenialReports, LoginFailures, Rejections
 from edge.health import Readiness
-from edge.metrics import CONNECTIONS, serve_metrics
+from edge.metrics import CONNECTIONS, REJECTED_CONNECTIONS, serve_metrics
 from edge.quotas import (
     ConnectionGate,
     EntityQuotaCollector,
@@ -69,7 +69,14 @@ from edge.security import (
     token_validator,
 )
 from edge.session import Session, edge_apis
-from listeners.server import ConnectionInfo, Limits, ListenerServer, LoginGate, ReadBudget
+from listeners.server import (
+    ConnectionCounts,
+    ConnectionInfo,
+    Limits,
+    ListenerServer,
+    LoginGate,
+    ReadBudget,
+)
 from listeners.spec import ListenerSpec
 
 log = logging.getLogger("edge.broker")
@@ -238,6 +245,9 @@ class BrokerApp:
         self.login_failures = LoginFailures(self.audit.record,
                                             config.audit_denials_per_window,
                                             config.audit_denial_window_ms / 1000)
+        self.rejections = Rejections(self.audit.record, config.audit_denials_per_window,
+                                     config.audit_rejections_per_window,
+                                     config.audit_denial_window_ms / 1000)
         self.quotas = quota_manager(config, self.logs.kv)
         self.engine.kv_readers.append(self.quotas.store.read_again)
         self.quota_events = QuotaEvents(self.audit, self.quotas.window.span_s)
@@ -292,10 +302,14 @@ class BrokerApp:
         self.readiness = self._readiness()
 
     def _rejected(self, listener: str) -> Callable[[str, str], None]:
-        def record(peer: str, reason: str) -> None:
-            self.audit.record(AuditEvent(kind="connection", outcome="rejected",
-                                         listener=listener, client=peer, reason=reason))
-        return record
+        """What ``listener`` calls for a connection it refused or closed before serving
+        it: counted, and audited within bounds (:class:`edge.denials.Rejections`)."""
+        counter = REJECTED_CONNECTIONS.labels(listener)
+
+        def rejected(peer: str, reason: str) -> None:
+            counter.inc()
+            self.rejections.rejected(listener, peer, reason)
+        return rejected
 
     def _session(self, info: ConnectionInfo) -> Session:
         """A session for a new connection, told the advertised address of its listener
@@ -386,11 +400,18 @@ class BrokerApp:
                         self.config.max_pending_response_bytes)
         unauthenticated = ReadBudget(self.config.max_unauthenticated_buffered_bytes)
         logins = LoginGate(self.config.max_concurrent_logins)
+        counts = ConnectionCounts(self.config.max_connections_per_ip,
+                                  self.config.ip_overrides())
+        specs = self.config.listener_specs()
+        warning = open_files.raise_open_files(len(specs) * limits.max_connections)
+        if warning is not None:
+            log.warning("%s", warning)
         bound = []
-        for spec in self.config.listener_specs():
+        for spec in specs:
             server = ListenerServer(spec.name, spec.host, spec.port, self._session, limits,
                                     self.security[spec.name].tls, self._rejected(spec.name),
-                                    unauthenticated, logins)
+                                    unauthenticated, logins, counts,
+                                    self.config.tls_handshake_timeout_ms / 1000)
             try:
                 port = await server.start()
             except OSError as exc:
@@ -420,6 +441,7 @@ class BrokerApp:
         self.sasl_steps.shutdown(wait=False, cancel_futures=True)
         self.denials.close_all()
         self.login_failures.close_all()
+        self.rejections.close_all()
         self.audit.flush()
         problems = await self.engine.stop()
         for problem in problems:

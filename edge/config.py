@@ -50,6 +50,7 @@ from edge.config_keys.security import AuthorizationKeys, ListenerSecurityKeys, S
 from edge.config_keys.storage import LogCleanerKeys, StorageKeys
 from edge.config_types import ConfigError, ConfigKey, ConfigValue
 from edge.properties import parse_properties
+from listeners.connection_counts import parse_ip_overrides
 from listeners.spec import ListenerConfigError, ListenerSpec, parse_listeners
 
 __all__ = [
@@ -93,6 +94,7 @@ class BrokerConfig(
                               validate_by_name=True, validate_by_alias=True)
 
     _listener_specs: tuple[ListenerSpec, ...] = PrivateAttr(default=())
+    _ip_overrides: dict[str, int] = PrivateAttr(default_factory=dict)
 
     def __init__(self, **values: object) -> None:
         try:
@@ -117,6 +119,15 @@ class BrokerConfig(
                 f"most half of 'brokerSessionTimeoutMs' ({self.broker_session_timeout_ms}), or "
                 "a live broker's lease may run out between two heartbeats")
         try:
+            overrides = parse_ip_overrides(self.max_connections_per_ip_overrides)
+        except ValueError as exc:
+            shown = ",".join(self.max_connections_per_ip_overrides)
+            raise ConfigError(f"invalid value {shown!r} for 'maxConnectionsPerIpOverrides': "
+                              f"{exc}") from None
+        if self.max_connections_per_ip == 0 and not overrides:
+            raise ConfigError("'maxConnectionsPerIp' may be 0 only with "
+                              "'maxConnectionsPerIpOverrides' (else no client may connect)")
+        try:
             specs = parse_listeners(
                 self.kafka_listeners, self.kafka_protocol_map, self.kafka_advertised_listeners
             )
@@ -125,6 +136,7 @@ class BrokerConfig(
             shown = getattr(self, CONFIG_KEYS[name].attr)
             raise ConfigError(f"invalid value {shown!r} for {name!r}: {exc}") from None
         self._listener_specs = tuple(specs)
+        self._ip_overrides = overrides
         return self
 
     @property
@@ -145,6 +157,10 @@ class BrokerConfig(
     def listener_specs(self) -> list[ListenerSpec]:
         """The parsed listeners, in the order configured."""
         return list(self._listener_specs)
+
+    def ip_overrides(self) -> dict[str, int]:
+        """``maxConnectionsPerIpOverrides`` read: address -> its cap."""
+        return dict(self._ip_overrides)
 
     def to_properties(self) -> dict[str, str]:
         """Every key as properties text (``load_config`` of these gives an equal config)."""

@@ -11,6 +11,14 @@ covers, and 20,000 log lines): so a client can at most make the broker write
 ``auditDenialsPerWindow + 1`` events per API per window, whatever it sends. (``edge.audit``
 also writes an identical denial once per second.)
 
+A rejected connection (a failed TLS handshake, a frame too large before a login, a
+connection over a cap: :class:`Rejections`) is bounded the same way per peer host and
+listener, and all of them together by ``auditRejectionsPerWindow``: one client looping
+connections that fail their TLS handshake wrote 2,000 events in 0.6 s, and the sockets of
+many addresses (an IPv6 prefix has more than enough) would each have their own share.
+Those beyond are counted in ``kop_server_rejected_connections`` and summed up in one event
+per window.
+
 A failed login's subject is the peer's host and the listener (:class:`LoginFailures`):
 a client with no credentials at all looping connect, SaslHandshake, SaslAuthenticate with
 a bad token on 64 sockets wrote 206 events a second (5.5 GB of audit topic a day) and as
@@ -70,9 +78,9 @@ class Windows(Generic[_S]):
         self.clock = clock
         self._windows: dict[_S, Window] = {}
 
-    def take(self, subject: _S, listener: str, client: str) -> bool:
+    def take(self, subject: _S, listener: str, client: str, count: int = 1) -> bool:
         """Whether one more report of ``subject`` (from ``client`` on ``listener``) is
-        made; False: it is counted instead."""
+        made; False: it is counted instead (as ``count`` reports: one that sums others)."""
         now = self.clock()
         window = self._windows.get(subject)
         if window is not None and now >= window.ends:  # no timer closed it (no loop)
@@ -83,9 +91,10 @@ class Windows(Generic[_S]):
         if window.written < self.per_window:
             window.written += 1
             return True
-        window.left_out += 1
+        first = not window.left_out
+        window.left_out += count
         window.listener, window.client = listener, client
-        if window.left_out == 1:
+        if first:
             # without an event loop (a tool) the next report closes it
             with contextlib.suppress(RuntimeError):
                 asyncio.get_running_loop().call_later(window.ends - now, self._close,
@@ -198,3 +207,61 @@ class LoginFailures:
     def close_all(self) -> None:
         """Report what every open window left out (the broker stops)."""
         self.windows.close_all()
+
+
+_EVERYONE = "*"
+"""The subject of :attr:`Rejections.overall`: every address together."""
+
+
+class Rejections:
+    """Rejected connections to the audit, within bounds: at most ``per_window`` per peer
+    host and listener, and ``total_per_window`` of every address together (the events
+    counting what a host's window left out included); the ones beyond are counted into
+    one event (and one line) at the window's end. The listener writes the log line of
+    each rejection itself (limited per cause by the log's own limiter)."""
+
+    def __init__(self, record: Callable[[AuditEvent], None], per_window: int,
+                 total_per_window: int, window_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.record = record
+        """Where audit events go (``AuditLog.record``)."""
+        self.windows: Windows[_Peer] = Windows(per_window, window_s, self._left_out, clock)
+        self.overall: Windows[str] = Windows(total_per_window, window_s,
+                                             self._overall_left_out, clock)
+
+    def rejected(self, listener: str, peer: str, reason: str) -> None:
+        """A connection from ``peer`` (address and port) on ``listener`` was refused or
+        closed before it was served, for ``reason``: audited, or counted."""
+        host = peer.rsplit(":", 1)[0]
+        if self.windows.take((host, listener), listener, peer) and \
+                self.overall.take(_EVERYONE, listener, peer):
+            self.record(AuditEvent(kind="connection", outcome="rejected", listener=listener,
+                                   client=peer, reason=reason))
+
+    def _left_out(self, subject: _Peer, window: Window) -> None:
+        host, listener = subject
+        share = self.windows.share()
+        log.warning("connection rejected: %d more rejected connections from %s on %s left "
+                    "out of the audit (%s)", window.left_out, host, listener, share,
+                    extra=log_fields(client=window.client or host, listener=listener))
+        if self.overall.take(_EVERYONE, listener, window.client or host, window.left_out):
+            self.record(AuditEvent(
+                kind="connection", outcome="rejected", listener=listener,
+                client=window.client or host,
+                reason=f"{window.left_out} more rejected connections left out ({share})"))
+
+    def _overall_left_out(self, _subject: str, window: Window) -> None:
+        share = f"{self.overall.share()} from all addresses"
+        log.warning("connection rejected: %d more rejected connections left out of the "
+                    "audit (%s; the last from %s on %s)", window.left_out, share,
+                    window.client, window.listener,
+                    extra=log_fields(client=window.client or None, listener=window.listener))
+        self.record(AuditEvent(
+            kind="connection", outcome="rejected", listener=window.listener,
+            client=window.client,
+            reason=f"{window.left_out} more rejected connections left out ({share})"))
+
+    def close_all(self) -> None:
+        """Report what every open window left out (the broker stops)."""
+        self.windows.close_all()
+        self.overall.close_all()

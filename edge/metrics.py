@@ -19,6 +19,11 @@ from edge.health import Readiness, health_app
 
 CONNECTIONS = Gauge("kop_server_active_connections", "Open connections, by listener.",
                     ["listener"])
+REJECTED_CONNECTIONS = Counter(
+    "kop_server_rejected_connections",
+    "Connections refused or closed before being served (a failed TLS handshake, a frame "
+    "too large before a login, a connection over a cap), by listener; audited within "
+    "auditDenialsPerWindow and auditRejectionsPerWindow.", ["listener"])
 AUTHENTICATIONS = Counter("kop_server_authentications",
                           "SASL logins, by mechanism and outcome (success, failure).",
                           ["mechanism", "outcome"])

@@ -1,9 +1,10 @@
 """The per-connection session: the security gate in front of the engine.
 
-On a SASL listener only ApiVersions, SaslHandshake and SaslAuthenticate are served until
-the client has logged in; anything else closes the connection. The v0 handshake (raw
-SASL tokens after it) and KIP-368 re-authentication are supported; a session that outlives
-its lifetime without re-authenticating is closed on its next request. Every login and
+On a SASL listener only ApiVersions (once), SaslHandshake and SaslAuthenticate are served,
+in that order, until the client has logged in; anything else closes the connection. The
+v0 handshake (raw SASL tokens after it) and KIP-368 re-authentication are supported; a
+session that outlives its lifetime without re-authenticating is closed on its next
+request, a late SaslHandshake included. Every login and
 re-authentication also asks whether the role may use the tenant it names
 (``login_refusal``, the policy's): a refusal is a failed login, before the connection counts
 in the quotas on connections. The rules and the
@@ -149,23 +150,26 @@ class Session:
         self.client_id = parsed.header.client_id
         if self.admitted is None and not self.security.sasl:
             await self._admit(parsed.header.client_id)  # no login: who connects is known now
-        if key == SASL_HANDSHAKE:
-            return self._handshake(parsed)
-        if key == SASL_AUTHENTICATE and self.sasl.takes_authenticate():
-            return await self._authenticate(parsed)
-        if self.sasl.gated and key != API_VERSIONS_KEY:
-            reported = self._failure_counted()
-            if reported:
-                self._audit("connection", "rejected", api=parsed.spec.name,
-                            reason="request before SASL authentication")
-            raise FrameError(f"{parsed.spec.name} request before SASL authentication",
-                             logged=not reported)
-        if self.sasl.expired(_now_ms()) and key != API_VERSIONS_KEY:
+        if self.sasl.expired(_now_ms(), key == SASL_AUTHENTICATE):
             self._audit("connection", "rejected", api=parsed.spec.name,
                         principal=self.principal, tenant=self.home.tenant,
                         reason="SASL session expired without re-authentication")
             raise FrameError(f"SASL session of {self.principal} expired without "
                              "re-authentication")
+        if key == SASL_HANDSHAKE:
+            return self._handshake(parsed)
+        if key == SASL_AUTHENTICATE and self.sasl.takes_authenticate():
+            return await self._authenticate(parsed)
+        if self.sasl.gated:
+            versions = key == API_VERSIONS_KEY
+            refusal = self.sasl.before_login(versions, parsed.body is not None)
+            if refusal is not None:
+                reported = self._failure_counted()
+                if reported:
+                    self._audit("connection", "rejected", api=parsed.spec.name,
+                                reason=refusal)
+                raise FrameError(refusal if versions else f"{parsed.spec.name} {refusal}",
+                                 logged=not reported)
         if key == SASL_AUTHENTICATE:
             return self._authenticate_when_authenticated(parsed)
         ctx = RequestContext(

@@ -1,6 +1,8 @@
 """The TLS handshake of a connection to a TLS listener, done per connection rather than by
 the server socket, so that a failed one (a refused client certificate, a client speaking
-something else) is reported like any other rejected connection."""
+something else) is reported like any other rejected connection. The connection is counted
+(:mod:`listeners.connection_counts`) as it is accepted, before its handshake, and the
+handshake has ``tlsHandshakeTimeoutMs`` to complete."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import ssl
 from collections.abc import Callable
 from typing import cast
 
+from listeners.connection_counts import Slot
 from listeners.hosts import unmapped
 
 log = logging.getLogger(__name__)
@@ -22,8 +25,12 @@ def os_reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
-HANDSHAKE_SECONDS = 60.0
-"""How long a TLS handshake may take (asyncio's default for a TLS server socket)."""
+HANDSHAKE_SECONDS = 10.0
+"""How long a TLS handshake may take by default (``tlsHandshakeTimeoutMs``; asyncio's
+default of 60 s let a socket that never sends a ClientHello hold a descriptor for a
+minute). A TLS 1.2 handshake is two round trips, 1.3 one: seconds even on a poor mobile
+link; the Java client gives a whole connection setup 10 s before its first retry
+(``socket.connection.setup.timeout.ms``)."""
 
 
 def peer_address(transport: asyncio.BaseTransport) -> str:
@@ -37,8 +44,10 @@ def peer_address(transport: asyncio.BaseTransport) -> str:
 
 class TlsHandshake(asyncio.Protocol):
     """The first protocol of a connection to a TLS listener: it runs the handshake and
-    then gives the transport to the protocol ``stream`` makes; a failed handshake is one
-    log line and, but for a peer that just went away, a call of ``on_reject``.
+    then gives the transport to the protocol ``stream`` makes for the connection's
+    :class:`Slot`; a failed handshake is one log line and, but for a peer that just went
+    away, a call of ``on_reject``. ``admit`` counts the connection as it is accepted (None:
+    it is refused, and closed already).
 
     uvloop reads once after ``connection_made`` even when it paused the transport: what
     arrives then (a ClientHello) is held here and handed to the TLS protocol, in the loop
@@ -46,43 +55,53 @@ class TlsHandshake(asyncio.Protocol):
     schedules both within the turn in which it is called)."""
 
     def __init__(self, context: ssl.SSLContext, listener: str,
-                 stream: Callable[[], asyncio.BaseProtocol],
+                 stream: Callable[[Slot], asyncio.BaseProtocol],
                  on_reject: Callable[[str, str], None] | None,
-                 running: set[asyncio.Task[None]]) -> None:
+                 running: set[asyncio.Task[None]],
+                 admit: Callable[[asyncio.WriteTransport], Slot | None],
+                 timeout_s: float = HANDSHAKE_SECONDS) -> None:
         self.context = context
         self.listener = listener
         self.stream = stream
         self.on_reject = on_reject
         self.running = running
+        self.admit = admit
+        self.timeout_s = timeout_s
         self.transport: asyncio.Transport | None = None
         self.early = bytearray()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
+        accepted = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
+        slot = self.admit(accepted)
+        if slot is None:
+            return
+        self.transport = accepted
         self.transport.pause_reading()
         loop = asyncio.get_running_loop()
-        task = loop.create_task(self._handshake(self.transport, peer_address(transport)))
+        task = loop.create_task(self._handshake(self.transport, peer_address(transport), slot))
         self.running.add(task)
         task.add_done_callback(self.running.discard)
         # the task calls start_tls in the next turn; the turn after, once the TLS protocol
         # has its connection_made, it gets the early bytes
         loop.call_soon(loop.call_soon, self._hand_over)
 
-    async def _handshake(self, transport: asyncio.Transport, peer: str) -> None:
-        """Do the handshake; on success the stream protocol takes the connection."""
-        stream = self.stream()
+    async def _handshake(self, transport: asyncio.Transport, peer: str, slot: Slot) -> None:
+        """Do the handshake; on success the stream protocol takes the connection (and
+        its slot), else the slot is given back."""
+        stream = self.stream(slot)
         try:
             tls = await asyncio.get_running_loop().start_tls(
                 transport, stream, self.context, server_side=True,
-                ssl_handshake_timeout=HANDSHAKE_SECONDS)
+                ssl_handshake_timeout=self.timeout_s)
         except (OSError, TimeoutError) as exc:
             transport.abort()
+            slot.release()
             if isinstance(exc, ConnectionError) and not isinstance(
                     exc, ssl.SSLError | ConnectionAbortedError):  # aborted: the timeout
                 log.info("connection from %s on %s lost during the TLS handshake: %s",
                          peer, self.listener, os_reason(exc))
                 return
-            reason = (f"TLS handshake not complete within {HANDSHAKE_SECONDS:.0f} s"
+            reason = (f"TLS handshake not complete within {self.timeout_s:g} s"
                       if isinstance(exc, TimeoutError | ConnectionAbortedError)
                       else f"TLS handshake failed: {os_reason(exc)}")
             log.warning("closing connection from %s on %s: %s", peer, self.listener, reason)
@@ -90,8 +109,10 @@ class TlsHandshake(asyncio.Protocol):
                 self.on_reject(peer, reason)
         except asyncio.CancelledError:
             transport.abort()
+            slot.release()
         else:
             if tls is None or tls.is_closing() or transport.is_closing():
+                slot.release()
                 log.info("connection from %s on %s lost during the TLS handshake", peer,
                          self.listener)
                 return

@@ -35,10 +35,15 @@ A handler may mute its connection until a moment (``muted_until``, a client thro
 a quota, KIP-219): until then no frame is read or started and the transport is paused, so
 the client's requests wait in its socket, whether it honours ``throttle_time_ms`` or not.
 
-The handler factory may refuse a new connection (:class:`ConnectionRefused`, a quota on
+A connection is counted from the moment it is accepted, before its TLS handshake, against
+the listener's ``max_connections`` and the cap of its client address
+(:mod:`listeners.connection_counts`, shared by the broker's listeners): one beyond either
+is closed at once, before anything is read, with one log line and ``on_reject``. The
+handler factory may refuse a new connection too (:class:`ConnectionRefused`, a quota on
 new connections): it is closed before anything is read.
 
-On a TLS listener each connection does its handshake in :mod:`listeners.handshake`.
+On a TLS listener each connection does its handshake in :mod:`listeners.handshake`,
+within ``handshake_seconds``.
 
 An IPv6 wildcard host (``[::]``) binds a dual-stack socket (:mod:`listeners.hosts`).
 
@@ -54,9 +59,11 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Callable
+from functools import partial
 
 from listeners.admission import LoginGate
 from listeners.connection import Connection, log_lost, tls_usable
+from listeners.connection_counts import ConnectionCounts, Slot
 from listeners.frames import (
     SMALL_FRAME_BYTES,
     Answer,
@@ -71,14 +78,14 @@ from listeners.frames import (
     Response,
     response_size,
 )
-from listeners.handshake import TlsHandshake, peer_address
+from listeners.handshake import HANDSHAKE_SECONDS, TlsHandshake, peer_address
 from listeners.hosts import dual_stack_socket
 from listeners.pacing import TurnPacer
 from listeners.protocol import FrameProtocol
 from listeners.reader import ConnectionReader
 
-__all__ = ["SMALL_FRAME_BYTES", "Answer", "ConnectionHandler", "ConnectionInfo",
-           "ConnectionRefused",
+__all__ = ["SMALL_FRAME_BYTES", "Answer", "ConnectionCounts", "ConnectionHandler",
+           "ConnectionInfo", "ConnectionRefused",
            "FrameError", "HandlerFactory", "Limits", "ListenerServer", "LoginGate", "ReadBudget",
            "Request", "Response", "response_size"]
 
@@ -102,7 +109,9 @@ class ListenerServer:
     def __init__(self, name: str, host: str, port: int, factory: HandlerFactory,
                  limits: Limits, ssl_context: ssl.SSLContext | None = None,
                  on_reject: Callable[[str, str], None] | None = None,
-                 budget: ReadBudget | None = None, gate: LoginGate | None = None) -> None:
+                 budget: ReadBudget | None = None, gate: LoginGate | None = None,
+                 counts: ConnectionCounts | None = None,
+                 handshake_seconds: float = HANDSHAKE_SECONDS) -> None:
         self.name = name
         self.host = host
         self.port = port
@@ -112,6 +121,9 @@ class ListenerServer:
         self.on_reject = on_reject
         self.budget = budget or ReadBudget(limits.max_frame_bytes)
         self.gate = gate
+        self.counts = counts or ConnectionCounts(limits.max_connections)
+        """Open connections, counted from their accept (shared by a broker's listeners)."""
+        self.handshake_seconds = handshake_seconds
         self.closing = TurnPacer(CLOSES_PER_TURN)
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
@@ -124,7 +136,8 @@ class ListenerServer:
         context = self.ssl_context
         factory: Callable[[], asyncio.BaseProtocol] = (
             self._stream if context is None else lambda: TlsHandshake(
-                context, self.name, self._stream, self.on_reject, self._handshakes))
+                context, self.name, self._stream, self.on_reject, self._handshakes,
+                self.admit, self.handshake_seconds))
         sock = dual_stack_socket(self.host, self.port, LISTEN_BACKLOG)
         if sock is None:
             self._server = await loop.create_server(factory, self.host or None, self.port,
@@ -140,19 +153,38 @@ class ListenerServer:
         self.port = int(sockets[0].getsockname()[1])
         return self.port
 
-    def _stream(self) -> FrameProtocol:
-        """The protocol of a connection ready for Kafka frames (after TLS, if any)."""
-        return FrameProtocol(ConnectionReader(SMALL_FRAME_BYTES), self._accept)
+    def _stream(self, slot: Slot | None = None) -> FrameProtocol:
+        """The protocol of a connection ready for Kafka frames (after TLS, if any: then
+        with the ``slot`` the connection was counted in at its accept)."""
+        return FrameProtocol(ConnectionReader(SMALL_FRAME_BYTES), partial(self._accept, slot))
 
-    async def _accept(self, reader: ConnectionReader, writer: asyncio.StreamWriter) -> None:
+    def admit(self, transport: asyncio.WriteTransport) -> Slot | None:
+        """Count a connection just accepted; None: it is over a cap, and closed (one log
+        line, ``on_reject``)."""
+        peer = peer_address(transport)
+        verdict = self.counts.admit(self.name, self.limits.max_connections,
+                                    peer.rsplit(":", 1)[0])
+        if isinstance(verdict, Slot):
+            return verdict
+        log.warning("refusing connection from %s on %s: %s", peer, self.name, verdict)
+        transport.abort()
+        if self.on_reject is not None:
+            self.on_reject(peer, f"connection refused: {verdict}")
+        return None
+
+    async def _accept(self, slot: Slot | None, reader: ConnectionReader,
+                      writer: asyncio.StreamWriter) -> None:
+        if slot is None:  # plain TCP: counted now, in the turn after its accept
+            slot = self.admit(writer.transport)
+            if slot is None:
+                return
+        try:
+            await self._serve(reader, writer)
+        finally:
+            slot.release()
+
+    async def _serve(self, reader: ConnectionReader, writer: asyncio.StreamWriter) -> None:
         peer = peer_address(writer.transport)
-        if len(self._connections) >= self.limits.max_connections:
-            log.warning("refusing connection from %s on %s: %d connections is the limit",
-                        peer, self.name, self.limits.max_connections)
-            if self.on_reject is not None:
-                self.on_reject(peer, "connection limit reached")
-            writer.close()
-            return
         tls = writer.get_extra_info("ssl_object")
         if writer.transport.is_closing() or (tls is not None and not tls_usable(tls)):
             # lost already (garbage right after the handshake): say why, once

@@ -2,12 +2,17 @@
 long the session may last before it must re-authenticate (KIP-368).
 
 Kafka's rules (``SaslServerAuthenticator``): on a SASL listener nothing but ApiVersions and
-the SASL APIs is served before a login; a SaslHandshake starts a login, or a
+the SASL APIs is served before a login, in its order (the states ``INITIAL_REQUEST``,
+``HANDSHAKE_OR_VERSIONS_REQUEST``, ``HANDSHAKE_REQUEST``, ``AUTHENTICATE``): one ApiVersions
+at most (one of a version the broker does not serve is answered UNSUPPORTED_VERSION and
+may be retried), then SaslHandshake, then SaslAuthenticate; anything else closes the
+connection. A SaslHandshake starts a login, or a
 re-authentication of a session that has a lifetime (SaslHandshake v1, the same mechanism,
 and the same principal and tenant at the end); after a v0 handshake the client sends bare
-tokens until the login completes. The caller (the connection's session in ``edge/``) does
-the I/O: it runs the mechanism's steps, answers, audits and closes; the clock comes in as
-``now`` (ms since the epoch).
+tokens until the login completes. A session past its lifetime is closed on its next
+request, a SaslHandshake included (only an exchange begun in time may finish). The
+caller (the connection's session in ``edge/``) does the I/O: it runs the mechanism's
+steps, answers, audits and closes; the clock comes in as ``now`` (ms since the epoch).
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ class ConnectionSasl:
         """After a v0 handshake: the next frames are bare SASL tokens."""
         self.session_ends_ms: int | None = None
         """When the session must have re-authenticated by; None: no limit."""
+        self.versions_answered = False
+        """Whether an ApiVersions was answered before the login (Kafka answers one)."""
 
     @property
     def phase(self) -> Phase:
@@ -82,9 +89,27 @@ class ConnectionSasl:
         answered ILLEGAL_SASL_STATE, the connection stays)."""
         return self.sasl_listener and (self.exchange is not None or self.login is None)
 
-    def expired(self, now: int) -> bool:
-        """Whether the session outlived its lifetime without re-authenticating."""
-        return self.session_ends_ms is not None and now > self.session_ends_ms
+    def expired(self, now: int, authenticate: bool = False) -> bool:
+        """Whether the session outlived its lifetime without re-authenticating, so that a
+        request closes the connection (Kafka checks before anything else, a SaslHandshake
+        included); a SaslAuthenticate (``authenticate``) of a re-authentication begun in
+        time may still finish it."""
+        if self.session_ends_ms is None or now <= self.session_ends_ms:
+            return False
+        return not (authenticate and self.exchange is not None)
+
+    def before_login(self, api_versions: bool, supported: bool = True) -> str | None:
+        """The verdict on a request other than SaslHandshake and SaslAuthenticate while
+        :attr:`gated`: None when it is served (an ApiVersions, ``supported``: of a version
+        served, which uses up the one allowed), else why the connection is closed."""
+        if not api_versions:
+            return "request before SASL authentication"
+        if self.exchange is not None:
+            return "ApiVersions during a SASL exchange"
+        if self.versions_answered:
+            return "ApiVersions repeated before SaslHandshake"
+        self.versions_answered = supported
+        return None
 
     # -- the exchange --------------------------------------------------------------------
 

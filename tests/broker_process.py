@@ -104,6 +104,8 @@ class BrokerProcess(ChildProcess):
             **(settings or {}),
         }
         self.ports: dict[str, int] = {}
+        self.launcher: list[str] = []
+        """A command the broker is started under (``prlimit --nofile=...``)."""
 
     @property
     def bootstrap(self) -> str:
@@ -117,7 +119,7 @@ class BrokerProcess(ChildProcess):
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         """Start the broker and wait for its ready line."""
-        args = [sys.executable, "-m", "edge.cli"]
+        args = [*self.launcher, sys.executable, "-m", "edge.cli"]
         for key, value in self.settings.items():
             args += ["--set", f"{key}={value}"]
         self.ports = {}

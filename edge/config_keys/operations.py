@@ -24,7 +24,8 @@ class AuditKeys(BaseModel):
     audit_enabled: Annotated[bool, key(
         "auditEnabled",
         "write a JSON event per login outcome, authorization denial and rejected "
-        "connection (failures and denials within `auditDenialsPerWindow`) to "
+        "connection (failures, denials and rejections within `auditDenialsPerWindow` and "
+        "`auditRejectionsPerWindow`) to "
         "`<kafkaMetadataTenant>/<kafkaMetadataNamespace>/__audit`")] = True
     audit_denials_per_window: Annotated[int, key(
         "auditDenialsPerWindow",
@@ -33,6 +34,14 @@ class AuditKeys(BaseModel):
         "topic and the log per `auditDenialWindowMs`; the ones beyond are counted, and one "
         "event and one line at the window's end say how many were left out", ge=1,
         le=INT_MAX)] = 10
+    audit_rejections_per_window: Annotated[int, key(
+        "auditRejectionsPerWindow",
+        "rejected connections (a failed TLS handshake, a frame too large before a login, a "
+        "connection over a cap) of all client addresses together written to the audit "
+        "topic per `auditDenialWindowMs` (each host and listener also within "
+        "`auditDenialsPerWindow`); the ones beyond are counted "
+        "(`kop_server_rejected_connections_total` counts them all), and one event at the "
+        "window's end says how many were left out", ge=1, le=INT_MAX)] = 100
     audit_denial_window_ms: Annotated[int, key(
         "auditDenialWindowMs",
         "the window of `auditDenialsPerWindow`", ge=100, le=INT_MAX)] = 10_000

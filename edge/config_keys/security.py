@@ -83,7 +83,22 @@ class ListenerSecurityKeys(BaseModel):
         "require a client certificate; on SSL listeners its common name is the principal")] = False
     max_connections_per_listener: Annotated[int, key(
         "maxConnectionsPerListener",
-        "connections a listener accepts at once; more are closed", ge=1, le=INT_MAX)] = 10000
+        "connections a listener holds at once, counted from their accept (before a TLS "
+        "handshake); more are closed at once", ge=1, le=INT_MAX)] = 10000
+    max_connections_per_ip: Annotated[int, key(
+        "maxConnectionsPerIp",
+        "connections one client address may hold at once across the listeners (Kafka's "
+        "`max.connections.per.ip`), counted from their accept; more are closed at once; 0 "
+        "= only the addresses in `maxConnectionsPerIpOverrides`", ge=0, le=INT_MAX
+        )] = INT_MAX
+    max_connections_per_ip_overrides: Annotated[tuple[str, ...], key(
+        "maxConnectionsPerIpOverrides",
+        "per-address caps instead of `maxConnectionsPerIp`, `ADDRESS:COUNT,ADDRESS:COUNT` "
+        "(IP addresses, e.g. an Envoy's; Kafka's `max.connections.per.ip.overrides`)")] = ()
+    tls_handshake_timeout_ms: Annotated[int, key(
+        "tlsHandshakeTimeoutMs",
+        "time a TLS handshake may take on SSL and SASL_SSL listeners (ms); then the "
+        "connection is closed", ge=100, le=INT_MAX)] = 10_000
     sasl_server_max_receive_size: Annotated[int, key(
         "saslServerMaxReceiveSize",
         "largest frame accepted on a SASL listener before login, in bytes (Kafka's "

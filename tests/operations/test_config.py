@@ -196,6 +196,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "transactionAbortTimedOutTransactionsIntervalMs": 10000,
     "auditEnabled": True,
     "auditDenialsPerWindow": 10,
+    "auditRejectionsPerWindow": 100,
     "auditDenialWindowMs": 10000,
     "defaultTenantProducerByteRate": 0,
     "defaultTenantConsumerByteRate": 0,
@@ -229,6 +230,9 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "tlsTrustCertsFilePath": "",
     "tlsRequireTrustedClientCertOnConnect": False,
     "maxConnectionsPerListener": 10000,
+    "maxConnectionsPerIp": 2147483647,
+    "maxConnectionsPerIpOverrides": (),
+    "tlsHandshakeTimeoutMs": 10000,
     "saslServerMaxReceiveSize": 524288,
     "maxUnauthenticatedBufferedBytes": 67108864,
     "maxConcurrentLogins": 8,
@@ -413,6 +417,9 @@ INVALID = [
     ("connectionsMaxReauthMs", "-1"),
     ("tlsRequireTrustedClientCertOnConnect", "maybe"),
     ("maxConnectionsPerListener", "0"),
+    ("maxConnectionsPerIp", "-1"),
+    ("auditRejectionsPerWindow", "0"),
+    ("tlsHandshakeTimeoutMs", "99"),
     ("saslServerMaxReceiveSize", "0"),
     ("maxUnauthenticatedBufferedBytes", "-1"),
     ("maxConcurrentLogins", "0"),
@@ -437,6 +444,8 @@ def test_every_key_has_an_invalid_case() -> None:
         "tlsCertificateFilePath",
         "tlsKeyFilePath", "tlsTrustCertsFilePath", "superUserRoles", "kopAllowedNamespaces",
         "brokerRack",  # any text names a rack
+        # its entries are checked across keys (tests/security/test_security_listeners.py)
+        "maxConnectionsPerIpOverrides",
     }
     assert covered == set(CONFIG_KEYS)
 

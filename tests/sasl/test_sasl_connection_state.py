@@ -145,3 +145,32 @@ def test_a_session_without_a_lifetime_cannot_reauthenticate(
     state = ConnectionSasl(sasl_listener=True)
     logged_in(state, validator)
     assert state.handshake("PLAIN", 1, OFFERED) == Handshake.NOT_NOW
+
+
+def test_one_api_versions_then_the_handshake_before_a_login(
+        validator: JwtTokenValidator) -> None:
+    """Kafka's SaslServerAuthenticator: ApiVersions at most once (one of a version not
+    served does not count: the client retries lower), then SaslHandshake; another
+    ApiVersions, one during the exchange, or any other request closes the connection."""
+    state = ConnectionSasl(sasl_listener=True)
+    assert state.before_login(api_versions=True, supported=False) is None  # v99: retried
+    assert state.before_login(api_versions=True) is None
+    assert state.before_login(api_versions=True) == "ApiVersions repeated before SaslHandshake"
+    assert state.before_login(api_versions=False) == "request before SASL authentication"
+    during = ConnectionSasl(sasl_listener=True)
+    assert during.handshake("PLAIN", 1, OFFERED) == Handshake.ACCEPTED  # none asked first
+    during.begin(PlainServer(validator), 1)
+    assert during.before_login(api_versions=True) == "ApiVersions during a SASL exchange"
+
+
+def test_an_expired_session_closes_on_any_request_but_a_reauthentication_begun_in_time(
+        validator: JwtTokenValidator) -> None:
+    """Kafka checks the expiry before anything else, SaslHandshake included; an exchange
+    that began in time may finish (its SaslAuthenticate)."""
+    state = ConnectionSasl(sasl_listener=True)
+    logged_in(state, validator, exp_ms=NOW + 30_000)
+    later = NOW + 30_001
+    assert state.expired(later) and state.expired(later, authenticate=True)
+    assert state.handshake("PLAIN", 1, OFFERED) == Handshake.ACCEPTED  # in time
+    state.begin(PlainServer(validator), 1)
+    assert state.expired(later) and not state.expired(later, authenticate=True)

@@ -281,3 +281,69 @@ def test_failed_logins_of_one_host_are_bounded(tmp_path: Path) -> None:
         assert len(failed) <= 2 * (len(events) - len(summaries)), failed
     finally:
         broker.stop()
+
+
+def test_rejected_connections_are_bounded_per_host_and_overall(tmp_path: Path) -> None:
+    """Ten addresses each opening ten connections that are refused (five failing their
+    TLS handshake, five sending a frame too large before a login): at most
+    ``auditDenialsPerWindow`` events per host and listener, at most
+    ``auditRejectionsPerWindow`` of every address together; the rest are counted into
+    summary events, and the metric counts every one. (Each used to be an event: one
+    client wrote 2,000 in 0.6 s.)"""
+    tls = make_tls(tmp_path / "certs")
+    metrics_port = free_port()
+    broker = BrokerProcess(tmp_path / "data", {
+        "kafkaListeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,"
+                          "SASL_PLAINTEXT://127.0.0.1:0",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+        **tls.broker_settings(), "metricsPort": str(metrics_port),
+        "auditDenialsPerWindow": "3", "auditRejectionsPerWindow": "12",
+        "auditDenialWindowMs": "3000",
+    }).start()
+    hosts = [f"127.0.0.{i}" for i in range(2, 12)]
+    total = 10 * len(hosts)
+    try:
+        started = time.monotonic()
+        for host in hosts:
+            for attempt in range(10):
+                listener = "SSL" if attempt % 2 else "SASL_PLAINTEXT"
+                with socket.create_connection(("127.0.0.1", broker.ports[listener]), timeout=10,
+                                              source_address=(host, 0)) as sock:
+                    sock.sendall(b"GET / HTTP/1.0\r\n\r\n" if listener == "SSL"
+                                 else struct.pack(">i", 10_000_000))
+                    with contextlib.suppress(OSError):
+                        sock.recv(100)
+        elapsed = time.monotonic() - started
+        plain = f"127.0.0.1:{broker.ports['PLAINTEXT']}"
+
+        def rejections() -> tuple[list[dict[str, object]], list[dict[str, object]], int]:
+            """The events, the summaries among them, and how many rejections they count."""
+            events = [e for e in read_audit(plain, {("connection", "rejected")})
+                      if e["kind"] == "connection" and e["outcome"] == "rejected"]
+            counts = [re.match(r"(\d+) more rejected connections left out", str(e["reason"]))
+                      for e in events]
+            summaries = [e for e, match in zip(events, counts, strict=True) if match]
+            return events, summaries, len(events) - len(summaries) + sum(
+                int(match[1]) for match in counts if match is not None)
+
+        deadline = time.monotonic() + 60
+        events, summaries, counted = rejections()
+        while counted < total and time.monotonic() < deadline:
+            time.sleep(0.5)
+            events, summaries, counted = rejections()
+        assert counted == total, events
+        windows = 1 + int(elapsed // 3)
+        assert len(events) - len(summaries) <= 12 * windows, events
+        assert len(events) <= 13 * windows + 2 * len(hosts) * windows, events
+        per_host: dict[tuple[str, str], int] = {}
+        for event in events:
+            if event not in summaries:
+                key = (str(event["client"]).rsplit(":", 1)[0], str(event["listener"]))
+                per_host[key] = per_host.get(key, 0) + 1
+        assert max(per_host.values()) <= 3 * windows, per_host
+        broker.wait_for_log(r"connection rejected: \d+ more rejected connections left out of "
+                            r"the audit \(12 reported per 3 s from all addresses")
+        assert sample(scrape(metrics_port), r"kop_server_rejected_connections_total\{.*\}") \
+            == total
+    finally:
+        broker.stop()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from broker_core.context import Endpoint, Operation, RequestContext, ResourceType
 from broker_core.naming import Namespace
 from edge.audit import AuditEvent
-from edge.denials import DenialReports, LoginFailures
+from edge.denials import DenialReports, LoginFailures, Rejections
 
 
 def context(principal: str, api: str, tenant: str = "b") -> RequestContext:
@@ -85,3 +85,31 @@ def test_failed_logins_beyond_the_window_share_are_counted_per_host_and_listener
         failures.take("10.0.0.9", "SASL", "10.0.0.9:4")
     failures.close_all()  # the broker stops: what was left out is still said
     assert events[-1].reason == "4 more failed logins left out (2 reported per 10 s)"
+
+
+def test_rejected_connections_are_bounded_per_host_and_listener_and_overall() -> None:
+    """Rejected connections share ``per_window`` per peer host and listener, as failed
+    logins do, and ``total_per_window`` across every address: the events counting what a
+    host's window left out go through the overall window too, so many addresses cannot
+    multiply the events; what the overall window left out is one event at its end."""
+    events: list[AuditEvent] = []
+    clock = Clock()
+    rejections = Rejections(events.append, per_window=2, total_per_window=5, window_s=10,
+                            clock=clock)
+    for port in range(100):
+        rejections.rejected("SSL", f"10.0.0.9:{port}", "TLS handshake failed")
+    assert [e.client for e in events] == ["10.0.0.9:0", "10.0.0.9:1"]
+    for host in range(20):
+        rejections.rejected("SSL", f"10.0.1.{host}:7", "TLS handshake failed")
+    assert len(events) == 5  # the overall share: three more hosts, then counted
+    clock.now += 10  # every window ended: the next rejection closes its host's first,
+    # whose summary closes the overall one
+    rejections.rejected("SSL", "10.0.0.9:200", "TLS handshake failed")
+    rejections.close_all()
+    assert [e.reason for e in events[5:]] == [
+        "17 more rejected connections left out (5 reported per 10 s from all addresses)",
+        "98 more rejected connections left out (2 reported per 10 s)",
+        "TLS handshake failed"]
+    assert all((e.kind, e.outcome, e.listener) == ("connection", "rejected", "SSL")
+               for e in events)
+    assert events[-1].client == "10.0.0.9:200"

@@ -3,6 +3,8 @@ refusing listener and security mistakes, and the per-listener connection limits.
 
 from __future__ import annotations
 
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -288,6 +290,149 @@ def test_max_connections_per_listener(tmp_path: Path) -> None:
         assert broker.alive()
     finally:
         broker.stop()
+
+
+def tls_client(port: int, ca: Path) -> ssl.SSLSocket:
+    """A TLS connection to ``port`` with its handshake done (ssl.SSLError, OSError: not)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        return context.wrap_socket(raw, server_hostname="localhost")
+    except BaseException:
+        raw.close()
+        raise
+
+
+def test_connections_in_the_tls_handshake_count_against_the_listener_cap(
+        tmp_path: Path, material: tuple[TlsFiles, TokenIssuer]) -> None:
+    """Sockets that never start their TLS handshake hold their place from the accept on
+    (they used to be counted only after the handshake, for up to a minute each): one
+    more is closed at once, TLS client or not, and the places come back as they close."""
+    tls, _issuer = material
+    broker = BrokerProcess(tmp_path / "data", {
+        "kafkaListeners": "SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+        "maxConnectionsPerListener": "3", **tls.broker_settings(),
+    }).start()
+    try:
+        port = broker.ports["SSL"]
+        idle = [RawConnection(port) for _ in range(3)]  # no ClientHello, ever
+        extra = RawConnection(port)
+        assert closed_by_peer(extra, 5.0)
+        extra.close()
+        broker.wait_for_log(r"refusing connection from .* on SSL: 3 connections is the limit")
+        with pytest.raises((ssl.SSLError, OSError)):
+            tls_client(port, tls.ca).close()
+        # the cap is per listener
+        assert api_versions_ok(RawConnection(broker.ports["PLAINTEXT"]))
+        for conn in idle:
+            conn.close()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                tls_client(port, tls.ca).close()
+                break
+            except (ssl.SSLError, OSError):
+                assert time.monotonic() < deadline, "the places never came back"
+                time.sleep(0.1)
+        assert broker.alive()
+    finally:
+        broker.stop()
+
+
+def test_a_tls_handshake_not_begun_ends_at_the_handshake_timeout(
+        tmp_path: Path, material: tuple[TlsFiles, TokenIssuer]) -> None:
+    tls, _issuer = material
+    broker = BrokerProcess(tmp_path / "data", {
+        "kafkaListeners": "SSL://127.0.0.1:0", "tlsHandshakeTimeoutMs": "500",
+        **tls.broker_settings(),
+    }).start()
+    try:
+        silent = RawConnection(broker.port)
+        assert closed_by_peer(silent, 20.0)
+        silent.close()
+        broker.wait_for_log(r"closing connection from .* on SSL: TLS handshake not complete "
+                            r"within 0\.5 s")
+        tls_client(broker.port, tls.ca).close()  # a real handshake is in time
+    finally:
+        broker.stop()
+
+
+def test_max_connections_per_ip_counts_across_listeners_with_overrides(
+        tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", {
+        "kafkaListeners": "A://127.0.0.1:0,B://127.0.0.1:0",
+        "kafkaProtocolMap": "A:PLAINTEXT,B:PLAINTEXT",
+        "maxConnectionsPerIp": "2", "maxConnectionsPerIpOverrides": "127.0.0.2:3",
+    }).start()
+    try:
+        held = [RawConnection(broker.ports["A"]), RawConnection(broker.ports["B"])]
+        assert all(api_versions_ok(conn) for conn in held)
+        extra = RawConnection(broker.ports["B"])
+        assert closed_by_peer(extra, 5.0)
+        extra.close()
+        broker.wait_for_log(r"refusing connection from 127\.0\.0\.1:\d+ on B: 2 connections "
+                            r"from 127\.0\.0\.1 is the limit \(maxConnectionsPerIp\)")
+        # another address has its own count, and its override
+        other = [RawConnection(broker.ports["A"], source="127.0.0.2") for _ in range(3)]
+        assert all(api_versions_ok(conn) for conn in other)
+        fourth = RawConnection(broker.ports["A"], source="127.0.0.2")
+        assert closed_by_peer(fourth, 5.0)
+        fourth.close()
+        for conn in held + other:
+            conn.close()
+        deadline = time.monotonic() + 10
+        while True:
+            fresh = RawConnection(broker.ports["B"])
+            try:
+                if api_versions_ok(fresh):
+                    break
+            except OSError:
+                pass
+            finally:
+                fresh.close()
+            assert time.monotonic() < deadline, "127.0.0.1 never served again"
+            time.sleep(0.1)
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize(("settings", "fragment"), [
+    ({"maxConnectionsPerIp": "0"}, "maxConnectionsPerIpOverrides"),
+    ({"maxConnectionsPerIpOverrides": "envoy.local:100"}, "ADDRESS:COUNT"),
+    ({"maxConnectionsPerIpOverrides": "10.0.0.1:-1"}, "10.0.0.1:-1"),
+])
+def test_per_ip_settings_are_checked(tmp_path: Path, settings: dict[str, str],
+                                     fragment: str) -> None:
+    refused(run_cli(tmp_path, **settings), fragment)
+
+
+def test_an_open_file_limit_below_the_listener_caps_is_warned_of_and_soft_raised(
+        tmp_path: Path) -> None:
+    """The soft limit goes up to the hard one (as the JVM raises Kafka's); when even that
+    is below the listeners' caps plus the margin, one warning says so."""
+    broker = BrokerProcess(tmp_path / "data", {
+        "kafkaListeners": "A://127.0.0.1:0,B://127.0.0.1:0",
+        "kafkaProtocolMap": "A:PLAINTEXT,B:PLAINTEXT",
+        "maxConnectionsPerListener": "3000"})
+    broker.launcher = ["prlimit", "--nofile=1024:4096"]
+    broker.start()
+    try:
+        assert broker.proc is not None
+        limits = Path(f"/proc/{broker.proc.pid}/limits").read_text()
+        (line,) = [row for row in limits.splitlines() if row.startswith("Max open files")]
+        assert line.split()[3:5] == ["4096", "4096"], line
+        warned = [row for row in broker.lines if "open-file limit is 4096" in row]
+        assert len(warned) == 1 and " WARNING " in warned[0], warned
+        assert "at least 7024" in warned[0]
+    finally:
+        broker.stop()
+    roomy = BrokerProcess(tmp_path / "data2", {"maxConnectionsPerListener": "1000"})
+    roomy.launcher = ["prlimit", "--nofile=1024:4096"]
+    roomy.start()
+    try:
+        assert not [row for row in roomy.lines if "open-file limit" in row]
+    finally:
+        roomy.stop()
 
 
 def test_idle_connections_are_closed(tmp_path: Path) -> None:

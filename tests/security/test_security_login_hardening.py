@@ -7,13 +7,14 @@ claimed."""
 from __future__ import annotations
 
 import json
+import struct
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import confluent_kafka
 import pytest
-from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse
 
 from edge.config import load_config
@@ -34,6 +35,7 @@ from tests.security_helpers import (
     NONE,
     SASL_AUTHENTICATION_FAILED,
     UNSUPPORTED_SASL_MECHANISM,
+    UNSUPPORTED_VERSION,
     SecureConnection,
     TokenIssuer,
     closed_by_peer,
@@ -481,6 +483,59 @@ def test_oauthbearer_logins_are_audited_with_their_tenant(env: Env) -> None:
     acme = env.audit(lambda e: e["principal"] == "bearer-acme")[0]
     assert (default["outcome"], default["tenant"]) == ("success", "public")
     assert (acme["outcome"], acme["tenant"]) == ("success", "acme")
+
+
+# -- the order before a login: one ApiVersions, then SaslHandshake ------------------------
+
+def api_versions(conn: SecureConnection, version: int = 3) -> int:
+    return int(conn.call(ApiVersionsRequest[version](), version,
+                         ApiVersionsResponse).error_code)
+
+
+def test_a_second_api_versions_before_the_handshake_closes(env: Env) -> None:
+    """Kafka answers one ApiVersions before SaslHandshake (SaslServerAuthenticator's
+    HANDSHAKE_OR_VERSIONS_REQUEST, then HANDSHAKE_REQUEST); a second one closes the
+    connection (it used to be answered 2,000 times over)."""
+    conn = env.connect()
+    try:
+        assert api_versions(conn) == NONE
+        conn.send_frame(conn.request_bytes(ApiVersionsRequest[3](), 3))
+        assert closed_by_peer(conn)
+    finally:
+        conn.close()
+    env.broker.wait_for_log(r"ApiVersions repeated before SaslHandshake")
+    env.audit(lambda e: e["kind"] == "connection"
+              and e["reason"] == "ApiVersions repeated before SaslHandshake")
+
+
+def test_api_versions_during_the_exchange_closes(env: Env) -> None:
+    conn = env.connect()
+    try:
+        assert api_versions(conn) == NONE
+        assert conn.handshake("PLAIN").error_code == NONE
+        conn.send_frame(conn.request_bytes(ApiVersionsRequest[0](), 0))
+        assert closed_by_peer(conn)
+    finally:
+        conn.close()
+    env.broker.wait_for_log(r"ApiVersions during a SASL exchange")
+
+
+def test_an_api_versions_of_a_version_not_served_may_be_retried(env: Env) -> None:
+    """A client asking a version the broker does not serve gets UNSUPPORTED_VERSION and
+    asks again lower (librdkafka, the Java client): that does not use up the one allowed."""
+    conn = env.connect()
+    try:
+        conn.correlation_id += 1
+        header = struct.pack(">hhih", 18, 99, conn.correlation_id, 3) + b"raw" + b"\x00"
+        conn.send_frame(header + b"\x00\x00\x00")  # two empty compact strings, no tags
+        frame = conn.read_frame()
+        assert ApiVersionsResponse[0].decode(frame[4:]).error_code == UNSUPPORTED_VERSION
+        assert api_versions(conn) == NONE
+        assert conn.login("acme", env.issuer.token()).error_code == NONE
+        assert conn.metadata(None).brokers
+        assert api_versions(conn) == NONE  # logged in: as often as it likes
+    finally:
+        conn.close()
 
 
 def test_rejected_requests_and_expired_sessions_are_audited(lenient: Env) -> None:

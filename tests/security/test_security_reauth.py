@@ -18,6 +18,7 @@ from kafka.protocol.metadata import (
     ApiVersionsResponse,
     MetadataRequest,
 )
+from kafka.protocol.sasl import SaslHandshakeRequest
 
 from tests.broker_process import BrokerProcess
 from tests.security_helpers import (
@@ -167,17 +168,33 @@ def test_expired_session_by_the_cap_is_closed(capped: Env) -> None:
         conn.close()
 
 
-def test_apiversions_after_expiry_is_still_answered_then_reauth_works(capped: Env) -> None:
-    """A client re-authenticating late may ask ApiVersions first (as KIP-368 clients do);
-    then re-authentication restores the session."""
+@pytest.mark.parametrize("late", ["SaslHandshake", "ApiVersions"])
+def test_an_expired_session_cannot_reauthenticate_late(capped: Env, late: str) -> None:
+    """Kafka closes an expired connection on whatever request comes next: a late
+    SaslHandshake (which used to restore the session) or ApiVersions included."""
     conn = capped.connect()
     try:
         lifetime = login(conn, capped.issuer, 2)
         wait_past_session(time.time(), lifetime)
-        assert conn.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse).error_code == NONE
+        request = (SaslHandshakeRequest[1](mechanism="PLAIN") if late == "SaslHandshake"
+                   else ApiVersionsRequest[0]())
+        assert conn.closed_after_request(request, 1 if late == "SaslHandshake" else 0)
+    finally:
+        conn.close()
+
+
+def test_a_reauthentication_in_time_keeps_the_session(capped: Env) -> None:
+    """Re-authenticating before the session ends restores it for another lifetime."""
+    conn = capped.connect()
+    try:
+        login(conn, capped.issuer, 2)
         answer = conn.login("acme", capped.issuer.token("alice", expires_in=3600))
+        answered = time.time()
         assert 0 < answer.session_lifetime_ms <= CAP_MS
+        assert conn.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse).error_code == NONE
         assert metadata_ok(conn)
+        wait_past_session(answered, answer.session_lifetime_ms)
+        assert conn.closed_after_request(MetadataRequest[1](topics=None), 1)
     finally:
         conn.close()
 
