@@ -17,6 +17,10 @@ are held: the set is (re)fetched in a background thread, at most one fetch in fl
 Only while no keys were ever fetched does a login wait for the fetch in flight, at most
 ``first_wait_seconds``: no token can be checked before it lands anyway, and a login
 arriving as the broker starts passes instead of failing.
+
+Why a fetch failed (the issuer's URL, a resolver's or the issuer's error) is for the
+operator: it is logged once per distinct failure, escaped and bounded, and a login is
+told only that tokens cannot be checked now.
 Thread-safe: logins run in worker threads.
 """
 
@@ -33,6 +37,7 @@ import jwt
 from common.json_types import JsonValue
 from oauth.errors import FetchError, KeysUnavailable, TokenInvalid
 from oauth.keys import PublicKey
+from sasl.printable import printable
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,11 @@ UNKNOWN_KEY = "token signed with an unknown key"
 """The reason a token naming a ``kid`` the held set lacks is refused."""
 FETCHING = "; fetching the issuer's keys now, retry shortly"
 """Added to it when a fetch is under way, which may bring that key (a rotation)."""
+KEYS_UNAVAILABLE = ("cannot check tokens now: the issuer's signing keys are unavailable, "
+                    "retry later")
+"""What a login is told while no keys are held (why is in the broker's log)."""
+ERROR_LOG_LIMIT = 512
+"""How much of a fetch failure's text a log line quotes."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +110,9 @@ class JwksCache:
         """Guards the fields below; never held while fetching."""
         self._keys: KeySet | None = None
         self._last_attempt: float | None = None
-        self._last_error: str | None = None
+        self._logged_error: str | None = None
+        """The failure logged last (each distinct one is logged once); None after a
+        success. Written by the one fetch in flight only."""
         self._in_flight: threading.Event | None = None
         """Set when the fetch under way ends; None when none is."""
         self.fetches = 0
@@ -146,9 +158,7 @@ class JwksCache:
             in_flight.wait(self._first_wait)
         keys = self._keys
         if keys is None:
-            raise KeysUnavailable(
-                "cannot check tokens now: the issuer's signing keys are unavailable "
-                f"({self._last_error or 'not fetched yet'})")
+            raise KeysUnavailable(KEYS_UNAVAILABLE)
         return keys
 
     def _stale(self, keys: KeySet) -> bool:
@@ -188,19 +198,27 @@ class JwksCache:
         except FetchError as exc:
             error = str(exc)
         finally:
-            held = self._settle(fresh, error or None, done)
+            held = self._settle(fresh, done)
         if fresh is None:
-            log.warning("cannot fetch the OAuth issuer's signing keys: %s%s", error,
-                        "; keeping the keys fetched before" if held is not None else "")
-        elif held is None or held.kids != fresh.kids:
+            self._log_failure(printable(error, ERROR_LOG_LIMIT), held)
+            return
+        if held is None or held.kids != fresh.kids or self._logged_error is not None:
             log.info("OAuth signing keys fetched: kid %s", ", ".join(fresh.kids) or "(none)")
+        self._logged_error = None
 
-    def _settle(self, fresh: KeySet | None, error: str | None,
-                done: threading.Event) -> KeySet | None:
+    def _log_failure(self, error: str, held: KeySet | None) -> None:
+        if error == self._logged_error:
+            return  # said already; the next success says it is over
+        self._logged_error = error
+        log.warning("cannot fetch the OAuth issuer's signing keys: %s%s (logged once until "
+                    "it changes or a fetch succeeds)", error,
+                    "; keeping the keys fetched before" if held is not None else
+                    "; logins fail until a fetch succeeds")
+
+    def _settle(self, fresh: KeySet | None, done: threading.Event) -> KeySet | None:
         """Take a fetch's outcome and end it; return the keys held before."""
         with self._lock:
             held = self._keys
-            self._last_error = error
             if fresh is not None:
                 self._keys = fresh
                 self.generation += 1

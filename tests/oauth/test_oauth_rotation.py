@@ -120,6 +120,31 @@ def test_a_client_logs_in_after_a_rotation_by_retrying(broker: BrokerProcess,
     assert consume_confluent(conf, topic_name, 1) == [b"after-rotation"]
 
 
+def test_issuer_errors_are_logged_not_told_to_clients(tmp_path: Path) -> None:
+    issuer = make_issuer(port=free_port())
+    issuer.stop()
+    properties = oauth_file(tmp_path, issuer.url, jwks_retry_seconds="0.1")
+    broker = start_broker(tmp_path, properties, failedAuthenticationDelayMs="0")
+    try:
+        token = issuer_token(issuer)
+        for _ in range(3):
+            time.sleep(0.2)  # past the retry interval: each login starts a fetch
+            reason = rejected(broker.port, bearer_message(token))
+            assert reason == ("Authentication failed: cannot check tokens now: the issuer's "
+                              "signing keys are unavailable, retry later"), reason
+        # The operator learns why, once while it lasts.
+        line = broker.wait_for_log("cannot fetch the OAuth issuer's signing keys")
+        assert issuer.url in line
+        assert sum("cannot fetch the OAuth issuer's" in t for t in broker.lines) == 1
+        issuer.start()
+        time.sleep(0.2)
+        assert good_login(broker.port, token).error_code == 0
+        broker.wait_for_log("OAuth signing keys fetched")
+    finally:
+        broker.stop()
+        issuer.stop()
+
+
 def test_broker_starts_while_the_issuer_is_down(tmp_path: Path) -> None:
     issuer = make_issuer(port=free_port())
     issuer.stop()
@@ -131,7 +156,6 @@ def test_broker_starts_while_the_issuer_is_down(tmp_path: Path) -> None:
         token = issuer_token(issuer)
         reason = rejected(broker.port, bearer_message(token))
         assert "signing keys are unavailable" in reason, reason
-        assert "cannot reach" in reason, reason
 
         issuer.start()
         time.sleep(0.4)
