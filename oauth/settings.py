@@ -101,8 +101,10 @@ class ValidatorSettings(BaseModel):
         "oauth.principal.claim", "claim naming the principal (role)")] = "sub"
     tenant_claim: Annotated[Claim | None, key(
         "oauth.tenant.claim",
-        "claim naming the tenant; when a token lacks it, the `tenant` SASL extension, "
-        "else `kafkaTenant`")] = None
+        "claim naming the tenant; a token carrying it logs in to that tenant only (PLAIN "
+        "and OAUTHBEARER: a username or `tenant` extension naming another is refused); "
+        "when a token lacks it, the tenant the client names (the username, the `tenant` "
+        "extension), else `kafkaTenant`")] = None
     required_scopes: Annotated[tuple[str, ...], _split(r"[\s,]+"), key(
         "oauth.required.scopes",
         "scopes a token must all hold (comma or space separated), in `scope` (a string) "
