@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from types import MappingProxyType
 
-from common.names import NAME_RULE, is_valid_name
+from common.names import TENANT_NAME_RULE, is_valid_tenant_name
 from sasl.errors import SaslFailure
 from sasl.limits import check_message_size
 from sasl.mechanism import TokenMechanism
@@ -88,9 +88,9 @@ class OAuthBearerServer(TokenMechanism):
         if bound is not None:
             self._claim_tenant(bound)
         named = response.extensions.get(TENANT_EXTENSION)
-        if named is not None and not is_valid_name(named):
+        if named is not None and not is_valid_tenant_name(named):
             raise SaslFailure(f"invalid tenant in extension {TENANT_EXTENSION!r}: expected "
-                              f"{NAME_RULE}")
+                              f"{TENANT_NAME_RULE}")
         return bound_tenant(bound, named, f"extension {TENANT_EXTENSION!r}")
 
     def _error_challenge(self, reason: str) -> bytes:

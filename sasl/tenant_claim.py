@@ -9,7 +9,7 @@ applies (else the broker's default), as the README states.
 
 from __future__ import annotations
 
-from common.names import NAME_RULE, is_valid_name
+from common.names import TENANT_NAME_RULE, is_valid_tenant_name
 from sasl.errors import SaslFailure
 from sasl.types import ValidatedToken
 
@@ -22,8 +22,8 @@ def token_tenant(token: ValidatedToken, claim: str | None) -> str | None:
     value = token.claims.get(claim)
     if value is None:
         return None
-    if not isinstance(value, str) or not is_valid_name(value):
-        raise SaslFailure(f"invalid tenant in token claim {claim!r}: expected {NAME_RULE}")
+    if not isinstance(value, str) or not is_valid_tenant_name(value):
+        raise SaslFailure(f"invalid tenant in token claim {claim!r}: expected {TENANT_NAME_RULE}")
     return value
 
 
