@@ -12,9 +12,11 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from broker_core.errors import ErrorCode, KafkaApiError
-from common.names import NAME_RULE, is_valid_name
+from common.names import MAX_TENANT_NAME_LENGTH, NAME_RULE, is_valid_name
 
 _MAX_TOPIC_LENGTH = 249
+_QUOTED = 100
+"""How much of an over-long name an error message quotes."""
 _PERSISTENT = "persistent://"
 
 
@@ -31,7 +33,13 @@ class Namespace:
         return f"{self.tenant}/{self.namespace}/"
 
 
-def _check_part(part: str, what: str, original: str) -> None:
+def _check_part(part: str, what: str, original: str, longest: int) -> None:
+    if len(part) > longest:
+        raise KafkaApiError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name {original[:_QUOTED]!r}... has a {what} longer than {longest} "
+            "characters",
+        )
     if not is_valid_name(part):
         raise KafkaApiError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
@@ -60,14 +68,9 @@ def _mapped(name: str, home: Namespace) -> str:
             f"topic name {name!r} must be 'topic', 'tenant/namespace/topic' or "
             "'persistent://tenant/namespace/topic'",
         )
-    _check_part(parts[0], "tenant", name)
-    _check_part(parts[1], "namespace", name)
-    _check_part(parts[2], "topic", name)
-    if len(parts[2]) > _MAX_TOPIC_LENGTH:
-        raise KafkaApiError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"topic name {name!r} is longer than {_MAX_TOPIC_LENGTH} characters",
-        )
+    _check_part(parts[0], "tenant", name, MAX_TENANT_NAME_LENGTH)
+    _check_part(parts[1], "namespace", name, MAX_TENANT_NAME_LENGTH)
+    _check_part(parts[2], "topic", name, _MAX_TOPIC_LENGTH)
     return "/".join(parts)
 
 

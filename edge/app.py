@@ -81,8 +81,9 @@ from listeners.spec import ListenerSpec
 
 log = logging.getLogger("edge.broker")
 SASL_STEP_THREADS = 4
-"""Threads checking tokens (a JWKS fetch for one login does not hold up the others; the
-login gate, ``maxConcurrentLogins``, bounds the queue)."""
+"""Threads checking tokens (signature checks; a login waits for the issuer only before the
+first JWKS fetch lands, ``oauth.jwks``; the login gate, ``maxConcurrentLogins``, bounds the
+queue)."""
 
 META_KEY = "meta.properties"
 

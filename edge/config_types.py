@@ -25,7 +25,7 @@ from pydantic import AfterValidator, TypeAdapter, ValidationError
 
 from broker_core.storage.engines import ENGINES, shown_url, storage_scheme
 from broker_core.topic_configs import COMPRESSION_TYPES
-from common.names import NAME_RULE, is_valid_name
+from common.names import TENANT_NAME_RULE, is_valid_tenant_name
 from common.settings import LONG_MAX, DeclaredKey, to_text
 
 INT_MAX = 2**31 - 1
@@ -47,7 +47,7 @@ class Described:
 
 
 def _name(value: str) -> str:
-    if not is_valid_name(value):
+    if not is_valid_tenant_name(value):
         raise ValueError("not a valid name")
     return value
 
@@ -70,7 +70,7 @@ def _mask_key_url(text: str) -> str:
     return text
 
 
-Name = Annotated[str, AfterValidator(_name), Described(f"a non-empty name of {NAME_RULE}")]
+Name = Annotated[str, AfterValidator(_name), Described(f"a non-empty name of {TENANT_NAME_RULE}")]
 """A tenant or namespace name, by the rule logins and topic names follow."""
 
 StorageUrl = Annotated[

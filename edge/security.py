@@ -200,13 +200,16 @@ def check_security(config: BrokerConfig) -> None:
 def sasl_factories(config: BrokerConfig, validator: TokenValidator | None,
                    needed: set[str]) -> Mapping[str, SaslFactory]:
     """A server factory per mechanism some listener offers (``validator`` checks PLAIN's
-    ``token:`` passwords)."""
+    ``token:`` passwords). ``oauth.tenant.claim`` binds the tokens of both mechanisms to
+    their tenant."""
     bearer = _checked_bearer(config, validator, needed)
     factories: dict[str, SaslFactory] = {}
+    tenant_claim = bearer.tenant_claim if bearer is not None else None
     if "PLAIN" in needed and validator is not None:
         plain_validator = CachedTokenValidator(validator)
         reserved = config.kafka_metadata_namespace
-        factories["PLAIN"] = lambda: PlainServer(plain_validator, reserved_namespace=reserved)
+        factories["PLAIN"] = lambda: PlainServer(plain_validator, reserved_namespace=reserved,
+                                                 tenant_claim=tenant_claim)
     if "OAUTHBEARER" in needed and bearer is not None:
         setup = bearer
         if isinstance(setup.validator, JwksTokenValidator):

@@ -1,15 +1,27 @@
 """A JSON Web Key Set cache for token validation, shared by every login of a broker.
 
-Keys are looked up by ``kid`` and algorithm. The set is (re)fetched:
+Keys are looked up by ``kid`` and algorithm. A login never waits for the issuer once keys
+are held: the set is (re)fetched in a background thread, at most one fetch in flight,
 
-- on first use, and on the next use after a failed fetch once ``retry_seconds`` passed;
-- when a token names an unknown ``kid``, at most once per ``refresh_min_seconds``, so a
-  flood of made-up ``kid`` values costs at most one fetch per interval;
-- when it is older than ``max_age_seconds`` (a failed refresh keeps the old keys).
+- at start-up (:meth:`JwksCache.warm_up`) and, while no keys are held yet (the first
+  fetch failed: the issuer is down), on a login at most once per ``retry_seconds``;
+- when a token names an unknown ``kid`` (a key rotation, or a made-up ``kid``), at most
+  once per ``refresh_min_seconds`` since the last attempt: that login is refused at once
+  (the reason says the keys are being fetched; the client's retry passes once they are),
+  so a flood of made-up ``kid`` values costs at most one fetch per interval and holds no
+  login thread;
+- when the keys are older than ``max_age_seconds`` (also at most once per
+  ``refresh_min_seconds``; logins go on with the old keys meanwhile, and a failed refresh
+  keeps them).
 
-Fetches are single-flight: concurrent validations that need one wait for the same fetch
-instead of starting their own. Lookups of known keys never wait for a fetch.
-Thread-safe; fetches run in the caller's (worker) thread.
+Only while no keys were ever fetched does a login wait for the fetch in flight, at most
+``first_wait_seconds``: no token can be checked before it lands anyway, and a login
+arriving as the broker starts passes instead of failing.
+
+Why a fetch failed (the issuer's URL, a resolver's or the issuer's error) is for the
+operator: it is logged once per distinct failure, escaped and bounded, and a login is
+told only that tokens cannot be checked now.
+Thread-safe: logins run in worker threads.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import jwt
 from common.json_types import JsonValue
 from oauth.errors import FetchError, KeysUnavailable, TokenInvalid
 from oauth.keys import PublicKey
+from sasl.printable import printable
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +45,15 @@ _FAMILY = {"RS": "RSA", "PS": "RSA", "ES": "EC"}
 _CURVES = {"ES256": "P-256", "ES384": "P-384", "ES512": "P-521"}
 MAX_KEYS = 100
 """Keys beyond this many in one set are ignored."""
+UNKNOWN_KEY = "token signed with an unknown key"
+"""The reason a token naming a ``kid`` the held set lacks is refused."""
+FETCHING = "; fetching the issuer's keys now, retry shortly"
+"""Added to it when a fetch is under way, which may bring that key (a rotation)."""
+KEYS_UNAVAILABLE = ("cannot check tokens now: the issuer's signing keys are unavailable, "
+                    "retry later")
+"""What a login is told while no keys are held (why is in the broker's log)."""
+ERROR_LOG_LIMIT = 512
+"""How much of a fetch failure's text a log line quotes."""
 
 
 @dataclass(frozen=True)
@@ -76,17 +98,23 @@ class JwksCache:
 
     def __init__(self, load: Callable[[], Mapping[str, JsonValue]], *,
                  refresh_min_seconds: float = 10.0, retry_seconds: float = 1.0,
-                 max_age_seconds: float = 3600.0,
+                 max_age_seconds: float = 3600.0, first_wait_seconds: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._load = load
         self._refresh_min = refresh_min_seconds
         self._retry = retry_seconds
         self._max_age = max_age_seconds
+        self._first_wait = first_wait_seconds
         self._clock = clock
         self._lock = threading.Lock()
+        """Guards the fields below; never held while fetching."""
         self._keys: KeySet | None = None
         self._last_attempt: float | None = None
-        self._last_error: str | None = None
+        self._logged_error: str | None = None
+        """The failure logged last (each distinct one is logged once); None after a
+        success. Written by the one fetch in flight only."""
+        self._in_flight: threading.Event | None = None
+        """Set when the fetch under way ends; None when none is."""
         self.fetches = 0
         """How many fetches were attempted (for tests and metrics)."""
         self.generation = 0
@@ -94,66 +122,109 @@ class JwksCache:
         again (``sasl.token_cache``), so a withdrawn key stops admitting its tokens."""
 
     def key(self, kid: str | None, alg: str) -> PublicKey:
-        """The verification key for a token header; raise TokenInvalid or KeysUnavailable."""
-        keys = self._keys
-        found = self._lookup(keys, kid, alg) if keys is not None else None
-        if found is not None:
-            assert keys is not None
-            if not self._stale(keys):
-                return found
-            if not self._lock.acquire(blocking=False):
-                return found  # stale, but another login is refreshing: use what we have
-        else:
-            self._lock.acquire()
-        try:
-            return self._key_locked(kid, alg)
-        finally:
-            self._lock.release()
+        """The verification key for a token header; raise TokenInvalid or KeysUnavailable.
 
-    def _key_locked(self, kid: str | None, alg: str) -> PublicKey:
-        keys = self._keys
-        if keys is None or self._stale(keys) or self._lookup(keys, kid, alg) is None:
-            self._maybe_fetch(keys)
-        keys = self._keys
-        if keys is None:
-            raise KeysUnavailable(
-                "cannot check tokens now: the issuer's signing keys are unavailable "
-                f"({self._last_error or 'not fetched yet'})")
+        Never waits for the issuer once keys are held."""
+        keys = self._keys if self._keys is not None else self._first_keys()
         found = self._lookup(keys, kid, alg)
-        if found is None:
-            raise TokenInvalid("token signed with an unknown key" if kid is not None
-                               else "token has no key id and no single key fits it")
-        return found
+        if found is not None:
+            if self._stale(keys):
+                self._refresh()
+            return found
+        fetching = self._refresh()
+        reason = UNKNOWN_KEY if kid is not None \
+            else "token has no key id and no single key fits it"
+        raise TokenInvalid(reason + (FETCHING if fetching else ""))
 
     def warm_up(self) -> None:
-        """Fetch now unless keys are held or a fetch was tried recently (never raises)."""
+        """Start fetching in the background unless keys are held or a fetch was tried
+        recently (never raises, never waits)."""
+        if self._keys is None:
+            self._refresh()
+
+    def wait_for_fetch(self, timeout: float) -> bool:
+        """Wait until no fetch is under way (at most ``timeout`` seconds); True if none is."""
         with self._lock:
-            if self._keys is None:
-                self._maybe_fetch(None)
+            in_flight = self._in_flight
+        return in_flight is None or in_flight.wait(timeout)
+
+    def _first_keys(self) -> KeySet:
+        """No keys were ever taken: wait (bounded) for a fetch, starting one if due."""
+        with self._lock:
+            in_flight = self._in_flight
+            if in_flight is None and self._keys is None and self._due():
+                in_flight = self._start_locked()
+        if in_flight is not None:
+            in_flight.wait(self._first_wait)
+        keys = self._keys
+        if keys is None:
+            raise KeysUnavailable(KEYS_UNAVAILABLE)
+        return keys
 
     def _stale(self, keys: KeySet) -> bool:
         return self._clock() - keys.fetched_at >= self._max_age
 
-    def _maybe_fetch(self, held: KeySet | None) -> None:
-        now = self._clock()
-        if self._last_attempt is not None:
-            wait = self._retry if self._last_error is not None else self._refresh_min
-            if now - self._last_attempt < wait:
-                return
-        self._last_attempt = now
+    def _refresh(self) -> bool:
+        """Start a background fetch unless one is under way or the last was too recent;
+        True when a fetch is under way now."""
+        with self._lock:
+            if self._in_flight is None:
+                if not self._due():
+                    return False
+                self._start_locked()
+            return True
+
+    def _due(self) -> bool:
+        if self._last_attempt is None:
+            return True
+        wait = self._retry if self._keys is None else self._refresh_min
+        return self._clock() - self._last_attempt >= wait
+
+    def _start_locked(self) -> threading.Event:
+        started = self._clock()
+        self._last_attempt = started
         self.fetches += 1
+        done = self._in_flight = threading.Event()
+        threading.Thread(target=self._fetch, args=(started, done), name="oauth-jwks-fetch",
+                         daemon=True).start()
+        return done
+
+    def _fetch(self, started: float, done: threading.Event) -> None:
+        fresh: KeySet | None = None
+        error = "the fetch failed"  # until it ends otherwise (a loader bug: its traceback)
         try:
-            fresh = parse_key_set(self._load(), now)
+            fresh = parse_key_set(self._load(), started)
+            error = ""
         except FetchError as exc:
-            self._last_error = str(exc)
-            log.warning("cannot fetch the OAuth issuer's signing keys: %s%s", exc,
-                        "; keeping the keys fetched before" if held is not None else "")
+            error = str(exc)
+        finally:
+            held = self._settle(fresh, done)
+        if fresh is None:
+            self._log_failure(printable(error, ERROR_LOG_LIMIT), held)
             return
-        self._last_error = None
-        if held is None or held.kids != fresh.kids:
+        if held is None or held.kids != fresh.kids or self._logged_error is not None:
             log.info("OAuth signing keys fetched: kid %s", ", ".join(fresh.kids) or "(none)")
-        self._keys = fresh
-        self.generation += 1
+        self._logged_error = None
+
+    def _log_failure(self, error: str, held: KeySet | None) -> None:
+        if error == self._logged_error:
+            return  # said already; the next success says it is over
+        self._logged_error = error
+        log.warning("cannot fetch the OAuth issuer's signing keys: %s%s (logged once until "
+                    "it changes or a fetch succeeds)", error,
+                    "; keeping the keys fetched before" if held is not None else
+                    "; logins fail until a fetch succeeds")
+
+    def _settle(self, fresh: KeySet | None, done: threading.Event) -> KeySet | None:
+        """Take a fetch's outcome and end it; return the keys held before."""
+        with self._lock:
+            held = self._keys
+            if fresh is not None:
+                self._keys = fresh
+                self.generation += 1
+            self._in_flight = None
+        done.set()
+        return held
 
     def _lookup(self, keys: KeySet, kid: str | None, alg: str) -> PublicKey | None:
         cached = keys.verifiers.get((kid, alg))

@@ -7,13 +7,13 @@ issuer, the signature verifies, ``exp`` is present and not past and ``nbf`` not 
 set), ``iss`` equals the issuer (when one is
 configured), ``aud`` holds a configured audience, the required scopes are all granted,
 and the principal claim is a non-empty string. Nothing is fetched at construction: the
-keys come on first use or from :meth:`JwksTokenValidator.warm_up`, so a broker starts
-while its issuer is down, and logins work once the issuer is back.
+keys come from :meth:`JwksTokenValidator.warm_up` (or the first login), in the background,
+so a broker starts while its issuer is down, and logins work once the issuer is back;
+``oauth.jwks`` says when they are fetched again.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -28,6 +28,10 @@ from oauth.jwt_checks import decode_verified
 from oauth.keys import PublicKey
 from oauth.settings import ValidatorSettings
 from sasl.types import ValidatedToken
+
+FETCH_REQUESTS = 2
+"""HTTP requests of one fetch at most (discovery, then the JWKS), each within
+``oauth.http.timeout.seconds``."""
 
 
 class IssuerKeysLoader:
@@ -83,14 +87,13 @@ class JwksTokenValidator:
             refresh_min_seconds=settings.jwks_refresh_min_seconds,
             retry_seconds=settings.jwks_retry_seconds,
             max_age_seconds=settings.jwks_max_age_seconds,
+            first_wait_seconds=FETCH_REQUESTS * settings.http_timeout_seconds,
         )
 
-    def warm_up(self) -> threading.Thread:
-        """Fetch the keys in a background thread (start-up does not wait for the issuer)."""
-        thread = threading.Thread(target=self.keys.warm_up, name="oauth-jwks-warm-up",
-                                  daemon=True)
-        thread.start()
-        return thread
+    def warm_up(self) -> None:
+        """Start fetching the keys in the background (start-up does not wait for the
+        issuer)."""
+        self.keys.warm_up()
 
     @property
     def keys_generation(self) -> int:

@@ -47,7 +47,7 @@ def decode_verified(token: str, key: VerifyKey, algorithms: Sequence[str], *, le
     except (jwt.PyJWTError, json.JSONDecodeError, ValueError, TypeError):
         raise TokenInvalid("malformed token") from None
     if max_lifetime_seconds > 0:
-        check_lifetime(claims, max_lifetime_seconds)
+        check_lifetime(claims, max_lifetime_seconds, leeway)
     return claims
 
 
@@ -60,15 +60,26 @@ def _number(claims: Mapping[str, JsonValue], name: str) -> float | None:
     return float(value)
 
 
-def check_lifetime(claims: Mapping[str, JsonValue], max_lifetime_seconds: int) -> None:
+def check_lifetime(claims: Mapping[str, JsonValue], max_lifetime_seconds: int,
+                   leeway: int = 0) -> None:
     """Refuse a token living longer than ``max_lifetime_seconds``: ``exp`` - ``iat``, or
-    ``exp`` - now when it has no ``iat``; a token without ``exp`` lives forever."""
+    ``exp`` - now when it has no ``iat``; a token without ``exp`` lives forever.
+
+    An ``iat`` more than ``leeway`` (the clock skew allowed for ``exp`` and ``nbf``)
+    ahead of the broker's clock is refused: the issuer would not have signed it yet, and
+    measured from a made-up future ``iat`` a token valid for months would pass. So a
+    token accepted expires at most ``max_lifetime_seconds`` + ``leeway`` from now; an
+    issuer whose clock runs ahead within the skew is measured from its own ``iat``."""
     exp = _number(claims, "exp")
     if exp is None:
         raise TokenInvalid(f"token has no 'exp' claim (maximum lifetime "
                            f"{max_lifetime_seconds} s)")
+    now = time.time()
     issued = _number(claims, "iat")
-    lifetime = exp - (issued if issued is not None else time.time())
+    if issued is not None and issued > now + leeway:
+        raise TokenInvalid(f"token 'iat' is {int(issued - now)} s in the future (clock skew "
+                           f"allowed: {leeway} s)")
+    lifetime = exp - (issued if issued is not None else now)
     if lifetime > max_lifetime_seconds:
         raise TokenInvalid(f"token lifetime {int(lifetime)} s exceeds the maximum of "
                            f"{max_lifetime_seconds} s")

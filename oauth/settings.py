@@ -101,8 +101,10 @@ class ValidatorSettings(BaseModel):
         "oauth.principal.claim", "claim naming the principal (role)")] = "sub"
     tenant_claim: Annotated[Claim | None, key(
         "oauth.tenant.claim",
-        "claim naming the tenant; when a token lacks it, the `tenant` SASL extension, "
-        "else `kafkaTenant`")] = None
+        "claim naming the tenant; a token carrying it logs in to that tenant only (PLAIN "
+        "and OAUTHBEARER: a username or `tenant` extension naming another is refused); "
+        "when a token lacks it, the tenant the client names (the username, the `tenant` "
+        "extension), else `kafkaTenant`")] = None
     required_scopes: Annotated[tuple[str, ...], _split(r"[\s,]+"), key(
         "oauth.required.scopes",
         "scopes a token must all hold (comma or space separated), in `scope` (a string) "
@@ -117,16 +119,19 @@ class ValidatorSettings(BaseModel):
     )] = DEFAULT_ALGORITHMS
     jwks_refresh_min_seconds: Annotated[float, key(
         "oauth.jwks.refresh.min.seconds",
-        "a token signed with an unknown `kid` refetches the JWKS at most this often",
+        "once keys are held, a token signed with an unknown `kid` (or keys past their "
+        "maximum age) starts a background JWKS fetch at most this often; that login is "
+        "refused at once, the client's retry passes once the fetch lands",
         ge=0, le=3600)] = 10.0
     jwks_retry_seconds: Annotated[float, key(
         "oauth.jwks.retry.seconds",
-        "after a failed fetch (issuer down), the next try waits this long",
+        "while no keys are held yet (first start, issuer down), a login starts a new fetch "
+        "at most this often after a failed one",
         ge=0, le=3600)] = 1.0
     jwks_max_age_seconds: Annotated[float, key(
         "oauth.jwks.max.age.seconds",
-        "keys older than this are refetched on the next login (kept if the issuer is "
-        "down)", ge=1, le=86400 * 7)] = 3600.0
+        "keys older than this are refetched in the background on the next login (kept "
+        "if the issuer is down)", ge=1, le=86400 * 7)] = 3600.0
     http_timeout_seconds: Annotated[float, key(
         "oauth.http.timeout.seconds",
         "timeout of each discovery or JWKS request", ge=0.1, le=120)] = 5.0

@@ -6,7 +6,7 @@ login needs (splitting the username, and refusing a malformed one with ``SaslFai
 
 from __future__ import annotations
 
-from common.names import NAME_RULE, is_valid_name
+from common.names import TENANT_NAME_RULE, is_valid_tenant_name
 from sasl.errors import SaslFailure
 
 
@@ -21,9 +21,9 @@ def parse_tenant_spec(username: str, reserved_namespace: str | None = None
     or if it names ``reserved_namespace`` (the broker's own namespace, where no login's
     topics may go)."""
     parts = username.split("/")
-    if len(parts) > 2 or not all(is_valid_name(part) for part in parts):
+    if len(parts) > 2 or not all(is_valid_tenant_name(part) for part in parts):
         raise SaslFailure(
-            f"invalid username: expected 'tenant' or 'tenant/namespace', each of {NAME_RULE}"
+            f"invalid username: expected 'tenant' or 'tenant/namespace', each of {TENANT_NAME_RULE}"
         )
     namespace = parts[1] if len(parts) == 2 else None
     if namespace is not None and namespace == reserved_namespace:

@@ -2,7 +2,8 @@
 
 A good client initial response is answered with empty bytes. Any failure of the first
 message (too large, not UTF-8, malformed GS2 header or key/value pairs, a rejected token,
-an authorization id other than the principal, a bad tenant) is answered with the RFC 7628
+an authorization id other than the principal, a bad tenant, a ``tenant`` extension other
+than the token's tenant claim: ``sasl.tenant_claim``) is answered with the RFC 7628
 error ``{"status":"invalid_token"}``; the client then sends a lone ``\\x01`` and the
 second step fails with the original reason.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from types import MappingProxyType
 
-from common.names import NAME_RULE, is_valid_name
+from common.names import TENANT_NAME_RULE, is_valid_tenant_name
 from sasl.errors import SaslFailure
 from sasl.limits import check_message_size
 from sasl.mechanism import TokenMechanism
@@ -22,6 +23,7 @@ from sasl.oauthbearer_message import (
     MalformedMessage,
     parse_client_initial_response,
 )
+from sasl.tenant_claim import bound_tenant, token_tenant
 from sasl.types import Authenticated, TokenRejected, TokenValidator, ValidatedToken
 
 TENANT_EXTENSION = "tenant"
@@ -82,20 +84,14 @@ class OAuthBearerServer(TokenMechanism):
         )
 
     def _tenant(self, response: ClientInitialResponse, token: ValidatedToken) -> str | None:
-        tenant: object = None
-        source = ""
-        if self._tenant_claim is not None and token.claims.get(self._tenant_claim) is not None:
-            tenant = token.claims[self._tenant_claim]
-            source = f"token claim {self._tenant_claim!r}"
-            self._claim_tenant(str(tenant))
-        elif TENANT_EXTENSION in response.extensions:
-            tenant = response.extensions[TENANT_EXTENSION]
-            source = f"extension {TENANT_EXTENSION!r}"
-        if tenant is None:
-            return None
-        if not isinstance(tenant, str) or not is_valid_name(tenant):
-            raise SaslFailure(f"invalid tenant in {source}: expected {NAME_RULE}")
-        return tenant
+        bound = token_tenant(token, self._tenant_claim)
+        if bound is not None:
+            self._claim_tenant(bound)
+        named = response.extensions.get(TENANT_EXTENSION)
+        if named is not None and not is_valid_tenant_name(named):
+            raise SaslFailure(f"invalid tenant in extension {TENANT_EXTENSION!r}: expected "
+                              f"{TENANT_NAME_RULE}")
+        return bound_tenant(bound, named, f"extension {TENANT_EXTENSION!r}")
 
     def _error_challenge(self, reason: str) -> bytes:
         self._pending_error = reason

@@ -3,7 +3,9 @@
 The username names the tenant (``tenant`` or ``tenant/namespace``, never the broker's
 own namespace, which the composition root passes in as ``reserved_namespace``); the
 password is ``<method>:<credential>`` where only the ``token`` method exists; the role
-comes from the token, as in Kafka-on-Pulsar.
+comes from the token, as in Kafka-on-Pulsar. With a tenant claim configured
+(``oauth.tenant.claim``), a token carrying it logs in to that tenant only
+(``sasl.tenant_claim``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from sasl.limits import check_message_size
 from sasl.mechanism import TokenMechanism
 from sasl.names import claimed_tenant, parse_tenant_spec
 from sasl.printable import printable
+from sasl.tenant_claim import bound_tenant, token_tenant
 from sasl.types import Authenticated, TokenRejected, TokenValidator
 
 SUPPORTED_METHOD = "token"
@@ -25,10 +28,11 @@ class PlainServer(TokenMechanism):
 
     mechanism = "PLAIN"
 
-    def __init__(self, validator: TokenValidator, *,
-                 reserved_namespace: str | None = None) -> None:
+    def __init__(self, validator: TokenValidator, *, reserved_namespace: str | None = None,
+                 tenant_claim: str | None = None) -> None:
         super().__init__(validator)
         self._reserved_namespace = reserved_namespace
+        self._tenant_claim = tenant_claim
         self._done = False
 
     def step(self, message: bytes) -> bytes:
@@ -69,6 +73,7 @@ class PlainServer(TokenMechanism):
             token = self._validator.validate(credential)
         except TokenRejected as exc:
             raise SaslFailure(exc.message) from None
+        bound_tenant(token_tenant(token, self._tenant_claim), tenant, "the username")
         return Authenticated(
             principal=token.principal,
             tenant=tenant,

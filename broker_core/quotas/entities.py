@@ -28,7 +28,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from common.names import NAME_RULE, is_valid_name
+from common.names import TENANT_NAME_RULE, is_valid_tenant_name
 
 USER = "user"
 CLIENT_ID = "client-id"
@@ -110,8 +110,9 @@ class QuotaEntity:
 def _check_name(kind: str, name: str | None) -> None:
     if name is None:
         return
-    if kind == TENANT and not is_valid_name(name):
-        raise EntityError(f"tenant {name!r} is not a valid name ({NAME_RULE})")
+    if kind == TENANT and not is_valid_tenant_name(name):
+        raise EntityError(f"tenant {name[:100]!r} is not a valid name "
+                          f"({TENANT_NAME_RULE})")
     if kind == IP:
         try:
             ipaddress.ip_address(name)
@@ -119,9 +120,9 @@ def _check_name(kind: str, name: str | None) -> None:
             raise EntityError(f"{name!r} is not an IP address") from None
     if kind == NAMESPACE:
         pieces = name.split("/")
-        if len(pieces) != 2 or not all(is_valid_name(p) for p in pieces):
-            raise EntityError(f"namespace {name!r} must be 'tenant/namespace', each of "
-                              f"{NAME_RULE}")
+        if len(pieces) != 2 or not all(is_valid_tenant_name(p) for p in pieces):
+            raise EntityError(f"namespace {name[:100]!r} must be 'tenant/namespace', "
+                              f"each of {TENANT_NAME_RULE}")
 
 
 def check_value(entity: QuotaEntity, key: str, value: float) -> None:

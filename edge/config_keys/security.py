@@ -51,8 +51,9 @@ class SaslKeys(BaseModel):
     token_max_lifetime_seconds: Annotated[int, key(
         "tokenMaxLifetimeSeconds",
         "refuse a token whose lifetime is longer (`exp` - `iat`, or `exp` - now without "
-        "`iat`), PLAIN and OAUTHBEARER alike; 0 = no limit (the default: off); a day (86400) "
-        "or less is recommended", ge=0, le=INT_MAX)] = 0
+        "`iat`; an `iat` in the future beyond the clock skew is refused), PLAIN and "
+        "OAUTHBEARER alike; 0 = no limit (the default: off); a day (86400) or less is "
+        "recommended", ge=0, le=INT_MAX)] = 0
     kop_oauth2_config_file: Annotated[str, key(
         "kopOauth2ConfigFile",
         "properties file of the OAUTHBEARER validator (oauth.* keys)")] = ""

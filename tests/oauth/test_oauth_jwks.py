@@ -1,5 +1,6 @@
-"""The JWKS cache: lookups by kid and algorithm, rate-limited single-flight refetches on
-unknown kids, retry after failures, stale keys kept while the issuer is down."""
+"""The JWKS cache: lookups by kid and algorithm, rate-limited background refetches on
+unknown kids (the login refused at once, never waiting), retry after failures, stale keys
+kept while the issuer is down."""
 
 from __future__ import annotations
 
@@ -34,11 +35,15 @@ class Issuer:
         self.calls = 0
         self.down = False
         self.delay = 0.0
+        self.gate: threading.Event | None = None
+        """When given, a fetch answers only once it is set (the issuer hangs until then)."""
 
     def __call__(self) -> Mapping[str, Any]:
         self.calls += 1
         if self.delay:
             time.sleep(self.delay)
+        if self.gate is not None:
+            self.gate.wait(30)
         if self.down:
             raise FetchError("cannot reach http://issuer/jwks: connection refused")
         return {"keys": list(self.keys)}
@@ -73,36 +78,63 @@ def test_unknown_kid_refetch_is_rate_limited() -> None:
     keys.key("a", "RS256")
     source.keys.append(RSA_B)
     clock.now += 3
-    with pytest.raises(TokenInvalid, match="unknown key"):
+    with pytest.raises(TokenInvalid, match=r"unknown key$"):
         keys.key("b", "RS256")
     assert source.calls == 1
     for _ in range(100):
-        with pytest.raises(TokenInvalid, match="unknown key"):
+        with pytest.raises(TokenInvalid, match=r"unknown key$"):
             keys.key("zzz", "RS256")
     assert source.calls == 1
     clock.now += 7
-    assert keys.key("b", "RS256") is not None
+    with pytest.raises(TokenInvalid, match="unknown key; fetching the issuer's keys now"):
+        keys.key("b", "RS256")
+    assert keys.wait_for_fetch(10)
+    assert keys.key("b", "RS256") is not None  # the client's retry
     assert source.calls == 2
-    with pytest.raises(TokenInvalid):
+    with pytest.raises(TokenInvalid, match=r"unknown key$"):
         keys.key("zzz", "RS256")
     assert source.calls == 2
 
 
-def test_concurrent_unknown_kids_share_one_fetch() -> None:
+def test_unknown_kids_are_refused_at_once_while_one_fetch_runs() -> None:
     source = Issuer(RSA_A)
     keys = JwksCache(source, refresh_min_seconds=0.0)
     keys.key("a", "RS256")
     source.keys.append(RSA_B)
-    source.delay = 0.3
+    source.gate = threading.Event()  # the issuer hangs
     barrier = threading.Barrier(16)
 
-    def look(_: int) -> object:
+    def look(_: int) -> str:
         barrier.wait()
-        return keys.key("b", "RS256")
+        try:
+            keys.key("b", "RS256")
+        except TokenInvalid as refused:
+            return refused.message
+        return "accepted"
 
     with ThreadPoolExecutor(16) as pool:
-        assert all(k is not None for k in pool.map(look, range(16)))
+        reasons = set(pool.map(look, range(16)))
+    # Every lookup was answered while the issuer still held the one fetch.
+    assert reasons == {"token signed with an unknown key; fetching the issuer's keys now, "
+                       "retry shortly"}
     assert source.calls == 2
+    assert keys.key("a", "RS256") is not None  # known keys never wait
+    source.gate.set()
+    assert keys.wait_for_fetch(10)
+    assert keys.key("b", "RS256") is not None
+    assert source.calls == 2
+
+
+def test_first_login_waits_for_the_first_fetch_bounded() -> None:
+    source = Issuer(RSA_A)
+    source.gate = threading.Event()
+    keys = JwksCache(source, first_wait_seconds=0.2)
+    keys.warm_up()
+    with pytest.raises(KeysUnavailable, match="signing keys are unavailable"):
+        keys.key("a", "RS256")
+    source.gate.set()
+    assert keys.key("a", "RS256") is not None
+    assert source.calls == 1
 
 
 def test_issuer_down_then_back() -> None:
@@ -110,8 +142,9 @@ def test_issuer_down_then_back() -> None:
     source.down = True
     keys = cache(source, clock, retry_seconds=1.0)
     keys.warm_up()
-    with pytest.raises(KeysUnavailable, match="connection refused"):
+    with pytest.raises(KeysUnavailable, match="signing keys are unavailable") as refused:
         keys.key("a", "RS256")
+    assert "connection refused" not in refused.value.message  # the log says why
     assert source.calls == 1  # within the retry interval: no new request
     source.down = False
     clock.now += 1
@@ -126,10 +159,17 @@ def test_stale_keys_are_refreshed_and_kept_when_the_issuer_is_down() -> None:
     clock.now += 61
     source.down = True
     assert keys.key("a", "RS256") is not None
+    assert keys.wait_for_fetch(10)
     assert source.calls == 2
+    assert keys.key("a", "RS256") is not None
     source.down = False
     source.keys = [RSA_B]
     clock.now += 2
+    assert keys.key("a", "RS256") is not None  # within refresh_min of the failed refresh
+    assert source.calls == 2
+    clock.now += 8
+    assert keys.key("a", "RS256") is not None  # still stale: refreshed in the background
+    assert keys.wait_for_fetch(10)
     with pytest.raises(TokenInvalid, match="unknown key"):
         keys.key("a", "RS256")
     assert source.calls == 3
@@ -151,6 +191,9 @@ def test_token_without_kid_needs_a_single_fitting_key() -> None:
     assert keys.key(None, "ES256") is not None
     source.keys.append(RSA_B)
     clock.now += 20
+    with pytest.raises(TokenInvalid, match=r"no key id.*fetching"):
+        keys.key(None, "RS384")
+    assert keys.wait_for_fetch(10)
     assert keys.key(None, "RS384") is not None  # only b fits RS384 ('a' is RS256 only)
     with pytest.raises(TokenInvalid, match="no key id"):
         keys.key(None, "RS256")
@@ -174,12 +217,10 @@ def test_known_kid_does_not_wait_for_a_refresh_in_progress() -> None:
     keys = cache(source, clock, max_age_seconds=60)
     keys.key("a", "RS256")
     clock.now += 61
-    source.delay = 0.5
-    refresher = threading.Thread(target=keys.key, args=("a", "RS256"))
-    refresher.start()
-    time.sleep(0.1)
-    started = time.monotonic()
+    source.gate = threading.Event()  # the refresh hangs until the end of the test
     assert keys.key("a", "RS256") is not None
-    assert time.monotonic() - started < 0.3
-    refresher.join()
+    assert keys.key("a", "RS256") is not None
+    assert not keys.wait_for_fetch(0)
+    source.gate.set()
+    assert keys.wait_for_fetch(10)
     assert source.calls == 2

@@ -77,10 +77,10 @@ def test_bearer_server_with_the_validator(issuer: DevIssuer) -> None:
     check = validator(issuer)
     server = OAuthBearerServer(check, tenant_claim="tenant")
     assert server.step(bearer_message(issuer_token(issuer, "acme-app"), header="n,a=acme-app,",
-                                      groupId="billing", tenant="ignored")) == b""
+                                      groupId="billing", tenant="acme")) == b""
     assert server.result is not None
     assert (server.result.principal, server.result.tenant) == ("acme-app", "acme")
-    assert dict(server.result.extensions) == {"groupId": "billing", "tenant": "ignored"}
+    assert dict(server.result.extensions) == {"groupId": "billing", "tenant": "acme"}
     server = OAuthBearerServer(check, tenant_claim="tenant")
     server.step(bearer_message(issuer_token(issuer, "app"), tenant="globex"))
     assert server.result is not None and server.result.tenant == "globex"

@@ -342,6 +342,8 @@ INVALID = [
     ("kafkaTenant", ""),
     ("kafkaTenant", "a/b"),
     ("kafkaTenant", ".."),
+    ("kafkaTenant", "t" * 65),
+    ("kafkaNamespace", "n" * 65),
     ("kafkaNamespace", "a=b"),
     ("kafkaNamespace", "has space"),
     ("eventLoopSliceUs", "-1"),

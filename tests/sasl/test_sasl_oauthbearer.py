@@ -70,10 +70,15 @@ def test_tenant_from_extension(server: OAuthBearerServer) -> None:
     assert server.result is not None and server.result.tenant == "acme"
 
 
-def test_tenant_claim_wins_over_extension(validator: JwtTokenValidator) -> None:
+def test_tenant_claim_binds_the_login(validator: JwtTokenValidator) -> None:
+    for extensions in ({}, {"tenant": "from-claim"}):
+        server = OAuthBearerServer(validator, tenant_claim="tenant")
+        server.step(message(token(tenant="from-claim"), **extensions))
+        assert server.result is not None and server.result.tenant == "from-claim"
     server = OAuthBearerServer(validator, tenant_claim="tenant")
-    server.step(message(token(tenant="from-claim"), tenant="from-ext"))
-    assert server.result is not None and server.result.tenant == "from-claim"
+    assert "not the one the token was issued for" in fails_after_challenge(
+        server, message(token(tenant="from-claim"), tenant="from-ext"))
+    # A token without the claim: the extension names the tenant (the README's fallback).
     server = OAuthBearerServer(validator, tenant_claim="tenant")
     server.step(message(token(), tenant="from-ext"))
     assert server.result is not None and server.result.tenant == "from-ext"
@@ -178,5 +183,5 @@ def test_the_claimed_tenant_outlives_a_refused_token(server: OAuthBearerServer) 
 
 def test_a_tenant_claim_is_the_claimed_tenant(validator: JwtTokenValidator) -> None:
     server = OAuthBearerServer(validator, tenant_claim="tenant")
-    server.step(message(token(tenant="from-claim"), tenant="from-ext"))
+    server.step(message(token(tenant="from-claim"), tenant="from-ext"))  # refused
     assert server.claimed_tenant == "from-claim"

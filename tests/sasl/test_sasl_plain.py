@@ -169,3 +169,22 @@ def test_single_step_only(server: PlainServer, validator: JwtTokenValidator) -> 
     fails(fresh, b"bad")
     with pytest.raises(SaslFailure, match="single message"):
         fresh.step(message("acme", f"token:{token()}"))
+
+
+def test_tenant_claim_binds_the_login(validator: JwtTokenValidator) -> None:
+    bound = token(tenant="acme")
+    for username in ("acme", "acme/ns"):
+        server = PlainServer(validator, tenant_claim="tenant")
+        server.step(message(username, "token:" + bound))
+        assert server.result is not None and server.result.tenant == "acme"
+    refused = fails(PlainServer(validator, tenant_claim="tenant"),
+                    message("victim", "token:" + bound))
+    assert "not the one the token was issued for" in refused
+    assert "invalid tenant in token claim" in fails(
+        PlainServer(validator, tenant_claim="tenant"),
+        message("acme", "token:" + token(tenant="a/b")))
+    # Without the claim in the token, or without a claim configured: the username's.
+    for server, credential in ((PlainServer(validator, tenant_claim="tenant"), token()),
+                               (PlainServer(validator), bound)):
+        server.step(message("victim", "token:" + credential))
+        assert server.result is not None and server.result.tenant == "victim"

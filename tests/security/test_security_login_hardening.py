@@ -438,6 +438,18 @@ def test_tokens_living_too_long_are_refused(env: Env) -> None:
         conn.close()
 
 
+def test_a_future_iat_does_not_stretch_the_maximum_lifetime(env: Env) -> None:
+    now = int(time.time())
+    month = 30 * 86400
+    # Valid for a month, claiming to be issued a minute before it expires.
+    stretched = env.issuer.token(expires_in=month, iat=now + month - 60)
+    assert "'iat' is" in plain_refusal(env, plain_message("acme", "token:" + stretched))
+    assert "in the future" in bearer_refusal(env, bearer_message(stretched))
+    # An iat ahead of the broker's clock by more than the skew allowed (0 s for PLAIN).
+    ahead = env.issuer.token(expires_in=600, iat=now + 120)
+    assert "in the future" in plain_refusal(env, plain_message("acme", "token:" + ahead))
+
+
 # -- 10: the audit trail ----------------------------------------------------------------
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "GSSAPI"])
@@ -562,6 +574,13 @@ def test_issuer_tokens_living_too_long_are_refused(tmp_path: Path) -> None:
             now = int(time.time())
             short = issuer_token(issuer, iat=now, exp=now + 300)
             assert good_login(broker.port, short).error_code == NONE
+            stretched = issuer_token(issuer, iat=now + 86400 - 60, exp=now + 86400,
+                                     nbf=None)
+            assert "in the future (clock skew allowed: 30 s)" in rejected(
+                broker.port, bearer_message(stretched))
+            # An issuer whose clock runs ahead within the skew: measured from its iat.
+            skewed = issuer_token(issuer, iat=now + 10, nbf=now + 10, exp=now + 600)
+            assert good_login(broker.port, skewed).error_code == NONE
         finally:
             broker.stop()
     finally:
