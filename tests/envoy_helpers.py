@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import queue
 import re
 import signal
 import subprocess
@@ -18,6 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.rpc import status_pb2
 from kafka.protocol.metadata import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
@@ -193,14 +198,54 @@ class XdsProcess(ChildProcess):
         self.grpc_port = int(match[1])
         self.admin_address = match[2]
 
-    def status(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://{self.admin_address}/status", timeout=5) as r:
-            return dict(json.load(r))
+    admin_token: str | None = None
+    """Sent as ``Authorization: Bearer`` by :meth:`admin_call` when set."""
 
-    def reload(self) -> dict[str, Any]:
-        request = urllib.request.Request(f"http://{self.admin_address}/reload", method="POST")
+    def admin_call(self, path: str, method: str = "GET") -> dict[str, Any]:
+        """A request to the admin endpoint; its JSON answer (HTTPError unless 2xx)."""
+        request = urllib.request.Request(f"http://{self.admin_address}{path}", method=method)
+        if self.admin_token is not None:
+            request.add_header("Authorization", f"Bearer {self.admin_token}")
         with urllib.request.urlopen(request, timeout=5) as r:
             return dict(json.load(r))
+
+    def status(self) -> dict[str, Any]:
+        return self.admin_call("/status")
+
+    def reload(self) -> dict[str, Any]:
+        return self.admin_call("/reload", "POST")
+
+
+class AdsClient:
+    """One ADS stream of a plain gRPC client (standing for an Envoy, or a hostile peer):
+    requests go in through a queue, responses come out of an iterator."""
+
+    def __init__(self, port: int, node: str = "test-node",
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
+        target = f"127.0.0.1:{port}"
+        options = [("grpc.max_send_message_length", 8 << 20)]
+        self.channel = (grpc.insecure_channel(target, options) if credentials is None
+                        else grpc.secure_channel(target, credentials, options))
+        self.node = node
+        self.requests: queue.Queue[Any] = queue.Queue()
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self.channel)
+        self.responses = stub.StreamAggregatedResources(iter(self.requests.get, None))
+
+    def send(self, type_url: str, version: str = "", nonce: str = "",
+             error: str | None = None) -> None:
+        request = discovery_pb2.DiscoveryRequest(
+            node=base_pb2.Node(id=self.node, cluster="test"), type_url=type_url,
+            version_info=version, response_nonce=nonce)
+        if error is not None:
+            request.error_detail.CopyFrom(status_pb2.Status(code=3, message=error))
+        self.requests.put(request)
+
+    def receive(self) -> Any:
+        return next(self.responses)
+
+    def close(self) -> None:
+        self.requests.put(None)
+        self.channel.close()
 
 
 # -- Kafka requests through Envoy ----------------------------------------------------------

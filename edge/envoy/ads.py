@@ -11,6 +11,14 @@ stream remembers the version and nonce it last sent:
 
 When the :class:`SnapshotStore` changes, every stream sends the changed types it is
 subscribed to (clusters before listeners).  The delta protocol is not served.
+
+What a client sends is bounded before it is kept or logged: a stream whose first request
+names no node, or a node id longer than :data:`MAX_NODE_ID_BYTES`, is refused
+(INVALID_ARGUMENT); a NACK's message and an ACK's version are cut (:data:`TEXT_LIMIT`,
+control characters escaped) in the log and in :class:`AdsStatus`, which keeps a node
+only while it has a stream open.  One peer address holds at most ``max_streams_per_peer``
+streams (one more is refused with RESOURCE_EXHAUSTED), so a client cannot take every
+stream slot of the server from Envoys.
 """
 
 from __future__ import annotations
@@ -28,13 +36,31 @@ import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from edge.envoy.snapshot import TYPE_NAMES, TYPE_ORDER, SnapshotStore
+from sasl.printable import printable
 
-__all__ = ["AdsStatus", "AggregatedDiscoveryServicer", "Rejection"]
+__all__ = ["MAX_NODE_ID_BYTES", "TEXT_LIMIT", "AdsStatus", "AggregatedDiscoveryServicer",
+           "Rejection", "peer_host"]
 
 log = logging.getLogger("edge.envoy.xds")
 
 _REFRESH = "refresh"
 _CLOSED = "closed"
+
+MAX_NODE_ID_BYTES = 256
+"""The longest node id (UTF-8) a stream may give; Envoy's are short (``--node-id``)."""
+TEXT_LIMIT = 1024
+"""The most characters of a NACK's message kept in the status and written in the log."""
+_VERSION_LIMIT = 64
+"""The most characters of an ACKed version kept (this server's versions are counters)."""
+
+
+class _Refused(Exception):
+    """A stream the server ends: the gRPC status and its message."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 @dataclass
@@ -81,20 +107,27 @@ class AdsStatus:
         return self._nodes.setdefault(node_id, _NodeState())
 
     def connected(self, node_id: str, delta: int) -> None:
+        """Count a stream of ``node_id`` opened (+1) or closed (-1); a node whose last
+        stream closed is forgotten."""
         with self._lock:
-            self._node(node_id).streams += delta
+            state = self._node(node_id)
+            state.streams += delta
+            if state.streams <= 0:
+                del self._nodes[node_id]
 
     def ack(self, node_id: str, type_url: str, version: str) -> None:
         with self._lock:
             state = self._node(node_id)
-            state.acked[type_url] = version
+            state.acked[type_url] = printable(version, _VERSION_LIMIT)
             rejected = state.rejections.get(type_url)
             if rejected is not None and _version(rejected.version) <= _version(version):
                 del state.rejections[type_url]
 
     def nack(self, node_id: str, type_url: str, version: str, message: str) -> None:
+        """Record a rejection (``message`` bounded: see :func:`bounded_text`)."""
         with self._lock:
-            self._node(node_id).rejections[type_url] = Rejection(version, message, time.time())
+            self._node(node_id).rejections[type_url] = Rejection(
+                version, bounded_text(message), time.time())
             self.nack_count += 1
 
     def as_dict(self) -> dict[str, NodeStatus]:
@@ -114,6 +147,21 @@ class AdsStatus:
             }
 
 
+def bounded_text(text: str) -> str:
+    """Text an Envoy sent, as kept and logged: stripped, control characters escaped, cut
+    to :data:`TEXT_LIMIT` characters (idempotent)."""
+    return printable(text.strip(), TEXT_LIMIT)
+
+
+def peer_host(peer: str) -> str:
+    """The address part of a gRPC peer (``ipv4:10.0.0.7:51234``, ``ipv6:[::1]:51234``)."""
+    scheme, _, rest = peer.partition(":")
+    if scheme not in ("ipv4", "ipv6"):
+        return peer
+    host = rest.rpartition(":")[0] or rest
+    return host.removeprefix("[").removesuffix("]")
+
+
 class _Stream:
     """The state of one ADS stream: subscriptions and what was last sent per type."""
 
@@ -131,11 +179,9 @@ class _Stream:
 
     def handle(self, request: discovery_pb2.DiscoveryRequest
                ) -> list[discovery_pb2.DiscoveryResponse]:
-        """Responses to one request from Envoy."""
-        if not self.node_id and request.node.id:
-            self.node_id = request.node.id
-            self.status.connected(self.node_id, 1)
-            log.info("xds: node %s connected from %s", self.node_id, self.peer)
+        """Responses to one request from Envoy; :class:`_Refused` ends the stream."""
+        if not self.node_id:
+            self._identify(request.node.id)
         type_url = request.type_url
         name = TYPE_NAMES.get(type_url, type_url)
         if not request.response_nonce:
@@ -149,16 +195,29 @@ class _Stream:
         if request.response_nonce != nonce:
             return []  # stale: answers a response that a newer one replaced
         if request.HasField("error_detail"):
-            message = request.error_detail.message
+            message = bounded_text(request.error_detail.message)
             log.warning("xds: NACK from node %s: %s version %s rejected (Envoy keeps version"
                         " %s): %s", self.node_id, name, version,
-                        request.version_info or "none", message.strip())
-            self.status.nack(self.node_id, type_url, version, message.strip())
+                        printable(request.version_info, _VERSION_LIMIT) or "none", message)
+            self.status.nack(self.node_id, type_url, version, message)
         else:
             log.info("xds: ACK from node %s: %s version %s", self.node_id, name,
-                     request.version_info)
+                     printable(request.version_info, _VERSION_LIMIT))
             self.status.ack(self.node_id, type_url, request.version_info)
         return []
+
+    def _identify(self, node_id: str) -> None:
+        """Take the stream's node id from its first request, or refuse the stream."""
+        size = len(node_id.encode())
+        if not size:
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT,
+                           "the first request must name the node (node.id)")
+        if size > MAX_NODE_ID_BYTES:
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT,
+                           f"node id of {size} bytes: at most {MAX_NODE_ID_BYTES}")
+        self.node_id = printable(node_id, MAX_NODE_ID_BYTES)
+        self.status.connected(self.node_id, 1)
+        log.info("xds: node %s connected from %s", self.node_id, self.peer)
 
     def refresh(self) -> list[discovery_pb2.DiscoveryResponse]:
         """Responses for subscribed types whose version moved past what was sent."""
@@ -200,17 +259,53 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
     """Serves a :class:`SnapshotStore` to Envoys over ADS (state of the world)."""
 
     def __init__(self, store: SnapshotStore, status: AdsStatus,
-                 first_request_s: float | None = None) -> None:
+                 first_request_s: float | None = None,
+                 max_streams_per_peer: int | None = None) -> None:
         self.store = store
         self.status = status
         self.first_request_s = first_request_s
+        self.max_streams_per_peer = max_streams_per_peer
+        self._peers_lock = threading.Lock()
+        self._peers: dict[str, int] = {}
+        """Open streams per peer address (addresses with none are dropped)."""
+
+    def _admit(self, host: str) -> bool:
+        """Count a stream of peer ``host``, unless it holds its most already."""
+        with self._peers_lock:
+            held = self._peers.get(host, 0)
+            if self.max_streams_per_peer is not None and held >= self.max_streams_per_peer:
+                return False
+            self._peers[host] = held + 1
+            return True
+
+    def _release(self, host: str) -> None:
+        with self._peers_lock:
+            held = self._peers.pop(host) - 1
+            if held:
+                self._peers[host] = held
 
     def StreamAggregatedResources(
         self, request_iterator: Iterator[discovery_pb2.DiscoveryRequest],
         context: grpc.ServicerContext,
     ) -> Iterator[discovery_pb2.DiscoveryResponse]:
         stream = _Stream(self.store, self.status, context.peer())
+        host = peer_host(stream.peer)
+        if not self._admit(host):
+            log.warning("xds: refusing a stream from %.200s: it holds %d streams already",
+                        stream.peer, self.max_streams_per_peer)
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"at most {self.max_streams_per_peer} streams per client address")
+        try:
+            yield from self._serve(stream, request_iterator, context)
+        except _Refused as refused:
+            log.warning("xds: refusing a stream from %.200s: %s", stream.peer, refused.message)
+            context.abort(refused.code, refused.message)
+        finally:
+            self._release(host)
 
+    def _serve(self, stream: _Stream,
+               request_iterator: Iterator[discovery_pb2.DiscoveryRequest],
+               context: grpc.ServicerContext) -> Iterator[discovery_pb2.DiscoveryResponse]:
         def refresh() -> None:
             stream.events.put((_REFRESH, None))
 

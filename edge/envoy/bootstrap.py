@@ -17,12 +17,14 @@ from envoy.config.bootstrap.v3 import bootstrap_pb2
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2, config_source_pb2, grpc_service_pb2, protocol_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
+from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import duration_pb2, json_format
 from google.protobuf.message import Message
 
 from edge.envoy.filters import typed
-from edge.envoy.model import EnvoyPlan, is_ip
+from edge.envoy.model import EnvoyPlan, MutualTls, is_ip
 from edge.envoy.resources import clusters, listeners, socket_address
 
 __all__ = [
@@ -56,7 +58,28 @@ def static_bootstrap(plan: EnvoyPlan, admin_port: int, node_id: str
     return bootstrap
 
 
-def _xds_cluster(host: str, port: int) -> cluster_pb2.Cluster:
+def _xds_tls_socket(host: str, tls: MutualTls) -> base_pb2.TransportSocket:
+    """Envoy's side of mutual TLS to the xds-server at ``host``: its client certificate,
+    and the server's certificate checked against ``tls.peer_ca`` and ``host``."""
+    san = common_pb2.SubjectAltNameMatcher(
+        san_type=common_pb2.SubjectAltNameMatcher.IP_ADDRESS if is_ip(host)
+        else common_pb2.SubjectAltNameMatcher.DNS,
+        matcher=string_pb2.StringMatcher(exact=host))
+    context = tls_pb2.UpstreamTlsContext(
+        common_tls_context=tls_pb2.CommonTlsContext(
+            tls_certificates=[common_pb2.TlsCertificate(
+                certificate_chain=base_pb2.DataSource(filename=tls.cert_chain),
+                private_key=base_pb2.DataSource(filename=tls.private_key))],
+            validation_context=common_pb2.CertificateValidationContext(
+                trusted_ca=base_pb2.DataSource(filename=tls.peer_ca),
+                match_typed_subject_alt_names=[san]),
+            alpn_protocols=["h2"]),
+        sni="" if is_ip(host) else host)
+    return base_pb2.TransportSocket(name="envoy.transport_sockets.tls",
+                                    typed_config=typed(context))
+
+
+def _xds_cluster(host: str, port: int, tls: MutualTls | None) -> cluster_pb2.Cluster:
     options = http_protocol_options_pb2.HttpProtocolOptions(
         explicit_http_config=http_protocol_options_pb2.HttpProtocolOptions.ExplicitHttpConfig(
             http2_protocol_options=protocol_pb2.Http2ProtocolOptions()))
@@ -72,12 +95,15 @@ def _xds_cluster(host: str, port: int) -> cluster_pb2.Cluster:
         ),
     )
     cluster.typed_extension_protocol_options[_HTTP_OPTIONS].CopyFrom(typed(options))
+    if tls is not None:
+        cluster.transport_socket.CopyFrom(_xds_tls_socket(host, tls))
     return cluster
 
 
-def dynamic_bootstrap(xds_host: str, xds_port: int, admin_port: int, node_id: str
-                      ) -> bootstrap_pb2.Bootstrap:
-    """A bootstrap taking listeners and clusters from the ADS server at ``xds_host:port``."""
+def dynamic_bootstrap(xds_host: str, xds_port: int, admin_port: int, node_id: str,
+                      tls: MutualTls | None = None) -> bootstrap_pb2.Bootstrap:
+    """A bootstrap taking listeners and clusters from the ADS server at ``xds_host:port``
+    (over mutual TLS with ``tls``)."""
     bootstrap = _base(node_id, admin_port)
     v3 = config_source_pb2.ApiVersion.V3
     dynamic = bootstrap.dynamic_resources
@@ -91,7 +117,7 @@ def dynamic_bootstrap(xds_host: str, xds_port: int, admin_port: int, node_id: st
     for source in (dynamic.lds_config, dynamic.cds_config):
         source.ads.SetInParent()
         source.resource_api_version = v3
-    bootstrap.static_resources.clusters.append(_xds_cluster(xds_host, xds_port))
+    bootstrap.static_resources.clusters.append(_xds_cluster(xds_host, xds_port, tls))
     return bootstrap
 
 

@@ -6,6 +6,13 @@ or, with ``--xds HOST:PORT``, dynamic (listeners and clusters from the ADS serve
 when the broker config or brokers file changes, when a broker joins or leaves the registry
 (``--registry``), on ``SIGHUP`` or on ``POST /reload``.
 Both take the broker inputs and edge options of :func:`add_plan_arguments`.
+
+``xds-server`` logs with the broker's formatter (client text escaped and bounded, repeated
+warnings limited).  It serves gRPC on a loopback address unless given mutual TLS
+(``--xds-tls-cert``, ``--xds-tls-key``, ``--xds-client-ca``) or told ``--grpc-insecure``,
+and its admin endpoint on a loopback address unless given ``--admin-token-file``;
+``envoy-config --xds`` with ``--xds-tls-cert``, ``--xds-tls-key`` and ``--xds-ca`` writes a
+bootstrap that connects to such a server over mutual TLS.
 """
 
 from __future__ import annotations
@@ -28,11 +35,15 @@ from edge.envoy.model import (
     ConnectionRate,
     EdgeOptions,
     EnvoyConfigError,
+    MutualTls,
     TlsTermination,
     parse_host_port,
 )
 from edge.envoy.registry import RegistryBrokers
 from edge.envoy.source import PlanSource
+from edge.log_format import broker_log_handler
+from edge.log_limits import limit_repeated_warnings
+from listeners.hosts import is_loopback
 
 __all__ = [
     "COMMANDS",
@@ -109,6 +120,11 @@ def add_envoy_config_arguments(parser: argparse.ArgumentParser) -> None:
                      help="Envoy node id (default edge-broker-envoy)")
     out.add_argument("--xds", metavar="HOST:PORT",
                      help="write a dynamic bootstrap taking everything from this xds-server")
+    out.add_argument("--xds-tls-cert", metavar="FILE",
+                     help="with --xds: connect over mutual TLS presenting this PEM chain")
+    out.add_argument("--xds-tls-key", metavar="FILE", help="the PEM key of --xds-tls-cert")
+    out.add_argument("--xds-ca", metavar="FILE",
+                     help="the CA that signed the xds-server's certificate")
 
 
 def add_xds_server_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,6 +139,22 @@ def add_xds_server_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how often watched files are checked (default 1)")
     server.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    server.add_argument("--max-streams-per-peer", metavar="N", type=int,
+                        help="ADS streams one client address may hold at once (default 16"
+                        " of the server's 256)")
+    secure = parser.add_argument_group("server security")
+    secure.add_argument("--xds-tls-cert", metavar="FILE",
+                        help="serve gRPC over TLS with this PEM chain (needs --xds-tls-key"
+                        " and --xds-client-ca)")
+    secure.add_argument("--xds-tls-key", metavar="FILE", help="the PEM key of --xds-tls-cert")
+    secure.add_argument("--xds-client-ca", metavar="FILE",
+                        help="require Envoy client certificates signed by this CA")
+    secure.add_argument("--grpc-insecure", action="store_true",
+                        help="allow gRPC in the clear on a non-loopback --listen (anyone"
+                        " reaching it reads the broker addresses and can hold streams)")
+    secure.add_argument("--admin-token-file", metavar="FILE",
+                        help="admin requests must send Authorization: Bearer <the file's"
+                        " text>; needed for a non-loopback --admin")
 
 
 def _options(args: argparse.Namespace) -> EdgeOptions:
@@ -206,8 +238,11 @@ def run_envoy_config(args: argparse.Namespace, argv: Sequence[str]) -> int:
                     "--xds writes a dynamic bootstrap: give brokers and edge options to"
                     f" xds-server instead (got --{given[0].replace('_', '-')})")
             host, port = parse_host_port(args.xds, "--xds")
-            message = dynamic_bootstrap(host, port, args.admin_port, args.node_id)
+            message = dynamic_bootstrap(host, port, args.admin_port, args.node_id,
+                                        _mutual_tls(args, _CLIENT_TLS))
         else:
+            if args.xds_tls_cert or args.xds_tls_key or args.xds_ca:
+                raise EnvoyConfigError(f"{', '.join(_CLIENT_TLS)} go with --xds")
             source = source_from_args(args)
             try:
                 message = static_bootstrap(source.load(), args.admin_port, args.node_id)
@@ -228,18 +263,68 @@ def run_envoy_config(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def _mutual_tls(args: argparse.Namespace, flags: tuple[str, str, str]) -> MutualTls | None:
+    """The three TLS files named by ``flags`` (all or none), or None."""
+    values = [getattr(args, flag[2:].replace("-", "_")) for flag in flags]
+    if not any(values):
+        return None
+    if not all(values):
+        raise EnvoyConfigError(f"{', '.join(flags[:-1])} and {flags[-1]} go together")
+    return MutualTls(*values)
+
+
+_SERVER_TLS = ("--xds-tls-cert", "--xds-tls-key", "--xds-client-ca")
+_CLIENT_TLS = ("--xds-tls-cert", "--xds-tls-key", "--xds-ca")
+
+
+def _admin_token(args: argparse.Namespace, admin_host: str) -> str | None:
+    """The admin token (from ``--admin-token-file``); one is needed off loopback."""
+    if args.admin_token_file is None:
+        if not is_loopback(admin_host):
+            raise EnvoyConfigError(
+                f"--admin {args.admin} is not a loopback address: POST /reload and GET"
+                " /status would answer anyone reaching it; give --admin-token-file")
+        return None
+    try:
+        token = Path(args.admin_token_file).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EnvoyConfigError(f"cannot read --admin-token-file: {exc}") from exc
+    if len(token) < 16 or not token.isprintable():
+        raise EnvoyConfigError("--admin-token-file: the token must be at least 16 printable"
+                               " characters")
+    return token
+
+
+def _grpc_tls(args: argparse.Namespace, listen_host: str) -> MutualTls | None:
+    """The gRPC port's mutual TLS; without it, a non-loopback --listen needs
+    --grpc-insecure."""
+    tls = _mutual_tls(args, _SERVER_TLS)
+    if tls is None and not args.grpc_insecure and not is_loopback(listen_host):
+        raise EnvoyConfigError(
+            f"--listen {args.listen} is not a loopback address: anyone reaching it would"
+            " read the broker addresses and could hold ADS streams; give --xds-tls-cert,"
+            " --xds-tls-key and --xds-client-ca (mutual TLS), or --grpc-insecure")
+    return tls
+
+
 def run_xds_server(args: argparse.Namespace) -> int:
     """Serve ADS until SIGTERM or SIGINT; SIGHUP reloads."""
-    from edge.envoy.xds_server import XdsServer
+    from edge.envoy.xds_server import MAX_STREAMS_PER_PEER, XdsServer
 
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(level=args.log_level, handlers=[broker_log_handler(sys.stderr)])
+    limit_repeated_warnings()
     try:
         source = source_from_args(args)
-        server = XdsServer(source, parse_host_port(args.listen, "--listen", allow_zero=True),
-                           parse_host_port(args.admin, "--admin", allow_zero=True),
-                           args.poll_interval)
+        listen = parse_host_port(args.listen, "--listen", allow_zero=True)
+        admin = parse_host_port(args.admin, "--admin", allow_zero=True)
+        per_peer = (MAX_STREAMS_PER_PEER if args.max_streams_per_peer is None
+                    else args.max_streams_per_peer)
+        if per_peer < 1:
+            raise EnvoyConfigError("--max-streams-per-peer must be at least 1")
+        server = XdsServer(source, listen, admin, args.poll_interval,
+                           max_streams_per_peer=per_peer,
+                           tls=_grpc_tls(args, listen[0]),
+                           admin_token=_admin_token(args, admin[0]))
         server.start()
     except EnvoyConfigError as exc:
         print(f"edge-broker xds-server: {exc}", file=sys.stderr)

@@ -23,6 +23,7 @@ __all__ = [
     "EdgeOptions",
     "EnvoyConfigError",
     "EnvoyPlan",
+    "MutualTls",
     "TlsTermination",
     "is_ip",
     "parse_host_port",
@@ -136,6 +137,16 @@ class TlsTermination:
     cert_chain: str
     private_key: str
     client_ca: str | None = None
+
+
+@dataclass(frozen=True)
+class MutualTls:
+    """One side of a mutual TLS connection between Envoy and the xds-server: its own PEM
+    certificate chain and key, and the CA the other side's certificate must chain to."""
+
+    cert_chain: str
+    private_key: str
+    peer_ca: str
 
 
 @dataclass(frozen=True)

@@ -6,22 +6,29 @@ reloads the plan when a watched file or the registry's live brokers change (poll
 JSON with the current versions and what each Envoy node accepted or rejected.  A plan
 that fails to load is logged and the last good snapshot keeps serving; the poll retries
 it, logging again only when the reason changes.
+
+gRPC is served in the clear or, with a :class:`MutualTls`, over TLS requiring a
+client certificate signed by its CA (mutual TLS: only Envoys holding such a certificate
+get a stream).  With an admin token every admin request must carry it
+(``Authorization: Bearer TOKEN``), else it is answered 401.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import threading
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import TypedDict
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
 
 from edge.envoy.ads import AdsStatus, AggregatedDiscoveryServicer, NodeStatus
-from edge.envoy.model import EnvoyConfigError
+from edge.envoy.model import EnvoyConfigError, MutualTls
 from edge.envoy.resources import clusters, listeners
 from edge.envoy.snapshot import TYPE_NAMES, TYPE_ORDER, SnapshotStore
 from edge.envoy.source import REGISTRY, PlanSource
@@ -55,6 +62,8 @@ class XdsStatus(TypedDict):
 
 MAX_STREAMS = 256
 """ADS streams served at once (an Envoy keeps one open)."""
+MAX_STREAMS_PER_PEER = 16
+"""ADS streams one peer address may hold at once (a host runs one Envoy or a few)."""
 FIRST_REQUEST_S = 30.0
 """A stream that sends no request within this is closed (it only held a thread)."""
 KEEPALIVE = [
@@ -66,13 +75,24 @@ KEEPALIVE = [
 ping: an Envoy gone without closing its connection frees its stream within 40 s."""
 
 
+def _server_credentials(tls: MutualTls) -> grpc.ServerCredentials:
+    """Server credentials requiring a client certificate signed by ``tls.peer_ca``
+    (OSError if a file cannot be read)."""
+    chain, key, ca = (Path(name).read_bytes() for name in (
+        tls.cert_chain, tls.private_key, tls.peer_ca))
+    return grpc.ssl_server_credentials([(key, chain)], root_certificates=ca,
+                                       require_client_auth=True)
+
+
 class XdsServer:
     """An ADS server for the plan of ``source``, with file polling and an admin endpoint."""
 
     def __init__(self, source: PlanSource, listen: tuple[str, int],
                  admin: tuple[str, int], poll_interval: float = 1.0,
                  max_streams: int = MAX_STREAMS,
-                 first_request_s: float = FIRST_REQUEST_S) -> None:
+                 first_request_s: float = FIRST_REQUEST_S,
+                 max_streams_per_peer: int = MAX_STREAMS_PER_PEER,
+                 tls: MutualTls | None = None, admin_token: str | None = None) -> None:
         self.source = source
         self.store = SnapshotStore()
         self.status = AdsStatus()
@@ -90,12 +110,16 @@ class XdsServer:
             futures.ThreadPoolExecutor(max_workers=max_streams, thread_name_prefix="xds"),
             maximum_concurrent_rpcs=max_streams, options=KEEPALIVE)
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
-            AggregatedDiscoveryServicer(self.store, self.status, first_request_s), self._grpc)
-        self.grpc_port = self._grpc.add_insecure_port(format_host_port(*listen))
+            AggregatedDiscoveryServicer(self.store, self.status, first_request_s,
+                                        max_streams_per_peer), self._grpc)
+        self.tls = tls
+        self.grpc_port = (
+            self._grpc.add_insecure_port(format_host_port(*listen)) if tls is None
+            else self._grpc.add_secure_port(format_host_port(*listen), _server_credentials(tls)))
         if self.grpc_port == 0:
             raise OSError(f"cannot listen on {format_host_port(*listen)} for gRPC")
         self.grpc_host = listen[0]
-        self._admin = ThreadingHTTPServer(admin, _admin_handler(self))
+        self._admin = ThreadingHTTPServer(admin, _admin_handler(self, admin_token))
         self._admin.daemon_threads = True
 
     @property
@@ -184,15 +208,30 @@ class XdsServer:
             self.source.registry.close()
 
 
-def _admin_handler(server: XdsServer) -> type[BaseHTTPRequestHandler]:
+def _admin_handler(server: XdsServer, token: str | None) -> type[BaseHTTPRequestHandler]:
+    expected = None if token is None else f"Bearer {token}".encode()
+
     class Handler(BaseHTTPRequestHandler):
+        def _authorized(self) -> bool:
+            if expected is None:
+                return True
+            given = self.headers.get("Authorization", "").encode("utf-8", "replace")
+            if hmac.compare_digest(given, expected):
+                return True
+            self._reply(401, {"error": "this endpoint needs Authorization: Bearer TOKEN"})
+            return False
+
         def do_GET(self) -> None:
+            if not self._authorized():
+                return
             if self.path.rstrip("/") == "/status":
                 self._reply(200, server.status_dict())
             else:
                 self._reply(404, {"error": "GET /status or POST /reload"})
 
         def do_POST(self) -> None:
+            if not self._authorized():
+                return
             if self.path.rstrip("/") == "/reload":
                 ok = server.reload("admin call")
                 self._reply(200 if ok else 409, server.status_dict())

@@ -10,7 +10,6 @@ state machine (ACK, NACK, stale nonces, pushes) is also checked with a gRPC clie
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import socket
 import subprocess
@@ -21,10 +20,7 @@ from typing import Any
 
 import grpc
 import pytest
-from envoy.config.core.v3 import base_pb2
 from envoy.config.listener.v3 import listener_pb2
-from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
-from google.rpc import status_pb2
 
 from edge.envoy.contrib import CONTRIB_ONLY
 from edge.envoy.model import BrokerRoute
@@ -32,7 +28,7 @@ from edge.envoy.snapshot import CLUSTER_TYPE, LISTENER_TYPE
 from edge.envoy.source import PlanSource
 from edge.envoy.xds_server import XdsServer
 from tests.broker_process import BrokerProcess
-from tests.envoy_helpers import XdsProcess, brokers_via, envoy_on_xds
+from tests.envoy_helpers import AdsClient, XdsProcess, brokers_via, envoy_on_xds
 from tests.ports import free_ports
 
 
@@ -138,32 +134,6 @@ def test_xds_server_adds_a_broker_and_survives_a_rejected_version(
 
 
 # -- the ADS state machine, with a gRPC client -------------------------------------------
-
-class AdsClient:
-    """One ADS stream: requests go in through a queue, responses come out of an iterator."""
-
-    def __init__(self, port: int) -> None:
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        self.requests: queue.Queue[Any] = queue.Queue()
-        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self.channel)
-        self.responses = stub.StreamAggregatedResources(iter(self.requests.get, None))
-
-    def send(self, type_url: str, version: str = "", nonce: str = "",
-             error: str | None = None) -> None:
-        request = discovery_pb2.DiscoveryRequest(
-            node=base_pb2.Node(id="test-node", cluster="test"), type_url=type_url,
-            version_info=version, response_nonce=nonce)
-        if error is not None:
-            request.error_detail.CopyFrom(status_pb2.Status(code=3, message=error))
-        self.requests.put(request)
-
-    def receive(self) -> Any:
-        return next(self.responses)
-
-    def close(self) -> None:
-        self.requests.put(None)
-        self.channel.close()
-
 
 @pytest.fixture
 def ads_server(tmp_path: Path) -> Iterator[tuple[XdsServer, Path]]:
