@@ -89,3 +89,10 @@ class KafkaApiError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+MARKER_FENCED = frozenset((ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                           ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED))
+"""The refusals of a transaction marker (or a group's transaction end) that a later
+coordinator or producer epoch fenced: its coordinator lost the transactional id, and the
+next one ended the transaction; never tried again."""

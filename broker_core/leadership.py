@@ -58,12 +58,12 @@ class Leadership:
 
     def _gained(self, key: TopicPartition, epoch: int) -> None:
         """This broker owns a partition now: its producer state is rebuilt from the log at
-        first use, a coordinator replays it."""
-        del epoch
+        first use, a coordinator replays it (its writes carry ``epoch``: the coordinator
+        epoch of its transaction markers)."""
         self._producers.invalidate(*key)
         coordinator = self._coordinator_of(key[0])
         if coordinator is not None:
-            coordinator.load_partition(*key)
+            coordinator.load_partition(*key, epoch)
 
     def _lost(self, key: TopicPartition) -> None:
         """Another broker owns a partition now: forget its state; parked fetches answer."""

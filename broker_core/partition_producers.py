@@ -7,6 +7,13 @@ INVALID_PRODUCER_EPOCH. Open transactions hold back the last stable offset; abor
 are listed for read_committed fetches. ``producer_states`` keeps one per partition and
 rebuilds it from snapshots and the log, so it survives restarts.
 
+A transaction marker is refused (:meth:`PartitionProducers.check_marker`, as Kafka's
+``appendEndTxnMarker``) when its coordinator epoch is below the last one that ended a
+transaction of the producer here (TRANSACTION_COORDINATOR_FENCED: a coordinator that lost
+the transactional id's state partition, whose late marker would end the producer's next
+transaction) or its producer epoch below the producer's (INVALID_PRODUCER_EPOCH). The
+coordinator epoch of each producer is kept in its snapshot and read back from the markers.
+
 A producer that wrote nothing for ``producer.id.expiration.ms`` (and has no open
 transaction) is forgotten (:meth:`PartitionProducers.expire`). A producer the partition
 does not know is accepted at any sequence, as Kafka does since KIP-360: it may be one
@@ -21,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from broker_core.codec.batch_header import BatchHeader, read_header
-from broker_core.codec.markers import COMMIT, marker_type
+from broker_core.codec.markers import COMMIT, read_marker
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import BatchInfo
 
@@ -39,9 +46,10 @@ def expired(last_timestamp: int, now_ms: int, expiration_ms: int) -> bool:
 
 BatchRange = tuple[int, int, int, int]
 """A kept batch: first and last sequence, base and last offset."""
-ProducerSnapshot = tuple[int, list[BatchRange], int | None, int]
+ProducerSnapshot = tuple[int, list[BatchRange], int | None, int, int]
 """A producer in a snapshot: epoch, kept batches, first offset of its open transaction,
-last timestamp (a JSON array; its batches read back as lists)."""
+last timestamp, coordinator epoch of its last marker (a JSON array; its batches read back
+as lists; a snapshot written before the coordinator epoch was kept has four items)."""
 
 
 class Snapshot(TypedDict):
@@ -60,6 +68,9 @@ class ProducerEntry:
     batches: deque[BatchRange] = field(default_factory=lambda: deque(maxlen=_KEPT_BATCHES))
     txn_first_offset: int | None = None
     last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    """The coordinator epoch of the last transaction marker written for the producer (-1:
+    none known)."""
 
     @property
     def last_sequence(self) -> int:
@@ -148,7 +159,8 @@ class PartitionProducers:
         if entry is None or header.producer_epoch > entry.epoch:
             entry = self.producers[header.producer_id] = ProducerEntry(
                 header.producer_epoch,
-                txn_first_offset=entry.txn_first_offset if entry is not None else None)
+                txn_first_offset=entry.txn_first_offset if entry is not None else None,
+                coordinator_epoch=entry.coordinator_epoch if entry is not None else -1)
         last_offset = base_offset + header.last_offset_delta
         if header.base_sequence >= 0:
             # as Kafka: the offsets a batch covers are its sequences, even once the
@@ -185,13 +197,28 @@ class PartitionProducers:
         return found is not None and found.done and found.epoch == epoch and \
             found.key == key
 
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Refuse a transaction marker of producer ``epoch`` from a coordinator at
+        ``coordinator_epoch`` before it is written: TRANSACTION_COORDINATOR_FENCED when a
+        marker of a later coordinator epoch was written for the producer (a negative
+        ``coordinator_epoch``, unknown, is not judged), INVALID_PRODUCER_EPOCH when the
+        producer is known at a later epoch."""
+        entry = self.check_epoch(producer_id, epoch)
+        if entry is not None and 0 <= coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaApiError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                                f"a marker of producer {producer_id} from coordinator epoch "
+                                f"{coordinator_epoch}, which {entry.coordinator_epoch} fenced")
+
     def end_transaction(self, producer_id: int, epoch: int, commit: bool,
-                        marker_offset: int, timestamp: int) -> None:
-        """Apply a transaction marker written at ``marker_offset`` at ``timestamp``."""
+                        marker_offset: int, timestamp: int,
+                        coordinator_epoch: int = -1) -> None:
+        """Apply a transaction marker of ``coordinator_epoch`` written at ``marker_offset``
+        at ``timestamp`` (judged by :meth:`check_marker` first, unless it is replayed)."""
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerEntry(epoch)
         entry.epoch = max(entry.epoch, epoch)
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
         entry.last_timestamp = timestamp
         self.verifications.pop(producer_id, None)
         if entry.txn_first_offset is not None and not commit:
@@ -240,9 +267,9 @@ class PartitionProducers:
         if header.producer_id < 0:
             return
         if header.is_control:
-            self.end_transaction(header.producer_id, header.producer_epoch,
-                                 marker_type(info.batch) == COMMIT, info.base_offset,
-                                 header.max_timestamp)
+            kind, coordinator_epoch = read_marker(info.batch)
+            self.end_transaction(header.producer_id, header.producer_epoch, kind == COMMIT,
+                                 info.base_offset, header.max_timestamp, coordinator_epoch)
         else:
             self.record(header, info.base_offset, header.max_timestamp)
 
@@ -260,7 +287,7 @@ class PartitionProducers:
             first = entry.txn_first_offset
             producers[str(pid)] = (entry.epoch, kept,
                                    first if first is not None and first < offset else None,
-                                   entry.last_timestamp)
+                                   entry.last_timestamp, entry.coordinator_epoch)
         return {"offset": offset, "producers": producers,
                 "aborted": [a for a in self.aborted if a[2] < offset]}
 
@@ -275,9 +302,10 @@ class PartitionProducers:
     def from_json(cls, document: Snapshot) -> PartitionProducers:
         """Restore a snapshot."""
         state = cls()
-        for pid, (epoch, batches, first, stamp) in document["producers"].items():
+        for pid, (epoch, batches, first, stamp, *rest) in document["producers"].items():
             kept = ((b[0], b[1], b[2], b[3]) for b in batches)  # JSON gives lists
             state.producers[int(pid)] = ProducerEntry(
-                epoch, deque(kept, maxlen=_KEPT_BATCHES), first, stamp)
+                epoch, deque(kept, maxlen=_KEPT_BATCHES), first, stamp,
+                int(rest[0]) if rest else -1)  # -1: a snapshot from before it was kept
         state.aborted = [(int(a[0]), int(a[1]), int(a[2])) for a in document["aborted"]]
         return state

@@ -304,6 +304,9 @@ class StateCoordinator(ABC):
         self.acquire: Callable[[str, int, int], int | None] = lambda topic, p, count: 0
         """The ownership function: the epoch this broker serves a partition at, or None."""
         self._partitions: dict[str, int] = {}
+        self._epochs: dict[tuple[str, int], int] = {}
+        """The epoch of this broker's claim on each partition it holds, as it was when the
+        partition was loaded (a later claim unloads and loads it again)."""
         self._loaded: set[tuple[str, int]] = set()
         self._loading: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._again: set[tuple[str, int]] = set()
@@ -347,10 +350,12 @@ class StateCoordinator(ABC):
         created (a full disk)."""
         try:
             partition = self.place(topic, key)
-            if self.acquire(topic, partition, self._partitions[topic]) is None:
+            epoch = self.acquire(topic, partition, self._partitions[topic])
+            if epoch is None:
                 return ErrorCode.NOT_COORDINATOR
             if (topic, partition) not in self._loaded:
-                self.load_partition(topic, partition)  # at once when there is nothing to replay
+                # at once when there is nothing to replay
+                self.load_partition(topic, partition, epoch)
                 if (topic, partition) not in self._loaded:
                     return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
             if self.is_offline(topic, key):
@@ -377,12 +382,14 @@ class StateCoordinator(ABC):
             return False
         return self.acquire(topic, partition, self._partitions[topic]) is not None
 
-    def load_partition(self, topic: str, partition: int) -> None:
-        """This broker owns ``partition`` of ``topic`` now: replay it (at once when empty)."""
+    def load_partition(self, topic: str, partition: int, epoch: int = 0) -> None:
+        """This broker owns ``partition`` of ``topic`` now, claimed at ``epoch``: replay it
+        (at once when empty)."""
         key = (topic, partition)
         if key in self._loaded or key in self._loading:
             return
         self._partitions.setdefault(topic, self.store.ensure(topic))
+        self._epochs[key] = epoch
         if self.store.empty(topic, partition):
             self._loaded.add(key)
             self.partition_loaded(topic, partition)
@@ -428,7 +435,14 @@ class StateCoordinator(ABC):
             loading.cancel()
         self._again.discard(key)
         self._loaded.discard(key)
+        self._epochs.pop(key, None)
         self.partition_unloaded(topic, partition)
+
+    def claim_epoch(self, topic: str, partition: int) -> int | None:
+        """The epoch of this broker's claim on ``partition`` of ``topic`` when it loaded it
+        (the coordinator epoch of what it writes for the partition's keys); None when it
+        does not hold it."""
+        return self._epochs.get((topic, partition))
 
     async def _load(self, topic: str, partition: int, forget: bool) -> None:
         """Replay the partition as stored (its writes under way answered first), forgetting

@@ -327,7 +327,8 @@ async def handle_describe_producers(
                                 active_producers=[
                 P.ProducerState(producer_id=pid, producer_epoch=entry.epoch,
                                 last_sequence=entry.last_sequence,
-                                last_timestamp=entry.last_timestamp, coordinator_epoch=0,
+                                last_timestamp=entry.last_timestamp,
+                                coordinator_epoch=entry.coordinator_epoch,
                                 current_txn_start_offset=(entry.txn_first_offset
                                                           if entry.txn_first_offset is not None
                                                           else -1))

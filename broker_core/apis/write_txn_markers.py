@@ -12,15 +12,17 @@ so here it is the administrators' request, answered per partition as Kafka does:
 - UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (another broker of the cluster leads
   it), KAFKA_STORAGE_ERROR (offline, or its producer state unreadable now);
 - INVALID_PRODUCER_EPOCH when the partition knows the producer at a newer epoch;
+- TRANSACTION_COORDINATOR_FENCED when a marker of a later coordinator epoch was written
+  for the producer (DescribeProducers tells the one last written; a negative one is not
+  judged);
 - INVALID_REQUEST for a negative producer id (a marker of no producer ends no transaction,
   and a replay of the log would not apply it).
 
 A marker is written through the coordinator's marker writer and applied to the
 partition's producer state: the transaction it ends no longer holds back the last stable
-offset, and an aborted one is listed to read_committed fetches. The coordinator epoch is
-written into the marker as given; partitions do not track it, so it is not checked
-(TRANSACTION_COORDINATOR_FENCED is never answered). The dispatch stage writes every
-marker; the wait for their commits or fsyncs is the waiting stage.
+offset, and an aborted one is listed to read_committed fetches, and the coordinator epoch
+it carries is the producer's there from now on. The dispatch stage writes every marker;
+the wait for their commits or fsyncs is the waiting stage.
 """
 
 from __future__ import annotations
@@ -76,12 +78,11 @@ async def _write(engine: Engine, ctx: RequestContext, marker: _Marker, name: str
         partition = engine.partition(internal, index)
     generation = commit_generation(partition)
     state = engine.producer_state(internal, index, partition)
-    state.check_epoch(marker.producer_id, marker.producer_epoch)
     request = MarkerRequest(internal, index, marker.producer_id, marker.producer_epoch,
-                            bool(marker.transaction_result))
+                            bool(marker.transaction_result),
+                            coordinator_epoch=marker.coordinator_epoch)
     durable = engine.txn_markers.write_here(request, partition, state,
-                                            ErrorCode.KAFKA_STORAGE_ERROR,
-                                            marker.coordinator_epoch, generation)
+                                            ErrorCode.KAFKA_STORAGE_ERROR, generation)
     log.info("%s marker of producer %d epoch %d written to %s-%d at the request of %s",
              "commit" if request.commit else "abort", request.producer_id,
              request.producer_epoch, internal, index, ctx.principal or "an anonymous client",

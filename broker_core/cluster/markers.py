@@ -16,7 +16,10 @@ exactly where the partition's producer state expects it; a marker written twice 
 died between writing and removing) ends nothing the second time, as in Kafka.
 
 A request for a partition whose owner died waits for the next owner; one for a partition
-that no longer exists (its topic deleted) is dropped.
+that no longer exists (its topic deleted) is dropped, and so is one the partition refuses
+as fenced (a later coordinator or producer epoch ended the transaction: the request comes
+from a coordinator that lost the transactional id, and would end the producer's next
+transaction), with one log line.
 
 The relay's statements (queueing, polling, removing) run in its own thread (``worker``),
 never on the event loop: a database that stops answering holds only the transactions
@@ -31,7 +34,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from broker_core.cluster.worker import Worker
-from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.errors import MARKER_FENCED, ErrorCode, KafkaApiError
 from broker_core.storage import StorageError
 from broker_core.storage.cluster import ClusterStore, MarkerRequest, TopicPartition
 from broker_core.storage.feed import MARKERS, ChangeFeed
@@ -39,10 +42,10 @@ from broker_core.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
-WriteMarker = Callable[[str, int, int, int, bool], "asyncio.Future[None] | None"]
-EndGroupTxn = Callable[[str, str, int, bool], Awaitable[bool]]
-"""Ends a producer's pending offsets of a group (topic, group id, producer id, commit);
-False while the group's partition is not ready here (asked again later)."""
+WriteMarker = Callable[[MarkerRequest], "asyncio.Future[None] | None"]
+EndGroupTxn = Callable[[MarkerRequest], Awaitable[bool]]
+"""Ends a producer's pending offsets of the request's group; False while the group's
+partition is not ready here (asked again later)."""
 
 _BACKOFF_S = 1.0
 """The pause after a round that met a database error."""
@@ -156,20 +159,32 @@ class MarkerRelay:
         (one warning per request that keeps failing)."""
         try:
             if wanted.group_id is not None:
-                return await self._end_group_txn(wanted.topic, wanted.group_id,
-                                                 wanted.producer_id, wanted.commit)
-            durable = self._write(wanted.topic, wanted.partition, wanted.producer_id,
-                                  wanted.producer_epoch, wanted.commit)
+                return await self._end_group_txn(wanted)
+            durable = self._write(wanted)
             if durable is not None:
                 await durable
-        except (KafkaApiError, StorageError, OSError) as exc:
-            if marker not in self._failing:
-                self._failing.add(marker)
-                log.warning("could not carry out a queued transaction end on %s-%d (tried "
-                            "again): %s", wanted.topic, wanted.partition, exc)
-            return False
+        except KafkaApiError as exc:
+            if exc.code in MARKER_FENCED:
+                self._failing.discard(marker)
+                log.warning("dropped a queued transaction end on %s-%d of producer %d epoch "
+                            "%d from coordinator epoch %d: %s", wanted.topic, wanted.partition,
+                            wanted.producer_id, wanted.producer_epoch,
+                            wanted.coordinator_epoch, exc.message)
+                return True
+            return self._retry(marker, wanted, exc)
+        except (StorageError, OSError) as exc:
+            return self._retry(marker, wanted, exc)
         self._failing.discard(marker)
         return True
+
+    def _retry(self, marker: int, wanted: MarkerRequest, exc: Exception) -> bool:
+        """A request that failed and is tried again later: False (one warning per request
+        that keeps failing)."""
+        if marker not in self._failing:
+            self._failing.add(marker)
+            log.warning("could not carry out a queued transaction end on %s-%d (tried "
+                        "again): %s", wanted.topic, wanted.partition, exc)
+        return False
 
     async def _follow(self) -> None:
         """Resolve the futures of this broker's requests that were served."""

@@ -47,6 +47,7 @@ from broker_core.groups.model import (
     SyncResult,
 )
 from broker_core.groups.offsets import GroupOffsets, OffsetToCommit, TopicPartition
+from broker_core.storage.cluster import MarkerRequest
 from broker_core.system_topics import StateCoordinator, SystemTopic
 from common.log_fields import group_fields, topic_fields
 
@@ -380,10 +381,20 @@ class GroupCoordinator(StateCoordinator):
                                                              _now_ms())
 
     async def complete_txn(self, topic: str, group_id: str, producer_id: int,
-                           commit: bool) -> None:
-        """A transaction that added the group ended: apply or drop its pending offsets."""
+                           commit: bool, producer_epoch: int = -1,
+                           coordinator_epoch: int = -1) -> None:
+        """A transaction that added the group ended: apply or drop its pending offsets
+        (refused when a later coordinator or producer epoch fenced it:
+        :meth:`GroupOffsets.complete_txn`)."""
         await self.offsets.complete_txn(self._get_or_create(topic, group_id), producer_id,
-                                        commit)
+                                        commit, producer_epoch, coordinator_epoch)
+
+    async def end_txn(self, end: MarkerRequest) -> None:
+        """:meth:`complete_txn` as a transaction coordinator asks it: the group, producer,
+        outcome and epochs of ``end`` (``end.topic`` is the group's ``__consumer_offsets``)."""
+        assert end.group_id is not None
+        await self.complete_txn(end.topic, end.group_id, end.producer_id, end.commit,
+                                end.producer_epoch, end.coordinator_epoch)
 
     def unstable(self, topic: str, group_id: str) -> set[TopicPartition]:
         """Partitions with offsets pending in an open transaction."""

@@ -130,6 +130,10 @@ class Group:
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     """Changed by :meth:`install` (and by deletions)."""
     pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    txn_fences: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """By producer id, the highest producer epoch and coordinator epoch that ended a
+    transaction of the producer here (-1: unknown): an end below either is refused
+    (:meth:`GroupOffsets.complete_txn`), as a partition refuses a fenced marker."""
     positions: int = 0
     """How many offset records (plain or transactional) of the group were appended, in
     the order of its log partition, or replayed from it: the next one's position."""
@@ -186,9 +190,18 @@ class Group:
         if current is None or current.position < committed.position:
             self.offsets[tp] = committed
 
-    def settle_txn(self, producer_id: int, commit: bool) -> None:
-        """A transaction ended: its pending offsets become committed (those with no later
-        record of their partition), or are dropped."""
+    def fence_txn(self, producer_id: int, producer_epoch: int,
+                  coordinator_epoch: int) -> None:
+        """Remember that a transaction end of these epochs was accepted for the producer."""
+        known = self.txn_fences.get(producer_id, (-1, -1))
+        self.txn_fences[producer_id] = (max(known[0], producer_epoch),
+                                        max(known[1], coordinator_epoch))
+
+    def settle_txn(self, producer_id: int, commit: bool, producer_epoch: int = -1,
+                   coordinator_epoch: int = -1) -> None:
+        """A transaction ended (at these epochs, -1 unknown): its pending offsets become
+        committed (those with no later record of their partition), or are dropped."""
+        self.fence_txn(producer_id, producer_epoch, coordinator_epoch)
         pending = self.pending_txn.pop(producer_id, {})
         if commit:
             for tp, committed in pending.items():

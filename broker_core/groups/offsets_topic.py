@@ -77,6 +77,9 @@ class TxnEndRecord:
     group_id: str
     producer_id: int
     commit: bool
+    producer_epoch: int = -1
+    coordinator_epoch: int = -1
+    """The epochs of the end (-1: a record from before they were written)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +116,14 @@ def txn_offset_record(group_id: str, producer_id: int, topic: str, partition: in
     return key, value
 
 
-def txn_end_record(group_id: str, producer_id: int, commit: bool) -> tuple[bytes, bytes]:
-    """Key and value of a transaction's end, for one group."""
+def txn_end_record(group_id: str, producer_id: int, commit: bool, producer_epoch: int = -1,
+                   coordinator_epoch: int = -1) -> tuple[bytes, bytes]:
+    """Key and value of a transaction's end, for one group, at these producer and
+    coordinator epochs."""
     return (_dump({"v": _VERSION, "type": "txnEnd", "group": group_id,
                    "producerId": producer_id}),
-            _dump({"commit": commit}))
+            _dump({"commit": commit, "producerEpoch": producer_epoch,
+                   "coordinatorEpoch": coordinator_epoch}))
 
 
 def _b64(data: bytes) -> str:
@@ -168,7 +174,9 @@ def decode(key: bytes, value: bytes | None) -> Decoded | None:
         return TxnOffsetRecord(head["group"], head["producerId"], head["topic"],
                                head["partition"], committed)
     if kind == "txnEnd" and body is not None:
-        return TxnEndRecord(head["group"], head["producerId"], bool(body["commit"]))
+        return TxnEndRecord(head["group"], head["producerId"], bool(body["commit"]),
+                            int(body.get("producerEpoch", -1)),
+                            int(body.get("coordinatorEpoch", -1)))
     if head["type"] == "group":
         return GroupRecord(head["group"], body)
     return None
@@ -220,7 +228,8 @@ def replay(groups: dict[tuple[str, str], Group], topic: str, partition: int, key
             (record.topic, record.partition)] = replace(record.committed,
                                                         position=group.next_position())
     elif isinstance(record, TxnEndRecord):
-        group.settle_txn(record.producer_id, record.commit)
+        group.settle_txn(record.producer_id, record.commit, record.producer_epoch,
+                         record.coordinator_epoch)
     elif record.value is None:
         del groups[ident]
     else:
@@ -233,12 +242,16 @@ def snapshot(groups: Iterable[Group], settling: Iterable[Sequence[Record]]) -> l
     """What a compaction of one partition keeps: the records of its ``groups`` (the last
     group record each wrote, not its live membership, which may be mid-rebalance; its
     offsets and its pending transactional offsets, in the order of their records, which
-    decides what a transaction's commit installs) and the batches still ``settling``
-    (appended, not yet durable)."""
+    decides what a transaction's commit installs; before them the epochs of each producer's
+    last transaction end, as an abort that ends nothing) and the batches still
+    ``settling`` (appended, not yet durable)."""
     live: list[Record] = []
     for group in groups:
         if group.record is not None:
             live.append(group.record)
+        live.extend(txn_end_record(group.group_id, pid, False, producer_epoch,
+                                   coordinator_epoch)
+                    for pid, (producer_epoch, coordinator_epoch) in group.txn_fences.items())
         ordered = [(committed.position, offset_record(group.group_id, t, p, committed))
                    for (t, p), committed in group.offsets.items()]
         ordered.extend((committed.position,

@@ -76,6 +76,10 @@ class MarkerRequest:
     producer_epoch: int
     commit: bool
     group_id: str | None = None
+    coordinator_epoch: int = -1
+    """The epoch of the coordinator's claim on the transactional id's state partition:
+    the partition (or group) refuses a request that a later coordinator epoch fenced. -1:
+    unknown (a request queued by a broker from before it was carried), not judged."""
 
 
 @dataclass(frozen=True, slots=True)

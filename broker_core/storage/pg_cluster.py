@@ -281,23 +281,24 @@ class PgCluster:
         with self._db.tx() as conn:
             rows = conn.execute(
                 "INSERT INTO edge_marker_requests (topic, partition, producer_id,"
-                " producer_epoch, commit, group_id) SELECT * FROM unnest(%s::text[],"
-                " %s::integer[], %s::bigint[], %s::integer[], %s::boolean[], %s::text[])"
-                " RETURNING id",
+                " producer_epoch, commit, group_id, coordinator_epoch) SELECT * FROM"
+                " unnest(%s::text[], %s::integer[], %s::bigint[], %s::integer[],"
+                " %s::boolean[], %s::text[], %s::bigint[]) RETURNING id",
                 ([r.topic for r in requests], [r.partition for r in requests],
                  [r.producer_id for r in requests], [r.producer_epoch for r in requests],
-                 [r.commit for r in requests], [r.group_id for r in requests])).fetchall()
+                 [r.commit for r in requests], [r.group_id for r in requests],
+                 [r.coordinator_epoch for r in requests])).fetchall()
         return [int(str(row[0])) for row in rows]
 
     def pending_markers(self) -> list[tuple[int, MarkerRequest]]:
         with self._db.autocommit() as conn:
             rows = conn.execute(
-                "SELECT id, topic, partition, producer_id, producer_epoch, commit, group_id"
-                " FROM edge_marker_requests ORDER BY id").fetchall()
+                "SELECT id, topic, partition, producer_id, producer_epoch, commit, group_id,"
+                " coordinator_epoch FROM edge_marker_requests ORDER BY id").fetchall()
         return [(int(str(i)), MarkerRequest(str(t), int(str(p)), int(str(pid)),
                                             int(str(e)), bool(c),
-                                            None if g is None else str(g)))
-                for i, t, p, pid, e, c, g in rows]
+                                            None if g is None else str(g), int(str(ce))))
+                for i, t, p, pid, e, c, g, ce in rows]
 
     def markers_done(self, ids: Sequence[int]) -> None:
         if ids:

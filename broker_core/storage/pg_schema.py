@@ -112,6 +112,12 @@ MIGRATIONS: Sequence[str] = (
     """
     ALTER TABLE edge_brokers ADD COLUMN tenant_connections jsonb NOT NULL DEFAULT '{}';
     """,
+    # 5: a queued transaction end carries the coordinator epoch (the epoch of the
+    # coordinator's claim on the transactional id's state partition), which the partition
+    # or group checks; -1 for a request queued by a broker from before (not judged)
+    """
+    ALTER TABLE edge_marker_requests ADD COLUMN coordinator_epoch bigint NOT NULL DEFAULT -1;
+    """,
 )
 """The schema, one step per version (never edit a released step: add one)."""
 

@@ -27,8 +27,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from functools import partial
 
-from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.errors import MARKER_FENCED, ErrorCode, KafkaApiError
 from broker_core.groups.coordinator import GroupCoordinator
+from broker_core.storage.cluster import MarkerRequest
 from broker_core.storage_faults import WriteKind
 from broker_core.system_topics import StateCoordinator, SystemTopic
 from broker_core.transactions.model import (
@@ -43,7 +44,7 @@ from broker_core.transactions.producer_ids import ProducerIdAllocator
 from common.log_fields import topic_fields
 
 log = logging.getLogger(__name__)
-MarkerWriter = Callable[[str, int, int, int, bool], "asyncio.Future[None] | None"]
+MarkerWriter = Callable[[MarkerRequest], "asyncio.Future[None] | None"]
 TxnKey = tuple[str, str]
 """How the coordinator keys a transactional id: its state topic and its scoped id."""
 _MAX_EPOCH = 32767
@@ -89,8 +90,7 @@ class TransactionCoordinator(StateCoordinator):
         self.ids = ids
         self.write_marker = write_marker
         self.groups = groups
-        self.end_group_txn: Callable[[str, str, int, bool], Awaitable[None]] = \
-            groups.complete_txn
+        self.end_group_txn: Callable[[MarkerRequest], Awaitable[None]] = groups.end_txn
         """Ends a transaction's pending offsets of a group (through the group's
         coordinator when that is another broker: the engine sets it)."""
         self.txns: dict[tuple[str, str], Txn] = {}
@@ -490,10 +490,29 @@ class TransactionCoordinator(StateCoordinator):
             self._finishing.discard(key)
 
     async def _complete(self, txn: Txn, commit: bool) -> None:
-        waits = [self.write_marker(t, p, txn.producer_id, txn.epoch, commit)
-                 for t, p in sorted(txn.partitions)]
-        for offsets_topic, group_id in sorted(txn.groups):
-            await self.end_group_txn(offsets_topic, group_id, txn.producer_id, commit)
+        """Write the markers and end the groups' offsets at the coordinator epoch this
+        broker loaded the id's partition at, if it still holds the id as ``txn`` (else
+        NOT_COORDINATOR: the next coordinator completes it); a partition or group that a
+        later coordinator epoch reached refuses them."""
+        coordinator_epoch = self.claim_epoch(txn.topic, txn.partition)
+        if coordinator_epoch is None or \
+                self.txns.get((txn.topic, txn.transactional_id)) is not txn:
+            raise KafkaApiError(ErrorCode.NOT_COORDINATOR,
+                                f"{txn.transactional_id!r} is no longer held here")
+        try:
+            waits = [self.write_marker(MarkerRequest(t, p, txn.producer_id, txn.epoch,
+                                                     commit,
+                                                     coordinator_epoch=coordinator_epoch))
+                     for t, p in sorted(txn.partitions)]
+            for offsets_topic, group_id in sorted(txn.groups):
+                await self.end_group_txn(MarkerRequest(offsets_topic, -1, txn.producer_id,
+                                                       txn.epoch, commit, group_id,
+                                                       coordinator_epoch))
+        except KafkaApiError as error:
+            if error.code not in MARKER_FENCED:
+                raise
+            raise KafkaApiError(ErrorCode.NOT_COORDINATOR,  # a later coordinator's to end
+                                f"{txn.transactional_id!r}: {error.message}") from None
         try:
             await asyncio.gather(*(w for w in waits if w is not None))
         except OSError as exc:

@@ -20,6 +20,7 @@ from kafka.protocol.consumer import (
 )
 
 from broker_core.storage import LogConfig, SchemaTooNew, open_storage
+from broker_core.storage.cluster import MarkerRequest
 from broker_core.storage.pg_schema import SCHEMA_VERSION
 from tests.broker_process import REPO, BrokerProcess
 from tests.clients import Rec, consume_confluent, create_topic, make_records
@@ -59,6 +60,24 @@ def test_a_reopened_database_holds_everything(url: str) -> None:
         assert partition(again, index=1).next_offset == 0
     finally:
         again.close()
+
+
+def test_a_queued_transaction_end_keeps_its_coordinator_epoch(url: str) -> None:
+    """A marker request carries its coordinator epoch through the queue; one an older
+    broker queued (schema 4: no such column) reads back as -1, unknown."""
+    storage = open_storage(url, LogConfig())
+    try:
+        cluster = storage.cluster
+        (first,) = cluster.request_markers([MarkerRequest(TOPIC, 1, 7, 2, True, None, 5)])
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("INSERT INTO edge_marker_requests (topic, partition, producer_id,"
+                         " producer_epoch, commit) VALUES (%s, 0, 7, 2, false)", (TOPIC,))
+        assert [m for _, m in cluster.pending_markers()] == [
+            MarkerRequest(TOPIC, 1, 7, 2, True, None, 5),
+            MarkerRequest(TOPIC, 0, 7, 2, False, None, -1)]
+        assert first == cluster.pending_markers()[0][0]
+    finally:
+        storage.close()
 
 
 def test_the_location_never_shows_the_password() -> None:

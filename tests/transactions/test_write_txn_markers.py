@@ -1,8 +1,8 @@
 """WriteTxnMarkers: an administrator aborts a hanging transaction (KIP-664's
 ``abortTransaction``, here through kafka-python's ``KafkaAdminClient.abort_transaction`` and
 a raw request); the last stable offset moves on and read_committed readers skip the aborted
-records. Refusals (unknown topic or partition, a stale producer epoch, no producer id, a
-system topic) answer Kafka's codes and write nothing. Authorization is in
+records. Refusals (unknown topic or partition, a stale producer epoch or coordinator
+epoch, no producer id, a system topic) answer Kafka's codes and write nothing. Authorization is in
 ``tests/security/test_security_cluster_rights.py``, the partition another broker leads in
 ``tests/cluster/test_cluster_txn_markers.py``."""
 
@@ -31,6 +31,7 @@ from tests.txn_helpers import (
 
 INVALID_TOPIC_EXCEPTION = 17
 INVALID_REQUEST = 42
+TRANSACTION_COORDINATOR_FENCED = 52
 LONG_TXN_MS = 600_000
 """A transaction timeout no test outlives: the coordinator never aborts it on its own."""
 
@@ -135,3 +136,32 @@ def test_refusals_write_nothing(conn: TxnConnection, topic_name: str) -> None:
     assert conn.list_offset(topic_name, 0, READ_COMMITTED) == 0  # pid's is still open
     assert conn.write_markers(pid, epoch, False, {topic_name: [0]}) == {(topic_name, 0): NONE}
     assert conn.list_offset(topic_name, 0, READ_COMMITTED) == 6
+
+
+def test_a_marker_of_an_older_coordinator_epoch_is_refused(conn: TxnConnection,
+                                                           topic_name: str) -> None:
+    """The partition keeps the coordinator epoch of the producer's last marker (which
+    DescribeProducers tells): a marker of a lower one (a coordinator that lost the
+    transactional id) is refused and ends nothing; an equal or higher one is written."""
+    assert conn.create_topic(topic_name, 1) == NONE
+    tid = f"{topic_name}-tx"
+    pid, epoch = open_transaction(conn, tid, topic_name, [0])
+    assert conn.write_markers(pid, epoch, True, {topic_name: [0]}, coordinator_epoch=5) == {
+        (topic_name, 0): NONE}
+    [state] = [s for s in conn.describe_producers(topic_name, [0]).topics[0].partitions[0]
+               .active_producers if s.producer_id == pid]
+    assert state.coordinator_epoch == 5
+    # the producer's next transaction, open
+    assert conn.produce(topic_name, batch(pid, epoch, 3, 1, transactional=True,
+                                          prefix="next"), 0, tid)[0] == NONE
+    assert conn.list_offset(topic_name, 0, READ_COMMITTED) == 4
+    for fenced in (4, 0):
+        assert conn.write_markers(pid, epoch, True, {topic_name: [0]},
+                                  coordinator_epoch=fenced) == {
+            (topic_name, 0): TRANSACTION_COORDINATOR_FENCED}
+    assert conn.list_offset(topic_name, 0, READ_UNCOMMITTED) == 5  # nothing written
+    assert conn.list_offset(topic_name, 0, READ_COMMITTED) == 4
+    assert conn.write_markers(pid, epoch, False, {topic_name: [0]}, coordinator_epoch=5) == {
+        (topic_name, 0): NONE}
+    assert conn.list_offset(topic_name, 0, READ_COMMITTED) == 6
+    assert conn.committed_values(topic_name, 0) == [b"hanging-0", b"hanging-1", b"hanging-2"]
