@@ -412,7 +412,8 @@ class BrokerApp:
             server = ListenerServer(spec.name, spec.host, spec.port, self._session, limits,
                                     self.security[spec.name].tls, self._rejected(spec.name),
                                     unauthenticated, logins, counts,
-                                    self.config.tls_handshake_timeout_ms / 1000)
+                                    self.config.tls_handshake_timeout_ms / 1000,
+                                    self.config.trusted_proxies().get(spec.name))
             try:
                 port = await server.start()
             except OSError as exc:

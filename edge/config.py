@@ -51,6 +51,7 @@ from edge.config_keys.storage import LogCleanerKeys, StorageKeys
 from edge.config_types import ConfigError, ConfigKey, ConfigValue
 from edge.properties import parse_properties
 from listeners.connection_counts import parse_ip_overrides
+from listeners.proxy_stage import TrustedProxies, parse_trusted_proxies
 from listeners.spec import ListenerConfigError, ListenerSpec, parse_listeners
 
 __all__ = [
@@ -95,6 +96,7 @@ class BrokerConfig(
 
     _listener_specs: tuple[ListenerSpec, ...] = PrivateAttr(default=())
     _ip_overrides: dict[str, int] = PrivateAttr(default_factory=dict)
+    _trusted_proxies: dict[str, TrustedProxies] = PrivateAttr(default_factory=dict)
 
     def __init__(self, **values: object) -> None:
         try:
@@ -137,7 +139,24 @@ class BrokerConfig(
             raise ConfigError(f"invalid value {shown!r} for {name!r}: {exc}") from None
         self._listener_specs = tuple(specs)
         self._ip_overrides = overrides
+        self._trusted_proxies = self._read_trusted_proxies(specs)
         return self
+
+    def _read_trusted_proxies(self, specs: Sequence[ListenerSpec]) -> dict[str, TrustedProxies]:
+        """``proxyProtocolTrustedAddresses`` read, each name one of the listeners."""
+        shown = ",".join(self.proxy_protocol_trusted_addresses)
+        try:
+            trusted = parse_trusted_proxies(self.proxy_protocol_trusted_addresses)
+        except ValueError as exc:
+            raise ConfigError(f"invalid value {shown!r} for 'proxyProtocolTrustedAddresses': "
+                              f"{exc}") from None
+        names = [spec.name for spec in specs]
+        for name in trusted:
+            if name not in names:
+                raise ConfigError(
+                    f"invalid value {shown!r} for 'proxyProtocolTrustedAddresses': no "
+                    f"listener named {name!r} (there are {', '.join(names)})")
+        return trusted
 
     @property
     def explicit_keys(self) -> frozenset[str]:
@@ -161,6 +180,11 @@ class BrokerConfig(
     def ip_overrides(self) -> dict[str, int]:
         """``maxConnectionsPerIpOverrides`` read: address -> its cap."""
         return dict(self._ip_overrides)
+
+    def trusted_proxies(self) -> dict[str, TrustedProxies]:
+        """``proxyProtocolTrustedAddresses`` read: listener name -> where its PROXY
+        protocol headers may come from (listeners without a header are not in it)."""
+        return dict(self._trusted_proxies)
 
     def to_properties(self) -> dict[str, str]:
         """Every key as properties text (``load_config`` of these gives an equal config)."""

@@ -8,6 +8,11 @@ A connection still in its TLS handshake holds a file descriptor as surely as one
 in: counting it only after the handshake let idle sockets exhaust the broker's
 descriptors. A connection beyond a cap is refused at once, before anything is read (the
 listener closes it, with one log line and an audit event).
+
+A connection from a trusted proxy (:mod:`listeners.proxy_stage`) counts against its
+listener's cap from its accept, as any other, but against the cap of the client address
+its PROXY protocol header carries, once that is read (:meth:`ConnectionCounts.assign`):
+the proxy's own address is not capped, or every client behind it would share one cap.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ class Slot:
 
     __slots__ = ("_counts", "_held", "host", "listener")
 
-    def __init__(self, counts: ConnectionCounts, listener: str, host: str) -> None:
+    def __init__(self, counts: ConnectionCounts, listener: str, host: str | None) -> None:
         self._counts = counts
         self.listener = listener
         self.host = host
@@ -76,21 +81,40 @@ class ConnectionCounts:
         """How many connections ``host`` may hold at once."""
         return self.overrides.get(host, self.per_ip)
 
-    def admit(self, listener: str, listener_cap: int, host: str) -> Slot | str:
-        """Count a connection accepted on ``listener`` from ``host``: its slot, or why it
-        is refused (the end of a log line)."""
+    def admit(self, listener: str, listener_cap: int, host: str | None) -> Slot | str:
+        """Count a connection accepted on ``listener`` from ``host`` (None: from a trusted
+        proxy, its client's address counted by :meth:`assign`): its slot, or why it is
+        refused (the end of a log line)."""
         if self.open(listener) >= listener_cap:
             return f"{listener_cap} connections is the limit"
+        refused = None if host is None else self._host_refusal(host)
+        if refused is not None:
+            return refused
+        self._listeners[listener] = self._listeners.get(listener, 0) + 1
+        if host is not None:
+            self._hosts[host] = self._hosts.get(host, 0) + 1
+        return Slot(self, listener, host)
+
+    def assign(self, slot: Slot, host: str) -> str | None:
+        """Count the connection of ``slot`` (admitted without a host) against ``host``'s
+        cap too: None, or why it is refused (the slot is then unchanged)."""
+        refused = self._host_refusal(host)
+        if refused is None:
+            slot.host = host
+            self._hosts[host] = self._hosts.get(host, 0) + 1
+        return refused
+
+    def _host_refusal(self, host: str) -> str | None:
         host_cap = self.cap(host)
         if self._hosts.get(host, 0) >= host_cap:
             return f"{host_cap} connections from {host} is the limit (maxConnectionsPerIp)"
-        self._listeners[listener] = self._listeners.get(listener, 0) + 1
-        self._hosts[host] = self._hosts.get(host, 0) + 1
-        return Slot(self, listener, host)
+        return None
 
     def released(self, slot: Slot) -> None:
         """What :meth:`Slot.release` calls."""
         for counts, key in ((self._listeners, slot.listener), (self._hosts, slot.host)):
+            if key is None:
+                continue
             left = counts[key] - 1
             if left:
                 counts[key] = left

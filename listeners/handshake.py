@@ -52,14 +52,16 @@ class TlsHandshake(asyncio.Protocol):
     uvloop reads once after ``connection_made`` even when it paused the transport: what
     arrives then (a ClientHello) is held here and handed to the TLS protocol, in the loop
     turn that makes the TLS protocol ready and before any other read (``start_tls``
-    schedules both within the turn in which it is called)."""
+    schedules both within the turn in which it is called). After a PROXY protocol header
+    (:mod:`listeners.proxy_stage`) the bytes read with it are put in ``early`` before
+    ``connection_made``, and ``peer`` is the client the header named."""
 
     def __init__(self, context: ssl.SSLContext, listener: str,
                  stream: Callable[[Slot], asyncio.BaseProtocol],
                  on_reject: Callable[[str, str], None] | None,
                  running: set[asyncio.Task[None]],
                  admit: Callable[[asyncio.WriteTransport], Slot | None],
-                 timeout_s: float = HANDSHAKE_SECONDS) -> None:
+                 timeout_s: float = HANDSHAKE_SECONDS, peer: str | None = None) -> None:
         self.context = context
         self.listener = listener
         self.stream = stream
@@ -69,6 +71,9 @@ class TlsHandshake(asyncio.Protocol):
         self.timeout_s = timeout_s
         self.transport: asyncio.Transport | None = None
         self.early = bytearray()
+        self.peer = peer
+        """The client's ``host:port`` when a PROXY protocol header named it, else None:
+        the socket's peer."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         accepted = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
@@ -78,7 +83,8 @@ class TlsHandshake(asyncio.Protocol):
         self.transport = accepted
         self.transport.pause_reading()
         loop = asyncio.get_running_loop()
-        task = loop.create_task(self._handshake(self.transport, peer_address(transport), slot))
+        task = loop.create_task(self._handshake(self.transport,
+                                                  self.peer or peer_address(transport), slot))
         self.running.add(task)
         task.add_done_callback(self.running.discard)
         # the task calls start_tls in the next turn; the turn after, once the TLS protocol
@@ -127,11 +133,11 @@ class TlsHandshake(asyncio.Protocol):
         if self.early and self.transport is not None and not self.transport.is_closing():
             protocol = self.transport.get_protocol()
             if protocol is not self:
-                _feed(protocol, memoryview(self.early))
+                feed(protocol, memoryview(self.early))
         self.early = bytearray()
 
 
-def _feed(protocol: asyncio.BaseProtocol, data: memoryview) -> None:
+def feed(protocol: asyncio.BaseProtocol, data: memoryview) -> None:
     """Give ``data`` to ``protocol`` as if the transport had read it (the TLS protocols
     of asyncio and uvloop are buffered protocols)."""
     if not hasattr(protocol, "buffer_updated"):

@@ -43,7 +43,10 @@ handler factory may refuse a new connection too (:class:`ConnectionRefused`, a q
 new connections): it is closed before anything is read.
 
 On a TLS listener each connection does its handshake in :mod:`listeners.handshake`,
-within ``handshake_seconds``.
+within ``handshake_seconds``. On a listener behind a proxy (``trusted_proxies``) each
+connection first sends a PROXY protocol header (:mod:`listeners.proxy_stage`), within
+``handshake_seconds`` too, before its handshake or first frame: the client it names is
+the connection's peer.
 
 An IPv6 wildcard host (``[::]``) binds a dual-stack socket (:mod:`listeners.hosts`).
 
@@ -78,10 +81,11 @@ from listeners.frames import (
     Response,
     response_size,
 )
-from listeners.handshake import HANDSHAKE_SECONDS, TlsHandshake, peer_address
+from listeners.handshake import HANDSHAKE_SECONDS, TlsHandshake, feed, peer_address
 from listeners.hosts import dual_stack_socket
 from listeners.pacing import TurnPacer
 from listeners.protocol import FrameProtocol
+from listeners.proxy_stage import ProxyStage, TrustedProxies
 from listeners.reader import ConnectionReader
 
 __all__ = ["SMALL_FRAME_BYTES", "Answer", "ConnectionCounts", "ConnectionHandler",
@@ -111,7 +115,8 @@ class ListenerServer:
                  on_reject: Callable[[str, str], None] | None = None,
                  budget: ReadBudget | None = None, gate: LoginGate | None = None,
                  counts: ConnectionCounts | None = None,
-                 handshake_seconds: float = HANDSHAKE_SECONDS) -> None:
+                 handshake_seconds: float = HANDSHAKE_SECONDS,
+                 trusted_proxies: TrustedProxies | None = None) -> None:
         self.name = name
         self.host = host
         self.port = port
@@ -124,20 +129,25 @@ class ListenerServer:
         self.counts = counts or ConnectionCounts(limits.max_connections)
         """Open connections, counted from their accept (shared by a broker's listeners)."""
         self.handshake_seconds = handshake_seconds
+        self.trusted_proxies = trusted_proxies
+        """Where PROXY protocol headers come from; None: the listener takes none."""
         self.closing = TurnPacer(CLOSES_PER_TURN)
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[object]] = set()
         self._handshakes: set[asyncio.Task[None]] = set()
+        self._headers: set[ProxyStage] = set()
 
     async def start(self) -> int:
         """Bind and listen; return the bound port (useful with port 0)."""
         loop = asyncio.get_running_loop()
-        context = self.ssl_context
         factory: Callable[[], asyncio.BaseProtocol] = (
-            self._stream if context is None else lambda: TlsHandshake(
-                context, self.name, self._stream, self.on_reject, self._handshakes,
-                self.admit, self.handshake_seconds))
+            self._stream if self.ssl_context is None else self._tls_handshake)
+        trusted = self.trusted_proxies
+        if trusted is not None:
+            factory = partial(ProxyStage, self.name, self.limits.max_connections, trusted,
+                              self.counts, self._proxied, self.on_reject, self._headers,
+                              self.handshake_seconds)
         sock = dual_stack_socket(self.host, self.port, LISTEN_BACKLOG)
         if sock is None:
             self._server = await loop.create_server(factory, self.host or None, self.port,
@@ -153,10 +163,39 @@ class ListenerServer:
         self.port = int(sockets[0].getsockname()[1])
         return self.port
 
-    def _stream(self, slot: Slot | None = None) -> FrameProtocol:
-        """The protocol of a connection ready for Kafka frames (after TLS, if any: then
-        with the ``slot`` the connection was counted in at its accept)."""
-        return FrameProtocol(ConnectionReader(SMALL_FRAME_BYTES), partial(self._accept, slot))
+    def _stream(self, slot: Slot | None = None, peer: str | None = None) -> FrameProtocol:
+        """The protocol of a connection ready for Kafka frames (after TLS or a PROXY
+        protocol header, if any: then with the ``slot`` the connection was counted in at
+        its accept; ``peer``: the client a PROXY protocol header named)."""
+        return FrameProtocol(ConnectionReader(SMALL_FRAME_BYTES),
+                             partial(self._accept, slot, peer))
+
+    def _tls_handshake(self, peer: str | None = None,
+                       admit: Callable[[asyncio.WriteTransport], Slot | None] | None = None
+                       ) -> TlsHandshake:
+        """The first protocol of a TLS connection (``peer``, ``admit``: after a PROXY
+        protocol header, the client it named and the connection's slot)."""
+        assert self.ssl_context is not None
+        return TlsHandshake(self.ssl_context, self.name, partial(self._stream, peer=peer),
+                            self.on_reject, self._handshakes, admit or self.admit,
+                            self.handshake_seconds, peer)
+
+    def _proxied(self, transport: asyncio.Transport, slot: Slot, peer: str,
+                 early: bytes) -> None:
+        """Hand a connection whose PROXY protocol header is read (reading paused) to its
+        TLS handshake or Kafka framing, with the bytes read after the header."""
+        if self.ssl_context is not None:
+            handshake = self._tls_handshake(peer, lambda _transport: slot)
+            handshake.early += early
+            transport.set_protocol(handshake)
+            handshake.connection_made(transport)
+            return
+        stream = self._stream(slot, peer)
+        transport.set_protocol(stream)
+        stream.connection_made(transport)
+        transport.resume_reading()  # before the feed: the reader may pause it again
+        if early:
+            feed(stream, memoryview(early))
 
     def admit(self, transport: asyncio.WriteTransport) -> Slot | None:
         """Count a connection just accepted; None: it is over a cap, and closed (one log
@@ -172,19 +211,19 @@ class ListenerServer:
             self.on_reject(peer, f"connection refused: {verdict}")
         return None
 
-    async def _accept(self, slot: Slot | None, reader: ConnectionReader,
+    async def _accept(self, slot: Slot | None, peer: str | None, reader: ConnectionReader,
                       writer: asyncio.StreamWriter) -> None:
         if slot is None:  # plain TCP: counted now, in the turn after its accept
             slot = self.admit(writer.transport)
             if slot is None:
                 return
         try:
-            await self._serve(reader, writer)
+            await self._serve(reader, writer, peer or peer_address(writer.transport))
         finally:
             slot.release()
 
-    async def _serve(self, reader: ConnectionReader, writer: asyncio.StreamWriter) -> None:
-        peer = peer_address(writer.transport)
+    async def _serve(self, reader: ConnectionReader, writer: asyncio.StreamWriter,
+                     peer: str) -> None:
         tls = writer.get_extra_info("ssl_object")
         if writer.transport.is_closing() or (tls is not None and not tls_usable(tls)):
             # lost already (garbage right after the handshake): say why, once
@@ -223,6 +262,8 @@ class ListenerServer:
             self._server.close()
         for handshake in list(self._handshakes):
             handshake.cancel()
+        for header in list(self._headers):
+            header.abort()
         for connection in list(self._connections):
             connection.stop_reading()
         if self._tasks:

@@ -98,8 +98,16 @@ class ListenerSecurityKeys(BaseModel):
         "(IP addresses, e.g. an Envoy's; Kafka's `max.connections.per.ip.overrides`)")] = ()
     tls_handshake_timeout_ms: Annotated[int, key(
         "tlsHandshakeTimeoutMs",
-        "time a TLS handshake may take on SSL and SASL_SSL listeners (ms); then the "
+        "time a TLS handshake may take on SSL and SASL_SSL listeners (ms), and a PROXY "
+        "protocol header on listeners in `proxyProtocolTrustedAddresses`; then the "
         "connection is closed", ge=100, le=INT_MAX)] = 10_000
+    proxy_protocol_trusted_addresses: Annotated[tuple[str, ...], key(
+        "proxyProtocolTrustedAddresses",
+        "listeners behind a proxy that sends the PROXY protocol v2 header (Envoy: "
+        "`edge-broker envoy-config --proxy-protocol`), `NAME:ADDRESS+ADDRESS,NAME:CIDR`: "
+        "each connection to such a listener must come from one of its addresses or CIDR "
+        "ranges and start with the header, whose client address then counts as the "
+        "connection's (ACL hosts, audit, `maxConnectionsPerIp`); others are closed")] = ()
     sasl_server_max_receive_size: Annotated[int, key(
         "saslServerMaxReceiveSize",
         "largest frame accepted on a SASL listener before login, in bytes (Kafka's "

@@ -106,6 +106,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     edge.add_argument("--kafka-broker-filter", action="store_true",
                       help="add the contrib kafka_broker filter (envoyproxy/envoy-contrib"
                       " builds only) rewriting broker addresses by id")
+    edge.add_argument("--proxy-protocol", action="store_true",
+                      help="start each connection to a broker with a PROXY protocol v2 header"
+                      " naming the client (the broker's proxyProtocolTrustedAddresses must"
+                      " name Envoy's address on that listener)")
 
 
 def add_envoy_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -175,6 +179,7 @@ def _options(args: argparse.Namespace) -> EdgeOptions:
         if args.connection_rate else None,
         access_log=AccessLog(args.access_log) if args.access_log else None,
         kafka_broker_filter=args.kafka_broker_filter,
+        proxy_protocol=args.proxy_protocol,
     )
 
 

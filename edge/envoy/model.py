@@ -187,7 +187,8 @@ class EdgeOptions:
     an IP literal and every interface otherwise.  ``sni`` puts every broker on one port
     and routes by TLS server name (the advertised host); without ``tls`` the TLS stream
     passes through to the broker.  ``deny_cidrs`` close connections from those sources,
-    ``allow_cidrs`` (when set) close every other source.
+    ``allow_cidrs`` (when set) close every other source.  ``proxy_protocol`` starts each
+    connection to a broker with a PROXY protocol v2 header naming the client.
     """
 
     listen_host: str | None = None
@@ -199,6 +200,7 @@ class EdgeOptions:
     connection_rate: ConnectionRate | None = None
     access_log: AccessLog | None = None
     kafka_broker_filter: bool = False
+    proxy_protocol: bool = False
     connect_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:

@@ -4,16 +4,21 @@ Without SNI each broker gets a listener ``kafka-broker-<id>`` on its advertised 
 with SNI one listener ``kafka-brokers-sni`` holds one filter chain per broker, matched by
 TLS server name (the advertised host).  Each broker gets a cluster ``kafka-broker-<id>``
 with its internal address (``STATIC`` for an IP, ``STRICT_DNS`` for a host name).  The
-same messages go into a static bootstrap and into the ADS server's snapshots.
+same messages go into a static bootstrap and into the ADS server's snapshots.  With
+``proxy_protocol`` each cluster's connections start with a PROXY protocol v2 header naming
+the client (Envoy's ``upstream_proxy_protocol`` transport socket over the raw one), for
+brokers whose listener takes it (``proxyProtocolTrustedAddresses``).
 """
 
 from __future__ import annotations
 
 from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import address_pb2, base_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2, proxy_protocol_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2
+from envoy.extensions.transport_sockets.proxy_protocol.v3 import upstream_proxy_protocol_pb2
+from envoy.extensions.transport_sockets.raw_buffer.v3 import raw_buffer_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from google.protobuf import duration_pb2
 
@@ -96,6 +101,8 @@ def clusters(plan: EnvoyPlan) -> list[cluster_pb2.Cluster]:
                                                    broker.internal_port)))])],
             ),
         )
+        if plan.options.proxy_protocol:
+            cluster.transport_socket.CopyFrom(_proxy_protocol_socket())
         if is_ip(broker.internal_host):
             cluster.type = cluster_pb2.Cluster.STATIC
         else:
@@ -103,6 +110,19 @@ def clusters(plan: EnvoyPlan) -> list[cluster_pb2.Cluster]:
             cluster.dns_lookup_family = cluster_pb2.Cluster.V4_PREFERRED
         result.append(cluster)
     return result
+
+
+def _proxy_protocol_socket() -> base_pb2.TransportSocket:
+    """The upstream transport that sends a PROXY protocol v2 header, then the raw stream
+    (the brokers' TLS, if any, passes through it untouched)."""
+    upstream = upstream_proxy_protocol_pb2.ProxyProtocolUpstreamTransport(
+        config=proxy_protocol_pb2.ProxyProtocolConfig(
+            version=proxy_protocol_pb2.ProxyProtocolConfig.V2),
+        transport_socket=base_pb2.TransportSocket(
+            name="envoy.transport_sockets.raw_buffer",
+            typed_config=typed(raw_buffer_pb2.RawBuffer())))
+    return base_pb2.TransportSocket(name="envoy.transport_sockets.upstream_proxy_protocol",
+                                    typed_config=typed(upstream))
 
 
 def _seconds(value: float) -> duration_pb2.Duration:

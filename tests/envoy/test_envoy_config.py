@@ -80,6 +80,23 @@ def test_one_listener_per_broker_proxying_to_its_internal_listener() -> None:
                                                          "port_value": 9092}
 
 
+def test_proxy_protocol_wraps_each_clusters_raw_transport() -> None:
+    config = _load(envoy_config(*THREE, "--proxy-protocol"))
+    clusters = config["static_resources"]["clusters"]
+    assert len(clusters) == 3
+    for cluster in clusters:
+        socket = cluster["transport_socket"]
+        assert socket["name"] == "envoy.transport_sockets.upstream_proxy_protocol"
+        typed = socket["typed_config"]
+        assert typed["@type"].endswith(
+            "envoy.extensions.transport_sockets.proxy_protocol.v3."
+            "ProxyProtocolUpstreamTransport")
+        assert typed["config"] == {"version": "V2"}
+        assert typed["transport_socket"]["name"] == "envoy.transport_sockets.raw_buffer"
+    plain = _load(envoy_config(*THREE))
+    assert all("transport_socket" not in c for c in plain["static_resources"]["clusters"])
+
+
 def test_this_broker_from_its_config_and_a_named_listener(tmp_path: Path) -> None:
     conf = tmp_path / "broker.properties"
     conf.write_text("brokerId=7\n"
@@ -240,6 +257,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
                      "--access-log", "{log}"),
     "ipv6": ("--broker", "0=[::1]:19092@[::1]:29092", "--access-log", "stdout"),
     "dynamic": ("--xds", "127.0.0.1:18000"),
+    "proxy-protocol": (*THREE, "--proxy-protocol"),
+    "sni-passthrough-proxy-protocol": (*THREE_SNI, "--sni", "--proxy-protocol"),
 }
 
 

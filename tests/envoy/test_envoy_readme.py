@@ -105,6 +105,35 @@ def test_readme_example_runs_end_to_end(tmp_path: Path) -> None:
             broker.stop()
 
 
+def test_readme_proxy_protocol_example_runs_end_to_end(tmp_path: Path) -> None:
+    """The PROXY protocol example as printed (ports swapped): the client snippet works
+    through Envoy, whose every connection the broker took with its header (that the broker
+    then sees the client's address is tests/envoy/test_envoy_proxy_protocol.py)."""
+    ports, localize = _localizer()
+    properties, commands = _commands(localize(_block("envoy-proxy-protocol-sh", "sh")))
+    (tmp_path / "broker.properties").write_text(properties)
+    broker_cmd, config_cmd, envoy_cmd = commands
+    assert broker_cmd == [".venv/bin/edge-broker", "--config", "broker.properties", "&"]
+    assert "--proxy-protocol" in config_cmd
+    assert envoy_cmd == [".venv/bin/envoy", "-c", "envoy.yaml", "--disable-hot-restart"]
+    settings = parse_properties(properties)
+    settings["dataDir"] = str(tmp_path / settings["dataDir"])
+    broker = BrokerProcess(tmp_path, settings)
+    envoy = EnvoyProcess(tmp_path / "envoy.yaml", ports["9901"])
+    try:
+        broker.start()
+        _run_envoy_config(config_cmd, tmp_path)
+        envoy.start()
+        _client_through_envoy(localize, tmp_path)
+        assert envoy.stats()["cluster.kafka-broker-0.upstream_cx_total"] >= 2
+        assert "not a trusted proxy" not in broker.log_text()
+        assert "PROXY protocol" not in broker.log_text()
+    finally:
+        envoy.stop()
+        if broker.alive():
+            broker.stop()
+
+
 def test_readme_xds_example_runs_end_to_end(tmp_path: Path) -> None:
     """The brokers file as printed, the xds-server and envoy-config commands as printed
     (ports swapped), a real Envoy configured over ADS, the client snippet through it."""

@@ -20,10 +20,11 @@ from typing import Any
 
 import grpc
 import pytest
+from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.listener.v3 import listener_pb2
 
 from edge.envoy.contrib import CONTRIB_ONLY
-from edge.envoy.model import BrokerRoute
+from edge.envoy.model import BrokerRoute, EdgeOptions
 from edge.envoy.snapshot import CLUSTER_TYPE, LISTENER_TYPE
 from edge.envoy.source import PlanSource
 from edge.envoy.xds_server import XdsServer
@@ -201,6 +202,25 @@ def test_ads_ack_nack_stale_nonce_and_push(ads_server: tuple[XdsServer, Path]) -
         assert server.status_dict()["nodes"]["test-node"]["acked"]["listeners"] == "4"
     finally:
         client.close()
+
+
+def test_ads_serves_clusters_that_send_the_proxy_protocol(tmp_path: Path) -> None:
+    brokers_file = tmp_path / "brokers.txt"
+    brokers_file.write_text("0=127.0.0.1:19092@127.0.0.1:29092\n")
+    server = XdsServer(PlanSource(brokers_file=str(brokers_file),
+                                  options=EdgeOptions(proxy_protocol=True)),
+                       ("127.0.0.1", 0), ("127.0.0.1", 0), poll_interval=3600)
+    server.start()
+    client = AdsClient(server.grpc_port)
+    try:
+        client.send(CLUSTER_TYPE)
+        (item,) = client.receive().resources
+        cluster = cluster_pb2.Cluster()
+        assert item.Unpack(cluster)
+        assert cluster.transport_socket.name == "envoy.transport_sockets.upstream_proxy_protocol"
+    finally:
+        client.close()
+        server.stop()
 
 
 def test_ads_reload_errors_keep_the_last_good_snapshot(

@@ -233,6 +233,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "maxConnectionsPerIp": 2147483647,
     "maxConnectionsPerIpOverrides": (),
     "tlsHandshakeTimeoutMs": 10000,
+    "proxyProtocolTrustedAddresses": (),
     "saslServerMaxReceiveSize": 524288,
     "maxUnauthenticatedBufferedBytes": 67108864,
     "maxConcurrentLogins": 8,
@@ -448,6 +449,8 @@ def test_every_key_has_an_invalid_case() -> None:
         "brokerRack",  # any text names a rack
         # its entries are checked across keys (tests/security/test_security_listeners.py)
         "maxConnectionsPerIpOverrides",
+        # checked across keys (tests/security/test_proxy_protocol_listeners.py)
+        "proxyProtocolTrustedAddresses",
     }
     assert covered == set(CONFIG_KEYS)
 
