@@ -120,6 +120,9 @@ def _check_one(engine: Engine, ctx: RequestContext, wanted: _Creatable,
     """The internal name, partition count and configs of a topic the caller may create,
     counted against its ``controller_mutation_rate`` (``quota``; None: validating only)."""
     internal = _may_create(engine, ctx, wanted.name)
+    # as Kafka: the name, then whether the topic exists, then everything else
+    if engine.logs.topic(internal) is not None:
+        raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {wanted.name} already exists")
     if excess is not None:
         raise excess
     if not wanted.assignments and \
@@ -127,8 +130,6 @@ def _check_one(engine: Engine, ctx: RequestContext, wanted: _Creatable,
         raise error
     count = _partition_count(engine, wanted)
     configs = validate_topic_configs({c.name: c.value for c in wanted.configs})
-    if engine.logs.topic(internal) is not None:
-        raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {wanted.name} already exists")
     _check_assignments(engine, internal, wanted.name, count,
                        ((a.partition_index, a) for a in wanted.assignments))
     planned.check(engine, ctx, internal, count)
@@ -173,10 +174,12 @@ async def _create(engine: Engine, ctx: RequestContext,
 
 def _requested(engine: Engine, ctx: RequestContext, wanted: _Creatable) -> int:
     """Partitions a CreateTopics entry asks for, as Kafka counts them against the cap (a
-    topic the caller may not create counts for nothing)."""
+    topic the caller may not create, or that exists, counts for nothing)."""
     try:
-        _may_create(engine, ctx, wanted.name)
+        internal = _may_create(engine, ctx, wanted.name)
     except KafkaApiError:
+        return 0
+    if engine.logs.topic(internal) is not None:  # answered TOPIC_ALREADY_EXISTS
         return 0
     if wanted.assignments:
         return len(wanted.assignments)

@@ -1,0 +1,58 @@
+"""Admin requests Kafka refuses, answered as Kafka answers them: the order of CreateTopics'
+checks, names and resources given twice, null config values, colliding topic names, replica
+assignments; each refusal leaves one bounded log line. Exact requests through
+``tests.raw`` where a client would not send them, kafka-python where it would."""
+
+from __future__ import annotations
+
+import kafka.admin
+import kafka.errors
+import pytest
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+
+from tests.broker_process import BrokerProcess
+from tests.raw import RawConnection
+
+_Topic = CreateTopicsRequest.CreatableTopic
+
+
+def topic(name: str, partitions: int = 1, replication: int = 1,
+          assignments: dict[int, list[int]] | list[tuple[int, list[int]]] | None = None,
+          configs: dict[str, str | None] | None = None) -> _Topic:
+    """A CreateTopics entry: ``assignments`` as (partition index, broker ids)."""
+    pairs = list(assignments.items() if isinstance(assignments, dict) else assignments or [])
+    return _Topic(name=name, num_partitions=partitions, replication_factor=replication,
+                  assignments=[_Topic.CreatableReplicaAssignment(partition_index=index,
+                                                                 broker_ids=ids)
+                               for index, ids in pairs],
+                  configs=[_Topic.CreatableTopicConfig(name=key, value=value)
+                           for key, value in (configs or {}).items()])
+
+
+def create_raw(broker: BrokerProcess, *topics: _Topic,
+               version: int = 5) -> list[tuple[str, int, str | None]]:
+    """(name, error code, message) of each topic of a raw CreateTopics request."""
+    raw = RawConnection(broker.port)
+    try:
+        response = raw.call(CreateTopicsRequest[version](
+            topics=list(topics), timeout_ms=10_000, validate_only=False),
+            version, CreateTopicsResponse)
+    finally:
+        raw.close()
+    return [(t.name, t.error_code, t.error_message) for t in response.topics]
+
+
+def test_creating_an_existing_topic_says_it_exists_before_anything_else(
+        broker: BrokerProcess, topic_name: str) -> None:
+    client = kafka.admin.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        client.create_topics([kafka.admin.NewTopic(topic_name, 1, 1)])
+        # kafka-python's "create, ignore TopicAlreadyExists" with any settings
+        for again in (kafka.admin.NewTopic(topic_name, 1, 3),
+                      kafka.admin.NewTopic(topic_name, 0, 1),
+                      kafka.admin.NewTopic(topic_name, 1, 1,
+                                           topic_configs={"no.such.key": "1"})):
+            with pytest.raises(kafka.errors.TopicAlreadyExistsError):
+                client.create_topics([again])
+    finally:
+        client.close()
