@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from broker_core import metrics
+from broker_core.admin_refusals import AdminRefusals
 from broker_core.appends import AppendPath
 from broker_core.background import BackgroundWork
 from broker_core.cluster.service import ClusterService
@@ -127,6 +128,8 @@ class Engine:
         """Names and access: what a caller's names mean, what it sees and may do."""
         self.waiters = AppendWaiters()
         self.faults = WriteFaults()
+        self.refusals = AdminRefusals()
+        """The admin handlers' refusals, logged within bounds."""
         self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms,
                                       self.faults, self.waiters)
         self.appends = AppendPath(self.flusher)
@@ -208,6 +211,7 @@ class Engine:
         line per step that could not be done.
         """
         problems: list[str] = []
+        self.refusals.close_all()
         await self.background.stop()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("stop relaying transaction markers", self.txn_markers.relay.stop),

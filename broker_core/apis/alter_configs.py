@@ -153,6 +153,7 @@ def _results(engine: Engine, ctx: RequestContext, resources: Iterable[_R],
                                     f"resource type {resource.resource_type} has no configs "
                                     "to alter here")
         except KafkaApiError as error:
+            engine.refusals.refused(ctx, "resource", resource.resource_name, error)
             code, message = error.code, error.message
         results.append(result(error_code=code, error_message=message,
                               resource_type=resource.resource_type,

@@ -161,6 +161,7 @@ async def _create(engine: Engine, ctx: RequestContext,
             if isinstance(outcome, Exception):
                 raise outcome
         except KafkaApiError as error:
+            engine.refusals.refused(ctx, "topic", name, error)
             result.error_code, result.error_message = error.code, error.message
             result.num_partitions = result.replication_factor = -1
             result.configs = []
@@ -233,6 +234,7 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext,
                     to_create.append((result, NewTopic(internal, count, configs, cap),
                                       wanted.name))
             except KafkaApiError as error:
+                engine.refusals.refused(ctx, "topic", wanted.name, error)
                 result.error_code = error.code
                 result.error_message = error.message
             results.append(result)
@@ -301,6 +303,8 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext,
             engine.delete_topic(internal)
             log.info("deleted topic %s", internal, extra=topic_fields(internal, **ctx.who()))
         except KafkaApiError as error:
+            engine.refusals.refused(ctx, "topic", name if name is not None else
+                                    f"with id {topic_id}", error)
             result.error_code = error.code
             result.error_message = error.message
         results.append(result)
@@ -390,6 +394,7 @@ async def _grow(engine: Engine, ctx: RequestContext,
                 log.info("topic %s now has %d partitions", internal, wanted.count,
                          extra=topic_fields(internal, **ctx.who()))
         except KafkaApiError as error:
+            engine.refusals.refused(ctx, "topic", wanted.name, error)
             code, message = error.code, error.message
         results.append(CreatePartitionsResponse.CreatePartitionsTopicResult(
             name=wanted.name, error_code=code, error_message=message))

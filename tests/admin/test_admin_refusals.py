@@ -8,8 +8,14 @@ from __future__ import annotations
 import kafka.admin
 import kafka.errors
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+)
 
+from broker_core.admin_refusals import NAME_LIMIT, PER_WINDOW
 from tests.broker_process import BrokerProcess
 from tests.raw import RawConnection
 
@@ -56,3 +62,40 @@ def test_creating_an_existing_topic_says_it_exists_before_anything_else(
                 client.create_topics([again])
     finally:
         client.close()
+
+
+def test_a_refusal_is_one_bounded_line_and_a_flood_of_them_a_few(
+        broker: BrokerProcess, topic_name: str) -> None:
+    mark = len(broker.lines)
+    client = kafka.admin.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        client.create_topics([kafka.admin.NewTopic(topic_name, 1, 1)])
+        with pytest.raises(kafka.errors.TopicAlreadyExistsError):
+            client.create_topics([kafka.admin.NewTopic(topic_name, 1, 1)])
+    finally:
+        client.close()
+    line = broker.wait_for_log(f"CreateTopics refused topic '{topic_name}'", after=mark)
+    assert "TOPIC_ALREADY_EXISTS" in line and "already exists" in line
+    # a CreatePartitions naming many unknown topics, one with a line break, one very long
+    names = [f"{topic_name}\nforged line", "x" * 5000] + \
+        [f"{topic_name}-{n}" for n in range(3 * PER_WINDOW)]
+    raw = RawConnection(broker.port)
+    try:
+        answer = raw.call(CreatePartitionsRequest[1](
+            topics=[CreatePartitionsRequest.CreatePartitionsTopic(name=name, count=2,
+                                                                  assignments=None)
+                    for name in names], timeout_ms=10_000, validate_only=False),
+            1, CreatePartitionsResponse)
+    finally:
+        raw.close()
+    # INVALID_TOPIC_EXCEPTION for the two bad names, UNKNOWN_TOPIC_OR_PARTITION for the rest
+    assert [r.error_code for r in answer.results] == [17, 17] + [3] * (3 * PER_WINDOW)
+    broker.wait_for_log(f"CreatePartitions refused topic '{topic_name}-{PER_WINDOW - 3}'",
+                        after=mark)
+    lines = [line for line in broker.lines[mark:] if "CreatePartitions refused" in line]
+    assert len(lines) == PER_WINDOW  # the rest counted, told when the window ends
+    assert all("UNKNOWN_TOPIC_OR_PARTITION" in line for line in lines[2:])
+    assert not any(line.startswith("forged line") for line in broker.lines[mark:])
+    assert "\\nforged line" in lines[0]
+    assert "x" * NAME_LIMIT + "... (5000 characters)" in lines[1]
+    assert all(len(line) < 2 * NAME_LIMIT + 600 for line in lines)
