@@ -9,7 +9,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from kafka.protocol.admin import (
     CreatePartitionsRequest,
@@ -43,6 +43,7 @@ _CreatedConfig = _Created.CreatableTopicConfigs
 _Creatable = CreateTopicsRequest.CreatableTopic
 _Growth = CreatePartitionsRequest.CreatePartitionsTopic
 NO_TOPIC_ID = uuid.UUID(int=0)
+_Name = TypeVar("_Name", str, uuid.UUID)
 
 
 class _Assignment(Protocol):
@@ -273,11 +274,19 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext,
     results = []
     by_id = TopicsById(engine.logs)
     quota = mutations.begin(engine.mutations, ctx, mutations.DELETE_TOPICS_KEY, version)
+    # as Kafka: a name or an id given twice deletes nothing of it
+    repeated_names = _repeated(name for name, _ in wanted if name is not None)
+    repeated_ids = _repeated(topic_id for _, topic_id in wanted
+                             if topic_id not in (None, NO_TOPIC_ID))
     for name, topic_id in wanted:
         result = DeleteTopicsResponse.DeletableTopicResult(
             name=name, topic_id=topic_id if topic_id is not None else NO_TOPIC_ID,
             error_code=0, error_message=None)
         try:
+            if name in repeated_names:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+            if topic_id in repeated_ids:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
             if name is not None and topic_id not in (None, NO_TOPIC_ID):
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                     "give a topic name or a topic id, not both")
@@ -312,8 +321,9 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext,
                                 responses=results)
 
 
-def _repeated(names: Iterable[str]) -> set[str]:
-    """Names that appear more than once in a request (each answers INVALID_REQUEST)."""
+def _repeated(names: Iterable[_Name]) -> set[_Name]:
+    """Names (or ids) that appear more than once in a request (each answers
+    INVALID_REQUEST)."""
     return {name for name, count in Counter(names).items() if count > 1}
 
 

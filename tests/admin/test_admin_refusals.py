@@ -5,6 +5,8 @@ assignments; each refusal leaves one bounded log line. Exact requests through
 
 from __future__ import annotations
 
+import uuid
+
 import kafka.admin
 import kafka.errors
 import pytest
@@ -13,7 +15,10 @@ from kafka.protocol.admin import (
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
 )
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from broker_core.admin_refusals import NAME_LIMIT, PER_WINDOW
 from tests.broker_process import BrokerProcess
@@ -46,6 +51,19 @@ def create_raw(broker: BrokerProcess, *topics: _Topic,
     finally:
         raw.close()
     return [(t.name, t.error_code, t.error_message) for t in response.topics]
+
+
+def topic_id(broker: BrokerProcess, name: str) -> uuid.UUID | None:
+    """The topic's id, None when Metadata does not know it."""
+    raw = RawConnection(broker.port)
+    try:
+        meta = raw.call(MetadataRequest[12](topics=[MetadataRequest[12].MetadataRequestTopic(
+            topic_id=None, name=name)], allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False), 12, MetadataResponse)
+    finally:
+        raw.close()
+    found = meta.topics[0]
+    return None if found.error_code else uuid.UUID(str(found.topic_id))
 
 
 def test_creating_an_existing_topic_says_it_exists_before_anything_else(
@@ -99,3 +117,30 @@ def test_a_refusal_is_one_bounded_line_and_a_flood_of_them_a_few(
     assert "\\nforged line" in lines[0]
     assert "x" * NAME_LIMIT + "... (5000 characters)" in lines[1]
     assert all(len(line) < 2 * NAME_LIMIT + 600 for line in lines)
+
+
+def test_a_topic_named_twice_in_delete_topics_is_not_deleted(
+        broker: BrokerProcess, topic_name: str) -> None:
+    other = f"{topic_name}-other"
+    assert create_raw(broker, topic(topic_name), topic(other)) == [
+        (topic_name, 0, None), (other, 0, None)]
+    raw = RawConnection(broker.port)
+    try:
+        by_name = raw.call(DeleteTopicsRequest[5](
+            topic_names=[topic_name, other, topic_name], timeout_ms=10_000),
+            5, DeleteTopicsResponse)
+        assert [(r.name, r.error_code, r.error_message) for r in by_name.responses] == [
+            (topic_name, 42, "Duplicate topic name."), (other, 0, None),
+            (topic_name, 42, "Duplicate topic name.")]
+        assert topic_id(broker, other) is None
+        known = topic_id(broker, topic_name)
+        assert known is not None
+        entry = DeleteTopicsRequest[6].DeleteTopicState
+        by_id = raw.call(DeleteTopicsRequest[6](
+            topics=[entry(name=None, topic_id=known), entry(name=None, topic_id=known)],
+            timeout_ms=10_000), 6, DeleteTopicsResponse)
+        assert [(r.error_code, r.error_message) for r in by_id.responses] == [
+            (42, "Duplicate topic id."), (42, "Duplicate topic id.")]
+    finally:
+        raw.close()
+    assert topic_id(broker, topic_name) == known
