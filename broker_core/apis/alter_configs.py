@@ -14,6 +14,7 @@ refused with INVALID_REQUEST.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol, TypeVar
 
@@ -137,11 +138,16 @@ def _alter_topic(engine: Engine, ctx: RequestContext, resource: _Resource,
 def _results(engine: Engine, ctx: RequestContext, resources: Iterable[_R],
              validate_only: bool, plan: Callable[[_R], Plan],
              result: type[_Result]) -> list[_Result]:
-    """Each resource's result: its configs altered by its ``plan``, or why not."""
+    """Each resource's result: its configs altered by its ``plan``, or why not. As Kafka, a
+    resource named twice is altered by neither entry (INVALID_REQUEST for both)."""
+    resources = list(resources)
+    named = Counter((r.resource_type, r.resource_name) for r in resources)
     results = []
     for resource in resources:
         code, message = ErrorCode.NONE, None
         try:
+            if named[resource.resource_type, resource.resource_name] > 1:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
             if resource.resource_type == TOPIC:
                 _alter_topic(engine, ctx, resource, plan(resource), validate_only)
             elif resource.resource_type == BROKER:

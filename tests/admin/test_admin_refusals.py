@@ -10,13 +10,18 @@ import uuid
 import kafka.admin
 import kafka.errors
 import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
@@ -64,6 +69,41 @@ def topic_id(broker: BrokerProcess, name: str) -> uuid.UUID | None:
         raw.close()
     found = meta.topics[0]
     return None if found.error_code else uuid.UUID(str(found.topic_id))
+
+
+def own_configs(broker: BrokerProcess, name: str) -> dict[str, str]:
+    """The topic's own configs (not its defaults), as DescribeConfigs tells them."""
+    resource, client = ConfigResource(ConfigResource.Type.TOPIC, name), \
+        AdminClient({"bootstrap.servers": broker.bootstrap})
+    found = client.describe_configs([resource])[resource].result(10)
+    return {key: entry.value for key, entry in found.items() if not entry.is_default}
+
+
+def alter_raw(broker: BrokerProcess, *resources: tuple[str, dict[str, str | None]],
+              incremental: bool = False) -> list[tuple[str, int, str | None]]:
+    """(name, error code, message) of each topic of a raw AlterConfigs (or, with
+    ``incremental``, IncrementalAlterConfigs, each config SET) request."""
+    raw = RawConnection(broker.port)
+    try:
+        if incremental:
+            changes = IncrementalAlterConfigsRequest.AlterConfigsResource
+            response = raw.call(IncrementalAlterConfigsRequest[1](resources=[
+                changes(resource_type=2, resource_name=name, configs=[
+                    changes.AlterableConfig(name=key, config_operation=0, value=value)
+                    for key, value in configs.items()])
+                for name, configs in resources], validate_only=False),
+                1, IncrementalAlterConfigsResponse)
+        else:
+            replaced = AlterConfigsRequest.AlterConfigsResource
+            response = raw.call(AlterConfigsRequest[1](resources=[
+                replaced(resource_type=2, resource_name=name, configs=[
+                    replaced.AlterableConfig(name=key, value=value)
+                    for key, value in configs.items()])
+                for name, configs in resources], validate_only=False),
+                1, AlterConfigsResponse)
+    finally:
+        raw.close()
+    return [(r.resource_name, r.error_code, r.error_message) for r in response.responses]
 
 
 def test_creating_an_existing_topic_says_it_exists_before_anything_else(
@@ -144,3 +184,17 @@ def test_a_topic_named_twice_in_delete_topics_is_not_deleted(
     finally:
         raw.close()
     assert topic_id(broker, topic_name) == known
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_a_resource_named_twice_in_alter_configs_is_not_altered(
+        broker: BrokerProcess, topic_name: str, incremental: bool) -> None:
+    other = f"{topic_name}-other"
+    create_raw(broker, topic(topic_name), topic(other))
+    answers = alter_raw(broker, (topic_name, {"retention.ms": "1000"}),
+                        (other, {"retention.ms": "3000"}),
+                        (topic_name, {"segment.ms": "2000"}), incremental=incremental)
+    assert answers == [(topic_name, 42, "Duplicate resource."), (other, 0, None),
+                       (topic_name, 42, "Duplicate resource.")]
+    assert own_configs(broker, topic_name) == {}
+    assert own_configs(broker, other) == {"retention.ms": "3000"}
