@@ -67,7 +67,16 @@ def _replace_all(configs: Iterable[_Replaced]) -> Plan:
         if entry.name in given:
             raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"config {entry.name!r} given twice")
         given[entry.name] = entry.value
+    _no_nulls(name for name, value in given.items() if value is None)
     return lambda _current, _defaults: validate_topic_configs(given)
+
+
+def _no_nulls(names: Iterable[str]) -> None:
+    """INVALID_REQUEST naming the configs given a null value, as Kafka words it."""
+    nulls = list(names)
+    if nulls:
+        raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                            f"Null value not supported for : {', '.join(nulls)}")
 
 
 def _incremental(configs: Iterable[_Operation]) -> Plan:
@@ -76,6 +85,8 @@ def _incremental(configs: Iterable[_Operation]) -> Plan:
     names = [entry.name for entry in operations]
     if len(set(names)) != len(names):
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, "a config is named twice")
+    _no_nulls(entry.name for entry in operations
+              if entry.value is None and entry.config_operation != DELETE)
 
     def apply(current: Mapping[str, str], defaults: Mapping[str, str]) -> dict[str, str]:
         configs = dict(current)
@@ -93,8 +104,7 @@ def _operate(configs: dict[str, str], defaults: Mapping[str, str], entry: _Opera
         return
     if operation not in (SET, APPEND, SUBTRACT):
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"unknown config operation {operation}")
-    if value is None:
-        raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"no value given for {name!r}")
+    assert value is not None  # refused by _no_nulls
     check_value_length(name, value)  # before an APPEND or SUBTRACT splits it
     if operation == SET:
         configs[name] = value

@@ -124,6 +124,10 @@ def _check_one(engine: Engine, ctx: RequestContext, wanted: _Creatable,
     # as Kafka: the name, then whether the topic exists, then everything else
     if engine.logs.topic(internal) is not None:
         raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {wanted.name} already exists")
+    nulls = [c.name for c in wanted.configs if c.value is None]
+    if nulls:
+        raise KafkaApiError(ErrorCode.INVALID_CONFIG,
+                            f"Null value not supported for topic configs: {','.join(nulls)}")
     if excess is not None:
         raise excess
     if not wanted.assignments and \

@@ -198,3 +198,17 @@ def test_a_resource_named_twice_in_alter_configs_is_not_altered(
                        (topic_name, 42, "Duplicate resource.")]
     assert own_configs(broker, topic_name) == {}
     assert own_configs(broker, other) == {"retention.ms": "3000"}
+
+
+def test_null_config_values_are_refused_as_kafka_refuses_them(
+        broker: BrokerProcess, topic_name: str) -> None:
+    assert create_raw(broker, topic(topic_name, configs={
+        "retention.ms": "1000", "segment.ms": None, "cleanup.policy": None})) == [
+        (topic_name, 40, "Null value not supported for topic configs: segment.ms,cleanup.policy")]
+    assert topic_id(broker, topic_name) is None
+    create_raw(broker, topic(topic_name, configs={"retention.ms": "1000"}))
+    assert alter_raw(broker, (topic_name, {"retention.ms": "2000", "segment.ms": None})) == [
+        (topic_name, 42, "Null value not supported for : segment.ms")]
+    assert alter_raw(broker, (topic_name, {"retention.ms": None}), incremental=True) == [
+        (topic_name, 42, "Null value not supported for : retention.ms")]
+    assert own_configs(broker, topic_name) == {"retention.ms": "1000"}
