@@ -91,6 +91,13 @@ def _may_create(engine: Engine, ctx: RequestContext, name: str) -> str:
     return internal
 
 
+def _unified(internal: str) -> str:
+    """A topic name as Kafka compares names for collisions: '.' and '_' are one (metric
+    names cannot tell them apart), within a tenant's namespace."""
+    scope, _, local = internal.rpartition("/")
+    return f"{scope}/{local.replace('.', '_')}"
+
+
 @dataclass
 class _Planned:
     """What a CreateTopics request creates, per tenant, as its topics are checked in turn
@@ -100,6 +107,26 @@ class _Planned:
     counts: TopicCounts | None
     topics: Counter[str] = field(default_factory=Counter)
     partitions: Counter[str] = field(default_factory=Counter)
+    existing: dict[str, str] | None = None
+    """Existing topics by their :func:`_unified` name, read at the first name that needs it."""
+    names: dict[str, str] = field(default_factory=dict)
+    """The request's topics by their :func:`_unified` name, as they pass."""
+
+    def check_collision(self, engine: Engine, ctx: RequestContext, internal: str,
+                        shown: str) -> None:
+        """INVALID_TOPIC_EXCEPTION when the topic's name differs from an existing topic's,
+        or an earlier one of the request, only by '.' against '_' (as Kafka)."""
+        local = internal.rpartition("/")[2]
+        if "." not in local and "_" not in local:
+            return
+        unified = _unified(internal)
+        if self.existing is None:
+            self.existing = {_unified(t.name): t.name for t in engine.logs.topics()}
+        other = self.existing.get(unified) or self.names.get(unified)
+        if other is not None and other != internal:
+            raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                f"Topic '{shown}' collides with existing topic: "
+                                f"{naming.to_client(other, ctx.home)}")
 
     def check(self, engine: Engine, ctx: RequestContext, internal: str, count: int) -> None:
         """POLICY_VIOLATION when the tenant's caps do not take this topic too."""
@@ -110,6 +137,7 @@ class _Planned:
 
     def add(self, internal: str, count: int) -> None:
         """Count a topic the request creates (or, validating only, would create)."""
+        self.names.setdefault(_unified(internal), internal)
         tenant = tenant_of(internal)
         self.topics[tenant] += 1
         self.partitions[tenant] += count
@@ -124,6 +152,7 @@ def _check_one(engine: Engine, ctx: RequestContext, wanted: _Creatable,
     # as Kafka: the name, then whether the topic exists, then everything else
     if engine.logs.topic(internal) is not None:
         raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {wanted.name} already exists")
+    planned.check_collision(engine, ctx, internal, wanted.name)
     nulls = [c.name for c in wanted.configs if c.value is None]
     if nulls:
         raise KafkaApiError(ErrorCode.INVALID_CONFIG,

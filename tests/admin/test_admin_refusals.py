@@ -212,3 +212,18 @@ def test_null_config_values_are_refused_as_kafka_refuses_them(
     assert alter_raw(broker, (topic_name, {"retention.ms": None}), incremental=True) == [
         (topic_name, 42, "Null value not supported for : retention.ms")]
     assert own_configs(broker, topic_name) == {"retention.ms": "1000"}
+
+
+def test_names_that_differ_only_by_dot_and_underscore_collide_within_a_namespace(
+        broker: BrokerProcess, topic_name: str) -> None:
+    dotted, underscored = f"{topic_name}.x", f"{topic_name}_x"
+    assert create_raw(broker, topic(dotted)) == [(dotted, 0, None)]
+    elsewhere = f"acme/prod/{underscored}"  # another tenant's namespace: no collision
+    assert create_raw(broker, topic(underscored), topic(elsewhere)) == [
+        (underscored, 17, f"Topic '{underscored}' collides with existing topic: {dotted}"),
+        (elsewhere, 0, None)]
+    first, second = f"{topic_name}.y_z", f"{topic_name}_y.z"  # both in one request
+    assert create_raw(broker, topic(first), topic(second)) == [
+        (first, 0, None),
+        (second, 17, f"Topic '{second}' collides with existing topic: {first}")]
+    assert topic_id(broker, underscored) is None and topic_id(broker, second) is None
