@@ -65,13 +65,22 @@ def _check_assignments(engine: Engine, internal: str, shown: str, num_partitions
 
 
 def _partition_count(engine: Engine, wanted: _Creatable) -> int:
-    if wanted.assignments:
-        indexes = sorted(a.partition_index for a in wanted.assignments)
-        if wanted.num_partitions != -1 or indexes != list(range(len(indexes))):
-            raise KafkaApiError(
-                ErrorCode.INVALID_REQUEST,
-                "with replica assignments, num_partitions must be -1 and partitions 0..n-1",
-            )
+    if wanted.assignments:  # Kafka's checks, in its order
+        for field_name, value in (("replication factor", wanted.replication_factor),
+                                  ("numPartitions", wanted.num_partitions)):
+            if value != -1:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                    f"A manual partition assignment was specified, but "
+                                    f"{field_name} was not set to -1.")
+        indexes = [a.partition_index for a in wanted.assignments]
+        for index, times in Counter(indexes).items():
+            if times > 1:
+                raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                    f"Found multiple manual partition assignments for "
+                                    f"partition {index}")
+        if sorted(indexes) != list(range(len(indexes))):
+            raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                "partitions should be a consecutive 0-based integer sequence")
         return len(indexes)
     if wanted.num_partitions == -1:
         return engine.config.default_num_partitions

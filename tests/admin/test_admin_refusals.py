@@ -227,3 +227,23 @@ def test_names_that_differ_only_by_dot_and_underscore_collide_within_a_namespace
         (first, 0, None),
         (second, 17, f"Topic '{second}' collides with existing topic: {first}")]
     assert topic_id(broker, underscored) is None and topic_id(broker, second) is None
+
+
+def test_replica_assignments_are_checked_as_kafka_checks_them(
+        broker: BrokerProcess, topic_name: str) -> None:
+    cases = [
+        (topic(f"{topic_name}-rf", -1, 1, {0: [0]}), 42,
+         "A manual partition assignment was specified, but replication factor was not "
+         "set to -1."),
+        (topic(f"{topic_name}-np", 1, -1, {0: [0]}), 42,
+         "A manual partition assignment was specified, but numPartitions was not set "
+         "to -1."),
+        (topic(f"{topic_name}-gap", -1, -1, {0: [0], 2: [0]}), 39,
+         "partitions should be a consecutive 0-based integer sequence"),
+        (topic(f"{topic_name}-twice", -1, -1, [(0, [0]), (1, [0]), (0, [0])]), 39,
+         "Found multiple manual partition assignments for partition 0"),
+    ]
+    assert create_raw(broker, *(case for case, _, _ in cases)) == [
+        (case.name, code, message) for case, code, message in cases]
+    fine = f"{topic_name}-fine"
+    assert create_raw(broker, topic(fine, -1, -1, {1: [0], 0: [0]})) == [(fine, 0, None)]
