@@ -20,6 +20,8 @@ from kafka.protocol.admin import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
@@ -247,3 +249,18 @@ def test_replica_assignments_are_checked_as_kafka_checks_them(
         (case.name, code, message) for case, code, message in cases]
     fine = f"{topic_name}-fine"
     assert create_raw(broker, topic(fine, -1, -1, {1: [0], 0: [0]})) == [(fine, 0, None)]
+
+
+@pytest.mark.parametrize(("endpoint_type", "code"), [(1, 0), (2, 114), (0, 115), (7, 115)])
+def test_describe_cluster_answers_for_the_endpoint_type_asked(
+        broker: BrokerProcess, endpoint_type: int, code: int) -> None:
+    raw = RawConnection(broker.port)
+    try:
+        answer = raw.call(DescribeClusterRequest[1](
+            include_cluster_authorized_operations=False, endpoint_type=endpoint_type),
+            1, DescribeClusterResponse)
+    finally:
+        raw.close()
+    assert answer.error_code == code  # MISMATCHED_ENDPOINT_TYPE, UNSUPPORTED_ENDPOINT_TYPE
+    assert (answer.error_message is None) == (code == 0)
+    assert bool(answer.brokers) == (code == 0)
