@@ -303,19 +303,20 @@ class Engine:
 
     def partition(self, internal: str, index: int) -> PartitionStore:
         """The partition's log, or UNKNOWN_TOPIC_OR_PARTITION; KAFKA_STORAGE_ERROR while it
-        is offline (a failed fsync: until restart)."""
+        is offline (a failed fsync: until restart). The messages go to clients, so they name
+        the partition's index, not the internal topic name (the tenant's scope)."""
         found = self.logs.partition(internal, index)
         if found is None:
             raise KafkaApiError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                f"this server does not host partition {index} of {internal}",
+                f"this server does not host partition {index} of the topic",
             )
         if found.offline:
             raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
-                                f"partition {index} of {internal} is offline until restart")
+                                f"partition {index} of the topic is offline until restart")
         if self.leadership.serves(internal, index) is None:
             raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                f"partition {index} of {internal} is served by another broker")
+                                f"partition {index} of the topic is served by another broker")
         return found
 
     def require_partition(self, internal: str, index: int) -> None:

@@ -22,6 +22,8 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
@@ -264,3 +266,19 @@ def test_describe_cluster_answers_for_the_endpoint_type_asked(
     assert answer.error_code == code  # MISMATCHED_ENDPOINT_TYPE, UNSUPPORTED_ENDPOINT_TYPE
     assert (answer.error_message is None) == (code == 0)
     assert bool(answer.brokers) == (code == 0)
+
+
+def test_describe_producers_does_not_tell_the_internal_topic_name(
+        broker: BrokerProcess, topic_name: str) -> None:
+    create_raw(broker, topic(topic_name))
+    raw = RawConnection(broker.port)
+    try:
+        answer = raw.call(DescribeProducersRequest[0](topics=[
+            DescribeProducersRequest.TopicRequest(name=name, partition_indexes=[7])
+            for name in (topic_name, f"{topic_name}-none")]), 0, DescribeProducersResponse)
+    finally:
+        raw.close()
+    for found in answer.topics:
+        [partition] = found.partitions
+        assert partition.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+        assert "public/default" not in (partition.error_message or "")
