@@ -24,6 +24,8 @@ from kafka.protocol.admin import (
     DescribeClusterResponse,
     DescribeProducersRequest,
     DescribeProducersResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
@@ -282,3 +284,23 @@ def test_describe_producers_does_not_tell_the_internal_topic_name(
         [partition] = found.partitions
         assert partition.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
         assert "public/default" not in (partition.error_message or "")
+
+
+def test_electing_every_leader_lists_no_partition_that_needs_none(
+        broker: BrokerProcess, topic_name: str) -> None:
+    create_raw(broker, topic(topic_name, 3))
+    raw = RawConnection(broker.port)
+    try:
+        every = raw.call(ElectLeadersRequest[1](election_type=0, topic_partitions=None,
+                                                timeout_ms=10_000), 1, ElectLeadersResponse)
+        named = raw.call(ElectLeadersRequest[1](election_type=0, topic_partitions=[
+            ElectLeadersRequest.TopicPartitions(topic=topic_name, partitions=[0, 1, 2])],
+            timeout_ms=10_000), 1, ElectLeadersResponse)
+    finally:
+        raw.close()
+    assert every.error_code == 0
+    listed = {r.topic: r.partition_result for r in every.replica_election_results}
+    assert listed[topic_name] == []  # as Kafka: no ELECTION_NOT_NEEDED when electing all
+    [asked] = named.replica_election_results
+    assert [(p.partition_id, p.error_code) for p in asked.partition_result] == [
+        (0, 84), (1, 84), (2, 84)]  # ELECTION_NOT_NEEDED when named
