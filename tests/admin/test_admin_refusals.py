@@ -6,11 +6,13 @@ assignments; each refusal leaves one bounded log line. Exact requests through
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import kafka.admin
 import kafka.errors
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
@@ -304,3 +306,35 @@ def test_electing_every_leader_lists_no_partition_that_needs_none(
     [asked] = named.replica_election_results
     assert [(p.partition_id, p.error_code) for p in asked.partition_result] == [
         (0, 84), (1, 84), (2, 84)]  # ELECTION_NOT_NEEDED when named
+
+
+@pytest.fixture(scope="module")
+def retention_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker whose config file sets the default retention.ms."""
+    process = BrokerProcess(Path(tmp_path_factory.mktemp("retention")) / "data",
+                            {"logRetentionMs": "7200000"}).start()
+    yield process
+    process.stop()
+
+
+def test_described_configs_list_their_synonyms(retention_broker: BrokerProcess,
+                                               topic_name: str) -> None:
+    create_raw(retention_broker, topic(topic_name, configs={"retention.ms": "60000",
+                                                            "segment.bytes": "2048"}))
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic_name)
+    client = AdminClient({"bootstrap.servers": retention_broker.bootstrap})
+    found = client.describe_configs([resource])[resource].result(10)  # include_synonyms
+
+    def synonyms(name: str) -> list[tuple[str, str | None, str]]:
+        return [(s.name, s.value, ConfigSource(s.source).name)
+                for s in found[name].synonyms.values()]
+
+    assert synonyms("retention.ms") == [
+        ("retention.ms", "60000", "DYNAMIC_TOPIC_CONFIG"),
+        ("log.retention.ms", "7200000", "STATIC_BROKER_CONFIG")]
+    assert synonyms("retention.bytes") == [("log.retention.bytes", "-1", "DEFAULT_CONFIG")]
+    assert synonyms("segment.bytes") == [
+        ("segment.bytes", "2048", "DYNAMIC_TOPIC_CONFIG"),
+        ("log.segment.bytes", "1073741824", "DEFAULT_CONFIG")]
+    assert synonyms("max.message.bytes") == [
+        ("message.max.bytes", found["max.message.bytes"].value, "DEFAULT_CONFIG")]
