@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from broker_core import metrics
+from broker_core.admin_refusals import AdminRefusals
 from broker_core.appends import AppendPath
 from broker_core.background import BackgroundWork
 from broker_core.cluster.service import ClusterService
@@ -127,6 +128,8 @@ class Engine:
         """Names and access: what a caller's names mean, what it sees and may do."""
         self.waiters = AppendWaiters()
         self.faults = WriteFaults()
+        self.refusals = AdminRefusals()
+        """The admin handlers' refusals, logged within bounds."""
         self.flusher = FlushScheduler(config.flush_interval_messages, config.flush_interval_ms,
                                       self.faults, self.waiters)
         self.appends = AppendPath(self.flusher)
@@ -208,6 +211,7 @@ class Engine:
         line per step that could not be done.
         """
         problems: list[str] = []
+        self.refusals.close_all()
         await self.background.stop()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("stop relaying transaction markers", self.txn_markers.relay.stop),
@@ -299,19 +303,20 @@ class Engine:
 
     def partition(self, internal: str, index: int) -> PartitionStore:
         """The partition's log, or UNKNOWN_TOPIC_OR_PARTITION; KAFKA_STORAGE_ERROR while it
-        is offline (a failed fsync: until restart)."""
+        is offline (a failed fsync: until restart). The messages go to clients, so they name
+        the partition's index, not the internal topic name (the tenant's scope)."""
         found = self.logs.partition(internal, index)
         if found is None:
             raise KafkaApiError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                f"this server does not host partition {index} of {internal}",
+                f"this server does not host partition {index} of the topic",
             )
         if found.offline:
             raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
-                                f"partition {index} of {internal} is offline until restart")
+                                f"partition {index} of the topic is offline until restart")
         if self.leadership.serves(internal, index) is None:
             raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                f"partition {index} of {internal} is served by another broker")
+                                f"partition {index} of the topic is served by another broker")
         return found
 
     def require_partition(self, internal: str, index: int) -> None:

@@ -1,8 +1,8 @@
 """Authorization denials and failed logins, reported within bounds: a WARNING line and an
 audit event each, at most ``auditDenialsPerWindow`` of them per subject per window of
 ``auditDenialWindowMs``; the ones beyond are counted, and when the window ends one line
-and one audit event say how many were left out (:class:`Windows`, the one home of that
-rule).
+and one audit event say how many were left out (``common.windows.Windows``, the one home
+of that rule).
 
 A denial's subject is its tenant, principal and API. Each refused check is a denial, and
 one request may name thousands of resources (a Metadata or DescribeGroups naming 20,000
@@ -27,107 +27,20 @@ many log lines. A request before a login on a SASL listener counts as a failed l
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from collections.abc import Callable
 
 from broker_core.context import Operation, RequestContext, ResourceType
 from common.log_fields import log_fields
+from common.windows import Window, Windows
 from edge.audit import AuditEvent
 
 log = logging.getLogger(__name__)
-_MAX_WINDOWS = 10_000
-"""Windows kept open at once (beyond, the oldest is closed early: its count reported)."""
-
-_S = TypeVar("_S", bound=Hashable)
-
 _Subject = tuple[str, str, str]
 """Whose denials share a window: (tenant, principal, API)."""
 _Peer = tuple[str, str]
 """Whose failed logins share a window: (peer host, listener)."""
-
-
-@dataclass(slots=True)
-class Window:
-    """One subject's reports since its window began."""
-
-    ends: float
-    written: int = 0
-    left_out: int = 0
-    listener: str = ""
-    client: str = ""
-    """Where the last left-out one came from (for the event that counts them)."""
-
-
-class Windows(Generic[_S]):
-    """At most ``per_window`` reports per subject per window of ``window_s``; the ones
-    beyond are counted, and ``left_out`` is told the subject and its window when the window
-    ends with some left out (a timer, else the subject's next report, else
-    :meth:`close_all`)."""
-
-    def __init__(self, per_window: int, window_s: float,
-                 left_out: Callable[[_S, Window], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.per_window = per_window
-        self.window_s = window_s
-        self.left_out = left_out
-        self.clock = clock
-        self._windows: dict[_S, Window] = {}
-
-    def take(self, subject: _S, listener: str, client: str, count: int = 1) -> bool:
-        """Whether one more report of ``subject`` (from ``client`` on ``listener``) is
-        made; False: it is counted instead (as ``count`` reports: one that sums others)."""
-        now = self.clock()
-        window = self._windows.get(subject)
-        if window is not None and now >= window.ends:  # no timer closed it (no loop)
-            self._close(subject, window)
-            window = None
-        if window is None:
-            window = self._open(subject, now)
-        if window.written < self.per_window:
-            window.written += 1
-            return True
-        first = not window.left_out
-        window.left_out += count
-        window.listener, window.client = listener, client
-        if first:
-            # without an event loop (a tool) the next report closes it
-            with contextlib.suppress(RuntimeError):
-                asyncio.get_running_loop().call_later(window.ends - now, self._close,
-                                                      subject, window)
-        return False
-
-    def _open(self, subject: _S, now: float) -> Window:
-        if len(self._windows) >= _MAX_WINDOWS:
-            for other, window in list(self._windows.items()):
-                if now >= window.ends:
-                    self._close(other, window)
-            if len(self._windows) >= _MAX_WINDOWS:
-                oldest = next(iter(self._windows))
-                self._close(oldest, self._windows[oldest])
-        window = self._windows[subject] = Window(now + self.window_s)
-        return window
-
-    def _close(self, subject: _S, window: Window) -> None:
-        """End ``window`` (if it is still the subject's): tell what it left out."""
-        if self._windows.get(subject) is not window:
-            return
-        del self._windows[subject]
-        if window.left_out:
-            self.left_out(subject, window)
-
-    def close_all(self) -> None:
-        """Tell what every open window left out (the broker stops)."""
-        for subject, window in list(self._windows.items()):
-            self._close(subject, window)
-
-    def share(self) -> str:
-        """The bound, as the events that count left-out reports word it."""
-        return f"{self.per_window} reported per {self.window_s:g} s"
 
 
 class DenialReports:

@@ -14,6 +14,7 @@ refused with INVALID_REQUEST.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol, TypeVar
 
@@ -66,7 +67,16 @@ def _replace_all(configs: Iterable[_Replaced]) -> Plan:
         if entry.name in given:
             raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"config {entry.name!r} given twice")
         given[entry.name] = entry.value
+    _no_nulls(name for name, value in given.items() if value is None)
     return lambda _current, _defaults: validate_topic_configs(given)
+
+
+def _no_nulls(names: Iterable[str]) -> None:
+    """INVALID_REQUEST naming the configs given a null value, as Kafka words it."""
+    nulls = list(names)
+    if nulls:
+        raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                            f"Null value not supported for : {', '.join(nulls)}")
 
 
 def _incremental(configs: Iterable[_Operation]) -> Plan:
@@ -75,6 +85,8 @@ def _incremental(configs: Iterable[_Operation]) -> Plan:
     names = [entry.name for entry in operations]
     if len(set(names)) != len(names):
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, "a config is named twice")
+    _no_nulls(entry.name for entry in operations
+              if entry.value is None and entry.config_operation != DELETE)
 
     def apply(current: Mapping[str, str], defaults: Mapping[str, str]) -> dict[str, str]:
         configs = dict(current)
@@ -92,8 +104,7 @@ def _operate(configs: dict[str, str], defaults: Mapping[str, str], entry: _Opera
         return
     if operation not in (SET, APPEND, SUBTRACT):
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"unknown config operation {operation}")
-    if value is None:
-        raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"no value given for {name!r}")
+    assert value is not None  # refused by _no_nulls
     check_value_length(name, value)  # before an APPEND or SUBTRACT splits it
     if operation == SET:
         configs[name] = value
@@ -137,11 +148,16 @@ def _alter_topic(engine: Engine, ctx: RequestContext, resource: _Resource,
 def _results(engine: Engine, ctx: RequestContext, resources: Iterable[_R],
              validate_only: bool, plan: Callable[[_R], Plan],
              result: type[_Result]) -> list[_Result]:
-    """Each resource's result: its configs altered by its ``plan``, or why not."""
+    """Each resource's result: its configs altered by its ``plan``, or why not. As Kafka, a
+    resource named twice is altered by neither entry (INVALID_REQUEST for both)."""
+    resources = list(resources)
+    named = Counter((r.resource_type, r.resource_name) for r in resources)
     results = []
     for resource in resources:
         code, message = ErrorCode.NONE, None
         try:
+            if named[resource.resource_type, resource.resource_name] > 1:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
             if resource.resource_type == TOPIC:
                 _alter_topic(engine, ctx, resource, plan(resource), validate_only)
             elif resource.resource_type == BROKER:
@@ -153,6 +169,7 @@ def _results(engine: Engine, ctx: RequestContext, resources: Iterable[_R],
                                     f"resource type {resource.resource_type} has no configs "
                                     "to alter here")
         except KafkaApiError as error:
+            engine.refusals.refused(ctx, "resource", resource.resource_name, error)
             code, message = error.code, error.message
         results.append(result(error_code=code, error_message=message,
                               resource_type=resource.resource_type,

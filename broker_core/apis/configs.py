@@ -20,6 +20,7 @@ from broker_core.tenancy import STORAGE_CONFIGS
 from broker_core.topic_configs import (
     BROKER_SYNONYMS,
     DEFAULT_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
     STATIC_BROKER_CONFIG,
     TOPIC_CONFIG_KEYS,
     TYPE_LONG,
@@ -31,14 +32,20 @@ from broker_core.topic_configs import (
 _Result = DescribeConfigsResponse.DescribeConfigsResult
 _Entry = _Result.DescribeConfigsResourceResult
 _Resource = DescribeConfigsRequest.DescribeConfigsResource
+_Synonym = _Entry.DescribeConfigsSynonym
 TOPIC = 2
 BROKER = 4
 CLIENT_METRICS = 16
 
 
+def _no_synonyms(_name: str) -> list[_Synonym]:
+    return []
+
+
 def _entries(values: Mapping[str, str], source_of: Callable[[str], int],
              keys: Mapping[str, TopicConfigKey], wanted: list[str] | None, read_only: bool,
-             documented: bool) -> list[_Entry]:
+             documented: bool,
+             synonyms_of: Callable[[str], list[_Synonym]] = _no_synonyms) -> list[_Entry]:
     entries = []
     for name in sorted(values):
         if wanted is not None and name not in wanted:
@@ -51,21 +58,44 @@ def _entries(values: Mapping[str, str], source_of: Callable[[str], int],
             kind = TYPE_LONG if values[name].lstrip("-").isdigit() else TYPE_STRING
         entries.append(_Entry(
             name=name, value=values[name], read_only=read_only, config_source=source,
-            is_default=source == DEFAULT_CONFIG, is_sensitive=False, synonyms=[],
+            is_default=source == DEFAULT_CONFIG, is_sensitive=False, synonyms=synonyms_of(name),
             config_type=kind,
             documentation=key.doc if documented and key is not None else None,
         ))
     return entries
 
 
+def _topic_synonyms(engine: Engine, own: Mapping[str, str]) -> Callable[[str], list[_Synonym]]:
+    """A topic value's synonyms, most important first, as Kafka lists them: the topic's own
+    value, then the broker's default under Kafka's broker name (STATIC_BROKER_CONFIG when
+    the broker's config sets it, else DEFAULT_CONFIG)."""
+    configured = engine.config.configured_topic_defaults
+    broker_values = engine.topic_configs({})
+
+    def synonyms(name: str) -> list[_Synonym]:
+        key = TOPIC_CONFIG_KEYS[name]
+        found = []
+        if name in own:
+            found.append(_Synonym(name=name, value=own[name], source=DYNAMIC_TOPIC_CONFIG))
+        # one broker entry: both under one name would be one to clients that key synonyms
+        # by name (confluent-kafka), and the default would hide the broker's value
+        found.append(_Synonym(name=key.server, value=broker_values[name],
+                              source=STATIC_BROKER_CONFIG if name in configured
+                              else DEFAULT_CONFIG))
+        return found
+    return synonyms
+
+
 def _describe_topic(engine: Engine, ctx: RequestContext, resource: _Resource,
-                    documented: bool) -> list[_Entry]:
+                    documented: bool, with_synonyms: bool) -> list[_Entry]:
     _internal, topic = engine.tenancy.named_topic(ctx, resource.resource_name,
                                           Operation.DESCRIBE_CONFIGS, "describe configs of")
     configured = engine.config.configured_topic_defaults
     return _entries(engine.topic_configs(topic.configs),
                     lambda name: config_source(name, topic.configs, configured),
-                    TOPIC_CONFIG_KEYS, resource.configuration_keys, False, documented)
+                    TOPIC_CONFIG_KEYS, resource.configuration_keys, False, documented,
+                    _topic_synonyms(engine, topic.configs) if with_synonyms
+                    else _no_synonyms)
 
 
 def _describe_broker(engine: Engine, ctx: RequestContext, resource: _Resource,
@@ -95,12 +125,13 @@ async def handle_describe_configs(engine: Engine, ctx: RequestContext,
                                   request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     """Answer DescribeConfigs, one result per resource."""
     documented = request.version >= 3 and bool(request.include_documentation)
+    with_synonyms = request.version >= 1 and bool(request.include_synonyms)
     results = []
     for resource in request.resources:
         code, message, entries = ErrorCode.NONE, None, []
         try:
             if resource.resource_type == TOPIC:
-                entries = _describe_topic(engine, ctx, resource, documented)
+                entries = _describe_topic(engine, ctx, resource, documented, with_synonyms)
             elif resource.resource_type == BROKER:
                 entries = _describe_broker(engine, ctx, resource, documented)
             else:

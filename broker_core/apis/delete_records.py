@@ -72,6 +72,8 @@ async def handle_delete_records(engine: Engine, ctx: RequestContext,
                 low = await _delete_before(engine, ctx, topic.name, part.partition_index,
                                            part.offset)
             except KafkaApiError as error:
+                engine.refusals.refused(ctx, f"partition {part.partition_index} of topic",
+                                        topic.name, error)
                 code = error.code
             partitions.append(_Partition(partition_index=part.partition_index,
                                          low_watermark=low, error_code=code))

@@ -162,14 +162,26 @@ async def handle_metadata(engine: Engine, ctx: RequestContext,
     return MetadataAnswer(head, topics)
 
 
+_BROKER_ENDPOINT, _CONTROLLER_ENDPOINT = 1, 2
+"""DescribeCluster's endpoint types (KIP-919)."""
+
+
 async def handle_describe_cluster(engine: Engine, ctx: RequestContext,
                                   request: DescribeClusterRequest) -> DescribeClusterResponse:
     """Answer DescribeCluster with the live brokers on the caller's listener."""
     version = request.version
-    if version >= 1 and request.endpoint_type not in (1,):
+    # as Kafka: v1+ names the endpoint type it wants (v0 always a broker's); a broker serves
+    # BROKER (1), CONTROLLER (2) is the wrong type, any other is unknown
+    if version >= 1 and request.endpoint_type != _BROKER_ENDPOINT:
+        wrong = request.endpoint_type == _CONTROLLER_ENDPOINT
         return DescribeClusterResponse(
-            version=version, throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION,
-            error_message="only broker endpoints are served", endpoint_type=request.endpoint_type,
+            version=version, throttle_time_ms=0,
+            error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE if wrong
+            else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+            error_message="The request was sent to an endpoint of type BROKER, but we wanted "
+            "an endpoint of type CONTROLLER" if wrong
+            else f"Unsupported endpoint type {request.endpoint_type}",
+            endpoint_type=request.endpoint_type,
             cluster_id=engine.config.cluster_id, controller_id=-1, brokers=[],
             authorized_operations=None,
         )

@@ -109,6 +109,8 @@ async def handle_elect_leaders(engine: Engine, ctx: RequestContext,
             message = {ErrorCode.ELECTION_NOT_NEEDED: "the partition's only replica is its "
                                                       "leader already",
                        ErrorCode.INVALID_REQUEST: f"unknown election type {election}"}.get(code)
+            if code == ErrorCode.ELECTION_NOT_NEEDED and request.topic_partitions is None:
+                continue  # as Kafka: electing every partition lists only those it changed
             answers.append(result.PartitionResult(partition_id=index, error_code=code,
                                                   error_message=message))
         results.append(result(topic=name, partition_result=answers))

@@ -9,7 +9,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from kafka.protocol.admin import (
     CreatePartitionsRequest,
@@ -43,6 +43,7 @@ _CreatedConfig = _Created.CreatableTopicConfigs
 _Creatable = CreateTopicsRequest.CreatableTopic
 _Growth = CreatePartitionsRequest.CreatePartitionsTopic
 NO_TOPIC_ID = uuid.UUID(int=0)
+_Name = TypeVar("_Name", str, uuid.UUID)
 
 
 class _Assignment(Protocol):
@@ -64,13 +65,22 @@ def _check_assignments(engine: Engine, internal: str, shown: str, num_partitions
 
 
 def _partition_count(engine: Engine, wanted: _Creatable) -> int:
-    if wanted.assignments:
-        indexes = sorted(a.partition_index for a in wanted.assignments)
-        if wanted.num_partitions != -1 or indexes != list(range(len(indexes))):
-            raise KafkaApiError(
-                ErrorCode.INVALID_REQUEST,
-                "with replica assignments, num_partitions must be -1 and partitions 0..n-1",
-            )
+    if wanted.assignments:  # Kafka's checks, in its order
+        for field_name, value in (("replication factor", wanted.replication_factor),
+                                  ("numPartitions", wanted.num_partitions)):
+            if value != -1:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                    f"A manual partition assignment was specified, but "
+                                    f"{field_name} was not set to -1.")
+        indexes = [a.partition_index for a in wanted.assignments]
+        for index, times in Counter(indexes).items():
+            if times > 1:
+                raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                    f"Found multiple manual partition assignments for "
+                                    f"partition {index}")
+        if sorted(indexes) != list(range(len(indexes))):
+            raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                "partitions should be a consecutive 0-based integer sequence")
         return len(indexes)
     if wanted.num_partitions == -1:
         return engine.config.default_num_partitions
@@ -90,6 +100,13 @@ def _may_create(engine: Engine, ctx: RequestContext, name: str) -> str:
     return internal
 
 
+def _unified(internal: str) -> str:
+    """A topic name as Kafka compares names for collisions: '.' and '_' are one (metric
+    names cannot tell them apart), within a tenant's namespace."""
+    scope, _, local = internal.rpartition("/")
+    return f"{scope}/{local.replace('.', '_')}"
+
+
 @dataclass
 class _Planned:
     """What a CreateTopics request creates, per tenant, as its topics are checked in turn
@@ -99,6 +116,26 @@ class _Planned:
     counts: TopicCounts | None
     topics: Counter[str] = field(default_factory=Counter)
     partitions: Counter[str] = field(default_factory=Counter)
+    existing: dict[str, str] | None = None
+    """Existing topics by their :func:`_unified` name, read at the first name that needs it."""
+    names: dict[str, str] = field(default_factory=dict)
+    """The request's topics by their :func:`_unified` name, as they pass."""
+
+    def check_collision(self, engine: Engine, ctx: RequestContext, internal: str,
+                        shown: str) -> None:
+        """INVALID_TOPIC_EXCEPTION when the topic's name differs from an existing topic's,
+        or an earlier one of the request, only by '.' against '_' (as Kafka)."""
+        local = internal.rpartition("/")[2]
+        if "." not in local and "_" not in local:
+            return
+        unified = _unified(internal)
+        if self.existing is None:
+            self.existing = {_unified(t.name): t.name for t in engine.logs.topics()}
+        other = self.existing.get(unified) or self.names.get(unified)
+        if other is not None and other != internal:
+            raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                f"Topic '{shown}' collides with existing topic: "
+                                f"{naming.to_client(other, ctx.home)}")
 
     def check(self, engine: Engine, ctx: RequestContext, internal: str, count: int) -> None:
         """POLICY_VIOLATION when the tenant's caps do not take this topic too."""
@@ -109,6 +146,7 @@ class _Planned:
 
     def add(self, internal: str, count: int) -> None:
         """Count a topic the request creates (or, validating only, would create)."""
+        self.names.setdefault(_unified(internal), internal)
         tenant = tenant_of(internal)
         self.topics[tenant] += 1
         self.partitions[tenant] += count
@@ -120,6 +158,14 @@ def _check_one(engine: Engine, ctx: RequestContext, wanted: _Creatable,
     """The internal name, partition count and configs of a topic the caller may create,
     counted against its ``controller_mutation_rate`` (``quota``; None: validating only)."""
     internal = _may_create(engine, ctx, wanted.name)
+    # as Kafka: the name, then whether the topic exists, then everything else
+    if engine.logs.topic(internal) is not None:
+        raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {wanted.name} already exists")
+    planned.check_collision(engine, ctx, internal, wanted.name)
+    nulls = [c.name for c in wanted.configs if c.value is None]
+    if nulls:
+        raise KafkaApiError(ErrorCode.INVALID_CONFIG,
+                            f"Null value not supported for topic configs: {','.join(nulls)}")
     if excess is not None:
         raise excess
     if not wanted.assignments and \
@@ -127,8 +173,6 @@ def _check_one(engine: Engine, ctx: RequestContext, wanted: _Creatable,
         raise error
     count = _partition_count(engine, wanted)
     configs = validate_topic_configs({c.name: c.value for c in wanted.configs})
-    if engine.logs.topic(internal) is not None:
-        raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {wanted.name} already exists")
     _check_assignments(engine, internal, wanted.name, count,
                        ((a.partition_index, a) for a in wanted.assignments))
     planned.check(engine, ctx, internal, count)
@@ -160,6 +204,7 @@ async def _create(engine: Engine, ctx: RequestContext,
             if isinstance(outcome, Exception):
                 raise outcome
         except KafkaApiError as error:
+            engine.refusals.refused(ctx, "topic", name, error)
             result.error_code, result.error_message = error.code, error.message
             result.num_partitions = result.replication_factor = -1
             result.configs = []
@@ -173,10 +218,12 @@ async def _create(engine: Engine, ctx: RequestContext,
 
 def _requested(engine: Engine, ctx: RequestContext, wanted: _Creatable) -> int:
     """Partitions a CreateTopics entry asks for, as Kafka counts them against the cap (a
-    topic the caller may not create counts for nothing)."""
+    topic the caller may not create, or that exists, counts for nothing)."""
     try:
-        _may_create(engine, ctx, wanted.name)
+        internal = _may_create(engine, ctx, wanted.name)
     except KafkaApiError:
+        return 0
+    if engine.logs.topic(internal) is not None:  # answered TOPIC_ALREADY_EXISTS
         return 0
     if wanted.assignments:
         return len(wanted.assignments)
@@ -230,6 +277,7 @@ async def handle_create_topics(engine: Engine, ctx: RequestContext,
                     to_create.append((result, NewTopic(internal, count, configs, cap),
                                       wanted.name))
             except KafkaApiError as error:
+                engine.refusals.refused(ctx, "topic", wanted.name, error)
                 result.error_code = error.code
                 result.error_message = error.message
             results.append(result)
@@ -268,11 +316,19 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext,
     results = []
     by_id = TopicsById(engine.logs)
     quota = mutations.begin(engine.mutations, ctx, mutations.DELETE_TOPICS_KEY, version)
+    # as Kafka: a name or an id given twice deletes nothing of it
+    repeated_names = _repeated(name for name, _ in wanted if name is not None)
+    repeated_ids = _repeated(topic_id for _, topic_id in wanted
+                             if topic_id not in (None, NO_TOPIC_ID))
     for name, topic_id in wanted:
         result = DeleteTopicsResponse.DeletableTopicResult(
             name=name, topic_id=topic_id if topic_id is not None else NO_TOPIC_ID,
             error_code=0, error_message=None)
         try:
+            if name in repeated_names:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+            if topic_id in repeated_ids:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
             if name is not None and topic_id not in (None, NO_TOPIC_ID):
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                     "give a topic name or a topic id, not both")
@@ -298,6 +354,8 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext,
             engine.delete_topic(internal)
             log.info("deleted topic %s", internal, extra=topic_fields(internal, **ctx.who()))
         except KafkaApiError as error:
+            engine.refusals.refused(ctx, "topic", name if name is not None else
+                                    f"with id {topic_id}", error)
             result.error_code = error.code
             result.error_message = error.message
         results.append(result)
@@ -305,8 +363,9 @@ async def handle_delete_topics(engine: Engine, ctx: RequestContext,
                                 responses=results)
 
 
-def _repeated(names: Iterable[str]) -> set[str]:
-    """Names that appear more than once in a request (each answers INVALID_REQUEST)."""
+def _repeated(names: Iterable[_Name]) -> set[_Name]:
+    """Names (or ids) that appear more than once in a request (each answers
+    INVALID_REQUEST)."""
     return {name for name, count in Counter(names).items() if count > 1}
 
 
@@ -387,6 +446,7 @@ async def _grow(engine: Engine, ctx: RequestContext,
                 log.info("topic %s now has %d partitions", internal, wanted.count,
                          extra=topic_fields(internal, **ctx.who()))
         except KafkaApiError as error:
+            engine.refusals.refused(ctx, "topic", wanted.name, error)
             code, message = error.code, error.message
         results.append(CreatePartitionsResponse.CreatePartitionsTopicResult(
             name=wanted.name, error_code=code, error_message=message))

@@ -41,7 +41,8 @@ def add_admin_arguments(parser: argparse.ArgumentParser) -> None:
                         help="aligned tables (default) or JSON for scripts")
     parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="how long a call may take (default 30)")
-    verb_groups = parser.add_subparsers(dest="group", required=True, metavar="GROUP")
+    # not dest="group": the groups verbs name their positional group id so
+    verb_groups = parser.add_subparsers(dest="verb_group", required=True, metavar="GROUP")
     for module in (topics, groups, acls, quotas, cluster, tokens, records):
         module.add_parsers(verb_groups)
 
@@ -78,6 +79,6 @@ def _warning_line(message: Warning | str, category: type[Warning], filename: str
 
 def _fail(args: argparse.Namespace, message: str, code: int) -> int:
     verb = getattr(args, "verb", None)
-    where = " ".join(part for part in ("edge-broker admin", args.group, verb) if part)
+    where = " ".join(part for part in ("edge-broker admin", args.verb_group, verb) if part)
     print(f"{where}: {message}", file=sys.stderr)
     return code

@@ -11,7 +11,7 @@ from kafka.admin import OffsetSpec
 from kafka.structs import OffsetAndMetadata
 
 from edge.admin.connection import Clients
-from edge.admin.errors import CallFailed, UsageError
+from edge.admin.errors import CallFailed, UsageError, error_code_name
 from edge.admin.output import Report
 from edge.admin.parsing import SubParsers
 
@@ -108,8 +108,8 @@ def _partitions_of(clients: Clients, topics: list[str]) -> list[TopicPartition]:
     keys = []
     for topic in described:
         if topic.get("error_code"):
-            raise CallFailed(f"cannot describe topic {topic.get('name')}: error code "
-                             f"{topic.get('error_code')}")
+            raise CallFailed(f"cannot describe topic {topic.get('name')}: "
+                             f"{error_code_name(int(str(topic.get('error_code'))))}")
         partitions = topic.get("partitions")
         for partition in partitions if isinstance(partitions, list) else []:
             keys.append(TopicPartition(str(topic.get("name")),

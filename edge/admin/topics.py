@@ -151,6 +151,9 @@ def alter_config(args: argparse.Namespace, clients: Clients) -> Report:
     changes: dict[str, tuple[object, str | None]] = {
         key: (AlterConfigOp.SET, value)
         for key, value in key_values(args.set_configs, "--set").items()}
+    both = sorted(set(changes) & set(args.delete_configs))
+    if both:
+        raise UsageError(f"--set and --delete of the same key: {', '.join(both)}")
     changes.update({key: (AlterConfigOp.DELETE, None) for key in args.delete_configs})
     if not changes:
         raise UsageError("give at least one --set KEY=VALUE or --delete KEY")

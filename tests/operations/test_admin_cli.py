@@ -383,3 +383,17 @@ def test_oauthbearer_properties_are_checked(bearer: BearerBroker) -> None:
                              sasl_oauthbearer_client_id="app")
     stray = admin(bearer.broker.bootstrap, "cluster", "describe", config=plain)
     assert stray.code == 2 and "need sasl.mechanism=OAUTHBEARER" in stray.one_error_line()
+
+
+def test_usage_and_refusal_lines_name_the_verb_group_and_the_error(
+        broker: BrokerProcess, topic_name: str) -> None:
+    both = admin(broker.bootstrap, "topics", "alter-config", topic_name,
+                 "--set", "retention.ms=1000", "--delete", "retention.ms")
+    assert both.code == 2
+    assert both.one_error_line() == ("edge-broker admin topics alter-config: --set and "
+                                     "--delete of the same key: retention.ms")
+    refused = admin(broker.bootstrap, "groups", "delete-offsets", f"{topic_name}-group",
+                    "--topic", "bad name")
+    assert refused.code == 1
+    assert refused.one_error_line() == ("edge-broker admin groups delete-offsets: cannot "
+                                        "describe topic bad name: INVALID_TOPIC")
