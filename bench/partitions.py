@@ -207,9 +207,9 @@ def _ratios(single: list[dict[str, float]], many: list[dict[str, float]]
     """Trial by trial, round-robin over the single partition: throughput and CPU."""
     ratios = [m["records_per_s"] / s["records_per_s"] for s, m in zip(single, many, strict=True)]
     cpu = [m["cpu_s_per_million"] / s["cpu_s_per_million"]
-           for s, m in zip(single, many, strict=True)]
+           for s, m in zip(single, many, strict=True) if s["cpu_s_per_million"] > 0]
     return {"ratio": statistics.median(ratios), "ratios": ratios,
-            "cpu_ratio": statistics.median(cpu)}
+            "cpu_ratio": statistics.median(cpu) if cpu else None}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -276,8 +276,13 @@ def _produce_rows(result: dict[str, Any], client: str, prefix: str,
     rows.append(f"| **throughput ratio**, {client} (median of trial pairs) | "
                 f"**{ratios['ratio']:.2f}** (range {min(ratios['ratios']):.2f}-"
                 f"{max(ratios['ratios']):.2f}; target >= {TARGET_RATIO}: {_met(target)}); "
-                f"broker CPU per record {ratios['cpu_ratio']:.1f}x |")
+                f"broker CPU per record {_times(ratios['cpu_ratio'])} |")
     return rows
+
+
+def _times(ratio: float | None) -> str:
+    """A CPU ratio, or why there is none (a trial too short for /proc's CPU ticks)."""
+    return "unreadable (too little CPU to measure)" if ratio is None else f"{ratio:.1f}x"
 
 
 def render(result: dict[str, Any]) -> str:
