@@ -121,8 +121,10 @@ def test_one_address_cannot_take_every_stream_from_envoys(tmp_path: Path) -> Non
     hostile = [AdsClient(server.grpc_port, node=f"hostile-{i}") for i in range(3)]
     envoy = _envoy_from(tmp_path, server.grpc_port, free_ports(1)[0], "127.0.0.2")
     try:
-        for client in hostile:
+        for count, client in enumerate(hostile[:2], 1):  # in turn: the third is refused
             client.send(_UNSERVED)
+            _wait(lambda count=count: len(server.status_dict()["nodes"]) == count)
+        hostile[2].send(_UNSERVED)
         with pytest.raises(grpc.RpcError) as refused:
             hostile[2].receive()
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
