@@ -3,15 +3,18 @@ npm's ``node-rdkafka`` tarball carries.
 
 A Python producer or consumer runs out of CPU long before either broker does at small
 records; this C client does not, so its rows measure the brokers. The binary is built
-once (about a minute on two cores: ``configure``, the static library, the example) and
-kept in ``.cache/`` at the top of the repository. ``$RDKAFKA_PERFORMANCE`` points at a
-binary built elsewhere. Building needs a C compiler, ``make`` and zlib headers (the
-Makefile's Debian packages); without them the benchmark says why and leaves the rows out.
+once (about a minute on two cores: ``configure``, the static library, the example), with
+OpenSSL so that the TLS rows use it too, and kept in ``.cache/`` at the top of the
+repository; processes that want it at once (a parallel test run) wait for one build under
+a file lock. ``$RDKAFKA_PERFORMANCE`` points at a binary built elsewhere. Building needs
+a C compiler, ``make`` and the zlib and OpenSSL headers (the Makefile's Debian packages);
+without them the benchmark says why and leaves the rows out.
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import os
 import shutil
@@ -28,14 +31,12 @@ INTEGRITY = ("sha512-sfpTbrT35429cs0RE8Yb9avGX9BiRRvpV7aweQsghKTjtrVZP3jBrKOPItW
              "SkuGuUVBLgig1SRg==")  # npm's dist.integrity of that version
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache" / f"node-rdkafka-{NODE_RDKAFKA}"
-BINARY = CACHE / "rdkafka_performance"
-TLS_BINARY = CACHE / "rdkafka_performance-ssl"
-# Only what the benchmark uses: no TLS, SASL, zstd or curl; lz4 and snappy are built in.
-CONFIGURE = ["./configure", "--disable-ssl", "--disable-gssapi", "--disable-zstd",
-             "--disable-curl", "--disable-lz4-ext"]
-TLS_CONFIGURE = [flag for flag in CONFIGURE if flag != "--disable-ssl"]
-"""The TLS rows' build (``bench/tls.py``): the same with OpenSSL (the system's
-``libssl-dev``); SASL PLAIN is built in either way."""
+BINARY = CACHE / "rdkafka_performance-ssl"
+LOCK = CACHE.with_name(CACHE.name + ".lock")
+# Only what the benchmark uses: OpenSSL (the system's libssl-dev) for the TLS rows, no
+# GSSAPI, zstd or curl; SASL PLAIN, lz4 and snappy are built in.
+CONFIGURE = ["./configure", "--disable-gssapi", "--disable-zstd", "--disable-curl",
+             "--disable-lz4-ext"]
 
 
 class BuildError(RuntimeError):
@@ -76,7 +77,7 @@ def _run(command: list[str], cwd: Path) -> None:
         raise BuildError(f"{' '.join(command)} failed ({done.returncode}):\n{tail}")
 
 
-def build(target: Path = BINARY, configure: list[str] = CONFIGURE) -> Path:
+def build(target: Path = BINARY) -> Path:
     """Fetch node-rdkafka's librdkafka sources and build ``rdkafka_performance``."""
     for tool in ("cc", "make"):
         if shutil.which(tool) is None:
@@ -86,7 +87,7 @@ def build(target: Path = BINARY, configure: list[str] = CONFIGURE) -> Path:
         _say(f"building rdkafka_performance from node-rdkafka {NODE_RDKAFKA} (once)")
         source = _fetch(Path(temp))
         os.chmod(source / "configure", 0o755)
-        _run(configure, source)
+        _run(CONFIGURE, source)
         _run(["make", "-j", jobs, "-C", "src", "librdkafka.a"], source)
         _run(["make", "-C", "examples", "rdkafka_performance"], source)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -97,29 +98,23 @@ def build(target: Path = BINARY, configure: list[str] = CONFIGURE) -> Path:
 
 
 def rdkafka_performance() -> Path:
-    """The binary to use: ``$RDKAFKA_PERFORMANCE``, the cached build, or a new build."""
+    """The binary to use: ``$RDKAFKA_PERFORMANCE``, the cached build, or a new build (one
+    at a time: a process that finds another building waits for its binary)."""
     configured = os.environ.get("RDKAFKA_PERFORMANCE")
     if configured:
         return Path(configured)
     if BINARY.exists():
         return BINARY
-    return build()
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return BINARY if BINARY.exists() else build()
 
 
-def rdkafka_performance_tls() -> Path:
-    """The TLS-capable binary: ``$RDKAFKA_PERFORMANCE_SSL``, the cached build, or a new one."""
-    configured = os.environ.get("RDKAFKA_PERFORMANCE_SSL")
-    if configured:
-        return Path(configured)
-    if TLS_BINARY.exists():
-        return TLS_BINARY
-    return build(TLS_BINARY, TLS_CONFIGURE)
-
-
-def find_or_build(tls: bool = False) -> str | None:
+def find_or_build() -> str | None:
     """The binary's path, or None (with the reason printed) when it cannot be had."""
     try:
-        return str(rdkafka_performance_tls() if tls else rdkafka_performance())
+        return str(rdkafka_performance())
     except (BuildError, OSError, subprocess.SubprocessError) as exc:
         _say(f"no C client, its rows are left out: {exc}")
         return None

@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                            count=3000), args.seconds)
                 what = f"logins, {args.kind}, a token per login (3,000 in turn)"
             else:
-                binary = find_or_build(tls=True)
+                binary = find_or_build()
                 assert binary is not None
                 config = as_flags(client_config(args.protocol, material,
                                                 material.token("HS256")))

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every trial; per size and protocol the medians and the trials."""
     cpus = plan_cpus(not args.no_pin)
     pin_self(cpus.load)
-    binary = find_or_build(tls=True)
+    binary = find_or_build()
     if binary is None:
         raise SystemExit("no TLS-capable rdkafka_performance")
     limit = aes_gcm_limit(cpus.broker, 1 if args.quick else 3)

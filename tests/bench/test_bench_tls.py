@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.timeout(900)
 def test_quick_run_writes_every_listener_row(tmp_path: Path) -> None:
-    if find_or_build(tls=True) is None:
+    if find_or_build() is None:
         pytest.skip("no TLS-capable rdkafka_performance")
     run = subprocess.run([sys.executable, "-m", "bench.tls", "--quick", "--no-pin",
                           "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
