@@ -337,3 +337,30 @@ def test_a_compressed_batch_claiming_billions_of_records(opaque_broker: BrokerPr
     assert produce(conn, topic_name, resealed(batch)).error_code == INVALID_RECORD
     assert latest_offset(conn, topic_name) == 0
     conn.close()
+
+
+def test_a_request_of_many_refused_partitions_logs_one_line(broker: BrokerProcess,
+                                                            topic_name: str) -> None:
+    """Each refused partition of a request was a log line of its own (100,000 bad entries,
+    100,000 lines): now the request's refusals are one line, the first with its message,
+    a few more named, the rest counted."""
+    conn = RawConnection(broker.port)
+    assert create(conn, topic_name) == 0
+    batch = record_batch(1)
+    data = ProduceRequest.TopicProduceData(name=topic_name, partition_data=[
+        ProduceRequest.TopicProduceData.PartitionProduceData(index=index, records=batch)
+        for index in range(1, 2001)])
+    answer = conn.call(ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=5000,
+                                         topic_data=[data]), 9, ProduceResponse)
+    codes = {p.error_code for p in answer.responses[0].partition_responses}
+    assert codes == {UNKNOWN_TOPIC_OR_PARTITION}
+    assert produce(conn, topic_name, record_batch(1), partition=1).error_code == \
+        UNKNOWN_TOPIC_OR_PARTITION  # a request of one: its own line, as before
+    conn.close()
+    line = broker.wait_for_log(rf"produce to {topic_name}-1 .*refused: .*and 1999 more "
+                               rf"partitions: {topic_name}-2: UNKNOWN_TOPIC_OR_PARTITION, "
+                               rf"{topic_name}-3: \w+, {topic_name}-4: \w+, \.\.\.\)")
+    assert line
+    broker.wait_for_log(rf"produce to {topic_name}-1 .*refused: [^(]*$")
+    lines = [text for text in broker.log_text().splitlines() if f"produce to {topic_name}-" in text]
+    assert len(lines) == 2, lines
