@@ -35,7 +35,8 @@ _Subject = tuple[str, str]
 """Whose refusals share a window: (tenant, API)."""
 
 
-def _cut(text: str | None, limit: int) -> str:
+def cut(text: str | None, limit: int) -> str:
+    """``text`` cut to ``limit`` characters for a log line, saying how long it was."""
     text = "" if text is None else text
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
@@ -55,8 +56,8 @@ class AdminRefusals:
         if not self.windows.take((ctx.home.tenant, ctx.api), ctx.listener, ctx.client_host):
             return
         log.info("%s refused %s %r: %s (%s) for %s from %s", ctx.api or "admin request",
-                 what, _cut(name, NAME_LIMIT), ErrorCode(error.code).name,
-                 _cut(error.message, MESSAGE_LIMIT), ctx.principal or "?",
+                 what, cut(name, NAME_LIMIT), ErrorCode(error.code).name,
+                 cut(error.message, MESSAGE_LIMIT), ctx.principal or "?",
                  ctx.client_host or "?", extra=log_fields(**ctx.who()))
 
     def _left_out(self, subject: _Subject, window: Window) -> None:

@@ -27,6 +27,7 @@ def _xerial_snappy() -> bytes:
 BOMBS: dict[int, Callable[[], bytes]] = {
     1: functools.cache(lambda: gzip.compress(bytes(INFLATED), compresslevel=1)),
     2: _xerial_snappy,
-    3: functools.cache(lambda: lz4.frame.compress(bytes(INFLATED))),
+    # independent blocks, as Kafka's reader takes them (linked ones are refused unread)
+    3: functools.cache(lambda: lz4.frame.compress(bytes(INFLATED), block_linked=False)),
     4: functools.cache(lambda: zstandard.ZstdCompressor().compress(bytes(INFLATED))),
 }

@@ -8,6 +8,7 @@ import time
 from collections.abc import Awaitable
 
 from broker_core import metrics, naming
+from broker_core.admin_refusals import MESSAGE_LIMIT, NAME_LIMIT, cut
 from broker_core.codec.batch_header import marked_transactional
 from broker_core.codec.produce_reader import ProduceBody, TopicData
 from broker_core.codec.produce_writer import PartitionAnswer, ProduceAnswer
@@ -99,16 +100,49 @@ def _verify_ahead(engine: Engine, request: ProduceBody, txn_key: TxnKey | None,
          if not isinstance(found, KafkaApiError) for data in topic.partition_data), txn_key)
 
 
-def _refused(ctx: RequestContext, name: str, index: int,
-             error: KafkaApiError) -> PartitionAnswer:
-    if error.code != ErrorCode.KAFKA_STORAGE_ERROR:  # that one is logged once per cause
+_NAMED_REFUSALS = 3
+"""Refused partitions a request's refusal line names after the first (the rest counted)."""
+
+
+class _Refusals:
+    """A produce request's refused partitions, logged in one line once it is handled: the
+    first with its message, a few more by name and code, the rest counted (a request may
+    carry thousands of partitions, each refused)."""
+
+    __slots__ = ("count", "ctx", "first", "named")
+
+    def __init__(self, ctx: RequestContext) -> None:
+        self.ctx = ctx
+        self.count = 0
+        self.first: tuple[str, int, KafkaApiError] | None = None
+        self.named: list[str] = []
+
+    def refused(self, name: str, index: int, error: KafkaApiError) -> PartitionAnswer:
+        """Partition ``index`` of ``name`` refused with ``error``: its answer."""
+        if error.code != ErrorCode.KAFKA_STORAGE_ERROR:  # that one is logged once per cause
+            self.count += 1
+            if self.first is None:
+                self.first = (name, index, error)
+            elif len(self.named) < _NAMED_REFUSALS:
+                self.named.append(f"{cut(name, NAME_LIMIT)}-{index}: "
+                                  f"{ErrorCode(error.code).name}")
+        return _failed(index, error.code, error.message)
+
+    def log(self) -> None:
+        """The request's one line, if it refused any partition."""
+        if self.first is None:
+            return
+        name, index, error = self.first
         try:
-            internal = naming.to_internal(name, ctx.home)
+            internal = naming.to_internal(name, self.ctx.home)
         except KafkaApiError:  # an invalid name: the field is the name as sent
             internal = name
-        log.info("produce to %s-%d from %s refused: %s", name, index, ctx.client_id,
-                 error.message, extra=topic_fields(internal, **ctx.who()))
-    return _failed(index, error.code, error.message)
+        more = "" if self.count == 1 else \
+            f" (and {self.count - 1} more partitions: {', '.join(self.named)}" + \
+            (", ..." if self.count - 1 > len(self.named) else "") + ")"
+        log.info("produce to %s-%d from %s refused: %s%s", cut(name, NAME_LIMIT), index,
+                 self.ctx.client_id, cut(error.message, MESSAGE_LIMIT), more,
+                 extra=topic_fields(internal, **self.ctx.who()))
 
 
 def _stored(index: int, appended: Appended) -> PartitionAnswer:
@@ -140,6 +174,7 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
     tid = request.transactional_id
     txn_key = None if tid is None else \
         (engine.tenancy.txn_topic(ctx), engine.tenancy.scoped_id(ctx, tid))
+    refusals = _Refusals(ctx)
     found_topics = [(topic, _found(engine, ctx, topic.name)) for topic in request.topic_data]
     verifying = _verify_ahead(engine, request, txn_key, found_topics)
     ahead = {} if verifying is None else await verifying
@@ -167,12 +202,13 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
                         admitted, ahead.get((admitted.internal, admitted.index)))
                 appended = engine.append(admitted)
             except KafkaApiError as error:
-                partitions.append(_refused(ctx, topic.name, data.index, error))
+                partitions.append(refusals.refused(topic.name, data.index, error))
                 continue
             if appended.durable is not None:
                 waits.append((partitions, len(partitions), appended.durable))
             partitions.append(_stored(data.index, appended))
         topics.append((topic.name, partitions))
+    refusals.log()
     if acks == 0:
         metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
         return None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 import crc32c
 
+from broker_core.codec.compression import MAX_INFLATED_BYTES
 from broker_core.errors import ErrorCode, KafkaApiError
 
 BATCH_HEADER_SIZE = 61
@@ -36,6 +37,9 @@ RECORD_BATCH_MAGIC = 2
 MIN_RECORD_SIZE = 7
 """The smallest v2 record: a 1-byte length, then attributes, timestamp delta, offset delta,
 key length, value length and header count of one byte each."""
+MAX_COMPRESSED_RECORDS = MAX_INFLATED_BYTES // MIN_RECORD_SIZE
+"""The most records a compressed batch can hold: its payload inflates to at most
+:data:`~broker_core.codec.compression.MAX_INFLATED_BYTES`."""
 
 CODEC_BITS = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
@@ -189,10 +193,15 @@ def validate_produced(records: bytes | bytearray | memoryview) -> BatchHeader:
             ErrorCode.CORRUPT_MESSAGE, f"record set of {size} bytes is shorter than a batch header"
         )
     header = read_header(records)
-    if header.magic != RECORD_BATCH_MAGIC:
+    magic = records[MAGIC_AT]
+    if magic != RECORD_BATCH_MAGIC:
+        # Kafka: a magic byte out of 0..2 (signed) is a corrupt record set, v0 and v1
+        # batches are refused by ProduceRequest.validateRecords from Produce v3 on
         raise KafkaApiError(
-            ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-            f"record batch magic {header.magic} is not supported (only v2)",
+            ErrorCode.INVALID_RECORD if magic < RECORD_BATCH_MAGIC else
+            ErrorCode.CORRUPT_MESSAGE,
+            f"record batch magic {magic if magic < 128 else magic - 256} is not supported "
+            f"(only v{RECORD_BATCH_MAGIC})",
         )
     if header.batch_length + BATCH_LENGTH_OVERHEAD != size:
         raise KafkaApiError(
@@ -220,6 +229,22 @@ def validate_produced(records: bytes | bytearray | memoryview) -> BatchHeader:
         raise KafkaApiError(
             ErrorCode.INVALID_RECORD,
             f"batch claims {header.record_count} records in {size - BATCH_HEADER_SIZE} bytes",
+        )
+    if header.compression != 0 and header.record_count > MAX_COMPRESSED_RECORDS:
+        # the same bound for a compressed batch (unchecked when validateRecords is off):
+        # by the most its payload may inflate to
+        raise KafkaApiError(
+            ErrorCode.INVALID_RECORD,
+            f"compressed batch claims {header.record_count} records, more than "
+            f"{MAX_COMPRESSED_RECORDS} fit in the {MAX_INFLATED_BYTES} bytes it may "
+            "inflate to",
+        )
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        # Kafka's LogValidator.validateBatch: an idempotent batch needs a sequence
+        raise KafkaApiError(
+            ErrorCode.INVALID_RECORD,
+            f"invalid sequence number {header.base_sequence} in record batch with "
+            f"producerId {header.producer_id}",
         )
     return header
 

@@ -3,8 +3,9 @@ names the ``compression.type`` config gives them.
 
 :func:`inflate` undoes a producer's compression with a cap (:data:`MAX_INFLATED_BYTES`),
 so that a small batch cannot expand into gigabytes of memory; it reads what every client
-writes (gzip members one after another, snappy raw or in the Java client's xerial
-framing, LZ4 frames, zstd frames). :func:`deflate` writes what every client reads, framed
+writes (gzip members one after another, at most :data:`MAX_GZIP_MEMBERS` of them, snappy
+raw or in the Java client's xerial framing, one LZ4 frame of independent blocks as Kafka's
+reader takes it, zstd frames). :func:`deflate` writes what every client reads, framed
 as Kafka's Java client frames it: gzip at the default level, snappy in xerial framing
 with 32 KiB blocks, LZ4 frames of independent 64 KiB blocks, zstd at level 3 (Kafka's
 default). Every codec package here releases the GIL while it works, so both run well in
@@ -52,15 +53,37 @@ def _capped(size: int, cap: int) -> None:
         raise _PastCap(f"the payload inflates past {cap} bytes")
 
 
+MAX_GZIP_MEMBERS = 1024
+"""The most gzip members a payload may hold (every client writes one per batch; gzip reads
+any number, one after another, and Kafka's reader too): each costs a decoder set up in
+Python, so a payload of thousands of empty ones would cost far more than its bytes."""
+_GZIP_FIRST_FEED = 512
+"""The bytes a member's decoder is first given; doubled while the member goes on, so that
+the rest handed back after a member's end (``unused_data``, a copy) is never more than
+about what the member took: the whole payload is read in time linear in its size."""
+
+
 def _gunzip(data: bytes, cap: int) -> bytes:
-    out, rest = [], data
-    while rest:  # one gzip member after another, as gzip itself reads them
+    view = memoryview(data)
+    out: list[bytes] = []
+    total = pos = members = 0
+    while pos < len(data):  # one gzip member after another, as gzip itself reads them
+        members += 1
+        if members > MAX_GZIP_MEMBERS:
+            raise MalformedBatch(f"the gzip payload holds more than {MAX_GZIP_MEMBERS} "
+                                 "members")
         inflater = zlib.decompressobj(wbits=31)
-        out.append(inflater.decompress(rest, cap + 1))
-        _capped(sum(map(len, out)), cap)
-        if not inflater.eof:
-            raise MalformedBatch("the gzip stream is cut short")
-        rest = inflater.unused_data
+        feed = _GZIP_FIRST_FEED
+        while not inflater.eof:
+            if pos >= len(data):
+                raise MalformedBatch("the gzip stream is cut short")
+            chunk = view[pos:pos + feed]
+            piece = inflater.decompress(chunk, cap + 1 - total)
+            total += len(piece)
+            _capped(total, cap)  # else the whole chunk was taken, or the member ended
+            out.append(piece)
+            pos += len(chunk) - len(inflater.unused_data)
+            feed *= 2
     return b"".join(out)
 
 
@@ -78,12 +101,39 @@ def _unsnappy(data: bytes, cap: int) -> bytes:
     return b"".join(snappy.uncompress(block) for block in blocks)
 
 
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+
+
+def _lz4_descriptor_problem(data: bytes) -> str | None:
+    """Why Kafka's LZ4 reader (``Lz4BlockInputStream``, whose FLG and BD rules the Java
+    client and broker apply) refuses the frame ``data`` starts with, else None: one frame
+    of the current version, independent blocks, no dictionary, no reserved bit set, a
+    block size of 64 KiB to 4 MiB."""
+    if len(data) < 7 or data[:4] != _LZ4_MAGIC:
+        return "the payload does not start with an lz4 frame"
+    flg, bd = data[4], data[5]
+    if flg >> 6 != 1:
+        return f"lz4 frame version {flg >> 6} is unsupported"
+    if flg & 0x03:
+        return "the lz4 frame sets reserved bits (or a dictionary id)"
+    if not flg & 0x20:
+        return "the lz4 frame links its blocks (dependent blocks are unsupported)"
+    if bd & 0x8F or not 4 <= (bd >> 4) & 0x07 <= 7:
+        return f"the lz4 frame's block descriptor {bd:#04x} is invalid"
+    return None
+
+
 def _unlz4(data: bytes, cap: int) -> bytes:
+    problem = _lz4_descriptor_problem(data)
+    if problem is not None:
+        raise MalformedBatch(problem)
     inflater = lz4.frame.LZ4FrameDecompressor()
     out: bytes = inflater.decompress(data, max_length=cap + 1)
     _capped(len(out), cap)
     if not inflater.eof:
         raise MalformedBatch("the lz4 frame is cut short")
+    if inflater.unused_data:
+        raise MalformedBatch(f"{len(inflater.unused_data)} bytes follow the lz4 frame")
     return out
 
 

@@ -9,16 +9,29 @@ length is a null, a count below -1 an empty array, a field running past the end 
 frame is cut there), tagged fields skipped, bytes after the body ignored; a null where the
 schema forbids one is reported after the whole body was read, as
 :mod:`broker_core.null_fields` reports it (the first in field order).
+
+Hostile bodies cost what they weigh: an unsigned varint longer than 5 bytes is garbage (as
+Kafka's ``readUnsignedVarint`` refuses it; :func:`broker_core.codec.varints.read_uvarint`),
+and so is an array whose count of entries cannot fit in the bytes left, each entry taking
+at least its fixed fields (as Kafka's generated readers refuse a count past the bytes
+remaining): no object is built for an entry that is not there.
 """
 
 from __future__ import annotations
 
 import struct
 
+from broker_core.codec.varints import read_uvarint
+
 FLEXIBLE_VERSION = 9
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
+_TOPIC_BYTES = (6, 3)
+"""The fewest bytes a topic entry takes (its name's length and its partitions' count;
+flexible: one byte each, and its tagged fields), not flexible and flexible..."""
+_PARTITION_BYTES = (8, 6)
+"""... and a partition entry (its index, its records' length; flexible: and its tags)."""
 
 
 class ForbiddenNull(ValueError):
@@ -74,15 +87,8 @@ class _Reader:
         self.pos = 0
 
     def uvarint(self) -> int:
-        value = shift = 0
-        data = self.data
-        while True:
-            byte = data[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
+        value, self.pos = read_uvarint(self.data, self.pos)
+        return value
 
     def int32(self) -> int:
         (value,) = _INT32.unpack_from(self.data, self.pos)
@@ -99,6 +105,15 @@ class _Reader:
             self.pos += 2
             return int(value)
         return self.int32()
+
+    def count(self, least: tuple[int, int]) -> int:
+        """An array's count (-1 for null), refused as garbage when that many entries of at
+        least ``least`` bytes (not flexible, flexible) cannot fit in the bytes left."""
+        count = self.length(False)
+        if count * least[self.flexible] > len(self.data) - self.pos:
+            raise ValueError(f"an array of {count} entries in {len(self.data) - self.pos} "
+                             "bytes")
+        return count
 
     def string(self) -> str | None:
         size = self.length(True)
@@ -137,7 +152,7 @@ def decode_produce(body: memoryview, version: int) -> ProduceBody:
     transactional_id = read.string()
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(body, read.pos)
     read.pos += 6
-    count = read.length(False)
+    count = read.count(_TOPIC_BYTES)
     topics: list[TopicData] = []
     if count == -1:
         null = "topic_data"
@@ -145,7 +160,7 @@ def decode_produce(body: memoryview, version: int) -> ProduceBody:
         name = read.string()
         if name is None and null is None:
             null = "topic_data.name"
-        partition_count = read.length(False)
+        partition_count = read.count(_PARTITION_BYTES)
         if partition_count == -1 and null is None:
             null = "topic_data.partition_data"
         partitions = []

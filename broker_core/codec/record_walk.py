@@ -26,8 +26,9 @@ from typing import Literal, NamedTuple
 __all__ = ["ABI", "LIBRARY_ENV", "LIBRARY_NAME", "NATIVE", "NOTE", "Failure",
            "NativeWalker", "default_path", "load"]
 
-ABI = 1
-"""What ``record_walk_abi()`` must answer (bump both together when the C signature changes)."""
+ABI = 2
+"""What ``record_walk_abi()`` must answer (bump both together when the C signature, or a
+verdict, changes: 2 refuses 32-bit record varints over 5 bytes, as the Python walker)."""
 LIBRARY_ENV = "EDGE_RECORD_WALK_LIB"
 LIBRARY_NAME = "edge_broker_record_walk.so"
 

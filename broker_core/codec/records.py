@@ -7,7 +7,9 @@ are not (DESIGN: no per-record work). A client can therefore write a batch whose
 right but whose records do not parse, and librdkafka consumers then stall at that offset
 without an error. With ``validateRecords=true`` every record is walked as Kafka's broker
 does before it appends: its length must frame it exactly, its fields must fit inside it,
-offset deltas must run 0..n-1 and the count must match the header. A batch that fails
+its varints must be no longer than Kafka's reader takes them (5 bytes, 10 for the
+timestamp delta: :func:`broker_core.codec.varints.read_varint32`), offset deltas must run
+0..n-1 and the count must match the header. A batch that fails
 answers INVALID_RECORD and nothing of it is written.
 
 Compressed payloads are inflated with a cap (:mod:`broker_core.codec.compression`), so
@@ -34,13 +36,13 @@ from broker_core.codec.batch_header import BATCH_HEADER_SIZE, BatchHeader
 from broker_core.codec.compression import inflate, inflate_within
 from broker_core.codec.errors import MalformedBatch
 from broker_core.codec.record_walk import NATIVE, NativeWalker
-from broker_core.codec.varints import Buffer, read_varint
+from broker_core.codec.varints import Buffer, read_varint, read_varint32
 from broker_core.errors import ErrorCode, KafkaApiError
 
 
 def _skip_sized(buf: Buffer, pos: int, what: str, nullable: bool = True) -> int:
     """Skip a varint-length-prefixed field (-1: null when ``nullable``)."""
-    size, pos = read_varint(buf, pos)
+    size, pos = read_varint32(buf, pos)
     if size < 0 and not (nullable and size == -1):
         raise MalformedBatch(f"{what} length {size}")
     return pos + max(size, 0)
@@ -55,22 +57,22 @@ def _walk(buf: Buffer, pos: int, count: int,
     end = len(buf)
     try:
         while pos < end:
-            length, pos = read_varint(buf, pos)
+            length, pos = read_varint32(buf, pos)
             stop = pos + length
             if length < 6 or stop > end:
                 raise MalformedBatch(f"record {index} declares {length} bytes; "
                                      f"{end - pos} remain")
             pos += 1  # attributes
             timestamp_delta, pos = read_varint(buf, pos)
-            delta, pos = read_varint(buf, pos)
+            delta, pos = read_varint32(buf, pos)
             if delta != index:
                 raise MalformedBatch(f"record {index} has offset delta {delta}")
-            if keyed and read_varint(buf, pos)[0] == -1:
+            if keyed and read_varint32(buf, pos)[0] == -1:
                 raise MalformedBatch(f"record {index} has no key, and a compacted topic "
                                      "keeps the latest record of each key")
             pos = _skip_sized(buf, pos, "key")
             pos = _skip_sized(buf, pos, "value")
-            headers, pos = read_varint(buf, pos)
+            headers, pos = read_varint32(buf, pos)
             if headers < 0:
                 raise MalformedBatch(f"record {index} has {headers} headers")
             for _ in range(headers):

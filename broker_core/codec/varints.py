@@ -2,9 +2,14 @@
 signed ones of record fields.
 
 Readers say where they stopped. :func:`read_uvarint` reads a request (a truncated or
-overlong varint is a :class:`ProtocolError`); :func:`read_varint` reads records (an
-overlong varint is a :class:`MalformedBatch`; one cut short raises IndexError, which the
-record walkers turn into MalformedBatch with the record's place).
+overlong varint is a :class:`ProtocolError`); :func:`read_varint` and
+:func:`read_varint32` read records (an overlong varint is a :class:`MalformedBatch`; one
+cut short raises IndexError, which the record walkers turn into MalformedBatch with the
+record's place). Kafka reads a record's timestamp delta as a 64-bit varint (at most 10
+bytes) and its other varints (length, offset delta, key, value and header lengths, header
+count) as 32-bit ones (at most 5 bytes: the Java client refuses a longer one, "Varint is too
+long"); :func:`read_varint32` also refuses a 5th byte whose bits do not fit 32 bits, which
+Kafka's reader would drop.
 """
 
 from __future__ import annotations
@@ -44,6 +49,23 @@ def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise MalformedBatch("a varint runs over 10 bytes")
+
+
+def read_varint32(buf: Buffer, pos: int) -> tuple[int, int]:
+    """The 32-bit zigzag varint at ``pos`` (at most 5 bytes, its value within 32 bits) and
+    the position after it."""
+    result = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if shift == 28 and byte > 0x0F:
+                raise MalformedBatch("a 32-bit varint holds more than 32 bits")
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 28:
+            raise MalformedBatch("a 32-bit varint runs over 5 bytes")
 
 
 def uvarint(value: int) -> bytes:

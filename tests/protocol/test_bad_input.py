@@ -292,3 +292,75 @@ def test_fetch_past_the_end_is_offset_out_of_range(broker: BrokerProcess,
     assert fetch(0).error_code == 0
     conn.close()
     still_serving(broker)
+
+
+@pytest.mark.parametrize(("magic", "code"), [(0, INVALID_RECORD), (1, INVALID_RECORD),
+                                             (3, CORRUPT_MESSAGE), (-1, CORRUPT_MESSAGE)])
+def test_a_batch_of_another_magic_gets_kafkas_code(broker: BrokerProcess, topic_name: str,
+                                                   magic: int, code: int) -> None:
+    """Produce v3 and later: a v0 or v1 batch is INVALID_RECORD (Kafka's
+    ``ProduceRequest.validateRecords``), a magic byte out of 0..2 CORRUPT_MESSAGE."""
+    conn = RawConnection(broker.port)
+    assert create(conn, topic_name) == 0
+    batch = bytearray(record_batch(2))
+    struct.pack_into(">b", batch, 16, magic)
+    assert produce(conn, topic_name, resealed(batch)).error_code == code
+    assert latest_offset(conn, topic_name) == 0
+    conn.close()
+
+
+def test_an_idempotent_batch_without_a_sequence_is_invalid(broker: BrokerProcess,
+                                                           topic_name: str) -> None:
+    """Kafka's ``LogValidator``: a producer id with base sequence -1 is INVALID_RECORD."""
+    conn = RawConnection(broker.port)
+    assert create(conn, topic_name) == 0
+    batch = bytearray(record_batch(2))
+    struct.pack_into(">qhi", batch, 43, 7, 0, -1)  # producer id, epoch, base sequence
+    answer = produce(conn, topic_name, resealed(batch))
+    assert answer.error_code == INVALID_RECORD
+    assert "invalid sequence number -1" in answer.error_message
+    assert latest_offset(conn, topic_name) == 0
+    conn.close()
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_a_compressed_batch_claiming_billions_of_records(opaque_broker: BrokerProcess,
+                                                         topic_name: str, codec: int) -> None:
+    """Without validateRecords nothing is inflated, yet one small compressed batch may not
+    take up two billion offsets: no more records than its payload may inflate to."""
+    conn = RawConnection(opaque_broker.port)
+    assert create(conn, topic_name) == 0
+    batch = bytearray(record_batch(2))
+    struct.pack_into(">h", batch, 21, codec)
+    struct.pack_into(">i", batch, 23, 2**31 - 2)  # last offset delta
+    struct.pack_into(">i", batch, 57, 2**31 - 1)  # record count
+    assert produce(conn, topic_name, resealed(batch)).error_code == INVALID_RECORD
+    assert latest_offset(conn, topic_name) == 0
+    conn.close()
+
+
+def test_a_request_of_many_refused_partitions_logs_one_line(broker: BrokerProcess,
+                                                            topic_name: str) -> None:
+    """Each refused partition of a request was a log line of its own (100,000 bad entries,
+    100,000 lines): now the request's refusals are one line, the first with its message,
+    a few more named, the rest counted."""
+    conn = RawConnection(broker.port)
+    assert create(conn, topic_name) == 0
+    batch = record_batch(1)
+    data = ProduceRequest.TopicProduceData(name=topic_name, partition_data=[
+        ProduceRequest.TopicProduceData.PartitionProduceData(index=index, records=batch)
+        for index in range(1, 2001)])
+    answer = conn.call(ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=5000,
+                                         topic_data=[data]), 9, ProduceResponse)
+    codes = {p.error_code for p in answer.responses[0].partition_responses}
+    assert codes == {UNKNOWN_TOPIC_OR_PARTITION}
+    assert produce(conn, topic_name, record_batch(1), partition=1).error_code == \
+        UNKNOWN_TOPIC_OR_PARTITION  # a request of one: its own line, as before
+    conn.close()
+    line = broker.wait_for_log(rf"produce to {topic_name}-1 .*refused: .*and 1999 more "
+                               rf"partitions: {topic_name}-2: UNKNOWN_TOPIC_OR_PARTITION, "
+                               rf"{topic_name}-3: \w+, {topic_name}-4: \w+, \.\.\.\)")
+    assert line
+    broker.wait_for_log(rf"produce to {topic_name}-1 .*refused: [^(]*$")
+    lines = [text for text in broker.log_text().splitlines() if f"produce to {topic_name}-" in text]
+    assert len(lines) == 2, lines

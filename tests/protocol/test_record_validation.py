@@ -4,14 +4,17 @@ a batch); every client's batches, in every compression, still go through."""
 
 from __future__ import annotations
 
+import gzip
 import struct
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import confluent_kafka
+import lz4.frame
 import pytest
 
+from broker_core.codec.compression import MAX_GZIP_MEMBERS, deflate
 from tests.batches import values_batch
 from tests.bombs import BOMBS
 from tests.broker_process import BrokerProcess
@@ -100,7 +103,8 @@ def test_compressed_payloads_that_do_not_inflate_are_refused(
         assert latest_offset(conn, topic_name) == 0
     finally:
         conn.close()
-    pattern = "inflates past" if payload == "bomb" else "(does not inflate|cut short|runs past)"
+    pattern = "inflates past" if payload == "bomb" else \
+        "(does not inflate|does not start with|cut short|runs past)"
     validating.wait_for_log(rf"produce to {topic_name}-0 .*refused: malformed record: .*"
                             rf"{pattern}")
 
@@ -114,3 +118,60 @@ def test_every_client_gets_through(validating: BrokerProcess, topic_name: str, c
     PRODUCERS[client](validating.bootstrap, topic_name, make_records(1500, base_ts),
                       compression)
     check_roundtrip(CONSUMERS[client](validating.bootstrap, topic_name, 1500), 1500, base_ts)
+
+
+def _linked_lz4(records: bytes) -> bytes:
+    # python-lz4's default: blocks linked, which Kafka's reader refuses
+    packed: bytes = lz4.frame.compress(records, block_linked=True,
+                                       block_size=lz4.frame.BLOCKSIZE_MAX64KB)
+    return packed
+
+
+def _many_gzip_members(records: bytes) -> bytes:
+    return gzip.compress(records, mtime=0) + gzip.compress(b"", mtime=0) * MAX_GZIP_MEMBERS
+
+
+def _lz4_and_more(records: bytes) -> bytes:
+    return deflate(3, records) + b"trailing bytes Kafka's reader never reads"
+
+
+@pytest.mark.parametrize(("codec", "pack", "why"), [
+    (3, _linked_lz4, "links its blocks"), (3, _lz4_and_more, "follow the lz4 frame"),
+    (1, _many_gzip_members, "members")])
+def test_payloads_kafkas_reader_refuses_are_refused(
+        validating: BrokerProcess, topic_name: str, codec: int,
+        pack: Callable[[bytes], bytes], why: str) -> None:
+    """LZ4 frames whose blocks are linked (the Java client: "Dependent block stream is
+    unsupported") or followed by more bytes, and gzip payloads of more members than
+    :data:`MAX_GZIP_MEMBERS` (each costs a decoder: 40,000 empty ones held the event loop
+    for seconds): INVALID_RECORD, nothing written."""
+    records = bytes(values_batch([b"x" * 100] * 700))[61:]  # more than one 64 KiB block
+    conn = RawConnection(validating.port)
+    try:
+        assert create(conn, topic_name) == 0
+        answer = produce(conn, topic_name, compressed_batch(codec, pack(records), 700))
+        assert answer.error_code == INVALID_RECORD, answer
+        assert latest_offset(conn, topic_name) == 0
+    finally:
+        conn.close()
+    validating.wait_for_log(rf"produce to {topic_name}-0 .*refused: malformed record: .*{why}")
+
+
+def test_a_record_varint_over_5_bytes_is_refused(validating: BrokerProcess,
+                                                 topic_name: str) -> None:
+    """A record's key length written in 6 bytes (Kafka reads at most 5; the Java client
+    fails on the partition: "Varint is too long"): INVALID_RECORD, nothing written."""
+    batch = bytearray(values_batch([b"v"]))
+    at = 61 + 4  # record length, attributes, timestamp delta, offset delta: 1 byte each
+    assert batch[at] == 0x01  # a null key
+    batch[at:at + 1] = b"\x81\x80\x80\x80\x80\x00"  # the same, over 6 bytes
+    batch[61] += 10  # the record length (zigzag): 5 bytes more
+    conn = RawConnection(validating.port)
+    try:
+        assert create(conn, topic_name) == 0
+        answer = produce(conn, topic_name, resealed(batch))
+        assert answer.error_code == INVALID_RECORD, answer
+        assert latest_offset(conn, topic_name) == 0
+    finally:
+        conn.close()
+    validating.wait_for_log(rf"produce to {topic_name}-0 .*refused: .*over 5 bytes")

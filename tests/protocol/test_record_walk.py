@@ -210,6 +210,52 @@ def test_a_strided_view_is_walked_in_python(native: NativeWalker) -> None:
     assert _outcome(strided, start, count, False, native) is None
 
 
+def _wide(value: int, width: int, top: int = 0) -> bytes:
+    """``value`` as a zigzag varint, padded with 0x80 continuation bytes to ``width``, its
+    last byte ORed with ``top`` when padded (bits past the value's)."""
+    raw = value * 2 if value >= 0 else -value * 2 - 1
+    groups = []
+    while True:
+        groups.append(raw & 0x7F)
+        raw >>= 7
+        if not raw:
+            break
+    groups += [0] * (width - len(groups))
+    if width:
+        groups[-1] |= top
+    return bytes(g | 0x80 for g in groups[:-1]) + bytes([groups[-1]])
+
+
+def _wide_record(length_width: int = 0, ts_width: int = 0, delta_width: int = 0,
+                 key_width: int = 0, headers_width: int = 0, top: int = 0) -> bytes:
+    """One record (key b"k", value b"v", no headers) with each varint as wide as asked
+    (and ``top`` set in the last byte of the widened ones)."""
+    body = (b"\x00" + _wide(0, ts_width) + _wide(0, delta_width, top)
+            + _wide(1, key_width, top) + b"k" + _wide(1, 0) + b"v"
+            + _wide(0, headers_width, top))
+    return _wide(len(body), length_width, top) + body
+
+
+FIELDS = ["length_width", "delta_width", "key_width", "headers_width"]
+
+
+@pytest.mark.parametrize("field", FIELDS)
+@pytest.mark.parametrize("walker", ["python", "native"])
+def test_32_bit_record_varints_over_5_bytes_are_refused(
+        native: NativeWalker, field: str, walker: str) -> None:
+    """Kafka reads them with ``readVarint`` (5 bytes at most; the Java client fails:
+    "Varint is too long"): 5 bytes pass, 6 and more do not, in both walkers; the timestamp
+    delta, a 64-bit varint, may take 10."""
+    walk = native if walker == "native" else None
+    walk_records(_wide_record(**{field: 5}), 0, 1, native=walk)
+    walk_records(_wide_record(ts_width=10), 0, 1, native=walk)
+    for width in (6, 10):
+        with pytest.raises(MalformedBatch, match="varint runs over 5 bytes"):
+            walk_records(_wide_record(**{field: width}), 0, 1, native=walk)
+    with pytest.raises(MalformedBatch, match="more than 32 bits"):  # 5th byte: bits 28-34
+        walk_records(_wide_record(**{field: 5}, top=0x10), 0, 1, native=walk)
+
+
 @pytest.mark.parametrize("library", ["as loaded", "missing"])
 def test_the_broker_says_which_walker_runs_and_refuses_garbage_either_way(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, topic_name: str,

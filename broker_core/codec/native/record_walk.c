@@ -11,10 +11,12 @@
  * declared here (stable ABI since 3.11) so that no Python headers are needed; the
  * interpreter that loads the library provides the symbols.
  *
- * Hostile input: every read is bounds-checked against end; varints stop at 10 bytes;
- * values that do not fit 64 bits saturate to INT64_MIN / INT64_MAX (every check compares
- * them with buffer sizes or small numbers, so the verdict is the one Python's exact
- * integers give); lengths are compared with the bytes left, never added blindly.
+ * Hostile input: every read is bounds-checked against end; the timestamp delta (a 64-bit
+ * varint, as Kafka reads it) stops at 10 bytes, and its value, when it does not fit 64
+ * bits, saturates to INT64_MIN / INT64_MAX (only the walk's position depends on it); every
+ * other varint is a 32-bit one, as Kafka reads it: at most 5 bytes, its value within 32
+ * bits (varints.read_varint32); lengths are compared with the bytes left, never added
+ * blindly.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -22,7 +24,7 @@
 enum {
     WALK_OK = 0,
     WALK_PAST_END = 1,      /* a read runs past the end of the buffer */
-    WALK_VARINT = 2,        /* a varint runs over 10 bytes */
+    WALK_VARINT = 2,        /* a varint runs over 10 bytes (32-bit ones: 5, or 32 bits) */
     WALK_LENGTH = 3,        /* a record length under 6 or past the end */
     WALK_DELTA = 4,         /* an offset delta other than the record's index */
     WALK_NO_KEY = 5,        /* keyed, and a record without a key */
@@ -33,7 +35,7 @@ enum {
 };
 
 /* The ABI this file implements; the Python loader refuses a library with another one. */
-int record_walk_abi(void) { return 1; }
+int record_walk_abi(void) { return 2; }
 
 /* The zigzag varint at *pos into *value; *pos moves past it. */
 static int varint_long(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *value);
@@ -57,6 +59,52 @@ static inline int varint(const uint8_t *buf, int64_t end, int64_t *pos, int64_t 
         }
     }
     return varint_long(buf, end, pos, value);
+}
+
+/* The 32-bit zigzag varint at *pos into *value (at most 5 bytes, its value within 32
+ * bits); *pos moves past it. */
+static int varint32_long(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *value);
+
+static inline int varint32(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *value)
+{
+    int64_t at = *pos;
+    if (end - at >= 2) {  /* the usual one or two bytes, as varint's */
+        uint64_t raw = buf[at];
+        if (raw < 0x80) {
+            *pos = at + 1;
+            *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return WALK_OK;
+        }
+        if (buf[at + 1] < 0x80) {
+            raw = (raw & 0x7F) | ((uint64_t)buf[at + 1] << 7);
+            *pos = at + 2;
+            *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return WALK_OK;
+        }
+    }
+    return varint32_long(buf, end, pos, value);
+}
+
+static int varint32_long(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *value)
+{
+    uint64_t raw = 0;
+    int shift = 0;
+    for (;;) {
+        if (*pos >= end)
+            return WALK_PAST_END;
+        uint8_t byte = buf[(*pos)++];
+        raw |= (uint64_t)(byte & 0x7F) << shift;
+        if (byte < 0x80) {
+            if (shift == 28 && byte > 0x0F)
+                return WALK_VARINT;  /* bits past the 32nd */
+            break;
+        }
+        shift += 7;
+        if (shift > 28)
+            return WALK_VARINT;  /* a 6th byte */
+    }
+    *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+    return WALK_OK;
 }
 
 /* :c:func:`varint` of any length, bounds-checked byte by byte. */
@@ -93,7 +141,7 @@ static int varint_long(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *v
 static int skip_sized(const uint8_t *buf, int64_t end, int64_t *pos, int nullable)
 {
     int64_t size;
-    int rc = varint(buf, end, pos, &size);
+    int rc = varint32(buf, end, pos, &size);
     if (rc != WALK_OK)
         return rc;
     if (size < 0)
@@ -116,7 +164,7 @@ static int walk(const uint8_t *buf, int64_t end, int64_t pos, int64_t count, int
         pos = start = 0;
     while (pos < end) {
         start = pos;
-        TRY(varint(buf, end, &pos, &value));
+        TRY(varint32(buf, end, &pos, &value));
         if (value < 6 || value > end - pos) {
             rc = WALK_LENGTH;
             goto fail;
@@ -124,14 +172,14 @@ static int walk(const uint8_t *buf, int64_t end, int64_t pos, int64_t count, int
         stop = pos + value;
         pos += 1;  /* attributes */
         TRY(varint(buf, end, &pos, &value));  /* timestamp delta */
-        TRY(varint(buf, end, &pos, &value));  /* offset delta */
+        TRY(varint32(buf, end, &pos, &value));  /* offset delta */
         if (value != index) {
             rc = WALK_DELTA;
             goto fail;
         }
         if (keyed) {
             probe = pos;
-            TRY(varint(buf, end, &probe, &value));
+            TRY(varint32(buf, end, &probe, &value));
             if (value == -1) {
                 rc = WALK_NO_KEY;
                 goto fail;
@@ -139,7 +187,7 @@ static int walk(const uint8_t *buf, int64_t end, int64_t pos, int64_t count, int
         }
         TRY(skip_sized(buf, end, &pos, 1));  /* key */
         TRY(skip_sized(buf, end, &pos, 1));  /* value */
-        TRY(varint(buf, end, &pos, &headers));
+        TRY(varint32(buf, end, &pos, &headers));
         if (headers < 0) {
             rc = WALK_HEADERS;
             goto fail;
