@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -112,6 +113,10 @@ def _envoy_from(directory: Path, xds_port: int, admin_port: int, source: str = "
     return EnvoyProcess(path, admin_port)
 
 
+def _node_count_is(server: XdsServer, count: int) -> bool:
+    return len(server.status_dict()["nodes"]) == count
+
+
 def test_one_address_cannot_take_every_stream_from_envoys(tmp_path: Path) -> None:
     # the server holds 3 streams; a client holding them all used to lock every Envoy out
     server = XdsServer(PlanSource(brokers_file=str(_brokers_file(tmp_path))),
@@ -123,7 +128,7 @@ def test_one_address_cannot_take_every_stream_from_envoys(tmp_path: Path) -> Non
     try:
         for count, client in enumerate(hostile[:2], 1):  # in turn: the third is refused
             client.send(_UNSERVED)
-            _wait(lambda count=count: len(server.status_dict()["nodes"]) == count)
+            _wait(partial(_node_count_is, server, count))
         hostile[2].send(_UNSERVED)
         with pytest.raises(grpc.RpcError) as refused:
             hostile[2].receive()
