@@ -23,6 +23,7 @@ from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from broker_core import metrics
+from broker_core.codec import schema_varints
 from broker_core.codec.errors import ProtocolError
 from broker_core.codec.framing import (
     Prewritten,
@@ -40,6 +41,8 @@ from broker_core.errors import ErrorCode
 from broker_core.null_fields import first_forbidden_null
 from broker_core.stages import Later
 from common.frames import Frame
+
+schema_varints.install()  # before any request is decoded
 
 if TYPE_CHECKING:  # the quotas' modules import the APIs, which import this one
     from broker_core.quotas.manager import Throttle
