@@ -164,7 +164,7 @@ _KEYS = (
           "durability). No effect on PostgreSQL.", "log.flush.interval.ms"),
     _long("file.delete.delay.ms", "60000", 0,
           "How long Kafka keeps a deleted segment's file before removing it; a ledger "
-          "retention or the cleaner drops is removed once no reader holds it (taken and "
+          "that retention or the cleaner drops is unlinked at once here (taken and "
           "described only).", "log.segment.delete.delay.ms", NO_OP),
     _flag("preallocate", "false",
           "Whether Kafka preallocates a new segment's file; ledgers here grow as written "
@@ -334,6 +334,7 @@ def topic_config_markdown() -> str:
             "|---|---|---|---|---|---|"]
     for key in _KEYS:
         server = f"`{key.server}`" if key.server is not None else "(none)"
-        rows.append(f"| `{key.name}` | {_TYPE_NAMES[key.kind]} | `{key.default}` | "
+        default = f"`{key.default}`" if key.default else "(empty)"
+        rows.append(f"| `{key.name}` | {_TYPE_NAMES[key.kind]} | {default} | "
                     f"{server} | {key.effect} | {key.doc} |")
     return "\n".join(rows) + "\n"
