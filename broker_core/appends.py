@@ -28,7 +28,7 @@ import errno
 
 from broker_core.codec.batch_header import BatchHeader
 from broker_core.codec.varints import Buffer
-from broker_core.durability import FlushScheduler
+from broker_core.durability import FlushScheduler, TopicFlush
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import PartitionStore, group_committed
 from broker_core.storage.cluster import NotOwner
@@ -50,7 +50,8 @@ class AppendPath:
     def append(self, key: TopicPartition, partition: PartitionStore, batch: Buffer,
                header: BatchHeader, kind: WriteKind,
                code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR, what: str | None = None,
-               generation: int | None = None) -> tuple[int, asyncio.Future[None] | None]:
+               generation: int | None = None,
+               flush: TopicFlush | None = None) -> tuple[int, asyncio.Future[None] | None]:
         """Append ``batch`` (whose header was read once, as ``header``) to ``partition`` of
         topic-partition ``key``; return its base offset and what to await before
         acknowledging it (None: nothing yet). A failed write raises KafkaApiError ``code``
@@ -58,7 +59,8 @@ class AppendPath:
         topic-partition). ``generation``: the partition's commit generation the batch was
         judged at (``commit_generation``); a group-committed partition whose generation
         has moved on since refuses it, with ``code`` (the failure that moved it is the
-        cause, logged already)."""
+        cause, logged already). ``flush``: the topic's own fsync policy (None: the
+        broker's)."""
         try:  # not faults.guard: this is the produce hot path
             if group_committed(partition):
                 base, commit = partition.append_deferred(batch, header, generation)
@@ -73,7 +75,8 @@ class AppendPath:
                                 if code == ErrorCode.KAFKA_STORAGE_ERROR else code,
                                 str(exc)) from None
         self.faults.succeeded(kind)
-        durable = self.flusher.appended(partition, key, base, header.record_count, len(batch))
+        durable = self.flusher.appended(partition, key, base, header.record_count, len(batch),
+                                        flush)
         if durable is None:  # visible now; else once fsynced, and woken then (durability)
             self.waiters.notify(key)
         return base, durable

@@ -19,6 +19,12 @@ loss can take back and give to another record, as in Kafka, whose ``flush.messag
 before the high watermark moves. Appends no producer waits for (below the count, or the
 default, no count at all) are visible at once: the high watermark is then the written end,
 and nothing is held, looked up or woken later.
+
+A topic can tighten the policy for its partitions (``TopicFlush``): its ``flush.messages``
+takes the place of ``flush_interval_messages``, and a ``flush.ms`` shorter than
+``flush_interval_ms`` (or any, when that is 0) fsyncs a partition within that time of an
+append, by a timer the first unflushed append arms. A longer ``flush.ms`` changes nothing:
+the periodic fsync still takes the partition.
 """
 
 from __future__ import annotations
@@ -45,12 +51,24 @@ less is left to the kernel and the next fsync (10,000 partitions taking a record
 cost a job per partition and round otherwise, for nothing the fsync would miss)."""
 
 
+@dataclass(frozen=True, slots=True)
+class TopicFlush:
+    """A topic's own flush policy: its ``flush.messages`` and ``flush.ms``."""
+
+    messages: int
+    """fsync once this many records are unflushed (their producers wait for it)."""
+    ms: int
+    """fsync within this many ms of an append, when sooner than the periodic fsync."""
+
+
 @dataclass(slots=True)
 class _PartitionState:
     unflushed: int = 0
     unwritten_bytes: int = 0
     running: asyncio.Future[None] | None = None
     next_round: asyncio.Future[None] | None = None
+    due: asyncio.TimerHandle | None = None
+    """The fsync a topic's ``flush.ms`` armed, not run yet."""
 
 
 @dataclass(slots=True)
@@ -110,7 +128,9 @@ class FlushScheduler:
 
     def forget(self, partition: PartitionStore) -> None:
         """Drop a partition that is being deleted."""
-        self._state.pop(id(partition), None)
+        state = self._state.pop(id(partition), None)
+        if state is not None and state.due is not None:
+            state.due.cancel()
         self._logs.pop(id(partition), None)
         self._unwritten.discard(id(partition))
         self._dirty.discard(id(partition))
@@ -126,12 +146,14 @@ class FlushScheduler:
         return partition.next_offset
 
     def appended(self, partition: PartitionStore, name: TopicPartition, base: int,
-                 records: int, size: int) -> asyncio.Future[None] | None:
+                 records: int, size: int,
+                 topic: TopicFlush | None = None) -> asyncio.Future[None] | None:
         """Record an append of ``records`` in ``size`` bytes at offset ``base`` of
-        ``partition`` (topic-partition ``name``); return a future to await before
-        acknowledging, if one is due. The append is then not visible (nor anything after
-        it) until that fsync is done, which wakes the partition's parked fetches: the
-        caller wakes them only when this returns None."""
+        ``partition`` (topic-partition ``name``, whose topic's own policy is ``topic``:
+        None, the broker's); return a future to await before acknowledging, if one is
+        due. The append is then not visible (nor anything after it) until that fsync is
+        done, which wakes the partition's parked fetches: the caller wakes them only when
+        this returns None."""
         key = id(partition)
         state = self._state.get(key)
         if state is None:
@@ -145,11 +167,30 @@ class FlushScheduler:
         if state.unwritten_bytes >= WRITEBACK_MIN_BYTES:
             state.unwritten_bytes = 0
             self._unwritten.add(key)
-        if state.unflushed >= self.flush_interval_messages:
+        if topic is not None and state.due is None and self._sooner(topic.ms):
+            state.due = asyncio.get_running_loop().call_later(
+                topic.ms / 1000, self._flush_due, key)
+        limit = self.flush_interval_messages if topic is None else topic.messages
+        if state.unflushed >= limit:
             if key not in self._held:
                 self._held[key] = _Hold(base, name)
             return self._request_flush(partition, state)
         return None
+
+    def _sooner(self, flush_ms: int) -> bool:
+        """Whether a topic's ``flush.ms`` asks for an fsync sooner than the periodic one."""
+        return self.flush_interval_ms == 0 or flush_ms < self.flush_interval_ms
+
+    def _flush_due(self, key: int) -> None:
+        """A topic's ``flush.ms`` is up for partition ``key``: fsync what it has unflushed
+        (a failure is noted as the periodic fsync's are)."""
+        state = self._state.get(key)
+        if state is None:
+            return
+        state.due = None
+        task = asyncio.get_running_loop().create_task(self._flush_keys({key}))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def flush(self, partition: PartitionStore) -> asyncio.Future[None]:
         """fsync everything appended to ``partition`` so far (sharing a running fsync's

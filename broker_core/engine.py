@@ -380,6 +380,8 @@ class Engine:
                 f"{internal} requires {rules.min_insync_replicas} in-sync replicas; "
                 "this broker keeps one",
             )
+        if rules.timestamps is not None:
+            rules.timestamps.check(header, int(time.time() * 1000))
         rework = Rework.needed(header, rules.codec, rules.keyed, self.config.validate_records)
         if rework is None and self.config.validate_records and \
                 not checked_here(records, header):  # it inflates to much more than came
@@ -519,7 +521,8 @@ class Engine:
         validated = time.perf_counter()
         try:
             base, durable = self.appends.append((internal, index), partition, batch, header,
-                                                WriteKind.RECORDS, generation=generation)
+                                                WriteKind.RECORDS, generation=generation,
+                                                flush=rules.flush)
         except KafkaApiError:
             # a database commit's reply may be what was lost, or the partition moved: judge
             # the producer's retry by what is stored

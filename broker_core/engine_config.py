@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from broker_core import metrics
 from broker_core.cluster.service import ClusterConfig
 from broker_core.codec.compression import codec_of
+from broker_core.durability import TopicFlush
 from broker_core.groups.config import GroupConfig
 from broker_core.loop_metrics import LoopCounter
 from broker_core.partition_producers import DEFAULT_EXPIRATION_MS
+from broker_core.produce_timestamps import TimestampBounds
 from broker_core.topic_configs import config_number, list_items
 from broker_core.transactions.coordinator import TxnConfig
 from common.names import DEFAULT_METADATA_NAMESPACE, DEFAULT_METADATA_TENANT
@@ -67,6 +69,10 @@ class ProduceRules:
     """The codec batches are stored in (``compression.type``; None: the producer's)."""
     keyed: bool
     """Records must carry a key (``cleanup.policy`` includes ``compact``)."""
+    timestamps: TimestampBounds | None
+    """The bounds of produced timestamps (None: none checked)."""
+    flush: TopicFlush
+    """When the topic's partitions are fsynced (``flush.messages``, ``flush.ms``)."""
     messages_in: LoopCounter
     bytes_in: LoopCounter
 
@@ -80,4 +86,7 @@ class ProduceRules:
                    settings["message.timestamp.type"] == "LogAppendTime",
                    codec_of(settings["compression.type"]),
                    "compact" in list_items(settings["cleanup.policy"]),
+                   TimestampBounds.of(settings),
+                   TopicFlush(config_number(settings, "flush.messages"),
+                              config_number(settings, "flush.ms")),
                    metrics.MESSAGES_IN.labels(internal), metrics.BYTES_IN.labels(internal))

@@ -41,6 +41,7 @@ from broker_core.quotas.store import QuotaStore
 from broker_core.quotas.throttling import Throttling
 from broker_core.storage import KeyValueStore, LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress
+from broker_core.topic_configs import LONG_MAX
 from broker_core.transactions.coordinator import TxnConfig
 from edge import cpu_slice, gc_tuning, open_files
 from edge.acl_apis import AclApis
@@ -116,8 +117,19 @@ TOPIC_DEFAULT_KEYS = {
     "segment.bytes": "log_segment_bytes",
     "segment.ms": "log_segment_ms",
     "compression.type": "compression_type",
+    "flush.messages": "flush_interval_messages",
+    "flush.ms": "flush_interval_ms",
 }
 """Topic configs whose default a broker config key sets: topic key -> the key's field."""
+
+
+def _topic_default(config: BrokerConfig, topic_key: str, field: str) -> str:
+    """The default of topic config ``topic_key`` that the broker config's ``field`` sets
+    (``flushIntervalMs`` 0, no periodic fsync, is ``flush.ms`` at its largest: never)."""
+    value = getattr(config, field)
+    if topic_key == "flush.ms" and value == 0:
+        return str(LONG_MAX)
+    return str(value)
 
 
 def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineConfig:
@@ -172,7 +184,7 @@ def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineCon
         cluster=ClusterConfig(session_timeout_ms=config.broker_session_timeout_ms,
                               heartbeat_ms=config.broker_heartbeat_interval_ms),
         listed_namespaces=config.kop_allowed_namespaces,
-        topic_defaults={topic_key: str(getattr(config, field))
+        topic_defaults={topic_key: _topic_default(config, topic_key, field)
                         for topic_key, field in TOPIC_DEFAULT_KEYS.items()},
         configured_topic_defaults=frozenset(
             topic_key for topic_key, field in TOPIC_DEFAULT_KEYS.items()

@@ -30,7 +30,13 @@ from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import ConfigsChanged, log_config_for_topic
 from broker_core.storage_faults import WriteKind
-from broker_core.topic_configs import check_value_length, list_items, validate_topic_configs
+from broker_core.topic_configs import (
+    TOPIC_CONFIG_KEYS,
+    TYPE_LIST,
+    check_value_length,
+    list_items,
+    validate_topic_configs,
+)
 
 Plan = Callable[[Mapping[str, str], Mapping[str, str]], dict[str, str]]
 """From a topic's own configs and the defaults, its new own configs."""
@@ -40,7 +46,7 @@ BROKER = 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _ATTEMPTS = 20
 """How often a change is computed again when other brokers' changes keep landing first."""
-LIST_KEYS = frozenset({"cleanup.policy"})
+LIST_KEYS = frozenset(name for name, key in TOPIC_CONFIG_KEYS.items() if key.kind == TYPE_LIST)
 """Topic configs whose value is a comma-separated list (APPEND and SUBTRACT apply)."""
 _Replaced = AlterConfigsRequest.AlterConfigsResource.AlterableConfig
 _Operation = IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig

@@ -77,6 +77,8 @@ def _topic_synonyms(engine: Engine, own: Mapping[str, str]) -> Callable[[str], l
         found = []
         if name in own:
             found.append(_Synonym(name=name, value=own[name], source=DYNAMIC_TOPIC_CONFIG))
+        if key.server is None:  # Kafka has no broker config for it
+            return found
         # one broker entry: both under one name would be one to clients that key synonyms
         # by name (confluent-kafka), and the default would hide the broker's value
         found.append(_Synonym(name=key.server, value=broker_values[name],
@@ -108,8 +110,8 @@ def _describe_broker(engine: Engine, ctx: RequestContext, resource: _Resource,
         raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                             f"this is broker {engine.config.broker_id}, not "
                             f"{resource.resource_name}")
-    values = {TOPIC_CONFIG_KEYS[name].server: value
-              for name, value in engine.topic_configs({}).items()}
+    values = {server: value for name, value in engine.topic_configs({}).items()
+              if (server := TOPIC_CONFIG_KEYS[name].server) is not None}
     values.update(engine.config.broker_configs)
     if not engine.authorizer.is_operator(ctx):  # where the storage lives: not a tenant's
         for name in STORAGE_CONFIGS:

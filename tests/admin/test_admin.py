@@ -1,8 +1,11 @@
 """Topic administration through confluent-kafka's AdminClient and kafka-python's admin client:
-CreateTopics (validate-only, configs), DeleteTopics, CreatePartitions, DescribeConfigs,
-DescribeCluster, and KoP's tenant/namespace naming."""
+CreateTopics (validate-only, configs: those stock tools set, every key of Kafka's
+TopicConfig), DeleteTopics, CreatePartitions, DescribeConfigs, the timestamp bounds of
+produce (INVALID_TIMESTAMP), DescribeCluster, and KoP's tenant/namespace naming."""
 
 from __future__ import annotations
+
+import time
 
 import confluent_kafka
 import kafka.admin
@@ -12,6 +15,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 
 from tests.broker_process import BrokerProcess
 from tests.clients import consume_confluent, make_records, produce_confluent
+from tests.compaction.test_compaction_configs import described
 
 pytestmark = pytest.mark.storage_engines  # each test on file://, memory:// and postgres://
 
@@ -74,6 +78,68 @@ def test_describe_configs_shows_own_and_default_values(broker: BrokerProcess,
     with pytest.raises(KafkaException) as failure:
         client.describe_configs([missing])[missing].result(10)
     assert error_name(failure.value) == "UNKNOWN_TOPIC_OR_PART"
+
+
+STOCK_TOOL_CONFIGS = {  # what Strimzi, Kafka Streams, Connect and Terraform users set
+    "cleanup.policy": "compact,delete", "message.timestamp.type": "CreateTime",
+    "segment.bytes": "52428800", "retention.ms": "-1", "min.insync.replicas": "1",
+    "unclean.leader.election.enable": "false", "preallocate": "false",
+    "segment.jitter.ms": "60000", "segment.index.bytes": "1048576",
+    "file.delete.delay.ms": "60000", "flush.messages": "10000", "flush.ms": "1000",
+    "message.downconversion.enable": "true", "message.format.version": "3.0-IV1",
+    "leader.replication.throttled.replicas": "*",
+    "follower.replication.throttled.replicas": "0:0",
+    "local.retention.ms": "-2", "local.retention.bytes": "-2",
+    "remote.storage.enable": "false", "compression.zstd.level": "3",
+    "message.timestamp.before.max.ms": "86400000",
+    "message.timestamp.after.max.ms": "3600000",
+    "message.timestamp.difference.max.ms": "86400000",
+}
+
+
+def test_stock_tools_topic_configs_are_taken_and_described(broker: BrokerProcess,
+                                                           topic_name: str) -> None:
+    client = admin(broker)
+    client.create_topics([NewTopic(topic_name, 1, 1, config=STOCK_TOOL_CONFIGS)])[
+        topic_name].result(10)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic_name)
+    configs = client.describe_configs([resource])[resource].result(10)
+    assert {name: configs[name].value for name in STOCK_TOOL_CONFIGS} == STOCK_TOOL_CONFIGS
+    assert all(not configs[name].is_default for name in STOCK_TOOL_CONFIGS)
+    assert set(configs["preallocate"].synonyms) == {"preallocate", "log.preallocate"}
+    assert set(configs["remote.storage.enable"].synonyms) == {"remote.storage.enable"}
+    assert configs["compression.gzip.level"].value == "-1"
+    assert configs["compression.gzip.level"].is_default
+    kinds = {name: kind for name, (_value, _source, kind) in described(
+        broker, topic_name).items()}
+    assert (kinds["preallocate"], kinds["flush.ms"], kinds["segment.index.bytes"],
+            kinds["leader.replication.throttled.replicas"]) == (1, 5, 3, 7)
+    tiered = NewTopic(topic_name + "-tiered", 1, 1, config={"remote.storage.enable": "true"})
+    with pytest.raises(KafkaException) as refused:
+        client.create_topics([tiered])[tiered.topic].result(10)
+    assert error_name(refused.value) == "INVALID_CONFIG"
+
+
+def test_timestamps_out_of_the_topics_bounds_are_invalid_timestamp(
+        broker: BrokerProcess, topic_name: str) -> None:
+    client = admin(broker)
+    client.create_topics([NewTopic(topic_name, 1, 1, config={
+        "message.timestamp.before.max.ms": "3600000",
+        "message.timestamp.after.max.ms": "3600000"})])[topic_name].result(10)
+    now = int(time.time() * 1000)
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "linger.ms": 0})
+    outcomes: dict[bytes | None, confluent_kafka.KafkaError | None] = {}
+    for value, timestamp in ((b"old", now - 7_200_000), (b"new", now + 7_200_000),
+                             (b"good", now)):
+        producer.produce(topic_name, value, partition=0, timestamp=timestamp,
+                         on_delivery=lambda err, msg: outcomes.__setitem__(msg.value(), err))
+        assert producer.flush(30) == 0  # one batch each
+    codes = {value: None if err is None else err.code() for value, err in outcomes.items()}
+    assert codes == {b"old": confluent_kafka.KafkaError.INVALID_TIMESTAMP,
+                     b"new": confluent_kafka.KafkaError.INVALID_TIMESTAMP, b"good": None}
+    (got,) = consume_confluent(broker.bootstrap, topic_name, 1, partitions=1)
+    assert (got.offset, got.rec.value, got.rec.timestamp) == (0, b"good", now)
 
 
 def test_log_append_time_topics_stamp_the_broker_time(broker: BrokerProcess,

@@ -1,6 +1,6 @@
 """The README's promises: `make run` serves on 127.0.0.1:9092 and the quick-start snippet works
 as printed (and again when run twice), also against the cluster and brokers the README starts;
-the configuration table is the one the code generates."""
+the configuration table and the topic config table are the ones the code generates."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psycopg
 
+from broker_core.topic_configs import topic_config_markdown
 from edge.config import config_reference_markdown
 from tests.broker_process import REPO
 from tests.clients import consume_confluent
@@ -49,6 +50,13 @@ def test_config_table_matches_the_code() -> None:
     match = re.search(r"<!-- config-table -->\n(.*?)<!-- /config-table -->", README, re.S)
     assert match is not None
     assert match[1].strip() == config_reference_markdown().strip()
+
+
+def test_topic_config_table_matches_the_code() -> None:
+    match = re.search(r"<!-- topic-config-table -->\n(.*?)<!-- /topic-config-table -->",
+                      README, re.S)
+    assert match is not None
+    assert match[1].strip() == topic_config_markdown().strip()
 
 
 def test_make_run_then_quickstart(tmp_path: Path) -> None:

@@ -11,7 +11,12 @@ import threading
 from pathlib import Path
 
 from broker_core.codec.batch_header import BatchHeader
-from broker_core.durability import WRITEBACK_INTERVAL_MS, WRITEBACK_MIN_BYTES, FlushScheduler
+from broker_core.durability import (
+    WRITEBACK_INTERVAL_MS,
+    WRITEBACK_MIN_BYTES,
+    FlushScheduler,
+    TopicFlush,
+)
 from broker_core.storage import LogConfig, PartitionLog
 from broker_core.storage.fsutil import start_writeback
 from broker_core.storage.partition_flush import FLUSH_TOGETHER_MIN
@@ -21,10 +26,12 @@ from tests.wakeups import CountingLoop, run_counting
 
 
 def append_to(scheduler: FlushScheduler, log: PartitionLog, batch: bytearray,
-              header: BatchHeader) -> asyncio.Future[None] | None:
-    """Append ``batch`` to ``log`` and tell ``scheduler``, as the append path does."""
+              header: BatchHeader, topic: TopicFlush | None = None
+              ) -> asyncio.Future[None] | None:
+    """Append ``batch`` to ``log`` and tell ``scheduler``, as the append path does
+    (``topic``: the topic's own flush policy)."""
     base = log.append(batch, header)
-    return scheduler.appended(log, ("t", 0), base, header.record_count, len(batch))
+    return scheduler.appended(log, ("t", 0), base, header.record_count, len(batch), topic)
 
 
 class CountingLog(PartitionLog):
@@ -282,3 +289,41 @@ def test_a_producer_cancelled_does_not_cancel_the_others_wait(tmp_path: Path) ->
         log.close()
 
     asyncio.run(scenario())
+
+
+def test_a_topics_flush_messages_and_flush_ms_tighten_the_brokers_policy(
+        tmp_path: Path) -> None:
+    """``flush.messages`` 2 on one topic: its producers wait for an fsync every second
+    record, the broker's other partitions not; ``flush.ms`` 0 with no periodic fsync at
+    all (``flushIntervalMs`` 0): the partition is fsynced without anyone asking; a
+    ``flush.ms`` longer than the broker's interval arms nothing of its own."""
+    tight, loose, timed = (CountingLog(tmp_path / name, LogConfig())
+                           for name in ("tight", "loose", "timed"))
+
+    async def scenario() -> None:
+        scheduler = FlushScheduler(flush_interval_messages=1 << 60, flush_interval_ms=0)
+        policy = TopicFlush(messages=2, ms=1 << 62)
+        answers = []
+        for log, topic in ((tight, policy), (loose, None), (tight, policy)):
+            batch, header = headed(build_batch([(None, b"v")], timestamp=1))
+            answers.append(append_to(scheduler, log, batch, header, topic))
+        assert answers[0] is None and answers[1] is None and answers[2] is not None
+        await answers[2]
+        assert (tight.flushes, loose.flushes) == (1, 0)
+        batch, header = headed(build_batch([(None, b"v")], timestamp=1))
+        assert append_to(scheduler, timed, batch, header, TopicFlush(1 << 60, 0)) is None
+        for _ in range(1000):  # the timer flush.ms armed fsyncs it, with no one waiting
+            if timed.flushes:
+                break
+            await asyncio.sleep(0.01)
+        assert timed.flushes == 1
+        later = FlushScheduler(flush_interval_messages=1 << 60, flush_interval_ms=1000)
+        batch, header = headed(build_batch([(None, b"v")], timestamp=1))
+        append_to(later, loose, batch, header, TopicFlush(1 << 60, 5000))
+        assert all(state.due is None for state in later._state.values())
+        await scheduler.stop()
+        await later.stop()
+
+    asyncio.run(scenario())
+    for log in (tight, loose, timed):
+        log.close()
