@@ -40,25 +40,29 @@ int record_walk_abi(void) { return 2; }
 /* The zigzag varint at *pos into *value; *pos moves past it. */
 static int varint_long(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *value);
 
+/* The usual one- or two-byte varint at *pos (deltas, lengths under 8 KiB): 1 with *value
+ * set and *pos moved past it, or 0 when it is longer (or the buffer ends first). */
+static inline int varint_short(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *value)
+{
+    int64_t at = *pos;
+    if (end - at < 2)
+        return 0;
+    uint64_t raw = buf[at];
+    if (raw < 0x80) {
+        *pos = at + 1;
+    } else if (buf[at + 1] < 0x80) {
+        raw = (raw & 0x7F) | ((uint64_t)buf[at + 1] << 7);
+        *pos = at + 2;
+    } else {
+        return 0;
+    }
+    *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+    return 1;
+}
+
 static inline int varint(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *value)
 {
-    /* most varints of a record are one or two bytes long (deltas, lengths under 8 KiB) */
-    int64_t at = *pos;
-    if (end - at >= 2) {
-        uint64_t raw = buf[at];
-        if (raw < 0x80) {
-            *pos = at + 1;
-            *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
-            return WALK_OK;
-        }
-        if (buf[at + 1] < 0x80) {
-            raw = (raw & 0x7F) | ((uint64_t)buf[at + 1] << 7);
-            *pos = at + 2;
-            *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
-            return WALK_OK;
-        }
-    }
-    return varint_long(buf, end, pos, value);
+    return varint_short(buf, end, pos, value) ? WALK_OK : varint_long(buf, end, pos, value);
 }
 
 /* The 32-bit zigzag varint at *pos into *value (at most 5 bytes, its value within 32
@@ -67,22 +71,7 @@ static int varint32_long(const uint8_t *buf, int64_t end, int64_t *pos, int64_t 
 
 static inline int varint32(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *value)
 {
-    int64_t at = *pos;
-    if (end - at >= 2) {  /* the usual one or two bytes, as varint's */
-        uint64_t raw = buf[at];
-        if (raw < 0x80) {
-            *pos = at + 1;
-            *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
-            return WALK_OK;
-        }
-        if (buf[at + 1] < 0x80) {
-            raw = (raw & 0x7F) | ((uint64_t)buf[at + 1] << 7);
-            *pos = at + 2;
-            *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
-            return WALK_OK;
-        }
-    }
-    return varint32_long(buf, end, pos, value);
+    return varint_short(buf, end, pos, value) ? WALK_OK : varint32_long(buf, end, pos, value);
 }
 
 static int varint32_long(const uint8_t *buf, int64_t end, int64_t *pos, int64_t *value)
