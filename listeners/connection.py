@@ -48,6 +48,12 @@ _SIZE = struct.Struct(">i")
 _T = TypeVar("_T")
 _READ_LIMIT = 1 << 20
 """The read buffer of a logged-in connection (the StreamReader pauses at twice this)."""
+TURN_SECONDS = 0.001
+"""How long a connection's requests may run in one turn of the event loop while its client
+pipelines them (the next frame already buffered, so reading it would not wait): then the
+read loop lets the loop run the other connections first. Kafka mutes a channel while its
+request is handled (one request per connection per poll); a turn per request here cost a
+tenth of the throughput of a client pipelining ApiVersions, a few percent of produces."""
 _BUDGET_CHUNK = 64 * 1024
 _PEER_ERRNOS = frozenset({errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH,
                           errno.ENETDOWN, errno.EHOSTDOWN, errno.ECONNREFUSED})
@@ -253,6 +259,7 @@ class Connection:
 
     async def _read_loop(self) -> None:
         last: asyncio.Future[Response | None] | None = None
+        run_started: float | None = None  # when the loop last gave this connection a turn
         while True:
             if last is not None and not last.done() and self.handler.frame_limit is not None:
                 # not logged in: one whole request at a time, with nothing read meanwhile
@@ -270,6 +277,8 @@ class Connection:
                 return
             if read is None:
                 return
+            if run_started is None:
+                run_started = time.monotonic()
             frame, held = read
             permit = False
             try:
@@ -312,6 +321,11 @@ class Connection:
             finally:
                 if permit:
                     self._leave_gate()
+            if self.reader.buffered < 4:
+                run_started = None  # the next read waits: the other connections get a turn
+            elif time.monotonic() - run_started >= TURN_SECONDS:
+                await asyncio.sleep(0)  # pipelined: let the other connections run first
+                run_started = None
 
     async def _hand_over(self, response: asyncio.Future[Response | None]) -> None:
         """Queue a response for the write loop, waiting while the queue is full; a stop
