@@ -126,6 +126,7 @@ class Connection:
         self.room = asyncio.Event()  # set when either drops
         self.writing = False  # a response is being written (the client has it to read)
         self.lost = False
+        self.ending = False  # the read loop is over: the write loop ends with the queue
         # sendfile needs the raw socket: plain TCP only (TLS encrypts in user space)
         self.socket = None if info.tls is not None else writer.get_extra_info("socket")
         # what the kernel holds of what was sent: a client reading it is not idle
@@ -156,7 +157,9 @@ class Connection:
             if self.closing is not None:
                 with contextlib.suppress(asyncio.CancelledError):  # torn down all the same
                     await self.closing.turn()
-            await self.pending.put(None)
+            self.ending = True
+            if not self.pending.full():  # else the write loop is busy, and ends once the
+                self.pending.put_nowait(None)  # queue is empty (awaiting room could hang)
             with contextlib.suppress(asyncio.CancelledError):
                 await writing
             self.handler.closed()
@@ -529,8 +532,15 @@ class Connection:
         self.unsent_bytes -= size
         self.room.set()
 
+    def abort(self) -> None:
+        """Drop the connection at once, unsent responses and all (shutdown, once the grace
+        period is over: a client that reads nothing would keep it open)."""
+        self.writer.transport.abort()
+
     async def _write_loop(self) -> None:
         while True:
+            if self.ending and self.pending.empty():
+                return
             task = await self.pending.get()
             if task is None:
                 return
@@ -566,6 +576,10 @@ class Connection:
                 self.broken = True
             except asyncio.CancelledError:
                 self.broken = True
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():  # the loop itself: abort
+                    self.writer.transport.abort()
+                    raise
             except Exception:
                 log.exception("request from %s failed; closing the connection", self.info.peer)
                 self.broken = True
