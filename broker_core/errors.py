@@ -93,6 +93,14 @@ class KafkaApiError(Exception):
         self.message = message
 
 
+class CloseConnection(Exception):
+    """The request is handled, and its connection must now be closed; the message says
+    why. Kafka closes a connection whose acks=0 produce had a partition refused: the
+    producer gets no answer, so only the closed connection tells it to refresh its
+    metadata (a producer still sending to a former leader would otherwise lose every
+    record silently)."""
+
+
 MARKER_FENCED = frozenset((ErrorCode.TRANSACTION_COORDINATOR_FENCED,
                            ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED))
 """The refusals of a transaction marker (or a group's transaction end) that a later

@@ -40,7 +40,7 @@ from broker_core.dispatch import (
     Dispatcher,
     ParsedRequest,
 )
-from broker_core.errors import ErrorCode
+from broker_core.errors import CloseConnection, ErrorCode
 from broker_core.naming import Namespace
 from broker_core.quotas.entities import Caller
 from edge.audit import AuditEvent, AuditLog
@@ -180,7 +180,10 @@ class Session:
             login_tenant=self.home.tenant if self.sasl.login is not None else None,
             api=parsed.spec.name,
         )
-        return await self.dispatcher.dispatch(ctx, parsed, self._mute)
+        try:
+            return await self.dispatcher.dispatch(ctx, parsed, self._mute)
+        except CloseConnection as close:  # the listener closes it, with one line
+            raise FrameError(str(close)) from None
 
     @property
     def client_host(self) -> str:

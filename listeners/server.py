@@ -107,6 +107,10 @@ CLOSES_PER_TURN = 32
 (:mod:`listeners.pacing`: a thousand clients closing at once made turns of 10-25 ms)."""
 
 
+LATE_SECONDS = 5.0
+"""How long a stop waits for the connections it aborted after the grace period to end."""
+
+
 class ListenerServer:
     """One listening socket and the connections it accepted."""
 
@@ -268,8 +272,15 @@ class ListenerServer:
             connection.stop_reading()
         if self._tasks:
             _done, late = await asyncio.wait(set(self._tasks), timeout=grace_seconds)
-            for task in late:
-                task.cancel()
+            if late:  # a client that reads nothing holds its answers: dropped, unsent
+                for connection in list(self._connections):
+                    connection.abort()
+                for task in late:
+                    task.cancel()
+                _done, late = await asyncio.wait(late, timeout=LATE_SECONDS)
+                if late:
+                    log.warning("%d connection(s) of %s did not end within %.0f s of their "
+                                "abort", len(late), self.name, LATE_SECONDS)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)

@@ -14,7 +14,7 @@ from broker_core.codec.produce_reader import ProduceBody, TopicData
 from broker_core.codec.produce_writer import PartitionAnswer, ProduceAnswer
 from broker_core.context import Operation, RequestContext, ResourceType
 from broker_core.engine import Admitted, Appended, Engine
-from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.errors import CloseConnection, ErrorCode, KafkaApiError
 from broker_core.stages import Later
 from broker_core.storage import TopicInfo
 from broker_core.storage.errors import AppendFenced
@@ -167,10 +167,11 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
     waits: list[_Wait] = []
     refusal = _txn_refusal(engine, ctx, request)
     if refusal is not None:
+        if acks == 0:
+            raise CloseConnection(f"acks=0 produce refused: {refusal}")
         return ProduceAnswer(request.version, [(topic.name, [
             _failed(data.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, refusal)
-            for data in topic.partition_data]) for topic in request.topic_data]) \
-            if acks != 0 else None
+            for data in topic.partition_data]) for topic in request.topic_data])
     tid = request.transactional_id
     txn_key = None if tid is None else \
         (engine.tenancy.txn_topic(ctx), engine.tenancy.scoped_id(ctx, tid))
@@ -211,12 +212,25 @@ async def handle_produce(engine: Engine, ctx: RequestContext,
     refusals.log()
     if acks == 0:
         metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
+        _close_if_refused(topics)
         return None
     response = ProduceAnswer(request.version, topics)
     if waits:
         return Later(_when_durable(engine, waits, response, started))
     metrics.STAGE_HANDLE.observe(time.perf_counter() - started)
     return response
+
+
+def _close_if_refused(topics: list[tuple[str, list[PartitionAnswer]]]) -> None:
+    """An acks=0 produce gets no answer: a partition refused closes the connection, as
+    Kafka's does, so that the producer refreshes its metadata (:class:`CloseConnection`)."""
+    refused = [(name, answer) for name, answers in topics for answer in answers
+               if answer.error_code != ErrorCode.NONE]
+    if refused:
+        name, first = refused[0]
+        raise CloseConnection(
+            f"acks=0 produce refused for {len(refused)} partition(s), first "
+            f"{name}-{first.partition}: {ErrorCode(first.error_code).name}")
 
 
 async def _when_durable(engine: Engine, waits: list[_Wait], response: ProduceAnswer,

@@ -3,11 +3,17 @@ and SIGTERM answers in-flight requests, seals ledgers and saves partition metada
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import socket
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -136,3 +142,51 @@ def test_pipelined_requests_answer_in_order_with_a_small_queue(tmp_path: Path,
         conn.close()
     finally:
         broker.stop()
+
+
+def test_sigterm_exits_while_a_client_leaves_its_answers_unread(tmp_path: Path) -> None:
+    """A client that pipelines requests and reads none of the answers holds its
+    connection's queue full; after the grace period the broker drops it and exits (it
+    used to log "edge-broker stopped" and hang: the connection's end marker waited for
+    room in the full queue, and its write loop swallowed the cancellation)."""
+    broker = BrokerProcess(tmp_path).start()
+    try:
+        payload = RawConnection(broker.port).request_bytes(MetadataRequest[1](topics=None), 1)
+        frames = (len(payload).to_bytes(4, "big") + payload) * 200_000
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before the handshake
+        sock.connect(("127.0.0.1", broker.port))
+        sending = threading.Thread(target=_send_until_closed, args=(sock, frames),
+                                   daemon=True)  # blocks once the broker stops reading
+        sending.start()
+        _until_steady(lambda: _unsent(sock))  # the broker stopped reading: stuck
+        assert broker.stop(timeout=30) == 0
+        assert "edge-broker stopped" in broker.log_text()
+        sending.join(10)  # the broker dropped the connection
+        sock.close()
+    finally:
+        broker.kill()
+
+
+def _send_until_closed(sock: socket.socket, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        sock.sendall(data)
+
+
+def _unsent(sock: socket.socket) -> int:
+    """The bytes waiting in ``sock``'s send queue."""
+    return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0])
+
+
+def _until_steady(measure: Callable[[], int], seconds: float = 60.0) -> None:
+    """Wait until ``measure()`` is above 0 and unchanged for a second."""
+    last, since = -1, time.monotonic()
+    deadline = since + seconds
+    while time.monotonic() < deadline:
+        now = measure()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif now > 0 and time.monotonic() - since >= 1.0:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the measure never settled")

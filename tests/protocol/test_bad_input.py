@@ -364,3 +364,35 @@ def test_a_request_of_many_refused_partitions_logs_one_line(broker: BrokerProces
     broker.wait_for_log(rf"produce to {topic_name}-1 .*refused: [^(]*$")
     lines = [text for text in broker.log_text().splitlines() if f"produce to {topic_name}-" in text]
     assert len(lines) == 2, lines
+
+
+def test_an_acks0_produce_refused_closes_the_connection(strict_broker: BrokerProcess) -> None:
+    """acks=0 gets no answer, so a refused partition closes the connection (Kafka's
+    ``handleProduceRequest``): the producer notices and refreshes its metadata. A good
+    acks=0 produce leaves it open."""
+    conn = RawConnection(strict_broker.port, timeout=10)
+    try:
+        assert create(conn, "acks0-topic") == 0
+        cases = {"good": ("acks0-topic", 0), "unknown topic": ("acks0-missing", 0),
+                 "partition out of range": ("acks0-topic", 5)}
+        for case, (topic, partition) in cases.items():
+            mark = len(strict_broker.lines)
+            data = ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                ProduceRequest.TopicProduceData.PartitionProduceData(
+                    index=partition, records=record_batch(1))])
+            conn.send_frame(conn.request_bytes(ProduceRequest[9](
+                transactional_id=None, acks=0, timeout_ms=5000, topic_data=[data]), 9))
+            if case == "good":  # no answer to it; the next request is answered
+                assert conn.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse).error_code == 0
+                continue
+            with pytest.raises(ConnectionError):
+                conn.read_frame()  # closed, before any answer
+            strict_broker.wait_for_log(r"closing connection .*acks=0 produce refused for 1 "
+                                       rf"partition\(s\), first {topic}-{partition}: "
+                                       "UNKNOWN_TOPIC_OR_PARTITION", after=mark)
+            conn.close()
+            conn = RawConnection(strict_broker.port, timeout=10)
+        assert latest_offset(conn, "acks0-topic") == 1
+    finally:
+        conn.close()
+    still_serving(strict_broker)

@@ -128,6 +128,38 @@ def test_answers_to_a_client_that_never_reads_stay_bounded() -> None:
     _run(test)
 
 
+def test_a_stop_ends_a_connection_whose_client_reads_nothing() -> None:
+    """Its answers fill the queue and the read loop waits for room; once the grace period
+    is over the stop drops the connection and waits for it to end (its end marker used
+    to wait for room in the full queue, for ever, and its write loop swallowed the
+    cancellation: the broker logged that it stopped and did not exit)."""
+    async def test() -> None:
+        log: list[str] = []
+        limits = Limits(idle_timeout_ms=60_000, max_queued_requests=4)
+        server = ListenerServer("TEST", "127.0.0.1", 0, lambda _i: _Handler(log, {}), limits)
+        port = await server.start()
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(("127.0.0.1", port))
+        client.setblocking(False)
+        try:
+            await asyncio.get_running_loop().sock_sendall(
+                client, frames(*(f"now:{n}" for n in range(200))))
+            await _until(lambda: len(server._connections) == 1)
+            (connection,) = server._connections
+            await _until(lambda: connection.pending.full() and connection.dispatching)
+            await server.stop(grace_seconds=0.2)
+            assert log[-1] == "closed"  # the connection has ended, not left behind
+            left = [task for task in asyncio.all_tasks()
+                    if getattr(task.get_coro(), "__qualname__", "")
+                    in ("Connection._write_loop", "ListenerServer._accept")]
+            assert not left, left
+        finally:
+            client.close()
+
+    _run(test)
+
+
 def test_a_size_prefix_alone_takes_no_memory_and_ends_at_the_idle_timeout() -> None:
     async def test() -> None:
         limits = Limits(idle_timeout_ms=1_000)  # frames up to 100 MiB
