@@ -60,17 +60,13 @@ def parse_header(frame: memoryview, flexible: bool) -> tuple[RequestHeader, int]
         raise ProtocolError("truncated client id")
     (length,) = _INT16.unpack_from(frame, pos)
     pos += 2
-    client_id: str | None = None
+    client_id: str | None = None  # any negative length is null, as Kafka reads it
     if length >= 0:
         if pos + length > len(frame):
             raise ProtocolError("truncated client id")
-        try:
-            client_id = bytes(frame[pos : pos + length]).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ProtocolError("client id is not UTF-8") from exc
+        # Kafka decodes it as Java does, each malformed sequence replaced (U+FFFD)
+        client_id = bytes(frame[pos : pos + length]).decode("utf-8", "replace")
         pos += length
-    elif length != -1:
-        raise ProtocolError(f"invalid client id length {length}")
     if flexible:
         count, pos = read_uvarint(frame, pos)
         for _ in range(count):

@@ -149,6 +149,20 @@ def test_unknown_api_key_closes_the_connection(broker: BrokerProcess) -> None:
     still_serving(broker)
 
 
+@pytest.mark.parametrize("client_id", [struct.pack(">h", 3) + b"\xff\xfeA",
+                                       struct.pack(">h", -2)],
+                         ids=["not-utf-8", "length-minus-2"])
+def test_a_client_id_kafka_reads_leniently_is_answered(broker: BrokerProcess,
+                                                        client_id: bytes) -> None:
+    # Kafka replaces malformed UTF-8 and reads any negative length as null
+    conn = RawConnection(broker.port)
+    conn.send_frame(struct.pack(">hhi", 18, 0, 7) + client_id)
+    frame = conn.read_frame()
+    assert struct.unpack_from(">i", frame, 0)[0] == 7
+    assert ApiVersionsResponse.decode(frame[4:], version=0).error_code == 0
+    conn.close()
+
+
 def test_unsupported_api_versions_version_gets_v0_answer(broker: BrokerProcess) -> None:
     conn = RawConnection(broker.port)
     conn.send_frame(struct.pack(">hhih", 18, 99, 5, 1) + b"x" + b"\x00" + b"\x00\x00\x00")
