@@ -23,7 +23,7 @@ from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from broker_core import metrics
-from broker_core.codec import schema_varints
+from broker_core.codec import schema_guards
 from broker_core.codec.errors import ProtocolError
 from broker_core.codec.framing import (
     Prewritten,
@@ -42,7 +42,7 @@ from broker_core.null_fields import first_forbidden_null
 from broker_core.stages import Later
 from common.frames import Frame
 
-schema_varints.install()  # before any request is decoded
+schema_guards.install()  # before any request is decoded
 
 if TYPE_CHECKING:  # the quotas' modules import the APIs, which import this one
     from broker_core.quotas.manager import Throttle

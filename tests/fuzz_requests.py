@@ -252,7 +252,9 @@ def run(port: int, count: int, seed: int, timeout: float = 3.0,
         acks_zero = case.key == 0 and getattr(case.request, "acks", 1) == 0
         try:
             conn.send_frame(frame)
-            if acks_zero:
+            if acks_zero:  # no answer; a refused partition closes the connection, as
+                conn.close()  # Kafka's: the next case goes on a new one
+                conn = connect()
                 continue
             answer = conn.read_frame()
             (correlation,) = struct.unpack_from(">i", answer, 0)
