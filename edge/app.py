@@ -165,6 +165,7 @@ def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineCon
             offset_metadata_max_size=config.offset_metadata_max_size,
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+            transactional_id_expiration_ms=config.transactional_id_expiration_ms,
         ),
         txn_topic_partitions=config.kafka_txn_log_topic_num_partitions,
         broker_configs={

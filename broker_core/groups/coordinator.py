@@ -144,7 +144,7 @@ class GroupCoordinator(StateCoordinator):
 
     def replay(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
         """Apply one record of ``__consumer_offsets``."""
-        offsets_topic.replay(self.groups, topic, partition, key, value)
+        offsets_topic.replay(self.groups, topic, partition, key, value, _now_ms())
 
     # -- placement -----------------------------------------------------------------------
 
@@ -387,7 +387,7 @@ class GroupCoordinator(StateCoordinator):
         (refused when a later coordinator or producer epoch fenced it:
         :meth:`GroupOffsets.complete_txn`)."""
         await self.offsets.complete_txn(self._get_or_create(topic, group_id), producer_id,
-                                        commit, producer_epoch, coordinator_epoch)
+                                        commit, _now_ms(), producer_epoch, coordinator_epoch)
 
     async def end_txn(self, end: MarkerRequest) -> None:
         """:meth:`complete_txn` as a transaction coordinator asks it: the group, producer,
@@ -474,11 +474,17 @@ class GroupCoordinator(StateCoordinator):
         in the log, so a restart or another coordinator replays them gone; then drop the
         groups left empty without offsets. A group whose tombstones cannot be written
         keeps what it has until the next round; the other groups expire all the same (one
-        line per failed group, at most :data:`EXPIRY_FAILURES_LOGGED` a round)."""
-        failed = 0
+        line per failed group, at most :data:`EXPIRY_FAILURES_LOGGED` a round). Each
+        group also forgets the transaction fences that cannot matter any more
+        (:meth:`Group.forget_txn_fences`: in memory only, the next compaction leaves them
+        out, and a replay of the records still stored forgets them again, by their own
+        times)."""
+        failed = forgotten = 0
         for group in list(self.groups.values()):
             if (group.topic, group.partition) not in self._loaded or not self._held(group):
                 continue  # not replayed yet, or forgotten while an earlier one was written
+            forgotten += group.forget_txn_fences(now,
+                                                 self.config.transactional_id_expiration_ms)
             try:
                 await self._expire(group, now)
             except KafkaApiError as error:  # the storage logged its cause once
@@ -490,6 +496,9 @@ class GroupCoordinator(StateCoordinator):
         if failed > EXPIRY_FAILURES_LOGGED:
             log.warning("could not expire the offsets of %d more groups this round (retried "
                         "next round)", failed - EXPIRY_FAILURES_LOGGED)
+        if forgotten:
+            log.info("forgot %d transaction fence(s) of producer ids whose last end is over "
+                     "%d ms old", forgotten, self.config.transactional_id_expiration_ms)
 
     async def _expire(self, group: Group, now: int) -> None:
         """One group's part of :meth:`expire_offsets`."""

@@ -39,6 +39,18 @@ class CommittedOffset:
     transactional offset of one partition, the later record wins."""
 
 
+@dataclass(frozen=True, slots=True)
+class TxnFence:
+    """What a group keeps of a producer's transaction ends: the highest producer epoch and
+    coordinator epoch that ended one of its transactions here (-1: unknown), and when the
+    last end was accepted (ms: the end record's own time at a replay, see
+    :func:`broker_core.groups.offsets_topic.replay`)."""
+
+    producer_epoch: int = -1
+    coordinator_epoch: int = -1
+    ended_ms: int = -1
+
+
 MemberList = tuple[tuple[str, str | None, bytes], ...]
 """What a group's leader learns of each member: id, instance id and protocol metadata."""
 
@@ -105,6 +117,9 @@ class Member:
         return next(meta for name, meta in self.protocols if name == protocol)
 
 
+_NO_FENCE = TxnFence()
+
+
 @dataclass(eq=False)
 class Group:
     """A consumer group and its committed offsets."""
@@ -130,10 +145,11 @@ class Group:
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     """Changed by :meth:`install` (and by deletions)."""
     pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
-    txn_fences: dict[int, tuple[int, int]] = field(default_factory=dict)
+    txn_fences: dict[int, TxnFence] = field(default_factory=dict)
     """By producer id, the highest producer epoch and coordinator epoch that ended a
-    transaction of the producer here (-1: unknown): an end below either is refused
-    (:meth:`GroupOffsets.complete_txn`), as a partition refuses a fenced marker."""
+    transaction of the producer here: an end below either is refused
+    (:meth:`GroupOffsets.complete_txn`), as a partition refuses a fenced marker. Forgotten
+    once it cannot matter any more (:meth:`forget_txn_fences`)."""
     positions: int = 0
     """How many offset records (plain or transactional) of the group were appended, in
     the order of its log partition, or replayed from it: the next one's position."""
@@ -190,18 +206,45 @@ class Group:
         if current is None or current.position < committed.position:
             self.offsets[tp] = committed
 
-    def fence_txn(self, producer_id: int, producer_epoch: int,
-                  coordinator_epoch: int) -> None:
-        """Remember that a transaction end of these epochs was accepted for the producer."""
-        known = self.txn_fences.get(producer_id, (-1, -1))
-        self.txn_fences[producer_id] = (max(known[0], producer_epoch),
-                                        max(known[1], coordinator_epoch))
+    def fence_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                  ended_ms: int) -> None:
+        """Remember that a transaction end of these epochs was accepted for the producer at
+        ``ended_ms``."""
+        known = self.txn_fences.get(producer_id, _NO_FENCE)
+        self.txn_fences[producer_id] = TxnFence(
+            max(known.producer_epoch, producer_epoch),
+            max(known.coordinator_epoch, coordinator_epoch), max(known.ended_ms, ended_ms))
 
-    def settle_txn(self, producer_id: int, commit: bool, producer_epoch: int = -1,
-                   coordinator_epoch: int = -1) -> None:
-        """A transaction ended (at these epochs, -1 unknown): its pending offsets become
-        committed (those with no later record of their partition), or are dropped."""
-        self.fence_txn(producer_id, producer_epoch, coordinator_epoch)
+    def forget_txn_fences(self, now: int, expiration_ms: int) -> int:
+        """Forget the fences of the producers with no transactional offsets pending here
+        whose last end was accepted more than ``expiration_ms`` (the broker's
+        ``transactionalIdExpirationMs``) before ``now``, as a partition forgets an idle
+        producer (Kafka's ``removeExpiredProducers``); return how many.
+
+        Safe because a fence only refuses the end sent by a transaction coordinator that
+        lost the producer's transactional id before the fenced end was accepted. After
+        that long idle here, either the transactional id expired at its coordinator,
+        which gives a re-initialised id a new producer id and never hands this one out
+        again (:class:`~broker_core.transactions.producer_ids.ProducerIdAllocator`), so
+        no transaction of it can have offsets pending here again and a late end settles
+        nothing; or the id lived on through transactions that did not touch this group,
+        and a stale end would have been in flight for longer than the expiration: the
+        bound Kafka's partitions accept as well when they forget a producer's coordinator
+        epoch after ``producer.id.expiration.ms``. Every broker that replays the group's
+        log reads the same end times (:func:`broker_core.groups.offsets_topic.replay`),
+        so it forgets the same fences."""
+        doomed = [pid for pid, fence in self.txn_fences.items()
+                  if now - fence.ended_ms > expiration_ms and pid not in self.pending_txn]
+        for pid in doomed:
+            del self.txn_fences[pid]
+        return len(doomed)
+
+    def settle_txn(self, producer_id: int, commit: bool, ended_ms: int,
+                   producer_epoch: int = -1, coordinator_epoch: int = -1) -> None:
+        """A transaction ended at ``ended_ms`` (at these epochs, -1 unknown): its pending
+        offsets become committed (those with no later record of their partition), or are
+        dropped."""
+        self.fence_txn(producer_id, producer_epoch, coordinator_epoch, ended_ms)
         pending = self.pending_txn.pop(producer_id, {})
         if commit:
             for tp, committed in pending.items():

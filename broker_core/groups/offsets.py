@@ -136,30 +136,34 @@ class GroupOffsets:
 
         return await self._store_offsets(group, batch, results, accepted, keep)
 
-    async def complete_txn(self, group: Group, producer_id: int, commit: bool,
+    async def complete_txn(self, group: Group, producer_id: int, commit: bool, now: int,
                            producer_epoch: int = -1, coordinator_epoch: int = -1) -> None:
-        """A transaction that added the group ended: apply or drop its pending offsets
-        (once that is written). Refused, nothing written, when an end of a later
+        """A transaction that added the group ended (at ``now``): apply or drop its pending
+        offsets (once that is written). Refused, nothing written, when an end of a later
         coordinator epoch (TRANSACTION_COORDINATOR_FENCED) or producer epoch
         (INVALID_PRODUCER_EPOCH) was accepted for the producer (-1: unknown, not judged):
         the end of a coordinator that lost the transactional id, which would end the
-        producer's next transaction."""
-        fenced = group.txn_fences.get(producer_id, (-1, -1))
-        if 0 <= coordinator_epoch < fenced[1]:
+        producer's next transaction. A fence forgotten (:meth:`Group.forget_txn_fences`)
+        judges nothing."""
+        fenced = group.txn_fences.get(producer_id)
+        if fenced is not None and 0 <= coordinator_epoch < fenced.coordinator_epoch:
             raise KafkaApiError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
                                 f"an end of producer {producer_id}'s offsets in group "
                                 f"{group.group_id!r} from coordinator epoch "
-                                f"{coordinator_epoch}, which {fenced[1]} fenced")
-        if 0 <= producer_epoch < fenced[0]:
+                                f"{coordinator_epoch}, which {fenced.coordinator_epoch} "
+                                "fenced")
+        if fenced is not None and 0 <= producer_epoch < fenced.producer_epoch:
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
                                 f"an end of producer {producer_id}'s offsets in group "
                                 f"{group.group_id!r} at epoch {producer_epoch}, older than "
-                                f"{fenced[0]}")
-        group.fence_txn(producer_id, producer_epoch, coordinator_epoch)  # before the write:
-        # an end of a lower epoch arriving meanwhile is refused
+                                f"{fenced.producer_epoch}")
+        group.fence_txn(producer_id, producer_epoch, coordinator_epoch, now)  # before the
+        # write: an end of a lower epoch arriving meanwhile is refused, and the fence is
+        # not forgotten
         await self.write(group, [offsets_topic.txn_end_record(
-            group.group_id, producer_id, commit, producer_epoch, coordinator_epoch)])
-        group.settle_txn(producer_id, commit, producer_epoch, coordinator_epoch)
+            group.group_id, producer_id, commit, producer_epoch, coordinator_epoch,
+            ended_ms=now)])
+        group.settle_txn(producer_id, commit, now, producer_epoch, coordinator_epoch)
 
     def _accept(self, group: Group, offsets: Sequence[OffsetToCommit], now: int
                 ) -> tuple[dict[TopicPartition, ErrorCode],

@@ -80,6 +80,9 @@ class TxnEndRecord:
     producer_epoch: int = -1
     coordinator_epoch: int = -1
     """The epochs of the end (-1: a record from before they were written)."""
+    ended_ms: int | None = None
+    """When the end was accepted (ms), as the coordinator that wrote it knew it, kept by
+    a compaction (None: a record from before it was written)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +120,13 @@ def txn_offset_record(group_id: str, producer_id: int, topic: str, partition: in
 
 
 def txn_end_record(group_id: str, producer_id: int, commit: bool, producer_epoch: int = -1,
-                   coordinator_epoch: int = -1) -> tuple[bytes, bytes]:
+                   coordinator_epoch: int = -1, *, ended_ms: int) -> tuple[bytes, bytes]:
     """Key and value of a transaction's end, for one group, at these producer and
-    coordinator epochs."""
+    coordinator epochs, accepted at ``ended_ms``."""
     return (_dump({"v": _VERSION, "type": "txnEnd", "group": group_id,
                    "producerId": producer_id}),
             _dump({"commit": commit, "producerEpoch": producer_epoch,
-                   "coordinatorEpoch": coordinator_epoch}))
+                   "coordinatorEpoch": coordinator_epoch, "endedMs": ended_ms}))
 
 
 def _b64(data: bytes) -> str:
@@ -174,9 +177,11 @@ def decode(key: bytes, value: bytes | None) -> Decoded | None:
         return TxnOffsetRecord(head["group"], head["producerId"], head["topic"],
                                head["partition"], committed)
     if kind == "txnEnd" and body is not None:
+        ended = body.get("endedMs")
         return TxnEndRecord(head["group"], head["producerId"], bool(body["commit"]),
                             int(body.get("producerEpoch", -1)),
-                            int(body.get("coordinatorEpoch", -1)))
+                            int(body.get("coordinatorEpoch", -1)),
+                            None if ended is None else int(ended))
     if head["type"] == "group":
         return GroupRecord(head["group"], body)
     return None
@@ -208,8 +213,17 @@ def restore_group(group: Group, value: GroupDocument) -> None:
 
 
 def replay(groups: dict[tuple[str, str], Group], topic: str, partition: int, key: bytes,
-           value: bytes | None) -> None:
-    """Apply one record of ``topic``'s ``partition`` to ``groups`` (keyed by topic and id)."""
+           value: bytes | None, now: int) -> None:
+    """Apply one record of ``topic``'s ``partition`` to ``groups`` (keyed by topic and id),
+    at ``now``.
+
+    A transaction end's time (when its fence may be forgotten:
+    :meth:`Group.forget_txn_fences`) is the one its record holds, written by the
+    coordinator that accepted it and kept by every compaction, so each broker that replays
+    the log decides alike. A record from before that time was written counts as ended
+    ``now``: later than it was, so its fence is kept longer, never forgotten early. (Not
+    the batch's timestamp: the replay reads no batch header, and the batches of a
+    compaction carry the compaction's time, not the end's.)"""
     record = decode(key, value)
     if record is None:
         return
@@ -228,8 +242,9 @@ def replay(groups: dict[tuple[str, str], Group], topic: str, partition: int, key
             (record.topic, record.partition)] = replace(record.committed,
                                                         position=group.next_position())
     elif isinstance(record, TxnEndRecord):
-        group.settle_txn(record.producer_id, record.commit, record.producer_epoch,
-                         record.coordinator_epoch)
+        group.settle_txn(record.producer_id, record.commit,
+                         now if record.ended_ms is None else record.ended_ms,
+                         record.producer_epoch, record.coordinator_epoch)
     elif record.value is None:
         del groups[ident]
     else:
@@ -242,16 +257,17 @@ def snapshot(groups: Iterable[Group], settling: Iterable[Sequence[Record]]) -> l
     """What a compaction of one partition keeps: the records of its ``groups`` (the last
     group record each wrote, not its live membership, which may be mid-rebalance; its
     offsets and its pending transactional offsets, in the order of their records, which
-    decides what a transaction's commit installs; before them the epochs of each producer's
-    last transaction end, as an abort that ends nothing) and the batches still
-    ``settling`` (appended, not yet durable)."""
+    decides what a transaction's commit installs; before them the fences still kept of
+    each producer's transaction ends, as an abort that ends nothing, with the epochs and
+    the time of its last end) and the batches still ``settling`` (appended, not yet
+    durable)."""
     live: list[Record] = []
     for group in groups:
         if group.record is not None:
             live.append(group.record)
-        live.extend(txn_end_record(group.group_id, pid, False, producer_epoch,
-                                   coordinator_epoch)
-                    for pid, (producer_epoch, coordinator_epoch) in group.txn_fences.items())
+        live.extend(txn_end_record(group.group_id, pid, False, fence.producer_epoch,
+                                   fence.coordinator_epoch, ended_ms=fence.ended_ms)
+                    for pid, fence in group.txn_fences.items())
         ordered = [(committed.position, offset_record(group.group_id, t, p, committed))
                    for (t, p), committed in group.offsets.items()]
         ordered.extend((committed.position,

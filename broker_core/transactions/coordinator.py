@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from broker_core.errors import MARKER_FENCED, ErrorCode, KafkaApiError
+from broker_core.groups.config import TRANSACTIONAL_ID_EXPIRATION_MS
 from broker_core.groups.coordinator import GroupCoordinator
 from broker_core.storage.cluster import MarkerRequest
 from broker_core.storage_faults import WriteKind
@@ -56,7 +57,7 @@ class TxnConfig:
 
     enabled: bool = True
     max_timeout_ms: int = 900_000
-    id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    id_expiration_ms: int = TRANSACTIONAL_ID_EXPIRATION_MS
     abort_check_interval_ms: int = 10_000
 
 

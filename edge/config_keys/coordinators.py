@@ -82,7 +82,10 @@ class CoordinatorKeys(BaseModel):
         "beyond)", ge=1, le=INT_MAX)] = 900000
     transactional_id_expiration_ms: Annotated[int, key(
         "transactionalIdExpirationMs",
-        "a transactional id unused this long is forgotten", ge=1, le=INT_MAX)] = 604800000
+        "a transactional id unused this long is forgotten; a consumer group forgets the "
+        "transaction fence of a producer id whose last transaction end there is this old "
+        "and that has no transactional offsets pending there (looked for every "
+        "offsetsRetentionCheckIntervalMs)", ge=1, le=INT_MAX)] = 604800000
     producer_id_expiration_ms: Annotated[int, key(
         "producerIdExpirationMs",
         "a producer id that wrote nothing to a partition this long (by its batches' "

@@ -5,6 +5,8 @@ real storage, for the time-based part)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import kafka
 import psycopg
 
 from broker_core.appends import AppendPath
+from broker_core.codec.records import key_values
 from broker_core.durability import FlushScheduler
 from broker_core.groups.config import GroupConfig
 from broker_core.groups.coordinator import GroupCoordinator
@@ -21,7 +24,9 @@ from broker_core.storage import LogConfig, open_storage
 from broker_core.system_topics import SystemTopic
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
+from tests.groups.test_offsets_txn_order import OFFSETS_TOPIC
 from tests.postgres_server import shared_server
+from tests.txn_helpers import wait_until
 
 
 def offsets_size(data_dir: Path) -> int:
@@ -148,5 +153,74 @@ def test_a_large_live_state_is_not_compacted_again_at_every_write(tmp_path: Path
         compactions = [line for line in broker.lines[mark:]
                        if "compacted" in line and "__consumer_offsets" in line]
         assert len(compactions) <= 1, compactions
+    finally:
+        broker.kill()
+
+
+def _stored_txn_ends(data_dir: Path, group_id: str) -> int:
+    """How many transaction end records of ``group_id`` the (stopped) broker's
+    ``__consumer_offsets`` partition 0 holds, from its log start."""
+    logs = open_storage(data_dir.resolve().as_uri(), LogConfig())
+    try:
+        stored = logs.partition(OFFSETS_TOPIC, 0)
+        assert stored is not None
+        start = stored.log_start_offset
+        heads = [json.loads(key) for info in stored.batches_from(start)
+                 for key, _ in key_values(info.batch, start)]
+        return sum(head["type"] == "txnEnd" and head["group"] == group_id for head in heads)
+    finally:
+        logs.close()
+
+
+def test_a_groups_fences_of_expired_transactional_ids_are_not_kept(tmp_path: Path,
+                                                                   topic_name: str) -> None:
+    """A sink that takes a new transactional id per checkpoint (as Flink's KafkaSink):
+    once each id's last end is older than ``transactionalIdExpirationMs``, the group
+    forgets its fence and the next compaction of ``__consumer_offsets`` leaves it out
+    (the old code rewrote every fence into every compaction, for ever); the group's
+    offsets come back after a restart."""
+    broker = BrokerProcess(tmp_path, {
+        **COMPACTING, "offsetsTopicNumPartitions": "1", "transactionalIdExpirationMs": "2000",
+        "offsetsRetentionCheckIntervalMs": "200"}).start()
+    checkpoints = 4
+    try:
+        create_topic(broker.bootstrap, topic_name, 1)
+        consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap,
+                                             "group.id": "sink"})
+        for i in range(checkpoints):
+            producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                                 "transactional.id": f"checkpoint-{i}"})
+            producer.init_transactions(30)
+            producer.begin_transaction()
+            producer.produce(topic_name, value=f"v{i}".encode(), partition=0)
+            producer.send_offsets_to_transaction(
+                [confluent_kafka.TopicPartition(topic_name, 0, i + 1)],
+                consumer.consumer_group_metadata(), 30)
+            producer.commit_transaction(30)
+        consumer.close()
+
+        def forgotten() -> int:
+            return sum(int(found[1]) for found in
+                       re.finditer(r"forgot (\d+) transaction fence", broker.log_text()))
+
+        wait_until(lambda: forgotten() >= checkpoints, 30, "the fences to be forgotten")
+        mark = len(broker.lines)
+        committer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="sink",
+                                        enable_auto_commit=False)
+        tp = kafka.TopicPartition(topic_name, 0)
+        for _ in range(100):  # 20 KiB of commits: above offsetsTopicCompactionBytes
+            committer.commit({tp: kafka.OffsetAndMetadata(checkpoints, "m" * 200, -1)})
+        committer.close()
+        broker.wait_for_log(r"compacted .*__consumer_offsets", after=mark)
+        assert broker.stop() == 0
+        assert _stored_txn_ends(tmp_path, "sink") == 0
+
+        broker.start()
+        reader = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap,
+                                           "group.id": "sink"})
+        [committed] = reader.committed([confluent_kafka.TopicPartition(topic_name, 0)],
+                                       timeout=20)
+        reader.close()
+        assert committed.offset == checkpoints
     finally:
         broker.kill()

@@ -25,10 +25,11 @@ GROUP = "g"
 PRODUCER = 7
 
 
-def _coordinator(logs: Storage, compaction_bytes: int) -> GroupCoordinator:
+def _coordinator(logs: Storage, compaction_bytes: int,
+                 config: GroupConfig | None = None) -> GroupCoordinator:
     store = SystemTopic(logs, AppendPath(FlushScheduler(2**63 - 1, 0)), "__consumer_offsets",
                         1, 1 << 20, compaction_bytes)
-    groups = GroupCoordinator(GroupConfig(), store)
+    groups = GroupCoordinator(config or GroupConfig(), store)
     groups.start()
     return groups
 

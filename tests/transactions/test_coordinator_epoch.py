@@ -19,7 +19,10 @@ import pytest
 from broker_core.codec.batch_header import read_header
 from broker_core.codec.markers import marker_batch
 from broker_core.errors import ErrorCode, KafkaApiError
+from broker_core.groups import offsets_topic
+from broker_core.groups.config import GroupConfig
 from broker_core.groups.coordinator import GroupCoordinator
+from broker_core.groups.model import Group, TxnFence
 from broker_core.groups.offsets import OffsetToCommit
 from broker_core.partition_producers import PartitionProducers
 from broker_core.producer_states import ProducerStates
@@ -152,3 +155,100 @@ def test_a_group_refuses_a_fenced_transaction_end(tmp_path: Path,
         logs.close()
 
     asyncio.run(scenario())
+
+
+EXPIRATION = 60_000
+IDLE, BUSY = PID, PID + 1
+
+
+@pytest.mark.parametrize("compaction_bytes", [1 << 30, 1], ids=["log", "compacted"])
+def test_a_group_forgets_the_fences_of_idle_producers(tmp_path: Path,
+                                                      compaction_bytes: int) -> None:
+    """A producer's fence is forgotten by the offsets expiry once its last end is older
+    than ``transactionalIdExpirationMs`` and it has no offsets pending; one with offsets
+    pending keeps it. A compaction after that leaves the forgotten one out; a coordinator
+    that replays the log (compacted or not) reads the same end times and, at the same
+    time, keeps the same fences."""
+    config = GroupConfig(transactional_id_expiration_ms=EXPIRATION)
+
+    async def scenario() -> None:
+        logs = open_storage(tmp_path.as_uri(), LogConfig())
+        logs.create_topic(TOPIC, 1, {})
+        groups = _coordinator(logs, compaction_bytes, config)
+        await _served(groups)
+        for pid, offset in ((IDLE, 10), (BUSY, 11)):
+            await groups.txn_commit(OFFSETS_TOPIC, GROUP, pid, "", None, -1, [
+                OffsetToCommit(TOPIC, 0, offset, -1, "")])
+            await groups.complete_txn(OFFSETS_TOPIC, GROUP, pid, True, EPOCH, 3)
+        await groups.txn_commit(OFFSETS_TOPIC, GROUP, BUSY, "", None, -1, [
+            OffsetToCommit(TOPIC, 0, 12, -1, "")])  # pending
+        group = groups.find(OFFSETS_TOPIC, GROUP)
+        assert group is not None
+        kept = dict(group.txn_fences)
+        assert set(kept) == {IDLE, BUSY}
+        last = max(fence.ended_ms for fence in kept.values())
+
+        await groups.expire_offsets(kept[IDLE].ended_ms + EXPIRATION)  # not over it yet
+        assert group.txn_fences == kept
+        await groups.expire_offsets(last + EXPIRATION + 1)  # both over: BUSY has pending
+        assert group.txn_fences == {BUSY: kept[BUSY]}
+        # forgotten: a very late end of the idle producer is not judged any more (its id
+        # expired, its producer id is never handed out again: nothing of it is pending)
+        await groups.complete_txn(OFFSETS_TOPIC, GROUP, IDLE, False, EPOCH, 2)
+        assert set(group.txn_fences) == {IDLE, BUSY}
+        forgotten_at = group.txn_fences[IDLE].ended_ms + EXPIRATION + 1
+        await groups.expire_offsets(forgotten_at)
+        assert groups.find(OFFSETS_TOPIC, GROUP) is group
+        assert group.txn_fences == {BUSY: kept[BUSY]}
+        stored = logs.partition(OFFSETS_TOPIC, 0)
+        assert stored is not None
+        start = stored.log_start_offset
+        for offset in range(30, 130):  # compacted once the snapshot's size is written
+            await groups.commit(OFFSETS_TOPIC, GROUP, "", None, -1, [
+                OffsetToCommit(TOPIC, 0, offset, -1, "")])
+            if compaction_bytes > 1 or stored.log_start_offset > start:
+                break
+        assert (stored.log_start_offset > start) == (compaction_bytes == 1)
+        await groups.stop()
+        logs.close()
+
+        logs = open_storage(tmp_path.as_uri(), LogConfig())
+        again = _coordinator(logs, 1 << 30, config)
+        await _served(again)
+        replayed = again.find(OFFSETS_TOPIC, GROUP)
+        assert replayed is not None
+        if compaction_bytes == 1:  # the compaction wrote only the fence kept
+            assert replayed.txn_fences == {BUSY: kept[BUSY]}
+        else:  # the log holds every end, each with its own time: forgotten alike
+            assert replayed.txn_fences[BUSY] == kept[BUSY]
+            assert replayed.txn_fences[IDLE].ended_ms == forgotten_at - EXPIRATION - 1
+            await again.expire_offsets(forgotten_at - 1)
+            assert set(replayed.txn_fences) == {IDLE, BUSY}
+        await again.expire_offsets(forgotten_at)
+        assert replayed.txn_fences == {BUSY: kept[BUSY]}
+        with pytest.raises(KafkaApiError) as error:
+            await again.complete_txn(OFFSETS_TOPIC, GROUP, BUSY, True, EPOCH, 2)
+        assert error.value.code == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+        await again.stop()
+        logs.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_replayed_end_takes_its_records_time_else_the_replays() -> None:
+    """An end record carries its time; one written before it did counts as ended at the
+    replay (later than it was: its fence is kept longer, never forgotten early)."""
+    groups: dict[tuple[str, str], Group] = {}
+    key, value = offsets_topic.txn_end_record(GROUP, IDLE, True, EPOCH, 3, ended_ms=1_000)
+    offsets_topic.replay(groups, OFFSETS_TOPIC, 0, key, value, 5_000)
+    legacy = json.loads(value)
+    del legacy["endedMs"]
+    key, value = offsets_topic.txn_end_record(GROUP, BUSY, True, EPOCH, 3, ended_ms=0)
+    offsets_topic.replay(groups, OFFSETS_TOPIC, 0, key, json.dumps(legacy).encode(), 5_000)
+    group = groups[(OFFSETS_TOPIC, GROUP)]
+    assert group.txn_fences == {IDLE: TxnFence(EPOCH, 3, 1_000), BUSY: TxnFence(EPOCH, 3, 5_000)}
+    assert group.forget_txn_fences(5_000 + EXPIRATION, EXPIRATION) == 1
+    assert set(group.txn_fences) == {BUSY}
+    # what a compaction keeps: the fence still kept, with its time
+    assert offsets_topic.snapshot([group], []) == [
+        offsets_topic.txn_end_record(GROUP, BUSY, False, EPOCH, 3, ended_ms=5_000)]
