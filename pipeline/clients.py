@@ -100,10 +100,13 @@ def admin(options: KafkaOptions) -> AdminClient:
 def producer(options: KafkaOptions,
              transactional_id: str | None = None) -> confluent_kafka.Producer:
     """An idempotent producer (acks=all, ordered, no duplicates on retry), transactional
-    with ``transactional_id``."""
+    with ``transactional_id``. Keyed records without a partition go where Java's
+    producer (and Spark's Kafka sink) puts them: murmur2 of the key, not librdkafka's
+    default CRC32 (``kafka.partitioner`` overrides it)."""
     extra = {} if transactional_id is None else {"transactional.id": transactional_id}
     return confluent_kafka.Producer({
         "linger.ms": 5,
+        "partitioner": "murmur2_random",
         **base_config(options),
         "enable.idempotence": True,
         "acks": "all",

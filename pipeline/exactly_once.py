@@ -15,13 +15,18 @@ transactions cannot be left open for the driver to commit: either the tasks comm
 
 The prefix of names is ``transactionalIdPrefix``, else ``edgekafka-<Q>`` for query ``Q``
 (the query id is the checkpoint's, stable across restarts). A marker is the committed
-offset ``N + 1`` of a marker group (batch id and record count in its metadata),
+offset ``N + 1`` of a marker group (batch id, record count and query id in its metadata),
 committed with ``send_offsets_to_transaction`` in the transaction that writes the
 records, so both become visible together or not at all; it is read back with
 ``require_stable`` (librdkafka asks for it at read_committed), after
 ``init_transactions`` under the same transactional id has aborted and fenced whatever an
-earlier incarnation left open. A marker past ``N`` means ``N`` is written: skip it. The
-marker lasts as long as the broker keeps the offsets of an idle group.
+earlier incarnation left open. A marker at ``N + 1`` means ``N`` is written: skip it. A
+marker naming another query means two queries share the prefix (a new checkpoint with an
+old ``transactionalIdPrefix``, or two queries at once, which would fence each other): the
+write fails rather than skip batches it never wrote. A marker past ``N + 1`` (the
+checkpoint is older than the output) fails too. Markers without a query id (written
+before markers named it) count as the query's own. The marker lasts as long as the
+broker keeps the offsets of an idle group.
 
 ``atomicity=batch`` (default, :mod:`pipeline.staging`): a whole micro-batch becomes
 visible at once, in two phases.
@@ -49,7 +54,9 @@ driver copies the batch alone; a batch's copy must finish within
 
 ``atomicity=partition`` (:func:`write_once`): each task ``p`` writes its rows in its own
 transaction, transactional id and marker group ``<prefix>-<p>``, marker on partition 0
-of its first row's topic: no staging and no copy, but a batch interrupted by a crash is
+of the ``topic`` option (else of the smallest topic the task's rows name, whatever their
+order; then the marker is read after the rows are written, and a batch found written is
+aborted): no staging and no copy, but a batch interrupted by a crash is
 partly visible (the tasks that committed) until the restarted query writes the rest;
 only the tasks of the replay that had not committed write (which needs the replay to put
 the same rows in the same Spark partition, as queries without nondeterministic shuffles
@@ -66,6 +73,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from itertools import chain
+from typing import TypeVar
 
 import confluent_kafka
 from pyspark import TaskContext
@@ -93,15 +101,20 @@ def running_task() -> TaskContext:
     return context
 
 
+def task_query_id() -> str:
+    """The id of the running task's query (kept in its checkpoint)."""
+    query = running_task().getLocalProperty(QUERY_ID_PROPERTY)
+    if query is None:
+        raise RuntimeError("edgekafka sink: Spark gave the task no query id")
+    return query
+
+
 def query_prefix(options: KafkaOptions) -> str:
     """The prefix of the running task's query: ``transactionalIdPrefix`` or
     ``edgekafka-<query id>``."""
     if options.transactional_id_prefix is not None:
         return options.transactional_id_prefix
-    query = running_task().getLocalProperty(QUERY_ID_PROPERTY)
-    if query is None:
-        raise RuntimeError("edgekafka sink: Spark gave the task no query id")
-    return f"edgekafka-{query}"
+    return f"edgekafka-{task_query_id()}"
 
 
 def task_batch_id() -> int:
@@ -112,47 +125,87 @@ def task_batch_id() -> int:
     return int(batch)
 
 
-class Marker:
-    """The batch marker of a group: its committed offset on ``topic`` partition 0, one past
-    the last batch whose transaction committed. Its consumer (of that group, assign-only,
-    read_committed) may read other partitions too."""
+def _marker_fields(metadata: str | None) -> dict[str, object]:
+    """The fields of a marker's metadata (``{}`` when it holds none)."""
+    try:
+        fields = json.loads(metadata or "")
+    except ValueError:
+        return {}
+    return fields if isinstance(fields, dict) else {}
 
-    def __init__(self, options: KafkaOptions, group: str, topic: str, batch_id: int) -> None:
+
+T = TypeVar("T")
+
+
+def in_transaction(producer: confluent_kafka.Producer, group: str,
+                   body: Callable[[], T]) -> T:
+    """Run ``body`` in a transaction of ``producer`` (transactional, initialised); the
+    body commits or aborts it; any exception aborts it."""
+    producer.begin_transaction()
+    try:
+        return body()
+    except BaseException:
+        try:
+            producer.abort_transaction(TIMEOUT_SECONDS)
+        except confluent_kafka.KafkaException as exc:  # fenced or fatal: nothing to do
+            log.warning("edgekafka sink: aborting the transaction of %s: %s", group, exc)
+        raise
+
+
+class Marker:
+    """The batch markers of a group, for batch ``batch_id`` of query ``query``: committed
+    offsets on partition 0 of a topic, one past the last batch whose transaction
+    committed, with the batch, its record count and the query in their metadata. Its
+    consumer (of that group, assign-only, read_committed) may read other partitions too."""
+
+    def __init__(self, options: KafkaOptions, prefix: str, group: str, query: str,
+                 batch_id: int) -> None:
+        self.prefix = prefix
         self.group = group
+        self.query = query
         self.batch_id = batch_id
-        self.where = confluent_kafka.TopicPartition(topic, 0)
         self.consumer = clients.consumer(options, isolation_level="read_committed",
                                          group=group)
 
-    def committed(self) -> bool:
-        """Whether the batch is committed already (read with require_stable)."""
-        found = self.consumer.committed([self.where], timeout=TIMEOUT_SECONDS)[0]
+    def written(self, topic: str) -> bool:
+        """Whether the batch is written already, by the marker on ``topic`` partition 0
+        (read with require_stable). A marker of another query, or of a later batch than
+        a replay of this one explains, is refused."""
+        where = confluent_kafka.TopicPartition(topic, 0)
+        found = self.consumer.committed([where], timeout=TIMEOUT_SECONDS)[0]
         if found.error is not None:
             raise RuntimeError(f"edgekafka sink: reading the batch marker of "
                                f"{self.group}: {found.error}")
-        return int(found.offset) > self.batch_id
+        if int(found.offset) < 0:
+            return False
+        fields = _marker_fields(found.metadata)
+        owner = fields.get("query")  # None: a marker of a version that did not name it
+        if owner is not None and owner != self.query:
+            raise RuntimeError(
+                f"edgekafka sink: transactionalIdPrefix {self.prefix} is in use by query "
+                f"{owner} (the batch marker of group {self.group} on {topic}-0 names it; "
+                f"this query is {self.query}): give this query another "
+                f"transactionalIdPrefix, or delete the consumer group {self.group} if "
+                f"query {owner} is gone for good")
+        last = int(found.offset) - 1
+        if last > self.batch_id:
+            raise RuntimeError(
+                f"edgekafka sink: the batch marker of group {self.group} on {topic}-0 says "
+                f"batch {last} of query {self.query} is written, but the query is at batch "
+                f"{self.batch_id}: its checkpoint is older than its output (restored from "
+                f"a copy?). Start the query on a new checkpoint with another "
+                f"transactionalIdPrefix, or delete the consumer group {self.group}")
+        return last == self.batch_id
 
-    def commit_with(self, producer: confluent_kafka.Producer,
-                    write: Callable[[], int]) -> int:
-        """Run ``write`` (it produces the batch's records; their count) in one transaction
-        of ``producer`` (transactional, initialised) that also commits the marker."""
-        producer.begin_transaction()
-        try:
-            count = write()
-            offset = confluent_kafka.TopicPartition(
-                self.where.topic, 0, self.batch_id + 1,
-                metadata=json.dumps({"batch": self.batch_id, "records": count}))
-            producer.send_offsets_to_transaction(
-                [offset], self.consumer.consumer_group_metadata(), TIMEOUT_SECONDS)
-            producer.commit_transaction(TIMEOUT_SECONDS)
-        except BaseException:
-            try:
-                producer.abort_transaction(TIMEOUT_SECONDS)
-            except confluent_kafka.KafkaException as exc:  # fenced or fatal: nothing to do
-                log.warning("edgekafka sink: aborting the transaction of %s: %s",
-                            self.group, exc)
-            raise
-        return count
+    def commit(self, producer: confluent_kafka.Producer, topic: str, count: int) -> None:
+        """Add the marker on ``topic`` partition 0 to ``producer``'s open transaction and
+        commit it."""
+        offset = confluent_kafka.TopicPartition(
+            topic, 0, self.batch_id + 1, metadata=json.dumps(
+                {"batch": self.batch_id, "records": count, "query": self.query}))
+        producer.send_offsets_to_transaction(
+            [offset], self.consumer.consumer_group_metadata(), TIMEOUT_SECONDS)
+        producer.commit_transaction(TIMEOUT_SECONDS)
 
     def close(self) -> None:
         self.consumer.close()
@@ -161,30 +214,55 @@ class Marker:
 def write_once(options: KafkaOptions, rows: Iterator[Row]) -> tuple[int, bool]:
     """``atomicity=partition``: write the running task's ``rows`` in its transaction
     unless an earlier run committed them; the number of records written and whether the
-    batch was skipped as already written."""
+    batch was skipped as already written.
+
+    The marker is on partition 0 of the ``topic`` option, read before writing; without
+    that option, on partition 0 of the smallest topic the task's rows name, which is known
+    only once they are all written, so the marker is read then and a batch found written
+    is aborted (a replay with its rows in another order finds the same marker)."""
     link = executor_link()
     first = next(rows, None)
     if first is None:
         return 0, False
-    name = f"{query_prefix(options)}-{running_task().partitionId()}"
+    prefix = query_prefix(options)
+    name = f"{prefix}-{running_task().partitionId()}"
+    topics: set[str] = set()
+
+    def noted(row: Row) -> Row:
+        topics.add(topic_of(row, options))
+        return row
 
     def write_all() -> int:
-        count = produce_all(producer, options, chain([first], rows))
+        count = produce_all(producer, options, map(noted, chain([first], rows)))
         if input_cut(link):
             raise RuntimeError(f"edgekafka sink: the input of {name} ended early (the "
                                f"executor closed it after {count} rows): not committed")
         return count
 
-    marker = Marker(options, name, topic_of(first, options), task_batch_id())
+    def write_then_mark() -> tuple[int, bool]:
+        count = write_all()
+        topic = fixed or min(topics)
+        if fixed is None and marker.written(topic):
+            producer.abort_transaction(TIMEOUT_SECONDS)
+            return 0, True
+        marker.commit(producer, topic, count)
+        return count, False
+
+    marker = Marker(options, prefix, name, task_query_id(), task_batch_id())
+    fixed = options.write_topic
     try:
         producer = clients.producer(options, transactional_id=name)
         producer.init_transactions(TIMEOUT_SECONDS)
-        if marker.committed():
-            log.info("edgekafka sink: batch %d of %s was committed by an earlier run: "
-                     "skipped", marker.batch_id, name)
+        if fixed is not None and marker.written(fixed):
             for _row in rows:  # Spark streams the rest to this worker: take it in
                 pass
-            return 0, True
-        return marker.commit_with(producer, write_all), False
+            skipped = True
+        else:
+            written, skipped = in_transaction(producer, name, write_then_mark)
+            if not skipped:
+                return written, False
+        log.info("edgekafka sink: batch %d of %s was committed by an earlier run: "
+                 "skipped", marker.batch_id, name)
+        return 0, True
     finally:
         marker.close()

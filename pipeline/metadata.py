@@ -9,17 +9,39 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 
 import confluent_kafka
 from confluent_kafka import IsolationLevel
-from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    OffsetSpec,
+    ResourceType,
+    TopicMetadata,
+)
 
 from pipeline import clients
 from pipeline.offsets import EARLIEST, LATEST, Offsets, Spec, TopicPartition
-from pipeline.options import KafkaOptions
+from pipeline.options import KafkaOptions, OptionError
 
 log = logging.getLogger(__name__)
 TIMEOUT_SECONDS = 30.0
+_STALE = (confluent_kafka.KafkaError._NOENT, confluent_kafka.KafkaError._UNKNOWN_PARTITION,
+          confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART)
+"""ListOffsets errors of a client whose metadata may not know a partition yet."""
+
+
+def _listed(found: TopicMetadata | None, topic: str) -> list[int]:
+    """The partitions a topic's metadata lists; none when the broker does not know the
+    topic; any other error is raised (not taken for a topic that is gone)."""
+    if found is None:
+        return []
+    if found.error is not None:
+        if found.error.code() == confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return []
+        raise RuntimeError(f"edgekafka: the metadata of topic {topic}: {found.error}")
+    return sorted(found.partitions)
 
 
 class ClusterView:
@@ -52,24 +74,42 @@ class ClusterView:
         self._admin = None
 
     def _topic_partitions(self, topic: str) -> list[int]:
+        """The topic's partitions; none when the broker does not know the topic."""
         metadata = self.consumer.list_topics(topic=topic, timeout=TIMEOUT_SECONDS)
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None:
-            return []
-        return sorted(found.partitions)
+        return _listed(metadata.topics.get(topic), topic)
 
     def partitions(self) -> list[TopicPartition]:
-        """The topic-partitions the subscription covers now, sorted."""
+        """The topic-partitions the subscription covers now (those of ``assign`` that the
+        broker knows), sorted."""
         options = self.options
         if options.assign is not None:
-            return sorted((t, p) for t, parts in options.assign.items() for p in parts)
+            return sorted((t, p) for t, parts in options.assign.items()
+                          for p in set(parts) & set(self._topic_partitions(t)))
         if options.pattern is not None:
             regex = re.compile(options.pattern)
             listed = self.consumer.list_topics(timeout=TIMEOUT_SECONDS).topics
             return sorted((name, p) for name, topic in listed.items()
-                          if regex.fullmatch(name) and topic.error is None
-                          for p in topic.partitions)
+                          if regex.fullmatch(name) for p in _listed(topic, name))
         return sorted((t, p) for t in options.topics for p in self._topic_partitions(t))
+
+    def check_named(self, named: Iterable[TopicPartition], tps: list[TopicPartition],
+                    option: str) -> None:
+        """Refuse topic-partitions that ``option`` names beyond ``tps`` (those the
+        subscription covers now), saying whether each is outside the subscription or
+        unknown to the broker."""
+        extra = sorted(set(named) - set(tps))
+        if not extra:
+            return
+        topic, partition = extra[0]
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        if not self.options.covers(topic, partition):
+            raise OptionError(f"option {option} names {topic}-{partition}{more}, outside the "
+                              f"subscription ({self.options.describe_subscription})")
+        known = {t for t, _p in tps}
+        what = (f"partition {partition} of topic {topic}" if topic in known
+                else f"topic {topic}")
+        raise OptionError(f"option {option} names {topic}-{partition}{more}, but the broker "
+                          f"has no {what}")
 
     def compacted(self, topics: set[str]) -> set[str]:
         """Those of ``topics`` whose ``cleanup.policy`` includes ``compact``. A topic whose
@@ -93,8 +133,22 @@ class ClusterView:
         return found
 
     def _list_offsets(self, wanted: dict[TopicPartition, OffsetSpec]) -> Offsets:
+        """ListOffsets through the long-lived admin client. Its metadata cache does not
+        learn of partitions added since it last looked at a topic (librdkafka then fails
+        with "No leaders found"): on such an error it refreshes the topics and asks once
+        more."""
         if not wanted:
             return {}
+        try:
+            return self._ask_offsets(wanted)
+        except confluent_kafka.KafkaException as exc:
+            if exc.args[0].code() not in _STALE:
+                raise
+        for topic in sorted({t for t, _p in wanted}):
+            self.admin.list_topics(topic, timeout=TIMEOUT_SECONDS)
+        return self._ask_offsets(wanted)
+
+    def _ask_offsets(self, wanted: dict[TopicPartition, OffsetSpec]) -> Offsets:
         level = (IsolationLevel.READ_COMMITTED if self.options.isolation_level == "read_committed"
                  else IsolationLevel.READ_UNCOMMITTED)
         futures = self.admin.list_offsets(

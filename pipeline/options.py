@@ -11,7 +11,10 @@ Option names follow Spark's own Kafka connector (they are case-insensitive):
 - ``startingOffsets`` / ``endingOffsets``: ``earliest``, ``latest`` or JSON per
   partition ``{"topic": {"0": 23, "1": -2}}`` (-2 = earliest, -1 = latest);
   ``startingTimestamp`` (epoch ms, taking precedence over ``startingOffsets``) starts
-  every partition at its first record at or after that time.
+  every partition at its first record at or after that time. Spark's per-partition and
+  ending timestamp options are refused by name (:data:`_NOT_SUPPORTED`), as is any other
+  name this module does not declare (``kafka.*`` aside; ``path`` and
+  ``checkpointLocation`` are Spark's own), with a did-you-mean hint.
 - ``transactionalIdPrefix`` (streaming sink): the prefix of the transactional ids,
   batch-marker groups and staging topic of the exactly-once sink, default
   ``edgekafka-<query id>``.
@@ -22,7 +25,8 @@ Option names follow Spark's own Kafka connector (they are case-insensitive):
 - ``copyPauseMs`` (streaming sink, testing only): with ``atomicity=batch`` the driver
   pauses this long before copying each record, so that a test can kill it mid-copy.
 - ``maxOffsetsPerTrigger``, ``failOnDataLoss`` (default true), ``isolationLevel``
-  (``read_committed``, the default, or ``read_uncommitted``), ``pollTimeoutMs``.
+  (``read_committed``, the default, or ``read_uncommitted``), ``pollTimeoutMs``;
+  ``includeHeaders`` (``true`` only: rows always have headers).
 - OAUTHBEARER: ``oauth.issuerUrl`` + ``oauth.credentialsUrl`` (+ ``oauth.audience``,
   ``oauth.scope``) log in through :class:`oauth.login.ClientCredentialsLogin`;
   ``oauth.callback`` = ``package.module:function`` names a confluent-kafka ``oauth_cb``.
@@ -35,12 +39,14 @@ the option's name; :func:`parse_options` matches names case-insensitively, hands
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
 from typing import Annotated, Literal, get_args
 
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     BeforeValidator,
@@ -95,9 +101,27 @@ def _int_text(value: object) -> object:
 def _epoch_ms(value: object) -> object:
     if isinstance(value, str):
         try:
-            return int(value)
+            value = int(value)
         except ValueError:
             raise ValueError(f"must be epoch milliseconds, not {value!r}") from None
+    if isinstance(value, int) and value < 0:
+        raise ValueError(f"must be epoch milliseconds (0 or more), not {value}")
+    return value
+
+
+def _regex(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"is not a regular expression ({exc}): {value!r}") from None
+    return value
+
+
+def _headers_on(value: object) -> object:
+    if value is False:
+        raise ValueError("cannot be false: edgekafka rows always have a headers column "
+                         "(drop it with .drop(\"headers\"))")
     return value
 
 
@@ -152,7 +176,7 @@ class KafkaOptions(BaseModel):
     the repr, which may reach logs, since they hold passwords)."""
     oauth: OAuthOptions = Field(default=OAuthOptions(), repr=False)
     topics: Annotated[tuple[str, ...], BeforeValidator(_topics), _option("subscribe")] = ()
-    pattern: Annotated[str | None, _option("subscribePattern")] = None
+    pattern: Annotated[str | None, BeforeValidator(_regex), _option("subscribePattern")] = None
     assign: Annotated[dict[str, list[int]] | None, BeforeValidator(_assignment),
                       _option("assign")] = None
     write_topic: Annotated[str | None, _option("topic")] = None
@@ -169,6 +193,17 @@ class KafkaOptions(BaseModel):
         "isolationLevel", "kafka.isolation.level")] = "read_committed"
     poll_timeout_ms: Annotated[Positive, _option(
         "pollTimeoutMs", "kafkaConsumer.pollTimeoutMs")] = DEFAULT_POLL_TIMEOUT_MS
+    include_headers: Annotated[Flag, AfterValidator(_headers_on),
+                               _option("includeHeaders")] = True
+    """Spark's option, accepted as ``true`` only (the rows always carry headers)."""
+
+    def covers(self, topic: str, partition: int) -> bool:
+        """Whether the subscription covers ``topic``-``partition`` (if the broker has it)."""
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        if self.assign is not None:
+            return partition in self.assign.get(topic, ())
+        return topic in self.topics
 
     @property
     def describe_subscription(self) -> str:
@@ -192,6 +227,48 @@ def _names(model: type[BaseModel]) -> dict[str, tuple[str, ...]]:
 _OPTIONS = _names(KafkaOptions)
 _OAUTH_OPTIONS = _names(OAuthOptions)
 _CHOICES = {"isolation_level": ISOLATION_LEVELS, "atomicity": ATOMICITIES}
+_NOT_EMPTY = {"topics", "pattern", "assign", "write_topic", "transactional_id_prefix"}
+"""Options whose empty value is an error rather than "not given"."""
+_SPARK_GENERIC = ("path", "checkpointLocation")
+"""Options Spark itself may hand every data source."""
+_NOT_SUPPORTED = {
+    "startingOffsetsByTimestamp": "use startingTimestamp (one time for every partition)",
+    "endingOffsetsByTimestamp": "use endingOffsets",
+    "endingTimestamp": "use endingOffsets",
+    "startingOffsetsByTimestampStrategy": "use startingTimestamp",
+    "minPartitions": "a read has one Spark partition per Kafka partition",
+    "maxRecordsPerPartition": "a read has one Spark partition per Kafka partition",
+    "minOffsetsPerTrigger": "use maxOffsetsPerTrigger",
+    "maxTriggerDelay": "use maxOffsetsPerTrigger",
+    "groupIdPrefix": "the source reads without a consumer group",
+    "fetchOffset.numRetries": "offset requests are retried by librdkafka",
+    "fetchOffset.retryIntervalMs": "offset requests are retried by librdkafka",
+}
+"""Options of Spark's Kafka connector that this source refuses, and what to do instead."""
+
+
+def _known_names() -> dict[str, str]:
+    """Every accepted option name (lowercase) with its documented spelling."""
+    known = {name.lower(): names[0] for table in (_OPTIONS, _OAUTH_OPTIONS)
+             for names in table.values() for name in names}
+    return known | {name.lower(): name for name in _SPARK_GENERIC}
+
+
+def _check_names(options: Mapping[str, str]) -> None:
+    """Refuse option names the source does not take (``kafka.*`` aside), with a hint."""
+    known = _known_names()
+    unsupported = {name.lower(): (name, hint) for name, hint in _NOT_SUPPORTED.items()}
+    for key in options:
+        lowered = key.lower()
+        if lowered in known or lowered.startswith("kafka."):
+            continue
+        if lowered in unsupported:
+            name, hint = unsupported[lowered]
+            raise OptionError(f"option {name} of Spark's Kafka connector is not supported by "
+                              f"the edgekafka source: {hint}")
+        close = difflib.get_close_matches(lowered, list(known), n=1, cutoff=0.75)
+        hint = f" (did you mean {known[close[0]]}?)" if close else ""
+        raise OptionError(f"unknown option {key}{hint}")
 
 
 def _pick(lowered: Mapping[str, str], names: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
@@ -200,6 +277,8 @@ def _pick(lowered: Mapping[str, str], names: Mapping[str, tuple[str, ...]]) -> d
     for attr, choices in names.items():
         for name in choices:
             value = lowered.get(name.lower())
+            if value == "" and attr in _NOT_EMPTY:
+                raise OptionError(f"option {choices[0]} must not be empty")
             if value is not None and value != "":
                 picked[attr] = value
                 break
@@ -224,6 +303,7 @@ def _reason(exc: ValidationError) -> str:
 
 def parse_options(options: Mapping[str, str], reading: bool = True) -> KafkaOptions:
     """Parse and check the options of one ``edgekafka`` read or write."""
+    _check_names(options)
     lowered = {key.lower(): str(value) for key, value in options.items()}
     client: dict[str, str] = {}
     for key, value in options.items():

@@ -18,7 +18,14 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import WriterCommitMessage
 
 from pipeline import clients
-from pipeline.exactly_once import TIMEOUT_SECONDS, Marker, query_prefix, running_task
+from pipeline.exactly_once import (
+    TIMEOUT_SECONDS,
+    Marker,
+    in_transaction,
+    query_prefix,
+    running_task,
+    task_query_id,
+)
 from pipeline.options import KafkaOptions
 from pipeline.produce import Header, Record, produce_records, record_of
 
@@ -38,9 +45,11 @@ Range = tuple[int, int, int]
 
 @dataclass(frozen=True)
 class Staged(WriterCommitMessage):
-    """What one task staged: its query's prefix and the ranges the broker acknowledged."""
+    """What one task staged: its query's prefix and id, and the ranges the broker
+    acknowledged."""
 
     prefix: str
+    query: str
     ranges: tuple[Range, ...]
     records: int
 
@@ -134,10 +143,10 @@ def from_staging(message: confluent_kafka.Message) -> Record:
 
 def stage_rows(options: KafkaOptions, rows: Iterator[Row]) -> Staged:
     """Phase 1, a task: produce its rows to the staging topic; the ranges they got."""
-    prefix = query_prefix(options)
+    prefix, query = query_prefix(options), task_query_id()
     first = next(rows, None)
     if first is None:
-        return Staged(prefix, (), 0)
+        return Staged(prefix, query, (), 0)
     topic = staging_topic(prefix)
     partition = running_task().partitionId() % ensure_staging(options, topic)
     ranges = RangeCollector()
@@ -145,7 +154,7 @@ def stage_rows(options: KafkaOptions, rows: Iterator[Row]) -> Staged:
         clients.producer(options),
         (to_staging(record_of(row, options), topic, partition) for row in chain([first], rows)),
         ranges.add)
-    return Staged(prefix, tuple(ranges.ranges), count)
+    return Staged(prefix, query, tuple(ranges.ranges), count)
 
 
 def merge(ranges: Iterable[Range]) -> dict[int, deque[tuple[int, int]]]:
@@ -224,17 +233,17 @@ def copy_batch(options: KafkaOptions, messages: Sequence[WriterCommitMessage | N
     records = sum(m.records for m in staged)
     if not records:
         return 0, False
-    prefixes = {m.prefix for m in staged}
-    if len(prefixes) != 1:
+    queries = {(m.prefix, m.query) for m in staged}
+    if len(queries) != 1:
         raise RuntimeError(f"edgekafka sink: batch {batch_id} has tasks of several queries "
-                           f"({', '.join(sorted(prefixes))})")
-    prefix = prefixes.pop()
+                           f"({', '.join(sorted(map(str, queries)))})")
+    prefix, query = queries.pop()
     topic = staging_topic(prefix)
-    marker = Marker(options, prefix, topic, batch_id)
+    marker = Marker(options, prefix, prefix, query, batch_id)
     try:
         producer = clients.producer(options, transactional_id=prefix)
         producer.init_transactions(TIMEOUT_SECONDS)
-        if marker.committed():
+        if marker.written(topic):
             log.info("edgekafka sink: batch %d of %s was committed by an earlier run: "
                      "skipped", batch_id, prefix)
             return 0, True
@@ -247,9 +256,9 @@ def copy_batch(options: KafkaOptions, messages: Sequence[WriterCommitMessage | N
             if copied != records:  # read_staged yields every wanted offset or fails
                 raise RuntimeError(f"edgekafka sink: copied {copied} of {records} staged "
                                    f"records of batch {batch_id}")
+            marker.commit(producer, topic, copied)
             return copied
 
-        copied = marker.commit_with(producer, write)
-        return copied, False
+        return in_transaction(producer, prefix, write), False
     finally:
         marker.close()

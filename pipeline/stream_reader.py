@@ -5,8 +5,13 @@ reads ``[previous end, new end)`` per topic-partition, where the new end is the 
 offset (the last stable offset under read_committed), cut down by the read limit
 (``maxOffsetsPerTrigger``, shared among partitions in proportion to their backlog) and,
 under ``Trigger.AvailableNow``, by the offsets seen when the query started. Partitions
-that appear later are read from their earliest offset. Spark calls these methods in
-one long-lived Python process on the driver; ``read`` runs in the executors.
+that appear later enter the offset log at their earliest offset (the end of the batch
+that finds them), so the next batches read them from there and a replay plans the same
+ranges; one whose earliest offset is not 0 lost records before the stream saw it. A
+partition the stream was reading that is gone (its topic deleted) is data loss too; both
+fail the query, or with ``failOnDataLoss=false`` log a warning and go on (a gone
+partition is dropped from the offsets). Spark calls these methods in one long-lived
+Python process on the driver; ``read`` runs in the executors.
 """
 
 from __future__ import annotations
@@ -25,8 +30,16 @@ from pyspark.sql.streaming.datasource import (
 
 from pipeline.fetch import DataLossError, OffsetRange
 from pipeline.metadata import ClusterView
-from pipeline.offsets import EARLIEST, Offsets, from_json, parse_spec, rate_limit, to_json
-from pipeline.options import KafkaOptions
+from pipeline.offsets import (
+    EARLIEST,
+    Offsets,
+    TopicPartition,
+    from_json,
+    parse_spec,
+    rate_limit,
+    to_json,
+)
+from pipeline.options import KafkaOptions, OptionError
 from pipeline.partition import RangePartition, read_partition
 
 log = logging.getLogger(__name__)
@@ -36,6 +49,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans micro-batches on the driver from the subscription's offsets."""
 
     def __init__(self, options: KafkaOptions) -> None:
+        if options.ending is not None:
+            raise OptionError("option endingOffsets is for batch reads only: a stream has "
+                              "no end (Trigger.AvailableNow stops at the offsets of its start)")
         self.options = options
         self._view: ClusterView | None = None
         self._target: Offsets | None = None
@@ -54,32 +70,57 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, dict[str, int]]:
         """Where a new query starts: ``startingOffsets`` (default latest) or
         ``startingTimestamp``."""
-        options = self.options
-        tps = self.view.partitions()
+        options, view = self.options, self.view
+        tps = view.partitions()
+        if options.assign is not None:
+            view.check_named(((t, p) for t, parts in options.assign.items() for p in parts),
+                             tps, "assign")
         if options.starting_timestamp is not None:
-            return to_json(self.view.for_timestamp(tps, options.starting_timestamp))
+            return to_json(view.for_timestamp(tps, options.starting_timestamp))
         spec = parse_spec(options.starting, "latest", "startingOffsets")
-        return to_json(self.view.resolve(spec, tps, EARLIEST))
+        if isinstance(spec, dict):
+            view.check_named(spec, tps, "startingOffsets")
+        return to_json(view.resolve(spec, tps, EARLIEST))
 
-    def _begin_and_latest(self, start: Offsets) -> tuple[Offsets, Offsets]:
-        """Start offsets including newly found partitions (at their earliest), and the
-        latest offsets of every partition."""
+    def _data_loss(self, message: str) -> None:
+        """Fail with ``message`` (``failOnDataLoss=true``) or log it as a warning."""
+        if self.options.fail_on_data_loss:
+            raise DataLossError(f"{message}. Set the option failOnDataLoss=false to go on "
+                                "with a warning.")
+        log.warning("%s (going on: failOnDataLoss=false)", message)
+
+    def _begin_and_latest(self, start: Offsets) -> tuple[Offsets, Offsets, set[TopicPartition]]:
+        """Start offsets without the partitions that are gone and with those newly found
+        (at their earliest), the latest offsets of every partition, and the new ones."""
         tps = self.view.partitions()
+        known = set(tps)
+        gone = sorted(tp for tp in start if tp not in known)
+        if gone:
+            self._data_loss(
+                "edgekafka data loss: " + ", ".join(f"{t}-{p}" for t, p in gone)
+                + " (read up to offsets " + ", ".join(str(start[tp]) for tp in gone)
+                + ") no longer exist (was the topic deleted?); records after those offsets "
+                "may never have been read")
         new = [tp for tp in tps if tp not in start]
-        begin = dict(start) | self.view.earliest(new)
+        found = self.view.earliest(new)
+        for (topic, partition), first in sorted(found.items()):
+            if first > 0:
+                self._data_loss(f"edgekafka data loss: added partition {topic}-{partition} "
+                                f"starts from offset {first} instead of 0: its first "
+                                "records were deleted before the stream saw them")
         if new:
-            log.info("edgekafka: new partitions %s start at %s", new,
-                     {tp: begin[tp] for tp in new})
+            log.info("edgekafka: new partitions %s start at %s", new, found)
+        begin = {tp: offset for tp, offset in start.items() if tp in known} | found
         latest = self.view.latest(tps)
-        for tp in start:
-            latest.setdefault(tp, start[tp])  # a partition that vanished stays where it was
         self._latest = latest
-        return begin, latest
+        return begin, latest, set(new)
 
     def latestOffset(self, start: dict[str, dict[str, int]],
                      limit: ReadLimit) -> dict[str, dict[str, int]]:
-        """The end of the next micro-batch."""
-        begin, latest = self._begin_and_latest(from_json(start))
+        """The end of the next micro-batch. A new partition ends it at its start: the
+        offset log records where it starts, and the next batch reads it."""
+        begin, latest, new = self._begin_and_latest(from_json(start))
+        latest |= {tp: begin[tp] for tp in new}
         if self._target is not None:
             target = self._target
             latest = {tp: min(offset, target[tp]) if tp in target else begin[tp]
@@ -107,8 +148,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                    end: dict[str, dict[str, int]]) -> Sequence[InputPartition]:
         """One range per topic-partition that moved."""
         begin, stop = from_json(start), from_json(end)
-        new = [tp for tp in stop if tp not in begin]
-        begin |= self.view.earliest(new)
+        new = [tp for tp in stop if tp not in begin]  # found by this batch: it ends at its
+        begin |= {tp: min(first, stop[tp])  # start (earlier versions: read from earliest)
+                  for tp, first in self.view.earliest(new).items()}
         ranges: list[InputPartition] = []
         compacted = self.view.compacted({t for (t, p), last in stop.items()
                                          if begin[t, p] < last})

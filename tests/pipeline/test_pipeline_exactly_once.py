@@ -28,7 +28,7 @@ import pytest
 
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
-from tests.pipeline_helpers import produce
+from tests.pipeline_helpers import produce, read_all, read_values
 
 pytestmark = pytest.mark.long_running(minutes=14)
 
@@ -45,45 +45,6 @@ BATCH_SLOW_SECONDS = "0.08"
 COPY_PAUSE_MS = "40"
 """copyPauseMs in the run killed mid-copy: a batch's copy takes 16 s."""
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def read_all(bootstrap: str, topic: str, partition: int, isolation: str) -> list[bytes]:
-    """Every value of ``topic``-``partition`` a reader at ``isolation`` gets now: up to
-    the end (the last stable offset) at read_committed, up to the high watermark of the
-    moment at read_uncommitted (a partition written to all the time has no end)."""
-    consumer = confluent_kafka.Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "exactly-once-test",
-        "enable.auto.commit": False, "enable.partition.eof": True,
-        "isolation.level": isolation})
-    where = confluent_kafka.TopicPartition(topic, partition, 0)
-    values: list[bytes] = []
-    deadline = time.monotonic() + 60
-    try:
-        consumer.list_topics(topic, timeout=30)  # the partition's leader
-        high = (consumer.get_watermark_offsets(where, timeout=30)[1]
-                if isolation == "read_uncommitted" else None)
-        if high == 0:
-            return values
-        consumer.assign([where])
-        while time.monotonic() < deadline:
-            for message in consumer.consume(1000, 0.5):
-                error = message.error()
-                if error is not None:
-                    assert error.code() == confluent_kafka.KafkaError._PARTITION_EOF, error
-                    return values
-                value, offset = message.value(), message.offset()
-                assert value is not None and offset is not None
-                values.append(value)
-                if high is not None and offset + 1 >= high:
-                    return values
-    finally:
-        consumer.close()
-    raise AssertionError(f"no end of {topic}-{partition} within 60 s")
-
-
-def read_values(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[bytes]:
-    """Every value of every partition of ``topic`` a reader at ``isolation`` gets now."""
-    return [v for p in range(partitions) for v in read_all(bootstrap, topic, p, isolation)]
 
 
 def written(bootstrap: str, topic: str, partitions: int) -> int:

@@ -12,12 +12,14 @@ import confluent_kafka
 import pytest
 
 from pipeline.audit.table import format_table
+from pipeline.batch_reader import BatchReader
 from pipeline.cli import build_parser, parse_since, source_options
 from pipeline.clients import base_config
 from pipeline.offsets import from_json, parse_spec, rate_limit, to_json
 from pipeline.options import OptionError, parse_options
 from pipeline.produce import Record
 from pipeline.staging import RangeCollector, from_staging, merge, to_staging
+from pipeline.stream_reader import StreamReader
 from pipeline.task_input import LinkNotFound, executor_link, input_cut
 
 BOOT = {"kafka.bootstrap.servers": "h:1"}
@@ -49,10 +51,53 @@ def test_options_are_parsed_and_checked() -> None:
            ({**BOOT, "subscribe": "t", "oauth.issuerUrl": "http://x"}, "needs oauth.credent"),
            ({**BOOT, "subscribe": "t", "startingTimestamp": "noon"}, "epoch milliseconds"),
            ({**BOOT, "subscribe": "t", "atomicity": "task"}, "one of batch, partition"),
-           ({**BOOT, "subscribe": "t", "copyPauseMs": "-1"}, "must not be negative")]
+           ({**BOOT, "subscribe": "t", "copyPauseMs": "-1"}, "must not be negative"),
+           ({**BOOT, "subscribe": "t", "startingTimestamp": "-5"}, r"\(0 or more\), not -5"),
+           ({**BOOT, "subscribePattern": "orders("}, "option subscribePattern is not a "
+            "regular expression"),
+           ({**BOOT, "topic": "t", "transactionalIdPrefix": ""}, "transactionalIdPrefix must "
+            "not be empty"),
+           ({**BOOT, "subscribe": "t", "includeHeaders": "false"}, "includeHeaders cannot be")]
     for given, message in bad:
         with pytest.raises(OptionError, match=message):
             parse_options(given)
+    assert parse_options({**BOOT, "subscribe": "t", "includeHeaders": "true",
+                          "checkpointLocation": "/cp", "path": "/p"}).include_headers
+
+
+def test_unknown_and_unsupported_options_are_refused_by_name() -> None:
+    """They used to be ignored: a typo'd read limit read everything, Spark's timestamp
+    options read from the default offsets."""
+    cases = [("maxOffsetPerTrigger", "5", "unknown option maxOffsetPerTrigger \\(did you "
+              "mean maxOffsetsPerTrigger\\?\\)"),
+             ("startingoffset", "earliest", "did you mean startingOffsets"),
+             ("colour", "red", "^unknown option colour$"),
+             ("endingTimestamp", "1700000000000", "endingTimestamp of Spark's Kafka "
+              "connector is not supported by the edgekafka source: use endingOffsets"),
+             ("startingOffsetsByTimestamp", '{"t":{"0":1}}', "not supported.*use "
+              "startingTimestamp"),
+             ("endingOffsetsByTimestamp", '{"t":{"0":1}}', "not supported"),
+             ("minPartitions", "8", "not supported.*one Spark partition per Kafka")]
+    for name, value, message in cases:
+        with pytest.raises(OptionError, match=message):
+            parse_options({**BOOT, "subscribe": "t", name: value})
+    assert parse_options({**BOOT, "subscribe": "t", "kafka.fetch.max.bytes": "1"}).client == {
+        "fetch.max.bytes": "1"}
+
+
+def test_offsets_spark_refuses_are_refused() -> None:
+    """endingOffsets on a stream, latest (-1) as a batch's start and earliest (-2) as its
+    end were accepted: a stream ignored its end, a batch read nothing."""
+    with pytest.raises(OptionError, match="endingOffsets is for batch reads only"):
+        StreamReader(parse_options({**BOOT, "subscribe": "t", "endingOffsets": "latest"}))
+    for given, message in [({"startingOffsets": '{"t": {"0": -1}}'}, "startingOffsets "
+                            "cannot be latest \\(-1 in JSON\\) for a batch read"),
+                           ({"startingOffsets": "latest"}, "cannot be latest"),
+                           ({"endingOffsets": '{"t": {"0": 5, "1": -2}}'}, "endingOffsets "
+                            "cannot be earliest \\(-2 in JSON\\)"),
+                           ({"endingOffsets": "earliest"}, "cannot be earliest")]:
+        with pytest.raises(OptionError, match=message):
+            BatchReader(parse_options({**BOOT, "subscribe": "t", **given})).partitions()
 
 
 def test_offset_specs_and_checkpoint_form() -> None:
