@@ -3,12 +3,13 @@ so that the test can kill its driver and JVM: copies topic IN to topic OUT throu
 ``edgekafka`` source and sink, partition for partition, with ``Trigger.AvailableNow``.
 
     python -m tests.pipeline_copy_job BOOTSTRAP IN OUT CHECKPOINT [--slow SECONDS]
-        [--atomicity batch|partition] [--max-offsets N] [--copy-pause-ms MS]
-        [--fail-after N]
+        [--slow-from N] [--atomicity batch|partition] [--max-offsets N]
+        [--copy-pause-ms MS] [--fail-after N]
 
 With --slow, every row of input partition 1 waits that long on its way to the sink (and
 the sink gets rows in small Arrow batches through small buffers), so partition 0's task
-finishes its share of a micro-batch while partition 1's is still writing. --atomicity,
+finishes its share of a micro-batch while partition 1's is still writing; with
+--slow-from N only the rows whose value ends in a number >= N (``...-N``) wait. --atomicity,
 --max-offsets and --copy-pause-ms set the options ``atomicity``, ``maxOffsetsPerTrigger``
 and ``copyPauseMs``. With --fail-after N, the job's pacing UDF raises at row N of input
 partition 1 (the Spark task feeding the sink fails with the sink's input cut short,
@@ -32,14 +33,16 @@ def main(args: argparse.Namespace) -> int:
         "spark.buffer.size": "1024"})
     spark.sparkContext.setLogLevel("ERROR")
     slow: float = args.slow
+    slow_from: int = args.slow_from
     fail_after: int = args.fail_after
 
     @udf("binary")
     def pace(partition: int, value: bytes) -> bytes:
         if partition == 1:
-            if slow:
+            number = int(value.split(b"-")[-1])
+            if slow and number >= slow_from:
                 time.sleep(slow)
-            if fail_after and int(value.split(b"-")[-1]) >= fail_after:
+            if fail_after and number >= fail_after:
                 raise RuntimeError("pipeline_copy_job: --fail-after reached")
         return value
 
@@ -69,6 +72,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("target")
     parser.add_argument("checkpoint")
     parser.add_argument("--slow", type=float, default=0.0)
+    parser.add_argument("--slow-from", type=int, default=0)
     parser.add_argument("--atomicity", default="batch")
     parser.add_argument("--max-offsets", type=int, default=0)
     parser.add_argument("--copy-pause-ms", type=int, default=0)
