@@ -103,16 +103,24 @@ def _rss_bytes() -> int:
     raise AssertionError("no VmRSS")
 
 
+async def _server_and_a_client_that_never_reads(
+        log: list[str], limits: Limits) -> tuple[ListenerServer, socket.socket]:
+    """A started server of ``_Handler``s, and a non-blocking client connected to it with a
+    small receive buffer (it reads nothing)."""
+    server = ListenerServer("TEST", "127.0.0.1", 0, lambda _i: _Handler(log, {}), limits)
+    port = await server.start()
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect(("127.0.0.1", port))
+    client.setblocking(False)
+    return server, client
+
+
 def test_answers_to_a_client_that_never_reads_stay_bounded() -> None:
     async def test() -> None:
         log: list[str] = []
         limits = Limits(idle_timeout_ms=60_000)
-        server = ListenerServer("TEST", "127.0.0.1", 0, lambda _i: _Handler(log, {}), limits)
-        port = await server.start()
-        client = socket.socket()
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        client.connect(("127.0.0.1", port))
-        client.setblocking(False)
+        server, client = await _server_and_a_client_that_never_reads(log, limits)
         try:
             await asyncio.get_running_loop().sock_sendall(
                 client, frames(*(f"now:{n}" for n in range(2000))))
@@ -136,12 +144,7 @@ def test_a_stop_ends_a_connection_whose_client_reads_nothing() -> None:
     async def test() -> None:
         log: list[str] = []
         limits = Limits(idle_timeout_ms=60_000, max_queued_requests=4)
-        server = ListenerServer("TEST", "127.0.0.1", 0, lambda _i: _Handler(log, {}), limits)
-        port = await server.start()
-        client = socket.socket()
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        client.connect(("127.0.0.1", port))
-        client.setblocking(False)
+        server, client = await _server_and_a_client_that_never_reads(log, limits)
         try:
             await asyncio.get_running_loop().sock_sendall(
                 client, frames(*(f"now:{n}" for n in range(200))))

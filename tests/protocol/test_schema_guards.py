@@ -11,6 +11,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
 import broker_core.dispatch  # noqa: F401  (installs the bound)
 from broker_core.codec.schema_guards import MAX_BYTES
+from broker_core.codec.varints import uvarint
 
 
 def _api_versions_v3(name_length: bytes) -> bytes:
@@ -40,22 +41,13 @@ def test_compact_array_counts_and_tags_are_bounded_too() -> None:
         MetadataRequest.decode(b"\x81\x80\x80\x80\x80\x00" + b"\x00\x00\x00", version=12)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _metadata_v12(topics: list[bytes]) -> bytes:
     """A Metadata v12 body of these topic entries, auto-creation off, no tags of its own."""
-    return _uvarint(len(topics) + 1) + b"".join(topics) + b"\x00\x00\x00"
+    return uvarint(len(topics) + 1) + b"".join(topics) + b"\x00\x00\x00"
 
 
 def _topic(name: bytes, tags: bytes = b"\x00") -> bytes:
-    return b"\x00" * 16 + _uvarint(len(name) + 1) + name + tags
+    return b"\x00" * 16 + uvarint(len(name) + 1) + name + tags
 
 
 def test_tagged_fields_are_still_read() -> None:
@@ -69,7 +61,7 @@ def test_tagged_fields_are_still_read() -> None:
 def test_a_tagged_field_longer_than_the_request_is_refused() -> None:
     # an unknown tag claiming 2**31-1 bytes, with none after it: Kafka's reader throws
     with pytest.raises(ValueError, match="runs past the request's end"):
-        MetadataRequest.decode(_metadata_v12([_topic(b"a", b"\x01\x05" + _uvarint(2**31 - 1))]),
+        MetadataRequest.decode(_metadata_v12([_topic(b"a", b"\x01\x05" + uvarint(2**31 - 1))]),
                                version=12)
 
 
