@@ -21,12 +21,14 @@ ARGS ?=
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 
-# Debian packages the build or tests need (Java for Spark, and javac for the Java client's
+# Debian packages the build or tests need (Python with its venv module, for .venv; curl,
+# which the README's examples use; Java for Spark, and javac for the Java client's
 # test program; a C toolchain, zlib and OpenSSL headers for the benchmark's rdkafka_performance;
 # the PostgreSQL server binaries the tests start a throwaway server from, no service;
 # systemd for `systemd-analyze`, which checks deploy/edge-broker.service).
 # Only missing ones are installed.
-DEBIAN_PACKAGES ?= openjdk-17-jdk-headless gcc make libc6-dev zlib1g-dev libssl-dev postgresql systemd
+DEBIAN_PACKAGES ?= python3 python3-venv curl openjdk-17-jdk-headless gcc make libc6-dev zlib1g-dev \
+	libssl-dev postgresql systemd
 # What `make cluster` needs of them: the PostgreSQL server binaries.
 CLUSTER_PACKAGES ?= postgresql
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

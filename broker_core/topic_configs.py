@@ -155,13 +155,15 @@ _KEYS = (
     _long("flush.messages", str(LONG_MAX), 1,
           "A partition is fsynced once this many records are unflushed, and their "
           "producers are answered after that fsync (flushIntervalMessages for the topic; "
+          "unset, the broker's flushIntervalMessages applies, and DescribeConfigs shows it; "
           "no effect on PostgreSQL, where every append is committed).",
           "log.flush.interval.messages"),
     _long("flush.ms", str(LONG_MAX), 0,
           "A partition appended to is fsynced within this many ms: shorter than the "
           "broker's flushIntervalMs it fsyncs the topic's partitions sooner; longer, the "
           "broker's periodic fsync still takes them (a topic cannot loosen the broker's "
-          "durability). No effect on PostgreSQL.", "log.flush.interval.ms"),
+          "durability). Unset, the broker's flushIntervalMs applies (1000 by default), "
+          "and DescribeConfigs shows it. No effect on PostgreSQL.", "log.flush.interval.ms"),
     _long("file.delete.delay.ms", "60000", 0,
           "How long Kafka keeps a deleted segment's file before removing it; a ledger "
           "that retention or the cleaner drops is unlinked at once here (taken and "

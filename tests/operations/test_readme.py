@@ -1,6 +1,7 @@
 """The README's promises: `make run` serves on 127.0.0.1:9092 and the quick-start snippet works
 as printed (and again when run twice), also against the cluster and brokers the README starts;
-the configuration table and the topic config table are the ones the code generates."""
+the configuration table and the topic config table are the ones the code generates, and the
+protocol table lists what ApiVersions answers."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ import time
 from pathlib import Path
 
 import psycopg
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from broker_core.topic_configs import topic_config_markdown
 from edge.config import config_reference_markdown
-from tests.broker_process import REPO
+from tests.broker_process import REPO, BrokerProcess
 from tests.clients import consume_confluent
 from tests.ports import free_port
 from tests.postgres_server import shared_server
+from tests.raw import RawConnection
 
 README = (REPO / "README.md").read_text()
 
@@ -296,3 +300,26 @@ def test_admin_cli_and_health_examples(tmp_path: Path) -> None:
     finally:
         os.killpg(broker.pid, signal.SIGTERM)
         assert broker.wait(30) == 0
+
+
+def test_protocol_table_lists_what_api_versions_answers(tmp_path: Path) -> None:
+    section = README.split("## Protocol support", 1)[1].split("\n## ", 1)[0]
+    listed: dict[str, tuple[int, int]] = {}
+    dash = "\N{EN DASH}"
+    for names, versions in re.findall(rf"^\| ([A-Z][\w, ]+) \| ([\d{dash}]+) \|$", section,
+                                      re.M):
+        low, _, high = versions.partition(dash)
+        for name in names.split(", "):
+            listed[name] = (int(low), int(high or low))
+    broker = BrokerProcess(tmp_path, {"storageUrl": "memory://"}).start()
+    try:
+        conn = RawConnection(broker.port)
+        answer = conn.call(ApiVersionsRequest[3](client_software_name="readme",
+                                                 client_software_version="1"),
+                           3, ApiVersionsResponse)
+        conn.close()
+    finally:
+        broker.stop()
+    served = {ApiKey(api.api_key).name: (api.min_version, api.max_version)
+              for api in answer.api_keys}
+    assert listed == served
