@@ -122,6 +122,7 @@ class Engine:
     def __init__(self, config: EngineConfig, logs: Storage,
                  authorizer: Authorizer | None = None) -> None:
         self.config = config
+        self._topic_defaults = config.topic_default_values()
         self.logs = logs
         self.authorizer: Authorizer = authorizer if authorizer is not None else AllowAll()
         self.tenancy = Tenancy(config, self.authorizer, logs)
@@ -264,7 +265,7 @@ class Engine:
 
     def topic_configs(self, own: Mapping[str, str]) -> dict[str, str]:
         """Every topic config key with its effective value, given a topic's own configs."""
-        return effective_config(own, self.config.topic_defaults)
+        return effective_config(own, self._topic_defaults)
 
     def lookup(self, internal: str, auto_create: bool,
                counts: TopicCounts | None = None) -> TopicInfo | None:

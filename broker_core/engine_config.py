@@ -15,7 +15,7 @@ from broker_core.groups.config import GroupConfig
 from broker_core.loop_metrics import LoopCounter
 from broker_core.partition_producers import DEFAULT_EXPIRATION_MS
 from broker_core.produce_timestamps import TimestampBounds
-from broker_core.topic_configs import config_number, list_items
+from broker_core.topic_configs import LONG_MAX, config_number, list_items
 from broker_core.transactions.coordinator import TxnConfig
 from common.names import DEFAULT_METADATA_NAMESPACE, DEFAULT_METADATA_TENANT
 
@@ -39,6 +39,8 @@ class EngineConfig:
     producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS
     producer_id_expiration_check_interval_ms: int = 600_000
     topic_defaults: Mapping[str, str] = field(default_factory=dict)
+    """Topic configs whose default is not the key's own (the broker config's); ``flush.*``
+    default to this config's flush policy where not given (:meth:`topic_default_values`)."""
     configured_topic_defaults: frozenset[str] = frozenset()
     """Topic configs whose default the broker's config file or command line set
     (DescribeConfigs reports them as STATIC_BROKER_CONFIG where a topic does not)."""
@@ -55,6 +57,19 @@ class EngineConfig:
     transactions: TxnConfig = field(default_factory=TxnConfig)
     fetch_max_bytes: int = 57_671_680
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+    def topic_default_values(self) -> dict[str, str]:
+        """:attr:`topic_defaults`, with ``flush.messages`` and ``flush.ms`` taken from the
+        broker-wide flush policy where not given (an unset topic follows the broker)."""
+        return {"flush.messages": str(self.flush_interval_messages),
+                "flush.ms": flush_ms_default(self.flush_interval_ms),
+                **self.topic_defaults}
+
+
+def flush_ms_default(flush_interval_ms: int) -> str:
+    """The ``flush.ms`` a topic inherits from ``flushIntervalMs`` (0, no periodic fsync,
+    is ``flush.ms`` at its largest: never)."""
+    return str(LONG_MAX if flush_interval_ms == 0 else flush_interval_ms)
 
 
 @dataclass(frozen=True, slots=True)

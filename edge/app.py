@@ -18,7 +18,7 @@ from broker_core.codec import record_walk
 from broker_core.context import Endpoint
 from broker_core.dispatch import Dispatcher
 from broker_core.engine import Engine
-from broker_core.engine_config import EngineConfig
+from broker_core.engine_config import EngineConfig, flush_ms_default
 from broker_core.groups.config import GroupConfig
 from broker_core.naming import Namespace
 from broker_core.quotas.apis import QuotaApis
@@ -41,7 +41,6 @@ from broker_core.quotas.store import QuotaStore
 from broker_core.quotas.throttling import Throttling
 from broker_core.storage import KeyValueStore, LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress
-from broker_core.topic_configs import LONG_MAX
 from broker_core.transactions.coordinator import TxnConfig
 from edge import cpu_slice, gc_tuning, open_files
 from edge.acl_apis import AclApis
@@ -127,9 +126,7 @@ def _topic_default(config: BrokerConfig, topic_key: str, field: str) -> str:
     """The default of topic config ``topic_key`` that the broker config's ``field`` sets
     (``flushIntervalMs`` 0, no periodic fsync, is ``flush.ms`` at its largest: never)."""
     value = getattr(config, field)
-    if topic_key == "flush.ms" and value == 0:
-        return str(LONG_MAX)
-    return str(value)
+    return flush_ms_default(value) if topic_key == "flush.ms" else str(value)
 
 
 def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineConfig:
