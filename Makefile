@@ -27,8 +27,12 @@ PYTEST_ARGS ?=
 # the PostgreSQL server binaries the tests start a throwaway server from, no service;
 # systemd for `systemd-analyze`, which checks deploy/edge-broker.service).
 # Only missing ones are installed.
-DEBIAN_PACKAGES ?= python3 python3-venv curl openjdk-17-jdk-headless gcc make libc6-dev zlib1g-dev \
+DEBIAN_PACKAGES ?= python3 python3-venv curl $(JDK_PACKAGE) gcc make libc6-dev zlib1g-dev \
 	libssl-dev postgresql systemd
+# The JDK (pyspark 4 runs on Java 17 and 21): openjdk-17-jdk-headless where it is installed,
+# else Debian's default JDK (Debian 12: 17; Debian 13, which has no openjdk-17: 21).
+JDK_PACKAGE ?= $(shell dpkg-query -W -f='$${Status}' openjdk-17-jdk-headless 2>/dev/null \
+	| grep -q "ok installed" && echo openjdk-17-jdk-headless || echo default-jdk-headless)
 # What `make cluster` needs of them: the PostgreSQL server binaries.
 CLUSTER_PACKAGES ?= postgresql
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

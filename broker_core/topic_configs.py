@@ -162,8 +162,8 @@ _KEYS = (
           "A partition appended to is fsynced within this many ms: shorter than the "
           "broker's flushIntervalMs it fsyncs the topic's partitions sooner; longer, the "
           "broker's periodic fsync still takes them (a topic cannot loosen the broker's "
-          "durability). Unset, the broker's flushIntervalMs applies (1000 by default), "
-          "and DescribeConfigs shows it. No effect on PostgreSQL.", "log.flush.interval.ms"),
+          "durability). Unset, the broker's flushIntervalMs applies, and DescribeConfigs "
+          "shows it. No effect on PostgreSQL.", "log.flush.interval.ms"),
     _long("file.delete.delay.ms", "60000", 0,
           "How long Kafka keeps a deleted segment's file before removing it; a ledger "
           "that retention or the cleaner drops is unlinked at once here (taken and "
@@ -328,15 +328,18 @@ _TYPE_NAMES = {TYPE_BOOLEAN: "boolean", TYPE_STRING: "string", TYPE_INT: "int",
                TYPE_LONG: "long", TYPE_DOUBLE: "double", TYPE_LIST: "list"}
 
 
-def topic_config_markdown() -> str:
+def topic_config_markdown(broker_defaults: Mapping[str, str] | None = None) -> str:
     """The README's table of topic configs (between the ``topic-config-table`` markers):
     every key, its type, default, broker synonym, whether it is enforced here, and what
-    it does."""
+    it does. ``broker_defaults`` words the default of the keys whose default a broker
+    config key sets here (topic key -> its text), which replaces the key's own."""
     rows = ["| key | type | default | broker default from | here | what it does here |",
             "|---|---|---|---|---|---|"]
     for key in _KEYS:
         server = f"`{key.server}`" if key.server is not None else "(none)"
         default = f"`{key.default}`" if key.default else "(empty)"
+        if broker_defaults is not None and key.name in broker_defaults:
+            default = broker_defaults[key.name]
         rows.append(f"| `{key.name}` | {_TYPE_NAMES[key.kind]} | {default} | "
                     f"{server} | {key.effect} | {key.doc} |")
     return "\n".join(rows) + "\n"

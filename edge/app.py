@@ -47,7 +47,7 @@ from edge.acl_apis import AclApis
 from edge.acl_store import AclStore
 from edge.audit import AuditLog
 from edge.authorization import Policy
-from edge.config import BrokerConfig
+from edge.config import TOPIC_DEFAULT_KEYS, BrokerConfig
 from edge.denials import DenialReports, LoginFailures, Rejections
 from edge.health import Readiness
 from edge.metrics import CONNECTIONS, REJECTED_CONNECTIONS, serve_metrics
@@ -108,18 +108,6 @@ def cluster_id(kv: KeyValueStore) -> str:
         value = uuid.uuid4().hex[:22]
         if kv.compare_and_set(META_KEY, meta, f"cluster.id={value}\n".encode()):
             return value
-
-
-TOPIC_DEFAULT_KEYS = {
-    "retention.ms": "log_retention_ms",
-    "retention.bytes": "log_retention_bytes",
-    "segment.bytes": "log_segment_bytes",
-    "segment.ms": "log_segment_ms",
-    "compression.type": "compression_type",
-    "flush.messages": "flush_interval_messages",
-    "flush.ms": "flush_interval_ms",
-}
-"""Topic configs whose default a broker config key sets: topic key -> the key's field."""
 
 
 def _topic_default(config: BrokerConfig, topic_key: str, field: str) -> str:

@@ -41,6 +41,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 
+from broker_core.topic_configs import topic_config_markdown
 from common.settings import declared_keys, first_problem, to_text
 from edge.config_keys.coordinators import CoordinatorKeys
 from edge.config_keys.node import ConnectionKeys, NodeKeys
@@ -56,12 +57,14 @@ from listeners.spec import ListenerConfigError, ListenerSpec, parse_listeners
 
 __all__ = [
     "CONFIG_KEYS",
+    "TOPIC_DEFAULT_KEYS",
     "BrokerConfig",
     "ConfigError",
     "ConfigKey",
     "config_reference_markdown",
     "load_config",
     "parse_properties",
+    "topic_config_reference_markdown",
 ]
 
 _LISTENER_KEYS = {
@@ -205,6 +208,17 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = MappingProxyType({
 
 _BY_ATTR: Mapping[str, ConfigKey] = {key.attr: key for key in CONFIG_KEYS.values()}
 
+TOPIC_DEFAULT_KEYS: Mapping[str, str] = MappingProxyType({
+    "retention.ms": "log_retention_ms",
+    "retention.bytes": "log_retention_bytes",
+    "segment.bytes": "log_segment_bytes",
+    "segment.ms": "log_segment_ms",
+    "compression.type": "compression_type",
+    "flush.messages": "flush_interval_messages",
+    "flush.ms": "flush_interval_ms",
+})
+"""Topic configs whose default a broker config key sets: topic key -> the key's field."""
+
 
 def _config_error(exc: ValidationError) -> ConfigError:
     """The ConfigError for the first problem pydantic found."""
@@ -264,3 +278,15 @@ def config_reference_markdown() -> str:
         shown = f"`{default}`" if default else '`""`'
         rows.append(f"| `{item.name}` | {item.expected()} | {shown} | {item.doc} |")
     return "\n".join(rows) + "\n"
+
+
+def topic_config_reference_markdown() -> str:
+    """The README's topic config table (:func:`broker_core.topic_configs.topic_config_markdown`),
+    the default of a key that a broker key sets (:data:`TOPIC_DEFAULT_KEYS`) naming that
+    key and its default."""
+    defaults = {}
+    for topic_key, attr in TOPIC_DEFAULT_KEYS.items():
+        broker_key = _BY_ATTR[attr]
+        defaults[topic_key] = (f"the broker's `{broker_key.name}` "
+                               f"(`{to_text(broker_key.default)}` by default)")
+    return topic_config_markdown(defaults)

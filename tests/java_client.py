@@ -50,7 +50,7 @@ def jdk_tool(name: str) -> str:
         return str(Path(home) / "bin" / name)
     found = shutil.which(name)
     if found is None:
-        raise FileNotFoundError(f"{name} not found: the Makefile installs openjdk-17-jdk-headless")
+        raise FileNotFoundError(f"{name} not found: the Makefile installs a JDK (JDK_PACKAGE)")
     return found
 
 

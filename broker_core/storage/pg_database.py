@@ -21,10 +21,12 @@ from .pg_schema import drop_schema, migrate
 Conn = psycopg.Connection[tuple[object, ...]]
 """A connection whose rows are tuples."""
 
-_POOL_SIZE = 10
+POOL_SIZE = 10
 """Connections at most: the event loop's statements, the group commit's lanes
 (``pg_commits``), the read-ahead workers (``pg_readahead``), the marker relay's poll and
-the cluster's heartbeats never wait for one another."""
+the cluster's heartbeats never wait for one another. With the notification connection
+(:func:`connect_listener`) a broker holds this plus one (the README's ``max_connections``
+budget, which ``tests/operations/test_readme.py`` keeps equal)."""
 _CONNECT_TIMEOUT_S = 5
 _CHECKOUT_TIMEOUT_S = 1.0
 """How long a statement waits for a pooled connection: while the database is away, a
@@ -94,7 +96,7 @@ class Database:
         except psycopg.Error as exc:
             raise unavailable(exc) from None
         self._pool = psycopg_pool.ConnectionPool(
-            conninfo, min_size=1, max_size=_POOL_SIZE, timeout=_CHECKOUT_TIMEOUT_S, open=True,
+            conninfo, min_size=1, max_size=POOL_SIZE, timeout=_CHECKOUT_TIMEOUT_S, open=True,
             kwargs=_SESSION,
             name="edge-storage")
 

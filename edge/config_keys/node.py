@@ -30,8 +30,9 @@ class NodeKeys(BaseModel):
         "database stalls)", ge=500, le=INT_MAX)] = 6000
     broker_heartbeat_interval_ms: Annotated[int, key(
         "brokerHeartbeatIntervalMs",
-        "how often a broker renews its lease and rebalances partition ownership; keep it well"
-        " below `brokerSessionTimeoutMs`", ge=50, le=INT_MAX)] = 1000
+        "how often a broker renews its lease and rebalances partition ownership; at most "
+        "half of `brokerSessionTimeoutMs` (a larger value stops the start)", ge=50,
+        le=INT_MAX)] = 1000
     kafka_listeners: Annotated[str, key(
         "kafkaListeners",
         "listeners, `NAME://host:port,...`; NAME is a security protocol unless "

@@ -90,7 +90,8 @@ class ListenerSecurityKeys(BaseModel):
         "maxConnectionsPerIp",
         "connections one client address may hold at once across the listeners (Kafka's "
         "`max.connections.per.ip`), counted from their accept; more are closed at once; 0 "
-        "= only the addresses in `maxConnectionsPerIpOverrides`", ge=0, le=INT_MAX
+        "= only the addresses in `maxConnectionsPerIpOverrides` (0 without overrides stops "
+        "the start: no client could connect)", ge=0, le=INT_MAX
         )] = INT_MAX
     max_connections_per_ip_overrides: Annotated[tuple[str, ...], key(
         "maxConnectionsPerIpOverrides",

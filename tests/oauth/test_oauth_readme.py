@@ -21,7 +21,7 @@ README = (REPO / "README.md").read_text()
 SECTION = README[README.index("## OAuth 2.0 (SASL/OAUTHBEARER)"):
                  README.index("## Topics and tenants")]
 DOC_ISSUER = "http://127.0.0.1:8080"
-DOC_BOOTSTRAP = "127.0.0.1:9092"
+DOC_BOOTSTRAP = "127.0.0.1:9096"
 
 
 def example(name: str) -> str:
@@ -63,6 +63,19 @@ def test_properties_snippet_is_valid() -> None:
     assert match
     settings = parse_validator_settings(parse_properties(match[1]))
     assert settings.issuer_url == DOC_ISSUER and settings.tenant_claim == "tenant"
+
+
+def test_try_out_broker_runs_beside_make_runs() -> None:
+    """The try-out broker serves where the examples connect, not on ``make run``'s port nor
+    in its data directory."""
+    match = re.search(r"(\.venv/bin/edge-broker --set .*?kopOauth2ConfigFile=\S+)", SECTION,
+                      re.S)
+    assert match, "README has no OAuth try-out broker"
+    settings = dict(arg.split("=", 1) for arg in match[1].replace("\\\n", " ").split()
+                    if "=" in arg)
+    assert settings["kafkaListeners"] == f"SASL_PLAINTEXT://{DOC_BOOTSTRAP}"
+    assert DOC_BOOTSTRAP != "127.0.0.1:9092"  # make run's
+    assert settings["dataDir"] not in ("data", "./data")
 
 
 def test_oauth_keys_table_matches_the_code() -> None:

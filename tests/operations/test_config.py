@@ -711,6 +711,20 @@ def test_config_reference_markdown() -> None:
     assert '| `kafkaAdvertisedListeners` | a string | `""` |' in doc
 
 
+@pytest.mark.parametrize(("overrides", "key", "stated"), [
+    (["brokerSessionTimeoutMs=2000", "brokerHeartbeatIntervalMs=1001"],
+     "brokerHeartbeatIntervalMs", "at most half of `brokerSessionTimeoutMs`"),
+    (["maxConnectionsPerIp=0"], "maxConnectionsPerIp", "0 without overrides stops the start"),
+])
+def test_key_docs_state_the_rules_across_keys_that_stop_a_start(
+        overrides: list[str], key: str, stated: str) -> None:
+    """A value the check across keys refuses is one the key's documentation (the README's
+    table) warns of."""
+    with pytest.raises(ConfigError, match=key):
+        load_config(None, overrides)
+    assert stated in CONFIG_KEYS[key].doc
+
+
 @pytest.mark.parametrize("overrides", [
     ["kafkaNamespace=__kafka"],
     ["kafkaMetadataNamespace=default"],

@@ -1,11 +1,14 @@
 """``deploy/``, checked without Docker (not available here): the Dockerfile's commands are the
-README's install and run commands, the systemd unit parses (``systemd-analyze verify``) and
-is hardened, the Compose file parses and its services, files and ports agree with each
-other and with the broker's configuration, its Envoy bootstrap is the generator's and passes
-``envoy --mode validate``; the image's health probe asks the configured metrics port."""
+README's install and run commands (its C record walker compiled as the Makefile does), the
+systemd unit parses (``systemd-analyze verify``) and is hardened, the Compose file parses
+and its services, files and ports agree with each other and with the broker's
+configuration (and the README's token commands with them), its Envoy bootstrap is the
+generator's and passes ``envoy --mode validate``; the image's health probe asks the
+configured metrics port."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shlex
@@ -19,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from broker_core.codec import record_walk
 from edge.config import BrokerConfig, load_config
 from edge.health_probe import health_url
 from edge.properties import parse_properties
@@ -43,19 +47,29 @@ def readme_commands(name: str) -> list[str]:
             if line.strip() and not line.lstrip().startswith("#")]
 
 
-def dockerfile_instructions() -> list[tuple[str, str]]:
-    """``(INSTRUCTION, arguments)`` of the Dockerfile, continuation lines joined."""
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """The Dockerfile's build stages, each its ``(INSTRUCTION, arguments)`` from its
+    ``FROM`` on, continuation lines joined."""
     text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
-    instructions = []
+    stages: list[list[tuple[str, str]]] = []
     for line in text.splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
             word, _, rest = line.strip().partition(" ")
-            instructions.append((word.upper(), rest.strip()))
-    return instructions
+            if word.upper() == "FROM":
+                stages.append([])
+            stages[-1].append((word.upper(), rest.strip()))
+    return stages
 
 
 def instruction(name: str) -> list[str]:
-    return [rest for word, rest in dockerfile_instructions() if word == name]
+    """The arguments of the image's (the last stage's) instructions ``name``."""
+    return [rest for word, rest in dockerfile_stages()[-1] if word == name]
+
+
+def compile_command() -> str:
+    """The README install command that compiles the C record walker."""
+    [command] = [c for c in readme_commands("install") if c.startswith("cc ")]
+    return command
 
 
 def image_config() -> BrokerConfig:
@@ -65,7 +79,17 @@ def image_config() -> BrokerConfig:
 # -- the Dockerfile ------------------------------------------------------------------------
 
 def test_dockerfile_runs_the_readmes_install_and_run_commands() -> None:
-    assert instruction("RUN") == readme_commands("install")
+    compiling = compile_command()
+    assert instruction("RUN") == [c for c in readme_commands("install") if c != compiling]
+    # the record walker is compiled in a stage of its own, by the README's command after
+    # the README's venv, and the image copies the library to the place it was built for
+    *builders, _image = dockerfile_stages()
+    [builder] = builders
+    name = builder[0][1].split(" AS ")[1]
+    runs = [rest for word, rest in builder if word == "RUN"]
+    assert runs[-2:] == [readme_commands("install")[0], compiling]
+    library = shlex.split(compiling)[shlex.split(compiling).index("-o") + 1]
+    assert f"--from={name} {library} {library}" in instruction("COPY")
     [command] = readme_commands("run")
     [cmd] = instruction("CMD")
     assert json.loads(cmd) == shlex.split(command)
@@ -81,6 +105,8 @@ def test_dockerfile_copies_every_package_and_only_what_exists() -> None:
                 ["include"]}
     copied = set()
     for rest in instruction("COPY"):
+        if rest.startswith("--from="):
+            continue
         *sources, _dest = rest.split()
         for source in sources:
             assert (REPO / source).exists(), f"COPY {source}: no such file"
@@ -93,10 +119,12 @@ def test_image_runs_unprivileged_with_its_data_directory_a_volume() -> None:
     config = image_config()
     [user] = instruction("USER")
     assert user not in ("root", "0") and "useradd" in " ".join(instruction("RUN"))
-    assert user in readme_commands("install")[2].split()
+    [useradd] = [c for c in readme_commands("install") if c.startswith("useradd ")]
+    assert user in useradd.split()
     [volume] = instruction("VOLUME")
     assert json.loads(volume) == [config.data_dir]
-    assert f"-o {user} -g {user} -m 0750 {config.data_dir}" in readme_commands("install")[3]
+    assert f"install -d -o {user} -g {user} -m 0750 {config.data_dir}" in \
+        readme_commands("install")
     listener_ports = {int(spec.rsplit(":", 1)[1]) for spec in config.kafka_listeners.split(",")}
     [exposed] = instruction("EXPOSE")
     assert {int(p) for p in exposed.split()} == listener_ports | {config.metrics_port}
@@ -112,6 +140,33 @@ def test_healthcheck_probes_the_metrics_port_of_the_config_the_broker_reads() ->
     config = image_config()
     assert config.metrics_port != 0
     assert health_url(config) == f"http://127.0.0.1:{config.metrics_port}/healthz"
+
+
+# -- the C record walker ---------------------------------------------------------------------
+
+def makefile_variable(name: str) -> str:
+    match = re.search(rf"^{name} [?:]?= (.*)$", (REPO / "Makefile").read_text(), re.M)
+    assert match, name
+    return match[1].strip()
+
+
+def test_readmes_compile_commands_are_the_makefiles_and_build_a_loadable_walker(
+        tmp_path: Path) -> None:
+    """Every README line that compiles the record walker is the Makefile's ``$(NATIVE)``
+    rule, into a venv's ``lib`` where the broker looks; it builds a library that loads."""
+    lines = [line.strip() for line in README.splitlines()
+             if line.startswith("cc ") and record_walk.LIBRARY_NAME in line]
+    assert compile_command() in lines and len(lines) == 2  # Install and Deployment
+    rule = (f"cc {makefile_variable('NATIVE_CFLAGS')} -shared -fPIC -o "
+            f"{{venv}}/lib/{record_walk.LIBRARY_NAME} {makefile_variable('NATIVE_SRC')}")
+    assert sorted(lines) == sorted(rule.format(venv=venv)
+                                   for venv in (".venv", "/opt/edge-broker"))
+    assert makefile_variable("NATIVE") == f"$(VENV)/lib/{record_walk.LIBRARY_NAME}"
+    (tmp_path / "lib").mkdir()
+    built = tmp_path / "lib" / record_walk.LIBRARY_NAME
+    subprocess.run(shlex.split(rule.format(venv=tmp_path)), cwd=REPO, check=True, timeout=120)
+    walker, note = record_walk.load(str(built))
+    assert walker is not None, note
 
 
 # -- the health probe ------------------------------------------------------------------------
@@ -333,6 +388,32 @@ def test_compose_ports_and_addresses_agree() -> None:
     dashboards = [t for t in grafana if t.startswith(provider["options"]["path"] + "/")]
     assert [grafana[t] for t in dashboards] == [(DEPLOY / "grafana" / "edge-broker.json")
                                                 .resolve()]
+
+
+def test_compose_token_commands_use_the_compose_key_and_the_issuers_client() -> None:
+    services = compose()["services"]
+    exec_prefix = ["docker", "compose", "-f", "deploy/compose.yaml", "exec", "broker",
+                   "/opt/edge-broker/bin/edge-broker"]
+    plain, oauth = (shlex.split(c) for c in readme_commands("compose-tokens"))
+    assert plain[:len(exec_prefix)] == oauth[:len(exec_prefix)] == exec_prefix
+    plain, oauth = plain[len(exec_prefix):], oauth[len(exec_prefix):]
+    # SASL/PLAIN: signed with the Compose broker's key; the command runs as printed
+    broker_properties = properties(mounts(services["broker"])[IMAGE_CONFIG_PATH])
+    assert plain[plain.index("--secret-key") + 1] == broker_properties["tokenSecretKey"]
+    made = subprocess.run([sys.executable, "-m", "edge.cli", *plain], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    # SASL/OAUTHBEARER: the issuer's address and its one client
+    assert oauth[0] == "token"
+    issuer = services["issuer"]["command"]
+    assert oauth[oauth.index("--issuer-url") + 1] == \
+        f"http://127.0.0.1:{issuer[issuer.index('--port') + 1]}"
+    url = oauth[oauth.index("--credentials-url") + 1]
+    prefix = "data:application/json;base64,"
+    assert url.startswith(prefix)
+    credentials = json.loads(base64.b64decode(url.removeprefix(prefix)))
+    assert f"{credentials['client_id']}:{credentials['client_secret']}" == \
+        issuer[issuer.index("--client") + 1]
 
 
 def compose_envoy_args() -> list[str]:

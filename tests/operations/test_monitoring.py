@@ -1,21 +1,22 @@
 """The alert rules (``deploy/prometheus/alerts.yml``) and the Grafana dashboard
 (``deploy/grafana/edge-broker.json``): both parse, each rule and panel has what Prometheus
-and Grafana need, every PromQL expression is well formed, and every metric they name is
-served on a running broker's ``/metrics`` (histograms by their ``_bucket``, ``_sum`` and
-``_count`` series; ``up`` is Prometheus's own). Prometheus's ``promtool`` is not used: the
-Debian package that has it is a whole Prometheus server (about 100 MB installed)."""
+and Grafana need, every PromQL expression is well formed, and every metric they (and the
+READMEs) name is served on a running broker's ``/metrics`` (histograms by their
+``_bucket``, ``_sum`` and ``_count`` series; ``up`` is Prometheus's own). Prometheus's
+``promtool`` is not used: the Debian package that has it is a whole Prometheus server
+(about 100 MB installed)."""
 
 from __future__ import annotations
 
 import json
 import re
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.broker_process import REPO, BrokerProcess
@@ -23,6 +24,7 @@ from tests.ports import free_port
 
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
 DASHBOARD = REPO / "deploy" / "grafana" / "edge-broker.json"
+READMES = (REPO / "README.md", REPO / "bench" / "README.md")
 PROMETHEUS_OWN = {"up"}
 """Series Prometheus makes for every target, not served by the broker."""
 SEVERITIES = {"critical", "warning", "info"}
@@ -162,8 +164,8 @@ def test_dashboard_is_grafanas() -> None:
 
 
 @pytest.fixture(scope="module")
-def served_names(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
-    """Every series name a broker on file storage serves on /metrics."""
+def served_families(tmp_path_factory: pytest.TempPathFactory) -> list[Metric]:
+    """The metric families a broker on file storage serves on /metrics."""
     port = free_port()
     broker = BrokerProcess(tmp_path_factory.mktemp("monitoring"),
                            {"metricsPort": str(port)}).start()
@@ -173,11 +175,17 @@ def served_names(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]
             .read().decode()
     finally:
         broker.stop()
+    return list(text_string_to_metric_families(text))
+
+
+@pytest.fixture(scope="module")
+def served_names(served_families: list[Metric]) -> set[str]:
+    """Every series name a broker on file storage serves on /metrics."""
     names = set()
-    for family in text_string_to_metric_families(text):
+    for family in served_families:
         names |= {sample.name for sample in family.samples}
         names |= {family.name + suffix for suffix in SUFFIXES[family.type]}
-    yield names
+    return names
 
 
 @pytest.mark.parametrize("source", ["alerts", "dashboard"])
@@ -187,6 +195,19 @@ def test_every_metric_named_is_served(source: str, served_names: set[str]) -> No
     assert "kop_server_fsync_seconds_bucket" in named  # the reading found the names
     missing = sorted(named - served_names - PROMETHEUS_OWN)
     assert missing == [], f"{source} name metrics the broker does not serve: {missing}"
+
+
+def test_every_metric_the_readmes_name_is_served(served_families: list[Metric],
+                                                 served_names: set[str]) -> None:
+    """The READMEs name series as a scrape shows them (a counter with its ``_total``), or
+    a histogram by its family name."""
+    text = "\n".join(path.read_text() for path in READMES)
+    named = set(re.findall(r"\bkop_[a-z0-9_]*[a-z0-9]", text))
+    assert "kop_server_requests_total" in named  # the reading found the names
+    histograms = {family.name for family in served_families
+                  if family.type in ("histogram", "summary")}
+    missing = sorted(named - served_names - histograms)
+    assert missing == [], f"the READMEs name metrics the broker does not serve: {missing}"
 
 
 def test_the_data_dir_gauges_report_the_file_system(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
 """The README's promises: `make run` serves on 127.0.0.1:9092 and the quick-start snippet works
 as printed (and again when run twice), also against the cluster and brokers the README starts;
-the configuration table and the topic config table are the ones the code generates, and the
-protocol table lists what ApiVersions answers."""
+the configuration table and the topic config table are the ones the code generates, the
+protocol table lists what ApiVersions answers, the admin CLI's synopsis every verb and flag
+of its parser, and the PostgreSQL connections per broker are the pool's."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -17,8 +19,14 @@ import psycopg
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from broker_core.topic_configs import topic_config_markdown
-from edge.config import config_reference_markdown
+from broker_core.producer_states import (
+    SNAPSHOT_EVERY_BYTES,
+    SNAPSHOT_EVERY_RECORDS,
+    SNAPSHOT_MAX_AGE_S,
+)
+from broker_core.storage.pg_database import POOL_SIZE
+from edge.admin.commands import add_admin_arguments
+from edge.config import config_reference_markdown, topic_config_reference_markdown
 from tests.broker_process import REPO, BrokerProcess
 from tests.clients import consume_confluent
 from tests.ports import free_port
@@ -60,7 +68,7 @@ def test_topic_config_table_matches_the_code() -> None:
     match = re.search(r"<!-- topic-config-table -->\n(.*?)<!-- /topic-config-table -->",
                       README, re.S)
     assert match is not None
-    assert match[1].strip() == topic_config_markdown().strip()
+    assert match[1].strip() == topic_config_reference_markdown().strip()
 
 
 def test_make_run_then_quickstart(tmp_path: Path) -> None:
@@ -323,3 +331,86 @@ def test_protocol_table_lists_what_api_versions_answers(tmp_path: Path) -> None:
     served = {ApiKey(api.api_key).name: (api.min_version, api.max_version)
               for api in answer.api_keys}
     assert listed == served
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The sub-commands of ``parser`` by name (none: empty)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _options_in(block: str, parser: argparse.ArgumentParser, where: str) -> None:
+    """Every option of ``parser`` is in ``block``, a choice-taking one with its choices."""
+    flat = re.sub(r"\s*\|\s*", "|", block)
+    for action in parser._actions:
+        for flag in action.option_strings:
+            if flag in ("-h", "--help"):
+                continue
+            assert re.search(rf"{flag}\b(?!-)", block), f"{where}: {flag} not in the synopsis"
+            if action.choices is not None:
+                listed = re.search(rf"{flag} ([\w-]+(?:\|[\w-]+)+)", flat)
+                assert listed, f"{where}: {flag} without its choices"
+                assert set(listed[1].split("|")) == set(action.choices), (where, flag)
+
+
+def test_admin_cli_synopsis_lists_every_verb_and_flag() -> None:
+    synopsis = README.split("```\nedge-broker admin ", 1)[1].split("```", 1)[0]
+    parser = argparse.ArgumentParser()
+    add_admin_arguments(parser)
+    head, _, body = synopsis.partition(" GROUP VERB ...\n")
+    _options_in(head, parser, "admin")
+    blocks = dict(re.findall(r"^  ([a-z]+) +(.*?)(?=^  [a-z]|\Z)", body, re.M | re.S))
+    groups = _subparsers(parser)
+    assert list(blocks) == list(groups)
+    for name, group in groups.items():
+        verbs = _subparsers(group)
+        for verb in verbs:
+            assert re.search(rf"(^|\| |\|){verb}\b(?!-)", blocks[name].lstrip(), re.M), \
+                f"{name} {verb} not in the synopsis"
+        for verb_name, verb_parser in (verbs or {"": group}).items():
+            _options_in(blocks[name], verb_parser, f"{name} {verb_name}".strip())
+
+
+def test_postgres_connection_budget_is_the_pools() -> None:
+    """The ``max_connections`` a broker needs: its pool and the notification connection."""
+    match = re.search(r"pool of up to (\d+) connections and one more that listens.*?"
+                      r"must cover (\d+) per broker", README, re.S)
+    assert match, "the README no longer states the connections per broker"
+    assert (int(match[1]), int(match[2])) == (POOL_SIZE, POOL_SIZE + 1)
+
+
+def test_producer_snapshot_triggers_are_the_codes() -> None:
+    match = re.search(r"moved on by ([\d,]+) offsets or (\d+) MiB of log, or (\d+) seconds",
+                      README)
+    assert match, "the README no longer says when producer state is snapshotted"
+    assert (int(match[1].replace(",", "")), int(match[2]) << 20, float(match[3])) == (
+        SNAPSHOT_EVERY_RECORDS, SNAPSHOT_EVERY_BYTES, SNAPSHOT_MAX_AGE_S)
+
+
+def _packages_make_installs(path: str) -> list[str]:
+    """The Debian packages ``make deps-debian`` checks for, with ``path`` as PATH."""
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "deps-debian"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PATH": path})
+    assert dry.returncode == 0, dry.stderr
+    match = re.search(r"for pkg in (.*?); do", dry.stdout)
+    assert match, dry.stdout
+    return match[1].split()
+
+
+def test_make_installs_what_a_bare_debian_needs(tmp_path: Path) -> None:
+    """A fresh Debian has neither the venv module the Makefile's ``python3 -m venv`` needs
+    nor curl, which the README uses; Debian 13 has no openjdk-17, whose place Debian's
+    default JDK takes where openjdk-17 is not installed already."""
+    here = _packages_make_installs(os.environ["PATH"])
+    assert {"python3", "python3-venv", "curl", "gcc", "libc6-dev", "postgresql"} <= set(here)
+    assert {"openjdk-17-jdk-headless", "default-jdk-headless"} & set(here)
+    # a machine where dpkg knows of no openjdk-17 (a fresh Debian 13)
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "dpkg-query").write_text("#!/bin/sh\nexit 1\n")
+    (bare / "dpkg-query").chmod(0o755)
+    fresh = _packages_make_installs(f"{bare}:{os.environ['PATH']}")
+    assert "default-jdk-headless" in fresh and "openjdk-17-jdk-headless" not in fresh
