@@ -220,6 +220,23 @@ def test_b_cannot_produce_to_a_topic(tenants: Tenants, unchanged: None) -> None:
     assert errors[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
+def read_for(consumer: confluent_kafka.Consumer, seconds: float) -> tuple[int, list[int]]:
+    """Consume for ``seconds``, then close: the records read and the error codes seen."""
+    errors: list[int] = []
+    records = 0
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for msg in consumer.consume(100, 0.5):
+                if msg.error() is not None:
+                    errors.append(present(msg.error()).code())
+                else:
+                    records += 1
+    finally:
+        consumer.close()
+    return records, errors
+
+
 def test_b_cannot_consume_a_topic(tenants: Tenants, unchanged: None) -> None:
     b = tenants.b()
     try:
@@ -234,20 +251,9 @@ def test_b_cannot_consume_a_topic(tenants: Tenants, unchanged: None) -> None:
     consumer = confluent_kafka.Consumer({
         **tenants.login("b", "bob").confluent(), "group.id": "b-reader",
         "enable.auto.commit": False})
-    errors = []
-    records = 0
-    try:
-        consumer.assign([confluent_kafka.TopicPartition("a/default/t", p, 0)
-                         for p in range(PARTITIONS)])
-        deadline = time.monotonic() + 4
-        while time.monotonic() < deadline:
-            for msg in consumer.consume(100, 0.5):
-                if msg.error() is not None:
-                    errors.append(present(msg.error()).code())
-                else:
-                    records += 1
-    finally:
-        consumer.close()
+    consumer.assign([confluent_kafka.TopicPartition("a/default/t", p, 0)
+                     for p in range(PARTITIONS)])
+    records, errors = read_for(consumer, 4)
     assert records == 0
     assert set(errors) <= {confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED}, errors
 
@@ -429,19 +435,8 @@ def test_b_consumer_group_g_with_a_stock_client(tenants: Tenants, unchanged: Non
     consumer = confluent_kafka.Consumer({
         **tenants.login("b", "bob").confluent(), "group.id": "g",
         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    errors = []
-    records = 0
-    try:
-        consumer.subscribe(["a/default/t"])
-        deadline = time.monotonic() + 6
-        while time.monotonic() < deadline:
-            for msg in consumer.consume(100, 0.5):
-                if msg.error() is not None:
-                    errors.append(present(msg.error()).code())
-                else:
-                    records += 1
-    finally:
-        consumer.close()
+    consumer.subscribe(["a/default/t"])
+    records, errors = read_for(consumer, 6)
     assert records == 0
     assert confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED in errors, errors
 
