@@ -139,15 +139,22 @@ def restart(broker: BrokerProcess, how: str) -> None:
     broker.start()
 
 
+def committed_group(broker: BrokerProcess, topic_name: str) -> str:
+    """A topic of ``PER_PARTITION`` records a partition, and a group that consumed it and
+    committed ``COMMITTED``: the group's id."""
+    create_topic(broker.bootstrap, topic_name, PARTITIONS)
+    produce_values(broker.bootstrap, topic_name, range(PARTITIONS), 0, PER_PARTITION)
+    group = group_id_for(topic_name)
+    consume_and_commit(broker.bootstrap, group, topic_name, COMMITTED)
+    return group
+
+
 @pytest.mark.parametrize("how", ["sigterm", "kill-9"])
 def test_group_resumes_from_committed_offsets_after_restart(tmp_path: Path, topic_name: str,
                                                             how: str) -> None:
     broker = start_broker(tmp_path)
     try:
-        create_topic(broker.bootstrap, topic_name, PARTITIONS)
-        produce_values(broker.bootstrap, topic_name, range(PARTITIONS), 0, PER_PARTITION)
-        group = group_id_for(topic_name)
-        consume_and_commit(broker.bootstrap, group, topic_name, COMMITTED)
+        group = committed_group(broker, topic_name)
         check_committed(broker.bootstrap, group, topic_name, COMMITTED)
         offsets_dirs = [d for d in tmp_path.rglob("__consumer_offsets")
                         if d.is_dir() and d.parent.name == "__kafka"]
@@ -164,10 +171,7 @@ def test_commits_after_a_restart_replace_the_replayed_ones(tmp_path: Path,
                                                            topic_name: str) -> None:
     broker = start_broker(tmp_path)
     try:
-        create_topic(broker.bootstrap, topic_name, PARTITIONS)
-        produce_values(broker.bootstrap, topic_name, range(PARTITIONS), 0, PER_PARTITION)
-        group = group_id_for(topic_name)
-        consume_and_commit(broker.bootstrap, group, topic_name, COMMITTED)
+        group = committed_group(broker, topic_name)
         restart(broker, "kill-9")
         newer = {0: 900, 1: 1000, 2: 500}
         consume_and_commit(broker.bootstrap, group, topic_name, newer)
@@ -183,10 +187,7 @@ def test_offsets_survive_a_different_offsets_topic_partition_count(
         tmp_path: Path, topic_name: str, before: str, after: str) -> None:
     broker = start_broker(tmp_path, offsetsTopicNumPartitions=before)
     try:
-        create_topic(broker.bootstrap, topic_name, PARTITIONS)
-        produce_values(broker.bootstrap, topic_name, range(PARTITIONS), 0, PER_PARTITION)
-        member_group = group_id_for(topic_name)
-        consume_and_commit(broker.bootstrap, member_group, topic_name, COMMITTED)
+        member_group = committed_group(broker, topic_name)
         # More groups, committed as an admin does, so that they spread over the partitions.
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         others = {group_id_for(topic_name, f"g{i}"): {p: 10 * i + p for p in range(PARTITIONS)}
@@ -224,10 +225,7 @@ def test_kafka_python_sees_the_same_offsets_after_restart(tmp_path: Path,
                                                           topic_name: str) -> None:
     broker = start_broker(tmp_path)
     try:
-        create_topic(broker.bootstrap, topic_name, PARTITIONS)
-        produce_values(broker.bootstrap, topic_name, range(PARTITIONS), 0, PER_PARTITION)
-        group = group_id_for(topic_name)
-        consume_and_commit(broker.bootstrap, group, topic_name, COMMITTED)
+        group = committed_group(broker, topic_name)
         restart(broker, "sigterm")
         consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group,
                                        enable_auto_commit=False)
