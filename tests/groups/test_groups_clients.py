@@ -48,9 +48,32 @@ def kbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
     process.stop()
 
 
+class Commits:
+    """A member's commits as the ledger sees them; failed positions are retried when idle."""
+
+    name: str
+    ledger: GroupLedger
+    retry: dict[int, int]
+
+    def committed(self, records: list[tuple[int, int]], done: dict[int, int],
+                  error: str) -> None:
+        """``records`` were processed and ``done`` committed, with ``error`` ("" if none)."""
+        if error:
+            self.retry.update(done)
+        else:
+            for p in done:
+                self.retry.pop(p, None)
+        self.ledger.processed(self.name, records, error == "", error)
+
+    def recommitted(self) -> None:
+        """The positions to retry are committed now."""
+        self.ledger.recommitted(self.name, self.retry)
+        self.retry = {}
+
+
 # -- kafka-python: one thread per member ---------------------------------------------------
 
-class KafkaPythonMember:
+class KafkaPythonMember(Commits):
     """A kafka-python group member polling in its own thread."""
 
     def __init__(self, name: str, bootstrap: str, group: str, topic: str,
@@ -93,17 +116,10 @@ class KafkaPythonMember:
                                for msg in msgs]
                     if not records:
                         if self.retry and self._commit(consumer, self.retry) == "":
-                            self.ledger.recommitted(self.name, self.retry)
-                            self.retry = {}
+                            self.recommitted()
                         continue
                     done = positions(records)
-                    error = self._commit(consumer, done)
-                    if error:
-                        self.retry.update(done)
-                    else:
-                        for p in done:
-                            self.retry.pop(p, None)
-                    self.ledger.processed(self.name, records, error == "", error)
+                    self.committed(records, done, self._commit(consumer, done))
             finally:
                 self.ledger.leaving(self.name)
                 consumer.close(autocommit=False)
@@ -145,7 +161,7 @@ class AioLoop:
         self.loop.close()
 
 
-class AioKafkaMember:
+class AioKafkaMember(Commits):
     """An aiokafka group member running as a task on an AioLoop."""
 
     def __init__(self, aio: AioLoop, name: str, bootstrap: str, group: str, topic: str,
@@ -186,17 +202,10 @@ class AioKafkaMember:
                                for msg in msgs]
                     if not records:
                         if self.retry and await self._commit(consumer, self.retry) == "":
-                            self.ledger.recommitted(self.name, self.retry)
-                            self.retry = {}
+                            self.recommitted()
                         continue
                     done = positions(records)
-                    error = await self._commit(consumer, done)
-                    if error:
-                        self.retry.update(done)
-                    else:
-                        for p in done:
-                            self.retry.pop(p, None)
-                    self.ledger.processed(self.name, records, error == "", error)
+                    self.committed(records, done, await self._commit(consumer, done))
             finally:
                 self.ledger.leaving(self.name)
                 # aiokafka's stop() can let the CancelledError of its own cancelled
