@@ -71,6 +71,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from edge.certs import make_certs
 from tests import clients
+from tests.broker_process import BrokerProcess
 from tests.clients import PARTITIONS, Got, Rec
 from tests.group_helpers import GroupConnection
 from tests.raw import RawConnection, record_batch
@@ -559,3 +560,25 @@ def revoke(conn: RawConnection, resource: int, name: str, principal: str) -> tup
         2, DeleteAclsResponse)
     result = answer.filter_results[0]
     return int(result.error_code), len(result.matching_acls)
+
+
+class TenantLogins:
+    """One tenant's roles logging in through any broker with tokens from ``issuer``
+    (mixed into a test's dataclass, which declares ``issuer`` as a field)."""
+
+    tenant: str = "acme"
+    issuer: TokenIssuer
+
+    def login(self, broker: BrokerProcess, role: str = "admin") -> Login:
+        """A stock client's login of ``role`` through ``broker``."""
+        return Login(broker.bootstrap, "SASL_PLAINTEXT", self.tenant, self.issuer.token(role))
+
+    def conn(self, broker: BrokerProcess, role: str = "admin") -> OpsConnection:
+        """A raw connection logged in as ``role`` through ``broker``."""
+        conn = OpsConnection(broker.port)
+        conn.login(self.tenant, self.issuer.token(role))
+        return conn
+
+    def login_error(self, broker: BrokerProcess, role: str) -> int:
+        """The error code of a login of ``role`` to the tenant through ``broker``."""
+        return login_error(broker.port, self.tenant, self.issuer.token(role))

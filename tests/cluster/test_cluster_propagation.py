@@ -42,12 +42,11 @@ from tests.security_helpers import (
     SASL_AUTHENTICATION_FAILED,
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
-    Login,
     OpsConnection,
+    TenantLogins,
     TokenIssuer,
     check_roundtrip,
     consume_confluent,
-    login_error,
     produce_confluent,
 )
 from tests.storage.test_storage_engines import TOPIC, append, partition
@@ -57,7 +56,7 @@ WITHIN_S = 5.0
 NOT_LEADER_OR_FOLLOWER = 6
 """How long a change may take to show on the other broker before a test gives up (the
 target is a second; the slack is for a loaded test machine)."""
-TENANT = "acme"
+TENANT = TenantLogins.tenant
 
 
 def eventually(check: Callable[[], bool], what: str, timeout: float = WITHIN_S) -> None:
@@ -194,24 +193,12 @@ def test_storages_starting_together_agree_on_one_cluster_id() -> None:
 # -- two brokers on one database -----------------------------------------------------------
 
 @dataclass
-class Pair:
+class Pair(TenantLogins):
     """Two brokers on one database, SASL logins with tokens, ACLs enforced."""
 
     a: BrokerProcess
     b: BrokerProcess
     issuer: TokenIssuer
-
-    def conn(self, broker: BrokerProcess, role: str = "admin") -> OpsConnection:
-        conn = OpsConnection(broker.port)
-        conn.login(TENANT, self.issuer.token(role))
-        return conn
-
-    def login_error(self, broker: BrokerProcess, role: str) -> int:
-        """The error code of a login of ``role`` to the tenant through ``broker``."""
-        return login_error(broker.port, TENANT, self.issuer.token(role))
-
-    def login(self, broker: BrokerProcess, role: str = "admin") -> Login:
-        return Login(broker.bootstrap, "SASL_PLAINTEXT", TENANT, self.issuer.token(role))
 
 
 @pytest.fixture(scope="module")

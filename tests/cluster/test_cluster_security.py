@@ -15,7 +15,6 @@ from typing import Any
 import confluent_kafka
 import pytest
 
-from tests.broker_process import BrokerProcess
 from tests.clients import Rec, make_records
 from tests.cluster.test_cluster import PARTITIONS
 from tests.cluster.test_cluster_propagation import (
@@ -34,36 +33,23 @@ from tests.security_helpers import (
     SASL_AUTHENTICATION_FAILED,
     TOPIC_AUTHORIZATION_FAILED,
     Login,
-    OpsConnection,
+    TenantLogins,
     TokenIssuer,
     check_roundtrip,
     consume_confluent,
-    login_error,
     produce_confluent,
 )
 
-TENANT = "acme"
+TENANT = TenantLogins.tenant
 GROUP_RESOURCE = 3
 
 
 @dataclass
-class Secured:
+class Secured(TenantLogins):
     """The cluster, and the issuer of the tokens its brokers accept."""
 
     cluster: Cluster
     issuer: TokenIssuer
-
-    def login(self, broker: BrokerProcess, role: str = "admin") -> Login:
-        return Login(broker.bootstrap, "SASL_PLAINTEXT", TENANT, self.issuer.token(role))
-
-    def conn(self, broker: BrokerProcess, role: str = "admin") -> OpsConnection:
-        conn = OpsConnection(broker.port)
-        conn.login(TENANT, self.issuer.token(role))
-        return conn
-
-    def login_error(self, broker: BrokerProcess, role: str) -> int:
-        """The error code of a login of ``role`` to the tenant through ``broker``."""
-        return login_error(broker.port, TENANT, self.issuer.token(role))
 
 
 @pytest.fixture(scope="module")
