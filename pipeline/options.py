@@ -7,7 +7,8 @@ Option names follow Spark's own Kafka connector (they are case-insensitive):
   ``kafka.sasl.username``, ``kafka.sasl.password``, ``kafka.ssl.ca.location``, ...).
 - exactly one of ``subscribe`` (comma-separated topics), ``subscribePattern`` (a
   regular expression matched against whole topic names) or ``assign`` (JSON
-  ``{"topic": [0, 1]}``) for reading; ``topic`` for writing when rows carry none.
+  ``{"topic": [0, 1]}``) for reading; ``topic`` for writing (it overrides the rows'
+  ``topic`` column, as in Spark).
 - ``startingOffsets`` / ``endingOffsets``: ``earliest``, ``latest`` or JSON per
   partition ``{"topic": {"0": 23, "1": -2}}`` (-2 = earliest, -1 = latest);
   ``startingTimestamp`` (epoch ms, taking precedence over ``startingOffsets``) starts

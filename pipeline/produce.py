@@ -41,10 +41,14 @@ def _bytes(value: object) -> bytes | None:
 
 
 def topic_of(row: Row, options: KafkaOptions) -> str:
-    """The row's ``topic`` column, else the option ``topic``."""
-    topic = row.asDict().get("topic") or options.write_topic
+    """The option ``topic`` where it is set (it overrides the column, as in Spark's Kafka
+    sink), else the row's ``topic`` column."""
+    if options.write_topic is not None:
+        return options.write_topic
+    topic = row.asDict().get("topic")
     if topic is None:
-        raise ValueError("edgekafka sink: a row has no topic and the option 'topic' is unset")
+        raise ValueError("edgekafka sink: a row's topic is null and the option 'topic' is "
+                         "unset: set the option to give every row a topic")
     return str(topic)
 
 

@@ -1,4 +1,4 @@
-"""The pipeline's pure parts, without Spark: option parsing, offset specs and the
+"""The pipeline's pure parts, without Spark: option parsing, the sink's topic, offset specs and the
 checkpoint form, read limits, client settings, ``--since``, the printed tables, and how
 a task tells a cut input from a whole one (on real sockets)."""
 
@@ -10,6 +10,7 @@ import socket
 
 import confluent_kafka
 import pytest
+from pyspark.sql import Row
 
 from pipeline.audit.table import format_table
 from pipeline.batch_reader import BatchReader
@@ -17,7 +18,7 @@ from pipeline.cli import build_parser, parse_since, source_options
 from pipeline.clients import base_config
 from pipeline.offsets import from_json, parse_spec, rate_limit, to_json
 from pipeline.options import OptionError, parse_options
-from pipeline.produce import Record
+from pipeline.produce import ANY_PARTITION, Record, record_of
 from pipeline.staging import RangeCollector, from_staging, merge, to_staging
 from pipeline.stream_reader import StreamReader
 from pipeline.task_input import LinkNotFound, executor_link, input_cut
@@ -135,6 +136,22 @@ def test_staged_ranges_and_records() -> None:
     assert from_staging(message) == record
     with pytest.raises(RuntimeError, match="s-2 offset 0 is not a staged record"):
         from_staging(confluent_kafka.Message(topic="s", partition=2, offset=0, value=b"v"))
+
+
+def test_the_topic_option_overrides_the_topic_column() -> None:
+    """As in Spark's Kafka sink: the option ``topic`` wins over a row's ``topic`` column;
+    without the option a row's own topic is used, and a null one fails the task."""
+    boot = {"kafka.bootstrap.servers": "127.0.0.1:1"}
+    by_option = parse_options({**boot, "topic": "fixed"}, reading=False)
+    by_row = parse_options(boot, reading=False)
+    row = Row(topic="own", key=None, value=b"v", partition=None, headers=None)
+    assert record_of(row, by_option).topic == "fixed"
+    assert record_of(Row(value=b"v"), by_option).topic == "fixed"
+    assert record_of(Row(topic=None, value=b"v"), by_option).topic == "fixed"
+    assert record_of(row, by_row) == Record("own", ANY_PARTITION, None, b"v", None)
+    with pytest.raises(ValueError, match="a row's topic is null and the option 'topic' is "
+                       "unset"):
+        record_of(Row(topic=None, value=b"v"), by_row)
 
 
 def test_rate_limit_shares_by_backlog() -> None:
