@@ -4,7 +4,9 @@ Option names follow Spark's own Kafka connector (they are case-insensitive):
 
 - ``kafka.bootstrap.servers`` (required); every other ``kafka.<name>`` option is handed
   to librdkafka as ``<name>`` (``kafka.security.protocol``, ``kafka.sasl.mechanism``,
-  ``kafka.sasl.username``, ``kafka.sasl.password``, ``kafka.ssl.ca.location``, ...).
+  ``kafka.sasl.username``, ``kafka.sasl.password``, ``kafka.ssl.ca.location``, ...), but
+  those the source and sink manage (:data:`_RESERVED`) and, when writing, a
+  ``kafka.acks`` other than ``all`` are refused.
 - exactly one of ``subscribe`` (comma-separated topics), ``subscribePattern`` (a
   regular expression matched against whole topic names) or ``assign`` (JSON
   ``{"topic": [0, 1]}``) for reading; ``topic`` for writing (it overrides the rows'
@@ -314,6 +316,10 @@ def parse_options(options: Mapping[str, str], reading: bool = True) -> KafkaOpti
                 raise OptionError(f"option {key} is managed by the edgekafka source")
             client[name] = str(value)
     client.pop("isolation.level", None)
+    acks = next((value for name, value in client.items() if name.lower() == "acks"), None)
+    if not reading and acks is not None and acks.strip().lower() not in ("all", "-1"):
+        raise OptionError(f"option kafka.acks must be all (or -1), not {acks!r}: the "
+                          "edgekafka sink's producer is idempotent and waits for all")
     values = _pick(lowered, _OPTIONS)
     given = [_OPTIONS[attr][0] for attr in ("topics", "pattern", "assign") if attr in values]
     if "bootstrap" in values and reading and len(given) != 1:

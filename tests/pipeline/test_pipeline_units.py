@@ -40,6 +40,12 @@ def test_options_are_parsed_and_checked() -> None:
     sink = parse_options({**BOOT, "Atomicity": "Partition", "copyPauseMs": "5"}, reading=False)
     assert sink.atomicity == "partition" and sink.copy_pause_ms == 5
     assert parse_options(BOOT, reading=False).atomicity == "batch"
+    for acks in ("all", "-1", "ALL"):  # the sink's producer is idempotent: acks=all only
+        assert parse_options({**BOOT, "kafka.acks": acks}, reading=False).client == {
+            "acks": acks}
+    for acks in ("1", "0"):
+        with pytest.raises(OptionError, match=f"kafka.acks must be all .*not '{acks}'"):
+            parse_options({**BOOT, "kafka.Acks": acks}, reading=False)
     bad = [({"subscribe": "t"}, "kafka.bootstrap.servers is required"),
            ({**BOOT}, "exactly one of"),
            ({**BOOT, "subscribe": "t", "assign": '{"t":[0]}'}, "got subscribe, assign"),
