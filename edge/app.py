@@ -243,6 +243,7 @@ class BrokerApp:
         self.policy.on_denied = self.denials.denied
         self.login_failures = LoginFailures(self.audit.record,
                                             config.audit_denials_per_window,
+                                            config.audit_login_failures_per_window,
                                             config.audit_denial_window_ms / 1000)
         self.rejections = Rejections(self.audit.record, config.audit_denials_per_window,
                                      config.audit_rejections_per_window,

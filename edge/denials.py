@@ -23,6 +23,8 @@ A failed login's subject is the peer's host and the listener (:class:`LoginFailu
 a client with no credentials at all looping connect, SaslHandshake, SaslAuthenticate with
 a bad token on 64 sockets wrote 206 events a second (5.5 GB of audit topic a day) and as
 many log lines. A request before a login on a SASL listener counts as a failed login.
+All hosts' failed logins together are bounded by ``auditLoginFailuresPerWindow``, as
+rejected connections are: each of many addresses had its own share.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from broker_core.context import Operation, RequestContext, ResourceType
 from common.log_fields import log_fields
@@ -90,24 +93,84 @@ class DenialReports:
             reason=f"{operation.value} {reason}"))
 
 
+_EVERYONE = "*"
+"""The subject of an :class:`Overall` window: every address together."""
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What an :class:`Overall` bound counts, as its line and event name it."""
+
+    kind: str
+    outcome: str
+    line: str
+    plural: str
+    left_out_of: str
+
+
+_FAILED_LOGINS = _Kind("authentication", "failure", "authentication failed", "failed logins",
+                       "the log and the audit")
+_REJECTED = _Kind("connection", "rejected", "connection rejected", "rejected connections",
+                  "the audit")
+
+
+class Overall:
+    """At most ``total_per_window`` reports of one kind from every address together
+    (the events counting what a host's window left out included); the ones beyond are
+    counted into one line and one event at the window's end."""
+
+    def __init__(self, record: Callable[[AuditEvent], None], total_per_window: int,
+                 window_s: float, kind: _Kind, clock: Callable[[], float]) -> None:
+        self.record = record
+        self.kind = kind
+        self.windows: Windows[str] = Windows(total_per_window, window_s, self._left_out,
+                                             clock)
+
+    def take(self, listener: str, client: str, count: int = 1) -> bool:
+        """Whether one more report (standing for ``count``) is made; False: counted."""
+        return self.windows.take(_EVERYONE, listener, client, count)
+
+    def _left_out(self, _subject: str, window: Window) -> None:
+        kind = self.kind
+        share = f"{self.windows.share()} from all addresses"
+        log.warning("%s: %d more %s left out of %s (%s; the last from %s on %s)", kind.line,
+                    window.left_out, kind.plural, kind.left_out_of, share, window.client,
+                    window.listener,
+                    extra=log_fields(client=window.client or None, listener=window.listener))
+        self.record(AuditEvent(
+            kind=kind.kind, outcome=kind.outcome, listener=window.listener,
+            client=window.client,
+            reason=f"{window.left_out} more {kind.plural} left out ({share})"))
+
+    def close_all(self) -> None:
+        """Report what the open window left out (the broker stops)."""
+        self.windows.close_all()
+
+
 class LoginFailures:
     """Failed logins (and requests before a login), within bounds per peer host and
-    listener: :meth:`take` says whether one is reported (the session then writes its line
-    and its audit event); the ones beyond are counted into one line and one event."""
+    listener and of every address together (:class:`Overall`): :meth:`take` says whether
+    one is reported (the session then writes its line and its audit event); the ones
+    beyond are counted into one line and one event per window."""
 
-    def __init__(self, record: Callable[[AuditEvent], None], per_window: int, window_s: float,
+    def __init__(self, record: Callable[[AuditEvent], None], per_window: int,
+                 total_per_window: int, window_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.record = record
         """Where audit events go (``AuditLog.record``)."""
         self.windows: Windows[_Peer] = Windows(per_window, window_s, self._left_out, clock)
+        self.overall = Overall(record, total_per_window, window_s, _FAILED_LOGINS, clock)
 
     def take(self, host: str, listener: str, peer: str) -> bool:
         """Whether a failed login of ``peer`` (``host``'s address and port) on
         ``listener`` is reported; False: it is counted instead."""
-        return self.windows.take((host, listener), listener, peer)
+        return self.windows.take((host, listener), listener, peer) and \
+            self.overall.take(listener, peer)
 
     def _left_out(self, subject: _Peer, window: Window) -> None:
         host, listener = subject
+        if not self.overall.take(listener, window.client or host, window.left_out):
+            return
         share = self.windows.share()
         log.warning("authentication failed: %d more failed logins from %s on %s left out of "
                     "the log and the audit (%s)", window.left_out, host, listener, share,
@@ -120,10 +183,7 @@ class LoginFailures:
     def close_all(self) -> None:
         """Report what every open window left out (the broker stops)."""
         self.windows.close_all()
-
-
-_EVERYONE = "*"
-"""The subject of :attr:`Rejections.overall`: every address together."""
+        self.overall.close_all()
 
 
 class Rejections:
@@ -139,15 +199,14 @@ class Rejections:
         self.record = record
         """Where audit events go (``AuditLog.record``)."""
         self.windows: Windows[_Peer] = Windows(per_window, window_s, self._left_out, clock)
-        self.overall: Windows[str] = Windows(total_per_window, window_s,
-                                             self._overall_left_out, clock)
+        self.overall = Overall(record, total_per_window, window_s, _REJECTED, clock)
 
     def rejected(self, listener: str, peer: str, reason: str) -> None:
         """A connection from ``peer`` (address and port) on ``listener`` was refused or
         closed before it was served, for ``reason``: audited, or counted."""
         host = peer.rsplit(":", 1)[0]
         if self.windows.take((host, listener), listener, peer) and \
-                self.overall.take(_EVERYONE, listener, peer):
+                self.overall.take(listener, peer):
             self.record(AuditEvent(kind="connection", outcome="rejected", listener=listener,
                                    client=peer, reason=reason))
 
@@ -157,22 +216,11 @@ class Rejections:
         log.warning("connection rejected: %d more rejected connections from %s on %s left "
                     "out of the audit (%s)", window.left_out, host, listener, share,
                     extra=log_fields(client=window.client or host, listener=listener))
-        if self.overall.take(_EVERYONE, listener, window.client or host, window.left_out):
+        if self.overall.take(listener, window.client or host, window.left_out):
             self.record(AuditEvent(
                 kind="connection", outcome="rejected", listener=listener,
                 client=window.client or host,
                 reason=f"{window.left_out} more rejected connections left out ({share})"))
-
-    def _overall_left_out(self, _subject: str, window: Window) -> None:
-        share = f"{self.overall.share()} from all addresses"
-        log.warning("connection rejected: %d more rejected connections left out of the "
-                    "audit (%s; the last from %s on %s)", window.left_out, share,
-                    window.client, window.listener,
-                    extra=log_fields(client=window.client or None, listener=window.listener))
-        self.record(AuditEvent(
-            kind="connection", outcome="rejected", listener=window.listener,
-            client=window.client,
-            reason=f"{window.left_out} more rejected connections left out ({share})"))
 
     def close_all(self) -> None:
         """Report what every open window left out (the broker stops)."""

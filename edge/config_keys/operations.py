@@ -24,8 +24,8 @@ class AuditKeys(BaseModel):
     audit_enabled: Annotated[bool, key(
         "auditEnabled",
         "write a JSON event per login outcome, authorization denial and rejected "
-        "connection (failures, denials and rejections within `auditDenialsPerWindow` and "
-        "`auditRejectionsPerWindow`) to "
+        "connection (failures, denials and rejections within `auditDenialsPerWindow`, "
+        "`auditLoginFailuresPerWindow` and `auditRejectionsPerWindow`) to "
         "`<kafkaMetadataTenant>/<kafkaMetadataNamespace>/__audit`")] = True
     audit_denials_per_window: Annotated[int, key(
         "auditDenialsPerWindow",
@@ -42,6 +42,13 @@ class AuditKeys(BaseModel):
         "`auditDenialsPerWindow`); the ones beyond are counted "
         "(`kop_server_rejected_connections_total` counts them all), and one event at the "
         "window's end says how many were left out", ge=1, le=INT_MAX)] = 100
+    audit_login_failures_per_window: Annotated[int, key(
+        "auditLoginFailuresPerWindow",
+        "failed logins (and requests before a login) of all client addresses together "
+        "written to the audit topic and the log per `auditDenialWindowMs` (each host and "
+        "listener also within `auditDenialsPerWindow`: many addresses had a share each); "
+        "the ones beyond are counted, and one event and one line at the window's end say "
+        "how many were left out", ge=1, le=INT_MAX)] = 100
     audit_denial_window_ms: Annotated[int, key(
         "auditDenialWindowMs",
         "the window of `auditDenialsPerWindow`", ge=100, le=INT_MAX)] = 10_000

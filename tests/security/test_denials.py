@@ -68,7 +68,8 @@ def test_failed_logins_beyond_the_window_share_are_counted_per_host_and_listener
     or the same host on another listener, has a window of its own."""
     events: list[AuditEvent] = []
     clock = Clock()
-    failures = LoginFailures(events.append, per_window=2, window_s=10, clock=clock)
+    failures = LoginFailures(events.append, per_window=2, total_per_window=100, window_s=10,
+                             clock=clock)
     taken = [failures.take("10.0.0.9", "SASL", f"10.0.0.9:{port}")
              for port in range(40000, 40500)]
     assert taken == [True, True] + [False] * 498 and events == []  # the session reports
@@ -113,3 +114,27 @@ def test_rejected_connections_are_bounded_per_host_and_listener_and_overall() ->
     assert all((e.kind, e.outcome, e.listener) == ("connection", "rejected", "SSL")
                for e in events)
     assert events[-1].client == "10.0.0.9:200"
+
+
+def test_failed_logins_of_many_addresses_are_bounded_overall() -> None:
+    """Each address had a share of its own: a client with many addresses (an IPv6 prefix
+    holds more than enough) multiplied the failed-login lines and events. All of them
+    together are bounded now, the per-host summaries included; what the overall window
+    left out is one event (and one line) at its end."""
+    events: list[AuditEvent] = []
+    clock = Clock()
+    failures = LoginFailures(events.append, per_window=2, total_per_window=5, window_s=10,
+                             clock=clock)
+    taken = [failures.take(f"2001:db8::{host:x}", "SASL", f"[2001:db8::{host:x}]:1")
+             for host in range(1000)]
+    assert taken == [True] * 5 + [False] * 995  # the session reports the five
+    for _ in range(3):  # one host over its own share too: one more counted overall, two
+        failures.take("2001:db8::1", "SASL", "[2001:db8::1]:2")  # in its own window
+    clock.now += 10  # every window ended: the next failure closes its host's first
+    assert failures.take("2001:db8::1", "SASL", "[2001:db8::1]:3")
+    failures.close_all()
+    assert [e.reason for e in events] == [
+        "996 more failed logins left out (5 reported per 10 s from all addresses)",
+        "2 more failed logins left out (2 reported per 10 s)"]
+    assert all((e.kind, e.outcome, e.listener) == ("authentication", "failure", "SASL")
+               for e in events)
