@@ -11,6 +11,7 @@ import ssl
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from broker_core.apis import engine_apis
 from broker_core.cluster.service import ClusterConfig
@@ -312,9 +313,7 @@ class BrokerApp:
         return rejected
 
     def _session(self, info: ConnectionInfo) -> Session:
-        """A session for a new connection, told the advertised address of its listener
-        (ConnectionRefused: its address is over its ``connection_creation_rate``)."""
-        self.gate.accepted(info)
+        """A session for a new connection, told the advertised address of its listener."""
         CONNECTIONS.labels(info.listener).inc()
         return Session(self.dispatcher, info, self.advertised[info.listener], self.home,
                        self.security[info.listener], self.sasl,
@@ -412,7 +411,8 @@ class BrokerApp:
                                     self.security[spec.name].tls, self._rejected(spec.name),
                                     unauthenticated, logins, counts,
                                     self.config.tls_handshake_timeout_ms / 1000,
-                                    self.config.trusted_proxies().get(spec.name))
+                                    self.config.trusted_proxies().get(spec.name),
+                                    partial(self.gate.accepted, spec.name))
             try:
                 port = await server.start()
             except OSError as exc:

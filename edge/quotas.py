@@ -164,17 +164,18 @@ class ConnectionGate:
         if self.manager.observer is not None:
             self.manager.observer.refused(refused)
 
-    def accepted(self, info: ConnectionInfo) -> None:
-        """A connection accepted from ``info.peer``: ConnectionRefused when its address is
-        over its ``connection_creation_rate``."""
-        ip = info.peer.rsplit(":", 1)[0]
+    def accepted(self, listener: str, peer: str) -> None:
+        """A connection of ``peer`` just accepted on ``listener``, before its TLS
+        handshake: ConnectionRefused when its address is over its
+        ``connection_creation_rate``."""
+        ip = peer.rsplit(":", 1)[0]
         quota = self.manager.connect_from(ip)
         if quota is not None:
             reason = f"connection_creation_rate {quota:g} of ip {ip} reached"
-            self.notices.warn((IP, ip), f"refusing connection from {info.peer} on "
-                                        f"{info.listener}: {reason}")
+            self.notices.warn((IP, ip), f"refusing connection from {peer} on {listener}: "
+                                        f"{reason}")
             self._refused(Refused(CONNECTION_CREATION_RATE, quota, (IP, ip), "connection",
-                                  None, reason, info.listener, info.peer))
+                                  None, reason, listener, peer))
             raise ConnectionRefused(ip)
 
     async def admit(self, who: Caller, info: ConnectionInfo) -> None:

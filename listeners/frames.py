@@ -38,8 +38,9 @@ class FrameError(Exception):
 
 
 class ConnectionRefused(Exception):
-    """A handler factory's verdict that a new connection is not served (a quota on new
-    connections): it is closed at once, and the factory has said why."""
+    """A listener's ``on_accept`` verdict that a new connection is not served (a quota on
+    new connections of its address): it is closed at once, before its TLS handshake, and
+    ``on_accept`` has said why."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,9 +38,10 @@ the client's requests wait in its socket, whether it honours ``throttle_time_ms`
 A connection is counted from the moment it is accepted, before its TLS handshake, against
 the listener's ``max_connections`` and the cap of its client address
 (:mod:`listeners.connection_counts`, shared by the broker's listeners): one beyond either
-is closed at once, before anything is read, with one log line and ``on_reject``. The
-handler factory may refuse a new connection too (:class:`ConnectionRefused`, a quota on
-new connections): it is closed before anything is read.
+is closed at once, before anything is read, with one log line and ``on_reject``.
+``on_accept`` may refuse a new connection too (:class:`ConnectionRefused`, a quota on new
+connections of its address): it is closed before anything is read, before its TLS
+handshake (after its PROXY protocol header, which names the address).
 
 On a TLS listener each connection does its handshake in :mod:`listeners.handshake`,
 within ``handshake_seconds``. On a listener behind a proxy (``trusted_proxies``) each
@@ -120,7 +121,8 @@ class ListenerServer:
                  budget: ReadBudget | None = None, gate: LoginGate | None = None,
                  counts: ConnectionCounts | None = None,
                  handshake_seconds: float = HANDSHAKE_SECONDS,
-                 trusted_proxies: TrustedProxies | None = None) -> None:
+                 trusted_proxies: TrustedProxies | None = None,
+                 on_accept: Callable[[str], None] | None = None) -> None:
         self.name = name
         self.host = host
         self.port = port
@@ -135,6 +137,9 @@ class ListenerServer:
         self.handshake_seconds = handshake_seconds
         self.trusted_proxies = trusted_proxies
         """Where PROXY protocol headers come from; None: the listener takes none."""
+        self.on_accept = on_accept
+        """Told the client of each connection as it is accepted (after its PROXY protocol
+        header, before its TLS handshake); raises ConnectionRefused to refuse it."""
         self.closing = TurnPacer(CLOSES_PER_TURN)
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
@@ -188,6 +193,10 @@ class ListenerServer:
                  early: bytes) -> None:
         """Hand a connection whose PROXY protocol header is read (reading paused) to its
         TLS handshake or Kafka framing, with the bytes read after the header."""
+        if self._refused(peer):
+            slot.release()
+            transport.abort()
+            return
         if self.ssl_context is not None:
             handshake = self._tls_handshake(peer, lambda _transport: slot)
             handshake.early += early
@@ -208,12 +217,26 @@ class ListenerServer:
         verdict = self.counts.admit(self.name, self.limits.max_connections,
                                     peer.rsplit(":", 1)[0])
         if isinstance(verdict, Slot):
-            return verdict
+            if not self._refused(peer):
+                return verdict
+            verdict.release()
+            transport.abort()
+            return None
         log.warning("refusing connection from %s on %s: %s", peer, self.name, verdict)
         transport.abort()
         if self.on_reject is not None:
             self.on_reject(peer, f"connection refused: {verdict}")
         return None
+
+    def _refused(self, peer: str) -> bool:
+        """Whether ``on_accept`` refuses a connection of ``peer`` (it says why itself)."""
+        if self.on_accept is None:
+            return False
+        try:
+            self.on_accept(peer)
+        except ConnectionRefused:
+            return True
+        return False
 
     async def _accept(self, slot: Slot | None, peer: str | None, reader: ConnectionReader,
                       writer: asyncio.StreamWriter) -> None:
@@ -240,11 +263,7 @@ class ListenerServer:
             writer.close()
             return
         info = ConnectionInfo(self.name, peer, tls)
-        try:
-            handler = self.factory(info)
-        except ConnectionRefused:
-            writer.close()
-            return
+        handler = self.factory(info)
         connection = Connection(reader, writer, handler, info, self.limits,
                                 self.budget, self.on_reject, self.gate, self.closing)
         self._connections.add(connection)

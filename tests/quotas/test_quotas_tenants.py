@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -37,6 +39,7 @@ from tests.security_helpers import (
     TokenIssuer,
     audit_events,
     create_topic,
+    make_tls,
     plain_message,
 )
 
@@ -96,8 +99,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantBroker]:
     metrics_port = free_port()
     broker = BrokerProcess(base / "data", {
         "metricsPort": str(metrics_port),
-        # PLAINTEXT: where the tests read the audit topic
-        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+        # PLAINTEXT: where the tests read the audit topic; SSL: refusals before a handshake
+        "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0,"
+                          "SSL://127.0.0.1:0",
+        **make_tls(base / "certs").broker_settings(),
         "superUserRoles": "admin",
         "quotaWindowNum": str(WINDOW_S), "tenantUsageCheckIntervalMs": "200",
         "logRetentionCheckIntervalMs": "300",
@@ -154,6 +159,40 @@ def test_connection_creation_rate_per_ip_refuses_at_accept(setup: TenantBroker) 
         assert audited[0]["client"].startswith("127.0.0.2:")
     finally:
         assert alter(setup.operator(), [({"ip": "127.0.0.2"},
+                                         {"connection_creation_rate": None})]) == [(0, None)]
+
+
+def tls_handshake_from(port: int, source: str) -> bool:
+    """Whether a TLS handshake from ``source`` to the SSL listener completes (the
+    certificate is not checked: only whether the broker takes the handshake at all)."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10,
+                                      source_address=(source, 0)) as sock, \
+                context.wrap_socket(sock, server_hostname="localhost"):
+            return True
+    except (OSError, ssl.SSLError):
+        return False
+
+
+def test_connection_creation_rate_per_ip_refuses_before_the_tls_handshake(
+        setup: TenantBroker) -> None:
+    """An address over its connection_creation_rate is refused as it is accepted, before
+    any TLS handshake (as Kafka's acceptor does): the broker used to complete every
+    handshake, the costly part, and only then close the connection."""
+    # connections from 127.0.0.3 only: no other test uses it
+    assert alter(setup.operator(), [({"ip": "127.0.0.3"},
+                                     {"connection_creation_rate": 1.0})]) == [(0, None)]
+    try:
+        done = [tls_handshake_from(setup.broker.ports["SSL"], "127.0.0.3") for _ in range(30)]
+        print(f"30 TLS connections from 127.0.0.3 at connection_creation_rate 1: "
+              f"{sum(done)} handshakes completed")
+        assert done[0] and done.count(False) >= 10
+        assert tls_handshake_from(setup.broker.ports["SSL"], "127.0.0.1")  # others served
+        assert setup.refusals("ip/127.0.0.3", "connection_creation_rate")
+    finally:
+        assert alter(setup.operator(), [({"ip": "127.0.0.3"},
                                          {"connection_creation_rate": None})]) == [(0, None)]
 
 
