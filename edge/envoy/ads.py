@@ -10,7 +10,8 @@ stream remembers the version and nonce it last sent:
 * a request echoing an older nonce is stale and ignored.
 
 When the :class:`SnapshotStore` changes, every stream sends the changed types it is
-subscribed to (clusters before listeners).  The delta protocol is not served.
+subscribed to, make before break: clusters before listeners, but listeners first when
+clusters are only removed (see :meth:`_Stream.refresh`).  The delta protocol is not served.
 
 What a client sends is bounded before it is kept or logged: a stream whose first request
 names no node, or a node id longer than :data:`MAX_NODE_ID_BYTES`, is refused
@@ -18,33 +19,38 @@ names no node, or a node id longer than :data:`MAX_NODE_ID_BYTES`, is refused
 control characters escaped) in the log and in :class:`AdsStatus`, which keeps a node
 only while it has a stream open.  One peer address holds at most ``max_streams_per_peer``
 streams (one more is refused with RESOURCE_EXHAUSTED), so a client cannot take every
-stream slot of the server from Envoys.
+stream slot of the server from Envoys.  A stream's requests wait in a bounded
+:class:`~edge.envoy.stream_inbox.StreamInbox`: a peer that sends without reading the
+answers is stopped by flow control, not kept in memory.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import queue
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
-from edge.envoy.snapshot import TYPE_NAMES, TYPE_ORDER, SnapshotStore
+from edge.envoy.snapshot import (
+    CLUSTER_TYPE,
+    LISTENER_TYPE,
+    TYPE_NAMES,
+    TYPE_ORDER,
+    SnapshotStore,
+)
+from edge.envoy.stream_inbox import Signal, StreamInbox
 from sasl.printable import printable
 
 __all__ = ["MAX_NODE_ID_BYTES", "TEXT_LIMIT", "AdsStatus", "AggregatedDiscoveryServicer",
            "Rejection", "peer_host"]
 
 log = logging.getLogger("edge.envoy.xds")
-
-_REFRESH = "refresh"
-_CLOSED = "closed"
 
 MAX_NODE_ID_BYTES = 256
 """The longest node id (UTF-8) a stream may give; Envoy's are short (``--node-id``)."""
@@ -162,6 +168,17 @@ def peer_host(peer: str) -> str:
     return host.removeprefix("[").removesuffix("]")
 
 
+class _Sent(NamedTuple):
+    """What a stream last sent of one type."""
+
+    version: str
+    nonce: str
+    names: tuple[str, ...]
+
+
+_NOTHING_SENT = _Sent("", "", ())
+
+
 class _Stream:
     """The state of one ADS stream: subscriptions and what was last sent per type."""
 
@@ -173,9 +190,8 @@ class _Stream:
         self.peer = peer
         self.node_id = ""
         self.subscribed: set[str] = set()
-        self.sent: dict[str, tuple[str, str]] = {}  # type -> (version, nonce)
-        self.events: queue.Queue[tuple[str, discovery_pb2.DiscoveryRequest | None]] = (
-            queue.Queue())
+        self.sent: dict[str, _Sent] = {}
+        self.inbox = StreamInbox()
 
     def handle(self, request: discovery_pb2.DiscoveryRequest
                ) -> list[discovery_pb2.DiscoveryResponse]:
@@ -191,7 +207,7 @@ class _Stream:
                 return []
             self.subscribed.add(type_url)
             return [self._response(type_url)]
-        version, nonce = self.sent.get(type_url, ("", ""))
+        version, nonce, _ = self.sent.get(type_url, _NOTHING_SENT)
         if request.response_nonce != nonce:
             return []  # stale: answers a response that a newer one replaced
         if request.HasField("error_detail"):
@@ -220,21 +236,34 @@ class _Stream:
         log.info("xds: node %s connected from %s", self.node_id, self.peer)
 
     def refresh(self) -> list[discovery_pb2.DiscoveryResponse]:
-        """Responses for subscribed types whose version moved past what was sent."""
-        responses = []
+        """Responses for subscribed types whose version moved past what was sent, in
+        Envoy's make-before-break order: clusters before the listeners that use them,
+        but listeners first when the clusters only lose some (a broker removed), so that
+        no listener is left forwarding to a cluster already gone.  (A change that adds a
+        cluster and removes another sends clusters first: the new listener has its
+        cluster; the leaving broker's listener goes a moment after its cluster.)"""
+        due: list[str] = []
         for type_url in TYPE_ORDER:
             current = self.store.get(type_url)
             if type_url not in self.subscribed or current is None:
                 continue
-            if self.sent.get(type_url, ("", ""))[0] != current.version:
-                responses.append(self._response(type_url))
-        return responses
+            if self.sent.get(type_url, _NOTHING_SENT).version != current.version:
+                due.append(type_url)
+        if LISTENER_TYPE in due and CLUSTER_TYPE in due and self._clusters_only_removed():
+            due.reverse()
+        return [self._response(type_url) for type_url in due]
+
+    def _clusters_only_removed(self) -> bool:
+        """Whether the current clusters are some of those last sent (and fewer)."""
+        current = self.store.get(CLUSTER_TYPE)
+        sent = set(self.sent.get(CLUSTER_TYPE, _NOTHING_SENT).names)
+        return current is not None and set(current.names) < sent
 
     def _response(self, type_url: str) -> discovery_pb2.DiscoveryResponse:
         resources = self.store.get(type_url)
         assert resources is not None
         nonce = str(next(self._nonces))
-        self.sent[type_url] = (resources.version, nonce)
+        self.sent[type_url] = _Sent(resources.version, nonce, resources.names)
         log.info("xds: sending %s version %s to node %s: %s", TYPE_NAMES.get(type_url),
                  resources.version, self.node_id, ", ".join(resources.names) or "none")
         return discovery_pb2.DiscoveryResponse(
@@ -306,37 +335,39 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
     def _serve(self, stream: _Stream,
                request_iterator: Iterator[discovery_pb2.DiscoveryRequest],
                context: grpc.ServicerContext) -> Iterator[discovery_pb2.DiscoveryResponse]:
-        def refresh() -> None:
-            stream.events.put((_REFRESH, None))
+        inbox = stream.inbox
 
         def read() -> None:
+            # waits in put while the inbox is full: gRPC then reads no more of the stream
             try:
                 for request in request_iterator:
-                    stream.events.put(("request", request))
+                    if not inbox.put(request):
+                        return
             except Exception as exc:  # grpc raises here when the peer cancels the stream
                 log.debug("xDS stream from %s stopped reading: %r", stream.peer, exc)
-            stream.events.put((_CLOSED, None))
+            inbox.close()
 
-        context.add_callback(lambda: stream.events.put((_CLOSED, None)))
-        self.store.watch(refresh)
+        context.add_callback(inbox.close)
+        self.store.watch(inbox.refresh)
         threading.Thread(target=read, name="xds-read", daemon=True).start()
         try:
             waiting = self.first_request_s
             while True:
-                try:
-                    kind, item = stream.events.get(timeout=waiting)
-                except queue.Empty:  # no request yet: it only held a thread
+                item = inbox.next(waiting)
+                if item is Signal.IDLE:  # no request yet: it only held a thread
                     log.info("xds: closing a stream from %.200s that sent no request in %g s",
                              stream.peer, waiting)
                     return
-                if kind == "request":
-                    waiting = None
-                if kind == _CLOSED:
+                if item is Signal.CLOSED:
                     return
-                responses = stream.handle(item) if kind != _REFRESH else stream.refresh()
-                yield from responses
+                if item is Signal.REFRESH:
+                    yield from stream.refresh()
+                else:
+                    waiting = None
+                    yield from stream.handle(item)
         finally:
-            self.store.unwatch(refresh)
+            self.store.unwatch(inbox.refresh)
+            inbox.close()  # a reader waiting to put stops
             stream.close()
 
     def DeltaAggregatedResources(

@@ -261,16 +261,33 @@ class EnvoyPlan:
             )
 
     def _check_listen_addresses(self) -> None:
-        seen: dict[tuple[str, int], BrokerRoute] = {}
+        """Refuse two brokers whose Envoy listeners share a port at overlapping hosts:
+        the same address, or either on every interface (a wildcard).  Envoy binds a
+        specific address and a wildcard on one port both, and gives a connection to the
+        specific one: every client of the broker listening on the wildcard that reaches
+        the specific address (a host name resolving to it, ``localhost``) would be routed
+        to the other broker."""
+        by_port: dict[int, list[tuple[str, BrokerRoute]]] = {}
         for broker in self.brokers:
-            address = (self.listen_host(broker), broker.advertised_port)
-            other = seen.get(address)
-            if other is not None:
+            host = self.listen_host(broker)
+            seen = by_port.setdefault(broker.advertised_port, [])
+            for other_host, other in seen:
+                if not _overlapping(host, other_host):
+                    continue
+                if broker.advertised_address.lower() == other.advertised_address.lower():
+                    raise EnvoyConfigError(
+                        f"brokers {other.broker_id} and {broker.broker_id} both advertise"
+                        f" {broker.advertised_address}; without SNI each broker needs its"
+                        " own port")
                 raise EnvoyConfigError(
-                    f"brokers {other.broker_id} and {broker.broker_id} both advertise"
-                    f" {broker.advertised_address}; without SNI each broker needs its own port"
-                )
-            seen[address] = broker
+                    f"brokers {other.broker_id} and {broker.broker_id} both take port"
+                    f" {broker.advertised_port}: Envoy would listen for broker"
+                    f" {other.broker_id} on {format_host_port(other_host, other.advertised_port)}"
+                    f" and for broker {broker.broker_id} on"
+                    f" {format_host_port(host, broker.advertised_port)}, which overlap (the"
+                    " same address, or every interface), so clients of one would reach the"
+                    " other; without SNI each broker needs its own port")
+            seen.append((host, broker))
 
     def _check_sni(self) -> None:
         ports = {b.advertised_port for b in self.brokers}
@@ -292,6 +309,28 @@ class EnvoyPlan:
                     f"broker {broker.broker_id}: host name {host} is used by another broker"
                 )
             names.add(host)
+
+
+def _same_listen_host(first: str, second: str) -> bool:
+    """Whether two hosts Envoy listens on (IP literals) are one address, in any spelling
+    (an IPv4-mapped IPv6 address as its IPv4 address)."""
+    return _listen_address(first) == _listen_address(second)
+
+
+def _listen_address(host: str) -> str:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host.lower()
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return str(mapped or address)
+
+
+def _overlapping(first: str, second: str) -> bool:
+    """Whether Envoy listeners on two hosts (at one port) can take the same connections:
+    the same address, or either a wildcard (of either family: a host name a client
+    resolves may give an address of either)."""
+    return is_wildcard(first) or is_wildcard(second) or _same_listen_host(first, second)
 
 
 _LOOPBACK_NAMED = frozenset({"127.0.0.1", "::1"})

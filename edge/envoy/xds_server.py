@@ -10,7 +10,8 @@ it, logging again only when the reason changes.
 gRPC is served in the clear or, with a :class:`MutualTls`, over TLS requiring a
 client certificate signed by its CA (mutual TLS: only Envoys holding such a certificate
 get a stream).  With an admin token every admin request must carry it
-(``Authorization: Bearer TOKEN``), else it is answered 401.
+(``Authorization: Bearer TOKEN``), else it is answered 401; the admin endpoint serves a
+few connections at once and closes silent ones (:mod:`edge.envoy.admin_http`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import json
 import logging
 import threading
 from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import TypedDict
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
 
+from edge.envoy.admin_http import ADMIN_TIMEOUT_S, MAX_ADMIN_CONNECTIONS, BoundedHTTPServer
 from edge.envoy.ads import AdsStatus, AggregatedDiscoveryServicer, NodeStatus
 from edge.envoy.model import EnvoyConfigError, MutualTls
 from edge.envoy.resources import clusters, listeners
@@ -66,13 +68,18 @@ MAX_STREAMS_PER_PEER = 16
 """ADS streams one peer address may hold at once (a host runs one Envoy or a few)."""
 FIRST_REQUEST_S = 30.0
 """A stream that sends no request within this is closed (it only held a thread)."""
-KEEPALIVE = [
+MAX_REQUEST_BYTES = 1 << 20
+"""The largest request a stream may send (gRPC's default is 4 MiB): an Envoy's are a few
+KiB (its node, a NACK's message); a larger one ends the stream (RESOURCE_EXHAUSTED)."""
+GRPC_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0),
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
 ]
 """The server pings each connection every 30 s and drops it 10 s after an unanswered
-ping: an Envoy gone without closing its connection frees its stream within 40 s."""
+ping: an Envoy gone without closing its connection frees its stream within 40 s.  It
+reads requests of at most :data:`MAX_REQUEST_BYTES`."""
 
 
 def _server_credentials(tls: MutualTls) -> grpc.ServerCredentials:
@@ -92,7 +99,9 @@ class XdsServer:
                  max_streams: int = MAX_STREAMS,
                  first_request_s: float = FIRST_REQUEST_S,
                  max_streams_per_peer: int = MAX_STREAMS_PER_PEER,
-                 tls: MutualTls | None = None, admin_token: str | None = None) -> None:
+                 tls: MutualTls | None = None, admin_token: str | None = None,
+                 max_admin_connections: int = MAX_ADMIN_CONNECTIONS,
+                 admin_timeout_s: float = ADMIN_TIMEOUT_S) -> None:
         self.source = source
         self.store = SnapshotStore()
         self.status = AdsStatus()
@@ -108,7 +117,7 @@ class XdsServer:
         # than queued unserved behind them; keepalive pings end a vanished Envoy's stream
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_streams, thread_name_prefix="xds"),
-            maximum_concurrent_rpcs=max_streams, options=KEEPALIVE)
+            maximum_concurrent_rpcs=max_streams, options=GRPC_OPTIONS)
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
             AggregatedDiscoveryServicer(self.store, self.status, first_request_s,
                                         max_streams_per_peer), self._grpc)
@@ -119,8 +128,8 @@ class XdsServer:
         if self.grpc_port == 0:
             raise OSError(f"cannot listen on {format_host_port(*listen)} for gRPC")
         self.grpc_host = listen[0]
-        self._admin = ThreadingHTTPServer(admin, _admin_handler(self, admin_token))
-        self._admin.daemon_threads = True
+        self._admin = BoundedHTTPServer(admin, _admin_handler(self, admin_token),
+                                        max_admin_connections, admin_timeout_s)
 
     @property
     def admin_address(self) -> str:

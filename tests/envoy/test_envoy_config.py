@@ -80,6 +80,15 @@ def test_one_listener_per_broker_proxying_to_its_internal_listener() -> None:
                                                          "port_value": 9092}
 
 
+def test_brokers_may_share_a_port_at_distinct_addresses() -> None:
+    config = _load(envoy_config("--broker", "1=127.0.0.1:9000@10.0.0.1:9092",
+                                "--broker", "2=127.0.0.2:9000@10.0.0.2:9092",
+                                "--broker", "3=[::1]:9000@10.0.0.3:9092"))
+    assert [item["address"]["socket_address"]["address"]
+            for item in config["static_resources"]["listeners"]] == [
+        "127.0.0.1", "127.0.0.2", "::1"]
+
+
 def test_proxy_protocol_wraps_each_clusters_raw_transport() -> None:
     config = _load(envoy_config(*THREE, "--proxy-protocol"))
     clusters = config["static_resources"]["clusters"]
@@ -193,6 +202,15 @@ def test_yaml_quotes_words_that_yaml_1_1_reads_as_booleans() -> None:
     (("--set", "kafkaListeners=bogus"), "broker configuration: invalid value"),
     (("--broker", "1=a:1@b:2", "--broker", "1=c:3@d:4"), "broker id 1 is described twice"),
     (("--broker", "1=a:1@b:2", "--broker", "2=a:1@d:4"), "both advertise a:1"),
+    # Envoy binds 127.0.0.1:9000 and 0.0.0.0:9000 both, and gives 127.0.0.1 to broker 1:
+    # broker 2's clients (localhost:9000) reached broker 1
+    (("--broker", "1=127.0.0.1:9000@127.0.0.1:1", "--broker", "2=localhost:9000@127.0.0.1:2"),
+     "brokers 1 and 2 both take port 9000: Envoy would listen for broker 1 on"
+     " 127.0.0.1:9000 and for broker 2 on 0.0.0.0:9000, which overlap"),
+    (("--broker", "1=kafka-1.example:9000@10.0.0.1:1", "--broker", "2=[::1]:9000@10.0.0.2:1"),
+     "Envoy would listen for broker 1 on 0.0.0.0:9000 and for broker 2 on [::1]:9000"),
+    (("--broker", "1=[::ffff:10.0.0.1]:9000@10.0.0.1:1", "--broker", "2=10.0.0.1:9000@b:1"),
+     "brokers 1 and 2 both take port 9000"),
     (("--broker", "1=127.0.0.1:9092@127.0.0.1:9092"), "is the broker's own listener"),
     # clients told a wildcard connect to themselves
     (("--broker", "1=0.0.0.0:9093@10.0.0.1:9092"), "1: advertised address 0.0.0.0:9093 is the"

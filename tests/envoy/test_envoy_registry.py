@@ -394,3 +394,24 @@ def test_a_broker_advertising_a_wildcard_or_its_own_port_is_left_out(
         5: "broker 5: Envoy would listen for it on 0.0.0.0:29095, which is the broker's own"
            " listener [::1]:29095; advertise Envoy's address (another port, or another host)"
            " instead"}
+
+
+def test_a_broker_whose_envoy_listener_overlaps_another_is_left_out(
+        database_url: str, registry: Callable[[BrokerRecord], PgCluster]) -> None:
+    # Envoy bound 127.0.0.1:19091 for broker 1 and 0.0.0.0:19091 for broker 2 (advertised
+    # by name), and gave broker 2's clients (kafka-2 resolving to 127.0.0.1) to broker 1
+    registry(_record(1, 19091, 29091))
+    registry(_edge_only(2, ("localhost", 19091), ("127.0.0.1", 29092)))
+    registry(_edge_only(3, ("127.0.0.3", 19091), ("127.0.0.1", 29093)))  # fine
+    brokers = RegistryBrokers(database_url, "EDGE")
+    try:
+        plan, left_out = PlanSource(registry=brokers).load_each()
+    finally:
+        brokers.close()
+    assert plan is not None
+    assert [b.broker_id for b in plan.brokers] == [1, 3]
+    assert left_out == {2: "brokers 1 and 2 both take port 19091: Envoy would listen for"
+                           " broker 1 on 127.0.0.1:19091 and for broker 2 on 0.0.0.0:19091,"
+                           " which overlap (the same address, or every interface), so"
+                           " clients of one would reach the other; without SNI each broker"
+                           " needs its own port"}

@@ -197,7 +197,9 @@ def test_ads_ack_nack_stale_nonce_and_push(ads_server: tuple[XdsServer, Path]) -
         replace_text(brokers_file, "0=127.0.0.1:19092@127.0.0.1:29092\n")
         assert server.reload("fixed")
         fixed = [client.receive(), client.receive()]
-        client.send(LISTENER_TYPE, "4", fixed[1].nonce)
+        # broker 1 removed: its listener goes before its cluster (make before break)
+        assert [r.type_url for r in fixed] == [LISTENER_TYPE, CLUSTER_TYPE]
+        client.send(LISTENER_TYPE, "4", fixed[0].nonce)
         _wait(lambda: server.status_dict()["nodes"]["test-node"]["rejected"] == {})
         assert server.status_dict()["nodes"]["test-node"]["acked"]["listeners"] == "4"
     finally:

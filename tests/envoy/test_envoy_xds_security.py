@@ -7,26 +7,42 @@ stream slot, so a real Envoy from another address still gets its listeners.  Wit
 TLS only a client holding a certificate of the given CA gets a stream (a real Envoy, from
 a bootstrap written by ``envoy-config --xds ... --xds-tls-cert``); the admin endpoint
 wants its token when given one, and a non-loopback address needs mTLS or a token.
+A peer that sends without reading the answers is held to a few requests (the rest wait in
+gRPC's flow control, not in the server's memory), a request over 1 MiB ends its stream,
+and the admin endpoint closes idle connections and refuses those beyond its cap.
 """
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from functools import partial
 from pathlib import Path
+from typing import cast
 
 import grpc
 import pytest
 import yaml
+from envoy.config.core.v3 import base_pb2
+from envoy.service.discovery.v3 import discovery_pb2
 
-from edge.envoy.ads import MAX_NODE_ID_BYTES, TEXT_LIMIT
-from edge.envoy.snapshot import CLUSTER_TYPE, LISTENER_TYPE
+from edge.envoy.ads import (
+    MAX_NODE_ID_BYTES,
+    TEXT_LIMIT,
+    AdsStatus,
+    AggregatedDiscoveryServicer,
+)
+from edge.envoy.model import BrokerRoute, EnvoyPlan
+from edge.envoy.resources import clusters, listeners
+from edge.envoy.snapshot import CLUSTER_TYPE, LISTENER_TYPE, SnapshotStore
 from edge.envoy.source import PlanSource
-from edge.envoy.xds_server import XdsServer
+from edge.envoy.stream_inbox import MAX_WAITING_REQUESTS
+from edge.envoy.xds_server import MAX_REQUEST_BYTES, XdsServer
 from tests.envoy_helpers import AdsClient, EnvoyProcess, XdsProcess, envoy_config
 from tests.ports import free_ports
 from tests.security_helpers import make_tls
@@ -77,7 +93,7 @@ def test_a_nack_message_cannot_forge_a_log_line_and_is_bounded(xds: XdsProcess) 
 
 
 def test_node_ids_are_bounded_and_a_closed_node_is_forgotten(xds: XdsProcess) -> None:
-    for node in ("n" * (MAX_NODE_ID_BYTES + 1), "é" * 200, "x" * (2 << 20), ""):
+    for node in ("n" * (MAX_NODE_ID_BYTES + 1), "é" * 200, "x" * (512 << 10), ""):
         client = AdsClient(xds.grpc_port, node=node)
         try:
             client.send(CLUSTER_TYPE)
@@ -207,3 +223,163 @@ def test_xds_server_refuses_an_unguarded_door(args: tuple[str, ...], message: st
          "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", *args],
         capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+# -- a peer that sends and never reads --------------------------------------------------
+
+class _Requests:
+    """An endless ADS request stream (each asks for the clusters again), counting the
+    requests the server took; it ends when :meth:`end` is called."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+        self._ended = threading.Event()
+
+    def __iter__(self) -> _Requests:
+        return self
+
+    def __next__(self) -> discovery_pb2.DiscoveryRequest:
+        if self._ended.is_set():
+            raise StopIteration
+        self.taken += 1
+        return discovery_pb2.DiscoveryRequest(node=base_pb2.Node(id="flood"),
+                                              type_url=CLUSTER_TYPE)
+
+    def end(self) -> None:
+        self._ended.set()
+
+
+class _Context:
+    """What the servicer asks of gRPC's servicer context, for a stream driven by hand."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Callable[[], None]] = []
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:40000"
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        self.callbacks.append(callback)
+        return True
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise AssertionError(f"stream refused: {code} {details}")
+
+
+def test_a_peer_that_never_reads_is_held_to_a_few_requests() -> None:
+    # the server's reader thread queued every request while the serving thread could not
+    # send: 1500 requests of 1 MB took the server from 86 to 1289 MiB
+    store = SnapshotStore()
+    plan = EnvoyPlan((BrokerRoute.parse("0=127.0.0.1:19092@127.0.0.1:29092"),))
+    store.update(listeners(plan), clusters(plan))
+    requests = _Requests()
+    responses = cast(Generator[discovery_pb2.DiscoveryResponse, None, None],
+                     AggregatedDiscoveryServicer(store, AdsStatus()).StreamAggregatedResources(
+                         requests, cast(grpc.ServicerContext, _Context())))
+    most = MAX_WAITING_REQUESTS + 1  # waiting in the server, and one in its reader's hand
+    try:
+        answered = 1
+        assert next(responses).type_url == CLUSTER_TYPE  # then the peer reads nothing
+        _wait(lambda: requests.taken >= answered + most)
+        time.sleep(0.5)  # room to run ahead: the old reader took thousands meanwhile
+        assert requests.taken <= answered + most
+        for _ in range(50):  # the peer reads again: the server takes requests again
+            assert next(responses).type_url == CLUSTER_TYPE
+            answered += 1
+            assert requests.taken <= answered + most
+        _wait(lambda: requests.taken >= answered + most)
+    finally:
+        requests.end()
+        responses.close()
+
+
+def test_a_request_over_the_receive_limit_ends_its_stream(xds: XdsProcess) -> None:
+    client = AdsClient(xds.grpc_port, node="large")
+    try:
+        client.requests.put(discovery_pb2.DiscoveryRequest(
+            node=base_pb2.Node(id="large"), type_url=CLUSTER_TYPE,
+            resource_names=["x" * MAX_REQUEST_BYTES]))
+        with pytest.raises(grpc.RpcError) as refused:
+            client.receive()
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        client.close()
+    fits = AdsClient(xds.grpc_port, node="fits")
+    try:
+        fits.requests.put(discovery_pb2.DiscoveryRequest(
+            node=base_pb2.Node(id="fits"), type_url=CLUSTER_TYPE,
+            resource_names=["x" * (MAX_REQUEST_BYTES - 1024)]))
+        assert fits.receive().type_url == CLUSTER_TYPE
+    finally:
+        fits.close()
+
+
+# -- the admin endpoint's connections ---------------------------------------------------
+
+_TOKEN = "s3cret-admin-token-0123456789"
+
+
+def _admin_server(directory: Path, connections: int, timeout_s: float) -> XdsServer:
+    server = XdsServer(PlanSource(brokers_file=str(_brokers_file(directory))),
+                       ("127.0.0.1", 0), ("127.0.0.1", 0), poll_interval=3600,
+                       admin_token=_TOKEN, max_admin_connections=connections,
+                       admin_timeout_s=timeout_s)
+    server.start()
+    return server
+
+
+def _connect(server: XdsServer) -> socket.socket:
+    host, port = server.admin_address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def _status_code(server: XdsServer) -> int:
+    """The status code of an authorized GET /status (0: closed without an answer)."""
+    conn = _connect(server)
+    try:
+        conn.sendall(f"GET /status HTTP/1.0\r\nAuthorization: Bearer {_TOKEN}\r\n\r\n"
+                     .encode())
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    finally:
+        conn.close()
+    return int(answer.split(b" ", 2)[1]) if answer else 0
+
+
+def test_admin_connections_beyond_the_cap_are_refused(tmp_path: Path) -> None:
+    # every connection took a thread before the token check: 300 idle connections held
+    # 300 threads
+    server = _admin_server(tmp_path, connections=2, timeout_s=60.0)
+    try:
+        idle = [_connect(server) for _ in range(2)]
+        try:
+            for conn in idle:
+                conn.sendall(b"GET /status HTTP/1.1\r\n")  # and never the rest
+            late = _connect(server)
+            try:
+                answer = late.recv(65536)
+            finally:
+                late.close()
+            assert answer.startswith(b"HTTP/1.0 503 ")
+            assert b"too many admin connections" in answer
+        finally:
+            for conn in idle:
+                conn.close()
+        _wait(lambda: _status_code(server) == 200)  # their places are free again
+    finally:
+        server.stop()
+
+
+def test_an_idle_admin_connection_is_closed(tmp_path: Path) -> None:
+    server = _admin_server(tmp_path, connections=2, timeout_s=0.5)
+    try:
+        idle = _connect(server)
+        try:
+            idle.sendall(b"GET /status HTTP/1.1\r\n")
+            assert idle.recv(65536) == b""  # closed by the server, unanswered
+        finally:
+            idle.close()
+        assert _status_code(server) == 200
+    finally:
+        server.stop()
