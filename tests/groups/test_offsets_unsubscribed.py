@@ -62,6 +62,8 @@ pytestmark = pytest.mark.long_running(minutes=3)
 
 OFFSETS = "public/__kafka/__consumer_offsets"
 RETENTION_MS = 60_000
+OWN_RETENTION_MS = 1_000
+"""The retention_time_ms of a commit with a retention of its own (OffsetCommit v2-v4)."""
 
 
 def _storage(url: str, flush_every: int = 2**63 - 1) -> tuple[SystemTopic, Storage]:
@@ -180,6 +182,48 @@ async def _coordinator(url: str) -> tuple[GroupCoordinator, Storage]:
         await asyncio.sleep(0.01)
     assert groups.check(OFFSETS, "standalone") == 0
     return groups, logs
+
+
+@pytest.mark.parametrize("engine", ["file", "postgres"])
+def test_an_offset_committed_with_its_own_retention_expires_by_it(tmp_path: Path,
+                                                                  engine: str) -> None:
+    """OffsetCommit v2-v4's ``retention_time_ms`` (other than -1), as Kafka keeps it: the
+    offset expires that long after its commit instead of by the broker's retention, also
+    after a restart (its record holds the expire timestamp). A group that only stores
+    offsets loses the one committed with it and keeps the one committed without; a Stable
+    consumer group subscribed to ``a`` loses b's and keeps a's, both committed with it
+    (KIP-496 still decides whose offsets may expire)."""
+    a, b = "public/default/a", "public/default/b"
+    url = tmp_path.as_uri() if engine == "file" else shared_server().new_database_url()
+
+    async def scenario() -> None:
+        groups, logs = await _coordinator(url)
+        for name in (a, b):
+            logs.create_topic(name, 1, {})
+        member, generation = await _stable_member(groups, "consumers", "consumer",
+                                                  subscription(["a"]))
+        assert await groups.commit(OFFSETS, "consumers", member, None, generation, [
+            OffsetToCommit(t, 0, 7, -1, "", OWN_RETENTION_MS) for t in (a, b)]) == \
+            (0, {(a, 0): 0, (b, 0): 0})
+        assert await groups.commit(OFFSETS, "standalone", "", None, -1, [
+            OffsetToCommit(a, 0, 7, -1, "", OWN_RETENTION_MS),
+            OffsetToCommit(b, 0, 7, -1, "")]) == (0, {(a, 0): 0, (b, 0): 0})
+        stamps = [c.commit_timestamp for g in ("consumers", "standalone")
+                  for c in groups.committed(OFFSETS, g, None).values() if c is not None]
+        await groups.stop()
+        logs.close()
+
+        again, logs = await _coordinator(url)  # a restart: the log's records replayed
+        await again.expire_offsets(min(stamps) + OWN_RETENTION_MS - 1)
+        for group_id in ("consumers", "standalone"):  # none is past its own retention yet
+            assert set(again.committed(OFFSETS, group_id, None)) == {(a, 0), (b, 0)}
+        await again.expire_offsets(max(stamps) + OWN_RETENTION_MS)
+        assert set(again.committed(OFFSETS, "consumers", None)) == {(a, 0)}
+        assert set(again.committed(OFFSETS, "standalone", None)) == {(b, 0)}
+        await again.stop()
+        logs.close()
+
+    asyncio.run(scenario())
 
 
 @pytest.mark.parametrize("engine", ["file", "postgres"])
