@@ -12,7 +12,7 @@ only a new owner can acknowledge them (a round starts only once every partition 
 the broker it belongs to, no hand-over under way). Beside it, ``leader_moved_s``: when the
 surviving brokers' Metadata first named one of them as the leader of such a partition,
 the cluster's part of that time; the rest is the producer finding out. Then the victim
-starts again with the same ``brokerId``.
+starts again with the same ``brokerId`` (``restart_s``), for the next round.
 """
 
 from __future__ import annotations
@@ -104,9 +104,10 @@ class LeaderWatch:
 
 
 def kill_one(opts: Options, cpus: CpuPlan, group: BrokerGroup, topic: str,
-             victim_id: int) -> dict[str, Any]:
+             victim_id: int, restart: bool = True) -> dict[str, Any]:
     """One round: kill -9 broker ``victim_id``, time the first acknowledgement on its
-    partitions, start it again."""
+    partitions, start it again (unless ``restart`` is False: the last round, whose cluster
+    stops next; its ``restart_s`` is then None)."""
     group.wait_for_members()
     leaders = group.wait_settled(topic)
     theirs = sorted(p for p, leader in leaders.items() if leader == victim_id)
@@ -132,15 +133,18 @@ def kill_one(opts: Options, cpus: CpuPlan, group: BrokerGroup, topic: str,
         raise LoadError(f"failover: partitions {theirs} of broker {victim_id} not all "
                         f"acknowledged {_WAIT_S:g} s after the kill ({acks.first_error})")
     victim.stop()  # reaps it and removes its data directory
-    restarted_at = time.monotonic()
-    group.members[victim_id] = victim = group.member(victim_id)
-    victim.start(cpus.broker)
+    restart_s = None
+    if restart:
+        restarted_at = time.monotonic()
+        group.members[victim_id] = victim = group.member(victim_id)
+        victim.start(cpus.broker)
+        restart_s = time.monotonic() - restarted_at
     return {"victim": victim_id, "partitions": theirs,
             "first_ack_s": min(acks.acked.values()) - killed_at,
             "all_acked_s": max(acks.acked.values()) - killed_at,
             "leader_moved_s": None if watch.moved_at is None else watch.moved_at - killed_at,
             "errors": acks.errors, "first_error": acks.first_error,
-            "restart_s": time.monotonic() - restarted_at}
+            "restart_s": restart_s}
 
 
 def failover(opts: Options, cpus: CpuPlan, server: PostgresServer,
@@ -158,7 +162,8 @@ def failover(opts: Options, cpus: CpuPlan, server: PostgresServer,
             victim = kill % copts.failover_brokers
             print(f"[bench] failover ({group.version()}): kill -9 of broker {victim}, "
                   f"{kill + 1}/{copts.kills}", file=sys.stderr, flush=True)
-            rounds.append(kill_one(opts, cpus, group, topic, victim))
+            rounds.append(kill_one(opts, cpus, group, topic, victim,
+                                   restart=kill + 1 < copts.kills))
     finally:
         group.stop()
     firsts = sorted(r["first_ack_s"] for r in rounds)

@@ -209,7 +209,7 @@ def storm(bench: Bench, material: Material, args: argparse.Namespace, directory:
 def _storm_trial(bench: Bench, broker: MultiListenerBroker, signer: Signer, tokens: Path,
                  topic: str, config: list[str], args: argparse.Namespace, stormy: bool
                  ) -> dict[str, Any]:
-    warmup = 2.0
+    warmup = args.storm_warmup
     spawner = None
     if stormy:
         command = _login_worker(broker.ports[SASL], signer, tokens, "storm",
@@ -329,6 +329,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--storm-rate", type=float, default=5000.0)
     parser.add_argument("--storm-seconds", type=float, default=8.0,
                         help="the producer's measured time")
+    parser.add_argument("--storm-warmup", type=float, default=2.0,
+                        help="the producer's warm-up before its measured time, left out "
+                        "(s); the storms start after it")
     parser.add_argument("--storms", type=int, default=2,
                         help="storms in that time, evenly spaced")
     parser.add_argument("--timeout", type=float, default=180.0)
@@ -340,7 +343,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="the storm rows only (no limits, no login rates; the rate "
                         "rows already in --out are kept)")
     parser.add_argument("--quick", action="store_true",
-                        help="200 logins, one trial, a storm of 100 for 2 s")
+                        help="200 logins, one trial, a storm of 100 for 2 s after a "
+                        "0.5 s warm-up")
     return parser
 
 
@@ -363,6 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.logins, args.repeat = 200, 1
         args.storm_clients = min(args.storm_clients, 100)
         args.storm_seconds, args.storm_rate = 2.0, 1000.0
+        args.storm_warmup = min(args.storm_warmup, 0.5)
     results = run(args)
     if args.storm_only:
         _keep_rates(results, args.out / "logins.json")

@@ -380,8 +380,9 @@ class GroupConnection(RawConnection):
 
     def commit(self, group: str, generation: int, member_id: str, topic: str,
                offsets: dict[int, tuple[int, str | None]], *, version: int = 8,
-               instance_id: str | None = None) -> dict[int, int]:
-        """Commit ``{partition: (offset, metadata)}``; return ``{partition: error}``."""
+               instance_id: str | None = None, retention_ms: int = -1) -> dict[int, int]:
+        """Commit ``{partition: (offset, metadata)}`` (v2-v4: with ``retention_ms`` of the
+        request's own, -1 for the broker's); return ``{partition: error}``."""
         part = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
         partitions = []
         for p, (offset, metadata) in offsets.items():
@@ -397,7 +398,7 @@ class GroupConnection(RawConnection):
                 name=topic, partitions=partitions)],
         }
         if 2 <= version <= 4:
-            kwargs["retention_time_ms"] = -1
+            kwargs["retention_time_ms"] = retention_ms
         if version >= 7:
             kwargs["group_instance_id"] = instance_id
         answer = self.call(OffsetCommitRequest[version](**kwargs), version, OffsetCommitResponse)

@@ -65,6 +65,9 @@ async def handle_offset_commit(engine: Engine, ctx: RequestContext,
                                request: OffsetCommitRequest) -> OffsetCommitResponse:
     """Commit offsets for a group member (or for a group that only stores offsets)."""
     version = request.version
+    # v2-v4 carry a retention of the request's own (-1: the broker's), as Kafka keeps it
+    own = request.retention_time_ms if 2 <= version <= 4 else -1
+    retention = None if own == -1 else own
     errors: dict[tuple[str, int], ErrorCode] = {}
     wanted: list[OffsetToCommit] = []
     names: dict[tuple[str, int], tuple[str, int]] = {}
@@ -84,7 +87,7 @@ async def handle_offset_commit(engine: Engine, ctx: RequestContext,
                 wanted.append(OffsetToCommit(
                     internal, part.partition_index, part.committed_offset,
                     part.committed_leader_epoch if version >= 6 else -1,
-                    part.committed_metadata))
+                    part.committed_metadata, retention))
     code = group_error(engine, ctx, request.group_id)
     if code == ErrorCode.NONE and wanted:
         code, results = await engine.groups.commit(

@@ -37,6 +37,9 @@ class CommittedOffset:
     """Where its record is in the group's log, as :meth:`Group.next_position` numbers the
     group's offset records (Kafka compares the records' log offsets): of a plain and a
     transactional offset of one partition, the later record wins."""
+    expire_timestamp: int | None = None
+    """When it expires (ms), set by a commit with a retention of its own (OffsetCommit
+    v2-v4's ``retention_time_ms``, as Kafka keeps it); None: by the broker's retention."""
 
 
 @dataclass(frozen=True, slots=True)

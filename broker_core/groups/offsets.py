@@ -35,6 +35,10 @@ class OffsetToCommit:
     offset: int
     leader_epoch: int
     metadata: str | None
+    retention_ms: int | None = None
+    """The request's own retention (OffsetCommit v2-v4's ``retention_time_ms`` other than
+    -1): the offset expires that long after its commit (Kafka's ``expire_timestamp``);
+    None: by the broker's ``offsetsRetentionMinutes`` rules."""
 
 
 class GroupOffsets:
@@ -178,8 +182,10 @@ class GroupOffsets:
             if len(metadata.encode()) > self.offset_metadata_max_size:
                 results[(item.topic, item.partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
+            expires = None if item.retention_ms is None else now + item.retention_ms
             accepted[(item.topic, item.partition)] = CommittedOffset(
-                item.offset, item.leader_epoch, metadata, now, group.next_position())
+                item.offset, item.leader_epoch, metadata, now, group.next_position(),
+                expires)
         return results, accepted
 
     async def _store_offsets(self, group: Group, batch: Sequence[Record],
@@ -274,13 +280,21 @@ class GroupOffsets:
         - a Stable group of the consumer protocol: each one committed that long ago on a
           topic none of its members subscribes to (nothing when a member's subscription
           cannot be read);
-        - any other group (rebalancing, or another protocol such as Connect's): none."""
+        - any other group (rebalancing, or another protocol such as Connect's): none.
+
+        An offset committed with a retention of its own (OffsetCommit v2-v4) is past it at
+        its ``expire_timestamp`` instead, in each of these cases (Kafka's rule)."""
         retention = self.retention_ms
+
+        def past(committed: CommittedOffset, since: int) -> bool:
+            if committed.expire_timestamp is not None:
+                return now >= committed.expire_timestamp
+            return now - since > retention
+
         if group.state == GroupState.EMPTY and group.protocol_type is not None:
-            doomed = list(group.offsets) if now - group.state_timestamp > retention else []
+            doomed = [tp for tp, c in group.offsets.items() if past(c, group.state_timestamp)]
         else:
-            doomed = [tp for tp, c in group.offsets.items()
-                      if now - c.commit_timestamp > retention]
+            doomed = [tp for tp, c in group.offsets.items() if past(c, c.commit_timestamp)]
             if doomed and group.state != GroupState.EMPTY:
                 doomed = self._unsubscribed(group, doomed)
         return [tp for tp in doomed if tp not in group.committing]

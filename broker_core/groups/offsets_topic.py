@@ -104,9 +104,13 @@ def offset_record(group_id: str, topic: str, partition: int,
                  "partition": partition})
     if committed is None:
         return key, None
-    return key, _dump({"offset": committed.offset, "leaderEpoch": committed.leader_epoch,
-                       "metadata": committed.metadata,
-                       "commitTimestamp": committed.commit_timestamp})
+    value: dict[str, object] = {"offset": committed.offset,
+                                "leaderEpoch": committed.leader_epoch,
+                                "metadata": committed.metadata,
+                                "commitTimestamp": committed.commit_timestamp}
+    if committed.expire_timestamp is not None:
+        value["expireTimestamp"] = committed.expire_timestamp
+    return key, _dump(value)
 
 
 def txn_offset_record(group_id: str, producer_id: int, topic: str, partition: int,
@@ -169,7 +173,8 @@ def decode(key: bytes, value: bytes | None) -> Decoded | None:
     kind = head["type"]
     if kind in ("offset", "txnOffset"):
         committed = None if body is None else CommittedOffset(
-            body["offset"], body["leaderEpoch"], body["metadata"], body["commitTimestamp"])
+            body["offset"], body["leaderEpoch"], body["metadata"], body["commitTimestamp"],
+            expire_timestamp=body.get("expireTimestamp"))
         if kind == "offset":
             return OffsetRecord(head["group"], head["topic"], head["partition"], committed)
         if committed is None:

@@ -84,6 +84,30 @@ def test_quick_run_writes_well_formed_json(quick_run: tuple[str, Path]) -> None:
 
 
 @pytest.mark.timeout(600)
+def test_the_c_client_reads_every_postgres_partition_and_decides_consume(
+        quick_run: tuple[str, Path]) -> None:
+    """The PostgreSQL rows of the quick run (``bench/postgres.py``; their run without a C
+    client is tests/bench/test_bench_postgres.py): the C client reads every partition of
+    the rows' topic, on postgres:// and on memory://, and its row decides consume."""
+    stdout, out = quick_run
+    postgres = json.loads((out / "latest.json").read_text(encoding="utf-8"))["postgres"]
+    assert postgres["c_client"] is True
+    assert postgres["consume_decided_by"] == "consume_c"
+    assert postgres["partitions"] > 1
+    trial = postgres["trials"][0]
+    for side in ("broker", "memory"):
+        consumed = trial[side]["consume_c"]
+        assert consumed["records"] == postgres["records"]  # all partitions, not the first
+        assert consumed["records_per_s"] > 0
+        assert postgres[side]["consume_c"] > 0
+    assert postgres["consume_ratio"] > 0
+    assert postgres["consume_python_ratio"] > 0
+    assert "consume (C client, all partitions)" in stdout
+    assert "(decides consume)" in stdout
+    assert "(C client; Python consumer " in stdout
+
+
+@pytest.mark.timeout(600)
 def test_quick_run_draws_a_small_png(quick_run: tuple[str, Path]) -> None:
     _, out = quick_run
     png = (out / "latest.png").read_bytes()

@@ -5,8 +5,10 @@ kafka-python's KafkaAdminClient and ``edge-broker admin groups delete-offsets``,
 commit of the same partition, and on a group whose subscriptions are unknown.
 
 The first tests drive the coordinator directly, on real storage, with the clock they are
-given; the others use real clients against a broker whose ``offsetsRetentionMinutes`` is 1
-(its smallest value), so the expiry test waits a little over a minute."""
+given; the others use real clients against a broker. Its ``offsetsRetentionMinutes`` (1
+at the least) would keep the expiry test waiting over a minute: that test recommits with
+a retention of the request's own (OffsetCommit v2-v4's ``retention_time_ms``, which Kafka
+honours as the offset's expire timestamp), a second."""
 
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ from tests.admin_cli_helpers import admin
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
 from tests.group_helpers import (
+    ILLEGAL_GENERATION,
     NOT_COORDINATOR,
     GroupConnection,
     group_id_for,
@@ -62,6 +65,8 @@ pytestmark = pytest.mark.long_running(minutes=3)
 
 OFFSETS = "public/__kafka/__consumer_offsets"
 RETENTION_MS = 60_000
+OWN_RETENTION_MS = 1_000
+"""The retention_time_ms of a commit with a retention of its own (OffsetCommit v2-v4)."""
 
 
 def _storage(url: str, flush_every: int = 2**63 - 1) -> tuple[SystemTopic, Storage]:
@@ -183,6 +188,48 @@ async def _coordinator(url: str) -> tuple[GroupCoordinator, Storage]:
 
 
 @pytest.mark.parametrize("engine", ["file", "postgres"])
+def test_an_offset_committed_with_its_own_retention_expires_by_it(tmp_path: Path,
+                                                                  engine: str) -> None:
+    """OffsetCommit v2-v4's ``retention_time_ms`` (other than -1), as Kafka keeps it: the
+    offset expires that long after its commit instead of by the broker's retention, also
+    after a restart (its record holds the expire timestamp). A group that only stores
+    offsets loses the one committed with it and keeps the one committed without; a Stable
+    consumer group subscribed to ``a`` loses b's and keeps a's, both committed with it
+    (KIP-496 still decides whose offsets may expire)."""
+    a, b = "public/default/a", "public/default/b"
+    url = tmp_path.as_uri() if engine == "file" else shared_server().new_database_url()
+
+    async def scenario() -> None:
+        groups, logs = await _coordinator(url)
+        for name in (a, b):
+            logs.create_topic(name, 1, {})
+        member, generation = await _stable_member(groups, "consumers", "consumer",
+                                                  subscription(["a"]))
+        assert await groups.commit(OFFSETS, "consumers", member, None, generation, [
+            OffsetToCommit(t, 0, 7, -1, "", OWN_RETENTION_MS) for t in (a, b)]) == \
+            (0, {(a, 0): 0, (b, 0): 0})
+        assert await groups.commit(OFFSETS, "standalone", "", None, -1, [
+            OffsetToCommit(a, 0, 7, -1, "", OWN_RETENTION_MS),
+            OffsetToCommit(b, 0, 7, -1, "")]) == (0, {(a, 0): 0, (b, 0): 0})
+        stamps = [c.commit_timestamp for g in ("consumers", "standalone")
+                  for c in groups.committed(OFFSETS, g, None).values() if c is not None]
+        await groups.stop()
+        logs.close()
+
+        again, logs = await _coordinator(url)  # a restart: the log's records replayed
+        await again.expire_offsets(min(stamps) + OWN_RETENTION_MS - 1)
+        for group_id in ("consumers", "standalone"):  # none is past its own retention yet
+            assert set(again.committed(OFFSETS, group_id, None)) == {(a, 0), (b, 0)}
+        await again.expire_offsets(max(stamps) + OWN_RETENTION_MS)
+        assert set(again.committed(OFFSETS, "consumers", None)) == {(a, 0)}
+        assert set(again.committed(OFFSETS, "standalone", None)) == {(b, 0)}
+        await again.stop()
+        logs.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("engine", ["file", "postgres"])
 @pytest.mark.parametrize("first", ["commit", "delete"])
 def test_offset_delete_racing_a_commit_answers_what_the_log_replays(tmp_path: Path,
                                                                    engine: str,
@@ -277,12 +324,36 @@ def _topics_and_consumer(bootstrap: str, topic_name: str
     return a, b, group, consumer
 
 
+def _commit_as_member(port: int, group: str, member_id: str, topics: list[str],
+                      offset: int) -> None:
+    """Commit ``offset`` on both partitions of ``topics`` as the consumer ``member_id`` of
+    ``group``, through OffsetCommit v2 with a retention of its own (OWN_RETENTION_MS; no
+    client sends one any more), at the group's generation. No client call tells that
+    generation: the broker refuses any other ILLEGAL_GENERATION, writing nothing, so it is
+    tried from 1 up."""
+    conn = GroupConnection(port)
+    try:
+        for generation in range(1, 100):
+            first = conn.commit(group, generation, member_id, topics[0],
+                                {0: (offset, ""), 1: (offset, "")}, version=2,
+                                retention_ms=OWN_RETENTION_MS)
+            if set(first.values()) != {ILLEGAL_GENERATION}:
+                break
+        assert first == {0: 0, 1: 0}, first
+        for topic in topics[1:]:
+            assert conn.commit(group, generation, member_id, topic,
+                               {0: (offset, ""), 1: (offset, "")}, version=2,
+                               retention_ms=OWN_RETENTION_MS) == {0: 0, 1: 0}
+    finally:
+        conn.close()
+
+
 def test_a_stable_group_expires_the_offsets_of_a_topic_it_left(broker: BrokerProcess,
                                                                 topic_name: str) -> None:
     """A confluent-kafka consumer subscribed to A and B commits on both, then subscribes to
-    A only: once the retention (a minute) has passed since the commit, B's offsets are
-    gone while the group is Stable with the consumer in it; A's, committed as long ago,
-    stay; after a restart B's stay gone."""
+    A only, and its offsets of both are committed again with a retention of their own
+    (a second): once it has passed, B's offsets are gone while the group is Stable with the
+    consumer in it; A's, committed alike, stay; after a restart B's stay gone."""
     a, b, group, consumer = _topics_and_consumer(broker.bootstrap, topic_name)
     seen: set[tuple[str | None, int | None, int | None]] = set()
 
@@ -304,8 +375,9 @@ def test_a_stable_group_expires_the_offsets_of_a_topic_it_left(broker: BrokerPro
 
         consumer.subscribe([a])  # a rebalance: the group's subscription is A alone
         wait_until(lambda: assigned() == {a}, 60, "A alone assigned", read)
+        _commit_as_member(broker.port, group, consumer.memberid(), [a, b], 5)
         wait_until(lambda: _committed(broker.bootstrap, group, [b]) ==
-                   {(b, 0): gone, (b, 1): gone}, 150, "B's offsets to expire", read)
+                   {(b, 0): gone, (b, 1): gone}, 30, "B's offsets to expire", read)
         client = AdminClient({"bootstrap.servers": broker.bootstrap})
         described = client.describe_consumer_groups([group])[group].result(20)
         assert described.state == ConsumerGroupState.STABLE
