@@ -9,11 +9,14 @@ on first use, stopped when the session ends), a new database per broker.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
+from xdist.workermanage import Producer
 
 from oauth.dev_issuer import DevIssuer
 from tests.broker_process import BrokerProcess
@@ -47,10 +50,9 @@ _watch = SpawnWatch()
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks every test ``unit`` or ``integration`` by the rule of ``tests/unit_rule.py``,
-    and moves the ``long_running`` modules to the front, longest first (whole modules:
-    xdist hands the first tests out in turn, so the longest start at once on every worker
-    instead of last on one)."""
-    items[:] = sorted(items, key=_minutes_first)
+    and moves the ``long_running`` modules to the front, longest first, then the modules
+    that :class:`ModuleGroups` keeps on one worker (xdist hands the first work out in
+    turn: the longest start at once on every worker, and single tests fill the tail)."""
     for item in items:
         if not isinstance(item, pytest.Function):
             continue
@@ -58,13 +60,47 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = [d.func for name in item.fixturenames for d in definitions.get(name, ())]
         unit = not is_integration(_reach, item.function, fixtures)
         item.add_marker("unit" if unit else "integration")
+    items[:] = sorted(items, key=_work_order)
 
 
-def _minutes_first(item: pytest.Item) -> int:
-    """Sort key: a ``long_running`` test's minutes, negated (a stable sort keeps the
-    collection's order within a module and among the rest)."""
+def _work_order(item: pytest.Item) -> tuple[int, int]:
+    """Sort key: a ``long_running`` test's minutes, negated, then grouped modules first (a
+    stable sort keeps the collection's order within a module and among the rest)."""
     marker = item.get_closest_marker("long_running")
-    return 0 if marker is None else -int(marker.kwargs["minutes"])
+    grouped = item.nodeid.split("::", 1)[0] in _grouped_modules()
+    return (0 if marker is None else -int(marker.kwargs["minutes"]), 0 if grouped else 1)
+
+
+@functools.cache
+def _grouped_modules() -> frozenset[str]:
+    """The test modules (as node ids name them) that define a module-scoped fixture of
+    their own: a benchmark's quick run, a Spark session, a cluster, an Envoy."""
+    root = Path(__file__).parent
+    return frozenset(path.relative_to(root.parent).as_posix()
+                     for path in root.rglob("test_*.py")
+                     if 'scope="module"' in path.read_text(encoding="utf-8"))
+
+
+class ModuleGroups(LoadScopeScheduling):
+    """xdist's scheduling with each of :func:`_grouped_modules` sent whole to one worker,
+    so that its module fixtures are set up once (spread over two workers, a module paid
+    for them on both: a benchmark's quick run twice, a Spark JVM twice); every other test
+    goes alone to whichever worker is free, as ``--dist load`` sends them. In collection
+    order (:func:`_work_order`), not xdist's largest-group-first."""
+
+    def __init__(self, config: pytest.Config, log: Producer | None = None) -> None:
+        config.option.loadscopereorder = False
+        super().__init__(config, log)
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = nodeid.split("::", 1)[0]
+        return module if module in _grouped_modules() else nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> ModuleGroups:
+    """Schedule with :class:`ModuleGroups` (xdist's ``loadgroup`` marks do not reach
+    pytest 9's node ids)."""
+    return ModuleGroups(config, log)
 
 
 @contextlib.contextmanager

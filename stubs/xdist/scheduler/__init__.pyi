@@ -1,0 +1,6 @@
+import pytest
+from xdist.workermanage import Producer
+
+class LoadScopeScheduling:
+    def __init__(self, config: pytest.Config, log: Producer | None = None) -> None: ...
+    def _split_scope(self, nodeid: str) -> str: ...
