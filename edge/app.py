@@ -51,6 +51,7 @@ from edge.authorization import Policy
 from edge.config import TOPIC_DEFAULT_KEYS, BrokerConfig
 from edge.denials import DenialReports, LoginFailures, Rejections
 from edge.health import Readiness
+from edge.helper_threads import give_way_to_the_loop
 from edge.metrics import CONNECTIONS, REJECTED_CONNECTIONS, serve_metrics
 from edge.quotas import (
     ConnectionGate,
@@ -285,10 +286,12 @@ class BrokerApp:
         needed = {m for s in self.security.values() if s.sasl for m in s.mechanisms}
         validator = token_validator(config)
         self.sasl = dict(sasl_factories(config, validator, needed))
-        self.sasl_steps = ThreadPoolExecutor(SASL_STEP_THREADS, thread_name_prefix="sasl")
+        self.sasl_steps = ThreadPoolExecutor(SASL_STEP_THREADS, thread_name_prefix="sasl",
+                                             initializer=give_way_to_the_loop)
         """The threads SASL steps run in: their own, so that a login storm's token checks
         never queue ahead of the fsyncs and other work of the default executor (1,000 of
-        them did: a producer's acks=all waited behind them)."""
+        them did: a producer's acks=all waited behind them); they give way to the event
+        loop thread (:mod:`edge.helper_threads`)."""
         notice = token_expiration_notice(config, validator)
         if notice is not None:
             log.info("%s", notice)

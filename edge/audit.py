@@ -22,7 +22,7 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 from broker_core.codec.batch_header import read_header
 from broker_core.codec.records import encode_batch
@@ -67,6 +67,14 @@ class AuditEvent:
     reason: str | None = None
     time: int = 0
 
+    def document(self, now: int) -> dict[str, str | int | None]:
+        """The event's JSON object: every field, in order (``dataclasses.asdict`` gave
+        the same, at ten times the cost per login), ``time`` defaulting to ``now``."""
+        document: dict[str, str | int | None] = {
+            name: getattr(self, name) for name in _FIELD_NAMES}
+        document["time"] = self.time or now
+        return document
+
     def bounded(self) -> AuditEvent:
         """This event with every text field escaped and bounded."""
         return AuditEvent(
@@ -75,6 +83,9 @@ class AuditEvent:
             tenant=_bounded(self.tenant), mechanism=_bounded(self.mechanism),
             api=_bounded(self.api), resource=_bounded(self.resource),
             reason=_bounded(self.reason), time=self.time)
+
+
+_FIELD_NAMES = tuple(field.name for field in fields(AuditEvent))
 
 
 def _bounded(text: str | None) -> str | None:
@@ -150,7 +161,7 @@ class AuditLog:
             self._recent[key] = now
             if len(self._recent) > 10_000:
                 self._recent.clear()
-        document = asdict(event) | {"time": event.time or now}
+        document = event.document(now)
         value = json.dumps(document, separators=(",", ":")).encode()
         tenant = (event.tenant or "").encode()
         if self._deferred:  # keep the order: behind those still waiting

@@ -121,6 +121,9 @@ class Connection:
         self.stop_requested = False  # stop reading once that request is handed over
         self.broken = False  # the write loop gave up on the connection
         self.reading: asyncio.Task[object] | None = None
+        self.write_task: asyncio.Task[None] | None = None
+        """The write loop, started with the first response handed to it (most
+        connections never need one: a login's answers all leave from the read loop)."""
         self.unsent_bytes = 0  # of responses finished and not yet written
         self.running_bytes = 0  # the response bounds of requests started and not finished
         self.room = asyncio.Event()  # set when either drops
@@ -142,7 +145,6 @@ class Connection:
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
-        writing = loop.create_task(self._write_loop())
         self.reading = asyncio.current_task()
         if self.limits.idle_timeout_ms > 0:
             self._idle_timer = loop.call_later(self._quarter(), self._idle_tick)
@@ -158,10 +160,14 @@ class Connection:
                 with contextlib.suppress(asyncio.CancelledError):  # torn down all the same
                     await self.closing.turn()
             self.ending = True
-            if not self.pending.full():  # else the write loop is busy, and ends once the
-                self.pending.put_nowait(None)  # queue is empty (awaiting room could hang)
-            with contextlib.suppress(asyncio.CancelledError):
-                await writing
+            writing = self.write_task
+            if writing is not None:
+                # a full queue: the write loop is busy, and ends once the queue is empty
+                # (awaiting room could hang)
+                if not self.pending.full():
+                    self.pending.put_nowait(None)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await writing
             self.handler.closed()
             self.writer.close()
             with contextlib.suppress(Exception):
@@ -334,6 +340,8 @@ class Connection:
         """Queue a response for the write loop, waiting while the queue is full; a stop
         meanwhile waits for it too (cancelled here, the request, whose dispatch stage has
         run, would go unanswered while the responses before it are sent)."""
+        if self.write_task is None:
+            self.write_task = asyncio.get_running_loop().create_task(self._write_loop())
         if self.pending.full():
             self.dispatching = True
             try:

@@ -209,6 +209,31 @@ def test_rsa_alg_rejected_by_ec_validator(
     assert rejected(ec_validator, token) == "token algorithm 'RS256' not allowed"
 
 
+def test_an_accepted_token_is_parsed_once(hmac_validator: JwtTokenValidator,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    parses: list[object] = []
+    parse = jwt.api_jws.PyJWS._load
+
+    def counted(self: jwt.api_jws.PyJWS, token: str | bytes) -> Any:
+        parses.append(token)
+        return parse(self, token)
+
+    monkeypatch.setattr(jwt.api_jws.PyJWS, "_load", counted)  # pyjwt's own parse, counted
+    assert hmac_validator.validate(hs({"sub": "alice"})).principal == "alice"
+    assert len(parses) == 1
+
+
+def test_the_header_refusal_comes_first(hmac_validator: JwtTokenValidator) -> None:
+    # pyjwt's decode refuses a b64 of false not listed in crit before it looks at the
+    # algorithm (malformed); the algorithm's refusal is the one given, as when the header
+    # was read first
+    header = b64url(json.dumps({"alg": "RS256", "b64": False}).encode())
+    token = f"{header}..{b64url(b'sig')}"
+    assert rejected(hmac_validator, token) == "token algorithm 'RS256' not allowed"
+    expired = hs({"sub": "alice", "exp": int(time.time()) - 600})
+    assert rejected(hmac_validator, expired) == "token expired"
+
+
 @pytest.mark.parametrize("claims", [{}, {"sub": ""}, {"sub": 42}, {"sub": None}])
 def test_missing_or_bad_sub_rejected(
     hmac_validator: JwtTokenValidator, claims: dict[str, Any]

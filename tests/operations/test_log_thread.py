@@ -14,20 +14,23 @@ from collections.abc import Iterator
 import pytest
 
 from edge.log_format import broker_log_handler
-from edge.log_thread import ThreadedLog
+from edge.log_thread import LINES_PER_WRITE, ThreadedLog
 
 
 class HeldStream(io.StringIO):
-    """A stream whose writes wait until :attr:`open` is set (a reader that fell behind)."""
+    """A stream whose writes wait until :attr:`open` is set (a reader that fell behind);
+    :attr:`writes` counts them."""
 
     def __init__(self) -> None:
         super().__init__()
         self.open = threading.Event()
         self.waiting = threading.Event()
+        self.writes = 0
 
     def write(self, text: str) -> int:
         self.waiting.set()
         assert self.open.wait(60)
+        self.writes += 1
         return super().write(text)
 
 
@@ -54,6 +57,22 @@ def test_a_held_stream_does_not_hold_the_caller_and_stop_writes_every_line(
         stream.open.set()
     lines = stream.getvalue().splitlines()
     assert [line.rsplit(" ", 1)[1] for line in lines] == [str(n) for n in range(500)]
+
+
+def test_the_lines_queued_meanwhile_are_written_at_once(logger: logging.Logger) -> None:
+    stream = HeldStream()
+    with ThreadedLog(stream) as threaded:
+        logger.addHandler(threaded.handler)
+        logger.info("first")
+        assert stream.waiting.wait(30)  # the writer holds "first"
+        for n in range(LINES_PER_WRITE + 10):
+            logger.info("line %d", n)
+        stream.open.set()
+    lines = stream.getvalue().splitlines()
+    assert [line.rsplit(" ", 1)[1] for line in lines] == [
+        "first", *(str(n) for n in range(LINES_PER_WRITE + 10))]
+    assert stream.writes == 3  # "first", then the lines queued meanwhile, a write per
+    # LINES_PER_WRITE of them (one system call each, not one per line)
 
 
 def test_lines_are_the_broker_handlers_lines_tracebacks_included(

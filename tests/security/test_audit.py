@@ -11,6 +11,7 @@ import socket
 import ssl
 import struct
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import confluent_kafka
@@ -19,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.metadata import MetadataRequest
 
+from edge.audit import AuditEvent
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic, present
 from tests.operations.test_metrics import sample, scrape
@@ -347,3 +349,14 @@ def test_rejected_connections_are_bounded_per_host_and_overall(tmp_path: Path) -
             == total
     finally:
         broker.stop()
+
+
+def test_an_events_document_is_every_field_in_order() -> None:
+    event = AuditEvent(kind="authentication", outcome="success", listener="SASL_PLAINTEXT",
+                       client="127.0.0.1:5000", principal="alice", tenant="acme",
+                       mechanism="PLAIN")
+    document = event.document(1234)
+    assert list(document.items()) == list((asdict(event) | {"time": 1234}).items())
+    stamped = AuditEvent(kind="connection", outcome="rejected", listener="L", client="c",
+                         reason="why", time=99)
+    assert stamped.document(1234) == asdict(stamped)
