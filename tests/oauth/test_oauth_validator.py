@@ -59,6 +59,17 @@ def test_clock_skew(issuer: DevIssuer) -> None:
         validator(issuer, clock_skew_seconds=0).validate(recent)
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("exp", 10**17), ("exp", 10**400), ("exp", 1e306), ("iat", 10**400), ("nbf", -(10**17))],
+    ids=["exp year 3e9", "exp 10**400", "exp 1e306", "iat", "nbf"])
+def test_a_time_past_the_year_9999_is_malformed(issuer: DevIssuer, name: str,
+                                                value: float) -> None:
+    """(A float or int64 overflow broke the connection instead of refusing the login.)"""
+    token = issuer_token(issuer, "app", None, **{name: value})
+    with pytest.raises(TokenInvalid, match=f"malformed token: '{name}' is out of range"):
+        validator(issuer).validate(token)
+
+
 def test_algorithm_allow_list(issuer: DevIssuer) -> None:
     with pytest.raises(TokenInvalid, match="'RS256' not allowed"):
         validator(issuer, algorithms=("ES256",)).validate(issuer_token(issuer))
