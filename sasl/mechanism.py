@@ -16,6 +16,7 @@ class TokenMechanism:
         self._validator = validator
         self._result: Authenticated | None = None
         self._claimed_tenant: str | None = None
+        self._refused: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -26,6 +27,12 @@ class TokenMechanism:
     def result(self) -> Authenticated | None:
         """The login, once complete."""
         return self._result
+
+    @property
+    def refused(self) -> str | None:
+        """Why the login failed, once a step answered the failure with an error challenge
+        (RFC 7628) instead of raising (see SaslServer)."""
+        return self._refused
 
     @property
     def claimed_tenant(self) -> str | None:

@@ -4,8 +4,8 @@ A good client initial response is answered with empty bytes. Any failure of the 
 message (too large, not UTF-8, malformed GS2 header or key/value pairs, a rejected token,
 an authorization id other than the principal, a bad tenant, a ``tenant`` extension other
 than the token's tenant claim: ``sasl.tenant_claim``) is answered with the RFC 7628
-error ``{"status":"invalid_token"}``; the client then sends a lone ``\\x01`` and the
-second step fails with the original reason.
+error ``{"status":"invalid_token"}`` (the login has failed: :attr:`refused` says why);
+the client then sends a lone ``\\x01`` and the second step fails with that reason.
 """
 
 from __future__ import annotations
@@ -39,14 +39,13 @@ class OAuthBearerServer(TokenMechanism):
         super().__init__(validator)
         self._tenant_claim = tenant_claim
         self._steps = 0
-        self._pending_error: str | None = None
 
     def step(self, message: bytes) -> bytes:
         self._steps += 1
         if self._steps == 1:
             return self._first_step(message)
-        if self._steps == 2 and self._pending_error is not None:
-            raise SaslFailure(self._pending_error)
+        if self._steps == 2 and self._refused is not None:
+            raise SaslFailure(self._refused)
         raise SaslFailure("OAUTHBEARER exchange is already over")
 
     def _first_step(self, message: bytes) -> bytes:
@@ -94,5 +93,5 @@ class OAuthBearerServer(TokenMechanism):
         return bound_tenant(bound, named, f"extension {TENANT_EXTENSION!r}")
 
     def _error_challenge(self, reason: str) -> bytes:
-        self._pending_error = reason
+        self._refused = reason
         return ERROR_CHALLENGE

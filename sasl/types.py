@@ -74,6 +74,14 @@ class SaslServer(Protocol):
     def result(self) -> Authenticated | None: ...
 
     @property
+    def refused(self) -> str | None:
+        """None, unless a step answered a failed login with an error challenge (RFC 7628
+        section 3.2.2) instead of raising SaslFailure: then why it failed. The login has
+        failed as of that step (the caller reports it then); the client's next message ends
+        the exchange with SaslFailure for the same reason."""
+        ...
+
+    @property
     def claimed_tenant(self) -> str | None:
         """The tenant the client named so far (username, extension or token claim), even
         if the login then failed or the name is invalid; ``None`` if it named none.
