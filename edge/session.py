@@ -15,10 +15,11 @@ does their I/O (the mechanism's steps in a worker thread, answers, audit, metric
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from functools import partial
 
 from kafka.protocol.api_message import ApiMessage
@@ -52,7 +53,7 @@ from edge.security import ListenerSecurity, SaslFactory
 from listeners.server import ConnectionInfo, FrameError, Request
 from listeners.tls import certificate_principal
 from sasl.connection_state import ConnectionSasl, Handshake
-from sasl.errors import MECHANISM_LIMIT, SaslFailure
+from sasl.errors import MECHANISM_LIMIT, SaslFailure, SaslPending
 from sasl.printable import printable
 from sasl.types import Authenticated, SaslServer
 
@@ -283,20 +284,23 @@ class Session:
         """One SASL step; SaslFailure when it failed (the caller answers after
         ``failed_delay_ms``: :meth:`_failed`). A failure answered with an error challenge
         (``refused``) is reported here as it is answered, not again at the client's reply.
-        A first login is admitted by the quotas on connections (FrameError: refused)."""
+        SaslPending passes through (the step did not happen: :meth:`_when_ready`). A
+        first login is admitted by the quotas on connections (FrameError: refused)."""
         server = self.sasl.exchange
         assert server is not None
         try:
-            # In a worker thread: validators may fetch keys (JWKS) over the network. (Run
-            # on the loop when the keys were loaded at start, logins went 4x slower in
-            # wall time and 1.2x in CPU in bench.logins: kept in the thread.) The threads
-            # are the SASL steps' own (``steps``), not the default executor's.
+            # In a worker thread: a token's signature check is CPU work (it never waits for
+            # the issuer: SaslPending). (Run on the loop, logins went 4x slower in wall
+            # time and 1.2x in CPU in bench.logins: kept in the thread.) The threads are
+            # the SASL steps' own (``steps``), not the default executor's.
             challenge = await asyncio.get_running_loop().run_in_executor(
                 self.steps, server.step, message)
             result = server.result if server.complete else None
             if result is not None:
                 self.sasl.check(result)
                 self._check_tenant(result)
+        except SaslPending:
+            raise
         except SaslFailure as failure:
             if not self._refusal_challenged:
                 self._report_failure(server, failure.message)
@@ -390,9 +394,14 @@ class Session:
         """One step of a login and its answer: ``answer(challenge, session lifetime)``;
         a failure closes the connection after ``failed_delay_ms`` with
         ``refusal(reason)`` as its last frame. An error challenge (a failed OAUTHBEARER
-        login, RFC 7628) is answered after that delay, and the client's reply at once."""
+        login, RFC 7628) is answered after that delay, and the client's reply at once. A
+        step that cannot be judged yet (SaslPending: the issuer's first keys) waits for
+        them, a first login's in its waiting stage (:meth:`_when_ready`)."""
         try:
             challenge, result = await self._step(message, client_id)
+        except SaslPending as pending:
+            return await self._deferred(self._when_ready(
+                pending.ready, pending.wait_seconds, message, client_id, answer, refusal))
         except SaslFailure as failure:
             return await self._failed(FrameError(
                 f"authentication failed: {failure.message}", refusal(failure.message),
@@ -402,6 +411,16 @@ class Session:
         if self._refusal_challenged:  # this step answered the error challenge
             return await self._deferred(self._answer_after_delay(frame))
         return frame
+
+    async def _when_ready(self, ready: Future[None], wait_seconds: float, message: bytes,
+                          client_id: str | None, answer: Callable[[bytes, int], bytes],
+                          refusal: Callable[[str], bytes | None]) -> Frame | None:
+        """Wait for what the step waits for (on the event loop, at most
+        ``wait_seconds``), then step again; the mechanism refuses rather than wait twice."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.wrap_future(ready), wait_seconds)
+        answered = await self._login_step(message, client_id, answer, refusal)
+        return await answered if isinstance(answered, Coroutine) else answered
 
     async def _authenticate(self, parsed: ParsedRequest) -> Answer:
         version = parsed.header.api_version
