@@ -7,6 +7,7 @@ level is an object (OAuth discovery, JWKS, token answers, JWT claims, stored met
 
 from __future__ import annotations
 
+import math
 from typing import TypeAlias
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
@@ -17,10 +18,14 @@ JsonObject: TypeAlias = "dict[str, JsonValue]"
 
 
 def json_number(value: JsonValue) -> float | None:
-    """``value`` as a float when it is a JSON number (not a boolean), else None."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    """``value`` as a float when it is a JSON number (not a boolean), else None; an integer
+    too large for a float is an infinity of its sign."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
         return float(value)
-    return None
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def json_field(document: JsonValue, key: str) -> JsonValue:

@@ -159,6 +159,10 @@ class LoggedBearerServer:
         return self._inner.result
 
     @property
+    def refused(self) -> str | None:
+        return self._inner.refused
+
+    @property
     def claimed_tenant(self) -> str | None:
         return self._inner.claimed_tenant
 

@@ -15,10 +15,11 @@ does their I/O (the mechanism's steps in a worker thread, answers, audit, metric
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
-from concurrent.futures import Executor
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor, Future
 from functools import partial
 
 from kafka.protocol.api_message import ApiMessage
@@ -43,6 +44,7 @@ from broker_core.dispatch import (
 from broker_core.errors import CloseConnection, ErrorCode
 from broker_core.naming import Namespace
 from broker_core.quotas.entities import Caller
+from common.frames import Frame
 from edge.audit import AuditEvent, AuditLog
 from edge.denials import LoginFailures
 from edge.metrics import AUTHENTICATIONS, CONNECTIONS
@@ -51,9 +53,9 @@ from edge.security import ListenerSecurity, SaslFactory
 from listeners.server import ConnectionInfo, FrameError, Request
 from listeners.tls import certificate_principal
 from sasl.connection_state import ConnectionSasl, Handshake
-from sasl.errors import MECHANISM_LIMIT, SaslFailure
+from sasl.errors import MECHANISM_LIMIT, SaslFailure, SaslPending
 from sasl.printable import printable
-from sasl.types import Authenticated
+from sasl.types import Authenticated, SaslServer
 
 log = logging.getLogger(__name__)
 ANONYMOUS = "ANONYMOUS"
@@ -119,6 +121,9 @@ class Session:
         self._failure_reported = True
         """Whether the latest failed login was reported (else the listener's closing line
         is left out too)."""
+        self._refusal_challenged = False
+        """Whether the login failed at an error challenge (RFC 7628): reported and delayed
+        then, so that the client's reply ends it without either again."""
         self.muted_until = 0.0
         """Until when (``time.monotonic()``) the listener does not read the connection: a
         request over a quota mutes it for its throttle time (KIP-219)."""
@@ -277,33 +282,35 @@ class Session:
     async def _step(self, message: bytes, client_id: str | None
                     ) -> tuple[bytes, Authenticated | None]:
         """One SASL step; SaslFailure when it failed (the caller answers after
-        ``failed_delay_ms``: :meth:`_failed`). A first login is admitted by the quotas
-        on connections (FrameError: refused)."""
+        ``failed_delay_ms``: :meth:`_failed`). A failure answered with an error challenge
+        (``refused``) is reported here as it is answered, not again at the client's reply.
+        SaslPending passes through (the step did not happen: :meth:`_when_ready`). A
+        first login is admitted by the quotas on connections (FrameError: refused)."""
         server = self.sasl.exchange
         assert server is not None
         try:
-            # In a worker thread: validators may fetch keys (JWKS) over the network. (Run
-            # on the loop when the keys were loaded at start, logins went 4x slower in
-            # wall time and 1.2x in CPU in bench.logins: kept in the thread.) The threads
-            # are the SASL steps' own (``steps``), not the default executor's.
+            # In a worker thread: a token's signature check is CPU work (it never waits for
+            # the issuer: SaslPending). (Run on the loop, logins went 4x slower in wall
+            # time and 1.2x in CPU in bench.logins: kept in the thread.) The threads are
+            # the SASL steps' own (``steps``), not the default executor's.
             challenge = await asyncio.get_running_loop().run_in_executor(
                 self.steps, server.step, message)
             result = server.result if server.complete else None
             if result is not None:
                 self.sasl.check(result)
                 self._check_tenant(result)
+        except SaslPending:
+            raise
         except SaslFailure as failure:
-            AUTHENTICATIONS.labels(server.mechanism, "failure").inc()
-            tenant = server.claimed_tenant
-            if self._failure_counted():
-                self._audit("authentication", "failure", mechanism=server.mechanism,
-                            tenant=tenant, reason=failure.message)
-                log.warning("SASL %s login from %s (client id %s) on %s (tenant %s) failed: "
-                            "%s", server.mechanism, self.info.peer, self.client_id,
-                            self.info.listener, tenant or "not named", failure.message,
-                            extra=self._log_fields(tenant=tenant))
+            if not self._refusal_challenged:
+                self._report_failure(server, failure.message)
             self.sasl.failed()
             raise
+        refused = server.refused
+        if refused is not None:
+            self._report_failure(server, refused)
+            self._refusal_challenged = True
+            return challenge, None
         if result is None:
             return challenge, None
         AUTHENTICATIONS.labels(server.mechanism, "success").inc()
@@ -313,6 +320,18 @@ class Session:
         if self.admitted is None:
             await self._admit(client_id)
         return challenge, result
+
+    def _report_failure(self, server: SaslServer, reason: str) -> None:
+        """Count a failed login; audit and log it if it is reported (``failures``)."""
+        AUTHENTICATIONS.labels(server.mechanism, "failure").inc()
+        tenant = server.claimed_tenant
+        if self._failure_counted():
+            self._audit("authentication", "failure", mechanism=server.mechanism,
+                        tenant=tenant, reason=reason)
+            log.warning("SASL %s login from %s (client id %s) on %s (tenant %s) failed: "
+                        "%s", server.mechanism, self.info.peer, self.client_id,
+                        self.info.listener, tenant or "not named", reason,
+                        extra=self._log_fields(tenant=tenant))
 
     def _check_tenant(self, result: Authenticated) -> None:
         """Whether the role may use the tenant it logs in to (SaslFailure if not)."""
@@ -341,24 +360,67 @@ class Session:
                 "listener": self.info.listener, **fields}
 
     async def _failed(self, error: FrameError) -> Answer:
-        """A failed SASL step: ``failed_delay_ms``, then ``error`` (its answer, and the
-        close). For a first login the delay is the waiting stage, so that it holds no
-        permit of the login gate (``listeners.admission``); the listener reads nothing
-        more of a connection not logged in meanwhile. A re-authentication waits in the
-        dispatch stage, so that nothing more is read and served in the old session."""
-        delayed = self._after_delay(error)
+        """A failed SASL step: ``failed_delay_ms`` (unless it was waited before the error
+        challenge), then ``error`` (its answer, and the close)."""
+        delay_ms = 0 if self._refusal_challenged else self.failed_delay_ms
+        delayed = self._after_delay(error, delay_ms)
         del error  # a frame the error's traceback holds must not hold it: a reference cycle
-        if self.sasl.login is None:
-            return delayed
-        await delayed  # raises
-        return None
+        return await self._deferred(delayed)
 
-    async def _after_delay(self, error: FrameError) -> None:
-        await asyncio.sleep(self.failed_delay_ms / 1000)
+    async def _deferred(self, later: Coroutine[object, None, Frame | None]) -> Answer:
+        """``later`` (a wait of a login, then its answer): for a first login the waiting
+        stage, so that it holds no permit of the login gate (``listeners.admission``) and
+        no thread; the listener reads nothing more of a connection not logged in
+        meanwhile. A re-authentication waits in the dispatch stage, so that nothing more
+        is read and served in the old session."""
+        if self.sasl.login is None:
+            return later
+        return await later
+
+    async def _after_delay(self, error: FrameError, delay_ms: int) -> None:
+        await asyncio.sleep(delay_ms / 1000)
         try:
             raise error
         finally:
             del error  # no reference cycle (the error's traceback holds this frame)
+
+    async def _answer_after_delay(self, frame: bytes) -> bytes:
+        await asyncio.sleep(self.failed_delay_ms / 1000)
+        return frame
+
+    async def _login_step(self, message: bytes, client_id: str | None,
+                          answer: Callable[[bytes, int], bytes],
+                          refusal: Callable[[str], bytes | None]) -> Answer:
+        """One step of a login and its answer: ``answer(challenge, session lifetime)``;
+        a failure closes the connection after ``failed_delay_ms`` with
+        ``refusal(reason)`` as its last frame. An error challenge (a failed OAUTHBEARER
+        login, RFC 7628) is answered after that delay, and the client's reply at once. A
+        step that cannot be judged yet (SaslPending: the issuer's first keys) waits for
+        them, a first login's in its waiting stage (:meth:`_when_ready`)."""
+        try:
+            challenge, result = await self._step(message, client_id)
+        except SaslPending as pending:
+            return await self._deferred(self._when_ready(
+                pending.ready, pending.wait_seconds, message, client_id, answer, refusal))
+        except SaslFailure as failure:
+            return await self._failed(FrameError(
+                f"authentication failed: {failure.message}", refusal(failure.message),
+                logged=not self._failure_reported))
+        lifetime = self.sasl.lifetime_left(_now_ms()) if result is not None else 0
+        frame = answer(challenge, lifetime)
+        if self._refusal_challenged:  # this step answered the error challenge
+            return await self._deferred(self._answer_after_delay(frame))
+        return frame
+
+    async def _when_ready(self, ready: Future[None], wait_seconds: float, message: bytes,
+                          client_id: str | None, answer: Callable[[bytes, int], bytes],
+                          refusal: Callable[[str], bytes | None]) -> Frame | None:
+        """Wait for what the step waits for (on the event loop, at most
+        ``wait_seconds``), then step again; the mechanism refuses rather than wait twice."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.wrap_future(ready), wait_seconds)
+        answered = await self._login_step(message, client_id, answer, refusal)
+        return await answered if isinstance(answered, Coroutine) else answered
 
     async def _authenticate(self, parsed: ParsedRequest) -> Answer:
         version = parsed.header.api_version
@@ -375,19 +437,14 @@ class Session:
             raise FrameError(reason, answer(ErrorCode.ILLEGAL_SASL_STATE,
                                             "SaslAuthenticate must follow SaslHandshake"),
                              logged=not reported)
-        try:
-            assert isinstance(parsed.body, SaslAuthenticateRequest)
-            auth = parsed.body.auth_bytes
-            assert isinstance(auth, bytes)  # as decoded (an ApiData only goes out)
-            challenge, result = await self._step(auth, parsed.header.client_id)
-        except SaslFailure as failure:
-            return await self._failed(FrameError(
-                f"authentication failed: {failure.message}", answer(
-                    ErrorCode.SASL_AUTHENTICATION_FAILED,
-                    f"Authentication failed: {failure.message}"),
-                logged=not self._failure_reported))
-        lifetime = self.sasl.lifetime_left(_now_ms()) if result is not None else 0
-        return answer(ErrorCode.NONE, None, challenge, lifetime)
+        assert isinstance(parsed.body, SaslAuthenticateRequest)
+        auth = parsed.body.auth_bytes
+        assert isinstance(auth, bytes)  # as decoded (an ApiData only goes out)
+        return await self._login_step(
+            auth, parsed.header.client_id,
+            lambda challenge, lifetime: answer(ErrorCode.NONE, None, challenge, lifetime),
+            lambda reason: answer(ErrorCode.SASL_AUTHENTICATION_FAILED,
+                                  f"Authentication failed: {reason}"))
 
     def _authenticate_when_authenticated(self, parsed: ParsedRequest) -> bytes:
         """SaslAuthenticate on a connection that is logged in (and not re-authenticating)
@@ -398,13 +455,12 @@ class Session:
             auth_bytes=b"", session_lifetime_ms=0))
 
     async def _raw_token(self, frame: memoryview) -> Answer:
-        """The v0 flow: the frame is a bare SASL token, answered with a bare token."""
-        try:
-            challenge, _ = await self._step(bytes(frame), None)
-        except SaslFailure as failure:
-            return await self._failed(FrameError(f"authentication failed: {failure.message}",
-                                                 logged=not self._failure_reported))
-        return len(challenge).to_bytes(4, "big") + challenge
+        """The v0 flow: the frame is a bare SASL token, answered with a bare token (a
+        failure closes the connection without one)."""
+        return await self._login_step(
+            bytes(frame), None,
+            lambda challenge, _lifetime: len(challenge).to_bytes(4, "big") + challenge,
+            lambda _reason: None)
 
     def closed(self) -> None:
         """Count the connection out."""

@@ -3,7 +3,7 @@ side) and configuration mistakes."""
 
 from __future__ import annotations
 
-from sasl.types import TokenRejected
+from sasl.types import TokenPending, TokenRejected
 
 
 class TokenInvalid(TokenRejected):
@@ -12,6 +12,11 @@ class TokenInvalid(TokenRejected):
 
 class KeysUnavailable(TokenInvalid):
     """The issuer's signing keys could not be fetched, so no token can be checked now."""
+
+
+class KeysPending(KeysUnavailable, TokenPending):
+    """No signing keys are held yet and a fetch is under way: ``ready`` is done when it
+    ends (a login may wait for it, see ``sasl.types.TokenPending``)."""
 
 
 class OAuthConfigError(ValueError):

@@ -14,9 +14,12 @@ are held: the set is (re)fetched in a background thread, at most one fetch in fl
   ``refresh_min_seconds``; logins go on with the old keys meanwhile, and a failed refresh
   keeps them).
 
-Only while no keys were ever fetched does a login wait for the fetch in flight, at most
-``first_wait_seconds``: no token can be checked before it lands anyway, and a login
-arriving as the broker starts passes instead of failing.
+No lookup ever waits, not even for the first keys: while none were ever fetched and a
+fetch is under way, a lookup raises :class:`~oauth.errors.KeysPending` carrying that
+fetch's future and ``first_wait_seconds``, and the login (``edge.session``) waits for it
+on its event loop, holding no thread and no permit of the login gate, then checks the
+token again: a login arriving as the broker starts passes once the issuer answers, and
+logins waiting on an issuer that does not answer stall nothing else.
 
 Why a fetch failed (the issuer's URL, a resolver's or the issuer's error) is for the
 operator: it is logged once per distinct failure, escaped and bounded, and a login is
@@ -26,16 +29,18 @@ Thread-safe: logins run in worker threads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import jwt
 
 from common.json_types import JsonValue
-from oauth.errors import FetchError, KeysUnavailable, TokenInvalid
+from oauth.errors import FetchError, KeysPending, KeysUnavailable, TokenInvalid
 from oauth.keys import PublicKey
 from sasl.printable import printable
 
@@ -113,8 +118,8 @@ class JwksCache:
         self._logged_error: str | None = None
         """The failure logged last (each distinct one is logged once); None after a
         success. Written by the one fetch in flight only."""
-        self._in_flight: threading.Event | None = None
-        """Set when the fetch under way ends; None when none is."""
+        self._in_flight: Future[None] | None = None
+        """Done when the fetch under way ends; None when none is."""
         self.fetches = 0
         """How many fetches were attempted (for tests and metrics)."""
         self.generation = 0
@@ -122,9 +127,8 @@ class JwksCache:
         again (``sasl.token_cache``), so a withdrawn key stops admitting its tokens."""
 
     def key(self, kid: str | None, alg: str) -> PublicKey:
-        """The verification key for a token header; raise TokenInvalid or KeysUnavailable.
-
-        Never waits for the issuer once keys are held."""
+        """The verification key for a token header; raise TokenInvalid, KeysPending or
+        KeysUnavailable. Never waits."""
         keys = self._keys if self._keys is not None else self._first_keys()
         found = self._lookup(keys, kid, alg)
         if found is not None:
@@ -143,23 +147,29 @@ class JwksCache:
             self._refresh()
 
     def wait_for_fetch(self, timeout: float) -> bool:
-        """Wait until no fetch is under way (at most ``timeout`` seconds); True if none is."""
+        """Wait until no fetch is under way (at most ``timeout`` seconds); True if none is.
+        (For tools and tests: a login never waits in a thread.)"""
         with self._lock:
             in_flight = self._in_flight
-        return in_flight is None or in_flight.wait(timeout)
+        if in_flight is None:
+            return True
+        with contextlib.suppress(TimeoutError):
+            in_flight.result(timeout)
+        return in_flight.done()
 
     def _first_keys(self) -> KeySet:
-        """No keys were ever taken: wait (bounded) for a fetch, starting one if due."""
+        """No keys were ever taken: start a fetch if one is due; KeysPending while one is
+        under way, else KeysUnavailable."""
         with self._lock:
+            keys = self._keys
+            if keys is not None:
+                return keys  # taken since the caller looked
             in_flight = self._in_flight
-            if in_flight is None and self._keys is None and self._due():
+            if in_flight is None and self._due():
                 in_flight = self._start_locked()
         if in_flight is not None:
-            in_flight.wait(self._first_wait)
-        keys = self._keys
-        if keys is None:
-            raise KeysUnavailable(KEYS_UNAVAILABLE)
-        return keys
+            raise KeysPending(KEYS_UNAVAILABLE, in_flight, self._first_wait)
+        raise KeysUnavailable(KEYS_UNAVAILABLE)
 
     def _stale(self, keys: KeySet) -> bool:
         return self._clock() - keys.fetched_at >= self._max_age
@@ -180,16 +190,18 @@ class JwksCache:
         wait = self._retry if self._keys is None else self._refresh_min
         return self._clock() - self._last_attempt >= wait
 
-    def _start_locked(self) -> threading.Event:
+    def _start_locked(self) -> Future[None]:
         started = self._clock()
         self._last_attempt = started
         self.fetches += 1
-        done = self._in_flight = threading.Event()
+        done: Future[None] = Future()
+        done.set_running_or_notify_cancel()  # running: a waiter giving up cannot cancel it
+        self._in_flight = done
         threading.Thread(target=self._fetch, args=(started, done), name="oauth-jwks-fetch",
                          daemon=True).start()
         return done
 
-    def _fetch(self, started: float, done: threading.Event) -> None:
+    def _fetch(self, started: float, done: Future[None]) -> None:
         fresh: KeySet | None = None
         error = "the fetch failed"  # until it ends otherwise (a loader bug: its traceback)
         try:
@@ -215,7 +227,7 @@ class JwksCache:
                     "; keeping the keys fetched before" if held is not None else
                     "; logins fail until a fetch succeeds")
 
-    def _settle(self, fresh: KeySet | None, done: threading.Event) -> KeySet | None:
+    def _settle(self, fresh: KeySet | None, done: Future[None]) -> KeySet | None:
         """Take a fetch's outcome and end it; return the keys held before."""
         with self._lock:
             held = self._keys
@@ -223,7 +235,7 @@ class JwksCache:
                 self._keys = fresh
                 self.generation += 1
             self._in_flight = None
-        done.set()
+        done.set_result(None)
         return held
 
     def _lookup(self, keys: KeySet, kid: str | None, alg: str) -> PublicKey | None:

@@ -15,6 +15,11 @@ from oauth.keys import PublicKey
 
 VerifyKey = bytes | PublicKey
 """What a signature is checked with: an HMAC secret or a public key."""
+LATEST_TIME = 253_402_300_799
+"""9999-12-31T23:59:59Z in seconds since the epoch: a time claim beyond it either way (or
+not finite) makes a malformed token, so that every time computed from a token (an expiry
+in milliseconds, a session lifetime) is a plain number that fits a Kafka int64."""
+TIME_CLAIMS = ("exp", "nbf", "iat")
 
 
 def decode_verified(token: str, key: VerifyKey, algorithms: Sequence[str], *, leeway: int,
@@ -24,7 +29,9 @@ def decode_verified(token: str, key: VerifyKey, algorithms: Sequence[str], *, le
     in ``require`` is present, and (with ``max_lifetime_seconds`` > 0) its lifetime is no
     longer than that.
 
-    Audience, issuer and subject are the callers' business (their rules differ).
+    A time claim (``exp``, ``nbf``, ``iat``) that is a number must lie within
+    :data:`LATEST_TIME` either way of the epoch. Audience, issuer and subject are the
+    callers' business (their rules differ).
     """
     try:
         claims: JsonObject = jwt.decode(
@@ -46,9 +53,20 @@ def decode_verified(token: str, key: VerifyKey, algorithms: Sequence[str], *, le
         raise TokenInvalid(f"token has no {missing.claim!r} claim") from None
     except (jwt.PyJWTError, json.JSONDecodeError, ValueError, TypeError):
         raise TokenInvalid("malformed token") from None
+    _check_times(claims)
     if max_lifetime_seconds > 0:
         check_lifetime(claims, max_lifetime_seconds, leeway)
     return claims
+
+
+def _check_times(claims: Mapping[str, JsonValue]) -> None:
+    for name in TIME_CLAIMS:
+        value = claims.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue  # absent, or not a number: pyjwt's checks (or the caller's) say so
+        if not -LATEST_TIME <= value <= LATEST_TIME:  # NaN too: it compares false
+            raise TokenInvalid(f"malformed token: {name!r} is out of range (the year 9999 "
+                               "at most)")
 
 
 def _number(claims: Mapping[str, JsonValue], name: str) -> float | None:

@@ -134,7 +134,9 @@ class ValidatorSettings(BaseModel):
         "if the issuer is down)", ge=1, le=86400 * 7)] = 3600.0
     http_timeout_seconds: Annotated[float, key(
         "oauth.http.timeout.seconds",
-        "timeout of each discovery or JWKS request", ge=0.1, le=120)] = 5.0
+        "time limit of each discovery or JWKS request as a whole (connecting, TLS, "
+        "redirects within its origin, the answer however slowly it comes)",
+        ge=0.1, le=120)] = 5.0
     max_lifetime_seconds: int = 0
     """Refuse a token living longer; 0 = no limit. Set from the broker's
     ``tokenMaxLifetimeSeconds``, not from an ``oauth.*`` key."""

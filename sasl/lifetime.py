@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+INT64_MAX = 2**63 - 1
+"""The largest lifetime SaslAuthenticate can carry (``session_lifetime_ms`` is an int64)."""
+
 
 def session_lifetime_ms(now_ms: int, token_expiry_ms: int | None, max_reauth_ms: int) -> int:
     """The session lifetime to report after a successful authentication.
@@ -9,7 +12,8 @@ def session_lifetime_ms(now_ms: int, token_expiry_ms: int | None, max_reauth_ms:
     0 means no limit and is returned only when neither bound applies (no token expiry,
     ``max_reauth_ms <= 0``). Otherwise it is the smaller of the time left until the token
     expires and ``max_reauth_ms`` (when positive). A token already at or past its expiry
-    gives 1 ms, never 0 or less, so that it cannot be mistaken for "no limit".
+    gives 1 ms, never 0 or less, so that it cannot be mistaken for "no limit"; none is
+    longer than :data:`INT64_MAX`.
     """
     bounds: list[int] = []
     if token_expiry_ms is not None:
@@ -18,4 +22,4 @@ def session_lifetime_ms(now_ms: int, token_expiry_ms: int | None, max_reauth_ms:
         bounds.append(max_reauth_ms)
     if not bounds:
         return 0
-    return max(min(bounds), 1)
+    return min(max(min(bounds), 1), INT64_MAX)

@@ -4,8 +4,8 @@ A good client initial response is answered with empty bytes. Any failure of the 
 message (too large, not UTF-8, malformed GS2 header or key/value pairs, a rejected token,
 an authorization id other than the principal, a bad tenant, a ``tenant`` extension other
 than the token's tenant claim: ``sasl.tenant_claim``) is answered with the RFC 7628
-error ``{"status":"invalid_token"}``; the client then sends a lone ``\\x01`` and the
-second step fails with the original reason.
+error ``{"status":"invalid_token"}`` (the login has failed: :attr:`refused` says why);
+the client then sends a lone ``\\x01`` and the second step fails with that reason.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 from types import MappingProxyType
 
 from common.names import TENANT_NAME_RULE, is_valid_tenant_name
-from sasl.errors import SaslFailure
+from sasl.errors import SaslFailure, SaslPending
 from sasl.limits import check_message_size
 from sasl.mechanism import TokenMechanism
 from sasl.oauthbearer_message import (
@@ -24,7 +24,7 @@ from sasl.oauthbearer_message import (
     parse_client_initial_response,
 )
 from sasl.tenant_claim import bound_tenant, token_tenant
-from sasl.types import Authenticated, TokenRejected, TokenValidator, ValidatedToken
+from sasl.types import Authenticated, TokenValidator, ValidatedToken
 
 TENANT_EXTENSION = "tenant"
 ERROR_CHALLENGE = json.dumps({"status": "invalid_token"}, separators=(",", ":")).encode()
@@ -39,19 +39,24 @@ class OAuthBearerServer(TokenMechanism):
         super().__init__(validator)
         self._tenant_claim = tenant_claim
         self._steps = 0
-        self._pending_error: str | None = None
 
     def step(self, message: bytes) -> bytes:
         self._steps += 1
         if self._steps == 1:
-            return self._first_step(message)
-        if self._steps == 2 and self._pending_error is not None:
-            raise SaslFailure(self._pending_error)
+            try:
+                return self._first_step(message)
+            except SaslPending:
+                self._steps = 0  # not a step: the same message comes again
+                raise
+        if self._steps == 2 and self._refused is not None:
+            raise SaslFailure(self._refused)
         raise SaslFailure("OAUTHBEARER exchange is already over")
 
     def _first_step(self, message: bytes) -> bytes:
         try:
             self._result = self._authenticate(message)
+        except SaslPending:
+            raise
         except SaslFailure as failure:
             return self._error_challenge(failure.message)
         return b""
@@ -68,10 +73,7 @@ class OAuthBearerServer(TokenMechanism):
             raise SaslFailure(str(exc)) from None
         if TENANT_EXTENSION in response.extensions:
             self._claim_tenant(response.extensions[TENANT_EXTENSION])
-        try:
-            token = self._validator.validate(response.token)
-        except TokenRejected as exc:
-            raise SaslFailure(exc.message) from None
+        token = self._validate(response.token)
         if response.authzid is not None and response.authzid != token.principal:
             raise SaslFailure("authorization id does not match the token's principal")
         return Authenticated(
@@ -94,5 +96,5 @@ class OAuthBearerServer(TokenMechanism):
         return bound_tenant(bound, named, f"extension {TENANT_EXTENSION!r}")
 
     def _error_challenge(self, reason: str) -> bytes:
-        self._pending_error = reason
+        self._refused = reason
         return ERROR_CHALLENGE

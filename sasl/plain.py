@@ -10,13 +10,13 @@ comes from the token, as in Kafka-on-Pulsar. With a tenant claim configured
 
 from __future__ import annotations
 
-from sasl.errors import SaslFailure
+from sasl.errors import SaslFailure, SaslPending
 from sasl.limits import check_message_size
 from sasl.mechanism import TokenMechanism
 from sasl.names import claimed_tenant, parse_tenant_spec
 from sasl.printable import printable
 from sasl.tenant_claim import bound_tenant, token_tenant
-from sasl.types import Authenticated, TokenRejected, TokenValidator
+from sasl.types import Authenticated, TokenValidator
 
 SUPPORTED_METHOD = "token"
 _METHOD_LIMIT = 32
@@ -39,7 +39,11 @@ class PlainServer(TokenMechanism):
         if self._done:
             raise SaslFailure("PLAIN takes a single message; the exchange is already over")
         self._done = True
-        self._result = self._authenticate(message)
+        try:
+            self._result = self._authenticate(message)
+        except SaslPending:
+            self._done = False  # not a step: the same message comes again
+            raise
         return b""
 
     def _authenticate(self, message: bytes) -> Authenticated:
@@ -69,10 +73,7 @@ class PlainServer(TokenMechanism):
             )
         if not credential:
             raise SaslFailure("invalid password: empty token")
-        try:
-            token = self._validator.validate(credential)
-        except TokenRejected as exc:
-            raise SaslFailure(exc.message) from None
+        token = self._validate(credential)
         bound_tenant(token_tenant(token, self._tenant_claim), tenant, "the username")
         return Authenticated(
             principal=token.principal,

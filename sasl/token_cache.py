@@ -51,8 +51,9 @@ class CachedTokenValidator:
         generation = self._generation()
         validated = self.inner.validate(token)
         until = now + self._ttl
-        if validated.expires_at_ms is not None:
-            until = min(until, validated.expires_at_ms / 1000)
+        expiry_ms = validated.expires_at_ms
+        if expiry_ms is not None and expiry_ms < until * 1000:  # compared as numbers
+            until = max(expiry_ms, 0) / 1000  # (a huge int has no float)
         if until > now:
             with self._lock:
                 self._entries[token] = (until, generation, validated)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
@@ -21,6 +22,18 @@ class TokenRejected(Exception):
     def __init__(self, message: str) -> None:
         self.message = printable(message)
         super().__init__(self.message)
+
+
+class TokenPending(TokenRejected):
+    """A validator cannot check the token until something under way ends (an issuer's
+    first signing keys being fetched): ``ready`` is done once it has. A login may wait
+    for it, at most ``wait_seconds`` and holding no thread, then ask again; ``message``
+    is the refusal when it does not wait."""
+
+    def __init__(self, message: str, ready: Future[None], wait_seconds: float) -> None:
+        super().__init__(message)
+        self.ready = ready
+        self.wait_seconds = wait_seconds
 
 
 @dataclass(frozen=True)
@@ -64,7 +77,10 @@ class SaslServer(Protocol):
     def mechanism(self) -> str: ...
 
     def step(self, message: bytes) -> bytes:
-        """Consume one client message; return the bytes to send back. Raises SaslFailure."""
+        """Consume one client message; return the bytes to send back. Raises SaslFailure;
+        SaslPending (at most once per exchange) when the message cannot be judged yet:
+        the exchange did not move, and the caller gives the same message again once
+        ``ready`` is done (or ``wait_seconds`` passed)."""
         ...
 
     @property
@@ -72,6 +88,14 @@ class SaslServer(Protocol):
 
     @property
     def result(self) -> Authenticated | None: ...
+
+    @property
+    def refused(self) -> str | None:
+        """None, unless a step answered a failed login with an error challenge (RFC 7628
+        section 3.2.2) instead of raising SaslFailure: then why it failed. The login has
+        failed as of that step (the caller reports it then); the client's next message ends
+        the exchange with SaslFailure for the same reason."""
+        ...
 
     @property
     def claimed_tenant(self) -> str | None:

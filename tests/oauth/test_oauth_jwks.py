@@ -1,6 +1,6 @@
 """The JWKS cache: lookups by kid and algorithm, rate-limited background refetches on
-unknown kids (the login refused at once, never waiting), retry after failures, stale keys
-kept while the issuer is down."""
+unknown kids (the login refused at once, never waiting), the first keys pending (never
+waited for here), retry after failures, stale keys kept while the issuer is down."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from joserfc.jwk import ECKey, RSAKey
 
-from oauth.errors import FetchError, KeysUnavailable, TokenInvalid
+from oauth.errors import FetchError, KeysPending, KeysUnavailable, TokenInvalid
 from oauth.jwks import JwksCache, parse_key_set
 
 
@@ -57,10 +57,18 @@ class Clock:
         return self.now
 
 
+def fetched(keys: JwksCache) -> JwksCache:
+    """``keys`` once its first fetch is over (a lookup never waits for it)."""
+    keys.warm_up()
+    assert keys.wait_for_fetch(10)
+    return keys
+
+
 def cache(source: Issuer, clock: Clock, **kwargs: float) -> JwksCache:
+    """A cache on a test clock, its first fetch over."""
     options = {"refresh_min_seconds": 10.0, "retry_seconds": 1.0, "max_age_seconds": 3600.0,
                **kwargs}
-    return JwksCache(source, clock=clock, **options)
+    return fetched(JwksCache(source, clock=clock, **options))
 
 
 def test_known_kid_is_served_from_the_cache() -> None:
@@ -98,7 +106,7 @@ def test_unknown_kid_refetch_is_rate_limited() -> None:
 
 def test_unknown_kids_are_refused_at_once_while_one_fetch_runs() -> None:
     source = Issuer(RSA_A)
-    keys = JwksCache(source, refresh_min_seconds=0.0)
+    keys = fetched(JwksCache(source, refresh_min_seconds=0.0))
     keys.key("a", "RS256")
     source.keys.append(RSA_B)
     source.gate = threading.Event()  # the issuer hangs
@@ -125,29 +133,45 @@ def test_unknown_kids_are_refused_at_once_while_one_fetch_runs() -> None:
     assert source.calls == 2
 
 
-def test_first_login_waits_for_the_first_fetch_bounded() -> None:
+def test_before_the_first_keys_a_lookup_is_pending_on_the_fetch() -> None:
+    """No lookup waits for the first fetch: each is told which fetch to wait for, and for
+    how long (a login waits on its event loop, then looks again)."""
     source = Issuer(RSA_A)
-    source.gate = threading.Event()
+    source.gate = threading.Event()  # the issuer hangs
     keys = JwksCache(source, first_wait_seconds=0.2)
     keys.warm_up()
-    with pytest.raises(KeysUnavailable, match="signing keys are unavailable"):
-        keys.key("a", "RS256")
+    with ThreadPoolExecutor(16) as pool:
+        pending = list(pool.map(lambda _: pending_on(keys), range(16)))
+    assert len({id(p.ready) for p in pending}) == 1  # the one fetch, for all
+    ready = pending[0].ready
+    assert not ready.done() and ready.cancel() is False  # a waiter cannot cancel it
+    assert {p.wait_seconds for p in pending} == {0.2}
+    assert "signing keys are unavailable" in pending[0].message
     source.gate.set()
+    ready.result(10)
     assert keys.key("a", "RS256") is not None
     assert source.calls == 1
+
+
+def pending_on(keys: JwksCache) -> KeysPending:
+    with pytest.raises(KeysPending) as pending:
+        keys.key("a", "RS256")
+    return pending.value
 
 
 def test_issuer_down_then_back() -> None:
     source, clock = Issuer(RSA_A), Clock()
     source.down = True
-    keys = cache(source, clock, retry_seconds=1.0)
+    keys = cache(source, clock, retry_seconds=1.0)  # the first fetch failed
     keys.warm_up()
     with pytest.raises(KeysUnavailable, match="signing keys are unavailable") as refused:
         keys.key("a", "RS256")
+    assert not isinstance(refused.value, KeysPending)  # no fetch to wait for
     assert "connection refused" not in refused.value.message  # the log says why
     assert source.calls == 1  # within the retry interval: no new request
     source.down = False
     clock.now += 1
+    pending_on(keys).ready.result(10)  # a login starts the next fetch
     assert keys.key("a", "RS256") is not None
     assert source.calls == 2
 

@@ -4,23 +4,40 @@ and the OAUTHBEARER server built on it (tenant, extensions, authorization id).""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
+from common.json_types import JsonObject
 from oauth.dev_issuer import DevIssuer
 from oauth.errors import KeysUnavailable, TokenInvalid
-from oauth.jwks_validator import JwksTokenValidator, granted_scopes
+from oauth.jwks import JwksCache
+from oauth.jwks_validator import IssuerKeysLoader, JwksTokenValidator, granted_scopes
 from oauth.settings import ValidatorSettings
-from sasl.errors import SaslFailure
+from sasl.errors import SaslFailure, SaslPending
 from sasl.oauthbearer import OAuthBearerServer
-from tests.oauth_helpers import AUDIENCE, bearer_message, issuer_token, make_issuer
+from sasl.plain import PlainServer
+from tests.oauth_helpers import (
+    AUDIENCE,
+    ERROR_CHALLENGE,
+    bearer_message,
+    issuer_token,
+    make_issuer,
+)
+
+
+def fetched(check: JwksTokenValidator) -> JwksTokenValidator:
+    """``check`` once its first key fetch is over (a token check never waits for it)."""
+    check.warm_up()
+    assert check.keys.wait_for_fetch(10)
+    return check
 
 
 def validator(issuer: DevIssuer, **options: object) -> JwksTokenValidator:
     fields: dict[str, object] = {"issuer_url": issuer.url, "audiences": (AUDIENCE,),
                                  **options}
-    return JwksTokenValidator(ValidatorSettings(**fields))  # type: ignore[arg-type]
+    return fetched(JwksTokenValidator(ValidatorSettings(**fields)))  # type: ignore[arg-type]
 
 
 def test_accepts_an_issued_token(issuer: DevIssuer) -> None:
@@ -32,7 +49,7 @@ def test_accepts_an_issued_token(issuer: DevIssuer) -> None:
 
 
 def test_configured_jwks_url_without_issuer_check(issuer: DevIssuer) -> None:
-    check = JwksTokenValidator(ValidatorSettings(jwks_url=f"{issuer.url}/jwks"))
+    check = fetched(JwksTokenValidator(ValidatorSettings(jwks_url=f"{issuer.url}/jwks")))
     assert check.validate(issuer_token(issuer, iss="anyone")).principal == "app"
 
 
@@ -57,6 +74,17 @@ def test_clock_skew(issuer: DevIssuer) -> None:
     assert validator(issuer, clock_skew_seconds=30).validate(recent).principal == "app"
     with pytest.raises(TokenInvalid, match="expired"):
         validator(issuer, clock_skew_seconds=0).validate(recent)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("exp", 10**17), ("exp", 10**400), ("exp", 1e306), ("iat", 10**400), ("nbf", -(10**17))],
+    ids=["exp year 3e9", "exp 10**400", "exp 1e306", "iat", "nbf"])
+def test_a_time_past_the_year_9999_is_malformed(issuer: DevIssuer, name: str,
+                                                value: float) -> None:
+    """(A float or int64 overflow broke the connection instead of refusing the login.)"""
+    token = issuer_token(issuer, "app", None, **{name: value})
+    with pytest.raises(TokenInvalid, match=f"malformed token: '{name}' is out of range"):
+        validator(issuer).validate(token)
 
 
 def test_algorithm_allow_list(issuer: DevIssuer) -> None:
@@ -88,3 +116,38 @@ def test_bearer_server_with_the_validator(issuer: DevIssuer) -> None:
     assert server.step(bearer_message(issuer_token(issuer), header="n,a=bob,")) != b""
     with pytest.raises(SaslFailure, match="authorization id"):
         server.step(b"\x01")
+
+
+def test_a_login_before_the_first_keys_is_pending_once(issuer: DevIssuer) -> None:
+    """Before the first keys, a mechanism's step is SaslPending (not a step: the session
+    waits, then gives the message again); the second time it is judged: refused while the
+    fetch still hangs, accepted once it has landed. PLAIN shares the rule."""
+    settings = ValidatorSettings(issuer_url=issuer.url, audiences=(AUDIENCE,))
+    answer = threading.Event()
+    loader = IssuerKeysLoader(settings)
+
+    def hanging() -> JsonObject:
+        answer.wait(30)
+        return loader()
+
+    check = JwksTokenValidator(settings, keys=JwksCache(hanging, first_wait_seconds=0.5))
+    message = bearer_message(issuer_token(issuer))
+    early, later = OAuthBearerServer(check), OAuthBearerServer(check)
+    for server in (early, later):
+        with pytest.raises(SaslPending) as pending:
+            server.step(message)
+        assert not pending.value.ready.done() and pending.value.wait_seconds == 0.5
+        assert server.refused is None and not server.complete
+    assert early.step(message) == ERROR_CHALLENGE  # the fetch still hangs: refused
+    assert early.refused is not None and "signing keys are unavailable" in early.refused
+    answer.set()
+    pending.value.ready.result(10)
+    assert later.step(message) == b""
+    assert later.result is not None and later.result.principal == "app"
+
+    plain = PlainServer(JwksTokenValidator(settings))
+    credentials = f"\x00public\x00token:{issuer_token(issuer)}".encode()
+    with pytest.raises(SaslPending) as pending:
+        plain.step(credentials)
+    pending.value.ready.result(10)
+    assert plain.step(credentials) == b"" and plain.complete

@@ -36,12 +36,16 @@ def message(tok: str, header: str = "n,,", **extensions: str) -> bytes:
 
 
 def fails_after_challenge(server: OAuthBearerServer, msg: bytes) -> str:
+    assert server.refused is None
     assert server.step(msg) == ERROR
     assert not server.complete
     assert server.result is None
+    refused = server.refused  # the login failed as the challenge was answered
+    assert refused
     with pytest.raises(SaslFailure) as info:
         server.step(b"\x01")
     assert not server.complete
+    assert info.value.message == refused
     return info.value.message
 
 

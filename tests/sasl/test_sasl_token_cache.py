@@ -102,3 +102,20 @@ def test_a_new_key_set_makes_cached_tokens_checked_again() -> None:
     inner.keys_generation = 2  # type: ignore[attr-defined]  # the issuer's keys changed
     cached.validate(good)
     assert inner.checks == 2
+
+
+class FarExpiry:
+    """A validator that accepts tokens whatever their ``exp`` (ours refuse one past the year
+    9999): the cache must not fail on an expiry no float holds."""
+
+    def __init__(self, expires_at_ms: int) -> None:
+        self.expires_at_ms = expires_at_ms
+
+    def validate(self, token: str) -> ValidatedToken:
+        return ValidatedToken(principal=token, expires_at_ms=self.expires_at_ms, claims={})
+
+
+@pytest.mark.parametrize("expiry_ms", [10**400, -(10**400)], ids=["huge", "huge negative"])
+def test_an_expiry_no_float_holds(expiry_ms: int) -> None:
+    cached = CachedTokenValidator(FarExpiry(expiry_ms), ttl_seconds=60)
+    assert cached.validate("alice").expires_at_ms == expiry_ms

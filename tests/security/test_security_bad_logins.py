@@ -120,6 +120,15 @@ BAD_MESSAGES = {
     "authzid differs": lambda env: plain_message("acme", "token:" + env.token(), "other"),
     "bad username": lambda env: plain_message("a/b/c", "token:" + env.token()),
     "empty username": lambda env: plain_message("", "token:" + env.token()),
+    # signed, with a time no date has (an OverflowError or an int64 overflow broke the
+    # connection instead of refusing the login)
+    "exp 1e306": lambda env: plain_message("acme", "token:" + env.token(
+        expires_in=None, exp=1e306)),
+    "exp 10**400": lambda env: plain_message("acme", "token:" + env.token(
+        expires_in=None, exp=10**400)),
+    "exp year 3e9": lambda env: plain_message("acme", "token:" + env.token(
+        expires_in=None, exp=10**17)),
+    "iat 10**400": lambda env: plain_message("acme", "token:" + env.token(iat=10**400)),
     "not utf-8": lambda env: b"\x00acme\x00token:\xff\xfe",
     "empty message": lambda env: b"",
     "256 KiB message": lambda env: plain_message("acme", "token:" + "A" * (1 << 18)),
@@ -165,6 +174,9 @@ def test_error_messages_say_why(env: Env) -> None:
         "tampered signature": "signature",
         "missing NUL": "3 fields",
         "256 KiB message": "too large",
+        "exp year 3e9": "'exp' is out of range",
+        "exp 10**400": "'exp' is out of range",
+        "iat 10**400": "'iat' is out of range",
     }
     for case, fragment in reasons.items():
         conn = SecureConnection(env.broker.port)
