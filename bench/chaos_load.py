@@ -177,6 +177,7 @@ class TransformLoad(LoadThread):
         self.producers = 0
         self.rejoins = 0
         self._revoked = False
+        self._assigned: set[int] = set()
         self.draining = threading.Event()
         """Set by the run once the input stopped: stop when the input is all transformed."""
         self.caught_up = False
@@ -205,10 +206,15 @@ class TransformLoad(LoadThread):
                              "enable.partition.eof": True,
                              "client.id": f"chaos-transform-{self.rejoins}"})
 
+        def assigned(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            self._assigned = {tp.partition for tp in partitions}
+
         def revoked(_consumer: Consumer, _partitions: list[TopicPartition]) -> None:
             self._revoked = True
+            self._assigned = set()
 
-        consumer.subscribe([self.source], on_revoke=revoked, on_lost=revoked)
+        consumer.subscribe([self.source], on_assign=assigned, on_revoke=revoked,
+                           on_lost=revoked)
         return consumer
 
     def work(self) -> None:
@@ -217,8 +223,10 @@ class TransformLoad(LoadThread):
         expected: dict[int, int] = {}
         at_end: set[int] = set()
         while not self.halt.is_set():
-            assigned = {tp.partition for tp in consumer.assignment()}
-            if self.draining.is_set() and assigned and assigned <= at_end:
+            # the assignment as the rebalance callbacks told it: Consumer.assignment()
+            # waits for librdkafka's group thread holding the GIL, and once under this
+            # chaos it never returned (the whole harness froze, the brokers' logs with it)
+            if self.draining.is_set() and self._assigned and self._assigned <= at_end:
                 self.caught_up = True
                 break
             polled = consumer.consume(self.batch, 0.5)
