@@ -369,10 +369,13 @@ class OffsetReader:
     ``rd_kafka_handle_OffsetFetch``, an admin client having no group handle, when a
     coordinator moved during the chaos.)"""
 
-    def __init__(self, bootstrap: str, group: str) -> None:
+    def __init__(self, bootstrap: str, group: str, stable: bool = True) -> None:
         self.group = group
+        # read_committed asks for stable offsets: UNSTABLE_OFFSET_COMMIT (retried) while a
+        # transaction's offsets are pending
+        isolation = "read_committed" if stable else "read_uncommitted"
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                   "enable.auto.commit": False,
+                                   "enable.auto.commit": False, "isolation.level": isolation,
                                    "client.id": f"chaos-offsets-{group}"})
 
     def read(self, topic: str, partitions: int, timeout: float = 15.0) -> dict[int, int]:
@@ -386,10 +389,11 @@ class OffsetReader:
         self._consumer.close()
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str,
-                      partitions: int) -> dict[int, int]:
-    """partition -> committed offset of ``group`` on ``topic``, read once."""
-    reader = OffsetReader(bootstrap, group)
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int,
+                      stable: bool = True) -> dict[int, int]:
+    """partition -> committed offset of ``group`` on ``topic``, read once (``stable``:
+    as a read_committed member reads them; KafkaException while they are not)."""
+    reader = OffsetReader(bootstrap, group, stable)
     try:
         return reader.read(topic, partitions, 60.0)
     finally:
