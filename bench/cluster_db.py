@@ -45,7 +45,7 @@ def _stat_fields(pid: int) -> list[str]:
         return handle.read().rsplit(")", 1)[1].split()
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     """The processes whose parent is ``pid``."""
     found: list[int] = []
     for entry in Path("/proc").iterdir():
@@ -65,12 +65,17 @@ def _reaped_seconds(pid: int) -> float:
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
+def postmaster_pid(server: PostgresServer) -> int:
+    """The pid of the server's postmaster (from its ``postmaster.pid``)."""
+    return int((server.data / "postmaster.pid").read_text().split()[0])
+
+
 def postgres_cpu_seconds(server: PostgresServer) -> float:
     """CPU seconds of the postmaster and every backend so far: the live ones, and the
     ones that exited (the postmaster waits for them, so their time is its children's)."""
-    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+    postmaster = postmaster_pid(server)
     total = procstats.cpu_seconds(postmaster) + _reaped_seconds(postmaster)
-    for child in _children(postmaster):
+    for child in children(postmaster):
         try:
             total += procstats.cpu_seconds(child)
         except OSError:

@@ -273,7 +273,7 @@ async def handle_txn_offset_commit(engine: Engine, ctx: RequestContext,
             offsets_topic, group_key, request.producer_id,
             request.member_id if version >= 3 else "",
             request.group_instance_id if version >= 3 else None,
-            request.generation_id if version >= 3 else -1, wanted)
+            request.generation_id if version >= 3 else -1, wanted, request.producer_epoch)
         for tp, result in results.items():
             errors[names[tp]] = result
     code = _fenced_code(code, version, 2)

@@ -370,15 +370,24 @@ class GroupCoordinator(StateCoordinator):
 
     async def txn_commit(self, topic: str, group_id: str, producer_id: int, member_id: str,
                          instance: str | None, generation: int,
-                         offsets: Sequence[OffsetToCommit]
+                         offsets: Sequence[OffsetToCommit], producer_epoch: int = -1
                          ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-        """Handle TxnOffsetCommit: offsets held pending until the transaction ends."""
+        """Handle TxnOffsetCommit: offsets held pending until the transaction ends.
+        INVALID_PRODUCER_EPOCH when an end of a later epoch of the producer was accepted
+        here (as Kafka's offsets partition refuses a transactional write below the epoch
+        of the producer's last marker): a commit arriving after the coordinator aborted its
+        transaction (timed out, the epoch bumped) would stay pending for ever, every
+        read_committed member's OffsetFetch answered UNSTABLE_OFFSET_COMMIT. (The
+        transaction's coordinator checks the commit itself when it is this broker; on a
+        cluster it may be another one.)"""
         group = self._get_or_create(topic, group_id)
         error = self._machine(group).txn_commit_check(member_id, instance, generation)
+        if error == ErrorCode.NONE and group.txn_fenced(producer_id, producer_epoch):
+            error = ErrorCode.INVALID_PRODUCER_EPOCH
         if error != ErrorCode.NONE:
             return error, {}
         return ErrorCode.NONE, await self.offsets.txn_commit(group, producer_id, offsets,
-                                                             _now_ms())
+                                                             _now_ms(), producer_epoch)
 
     async def complete_txn(self, topic: str, group_id: str, producer_id: int,
                            commit: bool, producer_epoch: int = -1,

@@ -218,6 +218,13 @@ class Group:
             max(known.producer_epoch, producer_epoch),
             max(known.coordinator_epoch, coordinator_epoch), max(known.ended_ms, ended_ms))
 
+    def txn_fenced(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether an end of a later producer epoch of the producer was accepted here (-1:
+        unknown, not judged): its transaction ended, and what the older epoch sends now is
+        a zombie's, whose offsets no end would ever settle."""
+        fence = self.txn_fences.get(producer_id)
+        return fence is not None and 0 <= producer_epoch < fence.producer_epoch
+
     def forget_txn_fences(self, now: int, expiration_ms: int) -> int:
         """Forget the fences of the producers with no transactional offsets pending here
         whose last end was accepted more than ``expiration_ms`` (the broker's

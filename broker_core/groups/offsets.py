@@ -128,15 +128,19 @@ class GroupOffsets:
             group.unsettled = [u for u in group.unsettled if u is not unsettled]
 
     async def txn_commit(self, group: Group, producer_id: int,
-                         offsets: Sequence[OffsetToCommit],
-                         now: int) -> dict[TopicPartition, ErrorCode]:
-        """TxnOffsetCommit: offsets held pending until the transaction ends."""
+                         offsets: Sequence[OffsetToCommit], now: int,
+                         producer_epoch: int = -1) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: offsets held pending until the transaction ends (the caller
+        refused a producer epoch that an end fenced: :meth:`Group.txn_fenced`). An end of
+        a later epoch accepted while the write is under way drops what it would have kept:
+        its record comes after this one in the log, so a replay drops it as well."""
         results, accepted = self._accept(group, offsets, now)
         batch = [offsets_topic.txn_offset_record(group.group_id, producer_id, t, p, c)
                  for (t, p), c in accepted.items()]
 
         def keep(settled: dict[TopicPartition, CommittedOffset]) -> None:
-            group.pending_txn.setdefault(producer_id, {}).update(settled)
+            if not group.txn_fenced(producer_id, producer_epoch):
+                group.pending_txn.setdefault(producer_id, {}).update(settled)
 
         return await self._store_offsets(group, batch, results, accepted, keep)
 
@@ -156,7 +160,7 @@ class GroupOffsets:
                                 f"{group.group_id!r} from coordinator epoch "
                                 f"{coordinator_epoch}, which {fenced.coordinator_epoch} "
                                 "fenced")
-        if fenced is not None and 0 <= producer_epoch < fenced.producer_epoch:
+        if fenced is not None and group.txn_fenced(producer_id, producer_epoch):
             raise KafkaApiError(ErrorCode.INVALID_PRODUCER_EPOCH,
                                 f"an end of producer {producer_id}'s offsets in group "
                                 f"{group.group_id!r} at epoch {producer_epoch}, older than "

@@ -1,0 +1,29 @@
+"""Smoke test of the chaos soak (``python -m bench.chaos``): a quick run of three brokers
+on a throwaway PostgreSQL with a few faults (kill -9 and paused PostgreSQL processes)
+under the idempotent, transactional and group load ends with no violation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(240)
+def test_a_quick_chaos_run_finds_no_violation(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.chaos", "--minutes", "0.15", "--seed", "7",
+         "--gap", "2", "3", "--kinds", "kill9,pg_pause", "--rate", "100",
+         "--out", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=220, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert "violations: none" in run.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
+    assert sum(summary["faults"].values()) >= 2
+    assert summary["acked"] > 0 and summary["outputs"] == summary["acked"]
+    assert (tmp_path / "broker-0.log").exists()
