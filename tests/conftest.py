@@ -50,9 +50,9 @@ _watch = SpawnWatch()
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks every test ``unit`` or ``integration`` by the rule of ``tests/unit_rule.py``,
-    and moves the ``long_running`` modules to the front, longest first, then the modules
-    that :class:`ModuleGroups` keeps on one worker (xdist hands the first work out in
-    turn: the longest start at once on every worker, and single tests fill the tail)."""
+    and moves the ``long_running`` modules to the front, longest first (xdist hands the
+    first work out in turn, so the longest start at once on every worker instead of last
+    on one)."""
     for item in items:
         if not isinstance(item, pytest.Function):
             continue
@@ -63,12 +63,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = sorted(items, key=_work_order)
 
 
-def _work_order(item: pytest.Item) -> tuple[int, int]:
-    """Sort key: a ``long_running`` test's minutes, negated, then grouped modules first (a
-    stable sort keeps the collection's order within a module and among the rest)."""
+def _work_order(item: pytest.Item) -> int:
+    """Sort key: a ``long_running`` test's minutes, negated (a stable sort keeps the
+    collection's order within a module and among the rest: the heavy modules stay spread
+    over the run, not all at its start)."""
     marker = item.get_closest_marker("long_running")
-    grouped = item.nodeid.split("::", 1)[0] in _grouped_modules()
-    return (0 if marker is None else -int(marker.kwargs["minutes"]), 0 if grouped else 1)
+    return 0 if marker is None else -int(marker.kwargs["minutes"])
 
 
 @functools.cache
