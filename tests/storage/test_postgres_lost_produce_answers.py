@@ -2,14 +2,14 @@
 answer is lost (``tests/pg_proxy.py`` drops the connection after the statement ran), as a
 client sees it.
 
-Why it matters (the chaos soak's "stored twice" after a PostgreSQL restart): the broker
-answers such a produce KAFKA_STORAGE_ERROR, which librdkafka takes as *not persisted*.
-When, before its retry is judged, any other partition of the same producer gets
+Why it matters (the chaos soak's "stored twice" after a PostgreSQL restart): answered
+KAFKA_STORAGE_ERROR, as it was, librdkafka takes the batch as *not persisted*; when, before
+its retry is judged, any other partition of the same producer gets
 OUT_OF_ORDER_SEQUENCE_NUMBER (its pipelined request behind one that really failed),
 librdkafka bumps the producer's epoch and renumbers every unacknowledged message of every
 partition from sequence 0: the stored batch is sent again under the new epoch, which no
-producer state can recognise, and is stored a second time. A produce whose commit may have
-landed must be answered by what is stored, not with a not-persisted error.
+producer state can recognise, and is stored a second time. So the broker reads back
+whether the batch is stored and, since it is, acknowledges it at its offset.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -54,9 +53,6 @@ def _produce(conn: RawConnection, topic: str, sequence: int) -> tuple[int, int]:
     return int(partition.error_code), int(partition.base_offset)
 
 
-@pytest.mark.xfail(reason="a commit whose answer was lost is answered KAFKA_STORAGE_ERROR "
-                          "(not persisted, to librdkafka) though it is stored: see the "
-                          "module docstring; not fixed yet", strict=False)
 def test_a_produce_whose_commit_answer_was_lost_is_answered_by_what_is_stored(
         tmp_path: Path, topic_name: str) -> None:
     url = shared_server().new_database_url()
