@@ -19,6 +19,14 @@ took the partition reaches it as :class:`AppendFenced`, not a fault). The partit
 ``generation`` moved on when the commit failed, which is how the producer state learns
 that it must be rebuilt from what is stored (``producer_states``); an append judged
 against the state from before is refused (``generation``).
+
+A record batch whose commit's outcome is unknown is answered by what is stored: the
+partition is asked (``GroupCommitted.holds``, again every ``READ_BACK_EVERY_S`` while the
+database is away, for up to ``READ_BACK_S``) whether the batch is at its offset, and if
+so it is acknowledged. A retriable error would tell librdkafka it is *not* persisted, and
+an epoch bump (any partition of the producer answered OUT_OF_ORDER_SEQUENCE_NUMBER behind
+a request that really failed) renumbers every unacknowledged message: a stored batch
+would be sent again under a new epoch and stored twice.
 """
 
 from __future__ import annotations
@@ -32,9 +40,17 @@ from broker_core.durability import FlushScheduler, TopicFlush
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import PartitionStore, group_committed
 from broker_core.storage.cluster import NotOwner
-from broker_core.storage.errors import AppendAbandoned, AppendFenced, CommitUnknown
+from broker_core.storage.errors import AppendAbandoned, AppendFenced, CommitUnknown, StorageError
+from broker_core.storage.protocols import GroupCommitted
 from broker_core.storage_faults import ReportedFault, UnknownOutcome, WriteKind
 from broker_core.waiters import TopicPartition
+
+READ_BACK_S = 20.0
+"""Longest a record batch whose commit's outcome is unknown waits for the database to
+tell whether it is stored (below a producer's default request timeout, 30 s); past it, it
+is answered with the retriable error, the outcome still unknown."""
+READ_BACK_EVERY_S = 0.2
+"""How often that read is tried again while the database is away."""
 
 
 class AppendPath:
@@ -46,6 +62,8 @@ class AppendPath:
         self.faults = flusher.faults
         self._last: dict[TopicPartition, asyncio.Future[None]] = {}
         """Per partition, the commit of its latest append, while it is under way."""
+        self._reading: set[asyncio.Future[bool]] = set()
+        """The read-backs under way of batches whose commit's outcome is unknown."""
 
     def append(self, key: TopicPartition, partition: PartitionStore, batch: Buffer,
                header: BatchHeader, kind: WriteKind,
@@ -64,7 +82,8 @@ class AppendPath:
         try:  # not faults.guard: this is the produce hot path
             if group_committed(partition):
                 base, commit = partition.append_deferred(batch, header, generation)
-                return base, self._committed(key, commit, kind, code, what)
+                asked = (partition, base, batch) if kind == WriteKind.RECORDS else None
+                return base, self._committed(key, commit, kind, code, what, asked)
             base = partition.append(batch, header)
         except AppendAbandoned as exc:
             raise KafkaApiError(code, str(exc)) from None
@@ -82,8 +101,12 @@ class AppendPath:
         return base, durable
 
     def _committed(self, key: TopicPartition, commit: asyncio.Future[None], kind: WriteKind,
-                   code: ErrorCode, what: str | None) -> asyncio.Future[None]:
-        """What the caller awaits: done after ``commit``, with wake-ups and fault notes."""
+                   code: ErrorCode, what: str | None,
+                   asked: tuple[GroupCommitted, int, Buffer] | None = None
+                   ) -> asyncio.Future[None]:
+        """What the caller awaits: done after ``commit``, with wake-ups and fault notes.
+        ``asked``: the partition, base offset and batch to read back when the commit's
+        outcome is unknown (None: answered with the error at once)."""
         acknowledged: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # nobody awaits an acks=0 produce: its failure must not log "never retrieved"
         acknowledged.add_done_callback(_retrieve)
@@ -104,6 +127,20 @@ class AppendPath:
                     self.faults.failed(reason, what or f"{key[0]}-{key[1]}", kind, code)
                 reported = UnknownOutcome if isinstance(error, CommitUnknown) else ReportedFault
                 outcome = reported(reason.errno, reason.strerror or str(reason))
+            if isinstance(outcome, UnknownOutcome) and asked is not None:
+                unknown = outcome
+                task = asyncio.ensure_future(_stored(*asked))
+                self._reading.add(task)  # held: the loop keeps only a weak reference
+                task.add_done_callback(self._reading.discard)
+                task.add_done_callback(lambda done: answer(
+                    None if not done.cancelled() and done.exception() is None
+                    and done.result() else unknown, stored=True))
+                return
+            answer(outcome)
+
+        def answer(outcome: OSError | None, stored: bool = False) -> None:
+            if outcome is None and stored:  # read back: it is stored after all
+                self.waiters.notify(key)
             if acknowledged.done():  # its request was cancelled (the connection closed)
                 return
             if outcome is None:
@@ -159,3 +196,18 @@ class AppendPath:
 def _retrieve(future: asyncio.Future[None]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+async def _stored(partition: GroupCommitted, base: int, batch: Buffer) -> bool:
+    """Whether ``batch`` is stored at ``base`` (its commit's answer was lost), asked in a
+    worker thread, again while the database is away, for up to ``READ_BACK_S``; False when
+    it cannot be told."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + READ_BACK_S
+    while True:
+        try:
+            return await loop.run_in_executor(None, partition.holds, base, batch)
+        except (OSError, StorageError):
+            if loop.time() >= deadline:
+                return False
+        await asyncio.sleep(READ_BACK_EVERY_S)

@@ -60,6 +60,8 @@ from .segments import SealedSegment, check_cover
 
 _CHUNK = 64
 """Rows per query when reading forward."""
+_CRC_AT = 17
+"""Where a v2 batch's CRC starts (after base offset, length, leader epoch and magic)."""
 
 T = TypeVar("T")
 
@@ -285,6 +287,21 @@ class PgPartition(FilelessPartition):
                     self._refresh()  # NotOwner when another broker took the partition
             raise
         return base
+
+    def holds(self, base: int, batch: BatchBytes) -> bool:
+        """Compared from the batch's CRC on (the part its CRC covers, and the CRC): the
+        base offset and length before it are set by the append."""
+        with self._lock:
+            self._check_open()
+        with self._db.autocommit() as conn:
+            row = conn.execute("SELECT batch FROM edge_entries WHERE partition_id = %s"
+                               " AND base_offset = %s", (self._id, base),
+                               binary=True).fetchone()
+        if row is None:
+            return False
+        stored = row[0]
+        assert isinstance(stored, bytes | bytearray | memoryview)
+        return bytes(stored)[_CRC_AT:] == bytes(batch)[_CRC_AT:]
 
     def append_deferred(self, batch: BatchBytes, header: BatchHeader,
                         generation: int | None = None) -> tuple[int, asyncio.Future[None]]:

@@ -188,6 +188,12 @@ class GroupCommitted(Protocol):
         was lost may have happened), so reads go as far as what is stored."""
         ...
 
+    def holds(self, base: int, batch: Buffer) -> bool:
+        """Whether ``batch`` (as appended: its records, whatever its base offset) is
+        stored at offset ``base`` (blocking; an OSError when that cannot be read now):
+        how an append whose commit's answer was lost learns its outcome."""
+        ...
+
     def append_deferred(self, batch: Buffer, header: BatchHeader,
                         generation: int | None = None) -> tuple[int, asyncio.Future[None]]:
         """Like ``append``, from the event loop: the base offset at once, and a future done

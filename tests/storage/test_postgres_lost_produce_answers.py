@@ -1,0 +1,91 @@
+"""An idempotent produce whose group commit is stored in PostgreSQL while the database's
+answer is lost (``tests/pg_proxy.py`` drops the connection after the statement ran), as a
+client sees it.
+
+Why it matters (the chaos soak's "stored twice" after a PostgreSQL restart): answered
+KAFKA_STORAGE_ERROR, as it was, librdkafka takes the batch as *not persisted*; when, before
+its retry is judged, any other partition of the same producer gets
+OUT_OF_ORDER_SEQUENCE_NUMBER (its pipelined request behind one that really failed),
+librdkafka bumps the producer's epoch and renumbers every unacknowledged message of every
+partition from sequence 0: the stored batch is sent again under the new epoch, which no
+producer state can recognise, and is stored a second time. So the broker reads back
+whether the batch is stored and, since it is, acknowledges it at its offset.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from tests.broker_process import BrokerProcess
+from tests.clients import create_topic
+from tests.coordinator_failures import stored_end
+from tests.pg_proxy import PgProxy
+from tests.postgres_server import shared_server
+from tests.raw import RawConnection
+
+PRODUCER_ID = 4242
+
+
+def _batch(sequence: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=PRODUCER_ID, producer_epoch=0,
+                                        base_sequence=sequence, batch_size=1 << 20)
+    builder.append(0, timestamp=int(time.time() * 1000), key=b"k",
+                   value=f"record {sequence}".encode(), headers=[])
+    return bytes(builder.build())
+
+
+def _produce(conn: RawConnection, topic: str, sequence: int) -> tuple[int, int]:
+    """Produce the batch at ``sequence`` (acks=all); its (error code, base offset)."""
+    data = ProduceRequest.TopicProduceData(name=topic, partition_data=[
+        ProduceRequest.TopicProduceData.PartitionProduceData(index=0,
+                                                             records=_batch(sequence))])
+    answer: Any = conn.call(ProduceRequest[7](transactional_id=None, acks=-1,
+                                              timeout_ms=30_000, topic_data=[data]),
+                            7, ProduceResponse)
+    partition = answer.responses[0].partition_responses[0]
+    return int(partition.error_code), int(partition.base_offset)
+
+
+def test_a_produce_whose_commit_answer_was_lost_is_answered_by_what_is_stored(
+        tmp_path: Path, topic_name: str) -> None:
+    url = shared_server().new_database_url()
+    internal = f"public/default/{topic_name}"
+    with PgProxy(url) as proxy:
+        broker = BrokerProcess(tmp_path, {"storageUrl": proxy.url}).start()
+        conn = RawConnection(broker.port, timeout=60)
+        try:
+            create_topic(broker.bootstrap, topic_name, 1)
+            assert _produce(conn, topic_name, 0) == (0, 0)
+            before = stored_end(url, internal)
+            proxy.hold()
+            answers: list[tuple[int, int]] = []
+            producing = threading.Thread(
+                target=lambda: answers.append(_produce(conn, topic_name, 1)))
+            producing.start()
+            deadline = time.monotonic() + 30
+            while stored_end(url, internal) == before:
+                assert time.monotonic() < deadline, "the commit was never stored"
+                time.sleep(0.01)
+            cut = 0  # its answer lost: cut once it reaches the proxy (a moment later)
+            while cut == 0 and producing.is_alive() and time.monotonic() < deadline:
+                cut += proxy.cut()
+                time.sleep(0.01)
+            assert cut > 0
+            proxy.release()  # the database answers again: what is stored can be read
+            producing.join(60)
+            assert not producing.is_alive()
+            assert stored_end(url, internal) == 2  # the batch at offset 1 is stored
+            # stored at offset 1: answered so (KAFKA_STORAGE_ERROR would tell librdkafka
+            # that it is not, and an epoch bump would then store it again)
+            assert answers == [(0, 1)]
+        finally:
+            conn.close()
+            if broker.alive():
+                broker.stop()
