@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 from broker_core.storage.cluster import BrokerRecord, ListenerAddress
 from broker_core.storage.pg_cluster import PgCluster
 from broker_core.storage.pg_database import READER_NAME, Database
+from edge.envoy.model import EnvoyPlan
 from edge.envoy.registry import RegistryBrokers
 from edge.envoy.source import PlanSource
 from edge.envoy.xds_server import XdsServer
@@ -362,6 +363,17 @@ def _edge_only(broker_id: int, advertised: tuple[str, int], bound: tuple[str, in
                                                           *bound),))
 
 
+def _registry_plan(database_url: str) -> tuple[EnvoyPlan, dict[int, str]]:
+    """The plan of the registry's EDGE listeners, and the brokers left out of it (why)."""
+    brokers = RegistryBrokers(database_url, "EDGE")
+    try:
+        plan, left_out = PlanSource(registry=brokers).load_each()
+    finally:
+        brokers.close()
+    assert plan is not None
+    return plan, left_out
+
+
 def test_a_broker_advertising_a_wildcard_or_its_own_port_is_left_out(
         database_url: str, registry: Callable[[BrokerRecord], PgCluster]) -> None:
     # these were routed: clients were told 0.0.0.0 (or ::), or Envoy listened on every
@@ -372,12 +384,7 @@ def test_a_broker_advertising_a_wildcard_or_its_own_port_is_left_out(
     registry(_edge_only(4, ("kafka-4.example", 29094), ("0.0.0.0", 29094)))
     registry(_edge_only(5, ("kafka-5.example", 29095), ("::", 29095)))
     registry(_edge_only(6, ("kafka-6.example", 19096), ("0.0.0.0", 29096)))  # fine
-    brokers = RegistryBrokers(database_url, "EDGE")
-    try:
-        plan, left_out = PlanSource(registry=brokers).load_each()
-    finally:
-        brokers.close()
-    assert plan is not None
+    plan, left_out = _registry_plan(database_url)
     assert [(b.broker_id, b.advertised_address, b.internal_address) for b in plan.brokers] == [
         (1, f"127.0.0.1:{19091}", "127.0.0.1:29091"),
         (6, "kafka-6.example:19096", "127.0.0.1:29096")]
@@ -403,12 +410,7 @@ def test_a_broker_whose_envoy_listener_overlaps_another_is_left_out(
     registry(_record(1, 19091, 29091))
     registry(_edge_only(2, ("localhost", 19091), ("127.0.0.1", 29092)))
     registry(_edge_only(3, ("127.0.0.3", 19091), ("127.0.0.1", 29093)))  # fine
-    brokers = RegistryBrokers(database_url, "EDGE")
-    try:
-        plan, left_out = PlanSource(registry=brokers).load_each()
-    finally:
-        brokers.close()
-    assert plan is not None
+    plan, left_out = _registry_plan(database_url)
     assert [b.broker_id for b in plan.brokers] == [1, 3]
     assert left_out == {2: "brokers 1 and 2 both take port 19091: Envoy would listen for"
                            " broker 1 on 127.0.0.1:19091 and for broker 2 on 0.0.0.0:19091,"
