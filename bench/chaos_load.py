@@ -82,7 +82,8 @@ class LoadThread(threading.Thread):
             self.crashed = exc
 
     def work(self) -> None:
-        raise NotImplementedError
+        """The load itself, until :attr:`halt` is set: each kind of load defines it."""
+        raise NotImplementedError(f"{type(self).__name__} defines no load")
 
 
 class IdempotentLoad(LoadThread):
