@@ -70,6 +70,7 @@ class ChaosOptions:
     rate: int = 300
     gap_s: tuple[float, float] = (3.0, 8.0)
     kinds: tuple[str, ...] = KINDS
+    client_debug: str = ""
 
 
 def parse(argv: Sequence[str] | None = None) -> ChaosOptions:
@@ -86,6 +87,9 @@ def parse(argv: Sequence[str] | None = None) -> ChaosOptions:
                         help="seconds between faults (default 3 8)")
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help=f"faults to choose from (default {','.join(KINDS)})")
+    parser.add_argument("--client-debug", default="", metavar="CONTEXTS",
+                        help="librdkafka debug contexts of the transform's producer, its "
+                             "lines on stderr (e.g. eos,protocol,broker)")
     args = parser.parse_args(argv)
     kinds = tuple(k for k in args.kinds.split(",") if k)
     unknown = set(kinds) - set(KINDS)
@@ -93,7 +97,8 @@ def parse(argv: Sequence[str] | None = None) -> ChaosOptions:
         parser.error(f"unknown fault kinds {sorted(unknown)} (of {', '.join(KINDS)})")
     out = args.out or Path(tempfile.mkdtemp(prefix=f"edge-chaos-{args.seed}-"))
     return ChaosOptions(args.minutes, args.seed, out, rate=args.rate,
-                        gap_s=(args.gap[0], args.gap[1]), kinds=kinds)
+                        gap_s=(args.gap[0], args.gap[1]), kinds=kinds,
+                        client_debug=args.client_debug)
 
 
 _BEGAN = time.monotonic()
@@ -137,13 +142,15 @@ def _soak(opts: ChaosOptions, cluster: ChaosCluster, session_s: float) -> dict[s
         create_topic(bootstrap, topic, opts.partitions)
     clock = Clock(time.monotonic())
     producer = IdempotentLoad(clock, bootstrap, SOURCE, opts.partitions, opts.rate)
-    transform = TransformLoad(clock, bootstrap, SOURCE, SINK)
+    transform = TransformLoad(clock, bootstrap, SOURCE, SINK, ports=cluster.ports,
+                              debug=opts.client_debug)
     commits: list[GroupCommit] = []
     members = [GroupLoad(clock, bootstrap, SOURCE, m, commits) for m in range(2)]
     watch = OffsetWatch(clock, bootstrap, SOURCE, opts.partitions,
                         (INPUT_GROUP, TRANSFORM_GROUP))
     loads: list[LoadThread] = [producer, transform, *members, watch]
     for load in loads:
+        load.journal = opts.out / f"{load.name}.notes"
         load.start()
     plan = FaultPlan(opts.seed, opts.gap_s, session_s, opts.kinds)
     injector = Injector(cluster, plan, clock.t0)

@@ -18,8 +18,9 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from confluent_kafka import (
     Consumer,
@@ -30,11 +31,16 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from bench.chaos_probe import transaction_state
+
 INPUT_GROUP = "chaos-group"
 TRANSFORM_GROUP = "chaos-transform"
 TRANSACTIONAL_ID = "chaos-transform"
 TRANSACTION_TIMEOUT_MS = 10_000
 _CALL_S = 30.0
+SLOW_CALL_S = 60.0
+"""A transactional call (retries included) taking longer has the brokers' view of the
+transaction noted, and again every ``SLOW_CALL_S`` while it lasts."""
 
 
 @dataclass(frozen=True)
@@ -69,11 +75,17 @@ class LoadThread(threading.Thread):
         self.notes: list[str] = []
         """Client errors (bounded), for the summary: not violations by themselves."""
         self.error_count = 0
+        self.journal: Path | None = None
+        """Where every note is appended too, unbounded (the run sets it)."""
 
     def note(self, what: str) -> None:
         self.error_count += 1
+        line = f"{self.clock.now():.1f} s: {what}"
         if len(self.notes) < 50:
-            self.notes.append(f"{self.clock.now():.1f} s: {what}")
+            self.notes.append(line)
+        if self.journal is not None:
+            with self.journal.open("a", encoding="utf-8") as out:
+                out.write(line + "\n")
 
     def run(self) -> None:
         try:
@@ -166,13 +178,42 @@ class Committed:
     at: float
 
 
+IDLE_CLOSE_MS = 5000
+"""The transactional producer closes a connection idle this long: librdkafka (2.16 at
+least) can wait for ever in ``send_offsets_to_transaction``, whatever its timeout, when
+the group coordinator it cached is a broker it dropped (a broker that Metadata stopped
+listing, as every broker's does once a dead broker's session lapsed): it waits for that
+handle to come up, which never happens, and looks the coordinator up again only when some
+other broker of the client changes state (confluentinc/librdkafka#5511; the timeout it
+ignores: #5456). A connection closed for idleness is such a change."""
+
+
+def transactional_producer(bootstrap: str, client_id: str, debug: str = "") -> Producer:
+    """The transform's transactional producer, with ``debug`` contexts of librdkafka (its
+    lines on stderr) if any. Connections idle :data:`IDLE_CLOSE_MS` are closed."""
+    settings: dict[str, str | int] = {
+        "bootstrap.servers": bootstrap, "transactional.id": TRANSACTIONAL_ID,
+        "linger.ms": 5, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+        "connections.max.idle.ms": IDLE_CLOSE_MS, "client.id": client_id}
+    if debug:
+        settings["debug"] = debug
+    return Producer(settings)
+
+
 class TransformLoad(LoadThread):
     """Consume-transform-produce from ``source`` to ``sink`` until stopped, exactly once."""
 
     def __init__(self, clock: Clock, bootstrap: str, source: str, sink: str,
-                 batch: int = 200) -> None:
+                 batch: int = 200, ports: Sequence[int] = (), debug: str = "") -> None:
         super().__init__("chaos-transform", clock)
         self.bootstrap, self.source, self.sink, self.batch = bootstrap, source, sink, batch
+        self.ports = tuple(ports)
+        """The brokers asked about a slow call's transaction (none: not asked)."""
+        self.debug = debug
+        """librdkafka ``debug`` contexts of the transactional producer (its lines go to
+        stderr)."""
+        self._calling: tuple[str, float] | None = None
+        """The transactional call under way and when it began (monotonic)."""
         self.commits: list[Committed] = []
         self.aborts = 0
         self.producers = 0
@@ -188,12 +229,10 @@ class TransformLoad(LoadThread):
         again until it works, as an application restarting would."""
         while True:
             self.producers += 1
-            producer = Producer({"bootstrap.servers": self.bootstrap,
-                                 "transactional.id": TRANSACTIONAL_ID, "linger.ms": 5,
-                                 "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                                 "client.id": f"chaos-transform-{self.producers}"})
+            producer = transactional_producer(self.bootstrap,
+                                              f"chaos-transform-{self.producers}", self.debug)
             try:
-                _retrying(functools.partial(producer.init_transactions, _CALL_S), self.note)
+                self._call(functools.partial(producer.init_transactions, _CALL_S))
                 return producer
             except KafkaException as exc:
                 self.note(f"init_transactions: {_error(exc)}")
@@ -218,7 +257,33 @@ class TransformLoad(LoadThread):
                            on_lost=revoked)
         return consumer
 
+    def _call(self, call: functools.partial[None]) -> None:
+        """:func:`_retrying` ``call``, watched (:meth:`_watch`)."""
+        self._calling = (call.func.__name__, time.monotonic())
+        try:
+            _retrying(call, self.note)
+        finally:
+            self._calling = None
+
+    def _watch(self) -> None:
+        """Note the brokers' view of the transaction while a call lasts past
+        :data:`SLOW_CALL_S` (then every :data:`SLOW_CALL_S`)."""
+        reported: tuple[str, float] | None = None
+        last = 0.0
+        while not self.halt.wait(2.0):
+            calling = self._calling
+            if calling is None or not self.ports:
+                continue
+            name, began = calling
+            now = time.monotonic()
+            if now - began < SLOW_CALL_S or (reported == calling and now - last < SLOW_CALL_S):
+                continue
+            reported, last = calling, now
+            self.note(f"{name} running for {now - began:.0f} s; brokers: "
+                      f"{transaction_state(self.ports, TRANSACTIONAL_ID, TRANSFORM_GROUP)}")
+
     def work(self) -> None:
+        threading.Thread(target=self._watch, name="chaos-transform-watch", daemon=True).start()
         producer = self._producer()
         consumer = self._consumer()
         expected: dict[int, int] = {}
@@ -258,8 +323,8 @@ class TransformLoad(LoadThread):
                         producer = self._producer()  # fences the old one, ends its transaction
                     else:
                         try:
-                            _retrying(functools.partial(producer.abort_transaction, _CALL_S),
-                                      self.note)
+                            self._call(functools.partial(producer.abort_transaction,
+                                                         _CALL_S))
                             self.aborts += 1
                         except KafkaException as again:
                             self.note(f"abort: {_error(again)}")
@@ -282,9 +347,9 @@ class TransformLoad(LoadThread):
             producer.produce(self.sink, value, partition=partition)
             ends[partition] = offset + 1
         offsets = [TopicPartition(self.source, p, end) for p, end in sorted(ends.items())]
-        _retrying(functools.partial(producer.send_offsets_to_transaction, offsets,
-                                    consumer.consumer_group_metadata(), _CALL_S), self.note)
-        _retrying(functools.partial(producer.commit_transaction, _CALL_S), self.note)
+        self._call(functools.partial(producer.send_offsets_to_transaction, offsets,
+                                     consumer.consumer_group_metadata(), _CALL_S))
+        self._call(functools.partial(producer.commit_transaction, _CALL_S))
         return ends
 
 
