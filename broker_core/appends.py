@@ -140,12 +140,7 @@ class AppendPath:
         def answer(outcome: OSError | None, stored: bool = False) -> None:
             if outcome is None and stored:  # read back: it is stored after all
                 self.waiters.notify(key)
-            if acknowledged.done():  # its request was cancelled (the connection closed)
-                return
-            if outcome is None:
-                acknowledged.set_result(None)
-            else:
-                acknowledged.set_exception(outcome)
+            _resolve(acknowledged, outcome)
 
         commit.add_done_callback(settle)
         self._last[key] = commit  # until settled
@@ -194,12 +189,7 @@ class AppendPath:
         follower.add_done_callback(_retrieve)
 
         def answer(error: BaseException | None) -> None:
-            if follower.done():  # its request was cancelled (the connection closed)
-                return
-            if error is None:
-                follower.set_result(None)
-            else:
-                follower.set_exception(error)
+            _resolve(follower, error)
 
         def follow(done: asyncio.Future[None]) -> None:
             if follower.done():
@@ -218,6 +208,17 @@ class AppendPath:
 
         last.add_done_callback(follow)
         return follower
+
+
+def _resolve(future: asyncio.Future[None], error: BaseException | None) -> None:
+    """Answer ``future`` with ``error`` (None: done), unless its request was cancelled
+    (the connection closed) and it is done already."""
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:
