@@ -26,13 +26,16 @@ database is away, for up to ``READ_BACK_S``) whether the batch is at its offset,
 so it is acknowledged. A retriable error would tell librdkafka it is *not* persisted, and
 an epoch bump (any partition of the producer answered OUT_OF_ORDER_SEQUENCE_NUMBER behind
 a request that really failed) renumbers every unacknowledged message: a stored batch
-would be sent again under a new epoch and stored twice.
+would be sent again under a new epoch and stored twice. A retry judged a duplicate of a
+batch whose commit is under way (``repeated``) is answered the same way should that
+commit fail: by whether the batch it repeats is stored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+from collections.abc import Callable
 
 from broker_core.codec.batch_header import BatchHeader
 from broker_core.codec.varints import Buffer
@@ -129,24 +132,15 @@ class AppendPath:
                 outcome = reported(reason.errno, reason.strerror or str(reason))
             if isinstance(outcome, UnknownOutcome) and asked is not None:
                 unknown = outcome
-                task = asyncio.ensure_future(_stored(*asked))
-                self._reading.add(task)  # held: the loop keeps only a weak reference
-                task.add_done_callback(self._reading.discard)
-                task.add_done_callback(lambda done: answer(
-                    None if not done.cancelled() and done.exception() is None
-                    and done.result() else unknown, stored=True))
+                self._read_back(asked, lambda stored: answer(None if stored else unknown,
+                                                             stored=True))
                 return
             answer(outcome)
 
         def answer(outcome: OSError | None, stored: bool = False) -> None:
             if outcome is None and stored:  # read back: it is stored after all
                 self.waiters.notify(key)
-            if acknowledged.done():  # its request was cancelled (the connection closed)
-                return
-            if outcome is None:
-                acknowledged.set_result(None)
-            else:
-                acknowledged.set_exception(outcome)
+            _resolve(acknowledged, outcome)
 
         commit.add_done_callback(settle)
         self._last[key] = commit  # until settled
@@ -156,41 +150,75 @@ class AppendPath:
         if self._last.get(key) is done:
             del self._last[key]
 
-    def repeated(self, key: TopicPartition,
-                 partition: PartitionStore) -> asyncio.Future[None] | None:
-        """What to await before acknowledging a retry of a batch already appended, so it
-        is never acknowledged before the batch it repeats is durable: the partition's
-        commits under way (``settled``), or on files its fsync under way or requested (a
-        flush policy that fsyncs before acknowledging). None: nothing pending."""
+    def _read_back(self, asked: tuple[GroupCommitted, int, Buffer],
+                   then: Callable[[bool], None]) -> None:
+        """Ask (``_stored``) whether the batch of ``asked`` is stored at its offset; call
+        ``then`` with the answer (False: not there, or it cannot be told)."""
+        task = asyncio.ensure_future(_stored(*asked))
+        self._reading.add(task)  # held: the loop keeps only a weak reference
+        task.add_done_callback(self._reading.discard)
+        task.add_done_callback(lambda done: then(
+            not done.cancelled() and done.exception() is None and done.result()))
+
+    def repeated(self, key: TopicPartition, partition: PartitionStore, base: int,
+                 batch: Buffer) -> asyncio.Future[None] | None:
+        """What to await before acknowledging ``batch``, a retry of a batch already
+        appended at ``base``, so it is never acknowledged before the batch it repeats is
+        durable: the partition's commits under way (``settled``; should one of them fail,
+        the retry is answered by what is stored, as a batch whose commit's answer was lost
+        is), or on files its fsync under way or requested (a flush policy that fsyncs
+        before acknowledging). None: nothing pending."""
         if group_committed(partition):
-            return self.settled(key)
+            return self.settled(key, (partition, base, batch))
         return self.flusher.pending(partition)
 
-    def settled(self, key: TopicPartition) -> asyncio.Future[None] | None:
+    def settled(self, key: TopicPartition,
+                asked: tuple[GroupCommitted, int, Buffer] | None = None,
+                ) -> asyncio.Future[None] | None:
         """What to await before acknowledging a retry of a batch already appended: the
         partition's commits under way (a partition's commits complete in order), so a retry
-        is never acknowledged before the batch it repeats is stored. None: nothing pending.
-        A future of its own (the caller may cancel it without touching the others')."""
+        is never acknowledged before the batch it repeats is stored. ``asked``: the batch
+        to read back should the latest commit fail (it may be stored by an earlier one, or
+        by that one if its answer was lost; None: the failure is the answer). None: nothing
+        pending. A future of its own (the caller may cancel it without touching the
+        others')."""
         last = self._last.get(key)
         if last is None:
             return None
         follower: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         follower.add_done_callback(_retrieve)
 
+        def answer(error: BaseException | None) -> None:
+            _resolve(follower, error)
+
         def follow(done: asyncio.Future[None]) -> None:
             if follower.done():
                 return
             error = (OSError(errno.ECANCELED, "the commit was cancelled") if done.cancelled()
                      else done.exception())
-            if error is None:
-                follower.set_result(None)
-            elif isinstance(error, AppendFenced):
-                follower.set_exception(error)
-            else:  # logged once by the original's settle: answered, not logged again
-                follower.set_exception(ReportedFault(errno.EIO, str(error)))
+            if error is None or isinstance(error, AppendFenced):
+                answer(error)
+                return
+            # logged once by the original's settle: answered, not logged again
+            fault = ReportedFault(errno.EIO, str(error))
+            if asked is None:
+                answer(fault)
+            else:
+                self._read_back(asked, lambda stored: answer(None if stored else fault))
 
         last.add_done_callback(follow)
         return follower
+
+
+def _resolve(future: asyncio.Future[None], error: BaseException | None) -> None:
+    """Answer ``future`` with ``error`` (None: done), unless its request was cancelled
+    (the connection closed) and it is done already."""
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:

@@ -505,7 +505,8 @@ class Engine:
                          header.producer_id, internal, index, duplicate,
                          extra=topic_fields(internal))
                 return Appended(duplicate, -1, partition.log_start_offset,
-                                self.appends.repeated((internal, index), partition))
+                                self.appends.repeated((internal, index), partition,
+                                                     duplicate, records))
             if header.is_transactional:
                 self.txn_verifier.check(producers, header, admitted.txn_key, internal, index)
         # the request's own bytes, not copied: the storage copies what it keeps

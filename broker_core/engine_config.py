@@ -1,5 +1,6 @@
 """The engine's settings, as the composition root fills them in from the broker config
-(:class:`EngineConfig`), and what produce derives from a topic's configs
+(:class:`EngineConfig`, with the Kafka broker configs DescribeConfigs shows:
+:class:`BrokerSetting`), and what produce derives from a topic's configs
 (:class:`ProduceRules`)."""
 
 from __future__ import annotations
@@ -18,6 +19,21 @@ from broker_core.produce_timestamps import TimestampBounds
 from broker_core.topic_configs import LONG_MAX, config_number, list_items
 from broker_core.transactions.coordinator import TxnConfig
 from common.names import DEFAULT_METADATA_NAMESPACE, DEFAULT_METADATA_TENANT
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSetting:
+    """A Kafka broker config that DescribeConfigs shows for this broker (besides the
+    topic defaults under their broker names), and where its value comes from."""
+
+    value: str
+    kind: int
+    """Its type in DescribeConfigs (``broker_core.topic_configs.TYPE_*``)."""
+    configured: bool
+    """Whether the broker's config file or command line set it (STATIC_BROKER_CONFIG),
+    else it is the default (DEFAULT_CONFIG)."""
+    doc: str
+    """What sets it here (DescribeConfigs' documentation)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +69,9 @@ class EngineConfig:
     groups: GroupConfig = field(default_factory=GroupConfig)
     listed_namespaces: tuple[str, ...] = ()
     txn_topic_partitions: int = 50
-    broker_configs: Mapping[str, str] = field(default_factory=dict)
+    broker_configs: Mapping[str, BrokerSetting] = field(default_factory=dict)
+    """Kafka broker configs by name (what the BROKER resource's DescribeConfigs shows
+    besides the topic defaults)."""
     transactions: TxnConfig = field(default_factory=TxnConfig)
     fetch_max_bytes: int = 57_671_680
     cluster: ClusterConfig = field(default_factory=ClusterConfig)

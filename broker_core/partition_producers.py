@@ -46,10 +46,12 @@ def expired(last_timestamp: int, now_ms: int, expiration_ms: int) -> bool:
 
 BatchRange = tuple[int, int, int, int]
 """A kept batch: first and last sequence, base and last offset."""
-ProducerSnapshot = tuple[int, list[BatchRange], int | None, int, int]
+ProducerSnapshot = tuple[int, list[BatchRange], int | None, int, int, bool]
 """A producer in a snapshot: epoch, kept batches, first offset of its open transaction,
-last timestamp, coordinator epoch of its last marker (a JSON array; its batches read back
-as lists; a snapshot written before the coordinator epoch was kept has four items)."""
+last timestamp, coordinator epoch of its last marker, and whether its last sequence is
+unknown (``ProducerEntry.sequence_unknown``) (a JSON array; its batches read back as
+lists; a snapshot written before the coordinator epoch was kept has four items, before
+the last flag five)."""
 
 
 class Snapshot(TypedDict):
@@ -71,6 +73,13 @@ class ProducerEntry:
     coordinator_epoch: int = -1
     """The coordinator epoch of the last transaction marker written for the producer (-1:
     none known)."""
+    sequence_unknown: bool = False
+    """Restored from a snapshot taken while every remembered batch of the producer was
+    still being committed (an engine that commits in groups): the batches stored before
+    them are no longer remembered, so until it writes again the producer continues at any
+    sequence, as one the partition does not know (its epoch and open transaction are
+    kept). Without it, its retry of a batch whose commit failed would be refused
+    OUT_OF_ORDER_SEQUENCE_NUMBER (expected 0), which makes librdkafka bump its epoch."""
 
     @property
     def last_sequence(self) -> int:
@@ -130,6 +139,8 @@ class PartitionProducers:
             for first, last, base, _last_offset in entry.batches:
                 if (first, last) == (header.base_sequence, last_seq):
                     return base
+            if entry.sequence_unknown and not entry.batches:
+                return None
             expected = _next_sequence(entry.last_sequence)
             if header.base_sequence != expected:
                 raise KafkaApiError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -167,6 +178,7 @@ class PartitionProducers:
             # log cleaner removed some of its records (or all: it keeps the batch empty)
             entry.batches.append((header.base_sequence, _batch_last_sequence(header),
                                   base_offset, last_offset))
+            entry.sequence_unknown = False
         entry.last_timestamp = timestamp  # as Kafka: the latest batch's, not the largest
         if header.is_transactional and entry.txn_first_offset is None:
             entry.txn_first_offset = base_offset
@@ -287,7 +299,9 @@ class PartitionProducers:
             first = entry.txn_first_offset
             producers[str(pid)] = (entry.epoch, kept,
                                    first if first is not None and first < offset else None,
-                                   entry.last_timestamp, entry.coordinator_epoch)
+                                   entry.last_timestamp, entry.coordinator_epoch,
+                                   entry.sequence_unknown or (bool(entry.batches)
+                                                              and not kept))
         return {"offset": offset, "producers": producers,
                 "aborted": [a for a in self.aborted if a[2] < offset]}
 
@@ -306,6 +320,7 @@ class PartitionProducers:
             kept = ((b[0], b[1], b[2], b[3]) for b in batches)  # JSON gives lists
             state.producers[int(pid)] = ProducerEntry(
                 epoch, deque(kept, maxlen=_KEPT_BATCHES), first, stamp,
-                int(rest[0]) if rest else -1)  # -1: a snapshot from before it was kept
+                int(rest[0]) if rest else -1,  # -1: a snapshot from before it was kept
+                bool(rest[1]) if len(rest) > 1 else False)
         state.aborted = [(int(a[0]), int(a[1]), int(a[2])) for a in document["aborted"]]
         return state

@@ -19,7 +19,7 @@ from broker_core.codec import record_walk
 from broker_core.context import Endpoint
 from broker_core.dispatch import Dispatcher
 from broker_core.engine import Engine
-from broker_core.engine_config import EngineConfig, flush_ms_default
+from broker_core.engine_config import BrokerSetting, EngineConfig, flush_ms_default
 from broker_core.groups.config import GroupConfig
 from broker_core.naming import Namespace
 from broker_core.quotas.apis import QuotaApis
@@ -42,13 +42,14 @@ from broker_core.quotas.store import QuotaStore
 from broker_core.quotas.throttling import Throttling
 from broker_core.storage import KeyValueStore, LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress
+from broker_core.topic_configs import TYPE_BOOLEAN, TYPE_INT, TYPE_LIST, TYPE_STRING
 from broker_core.transactions.coordinator import TxnConfig
 from edge import cpu_slice, gc_tuning, open_files
 from edge.acl_apis import AclApis
 from edge.acl_store import AclStore
 from edge.audit import AuditLog
 from edge.authorization import Policy
-from edge.config import TOPIC_DEFAULT_KEYS, BrokerConfig
+from edge.config import TOPIC_DEFAULT_KEYS, BrokerConfig, config_key_of
 from edge.denials import DenialReports, LoginFailures, Rejections
 from edge.health import Readiness
 from edge.helper_threads import give_way_to_the_loop
@@ -119,6 +120,32 @@ def _topic_default(config: BrokerConfig, topic_key: str, field: str) -> str:
     return flush_ms_default(value) if topic_key == "flush.ms" else str(value)
 
 
+def _broker_settings(config: BrokerConfig, log_dir: str) -> dict[str, BrokerSetting]:
+    """The Kafka broker configs the BROKER resource's DescribeConfigs shows besides the
+    topic defaults: each one's value, type and the keys of ours that set it."""
+    def setting(value: str, kind: int, *fields: str) -> BrokerSetting:
+        keys = [config_key_of(name) for name in fields]
+        return BrokerSetting(value, kind, not config.model_fields_set.isdisjoint(fields),
+                             "; ".join(f"{key.name} here: {key.doc}" for key in keys))
+
+    listeners = config.kafka_listeners
+    return {
+        "broker.id": setting(str(config.broker_id), TYPE_INT, "broker_id"),
+        "listeners": setting(listeners, TYPE_STRING, "kafka_listeners"),
+        "advertised.listeners": setting(config.kafka_advertised_listeners or listeners,
+                                        TYPE_STRING, "kafka_advertised_listeners"),
+        "listener.security.protocol.map": setting(config.kafka_protocol_map, TYPE_STRING,
+                                                  "kafka_protocol_map"),
+        "log.dirs": setting(log_dir, TYPE_STRING, "data_dir", "storage_url"),
+        "sasl.enabled.mechanisms": setting(",".join(config.sasl_allowed_mechanisms),
+                                           TYPE_LIST, "sasl_allowed_mechanisms"),
+        "num.partitions": setting(str(config.default_num_partitions), TYPE_INT,
+                                  "default_num_partitions"),
+        "auto.create.topics.enable": setting(str(config.allow_auto_topic_creation).lower(),
+                                             TYPE_BOOLEAN, "allow_auto_topic_creation"),
+    }
+
+
 def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineConfig:
     """The engine's settings taken from the broker config (``log_dir``: the storage's
     location, shown as ``log.dirs``)."""
@@ -155,13 +182,7 @@ def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineCon
             transactional_id_expiration_ms=config.transactional_id_expiration_ms,
         ),
         txn_topic_partitions=config.kafka_txn_log_topic_num_partitions,
-        broker_configs={
-            "listeners": config.kafka_listeners,
-            "advertised.listeners": config.kafka_advertised_listeners or config.kafka_listeners,
-            "listener.security.protocol.map": config.kafka_protocol_map,
-            "log.dirs": log_dir,
-            "sasl.enabled.mechanisms": ",".join(config.sasl_allowed_mechanisms),
-        },
+        broker_configs=_broker_settings(config, log_dir),
         transactions=TxnConfig(
             enabled=config.kafka_transaction_coordinator_enabled,
             max_timeout_ms=config.transaction_max_timeout_ms,

@@ -61,6 +61,7 @@ __all__ = [
     "BrokerConfig",
     "ConfigError",
     "ConfigKey",
+    "config_key_of",
     "config_reference_markdown",
     "load_config",
     "parse_properties",
@@ -207,6 +208,11 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = MappingProxyType({
 """Every configuration key by property name, in declaration order."""
 
 _BY_ATTR: Mapping[str, ConfigKey] = {key.attr: key for key in CONFIG_KEYS.values()}
+
+
+def config_key_of(attr: str) -> ConfigKey:
+    """The key whose value :class:`BrokerConfig` holds in field ``attr``."""
+    return _BY_ATTR[attr]
 
 TOPIC_DEFAULT_KEYS: Mapping[str, str] = MappingProxyType({
     "retention.ms": "log_retention_ms",

@@ -7,9 +7,13 @@ every partition, ``max.message.bytes``, ``min.insync.replicas`` and
 set of configs (keys left out return to their defaults); IncrementalAlterConfigs sets,
 deletes, appends to or subtracts from single keys. ``validate_only`` checks and changes
 nothing. Each change is a compare-and-set of the topic's stored configs, computed again
-from what another broker stored meanwhile, so no broker's change is dropped. Broker configs
-are static here (the broker's config file), so altering them is
-refused with INVALID_REQUEST.
+from what another broker stored meanwhile, so no broker's change is dropped.
+
+Broker configs are static here (the broker's config file): as Kafka answers a change of a
+config it cannot update dynamically, a BROKER resource that names any config is refused
+with INVALID_REQUEST naming them, after Kafka's checks of the caller's ALTER_CONFIGS right
+on the cluster and of the broker's id. BROKER_LOGGER (Kafka's log4j levels) is not
+supported (INVALID_REQUEST; ``logLevel`` sets the level here).
 """
 
 from __future__ import annotations
@@ -25,6 +29,14 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
+from broker_core.config_resources import (
+    BROKER,
+    BROKER_LOGGER,
+    TOPIC,
+    check_broker_name,
+    check_cluster_right,
+    unsupported,
+)
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -41,8 +53,6 @@ from broker_core.topic_configs import (
 Plan = Callable[[Mapping[str, str], Mapping[str, str]], dict[str, str]]
 """From a topic's own configs and the defaults, its new own configs."""
 
-TOPIC = 2
-BROKER = 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _ATTEMPTS = 20
 """How often a change is computed again when other brokers' changes keep landing first."""
@@ -59,6 +69,15 @@ class _Resource(Protocol):
     def resource_type(self) -> int: ...
     @property
     def resource_name(self) -> str: ...
+    @property
+    def configs(self) -> Iterable[_Named]: ...
+
+
+class _Named(Protocol):
+    """A config a resource alters, as both APIs name it."""
+
+    @property
+    def name(self) -> str: ...
 
 
 _R = TypeVar("_R", bound=_Resource)
@@ -151,6 +170,25 @@ def _alter_topic(engine: Engine, ctx: RequestContext, resource: _Resource,
                         f"the configs of {resource.resource_name} kept changing meanwhile")
 
 
+def _alter_broker(engine: Engine, ctx: RequestContext, resource: _Resource) -> None:
+    """A BROKER (or BROKER_LOGGER) resource: checked as Kafka checks it, then refused
+    for every config it names, none being dynamic here (none named: nothing to do)."""
+    kind = resource.resource_type
+    if kind not in (BROKER, BROKER_LOGGER):
+        raise unsupported(kind)
+    check_cluster_right(engine.tenancy, ctx, Operation.ALTER_CONFIGS)
+    if kind == BROKER_LOGGER:
+        raise unsupported(kind)
+    check_broker_name(engine.config.broker_id, resource.resource_name)
+    names = sorted({entry.name for entry in resource.configs})
+    if names:
+        shown = ", ".join(name[:100] for name in names[:20])
+        raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                            f"Cannot update these configs dynamically: {shown}"
+                            f"{', ...' if len(names) > 20 else ''} (broker configs are "
+                            "static here: set them in the broker's config file)")
+
+
 def _results(engine: Engine, ctx: RequestContext, resources: Iterable[_R],
              validate_only: bool, plan: Callable[[_R], Plan],
              result: type[_Result]) -> list[_Result]:
@@ -166,14 +204,8 @@ def _results(engine: Engine, ctx: RequestContext, resources: Iterable[_R],
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
             if resource.resource_type == TOPIC:
                 _alter_topic(engine, ctx, resource, plan(resource), validate_only)
-            elif resource.resource_type == BROKER:
-                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
-                                    "broker configs are static: set them in the broker's "
-                                    "config file")
             else:
-                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
-                                    f"resource type {resource.resource_type} has no configs "
-                                    "to alter here")
+                _alter_broker(engine, ctx, resource)
         except KafkaApiError as error:
             engine.refusals.refused(ctx, "resource", resource.resource_name, error)
             code, message = error.code, error.message

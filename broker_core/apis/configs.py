@@ -1,9 +1,18 @@
 """DescribeConfigs for topics (their own values and the defaults) and for this broker;
-ListConfigResources: the topics the caller sees and this broker."""
+ListConfigResources: the topics the caller sees and this broker.
+
+Each value says where it comes from as Kafka says it: DYNAMIC_TOPIC_CONFIG (the topic's
+own), STATIC_BROKER_CONFIG (the broker's config file or command line set it),
+DEFAULT_CONFIG (nobody did); with ``include_synonyms``, where else it could come from,
+most important first. Broker configs are static here (read-only, no dynamic ones): the
+cluster-wide default resource (an empty name) has none, as a Kafka cluster without dynamic
+defaults. No value described is a secret (``log.dirs`` of PostgreSQL is its URL without
+password or query), so none is sensitive."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from kafka.protocol.admin import (
     DescribeConfigsRequest,
@@ -13,19 +22,25 @@ from kafka.protocol.admin import (
 )
 
 from broker_core import naming
+from broker_core.config_resources import (
+    BROKER,
+    BROKER_LOGGER,
+    CLIENT_METRICS,
+    CLUSTER_DEFAULT,
+    TOPIC,
+    check_broker_name,
+    check_cluster_right,
+    unsupported,
+)
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.tenancy import STORAGE_CONFIGS
 from broker_core.topic_configs import (
-    BROKER_SYNONYMS,
     DEFAULT_CONFIG,
     DYNAMIC_TOPIC_CONFIG,
     STATIC_BROKER_CONFIG,
     TOPIC_CONFIG_KEYS,
-    TYPE_LONG,
-    TYPE_STRING,
-    TopicConfigKey,
     config_source,
 )
 
@@ -33,94 +48,90 @@ _Result = DescribeConfigsResponse.DescribeConfigsResult
 _Entry = _Result.DescribeConfigsResourceResult
 _Resource = DescribeConfigsRequest.DescribeConfigsResource
 _Synonym = _Entry.DescribeConfigsSynonym
-TOPIC = 2
-BROKER = 4
-CLIENT_METRICS = 16
 
 
-def _no_synonyms(_name: str) -> list[_Synonym]:
-    return []
+@dataclass(frozen=True, slots=True)
+class _Described:
+    """One config as DescribeConfigs tells it."""
+
+    value: str
+    source: int
+    kind: int
+    doc: str | None
+    synonyms: tuple[_Synonym, ...]
+    """Where the value could come from, most important first (the first one's source is
+    :attr:`source`)."""
 
 
-def _entries(values: Mapping[str, str], source_of: Callable[[str], int],
-             keys: Mapping[str, TopicConfigKey], wanted: list[str] | None, read_only: bool,
-             documented: bool,
-             synonyms_of: Callable[[str], list[_Synonym]] = _no_synonyms) -> list[_Entry]:
-    entries = []
-    for name in sorted(values):
-        if wanted is not None and name not in wanted:
-            continue
-        key = keys.get(name)
-        source = source_of(name)
-        if key is not None:
-            kind = key.kind
-        else:
-            kind = TYPE_LONG if values[name].lstrip("-").isdigit() else TYPE_STRING
-        entries.append(_Entry(
-            name=name, value=values[name], read_only=read_only, config_source=source,
-            is_default=source == DEFAULT_CONFIG, is_sensitive=False, synonyms=synonyms_of(name),
-            config_type=kind,
-            documentation=key.doc if documented and key is not None else None,
-        ))
-    return entries
+def _entries(described: Mapping[str, _Described], wanted: list[str] | None,
+             read_only: bool, documented: bool, with_synonyms: bool) -> list[_Entry]:
+    return [_Entry(name=name, value=item.value, read_only=read_only,
+                   config_source=item.source, is_default=item.source == DEFAULT_CONFIG,
+                   is_sensitive=False,
+                   synonyms=list(item.synonyms) if with_synonyms else [],
+                   config_type=item.kind, documentation=item.doc if documented else None)
+            for name, item in sorted(described.items())
+            if wanted is None or name in wanted]
 
 
-def _topic_synonyms(engine: Engine, own: Mapping[str, str]) -> Callable[[str], list[_Synonym]]:
-    """A topic value's synonyms, most important first, as Kafka lists them: the topic's own
+def _topic_configs(engine: Engine, own: Mapping[str, str]) -> dict[str, _Described]:
+    """A topic's configs. The synonyms of a value, as Kafka lists them: the topic's own
     value, then the broker's default under Kafka's broker name (STATIC_BROKER_CONFIG when
-    the broker's config sets it, else DEFAULT_CONFIG)."""
+    the broker's config sets it, else DEFAULT_CONFIG). One broker entry: both under one
+    name would be one to clients that key synonyms by name (confluent-kafka), and the
+    default would hide the broker's value."""
     configured = engine.config.configured_topic_defaults
     broker_values = engine.topic_configs({})
-
-    def synonyms(name: str) -> list[_Synonym]:
+    described = {}
+    for name, value in engine.topic_configs(own).items():
         key = TOPIC_CONFIG_KEYS[name]
-        found = []
+        synonyms = []
         if name in own:
-            found.append(_Synonym(name=name, value=own[name], source=DYNAMIC_TOPIC_CONFIG))
-        if key.server is None:  # Kafka has no broker config for it
-            return found
-        # one broker entry: both under one name would be one to clients that key synonyms
-        # by name (confluent-kafka), and the default would hide the broker's value
-        found.append(_Synonym(name=key.server, value=broker_values[name],
-                              source=STATIC_BROKER_CONFIG if name in configured
-                              else DEFAULT_CONFIG))
-        return found
-    return synonyms
+            synonyms.append(_Synonym(name=name, value=own[name], source=DYNAMIC_TOPIC_CONFIG))
+        if key.server is not None:  # else Kafka has no broker config for it
+            synonyms.append(_Synonym(name=key.server, value=broker_values[name],
+                                     source=config_source(name, (), configured)))
+        described[name] = _Described(value, config_source(name, own, configured), key.kind,
+                                     key.doc, tuple(synonyms))
+    return described
 
 
-def _describe_topic(engine: Engine, ctx: RequestContext, resource: _Resource,
-                    documented: bool, with_synonyms: bool) -> list[_Entry]:
-    _internal, topic = engine.tenancy.named_topic(ctx, resource.resource_name,
-                                          Operation.DESCRIBE_CONFIGS, "describe configs of")
+def _broker_configs(engine: Engine, ctx: RequestContext) -> dict[str, _Described]:
+    """This broker's configs: the topic defaults under Kafka's broker names, then the
+    broker's own settings (where the storage lives only for the operator). Each value's
+    one synonym is itself, from the broker's config or the default."""
     configured = engine.config.configured_topic_defaults
-    return _entries(engine.topic_configs(topic.configs),
-                    lambda name: config_source(name, topic.configs, configured),
-                    TOPIC_CONFIG_KEYS, resource.configuration_keys, False, documented,
-                    _topic_synonyms(engine, topic.configs) if with_synonyms
-                    else _no_synonyms)
+    found = [(key.server, value, config_source(name, (), configured), key.kind, key.doc)
+             for name, value in engine.topic_configs({}).items()
+             if (key := TOPIC_CONFIG_KEYS[name]).server is not None]
+    found += [(name, setting.value,
+               STATIC_BROKER_CONFIG if setting.configured else DEFAULT_CONFIG,
+               setting.kind, setting.doc)
+              for name, setting in engine.config.broker_configs.items()
+              if name not in STORAGE_CONFIGS or engine.authorizer.is_operator(ctx)]
+    return {name: _Described(value, source, kind, doc,
+                             (_Synonym(name=name, value=value, source=source),))
+            for name, value, source, kind, doc in found}
 
 
-def _describe_broker(engine: Engine, ctx: RequestContext, resource: _Resource,
-                     documented: bool) -> list[_Entry]:
-    if not engine.tenancy.cluster_allowed(ctx, Operation.DESCRIBE_CONFIGS):
-        # Kafka: DESCRIBE_CONFIGS on the cluster, checked before the broker's name
-        raise KafkaApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                            "Cluster authorization failed.")
-    if resource.resource_name not in ("", str(engine.config.broker_id)):
-        raise KafkaApiError(ErrorCode.INVALID_REQUEST,
-                            f"this is broker {engine.config.broker_id}, not "
-                            f"{resource.resource_name}")
-    values = {server: value for name, value in engine.topic_configs({}).items()
-              if (server := TOPIC_CONFIG_KEYS[name].server) is not None}
-    values.update(engine.config.broker_configs)
-    if not engine.authorizer.is_operator(ctx):  # where the storage lives: not a tenant's
-        for name in STORAGE_CONFIGS:
-            values.pop(name, None)
-    values["broker.id"] = str(engine.config.broker_id)
-    values["auto.create.topics.enable"] = str(engine.config.allow_auto_topic_creation).lower()
-    values["num.partitions"] = str(engine.config.default_num_partitions)
-    return _entries(values, lambda _name: STATIC_BROKER_CONFIG, BROKER_SYNONYMS,
-                    resource.configuration_keys, True, documented)
+def _describe(engine: Engine, ctx: RequestContext, resource: _Resource, documented: bool,
+              with_synonyms: bool) -> list[_Entry]:
+    kind, name, wanted = (resource.resource_type, resource.resource_name,
+                          resource.configuration_keys)
+    if kind == TOPIC:
+        _internal, topic = engine.tenancy.named_topic(ctx, name, Operation.DESCRIBE_CONFIGS,
+                                                      "describe configs of")
+        return _entries(_topic_configs(engine, topic.configs), wanted, False, documented,
+                        with_synonyms)
+    if kind not in (BROKER, BROKER_LOGGER):
+        raise unsupported(kind)
+    check_cluster_right(engine.tenancy, ctx, Operation.DESCRIBE_CONFIGS)
+    if kind == BROKER_LOGGER:  # Kafka's log4j loggers: none here (logLevel sets ours)
+        raise unsupported(kind)
+    check_broker_name(engine.config.broker_id, name)
+    if name == CLUSTER_DEFAULT:  # Kafka: the dynamic cluster-wide defaults, none here
+        return []
+    return _entries(_broker_configs(engine, ctx), wanted, True, documented, with_synonyms)
 
 
 async def handle_describe_configs(engine: Engine, ctx: RequestContext,
@@ -132,13 +143,7 @@ async def handle_describe_configs(engine: Engine, ctx: RequestContext,
     for resource in request.resources:
         code, message, entries = ErrorCode.NONE, None, []
         try:
-            if resource.resource_type == TOPIC:
-                entries = _describe_topic(engine, ctx, resource, documented, with_synonyms)
-            elif resource.resource_type == BROKER:
-                entries = _describe_broker(engine, ctx, resource, documented)
-            else:
-                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
-                                    f"resource type {resource.resource_type} has no configs here")
+            entries = _describe(engine, ctx, resource, documented, with_synonyms)
         except KafkaApiError as error:
             code, message = error.code, error.message
         results.append(_Result(error_code=code, error_message=message,

@@ -4,10 +4,11 @@ As Kafka checks them: AddPartitionsToTxn v4 and later (the brokers' batched form
 ``verify_only``) need CLUSTER_ACTION on the cluster (else the whole request is answered
 CLUSTER_AUTHORIZATION_FAILED), and even then a topic of another tenant answers
 TOPIC_AUTHORIZATION_FAILED; DescribeConfigs of the BROKER resource needs DESCRIBE_CONFIGS on
-the cluster; InitProducerId without a transactional id needs IDEMPOTENT_WRITE on the
-cluster or WRITE on some topic (KIP-679); a transactional Produce needs WRITE on its
-transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); WriteTxnMarkers needs
-CLUSTER_ACTION on the cluster and WRITE on each topic. Tenant ``a``'s superuser has a
+the cluster, and IncrementalAlterConfigs of it ALTER_CONFIGS there (checked before the
+configs, none of which is dynamic here); InitProducerId without a transactional id needs
+IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679); a transactional Produce
+needs WRITE on its transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); WriteTxnMarkers
+needs CLUSTER_ACTION on the cluster and WRITE on each topic. Tenant ``a``'s superuser has a
 topic and an open transaction; the other roles log in with ACLs of their own tenants.
 """
 
@@ -19,12 +20,18 @@ from pathlib import Path
 
 import confluent_kafka
 import pytest
-from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.admin import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 from kafka.protocol.producer import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 
 from tests.broker_process import BrokerProcess
 from tests.security_helpers import (
     ACL_ALL,
+    ACL_ALTER_CONFIGS,
     ACL_CLUSTER,
     ACL_CLUSTER_ACTION,
     ACL_DESCRIBE_CONFIGS,
@@ -47,6 +54,7 @@ from tests.security_helpers import (
 from tests.txn_helpers import READ_COMMITTED, READ_UNCOMMITTED, TxnConnection, batch
 
 BROKER = 4
+INVALID_REQUEST = 42
 
 
 class Conn(SecureConnection, TxnConnection):
@@ -125,7 +133,7 @@ def test_add_partitions_v4_needs_cluster_action(secured: Secured) -> None:
 def describe_broker(conn: Conn) -> tuple[int, dict[str, str]]:
     resource = DescribeConfigsRequest.DescribeConfigsResource
     answer = conn.call(DescribeConfigsRequest[4](
-        resources=[resource(resource_type=BROKER, resource_name="", configuration_keys=None)],
+        resources=[resource(resource_type=BROKER, resource_name="0", configuration_keys=None)],
         include_synonyms=False, include_documentation=False), 4, DescribeConfigsResponse)
     result = answer.results[0]
     return result.error_code, {c.name: c.value for c in result.configs}
@@ -142,6 +150,26 @@ def test_describe_configs_of_the_broker_needs_cluster_describe_configs(
     assert code == NONE and "broker.id" in configs
     code, configs = describe_broker(secured.login("a", "admin"))
     assert code == NONE and "broker.id" in configs
+
+
+def alter_broker(conn: Conn) -> tuple[int, str | None]:
+    resource = IncrementalAlterConfigsRequest.AlterConfigsResource
+    answer = conn.call(IncrementalAlterConfigsRequest[1](resources=[resource(
+        resource_type=BROKER, resource_name="0", configs=[resource.AlterableConfig(
+            name="log.retention.ms", config_operation=0, value="1000")])],
+        validate_only=False), 1, IncrementalAlterConfigsResponse)
+    (result,) = answer.responses
+    return result.error_code, result.error_message
+
+
+def test_altering_the_broker_needs_cluster_alter_configs(secured: Secured) -> None:
+    erin = secured.member("e", "erin")
+    assert alter_broker(erin) == (CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+    root_e = secured.login("e", "admin")
+    assert grant(root_e, ACL_CLUSTER, "kafka-cluster", "User:erin", ACL_ALTER_CONFIGS) == NONE
+    code, message = alter_broker(erin)
+    assert code == INVALID_REQUEST and message is not None
+    assert message.startswith("Cannot update these configs dynamically: log.retention.ms")
 
 
 def test_an_idempotent_producer_needs_idempotent_write_or_write_on_a_topic(

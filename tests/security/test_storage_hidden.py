@@ -5,7 +5,8 @@ that name (the real location is LOG_DIR_NOT_FOUND to it, so it cannot be probed 
 the BROKER resource's DescribeConfigs leaves ``log.dirs`` out; a superuser gets the full
 answer. On a SASL listener, with confluent-kafka's and kafka-python's admin clients, on
 the file engine (a data directory and its file system) and on PostgreSQL (the database's
-URL: user, host, database)."""
+URL: user, host, database; never the password the URL carries, which no DescribeConfigs
+value shows to anyone)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from tests.broker_process import BrokerProcess
 from tests.conftest import engine_settings
 from tests.security_helpers import Login, TokenIssuer, create_topic
 
+PASSWORD = "pg-s3cret"
+"""In the PostgreSQL URL (the test server trusts 127.0.0.1, and ignores it)."""
 TENANT_LOG_DIR = "/edge-broker/data"
 """As the README documents it (``broker_core.tenancy.TENANT_LOG_DIR``)."""
 
@@ -44,9 +47,13 @@ def setup(request: pytest.FixtureRequest,
     engine: str = request.param
     base = Path(tmp_path_factory.mktemp(f"hidden-{engine}"))
     issuer = TokenIssuer("hmac", base / "keys")
+    settings = engine_settings(engine)
+    if engine == "postgres":  # postgres://user@host... with a password, in two places
+        url = settings["storageUrl"].replace("@", f":{PASSWORD}@", 1)
+        settings["storageUrl"] = f"{url}?password={PASSWORD}"
     broker = BrokerProcess(base / "data", {
         "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0", "superUserRoles": "admin",
-        **issuer.settings, **engine_settings(engine)}).start()
+        **issuer.settings, **settings}).start()
     try:
         yield Setup(broker, issuer, engine)
     finally:
@@ -91,7 +98,9 @@ def test_a_tenant_is_not_shown_where_the_storage_lives(setup: Setup, topic_name:
         assert 0 < full["usable_bytes"] <= full["total_bytes"]
     else:
         assert location.startswith("postgres://") and "@" in location
-    assert _broker_configs(operator)["log.dirs"] == location
+    described = _broker_configs(operator)
+    assert described["log.dirs"] == location
+    assert not any(PASSWORD in (value or "") for value in [location, *described.values()])
 
     seen = _log_dir(tenant)
     assert (seen["log_dir"], seen["total_bytes"], seen["usable_bytes"]) == \

@@ -337,3 +337,34 @@ def test_a_snapshot_leaves_out_batches_not_yet_stored() -> None:
     assert restored.check(retry) is None  # not a duplicate: it is appended again
     stored = read_header(bytearray(batch(PID, EPOCH, 2, 2)))
     assert restored.check(stored) == 2  # a retry of a stored batch still is one
+
+
+def test_a_snapshot_taken_while_every_remembered_batch_waits_keeps_the_producer_going(
+        ) -> None:
+    """The five batches a partition remembers of a producer may all be waiting for their
+    group commit when a snapshot is taken (five requests in flight): the batches stored
+    before them are remembered no more. Should those commits fail, the state rebuilt from
+    that snapshot must take the producer's retry of the first of them (were it refused
+    OUT_OF_ORDER_SEQUENCE_NUMBER, "expected 0", librdkafka would bump its epoch and
+    renumber its messages), yet still fence an older epoch."""
+    from broker_core.errors import ErrorCode, KafkaApiError
+    from broker_core.partition_producers import PartitionProducers
+
+    state = PartitionProducers()
+    for n in range(8):  # offsets 6.. (sequences 6..15) wait for their commit
+        header = read_header(bytearray(batch(PID, EPOCH + 1, n * 2, 2)))
+        state.record(header, n * 2, header.max_timestamp)
+    restored = PartitionProducers.from_json(json.loads(json.dumps(state.to_json(6))))
+    retry = read_header(bytearray(batch(PID, EPOCH + 1, 6, 2)))
+    assert restored.check(retry) is None  # appended again, not refused
+    with pytest.raises(KafkaApiError) as fenced:
+        restored.check(read_header(bytearray(batch(PID, EPOCH, 6, 2))))
+    assert fenced.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    restored.record(retry, 6, retry.max_timestamp)  # from here on, sequences are checked
+    with pytest.raises(KafkaApiError) as gap:
+        restored.check(read_header(bytearray(batch(PID, EPOCH + 1, 12, 2))))
+    assert gap.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    again = PartitionProducers.from_json(json.loads(json.dumps(restored.to_json(8))))
+    assert again.check(read_header(bytearray(batch(PID, EPOCH + 1, 8, 2)))) is None
+    with pytest.raises(KafkaApiError):  # the flag is not carried past a stored batch
+        again.check(read_header(bytearray(batch(PID, EPOCH + 1, 10, 2))))
