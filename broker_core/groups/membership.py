@@ -266,7 +266,7 @@ class GroupMembership(RebalanceRules):
         it and a static member's new id (which replaces its old one) add none. Unlike
         Kafka, an Empty group is bounded too: its pending ids are what fills it.
 
-        ``groupMetadataMaxBytes``: a join that would take the members' bytes in the group's
+        ``groupMetadataMaxBytes``: a join that would grow the members' bytes in the group's
         record (:attr:`Group.member_bytes`, the member it replaces taken out) over the
         bound gets UNKNOWN_SERVER_ERROR, what Kafka answers once the group record cannot
         be stored (its ``storeGroup``, MESSAGE_TOO_LARGE); refused here, the group is not
@@ -297,9 +297,10 @@ class GroupMembership(RebalanceRules):
         weight = record_bytes(member_id, instance, request.client_id, request.client_host,
                               request.protocols,
                               replaced.assignment if replaced is not None else b"")
-        total = group.member_bytes + weight - (
-            replaced.record_bytes() if replaced is not None else 0)
-        if total > self.metadata_max_bytes:
+        before = replaced.record_bytes() if replaced is not None else 0
+        total = group.member_bytes + weight - before
+        if weight > before and total > self.metadata_max_bytes:  # a join that does not
+            # grow the group passes: a group over a bound lowered since can still shrink
             log.warning("group %s: a JoinGroup whose member weighs %d bytes would take the "
                         "group's members to %d bytes (groupMetadataMaxBytes %d); refused "
                         "UNKNOWN_SERVER_ERROR", group.group_id, weight, total,

@@ -1053,6 +1053,18 @@ def test_a_join_over_the_metadata_bound_is_refused_and_nothing_kept() -> None:
     assert d.join(new_id="b") == Waiting("b")
 
 
+def test_a_group_over_a_lowered_metadata_bound_still_takes_joins_that_do_not_grow_it(
+) -> None:
+    d = Driver()
+    d.stable("a", "b")
+    d.metadata_max_bytes = d.group.member_bytes - 1  # lowered since (a restart, say)
+    joined = d.join("b")  # a follower with the same metadata: answered, not refused
+    assert isinstance(joined, JoinResult) and joined.error == E.NONE
+    assert d.join("a", protocols=[("range", b"more metadata")]) == \
+        JoinResult(E.UNKNOWN_SERVER_ERROR, "a")
+    assert d.join("a") == Waiting("a")  # the leader, unchanged: it rebalances
+
+
 def test_a_leader_assignment_over_the_metadata_bound_is_refused_as_kafka() -> None:
     """As Kafka's storeGroup failing MESSAGE_TOO_LARGE: the SyncGroups waiting are answered
     UNKNOWN_SERVER_ERROR, nothing is written, and the group rebalances."""
