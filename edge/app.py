@@ -177,6 +177,8 @@ def engine_config(config: BrokerConfig, cluster: str, log_dir: str) -> EngineCon
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             group_id_max_length=config.group_id_max_length,
             offset_metadata_max_size=config.offset_metadata_max_size,
+            max_size=config.group_max_size,
+            metadata_max_bytes=config.group_metadata_max_bytes,
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             retention_check_interval_ms=config.offsets_retention_check_interval_ms,
             transactional_id_expiration_ms=config.transactional_id_expiration_ms,

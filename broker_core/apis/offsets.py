@@ -19,7 +19,7 @@ from kafka.protocol.consumer import (
 )
 
 from broker_core import naming
-from broker_core.apis.groups import group_error
+from broker_core.apis.groups import group_allowed, group_error
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -63,8 +63,13 @@ def _topic_error(engine: Engine, ctx: RequestContext, name: str, operation: Oper
 
 async def handle_offset_commit(engine: Engine, ctx: RequestContext,
                                request: OffsetCommitRequest) -> OffsetCommitResponse:
-    """Commit offsets for a group member (or for a group that only stores offsets)."""
+    """Commit offsets for a group member (or for a group that only stores offsets). As
+    Kafka, a caller denied READ on the group gets GROUP_AUTHORIZATION_FAILED for every
+    partition before any topic is looked at (which would tell it which topics exist);
+    then each topic's errors, then the group's other errors for the rest."""
     version = request.version
+    if not group_allowed(engine, ctx, Operation.READ, request.group_id):
+        return _commit_answer(request, {}, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     # v2-v4 carry a retention of the request's own (-1: the broker's), as Kafka keeps it
     own = request.retention_time_ms if 2 <= version <= 4 else -1
     retention = None if own == -1 else own
@@ -99,14 +104,21 @@ async def handle_offset_commit(engine: Engine, ctx: RequestContext,
             errors[names[tp]] = result
     for key in names.values():
         errors.setdefault(key, code)
+    return _commit_answer(request, errors, code)
+
+
+def _commit_answer(request: OffsetCommitRequest, errors: dict[tuple[str, int], ErrorCode],
+                   otherwise: ErrorCode) -> OffsetCommitResponse:
+    """The OffsetCommit response: each partition's error in ``errors``, else
+    ``otherwise``."""
     topics = []
     for topic in request.topics:
         topics.append(_C(name=topic.name, partitions=[
             _C.OffsetCommitResponsePartition(
                 partition_index=p.partition_index,
-                error_code=errors.get((topic.name, p.partition_index), code))
+                error_code=errors.get((topic.name, p.partition_index), otherwise))
             for p in topic.partitions]))
-    return OffsetCommitResponse(version=version, throttle_time_ms=0, topics=topics)
+    return OffsetCommitResponse(version=request.version, throttle_time_ms=0, topics=topics)
 
 
 def _fetch_group(engine: Engine, ctx: RequestContext, group_id: str,

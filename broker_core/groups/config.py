@@ -8,6 +8,14 @@ TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 """The default of ``transactionalIdExpirationMs``: how long the transaction coordinator
 keeps an idle transactional id, and a group the fence of a producer idle there."""
 
+GROUP_MAX_SIZE = 1000
+"""The default of ``groupMaxSize``: members and pending member ids a group holds at most
+(Kafka's ``group.max.size``, whose default is unbounded)."""
+
+GROUP_METADATA_MAX_BYTES = 1024 * 1024
+"""The default of ``groupMetadataMaxBytes``: what a group's record may hold of its
+members (Kafka bounds the record by its offsets topic's ``message.max.bytes``, 1 MiB)."""
+
 
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
@@ -18,6 +26,11 @@ class GroupConfig:
     initial_rebalance_delay_ms: int = 3000
     group_id_max_length: int = 255
     offset_metadata_max_size: int = 4096
+    max_size: int = GROUP_MAX_SIZE
+    """Members plus pending member ids of one group (GROUP_MAX_SIZE_REACHED beyond)."""
+    metadata_max_bytes: int = GROUP_METADATA_MAX_BYTES
+    """Bytes of a group's members in its record (:meth:`Member.record_bytes`): a JoinGroup
+    or a leader's assignment beyond is refused UNKNOWN_SERVER_ERROR."""
     offsets_retention_ms: int = 4320 * 60_000
     retention_check_interval_ms: int = 600_000
     transactional_id_expiration_ms: int = TRANSACTIONAL_ID_EXPIRATION_MS

@@ -194,7 +194,16 @@ class GroupCoordinator(StateCoordinator):
     # -- driving the membership machine ---------------------------------------------------
 
     def _machine(self, group: Group) -> GroupMembership:
-        return GroupMembership(group, self.config.initial_rebalance_delay_ms)
+        return GroupMembership(group, self.config.initial_rebalance_delay_ms,
+                               max_size=self.config.max_size,
+                               metadata_max_bytes=self.config.metadata_max_bytes)
+
+    def _forget_if_unused(self, group: Group) -> None:
+        """Forget a group that holds and wrote nothing (:meth:`Group.unused`: made by a
+        join that was refused, or whose pending member ids all lapsed or left), at once
+        rather than at the next expiry pass: a JoinGroup per new group id leaves nothing."""
+        if group.unused() and self._held(group):
+            self._forget(group)
 
     def _apply(self, group: Group, effects: Sequence[Effect], now: int,
                io: _GroupIO | None = None) -> list[Written]:
@@ -277,6 +286,7 @@ class GroupCoordinator(StateCoordinator):
         now = _now_ms()
         written = self._apply(group, self._machine(group).timer_fired(timer, now).effects,
                               now, io)
+        self._forget_if_unused(group)
         if written:  # not from a timer today; still carried out
             task = asyncio.get_running_loop().create_task(self._settle(group, io, written))
             self._background.add(task)
@@ -313,7 +323,9 @@ class GroupCoordinator(StateCoordinator):
             return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, request.member_id)
         now = _now_ms()
         step = self._machine(group).join(request, f"{request.client_id}-{uuid.uuid4()}", now)
-        return await self._answer(group, step, now, lambda io: io.joins)
+        joined = await self._answer(group, step, now, lambda io: io.joins)
+        self._forget_if_unused(group)
+        return joined
 
     async def sync(self, topic: str, group_id: str, member_id: str, instance: str | None,
                    generation: int, protocol_type: str | None, protocol: str | None,
@@ -349,6 +361,7 @@ class GroupCoordinator(StateCoordinator):
         now = _now_ms()
         step = self._machine(group).leave(leaving, now)
         self._apply(group, step.effects, now)
+        self._forget_if_unused(group)
         return step.reply
 
     # -- offsets -------------------------------------------------------------------------

@@ -43,11 +43,22 @@ from broker_core.groups.effects import (
     TimerKind,
     Waiting,
 )
-from broker_core.groups.model import GroupState, JoinResult, LeaveResult, Member, SyncResult
+from broker_core.groups.model import (
+    GroupState,
+    JoinResult,
+    LeaveResult,
+    Member,
+    SyncResult,
+    record_bytes,
+)
 from broker_core.groups.rebalance import RebalanceRules
 
 log = logging.getLogger(__name__)
 _R = TypeVar("_R")
+
+FULL_REFUSALS_LOGGED_EVERY = 1000
+"""A full group's GROUP_MAX_SIZE_REACHED refusals are logged the first time and then once
+per this many (each line says how many so far)."""
 
 
 class GroupMembership(RebalanceRules):
@@ -70,6 +81,9 @@ class GroupMembership(RebalanceRules):
         if not group.supports(request.protocol_type, names):
             return self._step(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
                                          request.member_id))
+        refused = self._refused_join(request, new_member_id)
+        if refused is not None:
+            return self._step(refused)
         if not request.member_id:
             return self._step(self._join_new(request, new_member_id, now))
         return self._step(self._join_known(request, now))
@@ -95,8 +109,14 @@ class GroupMembership(RebalanceRules):
                                          member.assignment))
         member.syncing = True
         if member_id == group.leader:
+            if self._assignments_too_large(assignments):
+                # as Kafka, whose storeGroup fails MESSAGE_TOO_LARGE, answered
+                # UNKNOWN_SERVER_ERROR: the members syncing get it and rejoin
+                self._assignment_written(group.generation, ErrorCode.UNKNOWN_SERVER_ERROR,
+                                         now)
+                return self._step(Waiting(member_id))
             for each in group.members.values():
-                each.assignment = assignments.get(each.member_id, b"")
+                group.set_assignment(each, assignments.get(each.member_id, b""))
             self._out.append(Persist(AssignmentWritten(group.generation)))
         return self._step(Waiting(member_id))
 
@@ -236,6 +256,74 @@ class GroupMembership(RebalanceRules):
 
     # -- JoinGroup -----------------------------------------------------------------------
 
+    def _refused_join(self, request: JoinRequest, new_member_id: str) -> JoinResult | None:
+        """The answer to a JoinGroup the group's bounds refuse, or None.
+
+        ``groupMaxSize`` (Kafka's ``group.max.size`` and ``acceptJoiningMember``): a join
+        that would add a member or a pending member id to a group holding that many
+        (members and pending ids: Kafka counts pending members too) gets
+        GROUP_MAX_SIZE_REACHED and no member id; a known member, a pending id joining with
+        it and a static member's new id (which replaces its old one) add none. Unlike
+        Kafka, an Empty group is bounded too: its pending ids are what fills it.
+
+        ``groupMetadataMaxBytes``: a join that would grow the members' bytes in the group's
+        record (:attr:`Group.member_bytes`, the member it replaces taken out) over the
+        bound gets UNKNOWN_SERVER_ERROR, what Kafka answers once the group record cannot
+        be stored (its ``storeGroup``, MESSAGE_TOO_LARGE); refused here, the group is not
+        left to fail every assignment of it, and nothing of the metadata is kept."""
+        group = self.group
+        instance = request.group_instance_id
+        replaced: Member | None = None
+        if request.member_id:
+            replaced = group.members.get(request.member_id)
+            if replaced is None and request.member_id not in group.pending:
+                return None  # UNKNOWN_MEMBER_ID, as the join itself answers
+            adds = False
+        elif instance is not None and instance in group.static_members:
+            replaced = group.members[group.static_members[instance]]
+            adds = False
+        else:
+            adds = True
+        if adds and group.size() >= self.max_size:
+            group.refused_full += 1
+            if group.refused_full % FULL_REFUSALS_LOGGED_EVERY == 1:  # cheap requests: a
+                # flood of them logs one line per thousand
+                log.warning("group %s is full: %d members and pending member ids "
+                            "(groupMaxSize %d); %d JoinGroup(s) refused "
+                            "GROUP_MAX_SIZE_REACHED so far", group.group_id, group.size(),
+                            self.max_size, group.refused_full, extra=self._fields())
+            return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, "")
+        member_id = request.member_id or new_member_id
+        weight = record_bytes(member_id, instance, request.client_id, request.client_host,
+                              request.protocols,
+                              replaced.assignment if replaced is not None else b"")
+        before = replaced.record_bytes() if replaced is not None else 0
+        total = group.member_bytes + weight - before
+        if weight > before and total > self.metadata_max_bytes:  # a join that does not
+            # grow the group passes: a group over a bound lowered since can still shrink
+            log.warning("group %s: a JoinGroup whose member weighs %d bytes would take the "
+                        "group's members to %d bytes (groupMetadataMaxBytes %d); refused "
+                        "UNKNOWN_SERVER_ERROR", group.group_id, weight, total,
+                        self.metadata_max_bytes, extra=self._fields())
+            return JoinResult(ErrorCode.UNKNOWN_SERVER_ERROR, request.member_id)
+        return None
+
+    def _assignments_too_large(self, assignments: dict[str, bytes]) -> bool:
+        """Whether the leader's ``assignments`` would take the group's members over
+        ``groupMetadataMaxBytes`` (one bounded log line if so)."""
+        group = self.group
+        total = group.member_bytes + sum(
+            len(assignments.get(m.member_id, b"")) - len(m.assignment)
+            for m in group.members.values())
+        if total <= self.metadata_max_bytes:
+            return False
+        log.warning("group %s: the leader's assignment for generation %d would take the "
+                    "group's members to %d bytes (groupMetadataMaxBytes %d); the SyncGroup "
+                    "is answered UNKNOWN_SERVER_ERROR and the group rebalances",
+                    group.group_id, group.generation, total, self.metadata_max_bytes,
+                    extra=self._fields())
+        return True
+
     def _join_new(self, request: JoinRequest, member_id: str,
                   now: int) -> JoinResult | Waiting:
         group = self.group
@@ -260,7 +348,7 @@ class GroupMembership(RebalanceRules):
         member = self._new_member(member_id, request)
         if awaited:  # the new id owes the SyncGroup the old one did
             group.awaiting_sync.add(member_id)
-        member.assignment = old.assignment
+        group.set_assignment(member, old.assignment)
         old_leader = None
         if group.leader == old.member_id:
             group.leader = member_id
@@ -274,7 +362,7 @@ class GroupMembership(RebalanceRules):
             # (from v9; below, it is told its old id leads, and acts as a follower). Its
             # JoinGroup counts as joined at once (Kafka registers it): a rebalance another
             # member starts meanwhile waits for no other JoinGroup of it, and answers it.
-            member.joining = True
+            group.set_joining(member, True)
             self._out.append(Persist(StaticRejoinWritten(member_id, old, old_leader)))
             return Waiting(member_id)
         return self._await_join(member, now)
@@ -299,7 +387,10 @@ class GroupMembership(RebalanceRules):
             self._arm_session(member, now)
             return self._join_result(member_id)
         if group.state == GroupState.COMPLETING_REBALANCE and unchanged:
-            return self._join_result(member_id, self.group.everyone())
+            # the members' list only for the leader: O(members) per rejoin of each
+            # follower would make a rebalance O(members^2)
+            return self._join_result(
+                member_id, group.everyone() if member_id == group.leader else ())
         return self._await_join(member, now)
 
     def _new_member(self, member_id: str, request: JoinRequest) -> Member:
@@ -316,7 +407,7 @@ class GroupMembership(RebalanceRules):
         return member
 
     def _await_join(self, member: Member, now: int) -> Waiting:
-        member.joining = True
+        self.group.set_joining(member, True)
         self._disarm_session(member)
         if self.group.state == GroupState.PREPARING_REBALANCE:
             self._maybe_complete_join(now)
@@ -335,7 +426,7 @@ class GroupMembership(RebalanceRules):
         member = group.members.get(member_id)
         if member is None or not member.joining or group.state != GroupState.STABLE:
             return
-        member.joining = False
+        group.set_joining(member, False)
         if error != ErrorCode.NONE:
             self._unreplace_static(member, written.replaced, error, now)
             return

@@ -104,8 +104,11 @@ class Member:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
+    """Changed only by :meth:`Group.set_assignment` while the member is in a group (which
+    keeps :attr:`Group.member_bytes`)."""
     joining: bool = False
-    """A JoinGroup of the member waits for the rebalance to complete."""
+    """A JoinGroup of the member waits for the rebalance to complete. Changed only by
+    :meth:`Group.set_joining` (which keeps :attr:`Group.awaiting_join`)."""
     syncing: bool = False
     """A SyncGroup of the member waits for the leader's assignment."""
     session_deadline: int | None = None
@@ -118,6 +121,24 @@ class Member:
     def metadata_for(self, protocol: str) -> bytes:
         """The member's metadata for ``protocol``."""
         return next(meta for name, meta in self.protocols if name == protocol)
+
+    def record_bytes(self) -> int:
+        """What the member weighs in its group's record (:func:`record_bytes`)."""
+        return record_bytes(self.member_id, self.group_instance_id, self.client_id,
+                            self.client_host, self.protocols, self.assignment)
+
+
+def record_bytes(member_id: str, group_instance_id: str | None, client_id: str,
+                 client_host: str, protocols: list[tuple[str, bytes]],
+                 assignment: bytes) -> int:
+    """The bytes of a member that its group's record holds, before their encoding: its ids,
+    client id and host (characters), its protocols' names and metadata, and its
+    assignment. What ``groupMetadataMaxBytes`` bounds for a group's members together
+    (:attr:`Group.member_bytes`); the record written is about 4/3 of it (base64) plus a
+    few hundred bytes of JSON per member."""
+    return (len(member_id) + len(group_instance_id or "") + len(client_id)
+            + len(client_host) + sum(len(name) + len(meta) for name, meta in protocols)
+            + len(assignment))
 
 
 _NO_FENCE = TxnFence()
@@ -137,7 +158,16 @@ class Group:
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
     """Changed only by :meth:`add_member`, :meth:`remove_member`, :meth:`set_protocols`
-    and :meth:`clear_members`, which keep :attr:`protocol_counts`."""
+    and :meth:`clear_members`, which keep :attr:`protocol_counts`, :attr:`member_bytes`
+    and :attr:`awaiting_join`."""
+    member_bytes: int = 0
+    """The members' :meth:`Member.record_bytes` summed: what ``groupMetadataMaxBytes``
+    bounds, checked in O(one member) at each JoinGroup and SyncGroup."""
+    refused_full: int = 0
+    """JoinGroups refused GROUP_MAX_SIZE_REACHED (what their log lines count)."""
+    awaiting_join: int = 0
+    """How many members have a JoinGroup waiting (:attr:`Member.joining`; Kafka's
+    ``numMembersAwaitingJoin``): :meth:`all_joined` in O(1), not O(members)."""
     protocol_counts: dict[str, int] = field(default_factory=dict)
     """How many members support each protocol name (Kafka's GroupMetadata keeps the same
     count, ``supportedProtocols``): a join is checked in O(its protocols), not O(members x
@@ -188,7 +218,20 @@ class Group:
 
     def all_joined(self) -> bool:
         """Whether every member has a JoinGroup waiting (and none is still pending)."""
-        return not self.pending and all(m.joining for m in self.members.values())
+        return not self.pending and self.awaiting_join == len(self.members)
+
+    def size(self) -> int:
+        """Members and pending member ids: what ``groupMaxSize`` bounds (as Kafka counts
+        pending members in ``group.max.size``)."""
+        return len(self.members) + len(self.pending)
+
+    def unused(self) -> bool:
+        """Whether the group holds nothing and wrote nothing: no member, no pending member
+        id, no offsets, transaction fence or group record (created by a join that was
+        refused, or whose pending member ids all lapsed): forgetting it loses nothing."""
+        return (self.state == GroupState.EMPTY and not self.members and not self.pending
+                and not self.has_offsets() and not self.txn_fences and self.record is None
+                and self.generation == 0)
 
     def has_offsets(self) -> bool:
         """Whether the group holds offsets: committed, pending in a transaction, or being
@@ -277,7 +320,8 @@ class Group:
         self._count(member, 1)
 
     def remove_member(self, member_id: str) -> Member | None:
-        """Remove the member ``member_id``; the member, or None when there was none."""
+        """Remove the member ``member_id``; the member (its :attr:`Member.joining` as it
+        was, for the caller to answer), or None when there was none."""
         member = self.members.pop(member_id, None)
         self.awaiting_sync.discard(member_id)
         if member is not None:
@@ -291,13 +335,31 @@ class Group:
         member.protocols = protocols
         self._count(member, 1)
 
+    def set_assignment(self, member: Member, assignment: bytes) -> None:
+        """The member's assignment is ``assignment`` now."""
+        if self.members.get(member.member_id) is member:
+            self.member_bytes += len(assignment) - len(member.assignment)
+        member.assignment = assignment
+
+    def set_joining(self, member: Member, joining: bool) -> None:
+        """Whether a JoinGroup of the member waits (for a member no longer in the group,
+        only its flag changes: :meth:`remove_member` took it out of the count)."""
+        if member.joining != joining and self.members.get(member.member_id) is member:
+            self.awaiting_join += 1 if joining else -1
+        member.joining = joining
+
     def clear_members(self) -> None:
         """No members any more."""
         self.members.clear()
         self.protocol_counts.clear()
         self.awaiting_sync.clear()
+        self.member_bytes = 0
+        self.awaiting_join = 0
 
     def _count(self, member: Member, step: int) -> None:
+        self.member_bytes += step * member.record_bytes()
+        if member.joining:
+            self.awaiting_join += step
         counts = self.protocol_counts
         for name in dict.fromkeys(member.protocol_names()):  # a name listed twice counts once
             left = counts.get(name, 0) + step

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from broker_core.errors import ErrorCode
+from broker_core.groups.config import GROUP_MAX_SIZE, GROUP_METADATA_MAX_BYTES
 from broker_core.groups.effects import (
     REBALANCE_TIMER,
     AnswerJoin,
@@ -33,9 +34,15 @@ log = logging.getLogger(__name__)
 class RebalanceRules:
     """Members' timers and removal, and the rebalance, applied to ``group``."""
 
-    def __init__(self, group: Group, initial_rebalance_delay_ms: int) -> None:
+    def __init__(self, group: Group, initial_rebalance_delay_ms: int, *,
+                 max_size: int = GROUP_MAX_SIZE,
+                 metadata_max_bytes: int = GROUP_METADATA_MAX_BYTES) -> None:
         self.group = group
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self.max_size = max_size
+        """Members and pending member ids of the group (``groupMaxSize``)."""
+        self.metadata_max_bytes = metadata_max_bytes
+        """The group's :attr:`~Group.member_bytes` (``groupMetadataMaxBytes``)."""
         self._out: list[Effect] = []
 
     def _fields(self) -> LogFields:
@@ -89,7 +96,7 @@ class RebalanceRules:
     def _answer_waiting(self, member: Member, error: ErrorCode) -> None:
         """Answer the member's waiting join and sync with ``error``."""
         if member.joining:
-            member.joining = False
+            self.group.set_joining(member, False)
             self._out.append(AnswerJoin(member.member_id, JoinResult(error, member.member_id)))
         if member.syncing:
             member.syncing = False
@@ -163,7 +170,7 @@ class RebalanceRules:
         group.awaiting_sync.clear()
         if group.state == GroupState.COMPLETING_REBALANCE:
             for member in group.members.values():
-                member.assignment = b""
+                group.set_assignment(member, b"")
                 if member.syncing:
                     member.syncing = False
                     self._out.append(AnswerSync(
@@ -248,7 +255,7 @@ class RebalanceRules:
         everyone = self.group.everyone()
         for member in group.members.values():
             if member.joining:  # not a static member that did not rejoin
-                member.joining = False
+                group.set_joining(member, False)
                 self._out.append(AnswerJoin(member.member_id,
                                             self._join_result(member.member_id, everyone)))
             self._arm_session(member, now)

@@ -11,6 +11,7 @@ from typing import Annotated
 
 from pydantic import BaseModel
 
+from broker_core.groups.config import GROUP_MAX_SIZE, GROUP_METADATA_MAX_BYTES
 from common.names import DEFAULT_METADATA_NAMESPACE, DEFAULT_METADATA_TENANT
 from common.settings import key
 from edge.config_types import INT_MAX, Name
@@ -45,6 +46,17 @@ class CoordinatorKeys(BaseModel):
     group_id_max_length: Annotated[int, key(
         "groupIdMaxLength",
         "longest group id accepted, in characters (INVALID_GROUP_ID beyond)", ge=1, le=32767)] = 255
+    group_max_size: Annotated[int, key(
+        "groupMaxSize",
+        "members of one consumer group, counting the member ids handed out with "
+        "MEMBER_ID_REQUIRED that have not joined yet (Kafka's group.max.size, unbounded "
+        "there; a join beyond gets GROUP_MAX_SIZE_REACHED)", ge=1, le=INT_MAX)] = GROUP_MAX_SIZE
+    group_metadata_max_bytes: Annotated[int, key(
+        "groupMetadataMaxBytes",
+        "bytes of one consumer group's members in its record (their ids, protocol metadata "
+        "and assignments; Kafka bounds the record by its offsets topic's message.max.bytes): "
+        "a JoinGroup or a leader's SyncGroup beyond gets UNKNOWN_SERVER_ERROR",
+        ge=1024, le=INT_MAX)] = GROUP_METADATA_MAX_BYTES
     offsets_topic_num_partitions: Annotated[int, key(
         "offsetsTopicNumPartitions",
         "partitions of a new __consumer_offsets topic; an existing topic keeps its count, so "

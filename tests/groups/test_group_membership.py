@@ -50,6 +50,8 @@ class Driver:
     """The coordinator's part, by hand: the clock, the timers, the answers, the writes."""
 
     initial_delay_ms: int = 0
+    max_size: int = 1_000
+    metadata_max_bytes: int = 1 << 20
     now: int = 1_000
     group: Group = field(default_factory=lambda: Group("g", "__consumer_offsets", 0))
     timers: dict[Timer, int] = field(default_factory=dict)
@@ -63,7 +65,8 @@ class Driver:
 
     @property
     def machine(self) -> GroupMembership:
-        return GroupMembership(self.group, self.initial_delay_ms)
+        return GroupMembership(self.group, self.initial_delay_ms, max_size=self.max_size,
+                               metadata_max_bytes=self.metadata_max_bytes)
 
     def apply(self, step: Step[_R]) -> _R:
         for effect in step.effects:
@@ -95,6 +98,9 @@ class Driver:
         sessions = {t.member_id for t in self.timers if t.kind == TimerKind.SESSION}
         assert sessions <= set(group.members)
         assert group.protocol_counts == protocol_counts(group)
+        # the running counts equal what they count, after every step
+        assert group.awaiting_join == sum(m.joining for m in group.members.values())
+        assert group.member_bytes == sum(m.record_bytes() for m in group.members.values())
 
     def advance(self, ms: int) -> None:
         """Move the clock on, firing each timer that comes due, in time order."""
@@ -975,3 +981,109 @@ def test_txn_commit_checks_as_kafka() -> None:
     assert check("a1", None, d.group.generation) == E.UNKNOWN_MEMBER_ID
     d.apply(d.machine.delete())
     assert check("", None, -1) == check("a1", None, 1) == E.COORDINATOR_NOT_AVAILABLE
+
+
+# -- the group's bounds and running counts ---------------------------------------------------
+
+def test_the_counts_of_members_awaiting_join_and_of_their_bytes_stay_right() -> None:
+    """``awaiting_join`` and ``member_bytes`` (checked against what they count after every
+    step, by the driver, in every test of this module) across joins, a rejoin with other
+    metadata, a leave, a session expiry and a static member's replacement."""
+    d = Driver()
+    d.stable("a", "b", "c")
+    assert d.group.awaiting_join == 0 and not d.group.all_joined()
+    d.join(new_id="s1", instance="i-s")  # a rebalance: s1 waits, the others are asked
+    assert d.group.awaiting_join == 1 and not d.group.all_joined()
+    d.join("a", protocols=[("range", b"longer metadata")])
+    d.join("b")
+    assert d.group.awaiting_join == 3
+    d.leave(("b", None))  # a waiting member leaves: answered, no longer counted
+    assert d.group.awaiting_join == 2
+    d.advance(SESSION_MS)  # c's session ended: dropped, the join phase over
+    assert set(d.group.members) == {"a", "s1"} and d.group.awaiting_join == 0
+    d.sync("s1", instance="i-s")
+    d.sync("a", assignments={"a": b"A" * 100, "s1": b"S"})
+    d.written()
+    assert d.state() == GroupState.STABLE
+    weight = d.group.member_bytes
+    d.join(new_id="s2", instance="i-s")  # replaces s1 without a rebalance, while written
+    assert d.group.awaiting_join == 1 and set(d.group.members) == {"a", "s2"}
+    assert d.group.member_bytes == weight  # the same ids' lengths, the assignment carried
+    d.written()
+    assert d.group.awaiting_join == 0
+    d.advance(SESSION_MS)  # both sessions end
+    assert d.group.members == {} and d.group.member_bytes == 0
+    assert d.group.awaiting_join == 0
+
+
+def test_group_max_size_counts_pending_member_ids() -> None:
+    d = Driver(max_size=2)
+    assert d.join(new_id="p1", require_known=True) == JoinResult(E.MEMBER_ID_REQUIRED, "p1")
+    assert d.join(new_id="p2", require_known=True) == JoinResult(E.MEMBER_ID_REQUIRED, "p2")
+    # full of pending ids, even Empty: a third id is refused, with no member id
+    assert d.join(new_id="p3", require_known=True) == JoinResult(E.GROUP_MAX_SIZE_REACHED, "")
+    assert d.join(new_id="p3") == JoinResult(E.GROUP_MAX_SIZE_REACHED, "")
+    assert set(d.group.pending) == {"p1", "p2"}
+    # a pending id joining with it adds nobody
+    assert d.join("p1", require_known=True) == Waiting("p1")
+    d.advance(SESSION_MS)  # p2 lapses: room again
+    assert d.group.pending == {}
+    assert d.join(new_id="s1", instance="i-s") == Waiting("s1")
+    assert d.join(new_id="x") == JoinResult(E.GROUP_MAX_SIZE_REACHED, "")
+    # a static member's new id replaces its old one: accepted in a full group
+    assert d.join(new_id="s2", instance="i-s") == Waiting("s2")
+    assert set(d.group.members) == {"p1", "s2"}
+
+
+def test_a_join_over_the_metadata_bound_is_refused_and_nothing_kept() -> None:
+    d = Driver(metadata_max_bytes=200)
+    big = [("range", b"x" * 300)]
+    assert d.join(new_id="a", protocols=big) == JoinResult(E.UNKNOWN_SERVER_ERROR, "")
+    assert d.group.members == {} and d.timers == {}
+    assert d.join(new_id="a", protocols=big, require_known=True) == \
+        JoinResult(E.UNKNOWN_SERVER_ERROR, "")
+    assert d.group.pending == {}
+    d.stable("a")
+    # a member rejoining with more than fits keeps what it had, and the group its state
+    assert d.join("a", protocols=big) == JoinResult(E.UNKNOWN_SERVER_ERROR, "a")
+    assert d.group.members["a"].protocols == RANGE and d.state() == GroupState.STABLE
+    # a second member that would take the group over the bound
+    assert d.join(new_id="b", protocols=[("range", b"y" * 175)]) == \
+        JoinResult(E.UNKNOWN_SERVER_ERROR, "")
+    assert d.join(new_id="b") == Waiting("b")
+
+
+def test_a_group_over_a_lowered_metadata_bound_still_takes_joins_that_do_not_grow_it(
+) -> None:
+    d = Driver()
+    d.stable("a", "b")
+    d.metadata_max_bytes = d.group.member_bytes - 1  # lowered since (a restart, say)
+    joined = d.join("b")  # a follower with the same metadata: answered, not refused
+    assert isinstance(joined, JoinResult) and joined.error == E.NONE
+    assert d.join("a", protocols=[("range", b"more metadata")]) == \
+        JoinResult(E.UNKNOWN_SERVER_ERROR, "a")
+    assert d.join("a") == Waiting("a")  # the leader, unchanged: it rebalances
+
+
+def test_a_leader_assignment_over_the_metadata_bound_is_refused_as_kafka() -> None:
+    """As Kafka's storeGroup failing MESSAGE_TOO_LARGE: the SyncGroups waiting are answered
+    UNKNOWN_SERVER_ERROR, nothing is written, and the group rebalances."""
+    d = Driver(metadata_max_bytes=300)
+    d.stable("a")
+    d.join(new_id="b")
+    d.join("a")
+    assert d.state() == GroupState.COMPLETING_REBALANCE
+    d.writes.clear()
+    assert d.sync("b") == Waiting("b")
+    assert d.sync("a", assignments={"a": b"A" * 200, "b": b"B" * 200}) == Waiting("a")
+    assert d.syncs["a"] == d.syncs["b"] == SyncResult(E.UNKNOWN_SERVER_ERROR,
+                                                      "consumer", "range")
+    assert d.writes == [] and d.state() == GroupState.PREPARING_REBALANCE
+    assert all(m.assignment == b"" for m in d.group.members.values())
+    # the same group with an assignment that fits goes on
+    d.join("a")
+    d.join("b")
+    d.sync("b")
+    d.sync("a", assignments={"a": b"A", "b": b"B"})
+    d.written()
+    assert d.state() == GroupState.STABLE and d.syncs["b"].assignment == b"B"

@@ -41,7 +41,7 @@ from kafka.protocol.admin import (
 )
 
 from tests.broker_process import BrokerProcess
-from tests.group_helpers import FAST_GROUPS
+from tests.group_helpers import FAST_GROUPS, UNKNOWN_TOPIC_OR_PARTITION
 from tests.security_helpers import (
     ACL_GROUP,
     CLUSTER_AUTHORIZATION_FAILED,
@@ -272,6 +272,25 @@ def test_reader_group_needs_group_acl(acl_broker: AclBroker) -> None:
     assert confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED in errors, errors
 
 
+def test_offset_commit_checks_the_group_before_the_topics(acl_broker: AclBroker) -> None:
+    """As Kafka: a caller denied READ on the group gets GROUP_AUTHORIZATION_FAILED for
+    every partition, whatever its topic (one it may not read, one that does not exist, a
+    partition out of range): the topics are not looked at, nor told about."""
+    conn = acl_broker.conn("reader")
+    try:
+        for topic, partition in (("payments", 0), ("orders-missing", 0), ("orders-1", 7),
+                                 ("orders-1", 0)):
+            assert conn.simple_commit("other-group", topic, {partition: 1}) == \
+                {partition: GROUP_AUTHORIZATION_FAILED}, topic
+        # allowed on the group, the topics' own errors
+        assert conn.simple_commit("reader-group", "payments", {0: 1}) == \
+            {0: TOPIC_AUTHORIZATION_FAILED}
+        assert conn.simple_commit("reader-group", "orders-missing", {0: 1}) == \
+            {0: UNKNOWN_TOPIC_OR_PARTITION}
+    finally:
+        conn.close()
+
+
 def test_offset_delete_needs_delete_on_the_group_and_read_on_the_topic(
         acl_broker: AclBroker) -> None:
     """OffsetDelete, as Kafka authorizes it: without DELETE on the group the whole request
@@ -329,7 +348,11 @@ def test_acls_do_not_cross_tenants(acl_broker: AclBroker) -> None:
                      "orders-1"):
             assert other.fetch(name, 0)[0] in (TOPIC_AUTHORIZATION_FAILED,)
         assert other.metadata(None).topics == []
+        # acme's group ACL does not cross (checked first, as Kafka); with a group of the
+        # tenant it may read, acme's topic is still out of reach
         assert other.simple_commit("reader-group", f"{TENANT}/default/orders-1", {0: 0}) == \
+            {0: GROUP_AUTHORIZATION_FAILED}
+        assert other.simple_commit("unused", f"{TENANT}/default/orders-1", {0: 0}) == \
             {0: TOPIC_AUTHORIZATION_FAILED}
     finally:
         other.close()
