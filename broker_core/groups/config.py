@@ -12,9 +12,12 @@ GROUP_MAX_SIZE = 1000
 """The default of ``groupMaxSize``: members and pending member ids a group holds at most
 (Kafka's ``group.max.size``, whose default is unbounded)."""
 
-GROUP_METADATA_MAX_BYTES = 1024 * 1024
+GROUP_METADATA_MAX_BYTES = 2 * 1024 * 1024
 """The default of ``groupMetadataMaxBytes``: what a group's record may hold of its
-members (Kafka bounds the record by its offsets topic's ``message.max.bytes``, 1 MiB)."""
+members. Kafka bounds the record by its offsets topic's ``message.max.bytes``, 1 MiB, but
+keeps only the chosen protocol's metadata of each member; this record keeps every
+protocol a member lists, and clients list two (librdkafka ``range,roundrobin``, the Java
+client ``range`` and ``cooperative-sticky``): twice that, so the same groups fit."""
 
 
 @dataclass(frozen=True, slots=True)
