@@ -139,13 +139,16 @@ def test_one_address_cannot_take_every_stream_from_envoys(tmp_path: Path) -> Non
                        ("127.0.0.1", 0), ("127.0.0.1", 0), poll_interval=3600,
                        max_streams=3, max_streams_per_peer=2)
     server.start()
-    hostile = [AdsClient(server.grpc_port, node=f"hostile-{i}") for i in range(3)]
+    hostile: list[AdsClient] = []
     envoy = _envoy_from(tmp_path, server.grpc_port, free_ports(1)[0], "127.0.0.2")
     try:
-        for count, client in enumerate(hostile[:2], 1):  # in turn: the third is refused
-            client.send(_UNSERVED)
-            _wait(partial(_node_count_is, server, count))
-        hostile[2].send(_UNSERVED)
+        # in turn (a client opens its stream when made: made at once, any two of them could
+        # take the address's two streams): the third is refused
+        for count in range(1, 4):
+            hostile.append(AdsClient(server.grpc_port, node=f"hostile-{count}"))
+            hostile[-1].send(_UNSERVED)
+            if count < 3:
+                _wait(partial(_node_count_is, server, count))
         with pytest.raises(grpc.RpcError) as refused:
             hostile[2].receive()
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
