@@ -100,7 +100,8 @@ class Lease:
         return renewal
 
     def _heartbeat(self, connections: Mapping[str, int]) -> Renewal:
-        return self.store.heartbeat(self.config.session_timeout_ms, connections)
+        return self.store.heartbeat(self.config.session_timeout_ms, connections,
+                                    self.config.silence_ms)
 
     def _register(self, me: BrokerRecord) -> int:
         """Register with a fresh lease and take this broker's slot among the brokers live

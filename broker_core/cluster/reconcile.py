@@ -22,6 +22,15 @@ class ClusterConfig:
     session_timeout_ms: int = 6000
     heartbeat_ms: int = 1000
 
+    @property
+    def silence_ms(self) -> int:
+        """No heartbeat from any broker reached the registry for this long: the registry
+        itself was away (the database stopped, failed over or cut off), not the brokers,
+        so the leases that ran out meanwhile are renewed, not judged dead (as a new Kafka
+        controller gives every broker a fresh session). Half a session, and well above a
+        heartbeat interval, which is the registry's usual silence while any broker runs."""
+        return max(self.session_timeout_ms // 2, 3 * self.heartbeat_ms)
+
 
 @dataclass(frozen=True, slots=True)
 class Leader:

@@ -125,11 +125,15 @@ class ClusterStore(Protocol):
         ...
 
     def heartbeat(self, session_timeout_ms: int,
-                  connections: Mapping[str, int] | None = None) -> Renewal:
+                  connections: Mapping[str, int] | None = None,
+                  silence_ms: int | None = None) -> Renewal:
         """Renew the lease (not renewed when it had run out: this broker was declared dead
         and must give up what it owned, then register again) and publish ``connections``,
         this broker's live connections per tenant; the registry's stamp and the other
-        brokers' published connections, read in the same round trip."""
+        brokers' published connections, read in the same round trip. ``silence_ms``: when
+        the registry heard no heartbeat of any broker for that long (it was away, not the
+        brokers), the leases that ran out during that silence are renewed first, this
+        broker's among them (None: never)."""
         ...
 
     def reserve_connection(self, tenant: str, count: int, cap: int) -> bool:
@@ -201,7 +205,8 @@ class SoloCluster:
         self._me = me
 
     def heartbeat(self, session_timeout_ms: int,
-                  connections: Mapping[str, int] | None = None) -> Renewal:
+                  connections: Mapping[str, int] | None = None,
+                  silence_ms: int | None = None) -> Renewal:
         return Renewal(True)
 
     def reserve_connection(self, tenant: str, count: int, cap: int) -> bool:

@@ -1,15 +1,29 @@
 """The cluster registry in PostgreSQL: ``edge_brokers`` (leases) and the owner columns of
 ``edge_partitions`` (owner and epoch).
 
-Leases are judged by the database's clock (``now()``), so brokers' clocks never matter. A
+Leases are judged by the database's clock (``statement_timestamp()``: when the statement
+reached the server, not when its transaction began, which a statement held up by a stopped
+database would make stale), so brokers' clocks never matter. A
 claim and a hand-over each move a partition's epoch up in one statement; every write to a
 partition carries the epoch its writer holds (``PgPartition``), so a broker that lost the
 partition writes nothing more, however late its statement arrives.
+
+A lease that ran out while the registry heard from no broker at all (``edge_registry_clock``:
+the last heartbeat or registration of any broker) ran out because the database was away
+(stopped, failing over, cut off), not its broker: the first heartbeat after such a silence
+renews every lease that ran out during it, its own among them, as a new Kafka controller
+gives every broker a fresh session. (Until that heartbeat no broker can claim anything:
+a claim needs the claimer's own lease to run.) Without it, the first broker
+back took every other broker's partitions, which went back a moment later, and each broker
+gave up all of its own ("lease ran out"): a reshuffle of the whole cluster after each
+database outage longer than a session. A broker that died meanwhile is judged dead a
+session after the database is back.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,24 +45,40 @@ from .cluster import (
 from .errors import DatabaseUnavailable, LogClosed, StorageError
 from .pg_database import Conn, Database, connect_read_only, unavailable
 
-_LIVE = "lease_expires > now()"
+log = logging.getLogger(__name__)
+
+_NOW = "statement_timestamp()"
+
+_LIVE = f"lease_expires > {_NOW}"
+
+_TOUCH = f"UPDATE edge_registry_clock SET heard = {_NOW}"
+"""The registry heard a broker (a heartbeat or a registration)."""
+
+_SILENCE = ("SELECT heard, " + _NOW + " - heard > %(s)s * interval '1 millisecond'"
+            " FROM edge_registry_clock FOR UPDATE")
+"""When the registry last heard a broker, and whether it has heard none for too long;
+the row locked until the transaction ends, so that heartbeats judge it one at a time."""
+
+_RENEW_SILENCED = (
+    "UPDATE edge_brokers SET lease_expires = " + _NOW + " + %(t)s * interval '1 millisecond'"
+    " WHERE lease_expires > %(heard)s AND lease_expires <= " + _NOW + " RETURNING broker_id")
+"""Renew the leases that ran (or run) out during the registry's silence."""
 
 _REGISTER = (
     "INSERT INTO edge_brokers (broker_id, incarnation, rack, listeners, lease_expires)"
     " VALUES (%(id)s, %(inc)s, %(rack)s, %(listeners)s,"
-    "  now() + %(timeout)s * interval '1 millisecond')"
+    "  " + _NOW + " + %(timeout)s * interval '1 millisecond')"
     " ON CONFLICT (broker_id) DO UPDATE SET incarnation = excluded.incarnation,"
-    "  rack = excluded.rack, listeners = excluded.listeners, registered_at = now(),"
+    "  rack = excluded.rack, listeners = excluded.listeners, registered_at = " + _NOW + ","
     "  lease_expires = excluded.lease_expires, tenant_connections = '{}'"
-    " WHERE edge_brokers.lease_expires <= now()"
-    " RETURNING broker_id")
+    " WHERE edge_brokers.lease_expires <= " + _NOW + " RETURNING broker_id")
 
 _LIVE_BROKERS = ("SELECT broker_id, rack, listeners FROM edge_brokers WHERE " + _LIVE
                  + " ORDER BY broker_id")
 
 _HEARTBEAT = (
-    "WITH renewed AS (UPDATE edge_brokers"
-    "  SET lease_expires = now() + %(t)s * interval '1 millisecond',"
+    "WITH touched AS (" + _TOUCH + " RETURNING 1), renewed AS (UPDATE edge_brokers"
+    "  SET lease_expires = " + _NOW + " + %(t)s * interval '1 millisecond',"
     "   tenant_connections = %(conns)s::jsonb"
     "  WHERE broker_id = %(id)s AND incarnation = %(inc)s AND " + _LIVE + " RETURNING 1)"
     " SELECT EXISTS (SELECT 1 FROM renewed), concat_ws(' ',"
@@ -60,13 +90,13 @@ _HEARTBEAT = (
     "   FROM edge_kv WHERE key IN ('" + pg_changes.TOPICS + "', '" + pg_changes.KV + "'))),"
     " (SELECT coalesce(jsonb_object_agg(tenant, n), '{}') FROM (SELECT c.key AS tenant,"
     "   sum(c.value::bigint) AS n FROM edge_brokers b, jsonb_each_text(b.tenant_connections) c"
-    "   WHERE b.broker_id <> %(id)s AND b." + _LIVE + " GROUP BY c.key) o)")
+    "   WHERE b.broker_id <> %(id)s AND " + "b." + _LIVE + " GROUP BY c.key) o)")
 """Renew the lease and publish this broker's connections per tenant, and read the
 registry's stamp (``Renewal``) in the same round trip: the live brokers with their
 incarnations, the partitions (how many, how many owned, the sum of their epochs: every
 change of owner moves an epoch up) and the change counters (``pg_changes``); and the other
 live brokers' published connections summed per tenant. Both read the registry as of
-before the renewal."""
+before the renewal. The registry's clock is moved on with it."""
 
 _CLAIM = (
     "UPDATE edge_partitions p SET owner_broker = %(me)s, owner_epoch = p.owner_epoch + 1"
@@ -75,7 +105,7 @@ _CLAIM = (
     "  AND EXISTS (SELECT 1 FROM edge_brokers WHERE broker_id = %(me)s"
     "   AND incarnation = %(inc)s AND " + _LIVE + ")"
     "  AND (p.owner_broker IS NULL OR p.owner_broker = %(me)s OR NOT EXISTS ("
-    "   SELECT 1 FROM edge_brokers b WHERE b.broker_id = p.owner_broker AND b." + _LIVE + "))"
+    "   SELECT 1 FROM edge_brokers b WHERE b.broker_id = p.owner_broker AND " + "b." + _LIVE + "))"
     " RETURNING p.topic, p.partition, p.owner_epoch, p.id")
 """Take the partitions asked for whose owner is nobody, this broker, or dead."""
 
@@ -93,7 +123,7 @@ _RESERVE = (
     "  ARRAY[%(tenant)s], to_jsonb(%(count)s::bigint))"
     " WHERE broker_id = %(id)s AND incarnation = %(inc)s AND %(count)s + (SELECT"
     "  coalesce(sum((b.tenant_connections ->> %(tenant)s)::bigint), 0) FROM edge_brokers b"
-    "  WHERE b.broker_id <> %(id)s AND b." + _LIVE + ") <= %(cap)s"
+    "  WHERE b.broker_id <> %(id)s AND " + "b." + _LIVE + ") <= %(cap)s"
     " RETURNING 1")
 """Publish this broker's connections of a tenant if the cluster's stay within the cap
 (run under the tenant's advisory lock, so two brokers' reservations never both pass)."""
@@ -149,12 +179,16 @@ class PgCluster:
     def register(self, me: BrokerRecord, session_timeout_ms: int) -> None:
         self._incarnation = uuid.uuid4()
         with self._db.tx() as conn:
+            # a broker started: whatever silence came before was the brokers', not the
+            # database's (a cluster started again after all its brokers died); the clock
+            # first, as a heartbeat locks it before the leases
+            conn.execute(_TOUCH)
             row = conn.execute(_REGISTER, {
                 "id": me.broker_id, "inc": self._incarnation, "rack": me.rack,
                 "listeners": _listeners_json(me), "timeout": session_timeout_ms}).fetchone()
             if row is None:
                 left = conn.execute(
-                    "SELECT extract(epoch FROM lease_expires - now()) FROM edge_brokers"
+                    "SELECT extract(epoch FROM lease_expires - " + _NOW + ") FROM edge_brokers"
                     " WHERE broker_id = %s", (me.broker_id,)).fetchone()
                 seconds = float(str(left[0])) if left is not None else 0.0
                 raise BrokerIdInUse(
@@ -176,10 +210,13 @@ class PgCluster:
         return row is None or bool(row[0])
 
     def heartbeat(self, session_timeout_ms: int,
-                  connections: Mapping[str, int] | None = None) -> Renewal:
+                  connections: Mapping[str, int] | None = None,
+                  silence_ms: int | None = None) -> Renewal:
         if self._me is None:
             return Renewal(False)
-        with self._db.autocommit() as conn:
+        with self._db.tx() as conn:
+            if silence_ms is not None:
+                self._end_silence(conn, session_timeout_ms, silence_ms)
             row = conn.execute(_HEARTBEAT, {"t": session_timeout_ms, "id": self._me,
                                             "inc": self._incarnation,
                                             "conns": json.dumps(dict(connections or {}))}
@@ -189,6 +226,22 @@ class PgCluster:
         assert isinstance(elsewhere, dict)
         return Renewal(bool(row[0]), str(row[1]),
                        {str(tenant): int(count) for tenant, count in elsewhere.items()})
+
+    def _end_silence(self, conn: Conn, session_timeout_ms: int, silence_ms: int) -> None:
+        """If the registry heard no broker for ``silence_ms``, renew the leases that ran
+        out during that silence (this broker's too), in the heartbeat's transaction; the
+        registry's clock stays locked until it commits, so the next heartbeat finds the
+        silence over."""
+        row = conn.execute(_SILENCE, {"s": silence_ms}).fetchone()
+        if row is None or not row[1]:
+            return
+        renewed = conn.execute(_RENEW_SILENCED, {"t": session_timeout_ms,
+                                                 "heard": row[0]}).fetchall()
+        if renewed:
+            log.warning("the registry heard no broker for over %d ms (the database was "
+                        "away): the leases of brokers %s, which ran out meanwhile, are "
+                        "renewed, not judged dead", silence_ms,
+                        ", ".join(str(r[0]) for r in renewed))
 
     def reserve_connection(self, tenant: str, count: int, cap: int) -> bool:
         if self._me is None:

@@ -118,13 +118,23 @@ MIGRATIONS: Sequence[str] = (
     """
     ALTER TABLE edge_marker_requests ADD COLUMN coordinator_epoch bigint NOT NULL DEFAULT -1;
     """,
+    # 6: when the registry last heard a heartbeat or a registration of any broker
+    # (``pg_cluster``): a lease that ran out while it heard nothing ran out because the
+    # database was away, not its broker
+    """
+    CREATE TABLE edge_registry_clock (
+        one   boolean PRIMARY KEY DEFAULT true CHECK (one),
+        heard timestamptz NOT NULL
+    );
+    INSERT INTO edge_registry_clock (heard) VALUES (now());
+    """,
 )
 """The schema, one step per version (never edit a released step: add one)."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
-TABLES = ("edge_marker_requests", "edge_brokers", "edge_partition_kv", "edge_kv",
-          "edge_entries", "edge_partitions", "edge_topics", "edge_schema_version")
+TABLES = ("edge_registry_clock", "edge_marker_requests", "edge_brokers", "edge_partition_kv",
+          "edge_kv", "edge_entries", "edge_partitions", "edge_topics", "edge_schema_version")
 """Every table of the schema, dependants first."""
 
 

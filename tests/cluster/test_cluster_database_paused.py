@@ -2,7 +2,9 @@
 connections hang instead of failing): the brokers keep answering what needs no database
 (ApiVersions, Metadata of a known topic, from what they hold), because no statement of
 the cluster machinery runs on their event loops; when the database answers again, the
-cluster recovers and nothing acknowledged is lost."""
+cluster recovers and nothing acknowledged is lost. A stop longer than the brokers'
+sessions is the database's absence, not the brokers': no broker is judged dead for it, and
+the partitions stay where they were."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
 from confluent_kafka import KafkaError, Producer
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
@@ -123,3 +126,33 @@ def test_brokers_answer_while_the_database_is_stopped_and_recover_after(
         values = sorted(value for records in got.values() for _, value in records)
         assert values == sorted(before + after)
         assert rounds > 1
+
+
+def owners(url: str) -> dict[tuple[str, int], int | None]:
+    """Every partition's owning broker, as the registry says."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT topic, partition, owner_broker FROM edge_partitions"
+                            ).fetchall()
+    return {(str(topic), int(index)): None if owner is None else int(owner)
+            for topic, index, owner in rows}
+
+
+def test_a_database_stop_longer_than_a_session_judges_no_broker_dead(
+        own_server: PostgresServer, tmp_path: Path, topic_name: str) -> None:
+    url = own_server.new_database_url()
+    with running_cluster(tmp_path, size=2, url=url) as cluster:
+        create(cluster.bootstrap, topic_name, PARTITIONS)
+        before = produce(cluster, topic_name, [f"before-{i}".encode() for i in range(50)])
+        placed = owners(url)
+        assert {owner for owner in placed.values()} == {0, 1}, placed
+        with database_stopped(own_server):
+            time.sleep(4.0)  # twice the brokers' sessions (2 s)
+        after = produce(cluster, topic_name, [f"after-{i}".encode() for i in range(50)])
+        assert owners(url) == placed  # no broker took the other's partitions
+        logs = [broker.log_text() for broker in cluster.brokers]
+        assert not any("lease ran out" in text for text in logs), logs
+        assert any("renewed, not judged dead" in text for text in logs), logs
+        assert cluster.live_ids() == {0, 1}
+        got = consume_all(cluster.bootstrap, topic_name, len(before) + len(after))
+        assert sorted(v for records in got.values() for _, v in records) == \
+            sorted(before + after)
