@@ -3,8 +3,9 @@ and a size cap, and a JSON GET for discovery and JWKS documents.
 
 Only ``http:`` and ``https:`` URLs are fetched. A redirect is followed only within the
 URL's origin (scheme, host and port): never to another server, never from https to http.
-The timeout bounds the whole request, redirects and a slow answer included, not each read
-alone: an issuer trickling its answer is cut off then (:class:`_Deadline`). Error answers
+The timeout bounds the whole request, redirects, name resolution and a slow answer included,
+not each read alone: an issuer trickling its answer, or a resolver that stalls, is cut off
+then (:class:`_Deadline`, :func:`_resolve`). Error answers
 (4xx, 5xx) are returned as responses, not raised, so that callers can read an OAuth error
 body.
 """
@@ -12,6 +13,7 @@ body.
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
 import json
 import socket
@@ -19,7 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import IO, Protocol
@@ -142,6 +144,55 @@ _DEADLINE: ContextVar[_Deadline | None] = ContextVar("oauth_http_deadline", defa
 """The deadline of the request this thread is making."""
 
 
+_AddrInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str,
+                  tuple[str, int] | tuple[str, int, int, int] | tuple[int, bytes]]
+"""One address ``socket.getaddrinfo`` gives."""
+
+
+def _resolve(host: str, port: int, seconds: float) -> Sequence[_AddrInfo]:
+    """``getaddrinfo`` for a TCP connection, waited for at most ``seconds``: it runs in a
+    daemon thread of its own (a stalled resolver cannot be interrupted), left behind when
+    the time is up (TimeoutError)."""
+    found: list[Sequence[_AddrInfo]] = []
+    failed: list[OSError] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            found.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+        except OSError as exc:
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="oauth-resolve", daemon=True).start()
+    if not done.wait(seconds):
+        raise TimeoutError(f"resolving {host!r} timed out")
+    if failed:
+        raise failed[0]
+    return found[0]
+
+
+def _connect_within(deadline: _Deadline, address: tuple[str, int], _timeout: float | None,
+                    source_address: tuple[str, int] | None = None) -> socket.socket:
+    """``socket.create_connection`` held to ``deadline``: the name resolved and each
+    address tried within the time it leaves (the ``timeout`` given is ignored)."""
+    host, port = address
+    error: OSError | None = None
+    for family, kind, proto, _name, sockaddr in _resolve(host, port, deadline.left()):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(deadline.left())
+            if source_address is not None:
+                sock.bind(source_address)
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+    raise error if error is not None else OSError(f"no address for {host!r}")
+
+
 class _WatchedHTTP(http.client.HTTPConnection):
     """A connection held to the deadline of the request under way."""
 
@@ -149,6 +200,7 @@ class _WatchedHTTP(http.client.HTTPConnection):
         deadline = _DEADLINE.get()
         if deadline is not None:
             self.timeout = deadline.left()
+            self._create_connection = functools.partial(_connect_within, deadline)
         super().connect()
         if deadline is not None:
             deadline.watch(self.sock)

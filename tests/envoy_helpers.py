@@ -73,9 +73,11 @@ def validate(path: Path) -> subprocess.CompletedProcess[str]:
 class EnvoyProcess:
     """A real Envoy on a generated bootstrap; its admin interface on 127.0.0.1."""
 
-    def __init__(self, config: Path, admin_port: int) -> None:
+    def __init__(self, config: Path, admin_port: int, log_level: str = "warn") -> None:
         self.config = config
         self.admin_port = admin_port
+        self.log_level = log_level
+        """Envoy's ``--log-level`` (its lines are kept in :attr:`lines`)."""
         self.proc: subprocess.Popen[str] | None = None
         self.lines: list[str] = []
 
@@ -83,7 +85,7 @@ class EnvoyProcess:
         """Start Envoy and wait until it is live with ``listeners`` listeners bound."""
         self.proc = subprocess.Popen(
             [str(ENVOY), "-c", str(self.config), "--disable-hot-restart", "--concurrency", "1",
-             "--log-level", "warn"],
+             "--log-level", self.log_level],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
         try:
@@ -166,12 +168,13 @@ def running_envoy(config: Path, admin_port: int, listeners: int = 1) -> Iterator
         envoy.stop()
 
 
-def envoy_on_xds(directory: Path, xds_grpc_port: int, admin_port: int) -> EnvoyProcess:
+def envoy_on_xds(directory: Path, xds_grpc_port: int, admin_port: int,
+                 log_level: str = "warn") -> EnvoyProcess:
     """An Envoy (not started yet) on a dynamic bootstrap taking everything from the
     xds-server at ``xds_grpc_port``."""
     config = write_config(directory, "dynamic.yaml", "--xds", f"127.0.0.1:{xds_grpc_port}",
                           "--admin-port", str(admin_port))
-    return EnvoyProcess(config, admin_port)
+    return EnvoyProcess(config, admin_port, log_level)
 
 
 _XDS_READY = re.compile(r"xds-server ready: grpc [^ ]+:(\d+), admin http://([^ ,]+)")

@@ -10,8 +10,9 @@ stream remembers the version and nonce it last sent:
 * a request echoing an older nonce is stale and ignored.
 
 When the :class:`SnapshotStore` changes, every stream sends the changed types it is
-subscribed to, make before break: clusters before listeners, but listeners first when
-clusters are only removed (see :meth:`_Stream.refresh`).  The delta protocol is not served.
+subscribed to, make before break (Envoy's rule: CDS before LDS to add, LDS before CDS to
+remove): clusters added or changed, then listeners, then clusters removed (see
+:meth:`_Stream.refresh`).  The delta protocol is not served.
 
 What a client sends is bounded before it is kept or logged: a stream whose first request
 names no node, or a node id longer than :data:`MAX_NODE_ID_BYTES`, is refused
@@ -36,12 +37,14 @@ from typing import NamedTuple, TypedDict
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.protobuf import any_pb2
 
 from edge.envoy.snapshot import (
     CLUSTER_TYPE,
     LISTENER_TYPE,
     TYPE_NAMES,
     TYPE_ORDER,
+    Resources,
     SnapshotStore,
 )
 from edge.envoy.stream_inbox import Signal, StreamInbox
@@ -174,9 +177,10 @@ class _Sent(NamedTuple):
     version: str
     nonce: str
     names: tuple[str, ...]
+    items: tuple[any_pb2.Any, ...]
 
 
-_NOTHING_SENT = _Sent("", "", ())
+_NOTHING_SENT = _Sent("", "", (), ())
 
 
 class _Stream:
@@ -207,7 +211,7 @@ class _Stream:
                 return []
             self.subscribed.add(type_url)
             return [self._response(type_url)]
-        version, nonce, _ = self.sent.get(type_url, _NOTHING_SENT)
+        version, nonce, _, _ = self.sent.get(type_url, _NOTHING_SENT)
         if request.response_nonce != nonce:
             return []  # stale: answers a response that a newer one replaced
         if request.HasField("error_detail"):
@@ -237,11 +241,12 @@ class _Stream:
 
     def refresh(self) -> list[discovery_pb2.DiscoveryResponse]:
         """Responses for subscribed types whose version moved past what was sent, in
-        Envoy's make-before-break order: clusters before the listeners that use them,
-        but listeners first when the clusters only lose some (a broker removed), so that
-        no listener is left forwarding to a cluster already gone.  (A change that adds a
-        cluster and removes another sends clusters first: the new listener has its
-        cluster; the leaving broker's listener goes a moment after its cluster.)"""
+        Envoy's make-before-break order (xDS "eventual consistency considerations": CDS
+        before LDS to add, LDS before CDS to remove): clusters added or changed, then the
+        listeners, then the clusters removed.  When clusters leave while listeners change,
+        the first clusters response is a bridge (the new clusters beside the leaving ones,
+        :meth:`_bridge`), so that no listener is ever left forwarding to a cluster gone
+        nor sent before its cluster."""
         due: list[str] = []
         for type_url in TYPE_ORDER:
             current = self.store.get(type_url)
@@ -249,21 +254,43 @@ class _Stream:
                 continue
             if self.sent.get(type_url, _NOTHING_SENT).version != current.version:
                 due.append(type_url)
-        if LISTENER_TYPE in due and CLUSTER_TYPE in due and self._clusters_only_removed():
-            due.reverse()
-        return [self._response(type_url) for type_url in due]
+        if LISTENER_TYPE not in due or CLUSTER_TYPE not in due:
+            return [self._response(type_url) for type_url in due]
+        bridge = self._bridge()
+        if bridge is None:  # no cluster leaves: clusters, then the listeners using them
+            return [self._response(CLUSTER_TYPE), self._response(LISTENER_TYPE)]
+        first = [] if bridge is _NO_BRIDGE else [self._response(CLUSTER_TYPE, bridge)]
+        return [*first, self._response(LISTENER_TYPE), self._response(CLUSTER_TYPE)]
 
-    def _clusters_only_removed(self) -> bool:
-        """Whether the current clusters are some of those last sent (and fewer)."""
+    def _bridge(self) -> Resources | None:
+        """None when no cluster last sent leaves; else the clusters to send before the
+        listeners: the current ones beside the leaving ones as last sent, at a version of
+        its own (``<version>-bridge``), or :data:`_NO_BRIDGE` when that is what was sent
+        (clusters only removed: listeners go first)."""
         current = self.store.get(CLUSTER_TYPE)
-        sent = set(self.sent.get(CLUSTER_TYPE, _NOTHING_SENT).names)
-        return current is not None and set(current.names) < sent
+        assert current is not None
+        sent = self.sent.get(CLUSTER_TYPE, _NOTHING_SENT)
+        held = dict(zip(sent.names, sent.items, strict=True))
+        leaving = held.keys() - set(current.names)
+        if not leaving:
+            return None
+        if all(held.get(name) == item for name, item in zip(current.names, current.items,
+                                                             strict=True)):
+            return _NO_BRIDGE
+        merged = sorted([*zip(current.names, current.items, strict=True),
+                         *((name, held[name]) for name in leaving)], key=lambda p: p[0])
+        return Resources(f"{current.version}-bridge", tuple(item for _, item in merged),
+                         tuple(name for name, _ in merged), "")
 
-    def _response(self, type_url: str) -> discovery_pb2.DiscoveryResponse:
-        resources = self.store.get(type_url)
+    def _response(self, type_url: str, resources: Resources | None = None
+                  ) -> discovery_pb2.DiscoveryResponse:
+        """A response of ``type_url``: ``resources``, or else the store's current ones."""
+        if resources is None:
+            resources = self.store.get(type_url)
         assert resources is not None
         nonce = str(next(self._nonces))
-        self.sent[type_url] = _Sent(resources.version, nonce, resources.names)
+        self.sent[type_url] = _Sent(resources.version, nonce, resources.names,
+                                    resources.items)
         log.info("xds: sending %s version %s to node %s: %s", TYPE_NAMES.get(type_url),
                  resources.version, self.node_id, ", ".join(resources.names) or "none")
         return discovery_pb2.DiscoveryResponse(
@@ -274,6 +301,10 @@ class _Stream:
         if self.node_id:
             self.status.connected(self.node_id, -1)
             log.info("xds: node %s disconnected", self.node_id)
+
+
+_NO_BRIDGE = Resources("", (), (), "")
+"""What :meth:`_Stream._bridge` answers when clusters only leave (no bridge is sent)."""
 
 
 def _version(text: str) -> int:

@@ -134,6 +134,44 @@ def test_xds_server_adds_a_broker_and_survives_a_rejected_version(
         xds.stop()
 
 
+def _first(lines: list[str], text: str) -> int:
+    """The index of the first of Envoy's log lines holding ``text``."""
+    return next(i for i, line in enumerate(lines) if text in line)
+
+
+def test_a_broker_replacing_another_goes_make_before_break(tmp_path: Path) -> None:
+    """One version adds broker 2 and removes broker 1.  Envoy's rule (xDS, "eventual
+    consistency considerations"): CDS before LDS to add, LDS before CDS to remove.  Envoy
+    applies its updates in the order they come on the stream, and says so in its log: the
+    new cluster before the new listener, the leaving listener before its cluster (sent
+    clusters first, broker 1's listener was left a moment with no cluster)."""
+    port0, port1, port2, admin = free_ports(4)
+    brokers_file = tmp_path / "brokers.txt"
+    brokers_file.write_text(f"{_route(0, port0, 1)}\n{_route(1, port1, 2)}\n")
+    server = XdsServer(PlanSource(brokers_file=str(brokers_file)), ("127.0.0.1", 0),
+                       ("127.0.0.1", 0), poll_interval=3600)
+    server.start()
+    envoy = envoy_on_xds(tmp_path, server.grpc_port, admin, log_level="debug")
+    try:
+        envoy.start(listeners=2)
+        before = len(envoy.lines)
+        replace_text(brokers_file, f"{_route(0, port0, 1)}\n{_route(2, port2, 3)}\n")
+        assert server.reload("test")
+        version = server.store.version
+        _wait(lambda: server.status_dict()["nodes"]["edge-broker-envoy"]["acked"] == {
+            "clusters": version, "listeners": version}, timeout=20)
+        assert sorted(line.split("::")[0] for line in envoy.listeners()) == [
+            "kafka-broker-0", "kafka-broker-2"]
+        lines = envoy.lines[before:]
+        assert (_first(lines, "cds: add/update cluster 'kafka-broker-2'")
+                < _first(lines, "lds: add/update listener 'kafka-broker-2'")), lines
+        assert (_first(lines, "lds: remove listener 'kafka-broker-1'")
+                < _first(lines, "cds: remove cluster 'kafka-broker-1'")), lines
+    finally:
+        envoy.stop()
+        server.stop()
+
+
 # -- the ADS state machine, with a gRPC client -------------------------------------------
 
 @pytest.fixture

@@ -179,3 +179,38 @@ def test_the_timeout_bounds_the_whole_answer(part: str) -> None:
     with pytest.raises(FetchError, match=r"no complete answer from .* within 0\.5 s"):
         request(f"http://127.0.0.1:{port}/jwks", timeout=0.5)
     assert stopped.wait(30)
+
+
+def test_the_timeout_bounds_name_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resolver that stalls cannot be made for real on loopback (no /etc/hosts or
+    resolv.conf of our own), so the system resolver itself is the seam: it stalls for one
+    name, until the test lets it go.  The request must give up within its timeout while
+    the resolution is still stalled (before: it waited for the resolver, whatever the
+    timeout)."""
+    real = socket.getaddrinfo
+    release = threading.Event()
+
+    def stalled(host: str, *args: object, **kwargs: object) -> object:
+        if host == "stalled-resolver.test":
+            release.wait(60)
+        return real(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", stalled)
+    outcome: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            request("http://stalled-resolver.test:1/jwks", timeout=0.5)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=fetch, daemon=True)
+    thread.start()
+    try:
+        thread.join(30)
+        assert not release.is_set() and not thread.is_alive(), \
+            "the request waited for the stalled resolver"
+    finally:
+        release.set()
+    assert len(outcome) == 1 and isinstance(outcome[0], FetchError), outcome
+    assert "within 0.5 s" in str(outcome[0])
