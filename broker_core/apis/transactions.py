@@ -329,9 +329,9 @@ async def handle_describe_producers(
                                 last_sequence=entry.last_sequence,
                                 last_timestamp=entry.last_timestamp,
                                 coordinator_epoch=entry.coordinator_epoch,
-                                current_txn_start_offset=(entry.txn_first_offset
-                                                          if entry.txn_first_offset is not None
-                                                          else -1))
+                                current_txn_start_offset=(
+                                    -1 if (first := state.open_transaction(pid)) is None
+                                    else first))
                 for pid, entry in sorted(state.producers.items())]))
         topics.append(T(name=topic.name, partitions=partitions))
     return R(version=request.version, throttle_time_ms=0, topics=topics)
