@@ -7,6 +7,14 @@ INVALID_PRODUCER_EPOCH. Open transactions hold back the last stable offset; abor
 are listed for read_committed fetches. ``producer_states`` keeps one per partition and
 rebuilds it from snapshots and the log, so it survives restarts.
 
+Both answers are asked by every fetch, so neither scans what the partition remembers: the
+first offsets of the open transactions are kept by producer id with a heap of them (the
+oldest at its top, entries of transactions since ended dropped when they come up), and the
+aborted transactions in marker order, each with a bound below which no transaction listed
+after it begins (Kafka's transaction index keeps the last stable offset at each abort for
+that): a fetch finds the first whose marker is at or past its start by bisection and stops
+at the first whose bound reaches its end (Kafka's ``collectAbortedTxns``).
+
 A transaction marker is refused (:meth:`PartitionProducers.check_marker`, as Kafka's
 ``appendEndTxnMarker``) when its coordinator epoch is below the last one that ended a
 transaction of the producer here (TRANSACTION_COORDINATOR_FENCED: a coordinator that lost
@@ -23,8 +31,12 @@ fatal to an idempotent client that did nothing wrong.
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
+from heapq import heapify, heappop, heappush
+from operator import itemgetter
 from typing import TypedDict
 
 from broker_core.codec.batch_header import BatchHeader, read_header
@@ -33,6 +45,11 @@ from broker_core.errors import ErrorCode, KafkaApiError
 from broker_core.storage import BatchInfo
 
 _KEPT_BATCHES = 5
+_MARKER = itemgetter(2)
+"""An aborted transaction's marker offset (its list is in that order)."""
+_HEAP_SLACK = 16
+"""Ended transactions the heap of open ones may hold beyond their number before it is
+rebuilt from them."""
 _INT32_MAX = 2**31 - 1
 DEFAULT_EXPIRATION_MS = 86_400_000
 """Kafka's ``producer.id.expiration.ms``: one day."""
@@ -68,7 +85,6 @@ class ProducerEntry:
 
     epoch: int
     batches: deque[BatchRange] = field(default_factory=lambda: deque(maxlen=_KEPT_BATCHES))
-    txn_first_offset: int | None = None
     last_timestamp: int = -1
     coordinator_epoch: int = -1
     """The coordinator epoch of the last transaction marker written for the producer (-1:
@@ -115,7 +131,15 @@ class PartitionProducers:
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
-        self.aborted: list[tuple[int, int, int]] = []  # (producer id, first offset, marker)
+        self._open: dict[int, int] = {}
+        """By producer id (one of ``producers``), the first offset of its open transaction."""
+        self._oldest: list[tuple[int, int]] = []
+        """A heap of (first offset, producer id) holding every entry of ``_open``, and
+        entries of transactions ended since (dropped when they reach the top, or all at
+        once when they outnumber the open ones by ``_HEAP_SLACK``)."""
+        self._aborted: list[tuple[int, int, int]] = []  # (producer id, first offset, marker)
+        self._bounds: array[int] = array("q")
+        """For each of ``_aborted``: no aborted transaction listed after it begins below."""
         self.verifications: dict[int, Verification] = {}
         """By producer id, its open transaction's verification (never stored: a state
         rebuilt from the log verifies again)."""
@@ -170,7 +194,6 @@ class PartitionProducers:
         if entry is None or header.producer_epoch > entry.epoch:
             entry = self.producers[header.producer_id] = ProducerEntry(
                 header.producer_epoch,
-                txn_first_offset=entry.txn_first_offset if entry is not None else None,
                 coordinator_epoch=entry.coordinator_epoch if entry is not None else -1)
         last_offset = base_offset + header.last_offset_delta
         if header.base_sequence >= 0:
@@ -180,8 +203,8 @@ class PartitionProducers:
                                   base_offset, last_offset))
             entry.sequence_unknown = False
         entry.last_timestamp = timestamp  # as Kafka: the latest batch's, not the largest
-        if header.is_transactional and entry.txn_first_offset is None:
-            entry.txn_first_offset = base_offset
+        if header.is_transactional and header.producer_id not in self._open:
+            self._begin(header.producer_id, base_offset)
 
     def verifying(self, producer_id: int, epoch: int, key: tuple[str, str]) -> Verification:
         """The verification of the producer's transaction here, made now unless one for
@@ -233,15 +256,26 @@ class PartitionProducers:
         entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
         entry.last_timestamp = timestamp
         self.verifications.pop(producer_id, None)
-        if entry.txn_first_offset is not None and not commit:
-            self.aborted.append((producer_id, entry.txn_first_offset, marker_offset))
-        entry.txn_first_offset = None
+        first = self._open.pop(producer_id, None)
+        if first is None or commit:
+            return
+        if self._aborted and marker_offset < self._aborted[-1][2]:
+            # markers are applied in offset order; one that ever came late is sorted in
+            # and the bounds computed again, so that they hold whatever comes
+            self._aborted.append((producer_id, first, marker_offset))
+            self._index_aborted()
+            return
+        # a transaction listed later is open now, or begins past this marker
+        oldest = self._oldest_open()
+        self._aborted.append((producer_id, first, marker_offset))
+        self._bounds.append(marker_offset + 1 if oldest is None
+                            else min(oldest, marker_offset + 1))
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers without an open transaction whose last write (by its batch
         timestamp) is ``expiration_ms`` or more before ``now_ms``; return how many."""
         idle = [pid for pid, entry in self.producers.items()
-                if entry.txn_first_offset is None
+                if pid not in self._open
                 and expired(entry.last_timestamp, now_ms, expiration_ms)]
         for pid in idle:
             del self.producers[pid]
@@ -257,9 +291,8 @@ class PartitionProducers:
         yet (one waiting for its fsync; on PostgreSQL, any queued to the group commit),
         which may open a transaction beyond it. The one home of that rule: Fetch and
         ListOffsets both ask here, with the high watermark they answer."""
-        first = min((e.txn_first_offset for e in self.producers.values()
-                     if e.txn_first_offset is not None), default=high_watermark)
-        return min(max(first, log_start), high_watermark)
+        first = self._oldest_open() if self._open else None
+        return min(max(high_watermark if first is None else first, log_start), high_watermark)
 
     def aborted_between(self, start: int, end: int,
                         cleaned_below: int | None = None) -> list[tuple[int, int]]:
@@ -268,8 +301,59 @@ class PartitionProducers:
         the current one; a fetch passes the one it read before reading the batches, which
         the cleaner may swap meanwhile, so that the records it got are judged by it)."""
         start = max(start, self.cleaned_below if cleaned_below is None else cleaned_below)
-        return [(pid, first) for pid, first, marker in self.aborted
-                if marker >= start and first < end]
+        aborted = self._aborted
+        if not aborted or aborted[-1][2] < start:
+            return []
+        found = []
+        bounds = self._bounds
+        for at in range(bisect_left(aborted, start, key=_MARKER), len(aborted)):
+            pid, first, _marker = aborted[at]
+            if first < end:
+                found.append((pid, first))
+            if bounds[at] >= end:  # none listed later begins before the end
+                break
+        return found
+
+    def open_transaction(self, producer_id: int) -> int | None:
+        """The first offset of the producer's open transaction here, None when none is."""
+        return self._open.get(producer_id)
+
+    @property
+    def aborted(self) -> list[tuple[int, int, int]]:
+        """(producer id, first offset, marker offset) of the aborted transactions still
+        listed, in marker order (read only)."""
+        return self._aborted
+
+    def _begin(self, producer_id: int, first: int) -> None:
+        """The producer's transaction opens at offset ``first``."""
+        self._open[producer_id] = first
+        heap = self._oldest
+        if len(heap) > 2 * len(self._open) + _HEAP_SLACK:
+            heap[:] = [(offset, pid) for pid, offset in self._open.items()]
+            heapify(heap)
+        else:
+            heappush(heap, (first, producer_id))
+
+    def _oldest_open(self) -> int | None:
+        """The first offset of the oldest open transaction, None when none is open."""
+        heap, open_ = self._oldest, self._open
+        while heap and open_.get(heap[0][1]) != heap[0][0]:
+            heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _index_aborted(self) -> None:
+        """Sort the aborted transactions by marker and compute their bounds (a transaction
+        listed later is one listed now, one open now, or one beginning past every marker)."""
+        aborted = self._aborted
+        aborted.sort(key=_MARKER)
+        oldest = self._oldest_open()
+        bounds = array("q", bytes(8 * len(aborted)))
+        later = oldest if oldest is not None else 2**63 - 1
+        for at in range(len(aborted) - 1, -1, -1):
+            _pid, first, marker = aborted[at]
+            bounds[at] = min(later, marker + 1)
+            later = min(later, first)
+        self._bounds = bounds
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -296,21 +380,23 @@ class PartitionProducers:
         producers: dict[str, ProducerSnapshot] = {}
         for pid, entry in self.producers.items():
             kept = [batch for batch in entry.batches if batch[3] < offset]
-            first = entry.txn_first_offset
+            first = self._open.get(pid)
             producers[str(pid)] = (entry.epoch, kept,
                                    first if first is not None and first < offset else None,
                                    entry.last_timestamp, entry.coordinator_epoch,
                                    entry.sequence_unknown or (bool(entry.batches)
                                                               and not kept))
         return {"offset": offset, "producers": producers,
-                "aborted": [a for a in self.aborted if a[2] < offset]}
+                "aborted": self._aborted[:bisect_left(self._aborted, offset, key=_MARKER)]}
 
     def forget_aborted_before(self, offset: int) -> None:
         """Drop aborted transactions whose marker is below ``offset`` (the log start) or
         below ``cleaned_below``: no fetch lists them any more."""
         offset = max(offset, self.cleaned_below)
-        if self.aborted and self.aborted[0][2] < offset:
-            self.aborted = [entry for entry in self.aborted if entry[2] >= offset]
+        if self._aborted and self._aborted[0][2] < offset:
+            below = bisect_left(self._aborted, offset, key=_MARKER)
+            del self._aborted[:below]
+            del self._bounds[:below]
 
     @classmethod
     def from_json(cls, document: Snapshot) -> PartitionProducers:
@@ -319,8 +405,11 @@ class PartitionProducers:
         for pid, (epoch, batches, first, stamp, *rest) in document["producers"].items():
             kept = ((b[0], b[1], b[2], b[3]) for b in batches)  # JSON gives lists
             state.producers[int(pid)] = ProducerEntry(
-                epoch, deque(kept, maxlen=_KEPT_BATCHES), first, stamp,
+                epoch, deque(kept, maxlen=_KEPT_BATCHES), stamp,
                 int(rest[0]) if rest else -1,  # -1: a snapshot from before it was kept
                 bool(rest[1]) if len(rest) > 1 else False)
-        state.aborted = [(int(a[0]), int(a[1]), int(a[2])) for a in document["aborted"]]
+            if first is not None:
+                state._begin(int(pid), int(first))
+        state._aborted = [(int(a[0]), int(a[1]), int(a[2])) for a in document["aborted"]]
+        state._index_aborted()
         return state

@@ -53,9 +53,12 @@ class Tenancy:
         tenant: the volume is the operator's)."""
         return self.storage.disk_usage() if self.authorizer.is_operator(ctx) else UNKNOWN_DISK
 
-    def allowed(self, ctx: RequestContext, operation: Operation, internal_topic: str) -> bool:
-        """Whether the caller may apply ``operation`` to the topic."""
-        return self.authorizer.authorize(ctx, operation, ResourceType.TOPIC, internal_topic)
+    def allowed(self, ctx: RequestContext, operation: Operation, internal_topic: str,
+                log_denied: bool = True) -> bool:
+        """Whether the caller may apply ``operation`` to the topic (a denial reported
+        unless ``log_denied`` is false: a filter's)."""
+        return self.authorizer.authorize(ctx, operation, ResourceType.TOPIC, internal_topic,
+                                         log_denied)
 
     def system_namespace(self, ctx: RequestContext) -> naming.Namespace:
         """Where the caller's groups and transactions are kept (KoP's metadata namespace)."""

@@ -329,9 +329,9 @@ async def handle_describe_producers(
                                 last_sequence=entry.last_sequence,
                                 last_timestamp=entry.last_timestamp,
                                 coordinator_epoch=entry.coordinator_epoch,
-                                current_txn_start_offset=(entry.txn_first_offset
-                                                          if entry.txn_first_offset is not None
-                                                          else -1))
+                                current_txn_start_offset=(
+                                    -1 if (first := state.open_transaction(pid)) is None
+                                    else first))
                 for pid, entry in sorted(state.producers.items())]))
         topics.append(T(name=topic.name, partitions=partitions))
     return R(version=request.version, throttle_time_ms=0, topics=topics)
@@ -340,16 +340,18 @@ async def handle_describe_producers(
 async def handle_describe_transactions(
         engine: Engine, ctx: RequestContext,
         request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
-    """The state of each requested transactional id."""
+    """The state of each requested transactional id. As Kafka: DESCRIBE on the id is
+    checked first (TRANSACTIONAL_ID_AUTHORIZATION_FAILED before whether this broker serves
+    it), and the topics the caller may not DESCRIBE are left out of the answer."""
     R = DescribeTransactionsResponse
     S = R.TransactionState
     states = []
     for tid in request.transactional_ids:
+        allowed = engine.authorizer.authorize(ctx, Operation.DESCRIBE,
+                                              ResourceType.TRANSACTIONAL_ID, tid)
         code = engine.transactions.check(engine.tenancy.txn_topic(ctx),
-                                         engine.tenancy.scoped_id(ctx, tid))
-        if code == ErrorCode.NONE and not engine.authorizer.authorize(
-                ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
-            code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                                         engine.tenancy.scoped_id(ctx, tid)) \
+            if allowed else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         txn = (engine.transactions.find(engine.tenancy.txn_topic(ctx),
                                         engine.tenancy.scoped_id(ctx, tid))
                if not code else None)
@@ -367,7 +369,9 @@ async def handle_describe_transactions(
                         transaction_start_time_ms=txn.start_ms, producer_id=txn.producer_id,
                         producer_epoch=txn.epoch,
                         topics=[S.TopicData(topic=naming.to_client(t, ctx.home), partitions=p)
-                                for t, p in by_topic.items()]))
+                                for t, p in by_topic.items()
+                                if engine.tenancy.allowed(ctx, Operation.DESCRIBE, t,
+                                                          log_denied=False)]))
     return R(version=request.version, throttle_time_ms=0, transaction_states=states)
 
 

@@ -8,8 +8,10 @@ the cluster, and IncrementalAlterConfigs of it ALTER_CONFIGS there (checked befo
 configs, none of which is dynamic here); InitProducerId without a transactional id needs
 IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679); a transactional Produce
 needs WRITE on its transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); WriteTxnMarkers
-needs CLUSTER_ACTION on the cluster and WRITE on each topic. Tenant ``a``'s superuser has a
-topic and an open transaction; the other roles log in with ACLs of their own tenants.
+needs CLUSTER_ACTION on the cluster and WRITE on each topic; DescribeTransactions needs
+DESCRIBE on the transactional id (checked before anything else of it) and lists only the
+topics the caller may DESCRIBE. Tenant ``a``'s superuser has a topic and an open
+transaction; the other roles log in with ACLs of their own tenants.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tests.security_helpers import (
     ACL_ALTER_CONFIGS,
     ACL_CLUSTER,
     ACL_CLUSTER_ACTION,
+    ACL_DESCRIBE,
     ACL_DESCRIBE_CONFIGS,
     ACL_GROUP,
     ACL_IDEMPOTENT_WRITE,
@@ -244,3 +247,27 @@ def test_write_txn_markers_needs_cluster_action_and_write_on_the_topic(
     assert ivy.write_markers(pid, epoch, False, {"m": [0]}) == {("m", 0): NONE}
     assert root.list_offset("m", 0, READ_COMMITTED) == 3
     assert root.committed_values("m", 0) == []
+
+
+def described(conn: Conn, tid: str) -> tuple[int, list[tuple[str, list[int]]]]:
+    """DescribeTransactions of one id: its error code and (topic, partitions) listed."""
+    (state,) = conn.describe_transactions([tid]).transaction_states
+    return state.error_code, [(t.topic, list(t.partitions)) for t in state.topics]
+
+
+def test_describe_transactions_needs_describe_on_the_id_and_lists_describable_topics(
+        secured: Secured) -> None:
+    root = secured.login("h", "admin")
+    assert root.create_topic("seen", 1) == NONE and root.create_topic("hidden", 1) == NONE
+    pid, epoch = root.init_ok("h-tx")
+    assert root.add_partitions("h-tx", pid, epoch, {"seen": [0], "hidden": [0]}) == {
+        ("seen", 0): NONE, ("hidden", 0): NONE}
+    assert described(root, "h-tx") == (NONE, [("hidden", [0]), ("seen", [0])])
+    hank = secured.member("h", "hank")
+    assert described(hank, "h-tx") == (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, [])
+    # as Kafka, the id is authorized before the coordinator is asked (which refuses "")
+    assert described(hank, "") == (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, [])
+    assert grant(root, ACL_TRANSACTIONAL_ID, "h-tx", "User:hank", ACL_DESCRIBE) == NONE
+    assert described(hank, "h-tx") == (NONE, [])  # he may describe neither topic
+    assert grant(root, ACL_TOPIC, "seen", "User:hank", ACL_DESCRIBE) == NONE
+    assert described(hank, "h-tx") == (NONE, [("seen", [0])])

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from kafka.protocol.producer import ProduceRequest
 
-from broker_core.partition_producers import PartitionProducers, ProducerEntry
+from broker_core.partition_producers import PartitionProducers
 from tests.broker_process import BrokerProcess
 from tests.postgres_server import shared_server
 from tests.storage.test_postgres_speed import _lock_waits
@@ -94,10 +94,9 @@ def test_stable_offset_stays_below_the_committed_end(pg_broker: BrokerProcess, p
 
 def _state(*firsts: int) -> PartitionProducers:
     """A partition's producer state with an open transaction from each offset."""
-    state = PartitionProducers()
-    for pid, first in enumerate(firsts):
-        state.producers[pid] = ProducerEntry(0, txn_first_offset=first)
-    return state
+    return PartitionProducers.from_json({
+        "offset": max(firsts, default=0) + 1, "aborted": [],
+        "producers": {str(pid): (0, [], first, -1, -1, False) for pid, first in enumerate(firsts)}})
 
 
 def test_the_rule() -> None:
