@@ -96,6 +96,10 @@ class ProducerEntry:
     sequence, as one the partition does not know (its epoch and open transaction are
     kept). Without it, its retry of a batch whose commit failed would be refused
     OUT_OF_ORDER_SEQUENCE_NUMBER (expected 0), which makes librdkafka bump its epoch."""
+    ended: tuple[int, int] | None = None
+    """The first offset and the marker offset of the producer's last ended transaction:
+    a snapshot valid up to an offset between them counts it open (an engine that commits
+    in groups applies a marker before it is stored)."""
 
     @property
     def last_sequence(self) -> int:
@@ -194,7 +198,8 @@ class PartitionProducers:
         if entry is None or header.producer_epoch > entry.epoch:
             entry = self.producers[header.producer_id] = ProducerEntry(
                 header.producer_epoch,
-                coordinator_epoch=entry.coordinator_epoch if entry is not None else -1)
+                coordinator_epoch=entry.coordinator_epoch if entry is not None else -1,
+                ended=entry.ended if entry is not None else None)
         last_offset = base_offset + header.last_offset_delta
         if header.base_sequence >= 0:
             # as Kafka: the offsets a batch covers are its sequences, even once the
@@ -257,6 +262,8 @@ class PartitionProducers:
         entry.last_timestamp = timestamp
         self.verifications.pop(producer_id, None)
         first = self._open.pop(producer_id, None)
+        if first is not None:
+            entry.ended = (first, marker_offset)
         if first is None or commit:
             return
         if self._aborted and marker_offset < self._aborted[-1][2]:
@@ -376,11 +383,17 @@ class PartitionProducers:
         groups has them in memory before they are stored, and one whose commit then fails
         must not be taken for stored when the state is rebuilt from this snapshot (a retry
         of it would be acknowledged as a duplicate of nothing). Replaying the log from
-        ``offset`` brings back the ones that were stored."""
+        ``offset`` brings back the ones that were stored. So are transaction markers: a
+        transaction begun below ``offset`` whose marker is not is open in the snapshot (were
+        it closed, replaying its abort marker would list no aborted transaction, and
+        read_committed fetches would serve its records)."""
         producers: dict[str, ProducerSnapshot] = {}
         for pid, entry in self.producers.items():
             kept = [batch for batch in entry.batches if batch[3] < offset]
             first = self._open.get(pid)
+            if (first is None or first >= offset) and entry.ended is not None \
+                    and entry.ended[0] < offset <= entry.ended[1]:
+                first = entry.ended[0]  # its marker is not below the offset: open there
             producers[str(pid)] = (entry.epoch, kept,
                                    first if first is not None and first < offset else None,
                                    entry.last_timestamp, entry.coordinator_epoch,

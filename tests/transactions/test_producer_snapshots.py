@@ -368,3 +368,27 @@ def test_a_snapshot_taken_while_every_remembered_batch_waits_keeps_the_producer_
     assert again.check(read_header(bytearray(batch(PID, EPOCH + 1, 8, 2)))) is None
     with pytest.raises(KafkaApiError):  # the flag is not carried past a stored batch
         again.check(read_header(bytearray(batch(PID, EPOCH + 1, 10, 2))))
+
+
+@pytest.mark.parametrize("commit", [False, True])
+def test_a_snapshot_taken_before_a_marker_is_stored_keeps_its_transaction_open(
+        commit: bool) -> None:
+    """An engine that commits in groups applies a transaction marker to the state before
+    it is stored: a snapshot valid up to an offset between the transaction's first record
+    and its marker must still count the transaction open. Were it closed, the state rebuilt
+    from it and the log would list no aborted transaction once the abort marker is replayed
+    (read_committed fetches would serve the aborted records), nor hold the last stable
+    offset back if the marker's commit failed."""
+    from broker_core.partition_producers import PartitionProducers
+
+    state = PartitionProducers()
+    for base in (0, 2):  # a transaction's records at 0..3; its marker at 4 waits to commit
+        header = read_header(bytearray(batch(PID, EPOCH, base, 2, transactional=True)))
+        state.record(header, base, header.max_timestamp)
+    state.end_transaction(PID, EPOCH, commit, 4, 0)
+    assert state.last_stable_offset(5, 0) == 5
+    restored = PartitionProducers.from_json(json.loads(json.dumps(state.to_json(4))))
+    assert restored.last_stable_offset(4, 0) == 0  # the marker not stored: still open
+    restored.end_transaction(PID, EPOCH, commit, 4, 0)  # replayed once it is stored
+    assert restored.last_stable_offset(5, 0) == 5
+    assert restored.aborted_between(0, 5) == ([] if commit else [(PID, 0)])
