@@ -51,23 +51,19 @@ _NOW = "statement_timestamp()"
 
 _LIVE = f"lease_expires > {_NOW}"
 
-_TOUCH = f"UPDATE edge_registry_clock SET heard = {_NOW}"
-"""The registry heard a broker (a heartbeat or a registration)."""
-
-_SILENCE = ("SELECT heard, " + _NOW + " - heard > %(s)s * interval '1 millisecond'"
-            " FROM edge_registry_clock FOR UPDATE")
-"""When the registry last heard a broker, and whether it has heard none for too long;
-the row locked until the transaction ends, so that heartbeats judge it one at a time."""
-
-_RENEW_SILENCED = (
-    "UPDATE edge_brokers SET lease_expires = " + _NOW + " + %(t)s * interval '1 millisecond'"
-    " WHERE lease_expires > %(heard)s AND lease_expires <= " + _NOW + " RETURNING broker_id")
-"""Renew the leases that ran (or run) out during the registry's silence."""
+_TOUCH = ("touched AS (INSERT INTO edge_registry_clock (heard) VALUES (" + _NOW + ")"
+          " ON CONFLICT (one) DO UPDATE SET heard = excluded.heard RETURNING 1)")
+"""The registry heard a broker (a heartbeat or a registration): a CTE, whose one row the
+statement's own writes are made to depend on, so that the clock is locked before any lease
+(two statements never lock them in opposite orders). Each touch is a statement of its own,
+committed alone: no broker holds the clock from one round trip to the next (a broker
+stopped mid-transaction would hold up every heartbeat)."""
 
 _REGISTER = (
-    "INSERT INTO edge_brokers (broker_id, incarnation, rack, listeners, lease_expires)"
-    " VALUES (%(id)s, %(inc)s, %(rack)s, %(listeners)s,"
-    "  " + _NOW + " + %(timeout)s * interval '1 millisecond')"
+    "WITH " + _TOUCH +
+    " INSERT INTO edge_brokers (broker_id, incarnation, rack, listeners, lease_expires)"
+    " SELECT %(id)s, %(inc)s, %(rack)s, %(listeners)s,"
+    "  " + _NOW + " + %(timeout)s * interval '1 millisecond' FROM touched"
     " ON CONFLICT (broker_id) DO UPDATE SET incarnation = excluded.incarnation,"
     "  rack = excluded.rack, listeners = excluded.listeners, registered_at = " + _NOW + ","
     "  lease_expires = excluded.lease_expires, tenant_connections = '{}'"
@@ -77,11 +73,19 @@ _LIVE_BROKERS = ("SELECT broker_id, rack, listeners FROM edge_brokers WHERE " + 
                  + " ORDER BY broker_id")
 
 _HEARTBEAT = (
-    "WITH touched AS (" + _TOUCH + " RETURNING 1), renewed AS (UPDATE edge_brokers"
+    "WITH clock AS (SELECT heard, " + _NOW + " - heard > %(s)s * interval '1 millisecond'"
+    "  AS silent FROM edge_registry_clock), " + _TOUCH + ","
+    " renewed AS (UPDATE edge_brokers b"
     "  SET lease_expires = " + _NOW + " + %(t)s * interval '1 millisecond',"
-    "   tenant_connections = %(conns)s::jsonb"
-    "  WHERE broker_id = %(id)s AND incarnation = %(inc)s AND " + _LIVE + " RETURNING 1)"
-    " SELECT EXISTS (SELECT 1 FROM renewed), concat_ws(' ',"
+    "   tenant_connections = CASE WHEN b.broker_id = %(id)s THEN %(conns)s::jsonb"
+    "    ELSE b.tenant_connections END"
+    "  FROM touched LEFT JOIN clock ON true"
+    "  WHERE (b.broker_id = %(id)s AND b.incarnation = %(inc)s AND (b." + _LIVE +
+    "    OR (clock.silent AND b.lease_expires > clock.heard)))"
+    "   OR (b.broker_id <> %(id)s AND clock.silent AND b.lease_expires > clock.heard"
+    "    AND b.lease_expires <= " + _NOW + ")"
+    "  RETURNING b.broker_id, b.broker_id = %(id)s AS mine)"
+    " SELECT EXISTS (SELECT 1 FROM renewed WHERE mine), concat_ws(' ',"
     "  (SELECT string_agg(broker_id || ':' || incarnation, ',' ORDER BY broker_id)"
     "   FROM edge_brokers WHERE " + _LIVE + "),"
     "  (SELECT count(*) || ':' || count(owner_broker) || ':' || coalesce(sum(owner_epoch), 0)"
@@ -90,13 +94,17 @@ _HEARTBEAT = (
     "   FROM edge_kv WHERE key IN ('" + pg_changes.TOPICS + "', '" + pg_changes.KV + "'))),"
     " (SELECT coalesce(jsonb_object_agg(tenant, n), '{}') FROM (SELECT c.key AS tenant,"
     "   sum(c.value::bigint) AS n FROM edge_brokers b, jsonb_each_text(b.tenant_connections) c"
-    "   WHERE b.broker_id <> %(id)s AND " + "b." + _LIVE + " GROUP BY c.key) o)")
+    "   WHERE b.broker_id <> %(id)s AND " + "b." + _LIVE + " GROUP BY c.key) o),"
+    " (SELECT array_agg(broker_id ORDER BY broker_id) FROM renewed WHERE NOT mine)")
 """Renew the lease and publish this broker's connections per tenant, and read the
 registry's stamp (``Renewal``) in the same round trip: the live brokers with their
 incarnations, the partitions (how many, how many owned, the sum of their epochs: every
 change of owner moves an epoch up) and the change counters (``pg_changes``); and the other
 live brokers' published connections summed per tenant. Both read the registry as of
-before the renewal. The registry's clock is moved on with it."""
+before the renewal. The registry's clock is moved on with it: when it had heard no broker
+for ``%(s)s`` ms (the clock read as of before), the leases that ran out during that
+silence are renewed too, this broker's among them (module docstring); the last column
+names the other brokers so renewed."""
 
 _CLAIM = (
     "UPDATE edge_partitions p SET owner_broker = %(me)s, owner_epoch = p.owner_epoch + 1"
@@ -179,10 +187,8 @@ class PgCluster:
     def register(self, me: BrokerRecord, session_timeout_ms: int) -> None:
         self._incarnation = uuid.uuid4()
         with self._db.tx() as conn:
-            # a broker started: whatever silence came before was the brokers', not the
-            # database's (a cluster started again after all its brokers died); the clock
-            # first, as a heartbeat locks it before the leases
-            conn.execute(_TOUCH)
+            # the registration touches the clock: whatever silence came before was the
+            # brokers', not the database's (a cluster started again after its brokers died)
             row = conn.execute(_REGISTER, {
                 "id": me.broker_id, "inc": self._incarnation, "rack": me.rack,
                 "listeners": _listeners_json(me), "timeout": session_timeout_ms}).fetchone()
@@ -214,34 +220,21 @@ class PgCluster:
                   silence_ms: int | None = None) -> Renewal:
         if self._me is None:
             return Renewal(False)
-        with self._db.tx() as conn:
-            if silence_ms is not None:
-                self._end_silence(conn, session_timeout_ms, silence_ms)
+        with self._db.autocommit() as conn:
             row = conn.execute(_HEARTBEAT, {"t": session_timeout_ms, "id": self._me,
-                                            "inc": self._incarnation,
+                                            "inc": self._incarnation, "s": silence_ms,
                                             "conns": json.dumps(dict(connections or {}))}
                                ).fetchone()
         assert row is not None
-        elsewhere = row[2]
-        assert isinstance(elsewhere, dict)
-        return Renewal(bool(row[0]), str(row[1]),
-                       {str(tenant): int(count) for tenant, count in elsewhere.items()})
-
-    def _end_silence(self, conn: Conn, session_timeout_ms: int, silence_ms: int) -> None:
-        """If the registry heard no broker for ``silence_ms``, renew the leases that ran
-        out during that silence (this broker's too), in the heartbeat's transaction; the
-        registry's clock stays locked until it commits, so the next heartbeat finds the
-        silence over."""
-        row = conn.execute(_SILENCE, {"s": silence_ms}).fetchone()
-        if row is None or not row[1]:
-            return
-        renewed = conn.execute(_RENEW_SILENCED, {"t": session_timeout_ms,
-                                                 "heard": row[0]}).fetchall()
-        if renewed:
+        elsewhere, silenced = row[2], row[3]
+        assert isinstance(elsewhere, dict) and isinstance(silenced, list | None)
+        if silenced:
             log.warning("the registry heard no broker for over %d ms (the database was "
                         "away): the leases of brokers %s, which ran out meanwhile, are "
                         "renewed, not judged dead", silence_ms,
-                        ", ".join(str(r[0]) for r in renewed))
+                        ", ".join(str(broker) for broker in silenced))
+        return Renewal(bool(row[0]), str(row[1]),
+                       {str(tenant): int(count) for tenant, count in elsewhere.items()})
 
     def reserve_connection(self, tenant: str, count: int, cap: int) -> bool:
         if self._me is None:
