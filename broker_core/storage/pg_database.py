@@ -33,6 +33,10 @@ _CHECKOUT_TIMEOUT_S = 1.0
 write fails after this (a retriable error) instead of holding its caller."""
 _STATEMENT_TIMEOUT_MS = 5000
 """Longest a statement, or an unanswered send to the database host, may take."""
+_IDLE_IN_TRANSACTION_MS = _STATEMENT_TIMEOUT_MS // 2
+"""Longest a transaction may wait for its next statement (its statements follow one
+another from one thread): shorter than a statement's timeout, so that a statement waiting
+for the locks of a stopped broker's transaction gets them before it times out."""
 
 _SESSION: dict[str, object] = {
     "connect_timeout": _CONNECT_TIMEOUT_S, "autocommit": True,
@@ -40,7 +44,10 @@ _SESSION: dict[str, object] = {
     # up: statements and silent peers time out
     "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 2,
     "tcp_user_timeout": _STATEMENT_TIMEOUT_MS,
-    "options": f"-c statement_timeout={_STATEMENT_TIMEOUT_MS}"}
+    # a broker stopped (SIGSTOP, a VM pause) between two statements of a transaction keeps
+    # its connection alive, and its row locks with it: the server ends such a session
+    "options": f"-c statement_timeout={_STATEMENT_TIMEOUT_MS}"
+               f" -c idle_in_transaction_session_timeout={_IDLE_IN_TRANSACTION_MS}"}
 """Connection settings of every connection to the storage database."""
 
 logging.getLogger("psycopg.pool").setLevel(logging.ERROR)

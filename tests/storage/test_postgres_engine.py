@@ -223,3 +223,33 @@ def test_a_database_restart_loses_nothing_acknowledged(own_server: PostgresServe
     finally:
         if broker.alive():
             broker.kill()
+
+
+def test_a_transaction_left_idle_gives_its_locks_up(url: str) -> None:
+    """A broker stopped between two statements of a transaction (SIGSTOP, a paused VM)
+    keeps its connection, and would keep its row locks for as long as it is stopped: the
+    server ends such a session after the statement timeout, so another broker's write of
+    the same row goes through instead of timing out again and again."""
+    from broker_core.storage.errors import DatabaseUnavailable
+    from broker_core.storage.pg_database import Database
+
+    stopped = Database(url, "a stopped broker")
+    other = Database(url, "another broker")
+    try:
+        with pytest.raises(DatabaseUnavailable), stopped.tx() as conn:
+            conn.execute("UPDATE edge_registry_clock SET heard = now()")
+            # the other broker's write of the locked row, from a thread: it waits
+            done = threading.Event()
+
+            def write() -> None:
+                other.statement("UPDATE edge_registry_clock SET heard = now()", {})
+                done.set()
+
+            writer = threading.Thread(target=write)
+            writer.start()
+            writer.join(12)  # "stopped" meanwhile: idle in its transaction
+            assert done.is_set()  # the server ended the idle session: the lock went
+        writer.join()
+    finally:
+        stopped.close()
+        other.close()
