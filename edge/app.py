@@ -132,8 +132,10 @@ def _broker_settings(config: BrokerConfig, log_dir: str) -> dict[str, BrokerSett
     return {
         "broker.id": setting(str(config.broker_id), TYPE_INT, "broker_id"),
         "listeners": setting(listeners, TYPE_STRING, "kafka_listeners"),
+        # the listeners' addresses unless advertised ones are given: set by either
         "advertised.listeners": setting(config.kafka_advertised_listeners or listeners,
-                                        TYPE_STRING, "kafka_advertised_listeners"),
+                                        TYPE_STRING, "kafka_advertised_listeners",
+                                        "kafka_listeners"),
         "listener.security.protocol.map": setting(config.kafka_protocol_map, TYPE_STRING,
                                                   "kafka_protocol_map"),
         "log.dirs": setting(log_dir, TYPE_STRING, "data_dir", "storage_url"),

@@ -134,7 +134,8 @@ class ValidatorSettings(BaseModel):
         "if the issuer is down)", ge=1, le=86400 * 7)] = 3600.0
     http_timeout_seconds: Annotated[float, key(
         "oauth.http.timeout.seconds",
-        "time limit of each discovery or JWKS request as a whole (connecting, TLS, "
+        "time limit of each discovery or JWKS request as a whole (resolving the host "
+        "name, connecting, TLS, "
         "redirects within its origin, the answer however slowly it comes)",
         ge=0.1, le=120)] = 5.0
     max_lifetime_seconds: int = 0

@@ -57,13 +57,14 @@ def test_a_broker_value_is_static_only_where_the_broker_config_sets_it(
     static = {name for name, entry in configs.items()
               if entry.source == ConfigSource.STATIC_BROKER_CONFIG.value}
     # logRetentionMs, defaultNumPartitions, and kafkaListeners and dataDir of the harness
-    assert static == {"log.retention.ms", "num.partitions", "listeners", "log.dirs"}
+    # advertised.listeners: the listeners' addresses, set in the broker's config
+    assert static == {"log.retention.ms", "num.partitions", "listeners",
+                      "advertised.listeners", "log.dirs"}
     retention = configs["log.retention.ms"]
     assert (retention.value, retention.is_default) == ("3600000", False)
     assert _synonyms(retention) == {"log.retention.ms": ("3600000", STATIC_BROKER_CONFIG)}
     assert configs["num.partitions"].value == "2"
-    for name in ("log.segment.bytes", "broker.id", "auto.create.topics.enable",
-                 "advertised.listeners"):
+    for name in ("log.segment.bytes", "broker.id", "auto.create.topics.enable"):
         entry = configs[name]
         assert entry.source == ConfigSource.DEFAULT_CONFIG.value and entry.is_default, name
         assert _synonyms(entry) == {name: (entry.value, DEFAULT_CONFIG)}, name
