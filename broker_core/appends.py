@@ -188,23 +188,20 @@ class AppendPath:
         follower: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         follower.add_done_callback(_retrieve)
 
-        def answer(error: BaseException | None) -> None:
-            _resolve(follower, error)
-
         def follow(done: asyncio.Future[None]) -> None:
             if follower.done():
                 return
             error = (OSError(errno.ECANCELED, "the commit was cancelled") if done.cancelled()
                      else done.exception())
             if error is None or isinstance(error, AppendFenced):
-                answer(error)
+                _resolve(follower, error)
                 return
             # logged once by the original's settle: answered, not logged again
             fault = ReportedFault(errno.EIO, str(error))
             if asked is None:
-                answer(fault)
+                _resolve(follower, fault)
             else:
-                self._read_back(asked, lambda stored: answer(None if stored else fault))
+                self._read_back(asked, lambda stored: _resolve(follower, None if stored else fault))
 
         last.add_done_callback(follow)
         return follower

@@ -94,7 +94,7 @@ _HEARTBEAT = (
     "   FROM edge_kv WHERE key IN ('" + pg_changes.TOPICS + "', '" + pg_changes.KV + "'))),"
     " (SELECT coalesce(jsonb_object_agg(tenant, n), '{}') FROM (SELECT c.key AS tenant,"
     "   sum(c.value::bigint) AS n FROM edge_brokers b, jsonb_each_text(b.tenant_connections) c"
-    "   WHERE b.broker_id <> %(id)s AND " + "b." + _LIVE + " GROUP BY c.key) o),"
+    "   WHERE b.broker_id <> %(id)s AND b." + _LIVE + " GROUP BY c.key) o),"
     " (SELECT array_agg(broker_id ORDER BY broker_id) FROM renewed WHERE NOT mine)")
 """Renew the lease and publish this broker's connections per tenant, and read the
 registry's stamp (``Renewal``) in the same round trip: the live brokers with their
@@ -113,7 +113,7 @@ _CLAIM = (
     "  AND EXISTS (SELECT 1 FROM edge_brokers WHERE broker_id = %(me)s"
     "   AND incarnation = %(inc)s AND " + _LIVE + ")"
     "  AND (p.owner_broker IS NULL OR p.owner_broker = %(me)s OR NOT EXISTS ("
-    "   SELECT 1 FROM edge_brokers b WHERE b.broker_id = p.owner_broker AND " + "b." + _LIVE + "))"
+    "   SELECT 1 FROM edge_brokers b WHERE b.broker_id = p.owner_broker AND b." + _LIVE + "))"
     " RETURNING p.topic, p.partition, p.owner_epoch, p.id")
 """Take the partitions asked for whose owner is nobody, this broker, or dead."""
 
@@ -131,7 +131,7 @@ _RESERVE = (
     "  ARRAY[%(tenant)s], to_jsonb(%(count)s::bigint))"
     " WHERE broker_id = %(id)s AND incarnation = %(inc)s AND %(count)s + (SELECT"
     "  coalesce(sum((b.tenant_connections ->> %(tenant)s)::bigint), 0) FROM edge_brokers b"
-    "  WHERE b.broker_id <> %(id)s AND " + "b." + _LIVE + ") <= %(cap)s"
+    "  WHERE b.broker_id <> %(id)s AND b." + _LIVE + ") <= %(cap)s"
     " RETURNING 1")
 """Publish this broker's connections of a tenant if the cluster's stay within the cap
 (run under the tenant's advisory lock, so two brokers' reservations never both pass)."""
@@ -186,9 +186,11 @@ class PgCluster:
 
     def register(self, me: BrokerRecord, session_timeout_ms: int) -> None:
         self._incarnation = uuid.uuid4()
-        with self._db.tx() as conn:
-            # the registration touches the clock: whatever silence came before was the
-            # brokers', not the database's (a cluster started again after its brokers died)
+        # each statement commits alone: the registration touches (locks) the registry's
+        # clock, which no broker holds from one round trip to the next (``_TOUCH``);
+        # whatever silence came before was the brokers', not the database's (a cluster
+        # started again after its brokers died)
+        with self._db.autocommit() as conn:
             row = conn.execute(_REGISTER, {
                 "id": me.broker_id, "inc": self._incarnation, "rack": me.rack,
                 "listeners": _listeners_json(me), "timeout": session_timeout_ms}).fetchone()
