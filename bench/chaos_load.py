@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +64,7 @@ class Acked:
     at: float
 
 
-class LoadThread(threading.Thread):
+class LoadThread(threading.Thread, ABC):
     """A load in a thread; an exception that ends it is kept for the summary."""
 
     def __init__(self, name: str, clock: Clock) -> None:
@@ -93,9 +94,9 @@ class LoadThread(threading.Thread):
         except BaseException as exc:  # reported, the run goes on
             self.crashed = exc
 
+    @abstractmethod
     def work(self) -> None:
         """The load itself, until :attr:`halt` is set: each kind of load defines it."""
-        raise NotImplementedError(f"{type(self).__name__} defines no load")
 
 
 class IdempotentLoad(LoadThread):
