@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import crc32c
 
 from broker_core.codec.compression import MAX_INFLATED_BYTES
+from broker_core.codec.varints import Buffer
 from broker_core.errors import ErrorCode, KafkaApiError
 
 BATCH_HEADER_SIZE = 61
@@ -264,6 +265,24 @@ def stamp_log_append_time(batch: bytearray, header: BatchHeader, now_ms: int) ->
     _INT16.pack_into(batch, ATTRIBUTES_AT, attributes)
     _INT64.pack_into(batch, MAX_TIMESTAMP_AT, now_ms)
     return replace(header, attributes=attributes, max_timestamp=now_ms, crc=seal(batch))
+
+
+def same_batch(stored: Buffer, sent: Buffer) -> bool:
+    """Whether ``sent`` (a batch as a producer sends it) is the batch ``stored``, compared
+    from its attributes on: the base offset, length and leader epoch before them are set by
+    the append. When ``stored`` was stamped LogAppendTime (``stamp_log_append_time``), its
+    timestamp-type bit and max timestamp are the broker's and the rest is compared."""
+    mine, theirs = memoryview(stored), memoryview(sent)
+    if len(mine) != len(theirs) or len(mine) < BATCH_HEADER_SIZE:
+        return False
+    attributes = _INT16.unpack_from(mine, ATTRIBUTES_AT)[0]
+    if not attributes & TIMESTAMP_TYPE_BIT:
+        return mine[CRC_AT:] == theirs[CRC_AT:]
+    sent_attributes = _INT16.unpack_from(theirs, ATTRIBUTES_AT)[0]
+    between = slice(LAST_OFFSET_DELTA_AT, MAX_TIMESTAMP_AT)
+    after = slice(MAX_TIMESTAMP_AT + _INT64.size, None)
+    return (attributes == sent_attributes | TIMESTAMP_TYPE_BIT
+            and mine[between] == theirs[between] and mine[after] == theirs[after])
 
 
 def check_append(batch: bytes | bytearray | memoryview, header: BatchHeader) -> None:

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
-from broker_core.codec.batch_header import BatchHeader, check_append, set_base_offset
+from broker_core.codec.batch_header import BatchHeader, check_append, same_batch, set_base_offset
 from broker_core.codec.varints import Buffer as BatchBytes
 
 from . import pg_entries
@@ -60,8 +60,6 @@ from .segments import SealedSegment, check_cover
 
 _CHUNK = 64
 """Rows per query when reading forward."""
-_CRC_AT = 17
-"""Where a v2 batch's CRC starts (after base offset, length, leader epoch and magic)."""
 
 T = TypeVar("T")
 
@@ -289,8 +287,7 @@ class PgPartition(FilelessPartition):
         return base
 
     def holds(self, base: int, batch: BatchBytes) -> bool:
-        """Compared from the batch's CRC on (the part its CRC covers, and the CRC): the
-        base offset and length before it are set by the append."""
+        """Compared as ``same_batch`` does (a LogAppendTime topic's batch is stamped)."""
         with self._lock:
             self._check_open()
         with self._db.autocommit() as conn:
@@ -301,7 +298,7 @@ class PgPartition(FilelessPartition):
             return False
         stored = row[0]
         assert isinstance(stored, bytes | bytearray | memoryview)
-        return bytes(stored)[_CRC_AT:] == bytes(batch)[_CRC_AT:]
+        return same_batch(stored, batch)
 
     def append_deferred(self, batch: BatchBytes, header: BatchHeader,
                         generation: int | None = None) -> tuple[int, asyncio.Future[None]]:

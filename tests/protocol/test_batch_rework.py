@@ -13,7 +13,13 @@ import zlib
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from broker_core.codec.batch_header import read_header, stamp_log_append_time, validate_produced
+from broker_core.codec.batch_header import (
+    read_header,
+    same_batch,
+    set_base_offset,
+    stamp_log_append_time,
+    validate_produced,
+)
 from broker_core.codec.compression import CODEC_BY_NAME, codec_of
 from broker_core.codec.rework import Rework, rework
 from broker_core.errors import ErrorCode, KafkaApiError
@@ -116,3 +122,22 @@ def test_stamping_log_append_time_gives_the_batch_header_as_stamped(codec: int) 
     assert stamped == validate_produced(batch)  # CRC sealed again, fields as read back
     assert stamped.log_append_time and stamped.max_timestamp == 1_800_000_000_000
     assert DefaultRecordBatch(bytes(batch)).validate_crc()
+
+
+def test_a_retry_is_the_same_batch_as_its_stored_copy_even_stamped_log_append_time() -> None:
+    """How a produce whose commit's answer was lost is judged by what is stored
+    (``PartitionStore.holds``): the stored copy has its offset set, and on a LogAppendTime
+    topic the broker's timestamp-type bit and max timestamp; the client's retry has
+    neither. Any other difference is another batch."""
+    sent = built(0, 5)
+    stored = bytearray(sent)
+    set_base_offset(stored, 1234)
+    assert same_batch(stored, sent)
+    stamp_log_append_time(stored, validate_produced(stored), 1_800_000_000_000)
+    assert same_batch(stored, sent)
+    assert not same_batch(stored, sent[:-1])
+    for at in (22, 30, 50, len(sent) - 1):  # attributes, base timestamp, producer id, a record
+        other = bytearray(sent)
+        other[at] ^= 1
+        assert not same_batch(stored, other)
+        assert not same_batch(sent, other)

@@ -55,7 +55,8 @@ def _produce(conn: RawConnection, topic: str, sequence: int) -> tuple[int, int]:
     return int(partition.error_code), int(partition.base_offset)
 
 
-def _lose_the_answer(tmp_path: Path, topic: str, retries: int) -> list[tuple[int, int]]:
+def _lose_the_answer(tmp_path: Path, topic: str, retries: int,
+                     config: dict[str, str] | None = None) -> list[tuple[int, int]]:
     """Produce sequence 1 while the database's answer to its commit is lost (stored, then
     the connection cut), and ``retries`` copies of it on other connections while that
     commit is under way; the answers, the original's first. The database answers again
@@ -66,7 +67,7 @@ def _lose_the_answer(tmp_path: Path, topic: str, retries: int) -> list[tuple[int
         broker = BrokerProcess(tmp_path, {"storageUrl": proxy.url}).start()
         conns = [RawConnection(broker.port, timeout=60) for _ in range(1 + retries)]
         try:
-            create_topic(broker.bootstrap, topic, 1)
+            create_topic(broker.bootstrap, topic, 1, config)
             assert _produce(conns[0], topic, 0) == (0, 0)
             before = stored_end(url, internal)
             proxy.hold()
@@ -115,3 +116,11 @@ def test_a_retry_of_a_batch_whose_commit_answer_was_lost_is_answered_by_what_is_
     # a retry (a client whose connection dropped sends the batch again) judged a
     # duplicate while that commit is under way: answered by what is stored too
     assert _lose_the_answer(tmp_path, topic_name, retries=2) == [(0, 1)] * 3
+
+
+def test_a_retry_on_a_log_append_time_topic_is_answered_by_what_is_stored(
+        tmp_path: Path, topic_name: str) -> None:
+    # the stored copy carries the broker's timestamp; the retry, the producer's: the same
+    # batch all the same
+    assert _lose_the_answer(tmp_path, topic_name, retries=1,
+                            config={"message.timestamp.type": "LogAppendTime"}) == [(0, 1)] * 2
