@@ -297,12 +297,12 @@ class BrokerApp:
             Throttling(self.quotas))
         self.home = Namespace(config.kafka_tenant, config.kafka_namespace)
         mechanisms = listener_mechanisms(config)
-        shared_tls: list[ssl.SSLContext] = []
+        shared_tls: dict[bool, ssl.SSLContext] = {}  # one per kind: SSL, SASL_SSL
 
-        def context() -> ssl.SSLContext:
-            if not shared_tls:
-                shared_tls.append(tls_context(config))
-            return shared_tls[0]
+        def context(sasl: bool) -> ssl.SSLContext:
+            if sasl not in shared_tls:
+                shared_tls[sasl] = tls_context(config, sasl)
+            return shared_tls[sasl]
 
         self.security: dict[str, ListenerSecurity] = {
             spec.name: listener_security(config, spec, mechanisms, context)

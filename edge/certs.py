@@ -62,8 +62,9 @@ def _key_pem(key: rsa.RSAPrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
-class _Authority:
-    """The CA: its key signs the leaf certificates, then is forgotten."""
+class Authority:
+    """The CA: its key signs the leaf certificates, then is forgotten (tests keep one to
+    sign client certificates of any subject)."""
 
     def __init__(self, days: int) -> None:
         self.now = datetime.datetime.now(datetime.UTC)
@@ -84,12 +85,14 @@ class _Authority:
             .sign(self.key, hashes.SHA256())
         )
 
-    def leaf(self, common_name: str, hosts: Sequence[str]) -> tuple[bytes, bytes]:
-        """A certificate and its key: a server one for ``hosts``, a client one without."""
+    def leaf(self, subject: str | x509.Name, hosts: Sequence[str]) -> tuple[bytes, bytes]:
+        """A certificate and its key: a server one for ``hosts``, a client one without;
+        ``subject`` is its common name, or its whole subject."""
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         usage = ExtendedKeyUsageOID.SERVER_AUTH if hosts else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (
-            x509.CertificateBuilder().subject_name(_name(common_name))
+            x509.CertificateBuilder().subject_name(
+                subject if isinstance(subject, x509.Name) else _name(subject))
             .issuer_name(self.cert.subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(self.now - datetime.timedelta(minutes=5))
@@ -128,7 +131,7 @@ def make_certs(directory: Path, hosts: Sequence[str] = DEFAULT_HOSTS,
     if present and not overwrite:
         raise FileExistsError(f"already there (use --force to replace): {', '.join(present)}")
     directory.mkdir(parents=True, exist_ok=True)
-    authority = _Authority(days)
+    authority = Authority(days)
     server_pem, server_key = authority.leaf(hosts[0], hosts)
     _write(files.ca, authority.cert.public_bytes(serialization.Encoding.PEM), private=False)
     _write(files.cert, server_pem, private=False)

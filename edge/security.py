@@ -16,7 +16,7 @@ from pathlib import Path
 
 from edge.config import BrokerConfig, ConfigError, parse_properties
 from listeners.spec import ListenerSpec
-from listeners.tls import TlsConfigError, TlsSettings, server_context
+from listeners.tls import PrincipalMode, TlsConfigError, TlsSettings, server_context
 from oauth.errors import OAuthConfigError
 from oauth.jwks_validator import JwksTokenValidator
 from oauth.key_validator import JwtTokenValidator, TokenSettings
@@ -43,6 +43,8 @@ class ListenerSecurity:
     sasl: bool
     mechanisms: tuple[str, ...]
     tls: ssl.SSLContext | None
+    tls_principal: PrincipalMode = "CN"
+    """What names the principal of a client certificate (``tlsPrincipal``)."""
 
 
 def _mechanism_list(names: tuple[str, ...], text: str, where: str) -> tuple[str, ...]:
@@ -195,8 +197,8 @@ def check_security(config: BrokerConfig) -> None:
     and the OAUTHBEARER settings. ConfigError names the first problem."""
     mechanisms = listener_mechanisms(config)
     specs = config.listener_specs()
-    if any(spec.protocol.uses_tls for spec in specs):
-        tls_context(config)
+    for sasl in {spec.protocol.uses_sasl for spec in specs if spec.protocol.uses_tls}:
+        tls_context(config, sasl)
     needed = {m for spec in specs if spec.protocol.uses_sasl for m in mechanisms[spec.name]}
     _checked_bearer(config, token_validator(config), needed)
 
@@ -224,8 +226,11 @@ def sasl_factories(config: BrokerConfig, validator: TokenValidator | None,
     return factories
 
 
-def tls_context(config: BrokerConfig) -> ssl.SSLContext:
-    """The server context shared by SSL and SASL_SSL listeners."""
+def tls_context(config: BrokerConfig, sasl: bool) -> ssl.SSLContext:
+    """The server context of the SSL listeners (``sasl`` False: they ask for client
+    certificates, as ``tlsTrustCertsFilePath`` and ``tlsRequireTrustedClientCertOnConnect``
+    say) or of the SASL_SSL ones (True: they ask for none, their clients log in by SASL;
+    Kafka's ``ssl.client.auth`` is for SSL listeners too, KIP-684)."""
     if not config.tls_certificate_file_path or not config.tls_key_file_path:
         raise ConfigError("SSL and SASL_SSL listeners need 'tlsCertificateFilePath' and "
                           "'tlsKeyFilePath'")
@@ -233,17 +238,19 @@ def tls_context(config: BrokerConfig) -> ssl.SSLContext:
         return server_context(TlsSettings(
             config.tls_certificate_file_path, config.tls_key_file_path,
             config.tls_trust_certs_file_path,
-            config.tls_require_trusted_client_cert_on_connect))
+            config.tls_require_trusted_client_cert_on_connect, client_certs=not sasl))
     except TlsConfigError as exc:
         raise ConfigError(str(exc)) from exc
 
 
 def listener_security(config: BrokerConfig, spec: ListenerSpec,
                       mechanisms: Mapping[str, tuple[str, ...]],
-                      context: Callable[[], ssl.SSLContext]) -> ListenerSecurity:
-    """The security of one listener."""
+                      context: Callable[[bool], ssl.SSLContext]) -> ListenerSecurity:
+    """The security of one listener (``context(sasl)``: the TLS context of its kind,
+    :func:`tls_context`)."""
     return ListenerSecurity(
         name=spec.name, sasl=spec.protocol.uses_sasl,
         mechanisms=mechanisms[spec.name] if spec.protocol.uses_sasl else (),
-        tls=context() if spec.protocol.uses_tls else None,
+        tls=context(spec.protocol.uses_sasl) if spec.protocol.uses_tls else None,
+        tls_principal=config.tls_principal,
     )

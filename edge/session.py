@@ -50,8 +50,8 @@ from edge.denials import LoginFailures
 from edge.metrics import AUTHENTICATIONS, CONNECTIONS
 from edge.quotas import ConnectionGate
 from edge.security import ListenerSecurity, SaslFactory
-from listeners.server import ConnectionInfo, FrameError, Request
-from listeners.tls import certificate_principal
+from listeners.server import ConnectionInfo, ConnectionRefused, FrameError, Request
+from listeners.tls import CertificateRefused, certificate_principal
 from sasl.connection_state import ConnectionSasl, Handshake
 from sasl.errors import MECHANISM_LIMIT, SaslFailure, SaslPending
 from sasl.printable import printable
@@ -102,7 +102,9 @@ class Session:
         self.failed_delay_ms = failed_delay_ms
         self.audit = audit
         self.sasl = ConnectionSasl(security.sasl, max_reauth_ms)
-        self.principal = certificate_principal(info.tls) or ANONYMOUS
+        self.principal = ANONYMOUS
+        """Who the connection acts as: a SASL login's role, a client certificate's
+        principal (``tlsPrincipal``), else ANONYMOUS (no certificate)."""
         self.home = home
         self.max_receive_before_login = max_receive_before_login
         self.client_id: str | None = None
@@ -127,6 +129,22 @@ class Session:
         self.muted_until = 0.0
         """Until when (``time.monotonic()``) the listener does not read the connection: a
         request over a quota mutes it for its throttle time (KIP-219)."""
+        try:
+            self.principal = certificate_principal(info.tls, security.tls_principal) or \
+                ANONYMOUS
+        except CertificateRefused as refused:
+            self._refuse_certificate(str(refused))
+
+    def _refuse_certificate(self, reason: str) -> None:
+        """A verified client certificate that names no principal is a failed login
+        (ConnectionRefused: the listener closes the connection after its handshake), not
+        ANONYMOUS, which is for connections without a certificate: reported as every
+        failed login, within the bounds of ``failures``."""
+        if self._failure_counted():
+            self._audit("authentication", "failure", mechanism="SSL", reason=reason)
+            log.warning("client certificate from %s on %s refused: %s", self.info.peer,
+                        self.info.listener, reason, extra=self._log_fields())
+        raise ConnectionRefused(reason)
 
     @property
     def frame_limit(self) -> int | None:

@@ -45,6 +45,9 @@ from listeners.sendfile import send_now, write_parts
 # the logger name operators know from the broker's log (this code was listeners.server)
 log = logging.getLogger("listeners.server")
 _SIZE = struct.Struct(">i")
+TLS_HANDSHAKE_PREFIX = b"\x16\x03"
+"""How a TLS record of a handshake (a ClientHello) starts: content type 22, version 3.x;
+as a frame size more than 369 million bytes, beyond any frame limit."""
 _T = TypeVar("_T")
 _READ_LIMIT = 1 << 20
 """The read buffer of a logged-in connection (the StreamReader pauses at twice this)."""
@@ -201,9 +204,14 @@ class Connection:
         limit = self.handler.frame_limit
         most = self.limits.max_frame_bytes if limit is None else limit
         if size <= 0 or size > most:
-            log.warning("closing connection from %s on %s: frame size %d outside 1..%d%s",
-                        self.info.peer, self.info.listener, size, most,
-                        "" if limit is None else " (before authentication)")
+            if self.info.tls is None and prefix[:2] == TLS_HANDSHAKE_PREFIX:
+                log.warning("closing connection from %s on %s: TLS on a listener without TLS "
+                            "(the client sent a TLS handshake record)",
+                            self.info.peer, self.info.listener)
+            else:
+                log.warning("closing connection from %s on %s: frame size %d outside "
+                            "1..%d%s", self.info.peer, self.info.listener, size, most,
+                            "" if limit is None else " (before authentication)")
             if limit is not None:
                 self._reject(f"frame of {size} bytes before authentication (limit {most})")
             return None

@@ -40,7 +40,8 @@ class FrameError(Exception):
 class ConnectionRefused(Exception):
     """A listener's ``on_accept`` verdict that a new connection is not served (a quota on
     new connections of its address): it is closed at once, before its TLS handshake, and
-    ``on_accept`` has said why."""
+    ``on_accept`` has said why; or the handler factory's, after the handshake (a client
+    certificate that names no principal): it has said why too."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -263,7 +263,11 @@ class ListenerServer:
             writer.close()
             return
         info = ConnectionInfo(self.name, peer, tls)
-        handler = self.factory(info)
+        try:
+            handler = self.factory(info)
+        except ConnectionRefused:  # a client certificate refused: the factory said why
+            writer.close()
+            return
         connection = Connection(reader, writer, handler, info, self.limits,
                                 self.budget, self.on_reject, self.gate, self.closing)
         self._connections.add(connection)

@@ -19,6 +19,7 @@ import confluent_kafka
 import jwt
 from aiokafka.helpers import create_ssl_context
 from confluent_kafka.admin import AdminClient, NewTopic
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from kafka.protocol.admin import (
@@ -69,7 +70,7 @@ from kafka.protocol.sasl import (
 )
 from kafka.record.memory_records import MemoryRecords
 
-from edge.certs import make_certs
+from edge.certs import DEFAULT_HOSTS, Authority, make_certs
 from tests import clients
 from tests.broker_process import BrokerProcess
 from tests.clients import PARTITIONS, Got, Rec
@@ -114,6 +115,39 @@ def make_tls(directory: Path) -> TlsFiles:
     files = make_certs(directory, client_cn="client-role", days=2, overwrite=True)
     assert files.client_cert is not None and files.client_key is not None
     return TlsFiles(files.ca, files.cert, files.key, files.client_cert, files.client_key)
+
+
+class ClientAuthority:
+    """A test CA that keeps its key: the broker's certificate and client certificates of
+    any subject (``tlsTrustCertsFilePath`` is :attr:`ca`)."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.authority = Authority(days=2)
+        self.ca = directory / "ca.pem"
+        self.ca.write_bytes(self.authority.cert.public_bytes(serialization.Encoding.PEM))
+        self.cert, self.key = self._write("server", *self.authority.leaf(
+            DEFAULT_HOSTS[0], DEFAULT_HOSTS))
+
+    def _write(self, name: str, cert: bytes, key: bytes) -> tuple[Path, Path]:
+        paths = self.directory / f"{name}.pem", self.directory / f"{name}.key"
+        paths[0].write_bytes(cert)
+        paths[1].write_bytes(key)
+        return paths
+
+    def client(self, name: str, *attributes: tuple[x509.ObjectIdentifier, str]
+               ) -> tuple[Path, Path]:
+        """A client certificate and key whose subject holds ``attributes`` in that (DER)
+        order."""
+        subject = x509.Name([x509.NameAttribute(oid, value) for oid, value in attributes])
+        return self._write(name, *self.authority.leaf(subject, ()))
+
+    def broker_settings(self, require: bool = True) -> dict[str, str]:
+        """The broker keys serving the server certificate and trusting this CA."""
+        return {"tlsCertificateFilePath": str(self.cert), "tlsKeyFilePath": str(self.key),
+                "tlsTrustCertsFilePath": str(self.ca),
+                "tlsRequireTrustedClientCertOnConnect": str(require).lower()}
 
 
 # -- tokens ------------------------------------------------------------------------------

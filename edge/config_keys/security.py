@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from common.settings import key
 from edge.config_types import INT_MAX, SecretKeyUrl
+from listeners.tls import PrincipalMode
 
 TokenExpiration = Literal["REQUIRED", "OPTIONAL"]
 
@@ -78,10 +79,17 @@ class ListenerSecurityKeys(BaseModel):
         "PEM private key of that certificate")] = ""
     tls_trust_certs_file_path: Annotated[str, key(
         "tlsTrustCertsFilePath",
-        "PEM CA certificates trusted for client certificates")] = ""
+        "PEM CA certificates trusted for client certificates on SSL listeners")] = ""
     tls_require_trusted_client_cert_on_connect: Annotated[bool, key(
         "tlsRequireTrustedClientCertOnConnect",
-        "require a client certificate; on SSL listeners its common name is the principal")] = False
+        "require a client certificate on SSL listeners (SASL_SSL listeners ask for none: "
+        "their clients log in by SASL); its principal is as `tlsPrincipal` says")] = False
+    tls_principal: Annotated[PrincipalMode, key(
+        "tlsPrincipal",
+        "what names a client certificate's principal on SSL listeners: `CN` its subject's "
+        "common name (a certificate with none or several is refused), `DN` its whole "
+        "subject as RFC 4514, `CN=app,O=Acme` (Kafka's default); a connection without a "
+        "certificate is `ANONYMOUS`")] = "CN"
     max_connections_per_listener: Annotated[int, key(
         "maxConnectionsPerListener",
         "connections a listener holds at once, counted from their accept (before a TLS "
