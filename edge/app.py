@@ -68,6 +68,7 @@ from edge.security import (
     listener_security,
     sasl_factories,
     tls_context,
+    tls_source,
     token_expiration_notice,
     token_validator,
 )
@@ -81,6 +82,7 @@ from listeners.server import (
     ReadBudget,
 )
 from listeners.spec import ListenerSpec
+from listeners.tls_source import TlsContextSource
 
 log = logging.getLogger("edge.broker")
 SASL_STEP_THREADS = 4
@@ -297,11 +299,13 @@ class BrokerApp:
             Throttling(self.quotas))
         self.home = Namespace(config.kafka_tenant, config.kafka_namespace)
         mechanisms = listener_mechanisms(config)
-        shared_tls: dict[bool, ssl.SSLContext] = {}  # one per kind: SSL, SASL_SSL
+        shared_tls: dict[bool, TlsContextSource] = {}  # one per kind: SSL, SASL_SSL
 
-        def context(sasl: bool) -> ssl.SSLContext:
+        def context(sasl: bool) -> TlsContextSource:
             if sasl not in shared_tls:
-                shared_tls[sasl] = tls_context(config, sasl)
+                shared_tls[sasl] = tls_source(
+                    config, partial(tls_context, config, sasl),
+                    "the SASL_SSL listeners" if sasl else "the SSL listeners")
             return shared_tls[sasl]
 
         self.security: dict[str, ListenerSecurity] = {
@@ -329,6 +333,19 @@ class BrokerApp:
         self._joined = False
         self._stopping = False
         self.readiness = self._readiness()
+
+    def _tls(self, listener: str) -> Callable[[], ssl.SSLContext] | None:
+        """The current server context of ``listener``, read per connection (None: no TLS)."""
+        source = self.security[listener].tls
+        return None if source is None else source.current
+
+    def reload_tls(self, reason: str) -> None:
+        """Build every TLS listener's server context again from its files (SIGHUP)."""
+        sources = {id(s.tls): s.tls for s in self.security.values() if s.tls is not None}
+        if not sources:
+            log.info("%s: no TLS listener, nothing to reload", reason)
+        for source in sources.values():
+            source.check(reason)
 
     def _rejected(self, listener: str) -> Callable[[str, str], None]:
         """What ``listener`` calls for a connection it refused or closed before serving
@@ -436,7 +453,7 @@ class BrokerApp:
         bound = []
         for spec in specs:
             server = ListenerServer(spec.name, spec.host, spec.port, self._session, limits,
-                                    self.security[spec.name].tls, self._rejected(spec.name),
+                                    self._tls(spec.name), self._rejected(spec.name),
                                     unauthenticated, logins, counts,
                                     self.config.tls_handshake_timeout_ms / 1000,
                                     self.config.trusted_proxies().get(spec.name),
@@ -487,6 +504,7 @@ class BrokerApp:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stopping.set)
+        loop.add_signal_handler(signal.SIGHUP, self.reload_tls, "SIGHUP")
         await self.start()
         await self.stopping.wait()
         return await self.stop()

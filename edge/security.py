@@ -17,6 +17,7 @@ from pathlib import Path
 from edge.config import BrokerConfig, ConfigError, parse_properties
 from listeners.spec import ListenerSpec
 from listeners.tls import PrincipalMode, TlsConfigError, TlsSettings, server_context
+from listeners.tls_source import TlsContextSource
 from oauth.errors import OAuthConfigError
 from oauth.jwks_validator import JwksTokenValidator
 from oauth.key_validator import JwtTokenValidator, TokenSettings
@@ -42,7 +43,7 @@ class ListenerSecurity:
     name: str
     sasl: bool
     mechanisms: tuple[str, ...]
-    tls: ssl.SSLContext | None
+    tls: TlsContextSource | None
     tls_principal: PrincipalMode = "CN"
     """What names the principal of a client certificate (``tlsPrincipal``)."""
 
@@ -243,11 +244,21 @@ def tls_context(config: BrokerConfig, sasl: bool) -> ssl.SSLContext:
         raise ConfigError(str(exc)) from exc
 
 
+def tls_source(config: BrokerConfig, build: Callable[[], ssl.SSLContext],
+               listeners: str = "the SSL and SASL_SSL listeners") -> TlsContextSource:
+    """The context ``build`` makes from the TLS files of ``config`` (such as
+    :func:`tls_context`), built again for the new connections of ``listeners`` when those
+    files change or on SIGHUP; ConfigError when it cannot be built at start-up."""
+    return TlsContextSource(listeners, build,
+                            (config.tls_certificate_file_path, config.tls_key_file_path,
+                             config.tls_trust_certs_file_path))
+
+
 def listener_security(config: BrokerConfig, spec: ListenerSpec,
                       mechanisms: Mapping[str, tuple[str, ...]],
-                      context: Callable[[bool], ssl.SSLContext]) -> ListenerSecurity:
-    """The security of one listener (``context(sasl)``: the TLS context of its kind,
-    :func:`tls_context`)."""
+                      context: Callable[[bool], TlsContextSource]) -> ListenerSecurity:
+    """The security of one listener (``context(sasl)``: the TLS context source of its kind,
+    :func:`tls_source` of :func:`tls_context`)."""
     return ListenerSecurity(
         name=spec.name, sasl=spec.protocol.uses_sasl,
         mechanisms=mechanisms[spec.name] if spec.protocol.uses_sasl else (),

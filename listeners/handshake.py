@@ -32,6 +32,12 @@ minute). A TLS 1.2 handshake is two round trips, 1.3 one: seconds even on a poor
 link; the Java client gives a whole connection setup 10 s before its first retry
 (``socket.connection.setup.timeout.ms``)."""
 
+SHUTDOWN_SECONDS = 2.0
+"""How long a TLS connection the broker closes waits for the client's close_notify before
+its socket is closed anyway (uvloop's default of 30 s kept the descriptor, and the
+connection's slot under ``maxConnectionsPerIp``, for 30 s after a client that never
+answered)."""
+
 
 def peer_address(transport: asyncio.BaseTransport) -> str:
     """``host:port`` of the other end of a connection (an IPv4 client of a dual-stack
@@ -98,7 +104,7 @@ class TlsHandshake(asyncio.Protocol):
         try:
             tls = await asyncio.get_running_loop().start_tls(
                 transport, stream, self.context, server_side=True,
-                ssl_handshake_timeout=self.timeout_s)
+                ssl_handshake_timeout=self.timeout_s, ssl_shutdown_timeout=SHUTDOWN_SECONDS)
         except (OSError, TimeoutError) as exc:
             transport.abort()
             slot.release()

@@ -116,7 +116,7 @@ class ListenerServer:
     """One listening socket and the connections it accepted."""
 
     def __init__(self, name: str, host: str, port: int, factory: HandlerFactory,
-                 limits: Limits, ssl_context: ssl.SSLContext | None = None,
+                 limits: Limits, tls_context: Callable[[], ssl.SSLContext] | None = None,
                  on_reject: Callable[[str, str], None] | None = None,
                  budget: ReadBudget | None = None, gate: LoginGate | None = None,
                  counts: ConnectionCounts | None = None,
@@ -128,7 +128,10 @@ class ListenerServer:
         self.port = port
         self.factory = factory
         self.limits = limits
-        self.ssl_context = ssl_context
+        self.tls_context = tls_context
+        """The server context for a connection accepted now (TLS listeners; read per
+        connection: :class:`listeners.tls_source.TlsContextSource` rebuilds it when its files
+        change)."""
         self.on_reject = on_reject
         self.budget = budget or ReadBudget(limits.max_frame_bytes)
         self.gate = gate
@@ -151,7 +154,7 @@ class ListenerServer:
         """Bind and listen; return the bound port (useful with port 0)."""
         loop = asyncio.get_running_loop()
         factory: Callable[[], asyncio.BaseProtocol] = (
-            self._stream if self.ssl_context is None else self._tls_handshake)
+            self._stream if self.tls_context is None else self._tls_handshake)
         trusted = self.trusted_proxies
         if trusted is not None:
             factory = partial(ProxyStage, self.name, self.limits.max_connections, trusted,
@@ -184,8 +187,8 @@ class ListenerServer:
                        ) -> TlsHandshake:
         """The first protocol of a TLS connection (``peer``, ``admit``: after a PROXY
         protocol header, the client it named and the connection's slot)."""
-        assert self.ssl_context is not None
-        return TlsHandshake(self.ssl_context, self.name, partial(self._stream, peer=peer),
+        assert self.tls_context is not None
+        return TlsHandshake(self.tls_context(), self.name, partial(self._stream, peer=peer),
                             self.on_reject, self._handshakes, admit or self.admit,
                             self.handshake_seconds, peer)
 
@@ -197,7 +200,7 @@ class ListenerServer:
             slot.release()
             transport.abort()
             return
-        if self.ssl_context is not None:
+        if self.tls_context is not None:
             handshake = self._tls_handshake(peer, lambda _transport: slot)
             handshake.early += early
             transport.set_protocol(handshake)

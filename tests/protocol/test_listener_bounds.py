@@ -257,7 +257,8 @@ def test_connections_closed_any_way_are_freed_without_the_collector(
 
     async def test() -> None:
         server = ListenerServer("TEST", "127.0.0.1", 0, lambda _i: _Handler([], {}),
-                                Limits(idle_timeout_ms=400), ssl_context=server_tls)
+                                Limits(idle_timeout_ms=400),
+                                tls_context=None if server_tls is None else lambda: server_tls)
         port = await server.start()
         try:
             kinds = ["clean", "fail", "reset", "abort", "pending", "idle"] * 3
