@@ -60,6 +60,11 @@ from .segments import SealedSegment, check_cover
 
 _CHUNK = 64
 """Rows per query when reading forward."""
+_FOLLOW_BYTES = 1 << 20
+"""Batch bytes per query when following whole batches (``batches_from``: the cleaner,
+ListOffsets, the system topics), beyond the first batch, which always comes: a reader that
+stops early holds at most this much more than it used, not ``_CHUNK`` batches of any size.
+A read of headers alone has no such bound (61 bytes a row leave the server)."""
 
 T = TypeVar("T")
 
@@ -371,13 +376,17 @@ class PgPartition(FilelessPartition):
         with self._lock:
             self._check_open()
             self._check_offset(offset)
-        return self._follow(offset, HEADER_COLUMNS)
+        return self._follow(offset, HEADER_COLUMNS, None)
 
-    def _follow(self, offset: int, columns: str = ENTRY_COLUMNS) -> Iterator[BatchInfo]:
-        """Batches from ``offset`` on, following appends made while iterating."""
+    def _follow(self, offset: int, columns: str = ENTRY_COLUMNS,
+                max_bytes: int | None = _FOLLOW_BYTES) -> Iterator[BatchInfo]:
+        """Batches from ``offset`` on, following appends made while iterating: each query
+        up to ``_CHUNK`` rows and ``max_bytes`` of batches (the first row whatever its
+        size)."""
         while not self._closed and self._log_start <= offset < self._next:
             with self._db.autocommit() as conn:
-                rows = pg_entries.rows_from(conn, self._id, offset, _CHUNK, columns=columns)
+                rows = pg_entries.rows_from(conn, self._id, offset, _CHUNK, max_bytes,
+                                            columns=columns)
             if not rows:
                 return
             for info in rows:
