@@ -15,7 +15,10 @@ A snapshot only ever names an offset whose batches are already fsynced: it is en
 offset *O*, the partition is fsynced (covering *O*), and only then is the file replaced.
 So whatever a crash or a power loss leaves of the log still holds every batch below the
 snapshot's offset, and replaying from there is exact. A snapshot that is unreadable, or
-outside ``[log start, next offset]``, is ignored and the partition replayed from its start.
+outside ``[log start, next offset]``, is ignored and the partition replayed from its start;
+so one that retention or DeleteRecords left below the log start (an idle partition emptied
+by ``retention.ms`` has its log start moved to its end) is due again at once, and the
+producers' idempotence state, kept in memory meanwhile, survives a restart.
 
 Producers idle past the expiration are dropped from every loaded partition by
 :meth:`ProducerStates.expire` (run by the engine every
@@ -93,6 +96,8 @@ class _Loaded:
             return True
         if self.saved_offset is None:  # a rebuild would replay the whole partition
             return offset > self.partition.log_start_offset
+        if self.saved_offset < self.partition.log_start_offset:
+            return True  # a rebuild would ignore it (retention or DeleteRecords passed it)
         moved = offset - self.saved_offset
         return moved >= SNAPSHOT_EVERY_RECORDS or (
             moved != 0 and (now - self.saved_at >= SNAPSHOT_MAX_AGE_S

@@ -134,9 +134,12 @@ _KEYS = (
                    "compact,delete: both.", TYPE_LIST, "log.cleanup.policy",
                    lambda value: ",".join(dict.fromkeys(list_items(value)))),
     _long("retention.ms", "604800000", -1,
-          "Ledgers older than this are deleted (-1 keeps them forever).", "log.retention.ms"),
+          "Ledgers older than this are deleted (-1 keeps them forever); when the open "
+          "one is as old too (an idle partition), a new one is rolled and every record "
+          "goes: the log start moves to the log end, as on Kafka.", "log.retention.ms"),
     _long("retention.bytes", "-1", -1,
-          "Oldest ledgers are deleted while a partition is larger than this.",
+          "Oldest ledgers are deleted while a partition would still hold this much "
+          "without them: never the open one, but at 0.",
           "log.retention.bytes"),
     _int("segment.bytes", "1073741824", 1024,
          "A new ledger is started when the open one reaches this size.", "log.segment.bytes"),

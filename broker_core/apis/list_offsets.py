@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -22,7 +22,7 @@ from broker_core.codec.records import record_times
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.storage import BatchInfo, DatabaseUnavailable, PartitionStore
+from broker_core.storage import BatchInfo, DatabaseUnavailable, OffsetOutOfRange, PartitionStore
 
 log = logging.getLogger(__name__)
 LATEST = -1
@@ -59,33 +59,65 @@ def _records(info: BatchInfo, start: int) -> list[tuple[int, int]]:
             if info.base_offset + delta >= start]
 
 
+def _first_at_least(info: BatchInfo, start: int, target: int) -> tuple[int, int] | None:
+    """The first record of ``info`` at or after ``start`` stamped ``target`` or later."""
+    if info.max_timestamp < target:
+        return None
+    return next(((offset, timestamp) for offset, timestamp in _records(info, start)
+                 if timestamp >= target), None)
+
+
+def _read_on(partition: PartitionStore, offset: int) -> Iterator[BatchInfo]:
+    """The batches from ``offset`` (at least the log start) on; none once it is past the
+    end, or a drop overtook the read (the caller looks up again)."""
+    offset = max(offset, partition.log_start_offset)
+    if offset >= partition.next_offset:
+        return iter(())
+    try:
+        return partition.batches_from(offset)
+    except OffsetOutOfRange:
+        return iter(())
+
+
 def _offset_for_timestamp(partition: PartitionStore, target: int) -> tuple[int, int]:
+    """The first batch stamped ``target`` or later, found by the store, almost always
+    holds the answer: it is walked first, and the log read on (one batch at a time) only
+    when it holds no such record at or after the log start (a control batch)."""
     start = partition.log_start_offset
     first = partition.find_first_batch_with_timestamp_at_least(target)
     if first is None:
         return _NOT_FOUND
-    origin = max(start, first.base_offset)
-    for info in partition.batches_from(origin):
-        if info.max_timestamp < target:
-            continue
-        for offset, timestamp in _records(info, start):
-            if timestamp >= target:
-                return offset, timestamp
+    found = _first_at_least(first, start, target)
+    if found is not None:
+        return found
+    for info in _read_on(partition, first.last_offset + 1):
+        found = _first_at_least(info, start, target)
+        if found is not None:
+            return found
     return _NOT_FOUND
 
 
 def _max_timestamp(partition: PartitionStore) -> tuple[int, int]:
+    """The record with the largest timestamp (the first of them). When the batch of the
+    largest max timestamp straddles the log start, the rest of the log is streamed, each
+    batch walked only if it may beat the best so far, until one reaches that batch's."""
     start = partition.log_start_offset
     candidate = partition.batch_with_max_timestamp()
-    if candidate is not None and candidate.base_offset >= start:
-        batches = [candidate]
+    if candidate is None:
+        return _NOT_FOUND
+    if candidate.base_offset >= start:
+        batches: Iterable[BatchInfo] = (candidate,)
     else:  # the best batch straddles the log start: look at what is left
-        batches = list(partition.batches_from(start)) if start < partition.next_offset else []
+        batches = _read_on(partition, start)
     best = _NOT_FOUND
     for info in batches:
+        if info.max_timestamp <= best[1]:
+            continue
         for offset, timestamp in _records(info, start):
             if timestamp > best[1]:
                 best = (offset, timestamp)
+        if best[1] >= candidate.max_timestamp:
+            break  # nothing later is stamped higher
     return best
 
 
@@ -109,17 +141,18 @@ async def _looked_up(partition: PartitionStore, target: int,
     offset): LATEST is that offset, and an offset found by time lies below it, as Kafka
     answers. A lookup by time (which may walk a whole batch's records, inflated) runs in
     the lookups' own thread, so neither the event loop nor the fsyncs of the default
-    executor wait for it; a log start that moved meanwhile (retention or DeleteRecords on
-    the loop: the walk may have stopped at a dropped segment) has it looked up again."""
+    executor wait for it; a log start that moved meanwhile (retention or DeleteRecords:
+    the walk may have stopped at a dropped segment) has it looked up again, there too (on
+    PostgreSQL a lookup is SQL)."""
     if target == LATEST:
         return limit(), -1
     if target in (EARLIEST, EARLIEST_LOCAL, LATEST_TIERED):
         return _lookup(partition, target)
+    loop = asyncio.get_running_loop()
     start = partition.log_start_offset
-    found = await asyncio.get_running_loop().run_in_executor(
-        _LOOKUPS, _lookup, partition, target)
+    found = await loop.run_in_executor(_LOOKUPS, _lookup, partition, target)
     if partition.log_start_offset != start:
-        found = _lookup(partition, target)
+        found = await loop.run_in_executor(_LOOKUPS, _lookup, partition, target)
     return found if found[0] < limit() else _NOT_FOUND
 
 

@@ -214,26 +214,30 @@ class MemoryPartition(FilelessPartition):
             if offset <= self._log_start:
                 return self._log_start
             self._log_start = offset
-            if self._segments[-1].size > 0 and self.next_offset <= offset:
-                self._roll(self._clock())
+            self._roll_if_below(offset)
             self._drop(self._sealed_below(offset))
             return self._log_start
 
     def retention_due(self) -> RetentionCut | None:
         with self._lock:
             self._check_open()
-            sealed = [(s.first_offset, s.size, s.max_broker_timestamp)
-                      for s in self._segments[:-1]]
-            last = self._segments[-1]
-            return retention_cut(sealed, last.first_offset, last.size, self._clock(),
-                                 self._config)
+            segments = [(s.first_offset, s.size, s.max_broker_timestamp)
+                        for s in self._segments]
+            return retention_cut(segments, self.next_offset, self._clock(), self._config)
 
     def drop_retained(self, cut: RetentionCut) -> int:
         with self._lock:
             self._check_open()
+            self._roll_if_below(cut.keep_from)
             count = self._sealed_below(cut.keep_from)
             self._drop(count)
             return count
+
+    def _roll_if_below(self, offset: int) -> None:
+        """Roll when the open segment holds something and ends at or before ``offset``, so
+        that a drop below ``offset`` takes it too (lock held)."""
+        if self._segments[-1].size > 0 and self.next_offset <= offset:
+            self._roll(self._clock())
 
     def sealed_segments(self) -> list[SealedSegment]:
         with self._lock:

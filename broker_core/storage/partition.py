@@ -265,31 +265,37 @@ class PartitionLog(PartitionFiles, RetainsSegments):
                 )
             if offset <= self._log_start:
                 return self._log_start
-            open_facts = self._ledgers[-1].facts
-            if open_facts.size > 0 and open_facts.next_offset <= offset:
-                self._roll_locked(self._clock(), store=False)
+            self._roll_if_below_locked(offset)
             self._drop_prefix_locked(self._sealed_below(offset), offset)
             return self._log_start
 
     def retention_due(self) -> RetentionCut | None:
-        """Whole sealed ledgers past retention (``retention.retention_drops``): by time
-        those whose newest broker timestamp is more than ``retention_ms`` old, by size the
-        oldest while the partition would still hold ``retention_bytes`` without them."""
+        """Whole ledgers past retention (``retention.retention_drops``): by time those
+        whose newest broker timestamp is more than ``retention_ms`` old, by size the
+        oldest while the partition would still hold ``retention_bytes`` without them; the
+        open one too when every sealed one goes and it is due as well."""
         with self._lock:
             self._check_open()
-            sealed = [(ledger.facts.first_offset, ledger.facts.size,
-                       ledger.facts.max_broker_timestamp) for ledger in self._ledgers[:-1]]
-            open_facts = self._ledgers[-1].facts
-            return retention_cut(sealed, open_facts.first_offset, open_facts.size,
-                                 self._clock(), self._config)
+            segments = [(ledger.facts.first_offset, ledger.facts.size,
+                         ledger.facts.max_broker_timestamp) for ledger in self._ledgers]
+            return retention_cut(segments, self.next_offset, self._clock(), self._config)
 
     def drop_retained(self, cut: RetentionCut) -> int:
         with self._lock:
             self._check_open()
+            self._roll_if_below_locked(cut.keep_from)
             count = self._sealed_below(cut.keep_from)
             if count:
                 self._drop_prefix_locked(count)
             return count
+
+    def _roll_if_below_locked(self, offset: int) -> None:
+        """Roll when the open ledger holds something and ends at or before ``offset``, so
+        that a drop below ``offset`` takes it too (the new ledger's metadata is stored by
+        that drop: lock held)."""
+        open_facts = self._ledgers[-1].facts
+        if open_facts.size > 0 and open_facts.next_offset <= offset:
+            self._roll_locked(self._clock(), store=False)
 
     def _sealed_below(self, offset: int) -> int:
         """How many of the first sealed ledgers end at or before ``offset`` (lock held)."""

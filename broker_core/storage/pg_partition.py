@@ -60,6 +60,11 @@ from .segments import SealedSegment, check_cover
 
 _CHUNK = 64
 """Rows per query when reading forward."""
+_FOLLOW_BYTES = 1 << 20
+"""Batch bytes per query when following whole batches (``batches_from``: the cleaner,
+ListOffsets, the system topics), beyond the first batch, which always comes: a reader that
+stops early holds at most this much more than it used, not ``_CHUNK`` batches of any size.
+A read of headers alone has no such bound (61 bytes a row leave the server)."""
 
 T = TypeVar("T")
 
@@ -371,13 +376,17 @@ class PgPartition(FilelessPartition):
         with self._lock:
             self._check_open()
             self._check_offset(offset)
-        return self._follow(offset, HEADER_COLUMNS)
+        return self._follow(offset, HEADER_COLUMNS, None)
 
-    def _follow(self, offset: int, columns: str = ENTRY_COLUMNS) -> Iterator[BatchInfo]:
-        """Batches from ``offset`` on, following appends made while iterating."""
+    def _follow(self, offset: int, columns: str = ENTRY_COLUMNS,
+                max_bytes: int | None = _FOLLOW_BYTES) -> Iterator[BatchInfo]:
+        """Batches from ``offset`` on, following appends made while iterating: each query
+        up to ``_CHUNK`` rows and ``max_bytes`` of batches (the first row whatever its
+        size)."""
         while not self._closed and self._log_start <= offset < self._next:
             with self._db.autocommit() as conn:
-                rows = pg_entries.rows_from(conn, self._id, offset, _CHUNK, columns=columns)
+                rows = pg_entries.rows_from(conn, self._id, offset, _CHUNK, max_bytes,
+                                            columns=columns)
             if not rows:
                 return
             for info in rows:
@@ -429,11 +438,17 @@ class PgPartition(FilelessPartition):
                     f"offset {offset} is outside [0, {self._next}] of {self._location}")
             if offset <= self._log_start:
                 return self._log_start
-            segment = self._segment
-            if segment[1] > 0 and self._next <= offset:
-                segment = (self._next, 0, self._clock())
-            self._cut(offset, "last_offset < %s", offset, segment)
+            self._cut(offset, "last_offset < %s", offset, self._segment_kept(offset))
             return self._log_start
+
+    def _segment_kept(self, offset: int) -> tuple[int, int, int]:
+        """The segment appends go to once everything below ``offset`` is dropped: a new
+        empty one at the next offset when the open one holds something and ends at or
+        before ``offset`` (it goes too), else the open one (lock held, drained)."""
+        segment = self._segment
+        if segment[1] > 0 and self._next <= offset:
+            return self._next, 0, self._clock()
+        return segment
 
     def _cut(self, log_start: int, where: str, bound: int,
              segment: tuple[int, int, int]) -> None:
@@ -487,31 +502,37 @@ class PgPartition(FilelessPartition):
         return True
 
     def retention_due(self) -> RetentionCut | None:
-        """What retention drops, from one query of the sealed segments' sizes and newest
-        broker timestamps (none when the partition has no sealed segment, or is another
-        broker's to write); the lock is not held meanwhile."""
+        """What retention drops, from one query of the segments' sizes and newest broker
+        timestamps (none when the partition has no sealed segment and its open one cannot
+        be due yet, or is another broker's to write); the lock is not held meanwhile."""
         with self._lock:
             self._check_open()
             if self._epoch is None and self._fenced():
                 return None  # its owner enforces it
-            (active, open_size, _), start = self._segment, self._log_start
-        if active <= start:
+            (active, open_size, created), start, end = self._segment, self._log_start, self._next
+        now, config = self._clock(), self._config
+        if active <= start and not (open_size > 0 and (
+                config.retention_bytes == 0
+                or 0 <= config.retention_ms < now - created)):  # its rows are newer
             return None
         with self._db.autocommit() as conn:
-            sealed = [(int(str(base)), int(str(size)), int(str(newest))) for
-                      base, size, newest in conn.execute(
+            segments = [(int(str(base)), int(str(size)), int(str(newest))) for
+                        base, size, newest in conn.execute(
                 "SELECT segment_base, sum(size), max(broker_ts) FROM edge_entries"
-                " WHERE partition_id = %s AND segment_base < %s"
+                " WHERE partition_id = %s AND segment_base <= %s"
                 " GROUP BY segment_base ORDER BY segment_base", (self._id, active)).fetchall()]
-        return retention_cut(sealed, active, open_size, self._clock(), self._config)
+        if not segments or segments[-1][0] != active:  # nothing committed in the open one
+            segments.append((active, 0, -1))
+        return retention_cut(segments, end, now, config)
 
     def drop_retained(self, cut: RetentionCut) -> int:
         with self._lock:
             self._check_open()
             self._refresh()
             self._drain()
-            keep_from = min(cut.keep_from, self._segment[0])
+            segment = self._segment_kept(cut.keep_from)
+            keep_from = min(cut.keep_from, segment[0])
             if keep_from <= self._log_start:
                 return 0
-            self._cut(keep_from, "segment_base < %s", keep_from, self._segment)
+            self._cut(keep_from, "segment_base < %s", keep_from, segment)
             return cut.segments

@@ -11,7 +11,13 @@ from pathlib import Path
 import confluent_kafka
 import kafka
 import pytest
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    OffsetSpec,
+)
 
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic, present
@@ -168,6 +174,50 @@ def test_retention_by_time(ledger_broker: BrokerProcess, topic_name: str) -> Non
     start = earliest(boot, topic_name)
     assert 0 < start <= total
     assert latest(boot, topic_name) == total
+
+
+def test_retention_by_time_empties_an_idle_partition(ledger_broker: BrokerProcess,
+                                                     topic_name: str) -> None:
+    """As Kafka: once every record of an idle partition is past ``retention.ms`` (the
+    segment appends go to included), the log start moves to the log end; a consumer from
+    the beginning reads what comes next, and the idempotent producer that wrote the
+    removed records goes on writing (its state outlives them)."""
+    boot = ledger_broker.bootstrap
+    create_topic(boot, topic_name, 1, {"retention.ms": "1500"})
+    producer = confluent_kafka.Producer({"bootstrap.servers": boot, "linger.ms": 0,
+                                         "enable.idempotence": True})
+    for i in range(5):
+        producer.produce(topic_name, value=b"old %d" % i, partition=0)
+    assert producer.flush(10) == 0
+    assert latest(boot, topic_name) == 5
+    deadline = time.monotonic() + 30
+    while earliest(boot, topic_name) < 5 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (earliest(boot, topic_name), latest(boot, topic_name)) == (5, 5)
+    assert offsets(boot, topic_name, OffsetSpec.max_timestamp())[0] == -1
+    keep = ConfigResource(ConfigResource.Type.TOPIC, topic_name, incremental_configs=[
+        ConfigEntry("retention.ms", "-1", incremental_operation=AlterConfigOpType.SET)])
+    admin = AdminClient({"bootstrap.servers": boot})
+    for future in admin.incremental_alter_configs([keep]).values():
+        future.result(10)  # what comes next stays until it is read
+    delivered: list[int] = []
+    producer.produce(topic_name, value=b"new", partition=0,
+                     on_delivery=lambda err, msg: delivered.append(
+                         -1 if err is not None else present(msg.offset())))
+    assert producer.flush(10) == 0
+    assert delivered == [5]
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": boot, "group.id": topic_name,
+                                         "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition(
+        topic_name, 0, confluent_kafka.OFFSET_BEGINNING)])
+    got: list[tuple[int, bytes | None]] = []
+    deadline = time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        for msg in consumer.consume(10, 1.0):
+            assert msg.error() is None
+            got.append((present(msg.offset()), msg.value()))
+    consumer.close()
+    assert got == [(5, b"new")]
 
 
 def test_a_partition_named_twice_answers_invalid_request(ledger_broker: BrokerProcess,

@@ -202,25 +202,63 @@ def test_retention_by_time_and_by_size(storage: Storage, clock: Clock) -> None:
 def test_retention_found_due_then_dropped_after_the_log_moved_on(storage: Storage,
                                                                  clock: Clock) -> None:
     """Retention's two steps (``retention_due`` in a worker thread, ``drop_retained`` on
-    the loop) with the log moving in between: segments rolled since are kept, and a
+    the loop) with the log moving in between: what was appended since is kept, and a
     DeleteRecords that went further first leaves nothing to drop."""
     storage.create_topic(TOPIC, 1, {"segment.bytes": "300", "retention.ms": "10000"})
     log = partition(storage)
-    for _ in range(3):
+    for _ in range(2):
         append(log, 2)  # a segment each
     clock.now += 11_000
     with ThreadPoolExecutor(1) as thread:
         due = thread.submit(storage.retention_due).result()
-    assert [item.cut.segments for item in due] == [2]  # never the open one
-    append(log, 2)  # the open one sealed meanwhile, and just as old
+    assert [(item.cut.keep_from, item.cut.segments) for item in due] == [(4, 2)]  # all
+    append(log, 2)  # the open one sealed meanwhile (as old as judged); this one is new
     assert storage.drop_retained(due) == 2
-    assert (log.log_start_offset, log.next_offset) == (4, 8)
+    assert (log.log_start_offset, log.next_offset) == (4, 6)
     clock.now += 11_000
     due = storage.retention_due()
-    assert [item.cut.segments for item in due] == [1]
-    assert log.delete_records_before(7) == 7
+    assert [(item.cut.keep_from, item.cut.segments) for item in due] == [(6, 1)]
+    assert log.delete_records_before(6) == 6
     assert storage.drop_retained(due) == 0
-    assert (log.log_start_offset, log.next_offset) == (7, 8)
+    assert (log.log_start_offset, log.next_offset) == (6, 6)
+    assert storage.enforce_retention() == 0  # an empty open segment never goes
+
+
+def test_retention_by_time_empties_an_idle_partition(storage: Storage, clock: Clock) -> None:
+    """As Kafka's ``deleteSegments``: when every segment is past ``retention.ms``, the open
+    one included, a new segment is rolled at the end and the rest dropped; the log start
+    is the log end, and appends and reads go on from there."""
+    storage.create_topic(TOPIC, 1, {"segment.bytes": "300", "retention.ms": "10000"})
+    log = partition(storage)
+    for _ in range(3):
+        append(log, 2)  # a segment each, the last one open
+    clock.now += 5_000
+    assert storage.enforce_retention() == 0  # none is due yet
+    clock.now += 6_000
+    assert storage.enforce_retention() == 3
+    assert (log.log_start_offset, log.next_offset) == (6, 6)
+    assert list(log.batches_from(6)) == []
+    assert storage.enforce_retention() == 0
+    assert append(log, 2) == 6
+    assert [info.base_offset for info in log.batches_from(6)] == [6]
+    assert log.log_start_offset == 6
+    clock.now += 5_000
+    assert storage.enforce_retention() == 0  # the new one is not due
+
+
+def test_retention_by_size_keeps_the_open_segment_but_at_zero(storage: Storage) -> None:
+    """Kafka's size rule: the oldest segments go while the partition still holds
+    ``retention.bytes`` without them, so the open segment never goes while it holds
+    something, but with ``retention.bytes`` 0."""
+    storage.create_topic(TOPIC, 1, {"segment.bytes": "300", "retention.bytes": "1"})
+    log = partition(storage)
+    for _ in range(3):
+        append(log, 2)
+    assert storage.enforce_retention() == 2
+    assert (log.log_start_offset, log.next_offset) == (4, 6)
+    storage.alter_topic_configs(TOPIC, {"segment.bytes": "300", "retention.bytes": "0"})
+    assert storage.enforce_retention() == 1
+    assert (log.log_start_offset, log.next_offset) == (6, 6)
     assert storage.enforce_retention() == 0
 
 

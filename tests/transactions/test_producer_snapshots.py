@@ -76,6 +76,30 @@ def test_a_rebuild_replays_only_what_follows_the_snapshot(
     log.close()
 
 
+def test_a_snapshot_below_the_log_start_is_taken_again(tmp_path: Path) -> None:
+    """Retention that empties an idle partition moves its log start past the last
+    snapshot, which a rebuild would then ignore: the next checkpoint takes it again, so
+    the producer's idempotence state outlives its batches across a restart."""
+    now = [1_000_000]
+    config = LogConfig(retention_ms=1000)
+    log = PartitionLog(tmp_path / "p", config, clock=lambda: now[0])
+    states = ProducerStates()
+    _produce(log, states, 0, 10)
+    assert asyncio.run(states.checkpoint(_flush)) == 1
+    _produce(log, states, 20, 3)  # not due for a snapshot yet
+    assert asyncio.run(states.checkpoint(_flush)) == 0
+    now[0] += 2_000
+    assert log.enforce_retention() == 1  # the open ledger, rolled
+    assert log.log_start_offset == log.next_offset == 26
+    expected = states.get("t", 0, log).to_json(26)
+    assert asyncio.run(states.checkpoint(_flush)) == 1
+    assert _snapshot(log)["offset"] == 26
+    log.close()
+    log = PartitionLog(log.directory, config, clock=lambda: now[0])
+    assert ProducerStates().get("t", 0, log).to_json(26) == expected
+    log.close()
+
+
 def test_the_snapshot_is_written_only_after_its_fsync(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path / "p", LogConfig())
     states = ProducerStates()
