@@ -1,4 +1,5 @@
-"""Run the real broker as a child process on 127.0.0.1 with port 0, for tests."""
+"""Run the real broker as a child process on 127.0.0.1 with port 0, for tests; and the
+check that a broker given a bad configuration refused to start."""
 
 from __future__ import annotations
 
@@ -15,6 +16,16 @@ from pathlib import Path
 from edge.ready_line import READY_LINE, parse_ready
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def refused_to_start(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """``edge.cli`` exited with 2 and a configuration error naming each of ``fragments``,
+    without having become ready."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "configuration error" in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, (fragment, result.stderr)
+    assert "edge-broker ready" not in result.stderr
 
 
 class ChildProcess:

@@ -172,6 +172,17 @@ class GroupLedger:
             self.owned[member].clear()
             self.left.add(member)
 
+    def read(self, member: str, partition: int, offset: int, value: bytes | None
+             ) -> tuple[int, int]:
+        """A record ``member`` consumed, as (partition, offset): its value must be the one
+        ``produce_values`` wrote there (``{p}:{i}`` at offset i; the ledger's topics begin
+        at 0), else the client read a record from the wrong place."""
+        if value != f"{partition}:{offset}".encode():
+            with self.lock:
+                self.violations.append(
+                    f"{member} read {value!r} at offset {offset} of partition {partition}")
+        return partition, offset
+
     def processed(self, member: str, records: list[tuple[int, int]], committed: bool,
                   error: str = "") -> Batch:
         """Log a processed batch and the result of committing right after it; its
@@ -275,7 +286,7 @@ class GroupLedger:
                             f"commit, e.g. {[(r, occurrences[r]) for r in reread[:3]]}")
         uncovered = sorted(r for r, occ in occurrences.items() if not occ[-1][2])
         assert not uncovered, f"{len(uncovered)} records never committed, e.g. {uncovered[:5]}"
-        assert violations == [], violations
+        assert not violations, f"{len(violations)} violations, e.g. {violations[:10]}"
 
 
 def positions(records: Iterable[tuple[int, int]]) -> dict[int, int]:
@@ -505,7 +516,7 @@ class ConfluentMember:
             assert error is None, f"{self.name}: {error}"
             partition, offset = msg.partition(), msg.offset()
             assert partition is not None and offset is not None, msg
-            records.append((partition, offset))
+            records.append(self.ledger.read(self.name, partition, offset, msg.value()))
         if not records:
             if self.retry and self._commit(self.retry) == "":
                 self.ledger.recommitted(self.name, self.retry)

@@ -63,10 +63,11 @@ class RawConnection:
         (correlation,) = struct.unpack_from(">i", frame, 0)
         assert correlation == self.correlation_id
         flexible = response_class.flexible_version_q(version) and response_class.API_KEY != 18
-        return response_class.decode(frame[5 if flexible else 4:], version=version)
+        return decode_whole(response_class, frame[5 if flexible else 4:], version)
 
     def closed_by_peer(self, timeout: float = 5.0) -> bool:
-        """True when the broker closes the connection within ``timeout``."""
+        """True when the broker closes the connection within ``timeout`` (what it sends
+        meanwhile is read and dropped; on TLS a failed or cut session counts as closed)."""
         self.sock.settimeout(timeout)
         try:
             while True:
@@ -75,8 +76,26 @@ class RawConnection:
                     return True
         except TimeoutError:
             return False
-        except ConnectionResetError:
+        except OSError:  # a reset, or TLS's ssl.SSLError
             return True
+
+
+def decode_whole(response_class: Any, body: bytes, version: int) -> Any:
+    """``body`` decoded as ``response_class`` at ``version``, which must take every byte of it.
+
+    kafka-python's ``decode`` stops where its schema ends and ignores what follows, so an
+    answer carrying a field its version must not have would pass; this decodes with the same
+    compiled decoder and checks where it stopped. An ApiVersions answer with an error is a
+    v0 body whatever the version asked (KIP-511), as kafka-python's own decode assumes."""
+    if response_class.API_KEY == 18 and struct.unpack_from(">h", body, 0)[0] != 0:
+        version = 0
+    flexible = response_class.flexible_version_q(version)
+    decode = response_class._struct.compiled_decode_from(
+        version, compact=flexible, tagged=flexible, data_class=response_class[None])
+    answer, end = decode(memoryview(body), 0)
+    assert end == len(body), (
+        f"{response_class[None].__name__} v{version}: {len(body) - end} bytes beyond its schema")
+    return answer
 
 
 def fetch_request(topic: str, offset: int, max_wait_ms: int = 0, min_bytes: int = 1,

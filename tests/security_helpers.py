@@ -254,20 +254,6 @@ class SecureConnection(RawConnection):
         return False
 
 
-def closed_by_peer(conn: RawConnection, timeout: float = 5.0) -> bool:
-    """True when the broker closes ``conn`` within ``timeout`` (TLS-aware)."""
-    conn.sock.settimeout(timeout)
-    try:
-        while True:
-            data = conn.sock.recv(65536)
-            if not data:
-                return True
-    except TimeoutError:
-        return False
-    except (ConnectionError, ssl.SSLError, OSError):
-        return True
-
-
 def raw_frame(conn: RawConnection, payload: bytes) -> None:
     """Send ``payload`` behind a size prefix."""
     conn.sock.sendall(struct.pack(">i", len(payload)) + payload)

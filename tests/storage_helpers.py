@@ -1,11 +1,13 @@
 """Helpers for storage tests: the bytes of what ``PartitionLog.read`` returns, the
-entries of a ledger file as found on disk (to damage one on purpose), and a librdkafka
-read of one partition that keeps the fetch errors it meets."""
+entries of a ledger file as found on disk (to damage one on purpose), a librdkafka
+read of one partition that keeps the fetch errors it meets, and the check that what
+producers were acknowledged is stored where their delivery reports said."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from broker_core.codec.batch_header import BatchHeader, read_header
 from broker_core.storage import FileRegion, TopicInfo
 from broker_core.storage.entry import ENTRY_HEADER_SIZE, decode_entry_header
 from broker_core.storage.memory import MemoryStorage
+from tests.clients import Got, consume_confluent
 
 
 def headed(batch: bytearray) -> tuple[bytearray, BatchHeader]:
@@ -113,3 +116,29 @@ class TopicReadsCounted(MemoryStorage):
         self.reads += 1
         return super().topics()
 
+
+def delivered_at(msg: confluent_kafka.Message) -> tuple[int, int]:
+    """The (partition, offset) a successful delivery report gives: both known."""
+    partition, offset = msg.partition(), msg.offset()
+    assert partition is not None and offset is not None and offset >= 0, (partition, offset)
+    return partition, offset
+
+
+def check_log(bootstrap: str, topic: str, delivered: Mapping[bytes, tuple[int, int]],
+              expected: int, partitions: int) -> list[Got]:
+    """Every acknowledged record (``delivered``: value -> (partition, offset) of its delivery
+    report) is stored once, where its report said; ``expected`` records in all, every
+    partition's offsets running from 0 without a gap. What was read, for further checks."""
+    got = consume_confluent(bootstrap, topic, expected, partitions)
+    assert len(got) == expected
+    values = [g.rec.value or b"" for g in got]
+    assert len(set(values)) == len(values), "a record is stored twice"
+    stored = {g.rec.value or b"": (g.partition, g.offset) for g in got}
+    for value, where in delivered.items():
+        assert stored.get(value) == where, f"acknowledged {value!r} at {where} is not there"
+    by_partition: dict[int, list[int]] = {}
+    for g in got:
+        by_partition.setdefault(g.partition, []).append(g.offset)
+    for offsets in by_partition.values():
+        assert sorted(offsets) == list(range(len(offsets)))  # continuous
+    return got

@@ -282,8 +282,10 @@ def test_describe_producers_does_not_tell_the_internal_topic_name(
             for name in (topic_name, f"{topic_name}-none")]), 0, DescribeProducersResponse)
     finally:
         raw.close()
+    assert [found.name for found in answer.topics] == [topic_name, f"{topic_name}-none"]
     for found in answer.topics:
         [partition] = found.partitions
+        assert partition.partition_index == 7
         assert partition.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
         assert "public/default" not in (partition.error_message or "")
 

@@ -154,6 +154,7 @@ def test_kill_9_of_a_broker_under_idempotent_load_loses_and_duplicates_nothing(
         time.sleep(2)
         stop.set()
         load.join(120)
+        assert not load.is_alive(), "the load did not flush its records"
         assert not errors, errors[:3]
         assert len(acked) > before, "nothing was acknowledged after the failover"
         got = consume_all(cluster.bootstrap, topic_name, len(acked))

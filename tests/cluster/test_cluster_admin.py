@@ -216,52 +216,77 @@ def test_list_config_resources(broker: BrokerProcess, topic_name: str,
 
 
 
-def _requests(topic: str, data_dir: str) -> list[tuple[Any, Any, int, Any]]:
-    """(request class, response class, max version, request fields) of each API."""
+def _requests(topic: str, data_dir: str, storage_engine: str
+              ) -> list[tuple[Any, Any, int, Any, Any, object]]:
+    """(request class, response class, top version, request fields, the per-item error
+    codes of an answer, what they must be) of each API. Only the file engine keeps its
+    partitions in ``data_dir``: for the others it is no log dir (LOG_DIR_NOT_FOUND)."""
+    moved = 0 if storage_engine == "file" else 57
     from kafka.protocol import admin as a
     return [
         (a.ElectLeadersRequest, a.ElectLeadersResponse, 2, {
             "election_type": 0, "timeout_ms": 1000, "topic_partitions": [
-                a.ElectLeadersRequest.TopicPartitions(topic=topic, partitions=[0, 9])]}),
+                a.ElectLeadersRequest.TopicPartitions(topic=topic, partitions=[0, 9])]},
+         lambda r: [(t.topic, p.partition_id, p.error_code)
+                    for t in r.replica_election_results for p in t.partition_result],
+         [(topic, 0, 84), (topic, 9, 3)]),  # ELECTION_NOT_NEEDED, UNKNOWN_TOPIC_OR_PARTITION
         (a.DescribeLogDirsRequest, a.DescribeLogDirsResponse, 4, {"topics": [
-            a.DescribeLogDirsRequest.DescribableLogDirTopic(topic=topic, partitions=[0])]}),
+            a.DescribeLogDirsRequest.DescribableLogDirTopic(topic=topic, partitions=[0])]},
+         lambda r: [(d.error_code, [(t.name, [p.partition_index for p in t.partitions])
+                                    for t in d.topics]) for d in r.results],
+         [(0, [(topic, [0])])]),
         (a.AlterReplicaLogDirsRequest, a.AlterReplicaLogDirsResponse, 2, {"dirs": [
             a.AlterReplicaLogDirsRequest.AlterReplicaLogDir(path=data_dir, topics=[
                 a.AlterReplicaLogDirsRequest.AlterReplicaLogDir.AlterReplicaLogDirTopic(
-                    name=topic, partitions=[0, 9])])]}),
+                    name=topic, partitions=[0, 9])])]},
+         lambda r: [(t.topic_name, p.partition_index, p.error_code)
+                    for t in r.results for p in t.partitions],
+         [(topic, 0, moved), (topic, 9, 3)]),
         (a.AlterPartitionReassignmentsRequest, a.AlterPartitionReassignmentsResponse, 1, {
             "timeout_ms": 1000, "allow_replication_factor_change": True, "topics": [
                 a.AlterPartitionReassignmentsRequest.ReassignableTopic(name=topic, partitions=[
                     a.AlterPartitionReassignmentsRequest.ReassignableTopic
-                    .ReassignablePartition(partition_index=0, replicas=[0])])]}),
+                    .ReassignablePartition(partition_index=0, replicas=[0])])]},
+         lambda r: [(t.name, p.partition_index, p.error_code)
+                    for t in r.responses for p in t.partitions],
+         [(topic, 0, 0)]),
         (a.ListPartitionReassignmentsRequest, a.ListPartitionReassignmentsResponse, 0,
-         {"timeout_ms": 1000, "topics": None}),
+         {"timeout_ms": 1000, "topics": None}, lambda r: r.topics, []),
         (a.DescribeTopicPartitionsRequest, a.DescribeTopicPartitionsResponse, 0, {
             "topics": [a.DescribeTopicPartitionsRequest.TopicRequest(name=topic)],
-            "response_partition_limit": 10, "cursor": None}),
+            "response_partition_limit": 10, "cursor": None},
+         lambda r: [(t.name, t.error_code, [(p.partition_index, p.error_code)
+                                            for p in t.partitions]) for t in r.topics],
+         [(topic, 0, [(0, 0)])]),
         (a.ListConfigResourcesRequest, a.ListConfigResourcesResponse, 1,
-         {"resource_types": []}),
+         {"resource_types": []}, lambda r: r.error_code, 0),
     ]
 
 
-def test_every_version_of_each_api_answers(broker: BrokerProcess, topic_name: str) -> None:
-    """Each API at each advertised version, by raw requests: well-formed answers, and the
-    connection stays usable after every one."""
+def test_every_version_of_each_api_answers(broker: BrokerProcess, topic_name: str,
+                                           storage_engine: str) -> None:
+    """Each API at each version ApiVersions advertises, by raw requests: well-formed
+    answers (every byte taken: ``RawConnection.call``), the error codes of each item right,
+    and the connection stays usable after every one."""
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
     create(broker, topic_name, 1)
     conn = RawConnection(broker.port)
     try:
-        apis = _requests(topic_name, str(broker.data_dir.resolve()))
-        for request_class, response_class, top, fields in apis:
-            for version in range(top + 1):
+        advertised = conn.call(ApiVersionsRequest[3](
+            client_software_name="raw-test", client_software_version="1"), 3,
+            ApiVersionsResponse)
+        tops = {api.api_key: api.max_version for api in advertised.api_keys}
+        apis = _requests(topic_name, str(broker.data_dir.resolve()), storage_engine)
+        assert [(r.__name__, top) for r, _, top, *_ in apis] == [
+            (r.__name__, tops.get(r.API_KEY)) for r, *_ in apis]
+        for request_class, response_class, _top, fields, items, expected in apis:
+            for version in range(tops[request_class.API_KEY] + 1):
                 if request_class.__name__ == "ListConfigResourcesRequest" and version == 0:
                     answer = conn.call(request_class[0](), 0, response_class)
                     assert (answer.error_code, answer.config_resources) == (0, [])
                     continue
                 answer = conn.call(request_class[version](**fields), version, response_class)
                 assert getattr(answer, "error_code", 0) == 0, (request_class, version)
-        request_class, response_class, _top, fields = apis[0]
-        election = conn.call(request_class[2](**fields), 2, response_class)
-        assert [(p.partition_id, p.error_code) for p in  # ELECTION_NOT_NEEDED, UNKNOWN_...
-                election.replica_election_results[0].partition_result] == [(0, 84), (9, 3)]
+                assert items(answer) == expected, (request_class, version)
     finally:
         conn.close()

@@ -211,6 +211,7 @@ def test_a_database_restart_under_idempotent_load_loses_and_duplicates_nothing(
         finally:
             stop.set()
             load.join(120)
+        assert not load.is_alive(), "the load did not flush its records"
         assert not errors, errors[:3]
         got = consume_all(cluster.bootstrap, topic_name, len(acked))
         check_exactly_once(got, acked)

@@ -15,7 +15,7 @@ from tests.envoy_helpers import EnvoyProcess, write_config
 from tests.ports import free_ports
 from tests.raw import RawConnection
 from tests.security.test_audit import read_audit
-from tests.security_helpers import TokenIssuer, closed_by_peer
+from tests.security_helpers import TokenIssuer
 
 
 def test_a_client_behind_envoy_is_seen_by_its_own_address(tmp_path: Path) -> None:
@@ -48,7 +48,7 @@ def test_a_client_behind_envoy_is_seen_by_its_own_address(tmp_path: Path) -> Non
         early = RawConnection(edge_port, source="127.0.0.2")
         own = early.sock.getsockname()
         early.sock.sendall(struct.pack(">ihhihi", 14, 3, 1, 7, -1, -1))
-        assert closed_by_peer(early, 10.0)
+        assert early.closed_by_peer(10.0)
         early.close()
         events = read_audit(f"127.0.0.1:{broker.ports['PLAINTEXT']}",
                             {("connection", "rejected")})

@@ -112,8 +112,8 @@ class KafkaPythonMember(Commits):
             try:
                 while not self._stop.is_set():
                     batch = consumer.poll(timeout_ms=100)
-                    records = [(tp.partition, msg.offset) for tp, msgs in batch.items()
-                               for msg in msgs]
+                    records = [self.ledger.read(self.name, tp.partition, msg.offset, msg.value)
+                               for tp, msgs in batch.items() for msg in msgs]
                     if not records:
                         if self.retry and self._commit(consumer, self.retry) == "":
                             self.recommitted()
@@ -198,8 +198,8 @@ class AioKafkaMember(Commits):
             try:
                 while not self._stop.is_set():
                     batch = await consumer.getmany(timeout_ms=100, max_records=100)
-                    records = [(tp.partition, msg.offset) for tp, msgs in batch.items()
-                               for msg in msgs]
+                    records = [self.ledger.read(self.name, tp.partition, msg.offset, msg.value)
+                               for tp, msgs in batch.items() for msg in msgs]
                     if not records:
                         if self.retry and await self._commit(consumer, self.retry) == "":
                             self.recommitted()

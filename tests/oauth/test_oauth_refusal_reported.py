@@ -27,7 +27,7 @@ from tests.oauth_helpers import (
 )
 from tests.operations.test_metrics import scrape
 from tests.ports import free_port
-from tests.security_helpers import audit_events, closed_by_peer
+from tests.security_helpers import audit_events
 
 DELAY_S = 0.4
 FAILURES = r'kop_server_authentications_total\{mechanism="OAUTHBEARER",outcome="failure"\}'
@@ -123,7 +123,7 @@ def test_the_reply_ends_the_login_without_a_second_report(broker: Broker,
         second = conn.authenticate(b"\x01")
         assert second.error_code == SASL_AUTHENTICATION_FAILED
         assert second.error_message == "Authentication failed: token signature invalid"
-        assert closed_by_peer(conn)
+        assert conn.closed_by_peer()
     finally:
         conn.close()
     # the listener's closing line comes after anything the broker said of the login

@@ -20,7 +20,7 @@ from oauth.settings import (
     parse_validator_settings,
     settings_reference_markdown,
 )
-from tests.broker_process import REPO
+from tests.broker_process import REPO, refused_to_start
 from tests.oauth_helpers import (
     bearer_message,
     good_login,
@@ -130,13 +130,6 @@ def run_cli(tmp_path: Path, *settings: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=30)
 
 
-def refused(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    assert result.returncode == 2, (result.returncode, result.stderr)
-    assert "configuration error" in result.stderr
-    for fragment in fragments:
-        assert fragment in result.stderr, (fragment, result.stderr)
-
-
 @pytest.mark.parametrize(("text", "fragments"), [
     ("oauth.issuer.url=http://127.0.0.1:1\noauth.bogus=1\n", ("oauth.bogus",)),
     ("oauth.issuer.url=http://127.0.0.1:1\noauth.clock.skew.seconds=x\n",
@@ -148,16 +141,16 @@ def test_broker_refuses_a_bad_oauth_file(tmp_path: Path, text: str,
                                          fragments: tuple[str, ...]) -> None:
     path = tmp_path / "oauth.properties"
     path.write_text(text)
-    refused(run_cli(tmp_path, f"kopOauth2ConfigFile={path}"), str(path), *fragments)
+    refused_to_start(run_cli(tmp_path, f"kopOauth2ConfigFile={path}"), str(path), *fragments)
 
 
 def test_broker_refuses_a_missing_oauth_file(tmp_path: Path) -> None:
-    refused(run_cli(tmp_path, f"kopOauth2ConfigFile={tmp_path / 'nope.properties'}"),
-            "kopOauth2ConfigFile", "nope.properties")
+    refused_to_start(run_cli(tmp_path, f"kopOauth2ConfigFile={tmp_path / 'nope.properties'}"),
+                     "kopOauth2ConfigFile", "nope.properties")
 
 
 def test_oauthbearer_without_any_validator_is_refused(tmp_path: Path) -> None:
-    refused(run_cli(tmp_path), "OAUTHBEARER", "kopOauth2ConfigFile")
+    refused_to_start(run_cli(tmp_path), "OAUTHBEARER", "kopOauth2ConfigFile")
 
 
 def test_validate_method_token_uses_the_plain_token_settings(tmp_path: Path) -> None:

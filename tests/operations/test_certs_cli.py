@@ -84,3 +84,4 @@ def test_a_client_trusting_the_ca_accepts_the_server(tmp_path: Path) -> None:
                     client_side.wrap_socket(raw, server_hostname=name) as tls:
                 assert tls.recv(5) == b"hello"
         thread.join(10)
+        assert not thread.is_alive(), "the TLS server did not finish"

@@ -31,7 +31,6 @@ from tests.security_helpers import (
     SecureConnection,
     TlsFiles,
     TokenIssuer,
-    closed_by_peer,
     make_tls,
 )
 
@@ -173,7 +172,7 @@ def test_a_repeated_mistake_logs_a_bounded_number_of_lines(
         for _ in range(100):
             conn = RawConnection(broker.port)
             conn.send_frame(conn.request_bytes(MetadataRequest[1](topics=None), 1))
-            assert closed_by_peer(conn)
+            assert conn.closed_by_peer()
             conn.close()
         periods = int((time.monotonic() - started) // 10) + 1
         assert broker.alive()

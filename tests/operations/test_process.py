@@ -162,7 +162,8 @@ def test_sigterm_exits_while_a_client_leaves_its_answers_unread(tmp_path: Path) 
         _until_steady(lambda: _unsent(sock))  # the broker stopped reading: stuck
         assert broker.stop(timeout=30) == 0
         assert "edge-broker stopped" in broker.log_text()
-        sending.join(10)  # the broker dropped the connection
+        sending.join(10)
+        assert not sending.is_alive(), "the broker did not drop the connection"
         sock.close()
     finally:
         broker.kill()

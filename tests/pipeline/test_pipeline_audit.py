@@ -231,6 +231,7 @@ def test_readme_audit_alerts_stream(spark: SparkSession, audit_broker: BrokerPro
         for query in spark.streams.active:
             query.stop()
         job.join(60)
+    assert not job.is_alive(), "the streaming job did not stop"
     alerts = [json.loads(line[len("ALERT "):]) for line in printed if line.startswith("ALERT ")]
     assert not [a for a in alerts if a["source"] == QUIET_HOST]
     assert (tmp_path / "audit-alerts-checkpoint" / "offsets").is_dir()

@@ -62,22 +62,22 @@ def test_api_versions_lists_exactly_what_is_implemented(broker: BrokerProcess) -
 
 
 def test_long_poll_is_woken_by_an_append(broker: BrokerProcess, topic_name: str) -> None:
-    conn = RawConnection(broker.port, timeout=30)
+    conn = RawConnection(broker.port, timeout=600)
     writer = RawConnection(broker.port)
     assert create(conn, topic_name) == 0
     result: list[Any] = []
+    # max_wait_ms is 10 minutes: an answer within the join's bound can only be the wake-up
     poll = threading.Thread(target=lambda: result.extend(
-        fetch(conn, topic_name, {0: 0}, max_wait_ms=20_000)))
-    started = time.monotonic()
+        fetch(conn, topic_name, {0: 0}, max_wait_ms=600_000)), daemon=True)
     poll.start()
     time.sleep(0.5)
     assert not result  # still parked: nothing to read yet
     assert produce(writer, topic_name, record_batch(4)).error_code == 0
-    poll.join(15)
-    assert result, "the long poll was not answered"
-    assert time.monotonic() - started < 15  # woken by the append, not by max_wait_ms
+    poll.join(60)
+    assert not poll.is_alive() and result, "the long poll was not woken by the append"
     assert offsets_in(result[0].records) == [0, 1, 2, 3]
     # with min_bytes not reached, the fetch waits max_wait_ms and answers what there is
+    # (the wait is the property: a lower bound only, which no slow machine breaks)
     started = time.monotonic()
     answer = fetch(conn, topic_name, {0: 0}, max_wait_ms=400, min_bytes=1 << 20)
     assert time.monotonic() - started >= 0.35

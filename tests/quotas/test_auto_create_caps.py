@@ -64,6 +64,7 @@ def test_auto_creation_while_a_creation_is_under_way_keeps_the_partition_cap(
         auto_created += sum(1 for topic in answer.topics if topic.error_code == 0)
         rounds += 1
     creating.join(300)
+    assert not creating.is_alive(), "the CreateTopics request was not answered"
     partitions = sum(len(topic.partitions) for topic in _metadata(conn, None, False).topics)
     print(f"CreateTopics of {CAP} partitions: {answered}; {rounds} Metadata rounds meanwhile "
           f"auto-created {auto_created} topics; {partitions} partitions, cap {CAP}")

@@ -31,7 +31,6 @@ from tests.security_helpers import (
     Login,
     SecureConnection,
     TokenIssuer,
-    closed_by_peer,
     plain_message,
 )
 
@@ -235,7 +234,7 @@ def test_a_client_that_never_reads_is_closed_after_the_idle_timeout(
         conn.sock, conn.correlation_id = client, 0
         client.sendall(b"".join(fetch_bytes(conn, topic_name) for _ in range(20)))
         broker.wait_for_log("response bytes not read within the idle timeout", 30)
-        assert closed_by_peer(conn)
+        assert conn.closed_by_peer()
         client.close()
         assert broker.alive()
     finally:
@@ -374,7 +373,7 @@ def test_a_large_frame_before_login_is_refused_with_one_line(sasl_broker: Broker
     size = 600 * 1024
     conn = RawConnection(sasl_broker.port)
     conn.sock.sendall(struct.pack(">i", size) + b"\0" * 1024)
-    assert closed_by_peer(conn)
+    assert conn.closed_by_peer()
     conn.close()
     sasl_broker.wait_for_log(f"frame size {size} ")
     lines = [line for line in sasl_broker.lines if f"frame size {size} " in line]
@@ -412,9 +411,9 @@ def test_connections_not_logged_in_share_one_budget(sasl_broker: BrokerProcess) 
     """Each sends 400 KiB of a large frame and stops: two fit in the 1 MiB budget, a
     third is closed, and once the first two go, the budget is free again."""
     first, second = start_large_frame(sasl_broker.port), start_large_frame(sasl_broker.port)
-    assert not closed_by_peer(first, 1.0) and not closed_by_peer(second, 1.0)
+    assert not first.closed_by_peer(1.0) and not second.closed_by_peer(1.0)
     third = start_large_frame(sasl_broker.port)
-    assert closed_by_peer(third)
+    assert third.closed_by_peer()
     sasl_broker.wait_for_log("frames of connections not logged in already hold")
     for conn in (first, second, third):
         conn.close()
@@ -423,7 +422,7 @@ def test_connections_not_logged_in_share_one_budget(sasl_broker: BrokerProcess) 
                for line in sasl_broker.lines) < 2 and time.monotonic() < deadline):
         time.sleep(0.05)  # until the broker has seen both go
     fourth = start_large_frame(sasl_broker.port)
-    assert not closed_by_peer(fourth, 1.0)
+    assert not fourth.closed_by_peer(1.0)
     fourth.close()
     assert sasl_broker.alive()
 
@@ -441,9 +440,9 @@ def test_a_full_budget_does_not_stop_a_login(sasl_broker: BrokerProcess, issuer:
     holders = [start_large_frame(sasl_broker.port) for _ in range(2)]
     # their bytes read (and held) before the third's: which connection's read crosses
     # the budget depends on how reads interleave
-    assert not any(closed_by_peer(conn, 1.0) for conn in holders)
+    assert not any(conn.closed_by_peer(1.0) for conn in holders)
     refused = start_large_frame(sasl_broker.port)
-    assert closed_by_peer(refused)  # the budget is full of bytes that did arrive
+    assert refused.closed_by_peer()  # the budget is full of bytes that did arrive
     refused.close()
     login = Login(f"127.0.0.1:{sasl_broker.ports['SASL_PLAINTEXT']}", "SASL_PLAINTEXT",
                   "public", issuer.token("alice"))
@@ -451,7 +450,7 @@ def test_a_full_budget_does_not_stop_a_login(sasl_broker: BrokerProcess, issuer:
     producer.produce(topic_name, b"logged in past a full budget")
     assert producer.flush(30) == 0
     assert sum("already hold" in line for line in sasl_broker.lines) == before + 1
-    assert all(not closed_by_peer(conn, 0.2) for conn in declared + holders)
+    assert all(not conn.closed_by_peer(0.2) for conn in declared + holders)
     for conn in declared + holders:
         conn.close()
     assert sasl_broker.alive()
@@ -468,7 +467,7 @@ def test_a_frame_trickled_before_login_gives_its_budget_back(tmp_path: Path,
     try:
         holders = [start_large_frame(broker.port, 524288, 500 * 1024) for _ in range(2)]
         for conn in holders:
-            assert closed_by_peer(conn, 30)
+            assert conn.closed_by_peer(30)
             conn.close()
         broker.wait_for_log("was not complete within the idle timeout")
         conn = SecureConnection(broker.port)
@@ -494,7 +493,7 @@ def test_a_small_frame_begun_before_login_must_end_within_the_idle_timeout(
         conn = SecureConnection(broker.port)
         assert conn.handshake("PLAIN").error_code == NONE
         conn.close()
-        assert closed_by_peer(stuck, 30)
+        assert stuck.closed_by_peer(30)
         stuck.close()
         broker.wait_for_log("a frame of 100 bytes before authentication was not complete "
                             "within the idle timeout")

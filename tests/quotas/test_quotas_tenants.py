@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kafka.protocol.metadata import ApiVersionsRequest
 
@@ -244,8 +244,9 @@ def test_topic_and_partition_caps_answer_policy_violation(setup: TenantBroker) -
         client.create_topics([NewTopic("four", 1, 1)])["four"].result(15)
     print("CreateTopics beyond max_topics:", refused.value.args[0])
     assert "max_topics" in str(refused.value.args[0])
-    with pytest.raises(KafkaException):
+    with pytest.raises(KafkaException) as refused:
         client.create_partitions([NewPartitions("two", 4)])["two"].result(15)
+    assert refused.value.args[0].code() == KafkaError.POLICY_VIOLATION  # 6 partitions > 5
     # other tenants are not counted against it
     assert setup.conn("acme", "alice").create_topic("acme-three", 3) == 0
     assert conn.delete_topic("one") == 0

@@ -28,7 +28,6 @@ from tests.ports import free_port
 from tests.security_helpers import (
     SASL_AUTHENTICATION_FAILED,
     SecureConnection,
-    closed_by_peer,
     make_tls,
     plain_message,
 )
@@ -247,7 +246,7 @@ def test_failed_logins_of_one_host_are_bounded(tmp_path: Path) -> None:
             try:
                 if attempt % 5 == 4:  # no login at all
                     conn.send_frame(conn.request_bytes(MetadataRequest[1](topics=None), 1))
-                    assert closed_by_peer(conn)
+                    assert conn.closed_by_peer()
                     continue
                 assert conn.handshake("PLAIN").error_code == 0
                 answer = conn.authenticate(plain_message("t", f"token:forged-{attempt}"))

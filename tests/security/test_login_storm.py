@@ -115,6 +115,7 @@ class Answered:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(30)
+        assert not self.thread.is_alive(), "the logged-in client did not stop"
 
 
 def test_a_storm_of_logins_all_succeed_while_a_logged_in_client_is_answered(

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, refused_to_start
 from tests.proxy_headers import tlv, v2_header
 from tests.raw import RawConnection
 from tests.security.test_audit import read_audit
-from tests.security.test_security_listeners import api_versions_ok, refused, run_cli
-from tests.security_helpers import closed_by_peer, make_tls
+from tests.security.test_security_listeners import api_versions_ok, run_cli
+from tests.security_helpers import make_tls
 
 SECRET = b"proxy-test-secret-of-32-bytes!!!"
 
@@ -56,7 +56,7 @@ def test_only_trusted_senders_may_connect(tmp_path: Path) -> None:
     }).start()
     try:
         intruder = proxied(broker.port, ("10.1.2.3", 5555))  # from 127.0.0.1: not trusted
-        assert closed_by_peer(intruder, 5.0)
+        assert intruder.closed_by_peer(5.0)
         intruder.close()
         broker.wait_for_log(r"WARNING .*closing connection from 127\.0\.0\.1:\d+ on PLAINTEXT: "
                             r"127\.0\.0\.1 is not a trusted proxy")
@@ -84,15 +84,15 @@ def test_garbage_and_a_stalled_header_close_the_connection(tmp_path: Path) -> No
     try:
         kafka = RawConnection(broker.port)  # a Kafka client straight to the broker
         kafka.sock.sendall(api_versions_frame(kafka))
-        assert closed_by_peer(kafka, 5.0)
+        assert kafka.closed_by_peer(5.0)
         kafka.close()
         text = RawConnection(broker.port)  # version 1
         text.sock.sendall(b"PROXY TCP4 10.1.2.3 10.0.0.9 5555 9092\r\n")
-        assert closed_by_peer(text, 5.0)
+        assert text.closed_by_peer(5.0)
         text.close()
         stalled = RawConnection(broker.port)
         stalled.sock.sendall(v2_header(("10.1.2.3", 5555))[:20])
-        assert closed_by_peer(stalled, 20.0)
+        assert stalled.closed_by_peer(20.0)
         stalled.close()
         broker.wait_for_log(r"WARNING .*on PLAINTEXT: PROXY protocol header not complete "
                             r"within 0\.5 s")
@@ -118,7 +118,7 @@ def test_the_carried_client_is_the_audits_and_the_per_address_caps(tmp_path: Pat
         # a Metadata request before a login: a rejected connection, audited by client
         early = proxied(port, ("203.0.113.7", 4242), after=struct.pack(">ihhihi", 14, 3, 1, 7,
                                                                        -1, -1))
-        assert closed_by_peer(early, 5.0)
+        assert early.closed_by_peer(5.0)
         early.close()
         events = read_audit(f"127.0.0.1:{broker.ports['PLAINTEXT']}",
                             {("connection", "rejected")})
@@ -128,7 +128,7 @@ def test_the_carried_client_is_the_audits_and_the_per_address_caps(tmp_path: Pat
         held = proxied(port, ("203.0.113.7", 1))
         assert api_versions_ok(held)
         second = proxied(port, ("203.0.113.7", 2))
-        assert closed_by_peer(second, 5.0)
+        assert second.closed_by_peer(5.0)
         second.close()
         broker.wait_for_log(r"refusing connection from 203\.0\.113\.7:2 on SASL_PLAINTEXT: 1 "
                             r"connections from 203\.0\.113\.7 is the limit")
@@ -211,4 +211,4 @@ def test_a_tls_listener_reads_the_header_before_the_handshake(tmp_path: Path) ->
 ])
 def test_trusted_addresses_are_checked_at_load(tmp_path: Path, value: str,
                                                fragment: str) -> None:
-    refused(run_cli(tmp_path, proxyProtocolTrustedAddresses=value), fragment)
+    refused_to_start(run_cli(tmp_path, proxyProtocolTrustedAddresses=value), fragment)

@@ -6,6 +6,7 @@ the v0 handshake flow with raw tokens works."""
 from __future__ import annotations
 
 import base64
+import select
 import struct
 import time
 from collections.abc import Iterator
@@ -31,7 +32,6 @@ from tests.security_helpers import (
     Login,
     SecureConnection,
     TokenIssuer,
-    closed_by_peer,
     plain_message,
     raw_frame,
 )
@@ -62,18 +62,23 @@ class Env:
         assert self.broker.alive()
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    base = Path(tmp_path_factory.mktemp("bad-logins"))
+def _env(base: Path, delay_ms: int) -> Env:
+    """A broker whose failed logins are answered after ``delay_ms``, and its issuer."""
     issuer = TokenIssuer("hmac", base / "keys")
     broker = BrokerProcess(base / "data", {
         "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0", "tokenAudience": AUDIENCE,
-        "failedAuthenticationDelayMs": str(DELAY_MS), **issuer.settings,
+        "failedAuthenticationDelayMs": str(delay_ms), **issuer.settings,
         # every bad login here comes from 127.0.0.1: each one is reported, none counted
         "auditDenialsPerWindow": "100000",
     }).start()
-    yield Env(broker, issuer)
-    broker.stop()
+    return Env(broker, issuer)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    started = _env(Path(tmp_path_factory.mktemp("bad-logins")), DELAY_MS)
+    yield started
+    started.broker.stop()
 
 
 def tampered(token: str) -> str:
@@ -149,8 +154,8 @@ def assert_refused_and_closed(env: Env, conn: SecureConnection, message: bytes,
     assert answer.auth_bytes == b""
     if version >= 1:
         assert answer.session_lifetime_ms == 0
-    assert elapsed >= 0.4, elapsed
-    assert closed_by_peer(conn)
+    assert elapsed >= 0.4, elapsed  # the delay is the property: a lower bound only
+    assert conn.closed_by_peer()
     return str(answer.error_message)
 
 
@@ -207,7 +212,7 @@ def test_disabled_mechanism(env: Env) -> None:
             answer = conn.handshake("OAUTHBEARER", version)
             assert answer.error_code == UNSUPPORTED_SASL_MECHANISM
             assert list(answer.mechanisms) == ["PLAIN"]
-            assert closed_by_peer(conn)
+            assert conn.closed_by_peer()
     finally:
         conn.close()
     for mechanism in ("SCRAM-SHA-256", "plain", "GSSAPI"):
@@ -216,7 +221,7 @@ def test_disabled_mechanism(env: Env) -> None:
             answer = conn.handshake(mechanism, 0)
             assert answer.error_code == UNSUPPORTED_SASL_MECHANISM
             assert list(answer.mechanisms) == ["PLAIN"]
-            assert closed_by_peer(conn)
+            assert conn.closed_by_peer()
         finally:
             conn.close()
     env.good_login_works()
@@ -246,7 +251,7 @@ def test_authenticate_before_handshake(env: Env) -> None:
         answer = conn.authenticate(plain_message("acme", "token:" + env.token()))
         assert answer.error_code == ILLEGAL_SASL_STATE
         assert answer.error_message
-        assert closed_by_peer(conn)
+        assert conn.closed_by_peer()
     finally:
         conn.close()
     env.good_login_works()
@@ -287,8 +292,8 @@ def test_v0_handshake_with_a_bad_raw_token(env: Env) -> None:
         assert conn.handshake("PLAIN", 0).error_code == NONE
         started = time.monotonic()
         raw_frame(conn, plain_message("acme", "token:" + env.token(expires_in=-30)))
-        assert closed_by_peer(conn)
-        assert time.monotonic() - started >= 0.4
+        assert conn.closed_by_peer()
+        assert time.monotonic() - started >= 0.4  # the delay: a lower bound only
     finally:
         conn.close()
     env.good_login_works()
@@ -327,7 +332,8 @@ def test_stock_client_with_a_bad_token_is_refused(env: Env) -> None:
 
 
 def test_broker_survives_a_burst_of_bad_logins(env: Env) -> None:
-    """Many concurrent failures are each delayed without blocking a good login."""
+    """Many concurrent failures are each delayed, answered and closed, and the broker
+    stays up."""
     conns = []
     for _ in range(20):
         conn = SecureConnection(env.broker.port)
@@ -335,10 +341,29 @@ def test_broker_survives_a_burst_of_bad_logins(env: Env) -> None:
         conn.send_frame(conn.request_bytes(SaslAuthenticateRequest[2](
             auth_bytes=BAD_MESSAGES["tampered signature"](env)), 2))
         conns.append(conn)
-    started = time.monotonic()
-    env.good_login_works()
-    assert time.monotonic() - started < 0.4  # the failures' delays do not hold others up
     for conn in conns:
-        assert closed_by_peer(conn, 5.0)
+        assert conn.closed_by_peer(5.0)
         conn.close()
     env.good_login_works()
+
+
+def test_delayed_failures_do_not_hold_a_good_login_up(tmp_path: Path) -> None:
+    """A good login is answered while failures are still waiting out their delay: an
+    order of events, not a stopwatch (the delay, 10 minutes, is never waited)."""
+    slow = _env(tmp_path, 600_000)
+    try:
+        conns = []
+        for _ in range(20):
+            conn = SecureConnection(slow.broker.port)
+            assert conn.handshake("PLAIN").error_code == NONE
+            conn.send_frame(conn.request_bytes(SaslAuthenticateRequest[2](
+                auth_bytes=BAD_MESSAGES["tampered signature"](slow)), 2))
+            conns.append(conn)
+        slow.good_login_works()
+        # each failure still waits its delay: nothing to read, not even a close
+        readable, _, _ = select.select([conn.sock for conn in conns], [], [], 0)
+        assert readable == []
+        for conn in conns:
+            conn.close()
+    finally:
+        slow.broker.kill()  # a clean stop would wait on the sessions still in their delay

@@ -20,14 +20,13 @@ from kafka.protocol.metadata import (
     FindCoordinatorResponse,
 )
 
-from tests.broker_process import REPO, BrokerProcess
+from tests.broker_process import REPO, BrokerProcess, refused_to_start
 from tests.raw import RawConnection
 from tests.security_helpers import (
     NONE,
     SecureConnection,
     TlsFiles,
     TokenIssuer,
-    closed_by_peer,
     make_tls,
 )
 
@@ -168,33 +167,26 @@ def run_cli(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[str]
     return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=30)
 
 
-def refused(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    assert result.returncode == 2, (result.returncode, result.stderr)
-    assert "configuration error" in result.stderr, result.stderr
-    for fragment in fragments:
-        assert fragment in result.stderr, (fragment, result.stderr)
-    assert "edge-broker ready" not in result.stderr
-
-
 def test_sasl_listener_without_token_keys_is_refused(tmp_path: Path) -> None:
-    refused(run_cli(tmp_path, kafkaListeners="SASL_PLAINTEXT://127.0.0.1:0"),
-            "tokenSecretKey", "tokenPublicKey")
+    refused_to_start(run_cli(tmp_path, kafkaListeners="SASL_PLAINTEXT://127.0.0.1:0"),
+                     "tokenSecretKey", "tokenPublicKey")
 
 
 def test_sasl_ssl_listener_without_token_keys_is_refused(
         tmp_path: Path, material: tuple[TlsFiles, TokenIssuer]) -> None:
     tls, _issuer = material
-    refused(run_cli(tmp_path, kafkaListeners="EXT://127.0.0.1:0",
-                    kafkaProtocolMap="EXT:SASL_SSL", **tls.broker_settings()),
-            "tokenSecretKey")
+    refused_to_start(run_cli(tmp_path, kafkaListeners="EXT://127.0.0.1:0",
+                             kafkaProtocolMap="EXT:SASL_SSL", **tls.broker_settings()),
+                     "tokenSecretKey")
 
 
 @pytest.mark.parametrize("protocol", ["SSL", "SASL_SSL"])
 def test_tls_listener_without_certificate_files_is_refused(
         tmp_path: Path, material: tuple[TlsFiles, TokenIssuer], protocol: str) -> None:
     _tls, issuer = material
-    refused(run_cli(tmp_path, kafkaListeners=f"{protocol}://127.0.0.1:0", **issuer.settings),
-            "tlsCertificateFilePath", "tlsKeyFilePath")
+    refused_to_start(run_cli(tmp_path, kafkaListeners=f"{protocol}://127.0.0.1:0",
+                             **issuer.settings),
+                     "tlsCertificateFilePath", "tlsKeyFilePath")
 
 
 def test_tls_listener_with_missing_certificate_file_names_the_file(
@@ -203,47 +195,47 @@ def test_tls_listener_with_missing_certificate_file_names_the_file(
     missing = tmp_path / "nowhere.pem"
     result = run_cli(tmp_path, kafkaListeners="SSL://127.0.0.1:0",
                      tlsCertificateFilePath=str(missing), tlsKeyFilePath=str(tls.key))
-    refused(result, str(missing))
+    refused_to_start(result, str(missing))
 
 
 def test_listener_name_without_protocol_is_refused(tmp_path: Path) -> None:
-    refused(run_cli(tmp_path, kafkaListeners="INTERNAL://127.0.0.1:0,OTHER://127.0.0.1:0",
-                    kafkaProtocolMap="INTERNAL:PLAINTEXT"),
-            "kafkaListeners", "OTHER", "not in the protocol map")
+    refused_to_start(run_cli(tmp_path, kafkaListeners="INTERNAL://127.0.0.1:0,OTHER://127.0.0.1:0",
+                             kafkaProtocolMap="INTERNAL:PLAINTEXT"),
+                     "kafkaListeners", "OTHER", "not in the protocol map")
 
 
 def test_listener_name_that_is_no_protocol_without_a_map_is_refused(tmp_path: Path) -> None:
-    refused(run_cli(tmp_path, kafkaListeners="INTERNAL://127.0.0.1:0"),
-            "kafkaListeners", "INTERNAL", "is not a security protocol")
+    refused_to_start(run_cli(tmp_path, kafkaListeners="INTERNAL://127.0.0.1:0"),
+                     "kafkaListeners", "INTERNAL", "is not a security protocol")
 
 
 def test_duplicate_listener_names_are_refused(tmp_path: Path) -> None:
-    refused(run_cli(tmp_path, kafkaListeners="INTERNAL://127.0.0.1:0,internal://127.0.0.1:0",
-                    kafkaProtocolMap="INTERNAL:PLAINTEXT"),
-            "kafkaListeners", "duplicate listener name 'INTERNAL'")
+    refused_to_start(run_cli(tmp_path, kafkaListeners="INTERNAL://127.0.0.1:0,internal://127.0.0.1:0",
+                             kafkaProtocolMap="INTERNAL:PLAINTEXT"),
+                     "kafkaListeners", "duplicate listener name 'INTERNAL'")
 
 
 def test_advertised_name_without_listener_is_refused(tmp_path: Path) -> None:
-    refused(run_cli(tmp_path, kafkaListeners="INTERNAL://127.0.0.1:0",
-                    kafkaProtocolMap="INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
-                    kafkaAdvertisedListeners="INTERNAL://a.example:1,EXTERNAL://b.example:2"),
-            "kafkaAdvertisedListeners", "EXTERNAL")
+    refused_to_start(run_cli(tmp_path, kafkaListeners="INTERNAL://127.0.0.1:0",
+                             kafkaProtocolMap="INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+                             kafkaAdvertisedListeners="INTERNAL://a.example:1,EXTERNAL://b.example:2"),
+                     "kafkaAdvertisedListeners", "EXTERNAL")
 
 
 def test_unknown_sasl_mechanism_is_refused(
         tmp_path: Path, material: tuple[TlsFiles, TokenIssuer]) -> None:
     _tls, issuer = material
-    refused(run_cli(tmp_path, kafkaListeners="SASL_PLAINTEXT://127.0.0.1:0",
-                    saslAllowedMechanisms="PLAIN,SCRAM-SHA-256", **issuer.settings),
-            "saslAllowedMechanisms", "SCRAM-SHA-256")
+    refused_to_start(run_cli(tmp_path, kafkaListeners="SASL_PLAINTEXT://127.0.0.1:0",
+                             saslAllowedMechanisms="PLAIN,SCRAM-SHA-256", **issuer.settings),
+                     "saslAllowedMechanisms", "SCRAM-SHA-256")
 
 
 def test_listener_mechanisms_for_unknown_listener_are_refused(
         tmp_path: Path, material: tuple[TlsFiles, TokenIssuer]) -> None:
     _tls, issuer = material
-    refused(run_cli(tmp_path, kafkaListeners="SASL_PLAINTEXT://127.0.0.1:0",
-                    saslListenerMechanisms="NOPE:PLAIN", **issuer.settings),
-            "saslListenerMechanisms", "NOPE")
+    refused_to_start(run_cli(tmp_path, kafkaListeners="SASL_PLAINTEXT://127.0.0.1:0",
+                             saslListenerMechanisms="NOPE:PLAIN", **issuer.settings),
+                     "saslListenerMechanisms", "NOPE")
 
 
 # -- connection limits ------------------------------------------------------------------
@@ -263,7 +255,7 @@ def test_max_connections_per_listener(tmp_path: Path) -> None:
         first, second = RawConnection(broker.ports["A"]), RawConnection(broker.ports["A"])
         assert api_versions_ok(first) and api_versions_ok(second)
         extra = RawConnection(broker.ports["A"])
-        assert closed_by_peer(extra, 5.0)
+        assert extra.closed_by_peer(5.0)
         extra.close()
         broker.wait_for_log(r"refusing connection from .* on A: 2 connections is the limit")
         # The limit is per listener: B still takes connections.
@@ -317,7 +309,7 @@ def test_connections_in_the_tls_handshake_count_against_the_listener_cap(
         port = broker.ports["SSL"]
         idle = [RawConnection(port) for _ in range(3)]  # no ClientHello, ever
         extra = RawConnection(port)
-        assert closed_by_peer(extra, 5.0)
+        assert extra.closed_by_peer(5.0)
         extra.close()
         broker.wait_for_log(r"refusing connection from .* on SSL: 3 connections is the limit")
         with pytest.raises((ssl.SSLError, OSError)):
@@ -348,7 +340,7 @@ def test_a_tls_handshake_not_begun_ends_at_the_handshake_timeout(
     }).start()
     try:
         silent = RawConnection(broker.port)
-        assert closed_by_peer(silent, 20.0)
+        assert silent.closed_by_peer(20.0)
         silent.close()
         broker.wait_for_log(r"closing connection from .* on SSL: TLS handshake not complete "
                             r"within 0\.5 s")
@@ -368,7 +360,7 @@ def test_max_connections_per_ip_counts_across_listeners_with_overrides(
         held = [RawConnection(broker.ports["A"]), RawConnection(broker.ports["B"])]
         assert all(api_versions_ok(conn) for conn in held)
         extra = RawConnection(broker.ports["B"])
-        assert closed_by_peer(extra, 5.0)
+        assert extra.closed_by_peer(5.0)
         extra.close()
         broker.wait_for_log(r"refusing connection from 127\.0\.0\.1:\d+ on B: 2 connections "
                             r"from 127\.0\.0\.1 is the limit \(maxConnectionsPerIp\)")
@@ -376,7 +368,7 @@ def test_max_connections_per_ip_counts_across_listeners_with_overrides(
         other = [RawConnection(broker.ports["A"], source="127.0.0.2") for _ in range(3)]
         assert all(api_versions_ok(conn) for conn in other)
         fourth = RawConnection(broker.ports["A"], source="127.0.0.2")
-        assert closed_by_peer(fourth, 5.0)
+        assert fourth.closed_by_peer(5.0)
         fourth.close()
         for conn in held + other:
             conn.close()
@@ -403,7 +395,7 @@ def test_max_connections_per_ip_counts_across_listeners_with_overrides(
 ])
 def test_per_ip_settings_are_checked(tmp_path: Path, settings: dict[str, str],
                                      fragment: str) -> None:
-    refused(run_cli(tmp_path, **settings), fragment)
+    refused_to_start(run_cli(tmp_path, **settings), fragment)
 
 
 def test_an_open_file_limit_below_the_listener_caps_is_warned_of_and_soft_raised(
@@ -446,7 +438,7 @@ def test_idle_connections_are_closed(tmp_path: Path) -> None:
         while time.monotonic() - started < 2.5:
             assert api_versions_ok(busy)
             time.sleep(0.3)
-        assert closed_by_peer(idle, 1.0)
+        assert idle.closed_by_peer(1.0)
         assert api_versions_ok(busy)
         busy.close()
         idle.close()
@@ -454,7 +446,7 @@ def test_idle_connections_are_closed(tmp_path: Path) -> None:
         # Never-used connections are closed too.
         silent = RawConnection(broker.port)
         t0 = time.monotonic()
-        assert closed_by_peer(silent, 5.0)
+        assert silent.closed_by_peer(5.0)
         assert 0.8 <= time.monotonic() - t0 < 4.0
         silent.close()
     finally:

@@ -38,7 +38,6 @@ from tests.security_helpers import (
     UNSUPPORTED_VERSION,
     SecureConnection,
     TokenIssuer,
-    closed_by_peer,
     plain_message,
 )
 from tests.sessions import wait_past_session
@@ -131,7 +130,7 @@ def plain_refusal(env: Env, message: bytes) -> str:
         assert conn.handshake("PLAIN").error_code == NONE
         answer = conn.authenticate(message)
         assert answer.error_code == SASL_AUTHENTICATION_FAILED, answer
-        assert closed_by_peer(conn)
+        assert conn.closed_by_peer()
         return str(answer.error_message)
     finally:
         conn.close()
@@ -315,7 +314,7 @@ def test_handshake_during_an_exchange_is_illegal_and_closes(
     try:
         answer = conn.handshake(prelude(env, conn))
         assert answer.error_code == ILLEGAL_SASL_STATE and list(answer.mechanisms) == []
-        assert closed_by_peer(conn)
+        assert conn.closed_by_peer()
     finally:
         conn.close()
 
@@ -457,7 +456,7 @@ def test_unsupported_mechanisms_are_audited(env: Env, mechanism: str) -> None:
     conn = env.connect()
     try:
         assert conn.handshake(mechanism).error_code == UNSUPPORTED_SASL_MECHANISM
-        assert closed_by_peer(conn)
+        assert conn.closed_by_peer()
     finally:
         conn.close()
     event = env.audit(lambda e: e["mechanism"] == mechanism)[0]
@@ -512,7 +511,7 @@ def test_a_second_api_versions_before_the_handshake_closes(env: Env) -> None:
     try:
         assert api_versions(conn) == NONE
         conn.send_frame(conn.request_bytes(ApiVersionsRequest[3](), 3))
-        assert closed_by_peer(conn)
+        assert conn.closed_by_peer()
     finally:
         conn.close()
     env.broker.wait_for_log(r"ApiVersions repeated before SaslHandshake")
@@ -526,7 +525,7 @@ def test_api_versions_during_the_exchange_closes(env: Env) -> None:
         assert api_versions(conn) == NONE
         assert conn.handshake("PLAIN").error_code == NONE
         conn.send_frame(conn.request_bytes(ApiVersionsRequest[0](), 0))
-        assert closed_by_peer(conn)
+        assert conn.closed_by_peer()
     finally:
         conn.close()
     env.broker.wait_for_log(r"ApiVersions during a SASL exchange")

@@ -28,7 +28,6 @@ from tests.security_helpers import (
     Login,
     SecureConnection,
     TokenIssuer,
-    closed_by_peer,
     plain_message,
 )
 from tests.sessions import wait_past_session, wait_until
@@ -250,7 +249,7 @@ def test_reauthentication_as_someone_else_fails(plain: Env, who: tuple[str, str]
             username, "token:" + plain.issuer.token(role, expires_in=600)))
         assert answer.error_code == SASL_AUTHENTICATION_FAILED
         assert answer.error_message and "re-authentication" in answer.error_message
-        assert closed_by_peer(conn)
+        assert conn.closed_by_peer()
     finally:
         conn.close()
 
@@ -263,7 +262,7 @@ def test_reauthentication_with_a_bad_token_fails(plain: Env) -> None:
         answer = conn.authenticate(plain_message(
             "acme", "token:" + plain.issuer.token("alice", expires_in=-10)))
         assert answer.error_code == SASL_AUTHENTICATION_FAILED
-        assert closed_by_peer(conn)
+        assert conn.closed_by_peer()
     finally:
         conn.close()
 
@@ -274,7 +273,7 @@ def test_reauthentication_needs_handshake_v1(plain: Env) -> None:
         login(conn, plain.issuer, 2, exp=int(time.time()) + 600)
         answer = conn.handshake("PLAIN", 0)
         assert answer.error_code == ILLEGAL_SASL_STATE
-        assert closed_by_peer(conn)
+        assert conn.closed_by_peer()
     finally:
         conn.close()
 

@@ -35,7 +35,6 @@ from tests.security_helpers import (
     SASL_AUTHENTICATION_FAILED,
     OpsConnection,
     TokenIssuer,
-    closed_by_peer,
     grant,
     revoke,
 )
@@ -62,7 +61,7 @@ class Broker:
         conn, code, message = self.attempt(tenant, role)
         assert code == SASL_AUTHENTICATION_FAILED, (code, message)
         assert message is not None and f"role {role} may not use tenant {tenant}" in message
-        assert closed_by_peer(conn, 30)
+        assert conn.closed_by_peer(30)
         return conn
 
 

@@ -30,11 +30,11 @@ from broker_core.storage.pg_partition import PgPartition
 from broker_core.storage.pg_readahead import WINDOW_PAGES
 from tests.batches import make_batch
 from tests.broker_process import BrokerProcess
-from tests.clients import consume_confluent, create_topic
+from tests.clients import create_topic
 from tests.postgres_server import PostgresServer, shared_server
 from tests.raw import RawConnection
 from tests.storage.test_storage_engines import TOPIC, append, partition
-from tests.storage_helpers import batch_bytes, headed
+from tests.storage_helpers import batch_bytes, check_log, delivered_at, headed
 
 PARTITIONS = 4
 PRODUCERS = 6
@@ -70,8 +70,7 @@ class Load:
                 if err is not None:
                     self.errors.append(str(err))
                 else:
-                    self.delivered[msg.value() or b""] = (msg.partition() or 0,
-                                                          msg.offset() or 0)
+                    self.delivered[msg.value() or b""] = delivered_at(msg)
                     if len(self.delivered) >= PRODUCERS * self.count // 2:
                         self.half.set()
 
@@ -92,23 +91,6 @@ class Load:
 
     def all_values(self) -> set[bytes]:
         return {v for n in range(PRODUCERS) for v in _values(n, self.count)}
-
-
-def check_log(bootstrap: str, load: Load, expected: int) -> None:
-    """Every acknowledged record is stored once, where its delivery report said, and every
-    partition's offsets run from 0 without a gap."""
-    got = consume_confluent(bootstrap, load.topic, expected, PARTITIONS)
-    assert len(got) == expected
-    values = [g.rec.value or b"" for g in got]
-    assert len(set(values)) == len(values), "a record is stored twice"
-    stored = {g.rec.value or b"": (g.partition, g.offset) for g in got}
-    for value, where in load.delivered.items():
-        assert stored.get(value) == where, f"acknowledged {value!r} at {where} is not there"
-    by_partition: dict[int, list[int]] = {}
-    for g in got:
-        by_partition.setdefault(g.partition, []).append(g.offset)
-    for offsets in by_partition.values():
-        assert sorted(offsets) == list(range(len(offsets)))  # continuous
 
 
 def transactions(url: str) -> tuple[int, int, int]:
@@ -132,7 +114,7 @@ def test_concurrent_producers_share_commits_and_get_continuous_offsets(
         load.join()
         assert load.errors == []
         assert len(load.delivered) == PRODUCERS * 1500
-        check_log(broker.bootstrap, load, PRODUCERS * 1500)
+        check_log(broker.bootstrap, load.topic, load.delivered, PRODUCERS * 1500, PARTITIONS)
         rows, commits, widest = transactions(url)
         assert commits < rows  # batches that waited together were committed together
         assert widest > 1  # ... across partitions
@@ -402,7 +384,7 @@ def test_a_server_stopped_under_load_fails_commits_retriably_and_loses_nothing(
         load.join()
         assert load.errors == []
         assert len(load.delivered) == PRODUCERS * 3000
-        check_log(broker.bootstrap, load, PRODUCERS * 3000)
+        check_log(broker.bootstrap, load.topic, load.delivered, PRODUCERS * 3000, PARTITIONS)
         assert broker.stop() == 0
     finally:
         if broker.alive():

@@ -51,6 +51,7 @@ def test_other_connections_are_answered_while_thousands_of_partitions_are_create
         answered = time.monotonic()
         stop.set()
         asker.join(60)
+        assert not asker.is_alive(), "the Metadata asker did not stop"
         assert {t.error_code for t in response.topics} == {0}
         during = sum(1 for at in answers if sent < at < answered)
         assert during >= ANSWERED_AT_LEAST, (

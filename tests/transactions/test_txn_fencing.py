@@ -24,6 +24,7 @@ from tests.txn_helpers import (
     PRODUCER_FENCED,
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    TRANSACTIONAL_ID_NOT_FOUND,
     TxnConnection,
     batch,
     read_all,
@@ -218,7 +219,9 @@ def test_invalid_transaction_timeout(conn: TxnConnection, topic_name: str) -> No
         for timeout in (MAX_TIMEOUT + 1, 0, -5):
             answer = conn.init_pid(tid, timeout, version=version, **kwargs)
             assert answer.error_code == INVALID_TRANSACTION_TIMEOUT, (version, timeout, answer)
-    assert conn.describe_transactions([tid]).transaction_states[0].error_code != NONE
+    # refused, so never created
+    assert conn.describe_transactions([tid]).transaction_states[0].error_code == \
+        TRANSACTIONAL_ID_NOT_FOUND
     assert conn.init_pid(tid, MAX_TIMEOUT).error_code == NONE
     # an idempotent producer has no transaction timeout
     assert conn.init_pid(None, MAX_TIMEOUT + 1).error_code == NONE
