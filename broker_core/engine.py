@@ -342,10 +342,13 @@ class Engine:
         self._forget_topic(internal, partitions)
 
     def _forget_topic(self, internal: str, partitions: Sequence[PartitionStore]) -> None:
-        """Drop what the engine keeps of a deleted topic, and wake its parked fetches."""
+        """Drop what the engine keeps of a deleted topic (its metrics' series too: its
+        produce rules hold two, made again for a topic created again), and wake its parked
+        fetches."""
         for partition in partitions:
             self.flusher.forget(partition)
         self._rules.pop(internal, None)
+        metrics.forget_topic(internal, len(partitions))
         self.cluster.ownership.forget_topic(internal)
         self.producers.forget(internal)
         self.groups.topic_deleted(internal)

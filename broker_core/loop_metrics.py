@@ -81,6 +81,11 @@ class _Family(Collector, Generic[_S]):
             found = self._series[values] = self._new()
         return found
 
+    def remove(self, *values: str) -> None:
+        """Drop the series of ``values`` (a deleted topic's), if there is one; a series
+        kept by a caller counts on unseen, and ``labels`` makes a new one from 0."""
+        self._series.pop(values, None)
+
     def describe(self) -> Iterator[Metric]:
         """The family without its samples (what the registry checks names against)."""
         yield self._family({})

@@ -78,3 +78,13 @@ CLEANER_MAX_DELAY = Gauge(
     "kop_log_cleaner_max_compaction_delay_seconds",
     "How far the oldest not yet cleaned data of any compacted partition is past its "
     "max.compaction.lag.ms (Kafka's max-compaction-delay-secs; 0: none is).")
+
+
+def forget_topic(internal: str, partitions: int) -> None:
+    """Drop the series of a deleted topic (Kafka removes a topic's BrokerTopicMetrics on
+    deletion): topics created and deleted without end would grow ``/metrics`` without
+    bound. A topic created again under the name counts from 0."""
+    for family in (MESSAGES_IN, BYTES_IN, MESSAGES_OUT, BYTES_OUT):
+        family.remove(internal)
+    for index in range(partitions):
+        CLEANER_DIRTY_RATIO.remove(internal, str(index))

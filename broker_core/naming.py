@@ -41,9 +41,10 @@ def _check_part(part: str, what: str, original: str, longest: int) -> None:
             "characters",
         )
     if not is_valid_name(part):
+        which = "is invalid" if part == original else f"has an invalid {what} part {part!r}"
         raise KafkaApiError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"topic name {original!r} has an invalid {what} {part!r}: use only {NAME_RULE}",
+            f"topic name {original!r} {which}: use only {NAME_RULE}",
         )
 
 

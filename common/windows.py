@@ -28,6 +28,8 @@ class Window:
     listener: str = ""
     client: str = ""
     """Where the last left-out one came from (for the event that counts them)."""
+    tenant: str | None = None
+    """The tenant every left-out one named (None: none named, or they named several)."""
 
 
 class Windows(Generic[_S]):
@@ -45,9 +47,11 @@ class Windows(Generic[_S]):
         self.clock = clock
         self._windows: dict[_S, Window] = {}
 
-    def take(self, subject: _S, listener: str, client: str, count: int = 1) -> bool:
-        """Whether one more report of ``subject`` (from ``client`` on ``listener``) is
-        made; False: it is counted instead (as ``count`` reports: one that sums others)."""
+    def take(self, subject: _S, listener: str, client: str, count: int = 1,
+             tenant: str | None = None) -> bool:
+        """Whether one more report of ``subject`` (from ``client`` on ``listener``, naming
+        ``tenant``) is made; False: it is counted instead (as ``count`` reports: one that
+        sums others)."""
         now = self.clock()
         window = self._windows.get(subject)
         if window is not None and now >= window.ends:  # no timer closed it (no loop)
@@ -61,6 +65,7 @@ class Windows(Generic[_S]):
         first = not window.left_out
         window.left_out += count
         window.listener, window.client = listener, client
+        window.tenant = tenant if first or window.tenant == tenant else None
         if first:
             # without an event loop (a tool) the next report closes it
             with contextlib.suppress(RuntimeError):

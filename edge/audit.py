@@ -66,6 +66,9 @@ class AuditEvent:
     resource: str | None = None
     reason: str | None = None
     time: int = 0
+    count: int = 1
+    """How many events this one stands for: 1, or the number a window's summary event
+    counts that were left out of the audit (``edge.denials``)."""
 
     def document(self, now: int) -> dict[str, str | int | None]:
         """The event's JSON object: every field, in order (``dataclasses.asdict`` gave
@@ -82,7 +85,7 @@ class AuditEvent:
             client=printable(self.client), principal=_bounded(self.principal),
             tenant=_bounded(self.tenant), mechanism=_bounded(self.mechanism),
             api=_bounded(self.api), resource=_bounded(self.resource),
-            reason=_bounded(self.reason), time=self.time)
+            reason=_bounded(self.reason), time=self.time, count=self.count)
 
 
 _FIELD_NAMES = tuple(field.name for field in fields(AuditEvent))

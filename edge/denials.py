@@ -74,7 +74,8 @@ class DenialReports:
         self.record(AuditEvent(
             kind="authorization", outcome="denied", listener=window.listener,
             client=window.client, principal=principal, tenant=tenant, api=api,
-            reason=f"{window.left_out} more denials left out ({share})"))
+            reason=f"{window.left_out} more denials left out ({share})",
+            count=window.left_out))
 
     def close_all(self) -> None:
         """Report what every open window left out (the broker stops)."""
@@ -126,9 +127,11 @@ class Overall:
         self.windows: Windows[str] = Windows(total_per_window, window_s, self._left_out,
                                              clock)
 
-    def take(self, listener: str, client: str, count: int = 1) -> bool:
-        """Whether one more report (standing for ``count``) is made; False: counted."""
-        return self.windows.take(_EVERYONE, listener, client, count)
+    def take(self, listener: str, client: str, count: int = 1,
+             tenant: str | None = None) -> bool:
+        """Whether one more report (standing for ``count``, naming ``tenant``) is made;
+        False: counted."""
+        return self.windows.take(_EVERYONE, listener, client, count, tenant)
 
     def _left_out(self, _subject: str, window: Window) -> None:
         kind = self.kind
@@ -139,8 +142,9 @@ class Overall:
                     extra=log_fields(client=window.client or None, listener=window.listener))
         self.record(AuditEvent(
             kind=kind.kind, outcome=kind.outcome, listener=window.listener,
-            client=window.client,
-            reason=f"{window.left_out} more {kind.plural} left out ({share})"))
+            client=window.client, tenant=window.tenant,
+            reason=f"{window.left_out} more {kind.plural} left out ({share})",
+            count=window.left_out))
 
     def close_all(self) -> None:
         """Report what the open window left out (the broker stops)."""
@@ -161,15 +165,17 @@ class LoginFailures:
         self.windows: Windows[_Peer] = Windows(per_window, window_s, self._left_out, clock)
         self.overall = Overall(record, total_per_window, window_s, _FAILED_LOGINS, clock)
 
-    def take(self, host: str, listener: str, peer: str) -> bool:
+    def take(self, host: str, listener: str, peer: str, tenant: str | None = None) -> bool:
         """Whether a failed login of ``peer`` (``host``'s address and port) on
-        ``listener`` is reported; False: it is counted instead."""
-        return self.windows.take((host, listener), listener, peer) and \
-            self.overall.take(listener, peer)
+        ``listener``, naming ``tenant`` (None: none named), is reported; False: it is
+        counted instead."""
+        return self.windows.take((host, listener), listener, peer, tenant=tenant) and \
+            self.overall.take(listener, peer, tenant=tenant)
 
     def _left_out(self, subject: _Peer, window: Window) -> None:
         host, listener = subject
-        if not self.overall.take(listener, window.client or host, window.left_out):
+        if not self.overall.take(listener, window.client or host, window.left_out,
+                                 window.tenant):
             return
         share = self.windows.share()
         log.warning("authentication failed: %d more failed logins from %s on %s left out of "
@@ -177,8 +183,9 @@ class LoginFailures:
                     extra=log_fields(client=window.client or host, listener=listener))
         self.record(AuditEvent(
             kind="authentication", outcome="failure", listener=listener,
-            client=window.client or host,
-            reason=f"{window.left_out} more failed logins left out ({share})"))
+            client=window.client or host, tenant=window.tenant,
+            reason=f"{window.left_out} more failed logins left out ({share})",
+            count=window.left_out))
 
     def close_all(self) -> None:
         """Report what every open window left out (the broker stops)."""
@@ -220,7 +227,8 @@ class Rejections:
             self.record(AuditEvent(
                 kind="connection", outcome="rejected", listener=listener,
                 client=window.client or host,
-                reason=f"{window.left_out} more rejected connections left out ({share})"))
+                reason=f"{window.left_out} more rejected connections left out ({share})",
+                count=window.left_out))
 
     def close_all(self) -> None:
         """Report what every open window left out (the broker stops)."""

@@ -8,7 +8,8 @@ another cause. Each cause logs at most ``burst`` lines per ``period`` seconds at
 and above; the first line of the next period says how many were suppressed. Messages
 carry client-supplied text (names), so a client could invent causes: beyond
 ``max_causes`` the message template (format string) is the cause, of which there are
-few. The filter sits on the broker's log handler, so it covers every warning a client
+few; the windows that ended are forgotten then, and what they suppressed is said in one
+line first. The filter sits on the broker's log handler, so it covers every warning a client
 can trigger, in every layer, without the call sites knowing.
 """
 
@@ -21,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+log = logging.getLogger(__name__)
 _Cause = tuple[str, int, str]
 _NUMBERS = re.compile(r"\d+")
 _CAUSE_CHARS = 300
@@ -54,36 +56,51 @@ class RepeatedWarningFilter(logging.Filter):
         carries the count of those suppressed in the last one."""
         if record.levelno < self.level:
             return True
-        now = self.clock()
         with self._lock:
-            cause = self._cause(record, now)
-            window = self._windows.get(cause)
-            if window is None or now - window.start >= self.period:
-                self._windows[cause] = _Window(now)
-                if window is not None and window.suppressed:
-                    record.msg = (f"{record.msg} ({window.suppressed} more like this "
-                                  f"suppressed since {now - window.start:.0f} s ago)")
-                return True
-            if window.passed < self.burst:
-                window.passed += 1
-                return True
-            window.suppressed += 1
-            return False
+            passes, forgotten = self._admit(record, self.clock())
+        if forgotten:  # said before the record, outside the lock: it comes through here
+            suppressed, causes = forgotten
+            log.warning("%d more warnings of %d causes whose windows ended were suppressed "
+                        "(those causes forgotten: more than %d at once)", suppressed, causes,
+                        self.max_causes)
+        return passes
 
-    def _cause(self, record: logging.LogRecord, now: float) -> _Cause:
-        """The record's message with numbers blanked; its template once causes abound."""
+    def _admit(self, record: logging.LogRecord,
+               now: float) -> tuple[bool, tuple[int, int] | None]:
+        """Whether the record passes; and what forgotten windows had suppressed."""
+        cause, forgotten = self._cause(record, now)
+        window = self._windows.get(cause)
+        if window is None or now - window.start >= self.period:
+            self._windows[cause] = _Window(now)
+            if window is not None and window.suppressed:
+                record.msg = (f"{record.msg} ({window.suppressed} more like this "
+                              f"suppressed since {now - window.start:.0f} s ago)")
+            return True, forgotten
+        if window.passed < self.burst:
+            window.passed += 1
+            return True, forgotten
+        window.suppressed += 1
+        return False, forgotten
+
+    def _cause(self, record: logging.LogRecord,
+               now: float) -> tuple[_Cause, tuple[int, int] | None]:
+        """The record's message with numbers blanked; its template once causes abound.
+        Second: what the ended windows forgotten to make room had suppressed (lines,
+        causes), None when nothing."""
         try:
             message = record.getMessage()
         except (TypeError, ValueError):  # arguments that do not fit: logging reports it
             message = str(record.msg)
         cause = (record.name, record.levelno, _NUMBERS.sub("#", message[:_CAUSE_CHARS]))
         if cause in self._windows or len(self._windows) < self.max_causes:
-            return cause
-        for key in [k for k, w in self._windows.items() if now - w.start >= self.period]:
-            del self._windows[key]
+            return cause, None
+        ended = [k for k, w in self._windows.items() if now - w.start >= self.period]
+        lost = [self._windows.pop(key).suppressed for key in ended]
+        lost = [count for count in lost if count]
+        forgotten = (sum(lost), len(lost)) if lost else None
         if len(self._windows) < self.max_causes:
-            return cause
-        return record.name, record.levelno, str(record.msg)
+            return cause, forgotten
+        return (record.name, record.levelno, str(record.msg)), forgotten
 
 
 def limit_repeated_warnings(logger: logging.Logger | None = None) -> RepeatedWarningFilter:

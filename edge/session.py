@@ -221,11 +221,12 @@ class Session:
             await self.gate.admit(who, self.info)
         self.admitted = who
 
-    def _failure_counted(self) -> bool:
-        """Count a failed login (or a request before one): whether it is reported (its
-        audit event and lines written) or only counted, as ``failures`` bounds them."""
+    def _failure_counted(self, tenant: str | None = None) -> bool:
+        """Count a failed login (or a request before one) naming ``tenant``: whether it is
+        reported (its audit event and lines written) or only counted, as ``failures``
+        bounds them."""
         self._failure_reported = self.failures is None or self.failures.take(
-            self.client_host, self.info.listener, self.info.peer)
+            self.client_host, self.info.listener, self.info.peer, tenant)
         return self._failure_reported
 
     def _mute(self, throttle_ms: int) -> None:
@@ -289,7 +290,7 @@ class Session:
     def _refused(self, mechanism: str | None, tenant: str | None, reason: str) -> bool:
         """Audit a login attempt ended before any SASL step ran (the closing log line
         comes from the listener) if it is reported: whether it is."""
-        if not self._failure_counted():
+        if not self._failure_counted(tenant):
             return False
         self._audit("authentication", "failure", mechanism=mechanism, tenant=tenant,
                     reason=reason)
@@ -343,7 +344,7 @@ class Session:
         """Count a failed login; audit and log it if it is reported (``failures``)."""
         AUTHENTICATIONS.labels(server.mechanism, "failure").inc()
         tenant = server.claimed_tenant
-        if self._failure_counted():
+        if self._failure_counted(tenant):
             self._audit("authentication", "failure", mechanism=server.mechanism,
                         tenant=tenant, reason=reason)
             log.warning("SASL %s login from %s (client id %s) on %s (tenant %s) failed: "

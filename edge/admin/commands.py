@@ -35,7 +35,8 @@ def add_admin_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--command-config", metavar="FILE",
                         help="Kafka client properties: bootstrap.servers, security.protocol, "
                              "sasl.mechanism (PLAIN, OAUTHBEARER), sasl.username, "
-                             "sasl.password, sasl.oauthbearer.*, ssl.ca.location, "
+                             "sasl.password (or sasl.jaas.config with PlainLoginModule), "
+                             "sasl.oauthbearer.*, ssl.ca.location, "
                              "...")
     parser.add_argument("--output", choices=("table", "json"), default="table",
                         help="aligned tables (default) or JSON for scripts")

@@ -9,8 +9,9 @@ settings. The Java client's store keys are taken for PEM stores (``ssl.truststor
 with ``ssl.truststore.location``; ``ssl.keystore.type=PEM`` with ``ssl.keystore.location``,
 a file holding the certificate and its key); a JKS or PKCS12 store is a usage error saying
 so. ``sasl.mechanism=OAUTHBEARER`` logs in with OIDC client credentials, from the
-``sasl.oauthbearer.*`` keys (``edge.admin.bearer``). An unknown key is a usage error
-naming it.
+``sasl.oauthbearer.*`` keys (``edge.admin.bearer``). ``sasl.jaas.config`` with Kafka's
+``PlainLoginModule`` gives the PLAIN username and password (``edge.admin.jaas``). An
+unknown key is a usage error naming it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from kafka import KafkaAdminClient
 
 from edge.admin.bearer import BEARER_KEYS, first_token, token_provider
 from edge.admin.errors import UsageError
+from edge.admin.jaas import KEY as JAAS_KEY
+from edge.admin.jaas import plain_login
 from edge.config import ConfigError, parse_properties
 from oauth.kafka_python_provider import KafkaPythonTokenProvider
 
@@ -105,7 +108,8 @@ def _option(key: str, value: str, where: str) -> tuple[str, str | bool]:
         return "ssl_check_hostname", value.lower() not in ("", "none")
     keyword = _KEYWORDS.get(key)
     if keyword is None:
-        supported = [*_KEYWORDS, "ssl.endpoint.identification.algorithm", *BEARER_KEYS]
+        supported = [*_KEYWORDS, "ssl.endpoint.identification.algorithm", JAAS_KEY,
+                     *BEARER_KEYS]
         raise UsageError(f"{where}: unsupported client property {key!r} (supported: "
                          f"{', '.join(supported)})")
     return keyword, value
@@ -123,12 +127,35 @@ def _check_stores(properties: dict[str, str], where: str) -> None:
                              "openssl or keytool)")
 
 
+def _take_jaas(properties: dict[str, str], where: str) -> None:
+    """``sasl.jaas.config`` (the PLAIN login module) as ``sasl.username`` and
+    ``sasl.password``, PLAIN the mechanism unless another is set (UsageError then)."""
+    text = properties.pop(JAAS_KEY, None)
+    if text is None:
+        return
+    both = [key for key in ("sasl.username", "sasl.password") if key in properties]
+    if both:
+        raise UsageError(f"{where}: {JAAS_KEY} and {', '.join(both)} both give the login: "
+                         "keep one")
+    try:
+        username, password = plain_login(text)
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    mechanism = properties.setdefault("sasl.mechanism",
+                                      properties.get("sasl.mechanisms", "PLAIN"))
+    if mechanism.upper() != "PLAIN":
+        raise UsageError(f"{where}: {JAAS_KEY} holds a PLAIN login, but sasl.mechanism is "
+                         f"{mechanism!r}")
+    properties["sasl.username"], properties["sasl.password"] = username, password
+
+
 def client_settings(bootstrap: str | None, command_config: str | None,
                     timeout_s: float) -> ClientSettings:
     """The settings from the flags and the properties file (the flag wins)."""
     properties = _read_file(command_config) if command_config else {}
     where = command_config or ""
     _check_stores(properties, where)
+    _take_jaas(properties, where)
     bearer = {key: value for key, value in properties.items() if key in BEARER_KEYS}
     options: dict[str, str | bool] = {}
     for key, value in properties.items():

@@ -117,10 +117,29 @@ def _partitions_of(clients: Clients, topics: list[str]) -> list[TopicPartition]:
     return keys
 
 
+_INACTIVE = ("Empty", "Dead")
+"""The group states whose offsets may be reset (Kafka's tool: no live member)."""
+
+
+def _require_inactive(clients: Clients, group: str) -> None:
+    """CallFailed, as Kafka's tool words it, unless ``group`` has no live member (its
+    commits would be refused member by member, UNKNOWN_MEMBER_ID per partition)."""
+    described = clients.admin().describe_groups([group]).get(group, {})
+    error = described.get("error")
+    if error is not None:
+        raise CallFailed(f"{getattr(error, 'message', error)}: group {group}")
+    state = str(described.get("group_state") or "Dead")
+    if state not in _INACTIVE:
+        raise CallFailed(f"Assignments can only be reset if the group '{group}' is inactive, "
+                         f"but the current state is {state}.")
+
+
 def reset_offsets(args: argparse.Namespace, clients: Clients) -> Report:
-    """New offsets within ``[log start, high watermark]``; committed with --execute (the
-    group must have no members, as Kafka requires)."""
+    """New offsets within ``[log start, high watermark]``; committed with --execute, when
+    the group has no live member (Kafka's rule: it checks the group's state first)."""
     group: str = args.group
+    if args.execute:
+        _require_inactive(clients, group)
     committed = _committed(clients, group)
     keys = (sorted(committed, key=lambda tp: (tp.topic, tp.partition)) if args.all_topics
             else _partitions_of(clients, list(args.topics)))

@@ -30,8 +30,10 @@ def add_parsers(groups: SubParsers) -> None:
     create = verbs.add_parser("create", help="sign a token; printed alone on the last line")
     key = create.add_mutually_exclusive_group(required=True)
     key.add_argument("--secret-key", metavar="URL",
-                     help="the HMAC secret: data:;base64,..., file:/path or a path "
-                          "(the broker's tokenSecretKey)")
+                     help="the HMAC secret: file:/path (recommended: a data: URL on the "
+                          "command line is visible to every user in ps and the shell "
+                          "history), a path, or data:;base64,... (the broker's "
+                          "tokenSecretKey)")
     key.add_argument("--private-key", metavar="URL",
                      help="RSA or EC private key, PEM or DER (pairs with tokenPublicKey)")
     create.add_argument("--subject", required=True, help="the role (principal)")

@@ -65,10 +65,10 @@ def alert_rows(events: DataFrame, rule: BurstRule) -> DataFrame:
     """Windows with at least ``threshold`` failed logins from one source, as key/value."""
     length = f"{rule.window_seconds} seconds"
     slide = f"{max(1, rule.window_seconds // 2)} seconds"
-    counted = (events.where(F.col("login_failed") == 1)
+    counted = (events.where(F.col("login_failed") > 0)
                .withWatermark("event_time", length)
                .groupBy("source", F.window("event_time", length, slide).alias("w"))
-               .agg(F.count("*").alias("failures"),
+               .agg(F.sum("login_failed").alias("failures"),
                     F.array_sort(F.collect_set("listener")).alias("listeners"),
                     F.max("event_time").alias("last_failure")))
     start_ms = F.unix_millis(F.col("w.start"))

@@ -34,7 +34,7 @@ def tenant_summary(events: DataFrame) -> DataFrame:
     """Per tenant (``-`` for events without one, such as failed logins): counts, distinct
     principals and sources, first and last event."""
     return (events.groupBy(F.col("tenant_name").alias("tenant"))
-            .agg(F.count("*").alias("events"), *_counts(),
+            .agg(F.sum("count").alias("events"), *_counts(),
                  F.countDistinct("principal").alias("principals"),
                  F.countDistinct("source").alias("sources"),
                  F.min("event_time").alias("first_event"),
@@ -46,7 +46,7 @@ def principal_summary(events: DataFrame) -> DataFrame:
     """Per tenant and principal: counts, distinct sources, first and last event."""
     return (events.groupBy(F.col("tenant_name").alias("tenant"),
                            F.col("principal_name").alias("principal"))
-            .agg(F.count("*").alias("events"), *_counts(),
+            .agg(F.sum("count").alias("events"), *_counts(),
                  F.countDistinct("source").alias("sources"),
                  F.min("event_time").alias("first_event"),
                  F.max("event_time").alias("last_event"))
@@ -67,10 +67,10 @@ def failures_per_minute(events: DataFrame) -> DataFrame:
 
 def top_denied_principals(events: DataFrame, limit: int = 10) -> DataFrame:
     """The principals with the most authorization denials."""
-    return (events.where(F.col("denied") == 1)
+    return (events.where(F.col("denied") > 0)
             .groupBy(F.col("tenant_name").alias("tenant"),
                      F.col("principal_name").alias("principal"))
-            .agg(F.count("*").alias("denials"),
+            .agg(F.sum("denied").alias("denials"),
                  F.countDistinct("resource").alias("resources"),
                  F.max("event_time").alias("last_denial"))
             .orderBy(F.desc("denials"), "tenant", "principal").limit(limit))
@@ -92,11 +92,12 @@ def top_sources(events: DataFrame, limit: int = 10) -> DataFrame:
 def bursts(events: DataFrame, rule: BurstRule) -> DataFrame:
     """Password-guessing bursts: source, first and last failure, failed logins, listeners."""
     window_ms = rule.window_seconds * 1000
-    failures = (events.where(F.col("login_failed") == 1)
-                .select("source", "listener", "event_time",
+    failures = (events.where(F.col("login_failed") > 0)
+                .select("source", "listener", "event_time", "login_failed",
                         F.unix_millis("event_time").alias("ms")))
     ahead = Window.partitionBy("source").orderBy("ms").rangeBetween(0, window_ms - 1)
-    starts = (failures.select("source", "ms", F.count("*").over(ahead).alias("in_window"),
+    starts = (failures.select("source", "ms",
+                              F.sum("login_failed").over(ahead).alias("in_window"),
                               F.max("ms").over(ahead).alias("window_last"))
               .where(F.col("in_window") >= rule.threshold))
     by_time = Window.partitionBy("source").orderBy("ms")
@@ -113,7 +114,7 @@ def bursts(events: DataFrame, rule: BurstRule) -> DataFrame:
         (F.col("f.source") == F.col("r.source")) & F.col("f.ms").between(
             F.col("r.start_ms"), F.col("r.end_ms")))
     return (matched.groupBy(F.col("r.source").alias("source"), "r.start_ms", "r.end_ms")
-            .agg(F.count("*").alias("failures"),
+            .agg(F.sum("f.login_failed").alias("failures"),
                  F.array_sort(F.collect_set("f.listener")).alias("listeners"))
             .select("source", F.timestamp_millis("start_ms").alias("first_failure"),
                     F.timestamp_millis("end_ms").alias("last_failure"), "failures",

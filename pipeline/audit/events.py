@@ -2,9 +2,12 @@
 
 ``{"kind": "authentication"|"authorization"|"connection", "outcome": "success"|"failure"|
 "denied"|"rejected", "listener", "client", "principal", "tenant", "mechanism", "api",
-"resource", "reason", "time"}`` with ``time`` in epoch milliseconds. :func:`parse_events`
+"resource", "reason", "time", "count"}`` with ``time`` in epoch milliseconds and ``count``
+the events one record stands for (a summary of those the broker's bounds left out counts
+them all; records written before the field existed stand for 1). :func:`parse_events`
 adds ``event_time`` (a timestamp), ``source`` (the client's host, without its port), and
-0/1 flags for login successes, login failures, denials and rejected connections.
+the counts of login successes, login failures, denials and rejected connections each
+record stands for (``count`` or 0): sum them, never count rows.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ EVENT_SCHEMA = StructType(
     [StructField(name, StringType(), True) for name in (
         "kind", "outcome", "listener", "client", "principal", "tenant", "mechanism", "api",
         "resource", "reason")]
-    + [StructField("time", LongType(), True)])
+    + [StructField("time", LongType(), True), StructField("count", LongType(), True)])
 
 
 def source_host(kind: Column, client: Column) -> Column:
@@ -33,8 +36,9 @@ def source_host(kind: Column, client: Column) -> Column:
         F.regexp_replace(client, r":[0-9]+$", ""))
 
 
-def _flag(condition: Column) -> Column:
-    return F.when(condition, 1).otherwise(0)
+def _counted(condition: Column) -> Column:
+    """The events the record stands for when ``condition`` holds, else 0."""
+    return F.when(condition, F.col("count")).otherwise(0)
 
 
 def parse_events(raw: DataFrame) -> DataFrame:
@@ -42,7 +46,8 @@ def parse_events(raw: DataFrame) -> DataFrame:
     dropped)."""
     parsed = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"),
                         F.col("timestamp").alias("record_time"))
-    events = parsed.where(F.col("e.kind").isNotNull()).select("e.*", "record_time")
+    events = (parsed.where(F.col("e.kind").isNotNull()).select("e.*", "record_time")
+              .withColumn("count", F.coalesce(F.col("count"), F.lit(1))))
     kind, outcome = F.col("kind"), F.col("outcome")
     return events.select(
         "*",
@@ -50,8 +55,8 @@ def parse_events(raw: DataFrame) -> DataFrame:
         F.coalesce(source_host(kind, F.col("client")), F.lit(UNKNOWN)).alias("source"),
         F.coalesce(F.col("tenant"), F.lit(UNKNOWN)).alias("tenant_name"),
         F.coalesce(F.col("principal"), F.lit(UNKNOWN)).alias("principal_name"),
-        _flag((kind == "authentication") & (outcome == "success")).alias("login_ok"),
-        _flag((kind == "authentication") & (outcome == "failure")).alias("login_failed"),
-        _flag(outcome == "denied").alias("denied"),
-        _flag((kind == "connection") & (outcome == "rejected")).alias("rejected"),
+        _counted((kind == "authentication") & (outcome == "success")).alias("login_ok"),
+        _counted((kind == "authentication") & (outcome == "failure")).alias("login_failed"),
+        _counted(outcome == "denied").alias("denied"),
+        _counted((kind == "connection") & (outcome == "rejected")).alias("rejected"),
     )

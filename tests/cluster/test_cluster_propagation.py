@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from edge.app import cluster_id
 from tests.broker_process import BrokerProcess
 from tests.clients import make_records
 from tests.group_helpers import FAST_GROUPS
+from tests.ports import free_port
 from tests.postgres_server import PostgresServer, shared_server
 from tests.security_helpers import (
     NONE,
@@ -210,7 +212,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         "brokerId": str(n), "storageUrl": url,
         "kafkaListeners": "SASL_PLAINTEXT://127.0.0.1:0", "authorizationEnabled": "true",
         "superUserRoles": "admin", "allowAutoTopicCreation": "false",
-        **FAST_GROUPS, **issuer.settings}) for n in (0, 1)]
+        "metricsPort": str(free_port()), **FAST_GROUPS, **issuer.settings}) for n in (0, 1)]
     try:
         with ThreadPoolExecutor(2) as pool:  # started together: both race for a cluster id
             for started in [pool.submit(broker.start) for broker in brokers]:
@@ -345,6 +347,35 @@ def test_an_acl_created_through_one_broker_is_enforced_on_the_other(
         admin_a.close()
         if reader_b is not None:
             reader_b.close()
+
+
+def topic_series(broker: BrokerProcess, topic: str) -> list[str]:
+    """The lines of ``broker``'s ``/metrics`` that name ``topic`` (of any tenant)."""
+    port = broker.settings["metricsPort"]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    return [line for line in text.decode().splitlines()
+            if not line.startswith("#") and f'/{topic}"' in line]
+
+
+def test_a_topic_deleted_through_one_broker_drops_its_metrics_on_the_other(
+        pair: Pair, topic_name: str) -> None:
+    """Each broker counts a topic's records and bytes in its own series; a topic deleted
+    through another broker kept them here for good (topic churn grew ``/metrics`` without
+    bound). The refresh that learns of the deletion drops them."""
+    a, b = pair.conn(pair.a), pair.conn(pair.b)
+    try:
+        assert a.create_topic(topic_name, 4) == NONE
+        led_by_b = [index for index in range(4) if b.produce(topic_name, 3, index) == NONE]
+        assert led_by_b, "the second broker leads none of the four partitions"
+        assert any("kop_server_messages_in_total" in line
+                   for line in topic_series(pair.b, topic_name))
+        assert a.delete_topic(topic_name) == NONE
+        eventually(lambda: topic_series(pair.b, topic_name) == [],
+                   "the deleted topic's series gone from the other broker")
+        assert topic_series(pair.a, topic_name) == []
+    finally:
+        a.close()
+        b.close()
 
 
 def test_acls_created_through_both_brokers_at_once_are_all_kept(

@@ -7,6 +7,7 @@ OIDC client credentials (KIP-768 keys) logs in, and a wrong secret is one line, 
 from __future__ import annotations
 
 import base64
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,8 +16,10 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer
 
+from edge.admin.errors import UsageError
+from edge.admin.jaas import parse_jaas, plain_login
 from oauth.dev_issuer import DevIssuer
-from tests.admin_cli_helpers import Ran, admin, write_properties
+from tests.admin_cli_helpers import Ran, admin, edge_broker, write_properties
 from tests.broker_process import BrokerProcess
 from tests.oauth_helpers import make_issuer, oauth_file, start_broker
 from tests.security_helpers import TokenIssuer, make_tls
@@ -139,6 +142,49 @@ def test_groups_list_describe_lag_reset_delete(broker: BrokerProcess, topic_name
         {"group": "no-such-group", "result": "GROUP_ID_NOT_FOUND"}]
 
 
+def test_an_invalid_topic_name_is_named_once(broker: BrokerProcess) -> None:
+    """The refusal said "topic name 'bad name!' has an invalid topic 'bad name!'"."""
+    refused = admin(broker.bootstrap, "topics", "create", "bad name!", output="json")
+    assert refused.code == 1
+    [result] = refused.json()["results"]
+    assert result["result"].startswith(
+        "INVALID_TOPIC: topic name 'bad name!' is invalid: use only ASCII letters")
+    refused = admin(broker.bootstrap, "topics", "create", "public/default/bad name!",
+                    output="json")
+    assert "topic name 'public/default/bad name!' has an invalid topic part 'bad name!'" \
+        in refused.json()["results"][0]["result"]
+
+
+def test_reset_offsets_of_a_group_with_a_live_member_is_refused_first(
+        broker: BrokerProcess, topic_name: str) -> None:
+    """Kafka's tool checks the group's state before it resets; the commits were sent
+    regardless and each partition answered UNKNOWN_MEMBER_ID."""
+    boot = broker.bootstrap
+    group = f"{topic_name}-live"
+    ok(admin(boot, "topics", "create", topic_name, "--partitions", "1"))
+    ok(admin(boot, "produce", topic_name, "a", "b"))
+    consumer = KafkaConsumer(topic_name, bootstrap_servers=boot, group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        seen, deadline = 0, time.monotonic() + 60
+        while seen < 2 and time.monotonic() < deadline:
+            seen += sum(len(batch) for batch in consumer.poll(1000).values())
+        consumer.commit()
+        refused = admin(boot, "groups", "reset-offsets", group, "--topic", topic_name,
+                        "--to-earliest", "--execute")
+        assert refused.code == 1 and refused.out == ""
+        assert refused.one_error_line().endswith(
+            f"Assignments can only be reset if the group '{group}' is inactive, but the "
+            "current state is Stable.")
+        dry = ok(admin(boot, "groups", "reset-offsets", group, "--topic", topic_name,
+                       "--to-earliest", output="json")).json()  # a dry run shows it
+        assert dry["offsets"][0]["new"] == 0
+    finally:
+        consumer.close()
+    described = ok(admin(boot, "groups", "describe", group, output="json")).json()
+    assert described["offsets"][0]["committed"] == 2  # nothing was reset
+
+
 def test_cluster_describe(broker: BrokerProcess) -> None:
     found = ok(admin(broker.bootstrap, "cluster", "describe", output="json")).json()
     assert found["controller_id"] == 0
@@ -224,6 +270,70 @@ def test_a_created_token_logs_in(secure: SecureBroker) -> None:
     assert described["brokers"][0]["port"] == secure.broker.port
     assert "logged in as admin (tenant acme)" in secure.broker.wait_for_log(
         "logged in as admin")
+
+
+def test_a_jaas_plain_login_logs_in_and_other_modules_say_what_to_use(
+        secure: SecureBroker) -> None:
+    """Java clients' properties give the PLAIN login as ``sasl.jaas.config``; it was
+    refused as an unsupported property."""
+    made = ok(admin(None, "tokens", "create", "--secret-key", secure.secret_url,
+                    "--subject", "admin"))
+    token = made.out.strip().splitlines()[-1]
+    module = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    jaas = secure.directory / "jaas.properties"
+    jaas.write_text(f"bootstrap.servers={secure.broker.bootstrap}\n"
+                    "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                    f'sasl.jaas.config={module} required \\\n  username="acme" '
+                    f'password="token:{token}";\n')
+    described = ok(admin(None, "cluster", "describe", config=jaas, output="json")).json()
+    assert described["brokers"][0]["port"] == secure.broker.port
+
+    def refusal(value: str) -> str:
+        path = write_properties(secure.directory / "bad-jaas.properties",
+                                sasl_mechanism="PLAIN", sasl_jaas_config=value)
+        ran = admin(secure.broker.bootstrap, "topics", "list", config=path)
+        assert ran.code == 2
+        return ran.one_error_line()
+
+    oauth = refusal("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+                    'required clientId="c" clientSecret="hidden-secret";')
+    assert "set sasl.mechanism=OAUTHBEARER with sasl.oauthbearer.token.endpoint.url" in oauth
+    assert "hidden-secret" not in oauth
+    scram = refusal('org.apache.kafka.common.security.scram.ScramLoginModule required '
+                    'username="u" password="hidden-secret";')
+    assert "login module 'org.apache.kafka.common.security.scram.ScramLoginModule' is not " \
+        "supported here" in scram and "hidden-secret" not in scram
+    unclosed = refusal(f'{module} required username="u" password="hidden-secret;')
+    assert "a quoted value is not closed" in unclosed and "hidden-secret" not in unclosed
+    assert "needs password" in refusal(f'{module} required username="u";')
+
+
+def test_jaas_option_syntax() -> None:
+    """Kafka's JAAS option syntax: quotes of either kind, escapes, comments, a flag in
+    any case, the trailing ``;``."""
+    module = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    assert parse_jaas(f"{module} Required username='a b' /* note */ password=\"q\\\"t\\\\\";"
+                      " // end") == (module, {"username": "a b", "password": 'q"t\\'})
+    assert plain_login(f'{module} required username=alice password="s3cret";') == (
+        "alice", "s3cret")
+    for wrong, said in ((f'{module} required username="a"', "do not end with ';'"),
+                        (f"{module} username=a;", "control flag"),
+                        (f"{module} required username=;", "no value for option 'username'"),
+                        (f"{module} required a=b; {module} required c=d;", "one login module"),
+                        (f"{module} required password=se!cret;", "outside quotes")):
+        with pytest.raises(UsageError, match=re.escape(said)) as caught:
+            parse_jaas(wrong)
+        assert "cret" not in str(caught.value)
+
+
+def test_the_secret_key_help_recommends_a_file() -> None:
+    """``--secret-key data:...`` puts the secret in argv, which ``ps`` shows to every
+    user: the help says so and recommends ``file:``."""
+    helped = edge_broker("admin", "tokens", "create", "--help")
+    assert helped.code == 0
+    text = " ".join(helped.out.split())
+    assert "file:/path (recommended: a data: URL on the command line is visible to every " \
+        "user in ps" in text
 
 
 def test_tokens_create_prints_the_token_last_and_inspect_verifies_it(

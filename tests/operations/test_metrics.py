@@ -116,3 +116,50 @@ def test_bad_metrics_port_is_refused(port: str) -> None:
     result = subprocess.run([sys.executable, "-m", "edge.cli", "--set", f"metricsPort={port}"],
                             cwd=REPO, capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "metricsPort" in result.stderr
+
+
+def test_a_deleted_topics_series_go_and_a_topic_created_again_counts_from_zero(
+        tmp_path: Path, topic_name: str) -> None:
+    """Kafka removes a topic's BrokerTopicMetrics when the topic is deleted; the series
+    of records and bytes in and out stayed here, so topic churn grew ``/metrics`` without
+    bound. After a delete none is left; the topic created again counts from 0."""
+    metrics_port = free_port()
+    broker = BrokerProcess(tmp_path, {"metricsPort": str(metrics_port)}).start()
+    families = ("kop_server_messages_in_total", "kop_server_bytes_in_total",
+                "kop_server_messages_out_total", "kop_server_bytes_out_total")
+    internal = f"public/default/{topic_name}"
+    label = r'\{topic="' + re.escape(internal) + r'"\}'
+
+    def traffic(records: int) -> None:
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+        for _ in range(records):
+            producer.produce(topic_name, value=b"x" * 50)
+        assert producer.flush(10) == 0
+        consumer = confluent_kafka.Consumer({
+            "bootstrap.servers": broker.bootstrap, "group.id": f"g{records}",
+            "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe([topic_name])
+        seen, deadline = 0, time.monotonic() + 30
+        while seen < records and time.monotonic() < deadline:
+            seen += len([m for m in consumer.consume(records - seen, 1.0) if not m.error()])
+        consumer.close()
+        assert seen == records
+
+    try:
+        broker.wait_for_log(rf"metrics on http://127.0.0.1:{metrics_port}/metrics")
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+        create_topic(broker.bootstrap, topic_name, 1)
+        traffic(7)
+        samples = scrape(metrics_port)
+        assert all(sample(samples, family + label) > 0 for family in families)
+        for future in admin.delete_topics([topic_name]).values():
+            future.result(10)
+        left = [name for name in scrape(metrics_port) if f'topic="{internal}"' in name]
+        assert left == []
+        create_topic(broker.bootstrap, topic_name, 1)
+        traffic(3)
+        samples = scrape(metrics_port)
+        assert sample(samples, "kop_server_messages_in_total" + label) == 3
+        assert sample(samples, "kop_server_messages_out_total" + label) == 3
+    finally:
+        broker.stop()

@@ -209,3 +209,25 @@ def test_causes_invented_by_clients_fall_back_to_the_template() -> None:
                                                "unknown topic %s", (name,), None))
               for name in names]
     assert passed == [True, True, True, False, False]
+
+
+def test_ended_windows_forgotten_for_room_say_what_they_suppressed(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """When the cause table is full, the windows that ended make room; their suppressed
+    counts were dropped with them, never written. One line says them first now."""
+    now = [0.0]
+    limiter = RepeatedWarningFilter(burst=1, period=10.0, clock=lambda: now[0], max_causes=2)
+
+    def record(reason: str) -> logging.LogRecord:
+        return logging.LogRecord("edge", logging.WARNING, __file__, 1, f"closing: {reason}",
+                                 None, None)
+
+    assert [limiter.filter(record("A")) for _ in range(6)] == [True] + [False] * 5
+    assert [limiter.filter(record("B")) for _ in range(3)] == [True, False, False]
+    now[0] = 11.0  # both windows ended; two new causes fill the table
+    with caplog.at_level(logging.WARNING, logger="edge.log_limits"):
+        assert limiter.filter(record("C"))
+        assert limiter.filter(record("D"))
+    assert [r.getMessage() for r in caplog.records if r.name == "edge.log_limits"] == [
+        "7 more warnings of 2 causes whose windows ended were suppressed (those causes "
+        "forgotten: more than 2 at once)"]

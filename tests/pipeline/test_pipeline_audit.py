@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 
 from pipeline import cli
 from pipeline.audit.analysis import BurstRule, bursts
+from pipeline.audit.events import parse_events
 from pipeline.audit.report import NO_EVENTS, ReportSettings, read_events, run_report
 from tests.broker_process import REPO, BrokerProcess
 from tests.clients import create_topic, present
@@ -154,6 +155,40 @@ def test_report_counts_and_flags_the_burst(spark: SparkSession, audit_broker: Br
     assert "== bursts ==" in text and BURST_HOST in text
     events = read_events(spark, ReportSettings(bootstrap=plain(audit_broker)))
     assert bursts(events, BurstRule(threshold=8, window_seconds=60)).count() == 0
+
+
+def test_failed_logins_left_out_of_the_audit_are_counted_whole(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """The broker audits ``auditDenialsPerWindow`` failed logins per host and window and
+    one summary event for the rest: the report counted rows, so 40 guesses were 11
+    failures and no burst above the cap. The summary carries ``count`` (and the tenant
+    the guesses named), and the report sums it; a record without ``count`` (written
+    before the field) stands for one event."""
+    broker = BrokerProcess(tmp_path / "flood", {
+        "kafkaListeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+        "failedAuthenticationDelayMs": "0", "auditDenialWindowMs": "1000"}).start()
+    try:
+        guess_passwords(broker, BURST_HOST, 40)
+        wait_for_audit(plain(broker), 11)  # 10 events, then one counting 30 at 1 s
+        report = run_report(spark, ReportSettings(
+            bootstrap=plain(broker), output=tmp_path / "report",
+            rule=BurstRule(threshold=20, window_seconds=60),
+            since_ms=int(time.time() * 1000) - 600_000))
+    finally:
+        broker.stop()
+    [tenant] = report.tables["tenants"]
+    assert (tenant["tenant"], tenant["events"], tenant["login_failures"]) == ("acme", 40, 40)
+    [source] = report.tables["top_sources"]
+    assert (source["source"], source["login_failures"]) == (BURST_HOST, 40)
+    assert sum(r["login_failures"] for r in report.tables["failures_per_minute"]) == 40
+    [burst] = report.tables["bursts"]
+    assert (burst["source"], burst["failures"]) == (BURST_HOST, 40)
+    old = {"kind": "authentication", "outcome": "failure", "listener": "SASL_PLAINTEXT",
+           "client": "10.0.0.1:5", "time": 1}
+    [row] = parse_events(spark.createDataFrame(
+        [(json.dumps(old).encode(), None)], "value binary, timestamp timestamp")).collect()
+    assert (row["count"], row["login_failed"]) == (1, 1)
 
 
 def example(name: str, kind: str) -> str:

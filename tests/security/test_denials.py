@@ -50,6 +50,7 @@ def test_denials_beyond_the_window_share_are_counted_into_one_event() -> None:
             summary.api, summary.resource) == ("authorization", "denied", "bob", "b",
                                                "Metadata", None)
     assert summary.reason == "997 more denials left out (3 reported per 10 s)"
+    assert summary.count == 997  # what the audit pipeline sums
     assert (summary.listener, summary.client) == ("SASL_PLAINTEXT", "10.0.0.9")
     assert late.resource == "Topic:a/default/late"
 
@@ -70,7 +71,7 @@ def test_failed_logins_beyond_the_window_share_are_counted_per_host_and_listener
     clock = Clock()
     failures = LoginFailures(events.append, per_window=2, total_per_window=100, window_s=10,
                              clock=clock)
-    taken = [failures.take("10.0.0.9", "SASL", f"10.0.0.9:{port}")
+    taken = [failures.take("10.0.0.9", "SASL", f"10.0.0.9:{port}", "acme")
              for port in range(40000, 40500)]
     assert taken == [True, True] + [False] * 498 and events == []  # the session reports
     assert failures.take("10.0.0.8", "SASL", "10.0.0.8:1")
@@ -80,12 +81,14 @@ def test_failed_logins_beyond_the_window_share_are_counted_per_host_and_listener
     (summary,) = events
     assert (summary.kind, summary.outcome, summary.listener, summary.client,
             summary.principal, summary.tenant) == ("authentication", "failure", "SASL",
-                                                   "10.0.0.9:40499", None, None)
+                                                   "10.0.0.9:40499", None, "acme")
     assert summary.reason == "498 more failed logins left out (2 reported per 10 s)"
-    for _ in range(5):
-        failures.take("10.0.0.9", "SASL", "10.0.0.9:4")
+    assert summary.count == 498  # what the audit pipeline sums, under the tenant named
+    for tenant in ("acme", "acme", "acme", "other", "acme"):
+        failures.take("10.0.0.9", "SASL", "10.0.0.9:4", tenant)
     failures.close_all()  # the broker stops: what was left out is still said
     assert events[-1].reason == "4 more failed logins left out (2 reported per 10 s)"
+    assert (events[-1].count, events[-1].tenant) == (4, None)  # several tenants: none
 
 
 def test_rejected_connections_are_bounded_per_host_and_listener_and_overall() -> None:
@@ -111,6 +114,7 @@ def test_rejected_connections_are_bounded_per_host_and_listener_and_overall() ->
         "17 more rejected connections left out (5 reported per 10 s from all addresses)",
         "98 more rejected connections left out (2 reported per 10 s)",
         "TLS handshake failed"]
+    assert [e.count for e in events] == [1] * 5 + [17, 98, 1]
     assert all((e.kind, e.outcome, e.listener) == ("connection", "rejected", "SSL")
                for e in events)
     assert events[-1].client == "10.0.0.9:200"
@@ -136,5 +140,6 @@ def test_failed_logins_of_many_addresses_are_bounded_overall() -> None:
     assert [e.reason for e in events] == [
         "996 more failed logins left out (5 reported per 10 s from all addresses)",
         "2 more failed logins left out (2 reported per 10 s)"]
+    assert sum(e.count for e in events) + 5 + 1 == 1004  # every failed login counted once
     assert all((e.kind, e.outcome, e.listener) == ("authentication", "failure", "SASL")
                for e in events)
