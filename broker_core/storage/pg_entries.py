@@ -120,6 +120,17 @@ DELETE_BYTES = 32 << 20
 
 _NO_BOUND = (1 << 63) - 1
 
+_CHUNK_ROWS = ("partition_id = %(p)s AND base_offset >= %(l)s AND last_offset < %(u)s"
+               " AND (%(s)s::bigint[] IS NULL OR segment_base = ANY(%(s)s))")
+"""The rows ``delete_chunk`` may delete (from ``low`` on: a range of the primary key)."""
+
+_INDEX_ORDER = ("SELECT set_config('enable_bitmapscan', 'off', true),"
+                " set_config('enable_seqscan', 'off', true)")
+"""For the rest of the transaction, a walk of the primary key in order is the only plan:
+with statistics that underrate a partition's rows (a partition filled since the last
+ANALYZE) the planner would otherwise read and sort every row left in the range at each
+chunk, quadratic in the rows dropped."""
+
 
 class Deleted(NamedTuple):
     """The rows one ``delete_chunk`` deleted of one segment."""
@@ -135,16 +146,19 @@ def delete_chunk(conn: Conn, pid: int, low: int, high: int, *, last_below: int =
                  segments: Sequence[int] | None = None) -> list[Deleted]:
     """Delete the first rows by base offset in [``low``, ``high``) whose last offset is
     below ``last_below`` (and whose segment is one of ``segments``, if given): at most
-    ``DELETE_ROWS`` rows and ``DELETE_BYTES`` bytes, in one statement. What it deleted,
-    per segment in offset order; nothing: nothing was left to delete."""
+    ``DELETE_ROWS`` rows and ``DELETE_BYTES`` bytes, in one statement: the first rows are
+    found by the primary key (a LIMIT, then their running size), and the DELETE takes the
+    key range up to the last of them, so neither reads past the chunk (``_INDEX_ORDER``,
+    in ``conn``'s transaction). What it deleted, per segment in offset order; nothing:
+    nothing was left to delete."""
+    conn.execute(_INDEX_ORDER)
     rows = conn.execute(
-        "WITH gone AS (DELETE FROM edge_entries WHERE partition_id = %(p)s AND base_offset"
-        " IN (SELECT base_offset FROM (SELECT base_offset, sum(size) OVER (ORDER BY"
-        "  base_offset) AS upto, row_number() OVER (ORDER BY base_offset) AS nth"
-        "  FROM edge_entries WHERE partition_id = %(p)s AND base_offset >= %(l)s"
-        "  AND base_offset < %(h)s AND last_offset < %(u)s AND (%(s)s::bigint[] IS NULL"
-        "  OR segment_base = ANY(%(s)s)) ORDER BY base_offset LIMIT %(n)s) AS chunk"
-        "  WHERE nth = 1 OR upto <= %(b)s)"
+        f"WITH gone AS (DELETE FROM edge_entries WHERE {_CHUNK_ROWS} AND base_offset <= ("
+        " SELECT max(base_offset) FROM (SELECT base_offset, sum(size) OVER (ORDER BY"
+        "  base_offset) AS upto, row_number() OVER (ORDER BY base_offset) AS nth FROM"
+        f"  (SELECT base_offset, size FROM edge_entries WHERE {_CHUNK_ROWS}"
+        "   AND base_offset < %(h)s ORDER BY base_offset LIMIT %(n)s) AS first_rows)"
+        "  AS chunk WHERE nth = 1 OR upto <= %(b)s)"
         " RETURNING segment_base, base_offset, last_offset, size)"
         " SELECT segment_base, min(base_offset), max(last_offset) + 1, sum(size)"
         " FROM gone GROUP BY segment_base ORDER BY segment_base",
