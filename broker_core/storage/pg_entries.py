@@ -1,5 +1,6 @@
 """The statements on a PostgreSQL partition's rows in ``edge_entries`` that read them by
-offset, list its sealed segments and swap segments for their cleaned batches; the
+offset, list its sealed segments, delete them a bounded chunk at a time and swap segments
+for their cleaned batches; the
 partition (``pg_partition``) holds the locks, the cached row and the epoch around them.
 """
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from broker_core.codec.batch_header import ATTRIBUTES_AT, BATCH_HEADER_SIZE, CONTROL_BIT
 
@@ -110,38 +112,105 @@ def sealed_segments(conn: Conn, pid: int, active: int, start: int) -> list[Seale
     return [SealedSegment(*(int(str(value)) for value in row)) for row in rows]
 
 
+DELETE_ROWS = 2000
+"""Most rows one DELETE removes (``delete_chunk``): with ``DELETE_BYTES``, what keeps a
+drop's statements far below the statement timeout, however large the drop."""
+DELETE_BYTES = 32 << 20
+"""Most bytes of batches one DELETE removes (its first row whole, whatever its size)."""
+
+_NO_BOUND = (1 << 63) - 1
+
+_CHUNK_ROWS = ("partition_id = %(p)s AND base_offset >= %(l)s AND last_offset < %(u)s"
+               " AND (%(s)s::bigint[] IS NULL OR segment_base = ANY(%(s)s))")
+"""The rows ``delete_chunk`` may delete (from ``low`` on: a range of the primary key)."""
+
+_INDEX_ORDER = ("SELECT set_config('enable_bitmapscan', 'off', true),"
+                " set_config('enable_seqscan', 'off', true)")
+"""For the rest of the transaction, a walk of the primary key in order is the only plan:
+with statistics that underrate a partition's rows (a partition filled since the last
+ANALYZE) the planner would otherwise read and sort every row left in the range at each
+chunk, quadratic in the rows dropped."""
+
+
+class Deleted(NamedTuple):
+    """The rows one ``delete_chunk`` deleted of one segment."""
+
+    segment: int
+    first_offset: int
+    next_offset: int
+    """One past the last offset deleted."""
+    size_bytes: int
+
+
+def delete_chunk(conn: Conn, pid: int, low: int, high: int, *, last_below: int = _NO_BOUND,
+                 segments: Sequence[int] | None = None) -> list[Deleted]:
+    """Delete the first rows by base offset in [``low``, ``high``) whose last offset is
+    below ``last_below`` (and whose segment is one of ``segments``, if given): at most
+    ``DELETE_ROWS`` rows and ``DELETE_BYTES`` bytes, in one statement: the first rows are
+    found by the primary key (a LIMIT, then their running size), and the DELETE takes the
+    key range up to the last of them, so neither reads past the chunk (``_INDEX_ORDER``,
+    in ``conn``'s transaction). What it deleted, per segment in offset order; nothing:
+    nothing was left to delete."""
+    conn.execute(_INDEX_ORDER)
+    rows = conn.execute(
+        f"WITH gone AS (DELETE FROM edge_entries WHERE {_CHUNK_ROWS} AND base_offset <= ("
+        " SELECT max(base_offset) FROM (SELECT base_offset, sum(size) OVER (ORDER BY"
+        "  base_offset) AS upto, row_number() OVER (ORDER BY base_offset) AS nth FROM"
+        f"  (SELECT base_offset, size FROM edge_entries WHERE {_CHUNK_ROWS}"
+        "   AND base_offset < %(h)s ORDER BY base_offset LIMIT %(n)s) AS first_rows)"
+        "  AS chunk WHERE nth = 1 OR upto <= %(b)s)"
+        " RETURNING segment_base, base_offset, last_offset, size)"
+        " SELECT segment_base, min(base_offset), max(last_offset) + 1, sum(size)"
+        " FROM gone GROUP BY segment_base ORDER BY segment_base",
+        {"p": pid, "l": low, "h": high, "u": last_below,
+         "s": None if segments is None else list(segments), "n": DELETE_ROWS,
+         "b": DELETE_BYTES}).fetchall()
+    return [Deleted(*(int(str(value)) for value in row)) for row in rows]
+
+
+class SwapRefused(Exception):
+    """The partition is no longer owned at the epoch, or its rows or log start changed:
+    the swap's transaction rolls back."""
+
+
 def swap_segments(conn: Conn, pid: int, epoch: int | None, segments: Sequence[SealedSegment],
-                  batches: Sequence[BatchInfo]) -> int | None:
+                  batches: Sequence[BatchInfo]) -> int:
     """In ``conn``'s transaction: delete the segments' rows and insert ``batches`` (as rows
-    of the first segment), only while the partition is owned at ``epoch`` and the rows are
-    still as given; the bytes reclaimed, or None (nothing done)."""
+    of the first segment), the bytes reclaimed; :class:`SwapRefused` (roll back) unless the
+    rows deleted are the segments as given and, at the end, the partition is owned at
+    ``epoch`` with the log start it had at the beginning. The bulk work goes first, each
+    statement bounded (``delete_chunk``, ``MAX_ENTRIES``), without the partition's row: its
+    lock is taken last, just before the commit, so the group commits of the partition (and
+    of every partition committed with it) wait for no more than that."""
     first = segments[0]
-    where = ("partition_id = %(p)s AND segment_base = ANY(%(s)s) AND base_offset >= %(f)s"
-             " AND base_offset < %(n)s")
-    keys = {"p": pid, "s": [segment.ident for segment in segments],
-            "f": first.first_offset, "n": segments[-1].next_offset}
-    owned = conn.execute(
-        "SELECT log_start FROM edge_partitions WHERE id = %s AND owner_epoch"
-        " = coalesce(%s, owner_epoch) FOR UPDATE", (pid, epoch)).fetchone()
-    if owned is None:
-        return None
-    found = conn.execute(
-        f"SELECT segment_base, min(base_offset), max(last_offset) + 1, sum(size)"
-        f" FROM edge_entries WHERE {where} GROUP BY segment_base"
-        f" ORDER BY segment_base", keys).fetchall()
-    as_given = [(s.ident, s.first_offset, s.next_offset, s.size_bytes)
-                for s in segments]
-    if [tuple(int(str(v)) for v in row) for row in found] != as_given:
-        return None
-    log_start = int(str(owned[0]))
+    start = conn.execute("SELECT log_start FROM edge_partitions WHERE id = %s",
+                         (pid,)).fetchone()
+    if start is None:
+        raise SwapRefused
+    log_start = int(str(start[0]))
+    idents = [segment.ident for segment in segments]
+    found: dict[int, tuple[int, int, int]] = {}
+    low, high = first.first_offset, segments[-1].next_offset
+    while chunk := delete_chunk(conn, pid, low, high, segments=idents):
+        for gone in chunk:
+            was = found.get(gone.segment)
+            found[gone.segment] = (gone.first_offset, gone.next_offset, gone.size_bytes) \
+                if was is None else (was[0], gone.next_offset, was[2] + gone.size_bytes)
+        low = chunk[-1].next_offset
+    as_given = {s.ident: (s.first_offset, s.next_offset, s.size_bytes) for s in segments}
+    if found != as_given:
+        raise SwapRefused
     rows: list[EntryRow] = [(pid, info.base_offset, info.last_offset, first.ident,
                              info.broker_timestamp, info.max_timestamp, bytes(info.batch))
                             for info in batches if info.last_offset >= log_start]
-    conn.execute(f"DELETE FROM edge_entries WHERE {where}", keys)
-    for start in range(0, len(rows), MAX_ENTRIES):
-        chunk = rows[start:start + MAX_ENTRIES]
-        conn.execute(insert_entries(len(chunk)), entry_params(chunk))
+    for at in range(0, len(rows), MAX_ENTRIES):
+        part = rows[at:at + MAX_ENTRIES]
+        conn.execute(insert_entries(len(part)), entry_params(part))
     reclaimed = sum(s.size_bytes for s in segments) - sum(len(row[6]) for row in rows)
-    conn.execute("UPDATE edge_partitions SET size_bytes = size_bytes - %s WHERE id = %s",
-                 (reclaimed, pid))
+    if conn.execute(
+            "UPDATE edge_partitions SET size_bytes = size_bytes - %(r)s WHERE id = %(p)s"
+            " AND owner_epoch = coalesce(%(e)s, owner_epoch) AND log_start = %(s)s"
+            " RETURNING 1", {"r": reclaimed, "p": pid, "e": epoch, "s": log_start}
+    ).fetchone() is None:
+        raise SwapRefused
     return reclaimed

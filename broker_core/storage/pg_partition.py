@@ -6,6 +6,12 @@ the offset asked for (and only as many as fit in its byte limit). Rows carry the
 they belong to (rolled by ``segment.bytes`` / ``segment.ms`` as on files), so retention
 drops whole segments by the same rule as the other engines.
 
+Retention and DeleteRecords move the log start first, in one short statement (a read
+below it answers OFFSET_OUT_OF_RANGE from then on), then delete the rows below it a
+bounded chunk per transaction, the partition's lock not held while the database works
+(:meth:`PgPartition._sweep`); rows a crash leaves below the log start are never served,
+and the next retention round deletes them.
+
 Appends are group-committed (``pg_commits``): an append takes the next offsets of the
 partition's *assigned* end at once and queues; a worker thread commits everything
 queued from the partitions of its lane (two lanes side by side) in one transaction that
@@ -97,7 +103,7 @@ class _Reads:
 class PgPartition(FilelessPartition):
     """One partition's log in PostgreSQL, its row's state cached; thread-safe."""
 
-    drops_in_thread = True  # a transaction; a read it overtakes answers OFFSET_OUT_OF_RANGE
+    drops_in_thread = True  # statements; a read the log start overtakes answers OFFSET_OUT_OF_RANGE
 
     def __init__(self, db: Database, workers: tuple[GroupCommitter, ReadAhead], pid: int,
                  location: str, config: LogConfig, clock: Callable[[], int],
@@ -115,6 +121,10 @@ class PgPartition(FilelessPartition):
         self._drained = threading.Condition(self._lock)
         self._closed = False
         self._stale = row is None
+        self._loaded = 0
+        """Counts reloads of the cached row (``_shrink``)."""
+        self._swept = -1
+        """The log start below which every row is known deleted (-1: not known)."""
         self._generation = 0
         """Moves on whenever the cached row goes stale: appends queued at an older one fail."""
         self._inflight = 0
@@ -140,6 +150,7 @@ class PgPartition(FilelessPartition):
         self._segment = (values[3], values[4], values[5])
         self._owner_epoch = values[6]
         self._stale = False
+        self._loaded += 1
 
     def _check_current(self) -> None:
         """Open, and the cached row reloaded if stale (before a read of the key-value
@@ -201,6 +212,7 @@ class PgPartition(FilelessPartition):
         with self._lock:
             before, self._epoch = self._epoch, epoch
             self._spoil()
+            self._swept = -1  # another owner's drop may have stopped halfway
             self._ahead.drop()
             if epoch is not None:
                 self._refresh()
@@ -240,12 +252,14 @@ class PgPartition(FilelessPartition):
 
     @contextmanager
     def _writing(self) -> Iterator[Conn]:
-        """A transaction of a write; on failure the cached row is reloaded before the next."""
+        """A transaction of a write; on failure the cached row is reloaded before the next
+        (the lock is taken for that, if not held)."""
         try:
             with self._db.tx() as conn:
                 yield conn
         except BaseException:
-            self._spoil()
+            with self._lock:
+                self._spoil()
             raise
 
     def _queue(self, given: BatchBytes, header: BatchHeader, ticket: Ticket,
@@ -436,10 +450,11 @@ class PgPartition(FilelessPartition):
             if offset < 0 or offset > self._next:
                 raise OffsetOutOfRange(
                     f"offset {offset} is outside [0, {self._next}] of {self._location}")
-            if offset <= self._log_start:
-                return self._log_start
-            self._cut(offset, "last_offset < %s", offset, self._segment_kept(offset))
-            return self._log_start
+            if offset > self._log_start:
+                self._move_start(offset, self._segment_kept(offset))
+            log_start = self._log_start
+        self._sweep()
+        return log_start
 
     def _segment_kept(self, offset: int) -> tuple[int, int, int]:
         """The segment appends go to once everything below ``offset`` is dropped: a new
@@ -450,28 +465,57 @@ class PgPartition(FilelessPartition):
             return self._next, 0, self._clock()
         return segment
 
-    def _cut(self, log_start: int, where: str, bound: int,
-             segment: tuple[int, int, int]) -> None:
-        """Delete the entries ``where`` says (below ``bound``) and move the log start to
-        ``log_start``, in one transaction (lock held)."""
+    def _move_start(self, log_start: int, segment: tuple[int, int, int]) -> None:
+        """Move the log start to ``log_start`` (and the open segment to ``segment``) in one
+        short statement, fenced by the epoch (lock held, nothing in flight): a read below
+        it answers OFFSET_OUT_OF_RANGE from now on. The rows below it stay until
+        :meth:`_sweep` deletes them."""
         epoch = self._owned_epoch()
         with self._writing() as conn:
-            owned = conn.execute(
-                "SELECT 1 FROM edge_partitions WHERE id = %s AND owner_epoch"
-                " = coalesce(%s, owner_epoch) FOR UPDATE", (self._id, epoch)).fetchone()
-            if owned is None:
+            if conn.execute(
+                    "UPDATE edge_partitions SET log_start = %(s)s, segment_base = %(b)s,"
+                    " segment_size = %(z)s, segment_created_ms = %(c)s WHERE id = %(p)s"
+                    " AND owner_epoch = coalesce(%(e)s, owner_epoch) RETURNING 1",
+                    {"s": log_start, "p": self._id, "b": segment[0], "z": segment[1],
+                     "c": segment[2], "e": epoch}).fetchone() is None:
                 raise NotOwner(f"partition {self._location} was taken over")
-            conn.execute(f"DELETE FROM edge_entries WHERE partition_id = %s AND {where}",
-                         (self._id, bound))
-            row = conn.execute(
-                "UPDATE edge_partitions SET log_start = %(s)s, size_bytes = (SELECT"
-                " coalesce(sum(size), 0) FROM edge_entries WHERE partition_id = %(p)s),"
-                " segment_base = %(b)s, segment_size = %(z)s, segment_created_ms = %(c)s"
-                f" WHERE id = %(p)s RETURNING {self._ROW}",
-                {"s": log_start, "p": self._id, "b": segment[0], "z": segment[1],
-                 "c": segment[2]}).fetchone()
-        assert row is not None
-        self._load(row)
+        self._log_start, self._segment = log_start, segment
+
+    def _sweep(self) -> None:
+        """Delete the rows wholly below the log start, a bounded chunk per transaction
+        (``pg_entries.delete_chunk``), the partition's lock not held while the database
+        works: each chunk's transaction subtracts what it deleted from the row's size,
+        checking the epoch last. Rows left below the log start (a crash, a failed chunk)
+        are deleted by the next drop or retention round (``retention_due`` reports them)."""
+        low = 0
+        while True:
+            with self._lock:
+                self._check_open()
+                epoch = self._owned_epoch()
+                log_start, loaded = self._log_start, self._loaded
+                if self._swept >= log_start:
+                    return
+            with self._writing() as conn:
+                chunk = pg_entries.delete_chunk(conn, self._id, low, log_start,
+                                                last_below=log_start)
+                deleted = sum(gone.size_bytes for gone in chunk)
+                if chunk and conn.execute(
+                        "UPDATE edge_partitions SET size_bytes = size_bytes - %s"
+                        " WHERE id = %s AND owner_epoch = coalesce(%s, owner_epoch)"
+                        " RETURNING 1", (deleted, self._id, epoch)).fetchone() is None:
+                    raise NotOwner(f"partition {self._location} was taken over")
+            with self._lock:
+                if not chunk:
+                    self._swept = max(self._swept, log_start)
+                    return
+                self._shrink(loaded, deleted)
+            low = chunk[-1].next_offset
+
+    def _shrink(self, loaded: int, reclaimed: int) -> None:
+        """``reclaimed`` bytes were deleted from the stored row's size (lock held): the
+        cached size follows unless the row was (or is to be) reloaded since ``loaded``."""
+        if self._loaded == loaded and not self._stale:
+            self._size -= reclaimed
 
     def sealed_segments(self) -> list[SealedSegment]:
         """The committed rows of every segment before the one appends go to, by segment."""
@@ -485,45 +529,53 @@ class PgPartition(FilelessPartition):
                          batches: Sequence[BatchInfo]) -> bool:
         """Delete the segments' rows and insert ``batches`` (as rows of the first segment)
         in one transaction, only while this broker owns the partition at its epoch and the
-        rows are still as given."""
+        rows and the log start are still as given (``pg_entries.swap_segments``: the
+        partition's row is locked only at its end)."""
         check_cover(segments, batches)
         with self._lock:
             self._check_open()
-            epoch = self._owned_epoch()
+            epoch, loaded = self._owned_epoch(), self._loaded
         try:
             with self._db.tx() as conn:
                 reclaimed = pg_entries.swap_segments(conn, self._id, epoch, segments, batches)
+        except pg_entries.SwapRefused:
+            return False
         finally:  # committed, or maybe (its answer lost): rows read ahead may be the old ones
             self._ahead.drop()
-        if reclaimed is None:
-            return False
         with self._lock:
-            self._size -= reclaimed
+            self._shrink(loaded, reclaimed)
         return True
 
     def retention_due(self) -> RetentionCut | None:
         """What retention drops, from one query of the segments' sizes and newest broker
         timestamps (none when the partition has no sealed segment and its open one cannot
-        be due yet, or is another broker's to write); the lock is not held meanwhile."""
+        be due yet, or is another broker's to write); the lock is not held meanwhile. Rows
+        not yet known to be deleted below the log start (since this broker took the
+        partition) are due too."""
         with self._lock:
             self._check_open()
             if self._epoch is None and self._fenced():
                 return None  # its owner enforces it
             (active, open_size, created), start, end = self._segment, self._log_start, self._next
+            swept = self._swept >= start
         now, config = self._clock(), self._config
-        if active <= start and not (open_size > 0 and (
+        cut = None
+        if active > start or (open_size > 0 and (
                 config.retention_bytes == 0
-                or 0 <= config.retention_ms < now - created)):  # its rows are newer
-            return None
-        with self._db.autocommit() as conn:
-            segments = [(int(str(base)), int(str(size)), int(str(newest))) for
-                        base, size, newest in conn.execute(
-                "SELECT segment_base, sum(size), max(broker_ts) FROM edge_entries"
-                " WHERE partition_id = %s AND segment_base <= %s"
-                " GROUP BY segment_base ORDER BY segment_base", (self._id, active)).fetchall()]
-        if not segments or segments[-1][0] != active:  # nothing committed in the open one
-            segments.append((active, 0, -1))
-        return retention_cut(segments, end, now, config)
+                or 0 <= config.retention_ms < now - created)):  # else its rows are newer
+            with self._db.autocommit() as conn:
+                segments = [(int(str(base)), int(str(size)), int(str(newest))) for
+                            base, size, newest in conn.execute(
+                    "SELECT segment_base, sum(size), max(broker_ts) FROM edge_entries"
+                    " WHERE partition_id = %s AND segment_base <= %s AND last_offset >= %s"
+                    " GROUP BY segment_base ORDER BY segment_base",
+                    (self._id, active, start)).fetchall()]
+            if not segments or segments[-1][0] != active:  # nothing committed in the open one
+                segments.append((active, 0, -1))
+            cut = retention_cut(segments, end, now, config)
+        if cut is None and not swept:  # rows below the log start may be left: delete them
+            cut = RetentionCut(start, 0)
+        return cut
 
     def drop_retained(self, cut: RetentionCut) -> int:
         with self._lock:
@@ -532,7 +584,8 @@ class PgPartition(FilelessPartition):
             self._drain()
             segment = self._segment_kept(cut.keep_from)
             keep_from = min(cut.keep_from, segment[0])
-            if keep_from <= self._log_start:
-                return 0
-            self._cut(keep_from, "segment_base < %s", keep_from, segment)
-            return cut.segments
+            moved = keep_from > self._log_start
+            if moved:
+                self._move_start(keep_from, segment)
+        self._sweep()
+        return cut.segments if moved else 0

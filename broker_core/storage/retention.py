@@ -4,9 +4,9 @@
 PostgreSQL a query), so the engine runs it for every partition in a worker thread;
 ``drop_retained`` then drops what it found due on the event loop, where the reads that
 walk a log (fetches, producer-state replays) run, so a log never shrinks under them:
-unless the store says :attr:`RetainsSegments.drops_in_thread` (PostgreSQL: the drop is a
-blocking transaction, and a read that it overtakes answers OFFSET_OUT_OF_RANGE), whose
-drops, and DeleteRecords, run in a worker thread.
+unless the store says :attr:`RetainsSegments.drops_in_thread` (PostgreSQL: the drop is
+blocking statements, and a read whose offset the new log start overtakes answers
+OFFSET_OUT_OF_RANGE), whose drops, and DeleteRecords, run in a worker thread.
 Between the two steps the log may have moved on (appends, DeleteRecords, a cleaner
 swap): a :class:`RetentionCut` names the first offset kept, not a count, so dropping
 "every segment wholly below it" stays right whatever happened in between. As Kafka's
