@@ -129,7 +129,8 @@ def _run(tmp_path: Path, topic: str, abort: bool) -> None:
         else:
             ending, failures = _in_thread(lambda: producer.commit_transaction(60))
         wait_until(lambda: db.execute("SELECT count(*) FROM pg_stat_activity"
-                                      " WHERE wait_event = 'PgSleep'").fetchone() != (0,),
+                                      " WHERE wait_event = 'PgSleep'"
+                                      " AND datname = current_database()").fetchone() != (0,),
                    30, "the Prepare write to reach the database")
         paused = cluster.by_id(A)
         assert paused.proc is not None

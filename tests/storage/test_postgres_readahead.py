@@ -187,7 +187,7 @@ def test_a_partition_value_written_by_its_owner_commits_before_a_takeover(
             writing = owner.submit(log.state.put, "snapshot", b"old owner's")
             deadline = time.monotonic() + 30
             while conn.execute("SELECT 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
-                               ).fetchone() is None:
+                               " AND datname = current_database()").fetchone() is None:
                 assert time.monotonic() < deadline and not writing.done(), writing
                 time.sleep(0.01)
             # the claim of another broker, while the owner's write is held before commit
