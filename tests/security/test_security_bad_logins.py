@@ -331,16 +331,23 @@ def test_stock_client_with_a_bad_token_is_refused(env: Env) -> None:
     env.good_login_works()
 
 
-def test_broker_survives_a_burst_of_bad_logins(env: Env) -> None:
-    """Many concurrent failures are each delayed, answered and closed, and the broker
-    stays up."""
+def _failing_logins(env: Env, count: int) -> list[SecureConnection]:
+    """``count`` connections, each having sent a PLAIN login with a tampered token (its
+    answer, after the failure delay, not read)."""
     conns = []
-    for _ in range(20):
+    for _ in range(count):
         conn = SecureConnection(env.broker.port)
         assert conn.handshake("PLAIN").error_code == NONE
         conn.send_frame(conn.request_bytes(SaslAuthenticateRequest[2](
             auth_bytes=BAD_MESSAGES["tampered signature"](env)), 2))
         conns.append(conn)
+    return conns
+
+
+def test_broker_survives_a_burst_of_bad_logins(env: Env) -> None:
+    """Many concurrent failures are each delayed, answered and closed, and the broker
+    stays up."""
+    conns = _failing_logins(env, 20)
     for conn in conns:
         assert conn.closed_by_peer(5.0)
         conn.close()
@@ -352,13 +359,7 @@ def test_delayed_failures_do_not_hold_a_good_login_up(tmp_path: Path) -> None:
     order of events, not a stopwatch (the delay, 10 minutes, is never waited)."""
     slow = _env(tmp_path, 600_000)
     try:
-        conns = []
-        for _ in range(20):
-            conn = SecureConnection(slow.broker.port)
-            assert conn.handshake("PLAIN").error_code == NONE
-            conn.send_frame(conn.request_bytes(SaslAuthenticateRequest[2](
-                auth_bytes=BAD_MESSAGES["tampered signature"](slow)), 2))
-            conns.append(conn)
+        conns = _failing_logins(slow, 20)
         slow.good_login_works()
         # each failure still waits its delay: nothing to read, not even a close
         readable, _, _ = select.select([conn.sock for conn in conns], [], [], 0)
