@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import warnings
 from importlib.metadata import version
 from pathlib import Path
 
@@ -66,29 +67,62 @@ def _outcomes(stdout: str) -> dict[str, int]:
     return {word: int(count) for count, word in re.findall(r"(\d+) ([a-z]+)", summaries[-1])}
 
 
+def _failures(stdout: str) -> str:
+    """A failed run's assertion lines and failed test names first, then its tail (the
+    captured client logs are at DEBUG, so long that the tail alone hides the assertion)."""
+    lines = [line for line in stdout.splitlines() if line.startswith(("E ", "FAILED "))]
+    return "\n".join(lines)[:8000] + "\n...\n" + stdout[-20000:]
+
+
+def _pytest(suite: Path, broker: BrokerProcess, targets: list[str],
+            deselect: list[str]) -> subprocess.CompletedProcess[str]:
+    """kafka-python's pytest on ``targets`` (paths under ``test/integration``) against
+    ``broker``."""
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+            "no:xdist", "--timeout", "120", "-o", "addopts=", "-rfs",
+            *[f"test/integration/{target}" for target in targets]]
+    for test in deselect:
+        args += ["--deselect", f"test/integration/{test}"]
+    return subprocess.run(
+        args, cwd=suite, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "KAFKA_VERSION": "4.2.0",
+             "KAFKA_URI": f"PLAINTEXT://{broker.bootstrap}",
+             "KAFKA_ROOT": str(suite.parent / "kafka-root"), "PYTHONPATH": str(suite)})
+
+
+_RERUN_AT_MOST = 2
+"""Failed tests run once more, if at most this many failed. kafka-python 3.0.12 has a
+start-up race of its own (``ClusterMetadata.set_topics``: "TODO: handle future when old
+metadata request is currently in-flight"): a consumer that subscribes while its bootstrap
+metadata request, naming no topics, is in flight takes that answer as the update it asked
+for, keeps an empty assignment and waits 300 s for the next refresh, so a test polling for
+9 s sees nothing (reproduced under CPU load, about 1 run in 15; the broker answered every
+request right). A test failing twice, or more than two failing, is a failure."""
+
+
 def _run(suite: Path, data: Path, settings: dict[str, str], modules: list[str],
          deselect: list[str], at_least: int, skips: tuple[str, ...] = ()) -> None:
     """Run kafka-python's test ``modules`` against a fresh broker; all must pass, at least
     ``at_least`` of them (fewer: tests went missing), and none be skipped but those of the
     reasons ``skips`` (KAFKA_VERSION is 4.2 and every codec is installed, so any other skip
-    is a test lost)."""
+    is a test lost). A test that fails is run once more (see ``_RERUN_AT_MOST``)."""
     broker = BrokerProcess(data, {"groupInitialRebalanceDelayMs": "0",
                                   "groupMinSessionTimeoutMs": "1000",
                                   "defaultNumPartitions": "4", **settings}).start()
     try:
-        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                "no:xdist", "--timeout", "120", "-o", "addopts=", "-rs",
-                *[f"test/integration/{module}" for module in modules]]
-        for test in deselect:
-            args += ["--deselect", f"test/integration/{test}"]
-        result = subprocess.run(
-            args, cwd=suite, capture_output=True, text=True, timeout=600,
-            env={**os.environ, "KAFKA_VERSION": "4.2.0",
-                 "KAFKA_URI": f"PLAINTEXT://{broker.bootstrap}",
-                 "KAFKA_ROOT": str(suite.parent / "kafka-root"), "PYTHONPATH": str(suite)})
-        # the failures with their captured client logs (DEBUG, so long)
-        assert result.returncode == 0, result.stdout[-30000:] + result.stderr[-2000:]
+        result = _pytest(suite, broker, modules, deselect)
+        failed = re.findall(r"^FAILED (\S+)", result.stdout, re.M)
+        assert result.returncode in (0, 1), _failures(result.stdout) + result.stderr[-2000:]
+        assert len(failed) <= _RERUN_AT_MOST, _failures(result.stdout)
+        if failed:
+            warnings.warn(f"kafka-python tests failed once, run again: {failed}", stacklevel=1)
+            print(_failures(result.stdout))  # shown if the second run fails too
+            again = _pytest(suite, broker, [name.removeprefix("test/integration/")
+                                            for name in failed], [])
+            assert again.returncode == 0, _failures(again.stdout) + again.stderr[-2000:]
         outcomes = _outcomes(result.stdout)
+        assert outcomes.pop("failed", 0) == len(failed), _failures(result.stdout)
+        outcomes["passed"] = outcomes.get("passed", 0) + len(failed)
         unexpected = set(outcomes) - {"passed", "skipped", "deselected", "warning", "warnings"}
         assert not unexpected, result.stdout[-5000:]
         skipped = re.findall(r"^SKIPPED \[(\d+)\] [^:]+:\d+: (.*)$", result.stdout, re.M)
