@@ -22,6 +22,7 @@ from broker_core.producer_states import ProducerStates
 from broker_core.quotas.limits import TenantLimits
 from broker_core.storage import PartitionStore, Storage, StorageError
 from broker_core.storage.feed import CHANGES
+from broker_core.storage.retention import RetentionCut, RetentionDue
 from broker_core.wakeup import Wakeup
 from common.log_fields import topic_fields
 
@@ -143,17 +144,38 @@ class BackgroundWork:
         while True:
             await asyncio.sleep(interval)
             try:
-                due = await asyncio.to_thread(self.logs.retention_due)
-                removed = self.logs.drop_retained(
-                    [item for item in due if not item.store.drops_in_thread])
-                in_thread = [item for item in due if item.store.drops_in_thread]
-                if in_thread:
-                    removed += await asyncio.to_thread(self.logs.drop_retained, in_thread)
+                removed = await self.retention_round()
             except (StorageError, OSError) as exc:  # the database is away: next round
                 log.warning("retention could not run: %s", exc)
                 continue
             if removed:
                 log.info("retention removed %d ledgers", removed)
+
+    async def retention_round(self) -> int:
+        """One round of retention (``_retention_loop``'s): what is due, found in a worker
+        thread, held at the high watermark (``due_now``), then dropped. The segments
+        dropped."""
+        due = self.due_now(await asyncio.to_thread(self.logs.retention_due))
+        removed = self.logs.drop_retained(
+            [item for item in due if not item.store.drops_in_thread])
+        in_thread = [item for item in due if item.store.drops_in_thread]
+        if in_thread:
+            removed += await asyncio.to_thread(self.logs.drop_retained, in_thread)
+        return removed
+
+    def due_now(self, due: Sequence[RetentionDue]) -> list[RetentionDue]:
+        """``due`` with each cut kept at or below the offsets held from readers, as Kafka
+        deletes only segments below the high watermark: records appended under
+        ``flush.messages`` that wait for their fsync are not acknowledged yet, and are
+        not dropped before they are (``retention.bytes=0`` would otherwise empty the log
+        under them, and their producers be told they were written)."""
+        kept = []
+        for item in due:
+            held = self.flusher.held_from(item.store)
+            if held is not None and held < item.cut.keep_from:
+                item = RetentionDue(item.store, RetentionCut(held, item.cut.segments))
+            kept.append(item)
+        return kept
 
     async def _cleaner_loop(self) -> None:
         """Run the log cleaner in its thread every ``log_cleaner_backoff_ms``."""

@@ -139,11 +139,17 @@ class FlushScheduler:
     def high_watermark(self, partition: PartitionStore) -> int:
         """The end of what readers may see of ``partition``: its next offset, but for the
         appends that wait for an fsync not done yet (and those after them)."""
+        held = self.held_from(partition)
+        return partition.next_offset if held is None else held
+
+    def held_from(self, partition: object) -> int | None:
+        """The first offset of ``partition`` held from readers (an append waiting for its
+        fsync, and everything after it), or None when nothing is held."""
         if self._held:
             hold = self._held.get(id(partition))
             if hold is not None:
                 return hold.end
-        return partition.next_offset
+        return None
 
     def appended(self, partition: PartitionStore, name: TopicPartition, base: int,
                  records: int, size: int,

@@ -44,11 +44,12 @@ _Topic = FetchRequest.FetchTopic
 _Offsets = ListOffsetsRequest.ListOffsetsTopic
 
 
-async def started(path: Path) -> Engine:
-    """An engine on ``path`` that fsyncs before every acknowledgement, with the topic."""
+async def started(path: Path, topics: LogConfig | None = None) -> Engine:
+    """An engine on ``path`` that fsyncs before every acknowledgement, with the topic
+    (configured by ``topics``: the default)."""
     config = EngineConfig(offsets_topic_partitions=1, txn_topic_partitions=1,
                           flush_interval_messages=1, flush_interval_ms=0)
-    engine = Engine(config, open_storage(path.as_uri(), LogConfig()))
+    engine = Engine(config, open_storage(path.as_uri(), topics or LogConfig()))
     engine.start()
     await engine.join(BrokerRecord(0, None, ()))
     if engine.logs.topic(TOPIC) is None:
@@ -202,3 +203,30 @@ def test_no_offset_a_consumer_read_is_reused_after_a_power_loss(tmp_path: Path) 
     read = asyncio.run(until_power_loss())
     assert not read & asyncio.run(after_restart())  # the old code gave offset 1 again
     assert read == {0}
+
+
+def test_retention_keeps_a_record_waiting_for_its_fsync(tmp_path: Path) -> None:
+    """``retention.bytes=0`` empties a log, but not past its high watermark (as Kafka): a
+    record whose fsync is under way, not acknowledged yet, is still there once its
+    producer is told it was written (so is its segment: retention drops whole ones); the
+    next round, once it is acknowledged, empties the log."""
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(1))
+        engine = await started(tmp_path, LogConfig(retention_bytes=0))
+        _, durable = produce(engine, b"first")
+        await durable
+        with fsyncs_held():
+            second, durable = produce(engine, b"second")
+            await settle_briefly()
+            due = engine.background.due_now(engine.logs.retention_due())
+            assert engine.logs.drop_retained(due) == 0  # the old code dropped the segment
+        await durable
+        assert await fetch(engine, 0) == (2, 2, [0, 1])
+        assert engine.logs.drop_retained(
+            engine.background.due_now(engine.logs.retention_due())) == 1
+        log = engine.logs.partition(TOPIC, 0)
+        assert log is not None and log.log_start_offset == log.next_offset == second + 1
+        await engine.stop()
+
+    asyncio.run(scenario())
