@@ -74,6 +74,8 @@ class SystemTopic:
         """Bytes appended to a partition since its last compaction (or its replay)."""
         self._live: dict[tuple[str, int], int] = {}
         """Bytes of a partition's last snapshot: its live state when it was compacted."""
+        self._drops: set[asyncio.Future[BaseException | None]] = set()
+        """Drops under way in worker threads (kept from the garbage collector)."""
         self._indexes: dict[tuple[str, int], tuple[PartitionStore, KeyIndex]] = {}
         """The keys of partitions another broker writes, as read (:meth:`newest`)."""
         self._indexes_lock = threading.Lock()
@@ -272,15 +274,47 @@ class SystemTopic:
     def _drop_before(self, topic: str, partition: int, target: PartitionStore,
                      snapshot_start: int, kept: int) -> None:
         """The second half of :meth:`compact`: the snapshot at ``snapshot_start`` is
-        written (and committed); drop the records before it."""
-        try:
-            target.flush()  # the snapshot is on disk before what it replaces is dropped
-            target.delete_records_before(snapshot_start)
-        except NotOwner:  # another broker took the partition: it compacts from now on
+        written (and committed); drop the records before it: on the event loop for files
+        (an fsync and unlinks, where reads walk the log), in a worker thread where the
+        partition says so (``drops_in_thread``: on PostgreSQL, a delete of every row the
+        snapshot replaces, a chunk per transaction, which would hold every connection of
+        the broker for seconds)."""
+        def dropped(error: BaseException | None) -> None:
+            self._dropped(topic, partition, snapshot_start, kept, error)
+
+        if not target.drops_in_thread:
+            dropped(self._drop(target, snapshot_start))
             return
-        except (OSError, StorageError) as exc:
-            if isinstance(exc, OSError):
-                self.faults.failed(exc, f"the compaction of {topic}-{partition}",
+        task = asyncio.ensure_future(asyncio.to_thread(self._drop, target, snapshot_start))
+        self._drops.add(task)
+
+        def done(task: asyncio.Future[BaseException | None]) -> None:
+            self._drops.discard(task)
+            if not task.cancelled():  # cancelled: the broker stops
+                dropped(task.result())
+
+        task.add_done_callback(done)
+
+    @staticmethod
+    def _drop(target: PartitionStore, snapshot_start: int) -> BaseException | None:
+        """Drop what precedes ``snapshot_start`` once the snapshot is on disk; the error
+        that stopped it, if any."""
+        try:
+            target.flush()
+            target.delete_records_before(snapshot_start)
+        except (NotOwner, OSError, StorageError) as exc:
+            return exc
+        return None
+
+    def _dropped(self, topic: str, partition: int, snapshot_start: int, kept: int,
+                 error: BaseException | None) -> None:
+        """Log a compaction's end, or compact again at the next write if its drop failed
+        (another broker took the partition: it compacts from now on)."""
+        if isinstance(error, NotOwner):
+            return
+        if error is not None:
+            if isinstance(error, OSError):
+                self.faults.failed(error, f"the compaction of {topic}-{partition}",
                                    WriteKind.COORDINATOR)
             self._again((topic, partition))
             return
