@@ -488,6 +488,7 @@ class BrokerApp:
         self.denials.close_all()
         self.login_failures.close_all()
         self.rejections.close_all()
+        self.audit.count_repeats()
         self.audit.flush()
         problems = await self.engine.stop()
         for problem in problems:

@@ -5,10 +5,12 @@ appended to the internal topic ``__audit`` of the metadata namespace
 
 Writes are plain appends to the managed ledger (no fsync wait); the events of one turn of
 the event loop are written as one batch at its end (a storm of logins wrote a batch, and
-made a write system call on the loop, per login); repeated identical denials
-within one second are written once, so a client looping on a refused request cannot flood
-the log. In a cluster an event recorded before this broker has claimed its audit partition
-(just created, or a slot just taken over) waits in memory, in order, until the claim
+made a write system call on the loop, per login). Repeated identical denials within one
+second of the first are written once, so a client looping on a refused request cannot
+flood the log; those left out are counted: at the end of that second one more event, the
+same denial with ``count`` set to their number. In a cluster an event recorded before this
+broker has claimed its audit partition (just created, or a slot just taken over) waits in
+memory, in order, until the claim
 lands. A write that fails (a full disk) is logged once per cause by the engine's write
 faults, without a traceback. Every text field is escaped and bounded (``sasl.printable``)
 before it is written: a client's 60 KB username or password costs the audit topic at most
@@ -22,7 +24,7 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from broker_core.codec.batch_header import read_header
 from broker_core.codec.records import encode_batch
@@ -95,6 +97,22 @@ def _bounded(text: str | None) -> str | None:
     return None if text is None else printable(text)
 
 
+_REPEAT_WINDOW_MS = 1000
+"""Identical denials within this long of the first one written are counted, not written."""
+_MAX_REPEAT_KEYS = 10_000
+"""Denials remembered for de-duplication (beyond, the counts so far are written and the
+memory starts again)."""
+
+
+@dataclass(slots=True)
+class _Repeats:
+    """A denial written at ``since`` and how many identical ones came since, left out."""
+
+    since: int
+    event: AuditEvent
+    left_out: int = 0
+
+
 class AuditLog:
     """Appends audit events to ``<metadata tenant>/<metadata namespace>/__audit``."""
 
@@ -103,7 +121,7 @@ class AuditLog:
         self.enabled = enabled
         self.topic = (f"{engine.config.metadata_tenant}/{engine.config.metadata_namespace}/"
                       f"{AUDIT_TOPIC}")
-        self._recent: dict[tuple[str | None, ...], int] = {}
+        self._recent: dict[tuple[str | None, ...], _Repeats] = {}
         self._deferred: list[_Event] = []
         self._batch: list[_Event] = []
         """Events recorded in this turn of the loop, written as one batch at its end."""
@@ -157,13 +175,42 @@ class AuditLog:
             return
         event = event.bounded()
         now = int(time.time() * 1000)
-        if event.kind == "authorization":
-            key = (event.principal, event.tenant, event.api, event.resource, event.client)
-            if now - self._recent.get(key, -10_000) < 1000:
-                return
-            self._recent[key] = now
-            if len(self._recent) > 10_000:
-                self._recent.clear()
+        if event.kind == "authorization" and self._repeated(event, now):
+            return
+        self._append(event, now)
+
+    def _repeated(self, event: AuditEvent, now: int) -> bool:
+        """Whether ``event`` repeats a denial written less than a second ago (then it is
+        counted, and the count written at the end of that second)."""
+        key = (event.principal, event.tenant, event.api, event.resource, event.client)
+        seen = self._recent.get(key)
+        if seen is not None and now - seen.since < _REPEAT_WINDOW_MS:
+            if not seen.left_out:
+                with contextlib.suppress(RuntimeError):  # no event loop (a tool)
+                    asyncio.get_running_loop().call_later(
+                        (seen.since + _REPEAT_WINDOW_MS - now) / 1000, self._count, key)
+            seen.left_out += 1
+            return True
+        if len(self._recent) >= _MAX_REPEAT_KEYS:
+            self.count_repeats()
+        self._recent[key] = _Repeats(now, event)
+        return False
+
+    def _count(self, key: tuple[str | None, ...]) -> None:
+        """The end of a denial's second: the count of its repeats left out, written."""
+        seen = self._recent.pop(key, None)
+        if seen is not None and seen.left_out:
+            self._append(replace(seen.event, count=seen.left_out, time=0),
+                         int(time.time() * 1000))
+
+    def count_repeats(self) -> None:
+        """Write the counts of every denial's repeats left out so far, and forget them
+        (a full memory, and the broker's stop)."""
+        for key in list(self._recent):
+            self._count(key)
+
+    def _append(self, event: AuditEvent, now: int) -> None:
+        """Add ``event`` (bounded) to the batch of this turn of the loop."""
         document = event.document(now)
         value = json.dumps(document, separators=(",", ":")).encode()
         tenant = (event.tenant or "").encode()

@@ -359,3 +359,43 @@ def test_an_events_document_is_every_field_in_order() -> None:
     stamped = AuditEvent(kind="connection", outcome="rejected", listener="L", client="c",
                          reason="why", time=99)
     assert stamped.document(1234) == asdict(stamped)
+
+
+def test_repeated_denials_are_written_once_a_second_and_counted(tmp_path: Path) -> None:
+    """A client repeating one refused request: identical denials within a second of the
+    first written are left out of the audit, and counted in one more event at the end of
+    that second (``count``), so the events' counts sum to the denials."""
+    broker = BrokerProcess(tmp_path, {
+        "kafkaListeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+        "auditDenialsPerWindow": "100000",
+    }).start()
+    try:
+        token = jwt.encode({"sub": "bob", "exp": int(time.time()) + 600}, SECRET,
+                           algorithm="HS256")
+        bob = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+                               security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                               sasl_plain_username="b", sasl_plain_password="token:" + token)
+        try:
+            for _ in range(30):
+                (answer,) = bob.describe_topics(["a/default/x"])
+                assert answer["error_code"] == 29  # TOPIC_AUTHORIZATION_FAILED
+        finally:
+            bob.close()
+        plain = f"127.0.0.1:{broker.ports['PLAINTEXT']}"
+
+        def denials() -> list[dict[str, object]]:
+            return [e for e in read_audit(plain, {("authentication", "success")})
+                    if e["outcome"] == "denied" and e["principal"] == "bob"]
+
+        events = denials()
+        deadline = time.monotonic() + 30
+        while sum(int(str(e["count"])) for e in events) < 30 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            events = denials()
+        assert sum(int(str(e["count"])) for e in events) == 30, events
+        assert len(events) < 30, events  # the old code: a few events of count 1, 30 denials
+        assert all(e["resource"] == "Topic:a/default/x" and e["api"] == "Metadata"
+                   for e in events), events
+    finally:
+        broker.stop()
