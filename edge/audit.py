@@ -188,26 +188,31 @@ class AuditLog:
             if not seen.left_out:
                 with contextlib.suppress(RuntimeError):  # no event loop (a tool)
                     asyncio.get_running_loop().call_later(
-                        (seen.since + _REPEAT_WINDOW_MS - now) / 1000, self._count, key)
+                        (seen.since + _REPEAT_WINDOW_MS - now) / 1000, self._count, key, seen)
             seen.left_out += 1
             return True
+        if seen is not None:  # its second is over (its timer may not have run yet)
+            self._count(key, seen)
         if len(self._recent) >= _MAX_REPEAT_KEYS:
             self.count_repeats()
         self._recent[key] = _Repeats(now, event)
         return False
 
-    def _count(self, key: tuple[str | None, ...]) -> None:
-        """The end of a denial's second: the count of its repeats left out, written."""
-        seen = self._recent.pop(key, None)
-        if seen is not None and seen.left_out:
+    def _count(self, key: tuple[str | None, ...], seen: _Repeats) -> None:
+        """The end of a denial's second (``seen``, if it is still the one remembered for
+        ``key``): the count of its repeats left out, written."""
+        if self._recent.get(key) is not seen:
+            return
+        del self._recent[key]
+        if seen.left_out:
             self._append(replace(seen.event, count=seen.left_out, time=0),
                          int(time.time() * 1000))
 
     def count_repeats(self) -> None:
         """Write the counts of every denial's repeats left out so far, and forget them
         (a full memory, and the broker's stop)."""
-        for key in list(self._recent):
-            self._count(key)
+        for key, seen in list(self._recent.items()):
+            self._count(key, seen)
 
     def _append(self, event: AuditEvent, now: int) -> None:
         """Add ``event`` (bounded) to the batch of this turn of the loop."""
