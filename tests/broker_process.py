@@ -133,8 +133,10 @@ class BrokerProcess(ChildProcess):
         """The first listener's bound port."""
         return next(iter(self.ports.values()))
 
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
-        """Start the broker and wait for its ready line."""
+    def start(self, timeout: float = 60.0) -> BrokerProcess:
+        """Start the broker and wait for its ready line (a minute: it is ready in a second
+        or two, but once in a full run a restarted broker wrote not one line in 30 s, its
+        recovery's fsyncs waiting, it seems, behind the other tests' written data)."""
         args = [*self.launcher, sys.executable, "-m", "edge.cli"]
         for key, value in self.settings.items():
             args += ["--set", f"{key}={value}"]
