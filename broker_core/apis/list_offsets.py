@@ -39,14 +39,16 @@ _LOOKUPS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="offset-lookup")
 """Where lookups by time run: one at a time, whoever asks."""
 
 
-def _records(info: BatchInfo, start: int) -> list[tuple[int, int]]:
-    """(offset, timestamp) of the records of a data batch at or after ``start``."""
+def _records(info: BatchInfo, start: int, controls: bool = False) -> list[tuple[int, int]]:
+    """(offset, timestamp) of the records of a data batch at or after ``start``; of a
+    control batch (a transaction marker, one record), none, or with ``controls`` its
+    record."""
     first = max(info.base_offset, start)
     if first > info.last_offset:
         return []
     header = read_header(info.batch)
     if header.is_control:
-        return []
+        return [(first, info.max_timestamp)] if controls else []
     if header.log_append_time:  # every record carries the max timestamp
         return [(first, info.max_timestamp)]
     try:
@@ -98,9 +100,12 @@ def _offset_for_timestamp(partition: PartitionStore, target: int) -> tuple[int, 
 
 
 def _max_timestamp(partition: PartitionStore) -> tuple[int, int]:
-    """The record with the largest timestamp (the first of them). When the batch of the
-    largest max timestamp straddles the log start, the rest of the log is streamed, each
-    batch walked only if it may beat the best so far, until one reaches that batch's."""
+    """The record with the largest timestamp (the first of them), a transaction marker's
+    included: as Kafka, whose segments track every batch's max timestamp (a commit marker,
+    stamped by the coordinator after the records it ends, is often the answer; skipping it
+    answered -1 on a log holding records). When the batch of the largest max timestamp
+    straddles the log start, the rest of the log is streamed, each batch walked only if it
+    may beat the best so far, until one reaches that batch's."""
     start = partition.log_start_offset
     candidate = partition.batch_with_max_timestamp()
     if candidate is None:
@@ -113,7 +118,7 @@ def _max_timestamp(partition: PartitionStore) -> tuple[int, int]:
     for info in batches:
         if info.max_timestamp <= best[1]:
             continue
-        for offset, timestamp in _records(info, start):
+        for offset, timestamp in _records(info, start, controls=True):
             if timestamp > best[1]:
                 best = (offset, timestamp)
         if best[1] >= candidate.max_timestamp:

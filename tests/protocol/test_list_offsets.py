@@ -123,6 +123,30 @@ def test_max_timestamp_is_the_exact_record(ledger_broker: BrokerProcess,
     assert by_time(boot, topic_name, T0 + 10**8) == 57
 
 
+def test_max_timestamp_names_a_newer_transaction_marker(ledger_broker: BrokerProcess,
+                                                        topic_name: str) -> None:
+    """A commit marker, stamped by the coordinator after the records it ends, has the
+    largest timestamp: MAX_TIMESTAMP names it, as Kafka (whose segments track every
+    batch's max timestamp); it answered -1 on a log of five offsets."""
+    boot = ledger_broker.bootstrap
+    create_topic(boot, topic_name, 1)
+    now = int(time.time() * 1000)
+    plain = confluent_kafka.Producer({"bootstrap.servers": boot, "linger.ms": 0})
+    plain.produce(topic_name, value=b"plain", partition=0, timestamp=now - 60_000)
+    assert plain.flush(10) == 0
+    assert offsets(boot, topic_name, OffsetSpec.max_timestamp()) == (0, now - 60_000)
+    txn = confluent_kafka.Producer({"bootstrap.servers": boot, "linger.ms": 0,
+                                    "transactional.id": f"{topic_name}-txn"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for i in range(3):
+        txn.produce(topic_name, value=b"t%d" % i, partition=0, timestamp=now - 30_000 + i)
+    txn.commit_transaction(30)
+    offset, stamp = offsets(boot, topic_name, OffsetSpec.max_timestamp())
+    assert (offset, latest(boot, topic_name)) == (4, 5)  # the marker, after records 1-3
+    assert stamp >= now - 1000
+
+
 def settled_log_start(bootstrap: str, topic: str) -> int:
     """The log start once retention has moved it and stopped moving it (checks run every
     200 ms, so an unchanged value over a second is settled)."""
