@@ -168,6 +168,16 @@ def delete_chunk(conn: Conn, pid: int, low: int, high: int, *, last_below: int =
     return [Deleted(*(int(str(value)) for value in row)) for row in rows]
 
 
+def any_below(conn: Conn, pid: int, offset: int) -> bool:
+    """Whether a row wholly below ``offset`` is stored (a fresh look, by the primary key:
+    a DELETE that came back empty may have skipped rows another transaction was deleting,
+    and that transaction may have rolled back, or inserted rows of its own)."""
+    return conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM edge_entries WHERE partition_id = %s"
+        " AND base_offset < %s AND last_offset < %s)", (pid, offset, offset)
+    ).fetchone() == (True,)
+
+
 class SwapRefused(Exception):
     """The partition is no longer owned at the epoch, or its rows or log start changed:
     the swap's transaction rolls back."""

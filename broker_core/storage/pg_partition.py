@@ -486,7 +486,10 @@ class PgPartition(FilelessPartition):
         (``pg_entries.delete_chunk``), the partition's lock not held while the database
         works: each chunk's transaction subtracts what it deleted from the row's size,
         checking the epoch last. Rows left below the log start (a crash, a failed chunk)
-        are deleted by the next drop or retention round (``retention_due`` reports them)."""
+        are deleted by the next drop or retention round (``retention_due`` reports them).
+        The partition counts as swept only once a fresh look finds no row left below the
+        log start: a chunk comes back empty, too, when another sweep (or the cleaner's
+        swap) had its rows locked, and that one may have left rows or rolled back."""
         low = 0
         while True:
             with self._lock:
@@ -498,6 +501,8 @@ class PgPartition(FilelessPartition):
             with self._writing() as conn:
                 chunk = pg_entries.delete_chunk(conn, self._id, low, log_start,
                                                 last_below=log_start)
+                if not chunk and pg_entries.any_below(conn, self._id, log_start):
+                    return  # not swept: the next retention round looks again
                 deleted = sum(gone.size_bytes for gone in chunk)
                 if chunk and conn.execute(
                         "UPDATE edge_partitions SET size_bytes = size_bytes - %s"

@@ -165,6 +165,41 @@ def test_rows_a_crash_left_below_the_log_start_go_at_the_next_retention_round(
         again.close()
 
 
+def test_two_drops_at_once_leave_no_row_below_the_log_start(storage: Storage) -> None:
+    """Two DeleteRecords of one partition at once: the second's first chunk finds its rows
+    being deleted by the first's (held by another session's lock), comes back empty, and
+    the partition was marked swept while the first chunk's rows were still to be deleted
+    (1,999 rows left below the log start for good, counted in its size, nothing due). Now
+    it is swept only once no such row is left; else the next retention round deletes
+    them."""
+    url = storage.location
+    end = _many_rows(storage, 4 * pg_entries.DELETE_ROWS)
+    again = open_storage(url, _config())
+    try:
+        log = _pg(again)
+        pid = log.partition_id
+        with ThreadPoolExecutor(2) as pool, \
+                _entry_locked(url, pid, (pg_entries.DELETE_ROWS + 100) * 5) as locker:
+            first = pool.submit(log.delete_records_before, 3 * pg_entries.DELETE_ROWS * 5)
+            waiting = _waiting(url, first)  # its second chunk waits for the locked row
+            second = pool.submit(log.delete_records_before, end - 5)
+            deadline = time.monotonic() + 30
+            while len(set(_lock_waits(url, DELETING)) - waiting) < 1 and not second.done():
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            locker.rollback()
+            assert first.result(60) >= 3 * pg_entries.DELETE_ROWS * 5
+            assert second.result(60) == end - 5
+        again.enforce_retention()  # what a drop may have left to the next round
+        assert _below(url, pid, end - 5) == 0
+        stored, stored_bytes, size, log_start = _stored_rows(url, pid)
+        assert (stored, log_start) == (1, end - 5)
+        assert log.size_bytes == size == stored_bytes
+        assert log.retention_due() is None
+    finally:
+        again.close()
+
+
 def test_a_cleaners_swap_holds_up_no_append_while_it_works(storage: Storage) -> None:
     url = storage.location
     cleaned, other = _pg(storage, 0), _pg(storage, 2)
