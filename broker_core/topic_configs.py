@@ -139,7 +139,9 @@ _KEYS = (
           "goes: the log start moves to the log end, as on Kafka.", "log.retention.ms"),
     _long("retention.bytes", "-1", -1,
           "Oldest ledgers are deleted while a partition would still hold this much "
-          "without them: never the open one, but at 0.",
+          "without them: never the open one, but at 0. Neither retention goes past the "
+          "high watermark: records waiting for their fsync (`flush.messages`) stay until "
+          "their producers are answered, as on Kafka.",
           "log.retention.bytes"),
     _int("segment.bytes", "1073741824", 1024,
          "A new ledger is started when the open one reaches this size.", "log.segment.bytes"),
