@@ -222,6 +222,9 @@ class Engine:
             ("finish the tenant usage sum under way", self.background.await_summing),
             ("stop the transaction coordinator", self.transactions.stop),
             ("stop the group coordinator", self.groups.stop),
+            ("finish the compactions of __consumer_offsets", self.groups.store.await_drops),
+            ("finish the compactions of __transaction_state",
+             self.transactions.store.await_drops),
             ("fsync the partitions", self.flusher.stop),
         ]
         for what, action in steps:

@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from broker_core.appends import AppendPath
 from broker_core.codec.batch_header import read_header
@@ -74,8 +74,9 @@ class SystemTopic:
         """Bytes appended to a partition since its last compaction (or its replay)."""
         self._live: dict[tuple[str, int], int] = {}
         """Bytes of a partition's last snapshot: its live state when it was compacted."""
-        self._drops: set[asyncio.Future[BaseException | None]] = set()
-        """Drops under way in worker threads (kept from the garbage collector)."""
+        self._drops: dict[tuple[str, int], set[asyncio.Future[BaseException | None]]] = {}
+        """Each partition's drops under way in worker threads (kept from the garbage
+        collector; a replay of the partition waits for them: :meth:`reread`)."""
         self._indexes: dict[tuple[str, int], tuple[PartitionStore, KeyIndex]] = {}
         """The keys of partitions another broker writes, as read (:meth:`newest`)."""
         self._indexes_lock = threading.Lock()
@@ -182,11 +183,26 @@ class SystemTopic:
 
     async def reread(self, topic: str, partition: int) -> None:
         """Make what :meth:`read` reads next the partition as stored: wait until its
-        writes under way are answered and, when one failed, reload its ends from the
-        storage (in a worker thread: it may wait for a commit)."""
+        compaction's drop and its writes under way are done and, when a write failed,
+        reload its ends from the storage (in a worker thread: it may wait for a commit)."""
+        await self._dropped_all(self._drops.get((topic, partition), ()))
         target = self._partition(topic, partition)
         if group_committed(target):
             await asyncio.to_thread(target.settle)
+
+    @staticmethod
+    async def _dropped_all(drops: Iterable[asyncio.Future[BaseException | None]]) -> None:
+        """Wait until ``drops`` (compactions' drops in worker threads) are done: a replay
+        that read while one moved the log start past it would end early without a word,
+        its state missing the snapshot and all after it."""
+        pending = set(drops)
+        if pending:
+            await asyncio.wait(pending)
+
+    async def await_drops(self) -> None:
+        """Wait for every compaction's drop under way (the broker's stop, before the
+        storage closes under them)."""
+        await self._dropped_all([task for tasks in self._drops.values() for task in tasks])
 
     def replayed(self, topic: str, partition: int) -> None:
         """The coordinator replayed the partition as stored: it takes writes again."""
@@ -285,11 +301,16 @@ class SystemTopic:
         if not target.drops_in_thread:
             dropped(self._drop(target, snapshot_start))
             return
+        key = (topic, partition)
         task = asyncio.ensure_future(asyncio.to_thread(self._drop, target, snapshot_start))
-        self._drops.add(task)
+        self._drops.setdefault(key, set()).add(task)
 
         def done(task: asyncio.Future[BaseException | None]) -> None:
-            self._drops.discard(task)
+            pending = self._drops.get(key)
+            if pending is not None:
+                pending.discard(task)
+                if not pending:
+                    del self._drops[key]
             if not task.cancelled():  # cancelled: the broker stops
                 dropped(task.result())
 
