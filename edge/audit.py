@@ -106,7 +106,8 @@ memory starts again)."""
 
 @dataclass(slots=True)
 class _Repeats:
-    """A denial written at ``since`` and how many identical ones came since, left out."""
+    """A denial written at ``since`` (monotonic ms) and how many identical ones came since,
+    left out."""
 
     since: int
     event: AuditEvent
@@ -175,13 +176,16 @@ class AuditLog:
             return
         event = event.bounded()
         now = int(time.time() * 1000)
-        if event.kind == "authorization" and self._repeated(event, now):
+        # a window's summary (count > 1) is counted as written: never folded into another
+        if event.kind == "authorization" and event.count == 1 and self._repeated(event):
             return
         self._append(event, now)
 
-    def _repeated(self, event: AuditEvent, now: int) -> bool:
+    def _repeated(self, event: AuditEvent) -> bool:
         """Whether ``event`` repeats a denial written less than a second ago (then it is
-        counted, and the count written at the end of that second)."""
+        counted, and the count written at the end of that second). The second is measured
+        on the monotonic clock: a wall clock set back would hold every repeat back."""
+        now = int(time.monotonic() * 1000)
         key = (event.principal, event.tenant, event.api, event.resource, event.client)
         seen = self._recent.get(key)
         if seen is not None and now - seen.since < _REPEAT_WINDOW_MS:
