@@ -173,7 +173,7 @@ class BackgroundWork:
         for item in due:
             held = self.flusher.held_from(item.store)
             if held is not None and held < item.cut.keep_from:
-                item = RetentionDue(item.store, RetentionCut(held, item.cut.segments))
+                item = RetentionDue(item.store, RetentionCut(held, 0))  # fewer, or none
             kept.append(item)
         return kept
 

@@ -39,16 +39,16 @@ _LOOKUPS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="offset-lookup")
 """Where lookups by time run: one at a time, whoever asks."""
 
 
-def _records(info: BatchInfo, start: int, controls: bool = False) -> list[tuple[int, int]]:
-    """(offset, timestamp) of the records of a data batch at or after ``start``; of a
-    control batch (a transaction marker, one record), none, or with ``controls`` its
-    record."""
+def _records(info: BatchInfo, start: int) -> list[tuple[int, int]]:
+    """(offset, timestamp) of the records of a batch at or after ``start``; a control
+    batch (a transaction marker) is its one record, as Kafka's lookups by time and its
+    segments' max timestamps count it."""
     first = max(info.base_offset, start)
     if first > info.last_offset:
         return []
     header = read_header(info.batch)
     if header.is_control:
-        return [(first, info.max_timestamp)] if controls else []
+        return [(first, info.max_timestamp)]
     if header.log_append_time:  # every record carries the max timestamp
         return [(first, info.max_timestamp)]
     try:
@@ -84,7 +84,9 @@ def _read_on(partition: PartitionStore, offset: int) -> Iterator[BatchInfo]:
 def _offset_for_timestamp(partition: PartitionStore, target: int) -> tuple[int, int]:
     """The first batch stamped ``target`` or later, found by the store, almost always
     holds the answer: it is walked first, and the log read on (one batch at a time) only
-    when it holds no such record at or after the log start (a control batch)."""
+    when it holds no such record at or after the log start (it straddles the log start).
+    A transaction marker can be the answer, as on Kafka (whose search by timestamp walks
+    every batch): a consumer seeking there reads on from the records after it."""
     start = partition.log_start_offset
     first = partition.find_first_batch_with_timestamp_at_least(target)
     if first is None:
@@ -118,7 +120,7 @@ def _max_timestamp(partition: PartitionStore) -> tuple[int, int]:
     for info in batches:
         if info.max_timestamp <= best[1]:
             continue
-        for offset, timestamp in _records(info, start, controls=True):
+        for offset, timestamp in _records(info, start):
             if timestamp > best[1]:
                 best = (offset, timestamp)
         if best[1] >= candidate.max_timestamp:

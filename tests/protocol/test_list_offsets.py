@@ -127,7 +127,8 @@ def test_max_timestamp_names_a_newer_transaction_marker(ledger_broker: BrokerPro
                                                         topic_name: str) -> None:
     """A commit marker, stamped by the coordinator after the records it ends, has the
     largest timestamp: MAX_TIMESTAMP names it, as Kafka (whose segments track every
-    batch's max timestamp); it answered -1 on a log of five offsets."""
+    batch's max timestamp); it answered -1 on a log of five offsets. A lookup by a time
+    past the records names it too (it answered -1)."""
     boot = ledger_broker.bootstrap
     create_topic(boot, topic_name, 1)
     now = int(time.time() * 1000)
@@ -145,6 +146,10 @@ def test_max_timestamp_names_a_newer_transaction_marker(ledger_broker: BrokerPro
     offset, stamp = offsets(boot, topic_name, OffsetSpec.max_timestamp())
     assert (offset, latest(boot, topic_name)) == (4, 5)  # the marker, after records 1-3
     assert stamp >= now - 1000
+    # by time, too, the marker is a record (Kafka's search walks every batch)
+    assert by_time(boot, topic_name, now - 30_000 + 2) == 3
+    assert by_time(boot, topic_name, now - 30_000 + 3) == 4
+    assert by_time(boot, topic_name, stamp) == 4
 
 
 def settled_log_start(bootstrap: str, topic: str) -> int:
