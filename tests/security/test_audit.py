@@ -174,22 +174,34 @@ def test_audit_events_follow_the_fsync_policy(tmp_path: Path) -> None:
         broker.stop()
 
 
+def _two_listener_broker(tmp_path: Path, settings: dict[str, str]) -> BrokerProcess:
+    """A broker with a PLAINTEXT and a SASL_PLAINTEXT listener taking this module's
+    tokens, and ``settings``."""
+    return BrokerProcess(tmp_path, {
+        "kafkaListeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(), **settings,
+    }).start()
+
+
+def _bob(broker: BrokerProcess, **settings: int) -> KafkaAdminClient:
+    """An admin client logged in as ``bob`` of tenant ``b`` (who may read nothing of
+    tenant ``a``)."""
+    token = jwt.encode({"sub": "bob", "exp": int(time.time()) + 600}, SECRET,
+                       algorithm="HS256")
+    return KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+                            security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                            sasl_plain_username="b", sasl_plain_password="token:" + token,
+                            **settings)
+
+
 def test_denials_of_one_request_naming_thousands_of_topics_are_bounded(tmp_path: Path) -> None:
     """One Metadata request (kafka-python's KafkaAdminClient) naming 2,000 topics of another
     tenant: 2,000 refused checks, but at most ``auditDenialsPerWindow`` denial events and log
     lines per window, and then one event and one line counting the ones left out."""
-    broker = BrokerProcess(tmp_path, {
-        "kafkaListeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
-        "auditDenialsPerWindow": "5", "auditDenialWindowMs": "3000",
-    }).start()
+    broker = _two_listener_broker(tmp_path, {"auditDenialsPerWindow": "5",
+                                             "auditDenialWindowMs": "3000"})
     try:
-        token = jwt.encode({"sub": "bob", "exp": int(time.time()) + 600}, SECRET,
-                           algorithm="HS256")
-        bob = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
-                               security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-                               sasl_plain_username="b", sasl_plain_password="token:" + token,
-                               request_timeout_ms=120_000)
+        bob = _bob(broker, request_timeout_ms=120_000)
         try:
             names = [f"a/default/x{i}" for i in range(2_000)]
             answered = bob.describe_topics(names)
@@ -371,18 +383,11 @@ def test_repeated_denials_are_written_once_a_second_and_counted(tmp_path: Path,
     shorter than that second (100 ms, one event each), the windows' summary events, which
     count what their window left out, are written as they are, never folded into the
     second's count (that lost their counts)."""
-    broker = BrokerProcess(tmp_path, {
-        "kafkaListeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+    broker = _two_listener_broker(tmp_path, {
         "auditDenialsPerWindow": "100000" if window_ms == "10000" else "1",
-        "auditDenialWindowMs": window_ms,
-    }).start()
+        "auditDenialWindowMs": window_ms})
     try:
-        token = jwt.encode({"sub": "bob", "exp": int(time.time()) + 600}, SECRET,
-                           algorithm="HS256")
-        bob = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
-                               security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-                               sasl_plain_username="b", sasl_plain_password="token:" + token)
+        bob = _bob(broker)
         try:
             for request in range(30):
                 (answer,) = bob.describe_topics(["a/default/x"])
