@@ -321,7 +321,7 @@ class SystemTopic:
         """Drop what precedes ``snapshot_start`` once the snapshot is on disk; the error
         that stopped it, if any."""
         try:
-            target.flush()
+            target.flush()  # the snapshot is on disk before what it replaces is dropped
             target.delete_records_before(snapshot_start)
         except (NotOwner, OSError, StorageError) as exc:
             return exc

@@ -10,11 +10,11 @@ second of the first are written once, so a client looping on a refused request c
 flood the log; those left out are counted: at the end of that second one more event, the
 same denial with ``count`` set to their number. In a cluster an event recorded before this
 broker has claimed its audit partition (just created, or a slot just taken over) waits in
-memory, in order, until the claim
-lands. A write that fails (a full disk) is logged once per cause by the engine's write
-faults, without a traceback. Every text field is escaped and bounded (``sasl.printable``)
-before it is written: a client's 60 KB username or password costs the audit topic at most
-a few hundred bytes, and no field carries a control character.
+memory, in order, until the claim lands. A write that fails (a full disk) is logged once
+per cause by the engine's write faults, without a traceback. Every text field is escaped
+and bounded (``sasl.printable``) before it is written: a client's 60 KB username or
+password costs the audit topic at most a few hundred bytes, and no field carries a
+control character.
 """
 
 from __future__ import annotations
