@@ -72,13 +72,16 @@ def rows_from(conn: Conn, pid: int, offset: int, limit: int,
     """Up to ``limit`` batches from the one holding ``offset`` (by the primary key);
     with ``max_bytes``, only the first and those that fit with it (the others' bytes
     never leave the server: a row's batch is read only when it is returned)."""
+    # The LIMIT is taken before the running sum, so the window sees ``limit`` rows
+    # whatever plan the statistics choose (a sort of the partition's rest, else).
     rows = conn.execute(
         f"SELECT {columns} FROM (SELECT *, sum(size) OVER (ORDER BY base_offset)"
-        "  AS upto, row_number() OVER (ORDER BY base_offset) AS nth FROM edge_entries"
-        "  WHERE partition_id = %(p)s AND base_offset >= coalesce((SELECT base_offset"
-        "   FROM edge_entries WHERE partition_id = %(p)s AND base_offset <= %(o)s"
-        "   ORDER BY base_offset DESC LIMIT 1), %(o)s)"
-        "  AND last_offset >= %(o)s ORDER BY base_offset LIMIT %(n)s) AS page"
+        "  AS upto, row_number() OVER (ORDER BY base_offset) AS nth FROM"
+        "  (SELECT * FROM edge_entries WHERE partition_id = %(p)s"
+        "   AND base_offset >= coalesce((SELECT base_offset FROM edge_entries"
+        "    WHERE partition_id = %(p)s AND base_offset <= %(o)s"
+        "    ORDER BY base_offset DESC LIMIT 1), %(o)s)"
+        "   AND last_offset >= %(o)s ORDER BY base_offset LIMIT %(n)s) AS head) AS page"
         " WHERE nth = 1 OR upto <= %(b)s ORDER BY base_offset",
         {"p": pid, "o": offset, "n": limit,
          "b": max_bytes if max_bytes is not None else 1 << 62}, binary=True).fetchall()

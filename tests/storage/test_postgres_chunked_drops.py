@@ -9,15 +9,16 @@ that row waits on it, observably. On a real PostgreSQL server."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 import pytest
 
 from broker_core.storage import LogConfig, OffsetOutOfRange, Storage, open_storage, pg_entries
+from broker_core.storage.pg_database import Conn
 from broker_core.storage.pg_partition import PgPartition
 from tests.postgres_server import shared_server
 from tests.storage.test_postgres_readahead import _emptied, _filled, _shown, _stored
@@ -243,3 +244,50 @@ def test_a_swap_the_log_start_overtook_rolls_back(storage: Storage) -> None:
     stored, stored_bytes, size, log_start = _stored_rows(url, log.partition_id)
     assert (stored, log_start) == (len(before) - 2, 4)
     assert log.size_bytes == size == stored_bytes
+
+
+class _Explaining:
+    """A connection that runs each statement under EXPLAIN ANALYZE instead, keeping its
+    plan and answering no rows."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self.plans: list[dict[str, Any]] = []
+
+    def execute(self, query: str, params: Mapping[str, object],
+                binary: bool = False) -> _Explaining:
+        row = self.conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}", params).fetchone()
+        assert row is not None
+        self.plans.append(row[0][0]["Plan"])
+        return self
+
+    def fetchall(self) -> list[tuple[object, ...]]:
+        return []
+
+
+def _sorts(plan: dict[str, Any]) -> list[str]:
+    """The sort method of each sort node of ``plan``."""
+    found = [method for child in plan.get("Plans", []) for method in _sorts(child)]
+    if plan["Node Type"] == "Sort":
+        found.append(str(plan["Sort Method"]))
+    return found
+
+
+def test_a_fetch_sorts_only_the_rows_it_returns_whatever_the_plan(storage: Storage) -> None:
+    """With index scans off (as statistics that underrate a partition may choose), a
+    fetch's sort keeps only the rows its LIMIT takes (a top-N heap), not the rest of the
+    partition (which, with millions of rows, spills to disk) for its running byte sum."""
+    _many_rows(storage, 3000)
+    reopened = open_storage(storage.location, _config())
+    try:
+        pid = _pg(reopened).partition_id
+        with psycopg.connect(storage.location) as conn:
+            conn.execute("SET enable_indexscan = off")
+            conn.execute("SET enable_bitmapscan = off")
+            explaining = _Explaining(conn)
+            pg_entries.rows_from(cast(Conn, explaining), pid, 100, 20, 1 << 20)
+    finally:
+        reopened.close()
+    (plan,) = explaining.plans
+    sorts = _sorts(plan)
+    assert sorts and set(sorts) == {"top-N heapsort"}, sorts
