@@ -72,7 +72,7 @@ from .errors import (
     LogClosed,
 )
 from .pg_database import Database
-from .pg_entries import MAX_ENTRIES, entry_params, insert_entries
+from .pg_entries import MAX_ENTRIES, entry_params, stored_entries
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +107,13 @@ after the appends (base, size, created ms)."""
 @functools.lru_cache(maxsize=64)
 def _commit_statement(entries: int) -> str:
     """One group commit of ``entries`` appends, in one statement (its own transaction,
-    one round trip): ``_MOVE``, and the entry rows of the partitions it moved (the ids it
+    one round trip): ``_MOVE``, and the entry rows of the partitions it moved, with their
+    segments' summaries (the ids it
     returns: the sub-statements of a statement share one snapshot, and only ``RETURNING``
     passes rows between them), all or nothing; the ids moved."""
-    return (f"WITH moved AS ({_MOVE}), stored AS ({insert_entries(entries)}"
-            " WHERE e.partition_id IN (SELECT id FROM moved)) SELECT id FROM moved")
+    return (f"WITH moved AS ({_MOVE}), "
+            f"{stored_entries(entries, ' WHERE e.partition_id IN (SELECT id FROM moved)')}"
+            " SELECT id FROM moved")
 
 
 _FENCED = (

@@ -1,7 +1,8 @@
-"""The statements on a PostgreSQL partition's rows in ``edge_entries`` that read them by
-offset, list its sealed segments, delete them a bounded chunk at a time and swap segments
-for their cleaned batches; the
-partition (``pg_partition``) holds the locks, the cached row and the epoch around them.
+"""The statements on a PostgreSQL partition's rows in ``edge_entries`` that insert them,
+read them by offset and by time, delete them a bounded chunk at a time and swap segments
+for their cleaned batches, each keeping the segments' summaries (``pg_segments``) in the
+same statement; the partition (``pg_partition``) holds the locks, the cached row and the
+epoch around them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import NamedTuple
 
 from broker_core.codec.batch_header import ATTRIBUTES_AT, BATCH_HEADER_SIZE, CONTROL_BIT
 
+from . import pg_segments
 from .model import BatchInfo
 from .pg_database import Conn
 from .segments import SealedSegment
@@ -42,12 +44,7 @@ MAX_ENTRIES = 1000
 65,535 in a statement)."""
 
 
-@functools.lru_cache(maxsize=64)
-def insert_entries(count: int) -> str:
-    """The INSERT of ``count`` (at most ``MAX_ENTRIES``) entry rows, each a row of
-    parameters (``entry_params``) in a VALUES list, aliased ``e``: one statement, however
-    many rows, and each batch received as it is sent (an array of them would be copied
-    again on both sides)."""
+def _insert(count: int) -> str:
     assert 0 < count <= MAX_ENTRIES
     return ("INSERT INTO edge_entries (partition_id, base_offset, last_offset, segment_base,"
             " broker_ts, max_ts, size, batch) SELECT e.partition_id, e.base_offset,"
@@ -56,14 +53,33 @@ def insert_entries(count: int) -> str:
             " base_offset, last_offset, segment_base, broker_ts, max_ts, batch)")
 
 
+@functools.lru_cache(maxsize=64)
+def stored_entries(count: int, where: str = "") -> str:
+    """Two common table expressions of one statement: ``stored``, the INSERT of ``count``
+    (at most ``MAX_ENTRIES``) entry rows, each a row of parameters (``entry_params``) in
+    a VALUES list aliased ``e`` (those ``where`` keeps: a WHERE clause on ``e``), and
+    ``summed``, which adds them to their segments' summaries (``pg_segments``). One
+    statement, however many rows, and each batch received as it is sent (an array of
+    them would be copied again on both sides)."""
+    return (f"stored AS ({_insert(count)}{where} RETURNING {pg_segments.STORED}),"
+            f" summed AS ({pg_segments.ADD_STORED})")
+
+
 EntryRow = tuple[int, int, int, int, int, int, bytes | bytearray]
 """An entry row as ``entry_params`` takes it: partition id, base offset, last offset,
 segment base, broker timestamp, max timestamp, batch."""
 
 
 def entry_params(rows: Sequence[EntryRow]) -> list[object]:
-    """The parameters of ``insert_entries(len(rows))``, in order."""
+    """The parameters of ``stored_entries(len(rows))``, in order."""
     return [value for row in rows for value in row]
+
+
+def insert_entries(conn: Conn, rows: Sequence[EntryRow]) -> None:
+    """Insert ``rows``, with their segments' summaries, ``MAX_ENTRIES`` a statement."""
+    for at in range(0, len(rows), MAX_ENTRIES):
+        part = rows[at:at + MAX_ENTRIES]
+        conn.execute(f"WITH {stored_entries(len(part))} SELECT 1", entry_params(part))
 
 
 def rows_from(conn: Conn, pid: int, offset: int, limit: int,
@@ -104,15 +120,53 @@ def rows_newest(conn: Conn, pid: int, since: int, before: int | None, also: int 
     return [batch_info(row) for row in rows]
 
 
-def sealed_segments(conn: Conn, pid: int, active: int, start: int) -> list[SealedSegment]:
-    """The rows of every segment before ``active`` (from ``start`` on), by segment."""
-    rows = conn.execute(
-        "SELECT segment_base, min(base_offset), max(last_offset) + 1, sum(size),"
-        " min(broker_ts), max(broker_ts), max(max_ts) FROM edge_entries"
-        " WHERE partition_id = %s"
-        " AND segment_base < %s AND last_offset >= %s GROUP BY segment_base"
-        " ORDER BY segment_base", (pid, active, start)).fetchall()
-    return [SealedSegment(*(int(str(value)) for value in row)) for row in rows]
+_IN_SEGMENT = ("e.partition_id = s.partition_id AND e.base_offset >= s.first_offset"
+               " AND e.base_offset < s.next_offset AND e.last_offset >= %(s)s")
+"""The rows of segment ``s`` (a summary row) at or above the log start ``%(s)s``."""
+
+
+def first_at_least(conn: Conn, pid: int, start: int, timestamp: int) -> BatchInfo | None:
+    """The first batch at or above ``start`` whose max timestamp is at least
+    ``timestamp``: the rows of the first segment whose summary says it may hold one, in
+    offset order (and of the next such, if a drop took the rows its summary counted)."""
+    row = conn.execute(
+        f"SELECT e.* FROM edge_segments s CROSS JOIN LATERAL (SELECT {ENTRY_COLUMNS} FROM"
+        f" edge_entries e WHERE {_IN_SEGMENT} AND e.max_ts >= %(t)s ORDER BY e.base_offset"
+        " LIMIT 1) AS e WHERE s.partition_id = %(p)s AND s.next_offset > %(s)s"
+        " AND s.max_ts >= %(t)s ORDER BY s.segment_base LIMIT 1",
+        {"p": pid, "s": start, "t": timestamp}, binary=True).fetchone()
+    return None if row is None else batch_info(row)
+
+
+def _rank(max_timestamp: int, base: int) -> tuple[int, int]:
+    """Orders candidates for the largest max timestamp: the larger, then the first."""
+    return max_timestamp, -base
+
+
+def with_max_timestamp(conn: Conn, pid: int, start: int) -> BatchInfo | None:
+    """The batch at or above ``start`` with the largest max timestamp (the first of
+    those): the rows of the segment whose summary has the largest, then of the next ones
+    in that order while theirs could still beat the best found (a drop may have taken the
+    rows a summary counted)."""
+    best: BatchInfo | None = None
+    for base, largest in conn.execute(
+            "SELECT segment_base, max_ts FROM edge_segments WHERE partition_id = %s"
+            " AND next_offset > %s ORDER BY max_ts DESC, segment_base",
+            (pid, start)).fetchall():
+        if best is not None and _rank(int(str(largest)), int(str(base))) < _rank(
+                best.max_timestamp, best.base_offset):
+            break
+        row = conn.execute(
+            f"SELECT e.* FROM edge_segments s CROSS JOIN LATERAL (SELECT {ENTRY_COLUMNS}"
+            f" FROM edge_entries e WHERE {_IN_SEGMENT} ORDER BY e.max_ts DESC, e.base_offset"
+            " LIMIT 1) AS e WHERE s.partition_id = %(p)s AND s.segment_base = %(b)s",
+            {"p": pid, "s": start, "b": base}, binary=True).fetchone()
+        found = None if row is None else batch_info(row)
+        if found is not None and (best is None or _rank(
+                found.max_timestamp, found.base_offset) > _rank(
+                best.max_timestamp, best.base_offset)):
+            best = found
+    return best
 
 
 DELETE_ROWS = 2000
@@ -152,8 +206,8 @@ def delete_chunk(conn: Conn, pid: int, low: int, high: int, *, last_below: int =
     ``DELETE_ROWS`` rows and ``DELETE_BYTES`` bytes, in one statement: the first rows are
     found by the primary key (a LIMIT, then their running size), and the DELETE takes the
     key range up to the last of them, so neither reads past the chunk (``_INDEX_ORDER``,
-    in ``conn``'s transaction). What it deleted, per segment in offset order; nothing:
-    nothing was left to delete."""
+    in ``conn``'s transaction); the segments' summaries follow in the same statement.
+    What it deleted, per segment in offset order; nothing: nothing was left to delete."""
     conn.execute(_INDEX_ORDER)
     rows = conn.execute(
         f"WITH gone AS (DELETE FROM edge_entries WHERE {_CHUNK_ROWS} AND base_offset <= ("
@@ -162,9 +216,8 @@ def delete_chunk(conn: Conn, pid: int, low: int, high: int, *, last_below: int =
         f"  (SELECT base_offset, size FROM edge_entries WHERE {_CHUNK_ROWS}"
         "   AND base_offset < %(h)s ORDER BY base_offset LIMIT %(n)s) AS first_rows)"
         "  AS chunk WHERE nth = 1 OR upto <= %(b)s)"
-        " RETURNING segment_base, base_offset, last_offset, size)"
-        " SELECT segment_base, min(base_offset), max(last_offset) + 1, sum(size)"
-        " FROM gone GROUP BY segment_base ORDER BY segment_base",
+        f" RETURNING segment_base, base_offset, last_offset, size), {pg_segments.TAKE_GONE}"
+        " SELECT segment_base, first, next, size FROM per ORDER BY segment_base",
         {"p": pid, "l": low, "h": high, "u": last_below,
          "s": None if segments is None else list(segments), "n": DELETE_ROWS,
          "b": DELETE_BYTES}).fetchall()
@@ -216,9 +269,7 @@ def swap_segments(conn: Conn, pid: int, epoch: int | None, segments: Sequence[Se
     rows: list[EntryRow] = [(pid, info.base_offset, info.last_offset, first.ident,
                              info.broker_timestamp, info.max_timestamp, bytes(info.batch))
                             for info in batches if info.last_offset >= log_start]
-    for at in range(0, len(rows), MAX_ENTRIES):
-        part = rows[at:at + MAX_ENTRIES]
-        conn.execute(insert_entries(len(part)), entry_params(part))
+    insert_entries(conn, rows)
     reclaimed = sum(s.size_bytes for s in segments) - sum(len(row[6]) for row in rows)
     if conn.execute(
             "UPDATE edge_partitions SET size_bytes = size_bytes - %(r)s WHERE id = %(p)s"

@@ -48,7 +48,7 @@ from typing import TypeVar
 from broker_core.codec.batch_header import BatchHeader, check_append, same_batch, set_base_offset
 from broker_core.codec.varints import Buffer as BatchBytes
 
-from . import pg_entries
+from . import pg_entries, pg_segments
 from .cluster import NotOwner
 from .config import LogConfig
 from .errors import AppendAbandoned, DatabaseUnavailable, LogClosed, OffsetOutOfRange
@@ -56,7 +56,7 @@ from .fileless import FilelessPartition
 from .model import BatchInfo
 from .pg_commits import GroupCommitter, Pending, Ticket
 from .pg_database import Conn, Database
-from .pg_entries import ENTRY_COLUMNS, HEADER_COLUMNS, batch_info
+from .pg_entries import ENTRY_COLUMNS, HEADER_COLUMNS
 from .pg_kv import PgKeyValues
 from .pg_readahead import Buffer, ReadAhead
 from .protocols import RowReader
@@ -425,22 +425,20 @@ class PgPartition(FilelessPartition):
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             return plan(_Reads(conn, self._id, None).read)
 
-    def _one(self, where: str, order: str, *args: object) -> BatchInfo | None:
+    def _log_start_now(self) -> int:
         with self._lock:
             self._check_open()
-            start = self._log_start
-        with self._db.autocommit() as conn:
-            row = conn.execute(
-                f"SELECT {ENTRY_COLUMNS} FROM edge_entries WHERE partition_id = %s"
-                f" AND last_offset >= %s{where} ORDER BY {order} LIMIT 1",
-                (self._id, start, *args), binary=True).fetchone()
-        return None if row is None else batch_info(row)
+            return self._log_start
 
     def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None:
-        return self._one(" AND max_ts >= %s", "base_offset", timestamp)
+        start = self._log_start_now()
+        with self._db.autocommit() as conn:
+            return pg_entries.first_at_least(conn, self._id, start, timestamp)
 
     def batch_with_max_timestamp(self) -> BatchInfo | None:
-        return self._one("", "max_ts DESC, base_offset")
+        start = self._log_start_now()
+        with self._db.autocommit() as conn:
+            return pg_entries.with_max_timestamp(conn, self._id, start)
 
     def delete_records_before(self, offset: int) -> int:
         with self._lock:
@@ -528,7 +526,7 @@ class PgPartition(FilelessPartition):
             self._check_open()
             active, start = self._segment[0], self._log_start
         with self._db.autocommit() as conn:
-            return pg_entries.sealed_segments(conn, self._id, active, start)
+            return pg_segments.summaries(conn, self._id, start, active)
 
     def replace_segments(self, segments: Sequence[SealedSegment],
                          batches: Sequence[BatchInfo]) -> bool:
@@ -552,9 +550,10 @@ class PgPartition(FilelessPartition):
         return True
 
     def retention_due(self) -> RetentionCut | None:
-        """What retention drops, from one query of the segments' sizes and newest broker
-        timestamps (none when the partition has no sealed segment and its open one cannot
-        be due yet, or is another broker's to write); the lock is not held meanwhile. Rows
+        """What retention drops, from the segments' summaries (``pg_segments``: sizes and
+        newest broker timestamps; none when the partition has no sealed segment and its
+        open one cannot be due yet, or is another broker's to write); the lock is not held
+        meanwhile. Rows
         not yet known to be deleted below the log start (since this broker took the
         partition) are due too."""
         with self._lock:
@@ -569,12 +568,8 @@ class PgPartition(FilelessPartition):
                 config.retention_bytes == 0
                 or 0 <= config.retention_ms < now - created)):  # else its rows are newer
             with self._db.autocommit() as conn:
-                segments = [(int(str(base)), int(str(size)), int(str(newest))) for
-                            base, size, newest in conn.execute(
-                    "SELECT segment_base, sum(size), max(broker_ts) FROM edge_entries"
-                    " WHERE partition_id = %s AND segment_base <= %s AND last_offset >= %s"
-                    " GROUP BY segment_base ORDER BY segment_base",
-                    (self._id, active, start)).fetchall()]
+                segments = [(s.ident, s.size_bytes, s.max_broker_timestamp)
+                            for s in pg_segments.summaries(conn, self._id, start, active + 1)]
             if not segments or segments[-1][0] != active:  # nothing committed in the open one
                 segments.append((active, 0, -1))
             cut = retention_cut(segments, end, now, config)

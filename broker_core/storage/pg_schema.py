@@ -128,13 +128,33 @@ MIGRATIONS: Sequence[str] = (
     );
     INSERT INTO edge_registry_clock (heard) VALUES (now());
     """,
+    # 7: a summary of each segment's rows (``pg_segments``), kept by every statement that
+    # changes them, so that retention, the cleaner and lookups by time read one row per
+    # segment, not every row of a partition; filled from the rows stored
+    """
+    CREATE TABLE edge_segments (
+        partition_id  bigint NOT NULL REFERENCES edge_partitions ON DELETE CASCADE,
+        segment_base  bigint NOT NULL,
+        first_offset  bigint NOT NULL,
+        next_offset   bigint NOT NULL,
+        size_bytes    bigint NOT NULL,
+        min_broker_ts bigint NOT NULL,
+        max_broker_ts bigint NOT NULL,
+        max_ts        bigint NOT NULL,
+        PRIMARY KEY (partition_id, segment_base)
+    );
+    INSERT INTO edge_segments SELECT partition_id, segment_base, min(base_offset),
+        max(last_offset) + 1, sum(size), min(broker_ts), max(broker_ts), max(max_ts)
+        FROM edge_entries GROUP BY partition_id, segment_base;
+    """,
 )
 """The schema, one step per version (never edit a released step: add one)."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
-TABLES = ("edge_registry_clock", "edge_marker_requests", "edge_brokers", "edge_partition_kv",
-          "edge_kv", "edge_entries", "edge_partitions", "edge_topics", "edge_schema_version")
+TABLES = ("edge_segments", "edge_registry_clock", "edge_marker_requests", "edge_brokers",
+          "edge_partition_kv", "edge_kv", "edge_entries", "edge_partitions", "edge_topics",
+          "edge_schema_version")
 """Every table of the schema, dependants first."""
 
 

@@ -54,6 +54,7 @@ from broker_core.storage import (
 from broker_core.storage.ledger import SWAP_SUFFIX, SWAPPED_SUFFIX, Ledger, ledger_file_name
 from broker_core.topic_configs import LONG_MAX
 from tests.postgres_server import shared_server
+from tests.storage.pg_summaries import check_summaries
 
 TOPIC = "public/default/compacted"
 SEGMENT_MS = 10_000
@@ -96,6 +97,8 @@ def storage(engine: str, tmp_path: Path, clock: Clock) -> Iterator[Storage]:
     opened.create_topic(TOPIC, 1, {"cleanup.policy": "compact"})
     yield opened
     opened.close()
+    if engine == "postgres":
+        check_summaries(opened.location)
 
 
 def partition(storage: Storage) -> PartitionStore:

@@ -17,10 +17,18 @@ from typing import Any, TypeVar, cast
 import psycopg
 import pytest
 
-from broker_core.storage import LogConfig, OffsetOutOfRange, Storage, open_storage, pg_entries
+from broker_core.storage import (
+    LogConfig,
+    OffsetOutOfRange,
+    Storage,
+    open_storage,
+    pg_entries,
+    pg_segments,
+)
 from broker_core.storage.pg_database import Conn
 from broker_core.storage.pg_partition import PgPartition
 from tests.postgres_server import shared_server
+from tests.storage.pg_summaries import check_summaries
 from tests.storage.test_postgres_readahead import _emptied, _filled, _shown, _stored
 from tests.storage.test_postgres_speed import _lock_waits
 from tests.storage.test_storage_engines import TOPIC, append, partition
@@ -41,6 +49,7 @@ def storage() -> Iterator[Storage]:
     opened.create_topic(TOPIC, 3, {})
     yield opened
     opened.close()
+    check_summaries(opened.location)
 
 
 def _pg(storage: Storage, index: int = 0) -> PgPartition:
@@ -80,6 +89,10 @@ def _many_rows(storage: Storage, rows: int) -> int:
                      " r * 5 - mod(r * 5, 1000), broker_ts, max_ts, size, batch"
                      " FROM edge_entries, generate_series(1, %s - 1) r"
                      " WHERE partition_id = %s", (rows, log.partition_id))
+        conn.execute("DELETE FROM edge_segments WHERE partition_id = %s", (log.partition_id,))
+        conn.execute(pg_segments.SUMMARIZE.format(
+            rows="(SELECT * FROM edge_entries WHERE partition_id = %s) AS rows"),
+            (log.partition_id,))
         conn.execute("UPDATE edge_partitions SET next_offset = %(n)s, segment_base = %(n)s,"
                      " segment_size = 0, size_bytes = (SELECT sum(size) FROM edge_entries"
                      " WHERE partition_id = %(p)s) WHERE id = %(p)s",

@@ -28,6 +28,7 @@ from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
 from tests.postgres_server import shared_server
 from tests.raw import RawConnection, fetch_request
+from tests.storage.pg_summaries import check_summaries
 from tests.storage.test_postgres_speed import _lock_waits
 
 TOPIC = "drops"
@@ -43,6 +44,7 @@ def broker(tmp_path: Path) -> Iterator[tuple[BrokerProcess, str]]:
         yield process, url
     finally:
         process.stop(30)
+    check_summaries(url)
 
 
 def _produce(bootstrap: str) -> None:

@@ -26,6 +26,7 @@ from broker_core.storage.pg_partition import PgPartition
 from broker_core.storage.pg_readahead import THREAD_NAME
 from broker_core.storage.segments import SealedSegment
 from tests.postgres_server import shared_server
+from tests.storage.pg_summaries import check_summaries
 from tests.storage.test_storage_engines import TOPIC, append, partition
 from tests.storage_helpers import batch_bytes
 
@@ -46,6 +47,7 @@ def storage() -> Iterator[Storage]:
     opened.create_topic(TOPIC, 1, {})
     yield opened
     opened.close()
+    check_summaries(opened.location)
 
 
 class HeldReads:

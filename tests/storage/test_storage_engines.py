@@ -25,6 +25,7 @@ from broker_core.storage import (
 )
 from tests.batches import make_batch
 from tests.postgres_server import shared_server
+from tests.storage.pg_summaries import check_summaries
 from tests.storage_helpers import batch_bytes, headed
 
 TOPIC = "public/default/t"
@@ -59,6 +60,8 @@ def storage(engine: str, tmp_path: Path, clock: Clock) -> Iterator[Storage]:
     opened = open_storage(url, LogConfig(segment_bytes=4096), clock=clock)
     yield opened
     opened.close()
+    if engine == "postgres":
+        check_summaries(url)
 
 
 def append(log: PartitionStore, count: int, first_timestamp: int = 1_000,

@@ -1,0 +1,158 @@
+"""On ``postgres://`` each segment's rows are summarised in ``edge_segments``
+(``broker_core/storage/pg_segments.py``), kept by the statement that changes them: the
+migration that adds the table summarises the rows already stored; lookups by time give
+what a walk of every row gives, also once a drop took the rows whose timestamps a summary
+counted; and retention, the cleaner's segment list and the lookups read the rows of one
+segment at most, however many the partition holds. On a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import psycopg
+import pytest
+
+from broker_core.storage import LogConfig, Storage, open_storage, pg_entries, pg_segments
+from broker_core.storage.model import BatchInfo
+from broker_core.storage.pg_database import Conn
+from broker_core.storage.pg_schema import SCHEMA_VERSION
+from tests.postgres_server import shared_server
+from tests.storage.pg_summaries import check_summaries
+from tests.storage.test_postgres_chunked_drops import _many_rows, _pg
+from tests.storage.test_storage_engines import TOPIC, append, partition
+
+T = TypeVar("T")
+
+
+def _config() -> LogConfig:
+    return LogConfig(segment_bytes=1000)
+
+
+@pytest.fixture
+def storage() -> Iterator[Storage]:
+    opened = open_storage(shared_server().new_database_url(), _config())
+    opened.create_topic(TOPIC, 1, {})
+    yield opened
+    opened.close()
+    check_summaries(opened.location)
+
+
+def _segments(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM edge_segments").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_migration_summarises_the_rows_already_stored(storage: Storage) -> None:
+    """A database at the version before the summaries gets them from its rows."""
+    assert SCHEMA_VERSION == 7
+    log = partition(storage)
+    for i in range(60):
+        append(log, 3, first_timestamp=1_000 + i * 7)
+    log.delete_records_before(40)
+    url = storage.location
+    storage.close()
+    before = _segments(url)
+    assert before > 5
+    with psycopg.connect(url) as conn:
+        conn.execute("DROP TABLE edge_segments")
+        conn.execute("UPDATE edge_schema_version SET version = 6")
+    again = open_storage(url, _config())
+    try:
+        assert _segments(url) == before
+        check_summaries(url)
+        assert partition(again).sealed_segments()[0].first_offset == 39
+    finally:
+        again.close()
+
+
+def _walk(log_start: int, batches: list[BatchInfo], chosen: Callable[[BatchInfo], bool],
+          ) -> BatchInfo | None:
+    return next((b for b in batches if b.last_offset >= log_start and chosen(b)), None)
+
+
+def _at_least(stamp: int) -> Callable[[BatchInfo], bool]:
+    return lambda info: info.max_timestamp >= stamp
+
+
+def test_lookups_by_time_give_what_a_walk_of_every_row_gives(storage: Storage) -> None:
+    """Timestamps out of order across segments, and drops that take a segment's oldest
+    rows with the timestamp its summary still counts: each lookup answers as a walk."""
+    rng = random.Random(7)
+    log = partition(storage)
+    for _ in range(80):
+        append(log, rng.randint(1, 4), first_timestamp=rng.randrange(1_000, 100_000))
+    # the oldest rows of a segment hold the partition's largest timestamp: dropped, the
+    # summary's maximum is out of date (a bound), and lookups must look further
+    at = append(log, 1, first_timestamp=500_000)
+    for _ in range(10):
+        append(log, 2, first_timestamp=rng.randrange(1_000, 100_000))
+    for drop_to in (37, at + 1):
+        log.delete_records_before(drop_to)
+        stored = list(log.batches_from(log.log_start_offset))
+        start = log.log_start_offset
+        best = max(stored, key=lambda b: (b.max_timestamp, -b.base_offset))
+        found = log.batch_with_max_timestamp()
+        assert found is not None and found.base_offset == best.base_offset
+        for stamp in [0, 999, 50_000, 99_999, 100_000, 499_999, 500_000, 500_001,
+                      *(rng.randrange(1_000, 100_000) for _ in range(30))]:
+            want = _walk(start, stored, _at_least(stamp))
+            got = log.find_first_batch_with_timestamp_at_least(stamp)
+            assert (got and got.base_offset) == (want and want.base_offset), stamp
+
+
+def _entry_rows_read(url: str, run: Callable[[Conn], T]) -> tuple[T, int]:
+    """What ``run`` returns on a connection of its own, and how many rows of
+    ``edge_entries`` (table rows a scan read, and index entries) its statements read
+    (PostgreSQL's counters of the transaction)."""
+    with psycopg.connect(url) as conn:
+        found = run(conn)
+        row = conn.execute(
+            "SELECT pg_stat_get_xact_tuples_returned('edge_entries'::regclass)"
+            " + pg_stat_get_xact_tuples_returned('edge_entries_pkey'::regclass)").fetchone()
+    assert row is not None
+    return found, int(row[0])
+
+
+SEGMENT_ROWS = 200
+"""Rows of each segment ``_many_rows`` writes (base offsets step by 5, segments by 1000)."""
+
+
+def test_retention_the_cleaner_and_lookups_read_one_segment_of_rows_at_most(
+        storage: Storage) -> None:
+    """6,000 rows in 30 segments: each reader reads at most one segment's rows (the
+    rows they summarise are not read again), also with rows below the log start left."""
+    end = _many_rows(storage, 6_000)
+    url = storage.location
+    reopened = open_storage(url, _config())
+    try:
+        log = _pg(reopened)
+        pid = log.partition_id
+        with psycopg.connect(url) as conn:  # the last row: the newest and largest time
+            conn.execute("UPDATE edge_entries SET max_ts = max_ts + 1 WHERE partition_id = %s"
+                         " AND base_offset = %s", (pid, end - 5))
+            conn.execute("UPDATE edge_segments SET max_ts = max_ts + 1 WHERE partition_id"
+                         " = %s AND segment_base = %s", (pid, end - 1000))
+        segments, read = _entry_rows_read(url, lambda c: pg_segments.summaries(c, pid, 0, end))
+        assert len(segments) == 30 and read == 0
+        newest = segments[-1].max_timestamp
+        found, read = _entry_rows_read(url, lambda c: pg_entries.first_at_least(c, pid, 0,
+                                                                               newest))
+        assert found is not None and found.base_offset == end - 5
+        assert read <= SEGMENT_ROWS + 1, read
+        found, read = _entry_rows_read(url, lambda c: pg_entries.with_max_timestamp(c, pid, 0))
+        assert found is not None and found.base_offset == end - 5
+        assert read <= SEGMENT_ROWS + 1, read
+        # the log start moved into the 11th segment, its rows below not yet deleted
+        with psycopg.connect(url) as conn:
+            conn.execute("UPDATE edge_partitions SET log_start = 10500 WHERE id = %s", (pid,))
+        segments, read = _entry_rows_read(
+            url, lambda c: pg_segments.summaries(c, pid, 10_500, end))
+        assert (segments[0].ident, segments[0].first_offset) == (10_000, 10_500)
+        assert segments[0].size_bytes == segments[1].size_bytes // 2
+        assert read <= SEGMENT_ROWS + 2, read
+    finally:
+        reopened.close()
