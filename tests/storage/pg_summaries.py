@@ -6,7 +6,12 @@ summary of a segment without rows."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import psycopg
+
+from broker_core.storage import LogConfig, Storage, open_storage
+from tests.postgres_server import shared_server
 
 _FROM_ROWS = (
     "SELECT partition_id, segment_base, min(base_offset), max(last_offset) + 1, sum(size),"
@@ -41,3 +46,13 @@ def check_summaries(url: str) -> None:
     """AssertionError unless the summaries of the database at ``url`` are right."""
     problems = summary_problems(url)
     assert not problems, problems
+
+
+def checked_storage(config: LogConfig, topic: str, partitions: int) -> Iterator[Storage]:
+    """A fixture's body: storage on a new database of the shared server with ``topic``
+    created, closed after the test, its summaries checked then."""
+    opened = open_storage(shared_server().new_database_url(), config)
+    opened.create_topic(topic, partitions, {})
+    yield opened
+    opened.close()
+    check_summaries(opened.location)

@@ -27,8 +27,7 @@ from broker_core.storage import (
 )
 from broker_core.storage.pg_database import Conn
 from broker_core.storage.pg_partition import PgPartition
-from tests.postgres_server import shared_server
-from tests.storage.pg_summaries import check_summaries
+from tests.storage.pg_summaries import checked_storage
 from tests.storage.test_postgres_readahead import _emptied, _filled, _shown, _stored
 from tests.storage.test_postgres_speed import _lock_waits
 from tests.storage.test_storage_engines import TOPIC, append, partition
@@ -45,11 +44,7 @@ def _config() -> LogConfig:
 
 @pytest.fixture
 def storage() -> Iterator[Storage]:
-    opened = open_storage(shared_server().new_database_url(), _config())
-    opened.create_topic(TOPIC, 3, {})
-    yield opened
-    opened.close()
-    check_summaries(opened.location)
+    yield from checked_storage(_config(), TOPIC, 3)
 
 
 def _pg(storage: Storage, index: int = 0) -> PgPartition:

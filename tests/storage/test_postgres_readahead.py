@@ -25,8 +25,7 @@ from broker_core.storage.model import BatchInfo
 from broker_core.storage.pg_partition import PgPartition
 from broker_core.storage.pg_readahead import THREAD_NAME
 from broker_core.storage.segments import SealedSegment
-from tests.postgres_server import shared_server
-from tests.storage.pg_summaries import check_summaries
+from tests.storage.pg_summaries import checked_storage
 from tests.storage.test_storage_engines import TOPIC, append, partition
 from tests.storage_helpers import batch_bytes
 
@@ -43,11 +42,7 @@ def _config() -> LogConfig:
 
 @pytest.fixture
 def storage() -> Iterator[Storage]:
-    opened = open_storage(shared_server().new_database_url(), _config())
-    opened.create_topic(TOPIC, 1, {})
-    yield opened
-    opened.close()
-    check_summaries(opened.location)
+    yield from checked_storage(_config(), TOPIC, 1)
 
 
 class HeldReads:

@@ -18,8 +18,7 @@ from broker_core.storage import LogConfig, Storage, open_storage, pg_entries, pg
 from broker_core.storage.model import BatchInfo
 from broker_core.storage.pg_database import Conn
 from broker_core.storage.pg_schema import SCHEMA_VERSION
-from tests.postgres_server import shared_server
-from tests.storage.pg_summaries import check_summaries
+from tests.storage.pg_summaries import check_summaries, checked_storage
 from tests.storage.test_postgres_chunked_drops import _many_rows, _pg
 from tests.storage.test_storage_engines import TOPIC, append, partition
 
@@ -32,11 +31,7 @@ def _config() -> LogConfig:
 
 @pytest.fixture
 def storage() -> Iterator[Storage]:
-    opened = open_storage(shared_server().new_database_url(), _config())
-    opened.create_topic(TOPIC, 1, {})
-    yield opened
-    opened.close()
-    check_summaries(opened.location)
+    yield from checked_storage(_config(), TOPIC, 1)
 
 
 def _segments(url: str) -> int:
