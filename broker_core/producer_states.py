@@ -46,6 +46,7 @@ from itertools import islice
 from broker_core.compaction.cleaning import Checkpoint
 from broker_core.partition_producers import DEFAULT_EXPIRATION_MS, PartitionProducers, Snapshot
 from broker_core.storage import (
+    OffsetOutOfRange,
     PartitionStore,
     StorageError,
     commit_generation,
@@ -326,11 +327,19 @@ def _load(partition: PartitionStore, generation: int) -> _Loaded:
     state.cleaned_below = Checkpoint.load(partition).offset
     offset = saved if saved is not None else partition.log_start_offset
     replayed = earlier = 0  # batches replayed; of them, written before this start
-    if offset < partition.next_offset:
-        for info in partition.headers_from(offset):
-            state.apply(info)
-            replayed += 1
-            earlier += info.base_offset < partition.opened_next_offset
+    while offset < partition.next_offset:
+        try:
+            for info in partition.headers_from(offset):
+                state.apply(info)
+                replayed += 1
+                earlier += info.base_offset < partition.opened_next_offset
+                offset = info.last_offset + 1
+        except OffsetOutOfRange:
+            pass  # a drop passed the offset first
+        start = partition.log_start_offset
+        if offset >= start:
+            break  # the end reached (the reader follows appends), or the partition closed
+        offset = start  # a drop (in another thread) overtook the replay: on from there
     if replayed:
         log.log(logging.INFO if earlier else logging.DEBUG,
                 "%s: producer state rebuilt from %s, %d batch(es) replayed",

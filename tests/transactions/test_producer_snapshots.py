@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from broker_core import producer_states
 from broker_core.codec.batch_header import read_header
 from broker_core.producer_states import SNAPSHOT_FILE, ProducerStates
 from broker_core.storage import LogConfig, PartitionLog
+from broker_core.storage.model import BatchInfo
 from tests.txn_helpers import NONE, TxnConnection, batch, start_broker, wait_until
 
 PID, EPOCH = 7, 0
@@ -416,3 +418,42 @@ def test_a_snapshot_taken_before_a_marker_is_stored_keeps_its_transaction_open(
     restored.end_transaction(PID, EPOCH, commit, 4, 0)  # replayed once it is stored
     assert restored.last_stable_offset(5, 0) == 5
     assert restored.aborted_between(0, 5) == ([] if commit else [(PID, 0)])
+
+
+class _Overtaken(PartitionLog):
+    """A partition whose first replay is overtaken by a drop (retention or DeleteRecords,
+    which on PostgreSQL run in worker threads): after the first batch read, the log
+    start moves to ``drop_to`` and the reader's ledger goes."""
+
+    drop_to = 0
+
+    def headers_from(self, offset: int) -> Iterator[BatchInfo]:
+        reader = super().headers_from(offset)
+        if not self.drop_to:
+            yield from reader
+            return
+        yield next(reader)
+        self.delete_records_before(self.drop_to)
+        self.drop_to = 0
+        yield from reader
+
+
+def test_a_replay_a_drop_overtakes_goes_on_from_the_new_log_start(tmp_path: Path) -> None:
+    """The rest of the log is replayed all the same: a producer known only from batches
+    after the drop still has its retry recognised (else appended twice)."""
+    log = PartitionLog(tmp_path / "p", LogConfig(segment_bytes=300))
+    states = ProducerStates()
+    _produce(log, states, 0, 10)
+    state = states.get("t", 0, log)
+    later = [read_header(bytearray(batch(PID + 1, EPOCH, seq, 2))) for seq in (0, 2, 4)]
+    for seq, header in zip((0, 2, 4), later, strict=True):
+        base = log.append(bytearray(batch(PID + 1, EPOCH, seq, 2)), header)
+        state.record(header, base, header.max_timestamp)
+    assert len(log.sealed_segments()) > 3
+    log.close()
+    overtaken = _Overtaken(tmp_path / "p", LogConfig(segment_bytes=300))
+    overtaken.drop_to = 12
+    rebuilt = ProducerStates().get("t", 0, overtaken)
+    assert overtaken.log_start_offset >= 10 and overtaken.drop_to == 0
+    assert rebuilt.check(later[-1]) == overtaken.next_offset - 2  # a duplicate
+    overtaken.close()
