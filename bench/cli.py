@@ -96,17 +96,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["brokers"] = run_suite(opts, cpus)
     postgres = _postgres(opts, cpus)
     results["meta"]["seconds"] = round(time.monotonic() - began, 1)
-    results["targets"] = [] if opts.postgres_only else verdicts.targets(results)
-    sections = [] if opts.postgres_only else [report.markdown(results)]
-    if postgres is not None:
-        results["postgres"] = postgres
+    if not opts.postgres_only:
+        results["targets"] = verdicts.targets(results)
+        text = report.markdown(results)
+        print(text)
+        for path in save(results, text, opts.out):
+            print(f"[bench] wrote {path}", file=sys.stderr)
+    if postgres is not None:  # postgres.json, postgres.md
         check = postgres_target(postgres)
-        results["targets"].append(check)
-        sections += [postgres_markdown(postgres), report.targets_text([check])]
-    text = "\n\n".join(sections)
-    print(text)
-    for path in save(results, text, opts.out):
-        print(f"[bench] wrote {path}", file=sys.stderr)
+        text = "\n\n".join((postgres_markdown(postgres), report.targets_text([check])))
+        print("\n" + text)
+        for path in save_row(opts.out, "postgres", {"meta": results["meta"],
+                                                    "postgres": postgres,
+                                                    "targets": [check]}, text):
+            print(f"[bench] wrote {path}", file=sys.stderr)
     if opts.cluster.enabled and not opts.postgres_only:  # cluster.json, cluster.md
         print("\n" + run_cluster_rows(opts, cpus))
     print(f"[bench] done in {results['meta']['seconds']} s", file=sys.stderr)
