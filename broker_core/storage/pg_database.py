@@ -45,9 +45,13 @@ _SESSION: dict[str, object] = {
     "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 2,
     "tcp_user_timeout": _STATEMENT_TIMEOUT_MS,
     # a broker stopped (SIGSTOP, a VM pause) between two statements of a transaction keeps
-    # its connection alive, and its row locks with it: the server ends such a session
+    # its connection alive, and its row locks with it: the server ends such a session.
+    # No JIT: every statement here reads or writes a few rows by key, and a plan that the
+    # planner costs high (a lateral join per segment, say) would spend 30-200 ms
+    # compiling itself to run in 1 ms
     "options": f"-c statement_timeout={_STATEMENT_TIMEOUT_MS}"
-               f" -c idle_in_transaction_session_timeout={_IDLE_IN_TRANSACTION_MS}"}
+               f" -c idle_in_transaction_session_timeout={_IDLE_IN_TRANSACTION_MS}"
+               " -c jit=off"}
 """Connection settings of every connection to the storage database."""
 
 logging.getLogger("psycopg.pool").setLevel(logging.ERROR)

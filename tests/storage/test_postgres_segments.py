@@ -151,3 +151,10 @@ def test_retention_the_cleaner_and_lookups_read_one_segment_of_rows_at_most(
         assert read <= SEGMENT_ROWS + 2, read
     finally:
         reopened.close()
+
+
+def test_the_storage_compiles_no_statement(storage: Storage) -> None:
+    """JIT is off on the storage's connections: the lateral join of the summaries costs
+    enough in the planner's eyes to be compiled (30-200 ms) to run in a millisecond."""
+    with _pg(storage)._db.autocommit() as conn:
+        assert conn.execute("SHOW jit").fetchone() == ("off",)
