@@ -158,3 +158,36 @@ def test_the_storage_compiles_no_statement(storage: Storage) -> None:
     enough in the planner's eyes to be compiled (30-200 ms) to run in a millisecond."""
     with _pg(storage)._db.autocommit() as conn:
         assert conn.execute("SHOW jit").fetchone() == ("off",)
+
+
+def test_a_swap_of_a_segment_with_rows_left_below_the_log_start_keeps_them_summarised(
+        storage: Storage) -> None:
+    """The cleaner replaces a segment whose oldest rows are below the log start and not
+    yet deleted (a drop cut short): its swap deletes and rewrites the rows from the log
+    start on, the rows below stay summarised with them, and the sweep that deletes them
+    later takes them out."""
+    log = partition(storage)
+    for i in range(30):
+        append(log, 3, first_timestamp=1_000 + i)
+    url = storage.location
+    first = log.sealed_segments()[1]
+    start = first.first_offset + 4  # inside the segment's second batch
+    storage.close()
+    with psycopg.connect(url) as conn:  # the log start moved, the sweep never ran
+        conn.execute("UPDATE edge_partitions SET log_start = %s", (start,))
+    again = open_storage(url, _config())
+    try:
+        log = partition(again)
+        segments = log.sealed_segments()[:2]
+        assert segments[0].ident == first.ident
+        assert first.first_offset < segments[0].first_offset <= start
+        assert segments[0].size_bytes < first.size_bytes
+        batches = [info for info in log.batches_from(start)
+                   if info.base_offset < segments[-1].next_offset]
+        assert log.replace_segments(segments, batches)
+        check_summaries(url)
+        assert log.delete_records_before(start) == start  # sweeps what is below
+        check_summaries(url)
+        assert log.sealed_segments()[0].first_offset == segments[0].first_offset
+    finally:
+        again.close()
