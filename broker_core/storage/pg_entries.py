@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from broker_core.codec.batch_header import ATTRIBUTES_AT, BATCH_HEADER_SIZE, CONTROL_BIT
 
 from . import pg_segments
 from .model import BatchInfo
 from .pg_database import Conn
+from .pg_segments import Deleted
 from .segments import SealedSegment
 
 
@@ -55,12 +55,12 @@ def _insert(count: int) -> str:
 
 @functools.lru_cache(maxsize=64)
 def stored_entries(count: int, where: str = "") -> str:
-    """Two common table expressions of one statement: ``stored``, the INSERT of ``count``
-    (at most ``MAX_ENTRIES``) entry rows, each a row of parameters (``entry_params``) in
-    a VALUES list aliased ``e`` (those ``where`` keeps: a WHERE clause on ``e``), and
-    ``summed``, which adds them to their segments' summaries (``pg_segments``). One
-    statement, however many rows, and each batch received as it is sent (an array of
-    them would be copied again on both sides)."""
+    """Two common table expressions of a group commit's statement: ``stored``, the INSERT
+    of ``count`` (at most ``MAX_ENTRIES``) entry rows, each a row of parameters
+    (``entry_params``) in a VALUES list aliased ``e`` (those ``where`` keeps: a WHERE
+    clause on ``e``), and ``summed``, which adds them to their segments' summaries
+    (``pg_segments``). One statement, however many rows, and each batch received as it
+    is sent (an array of them would be copied again on both sides)."""
     return (f"stored AS ({_insert(count)}{where} RETURNING {pg_segments.STORED}),"
             f" summed AS ({pg_segments.ADD_STORED})")
 
@@ -76,10 +76,11 @@ def entry_params(rows: Sequence[EntryRow]) -> list[object]:
 
 
 def insert_entries(conn: Conn, rows: Sequence[EntryRow]) -> None:
-    """Insert ``rows``, with their segments' summaries, ``MAX_ENTRIES`` a statement."""
+    """Insert ``rows``, ``MAX_ENTRIES`` a statement (their segments' summaries are the
+    caller's: ``pg_segments.add``)."""
     for at in range(0, len(rows), MAX_ENTRIES):
         part = rows[at:at + MAX_ENTRIES]
-        conn.execute(f"WITH {stored_entries(len(part))} SELECT 1", entry_params(part))
+        conn.execute(_insert(len(part)), entry_params(part))
 
 
 def rows_from(conn: Conn, pid: int, offset: int, limit: int,
@@ -189,16 +190,6 @@ ANALYZE) the planner would otherwise read and sort every row left in the range a
 chunk, quadratic in the rows dropped."""
 
 
-class Deleted(NamedTuple):
-    """The rows one ``delete_chunk`` deleted of one segment."""
-
-    segment: int
-    first_offset: int
-    next_offset: int
-    """One past the last offset deleted."""
-    size_bytes: int
-
-
 def delete_chunk(conn: Conn, pid: int, low: int, high: int, *, last_below: int = _NO_BOUND,
                  segments: Sequence[int] | None = None) -> list[Deleted]:
     """Delete the first rows by base offset in [``low``, ``high``) whose last offset is
@@ -206,8 +197,9 @@ def delete_chunk(conn: Conn, pid: int, low: int, high: int, *, last_below: int =
     ``DELETE_ROWS`` rows and ``DELETE_BYTES`` bytes, in one statement: the first rows are
     found by the primary key (a LIMIT, then their running size), and the DELETE takes the
     key range up to the last of them, so neither reads past the chunk (``_INDEX_ORDER``,
-    in ``conn``'s transaction); the segments' summaries follow in the same statement.
-    What it deleted, per segment in offset order; nothing: nothing was left to delete."""
+    in ``conn``'s transaction). What it deleted, per segment in offset order (for
+    ``pg_segments.take``, once the partition's row is locked); nothing: nothing was left
+    to delete."""
     conn.execute(_INDEX_ORDER)
     rows = conn.execute(
         f"WITH gone AS (DELETE FROM edge_entries WHERE {_CHUNK_ROWS} AND base_offset <= ("
@@ -216,8 +208,9 @@ def delete_chunk(conn: Conn, pid: int, low: int, high: int, *, last_below: int =
         f"  (SELECT base_offset, size FROM edge_entries WHERE {_CHUNK_ROWS}"
         "   AND base_offset < %(h)s ORDER BY base_offset LIMIT %(n)s) AS first_rows)"
         "  AS chunk WHERE nth = 1 OR upto <= %(b)s)"
-        f" RETURNING segment_base, base_offset, last_offset, size), {pg_segments.TAKE_GONE}"
-        " SELECT segment_base, first, next, size FROM per ORDER BY segment_base",
+        " RETURNING segment_base, base_offset, last_offset, size)"
+        " SELECT segment_base, min(base_offset), max(last_offset) + 1, sum(size)"
+        " FROM gone GROUP BY segment_base ORDER BY segment_base",
         {"p": pid, "l": low, "h": high, "u": last_below,
          "s": None if segments is None else list(segments), "n": DELETE_ROWS,
          "b": DELETE_BYTES}).fetchall()
@@ -246,8 +239,9 @@ def swap_segments(conn: Conn, pid: int, epoch: int | None, segments: Sequence[Se
     rows deleted are the segments as given and, at the end, the partition is owned at
     ``epoch`` with the log start it had at the beginning. The bulk work goes first, each
     statement bounded (``delete_chunk``, ``MAX_ENTRIES``), without the partition's row: its
-    lock is taken last, just before the commit, so the group commits of the partition (and
-    of every partition committed with it) wait for no more than that."""
+    lock is taken last, just before the commit (and the segments' summaries then, as
+    ``pg_segments.take`` says why), so the group commits of the partition (and of every
+    partition committed with it) wait for no more than that."""
     first = segments[0]
     start = conn.execute("SELECT log_start FROM edge_partitions WHERE id = %s",
                          (pid,)).fetchone()
@@ -266,15 +260,17 @@ def swap_segments(conn: Conn, pid: int, epoch: int | None, segments: Sequence[Se
     as_given = {s.ident: (s.first_offset, s.next_offset, s.size_bytes) for s in segments}
     if found != as_given:
         raise SwapRefused
-    rows: list[EntryRow] = [(pid, info.base_offset, info.last_offset, first.ident,
-                             info.broker_timestamp, info.max_timestamp, bytes(info.batch))
-                            for info in batches if info.last_offset >= log_start]
-    insert_entries(conn, rows)
-    reclaimed = sum(s.size_bytes for s in segments) - sum(len(row[6]) for row in rows)
+    kept = [info for info in batches if info.last_offset >= log_start]
+    insert_entries(conn, [(pid, info.base_offset, info.last_offset, first.ident,
+                           info.broker_timestamp, info.max_timestamp, bytes(info.batch))
+                          for info in kept])
+    reclaimed = sum(s.size_bytes for s in segments) - sum(len(info.batch) for info in kept)
     if conn.execute(
             "UPDATE edge_partitions SET size_bytes = size_bytes - %(r)s WHERE id = %(p)s"
             " AND owner_epoch = coalesce(%(e)s, owner_epoch) AND log_start = %(s)s"
             " RETURNING 1", {"r": reclaimed, "p": pid, "e": epoch, "s": log_start}
     ).fetchone() is None:
         raise SwapRefused
+    pg_segments.take(conn, pid, [Deleted(ident, *found[ident]) for ident in idents])
+    pg_segments.add(conn, pid, first.ident, kept)
     return reclaimed

@@ -507,6 +507,7 @@ class PgPartition(FilelessPartition):
                         " WHERE id = %s AND owner_epoch = coalesce(%s, owner_epoch)"
                         " RETURNING 1", (deleted, self._id, epoch)).fetchone() is None:
                     raise NotOwner(f"partition {self._location} was taken over")
+                pg_segments.take(conn, self._id, chunk)
             with self._lock:
                 if not chunk:
                     self._swept = max(self._swept, log_start)

@@ -8,8 +8,10 @@ segment at most, however many the partition holds. On a real PostgreSQL server."
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -18,8 +20,10 @@ from broker_core.storage import LogConfig, Storage, open_storage, pg_entries, pg
 from broker_core.storage.model import BatchInfo
 from broker_core.storage.pg_database import Conn
 from broker_core.storage.pg_schema import SCHEMA_VERSION
+from tests.postgres_server import shared_server
 from tests.storage.pg_summaries import check_summaries, checked_storage
 from tests.storage.test_postgres_chunked_drops import _many_rows, _pg
+from tests.storage.test_postgres_speed import _lock_waits
 from tests.storage.test_storage_engines import TOPIC, append, partition
 
 T = TypeVar("T")
@@ -191,3 +195,41 @@ def test_a_swap_of_a_segment_with_rows_left_below_the_log_start_keeps_them_summa
         assert log.sealed_segments()[0].first_offset == segments[0].first_offset
     finally:
         again.close()
+
+
+def test_a_drop_into_the_open_segment_and_an_append_meanwhile_both_finish(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeleteRecords into the segment appends go to, an append committed between the
+    drop's DELETE of a chunk and the end of its transaction: the chunk takes the
+    segment's summary only after the partition's row, as a group commit does, so the
+    append does not wait for the drop while the drop waits for it (PostgreSQL's deadlock
+    detector would fail one of them after a second)."""
+    url = shared_server().new_database_url()
+    storage = open_storage(url, LogConfig())  # one segment: the open one
+    storage.create_topic(TOPIC, 1, {})
+    pool = ThreadPoolExecutor(1)
+    try:
+        log = _pg(storage)
+        for _ in range(10):
+            append(log, 3)
+        delete_chunk = pg_entries.delete_chunk
+        appended: list[Future[int]] = []
+
+        def chunk_then_append(conn: Conn, pid: int, low: int, high: int,
+                              **options: Any) -> list[pg_segments.Deleted]:
+            chunk = delete_chunk(conn, pid, low, high, **options)
+            if chunk and not appended:  # an append commits now, or waits for a lock
+                appended.append(pool.submit(append, log, 3))
+                deadline = time.monotonic() + 30
+                while not appended[0].done() and not _lock_waits(url):
+                    assert time.monotonic() < deadline, "the append neither ended nor waited"
+                    time.sleep(0.01)
+            return chunk
+
+        monkeypatch.setattr(pg_entries, "delete_chunk", chunk_then_append)
+        assert log.delete_records_before(16) == 16
+        assert appended and appended[0].result(30) == 30
+    finally:
+        pool.shutdown(wait=True)
+        storage.close()
+    check_summaries(url)
