@@ -59,10 +59,18 @@ logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 it once per cause (``storage_faults``)."""
 
 
+_CONNECTION_STATES = ("08", "57P01", "57P02", "57P03")
+"""SQLSTATEs (or their class) of a connection lost or refused, or a server shutting down
+or starting; a statement the server ended (a deadlock, a serialization failure, a
+timeout) is an error of that statement, not a database out of reach."""
+
+
 def unavailable(exc: Exception) -> DatabaseUnavailable:
     """The OSError for a database failure: connection trouble and other refusals are two
     causes (each logged once by the write-fault log)."""
-    lost = isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout)
+    lost = isinstance(exc, psycopg_pool.PoolTimeout) or (
+        isinstance(exc, psycopg.OperationalError)
+        and (exc.sqlstate is None or exc.sqlstate.startswith(_CONNECTION_STATES)))
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
     code = errno.ECONNREFUSED if lost else errno.EIO
     return DatabaseUnavailable(code, f"PostgreSQL {'unreachable' if lost else 'error'}: {first}")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import confluent_kafka
 import psycopg
+import psycopg_pool
 import pytest
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -21,6 +22,7 @@ from kafka.protocol.consumer import (
 
 from broker_core.storage import LogConfig, SchemaTooNew, open_storage
 from broker_core.storage.cluster import MarkerRequest
+from broker_core.storage.pg_database import unavailable
 from broker_core.storage.pg_schema import SCHEMA_VERSION
 from tests.broker_process import REPO, BrokerProcess
 from tests.clients import PARTITIONS, Rec, create_topic, make_records
@@ -249,3 +251,17 @@ def test_a_transaction_left_idle_gives_its_locks_up(url: str) -> None:
     finally:
         stopped.close()
         other.close()
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    (psycopg.OperationalError("connection refused"), "unreachable"),
+    (psycopg.errors.AdminShutdown("terminating connection"), "unreachable"),
+    (psycopg_pool.PoolTimeout("no connection in 5 s"), "unreachable"),
+    (psycopg.errors.DeadlockDetected("deadlock detected"), "error"),
+    (psycopg.errors.QueryCanceled("canceling statement due to statement timeout"), "error"),
+])
+def test_a_failed_statement_is_not_called_an_unreachable_database(
+        error: Exception, said: str) -> None:
+    """The cause logged (once per cause) says which: the database out of reach, or one
+    statement it ended (a deadlock, a timeout) while it is there."""
+    assert unavailable(error).strerror == f"PostgreSQL {said}: {error}"
