@@ -108,9 +108,9 @@ after the appends (base, size, created ms)."""
 def _commit_statement(entries: int) -> str:
     """One group commit of ``entries`` appends, in one statement (its own transaction,
     one round trip): ``_MOVE``, and the entry rows of the partitions it moved, with their
-    segments' summaries (the ids it
-    returns: the sub-statements of a statement share one snapshot, and only ``RETURNING``
-    passes rows between them), all or nothing; the ids moved."""
+    segments' summaries (the ids it returns: the sub-statements of a statement share one
+    snapshot, and only ``RETURNING`` passes rows between them), all or nothing; the ids
+    moved."""
     return (f"WITH moved AS ({_MOVE}), "
             f"{stored_entries(entries, ' WHERE e.partition_id IN (SELECT id FROM moved)')}"
             " SELECT id FROM moved")

@@ -436,8 +436,11 @@ class PgPartition(FilelessPartition):
             return pg_entries.first_at_least(conn, self._id, start, timestamp)
 
     def batch_with_max_timestamp(self) -> BatchInfo | None:
+        """In one snapshot (its statements read the summaries, then one segment's rows or
+        more: a cleaner's swap between them could move the best rows out of sight)."""
         start = self._log_start_now()
-        with self._db.autocommit() as conn:
+        with self._db.tx() as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             return pg_entries.with_max_timestamp(conn, self._id, start)
 
     def delete_records_before(self, offset: int) -> int:
@@ -554,9 +557,8 @@ class PgPartition(FilelessPartition):
         """What retention drops, from the segments' summaries (``pg_segments``: sizes and
         newest broker timestamps; none when the partition has no sealed segment and its
         open one cannot be due yet, or is another broker's to write); the lock is not held
-        meanwhile. Rows
-        not yet known to be deleted below the log start (since this broker took the
-        partition) are due too."""
+        meanwhile. Rows not yet known to be deleted below the log start (since this broker
+        took the partition) are due too."""
         with self._lock:
             self._check_open()
             if self._epoch is None and self._fenced():
