@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import IsolationLevel
 from confluent_kafka.admin import AdminClient
 
 from bench.admin import create_topic
@@ -33,6 +34,7 @@ from bench.chaos_check import (
     check_offsets,
     check_output,
     check_stable,
+    latest,
 )
 from bench.chaos_cluster import START_TIMEOUT_S, ChaosCluster
 from bench.chaos_faults import KINDS, Fault, FaultPlan, Injector
@@ -168,7 +170,8 @@ def _soak(opts: ChaosOptions, cluster: ChaosCluster, session_s: float) -> dict[s
         member.halt.set()
         member.join(60)
     stopped_at = clock.now()
-    transform.draining.set()
+    transform.drain(latest(AdminClient({"bootstrap.servers": bootstrap}), SOURCE,
+                           opts.partitions, IsolationLevel.READ_UNCOMMITTED))
     transform.join(DRAIN_S)
     transform.halt.set()
     transform.join(60)

@@ -220,10 +220,19 @@ class TransformLoad(LoadThread):
         self.producers = 0
         self.rejoins = 0
         self._revoked = False
-        self._assigned: set[int] = set()
         self.draining = threading.Event()
-        """Set by the run once the input stopped: stop when the input is all transformed."""
+        """Set by :meth:`drain` once the input stopped: stop when it is all transformed."""
+        self.drain_ends: dict[int, int] = {}
+        """The input's end offsets by partition, once it stopped (:meth:`drain`)."""
         self.caught_up = False
+
+    def drain(self, ends: dict[int, int]) -> None:
+        """The input stopped at ``ends`` (partition -> end offset): stop once transactions
+        committed the input's offsets up to there. (Counting partitions at their end from
+        the consumer's end-of-partition events stopped early: an event from before the
+        last records came in still counted.)"""
+        self.drain_ends = dict(ends)
+        self.draining.set()
 
     def _producer(self) -> Producer:
         """A new transactional producer, initialised (fencing the one before): tried
@@ -244,18 +253,12 @@ class TransformLoad(LoadThread):
                              "isolation.level": "read_committed",
                              "enable.auto.commit": False, "auto.offset.reset": "earliest",
                              "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                             "enable.partition.eof": True,
                              "client.id": f"chaos-transform-{self.rejoins}"})
-
-        def assigned(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            self._assigned = {tp.partition for tp in partitions}
 
         def revoked(_consumer: Consumer, _partitions: list[TopicPartition]) -> None:
             self._revoked = True
-            self._assigned = set()
 
-        consumer.subscribe([self.source], on_assign=assigned, on_revoke=revoked,
-                           on_lost=revoked)
+        consumer.subscribe([self.source], on_revoke=revoked, on_lost=revoked)
         return consumer
 
     def _call(self, call: functools.partial[None]) -> None:
@@ -287,13 +290,11 @@ class TransformLoad(LoadThread):
         threading.Thread(target=self._watch, name="chaos-transform-watch", daemon=True).start()
         producer = self._producer()
         consumer = self._consumer()
-        expected: dict[int, int] = {}
-        at_end: set[int] = set()
+        expected: dict[int, int] = {}  # where this consumer's next records must start
+        committed: dict[int, int] = {}  # the input offsets committed so far, by partition
         while not self.halt.is_set():
-            # the assignment as the rebalance callbacks told it: Consumer.assignment()
-            # waits for librdkafka's group thread holding the GIL, and once under this
-            # chaos it never returned (the whole harness froze, the brokers' logs with it)
-            if self.draining.is_set() and self._assigned and self._assigned <= at_end:
+            if self.draining.is_set() and all(committed.get(p, 0) >= end
+                                              for p, end in self.drain_ends.items()):
                 self.caught_up = True
                 break
             polled = consumer.consume(self.batch, 0.5)
@@ -302,9 +303,6 @@ class TransformLoad(LoadThread):
                 error = msg.error()
                 if error is None:
                     msgs.append(msg)
-                    at_end.discard(int(msg.partition() or 0))
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(int(msg.partition() or 0))
                 else:
                     self.note(f"consumer: {error}")
             if not msgs:
@@ -315,6 +313,8 @@ class TransformLoad(LoadThread):
                 try:
                     ends = self._transact(producer, consumer, msgs)
                     expected.update(ends)
+                    committed.update({p: max(end, committed.get(p, 0))
+                                      for p, end in ends.items()})
                     self.commits.append(Committed(ends, len(msgs), self.clock.now()))
                     continue
                 except KafkaException as exc:
@@ -334,7 +334,7 @@ class TransformLoad(LoadThread):
             # offsets, with a consumer of the group's next generation
             consumer.close()
             self._revoked = False
-            expected, at_end = {}, set()
+            expected = {}
             consumer = self._consumer()
         consumer.close()
 
