@@ -181,6 +181,7 @@ class LogCleaner:
         compacted: dict[str, CompactionSettings | None] = {}
         failing: dict[str, str] = {}
         for name, index, store in list(self._storage.all_partitions()):
+            start = store.log_start_offset
             try:
                 if name not in compacted:
                     compacted[name] = None  # its settings fail: left alone this round
@@ -213,7 +214,13 @@ class LogCleaner:
             except Stopped:
                 break
             except Exception as exc:  # one partition never stops the others
-                self._not_cleaned(name, store.location, exc, failing)
+                if isinstance(exc, StorageError | ValueError) \
+                        and store.log_start_offset != start:  # retention or DeleteRecords
+                    log.debug("log cleaner: %s not cleaned: the log start moved from %d "
+                              "to %d meanwhile (%s)", store.location, start,
+                              store.log_start_offset, exc)  # overtook its reads: next round
+                else:
+                    self._not_cleaned(name, store.location, exc, failing)
                 continue
             if done is None:
                 continue

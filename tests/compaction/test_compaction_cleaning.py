@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import random
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -776,3 +776,35 @@ def test_one_topics_configs_never_stop_the_cleaning_of_the_others(
     assert Checkpoint.load(logs[forever]).horizon == LONG_MAX
     assert Checkpoint.load(logs[good]).offset > 0
     assert Checkpoint.load(logs[broken]) == Checkpoint()
+
+
+def test_a_drop_that_overtakes_a_cleaning_is_no_failure(
+        storage: Storage, clock: Clock, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Retention or DeleteRecords moves the log start while the cleaner reads (here at
+    its first read): the cleaning stops, nothing is logged as a failure (a WARNING each
+    time, with other offsets in it), and the next round cleans."""
+    log = partition(storage)
+    for i in range(60):
+        append(log, batch([(f"k{i % 3}".encode(), f"v{i}".encode() * 20)], clock.now), clock)
+    clock.now += SEGMENT_MS
+    append(log, batch([(b"other", b"other")], clock.now), clock)
+    reads = {name: getattr(log, name) for name in ("batches_from", "headers_from")}
+    drop_to = log.next_offset // 3
+
+    def overtaken(name: str) -> Callable[[int], Iterator[BatchInfo]]:
+        def read(offset: int) -> Iterator[BatchInfo]:
+            if log.log_start_offset < drop_to:
+                log.delete_records_before(drop_to)
+            return reads[name](offset)
+        return read
+
+    for name in reads:
+        monkeypatch.setattr(log, name, overtaken(name))
+    caplog.set_level(logging.DEBUG, logger="broker_core.compaction.cleaner")
+    cleaner = log_cleaner(storage, clock)
+    assert cleaner.run_once() == 0
+    assert log.log_start_offset == drop_to
+    assert "the log start moved from 0 to" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert cleaner.run_once() == 1
