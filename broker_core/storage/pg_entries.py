@@ -1,8 +1,9 @@
 """The statements on a PostgreSQL partition's rows in ``edge_entries`` that insert them,
 read them by offset and by time, delete them a bounded chunk at a time and swap segments
-for their cleaned batches, each keeping the segments' summaries (``pg_segments``) in the
-same statement; the partition (``pg_partition``) holds the locks, the cached row and the
-epoch around them.
+for their cleaned batches. The segments' summaries (``pg_segments``) follow in the same
+transaction: a group commit's in its one statement, a chunk's and a swap's once the
+partition's row is locked. The partition (``pg_partition``) holds the locks, the cached
+row and the epoch around them.
 """
 
 from __future__ import annotations
