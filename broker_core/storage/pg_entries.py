@@ -237,18 +237,21 @@ def swap_segments(conn: Conn, pid: int, epoch: int | None, segments: Sequence[Se
                   batches: Sequence[BatchInfo]) -> int:
     """In ``conn``'s transaction: delete the segments' rows and insert ``batches`` (as rows
     of the first segment), the bytes reclaimed; :class:`SwapRefused` (roll back) unless the
-    rows deleted are the segments as given and, at the end, the partition is owned at
-    ``epoch`` with the log start it had at the beginning. The bulk work goes first, each
-    statement bounded (``delete_chunk``, ``MAX_ENTRIES``), without the partition's row: its
-    lock is taken last, just before the commit (and the segments' summaries then, as
-    ``pg_segments.take`` says why), so the group commits of the partition (and of every
-    partition committed with it) wait for no more than that."""
+    rows deleted are the segments as given, the batches begin at or above the log start,
+    and, at the end, the partition is owned at ``epoch`` with that log start. The bulk
+    work goes first, each statement bounded (``delete_chunk``, ``MAX_ENTRIES``), without
+    the partition's row: its lock is taken last, just before the commit (and the segments'
+    summaries then, as ``pg_segments.take`` says why), so the group commits of the
+    partition (and of every partition committed with it) wait for no more than that."""
     first = segments[0]
     start = conn.execute("SELECT log_start FROM edge_partitions WHERE id = %s",
                          (pid,)).fetchone()
     if start is None:
         raise SwapRefused
     log_start = int(str(start[0]))
+    if batches and batches[0].last_offset < log_start:
+        raise SwapRefused  # read before the log start last moved: the rows it deletes and
+        # those reinserted would leave a hole below the log start (cleaned next round)
     idents = [segment.ident for segment in segments]
     found: dict[int, tuple[int, int, int]] = {}
     low, high = first.first_offset, segments[-1].next_offset
@@ -261,11 +264,10 @@ def swap_segments(conn: Conn, pid: int, epoch: int | None, segments: Sequence[Se
     as_given = {s.ident: (s.first_offset, s.next_offset, s.size_bytes) for s in segments}
     if found != as_given:
         raise SwapRefused
-    kept = [info for info in batches if info.last_offset >= log_start]
     insert_entries(conn, [(pid, info.base_offset, info.last_offset, first.ident,
                            info.broker_timestamp, info.max_timestamp, bytes(info.batch))
-                          for info in kept])
-    reclaimed = sum(s.size_bytes for s in segments) - sum(len(info.batch) for info in kept)
+                          for info in batches])
+    reclaimed = sum(s.size_bytes for s in segments) - sum(len(info.batch) for info in batches)
     if conn.execute(
             "UPDATE edge_partitions SET size_bytes = size_bytes - %(r)s WHERE id = %(p)s"
             " AND owner_epoch = coalesce(%(e)s, owner_epoch) AND log_start = %(s)s"
@@ -273,5 +275,5 @@ def swap_segments(conn: Conn, pid: int, epoch: int | None, segments: Sequence[Se
     ).fetchone() is None:
         raise SwapRefused
     pg_segments.take(conn, pid, [Deleted(ident, *found[ident]) for ident in idents])
-    pg_segments.add(conn, pid, first.ident, kept)
+    pg_segments.add(conn, pid, first.ident, batches)
     return reclaimed

@@ -233,3 +233,40 @@ def test_a_drop_into_the_open_segment_and_an_append_meanwhile_both_finish(
         pool.shutdown(wait=True)
         storage.close()
     check_summaries(url)
+
+
+def test_a_swap_read_before_the_log_start_moved_again_is_refused(storage: Storage) -> None:
+    """The cleaner read a segment, then the log start moved past its first batches (their
+    rows not yet deleted): the swap is refused (it would reinsert the batches from the
+    new log start only, a hole below it that the summary cannot describe), and the next
+    round, reading afresh, swaps."""
+    log = partition(storage)
+    for i in range(30):
+        append(log, 3, first_timestamp=1_000 + i)
+    url = storage.location
+    first = log.sealed_segments()[1].first_offset
+    storage.close()
+
+    def moved_to(start: int) -> Storage:  # the log start moved, the sweep not yet run
+        with psycopg.connect(url) as conn:
+            conn.execute("UPDATE edge_partitions SET log_start = %s", (start,))
+        return open_storage(url, _config())
+
+    again = moved_to(first + 4)
+    segments = partition(again).sealed_segments()[:1]
+    batches = [info for info in partition(again).batches_from(first + 4)
+               if info.base_offset < segments[0].next_offset]
+    again.close()
+    again = moved_to(first + 7)
+    try:
+        log = partition(again)
+        assert not log.replace_segments(segments, batches)
+        check_summaries(url)
+        segments = log.sealed_segments()[:1]
+        batches = [info for info in log.batches_from(first + 7)
+                   if info.base_offset < segments[0].next_offset]
+        assert log.replace_segments(segments, batches)
+        assert log.delete_records_before(first + 7) == first + 7
+        check_summaries(url)
+    finally:
+        again.close()
