@@ -127,17 +127,35 @@ _IN_SEGMENT = ("e.partition_id = s.partition_id AND e.base_offset >= s.first_off
 """The rows of segment ``s`` (a summary row) at or above the log start ``%(s)s``."""
 
 
+def _in_segment(conn: Conn, pid: int, start: int, base: int, where: str, order: str,
+                timestamp: int = 0) -> BatchInfo | None:
+    """The first row by ``order`` of segment ``base`` at or above ``start`` that ``where``
+    (a condition on ``e``, with ``%(t)s`` for ``timestamp``) keeps: a range of the primary
+    key, the segment's rows at most, whatever the statistics."""
+    row = conn.execute(
+        f"SELECT e.* FROM edge_segments s CROSS JOIN LATERAL (SELECT {ENTRY_COLUMNS}"
+        f" FROM edge_entries e WHERE {_IN_SEGMENT}{where} ORDER BY {order} LIMIT 1) AS e"
+        " WHERE s.partition_id = %(p)s AND s.segment_base = %(b)s",
+        {"p": pid, "s": start, "b": base, "t": timestamp}, binary=True).fetchone()
+    return None if row is None else batch_info(row)
+
+
 def first_at_least(conn: Conn, pid: int, start: int, timestamp: int) -> BatchInfo | None:
     """The first batch at or above ``start`` whose max timestamp is at least
     ``timestamp``: the rows of the first segment whose summary says it may hold one, in
-    offset order (and of the next such, if a drop took the rows its summary counted)."""
-    row = conn.execute(
-        f"SELECT e.* FROM edge_segments s CROSS JOIN LATERAL (SELECT {ENTRY_COLUMNS} FROM"
-        f" edge_entries e WHERE {_IN_SEGMENT} AND e.max_ts >= %(t)s ORDER BY e.base_offset"
-        " LIMIT 1) AS e WHERE s.partition_id = %(p)s AND s.next_offset > %(s)s"
-        " AND s.max_ts >= %(t)s ORDER BY s.segment_base LIMIT 1",
-        {"p": pid, "s": start, "t": timestamp}, binary=True).fetchone()
-    return None if row is None else batch_info(row)
+    offset order (and of the next such, if a drop took the rows its summary counted).
+    The segments are listed first, then searched one statement each: one statement
+    joining them searched every listed segment before its LIMIT when the summaries had
+    no statistics yet (a whole partition read for a time before its first record)."""
+    for (base,) in conn.execute(
+            "SELECT segment_base FROM edge_segments WHERE partition_id = %s"
+            " AND next_offset > %s AND max_ts >= %s ORDER BY segment_base",
+            (pid, start, timestamp)).fetchall():
+        found = _in_segment(conn, pid, start, int(str(base)), " AND e.max_ts >= %(t)s",
+                            "e.base_offset", timestamp)
+        if found is not None:
+            return found
+    return None
 
 
 def _rank(max_timestamp: int, base: int) -> tuple[int, int]:
@@ -158,12 +176,8 @@ def with_max_timestamp(conn: Conn, pid: int, start: int) -> BatchInfo | None:
         if best is not None and _rank(int(str(largest)), int(str(base))) < _rank(
                 best.max_timestamp, best.base_offset):
             break
-        row = conn.execute(
-            f"SELECT e.* FROM edge_segments s CROSS JOIN LATERAL (SELECT {ENTRY_COLUMNS}"
-            f" FROM edge_entries e WHERE {_IN_SEGMENT} ORDER BY e.max_ts DESC, e.base_offset"
-            " LIMIT 1) AS e WHERE s.partition_id = %(p)s AND s.segment_base = %(b)s",
-            {"p": pid, "s": start, "b": base}, binary=True).fetchone()
-        found = None if row is None else batch_info(row)
+        found = _in_segment(conn, pid, start, int(str(base)), "",
+                            "e.max_ts DESC, e.base_offset")
         if found is not None and (best is None or _rank(
                 found.max_timestamp, found.base_offset) > _rank(
                 best.max_timestamp, best.base_offset)):

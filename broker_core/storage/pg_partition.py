@@ -421,8 +421,7 @@ class PgPartition(FilelessPartition):
                 return plan(_Reads(conn, self._id, 1).read)
         except _Again:
             pass
-        with self._db.tx() as conn:
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        with self._snapshot() as conn:
             return plan(_Reads(conn, self._id, None).read)
 
     def _log_start_now(self) -> int:
@@ -430,17 +429,23 @@ class PgPartition(FilelessPartition):
             self._check_open()
             return self._log_start
 
+    @contextmanager
+    def _snapshot(self) -> Iterator[Conn]:
+        """A read-only transaction whose statements see one snapshot: a lookup by time
+        reads the summaries, then one segment's rows or more, and a cleaner's swap
+        between them could move the rows sought out of sight."""
+        with self._db.tx() as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield conn
+
     def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None:
         start = self._log_start_now()
-        with self._db.autocommit() as conn:
+        with self._snapshot() as conn:
             return pg_entries.first_at_least(conn, self._id, start, timestamp)
 
     def batch_with_max_timestamp(self) -> BatchInfo | None:
-        """In one snapshot (its statements read the summaries, then one segment's rows or
-        more: a cleaner's swap between them could move the best rows out of sight)."""
         start = self._log_start_now()
-        with self._db.tx() as conn:
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        with self._snapshot() as conn:
             return pg_entries.with_max_timestamp(conn, self._id, start)
 
     def delete_records_before(self, offset: int) -> int:

@@ -146,6 +146,7 @@ MIGRATIONS: Sequence[str] = (
     INSERT INTO edge_segments SELECT partition_id, segment_base, min(base_offset),
         max(last_offset) + 1, sum(size), min(broker_ts), max(broker_ts), max(max_ts)
         FROM edge_entries GROUP BY partition_id, segment_base;
+    ANALYZE edge_segments;
     """,
 )
 """The schema, one step per version (never edit a released step: add one)."""
