@@ -128,8 +128,8 @@ MIGRATIONS: Sequence[str] = (
     );
     INSERT INTO edge_registry_clock (heard) VALUES (now());
     """,
-    # 7: a summary of each segment's rows (``pg_segments``), kept by every statement that
-    # changes them, so that retention, the cleaner and lookups by time read one row per
+    # 7: a summary of each segment's rows (``pg_segments``), kept in the transaction of
+    # every change to them, so that retention, the cleaner and lookups by time read one row per
     # segment, not every row of a partition; filled from the rows stored
     """
     CREATE TABLE edge_segments (
