@@ -129,8 +129,8 @@ MIGRATIONS: Sequence[str] = (
     INSERT INTO edge_registry_clock (heard) VALUES (now());
     """,
     # 7: a summary of each segment's rows (``pg_segments``), kept in the transaction of
-    # every change to them, so that retention, the cleaner and lookups by time read one row per
-    # segment, not every row of a partition; filled from the rows stored
+    # every change to them, so that retention, the cleaner and lookups by time read one
+    # row per segment, not every row of a partition; filled from the rows stored
     """
     CREATE TABLE edge_segments (
         partition_id  bigint NOT NULL REFERENCES edge_partitions ON DELETE CASCADE,
