@@ -189,12 +189,14 @@ other broker of the client changes state (confluentinc/librdkafka#5511; the time
 ignores: #5456). A connection closed for idleness is such a change."""
 
 
-def transactional_producer(bootstrap: str, client_id: str, debug: str = "") -> Producer:
+def transactional_producer(bootstrap: str, client_id: str, debug: str = "",
+                           timeout_ms: int = TRANSACTION_TIMEOUT_MS) -> Producer:
     """The transform's transactional producer, with ``debug`` contexts of librdkafka (its
-    lines on stderr) if any. Connections idle :data:`IDLE_CLOSE_MS` are closed."""
+    lines on stderr) if any and transactions that time out after ``timeout_ms``.
+    Connections idle :data:`IDLE_CLOSE_MS` are closed."""
     settings: dict[str, str | int] = {
         "bootstrap.servers": bootstrap, "transactional.id": TRANSACTIONAL_ID,
-        "linger.ms": 5, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+        "linger.ms": 5, "transaction.timeout.ms": timeout_ms,
         "connections.max.idle.ms": IDLE_CLOSE_MS, "client.id": client_id}
     if debug:
         settings["debug"] = debug

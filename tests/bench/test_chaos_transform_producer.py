@@ -24,6 +24,10 @@ from tests.txn_helpers import FAST_TXN, wait_until
 SOURCE, SINK = "xform-in", "xform-out"
 HUNG_S = 60.0
 """A transaction not done after this long is stuck (its calls' timeouts are 10 and 30 s)."""
+TIMEOUT_MS = 45_000
+"""The producer's transaction timeout here: the soak's 10 s is less than the idle-close
+rescue can take on a loaded machine (a connection idle 5 s, after the calls that kept it
+busy), and a transaction the coordinator timed out is fenced, not the hang tested here."""
 
 
 def _transaction(cluster: Cluster, producer: Producer, consumer: Consumer, avoid: int,
@@ -48,7 +52,7 @@ def test_offsets_reach_a_group_coordinator_that_died_and_came_back(tmp_path: Pat
                      if group_coordinator(port, f"xform-{i}") != txn_broker)
         dead = group_coordinator(port, group)
         consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
-        producer = transactional_producer(cluster.bootstrap, "xform")
+        producer = transactional_producer(cluster.bootstrap, "xform", timeout_ms=TIMEOUT_MS)
         try:
             producer.init_transactions(30)
             _transaction(cluster, producer, consumer, dead, 1)  # caches the coordinator

@@ -56,16 +56,31 @@ def server_pids(server: PostgresServer) -> list[int]:
 
 @contextmanager
 def database_stopped(server: PostgresServer) -> Iterator[None]:
-    """Every process of the server SIGSTOPped (the postmaster first: no new backend), and
-    SIGCONTed at the end: the server's sockets accept, nothing answers."""
-    pids = server_pids(server)
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
+    """Every process of the server SIGSTOPped (the postmaster first: no new backend; its
+    children listed once it is stopped), and SIGCONTed at the end, also when stopping one
+    failed: the server's sockets accept, nothing answers. A backend may end between its
+    listing and its signal (a session that closed): it is skipped."""
+    stopped: list[int] = []
     try:
+        postmaster, *_ = server_pids(server)
+        os.kill(postmaster, signal.SIGSTOP)
+        stopped.append(postmaster)
+        for pid in server_pids(server)[1:]:
+            if _signal(pid, signal.SIGSTOP):
+                stopped.append(pid)
         yield
     finally:
-        for pid in reversed(pids):
-            os.kill(pid, signal.SIGCONT)
+        for pid in reversed(stopped):
+            _signal(pid, signal.SIGCONT)
+
+
+def _signal(pid: int, signum: signal.Signals) -> bool:
+    """Send ``signum`` to ``pid``; False if that process has ended."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def answers_without_database(port: int, topic: str) -> None:
