@@ -553,6 +553,21 @@ class Connection:
         period is over: a client that reads nothing would keep it open)."""
         self.writer.transport.abort()
 
+    @property
+    def logged_in(self) -> bool:
+        """Whether the client has logged in, or its listener needs no login."""
+        return self.handler.frame_limit is None
+
+    def drop(self) -> None:
+        """Drop the connection and end its loops at once (the write loop's end cancels the
+        waiting stage it awaits): a shutdown owes a client that has not logged in nothing,
+        and a failed login waiting out ``failedAuthenticationDelayMs`` would otherwise
+        hold the stop for the grace period."""
+        self.abort()
+        for task in (self.write_task, self.reading):
+            if task is not None:
+                task.cancel()
+
     async def _write_loop(self) -> None:
         while True:
             if self.ending and self.pending.empty():

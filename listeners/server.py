@@ -287,7 +287,8 @@ class ListenerServer:
                 self._tasks.discard(task)
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
-        """Stop accepting, answer the requests already read, then close every connection."""
+        """Stop accepting, answer the requests already read of the connections logged in
+        (those not logged in are dropped at once), then close every connection."""
         if self._server is not None:
             self._server.close()
         for handshake in list(self._handshakes):
@@ -295,7 +296,10 @@ class ListenerServer:
         for header in list(self._headers):
             header.abort()
         for connection in list(self._connections):
-            connection.stop_reading()
+            if connection.logged_in:
+                connection.stop_reading()
+            else:  # owed nothing (Kafka's broker closes every channel at its stop)
+                connection.drop()
         if self._tasks:
             _done, late = await asyncio.wait(set(self._tasks), timeout=grace_seconds)
             if late:  # a client that reads nothing holds its answers: dropped, unsent

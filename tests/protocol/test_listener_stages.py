@@ -37,8 +37,9 @@ class _Handler(StubHandler):
     test's event ``number`` in its waiting stage, ``hold`` waits for it in its dispatch
     stage, ``fail`` fails its dispatch stage. The answer is the frame itself."""
 
-    def __init__(self, events: dict[int, asyncio.Event], log: list[str]) -> None:
-        super().__init__(log)
+    def __init__(self, events: dict[int, asyncio.Event], log: list[str],
+                 frame_limit: int | None = None) -> None:
+        super().__init__(log, frame_limit)
         self.events = events
 
     def prepare(self, frame: memoryview) -> Request:
@@ -71,9 +72,12 @@ async def _after(event: asyncio.Event, response: bytes) -> bytes:
 
 
 async def _serve(events: dict[int, asyncio.Event], log: list[str],
-                 max_queued_requests: int = 500) -> tuple[ListenerServer, int]:
+                 max_queued_requests: int = 500,
+                 frame_limit: int | None = None) -> tuple[ListenerServer, int]:
+    """A listener of :class:`_Handler`; its connections not logged in with a
+    ``frame_limit``."""
     def factory(_info: ConnectionInfo) -> ConnectionHandler:
-        return _Handler(events, log)
+        return _Handler(events, log, frame_limit)
 
     limits = Limits(idle_timeout_ms=60_000, max_queued_requests=max_queued_requests)
     server = ListenerServer("TEST", "127.0.0.1", 0, factory, limits)
@@ -161,6 +165,27 @@ def test_a_stop_while_the_queue_is_full_answers_the_request_waiting_for_room() -
         await stopping
         assert await reader.read() == b""
         assert "dispatch now:4" not in log and log[-1] == "closed"
+        writer.close()
+
+    _run(test)
+
+
+def test_a_stop_drops_a_connection_not_logged_in_at_once() -> None:
+    """A client that has not logged in is owed nothing at a stop: its connection is
+    dropped without waiting for the grace period, though its request waits (as a failed
+    login waits out ``failedAuthenticationDelayMs``) and would not end before it."""
+
+    async def test() -> None:
+        events: dict[int, asyncio.Event] = {}
+        log: list[str] = []
+        server, port = await _serve(events, log, frame_limit=1024)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(frames("later:1"))
+        while "dispatch later:1" not in log:
+            await asyncio.sleep(0.01)
+        await server.stop(grace_seconds=600)  # _run's bound is 30 s
+        assert await reader.read() == b""
+        assert log[-1] == "closed" and not events[1].is_set()
         writer.close()
 
     _run(test)
