@@ -4,6 +4,9 @@ A module marked ``pytest.mark.storage_engines`` runs its tests once per storage 
 its broker fixtures take ``storage_engine`` and start with ``engine_settings`` of it.
 ``postgres`` runs on the session's PostgreSQL server (``tests/postgres_server.py``, started
 on first use, stopped when the session ends), a new database per broker.
+
+Spark's drivers, in-process and in the jobs the tests start, run with the JVM options of
+``tests.java_client.SHORT_LIVED_JVM`` (``PYSPARK_SUBMIT_ARGS``, unless set already).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +24,7 @@ from xdist.workermanage import Producer
 
 from oauth.dev_issuer import DevIssuer
 from tests.broker_process import BrokerProcess
+from tests.java_client import SPARK_SUBMIT_ARGS
 from tests.oauth_helpers import make_issuer
 from tests.postgres_server import PostgresServer, shared_server, stop_shared_server
 from tests.unit_rule import Reach, SpawnWatch, is_integration
@@ -31,6 +36,7 @@ STORAGE_ENGINES = ("file", "memory", "postgres")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", SPARK_SUBMIT_ARGS)
     config.addinivalue_line(
         "markers", "storage_engines: run the module's tests once per storage engine")
     config.addinivalue_line(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from common.json_types import JsonObject, JsonValue, json_field
 from tests.broker_process import REPO, ChildProcess
-from tests.java_client import JAVA, jdk_tool
+from tests.java_client import JAVA, SHORT_LIVED_JVM, jdk_tool
 
 MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectDistributed"
 LOG_CONFIG = JAVA / "connect-log4j2.properties"
@@ -94,7 +94,7 @@ class ConnectWorker(ChildProcess):
 
     def start(self, timeout: float = 120.0) -> ConnectWorker:
         """Start the JVM and wait until its REST server listens."""
-        self.spawn([jdk_tool("java"), "-Xmx512m", "-XX:TieredStopAtLevel=1",
+        self.spawn([jdk_tool("java"), "-Xmx512m", *SHORT_LIVED_JVM,
                     f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", self.classpath,
                     MAIN_CLASS, str(self.properties)], timeout)
         return self

@@ -20,6 +20,14 @@ from pathlib import Path
 JAVA = Path(__file__).resolve().parent / "java"
 SOURCE = JAVA / "KafkaFlows.java"
 MAIN_CLASS = "KafkaFlows"
+SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+"""Options of the tests' JVMs (clients, a Connect worker, Spark's driver): the quick
+compiler only and one GC thread. A JVM that lives seconds spends most of its CPU in the
+optimising compiler's threads; a Spark start and a small job took 24 CPU seconds with the
+defaults and 14 with these (on this 2-core machine, where the suite is CPU-bound)."""
+SPARK_SUBMIT_ARGS = f"--driver-java-options '{' '.join(SHORT_LIVED_JVM)}' pyspark-shell"
+"""``PYSPARK_SUBMIT_ARGS`` for the tests' Spark drivers (in-process sessions and the jobs
+the tests start inherit it): :data:`SHORT_LIVED_JVM`."""
 
 CONNECT_ARTIFACTS = (
     "connect-api", "connect-runtime", "connect-json", "connect-transforms", "connect-file",
@@ -118,17 +126,20 @@ class JavaFlows:
         """Compile KafkaFlows.java into ``into``."""
         return cls(classpath=compile_java(SOURCE, into, timeout=180))
 
+    def _command(self, args: tuple[str, ...]) -> list[str]:
+        return [jdk_tool("java"), *SHORT_LIVED_JVM, "-cp", self.classpath, MAIN_CLASS, *args]
+
     def start(self, *args: str) -> subprocess.Popen[str]:
         """Start one flow with pipes to its stdin and stdout (a flow that waits for the
         test between its steps)."""
-        return subprocess.Popen([jdk_tool("java"), "-cp", self.classpath, MAIN_CLASS, *args],
+        return subprocess.Popen(self._command(args),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
     def run(self, *args: str, timeout: float = 120.0) -> list[list[str]]:
         """Run one flow; its output lines split into words. A failed flow raises with the
         program's stderr (the Java exception) in the message."""
-        done = subprocess.run([jdk_tool("java"), "-cp", self.classpath, MAIN_CLASS, *args],
+        done = subprocess.run(self._command(args),
                               capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             raise AssertionError(f"java {MAIN_CLASS} {' '.join(args)} exited "
