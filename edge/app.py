@@ -67,7 +67,6 @@ from edge.security import (
     listener_mechanisms,
     listener_security,
     sasl_factories,
-    tls_context,
     tls_source,
     token_expiration_notice,
     token_validator,
@@ -82,7 +81,6 @@ from listeners.server import (
     ReadBudget,
 )
 from listeners.spec import ListenerSpec
-from listeners.tls_source import TlsContextSource
 
 log = logging.getLogger("edge.broker")
 SASL_STEP_THREADS = 4
@@ -299,17 +297,10 @@ class BrokerApp:
             Throttling(self.quotas))
         self.home = Namespace(config.kafka_tenant, config.kafka_namespace)
         mechanisms = listener_mechanisms(config)
-        shared_tls: dict[bool, TlsContextSource] = {}  # one per kind: SSL, SASL_SSL
-
-        def context(sasl: bool) -> TlsContextSource:
-            if sasl not in shared_tls:
-                shared_tls[sasl] = tls_source(
-                    config, partial(tls_context, config, sasl),
-                    "the SASL_SSL listeners" if sasl else "the SSL listeners")
-            return shared_tls[sasl]
-
+        self.tls = tls_source(config)
+        """The TLS listeners' server contexts (None: no TLS listener)."""
         self.security: dict[str, ListenerSecurity] = {
-            spec.name: listener_security(config, spec, mechanisms, context)
+            spec.name: listener_security(config, spec, mechanisms, self.tls)
             for spec in config.listener_specs()
         }
         needed = {m for s in self.security.values() if s.sasl for m in s.mechanisms}
@@ -336,16 +327,14 @@ class BrokerApp:
 
     def _tls(self, listener: str) -> Callable[[], ssl.SSLContext] | None:
         """The current server context of ``listener``, read per connection (None: no TLS)."""
-        source = self.security[listener].tls
-        return None if source is None else source.current
+        return self.security[listener].tls
 
     def reload_tls(self, reason: str) -> None:
         """Build every TLS listener's server context again from its files (SIGHUP)."""
-        sources = {id(s.tls): s.tls for s in self.security.values() if s.tls is not None}
-        if not sources:
+        if self.tls is None:
             log.info("%s: no TLS listener, nothing to reload", reason)
-        for source in sources.values():
-            source.check(reason)
+        else:
+            self.tls.check(reason)
 
     def _rejected(self, listener: str) -> Callable[[str, str], None]:
         """What ``listener`` calls for a connection it refused or closed before serving

@@ -12,6 +12,7 @@ import logging
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from edge.config import BrokerConfig, ConfigError, parse_properties
@@ -43,7 +44,8 @@ class ListenerSecurity:
     name: str
     sasl: bool
     mechanisms: tuple[str, ...]
-    tls: TlsContextSource | None
+    tls: Callable[[], ssl.SSLContext] | None
+    """The server context for a connection accepted now (None: no TLS)."""
     tls_principal: PrincipalMode = "CN"
     """What names the principal of a client certificate (``tlsPrincipal``)."""
 
@@ -198,7 +200,7 @@ def check_security(config: BrokerConfig) -> None:
     and the OAUTHBEARER settings. ConfigError names the first problem."""
     mechanisms = listener_mechanisms(config)
     specs = config.listener_specs()
-    for sasl in {spec.protocol.uses_sasl for spec in specs if spec.protocol.uses_tls}:
+    for sasl in tls_kinds(config):
         tls_context(config, sasl)
     needed = {m for spec in specs if spec.protocol.uses_sasl for m in mechanisms[spec.name]}
     _checked_bearer(config, token_validator(config), needed)
@@ -244,24 +246,49 @@ def tls_context(config: BrokerConfig, sasl: bool) -> ssl.SSLContext:
         raise ConfigError(str(exc)) from exc
 
 
-def tls_source(config: BrokerConfig, build: Callable[[], ssl.SSLContext],
-               listeners: str = "the SSL and SASL_SSL listeners") -> TlsContextSource:
-    """The context ``build`` makes from the TLS files of ``config`` (such as
-    :func:`tls_context`), built again for the new connections of ``listeners`` when those
-    files change or on SIGHUP; ConfigError when it cannot be built at start-up."""
-    return TlsContextSource(listeners, build,
-                            (config.tls_certificate_file_path, config.tls_key_file_path,
-                             config.tls_trust_certs_file_path))
+TlsContexts = dict[bool, ssl.SSLContext]
+"""The server contexts of the TLS listeners by kind (:func:`tls_context`'s ``sasl``)."""
+
+
+def tls_kinds(config: BrokerConfig) -> list[bool]:
+    """The kinds of TLS listener ``config`` has (:func:`tls_context`'s ``sasl``)."""
+    return sorted({spec.protocol.uses_sasl for spec in config.listener_specs()
+                   if spec.protocol.uses_tls})
+
+
+def tls_source(config: BrokerConfig) -> TlsContextSource[TlsContexts] | None:
+    """The server contexts of the kinds of TLS listener ``config`` has (None: it has none),
+    built from its TLS files, and again for new connections when those files change or on
+    SIGHUP: both kinds at once, so that files that fail say so in one line. ConfigError
+    when they cannot be built at start-up."""
+    kinds = tls_kinds(config)
+    if not kinds:
+        return None
+
+    def build() -> TlsContexts:
+        return {sasl: tls_context(config, sasl) for sasl in kinds}
+
+    return TlsContextSource(
+        " and ".join("the SASL_SSL listeners" if sasl else "the SSL listeners"
+                     for sasl in kinds), build,
+        (config.tls_certificate_file_path, config.tls_key_file_path,
+         config.tls_trust_certs_file_path))
 
 
 def listener_security(config: BrokerConfig, spec: ListenerSpec,
                       mechanisms: Mapping[str, tuple[str, ...]],
-                      context: Callable[[bool], TlsContextSource]) -> ListenerSecurity:
-    """The security of one listener (``context(sasl)``: the TLS context source of its kind,
-    :func:`tls_source` of :func:`tls_context`)."""
+                      source: TlsContextSource[TlsContexts] | None) -> ListenerSecurity:
+    """The security of one listener (``source``: :func:`tls_source`, which a TLS listener
+    takes its kind's context from)."""
+    sasl = spec.protocol.uses_sasl
+    tls = None
+    if spec.protocol.uses_tls:
+        assert source is not None, "tls_source has a context for every TLS listener"
+        tls = partial(_context_of, source, sasl)
     return ListenerSecurity(
-        name=spec.name, sasl=spec.protocol.uses_sasl,
-        mechanisms=mechanisms[spec.name] if spec.protocol.uses_sasl else (),
-        tls=context(spec.protocol.uses_sasl) if spec.protocol.uses_tls else None,
-        tls_principal=config.tls_principal,
-    )
+        name=spec.name, sasl=sasl, mechanisms=mechanisms[spec.name] if sasl else (),
+        tls=tls, tls_principal=config.tls_principal)
+
+
+def _context_of(source: TlsContextSource[TlsContexts], sasl: bool) -> ssl.SSLContext:
+    return source.current()[sasl]

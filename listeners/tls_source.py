@@ -3,14 +3,16 @@ rotated under a running broker (cert-manager's short-lived ones) reach new conne
 without a restart, as Kafka reloads its key and trust stores at runtime (KIP-226).
 
 A :class:`TlsContextSource` wraps the function that builds a context from files (the one
-start-up uses) and the paths it reads. When a connection is accepted it stats those files
-(device, inode, size, modification time), at most once per :data:`CHECK_SECONDS`; when
-they changed it builds a fresh context and gives it to the connections accepted from then
-on. The context in use is never loaded again in place (a key half written would leave
-certificate and key mismatched in it), and connections already open keep their session.
-A build that fails (files half written, a key of another certificate) keeps the previous
-context with one WARNING per change of the files; the next change is tried again.
-``check("SIGHUP")`` (the broker's SIGHUP) builds again whatever the files say."""
+start-up uses; or the contexts of several kinds of listener from the same files, which
+then succeed or fail together, with one line) and the paths it reads. When a connection is
+accepted it stats those files (device, inode, size, modification time), at most once per
+:data:`CHECK_SECONDS`; when they changed it builds a fresh context and gives it to the
+connections accepted from then on. The context in use is never loaded again in place (a
+key half written would leave certificate and key mismatched in it), and connections
+already open keep their session. A build that fails (files half written, a key of another
+certificate) keeps the previous context with one WARNING per change of the files; the next
+change is tried again. ``check("SIGHUP")`` (the broker's SIGHUP) builds again whatever the
+files say."""
 
 from __future__ import annotations
 
@@ -19,9 +21,12 @@ import os
 import ssl
 import time
 from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
+Built = TypeVar("Built")
+"""What a source builds from the files: a server context, or a mapping of them."""
 CHECK_SECONDS = 1.0
 """How often, at most, accepting a connection looks at the files (a few ``stat`` calls)."""
 
@@ -43,14 +48,15 @@ def file_stamps(paths: Iterable[str]) -> tuple[FileStamp, ...]:
     return tuple(stamps)
 
 
-class TlsContextSource:
-    """The current server context of TLS listeners, built by ``build`` from ``files``.
+class TlsContextSource(Generic[Built]):
+    """The current server context of TLS listeners (or contexts), built by ``build`` from
+    ``files``.
 
     ``build`` raises ValueError, OSError or ssl.SSLError when the files cannot be used; at
     construction that error propagates (the broker does not start), later it is logged and
     the previous context stays. ``name`` says whose context it is in the log lines."""
 
-    def __init__(self, name: str, build: Callable[[], ssl.SSLContext], files: Iterable[str],
+    def __init__(self, name: str, build: Callable[[], Built], files: Iterable[str],
                  check_seconds: float = CHECK_SECONDS) -> None:
         self.name = name
         self.files = tuple(dict.fromkeys(path for path in files if path))
@@ -62,7 +68,7 @@ class TlsContextSource:
         """The stamps of files that failed to build (logged once), until they change."""
         self._checked = time.monotonic()
 
-    def current(self) -> ssl.SSLContext:
+    def current(self) -> Built:
         """The context for a connection accepted now (after a look at the files if the
         last one is :attr:`check_seconds` old)."""
         now = time.monotonic()

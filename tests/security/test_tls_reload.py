@@ -5,6 +5,7 @@ closes gives its per-IP slot back soon when the client never answers its close_n
 
 from __future__ import annotations
 
+import base64
 import logging
 import shutil
 import signal
@@ -107,25 +108,30 @@ def ssl_broker(tmp_path: Path, live: CertFiles, **more: str) -> BrokerProcess:
 
 def test_rotated_certificate_is_served_and_a_broken_one_is_not(
         tmp_path: Path, certs: tuple[CertFiles, CertFiles, CertFiles]) -> None:
+    """An SSL and a SASL_SSL listener (their contexts differ, their files do not): a
+    broken change is one WARNING, whichever listener's connections look at the files."""
     old, new, live = certs
-    broker = ssl_broker(tmp_path, live)
+    broker = ssl_broker(tmp_path, live, kafkaListeners="SSL://127.0.0.1:0,"
+                        "SASL_SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+                        tokenSecretKey="data:;base64," + base64.b64encode(b"k" * 32).decode())
     try:
-        port = broker.ports["SSL"]
-        assert served(port) == der(old.cert)
+        port, sasl_port = broker.ports["SSL"], broker.ports["SASL_SSL"]
+        assert served(port) == served(sasl_port) == der(old.cert)
         # the key rotated before its certificate: they do not match, the old pair stays
         copy(new.key, live.key)
         wait_until(lambda: served(port) == der(old.cert) and warnings_logged(broker) > 0,
                    20, "the reload warning", interval=POLL_S)
-        assert served(port) == der(old.cert)
+        assert served(port) == served(sasl_port) == der(old.cert)
         assert answers(port, old.ca)
         time.sleep(1.5)  # past the next look at the unchanged files: no second warning
-        assert served(port) == der(old.cert)
+        assert served(port) == served(sasl_port) == der(old.cert)
         assert warnings_logged(broker) == 1, broker.log_text()
         assert "KEY_VALUES_MISMATCH" in broker.wait_for_log(RELOAD_WARNING)
         # the certificate follows: the new pair is served to new connections
         copy(new.cert, live.cert)
         wait_until(lambda: served(port) == der(new.cert), 20, "the new certificate",
                    interval=POLL_S)
+        assert served(sasl_port) == der(new.cert)
         assert lists_topics(port, new.ca)
         assert not answers(port, old.ca)
         broker.wait_for_log(r"reloaded the TLS files of .* \(the files changed\)")
