@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -22,7 +22,7 @@ from broker_core.codec.records import record_times
 from broker_core.context import Operation, RequestContext
 from broker_core.engine import Engine
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.storage import BatchInfo, DatabaseUnavailable, OffsetOutOfRange, PartitionStore
+from broker_core.storage import BatchInfo, DatabaseUnavailable, PartitionStore
 
 log = logging.getLogger(__name__)
 LATEST = -1
@@ -69,35 +69,19 @@ def _first_at_least(info: BatchInfo, start: int, target: int) -> tuple[int, int]
                  if timestamp >= target), None)
 
 
-def _read_on(partition: PartitionStore, offset: int) -> Iterator[BatchInfo]:
-    """The batches from ``offset`` (at least the log start) on; none once it is past the
-    end, or a drop overtook the read (the caller looks up again)."""
-    offset = max(offset, partition.log_start_offset)
-    if offset >= partition.next_offset:
-        return iter(())
-    try:
-        return partition.batches_from(offset)
-    except OffsetOutOfRange:
-        return iter(())
-
-
 def _offset_for_timestamp(partition: PartitionStore, target: int) -> tuple[int, int]:
     """The first batch stamped ``target`` or later, found by the store, almost always
-    holds the answer: it is walked first, and the log read on (one batch at a time) only
-    when it holds no such record at or after the log start (it straddles the log start).
-    A transaction marker can be the answer, as on Kafka (whose search by timestamp walks
-    every batch): a consumer seeking there reads on from the records after it."""
+    holds the answer: it is walked. When it holds no such record at or after the log start
+    (it straddles the log start), the store is asked again from the batch after it, as
+    Kafka's search walks on to the next batch. A transaction marker can be the answer, as
+    on Kafka: a consumer seeking there reads on from the records after it."""
     start = partition.log_start_offset
-    first = partition.find_first_batch_with_timestamp_at_least(target)
-    if first is None:
-        return _NOT_FOUND
-    found = _first_at_least(first, start, target)
-    if found is not None:
-        return found
-    for info in _read_on(partition, first.last_offset + 1):
+    info = partition.find_first_batch_with_timestamp_at_least(target)
+    while info is not None:
         found = _first_at_least(info, start, target)
         if found is not None:
             return found
+        info = partition.find_first_batch_with_timestamp_at_least(target, info.last_offset + 1)
     return _NOT_FOUND
 
 
@@ -106,25 +90,27 @@ def _max_timestamp(partition: PartitionStore) -> tuple[int, int]:
     included: as Kafka, whose segments track every batch's max timestamp (a commit marker,
     stamped by the coordinator after the records it ends, is often the answer; skipping it
     answered -1 on a log holding records). When the batch of the largest max timestamp
-    straddles the log start, the rest of the log is streamed, each batch walked only if it
-    may beat the best so far, until one reaches that batch's."""
+    straddles the log start, its records from the start on are weighed against the best
+    batch after it, which the store finds as it found the first (by its summaries, never
+    reading the log on)."""
     start = partition.log_start_offset
     candidate = partition.batch_with_max_timestamp()
     if candidate is None:
         return _NOT_FOUND
-    if candidate.base_offset >= start:
-        batches: Iterable[BatchInfo] = (candidate,)
-    else:  # the best batch straddles the log start: look at what is left
-        batches = _read_on(partition, start)
+    best = _best_record(candidate, start)
+    if candidate.base_offset < start and best[1] < candidate.max_timestamp:
+        after = partition.batch_with_max_timestamp(candidate.last_offset + 1)
+        if after is not None and after.max_timestamp > best[1]:
+            best = _best_record(after, start)  # a tie goes to the earlier record
+    return best
+
+
+def _best_record(info: BatchInfo, start: int) -> tuple[int, int]:
+    """The first record of ``info`` at or after ``start`` with its largest timestamp."""
     best = _NOT_FOUND
-    for info in batches:
-        if info.max_timestamp <= best[1]:
-            continue
-        for offset, timestamp in _records(info, start):
-            if timestamp > best[1]:
-                best = (offset, timestamp)
-        if best[1] >= candidate.max_timestamp:
-            break  # nothing later is stamped higher
+    for offset, timestamp in _records(info, start):
+        if timestamp > best[1]:
+            best = (offset, timestamp)
     return best
 
 

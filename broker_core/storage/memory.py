@@ -190,17 +190,18 @@ class MemoryPartition(FilelessPartition):
             yield info
             offset = info.last_offset + 1
 
-    def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None:
+    def find_first_batch_with_timestamp_at_least(self, timestamp: int,
+                                                 from_offset: int = 0) -> BatchInfo | None:
         with self._lock:
             self._check_open()
-            return next((info for info in self._from(self._log_start)
+            return next((info for info in self._from(max(self._log_start, from_offset))
                          if info.max_timestamp >= timestamp), None)
 
-    def batch_with_max_timestamp(self) -> BatchInfo | None:
+    def batch_with_max_timestamp(self, from_offset: int = 0) -> BatchInfo | None:
         with self._lock:
             self._check_open()
             best: BatchInfo | None = None
-            for info in self._from(self._log_start):
+            for info in self._from(max(self._log_start, from_offset)):
                 if best is None or info.max_timestamp > best.max_timestamp:
                     best = info
             return best

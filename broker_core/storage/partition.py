@@ -236,18 +236,23 @@ class PartitionLog(PartitionFiles, RetainsSegments):
                 )
             position, resume = meta.end, meta.last_offset + 1
 
-    def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None:
-        """The first batch at or after the log start whose maxTimestamp >= ``timestamp``
-        (ledgers whose recorded max timestamp is lower are skipped without reading them)."""
+    def find_first_batch_with_timestamp_at_least(self, timestamp: int,
+                                                 from_offset: int = 0) -> BatchInfo | None:
+        """The first batch at or after the log start and ``from_offset`` whose
+        maxTimestamp >= ``timestamp`` (ledgers whose recorded max timestamp is lower are
+        skipped without reading them)."""
         with self._lock:
             self._check_open()
-            return first_at_or_after(self._ledgers, self._log_start, timestamp, self._use)
+            return first_at_or_after(self._ledgers, max(self._log_start, from_offset),
+                                     timestamp, self._use)
 
-    def batch_with_max_timestamp(self) -> BatchInfo | None:
-        """The batch with the largest maxTimestamp (the earliest one on ties), or None."""
+    def batch_with_max_timestamp(self, from_offset: int = 0) -> BatchInfo | None:
+        """The batch with the largest maxTimestamp (the earliest one on ties) at or after
+        the log start and ``from_offset``, or None."""
         with self._lock:
             self._check_open()
-            return self._max_timestamps.batch(self._ledgers, self._log_start, self._use)
+            return self._max_timestamps.batch(self._ledgers, max(self._log_start, from_offset),
+                                              self._use)
 
     # -- trimming ----------------------------------------------------------------------
 

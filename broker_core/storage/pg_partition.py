@@ -438,13 +438,14 @@ class PgPartition(FilelessPartition):
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield conn
 
-    def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None:
-        start = self._log_start_now()
+    def find_first_batch_with_timestamp_at_least(self, timestamp: int,
+                                                 from_offset: int = 0) -> BatchInfo | None:
+        start = max(self._log_start_now(), from_offset)
         with self._snapshot() as conn:
             return pg_entries.first_at_least(conn, self._id, start, timestamp)
 
-    def batch_with_max_timestamp(self) -> BatchInfo | None:
-        start = self._log_start_now()
+    def batch_with_max_timestamp(self, from_offset: int = 0) -> BatchInfo | None:
+        start = max(self._log_start_now(), from_offset)
         with self._snapshot() as conn:
             return pg_entries.with_max_timestamp(conn, self._id, start)
 

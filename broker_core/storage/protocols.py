@@ -113,9 +113,16 @@ class PartitionStore(Protocol):
         whose batches cross a network sends only that much)."""
         ...
 
-    def find_first_batch_with_timestamp_at_least(self, timestamp: int) -> BatchInfo | None: ...
+    def find_first_batch_with_timestamp_at_least(self, timestamp: int,
+                                                 from_offset: int = 0) -> BatchInfo | None:
+        """The first batch whose maxTimestamp >= ``timestamp`` among those holding an
+        offset at or above the log start and ``from_offset``."""
+        ...
 
-    def batch_with_max_timestamp(self) -> BatchInfo | None: ...
+    def batch_with_max_timestamp(self, from_offset: int = 0) -> BatchInfo | None:
+        """The batch with the largest maxTimestamp (the first of them) among those holding
+        an offset at or above the log start and ``from_offset``."""
+        ...
 
     def delete_records_before(self, offset: int) -> int:
         """Move the log start up to ``offset`` (DeleteRecords); return the log start. On

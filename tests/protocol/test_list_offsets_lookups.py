@@ -76,25 +76,41 @@ def test_by_time_holds_the_answering_batch_not_the_rows_after_it(storage: Storag
     assert peak < HELD
 
 
-def test_by_time_reads_on_when_the_found_batch_answers_nothing(storage: Storage) -> None:
+def _never_read_on(partition: PartitionStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail a lookup that reads the log on batch by batch (rather than asking the store
+    for the batch it needs: what a straddling batch costs must not grow with the log)."""
+    def read_on(offset: int) -> None:
+        raise AssertionError(f"the log read on from offset {offset}")
+
+    monkeypatch.setattr(partition, "batches_from", read_on)
+    monkeypatch.setattr(partition, "headers_from", read_on)
+
+
+def test_by_time_asks_on_when_the_found_batch_answers_nothing(
+        storage: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch straddling the log start whose only late record lies below it: the answer
-    is in a later batch."""
+    is in a later batch, which the store finds (the batches between are not read)."""
     partition = _partition(storage)
+    _never_read_on(partition, monkeypatch)
     partition.append(*headed(build_batch([(None, b"a"), (None, b"b")], timestamp=9_000,
                                          timestamp_step=-8_000)))  # 9000, 1000
+    for _ in range(3):  # passed over by their max timestamp
+        partition.append(*headed(build_batch([(None, b"x")], timestamp=1_500)))
     partition.append(*headed(build_batch([(None, b"c"), (None, b"d")], timestamp=2_000,
                                          timestamp_step=4_000)))  # 2000, 6000
     assert partition.delete_records_before(1) == 1
-    assert _lookup(partition, 5_000) == (3, 6_000)
+    assert _lookup(partition, 5_000) == (6, 6_000)
     assert _lookup(partition, 1_000) == (1, 1_000)
     assert _lookup(partition, 7_000) == (-1, -1)
 
 
-def test_max_timestamp_straddling_the_log_start_streams_the_rest(storage: Storage) -> None:
+def test_max_timestamp_straddling_the_log_start_reads_no_batch_after_it(
+        storage: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
     """The batch of the largest max timestamp straddles the log start and its record
-    after the start is the largest left: every batch after it is passed over by its max
-    timestamp while the log is read one bounded chunk at a time, not held at once."""
+    after the start is the largest left: the store's best batch after it is weighed
+    against it, and the log after it is neither read on nor held."""
     partition = _partition(storage)
+    _never_read_on(partition, monkeypatch)
     partition.append(*headed(build_batch([(None, b"a"), (None, b"b")], timestamp=9_001,
                                          timestamp_step=-1_001)))  # 9001, 8000
     _go_on_big(partition, 1_000)
@@ -105,8 +121,9 @@ def test_max_timestamp_straddling_the_log_start_streams_the_rest(storage: Storag
 
 
 def test_max_timestamp_straddling_the_log_start_finds_a_later_record(
-        storage: Storage) -> None:
+        storage: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
     partition = _partition(storage)
+    _never_read_on(partition, monkeypatch)
     partition.append(*headed(build_batch([(None, b"a"), (None, b"b")], timestamp=9_001,
                                          timestamp_step=-8_001)))  # 9001, 1000
     partition.append(*headed(build_batch([(None, b"c"), (None, b"d"), (None, b"e")],
@@ -127,11 +144,11 @@ def test_a_lookup_overtaken_by_a_drop_is_done_again_off_the_event_loop(
     threads: list[str] = []
     find = partition.find_first_batch_with_timestamp_at_least
 
-    def found_while_dropping(timestamp: int) -> object:
+    def found_while_dropping(timestamp: int, from_offset: int = 0) -> object:
         threads.append(threading.current_thread().name)
         if len(threads) == 1:  # DeleteRecords overtakes the first lookup
             partition.delete_records_before(3)
-        return find(timestamp)
+        return find(timestamp, from_offset)
 
     monkeypatch.setattr(partition, "find_first_batch_with_timestamp_at_least",
                         found_while_dropping)
