@@ -189,6 +189,10 @@ def test_a_partition_value_written_by_its_owner_commits_before_a_takeover(
                 time.sleep(0.01)
             # the claim of another broker, while the owner's write is held before commit
             conn.execute("UPDATE edge_partitions SET owner_epoch = %s", (epoch + 1,))
-            claimed_after_the_write = writing.done()
+            # committed when the claim returned (the owner's thread may learn it later, on
+            # a loaded machine: its future's state is no measure)
+            seen = conn.execute("SELECT value FROM edge_partition_kv"
+                                " WHERE key = 'snapshot'").fetchone()
             writing.result(30)
-        assert claimed_after_the_write, "the claim did not wait for the owner's write"
+        assert seen is not None and bytes(seen[0]) == b"old owner's", \
+            "the claim did not wait for the owner's write"
