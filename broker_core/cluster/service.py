@@ -147,7 +147,9 @@ class ClusterService:
 
     def leader(self, topic: str, partition: int, num_partitions: int) -> Leader | None:
         """Which broker serves ``partition`` of ``topic`` now: this one if it owns it, its
-        owner if that owner is live, otherwise the broker it belongs to."""
+        owner if that owner is live, otherwise the broker it belongs to, at the epoch its
+        claim will carry (a shared registry moves the epoch up on every claim: a client
+        told the old one would be fenced by the claim it is sent to trigger)."""
         key = (topic, partition)
         epoch = self.ownership.owned.get(key)
         if epoch is not None:
@@ -158,7 +160,10 @@ class ClusterService:
             return Leader(owner.broker_id, owner.epoch)
         target = preferred(topic, partition, num_partitions, self._live_ids(),
                            self._pinned(topic))
-        return None if target is None else Leader(target, owner.epoch if owner else 0)
+        if target is None:
+            return None
+        epoch = owner.epoch if owner is not None else 0
+        return Leader(target, epoch + 1 if self.store.shared else epoch)
 
     def acquire(self, topic: str, partition: int, num_partitions: int) -> int | None:
         """The epoch this broker serves the partition at, or None. On a shared registry a

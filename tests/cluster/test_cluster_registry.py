@@ -16,6 +16,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from broker_core.cluster.placement import assign
+from broker_core.cluster.reconcile import ClusterConfig
+from broker_core.cluster.service import ClusterService
 from broker_core.cluster.slots import BrokerSlots
 from broker_core.storage import LogConfig, open_storage
 from broker_core.storage.cluster import BrokerIdInUse, BrokerRecord, ListenerAddress, NotOwner
@@ -27,6 +29,7 @@ from tests.postgres_server import shared_server
 from tests.storage_helpers import headed
 
 TOPIC = "public/default/t"
+OTHER = "public/default/u"
 SHORT_LEASE_MS = 600
 
 
@@ -127,6 +130,30 @@ def test_a_hand_over_moves_the_epoch_and_stops_the_giver(
     assert second.cluster.claim([(TOPIC, 1)]) == {(TOPIC, 1): 3}  # handed here: adopted
     assert append(second, 1) == 0
     assert first.cluster.hand_over({(TOPIC, 1): (1, 0)}) == []  # a stale epoch moves nothing
+
+
+def test_metadata_names_the_epoch_the_claim_it_triggers_takes(
+        pair: tuple[PgStorage, PgStorage]) -> None:
+    """A partition nobody live owns is announced on the broker that will claim it, at the
+    epoch that claim takes: a client sent there with that epoch is served once the claim
+    is done, not fenced by it (librdkafka's admin ListOffsets gave up on such a fence)."""
+    first, second = pair
+    first.cluster.register(record(0), 60_000)
+    second.cluster.register(record(1), 60_000)
+    assert first.cluster.claim([(TOPIC, 0), (TOPIC, 1)]) == {(TOPIC, 0): 1, (TOPIC, 1): 1}
+    first.cluster.drop([(TOPIC, 1)])
+    assert first.cluster.hand_over({(TOPIC, 1): (1, 1)}) == [(TOPIC, 1)]  # at epoch 2
+    first.cluster.deregister()  # partition 0's owner is gone, at epoch 1
+    second.create_topic(OTHER, 1, {})  # never owned: epoch 0 in the registry
+    service = ClusterService(second.cluster, record(1), ClusterConfig(), second.topics,
+                             second.kv)
+    service.view = second.cluster.view()
+    announced = {key: service.leader(*key, 2) for key in ((TOPIC, 0), (TOPIC, 1), (OTHER, 0))}
+    assert {key: leader.broker_id for key, leader in announced.items()
+            if leader is not None} == dict.fromkeys(announced, 1)
+    taken = second.cluster.claim(list(announced))
+    assert {key: leader.epoch for key, leader in announced.items()
+            if leader is not None} == taken == {(TOPIC, 0): 2, (TOPIC, 1): 3, (OTHER, 0): 1}
 
 
 def test_placement_is_balanced_and_moves_little() -> None:
