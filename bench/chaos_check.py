@@ -20,10 +20,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from bench.chaos_load import Acked, GroupCommit, Sample, committed_offsets
+from pipeline.admin_offsets import list_offsets
 from tests.txn_helpers import read_all
 
 
@@ -38,34 +39,14 @@ class Violation:
     at: float | None = None
 
 
-_MOVED = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                    KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH})
-"""A partition moving between brokers: ask again (librdkafka's admin ListOffsets hands
-these to the caller where the Java admin client refreshes its metadata and retries)."""
-
-
 def latest(admin: AdminClient, topic: str, partitions: int,
-           isolation: IsolationLevel, wait_s: float = 30.0) -> dict[int, int]:
-    """partition -> high watermark (read_uncommitted) or last stable offset, asking again
-    for ``wait_s`` while a partition moves or an answer times out."""
+           isolation: IsolationLevel) -> dict[int, int]:
+    """partition -> high watermark (read_uncommitted) or last stable offset (asked again
+    while a partition moves)."""
     spec = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped in confluent-kafka
-    deadline = time.monotonic() + wait_s
-    found: dict[int, int] = {}
-    while True:
-        futures = admin.list_offsets({TopicPartition(topic, p): spec
-                                      for p in range(partitions) if p not in found},
-                                     isolation_level=isolation, request_timeout=15)
-        for tp, future in futures.items():
-            try:
-                found[tp.partition] = int(future.result(30).offset)
-            except KafkaException as e:
-                error = e.args[0]
-                if time.monotonic() > deadline or not (
-                        error.code() in _MOVED or error.retriable()):
-                    raise
-        if len(found) == partitions:
-            return found
-        time.sleep(0.5)
+    found = list_offsets(admin, {(topic, p): spec for p in range(partitions)}, isolation,
+                         timeout_s=60.0)
+    return {p: offset for (_t, p), offset in found.items()}
 
 
 def _spans(offsets: list[int]) -> str:

@@ -21,17 +21,12 @@ from confluent_kafka.admin import (
     TopicMetadata,
 )
 
-from pipeline import clients
+from pipeline import admin_offsets, clients
 from pipeline.offsets import EARLIEST, LATEST, Offsets, Spec, TopicPartition
 from pipeline.options import KafkaOptions, OptionError
 
 log = logging.getLogger(__name__)
 TIMEOUT_SECONDS = 30.0
-_STALE = (confluent_kafka.KafkaError._NOENT, confluent_kafka.KafkaError._UNKNOWN_PARTITION,
-          confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART)
-"""ListOffsets errors of a client whose metadata may not know a partition yet."""
-
-
 def _listed(found: TopicMetadata | None, topic: str) -> list[int]:
     """The partitions a topic's metadata lists; none when the broker does not know the
     topic; any other error is raised (not taken for a topic that is gone)."""
@@ -133,29 +128,14 @@ class ClusterView:
         return found
 
     def _list_offsets(self, wanted: dict[TopicPartition, OffsetSpec]) -> Offsets:
-        """ListOffsets through the long-lived admin client. Its metadata cache does not
-        learn of partitions added since it last looked at a topic (librdkafka then fails
-        with "No leaders found"): on such an error it refreshes the topics and asks once
-        more."""
+        """ListOffsets through the long-lived admin client, asked again while its metadata
+        is stale (partitions added since it last looked at a topic, or moved to another
+        broker: :mod:`pipeline.admin_offsets`)."""
         if not wanted:
             return {}
-        try:
-            return self._ask_offsets(wanted)
-        except confluent_kafka.KafkaException as exc:
-            if exc.args[0].code() not in _STALE:
-                raise
-        for topic in sorted({t for t, _p in wanted}):
-            self.admin.list_topics(topic, timeout=TIMEOUT_SECONDS)
-        return self._ask_offsets(wanted)
-
-    def _ask_offsets(self, wanted: dict[TopicPartition, OffsetSpec]) -> Offsets:
         level = (IsolationLevel.READ_COMMITTED if self.options.isolation_level == "read_committed"
                  else IsolationLevel.READ_UNCOMMITTED)
-        futures = self.admin.list_offsets(
-            {confluent_kafka.TopicPartition(t, p): spec for (t, p), spec in wanted.items()},
-            isolation_level=level, request_timeout=TIMEOUT_SECONDS)
-        return {(tp.topic, tp.partition): future.result().offset
-                for tp, future in futures.items()}
+        return admin_offsets.list_offsets(self.admin, wanted, level, TIMEOUT_SECONDS)
 
     def earliest(self, tps: list[TopicPartition]) -> Offsets:
         """Log start offsets."""

@@ -6,6 +6,7 @@ partitions the subscription or the broker does not have."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import confluent_kafka
 import pytest
@@ -19,6 +20,7 @@ from pipeline.partition import RangePartition
 from pipeline.stream_reader import StreamReader
 from tests.broker_process import BrokerProcess
 from tests.clients import create_topic
+from tests.cluster_helpers import running_cluster
 from tests.pipeline_helpers import produce
 
 
@@ -154,3 +156,35 @@ def test_offsets_and_assignments_naming_what_is_not_there_are_refused(
             reader.initialOffset()
     finally:
         reader.stop()
+
+
+def test_a_stream_carries_on_when_the_brokers_of_its_partitions_go(
+        tmp_path: Path, topic_name: str) -> None:
+    """On three brokers, one stopped (its partitions handed over at once) and then another
+    killed (its partitions moved once its lease ran out): the driver's long-lived admin
+    client still looked the moved partitions up at their old broker, and librdkafka
+    answered offset -1001 with no error (or FENCED_LEADER_EPOCH), which the planning took
+    for an end offset. Each micro-batch now ends at the real log ends."""
+    topic = topic_name
+    with running_cluster(tmp_path) as cluster:
+        create_topic(cluster.bootstrap, topic, 3)
+        reader = stream_reader(cluster.bootstrap, topic)
+        try:
+            written = 0
+            end = reader.initialOffset()
+            for how in ("stop", "kill", None):
+                produce(cluster.bootstrap, topic, [(p, None, b"%d" % p) for p in range(3)] * 2)
+                written += 2
+                found = reader.latestOffset(end, ReadAllAvailable())
+                assert found == {topic: {str(p): written for p in range(3)}}
+                assert sorted(ranges(reader, end, found)) == [
+                    f"{topic}-{p} [{written - 2}, {written})" for p in range(3)]
+                end = found
+                leaders = cluster.leaders(topic)
+                broker = cluster.by_id(leaders[0])  # the broker leading partition 0 goes
+                if how == "stop":
+                    assert broker.stop() == 0
+                elif how == "kill":
+                    broker.kill()
+        finally:
+            reader.stop()

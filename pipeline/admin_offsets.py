@@ -1,0 +1,89 @@
+"""ListOffsets through confluent-kafka's admin client, asked again while partitions move.
+
+librdkafka's admin ListOffsets finds each partition's leader in its metadata cache and
+does not refresh that cache when the leader moved (confluent-kafka 2.x): the new leader's
+FENCED_LEADER_EPOCH or NOT_LEADER_OR_FOLLOWER reaches the caller as the partition's
+error, and while the cached leader is gone (stopped, or killed) the request waits for it
+until its timeout and then reports offset -1001 (OFFSET_INVALID) *with no error*. Kafka's
+Java admin client refreshes its metadata and retries instead. :func:`list_offsets` does
+what the Java client does: it refreshes the topics' metadata and asks again for the
+partitions without a good answer, until its deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import confluent_kafka
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+Partition = tuple[str, int]
+"""(topic, partition)."""
+
+ATTEMPT_SECONDS = 5.0
+"""One ListOffsets request's timeout: a lookup stuck on a leader that is gone ends here."""
+PAUSE_SECONDS = 0.2
+"""Between two attempts (a moved partition's new owner claims it meanwhile)."""
+OFFSET_INVALID = -1001
+"""librdkafka's answer for a partition whose request timed out (never a real offset)."""
+AGAIN = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._NOENT, KafkaError._UNKNOWN_PARTITION,
+    KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+})
+"""Partition errors that stale metadata or a move explain: refresh, then ask again."""
+
+
+def list_offsets(admin: AdminClient, wanted: Mapping[Partition, OffsetSpec],
+                 isolation: IsolationLevel, timeout_s: float) -> dict[Partition, int]:
+    """The offset each of ``wanted`` names (by its spec, at ``isolation``), asking again
+    for ``timeout_s`` while a partition has no good answer; then the last error is raised
+    (a KafkaException, as confluent-kafka raises)."""
+    deadline = time.monotonic() + timeout_s
+    found: dict[Partition, int] = {}
+    while True:
+        pending = {tp: spec for tp, spec in wanted.items() if tp not in found}
+        if not pending:
+            return found
+        remaining = deadline - time.monotonic()
+        error = _ask(admin, pending, isolation, min(ATTEMPT_SECONDS, max(remaining, 1.0)),
+                     found)
+        if error is None:
+            continue
+        if remaining <= 0:
+            raise KafkaException(error)
+        for topic in sorted({t for t, p in pending if (t, p) not in found}):
+            admin.list_topics(topic, timeout=max(1.0, min(ATTEMPT_SECONDS, remaining)))
+        time.sleep(PAUSE_SECONDS)
+
+
+def _ask(admin: AdminClient, pending: Mapping[Partition, OffsetSpec],
+         isolation: IsolationLevel, timeout_s: float,
+         found: dict[Partition, int]) -> KafkaError | None:
+    """One ListOffsets for ``pending``; good answers go into ``found``. The error of a
+    partition to ask again for (None: every answer was good); any other error is raised."""
+    futures = admin.list_offsets(
+        {confluent_kafka.TopicPartition(t, p): spec for (t, p), spec in pending.items()},
+        isolation_level=isolation, request_timeout=timeout_s)
+    again: KafkaError | None = None
+    for tp, future in futures.items():
+        key = (tp.topic, tp.partition)
+        try:
+            offset = int(future.result(timeout_s + ATTEMPT_SECONDS).offset)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() not in AGAIN and not error.retriable():
+                raise
+            again = error
+            continue
+        if offset == OFFSET_INVALID:
+            again = KafkaError(KafkaError._TIMED_OUT,
+                               f"no ListOffsets answer for {tp.topic}-{tp.partition} within "
+                               f"{timeout_s:g} s")
+            continue
+        found[key] = offset
+    return again
