@@ -24,7 +24,7 @@ from confluent_kafka import IsolationLevel, KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from bench.chaos_load import Acked, GroupCommit, Sample, committed_offsets
-from pipeline.admin_offsets import list_offsets
+from pipeline.lookups import list_offsets
 from tests.txn_helpers import read_all
 
 

@@ -32,7 +32,7 @@ import confluent_kafka
 import pyarrow as pa
 from confluent_kafka import KafkaError
 
-from pipeline import clients
+from pipeline import clients, lookups
 from pipeline.options import KafkaOptions
 from pipeline.schema import RowBuffer
 
@@ -84,13 +84,11 @@ class RangeReader:
         self.where = where
         self.position = where.start
         self.consumer = clients.consumer(options)
-        self._tp = confluent_kafka.TopicPartition(where.topic, where.partition)
 
     def log_start(self) -> int:
         """The partition's log start offset, asked of the broker now."""
-        low, _high = self.consumer.get_watermark_offsets(
-            self._tp, timeout=WATERMARK_TIMEOUT_SECONDS, cached=False)
-        return int(low)
+        return lookups.log_start(self.consumer, self.where.topic, self.where.partition,
+                                 WATERMARK_TIMEOUT_SECONDS)
 
     def _lost(self, lost_to: int, log_start: int) -> None:
         """Offsets ``[position, lost_to)`` are gone: fail, or warn and move past them."""

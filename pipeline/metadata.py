@@ -21,7 +21,7 @@ from confluent_kafka.admin import (
     TopicMetadata,
 )
 
-from pipeline import admin_offsets, clients
+from pipeline import clients, lookups
 from pipeline.offsets import EARLIEST, LATEST, Offsets, Spec, TopicPartition
 from pipeline.options import KafkaOptions, OptionError
 
@@ -130,12 +130,12 @@ class ClusterView:
     def _list_offsets(self, wanted: dict[TopicPartition, OffsetSpec]) -> Offsets:
         """ListOffsets through the long-lived admin client, asked again while its metadata
         is stale (partitions added since it last looked at a topic, or moved to another
-        broker: :mod:`pipeline.admin_offsets`)."""
+        broker: :mod:`pipeline.lookups`)."""
         if not wanted:
             return {}
         level = (IsolationLevel.READ_COMMITTED if self.options.isolation_level == "read_committed"
                  else IsolationLevel.READ_UNCOMMITTED)
-        return admin_offsets.list_offsets(self.admin, wanted, level, TIMEOUT_SECONDS)
+        return lookups.list_offsets(self.admin, wanted, level, TIMEOUT_SECONDS)
 
     def earliest(self, tps: list[TopicPartition]) -> Offsets:
         """Log start offsets."""

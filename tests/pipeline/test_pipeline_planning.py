@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from pipeline.batch_reader import BatchReader
-from pipeline.fetch import DataLossError
+from pipeline.fetch import DataLossError, OffsetRange, RangeReader
 from pipeline.options import OptionError, parse_options
 from pipeline.partition import RangePartition
 from pipeline.stream_reader import StreamReader
@@ -164,7 +164,9 @@ def test_a_stream_carries_on_when_the_brokers_of_its_partitions_go(
     killed (its partitions moved once its lease ran out): the driver's long-lived admin
     client still looked the moved partitions up at their old broker, and librdkafka
     answered offset -1001 with no error (or FENCED_LEADER_EPOCH), which the planning took
-    for an end offset. Each micro-batch now ends at the real log ends."""
+    for an end offset; and a task's consumer asking the log start after the move failed
+    (``_DESTROY_BROKER``), failing the task. Each micro-batch now ends at the real log
+    ends, and the task's question is answered by the new leader."""
     topic = topic_name
     with running_cluster(tmp_path) as cluster:
         create_topic(cluster.bootstrap, topic, 3)
@@ -180,11 +182,14 @@ def test_a_stream_carries_on_when_the_brokers_of_its_partitions_go(
                 assert sorted(ranges(reader, end, found)) == [
                     f"{topic}-{p} [{written - 2}, {written})" for p in range(3)]
                 end = found
-                leaders = cluster.leaders(topic)
-                broker = cluster.by_id(leaders[0])  # the broker leading partition 0 goes
+                task = RangeReader(reader.options, OffsetRange(topic, 0, 0, written))
+                assert task.log_start() == 0  # connected to partition 0's leader
+                broker = cluster.by_id(cluster.leaders(topic)[0])  # which goes
                 if how == "stop":
                     assert broker.stop() == 0
                 elif how == "kill":
                     broker.kill()
+                assert task.log_start() == 0
+                task.consumer.close()
         finally:
             reader.stop()

@@ -1,4 +1,4 @@
-"""ListOffsets through confluent-kafka's admin client, asked again while partitions move.
+"""Offset lookups that follow partitions moving between brokers.
 
 librdkafka's admin ListOffsets finds each partition's leader in its metadata cache and
 does not refresh that cache when the leader moved (confluent-kafka 2.x): the new leader's
@@ -7,7 +7,10 @@ error, and while the cached leader is gone (stopped, or killed) the request wait
 until its timeout and then reports offset -1001 (OFFSET_INVALID) *with no error*. Kafka's
 Java admin client refreshes its metadata and retries instead. :func:`list_offsets` does
 what the Java client does: it refreshes the topics' metadata and asks again for the
-partitions without a good answer, until its deadline.
+partitions without a good answer, until its deadline. A consumer's watermark query does
+the same as the admin client's (it waits for the broker that is gone, or fails with
+``_DESTROY_BROKER`` when that broker's connection closes): :func:`log_start` refreshes
+and asks again too.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ AGAIN = frozenset({
     KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
     KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT,
     KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._NOENT, KafkaError._UNKNOWN_PARTITION,
-    KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER,
 })
 """Partition errors that stale metadata or a move explain: refresh, then ask again."""
 
@@ -76,7 +79,7 @@ def _ask(admin: AdminClient, pending: Mapping[Partition, OffsetSpec],
             offset = int(future.result(timeout_s + ATTEMPT_SECONDS).offset)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
-            if error.code() not in AGAIN and not error.retriable():
+            if not _again(error):
                 raise
             again = error
             continue
@@ -87,3 +90,27 @@ def _ask(admin: AdminClient, pending: Mapping[Partition, OffsetSpec],
             continue
         found[key] = offset
     return again
+
+
+def _again(error: KafkaError) -> bool:
+    """Whether a lookup that failed with ``error`` is worth asking again."""
+    return error.code() in AGAIN or error.retriable()
+
+
+def log_start(consumer: confluent_kafka.Consumer, topic: str, partition: int,
+              timeout_s: float) -> int:
+    """The partition's log start offset, asked of its leader now (again, for
+    ``timeout_s``, with the topic's metadata refreshed, while the partition moves)."""
+    deadline = time.monotonic() + timeout_s
+    tp = confluent_kafka.TopicPartition(topic, partition)
+    while True:
+        remaining = deadline - time.monotonic()
+        attempt = max(1.0, min(ATTEMPT_SECONDS, remaining))
+        try:
+            low, _high = consumer.get_watermark_offsets(tp, timeout=attempt, cached=False)
+            return int(low)
+        except KafkaException as exc:
+            if remaining <= 0 or not _again(exc.args[0]):
+                raise
+        consumer.list_topics(topic, timeout=attempt)
+        time.sleep(PAUSE_SECONDS)
