@@ -114,10 +114,15 @@ class Cluster:
         # interpreter is still tearing down has its default handler back, and a second
         # signal would kill it (-15)
         codes = [broker.proc.wait(30) for broker in self.brokers if broker.proc is not None]
-        assert codes == [0] * len(self.brokers), "exit codes " + repr(codes) + "".join(
-            f"\n-- broker {broker_id}, last lines:\n" + "\n".join(broker.lines[-15:])
-            for broker_id, broker, code in zip(self.ids, self.brokers, codes, strict=True)
-            if code != 0)
+        assert codes == [0] * len(self.brokers), "exit codes " + repr(codes) + self.last_lines(
+            15, [b for b, code in zip(self.ids, codes, strict=True) if code != 0])
+
+    def last_lines(self, count: int, ids: Sequence[int] | None = None) -> str:
+        """The last ``count`` log lines of brokers ``ids`` (default: all), for a failure
+        message."""
+        return "".join(f"\n-- broker {broker_id}, last lines:\n"
+                       + "\n".join(self.by_id(broker_id).lines[-count:])
+                       for broker_id in (self.ids if ids is None else ids))
 
 
 def leaders_at(port: int, topic: str) -> dict[int, int]:

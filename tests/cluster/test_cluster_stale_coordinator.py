@@ -163,6 +163,10 @@ def _run(tmp_path: Path, topic: str, abort: bool) -> None:
             wait_until(lambda: db.execute("SELECT count(*) FROM test_requests")
                        .fetchone() == (int(str(before)) + 2,), 30,
                        "the resumed coordinator to queue its late transaction ends")
+        except AssertionError as failed:  # seen once in ~30 runs: keep what the brokers said
+            raise AssertionError(f"{failed}; queued: "
+                                 f"{db.execute('SELECT * FROM test_requests').fetchall()}, "
+                                 f"{before} before{cluster.last_lines(60)}") from None
         finally:
             registry.rollback()
             registry.close()
