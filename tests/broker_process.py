@@ -37,37 +37,39 @@ class ChildProcess:
     def __init__(self) -> None:
         self.proc: subprocess.Popen[str] | None = None
         self.lines: list[str] = []
-        self._ready = threading.Event()
         self._matched = False
 
     def spawn(self, args: list[str], timeout: float, stdout: int = subprocess.DEVNULL,
               env: Mapping[str, str] | None = None) -> None:
         """Start ``args`` in the repository and wait for the ready line (``stdout``:
         ``subprocess.PIPE`` to read it from ``proc.stdout``; ``env``: variables to add to
-        this process's environment)."""
-        self.lines = []
-        self._ready.clear()
+        this process's environment). Each start has its own lines and ready event: the
+        reader of a process killed just before (a restart) may see its end of file only
+        now, and once set the new start's event, failing it at once with no line."""
+        lines: list[str] = []
+        self.lines = lines
+        ready = threading.Event()
         self._matched = False
-        self.proc = subprocess.Popen(
+        self.proc = proc = subprocess.Popen(
             args, cwd=REPO, stderr=subprocess.PIPE, stdout=stdout, text=True,
             env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
         )
-        threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
-        if not self._ready.wait(timeout) or not self._matched:
+        threading.Thread(target=self._drain, args=(proc, lines, ready), daemon=True).start()
+        if not ready.wait(timeout) or not self._matched:
             self.kill()
             raise RuntimeError(f"{self.what} did not become ready:\n" + self.log_text())
 
-    def _drain(self, proc: subprocess.Popen[str]) -> None:
+    def _drain(self, proc: subprocess.Popen[str], lines: list[str],
+               ready: threading.Event) -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
-            self.lines.append(line.rstrip("\n"))
+            lines.append(line.rstrip("\n"))
             match = self.ready_pattern.search(line)
             if match:
                 self.on_ready(match)
                 self._matched = True
-                self._ready.set()
-        if proc is self.proc:  # stderr closed: the process ended, ready or not (spawn tells)
-            self._ready.set()
+                ready.set()
+        ready.set()  # stderr closed: the process ended, ready or not (spawn tells)
 
     def on_ready(self, match: re.Match[str]) -> None:
         """Read what the ready line says."""
