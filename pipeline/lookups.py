@@ -53,14 +53,14 @@ def list_offsets(admin: AdminClient, wanted: Mapping[Partition, OffsetSpec],
         if not pending:
             return found
         remaining = deadline - time.monotonic()
-        error = _ask(admin, pending, isolation, min(ATTEMPT_SECONDS, max(remaining, 1.0)),
-                     found)
+        attempt = _attempt_s(remaining)
+        error = _ask(admin, pending, isolation, attempt, found)
         if error is None:
             continue
         if remaining <= 0:
             raise KafkaException(error)
         for topic in sorted({t for t, p in pending if (t, p) not in found}):
-            admin.list_topics(topic, timeout=max(1.0, min(ATTEMPT_SECONDS, remaining)))
+            admin.list_topics(topic, timeout=attempt)
         time.sleep(PAUSE_SECONDS)
 
 
@@ -92,6 +92,12 @@ def _ask(admin: AdminClient, pending: Mapping[Partition, OffsetSpec],
     return again
 
 
+def _attempt_s(remaining_s: float) -> float:
+    """One request's timeout with ``remaining_s`` left: at most ``ATTEMPT_SECONDS``, at
+    least a second (the last attempt, past the deadline, still gets one)."""
+    return max(1.0, min(ATTEMPT_SECONDS, remaining_s))
+
+
 def _again(error: KafkaError) -> bool:
     """Whether a lookup that failed with ``error`` is worth asking again."""
     return error.code() in AGAIN or error.retriable()
@@ -105,7 +111,7 @@ def log_start(consumer: confluent_kafka.Consumer, topic: str, partition: int,
     tp = confluent_kafka.TopicPartition(topic, partition)
     while True:
         remaining = deadline - time.monotonic()
-        attempt = max(1.0, min(ATTEMPT_SECONDS, remaining))
+        attempt = _attempt_s(remaining)
         try:
             low, _high = consumer.get_watermark_offsets(tp, timeout=attempt, cached=False)
             return int(low)

@@ -27,6 +27,8 @@ from pipeline.options import KafkaOptions, OptionError
 
 log = logging.getLogger(__name__)
 TIMEOUT_SECONDS = 30.0
+
+
 def _listed(found: TopicMetadata | None, topic: str) -> list[int]:
     """The partitions a topic's metadata lists; none when the broker does not know the
     topic; any other error is raised (not taken for a topic that is gone)."""
