@@ -149,7 +149,10 @@ class ClusterService:
         """Which broker serves ``partition`` of ``topic`` now: this one if it owns it, its
         owner if that owner is live, otherwise the broker it belongs to, at the epoch its
         claim will carry (a shared registry moves the epoch up on every claim: a client
-        told the old one would be fenced by the claim it is sent to trigger)."""
+        told the old one would be fenced by the claim it is sent to trigger). While this
+        broker's lease has run out (cut off from the registry, it gave its partitions up
+        and can claim none), that is one of the others: the one they place it on, as they
+        see this broker gone."""
         key = (topic, partition)
         epoch = self.ownership.owned.get(key)
         if epoch is not None:
@@ -158,8 +161,10 @@ class ClusterService:
         if owner is not None and owner.broker_id is not None \
                 and owner.broker_id in self.view.live and owner.broker_id != self.me.broker_id:
             return Leader(owner.broker_id, owner.epoch)
-        target = preferred(topic, partition, num_partitions, self._live_ids(),
-                           self._pinned(topic))
+        candidates = self._live_ids()
+        if not self.lease.fresh():
+            candidates = tuple(b for b in candidates if b != self.me.broker_id)
+        target = preferred(topic, partition, num_partitions, candidates, self._pinned(topic))
         if target is None:
             return None
         epoch = owner.epoch if owner is not None else 0

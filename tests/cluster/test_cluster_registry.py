@@ -148,12 +148,40 @@ def test_metadata_names_the_epoch_the_claim_it_triggers_takes(
     service = ClusterService(second.cluster, record(1), ClusterConfig(), second.topics,
                              second.kv)
     service.view = second.cluster.view()
+    service.lease.renewed_at = time.monotonic()  # as after a heartbeat
     announced = {key: service.leader(*key, 2) for key in ((TOPIC, 0), (TOPIC, 1), (OTHER, 0))}
     assert {key: leader.broker_id for key, leader in announced.items()
             if leader is not None} == dict.fromkeys(announced, 1)
     taken = second.cluster.claim(list(announced))
     assert {key: leader.epoch for key, leader in announced.items()
             if leader is not None} == taken == {(TOPIC, 0): 2, (TOPIC, 1): 3, (OTHER, 0): 1}
+
+
+def test_a_broker_cut_off_from_the_registry_names_the_others_for_what_it_gave_up(
+        pair: tuple[PgStorage, PgStorage]) -> None:
+    """A broker whose lease ran out (cut off from the database, it gave its partitions up)
+    announces none of them as its own: each goes to the broker the others place it on once
+    they see it gone, at the epoch their claim takes (a client sent back to it would only
+    be refused, over and over, while the others could serve)."""
+    first, second = pair
+    first.create_topic(OTHER, 12, {})
+    for broker_id in (0, 1, 2):
+        first.cluster.register(record(broker_id), 60_000)
+    partitions = [(OTHER, index) for index in range(12)]
+    claimed = first.cluster.claim(partitions)  # owned by broker 2 in the registry ...
+    service = ClusterService(second.cluster, record(2), ClusterConfig(), second.topics,
+                             second.kv)
+    service.view = second.cluster.view()  # ... as broker 2 last read it, owning none now
+    service.lease.renewed_at = time.monotonic()
+    fresh = [service.leader(*key, 12) for key in partitions]
+    assert [leader.broker_id for leader in fresh if leader is not None] == \
+        list(assign(OTHER, 12, [0, 1, 2]))  # its lease runs: placed among all three
+    service.lease.renewed_at = time.monotonic() - ClusterConfig().session_timeout_ms / 1000 - 1
+    cut_off = [service.leader(*key, 12) for key in partitions]
+    assert [leader.broker_id for leader in cut_off if leader is not None] == \
+        list(assign(OTHER, 12, [0, 1]))
+    assert [leader.epoch for leader in cut_off if leader is not None] == \
+        [claimed[key] + 1 for key in partitions]
 
 
 def test_placement_is_balanced_and_moves_little() -> None:
