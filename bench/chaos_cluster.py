@@ -1,8 +1,9 @@
 """The cluster a chaos run (``bench/chaos.py``) breaks: brokers on one throwaway PostgreSQL,
 each on a port of its own that it keeps across restarts (clients find it again where it
 was), its log lines kept in a file per broker for the run, and the faults as operations:
-kill -9, SIGTERM, SIGSTOP/SIGCONT of a broker, a restart of the database, SIGSTOP/SIGCONT
-of the database's processes.
+kill -9, SIGTERM, SIGSTOP/SIGCONT of a broker, a broker cut off from the database (each
+reaches it through a proxy of its own: ``tests/pg_proxy.py``), a restart of the database,
+SIGSTOP/SIGCONT of the database's processes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from bench.brokers import EdgeBroker
 from bench.cluster import BrokerGroup
 from bench.cluster_db import children, postmaster_pid
 from edge.local_postgres import free_port
+from tests.pg_proxy import PgProxy
 
 if TYPE_CHECKING:
     from tests.postgres_server import PostgresServer
@@ -86,10 +88,14 @@ class ChaosCluster(BrokerGroup):
         self.server = server
         self.ports = [free_port() for _ in range(count)]
         self.log_dir = log_dir
-        super().__init__(server.new_database_url(), count, settings)
+        url = server.new_database_url()
+        self.proxies = [PgProxy(url) for _ in range(count)]
+        """Each broker's way to the database (its ``storageUrl``), which a fault cuts."""
+        super().__init__(url, count, settings)
 
     def member(self, broker_id: int) -> LoggedBroker:
-        return LoggedBroker({"storageUrl": self.url, "brokerId": str(broker_id),
+        return LoggedBroker({"storageUrl": self.proxies[broker_id].url,
+                             "brokerId": str(broker_id),
                              "kafkaListeners": f"PLAINTEXT://127.0.0.1:{self.ports[broker_id]}",
                              **self.settings}, self.log_dir / f"broker-{broker_id}.log")
 
@@ -116,6 +122,27 @@ class ChaosCluster(BrokerGroup):
         member.signal(signal.SIGKILL)
         assert member.proc is not None
         member.proc.wait(30)
+
+    def cut_off(self, broker_id: int, held_s: float) -> int:
+        """Cut broker ``broker_id`` off from the database for ``held_s`` while the others
+        reach it: what it sends still runs there, no answer comes back; then its waiting
+        connections are dropped (outcomes it never learns) and it may connect again. How
+        many connections were dropped."""
+        proxy = self.proxies[broker_id]
+        self.broker(broker_id).note(f"cut off from the database for {held_s:.1f} s")
+        proxy.hold()
+        try:
+            time.sleep(held_s)
+            return proxy.cut()
+        finally:
+            proxy.release()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        try:
+            super().stop(timeout)
+        finally:
+            for proxy in self.proxies:
+                proxy.close()
 
     def terminate(self, broker_id: int) -> int | None:
         """SIGTERM and wait for the exit (SIGKILL after 20 s); the exit status."""

@@ -4,10 +4,12 @@ run's clock) for the summary and to name the fault just before a violation.
 
 Kinds: ``kill9`` (kill -9 of a broker, restarted after a moment), ``sigterm`` (a clean
 stop, restarted; a non-zero exit is noted), ``sigstop`` (a broker paused for longer than
-``brokerSessionTimeoutMs``, so that the others take its partitions, then resumed),
-``pg_restart`` (PostgreSQL stopped with a fast shutdown and started again) and
-``pg_pause`` (every PostgreSQL process paused briefly). A broker found dead that no fault
-killed is noted as ``exited`` and started again.
+``brokerSessionTimeoutMs``, so that the others take its partitions, then resumed), ``cut``
+(a broker cut off from the database for as long, the others not: its statements still run
+there but no answer comes back, then its connections are dropped), ``pg_restart``
+(PostgreSQL stopped with a fast shutdown and started again) and ``pg_pause`` (every
+PostgreSQL process paused briefly). A broker found dead that no fault killed is noted as
+``exited`` and started again.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 
 from bench.chaos_cluster import ChaosCluster
 
-KINDS = ("kill9", "sigterm", "sigstop", "pg_restart", "pg_pause")
+KINDS = ("kill9", "sigterm", "sigstop", "cut", "pg_restart", "pg_pause")
 
 
 @dataclass
@@ -116,6 +118,10 @@ class Injector(threading.Thread):
             finally:
                 member.signal(signal.SIGCONT)
             fault.detail = f"paused {paused:.1f} s"
+        elif kind == "cut" and broker is not None:
+            held = self.plan.session_s + rnd.uniform(0.5, 2.0)
+            dropped = self.cluster.cut_off(broker, held)
+            fault.detail = f"cut off {held:.1f} s, {dropped} connections dropped"
         elif kind == "pg_restart":
             down = rnd.uniform(0.2, 3.0)
             self.cluster.restart_database(down)
