@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from confluent_kafka import IsolationLevel, KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from bench.chaos_load import Acked, GroupCommit, Sample, committed_offsets
+from bench.chaos_load import UNKNOWN_OFFSET, Acked, GroupCommit, Sample, committed_offsets
 from pipeline.lookups import list_offsets
 from tests.txn_helpers import read_all
 
@@ -89,9 +89,26 @@ def check_input(bootstrap: str, topic: str, partitions: int, acked: list[Acked],
     stable = latest(admin, topic, partitions, IsolationLevel.READ_COMMITTED)
     committed = {(p, off) for p, off, _ in
                  read_all(bootstrap, topic, partitions, "read_committed", stable, 120)}
+    return judge_input(stored, committed, high, acked, failed), stored
+
+
+def judge_input(stored: dict[tuple[int, int], str], committed: set[tuple[int, int]],
+                high: dict[int, int], acked: list[Acked], failed: set[str]
+                ) -> list[Violation]:
+    """The violations of the idempotent topic whose records are ``stored`` by (partition,
+    offset), ``committed`` of them read_committed, below the partitions' ``high``
+    watermarks, against what the producer was told (``acked``) or failed."""
     found: list[Violation] = []
+    on_partition = {(p, value) for (p, _), value in stored.items()}
     for record in acked:
         at = (record.partition, record.offset)
+        # acknowledged without an offset: stored anywhere on its partition
+        if record.offset == UNKNOWN_OFFSET:
+            if (record.partition, record.payload) not in on_partition:
+                found.append(Violation("acknowledged record lost", record.partition, "?",
+                                       f"{record.payload} acknowledged with no offset; "
+                                       "not stored", record.at))
+            continue
         if stored.get(at) != record.payload:
             found.append(Violation("acknowledged record lost", record.partition,
                                    str(record.offset), f"{record.payload} acknowledged there; "
@@ -112,12 +129,12 @@ def check_input(bootstrap: str, topic: str, partitions: int, acked: list[Acked],
     for (p, off), payload in stored.items():
         if payload not in known:
             found.append(Violation("stored but never sent", p, str(off), payload))
-    for p in range(partitions):
+    for p in sorted(high):
         missing = sorted(set(range(high[p])) - {off for q, off in stored if q == p})
         if missing:
             found.append(Violation("offset gap", p, _spans(missing),
                                    f"no record at these offsets below HW {high[p]}"))
-    return found, stored
+    return found
 
 
 def check_output(bootstrap: str, source: str, topic: str, partitions: int,

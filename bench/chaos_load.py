@@ -60,8 +60,16 @@ class Acked:
 
     partition: int
     offset: int
+    """Where; -1 when the report named no offset (:data:`UNKNOWN_OFFSET`)."""
     payload: str
     at: float
+
+
+UNKNOWN_OFFSET = -1
+"""The offset of a record librdkafka reported delivered without one: a batch whose request
+failed with its outcome unknown (a broker killed with it in flight) is acknowledged
+"implicitly" once a later batch of the partition succeeds (the idempotent producer's
+sequence numbers prove it stored), and its records' reports carry no offset."""
 
 
 class LoadThread(threading.Thread, ABC):
@@ -133,8 +141,9 @@ class IdempotentLoad(LoadThread):
             self.note(f"delivery of {payload} failed: {err}")
             return
         partition, offset = msg.partition(), msg.offset()
-        assert partition is not None and offset is not None
-        self.acked.append(Acked(partition, offset, payload, self.clock.now()))
+        assert partition is not None
+        self.acked.append(Acked(partition, UNKNOWN_OFFSET if offset is None else offset,
+                                payload, self.clock.now()))
 
     def work(self) -> None:
         producer = self._producer()
