@@ -319,6 +319,7 @@ class Engine:
             raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
                                 f"partition {index} of the topic is offline until restart")
         if self.leadership.serves(internal, index) is None:
+            self.producers.resume(internal, index)  # a produce refused: see its docstring
             raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                 f"partition {index} of the topic is served by another broker")
         return found
@@ -536,6 +537,7 @@ class Engine:
             # the producer's retry by what is stored
             if producers is not None:
                 self.producers.invalidate(internal, index)
+                self.producers.resume(internal, index)
             raise
         metrics.STAGE_VALIDATE.observe(validated - admitted.started)
         metrics.STAGE_APPEND.observe(time.perf_counter() - validated)

@@ -22,6 +22,16 @@ the transactional id's state partition, whose late marker would end the producer
 transaction) or its producer epoch below the producer's (INVALID_PRODUCER_EPOCH). The
 coordinator epoch of each producer is kept in its snapshot and read back from the markers.
 
+A batch that skips ahead of the sequence expected, within ``RESUME_GRACE_S`` of the
+partition refusing a produce as not its leader or failing an append
+(:attr:`PartitionProducers.resumed_at`), is answered NOT_LEADER_OR_FOLLOWER, not
+OUT_OF_ORDER: its predecessor was refused while the partition moved here (a request
+pipelined behind it is judged once the claim is done) or its write failed, and the client
+sends that one again first. OUT_OF_ORDER_SEQUENCE_NUMBER there makes librdkafka bump its
+epoch and send every message it has not seen acknowledged again, on every partition, as
+new: those a broker stored without its answer coming back (a broker paused or killed
+meanwhile) were stored twice.
+
 A producer that wrote nothing for ``producer.id.expiration.ms`` (and has no open
 transaction) is forgotten (:meth:`PartitionProducers.expire`). A producer the partition
 does not know is accepted at any sequence, as Kafka does since KIP-360: it may be one
@@ -31,6 +41,7 @@ fatal to an idempotent client that did nothing wrong.
 
 from __future__ import annotations
 
+import time
 from array import array
 from bisect import bisect_left
 from collections import deque
@@ -120,8 +131,19 @@ class Verification:
     done: bool = False
 
 
+RESUME_GRACE_S = 10.0
+"""How long after a partition refused a produce as not its leader, or failed an append, a
+batch that skips sequences is taken for one whose predecessor is still to come (module
+docstring)."""
+
+
 def _next_sequence(last: int) -> int:
     return 0 if last == _INT32_MAX else last + 1
+
+
+def _ahead(sequence: int, expected: int) -> bool:
+    """Whether ``sequence`` lies after ``expected`` (within half the wrapping range)."""
+    return 0 < (sequence - expected) % (_INT32_MAX + 1) < (_INT32_MAX + 1) // 2
 
 
 def _batch_last_sequence(header: BatchHeader) -> int:
@@ -151,6 +173,9 @@ class PartitionProducers:
         """The log cleaner's checkpoint: no record of an aborted transaction is left below
         it, so aborted transactions whose marker lies below are not listed (their marker
         may be gone). The cleaner's thread raises it (one int, assigned whole)."""
+        self.resumed_at: float | None = None
+        """When the partition last refused a produce as not its leader or failed an append
+        (``time.monotonic``; ``ProducerStates.resume``), or None."""
 
     # -- produce -------------------------------------------------------------------------
 
@@ -171,6 +196,12 @@ class PartitionProducers:
                 return None
             expected = _next_sequence(entry.last_sequence)
             if header.base_sequence != expected:
+                if self._resuming() and _ahead(header.base_sequence, expected):
+                    raise KafkaApiError(
+                        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                        f"producer {header.producer_id} sent sequence {header.base_sequence},"
+                        f" expected {expected}, just after the partition moved here or "
+                        "failed a write: its earlier batch is to come first")
                 raise KafkaApiError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                     f"producer {header.producer_id} sent sequence "
                                     f"{header.base_sequence}, expected {expected}")
@@ -179,6 +210,11 @@ class PartitionProducers:
                                 f"producer {header.producer_id} epoch {header.producer_epoch} "
                                 f"must start at sequence 0, not {header.base_sequence}")
         return None
+
+    def _resuming(self) -> bool:
+        """Whether :attr:`resumed_at` is within ``RESUME_GRACE_S``."""
+        return self.resumed_at is not None \
+            and time.monotonic() - self.resumed_at < RESUME_GRACE_S
 
     def check_epoch(self, producer_id: int, epoch: int) -> ProducerEntry | None:
         """What the partition knows of the producer (None: nothing), once ``epoch`` is not

@@ -44,7 +44,12 @@ from dataclasses import dataclass
 from itertools import islice
 
 from broker_core.compaction.cleaning import Checkpoint
-from broker_core.partition_producers import DEFAULT_EXPIRATION_MS, PartitionProducers, Snapshot
+from broker_core.partition_producers import (
+    DEFAULT_EXPIRATION_MS,
+    RESUME_GRACE_S,
+    PartitionProducers,
+    Snapshot,
+)
 from broker_core.storage import (
     OffsetOutOfRange,
     PartitionStore,
@@ -65,6 +70,8 @@ SNAPSHOT_EVERY_BYTES = 16 << 20
 """A partition whose log grew this many bytes past its last snapshot gets a new one."""
 SNAPSHOT_MAX_AGE_S = 30.0
 """A partition that moved at all gets a new snapshot after this long."""
+_RESUMED_KEPT = 1024
+"""Notes of :meth:`ProducerStates.resume` kept before those past their grace are dropped."""
 CHECKED_PER_ROUND = 1024
 """Loaded partitions a checkpoint looks at, in turn: with 10,000 of them, each is looked
 at every tenth round, and a round holds the event loop for a thousand checks (and at most
@@ -118,6 +125,9 @@ class ProducerStates:
         """The latest checkpoint the log cleaner reported for a partition (its store)."""
         self._cleaned_lock = threading.Lock()
         self._turn = 0  # where the next checkpoint's look at the loaded partitions starts
+        self._resumed: dict[tuple[str, int], float] = {}
+        """When a partition last refused a produce as not its leader or failed an append
+        (:meth:`resume`), while that matters (``RESUME_GRACE_S``)."""
 
     def get(self, topic: str, index: int, partition: PartitionStore) -> PartitionProducers:
         """The state of a partition, loading it from snapshot and log when needed: on
@@ -125,7 +135,11 @@ class ProducerStates:
         (its commit generation moved on: what the log holds is read again)."""
         if self.loaded(topic, index, partition):
             return self._states[(topic, index)].state
+        stale = self._states.get((topic, index))
+        if stale is not None and stale.partition is partition:  # an append to it failed
+            self.resume(topic, index)
         loaded = _load(partition, commit_generation(partition))
+        loaded.state.resumed_at = self._resumed.get((topic, index))
         loaded.expired = loaded.state.expire(_now_ms(), self.expiration_ms) > 0
         with self._cleaned_lock:
             reported = self._cleaned.get((topic, index))
@@ -168,6 +182,19 @@ class ProducerStates:
         another thread, such as the metrics endpoint's: the partitions are copied first)."""
         return sum(len(loaded.state.producers) for loaded in list(self._states.values()))
 
+    def resume(self, topic: str, index: int) -> None:
+        """The partition refused a produce as not its leader, or an append to it failed:
+        for ``RESUME_GRACE_S`` its producers' batches that skip sequences are taken for
+        ones whose predecessor is to come again (``partition_producers``)."""
+        now = time.monotonic()
+        if len(self._resumed) >= _RESUMED_KEPT:
+            self._resumed = {key: at for key, at in self._resumed.items()
+                             if now - at < RESUME_GRACE_S}
+        self._resumed[(topic, index)] = now
+        known = self._states.get((topic, index))
+        if known is not None:
+            known.state.resumed_at = now
+
     def invalidate(self, topic: str, index: int) -> None:
         """Drop one partition's state, to be rebuilt from snapshot and log on next use: an
         append failed and may have been stored in part, or the partition moved between
@@ -178,6 +205,8 @@ class ProducerStates:
         """Drop the states of a deleted topic."""
         for key in [k for k in self._states if k[0] == topic]:
             del self._states[key]
+        for key in [k for k in self._resumed if k[0] == topic]:
+            del self._resumed[key]
         with self._cleaned_lock:
             for key in [k for k in self._cleaned if k[0] == topic]:
                 del self._cleaned[key]

@@ -104,8 +104,10 @@ def test_appends_made_while_a_failed_commit_is_answered_are_judged_and_kept() ->
     """Producer 7 has stored sequence 0; its batch of sequence 1 (A) waits for a commit
     that a row lock holds up, and that commit then fails (its connection is terminated).
     Before the event loop hears of it, two batches arrive: producer 7's sequence 2 (D)
-    and producer 8's first (E). D must be refused (OUT_OF_ORDER_SEQUENCE_NUMBER: what is
-    stored ends at sequence 0, A is not there) rather than stored after a gap; E is stored,
+    and producer 8's first (E). D must be refused rather than stored after a gap (what is
+    stored ends at sequence 0, A is not there), with a retriable NOT_LEADER_OR_FOLLOWER,
+    not OUT_OF_ORDER_SEQUENCE_NUMBER: the client sends A again first, without bumping its
+    epoch (``partition_producers``, ``RESUME_GRACE_S``); E is stored,
     and its retry, arriving while E's own commit still waits, is answered as a duplicate
     of it, never stored twice."""
 
@@ -127,7 +129,7 @@ def test_appends_made_while_a_failed_commit_is_answered_are_judged_and_kept() ->
             assert abandoned.value.code == ErrorCode.KAFKA_STORAGE_ERROR
             with pytest.raises(KafkaApiError) as refused:
                 engine.append(engine.admit(TOPIC, 0, _batch(7, 2), -1))
-            assert refused.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+            assert refused.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
             e = engine.append(engine.admit(TOPIC, 0, _batch(8, 0), -1))
             assert e.durable is not None
             with pytest.raises(OSError):

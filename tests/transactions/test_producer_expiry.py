@@ -14,7 +14,7 @@ import pytest
 
 from broker_core.codec.batch_header import read_header
 from broker_core.errors import ErrorCode, KafkaApiError
-from broker_core.partition_producers import PartitionProducers
+from broker_core.partition_producers import RESUME_GRACE_S, PartitionProducers
 from broker_core.producer_states import SNAPSHOT_FILE, ProducerStates
 from broker_core.storage import LogConfig, PartitionLog
 from tests.clients import create_topic
@@ -175,3 +175,46 @@ def test_a_gap_from_a_known_producer_is_still_refused(tmp_path: Path, topic_name
     finally:
         conn.close()
         broker.stop()
+
+
+# -- a batch that skips ahead just after the partition refused or failed one -------------
+
+
+def test_a_gap_just_after_a_refusal_is_answered_retriable_then_out_of_order() -> None:
+    """A batch that skips sequences within ``RESUME_GRACE_S`` of the partition refusing a
+    produce as not its leader (or failing an append) is refused NOT_LEADER_OR_FOLLOWER:
+    its predecessor is to come again first, and OUT_OF_ORDER_SEQUENCE_NUMBER would make
+    librdkafka bump its epoch and send unacknowledged messages again as new. A rewound
+    sequence, and any gap past the grace or with no refusal, is OUT_OF_ORDER as ever."""
+    state = PartitionProducers()
+    _record(state, 9, 0, 0, stamp=1_000)
+
+    def answer(seq: int) -> int:
+        with pytest.raises(KafkaApiError) as refused:
+            state.check(read_header(batch(9, 0, seq, 1)))
+        return int(refused.value.code)
+
+    assert answer(5) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # no refusal: a real gap
+    state.resumed_at = time.monotonic()
+    assert answer(5) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    _record(state, 9, 1, 1, stamp=2_000)
+    _record(state, 9, 2, 2, stamp=2_000)
+    assert answer((1 << 31) - 5) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # behind: rewound
+    state.resumed_at = time.monotonic() - RESUME_GRACE_S - 1
+    assert answer(5) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_a_refusal_reaches_the_state_loaded_after_it(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "t-0", LogConfig())
+    try:
+        states = ProducerStates()
+        states.resume("t", 0)  # refused while another broker had it: not loaded here
+        loaded = states.get("t", 0, log)
+        assert loaded.resumed_at is not None
+        assert time.monotonic() - loaded.resumed_at < RESUME_GRACE_S
+        other = states.get("t", 1, PartitionLog(tmp_path / "t-1", LogConfig()))
+        assert other.resumed_at is None
+        states.resume("t", 1)  # a loaded state hears of it at once
+        assert other.resumed_at is not None
+    finally:
+        log.close()
