@@ -71,7 +71,8 @@ SNAPSHOT_EVERY_BYTES = 16 << 20
 SNAPSHOT_MAX_AGE_S = 30.0
 """A partition that moved at all gets a new snapshot after this long."""
 _RESUMED_KEPT = 1024
-"""Notes of :meth:`ProducerStates.resume` kept before those past their grace are dropped."""
+"""Notes of :meth:`ProducerStates.resume` kept at least before those past their grace are
+dropped (then again at twice what a pruning kept, so that each costs little per note)."""
 CHECKED_PER_ROUND = 1024
 """Loaded partitions a checkpoint looks at, in turn: with 10,000 of them, each is looked
 at every tenth round, and a round holds the event loop for a thousand checks (and at most
@@ -128,6 +129,7 @@ class ProducerStates:
         self._resumed: dict[tuple[str, int], float] = {}
         """When a partition last refused a produce as not its leader or failed an append
         (:meth:`resume`), while that matters (``RESUME_GRACE_S``)."""
+        self._prune_at = _RESUMED_KEPT
 
     def get(self, topic: str, index: int, partition: PartitionStore) -> PartitionProducers:
         """The state of a partition, loading it from snapshot and log when needed: on
@@ -187,9 +189,10 @@ class ProducerStates:
         for ``RESUME_GRACE_S`` its producers' batches that skip sequences are taken for
         ones whose predecessor is to come again (``partition_producers``)."""
         now = time.monotonic()
-        if len(self._resumed) >= _RESUMED_KEPT:
+        if len(self._resumed) >= self._prune_at:  # past twice what the last pruning kept
             self._resumed = {key: at for key, at in self._resumed.items()
                              if now - at < RESUME_GRACE_S}
+            self._prune_at = max(_RESUMED_KEPT, 2 * len(self._resumed))
         self._resumed[(topic, index)] = now
         known = self._states.get((topic, index))
         if known is not None:
