@@ -319,7 +319,8 @@ class Engine:
             raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
                                 f"partition {index} of the topic is offline until restart")
         if self.leadership.serves(internal, index) is None:
-            self.producers.resume(internal, index)  # a produce refused: see its docstring
+            # a produce refused here may be followed by one that skips its sequences
+            self.producers.resume(internal, index)  # (ProducerStates.resume)
             raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                 f"partition {index} of the topic is served by another broker")
         return found
