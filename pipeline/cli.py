@@ -250,9 +250,11 @@ class StopSignals:
 
 def _cancel_jobs_until(done: threading.Event) -> Callable[[], None]:
     """A stop action: silence Spark's log (its tasks and writers report their cancellation
-    as warnings and errors with Java stack traces), then cancel every Spark job, again
-    every :data:`CANCEL_EVERY_S` (a job the driver starts meanwhile too), until ``done``
-    is set."""
+    as warnings and errors with Java stack traces) and the JVM's standard error (a
+    cancelled job's futures completing while the JVM shuts Spark's thread pools down print
+    ``RejectedExecutionException`` traces there, past any logger), then cancel every Spark
+    job, again every :data:`CANCEL_EVERY_S` (a job the driver starts meanwhile too), until
+    ``done`` is set."""
     def cancel() -> None:
         from pyspark import SparkContext
 
@@ -263,6 +265,11 @@ def _cancel_jobs_until(done: threading.Event) -> Callable[[], None]:
                 with suppress(Exception):  # the context is starting or going away
                     if not silenced:
                         context.setLogLevel("OFF")
+                        jvm = context._jvm
+                        if jvm is not None:
+                            java = jvm.java
+                            java.lang.System.setErr(
+                                java.io.PrintStream(java.io.OutputStream.nullOutputStream()))
                         silenced = True
                     context.cancelAllJobs()
             done.wait(CANCEL_EVERY_S)
