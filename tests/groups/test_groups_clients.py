@@ -83,6 +83,8 @@ class KafkaPythonMember(Commits):
         self.instance = instance
         self.consumer: kafka.KafkaConsumer | None = None
         self.error: BaseException | None = None
+        self.poll_errors: list[str] = []
+        """Retriable errors ``poll`` raised (and the member polled again)."""
         self.retry: dict[int, int] = {}  # failed commit positions, retried when idle
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=name)
@@ -111,7 +113,15 @@ class KafkaPythonMember(Commits):
             consumer.subscribe([self.topic], listener=Listener())
             try:
                 while not self._stop.is_set():
-                    batch = consumer.poll(timeout_ms=100)
+                    # kafka-python 3 raises a broker it cannot reach (one just killed)
+                    # from poll: an application polls again
+                    try:
+                        batch = consumer.poll(timeout_ms=100)
+                    except KafkaError as exc:
+                        if not exc.retriable:
+                            raise
+                        self.poll_errors.append(repr(exc))
+                        continue
                     records = [self.ledger.read(self.name, tp.partition, msg.offset, msg.value)
                                for tp, msgs in batch.items() for msg in msgs]
                     if not records:
