@@ -121,6 +121,7 @@ class KafkaPythonMember(Commits):
                         if not exc.retriable:
                             raise
                         self.poll_errors.append(repr(exc))
+                        self._stop.wait(0.1)  # not a busy loop while it is refused
                         continue
                     records = [self.ledger.read(self.name, tp.partition, msg.offset, msg.value)
                                for tp, msgs in batch.items() for msg in msgs]
