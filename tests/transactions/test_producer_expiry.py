@@ -205,16 +205,17 @@ def test_a_gap_just_after_a_refusal_is_answered_retriable_then_out_of_order() ->
 
 
 def test_a_refusal_reaches_the_state_loaded_after_it(tmp_path: Path) -> None:
-    log = PartitionLog(tmp_path / "t-0", LogConfig())
+    logs = [PartitionLog(tmp_path / f"t-{index}", LogConfig()) for index in (0, 1)]
     try:
         states = ProducerStates()
         states.resume("t", 0)  # refused while another broker had it: not loaded here
-        loaded = states.get("t", 0, log)
+        loaded = states.get("t", 0, logs[0])
         assert loaded.resumed_at is not None
         assert time.monotonic() - loaded.resumed_at < RESUME_GRACE_S
-        other = states.get("t", 1, PartitionLog(tmp_path / "t-1", LogConfig()))
+        other = states.get("t", 1, logs[1])
         assert other.resumed_at is None
         states.resume("t", 1)  # a loaded state hears of it at once
         assert other.resumed_at is not None
     finally:
-        log.close()
+        for log in logs:
+            log.close()
